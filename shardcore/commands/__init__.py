@@ -1,0 +1,1 @@
+"""Subcommands of the ``shardyard`` CLI, one module each."""

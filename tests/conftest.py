@@ -1,0 +1,63 @@
+"""Shared fixtures. Services (Postgres, Redis, Celery workers) are real: a test that needs
+one skips when it is unreachable, and fails instead when SHARDYARD_REQUIRE_SERVICES=1 (CI)."""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+
+from tests.support import services
+
+
+@pytest.fixture(scope="session")
+def require_services() -> bool:
+    return services.required()
+
+
+@pytest.fixture
+def postgres(db):
+    """The test database, which must be Postgres for this test."""
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        services.unavailable("Postgres", f"DATABASE_URL points at {connection.vendor}, not postgresql")
+    return connection
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    url = os.environ.get("CELERY_BROKER_URL", "")
+    if not url.startswith("redis"):
+        services.unavailable("Redis", "CELERY_BROKER_URL is not a redis:// URL")
+    services.check_redis(url)
+    return url
+
+
+@pytest.fixture(scope="session")
+def celery_queue() -> str:
+    """A queue of this test session's own, so that tests never feed a running stack."""
+    from workers.celery import app
+
+    queue = f"test-{uuid.uuid4().hex[:8]}"
+    app.conf.task_default_queue = queue
+    return queue
+
+
+@pytest.fixture
+def celery_workers(transactional_db, celery_queue, tmp_path):
+    """Start real ``celery worker`` subprocesses against the test database:
+    ``start(name)`` returns a handle; all are stopped at teardown."""
+    started: list[services.WorkerProcess] = []
+
+    def start(name: str = "w1", *, concurrency: int = 1) -> services.WorkerProcess:
+        proc = services.WorkerProcess.start(
+            name=name, queue=celery_queue, concurrency=concurrency, log_dir=tmp_path
+        )
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        proc.stop()

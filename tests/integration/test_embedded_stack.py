@@ -1,0 +1,91 @@
+"""``make run``'s stack, for real: ``manage.py runstack`` in a fresh data directory with no
+DATABASE_URL or CELERY_BROKER_URL (so SQLite and the filesystem broker), its web server
+answering, its worker running a task, and Ctrl-C stopping both."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.support.services import wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args, **kwargs):
+        return None
+
+
+def _get(url: str):
+    opener = urllib.request.build_opener(_NoRedirect)
+    try:
+        with opener.open(url, timeout=5) as resp:
+            return resp.status, dict(resp.headers), resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, dict(exc.headers), ""
+
+
+@pytest.fixture
+def embedded_env(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "CELERY_BROKER_URL", "SECRET_KEY"}}
+    env.update(
+        DEBUG="1",
+        SHARDYARD_DATA=str(tmp_path / "data"),
+        SHARDYARD_QUEUE="embedded-test",
+        SHARDYARD_ADMIN_USER="admin",
+        SHARDYARD_ADMIN_PASSWORD="correct-horse-battery",
+    )
+    return env
+
+
+def test_it_serves_pages_and_runs_tasks_with_sqlite_and_the_filesystem_broker(embedded_env, tmp_path):
+    port = _free_port()
+    log = open(tmp_path / "runstack.log", "wb")
+    proc = subprocess.Popen(
+        [sys.executable, "manage.py", "runstack", "--port", str(port)],
+        cwd=ROOT, env=embedded_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        status, _, body = wait_for(
+            lambda: _safe_get(base + "/accounts/login/"), timeout=120, interval=0.5, what="login page"
+        )
+        assert status == 200 and "Log in" in body
+
+        status, headers, _ = _get(base + "/")
+        assert status == 302 and headers["Location"].startswith("/accounts/login/")
+
+        ping = subprocess.run(
+            [sys.executable, "manage.py", "ping_workers", "--wait", "90"],
+            cwd=ROOT, env=embedded_env, capture_output=True, text=True, timeout=120,
+        )
+        assert ping.returncode == 0, ping.stderr + (tmp_path / "runstack.log").read_text()
+        assert "answered via filesystem" in ping.stdout
+        assert (tmp_path / "data" / "shardyard.sqlite3").exists()
+    finally:
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in the terminal sends
+        proc.wait(timeout=60)
+    output = (tmp_path / "runstack.log").read_text()
+    assert "Shardyard is running at" in output
+    assert "Stopped." in output
+
+
+def _safe_get(url):
+    try:
+        return _get(url)
+    except OSError:
+        return None

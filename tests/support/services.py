@@ -1,0 +1,107 @@
+"""Helpers to reach real services and to run real Celery workers from tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def required() -> bool:
+    return os.environ.get("SHARDYARD_REQUIRE_SERVICES", "").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def unavailable(service: str, why: str) -> None:
+    """Skip locally; fail in CI (SHARDYARD_REQUIRE_SERVICES=1)."""
+    msg = f"{service} is not available: {why}"
+    if required():
+        pytest.fail(msg + " (SHARDYARD_REQUIRE_SERVICES=1, so this fails instead of skipping)")
+    pytest.skip(msg)
+
+
+def check_redis(url: str) -> None:
+    import redis
+
+    try:
+        redis.Redis.from_url(url, socket_connect_timeout=2).ping()
+    except Exception as exc:  # any connection failure means the service is not there
+        unavailable("Redis", f"{url}: {exc}")
+
+
+def database_url() -> str:
+    """The URL of the database the tests run against, for worker subprocesses."""
+    from django.db import connection
+
+    s = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{s['NAME']}"
+    user = s.get("USER") or ""
+    password = f":{s['PASSWORD']}" if s.get("PASSWORD") else ""
+    auth = f"{user}{password}@" if user else ""
+    host = s.get("HOST") or "127.0.0.1"
+    port = f":{s['PORT']}" if s.get("PORT") else ""
+    return f"postgresql://{auth}{host}{port}/{s['NAME']}"
+
+
+def worker_env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["DATABASE_URL"] = database_url()
+    env.setdefault("SECRET_KEY", "shardyard-test-key")
+    env.update(extra)
+    return env
+
+
+@dataclass
+class WorkerProcess:
+    name: str
+    proc: subprocess.Popen
+    log_path: Path
+
+    @classmethod
+    def start(cls, *, name: str, queue: str, concurrency: int = 1, log_dir: Path) -> WorkerProcess:
+        log_path = log_dir / f"worker-{name}.log"
+        log = open(log_path, "wb")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "workers", "worker", "--loglevel", "INFO",
+             "--concurrency", str(concurrency), "--hostname", f"{name}@%h", "-Q", queue,
+             "--without-gossip", "--without-mingle", "--without-heartbeat"],
+            cwd=ROOT, env=worker_env(SHARDYARD_QUEUE=queue), stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        return cls(name=name, proc=proc, log_path=log_path)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def kill(self) -> None:
+        """SIGKILL the whole worker process group, as an OOM killer or a lost host would."""
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.proc.poll() is not None:
+            return
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+
+def wait_for(predicate, *, timeout: float, interval: float = 0.2, what: str = "condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")

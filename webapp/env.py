@@ -1,0 +1,77 @@
+"""Typed reads of environment variables that fail loudly on bad values.
+
+Every setting Shardyard takes from the environment goes through one of these helpers, so a
+typo such as ``DEBUG=ture`` stops the process with a message naming the variable instead
+of silently meaning something else.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+
+class ConfigError(RuntimeError):
+    """An environment variable has a value Shardyard cannot use."""
+
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def env_str(name: str, default: str | None = None, *, required: bool = False) -> str | None:
+    value = os.environ.get(name)
+    if value is None or value == "":
+        if required:
+            raise ConfigError(f"{name} must be set")
+        return default
+    return value
+
+
+def env_bool(name: str, default: bool = False) -> bool:
+    value = os.environ.get(name)
+    if value is None:
+        return default
+    low = value.strip().lower()
+    if low in _TRUE:
+        return True
+    if low in _FALSE:
+        return False
+    raise ConfigError(f"{name}={value!r} is not a boolean (use one of 1/0, true/false, yes/no, on/off)")
+
+
+def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
+    value = os.environ.get(name)
+    if value is None or value.strip() == "":
+        return default
+    try:
+        out = int(value)
+    except ValueError:
+        raise ConfigError(f"{name}={value!r} is not an integer") from None
+    if minimum is not None and out < minimum:
+        raise ConfigError(f"{name}={out} must be >= {minimum}")
+    return out
+
+
+def env_list(name: str, default: list[str] | None = None, *, sep: str = ",") -> list[str]:
+    value = os.environ.get(name)
+    if value is None:
+        return list(default or [])
+    return [item.strip() for item in value.split(sep) if item.strip()]
+
+
+def env_paths(name: str, default: list[Path]) -> list[Path]:
+    """A list of absolute directories separated by ``os.pathsep`` (``:`` on Linux)."""
+    value = os.environ.get(name)
+    if value is None or value.strip() == "":
+        return default
+    out = []
+    for item in value.split(os.pathsep):
+        item = item.strip()
+        if not item:
+            continue
+        path = Path(item).expanduser()
+        if not path.is_absolute():
+            raise ConfigError(f"{name}: {item!r} is not an absolute path")
+        out.append(path.resolve())
+    return out

@@ -1,0 +1,60 @@
+"""``make run``: migrate, ensure an admin, then run the web server and one Celery worker
+side by side until Ctrl-C, which stops both."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand
+
+from workers.celery import ensure_broker_dirs
+
+
+class Command(BaseCommand):
+    help = "Run the web server and a Celery worker together (the embedded setup)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--host", default=os.environ.get("SHARDYARD_HOST", "127.0.0.1"))
+        parser.add_argument("--port", type=int, default=int(os.environ.get("SHARDYARD_PORT", "8000")))
+        parser.add_argument("--concurrency", type=int, default=1)
+
+    def handle(self, *args, host, port, concurrency, **options):
+        settings.DATA_ROOT.mkdir(parents=True, exist_ok=True)
+        for root in settings.SOURCE_ROOTS:
+            root.mkdir(parents=True, exist_ok=True)
+        ensure_broker_dirs()
+        call_command("migrate", interactive=False, verbosity=0)
+        call_command("ensure_admin")
+        python = sys.executable
+        procs = [
+            subprocess.Popen(
+                [python, "-m", "celery", "-A", "workers", "worker", "--loglevel", "INFO",
+                 "--concurrency", str(concurrency), "--hostname", "embedded@%h"],
+            ),
+            subprocess.Popen(
+                [python, "manage.py", "runserver", "--noreload", f"{host}:{port}"],
+                cwd=settings.BASE_DIR,
+            ),
+        ]
+        self.stdout.write(self.style.SUCCESS(f"Shardyard is running at http://{host}:{port}/  (Ctrl-C stops it)"))
+        try:
+            while all(p.poll() is None for p in procs):
+                time.sleep(0.5)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.send_signal(signal.SIGTERM)
+            for p in procs:
+                try:
+                    p.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+        self.stdout.write("Stopped.")

@@ -1,0 +1,165 @@
+"""The one settings module. Every value that differs between machines comes from the
+environment (see README "Configuration"); defaults give the embedded setup of ``make run``:
+SQLite and Celery's filesystem broker under ``SHARDYARD_DATA``, no Redis or Postgres needed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import urlparse
+
+import dj_database_url
+
+from webapp.env import ConfigError, env_bool, env_int, env_list, env_paths, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+DEBUG = env_bool("DEBUG", False)
+DATA_ROOT = Path(env_str("SHARDYARD_DATA", str(BASE_DIR / "data"))).expanduser().resolve()
+# Sources may only be registered from below these directories (or from s3:// URIs).
+SOURCE_ROOTS = env_paths("SHARDYARD_SOURCE_ROOTS", [DATA_ROOT / "sources"])
+# Tests that need Postgres or Redis fail instead of skipping when this is set (CI sets it).
+REQUIRE_SERVICES = env_bool("SHARDYARD_REQUIRE_SERVICES", False)
+
+_secret = env_str("SECRET_KEY")
+if _secret is None:
+    if not DEBUG:
+        raise ConfigError("SECRET_KEY must be set unless DEBUG=1")
+    _secret = "insecure-debug-key-do-not-use-in-production"
+SECRET_KEY = _secret
+
+ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "drf_spectacular",
+    "webapp.ops",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # Every page needs a login; public views opt out with @login_not_required.
+    "django.contrib.auth.middleware.LoginRequiredMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "webapp.urls"
+WSGI_APPLICATION = "webapp.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+
+def _database() -> dict:
+    url = env_str("DATABASE_URL", f"sqlite:///{DATA_ROOT / 'shardyard.sqlite3'}")
+    scheme = urlparse(url).scheme
+    if scheme not in {"sqlite", "postgres", "postgresql", "pgsql"}:
+        raise ConfigError(f"DATABASE_URL scheme {scheme!r} is not supported (use postgresql:// or sqlite://)")
+    db = dj_database_url.parse(url, conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 0, minimum=0))
+    if db["ENGINE"].endswith("sqlite3"):
+        Path(db["NAME"]).parent.mkdir(parents=True, exist_ok=True)
+        # A file, not memory, for the test database too: worker subprocesses must see it.
+        db["TEST"] = {"NAME": str(Path(db["NAME"]).with_suffix(".test.sqlite3"))}
+        db.setdefault("OPTIONS", {})["timeout"] = 30
+    return db
+
+
+DATABASES = {"default": _database()}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "home"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = False
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = DATA_ROOT / "staticfiles"
+STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # whitenoise warns on every request otherwise
+STATICFILES_DIRS = [BASE_DIR / "webapp" / "static"]
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+# Serve from the finders in development and tests; collectstatic is for production.
+WHITENOISE_USE_FINDERS = True
+WHITENOISE_AUTOREFRESH = DEBUG
+
+# --- Celery -----------------------------------------------------------------------------
+BROKER_DIR = DATA_ROOT / "broker"
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")
+if CELERY_BROKER_URL.startswith("filesystem://"):
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(BROKER_DIR / "out"),
+        "data_folder_out": str(BROKER_DIR / "out"),
+        "processed_folder": str(BROKER_DIR / "processed"),
+        "store_processed": False,
+    }
+elif not CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
+    raise ConfigError(f"CELERY_BROKER_URL={CELERY_BROKER_URL!r}: use redis:// or filesystem://")
+# Job state lives in the database, not in a Celery result backend.
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_SOFT_TIME_LIMIT = env_int("SHARDYARD_TASK_SOFT_LIMIT", 6 * 3600, minimum=1)
+CELERY_TASK_TIME_LIMIT = CELERY_TASK_SOFT_TIME_LIMIT + 300
+CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+
+# --- API --------------------------------------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Shardyard API",
+    "DESCRIPTION": "Sources, pools, mixtures, jobs, training runs and lineage.",
+    "VERSION": "0.1.0",
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+}
+
+# One queue name per deployment; tests use their own so that they never meet a running stack.
+CELERY_TASK_DEFAULT_QUEUE = env_str("SHARDYARD_QUEUE", "shardyard")

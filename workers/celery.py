@@ -1,0 +1,23 @@
+"""The Celery application. Configuration comes from Django settings (``CELERY_*`` names),
+so the broker is Redis in production and the filesystem transport in ``make run``.
+"""
+
+import os
+from pathlib import Path
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
+
+app = Celery("shardyard")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks(["workers"], related_name="tasks")
+
+
+def ensure_broker_dirs() -> None:
+    """The filesystem transport needs its folders to exist before the first message."""
+    from django.conf import settings
+
+    if settings.CELERY_BROKER_URL.startswith("filesystem://"):
+        for key in ("data_folder_in", "data_folder_out", "processed_folder"):
+            Path(settings.CELERY_BROKER_TRANSPORT_OPTIONS[key]).mkdir(parents=True, exist_ok=True)
