@@ -1,0 +1,17 @@
+"""Exceptions of shardcore. Each says what is wrong and where (file, line, field)."""
+
+
+class ShardcoreError(Exception):
+    """Base of every error shardcore raises on purpose."""
+
+
+class FormatError(ShardcoreError):
+    """A file does not have the layout its format requires (names the file and offset)."""
+
+
+class ManifestError(ShardcoreError):
+    """An artifact's manifest is missing, unreadable or inconsistent with its files."""
+
+
+class InputError(ShardcoreError):
+    """Bad user input: a source line, a parameter, a filter expression."""

@@ -1,0 +1,271 @@
+"""Megatron-LM's IndexedDataset (``.bin`` + ``.idx``), defined once, here.
+
+``.idx`` layout (little-endian, no padding)::
+
+    b"MMIDIDX\\x00\\x00"        9 bytes   magic
+    u64 version = 1
+    u8  dtype code            1 u8, 2 i8, 3 i16, 4 i32, 5 i64, 6 f64, 7 f32, 8 u16
+    u64 S                     number of sequences
+    u64 D                     number of document indices (documents + 1)
+    int32[S] lengths          tokens per sequence
+    int64[S] pointers         byte offset of each sequence in .bin
+    int64[D] document indices sequence index where each document starts, then S
+
+``.bin`` is the sequences' tokens back to back in that dtype. There is no uint32 code, so a
+vocabulary of 65,500 or more tokens is stored as int32 (Megatron's own threshold). Tokenized
+sources store one sequence per document; pool shards store one sequence per packed record,
+so both open with ``megatron.core.datasets.indexed_dataset.IndexedDataset``.
+
+Writers write under temporary names and rename on ``close()``: a crashed writer leaves no
+file that looks complete.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from shardcore.errors import FormatError
+
+IDX_MAGIC = b"MMIDIDX\x00\x00"
+IDX_VERSION = 1
+_HEADER = struct.Struct("<9sQBQQ")  # magic, version, dtype code, S, D
+
+DTYPE_CODES: dict[int, np.dtype] = {
+    1: np.dtype(np.uint8),
+    2: np.dtype(np.int8),
+    3: np.dtype(np.int16),
+    4: np.dtype(np.int32),
+    5: np.dtype(np.int64),
+    6: np.dtype(np.float64),
+    7: np.dtype(np.float32),
+    8: np.dtype(np.uint16),
+}
+CODE_OF_DTYPE = {dt: code for code, dt in DTYPE_CODES.items()}
+
+# Megatron switches to int32 at this vocabulary size, not at 65,536: stay identical.
+UINT16_VOCAB_LIMIT = 65500
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    """uint16 when every token id fits below Megatron's threshold, else int32."""
+    if vocab_size <= 0:
+        raise ValueError(f"vocab_size must be positive, got {vocab_size}")
+    return np.dtype(np.uint16) if vocab_size < UINT16_VOCAB_LIMIT else np.dtype(np.int32)
+
+
+def bin_path(prefix: str | os.PathLike) -> Path:
+    return Path(f"{os.fspath(prefix)}.bin")
+
+
+def idx_path(prefix: str | os.PathLike) -> Path:
+    return Path(f"{os.fspath(prefix)}.idx")
+
+
+def encode_idx(dtype: np.dtype, lengths: np.ndarray, document_indices: np.ndarray | None = None) -> bytes:
+    """The bytes of an ``.idx`` file for sequences of ``lengths`` tokens of ``dtype``."""
+    dtype = np.dtype(dtype)
+    if dtype not in CODE_OF_DTYPE:
+        raise FormatError(f"dtype {dtype} has no IndexedDataset code")
+    lengths = np.asarray(lengths, dtype=np.int64)
+    if lengths.size and (lengths.min() < 0 or lengths.max() > np.iinfo(np.int32).max):
+        raise FormatError("sequence lengths must fit in int32")
+    pointers = np.zeros(lengths.size, dtype=np.int64)
+    if lengths.size > 1:
+        np.cumsum(lengths[:-1] * dtype.itemsize, out=pointers[1:])
+    if document_indices is None:
+        document_indices = np.arange(lengths.size + 1, dtype=np.int64)
+    document_indices = np.asarray(document_indices, dtype=np.int64)
+    header = _HEADER.pack(IDX_MAGIC, IDX_VERSION, CODE_OF_DTYPE[dtype], lengths.size, document_indices.size)
+    return b"".join(
+        [header, lengths.astype("<i4").tobytes(), pointers.astype("<i8").tobytes(), document_indices.astype("<i8").tobytes()]
+    )
+
+
+@dataclass(frozen=True)
+class IndexHeader:
+    dtype: np.dtype
+    lengths: np.ndarray  # int32[S]
+    pointers: np.ndarray  # int64[S], byte offsets into .bin
+    document_indices: np.ndarray  # int64[D]
+
+    @property
+    def num_sequences(self) -> int:
+        return int(self.lengths.size)
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.lengths.sum(dtype=np.int64))
+
+
+def read_idx(path: str | os.PathLike) -> IndexHeader:
+    """Parse an ``.idx`` file; raises FormatError naming the file and the bad field."""
+    path = Path(path)
+    try:
+        raw = np.memmap(path, dtype=np.uint8, mode="r")
+    except (OSError, ValueError) as exc:
+        raise FormatError(f"{path}: cannot open index: {exc}") from exc
+    if raw.size < _HEADER.size:
+        raise FormatError(f"{path}: {raw.size} bytes is shorter than the {_HEADER.size}-byte header")
+    magic, version, code, n_seq, n_doc = _HEADER.unpack(bytes(raw[: _HEADER.size]))
+    if magic != IDX_MAGIC:
+        raise FormatError(f"{path}: bad magic {magic!r} at offset 0 (expected {IDX_MAGIC!r})")
+    if version != IDX_VERSION:
+        raise FormatError(f"{path}: unsupported version {version} at offset 9")
+    if code not in DTYPE_CODES:
+        raise FormatError(f"{path}: unknown dtype code {code} at offset 17")
+    expected = _HEADER.size + 4 * n_seq + 8 * n_seq + 8 * n_doc
+    if raw.size != expected:
+        raise FormatError(f"{path}: size {raw.size} bytes, header says {expected} ({n_seq} sequences, {n_doc} document indices)")
+    off = _HEADER.size
+    lengths = np.frombuffer(raw, dtype="<i4", count=n_seq, offset=off)
+    off += 4 * n_seq
+    pointers = np.frombuffer(raw, dtype="<i8", count=n_seq, offset=off)
+    off += 8 * n_seq
+    docs = np.frombuffer(raw, dtype="<i8", count=n_doc, offset=off)
+    return IndexHeader(DTYPE_CODES[code], lengths, pointers, docs)
+
+
+class IndexedWriter:
+    """Write one IndexedDataset, one sequence per ``add()``. A context manager: on a clean
+    exit the ``.idx`` is written and both files are renamed into place; on an exception the
+    temporary files are removed.
+
+    >>> with IndexedWriter("out/shard-00000", np.uint16) as w:   # doctest: +SKIP
+    ...     w.add(np.array([1, 2, 3]))
+    """
+
+    def __init__(self, prefix: str | os.PathLike, dtype: np.dtype | type):
+        self.prefix = Path(prefix)
+        self.dtype = np.dtype(dtype)
+        if self.dtype not in CODE_OF_DTYPE:
+            raise FormatError(f"dtype {self.dtype} has no IndexedDataset code")
+        self.prefix.parent.mkdir(parents=True, exist_ok=True)
+        self._tmp_bin = Path(f"{bin_path(self.prefix)}.tmp")
+        self._tmp_idx = Path(f"{idx_path(self.prefix)}.tmp")
+        self._bin = open(self._tmp_bin, "wb")
+        self._lengths: list[np.ndarray] = []
+        self._pending: list[int] = []
+        self.num_tokens = 0
+        self.closed = False
+
+    def add(self, tokens: np.ndarray) -> None:
+        arr = np.asarray(tokens)
+        if arr.dtype != self.dtype:
+            arr = self._checked_cast(arr)
+        self._bin.write(arr.tobytes(order="C"))
+        self._pending.append(arr.size)
+        self.num_tokens += arr.size
+        if len(self._pending) >= 65536:
+            self._flush_lengths()
+
+    def add_many(self, tokens: np.ndarray, lengths: np.ndarray) -> None:
+        """Add several sequences at once: ``tokens`` is their concatenation."""
+        arr = np.asarray(tokens)
+        lengths = np.asarray(lengths, dtype=np.int64)
+        if int(lengths.sum()) != arr.size:
+            raise FormatError(f"{self.prefix}: lengths sum to {int(lengths.sum())}, tokens has {arr.size}")
+        if arr.dtype != self.dtype:
+            arr = self._checked_cast(arr)
+        self._bin.write(arr.tobytes(order="C"))
+        self._flush_lengths()
+        self._lengths.append(lengths)
+        self.num_tokens += arr.size
+
+    def _checked_cast(self, arr: np.ndarray) -> np.ndarray:
+        if arr.size and np.issubdtype(self.dtype, np.integer):
+            info = np.iinfo(self.dtype)
+            lo, hi = int(arr.min()), int(arr.max())
+            if lo < info.min or hi > info.max:
+                raise FormatError(f"{self.prefix}: token ids [{lo}, {hi}] do not fit in {self.dtype}")
+        return arr.astype(self.dtype)
+
+    def _flush_lengths(self) -> None:
+        if self._pending:
+            self._lengths.append(np.asarray(self._pending, dtype=np.int64))
+            self._pending = []
+
+    @property
+    def num_sequences(self) -> int:
+        return sum(a.size for a in self._lengths) + len(self._pending)
+
+    @property
+    def num_bytes(self) -> int:
+        return self.num_tokens * self.dtype.itemsize
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self._flush_lengths()
+        lengths = np.concatenate(self._lengths) if self._lengths else np.zeros(0, np.int64)
+        self._bin.flush()
+        os.fsync(self._bin.fileno())
+        self._bin.close()
+        with open(self._tmp_idx, "wb") as f:
+            f.write(encode_idx(self.dtype, lengths))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(self._tmp_bin, bin_path(self.prefix))
+        os.replace(self._tmp_idx, idx_path(self.prefix))
+        self.closed = True
+
+    def abort(self) -> None:
+        if not self._bin.closed:
+            self._bin.close()
+        for p in (self._tmp_bin, self._tmp_idx):
+            p.unlink(missing_ok=True)
+        self.closed = True
+
+    def __enter__(self) -> IndexedWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+
+class IndexedReader:
+    """Read an IndexedDataset with np.memmap: ``reader[i]`` is sequence i (a view)."""
+
+    def __init__(self, prefix: str | os.PathLike):
+        self.prefix = Path(prefix)
+        self.index = read_idx(idx_path(self.prefix))
+        self.dtype = self.index.dtype
+        path = bin_path(self.prefix)
+        size = path.stat().st_size if path.exists() else -1
+        expected = self.index.num_tokens * self.dtype.itemsize
+        if size != expected:
+            raise FormatError(f"{path}: {size} bytes, index says {expected}")
+        self.tokens = (
+            np.memmap(path, dtype=self.dtype, mode="r") if expected else np.zeros(0, dtype=self.dtype)
+        )
+        itemsize = self.dtype.itemsize
+        self.starts = (self.index.pointers // itemsize).astype(np.int64)
+
+    def __len__(self) -> int:
+        return self.index.num_sequences
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return self.index.lengths
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(f"{self.prefix}: sequence {i} out of range [0, {n})")
+        start = int(self.starts[i])
+        return self.tokens[start : start + int(self.index.lengths[i])]
+
+    def slice(self, first: int, last: int) -> tuple[np.ndarray, np.ndarray]:
+        """Tokens and lengths of sequences [first, last) as one contiguous view."""
+        lengths = self.index.lengths[first:last]
+        if first >= last:
+            return self.tokens[0:0], lengths
+        start = int(self.starts[first])
+        return self.tokens[start : start + int(lengths.sum(dtype=np.int64))], lengths

@@ -1,0 +1,74 @@
+"""Manifests, fingerprints and checksums: the bookkeeping every artifact carries.
+
+An artifact is a directory of files plus ``manifest.json``. The manifest is written last,
+atomically (temporary name, fsync, rename): it is the commit point, so a directory without
+one is an unfinished build, never a result. Fingerprints hash the inputs' fingerprints, the
+parameters and the format version, so the same inputs and seed name the same bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import xxhash
+
+from shardcore.errors import ManifestError
+
+FORMAT_VERSION = 1
+MANIFEST_NAME = "manifest.json"
+_CHUNK = 8 << 20
+
+
+def canonical_json(value: Any) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str).encode()
+
+
+def fingerprint(kind: str, *, parents: list[str] | tuple[str, ...] = (), params: Any = None) -> str:
+    """xxh3-128 of the kind, the parents' fingerprints, the parameters and FORMAT_VERSION."""
+    payload = {"kind": kind, "format": FORMAT_VERSION, "parents": list(parents), "params": params}
+    return xxhash.xxh3_128_hexdigest(canonical_json(payload))
+
+
+def file_checksum(path: str | os.PathLike) -> str:
+    """xxh3-64 of a file's bytes, streamed."""
+    h = xxhash.xxh3_64()
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def write_manifest(directory: str | os.PathLike, manifest: dict[str, Any]) -> Path:
+    """Write ``manifest.json`` atomically; this marks the artifact complete."""
+    directory = Path(directory)
+    data = {"format_version": FORMAT_VERSION, **manifest}
+    tmp = directory / f".{MANIFEST_NAME}.tmp"
+    with open(tmp, "wb") as f:
+        f.write(json.dumps(data, indent=1, sort_keys=True, default=str).encode())
+        f.flush()
+        os.fsync(f.fileno())
+    final = directory / MANIFEST_NAME
+    os.replace(tmp, final)
+    return final
+
+
+def read_manifest(directory: str | os.PathLike) -> dict[str, Any]:
+    directory = Path(directory)
+    path = directory / MANIFEST_NAME if directory.is_dir() or not directory.suffix else directory
+    if not path.exists():
+        raise ManifestError(f"{directory}: no {MANIFEST_NAME} (not an artifact, or its build did not finish)")
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ManifestError(f"{path}: unreadable manifest: {exc}") from exc
+    version = data.get("format_version")
+    if version != FORMAT_VERSION:
+        raise ManifestError(f"{path}: format_version {version!r}, this shardcore reads {FORMAT_VERSION}")
+    return data
+
+
+def is_complete(directory: str | os.PathLike) -> bool:
+    return (Path(directory) / MANIFEST_NAME).exists()
