@@ -66,7 +66,9 @@ def idx_path(prefix: str | os.PathLike) -> Path:
     return Path(f"{os.fspath(prefix)}.idx")
 
 
-def encode_idx(dtype: np.dtype, lengths: np.ndarray, document_indices: np.ndarray | None = None) -> bytes:
+def encode_idx(
+    dtype: np.dtype, lengths: np.ndarray, document_indices: np.ndarray | None = None
+) -> bytes:
     """The bytes of an ``.idx`` file for sequences of ``lengths`` tokens of ``dtype``."""
     dtype = np.dtype(dtype)
     if dtype not in CODE_OF_DTYPE:
@@ -80,9 +82,16 @@ def encode_idx(dtype: np.dtype, lengths: np.ndarray, document_indices: np.ndarra
     if document_indices is None:
         document_indices = np.arange(lengths.size + 1, dtype=np.int64)
     document_indices = np.asarray(document_indices, dtype=np.int64)
-    header = _HEADER.pack(IDX_MAGIC, IDX_VERSION, CODE_OF_DTYPE[dtype], lengths.size, document_indices.size)
+    header = _HEADER.pack(
+        IDX_MAGIC, IDX_VERSION, CODE_OF_DTYPE[dtype], lengths.size, document_indices.size
+    )
     return b"".join(
-        [header, lengths.astype("<i4").tobytes(), pointers.astype("<i8").tobytes(), document_indices.astype("<i8").tobytes()]
+        [
+            header,
+            lengths.astype("<i4").tobytes(),
+            pointers.astype("<i8").tobytes(),
+            document_indices.astype("<i8").tobytes(),
+        ]
     )
 
 
@@ -110,7 +119,9 @@ def read_idx(path: str | os.PathLike) -> IndexHeader:
     except (OSError, ValueError) as exc:
         raise FormatError(f"{path}: cannot open index: {exc}") from exc
     if raw.size < _HEADER.size:
-        raise FormatError(f"{path}: {raw.size} bytes is shorter than the {_HEADER.size}-byte header")
+        raise FormatError(
+            f"{path}: {raw.size} bytes is shorter than the {_HEADER.size}-byte header"
+        )
     magic, version, code, n_seq, n_doc = _HEADER.unpack(bytes(raw[: _HEADER.size]))
     if magic != IDX_MAGIC:
         raise FormatError(f"{path}: bad magic {magic!r} at offset 0 (expected {IDX_MAGIC!r})")
@@ -120,7 +131,9 @@ def read_idx(path: str | os.PathLike) -> IndexHeader:
         raise FormatError(f"{path}: unknown dtype code {code} at offset 17")
     expected = _HEADER.size + 4 * n_seq + 8 * n_seq + 8 * n_doc
     if raw.size != expected:
-        raise FormatError(f"{path}: size {raw.size} bytes, header says {expected} ({n_seq} sequences, {n_doc} document indices)")
+        raise FormatError(
+            f"{path}: size {raw.size} bytes, header says {expected} ({n_seq} sequences, {n_doc} document indices)"
+        )
     off = _HEADER.size
     lengths = np.frombuffer(raw, dtype="<i4", count=n_seq, offset=off)
     off += 4 * n_seq
@@ -147,7 +160,7 @@ class IndexedWriter:
         self.prefix.parent.mkdir(parents=True, exist_ok=True)
         self._tmp_bin = Path(f"{bin_path(self.prefix)}.tmp")
         self._tmp_idx = Path(f"{idx_path(self.prefix)}.tmp")
-        self._bin = open(self._tmp_bin, "wb")
+        self._bin = open(self._tmp_bin, "wb")  # noqa: SIM115 (closed in close/abort)
         self._lengths: list[np.ndarray] = []
         self._pending: list[int] = []
         self.num_tokens = 0
@@ -168,7 +181,9 @@ class IndexedWriter:
         arr = np.asarray(tokens)
         lengths = np.asarray(lengths, dtype=np.int64)
         if int(lengths.sum()) != arr.size:
-            raise FormatError(f"{self.prefix}: lengths sum to {int(lengths.sum())}, tokens has {arr.size}")
+            raise FormatError(
+                f"{self.prefix}: lengths sum to {int(lengths.sum())}, tokens has {arr.size}"
+            )
         if arr.dtype != self.dtype:
             arr = self._checked_cast(arr)
         self._bin.write(arr.tobytes(order="C"))
@@ -181,7 +196,9 @@ class IndexedWriter:
             info = np.iinfo(self.dtype)
             lo, hi = int(arr.min()), int(arr.max())
             if lo < info.min or hi > info.max:
-                raise FormatError(f"{self.prefix}: token ids [{lo}, {hi}] do not fit in {self.dtype}")
+                raise FormatError(
+                    f"{self.prefix}: token ids [{lo}, {hi}] do not fit in {self.dtype}"
+                )
         return arr.astype(self.dtype)
 
     def _flush_lengths(self) -> None:
@@ -243,7 +260,9 @@ class IndexedReader:
         if size != expected:
             raise FormatError(f"{path}: {size} bytes, index says {expected}")
         self.tokens = (
-            np.memmap(path, dtype=self.dtype, mode="r") if expected else np.zeros(0, dtype=self.dtype)
+            np.memmap(path, dtype=self.dtype, mode="r")
+            if expected
+            else np.zeros(0, dtype=self.dtype)
         )
         itemsize = self.dtype.itemsize
         self.starts = (self.index.pointers // itemsize).astype(np.int64)

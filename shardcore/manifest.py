@@ -59,14 +59,18 @@ def read_manifest(directory: str | os.PathLike) -> dict[str, Any]:
     directory = Path(directory)
     path = directory / MANIFEST_NAME if directory.is_dir() or not directory.suffix else directory
     if not path.exists():
-        raise ManifestError(f"{directory}: no {MANIFEST_NAME} (not an artifact, or its build did not finish)")
+        raise ManifestError(
+            f"{directory}: no {MANIFEST_NAME} (not an artifact, or its build did not finish)"
+        )
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         raise ManifestError(f"{path}: unreadable manifest: {exc}") from exc
     version = data.get("format_version")
     if version != FORMAT_VERSION:
-        raise ManifestError(f"{path}: format_version {version!r}, this shardcore reads {FORMAT_VERSION}")
+        raise ManifestError(
+            f"{path}: format_version {version!r}, this shardcore reads {FORMAT_VERSION}"
+        )
     return data
 
 

@@ -22,7 +22,9 @@ def postgres(db):
     from django.db import connection
 
     if connection.vendor != "postgresql":
-        services.unavailable("Postgres", f"DATABASE_URL points at {connection.vendor}, not postgresql")
+        services.unavailable(
+            "Postgres", f"DATABASE_URL points at {connection.vendor}, not postgresql"
+        )
     return connection
 
 

@@ -37,7 +37,9 @@ def env_bool(name: str, default: bool = False) -> bool:
         return True
     if low in _FALSE:
         return False
-    raise ConfigError(f"{name}={value!r} is not a boolean (use one of 1/0, true/false, yes/no, on/off)")
+    raise ConfigError(
+        f"{name}={value!r} is not a boolean (use one of 1/0, true/false, yes/no, on/off)"
+    )
 
 
 def env_int(name: str, default: int, *, minimum: int | None = None) -> int:

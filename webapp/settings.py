@@ -80,7 +80,9 @@ def _database() -> dict:
     url = env_str("DATABASE_URL", f"sqlite:///{DATA_ROOT / 'shardyard.sqlite3'}")
     scheme = urlparse(url).scheme
     if scheme not in {"sqlite", "postgres", "postgresql", "pgsql"}:
-        raise ConfigError(f"DATABASE_URL scheme {scheme!r} is not supported (use postgresql:// or sqlite://)")
+        raise ConfigError(
+            f"DATABASE_URL scheme {scheme!r} is not supported (use postgresql:// or sqlite://)"
+        )
     db = dj_database_url.parse(url, conn_max_age=env_int("DATABASE_CONN_MAX_AGE", 0, minimum=0))
     if db["ENGINE"].endswith("sqlite3"):
         Path(db["NAME"]).parent.mkdir(parents=True, exist_ok=True)

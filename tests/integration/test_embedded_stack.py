@@ -41,7 +41,11 @@ def _get(url: str):
 
 @pytest.fixture
 def embedded_env(tmp_path):
-    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "CELERY_BROKER_URL", "SECRET_KEY"}}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"DATABASE_URL", "CELERY_BROKER_URL", "SECRET_KEY"}
+    }
     env.update(
         DEBUG="1",
         SHARDYARD_DATA=str(tmp_path / "data"),
@@ -52,17 +56,26 @@ def embedded_env(tmp_path):
     return env
 
 
-def test_it_serves_pages_and_runs_tasks_with_sqlite_and_the_filesystem_broker(embedded_env, tmp_path):
+def test_it_serves_pages_and_runs_tasks_with_sqlite_and_the_filesystem_broker(
+    embedded_env, tmp_path
+):
     port = _free_port()
     log = open(tmp_path / "runstack.log", "wb")
     proc = subprocess.Popen(
         [sys.executable, "manage.py", "runstack", "--port", str(port)],
-        cwd=ROOT, env=embedded_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        cwd=ROOT,
+        env=embedded_env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     base = f"http://127.0.0.1:{port}"
     try:
         status, _, body = wait_for(
-            lambda: _safe_get(base + "/accounts/login/"), timeout=120, interval=0.5, what="login page"
+            lambda: _safe_get(base + "/accounts/login/"),
+            timeout=120,
+            interval=0.5,
+            what="login page",
         )
         assert status == 200 and "Log in" in body
 
@@ -71,7 +84,11 @@ def test_it_serves_pages_and_runs_tasks_with_sqlite_and_the_filesystem_broker(em
 
         ping = subprocess.run(
             [sys.executable, "manage.py", "ping_workers", "--wait", "90"],
-            cwd=ROOT, env=embedded_env, capture_output=True, text=True, timeout=120,
+            cwd=ROOT,
+            env=embedded_env,
+            capture_output=True,
+            text=True,
+            timeout=120,
         )
         assert ping.returncode == 0, ping.stderr + (tmp_path / "runstack.log").read_text()
         assert "answered via filesystem" in ping.stdout

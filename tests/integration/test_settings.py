@@ -12,7 +12,9 @@ def _load_settings(**env: str) -> subprocess.CompletedProcess:
     full = {k: v for k, v in os.environ.items() if k not in {"DEBUG", "SECRET_KEY", "DATABASE_URL"}}
     full.update(env)
     code = "import django, os; os.environ['DJANGO_SETTINGS_MODULE']='webapp.settings'; django.setup(); from django.conf import settings; print(settings.DATABASES['default']['ENGINE'], settings.CELERY_BROKER_URL)"
-    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=full, capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=full, capture_output=True, text=True, timeout=60
+    )
 
 
 def test_it_requires_a_secret_key_unless_debug(tmp_path):

@@ -11,12 +11,16 @@ from workers.tasks import heartbeat
 pytestmark = pytest.mark.services
 
 
-def test_it_runs_a_task_on_a_worker_through_redis_into_postgres(postgres, redis_url, celery_workers):
+def test_it_runs_a_task_on_a_worker_through_redis_into_postgres(
+    postgres, redis_url, celery_workers
+):
     worker = celery_workers("redis-pg")
     nonce = uuid.uuid4().hex
     heartbeat.apply_async(kwargs={"nonce": nonce})
 
-    hb = wait_for(lambda: Heartbeat.objects.filter(nonce=nonce).first(), timeout=60, what="heartbeat row")
+    hb = wait_for(
+        lambda: Heartbeat.objects.filter(nonce=nonce).first(), timeout=60, what="heartbeat row"
+    )
 
     assert hb.broker == "redis"
     assert hb.worker.startswith("redis-pg@"), worker.log()

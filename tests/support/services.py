@@ -16,7 +16,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def required() -> bool:
-    return os.environ.get("SHARDYARD_REQUIRE_SERVICES", "").strip().lower() in {"1", "true", "yes", "on"}
+    return os.environ.get("SHARDYARD_REQUIRE_SERVICES", "").strip().lower() in {
+        "1",
+        "true",
+        "yes",
+        "on",
+    }
 
 
 def unavailable(service: str, why: str) -> None:
@@ -70,10 +75,29 @@ class WorkerProcess:
         log_path = log_dir / f"worker-{name}.log"
         log = open(log_path, "wb")
         proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "workers", "worker", "--loglevel", "INFO",
-             "--concurrency", str(concurrency), "--hostname", f"{name}@%h", "-Q", queue,
-             "--without-gossip", "--without-mingle", "--without-heartbeat"],
-            cwd=ROOT, env=worker_env(SHARDYARD_QUEUE=queue), stdout=log, stderr=subprocess.STDOUT,
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "workers",
+                "worker",
+                "--loglevel",
+                "INFO",
+                "--concurrency",
+                str(concurrency),
+                "--hostname",
+                f"{name}@%h",
+                "-Q",
+                queue,
+                "--without-gossip",
+                "--without-mingle",
+                "--without-heartbeat",
+            ],
+            cwd=ROOT,
+            env=worker_env(SHARDYARD_QUEUE=queue),
+            stdout=log,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
         )
         return cls(name=name, proc=proc, log_path=log_path)

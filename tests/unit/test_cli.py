@@ -18,6 +18,8 @@ def test_it_prints_help_from_the_console_script():
 
 
 def test_it_rejects_an_unknown_command():
-    out = subprocess.run([*_shardyard(), "no-such-command"], capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [*_shardyard(), "no-such-command"], capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 2
     assert "invalid choice" in out.stderr

@@ -4,24 +4,29 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='Heartbeat',
+            name="Heartbeat",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('worker', models.CharField(max_length=200)),
-                ('broker', models.CharField(max_length=40)),
-                ('nonce', models.CharField(max_length=64, unique=True)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("worker", models.CharField(max_length=200)),
+                ("broker", models.CharField(max_length=40)),
+                ("nonce", models.CharField(max_length=64, unique=True)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
             ],
             options={
-                'indexes': [models.Index(fields=['-created_at'], name='ops_heartbe_created_93d94d_idx')],
+                "indexes": [
+                    models.Index(fields=["-created_at"], name="ops_heartbe_created_93d94d_idx")
+                ],
             },
         ),
     ]

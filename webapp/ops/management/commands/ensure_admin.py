@@ -19,4 +19,6 @@ class Command(BaseCommand):
         elif password:
             self.stdout.write(f"Created admin user {user!r} with SHARDYARD_ADMIN_PASSWORD.")
         else:
-            self.stdout.write(self.style.SUCCESS(f"Created admin user {user!r}, password {created_password}"))
+            self.stdout.write(
+                self.style.SUCCESS(f"Created admin user {user!r}, password {created_password}")
+            )

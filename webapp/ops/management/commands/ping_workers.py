@@ -27,7 +27,9 @@ class Command(BaseCommand):
         while time.monotonic() < deadline:
             hb = Heartbeat.objects.filter(nonce=nonce).first()
             if hb is not None:
-                self.stdout.write(self.style.SUCCESS(f"worker {hb.worker} answered via {hb.broker}"))
+                self.stdout.write(
+                    self.style.SUCCESS(f"worker {hb.worker} answered via {hb.broker}")
+                )
                 return
             time.sleep(0.25)
         raise CommandError(f"no worker answered within {wait:g}s")

@@ -21,7 +21,9 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--host", default=os.environ.get("SHARDYARD_HOST", "127.0.0.1"))
-        parser.add_argument("--port", type=int, default=int(os.environ.get("SHARDYARD_PORT", "8000")))
+        parser.add_argument(
+            "--port", type=int, default=int(os.environ.get("SHARDYARD_PORT", "8000"))
+        )
         parser.add_argument("--concurrency", type=int, default=1)
 
     def handle(self, *args, host, port, concurrency, **options):
@@ -34,15 +36,29 @@ class Command(BaseCommand):
         python = sys.executable
         procs = [
             subprocess.Popen(
-                [python, "-m", "celery", "-A", "workers", "worker", "--loglevel", "INFO",
-                 "--concurrency", str(concurrency), "--hostname", "embedded@%h"],
+                [
+                    python,
+                    "-m",
+                    "celery",
+                    "-A",
+                    "workers",
+                    "worker",
+                    "--loglevel",
+                    "INFO",
+                    "--concurrency",
+                    str(concurrency),
+                    "--hostname",
+                    "embedded@%h",
+                ],
             ),
             subprocess.Popen(
                 [python, "manage.py", "runserver", "--noreload", f"{host}:{port}"],
                 cwd=settings.BASE_DIR,
             ),
         ]
-        self.stdout.write(self.style.SUCCESS(f"Shardyard is running at http://{host}:{port}/  (Ctrl-C stops it)"))
+        self.stdout.write(
+            self.style.SUCCESS(f"Shardyard is running at http://{host}:{port}/  (Ctrl-C stops it)")
+        )
         try:
             while all(p.poll() is None for p in procs):
                 time.sleep(0.5)

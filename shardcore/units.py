@@ -1,0 +1,187 @@
+"""The unit-of-work protocol every long shardcore stage follows (tokenize, pool, mixture).
+
+A stage is split into a ``Plan``: JSON-serializable, made of ordered *phases*, each a list of
+independent *units* (a file byte range, an input shard, a bucket...). Every unit of a phase
+may run at the same time, in any process or on any host that sees the output directory;
+phase k+1 starts when phase k is complete; ``finalize`` then writes the manifest, the
+artifact's commit point. So the same plan runs in a local process pool (``run_local``) or as
+thousands of Celery tasks, and the output bytes depend on the plan, never on the workers.
+
+Units are idempotent. A unit writes its files under temporary names, renames them, then
+writes its completion marker ``_units/<unit id>.done.json`` holding its stats. A rerun of a
+finished unit returns the recorded stats and writes nothing: an interrupted job loses
+nothing and duplicates nothing when rerun.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+MARKER_DIR = "_units"
+PLAN_NAME = "_plan.json"
+
+
+@dataclass
+class Plan:
+    stage: str  # the registered stage name, e.g. "tokenize"
+    out: str  # output directory (absolute path or fsspec URL)
+    params: dict[str, Any]
+    phases: list[list[dict[str, Any]]]  # each unit is a dict with at least a unique "id"
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "stage": self.stage,
+            "out": self.out,
+            "params": self.params,
+            "phases": self.phases,
+            "meta": self.meta,
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Plan:
+        return cls(data["stage"], data["out"], data["params"], data["phases"], data.get("meta", {}))
+
+    def unit(self, unit_id: str) -> dict[str, Any]:
+        for phase in self.phases:
+            for unit in phase:
+                if unit["id"] == unit_id:
+                    return unit
+        raise KeyError(f"plan for {self.out} has no unit {unit_id!r}")
+
+    @property
+    def num_units(self) -> int:
+        return sum(len(p) for p in self.phases)
+
+
+def save_plan(plan: Plan) -> Path:
+    out = Path(plan.out)
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = out / f".{PLAN_NAME}.tmp"
+    tmp.write_text(json.dumps(plan.to_json(), indent=1, sort_keys=True))
+    os.replace(tmp, out / PLAN_NAME)
+    return out / PLAN_NAME
+
+
+def load_plan(out: str | os.PathLike) -> Plan:
+    return Plan.from_json(json.loads((Path(out) / PLAN_NAME).read_text()))
+
+
+def marker_path(out: str | os.PathLike, unit_id: str) -> Path:
+    return Path(out) / MARKER_DIR / f"{unit_id}.done.json"
+
+
+def unit_result(out: str | os.PathLike, unit_id: str) -> dict[str, Any] | None:
+    """The recorded stats of a finished unit, or None if it has not finished."""
+    path = marker_path(out, unit_id)
+    if not path.exists():
+        return None
+    return json.loads(path.read_text())
+
+
+def mark_done(out: str | os.PathLike, unit_id: str, stats: dict[str, Any]) -> None:
+    """Record a unit as finished (after its files are renamed into place)."""
+    path = marker_path(out, unit_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(stats, sort_keys=True, default=str))
+    os.replace(tmp, path)
+
+
+# stage name -> (run_unit(plan, unit) -> stats, finalize(plan, [stats...]) -> manifest)
+_STAGES: dict[str, tuple[Callable[..., dict], Callable[..., dict]]] = {}
+
+
+def register_stage(
+    name: str,
+    *,
+    run_unit: Callable[[Plan, dict], dict],
+    finalize: Callable[[Plan, list[dict]], dict],
+) -> None:
+    _STAGES[name] = (run_unit, finalize)
+
+
+def _stage(name: str) -> tuple[Callable[..., dict], Callable[..., dict]]:
+    if name not in _STAGES:
+        # Stages register on import of their module.
+        import importlib
+
+        importlib.import_module(f"shardcore.{name}")
+    try:
+        return _STAGES[name]
+    except KeyError:
+        raise KeyError(f"unknown stage {name!r}; known: {sorted(_STAGES)}") from None
+
+
+def run_unit(plan: Plan, unit_id: str) -> dict[str, Any]:
+    """Run one unit unless it already finished; returns its stats either way."""
+    done = unit_result(plan.out, unit_id)
+    if done is not None:
+        return done
+    runner, _ = _stage(plan.stage)
+    stats = runner(plan, plan.unit(unit_id))
+    mark_done(plan.out, unit_id, stats)
+    return stats
+
+
+def finalize(plan: Plan) -> dict[str, Any]:
+    """Write the artifact's manifest from the stats of every unit (all must be done)."""
+    _, finisher = _stage(plan.stage)
+    stats = []
+    missing = []
+    for phase in plan.phases:
+        for unit in phase:
+            result = unit_result(plan.out, unit["id"])
+            if result is None:
+                missing.append(unit["id"])
+            stats.append(result)
+    if missing:
+        raise RuntimeError(
+            f"{plan.out}: cannot finalize, {len(missing)} unit(s) unfinished: {missing[:5]}"
+        )
+    return finisher(plan, stats)
+
+
+def _run_unit_by_id(plan_json: dict, unit_id: str) -> dict:
+    return run_unit(Plan.from_json(plan_json), unit_id)
+
+
+def run_local(
+    plan: Plan,
+    *,
+    workers: int = 1,
+    on_unit_done: Callable[[dict[str, Any], dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """Run every phase of ``plan`` in this process (workers=1) or a process pool, then
+    finalize. ``on_unit_done(unit, stats)`` is called as units finish (progress bars)."""
+    save_plan(plan)
+    for phase in plan.phases:
+        _run_phase(plan, phase, workers, on_unit_done)
+    return finalize(plan)
+
+
+def _run_phase(plan: Plan, phase: Iterable[dict], workers: int, on_unit_done) -> None:
+    phase = list(phase)
+    if workers <= 1 or len(phase) <= 1:
+        for unit in phase:
+            stats = run_unit(plan, unit["id"])
+            if on_unit_done:
+                on_unit_done(unit, stats)
+        return
+    import multiprocessing as mp
+
+    plan_json = plan.to_json()
+    with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as pool:
+        futures = {pool.submit(_run_unit_by_id, plan_json, u["id"]): u for u in phase}
+        from concurrent.futures import as_completed
+
+        for fut in as_completed(futures):
+            stats = fut.result()
+            if on_unit_done:
+                on_unit_done(futures[fut], stats)
