@@ -5,6 +5,7 @@ SQLite and Celery's filesystem broker under ``SHARDYARD_DATA``, no Redis or Post
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -42,6 +43,8 @@ INSTALLED_APPS = [
     "rest_framework.authtoken",
     "drf_spectacular",
     "webapp.ops",
+    "webapp.dashboard",
+    "webapp.api",
 ]
 
 MIDDLEWARE = [
@@ -110,7 +113,10 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = DATA_ROOT / "staticfiles"
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # whitenoise warns on every request otherwise
-STATICFILES_DIRS = [BASE_DIR / "webapp" / "static"]
+# plotly.js comes from the installed plotly package, served as static/plotly/plotly.min.js:
+# pages work offline and the JS always matches the Python figure format.
+_PLOTLY_JS_DIR = Path(importlib.util.find_spec("plotly").origin).parent / "package_data"
+STATICFILES_DIRS = [BASE_DIR / "webapp" / "static", ("plotly", _PLOTLY_JS_DIR)]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},

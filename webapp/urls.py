@@ -4,9 +4,14 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
+from webapp.dashboard.urls import home_urlpatterns
+
 urlpatterns = [
     path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
-    path("", include("webapp.ops.urls")),
+    path("api/", include("webapp.api.urls")),
+    # The dashboard's overview replaces the ops overview at "/" (it shows the workers too).
+    *home_urlpatterns,
+    path("", include("webapp.dashboard.urls")),
 ]

@@ -1,0 +1,154 @@
+"""The chart functions: figures as data, checked by their numbers, without a database."""
+
+import json
+
+import pytest
+
+from webapp.dashboard import charts
+
+
+def test_it_computes_shares_per_property_for_each_measure():
+    fig = charts.composition_bars(
+        {
+            "language": {
+                "en": {"documents": 3, "bytes": 900, "tokens": 200},
+                "de": {"documents": 1, "bytes": 100, "tokens": 50},
+            },
+            "license": {"cc-by": {"documents": 4, "bytes": 1000, "tokens": 250}},
+        }
+    )
+    by_name = {t["name"]: t for t in fig["data"]}
+    assert by_name["documents"]["x"] == ["language=en", "language=de", "license=cc-by"]
+    assert by_name["documents"]["y"] == [0.75, 0.25, 1.0]
+    assert by_name["bytes"]["y"] == [0.9, 0.1, 1.0]
+    assert by_name["tokens"]["customdata"] == [200, 50, 250]
+    json.dumps(fig)
+
+
+def test_it_draws_an_empty_composition_with_a_message():
+    fig = charts.composition_bars({})
+    assert fig["data"] == []
+    assert fig["layout"]["annotations"][0]["text"] == "no properties recorded"
+
+
+def test_it_places_length_bins_at_geometric_centres_on_a_log_axis():
+    fig = charts.length_histogram([1, 100, 10000], [5, 2])
+    bar = fig["data"][0]
+    assert bar["x"] == [10.0, 1000.0]
+    assert bar["y"] == [5, 2]
+    assert bar["width"] == [99, 9900]
+    assert fig["layout"]["xaxis"]["type"] == "log"
+
+
+def test_it_refuses_histogram_edges_that_do_not_fit_the_counts():
+    with pytest.raises(ValueError, match="3 edges for 3 counts"):
+        charts.length_histogram([0, 1, 2], [1, 2, 3])
+
+
+def test_it_draws_window_deviation_log_log_with_the_ideal_bound():
+    curve = {
+        "window_sizes": [16, 256, 4096],
+        "deviations": {"language": [0.5, 0.2, 0.05], "source": [0.4, 0.1, 0.02]},
+        "ideal": [0.25, 0.0625, 0.015625],
+    }
+    fig = charts.window_deviation(curve)
+    names = [t["name"] for t in fig["data"]]
+    assert names == ["language", "source", "ideal bound"]
+    assert fig["data"][2]["y"] == [0.25, 0.0625, 0.015625]
+    assert fig["data"][2]["line"]["dash"] == "dash"
+    assert fig["layout"]["xaxis"]["type"] == fig["layout"]["yaxis"]["type"] == "log"
+
+
+def test_it_builds_a_composition_heat_map_row_per_category():
+    fig = charts.position_heatmap([0.25, 0.75], ["code", "web"], [[0.3, 0.4], [0.7, 0.6]])
+    hm = fig["data"][0]
+    assert hm["type"] == "heatmap"
+    assert hm["y"] == ["code", "web"]
+    assert hm["z"] == [[0.3, 0.4], [0.7, 0.6]]
+
+
+def test_it_refuses_a_heat_map_with_ragged_rows():
+    with pytest.raises(ValueError, match="1 shares for 2 positions"):
+        charts.position_heatmap([0.25, 0.75], ["code"], [[0.3]])
+
+
+def test_it_puts_each_shuffle_in_its_own_panel_side_by_side():
+    curve = {"window_sizes": [8, 64], "deviations": {"language": [0.3, 0.1]}, "ideal": [0.2, 0.07]}
+    fig = charts.shuffle_comparison({"exact": curve, "grid": curve, "buffer": curve})
+    lay = fig["layout"]
+    assert lay["xaxis"]["domain"][0] == 0
+    assert lay["xaxis3"]["domain"][1] == pytest.approx(1.0)
+    assert lay["xaxis"]["domain"][1] < lay["xaxis2"]["domain"][0]
+    assert lay["yaxis2"]["matches"] == "y"
+    axes = {(t.get("xaxis"), t.get("yaxis")) for t in fig["data"]}
+    assert axes == {("x", "y"), ("x2", "y2"), ("x3", "y3")}
+    assert [a["text"] for a in lay["annotations"]] == [
+        "<b>exact</b>",
+        "<b>grid</b>",
+        "<b>buffer</b>",
+    ]
+    # One legend entry per characteristic, not one per panel.
+    assert sum(t["showlegend"] for t in fig["data"]) == 2
+
+
+def test_it_marks_pools_repeated_beyond_the_warning_in_red():
+    fig = charts.predicted_epochs(
+        [
+            {"pool": "web", "tokens": 9_000_000, "epochs": 0.9},
+            {"pool": "wiki", "tokens": 1_000_000, "epochs": 6.5},
+        ],
+        warn_epochs=4,
+    )
+    bars, marks = fig["data"]
+    assert bars["y"] == [9_000_000, 1_000_000]
+    assert marks["y"] == [0.9, 6.5]
+    assert marks["marker"]["color"][0] != charts.TAINT
+    assert marks["marker"]["color"][1] == charts.TAINT
+    assert fig["layout"]["shapes"][0]["y0"] == 4
+
+
+def test_it_plots_progress_reports_in_order_with_the_budget_line():
+    fig = charts.progress_over_time(
+        [
+            {"at": "2025-01-01T00:00:00+00:00", "tokens": 0, "step": 0},
+            {"at": "2025-01-01T01:00:00+00:00", "tokens": 4096, "step": 2},
+        ],
+        total_tokens=8192,
+    )
+    assert fig["data"][0]["y"] == [0, 4096]
+    assert fig["data"][0]["customdata"] == [0, 2]
+    assert fig["layout"]["shapes"][0]["y0"] == 8192
+
+
+def test_it_lays_lineage_out_in_columns_and_highlights_taint():
+    nodes = [
+        {"id": "run:1", "kind": "run", "label": "run 1", "tainted": True},
+        {"id": "mv:1", "kind": "mixture_version", "label": "mix v1", "tainted": True},
+        {"id": "pool:1", "kind": "pool", "label": "web pool", "tainted": True},
+        {"id": "pool:2", "kind": "pool", "label": "wiki pool"},
+        {"id": "src:1", "kind": "source", "label": "crawl", "tainted": True},
+        {"id": "src:2", "kind": "source", "label": "wikipedia"},
+    ]
+    edges = [
+        ("run:1", "mv:1"),
+        ("mv:1", "pool:1"),
+        ("mv:1", "pool:2"),
+        ("pool:1", "src:1"),
+        ("pool:2", "src:2"),
+    ]
+    pos = charts.lineage_layout(nodes, edges)
+    assert pos["run:1"][0] == 0 and pos["mv:1"][0] == 1 and pos["pool:2"][0] == 2
+    assert pos["src:2"][0] == 3  # no tokenized-source column in this graph
+    assert pos["pool:1"][1] > pos["pool:2"][1]
+    fig = charts.lineage_graph(nodes, edges)
+    tainted = next(t for t in fig["data"] if t.get("name") == "tainted")
+    clean = next(t for t in fig["data"] if t.get("name") == "clean")
+    assert set(tainted["text"]) == {"run 1", "mix v1", "web pool", "crawl"}
+    assert set(clean["text"]) == {"wiki pool", "wikipedia"}
+    red_edges = [
+        t for t in fig["data"] if t["mode"] == "lines" and t["line"]["color"] == charts.TAINT
+    ]
+    # run->mv, mv->pool:1, mv->pool:2 (touches a tainted node), pool:1->src:1: 4 segments.
+    assert red_edges[0]["x"].count(None) == 4
+    assert fig["layout"]["xaxis"]["ticktext"] == ["run", "mixture version", "pool", "source"]
+    json.dumps(fig)

@@ -1,0 +1,1 @@
+"""The dashboard: server-rendered pages over the catalog, jobs and runs, roles and charts."""

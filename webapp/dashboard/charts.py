@@ -1,0 +1,470 @@
+"""Charts as data: each function takes plain numbers and returns a plotly figure as a dict
+(``{"data": [...], "layout": {...}}``) that the page hands to plotly.js unchanged.
+
+No database, no Django, no plotly import: the figures are JSON-ready dicts, so a test
+checks a chart by looking at its numbers, and selectors stay the only code that queries.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+# Fixed colours so that a pool or a shuffle keeps its colour across charts of one page.
+PALETTE = (
+    "#2a6fdb",
+    "#e67e22",
+    "#27ae60",
+    "#8e44ad",
+    "#c0392b",
+    "#16a085",
+    "#d4ac0d",
+    "#7f8c8d",
+    "#2c3e50",
+    "#e84393",
+)
+TAINT = "#c0392b"
+MEASURES = ("documents", "bytes", "tokens")
+
+
+def _layout(title: str, **extra) -> dict:
+    layout = {
+        "title": {"text": title},
+        "margin": {"l": 60, "r": 20, "t": 50, "b": 50},
+        "legend": {"orientation": "h", "y": -0.2},
+        "template": "plotly_white",
+    }
+    layout.update(extra)
+    return layout
+
+
+def _empty(title: str, message: str) -> dict:
+    return {
+        "data": [],
+        "layout": _layout(
+            title,
+            xaxis={"visible": False},
+            yaxis={"visible": False},
+            annotations=[{"text": message, "showarrow": False, "xref": "paper", "yref": "paper"}],
+        ),
+    }
+
+
+def composition_bars(
+    by_property: Mapping[str, Mapping[str, Mapping[str, int]]], *, title: str = "Composition"
+) -> dict:
+    """Share of documents, bytes and tokens per property value.
+
+    ``by_property`` is ``{"language": {"en": {"documents": 10, "bytes": 900, "tokens": 250},
+    ...}, "license": {...}}``. Shares are per property (each property's values sum to 1 for
+    each measure), so the three measures share one axis and a language skewed to long
+    documents shows as a bytes bar taller than its documents bar.
+    """
+    labels: list[str] = []
+    shares: dict[str, list[float]] = {m: [] for m in MEASURES}
+    counts: dict[str, list[int]] = {m: [] for m in MEASURES}
+    for prop in sorted(by_property):
+        values = by_property[prop]
+        totals = {m: sum(int(v.get(m, 0) or 0) for v in values.values()) for m in MEASURES}
+        for value in sorted(values, key=lambda k: -int(values[k].get("documents", 0) or 0)):
+            labels.append(f"{prop}={value}")
+            for m in MEASURES:
+                n = int(values[value].get(m, 0) or 0)
+                counts[m].append(n)
+                shares[m].append(n / totals[m] if totals[m] else 0.0)
+    if not labels:
+        return _empty(title, "no properties recorded")
+    data = [
+        {
+            "type": "bar",
+            "name": m,
+            "x": labels,
+            "y": shares[m],
+            "customdata": counts[m],
+            "hovertemplate": "%{x}<br>" + m + ": %{customdata:,} (%{y:.1%})<extra></extra>",
+            "marker": {"color": PALETTE[i]},
+        }
+        for i, m in enumerate(MEASURES)
+    ]
+    return {
+        "data": data,
+        "layout": _layout(
+            title, barmode="group", yaxis={"title": {"text": "share"}, "tickformat": ".0%"}
+        ),
+    }
+
+
+def length_histogram(
+    edges: Sequence[float], counts: Sequence[int], *, title: str = "Document length"
+) -> dict:
+    """Documents per length bin; ``edges`` has one more entry than ``counts``. Lengths span
+    orders of magnitude, so bins are drawn on a log x axis at their geometric centre."""
+    if len(edges) != len(counts) + 1:
+        raise ValueError(f"{len(edges)} edges for {len(counts)} counts: need counts + 1")
+    if not counts:
+        return _empty(title, "no documents")
+    centres = [math.sqrt(max(a, 1) * max(b, 1)) for a, b in zip(edges, edges[1:], strict=False)]
+    widths = [b - a for a, b in zip(edges, edges[1:], strict=False)]
+    labels = [f"{int(a):,}–{int(b):,}" for a, b in zip(edges, edges[1:], strict=False)]
+    return {
+        "data": [
+            {
+                "type": "bar",
+                "x": centres,
+                "y": list(counts),
+                "width": widths,
+                "customdata": labels,
+                "hovertemplate": "%{customdata} chars: %{y:,} documents<extra></extra>",
+                "marker": {"color": PALETTE[0]},
+            }
+        ],
+        "layout": _layout(
+            title,
+            xaxis={"type": "log", "title": {"text": "characters"}},
+            yaxis={"title": {"text": "documents"}},
+            bargap=0.05,
+        ),
+    }
+
+
+def _deviation_traces(
+    curve: Mapping, *, axis: str = "", show_legend: bool = True, stat: str = "max"
+) -> list[dict]:
+    sizes = list(curve["window_sizes"])
+    traces = []
+    for i, name in enumerate(sorted(curve["deviations"])):
+        traces.append(
+            {
+                "type": "scatter",
+                "mode": "lines+markers",
+                "name": name,
+                "legendgroup": name,
+                "showlegend": show_legend,
+                "x": sizes,
+                "y": list(curve["deviations"][name]),
+                "line": {"color": PALETTE[i % len(PALETTE)]},
+                "hovertemplate": f"{name}<br>window %{{x:,}}: {stat} %{{y:.3g}}<extra></extra>",
+                **({"xaxis": f"x{axis}", "yaxis": f"y{axis}"} if axis else {}),
+            }
+        )
+    if curve.get("ideal") is not None:
+        traces.append(
+            {
+                "type": "scatter",
+                "mode": "lines",
+                "name": "ideal bound",
+                "legendgroup": "ideal",
+                "showlegend": show_legend,
+                "x": sizes,
+                "y": list(curve["ideal"]),
+                "line": {"color": "#000", "dash": "dash"},
+                "hovertemplate": "ideal at %{x:,}: %{y:.3g}<extra></extra>",
+                **({"xaxis": f"x{axis}", "yaxis": f"y{axis}"} if axis else {}),
+            }
+        )
+    return traces
+
+
+def window_deviation(
+    curve: Mapping, *, title: str = "Window deviation vs window size", stat: str = "max"
+) -> dict:
+    """Deviation of each characteristic's share in a window from its global share, against
+    the window size, log-log, with the bound a uniformly random order would reach.
+
+    ``curve`` is ``{"window_sizes": [...], "deviations": {characteristic: [...]}, "ideal":
+    [...] or None}``; a good shuffle's lines run along the dashed ideal.
+    """
+    if not curve.get("window_sizes"):
+        return _empty(title, "no quality report yet")
+    return {
+        "data": _deviation_traces(curve, stat=stat),
+        "layout": _layout(
+            title,
+            xaxis={"type": "log", "title": {"text": "window size (samples)"}},
+            yaxis={"type": "log", "title": {"text": f"{stat} deviation"}},
+        ),
+    }
+
+
+def position_heatmap(
+    positions: Sequence[float],
+    categories: Sequence[str],
+    shares: Sequence[Sequence[float]],
+    *,
+    title: str = "Composition over position",
+) -> dict:
+    """Share of each category (row) in each stretch of training (column). ``positions``
+    are the stretch centres as fractions of the whole run; ``shares[row][column]``."""
+    if len(shares) != len(categories):
+        raise ValueError(f"{len(shares)} rows of shares for {len(categories)} categories")
+    for row in shares:
+        if len(row) != len(positions):
+            raise ValueError(f"a row has {len(row)} shares for {len(positions)} positions")
+    if not categories or not positions:
+        return _empty(title, "no composition recorded")
+    return {
+        "data": [
+            {
+                "type": "heatmap",
+                "x": list(positions),
+                "y": list(categories),
+                "z": [list(r) for r in shares],
+                "colorscale": "Viridis",
+                "zmin": 0,
+                "colorbar": {"title": {"text": "share"}, "tickformat": ".0%"},
+                "hovertemplate": "%{y} at %{x:.0%}: %{z:.1%}<extra></extra>",
+            }
+        ],
+        "layout": _layout(
+            title,
+            xaxis={"title": {"text": "training position"}, "tickformat": ".0%"},
+            yaxis={"automargin": True},
+        ),
+    }
+
+
+def shuffle_comparison(
+    curves: Mapping[str, Mapping], *, title: str = "Shuffles compared", stat: str = "max"
+) -> dict:
+    """One window-deviation panel per shuffle (exact, grid, local, buffer, ...) side by
+    side, sharing the y axis so the panels compare at a glance."""
+    names = [n for n in curves if curves[n].get("window_sizes")]
+    if not names:
+        return _empty(title, "no shuffle reports yet")
+    n = len(names)
+    gap = 0.04
+    width = (1 - gap * (n - 1)) / n
+    data: list[dict] = []
+    layout = _layout(title)
+    annotations = []
+    for i, name in enumerate(names):
+        axis = "" if i == 0 else str(i + 1)
+        data += _deviation_traces(curves[name], axis=axis or "1", show_legend=i == 0, stat=stat)
+        lo = i * (width + gap)
+        layout[f"xaxis{axis}"] = {
+            "type": "log",
+            "domain": [lo, lo + width],
+            "anchor": f"y{axis}",
+            "title": {"text": "window"},
+        }
+        layout[f"yaxis{axis}"] = {
+            "type": "log",
+            "anchor": f"x{axis}",
+            **({"matches": "y", "showticklabels": False} if i else {}),
+            **({} if i else {"title": {"text": f"{stat} deviation"}}),
+        }
+        annotations.append(
+            {
+                "text": f"<b>{name}</b>",
+                "x": lo + width / 2,
+                "y": 1.02,
+                "xref": "paper",
+                "yref": "paper",
+                "showarrow": False,
+                "xanchor": "center",
+                "yanchor": "bottom",
+            }
+        )
+    # Traces of the first panel name their axes "x1"/"y1"; plotly calls them "x"/"y".
+    for t in data:
+        if t.get("xaxis") == "x1":
+            t["xaxis"], t["yaxis"] = "x", "y"
+    layout["annotations"] = annotations
+    return {"data": data, "layout": layout}
+
+
+def predicted_epochs(
+    rows: Sequence[Mapping], *, title: str = "Predicted tokens and epochs", warn_epochs: float = 4.0
+) -> dict:
+    """Tokens each pool contributes (bars) and how many times its data is repeated (markers,
+    right axis). Rows: ``{"pool": name, "tokens": int, "epochs": float}``. Pools repeated
+    more than ``warn_epochs`` times are drawn in red: beyond about four epochs repeated
+    tokens are worth markedly less than fresh ones."""
+    if not rows:
+        return _empty(title, "choose pools to see the prediction")
+    pools = [str(r["pool"]) for r in rows]
+    epochs = [float(r["epochs"]) for r in rows]
+    return {
+        "data": [
+            {
+                "type": "bar",
+                "name": "tokens",
+                "x": pools,
+                "y": [int(r["tokens"]) for r in rows],
+                "marker": {"color": PALETTE[0]},
+                "hovertemplate": "%{x}: %{y:,} tokens<extra></extra>",
+            },
+            {
+                "type": "scatter",
+                "mode": "markers",
+                "name": "epochs",
+                "x": pools,
+                "y": epochs,
+                "yaxis": "y2",
+                "marker": {
+                    "size": 12,
+                    "color": [TAINT if e > warn_epochs else PALETTE[2] for e in epochs],
+                },
+                "hovertemplate": "%{x}: %{y:.2f} epochs<extra></extra>",
+            },
+        ],
+        "layout": _layout(
+            title,
+            yaxis={"title": {"text": "tokens"}},
+            yaxis2={
+                "title": {"text": "epochs"},
+                "overlaying": "y",
+                "side": "right",
+                "rangemode": "tozero",
+            },
+            shapes=[
+                {
+                    "type": "line",
+                    "xref": "paper",
+                    "x0": 0,
+                    "x1": 1,
+                    "yref": "y2",
+                    "y0": warn_epochs,
+                    "y1": warn_epochs,
+                    "line": {"color": TAINT, "dash": "dot", "width": 1},
+                }
+            ],
+        ),
+    }
+
+
+def progress_over_time(
+    points: Sequence[Mapping], *, total_tokens: int | None = None, title: str = "Progress"
+) -> dict:
+    """Consumed tokens against wall time, one marker per progress report. Points:
+    ``{"at": ISO time, "tokens": int, "step": int}``; ``total_tokens`` draws the budget."""
+    if not points:
+        return _empty(title, "no progress reported yet")
+    layout = _layout(
+        title, xaxis={"title": {"text": "time"}}, yaxis={"title": {"text": "tokens consumed"}}
+    )
+    if total_tokens:
+        layout["shapes"] = [
+            {
+                "type": "line",
+                "xref": "paper",
+                "x0": 0,
+                "x1": 1,
+                "y0": total_tokens,
+                "y1": total_tokens,
+                "line": {"color": "#000", "dash": "dash", "width": 1},
+            }
+        ]
+    return {
+        "data": [
+            {
+                "type": "scatter",
+                "mode": "lines+markers",
+                "name": "tokens",
+                "x": [str(p["at"]) for p in points],
+                "y": [int(p["tokens"]) for p in points],
+                "customdata": [p.get("step") for p in points],
+                "hovertemplate": "%{x}<br>step %{customdata:,}: %{y:,} tokens<extra></extra>",
+                "line": {"color": PALETTE[0]},
+            }
+        ],
+        "layout": layout,
+    }
+
+
+# Lineage runs left to right from what trains to what was read.
+LINEAGE_KINDS = ("run", "mixture_version", "pool", "tokenized_source", "source")
+
+
+def lineage_layout(
+    nodes: Sequence[Mapping], edges: Sequence[tuple[str, str]]
+) -> dict[str, tuple[float, float]]:
+    """Positions for a layered graph: one column per kind in LINEAGE_KINDS order (unknown
+    kinds after), nodes spread evenly down their column in the order given."""
+    columns: dict[str, list[str]] = {}
+    for node in nodes:
+        columns.setdefault(node["kind"], []).append(node["id"])
+    order = [k for k in LINEAGE_KINDS if k in columns] + sorted(
+        k for k in columns if k not in LINEAGE_KINDS
+    )
+    pos = {}
+    for x, kind in enumerate(order):
+        ids = columns[kind]
+        for i, node_id in enumerate(ids):
+            pos[node_id] = (float(x), 1.0 - (i + 1) / (len(ids) + 1))
+    return pos
+
+
+def lineage_graph(
+    nodes: Sequence[Mapping], edges: Sequence[tuple[str, str]], *, title: str = "Lineage"
+) -> dict:
+    """Run -> mixture version -> pools -> tokenized sources -> sources, as a layered graph.
+    Nodes: ``{"id", "kind", "label", "tainted": bool, "url": optional}``; edges are pairs of
+    node ids. Tainted nodes and edges into them are red, so a flag's reach is visible."""
+    if not nodes:
+        return _empty(title, "no lineage recorded")
+    pos = lineage_layout(nodes, edges)
+    tainted = {n["id"] for n in nodes if n.get("tainted")}
+    data: list[dict] = []
+    for clean in (True, False):
+        xs: list[float | None] = []
+        ys: list[float | None] = []
+        for a, b in edges:
+            if a not in pos or b not in pos:
+                continue
+            if (b in tainted or a in tainted) == clean:
+                continue
+            xs += [pos[a][0], pos[b][0], None]
+            ys += [pos[a][1], pos[b][1], None]
+        if xs:
+            data.append(
+                {
+                    "type": "scatter",
+                    "mode": "lines",
+                    "x": xs,
+                    "y": ys,
+                    "hoverinfo": "skip",
+                    "showlegend": False,
+                    "line": {"color": "#b8bfcc" if clean else TAINT, "width": 1 if clean else 2},
+                }
+            )
+    for clean in (True, False):
+        group = [n for n in nodes if (n["id"] in tainted) != clean]
+        if not group:
+            continue
+        data.append(
+            {
+                "type": "scatter",
+                "mode": "markers+text",
+                "name": "clean" if clean else "tainted",
+                "x": [pos[n["id"]][0] for n in group],
+                "y": [pos[n["id"]][1] for n in group],
+                "text": [str(n.get("label", n["id"])) for n in group],
+                "customdata": [n.get("url", "") for n in group],
+                "textposition": "top center",
+                "hovertemplate": "%{text}<extra></extra>",
+                "marker": {
+                    "size": 16,
+                    "color": PALETTE[0] if clean else TAINT,
+                    "symbol": "circle" if clean else "x",
+                },
+            }
+        )
+    kinds = [k for k in LINEAGE_KINDS if any(n["kind"] == k for n in nodes)]
+    kinds += sorted({n["kind"] for n in nodes} - set(LINEAGE_KINDS))
+    return {
+        "data": data,
+        "layout": _layout(
+            title,
+            xaxis={
+                "tickmode": "array",
+                "tickvals": list(range(len(kinds))),
+                "ticktext": [k.replace("_", " ") for k in kinds],
+                "showgrid": False,
+                "zeroline": False,
+                "side": "top",
+            },
+            yaxis={"visible": False, "range": [-0.05, 1.05]},
+            hovermode="closest",
+        ),
+    }

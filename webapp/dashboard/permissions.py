@@ -1,0 +1,37 @@
+"""The one permission helper. Roles are ordered: admin can do what an editor can, an editor
+what a viewer can. Any signed-in user is at least a viewer (login is required everywhere,
+so looking needs no group); superusers are admins."""
+
+from __future__ import annotations
+
+from django.core.exceptions import PermissionDenied
+
+ROLES = ("viewer", "editor", "admin")
+_RANK = {name: i for i, name in enumerate(ROLES)}
+
+
+def user_role(user) -> str | None:
+    """The highest role of ``user``; None for anonymous users."""
+    if not getattr(user, "is_authenticated", False):
+        return None
+    if user.is_superuser:
+        return "admin"
+    cached = getattr(user, "_shardyard_role", None)
+    if cached is None:
+        names = set(user.groups.filter(name__in=ROLES).values_list("name", flat=True))
+        cached = max(names or {"viewer"}, key=_RANK.__getitem__)
+        user._shardyard_role = cached  # one query per request, however many checks
+    return cached
+
+
+def has_role(user, role: str) -> bool:
+    if role not in _RANK:
+        raise ValueError(f"unknown role {role!r}; roles are {', '.join(ROLES)}")
+    current = user_role(user)
+    return current is not None and _RANK[current] >= _RANK[role]
+
+
+def require_role(user, role: str) -> None:
+    """Raise PermissionDenied (403 in pages and in the API) unless ``user`` has ``role``."""
+    if not has_role(user, role):
+        raise PermissionDenied(f"this needs the {role} role")

@@ -1,0 +1,40 @@
+"""Template helpers: role checks for showing buttons and the chart embed."""
+
+from __future__ import annotations
+
+import itertools
+
+from django import template
+from django.utils.html import format_html, json_script
+
+from webapp.dashboard.permissions import has_role as _has_role
+
+register = template.Library()
+_ids = itertools.count()
+
+
+@register.filter
+def has_role(user, role: str) -> bool:
+    """``{% if user|has_role:"editor" %}``: only hides buttons; views check again."""
+    return _has_role(user, role)
+
+
+@register.simple_tag
+def plot(figure: dict, height: int = 380):
+    """A plotly figure (a dict from dashboard.charts) as a div plus its JSON; charts.js draws
+    every such div with the locally served plotly.js."""
+    element_id = f"fig-{next(_ids)}"
+    return format_html(
+        '<div class="chart" data-figure="{}" style="height:{}px"></div>{}',
+        element_id,
+        height,
+        json_script(figure, element_id),
+    )
+
+
+@register.filter
+def percent(fraction) -> str:
+    try:
+        return f"{100 * float(fraction):.0f}%"
+    except (TypeError, ValueError):
+        return ""

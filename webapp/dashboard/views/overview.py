@@ -1,0 +1,9 @@
+"""The overview: what exists, what runs, what is tainted, which workers answer."""
+
+from django.shortcuts import render
+
+from webapp.dashboard import selectors
+
+
+def home(request):
+    return render(request, "dashboard/home.html", selectors.overview())
