@@ -43,6 +43,8 @@ INSTALLED_APPS = [
     "rest_framework.authtoken",
     "drf_spectacular",
     "webapp.ops",
+    "webapp.jobs",
+    "webapp.catalog",
     "webapp.dashboard",
     "webapp.api",
 ]

@@ -18,3 +18,53 @@ def heartbeat(*, nonce: str) -> int:
     broker = settings.CELERY_BROKER_URL.split("://", 1)[0]
     worker = heartbeat.request.hostname or socket.gethostname()
     return heartbeat_record(worker=worker, broker=broker, nonce=nonce).pk
+
+
+# Jobs: one task per unit of a shardcore plan, then one finalize task (webapp.jobs.services).
+# Units are idempotent (completion markers), so acks_late + reject_on_worker_lost are safe:
+# a redelivered unit either finds its row finished (skipped) or reruns to the same bytes.
+_TRANSIENT_RETRIES = 5
+
+
+@shared_task(
+    name="workers.job_unit_run",
+    bind=True,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    max_retries=_TRANSIENT_RETRIES,
+)
+def job_unit_run(self, *, unit_id: int) -> str:
+    """Run one unit of a job. Transient errors (database or broker blips) retry with
+    backoff; any other error is recorded on the unit and fails the job."""
+    from celery.exceptions import SoftTimeLimitExceeded
+
+    from webapp.jobs.services import TransientUnitError, job_unit_execute, job_unit_give_up
+
+    worker = self.request.hostname or socket.gethostname()
+    try:
+        return job_unit_execute(unit_id=unit_id, worker=worker)
+    except TransientUnitError as exc:
+        if self.request.retries >= _TRANSIENT_RETRIES:
+            job_unit_give_up(unit_id=unit_id, reason=f"gave up after retries: {exc}")
+            return "failed"
+        raise self.retry(exc=exc, countdown=min(60, 2 ** (self.request.retries + 1))) from exc
+    except SoftTimeLimitExceeded:
+        job_unit_give_up(unit_id=unit_id, reason="exceeded the task soft time limit")
+        return "failed"
+
+
+@shared_task(
+    name="workers.job_finalize",
+    bind=True,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    max_retries=_TRANSIENT_RETRIES,
+)
+def job_finalize(self, *, job_id: int) -> str:
+    """Write a job's manifest and record its artifact, after every unit finished."""
+    from webapp.jobs.services import TransientUnitError, job_finalize_execute
+
+    try:
+        return job_finalize_execute(job_id=job_id)
+    except TransientUnitError as exc:
+        raise self.retry(exc=exc, countdown=min(60, 2 ** (self.request.retries + 1))) from exc

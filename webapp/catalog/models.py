@@ -1,0 +1,416 @@
+"""The catalog: sources, tokenizers, tokenized sources, pools, shards, mixtures and their
+versions, training runs with their progress, flags and the taint they cause.
+
+Built artifacts (tokenized sources, pools, mixture versions) are immutable: once READY their
+fields are not edited (services refuse; ``save`` refuses too), a new row supersedes them.
+Per-document data stays in Parquet beside each artifact (DESIGN §5); rows hold counts,
+fingerprints, parameters, parents and the manifest path.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+
+class ImmutableArtifactError(Exception):
+    """A built artifact was about to be modified; build a new version instead."""
+
+
+class ArtifactStatus(models.TextChoices):
+    BUILDING = "building"
+    READY = "ready"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class Artifact(models.Model):
+    """What every built artifact row carries."""
+
+    fingerprint = models.CharField(max_length=64, blank=True, db_index=True)
+    params = models.JSONField(default=dict, blank=True)
+    status = models.CharField(
+        max_length=16, choices=ArtifactStatus.choices, default=ArtifactStatus.BUILDING
+    )
+    path = models.CharField(max_length=1000)  # the artifact directory
+    manifest_path = models.CharField(max_length=1000, blank=True)
+    num_documents = models.BigIntegerField(default=0)
+    num_tokens = models.BigIntegerField(default=0)
+    num_bytes = models.BigIntegerField(default=0)
+    job = models.ForeignKey(
+        "jobs.Job", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        abstract = True
+
+    def save(self, *args, **kwargs):
+        # A READY row in the database is frozen: the service that finishes a build writes
+        # it while it is still BUILDING; after that only a new row supersedes it.
+        if self.pk:
+            stored = type(self).objects.filter(pk=self.pk).values_list("status", flat=True)
+            if stored and stored[0] == ArtifactStatus.READY:
+                raise ImmutableArtifactError(
+                    f"{type(self).__name__} {self.pk} is built and immutable; "
+                    "create a new version instead"
+                )
+        super().save(*args, **kwargs)
+
+    @property
+    def is_ready(self) -> bool:
+        return self.status == ArtifactStatus.READY
+
+
+# --- sources ----------------------------------------------------------------------------
+
+
+class Source(models.Model):
+    class Status(models.TextChoices):
+        REGISTERED = "registered"
+        SCANNED = "scanned"
+        FAILED = "failed"
+
+    name = models.SlugField(max_length=100, unique=True)
+    uri = models.CharField(max_length=1000)  # absolute local path (resolved) or s3://
+    text_field = models.CharField(max_length=100, default="text")
+    metadata_fields = models.JSONField(default=list, blank=True)
+    description = models.TextField(blank=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.REGISTERED)
+    fingerprint = models.CharField(max_length=64, blank=True)
+    num_files = models.IntegerField(default=0)
+    num_bytes = models.BigIntegerField(default=0)
+    num_documents = models.BigIntegerField(default=0)
+    bad_lines = models.BigIntegerField(default=0)
+    scan_error = models.TextField(blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    scanned_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def is_remote(self) -> bool:
+        return self.uri.startswith("s3://")
+
+
+class SourceFile(models.Model):
+    source = models.ForeignKey(Source, related_name="files", on_delete=models.CASCADE)
+    path = models.CharField(max_length=1000)  # relative to the source's uri
+    size = models.BigIntegerField(default=0)
+    num_documents = models.BigIntegerField(default=0)
+    bad_lines = models.BigIntegerField(default=0)
+    # {reason: {"count": n, "samples": [...]}} from the scan or the latest tokenize job.
+    bad_input = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["source", "path"], name="sourcefile_unique_path")
+        ]
+        ordering = ["source", "path"]
+
+    def __str__(self) -> str:
+        return f"{self.source.name}:{self.path}"
+
+
+class Tokenizer(models.Model):
+    spec = models.CharField(max_length=300, unique=True)  # "tiktoken:<enc>" or "hf:<path>"
+    fingerprint = models.CharField(max_length=64, blank=True)
+    vocab_size = models.IntegerField(null=True, blank=True)
+    eos_id = models.IntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.spec
+
+
+# --- built artifacts --------------------------------------------------------------------
+
+
+class TokenizedSource(Artifact):
+    source = models.ForeignKey(Source, related_name="tokenized", on_delete=models.PROTECT)
+    tokenizer = models.ForeignKey(Tokenizer, related_name="tokenized", on_delete=models.PROTECT)
+    supersedes = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="superseded_by"
+    )
+
+    class Meta:
+        indexes = [models.Index(fields=["source", "-created_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.source.name} x {self.tokenizer.spec} (#{self.pk})"
+
+
+class Pool(Artifact):
+    class Split(models.TextChoices):
+        TRAIN = "train"
+        VAL = "val"
+
+    name = models.CharField(max_length=200)
+    parents = models.ManyToManyField(TokenizedSource, related_name="pools")
+    split = models.CharField(max_length=8, choices=Split.choices, default=Split.TRAIN)
+    # A validation pool points at the train pool it was held out from.
+    train_pool = models.OneToOneField(
+        "self", null=True, blank=True, on_delete=models.CASCADE, related_name="val_pool"
+    )
+    filter = models.TextField(blank=True)
+    seq_len = models.IntegerField(default=0)
+    num_records = models.BigIntegerField(default=0)
+    supersedes = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="superseded_by"
+    )
+
+    class Meta:
+        indexes = [models.Index(fields=["split", "-created_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.split})"
+
+
+class Shard(models.Model):
+    """One file pair (.bin/.idx) of a tokenized source or of a pool; never edited."""
+
+    tokenized_source = models.ForeignKey(
+        TokenizedSource, null=True, blank=True, related_name="shards", on_delete=models.CASCADE
+    )
+    pool = models.ForeignKey(
+        Pool, null=True, blank=True, related_name="shards", on_delete=models.CASCADE
+    )
+    index = models.IntegerField()
+    prefix = models.CharField(max_length=1000)  # path without .bin/.idx
+    num_records = models.BigIntegerField(default=0)
+    num_documents = models.BigIntegerField(default=0)
+    num_tokens = models.BigIntegerField(default=0)
+    num_bytes = models.BigIntegerField(default=0)
+    checksum = models.CharField(max_length=64, blank=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=(
+                    Q(tokenized_source__isnull=False, pool__isnull=True)
+                    | Q(tokenized_source__isnull=True, pool__isnull=False)
+                ),
+                name="shard_has_one_parent",
+            ),
+        ]
+        # Detail pages list an artifact's shards in order.
+        indexes = [
+            models.Index(fields=["tokenized_source", "index"]),
+            models.Index(fields=["pool", "index"]),
+        ]
+        ordering = ["index"]
+
+    def __str__(self) -> str:
+        return self.prefix
+
+
+class Mixture(models.Model):
+    name = models.SlugField(max_length=100, unique=True)
+    description = models.TextField(blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class MixtureVersion(Artifact):
+    """An immutable version of a mixture: components, token budget, seed, ordering. The
+    blend index is built by a job; exports and a materialized copy hang off it."""
+
+    mixture = models.ForeignKey(Mixture, related_name="versions", on_delete=models.PROTECT)
+    number = models.PositiveIntegerField()
+    token_budget = models.BigIntegerField()
+    seed = models.BigIntegerField(default=0)
+    num_samples = models.BigIntegerField(default=0)
+    pools = models.ManyToManyField(Pool, through="MixtureComponent", related_name="mixtures")
+    note = models.TextField(blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["mixture", "number"], name="mixtureversion_number")
+        ]
+        ordering = ["mixture", "-number"]
+
+    def __str__(self) -> str:
+        return f"{self.mixture.name} v{self.number}"
+
+
+class MixtureComponent(models.Model):
+    version = models.ForeignKey(MixtureVersion, related_name="components", on_delete=models.CASCADE)
+    pool = models.ForeignKey(Pool, related_name="components", on_delete=models.PROTECT)
+    weight = models.FloatField()
+    stage = models.CharField(max_length=40, blank=True)  # e.g. "main", "anneal"
+    epochs = models.FloatField(null=True, blank=True)  # planned passes over the pool
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["version", "pool", "stage"], name="component_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.version}: {self.pool.name} x {self.weight:g}"
+
+
+class Export(models.Model):
+    """A materialized copy or a trainer config of a mixture version."""
+
+    class Format(models.TextChoices):
+        MATERIALIZED = "materialized"
+        MEGATRON = "megatron"
+        OLMO_CORE = "olmo-core"
+        NANOTRON = "nanotron"
+
+    version = models.ForeignKey(MixtureVersion, related_name="exports", on_delete=models.CASCADE)
+    format = models.CharField(max_length=20, choices=Format.choices)
+    path = models.CharField(max_length=1000)
+    status = models.CharField(
+        max_length=16, choices=ArtifactStatus.choices, default=ArtifactStatus.BUILDING
+    )
+    num_bytes = models.BigIntegerField(default=0)
+    job = models.ForeignKey(
+        "jobs.Job", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.version} -> {self.format}"
+
+
+# --- training runs ----------------------------------------------------------------------
+
+
+class TrainingRun(models.Model):
+    class State(models.TextChoices):
+        REGISTERED = "registered"
+        RUNNING = "running"
+        FINISHED = "finished"
+        FAILED = "failed"
+        ABANDONED = "abandoned"
+
+    name = models.CharField(max_length=200, unique=True)
+    mixture_version = models.ForeignKey(
+        MixtureVersion, related_name="runs", on_delete=models.PROTECT
+    )
+    external_id = models.CharField(max_length=300, blank=True)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.REGISTERED)
+    # The latest report, denormalized so that run lists need no aggregate.
+    last_step = models.BigIntegerField(default=0)
+    consumed_samples = models.BigIntegerField(default=0)
+    consumed_tokens = models.BigIntegerField(default=0)
+    last_reported_at = models.DateTimeField(null=True, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["-created_at"])]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class RunProgress(models.Model):
+    run = models.ForeignKey(TrainingRun, related_name="progress", on_delete=models.CASCADE)
+    step = models.BigIntegerField()
+    consumed_samples = models.BigIntegerField()
+    consumed_tokens = models.BigIntegerField()
+    reported_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        # The run page charts progress in step order.
+        indexes = [models.Index(fields=["run", "step"])]
+        ordering = ["run", "step"]
+
+    def __str__(self) -> str:
+        return f"{self.run_id} @ step {self.step}"
+
+
+# --- flags and taint --------------------------------------------------------------------
+
+
+class Flag(models.Model):
+    class Target(models.TextChoices):
+        SOURCE = "source"
+        FILE = "file"
+        DOCUMENTS = "documents"
+
+    target = models.CharField(max_length=16, choices=Target.choices)
+    source = models.ForeignKey(Source, related_name="flags", on_delete=models.CASCADE)
+    source_file = models.ForeignKey(
+        SourceFile, null=True, blank=True, related_name="flags", on_delete=models.CASCADE
+    )
+    # Document indices within the source (its order of documents, as tokenized).
+    document_ids = models.JSONField(default=list, blank=True)
+    reason = models.TextField()
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"flag {self.pk} on {self.target} of {self.source_id}: {self.reason[:40]}"
+
+
+class Taint(models.Model):
+    """``flag`` reaches this artifact or run through lineage. Exactly one target is set."""
+
+    flag = models.ForeignKey(Flag, related_name="taints", on_delete=models.CASCADE)
+    tokenized_source = models.ForeignKey(
+        TokenizedSource, null=True, blank=True, related_name="taints", on_delete=models.CASCADE
+    )
+    pool = models.ForeignKey(
+        Pool, null=True, blank=True, related_name="taints", on_delete=models.CASCADE
+    )
+    mixture_version = models.ForeignKey(
+        MixtureVersion, null=True, blank=True, related_name="taints", on_delete=models.CASCADE
+    )
+    run = models.ForeignKey(
+        TrainingRun, null=True, blank=True, related_name="taints", on_delete=models.CASCADE
+    )
+    documents = models.BigIntegerField(default=0)  # flagged documents inside the target
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=(
+                    Q(tokenized_source__isnull=False, pool=None, mixture_version=None, run=None)
+                    | Q(tokenized_source=None, pool__isnull=False, mixture_version=None, run=None)
+                    | Q(tokenized_source=None, pool=None, mixture_version__isnull=False, run=None)
+                    | Q(tokenized_source=None, pool=None, mixture_version=None, run__isnull=False)
+                ),
+                name="taint_has_one_target",
+            ),
+            *[
+                models.UniqueConstraint(
+                    fields=["flag", field],
+                    condition=Q(**{f"{field}__isnull": False}),
+                    name=f"taint_unique_{field}",
+                )
+                for field in ("tokenized_source", "pool", "mixture_version", "run")
+            ],
+        ]
+
+    def __str__(self) -> str:
+        return f"flag {self.flag_id} taints {self.target}"
+
+    @property
+    def target(self):
+        return self.tokenized_source or self.pool or self.mixture_version or self.run

@@ -1,0 +1,365 @@
+"""Writes for the catalog, named ``<entity>_<action>`` with keyword-only arguments.
+
+These services are the only Django code that calls shardcore. Long stages (tokenize, pool,
+materialize) become jobs (``webapp.jobs.services.job_create``) whose recorder, a function
+here, turns the finished manifest into artifact rows in the same transaction that marks the
+job succeeded. User mistakes raise ``CatalogError`` with a message fit for a page.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from webapp.catalog.models import (
+    ArtifactStatus,
+    Flag,
+    MixtureVersion,
+    Pool,
+    Source,
+    SourceFile,
+    Taint,
+    TokenizedSource,
+    TrainingRun,
+)
+
+
+class CatalogError(Exception):
+    """A request the catalog refuses, with a message that says why."""
+
+
+class SourcePathError(CatalogError):
+    """A source location outside the allowed roots, or one Shardyard cannot read."""
+
+
+# --- sources ----------------------------------------------------------------------------
+
+
+def source_location_check(*, uri: str) -> str:
+    """The canonical location of a source, or SourcePathError. Local paths must lie below
+    one of ``settings.SOURCE_ROOTS`` after resolving symlinks; ``..`` is refused outright
+    (even when it would resolve inside a root), and so is any scheme but s3://."""
+    uri = (uri or "").strip()
+    if not uri:
+        raise SourcePathError("no location given")
+    parsed = urlparse(uri)
+    if parsed.scheme and len(parsed.scheme) > 1:  # "C:" style drive letters are not URLs
+        if parsed.scheme == "s3":
+            if not parsed.netloc:
+                raise SourcePathError(f"{uri}: an s3:// location needs a bucket (s3://bucket/path)")
+            if ".." in parsed.path.split("/"):
+                raise SourcePathError(f"{uri}: '..' is not allowed in a source location")
+            return uri.rstrip("/")
+        if parsed.scheme != "file":
+            raise SourcePathError(
+                f"{uri}: scheme {parsed.scheme!r} is not supported; use a local path under "
+                f"{_roots_text()} or an s3:// URI"
+            )
+        uri = parsed.path
+    path = Path(uri)
+    if not path.is_absolute():
+        raise SourcePathError(f"{uri}: give an absolute path (under {_roots_text()})")
+    if ".." in path.parts:
+        raise SourcePathError(f"{uri}: '..' is not allowed in a source location")
+    if not path.exists():
+        raise SourcePathError(f"{uri}: no such file or directory")
+    resolved = path.resolve()
+    if not _under_roots(resolved):
+        via = f" (a symlink to {resolved})" if resolved != path else ""
+        raise SourcePathError(f"{uri}{via} is outside the source roots {_roots_text()}")
+    return str(resolved)
+
+
+def _roots() -> list[Path]:
+    return [Path(r).resolve() for r in settings.SOURCE_ROOTS]
+
+
+def _roots_text() -> str:
+    return ", ".join(str(r) for r in _roots()) or "(none configured: SHARDYARD_SOURCE_ROOTS)"
+
+
+def _under_roots(path: Path) -> bool:
+    return any(path == root or path.is_relative_to(root) for root in _roots())
+
+
+def source_register(
+    *,
+    name: str,
+    uri: str,
+    text_field: str = "text",
+    metadata_fields: Iterable[str] = (),
+    description: str = "",
+    created_by=None,
+    scan: bool = True,
+) -> Source:
+    """Register files as a source and (by default) scan them."""
+    location = source_location_check(uri=uri)
+    if Source.objects.filter(name=name).exists():
+        raise CatalogError(f"a source named {name!r} already exists")
+    source = Source.objects.create(
+        name=name,
+        uri=location,
+        text_field=text_field,
+        metadata_fields=list(metadata_fields),
+        description=description,
+        created_by=created_by,
+    )
+    if scan:
+        source = source_scan(source_id=source.pk)
+    return source
+
+
+def source_file_urls(*, source: Source) -> list[tuple[str, str, int]]:
+    """(relative path, absolute url, size) of every readable file of a source, sorted by
+    relative path: the order of its documents. A symlink inside the source that leads out
+    of the roots is refused (SourcePathError), never followed."""
+    from shardcore import readers
+
+    if source.is_remote:
+        import fsspec
+
+        fs, root = fsspec.core.url_to_fs(source.uri)
+        if fs.isfile(root):
+            return [(root.rsplit("/", 1)[-1], source.uri, int(fs.size(root)))]
+        out = []
+        for key, info in sorted(fs.find(root, detail=True).items()):
+            if readers.is_supported(key):
+                rel = key[len(root) :].lstrip("/")
+                out.append((rel, f"s3://{key}", int(info.get("size") or 0)))
+        return out
+    base = Path(source.uri)
+    if base.is_file():
+        return [(base.name, str(base), base.stat().st_size)]
+    out = []
+    for dirpath, _dirs, files in os.walk(base, followlinks=False):
+        for fname in files:
+            path = Path(dirpath) / fname
+            if not readers.is_supported(fname):
+                continue
+            resolved = path.resolve()
+            if not _under_roots(resolved):
+                raise SourcePathError(
+                    f"{path} is a symlink to {resolved}, outside the source roots {_roots_text()}"
+                )
+            out.append((str(path.relative_to(base)), str(path), resolved.stat().st_size))
+    return sorted(out)
+
+
+def source_scan(*, source_id: int) -> Source:
+    """List the source's files and count their documents, bytes and bad lines (with
+    samples per reason), reading each file once through ``shardcore.readers``."""
+    from shardcore import readers
+
+    source = Source.objects.get(pk=source_id)
+    try:
+        files = source_file_urls(source=source)
+    except (SourcePathError, OSError) as exc:
+        Source.objects.filter(pk=source.pk).update(status=Source.Status.FAILED, scan_error=str(exc))
+        raise SourcePathError(str(exc)) from exc
+    if not files:
+        msg = f"{source.uri}: no readable files (.jsonl, .jsonl.gz, .jsonl.zst, .parquet, .txt)"
+        Source.objects.filter(pk=source.pk).update(status=Source.Status.FAILED, scan_error=msg)
+        raise CatalogError(msg)
+    rows = []
+    for rel, url, size in files:
+        docs = bad = 0
+        report: dict[str, dict[str, Any]] = {}
+        for item in readers.read_segment(url, text_field=source.text_field):
+            if isinstance(item, readers.BadInput):
+                bad += 1
+                slot = report.setdefault(item.reason, {"count": 0, "samples": []})
+                slot["count"] += 1
+                if len(slot["samples"]) < 5:
+                    slot["samples"].append(item.describe(rel))
+            else:
+                docs += 1
+        rows.append(
+            SourceFile(
+                source=source, path=rel, size=size, num_documents=docs, bad_lines=bad,
+                bad_input=report,
+            )
+        )  # fmt: skip
+    from shardcore.manifest import fingerprint
+
+    with transaction.atomic():
+        SourceFile.objects.filter(source=source).delete()
+        SourceFile.objects.bulk_create(rows, batch_size=2000)
+        source.num_files = len(rows)
+        source.num_bytes = sum(r.size for r in rows)
+        source.num_documents = sum(r.num_documents for r in rows)
+        source.bad_lines = sum(r.bad_lines for r in rows)
+        source.fingerprint = fingerprint(
+            "source",
+            params={
+                "uri": source.uri,
+                "text_field": source.text_field,
+                "files": [(r.path, r.size) for r in rows],
+            },
+        )
+        source.status = Source.Status.SCANNED
+        source.scan_error = ""
+        source.scanned_at = timezone.now()
+        source.save()
+    return source
+
+
+# --- immutability -----------------------------------------------------------------------
+
+
+def artifact_refuse_edit(*, artifact) -> None:
+    """Services call this before changing an artifact row: a built one never changes."""
+    if artifact.status == ArtifactStatus.READY:
+        raise CatalogError(
+            f"{type(artifact).__name__} {artifact.pk} is built and immutable; "
+            "create a new version instead"
+        )
+
+
+# --- flags and taint --------------------------------------------------------------------
+
+
+def flag_create(
+    *,
+    reason: str,
+    source_id: int,
+    file_path: str | None = None,
+    document_ids: Iterable[int] | None = None,
+    created_by=None,
+) -> Flag:
+    """Flag a whole source, one of its files, or a set of its document indices, and taint
+    everything downstream that contains the flagged documents."""
+    if not reason.strip():
+        raise CatalogError("a flag needs a reason")
+    source = Source.objects.get(pk=source_id)
+    source_file = None
+    ids: list[int] = []
+    if file_path is not None and document_ids is not None:
+        raise CatalogError("flag a file or a set of documents, not both")
+    if file_path is not None:
+        source_file = SourceFile.objects.filter(source=source, path=file_path).first()
+        if source_file is None:
+            raise CatalogError(f"source {source.name} has no file {file_path!r}")
+        target = Flag.Target.FILE
+    elif document_ids is not None:
+        ids = sorted({int(i) for i in document_ids})
+        if not ids:
+            raise CatalogError("no document ids given")
+        if ids[0] < 0:
+            raise CatalogError(f"document ids are indices from 0, got {ids[0]}")
+        target = Flag.Target.DOCUMENTS
+    else:
+        target = Flag.Target.SOURCE
+    with transaction.atomic():
+        flag = Flag.objects.create(
+            target=target,
+            source=source,
+            source_file=source_file,
+            document_ids=ids,
+            reason=reason,
+            created_by=created_by,
+        )
+        flag_propagate(flag_id=flag.pk)
+    return flag
+
+
+def flag_propagate(*, flag_id: int) -> int:
+    """(Re)compute the taint of one flag through lineage; returns the number of taints.
+    Idempotent: called on flag creation and whenever a new artifact or run is recorded."""
+    flag = Flag.objects.select_related("source", "source_file").get(pk=flag_id)
+    taints: list[Taint] = []
+    tokenized = list(TokenizedSource.objects.filter(source=flag.source))
+    hit_tokenized: dict[int, int] = {}
+    for ts in tokenized:
+        n = _flagged_docs_in_tokenized(flag, ts)
+        if n:
+            hit_tokenized[ts.pk] = n
+            taints.append(Taint(flag=flag, tokenized_source=ts, documents=n))
+    hit_pools: dict[int, int] = {}
+    if hit_tokenized:
+        pools = Pool.objects.filter(parents__in=list(hit_tokenized)).distinct()
+        for pool in pools:
+            n = _flagged_docs_in_pool(flag, pool, hit_tokenized)
+            if n:
+                hit_pools[pool.pk] = n
+                taints.append(Taint(flag=flag, pool=pool, documents=n))
+    hit_versions: dict[int, int] = {}
+    if hit_pools:
+        versions = MixtureVersion.objects.filter(components__pool__in=list(hit_pools)).distinct()
+        for version in versions:
+            n = _flagged_docs_in_version(flag, version, hit_pools)
+            if n:
+                hit_versions[version.pk] = n
+                taints.append(Taint(flag=flag, mixture_version=version, documents=n))
+    if hit_versions:
+        for run in TrainingRun.objects.filter(mixture_version__in=list(hit_versions)):
+            taints.append(Taint(flag=flag, run=run, documents=hit_versions[run.mixture_version_id]))
+    with transaction.atomic():
+        Taint.objects.filter(flag=flag).delete()
+        Taint.objects.bulk_create(taints)
+    return len(taints)
+
+
+def taint_refresh(*, source_ids: Iterable[int] | None = None) -> int:
+    """Recompute the taint of every flag (of the given sources): new artifacts and runs
+    built from flagged data are tainted as soon as they are recorded."""
+    flags = Flag.objects.all()
+    if source_ids is not None:
+        flags = flags.filter(source_id__in=list(source_ids))
+    return sum(flag_propagate(flag_id=pk) for pk in flags.values_list("pk", flat=True))
+
+
+def _flagged_docs_in_tokenized(flag: Flag, ts: TokenizedSource) -> int:
+    """How many flagged documents the tokenized source holds."""
+    if ts.status != ArtifactStatus.READY:
+        return 0
+    if flag.target == Flag.Target.SOURCE:
+        return max(ts.num_documents, 1)
+    ranges = _tokenized_file_ranges(ts)
+    if flag.target == Flag.Target.FILE:
+        start, stop = ranges.get(flag.source_file.path, (0, 0))
+        return stop - start
+    return sum(1 for i in flag.document_ids if i < ts.num_documents)
+
+
+def _tokenized_file_ranges(ts: TokenizedSource) -> dict[str, tuple[int, int]]:
+    """{relative file path: [first document index, end)} from the tokenized manifest."""
+    ranges = (ts.params or {}).get("file_ranges") or {}
+    return {path: (int(v[0]), int(v[1])) for path, v in ranges.items()}
+
+
+def _flagged_document_ids(flag: Flag, ts: TokenizedSource) -> set[int] | None:
+    """The flagged document indices within ``ts``; None means all of them."""
+    if flag.target == Flag.Target.SOURCE:
+        return None
+    if flag.target == Flag.Target.FILE:
+        start, stop = _tokenized_file_ranges(ts).get(flag.source_file.path, (0, 0))
+        return set(range(start, stop))
+    return set(flag.document_ids)
+
+
+def _flagged_docs_in_pool(flag: Flag, pool: Pool, hit_tokenized: dict[int, int]) -> int:
+    """How many flagged documents made it into the pool (its filter and train/val split
+    decide), from the pool's per-document Parquet listing."""
+    from webapp.catalog import lineage
+
+    if pool.status != ArtifactStatus.READY:
+        return 0
+    total = 0
+    for ts in pool.parents.filter(pk__in=list(hit_tokenized)):
+        total += lineage.pool_documents_hit(
+            pool=pool, tokenized=ts, doc_ids=_flagged_document_ids(flag, ts)
+        )
+    return total
+
+
+def _flagged_docs_in_version(flag: Flag, version: MixtureVersion, hit_pools: dict[int, int]) -> int:
+    if version.status not in (ArtifactStatus.READY, ArtifactStatus.BUILDING):
+        return 0
+    return sum(hit_pools.get(c.pool_id, 0) for c in version.components.all())

@@ -1,0 +1,136 @@
+"""Jobs: one row per run of a shardcore stage, one ``JobUnit`` row per unit of its plan.
+
+The jobs app is generic over stages (tokenize, pool, materialize...): it knows a
+``shardcore.units.Plan`` and nothing about the artifact it builds. The catalog app creates a
+job with a *recorder* (dotted path of a catalog service) that the engine calls when the job
+reaches a terminal state, so the artifact rows are written by the catalog, not here. Two
+apps keep that boundary visible: jobs never import the catalog.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+
+class JobState(models.TextChoices):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class UnitState(models.TextChoices):
+    # Units of a later phase wait as PENDING until their phase starts.
+    PENDING = "pending"
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+ACTIVE_JOB_STATES = (JobState.QUEUED, JobState.RUNNING)
+TERMINAL_JOB_STATES = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
+
+
+class Job(models.Model):
+    kind = models.CharField(max_length=40)  # the shardcore stage name, e.g. "tokenize"
+    title = models.CharField(max_length=300, blank=True)
+    state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.QUEUED)
+    plan = models.JSONField()  # shardcore.units.Plan.to_json()
+    output_dir = models.CharField(max_length=1000)
+    # Index of the phase being run; == number of phases while finalize runs.
+    phase = models.PositiveIntegerField(default=0)
+    num_phases = models.PositiveIntegerField(default=1)
+    finalize_claimed_at = models.DateTimeField(null=True, blank=True)
+    # Dotted path of the service called on success/failure (see module docstring).
+    recorder = models.CharField(max_length=200, blank=True)
+
+    units_total = models.PositiveIntegerField(default=0)
+    units_done = models.PositiveIntegerField(default=0)
+    documents = models.BigIntegerField(default=0)
+    tokens = models.BigIntegerField(default=0)
+    bytes = models.BigIntegerField(default=0)
+    bad_lines = models.BigIntegerField(default=0)
+    # {file: {reason: {"count": n, "samples": [...]}}} summed over finished units.
+    bad_input = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True)
+    log_tail = models.TextField(blank=True)
+
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        # The jobs page lists newest first, filtered by state.
+        indexes = [
+            models.Index(fields=["-created_at"]),
+            models.Index(fields=["state", "-created_at"]),
+        ]
+
+    def __str__(self) -> str:
+        return f"job {self.pk} {self.kind} ({self.state})"
+
+    @property
+    def is_active(self) -> bool:
+        return self.state in ACTIVE_JOB_STATES
+
+    @property
+    def progress(self) -> float:
+        return self.units_done / self.units_total if self.units_total else 0.0
+
+    @property
+    def elapsed(self) -> timedelta | None:
+        if self.started_at is None:
+            return None
+        return (self.finished_at or timezone.now()) - self.started_at
+
+    @property
+    def bytes_per_second(self) -> float | None:
+        seconds = self.elapsed.total_seconds() if self.elapsed else 0
+        return self.bytes / seconds if seconds > 0 else None
+
+    @property
+    def tokens_per_second(self) -> float | None:
+        seconds = self.elapsed.total_seconds() if self.elapsed else 0
+        return self.tokens / seconds if seconds > 0 else None
+
+    @property
+    def eta(self) -> timedelta | None:
+        """Remaining time assuming the remaining units take as long as the finished ones."""
+        if self.state != JobState.RUNNING or not self.units_done or self.elapsed is None:
+            return None
+        remaining = self.units_total - self.units_done
+        return self.elapsed * (remaining / self.units_done)
+
+
+class JobUnit(models.Model):
+    job = models.ForeignKey(Job, related_name="units", on_delete=models.CASCADE)
+    unit_id = models.CharField(max_length=200)  # the unit's "id" in the plan
+    phase = models.PositiveIntegerField()
+    state = models.CharField(max_length=16, choices=UnitState.choices, default=UnitState.PENDING)
+    attempts = models.PositiveIntegerField(default=0)
+    stats = models.JSONField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    worker = models.CharField(max_length=200, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["job", "unit_id"], name="jobunit_unique_per_job")
+        ]
+        # Phase completion counts units of (job, phase) by state.
+        indexes = [models.Index(fields=["job", "phase", "state"])]
+        ordering = ["phase", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.job_id}/{self.unit_id} ({self.state})"

@@ -1,0 +1,424 @@
+"""Writes for jobs: create, execute units, finalize, cancel, retry.
+
+A job runs a ``shardcore.units.Plan``. Each unit is one Celery task
+(``workers.tasks.job_unit_run``) that claims its row by state, runs the unit through
+shardcore (idempotent: completion markers), then records its stats. The last unit of a
+phase to finish queues the next phase; after the last phase one ``job_finalize`` task writes
+the manifest (the artifact's commit point) and calls the job's recorder, a catalog service
+that writes the artifact rows in the same transaction as the job's success.
+
+Claims are ``UPDATE ... WHERE state = 'queued'`` that must change exactly one row, and
+completions are ``UPDATE ... WHERE state = 'running' AND attempts = <claimed attempt>``: a
+duplicate or stale delivery records nothing. Completions lock the job row, so counters and
+phase changes are serialized per job.
+"""
+
+from __future__ import annotations
+
+import logging
+import traceback
+from collections.abc import Iterable
+from typing import Any
+
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+from django.utils.module_loading import import_string
+
+from shardcore import units
+from webapp.jobs.models import ACTIVE_JOB_STATES, Job, JobState, JobUnit, UnitState
+
+log = logging.getLogger(__name__)
+
+LOG_TAIL_LINES = 200
+BAD_SAMPLES_PER_REASON = 5
+
+
+class JobError(Exception):
+    """A request the job's state does not allow (e.g. retrying a succeeded job)."""
+
+
+def _transient_errors() -> tuple[type[BaseException], ...]:
+    """Errors worth retrying after a pause: the database or broker went away for a moment.
+    Everything else is a permanent failure recorded on the unit and the job."""
+    import redis.exceptions
+    from django.db import InterfaceError, OperationalError
+
+    return (
+        OperationalError,
+        InterfaceError,
+        redis.exceptions.ConnectionError,
+        redis.exceptions.TimeoutError,
+        ConnectionError,
+        TimeoutError,
+    )
+
+
+class TransientUnitError(Exception):
+    """Raised to the task when a unit hit a transient error and was put back in the queue."""
+
+
+# --- create -----------------------------------------------------------------------------
+
+
+def job_create(
+    *,
+    plan: units.Plan,
+    title: str = "",
+    recorder: str = "",
+    created_by=None,
+) -> Job:
+    """Save the plan next to the output, create the job and its units, and enqueue the
+    first phase once the surrounding transaction commits."""
+    units.save_plan(plan)
+    with transaction.atomic():
+        job = Job.objects.create(
+            kind=plan.stage,
+            title=title or f"{plan.stage} {plan.out}",
+            plan=plan.to_json(),
+            output_dir=str(plan.out),
+            num_phases=len(plan.phases),
+            units_total=plan.num_units,
+            recorder=recorder,
+            created_by=created_by,
+        )
+        JobUnit.objects.bulk_create(
+            [
+                JobUnit(job=job, unit_id=unit["id"], phase=index, state=UnitState.PENDING)
+                for index, phase in enumerate(plan.phases)
+                for unit in phase
+            ],
+            batch_size=2000,
+        )
+        _log(job, f"created: {plan.num_units} unit(s) in {len(plan.phases)} phase(s)")
+        _phase_start(job, 0)
+        job.save()
+    return job
+
+
+def _phase_start(job: Job, phase: int) -> None:
+    """Queue the units of ``phase`` (skipping empty phases), or finalize after the last one.
+    The caller holds the job row and saves it."""
+    while phase < job.num_phases:
+        queued = JobUnit.objects.filter(job=job, phase=phase, state=UnitState.PENDING).update(
+            state=UnitState.QUEUED
+        )
+        if queued or JobUnit.objects.filter(job=job, phase=phase).exists():
+            job.phase = phase
+            _log(job, f"phase {phase + 1}/{job.num_phases} queued")
+            _enqueue_units(job.pk, phase)
+            return
+        phase += 1
+    job.phase = job.num_phases
+    job.finalize_claimed_at = None
+    _log(job, "all units done; finalizing")
+    _enqueue_finalize(job.pk)
+
+
+def _enqueue_units(job_id: int, phase: int) -> None:
+    def send() -> None:
+        from workers.tasks import job_unit_run
+
+        ids = JobUnit.objects.filter(
+            job_id=job_id, phase=phase, state=UnitState.QUEUED
+        ).values_list("pk", flat=True)
+        for pk in ids.iterator():
+            job_unit_run.apply_async(kwargs={"unit_id": pk})
+
+    transaction.on_commit(send)
+
+
+def _enqueue_finalize(job_id: int) -> None:
+    def send() -> None:
+        from workers.tasks import job_finalize
+
+        job_finalize.apply_async(kwargs={"job_id": job_id})
+
+    transaction.on_commit(send)
+
+
+# --- execute ----------------------------------------------------------------------------
+
+
+def job_unit_execute(*, unit_id: int, worker: str) -> str:
+    """Claim the unit, run it through shardcore and record the outcome. Returns
+    "skipped" (not claimable: finished, cancelled, or another delivery owns it),
+    "succeeded" or "failed". Raises TransientUnitError after putting the unit back."""
+    now = timezone.now()
+    with transaction.atomic():
+        claimed = JobUnit.objects.filter(
+            pk=unit_id, state=UnitState.QUEUED, job__state__in=ACTIVE_JOB_STATES
+        ).update(
+            state=UnitState.RUNNING,
+            attempts=F("attempts") + 1,
+            worker=worker,
+            started_at=now,
+            finished_at=None,
+            error="",
+        )
+        if claimed != 1:
+            return "skipped"
+        unit = JobUnit.objects.select_related("job").get(pk=unit_id)
+        Job.objects.filter(pk=unit.job_id, state=JobState.QUEUED).update(
+            state=JobState.RUNNING, started_at=now
+        )
+    plan = units.Plan.from_json(unit.job.plan)
+    try:
+        stats = units.run_unit(plan, unit.unit_id)
+    except _transient_errors() as exc:
+        JobUnit.objects.filter(pk=unit.pk, state=UnitState.RUNNING, attempts=unit.attempts).update(
+            state=UnitState.QUEUED, error=f"transient, will retry: {_describe(exc)}"
+        )
+        raise TransientUnitError(_describe(exc)) from exc
+    except Exception as exc:  # any other error is permanent: record it, readable
+        log.exception("unit %s of job %s failed", unit.unit_id, unit.job_id)
+        _unit_fail(unit, _describe(exc), traceback.format_exc(limit=8))
+        return "failed"
+    _unit_succeed(unit, stats)
+    return "succeeded"
+
+
+def job_unit_give_up(*, unit_id: int, reason: str) -> None:
+    """A unit exhausted its transient retries (or hit the time limit): fail it."""
+    unit = JobUnit.objects.select_related("job").get(pk=unit_id)
+    if unit.state in (UnitState.QUEUED, UnitState.RUNNING):
+        JobUnit.objects.filter(pk=unit.pk).update(state=UnitState.RUNNING)
+        _unit_fail(unit, reason, "")
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _unit_succeed(unit: JobUnit, stats: dict[str, Any]) -> None:
+    now = timezone.now()
+    with transaction.atomic():
+        job = Job.objects.select_for_update().get(pk=unit.job_id)
+        done = JobUnit.objects.filter(
+            pk=unit.pk, state=UnitState.RUNNING, attempts=unit.attempts
+        ).update(state=UnitState.SUCCEEDED, stats=stats, finished_at=now, error="")
+        if done != 1:
+            return  # a retry took this unit over; its own run records the outcome
+        counts = unit_counts(stats)
+        job.units_done += 1
+        job.documents += counts["documents"]
+        job.tokens += counts["tokens"]
+        job.bytes += counts["bytes"]
+        job.bad_lines += counts["bad_lines"]
+        if stats.get("bad_input"):
+            job.bad_input = merge_bad_input(job.bad_input, stats["bad_input"])
+        _log(
+            job,
+            f"unit {unit.unit_id} done on {unit.worker}: {counts['documents']} docs, "
+            f"{counts['tokens']} tokens, {counts['bytes']} bytes"
+            + (f", {counts['bad_lines']} bad lines" if counts["bad_lines"] else ""),
+        )
+        if job.state == JobState.RUNNING and job.phase == unit.phase:
+            unfinished = (
+                JobUnit.objects.filter(job=job, phase=unit.phase)
+                .exclude(state=UnitState.SUCCEEDED)
+                .exists()
+            )
+            if not unfinished:
+                _phase_start(job, unit.phase + 1)
+        job.save()
+
+
+def _unit_fail(unit: JobUnit, error: str, trace: str) -> None:
+    now = timezone.now()
+    with transaction.atomic():
+        job = Job.objects.select_for_update().get(pk=unit.job_id)
+        failed = JobUnit.objects.filter(pk=unit.pk, state=UnitState.RUNNING).update(
+            state=UnitState.FAILED, error=(error + "\n" + trace).strip(), finished_at=now
+        )
+        if failed != 1:
+            return
+        _log(job, f"unit {unit.unit_id} FAILED on {unit.worker}: {error}")
+        if job.state in ACTIVE_JOB_STATES:
+            job.state = JobState.FAILED
+            job.error = f"unit {unit.unit_id} failed: {error}"
+            job.finished_at = now
+            _record(job, None)
+        job.save()
+
+
+def job_finalize_execute(*, job_id: int) -> str:
+    """Write the manifest after every unit finished, then record the artifact."""
+    claimed = Job.objects.filter(
+        pk=job_id,
+        state=JobState.RUNNING,
+        phase=F("num_phases"),
+        finalize_claimed_at__isnull=True,
+    ).update(finalize_claimed_at=timezone.now())
+    if claimed != 1:
+        return "skipped"
+    job = Job.objects.get(pk=job_id)
+    plan = units.Plan.from_json(job.plan)
+    try:
+        manifest = units.finalize(plan)
+    except _transient_errors() as exc:
+        Job.objects.filter(pk=job_id).update(finalize_claimed_at=None)
+        raise TransientUnitError(_describe(exc)) from exc
+    except Exception as exc:
+        log.exception("finalize of job %s failed", job_id)
+        return _job_fail(job_id, f"finalize failed: {_describe(exc)}")
+    now = timezone.now()
+    try:
+        with transaction.atomic():
+            job = Job.objects.select_for_update().get(pk=job_id)
+            if job.state != JobState.RUNNING:
+                return "skipped"
+            _record(job, manifest)
+            job.state = JobState.SUCCEEDED
+            job.finished_at = now
+            job.error = ""
+            _log(job, "succeeded: manifest written")
+            job.save()
+    except Exception as exc:
+        log.exception("recording job %s failed", job_id)
+        return _job_fail(job_id, f"recording the result failed: {_describe(exc)}")
+    return "succeeded"
+
+
+def _job_fail(job_id: int, error: str) -> str:
+    with transaction.atomic():
+        job = Job.objects.select_for_update().get(pk=job_id)
+        if job.state in ACTIVE_JOB_STATES:
+            job.state = JobState.FAILED
+            job.error = error
+            job.finished_at = timezone.now()
+            _log(job, error)
+            _record(job, None)
+            job.save()
+    return "failed"
+
+
+def _record(job: Job, manifest: dict | None) -> None:
+    """Call the job's recorder (a catalog service) inside the caller's transaction."""
+    if job.recorder:
+        import_string(job.recorder)(job=job, manifest=manifest)
+
+
+# --- operator actions -------------------------------------------------------------------
+
+
+def job_cancel(*, job_id: int) -> Job:
+    """Stop the job: queued and pending units are cancelled; units already running finish
+    their file (they are idempotent) but start nothing after them."""
+    with transaction.atomic():
+        job = Job.objects.select_for_update().get(pk=job_id)
+        if job.state not in ACTIVE_JOB_STATES:
+            raise JobError(f"job {job.pk} is {job.state}; only queued or running jobs cancel")
+        n = JobUnit.objects.filter(job=job, state__in=[UnitState.PENDING, UnitState.QUEUED]).update(
+            state=UnitState.CANCELLED
+        )
+        job.state = JobState.CANCELLED
+        job.finished_at = timezone.now()
+        _log(job, f"cancelled: {n} unit(s) will not run")
+        _record(job, None)
+        job.save()
+    return job
+
+
+def job_retry(*, job_id: int, include_running: bool = False) -> Job:
+    """Rerun only the units that did not succeed (finished units keep their output and
+    their completion markers). ``include_running`` also requeues units marked running,
+    for when the worker that held them is gone (SIGKILL, lost host); shardcore units are
+    idempotent, so a unit that was in fact still running produces the same bytes."""
+    with transaction.atomic():
+        job = Job.objects.select_for_update().get(pk=job_id)
+        if job.state == JobState.SUCCEEDED:
+            raise JobError(f"job {job.pk} succeeded; nothing to retry")
+        if job.state in ACTIVE_JOB_STATES and not include_running:
+            raise JobError(
+                f"job {job.pk} is {job.state}; retry it when it failed or was cancelled, "
+                "or pass include_running when its worker is gone"
+            )
+        states = [UnitState.FAILED, UnitState.CANCELLED, UnitState.QUEUED]
+        if include_running:
+            states.append(UnitState.RUNNING)
+        requeued = JobUnit.objects.filter(job=job, phase=job.phase, state__in=states).update(
+            state=UnitState.QUEUED, error=""
+        )
+        # Later phases were cancelled or never started: they wait for this phase again.
+        JobUnit.objects.filter(job=job, phase__gt=job.phase).exclude(
+            state=UnitState.SUCCEEDED
+        ).update(state=UnitState.PENDING)
+        job.state = JobState.RUNNING if job.started_at else JobState.QUEUED
+        job.error = ""
+        job.finished_at = None
+        _log(job, f"retry: {requeued} unit(s) requeued")
+        unfinished = (
+            JobUnit.objects.filter(job=job, phase=job.phase)
+            .exclude(state=UnitState.SUCCEEDED)
+            .exists()
+        )
+        if job.phase >= job.num_phases or not unfinished:
+            job.state = JobState.RUNNING
+            job.started_at = job.started_at or timezone.now()
+            _phase_start(job, job.phase + 1 if job.phase < job.num_phases else job.num_phases)
+        else:
+            _enqueue_units(job.pk, job.phase)
+        job.save()
+    return job
+
+
+# --- helpers shared with selectors ------------------------------------------------------
+
+
+def unit_counts(stats: dict[str, Any]) -> dict[str, int]:
+    """The counters of a unit's stats, whatever names the stage uses."""
+
+    def first(*names: str) -> int:
+        for name in names:
+            value = stats.get(name)
+            if isinstance(value, int | float):
+                return int(value)
+        return 0
+
+    return {
+        "documents": first("documents", "num_documents", "docs"),
+        "tokens": first("tokens", "num_tokens"),
+        "bytes": first("bytes", "num_bytes", "bytes_read", "input_bytes"),
+        "bad_lines": first("bad_lines", "num_bad", "bad"),
+    }
+
+
+def merge_bad_input(total: dict, new: dict | list) -> dict:
+    """Sum bad-input reports shaped {file: {reason: {"count": n, "samples": [...]}}}
+    (a list of {"file", "reason", "count", "samples"} entries is accepted too)."""
+    out = {f: {r: dict(v) for r, v in reasons.items()} for f, reasons in (total or {}).items()}
+    for file, reason, count, samples in _bad_entries(new):
+        slot = out.setdefault(file, {}).setdefault(reason, {"count": 0, "samples": []})
+        slot["count"] += count
+        room = BAD_SAMPLES_PER_REASON - len(slot["samples"])
+        if room > 0:
+            slot["samples"] = slot["samples"] + list(samples)[:room]
+    return out
+
+
+def _bad_entries(report: dict | list) -> Iterable[tuple[str, str, int, list]]:
+    if isinstance(report, list):
+        for e in report:
+            yield (
+                str(e.get("file", "")),
+                str(e.get("reason", "")),
+                int(e.get("count", 1)),
+                e.get("samples", []),
+            )
+        return
+    for file, reasons in (report or {}).items():
+        if not isinstance(reasons, dict):
+            continue
+        for reason, value in reasons.items():
+            if isinstance(value, dict):
+                yield str(file), str(reason), int(value.get("count", 0)), value.get("samples", [])
+            elif isinstance(value, int):
+                yield str(file), str(reason), value, []
+
+
+def _log(job: Job, message: str) -> None:
+    line = f"{timezone.now():%Y-%m-%d %H:%M:%S} {message}"
+    lines = (job.log_tail.splitlines() if job.log_tail else []) + [line]
+    job.log_tail = "\n".join(lines[-LOG_TAIL_LINES:])
