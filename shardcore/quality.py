@@ -1,0 +1,204 @@
+"""Shuffle and mixture quality metrics, as plain numbers, lists and dicts for plotting.
+
+Given one label per training sample in training order (its pool, source, cluster, length
+bin...), with global share ``p_j`` of label j:
+
+- window deviation: for every window of n consecutive samples (all M - n + 1 of them) and
+  every label, ``|share of j in the window - p_j|``; its max and 99th percentile (over
+  windows) per label and window size, against the ideal ``sqrt(2 p (1 - p) / (pi n))``, the
+  mean absolute deviation of a perfect sample-level shuffle (a binomial proportion);
+- distinct labels per batch (consecutive, non-overlapping batches): worst, best, mean;
+- composition over position: the share of each (top) label in each of B position bins.
+
+Algorithm. The count of label j in the window starting at a is a step function of a that
+only changes where an occurrence of j enters or leaves the window, so it is evaluated only
+at those O(m_j) breakpoints (by binary search over j's sorted positions), each weighted by
+the number of windows it stands for. All labels are done at once with one sorted key
+``label * (M + 1) + position``. Cost O(M log M) per window size instead of O(M * labels);
+exact, not sampled.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from shardcore.errors import InputError
+
+
+def ideal_bound(p: float | np.ndarray, n: int | np.ndarray) -> float | np.ndarray:
+    """Expected |window share - p| for n samples drawn independently: sqrt(2p(1-p)/(pi n))."""
+    p = np.asarray(p, dtype=np.float64)
+    n = np.asarray(n, dtype=np.float64)
+    out = np.sqrt(2.0 * p * (1.0 - p) / (math.pi * n))
+    return float(out) if out.ndim == 0 else out
+
+
+def encode_labels(labels: Sequence[Any] | np.ndarray) -> tuple[np.ndarray, list[str]]:
+    """Integer codes 0..K-1 (in sorted label order) and the label names as strings."""
+    arr = np.asarray(labels)
+    if arr.ndim != 1:
+        raise InputError(f"labels: need one label per sample, got shape {arr.shape}")
+    names, codes = np.unique(arr, return_inverse=True)
+    return codes.astype(np.int64), [str(x) for x in names.tolist()]
+
+
+def default_window_sizes(num_samples: int, *, largest: int = 1 << 16) -> list[int]:
+    """Powers of two from 2 up to min(largest, num_samples / 4)."""
+    sizes, n = [], 2
+    while n <= min(largest, num_samples // 4):
+        sizes.append(n)
+        n *= 2
+    return sizes or [max(1, num_samples)]
+
+
+def _window_stats(codes: np.ndarray, k: int, n: int, q: float) -> tuple[np.ndarray, np.ndarray]:
+    """Per label: max and q-quantile over all windows of n samples of |share - p|."""
+    m = codes.size
+    last = m - n  # window starts 0..last
+    positions = np.argsort(codes, kind="stable")  # grouped by label, positions ascending
+    sorted_codes = codes[positions]
+    stride = m + 1
+    keys = sorted_codes * stride + positions
+    counts = np.bincount(codes, minlength=k)
+    p = counts / m
+    # Breakpoints per label: 0, just after each occurrence, where each occurrence enters.
+    cand_label = np.concatenate([np.arange(k), sorted_codes, sorted_codes])
+    cand_pos = np.concatenate([np.zeros(k, np.int64), positions + 1, positions - n + 1])
+    np.clip(cand_pos, 0, last, out=cand_pos)
+    bkeys = np.unique(cand_label * stride + cand_pos)
+    blabel = bkeys // stride
+    bpos = bkeys - blabel * stride
+    in_window = np.searchsorted(keys, bkeys + n) - np.searchsorted(keys, bkeys)
+    dev = np.abs(in_window / n - p[blabel])
+    # Each breakpoint stands for the windows up to the next breakpoint of the same label.
+    nxt = np.empty_like(bpos)
+    nxt[:-1] = bpos[1:]
+    same = np.empty(bpos.size, dtype=bool)
+    same[:-1] = blabel[1:] == blabel[:-1]
+    same[-1] = False
+    nxt[~same] = last + 1
+    weight = nxt - bpos
+    starts = np.flatnonzero(np.r_[True, blabel[1:] != blabel[:-1]])
+    max_dev = np.maximum.reduceat(dev, starts)
+    # Weighted quantile per label: sort by (label, dev), first cumulative weight >= q * total.
+    order = np.lexsort((dev, blabel))
+    dev_s, w_s = dev[order], weight[order]
+    cum = np.cumsum(w_s)
+    group_end = np.r_[starts[1:], dev.size] - 1
+    group_base = np.r_[0, cum[group_end[:-1]]]
+    total = last + 1
+    thresh = group_base + q * total
+    idx = np.searchsorted(cum, thresh, side="left")
+    idx = np.minimum(idx, group_end)
+    return max_dev, dev_s[idx]
+
+
+def window_deviation(
+    labels: Sequence[Any] | np.ndarray,
+    window_sizes: Sequence[int] | None = None,
+    *,
+    quantile: float = 0.99,
+) -> dict[str, Any]:
+    """Deviation of every window's composition from the global composition.
+
+    Returns ``{"labels": [...], "share": [...], "window_sizes": [...], "max": [[per label]
+    per size], "p99": [[...]], "ideal": [[...]], "max_all": [per size], "p99_all": [...],
+    "ideal_all": [...]}``; ``*_all`` is the worst label (for ideal: the largest bound).
+    """
+    codes, names = encode_labels(labels)
+    m = codes.size
+    if m == 0:
+        raise InputError("labels: empty, nothing to measure")
+    sizes = list(window_sizes) if window_sizes is not None else default_window_sizes(m)
+    for n in sizes:
+        if not 1 <= int(n) <= m:
+            raise InputError(f"window_sizes: {n} is not in [1, {m}] (number of samples)")
+    k = len(names)
+    share = np.bincount(codes, minlength=k) / m
+    result: dict[str, Any] = {
+        "labels": names,
+        "share": share.tolist(),
+        "num_samples": int(m),
+        "window_sizes": [int(n) for n in sizes],
+        "max": [],
+        "p99": [],
+        "ideal": [],
+        "max_all": [],
+        "p99_all": [],
+        "ideal_all": [],
+        "quantile": quantile,
+    }
+    for n in sizes:
+        mx, pq = _window_stats(codes, k, int(n), quantile)
+        ideal = ideal_bound(share, int(n))
+        result["max"].append(mx.tolist())
+        result["p99"].append(pq.tolist())
+        result["ideal"].append(np.atleast_1d(ideal).tolist())
+        result["max_all"].append(float(mx.max()))
+        result["p99_all"].append(float(pq.max()))
+        result["ideal_all"].append(float(np.max(ideal)))
+    return result
+
+
+def batch_diversity(labels: Sequence[Any] | np.ndarray, batch_size: int) -> dict[str, Any]:
+    """Distinct labels per consecutive batch of ``batch_size`` samples (a last partial batch
+    is ignored): worst (fewest), best (most), mean, and the per-batch list."""
+    codes, names = encode_labels(labels)
+    if batch_size < 1:
+        raise InputError(f"batch_size: must be >= 1, got {batch_size}")
+    nb = codes.size // batch_size
+    if nb == 0:
+        raise InputError(f"batch_size: {batch_size} exceeds the {codes.size} samples")
+    grid = np.sort(codes[: nb * batch_size].reshape(nb, batch_size), axis=1)
+    distinct = 1 + (np.diff(grid, axis=1) != 0).sum(axis=1)
+    return {
+        "batch_size": int(batch_size),
+        "num_batches": int(nb),
+        "possible": int(min(len(names), batch_size)),
+        "worst": int(distinct.min()),
+        "best": int(distinct.max()),
+        "mean": float(distinct.mean()),
+        "per_batch": distinct.tolist(),
+    }
+
+
+def composition(
+    labels: Sequence[Any] | np.ndarray, *, bins: int = 100, top: int = 20
+) -> dict[str, Any]:
+    """Share of each of the ``top`` most frequent labels (the rest as "other") in each of
+    ``bins`` equal position ranges: a heat map of composition over training position."""
+    codes, names = encode_labels(labels)
+    m = codes.size
+    bins = max(1, min(bins, m))
+    freq = np.bincount(codes, minlength=len(names))
+    keep = np.argsort(-freq, kind="stable")[:top]
+    remap = np.full(len(names), len(keep), dtype=np.int64)
+    remap[keep] = np.arange(len(keep))
+    rows = [names[i] for i in keep] + (["other"] if len(names) > len(keep) else [])
+    position_bin = np.arange(m) * bins // m
+    flat = np.bincount(position_bin * len(rows) + remap[codes], minlength=bins * len(rows))
+    grid = flat.reshape(bins, len(rows)).astype(np.float64)
+    grid /= np.maximum(grid.sum(axis=1, keepdims=True), 1.0)
+    edges = [int(b * m // bins) for b in range(bins + 1)]
+    return {"labels": rows, "bin_edges": edges, "share": grid.T.tolist()}
+
+
+def report(
+    labels: Sequence[Any] | np.ndarray,
+    *,
+    batch_size: int = 1024,
+    window_sizes: Sequence[int] | None = None,
+    bins: int = 100,
+) -> dict[str, Any]:
+    """Everything the quality page plots, as one JSON-able dict."""
+    arr = np.asarray(labels)
+    batch_size = max(1, min(batch_size, arr.size))
+    return {
+        "windows": window_deviation(arr, window_sizes),
+        "batches": batch_diversity(arr, batch_size),
+        "composition": composition(arr, bins=bins),
+    }

@@ -1,0 +1,89 @@
+"""Quality metrics agree with brute force over every window and behave as the theory says."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from shardcore import quality
+from shardcore.errors import InputError
+
+
+def _brute(labels: np.ndarray, n: int, q: float) -> tuple[np.ndarray, np.ndarray]:
+    codes, names = quality.encode_labels(labels)
+    k, m = len(names), codes.size
+    p = np.bincount(codes, minlength=k) / m
+    onehot = np.eye(k)[codes]
+    windows = np.array([onehot[a : a + n].sum(axis=0) for a in range(m - n + 1)])
+    dev = np.abs(windows / n - p)
+    srt = np.sort(dev, axis=0)
+    total = m - n + 1
+    idx = int(np.searchsorted(np.arange(1, total + 1), q * total))
+    return dev.max(axis=0), srt[min(idx, total - 1)]
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("n", [1, 2, 5, 16, 33])
+def test_it_matches_a_brute_force_scan_of_every_window(seed, n):
+    rng = np.random.default_rng(seed)
+    k = int(rng.integers(1, 6))
+    labels = rng.choice(k, size=int(rng.integers(n, 120)), p=rng.dirichlet(np.ones(k)))
+    result = quality.window_deviation(labels, [n])
+    mx, p99 = _brute(labels, n, 0.99)
+    np.testing.assert_allclose(result["max"][0], mx)
+    np.testing.assert_allclose(result["p99"][0], p99)
+    assert result["max_all"][0] == pytest.approx(mx.max())
+
+
+def test_it_reports_zero_deviation_for_a_perfect_round_robin():
+    labels = np.tile(np.arange(4), 256)
+    result = quality.window_deviation(labels, [4, 8, 64])
+    assert result["max_all"] == [0.0, 0.0, 0.0]
+
+
+def test_it_finds_a_sorted_order_far_worse_than_the_ideal_bound():
+    labels = np.repeat(np.arange(8), 1000)
+    result = quality.window_deviation(labels, [256])
+    assert result["max_all"][0] == pytest.approx(1 - 1 / 8)
+    assert result["max_all"][0] > 10 * result["ideal_all"][0]
+
+
+def test_it_has_a_random_shuffle_near_the_ideal_bound_in_the_median_sense():
+    rng = np.random.default_rng(0)
+    labels = rng.permutation(np.repeat(np.arange(4), 5000))
+    result = quality.window_deviation(labels, [64, 1024])
+    # p99 of |dev| of a binomial proportion is ~3.2x its mean absolute deviation.
+    for p99, ideal in zip(result["p99_all"], result["ideal_all"], strict=True):
+        assert ideal < p99 < 5 * ideal
+
+
+def test_it_computes_the_ideal_bound():
+    assert quality.ideal_bound(0.5, 100) == pytest.approx(np.sqrt(0.5 / (np.pi * 100)))
+
+
+def test_it_counts_distinct_labels_per_batch():
+    labels = np.array([0, 0, 0, 0, 0, 1, 2, 3, 1, 1, 1, 1])
+    result = quality.batch_diversity(labels, 4)
+    assert result["per_batch"] == [1, 4, 1]
+    assert (result["worst"], result["best"]) == (1, 4)
+
+
+def test_it_shows_composition_over_position():
+    labels = ["a"] * 50 + ["b"] * 50
+    result = quality.composition(labels, bins=2)
+    assert result["labels"] == ["a", "b"]
+    assert result["share"] == [[1.0, 0.0], [0.0, 1.0]]
+
+
+def test_it_returns_a_json_able_report():
+    labels = np.random.default_rng(1).integers(0, 5, 5000)
+    report = quality.report(labels, batch_size=64)
+    text = json.dumps(report)
+    assert json.loads(text)["windows"]["window_sizes"][0] == 2
+
+
+def test_it_rejects_windows_longer_than_the_data():
+    with pytest.raises(InputError, match="window_sizes"):
+        quality.window_deviation([1, 2, 3], [8])
