@@ -55,46 +55,48 @@ def default_window_sizes(num_samples: int, *, largest: int = 1 << 16) -> list[in
     return sizes or [max(1, num_samples)]
 
 
-def _window_stats(codes: np.ndarray, k: int, n: int, q: float) -> tuple[np.ndarray, np.ndarray]:
+class _Positions:
+    """Label-grouped sample positions, sorted once and reused for every window size."""
+
+    def __init__(self, codes: np.ndarray, k: int):
+        self.m = codes.size
+        self.k = k
+        self.positions = np.argsort(codes, kind="stable")  # by label, positions ascending
+        self.sorted_codes = codes[self.positions]
+        self.stride = self.m + 1
+        self.keys = self.sorted_codes * self.stride + self.positions
+        self.share = np.bincount(codes, minlength=k) / self.m
+
+
+def _window_stats(pos: _Positions, n: int, q: float) -> tuple[np.ndarray, np.ndarray]:
     """Per label: max and q-quantile over all windows of n samples of |share - p|."""
-    m = codes.size
-    last = m - n  # window starts 0..last
-    positions = np.argsort(codes, kind="stable")  # grouped by label, positions ascending
-    sorted_codes = codes[positions]
-    stride = m + 1
-    keys = sorted_codes * stride + positions
-    counts = np.bincount(codes, minlength=k)
-    p = counts / m
+    k, stride, last = pos.k, pos.stride, pos.m - n  # window starts 0..last
     # Breakpoints per label: 0, just after each occurrence, where each occurrence enters.
-    cand_label = np.concatenate([np.arange(k), sorted_codes, sorted_codes])
-    cand_pos = np.concatenate([np.zeros(k, np.int64), positions + 1, positions - n + 1])
+    cand_pos = np.concatenate([np.zeros(k, np.int64), pos.positions + 1, pos.positions - n + 1])
     np.clip(cand_pos, 0, last, out=cand_pos)
-    bkeys = np.unique(cand_label * stride + cand_pos)
+    cand = np.concatenate([np.arange(k), pos.sorted_codes, pos.sorted_codes]) * stride + cand_pos
+    cand.sort()
+    bkeys = cand[np.r_[True, cand[1:] != cand[:-1]]]
     blabel = bkeys // stride
     bpos = bkeys - blabel * stride
-    in_window = np.searchsorted(keys, bkeys + n) - np.searchsorted(keys, bkeys)
-    dev = np.abs(in_window / n - p[blabel])
+    in_window = np.searchsorted(pos.keys, bkeys + n) - np.searchsorted(pos.keys, bkeys)
+    dev = np.abs(in_window / n - pos.share[blabel])
     # Each breakpoint stands for the windows up to the next breakpoint of the same label.
+    first = np.r_[True, blabel[1:] != blabel[:-1]]
+    starts = np.flatnonzero(first)
     nxt = np.empty_like(bpos)
     nxt[:-1] = bpos[1:]
-    same = np.empty(bpos.size, dtype=bool)
-    same[:-1] = blabel[1:] == blabel[:-1]
-    same[-1] = False
-    nxt[~same] = last + 1
+    nxt[np.r_[starts[1:] - 1, bpos.size - 1]] = last + 1
     weight = nxt - bpos
-    starts = np.flatnonzero(np.r_[True, blabel[1:] != blabel[:-1]])
     max_dev = np.maximum.reduceat(dev, starts)
-    # Weighted quantile per label: sort by (label, dev), first cumulative weight >= q * total.
-    order = np.lexsort((dev, blabel))
-    dev_s, w_s = dev[order], weight[order]
-    cum = np.cumsum(w_s)
+    # Weighted quantile per label: sort by (label, dev) through one float key (dev < 2),
+    # then the first cumulative weight >= q * (number of windows).
+    order = np.argsort(blabel * 4.0 + dev)
+    cum = np.cumsum(weight[order])
     group_end = np.r_[starts[1:], dev.size] - 1
     group_base = np.r_[0, cum[group_end[:-1]]]
-    total = last + 1
-    thresh = group_base + q * total
-    idx = np.searchsorted(cum, thresh, side="left")
-    idx = np.minimum(idx, group_end)
-    return max_dev, dev_s[idx]
+    idx = np.minimum(np.searchsorted(cum, group_base + q * (last + 1), side="left"), group_end)
+    return max_dev, dev[order][idx]
 
 
 def window_deviation(
@@ -118,7 +120,8 @@ def window_deviation(
         if not 1 <= int(n) <= m:
             raise InputError(f"window_sizes: {n} is not in [1, {m}] (number of samples)")
     k = len(names)
-    share = np.bincount(codes, minlength=k) / m
+    pos = _Positions(codes, k)
+    share = pos.share
     result: dict[str, Any] = {
         "labels": names,
         "share": share.tolist(),
@@ -133,7 +136,7 @@ def window_deviation(
         "quantile": quantile,
     }
     for n in sizes:
-        mx, pq = _window_stats(codes, k, int(n), quantile)
+        mx, pq = _window_stats(pos, int(n), quantile)
         ideal = ideal_bound(share, int(n))
         result["max"].append(mx.tolist())
         result["p99"].append(pq.tolist())
