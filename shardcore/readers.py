@@ -1,0 +1,401 @@
+"""Read documents from source files through fsspec, and say exactly what is wrong with bad
+input instead of crashing or dropping it.
+
+Formats, by file name: ``.jsonl``/``.ndjson`` (one JSON object per line), the same with
+``.gz`` or ``.zst``/``.zstd``, ``.parquet`` (streamed batch by batch, never whole), and
+``.txt`` (optionally ``.gz``/``.zst``): the whole file is one document (``txt_mode="file"``)
+or each non-blank line is one (``txt_mode="line"``). Paths are anything fsspec opens: local
+paths, ``file://``, ``s3://`` (endpoint from ``AWS_ENDPOINT_URL`` or storage options).
+
+A *segment* is a file, or for a plain ``.jsonl`` (or line-mode ``.txt``) a byte range
+``[start, end)`` of it: the segment owns the lines whose first byte lies in the range, so
+ranges that tile a file read every line exactly once, whatever the line lengths.
+``read_segment`` yields ``Document`` and ``BadInput`` items in file order. Line numbers are
+1-based and counted from the segment's first line (absolute when ``start == 0``); callers
+that split a file add the line counts of the earlier segments (``SegmentStats.lines``).
+Byte offsets are absolute: in the decompressed stream for compressed files, ``None`` for
+Parquet rows (whose position is their row number, given as ``line``).
+
+Bad input reasons (stable strings used by reports and the web app): see ``REASONS``.
+Blank lines are not documents; they are counted in ``SegmentStats.blank_lines``.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import fsspec
+
+INVALID_JSON = "invalid_json"
+MISSING_TEXT_FIELD = "missing_text_field"
+TEXT_NOT_STRING = "text_not_string"
+INVALID_UTF8 = "invalid_utf8"
+EMPTY_DOCUMENT = "empty_document"
+TRUNCATED_COMPRESSED = "truncated_compressed"
+UNREADABLE_FILE = "unreadable_file"
+EMPTY_FILE = "empty_file"
+REASONS = (
+    INVALID_JSON,
+    MISSING_TEXT_FIELD,
+    TEXT_NOT_STRING,
+    INVALID_UTF8,
+    EMPTY_DOCUMENT,
+    TRUNCATED_COMPRESSED,
+    UNREADABLE_FILE,
+    EMPTY_FILE,
+)
+
+_BLOCK = 4 << 20  # raw bytes per read: large enough for throughput, small for memory
+_EXCERPT = 120  # characters of a bad line quoted in reports
+
+
+@dataclass(slots=True)
+class Document:
+    text: str
+    props: dict[str, Any]  # every field of the record except the text field
+    line: int  # 1-based line (or Parquet row) number within the segment
+    byte_offset: int | None  # absolute offset of the line; None for Parquet
+    nbytes: int  # UTF-8 bytes of ``text``
+
+
+@dataclass(slots=True)
+class BadInput:
+    reason: str  # one of REASONS
+    line: int | None  # 1-based line within the segment; None for whole-file problems
+    message: str
+    excerpt: str = ""
+
+    def describe(self, file: str, line: int | None = None) -> str:
+        """``file:line: reason: message`` (the format of reports and of --strict errors);
+        ``line`` overrides the segment-relative line."""
+        line = self.line if line is None else line
+        where = file if line is None else f"{file}:{line}"
+        return f"{where}: {self.reason}: {self.message}"
+
+
+@dataclass
+class SegmentStats:
+    lines: int = 0  # lines (or rows) of the segment, blank and bad ones included
+    blank_lines: int = 0
+    raw_bytes: int = 0  # bytes read from storage (compressed size for compressed files)
+    content_bytes: int = 0  # bytes after decompression
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def source_format(url: str) -> tuple[str, str | None]:
+    """(format, compression) from the file name: format is jsonl, parquet or txt."""
+    name = url.rsplit("/", 1)[-1].lower()
+    compression = None
+    for suffix, comp in ((".gz", "gzip"), (".zst", "zstd"), (".zstd", "zstd")):
+        if name.endswith(suffix):
+            compression, name = comp, name[: -len(suffix)]
+            break
+    if name.endswith((".jsonl", ".ndjson", ".json")):
+        return "jsonl", compression
+    if name.endswith(".parquet") and compression is None:
+        return "parquet", None
+    if name.endswith(".txt"):
+        return "txt", compression
+    raise ValueError(
+        f"{url}: unknown source format (expected .jsonl, .jsonl.gz, .jsonl.zst, .parquet or .txt)"
+    )
+
+
+def is_supported(url: str) -> bool:
+    try:
+        source_format(url)
+    except ValueError:
+        return False
+    return True
+
+
+def splittable(url: str, txt_mode: str = "file") -> bool:
+    """Whether a file may be read as several byte ranges (plain line-oriented files)."""
+    fmt, comp = source_format(url)
+    return comp is None and (fmt == "jsonl" or (fmt == "txt" and txt_mode == "line"))
+
+
+class _Truncated(Exception):
+    """The compressed stream ended (or broke) before its end-of-stream marker."""
+
+
+def _excerpt(raw: bytes | str) -> str:
+    if isinstance(raw, bytes):
+        raw = raw[: _EXCERPT * 4].decode("utf-8", errors="replace")
+    return raw[:_EXCERPT] + ("…" if len(raw) > _EXCERPT else "")
+
+
+def _read_raw(f, stats: SegmentStats, limit: int | None = None) -> Iterator[bytes]:
+    while True:
+        block = f.read(_BLOCK)
+        if not block:
+            return
+        stats.raw_bytes += len(block)
+        yield block
+
+
+def _decompress(blocks: Iterator[bytes], compression: str) -> Iterator[bytes]:
+    """Decompressed blocks of a gzip or zstd stream (multi-member/multi-frame), raising
+    _Truncated when it stops before an end marker: zstd's stream reader would not."""
+    if compression == "gzip":
+
+        def new():
+            return zlib.decompressobj(wbits=31)
+
+        errors: tuple[type[BaseException], ...] = (zlib.error,)
+    else:
+        import zstandard
+
+        dctx = zstandard.ZstdDecompressor()
+
+        def new():
+            return dctx.decompressobj()
+
+        errors = (zstandard.ZstdError,)
+    d = new()
+    produced = 0
+    in_frame = False
+    for block in blocks:
+        data = block
+        while data:
+            try:
+                out = d.decompress(data)
+            except errors as exc:
+                raise _Truncated(f"corrupt compressed data after {produced} bytes: {exc}") from exc
+            in_frame = True
+            if out:
+                produced += len(out)
+                yield out
+            if d.eof:
+                data = d.unused_data
+                d = new()
+                in_frame = False
+            else:
+                data = b""
+    if compression == "gzip" and in_frame:
+        tail = d.flush()
+        if tail:
+            produced += len(tail)
+            yield tail
+    if in_frame and not d.eof:
+        raise _Truncated(f"compressed stream ends before its end marker, after {produced} bytes")
+
+
+def _lines(blocks: Iterator[bytes], offset: int, skip_partial: bool) -> Iterator[tuple[int, bytes]]:
+    """(absolute offset, line without its newline) for each line. With ``skip_partial``
+    the text up to and including the first newline is skipped (it belongs to the previous
+    segment)."""
+    pending = b""
+    for block in blocks:
+        if skip_partial:
+            nl = block.find(b"\n")
+            if nl < 0:
+                offset += len(block)
+                continue
+            offset += nl + 1
+            block = block[nl + 1 :]
+            skip_partial = False
+        if pending:
+            block = pending + block
+        parts = block.split(b"\n")
+        pending = parts.pop()
+        for line in parts:
+            yield offset, line
+            offset += len(line) + 1
+    if pending and not skip_partial:
+        yield offset, pending
+
+
+def _jsonl_doc(line: bytes, lineno: int, offset: int, text_field: str) -> Document | BadInput:
+    try:
+        obj = json.loads(line)
+    except UnicodeDecodeError as exc:
+        return BadInput(
+            INVALID_UTF8, lineno, f"invalid UTF-8 at byte {exc.start}: {exc.reason}", _excerpt(line)
+        )
+    except ValueError as exc:
+        return BadInput(INVALID_JSON, lineno, str(exc), _excerpt(line))
+    if not isinstance(obj, dict):
+        return BadInput(
+            INVALID_JSON,
+            lineno,
+            f"expected a JSON object, got {type(obj).__name__}",
+            _excerpt(line),
+        )
+    text = obj.pop(text_field, None)
+    return _check_text(text, obj, lineno, offset, text_field, line)
+
+
+def _check_text(
+    text, props: dict, lineno: int, offset: int | None, text_field: str, raw
+) -> Document | BadInput:
+    if text is None:
+        fields = ", ".join(sorted(props)[:10]) or "none"
+        return BadInput(
+            MISSING_TEXT_FIELD, lineno, f"no {text_field!r} field (fields: {fields})", _excerpt(raw)
+        )
+    if not isinstance(text, str):
+        return BadInput(
+            TEXT_NOT_STRING,
+            lineno,
+            f"{text_field!r} is {type(text).__name__}, expected a string",
+            _excerpt(raw),
+        )
+    try:
+        nbytes = len(text.encode("utf-8"))
+    except UnicodeEncodeError as exc:  # lone surrogates, e.g. from a "\ud800" escape
+        return BadInput(
+            INVALID_UTF8,
+            lineno,
+            f"{text_field!r} has an unpaired surrogate at character {exc.start}",
+            _excerpt(raw),
+        )
+    if not text.strip():
+        return BadInput(
+            EMPTY_DOCUMENT, lineno, f"{text_field!r} is empty or whitespace", _excerpt(raw)
+        )
+    return Document(text, props, lineno, offset, nbytes)
+
+
+def read_segment(
+    url: str,
+    *,
+    start: int = 0,
+    end: int | None = None,
+    text_field: str = "text",
+    txt_mode: str = "file",
+    storage_options: dict[str, Any] | None = None,
+    stats: SegmentStats | None = None,
+) -> Iterator[Document | BadInput]:
+    """Yield the documents and bad inputs of ``url[start:end]`` in file order. Never raises
+    for bad data: an unreadable, empty or truncated file is a BadInput too."""
+    stats = stats if stats is not None else SegmentStats()
+    fmt, comp = source_format(url)
+    if txt_mode not in ("file", "line"):
+        raise ValueError(f"txt_mode must be 'file' or 'line', got {txt_mode!r}")
+    if (start or end is not None) and not splittable(url, txt_mode):
+        raise ValueError(f"{url}: a {fmt}/{comp} file can only be read whole")
+    try:
+        f = fsspec.open(url, "rb", **(storage_options or {})).open()
+    except Exception as exc:  # any backend error: missing, permission, network
+        yield BadInput(UNREADABLE_FILE, None, f"cannot open: {type(exc).__name__}: {exc}")
+        return
+    try:
+        if fmt == "parquet":
+            yield from _read_parquet(url, f, text_field, stats)
+        else:
+            yield from _read_lines(f, fmt, comp, start, end, text_field, txt_mode, stats)
+    finally:
+        f.close()
+
+
+def _read_lines(
+    f, fmt, comp, start, end, text_field, txt_mode, stats
+) -> Iterator[Document | BadInput]:
+    try:
+        if start:
+            f.seek(start - 1)
+        raw = _read_raw(f, stats)
+        blocks = _decompress(raw, comp) if comp else raw
+        if fmt == "txt" and txt_mode == "file":
+            yield from _read_txt_file(blocks, stats)
+            return
+        lineno = 0
+        for offset, line in _lines(blocks, max(start - 1, 0), skip_partial=start > 0):
+            if end is not None and offset >= end:
+                break
+            lineno += 1
+            stats.lines = lineno
+            stats.content_bytes += len(line) + 1
+            if fmt == "jsonl":
+                if not line.strip():
+                    stats.blank_lines += 1
+                    continue
+                yield _jsonl_doc(line, lineno, offset, text_field)
+            else:
+                if line.endswith(b"\r"):
+                    line = line[:-1]
+                if not line.strip():
+                    stats.blank_lines += 1
+                    continue
+                try:
+                    text = line.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    yield BadInput(
+                        INVALID_UTF8,
+                        lineno,
+                        f"invalid UTF-8 at byte {exc.start}: {exc.reason}",
+                        _excerpt(line),
+                    )
+                    continue
+                yield _check_text(text, {}, lineno, offset, "line", line)
+        if start == 0 and stats.content_bytes == 0 and stats.lines == 0:
+            yield BadInput(EMPTY_FILE, None, "file is empty")
+    except _Truncated as exc:
+        if stats.raw_bytes and not stats.content_bytes and stats.lines == 0:
+            yield BadInput(UNREADABLE_FILE, None, f"not a valid {comp} stream: {exc}")
+        else:
+            yield BadInput(TRUNCATED_COMPRESSED, stats.lines + 1, str(exc))
+    except OSError as exc:
+        yield BadInput(
+            UNREADABLE_FILE, stats.lines + 1 if stats.lines else None, f"read failed: {exc}"
+        )
+
+
+def _read_txt_file(blocks: Iterator[bytes], stats: SegmentStats) -> Iterator[Document | BadInput]:
+    data = b"".join(blocks)
+    stats.content_bytes = len(data)
+    stats.lines = 1 if data else 0
+    if not data:
+        yield BadInput(EMPTY_FILE, None, "file is empty")
+        return
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        yield BadInput(
+            INVALID_UTF8,
+            1,
+            f"invalid UTF-8 at byte {exc.start}: {exc.reason}",
+            _excerpt(data[max(exc.start - 40, 0) :]),
+        )
+        return
+    yield _check_text(text, {}, 1, 0, "text", data)
+
+
+def _read_parquet(
+    url: str, f, text_field: str, stats: SegmentStats
+) -> Iterator[Document | BadInput]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        pf = pq.ParquetFile(f)
+    except (pa.ArrowException, OSError) as exc:
+        yield BadInput(UNREADABLE_FILE, None, f"not a readable Parquet file: {exc}")
+        return
+    if pf.metadata.num_rows == 0:
+        yield BadInput(EMPTY_FILE, None, "Parquet file has no rows")
+        return
+    row = 0
+    try:
+        for batch in pf.iter_batches(batch_size=2048):
+            stats.content_bytes += batch.nbytes
+            for rec in batch.to_pylist():
+                row += 1
+                stats.lines = row
+                text = rec.pop(text_field, None)
+                yield _check_text(
+                    text,
+                    rec,
+                    row,
+                    None,
+                    text_field,
+                    json.dumps(text, default=str)[:_EXCERPT] if text is not None else "",
+                )
+    except (pa.ArrowException, OSError) as exc:
+        yield BadInput(UNREADABLE_FILE, row + 1, f"Parquet read failed at row {row + 1}: {exc}")
+    stats.raw_bytes = getattr(f, "size", None) or stats.raw_bytes

@@ -1,0 +1,615 @@
+"""The tokenize stage: source files -> a tokenized source (IndexedDataset shards, one
+sequence per document, plus a Parquet sidecar per shard and a manifest).
+
+Two phases of independent units (``shardcore.units``):
+
+1. ``tokenize`` units, one per segment: a whole file, or a ``unit_bytes`` byte range of a
+   plain ``.jsonl`` (ranges own the lines that start in them). A unit streams its
+   segment in batches, encodes each batch with one tokenizer call, appends EOS (and BOS)
+   with numpy, and writes *chunks* under ``_parts/<unit>/``: raw tokens, lengths and a
+   sidecar. Chunks are flushed every few million tokens, so memory stays bounded whatever
+   the file size.
+2. ``assemble`` units, one per tokenize unit: documents are numbered in source order and
+   shard k holds the documents whose first token falls in ``[k, k+1) * shard_size`` of the
+   concatenated output. Unit j writes the shards whose range starts inside part j, reading
+   later parts when a shard spans them. Shard cuts therefore depend only on the data and
+   ``shard_size``, never on how units or workers were scheduled: the bytes are identical
+   for any number of workers. A document longer than a shard makes the next index empty;
+   shard names keep k, so a name may be skipped.
+
+``finalize`` merges the units' bad-input reports (line numbers made absolute by adding the
+line counts of a file's earlier segments), writes the manifest (the commit point) and
+removes ``_parts``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import xxhash
+
+from shardcore import units
+from shardcore.errors import InputError
+from shardcore.formats import IndexedWriter, token_dtype
+from shardcore.manifest import fingerprint, write_manifest
+from shardcore.readers import (
+    BadInput,
+    SegmentStats,
+    is_supported,
+    read_segment,
+    source_format,
+    splittable,
+)
+from shardcore.tokenizers import DEFAULT_TOKENIZER, load_tokenizer
+
+STAGE = "tokenize"
+KIND = "tokenized"
+PARTS_DIR = "_parts"
+SHARDS_DIR = "shards"
+SAMPLES_PER_REASON = 5
+CORE_COLUMNS = ("doc_id", "file", "line", "byte_offset", "n_tokens")
+# A property named like a core column is stored with this prefix (e.g. "src_line").
+COLLISION_PREFIX = "src_"
+
+_BATCH_BYTES = 1 << 20  # text per tokenizer call: amortizes call overhead, bounds memory
+_CHUNK_TOKENS = 8 << 20  # tokens per part chunk before it is flushed to disk
+_CHUNK_DOCS = 200_000
+
+
+def _expand(inputs: list[str], storage_options: dict) -> list[dict[str, Any]]:
+    """Input files (directories and globs expanded, sorted) with size and identity."""
+    import fsspec
+
+    if not inputs:
+        raise InputError("no input files given")
+    found: list[dict[str, Any]] = []
+    for inp in inputs:
+        fs, path = fsspec.core.url_to_fs(inp, **storage_options)
+        local = "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,))
+
+        def name(p: str, fs=fs, local=local) -> str:
+            return os.path.abspath(p) if local else fs.unstrip_protocol(p)
+
+        if any(c in path for c in "*?["):
+            paths = sorted(p for p in fs.glob(path) if is_supported(p) and fs.isfile(p))
+            if not paths:
+                raise InputError(
+                    f"{inp}: no .jsonl/.jsonl.gz/.jsonl.zst/.parquet/.txt file matches"
+                )
+        elif fs.isdir(path):
+            paths = sorted(p for p in fs.find(path) if is_supported(p))
+            if not paths:
+                raise InputError(
+                    f"{inp}: directory holds no .jsonl/.jsonl.gz/.jsonl.zst/.parquet/.txt file"
+                )
+        else:
+            paths = [path]
+        for p in paths:
+            url = name(p)
+            try:
+                source_format(url)
+            except ValueError as exc:
+                raise InputError(str(exc)) from None
+            try:
+                info = fs.info(p)
+                size = int(info.get("size") or 0)
+                version = info.get("ETag") or info.get("mtime") or info.get("LastModified")
+            except (OSError, ValueError):  # reported as unreadable_file by its unit
+                size, version = None, None
+            ident = {"url": url, "size": size, "version": str(version)}
+            found.append(
+                {
+                    "url": url,
+                    "size": size,
+                    "fingerprint": xxhash.xxh3_128_hexdigest(
+                        json.dumps(ident, sort_keys=True).encode()
+                    ),
+                }
+            )
+    urls = [f["url"] for f in found]
+    dupes = sorted({u for u in urls if urls.count(u) > 1})
+    if dupes:
+        raise InputError(f"input files given twice: {dupes[:5]}")
+    return found
+
+
+def plan_tokenize(
+    inputs: list[str],
+    out: str,
+    *,
+    tokenizer: str = DEFAULT_TOKENIZER,
+    text_field: str = "text",
+    txt_mode: str = "file",
+    shard_size: int = 256 << 20,
+    bos: bool = False,
+    strict: bool = False,
+    unit_bytes: int = 64 << 20,
+    storage_options: dict[str, Any] | None = None,
+) -> units.Plan:
+    """Plan the tokenization of ``inputs`` into the directory ``out`` (stage "tokenize")."""
+    if txt_mode not in ("file", "line"):
+        raise InputError(f"txt_mode must be 'file' or 'line', got {txt_mode!r}")
+    if shard_size < 1024:
+        raise InputError(f"shard_size {shard_size} bytes is too small (minimum 1 KB)")
+    if unit_bytes < 1:
+        raise InputError(f"unit_bytes must be positive, got {unit_bytes}")
+    storage_options = dict(storage_options or {})
+    tok = load_tokenizer(tokenizer)
+    if bos and tok.bos_id is None:
+        raise InputError(f"tokenizer {tokenizer!r} has no BOS token; tokenize without bos")
+    files = _expand(list(inputs), storage_options)
+    phase1: list[dict[str, Any]] = []
+    for fi, f in enumerate(files):
+        size = f["size"]
+        if size and size > unit_bytes and splittable(f["url"], txt_mode):
+            for start in range(0, size, unit_bytes):
+                end = min(start + unit_bytes, size)
+                phase1.append({"file_index": fi, "start": start, "end": end})
+        else:
+            phase1.append({"file_index": fi, "start": 0, "end": None})
+    for i, u in enumerate(phase1):
+        u["id"] = f"tok-{i:06d}"
+        f = files[u["file_index"]]
+        u["bytes"] = (u["end"] - u["start"]) if u["end"] is not None else (f["size"] or 0)
+    phase2 = [{"id": f"asm-{i:06d}", "part": i, "bytes": 0} for i in range(len(phase1))]
+    dtype = token_dtype(tok.vocab_size)
+    params = {
+        "inputs": [f["url"] for f in files],
+        "tokenizer": tokenizer,
+        "text_field": text_field,
+        "txt_mode": txt_mode,
+        "shard_size": int(shard_size),
+        "bos": bool(bos),
+        "strict": bool(strict),
+        "unit_bytes": int(unit_bytes),
+    }
+    meta = {
+        "files": files,
+        "tokenizer": tok.describe(),
+        "dtype": dtype.name,
+        "total_bytes": sum(f["size"] or 0 for f in files),
+        "storage_options": storage_options,
+    }
+    return units.Plan(STAGE, os.path.abspath(out), params, [phase1, phase2], meta)
+
+
+def tokenize(
+    inputs: list[str],
+    out: str,
+    *,
+    workers: int = 1,
+    progress: Callable[[dict[str, Any], dict[str, Any]], None] | None = None,
+    **options: Any,
+) -> dict[str, Any]:
+    """Tokenize ``inputs`` into ``out`` and return the manifest (plan + units.run_local).
+    ``options`` are those of ``plan_tokenize``; ``progress(unit, stats)`` is called per unit."""
+    plan = plan_tokenize(inputs, out, **options)
+    return units.run_local(plan, workers=workers, on_unit_done=progress)
+
+
+# ---------------------------------------------------------------- phase 1: tokenize
+
+
+class _Bad:
+    """Per-reason counts and the first samples of one segment's bad input."""
+
+    def __init__(self) -> None:
+        self.reasons: dict[str, dict[str, Any]] = {}
+
+    def add(self, bad: BadInput) -> None:
+        r = self.reasons.setdefault(bad.reason, {"count": 0, "samples": []})
+        r["count"] += 1
+        if len(r["samples"]) < SAMPLES_PER_REASON:
+            r["samples"].append({"line": bad.line, "message": bad.message, "excerpt": bad.excerpt})
+
+
+def _line_base(url: str, start: int, storage_options: dict) -> int:
+    """Lines before byte ``start`` (only computed to name a line in a --strict error)."""
+    import fsspec
+
+    count = 0
+    with fsspec.open(url, "rb", **storage_options) as f:
+        left = start
+        while left > 0:
+            block = f.read(min(left, 8 << 20))
+            if not block:
+                break
+            count += block.count(b"\n")
+            left -= len(block)
+    return count
+
+
+def _json_value(v: Any) -> Any:
+    return (
+        json.dumps(v, ensure_ascii=False, sort_keys=True, default=str)
+        if isinstance(v, (dict, list, tuple))
+        else v
+    )
+
+
+def _props_columns(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    import pyarrow as pa
+
+    keys: dict[str, None] = {}
+    for r in rows:
+        for k in r:
+            keys.setdefault(k, None)
+    cols = {}
+    for k in keys:
+        values = [r.get(k) for r in rows]
+        if any(isinstance(v, (dict, list, tuple)) for v in values):
+            values = [None if v is None else _json_value(v) for v in values]
+        try:
+            arr = pa.array(values)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+            # Mixed types in one field: keep every value, as text.
+            arr = pa.array(
+                [
+                    None if v is None else v if isinstance(v, str) else json.dumps(v, default=str)
+                    for v in values
+                ],
+                type=pa.string(),
+            )
+        name = COLLISION_PREFIX + k if k in CORE_COLUMNS else k
+        cols[name] = arr
+    return cols
+
+
+class _PartWriter:
+    """Buffers tokenized documents and flushes them as chunks of one unit's part."""
+
+    def __init__(self, directory: Path, dtype: np.dtype, file: str):
+        self.dir = directory
+        self.dtype = dtype
+        self.file = file
+        self.chunks: list[dict[str, int]] = []
+        self._reset()
+
+    def _reset(self) -> None:
+        self.tokens: list[np.ndarray] = []
+        self.lengths: list[np.ndarray] = []
+        self.lines: list[int] = []
+        self.offsets: list[int | None] = []
+        self.props: list[dict[str, Any]] = []
+        self.n_tokens = 0
+
+    def add(self, tokens: np.ndarray, lengths: np.ndarray, docs: list) -> None:
+        self.tokens.append(tokens)
+        self.lengths.append(lengths)
+        self.n_tokens += tokens.size
+        for d in docs:
+            self.lines.append(d.line)
+            self.offsets.append(d.byte_offset)
+            self.props.append(d.props)
+        if self.n_tokens >= _CHUNK_TOKENS or len(self.lines) >= _CHUNK_DOCS:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.lines:
+            return
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        self.dir.mkdir(parents=True, exist_ok=True)
+        stem = self.dir / f"c{len(self.chunks):05d}"
+        tokens = np.concatenate(self.tokens).astype(self.dtype, copy=False)
+        lengths = np.concatenate(self.lengths).astype(np.int32)
+        tokens.tofile(f"{stem}.bin")
+        np.save(f"{stem}.len.npy", lengths)
+        n = len(self.lines)
+        cols = {
+            "file": pa.array([self.file] * n, type=pa.string()),
+            "line": pa.array(self.lines, type=pa.int64()),
+            "byte_offset": pa.array(self.offsets, type=pa.int64()),
+            "n_tokens": pa.array(lengths, type=pa.int32()),
+        }
+        cols.update(_props_columns(self.props))
+        pq.write_table(pa.table(cols), f"{stem}.docs.parquet")
+        self.chunks.append({"documents": n, "tokens": int(tokens.size)})
+        self._reset()
+
+
+def _encode(
+    tok, texts: list[str], dtype: np.dtype, eos: int, bos: int | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Tokens of ``texts`` back to back, each as [BOS] + tokens + EOS, and their lengths."""
+    arrays = tok.encode_batch_arrays(texts)
+    raw_len = np.fromiter((a.size for a in arrays), dtype=np.int64, count=len(arrays))
+    extra = 1 + (bos is not None)
+    lengths = raw_len + extra
+    flat = np.concatenate(arrays) if arrays else np.zeros(0, np.int64)
+    out = np.empty(int(lengths.sum()), dtype=dtype)
+    ends = np.cumsum(lengths)
+    starts = ends - lengths
+    # Destination of each content token: its index plus the BOS/EOS slots before it.
+    shift = np.repeat(starts + (bos is not None) - (np.cumsum(raw_len) - raw_len), raw_len)
+    out[np.arange(flat.size) + shift] = flat
+    out[ends - 1] = eos
+    if bos is not None:
+        out[starts] = bos
+    return out, lengths
+
+
+def _run_tokenize(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
+    p, meta = plan.params, plan.meta
+    file = meta["files"][unit["file_index"]]["url"]
+    so = meta.get("storage_options") or {}
+    tok = load_tokenizer(p["tokenizer"])
+    if tok.fingerprint != meta["tokenizer"]["fingerprint"]:
+        raise InputError(f"tokenizer {p['tokenizer']!r} changed since the plan was made")
+    dtype = np.dtype(meta["dtype"])
+    eos, bos = tok.eos_id, (tok.bos_id if p["bos"] else None)
+    part_dir = Path(plan.out) / PARTS_DIR / unit["id"]
+    if part_dir.exists():  # a crashed earlier attempt: start clean
+        shutil.rmtree(part_dir)
+    writer = _PartWriter(part_dir, dtype, file)
+    seg = SegmentStats()
+    bad = _Bad()
+    texts: list[str] = []
+    docs: list = []
+    batch_bytes = 0
+    documents = tokens = text_bytes = 0
+
+    def run_batch() -> None:
+        nonlocal texts, docs, batch_bytes, documents, tokens, text_bytes
+        toks, lengths = _encode(tok, texts, dtype, eos, bos)
+        writer.add(toks, lengths, docs)
+        documents += len(docs)
+        tokens += toks.size
+        text_bytes += batch_bytes
+        texts, docs, batch_bytes = [], [], 0
+
+    start, end = unit["start"], unit["end"]
+    for item in read_segment(
+        file,
+        start=start,
+        end=end,
+        text_field=p["text_field"],
+        txt_mode=p["txt_mode"],
+        storage_options=so,
+        stats=seg,
+    ):
+        if isinstance(item, BadInput):
+            if p["strict"]:
+                line = item.line
+                if line is not None and start:
+                    line += _line_base(file, start, so)
+                raise InputError(item.describe(file, line))
+            bad.add(item)
+            continue
+        texts.append(item.text)
+        docs.append(item)
+        batch_bytes += item.nbytes
+        if batch_bytes >= _BATCH_BYTES:
+            run_batch()
+    if texts:
+        run_batch()
+    writer.flush()
+    return {
+        "kind": "tokenize",
+        "file_index": unit["file_index"],
+        "start": start,
+        "documents": documents,
+        "tokens": tokens,
+        "text_bytes": text_bytes,
+        "lines": seg.lines,
+        "blank_lines": seg.blank_lines,
+        "bytes": unit["bytes"],
+        "chunks": writer.chunks,
+        "bad": bad.reasons,
+    }
+
+
+# ---------------------------------------------------------------- phase 2: assemble
+
+
+def _concat_tables(tables: list):
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    try:
+        return pa.concat_tables(tables, promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        pass
+    # One property has incompatible types across chunks: store that property as text.
+    types: dict[str, set] = {}
+    for t in tables:
+        for f in t.schema:
+            if not pa.types.is_null(f.type):
+                types.setdefault(f.name, set()).add(f.type)
+    clash = {n for n, ts in types.items() if len(ts) > 1}
+    fixed = []
+    for t in tables:
+        for n in clash & set(t.column_names):
+            i = t.column_names.index(n)
+            t = t.set_column(i, n, pc.cast(t[n], pa.string()))
+        fixed.append(t)
+    return pa.concat_tables(fixed, promote_options="permissive")
+
+
+def _chunk_index(plan: units.Plan) -> tuple[list[dict[str, Any]], list[int]]:
+    """Every chunk of every part in source order, with its global token and document
+    start, plus the line offset of each part within its file."""
+    chunks, line_base = [], []
+    tok_pos = doc_pos = 0
+    lines_seen: dict[int, int] = {}
+    for unit in plan.phases[0]:
+        st = units.unit_result(plan.out, unit["id"])
+        if st is None:
+            raise RuntimeError(f"{plan.out}: unit {unit['id']} has not finished")
+        fi = st["file_index"]
+        line_base.append(lines_seen.get(fi, 0))
+        lines_seen[fi] = lines_seen.get(fi, 0) + st["lines"]
+        for ci, c in enumerate(st["chunks"]):
+            chunks.append(
+                {
+                    "part": len(line_base) - 1,
+                    "unit": unit["id"],
+                    "chunk": ci,
+                    "tok0": tok_pos,
+                    "doc0": doc_pos,
+                    **c,
+                }
+            )
+            tok_pos += c["tokens"]
+            doc_pos += c["documents"]
+    return chunks, line_base
+
+
+def _run_assemble(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from shardcore.verify import file_entry
+
+    out = Path(plan.out)
+    dtype = np.dtype(plan.meta["dtype"])
+    per_shard = max(plan.params["shard_size"] // dtype.itemsize, 1)
+    chunks, line_base = _chunk_index(plan)
+    j = unit["part"]
+    mine = [c for c in chunks if c["part"] == j]
+    shards: list[dict[str, Any]] = []
+    if not mine:
+        return {"kind": "assemble", "shards": shards}
+    lo_tok, hi_tok = mine[0]["tok0"], mine[-1]["tok0"] + mine[-1]["tokens"]
+    # Shard k starts at token k * per_shard; this unit owns the starts in [lo_tok, hi_tok).
+    first_k = -(-lo_tok // per_shard)
+    last_k = -(-hi_tok // per_shard)  # exclusive
+    for k in range(first_k, last_k):
+        lo, hi = k * per_shard, (k + 1) * per_shard
+        pieces = []
+        for c in chunks:
+            if c["tok0"] >= hi or c["tok0"] + c["tokens"] <= lo:
+                continue
+            stem = out / PARTS_DIR / c["unit"] / f"c{c['chunk']:05d}"
+            lengths = np.load(f"{stem}.len.npy").astype(np.int64)
+            starts = c["tok0"] + np.concatenate([[0], np.cumsum(lengths)[:-1]])
+            a, b = int(np.searchsorted(starts, lo)), int(np.searchsorted(starts, hi))
+            if a < b:
+                pieces.append((c, stem, lengths, starts, a, b))
+        if not pieces:
+            continue
+        name = f"shard-{k:05d}"
+        prefix = out / SHARDS_DIR / name
+        tables = []
+        with IndexedWriter(prefix, dtype) as w:
+            for c, stem, lengths, starts, a, b in pieces:
+                tok = np.memmap(f"{stem}.bin", dtype=dtype, mode="r")
+                t0 = int(starts[a] - c["tok0"])
+                t1 = int(starts[b - 1] - c["tok0"] + lengths[b - 1])
+                w.add_many(np.asarray(tok[t0:t1]), lengths[a:b])
+                del tok
+                t = pq.read_table(f"{stem}.docs.parquet").slice(a, b - a)
+                t = t.set_column(
+                    t.column_names.index("line"), "line", pc.add(t["line"], line_base[c["part"]])
+                )
+                t = t.add_column(
+                    0, "doc_id", pa.array(np.arange(c["doc0"] + a, c["doc0"] + b, dtype=np.int64))
+                )
+                tables.append(t)
+        table = _concat_tables(tables).combine_chunks()
+        side = out / SHARDS_DIR / f"{name}.docs.parquet"
+        tmp = side.with_name(side.name + ".tmp")
+        pq.write_table(table, tmp)
+        os.replace(tmp, side)
+        rel = f"{SHARDS_DIR}/{name}"
+        shards.append(
+            {
+                "index": k,
+                "prefix": rel,
+                "documents": int(table.num_rows),
+                "tokens": int(w.num_tokens),
+                "first_doc_id": int(table["doc_id"][0].as_py()),
+                "files": [
+                    file_entry(out, f"{rel}{ext}") for ext in (".bin", ".idx", ".docs.parquet")
+                ],
+            }
+        )
+    return {"kind": "assemble", "shards": shards}
+
+
+def _run_unit(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
+    if "part" in unit:
+        return _run_assemble(plan, unit)
+    return _run_tokenize(plan, unit)
+
+
+# ---------------------------------------------------------------- finalize
+
+
+def _finalize(plan: units.Plan, stats: list[dict[str, Any]]) -> dict[str, Any]:
+    files = plan.meta["files"]
+    tok_stats = [s for s in stats if s["kind"] == "tokenize"]
+    asm_stats = [s for s in stats if s["kind"] == "assemble"]
+    per_file: list[dict[str, Any]] = [
+        {
+            "file": f["url"],
+            "size": f["size"],
+            "fingerprint": f["fingerprint"],
+            "documents": 0,
+            "tokens": 0,
+            "lines": 0,
+            "blank_lines": 0,
+        }
+        for f in files
+    ]
+    bad_input: dict[str, dict[str, Any]] = {}
+    for st in tok_stats:
+        pf = per_file[st["file_index"]]
+        base = pf["lines"]
+        for key in ("documents", "tokens", "lines", "blank_lines"):
+            pf[key] += st[key]
+        for reason, r in st["bad"].items():
+            entry = bad_input.setdefault(pf["file"], {}).setdefault(
+                reason, {"count": 0, "samples": []}
+            )
+            entry["count"] += r["count"]
+            for s in r["samples"]:
+                if len(entry["samples"]) < SAMPLES_PER_REASON:
+                    line = s["line"] + base if s["line"] is not None else None
+                    entry["samples"].append(
+                        {
+                            "file": pf["file"],
+                            "line": line,
+                            "message": s["message"],
+                            "excerpt": s["excerpt"],
+                        }
+                    )
+    shards = sorted((sh for s in asm_stats for sh in s["shards"]), key=lambda sh: sh["index"])
+    file_entries = sorted((fe for sh in shards for fe in sh["files"]), key=lambda fe: fe["path"])
+    tok = plan.meta["tokenizer"]
+    params = {k: v for k, v in plan.params.items() if k not in ("strict", "unit_bytes", "inputs")}
+    fp_params = {**params, "tokenizer": tok["fingerprint"], "dtype": plan.meta["dtype"]}
+    parents = [f["fingerprint"] for f in files]
+    totals = {
+        "documents": sum(s["documents"] for s in tok_stats),
+        "tokens": sum(s["tokens"] for s in tok_stats),
+        "bytes": sum(s["text_bytes"] for s in tok_stats),
+        "bad_documents": sum(r["count"] for f in bad_input.values() for r in f.values()),
+    }
+    manifest = {
+        "kind": KIND,
+        "fingerprint": fingerprint(KIND, parents=parents, params=fp_params),
+        "parents": parents,
+        "params": plan.params,
+        "tokenizer": tok,
+        "dtype": plan.meta["dtype"],
+        "totals": totals,
+        "inputs": per_file,
+        "files": file_entries,
+        "shards": [{k: v for k, v in sh.items() if k != "files"} for sh in shards],
+        "bad_input": bad_input,
+    }
+    write_manifest(plan.out, manifest)
+    shutil.rmtree(Path(plan.out) / PARTS_DIR, ignore_errors=True)
+    return manifest
+
+
+units.register_stage(STAGE, run_unit=_run_unit, finalize=_finalize)

@@ -1,0 +1,280 @@
+"""Verify an artifact against its manifest, and describe files so that it can be verified.
+
+Generic part (every kind): a manifest lists its files as ``file_entry`` dicts: relative
+path, size, xxh3-64 of the whole file and xxh3-64 of each block (``block_size`` bytes, at
+most ``MAX_BLOCKS`` blocks, so a 256 MB shard costs 4 KB of manifest). ``verify`` re-reads
+every file and reports a missing file, a wrong size, or the exact block range whose bytes
+changed. Kind-specific checks register with ``register_check(kind, fn)`` and run after the
+generic ones; the tokenized-source checks (IndexedDataset structure, EOS at every document
+end, token ids inside the vocabulary, sidecar alignment) are here, and name the shard and
+the byte offset of the first inconsistency they find.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import xxhash
+
+from shardcore.errors import FormatError, ManifestError
+from shardcore.manifest import read_manifest
+
+MIN_BLOCK = 4096
+MAX_BLOCKS = 256
+_READ = 8 << 20
+
+
+@dataclass(frozen=True)
+class Problem:
+    path: str  # relative to the artifact directory
+    offset: int | None  # byte offset of the first bad byte (or of its block)
+    message: str
+
+    def __str__(self) -> str:
+        where = self.path if self.offset is None else f"{self.path} at byte {self.offset}"
+        return f"{where}: {self.message}"
+
+
+@dataclass
+class Report:
+    directory: str
+    kind: str
+    files_checked: int
+    bytes_checked: int
+    problems: list[Problem]
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def block_size_for(size: int) -> int:
+    """The smallest power of two >= MIN_BLOCK that cuts ``size`` into <= MAX_BLOCKS blocks."""
+    bs = MIN_BLOCK
+    while bs * MAX_BLOCKS < size:
+        bs *= 2
+    return bs
+
+
+def _hash_blocks(path: Path, block_size: int) -> tuple[int, str, list[str]]:
+    whole = xxhash.xxh3_64()
+    blocks = []
+    size = 0
+    with open(path, "rb") as f:
+        while True:
+            data = f.read(max(_READ - _READ % block_size, block_size))
+            if not data:
+                break
+            size += len(data)
+            whole.update(data)
+            for i in range(0, len(data), block_size):
+                blocks.append(xxhash.xxh3_64_hexdigest(data[i : i + block_size]))
+    return size, whole.hexdigest(), blocks
+
+
+def file_entry(root: str | os.PathLike, relpath: str) -> dict[str, Any]:
+    """The manifest entry of ``root/relpath``: path, size, xxh3 and block checksums."""
+    path = Path(root) / relpath
+    size = path.stat().st_size
+    bs = block_size_for(size)
+    n, whole, blocks = _hash_blocks(path, bs)
+    return {"path": relpath, "size": n, "xxh3": whole, "block_size": bs, "blocks": "".join(blocks)}
+
+
+# kind -> check(directory, manifest) -> problems
+_CHECKS: dict[str, Callable[[Path, dict[str, Any]], list[Problem]]] = {}
+
+
+def register_check(kind: str, check: Callable[[Path, dict[str, Any]], list[Problem]]) -> None:
+    """Add the content checks of an artifact kind (run after the file checks)."""
+    _CHECKS[kind] = check
+
+
+def _check_file(root: Path, entry: dict[str, Any]) -> list[Problem]:
+    rel = entry["path"]
+    path = root / rel
+    if not path.exists():
+        return [Problem(rel, None, "missing")]
+    size = path.stat().st_size
+    if size != entry["size"]:
+        return [
+            Problem(
+                rel, min(size, entry["size"]), f"size {size} bytes, manifest says {entry['size']}"
+            )
+        ]
+    bs = entry.get("block_size")
+    if not bs:
+        from shardcore.manifest import file_checksum
+
+        actual = file_checksum(path)
+        if actual != entry["xxh3"]:
+            return [Problem(rel, None, f"xxh3 {actual}, manifest says {entry['xxh3']}")]
+        return []
+    _, whole, blocks = _hash_blocks(path, bs)
+    if whole == entry["xxh3"]:
+        return []
+    expected = entry.get("blocks", "")
+    for i, h in enumerate(blocks):
+        if expected[16 * i : 16 * i + 16] != h:
+            lo, hi = i * bs, min((i + 1) * bs, size)
+            return [
+                Problem(
+                    rel, lo, f"checksum mismatch in bytes [{lo}, {hi}) (block {i} of {bs} bytes)"
+                )
+            ]
+    return [Problem(rel, None, f"xxh3 {whole}, manifest says {entry['xxh3']}")]
+
+
+def verify(directory: str | os.PathLike, *, content: bool = True) -> Report:
+    """Re-read every file of the artifact at ``directory`` and check it against the
+    manifest; ``content`` also runs the kind's own checks. Never raises for corruption:
+    every finding is a Problem in the report."""
+    root = Path(directory)
+    try:
+        manifest = read_manifest(root)
+    except ManifestError as exc:
+        return Report(str(root), "?", 0, 0, [Problem("manifest.json", None, str(exc))])
+    kind = manifest.get("kind", "?")
+    entries = manifest.get("files")
+    if not isinstance(entries, list):
+        return Report(str(root), kind, 0, 0, [Problem("manifest.json", None, "no 'files' list")])
+    problems: list[Problem] = []
+    nbytes = 0
+    for entry in entries:
+        problems += _check_file(root, entry)
+        nbytes += int(entry.get("size", 0))
+    if content:
+        if kind not in _CHECKS and kind != "?":
+            import contextlib
+            import importlib
+
+            # a kind registers its checks on import of shardcore.<kind>
+            with contextlib.suppress(ImportError):
+                importlib.import_module(f"shardcore.{kind}")
+        check = _CHECKS.get(kind)
+        if check is not None:
+            problems += check(root, manifest)
+    return Report(str(root), kind, len(entries), nbytes, problems)
+
+
+def _check_tokenized(root: Path, manifest: dict[str, Any]) -> list[Problem]:
+    import pyarrow.parquet as pq
+
+    from shardcore.formats import IndexedReader
+
+    problems: list[Problem] = []
+    tok = manifest.get("tokenizer", {})
+    vocab, eos = tok.get("vocab_size"), tok.get("eos_id")
+    total_docs = 0
+    for sh in manifest.get("shards", []):
+        rel = sh["prefix"]
+        try:
+            r = IndexedReader(root / rel)
+        except (FormatError, OSError) as exc:
+            problems.append(Problem(f"{rel}.idx", None, str(exc)))
+            continue
+        idx = f"{rel}.idx"
+        binrel = f"{rel}.bin"
+        s = len(r)
+        if s != sh["documents"]:
+            problems.append(Problem(idx, 18, f"{s} sequences, manifest says {sh['documents']}"))
+        if r.index.num_tokens != sh["tokens"]:
+            problems.append(
+                Problem(idx, None, f"{r.index.num_tokens} tokens, manifest says {sh['tokens']}")
+            )
+        lengths = r.lengths.astype(np.int64)
+        itemsize = r.dtype.itemsize
+        expect_ptr = np.concatenate([[0], np.cumsum(lengths)[:-1] * itemsize]) if s else np.zeros(0)
+        bad = np.flatnonzero(r.index.pointers != expect_ptr)
+        if bad.size:
+            i = int(bad[0])
+            problems.append(
+                Problem(
+                    idx,
+                    34 + 4 * s + 8 * i,
+                    f"pointer of sequence {i} is {int(r.index.pointers[i])}, expected {int(expect_ptr[i])}",
+                )
+            )
+            continue
+        bad = np.flatnonzero(r.index.document_indices != np.arange(s + 1))
+        if bad.size:
+            i = int(bad[0])
+            problems.append(
+                Problem(
+                    idx,
+                    34 + 12 * s + 8 * i,
+                    f"document index {i} is {int(r.index.document_indices[i])}, expected {i}",
+                )
+            )
+        if s and (lengths < 1).any():
+            i = int(np.flatnonzero(lengths < 1)[0])
+            problems.append(Problem(idx, 34 + 4 * i, f"sequence {i} has length {int(lengths[i])}"))
+            continue
+        if s and eos is not None:
+            ends = r.starts + lengths - 1
+            bad = np.flatnonzero(np.asarray(r.tokens[ends]) != eos)
+            if bad.size:
+                i = int(bad[0])
+                problems.append(
+                    Problem(
+                        binrel, int(ends[i]) * itemsize, f"document {i} does not end with EOS {eos}"
+                    )
+                )
+        if vocab is not None and r.tokens.size:
+            bad = np.flatnonzero((np.asarray(r.tokens) >= vocab) | (np.asarray(r.tokens) < 0))
+            if bad.size:
+                i = int(bad[0])
+                problems.append(
+                    Problem(
+                        binrel,
+                        i * itemsize,
+                        f"token id {int(r.tokens[i])} is outside the vocabulary [0, {vocab})",
+                    )
+                )
+        side = f"{rel}.docs.parquet"
+        try:
+            t = pq.read_table(root / side, columns=["doc_id", "n_tokens"])
+        except Exception as exc:  # pyarrow raises several types for a damaged file
+            problems.append(Problem(side, None, f"unreadable: {exc}"))
+            continue
+        if t.num_rows != s:
+            problems.append(Problem(side, None, f"{t.num_rows} rows, the shard has {s} documents"))
+            continue
+        n_tok = t["n_tokens"].to_numpy()
+        bad = np.flatnonzero(n_tok != lengths)
+        if bad.size:
+            i = int(bad[0])
+            problems.append(
+                Problem(
+                    side,
+                    None,
+                    f"row {i}: n_tokens {int(n_tok[i])}, the shard stores {int(lengths[i])}",
+                )
+            )
+        ids = t["doc_id"].to_numpy()
+        first = sh.get("first_doc_id", total_docs)
+        bad = np.flatnonzero(ids != first + np.arange(s))
+        if bad.size:
+            i = int(bad[0])
+            problems.append(
+                Problem(side, None, f"row {i}: doc_id {int(ids[i])}, expected {first + i}")
+            )
+        total_docs += s
+    totals = manifest.get("totals", {})
+    if "documents" in totals and total_docs != totals["documents"] and not problems:
+        problems.append(
+            Problem(
+                "manifest.json",
+                None,
+                f"shards hold {total_docs} documents, totals say {totals['documents']}",
+            )
+        )
+    return problems
+
+
+register_check("tokenized", _check_tokenized)
