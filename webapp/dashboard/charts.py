@@ -95,14 +95,18 @@ def composition_bars(
 
 
 def length_histogram(
-    edges: Sequence[float], counts: Sequence[int], *, title: str = "Document length"
+    edges: Sequence[float],
+    counts: Sequence[int],
+    *,
+    title: str = "Document length",
+    unit: str = "characters",
 ) -> dict:
     """Documents per length bin; ``edges`` has one more entry than ``counts``. Lengths span
     orders of magnitude, so bins are drawn on a log x axis at their geometric centre."""
+    if not counts and len(edges) <= 1:
+        return _empty(title, "no documents")
     if len(edges) != len(counts) + 1:
         raise ValueError(f"{len(edges)} edges for {len(counts)} counts: need counts + 1")
-    if not counts:
-        return _empty(title, "no documents")
     centres = [math.sqrt(max(a, 1) * max(b, 1)) for a, b in zip(edges, edges[1:], strict=False)]
     widths = [b - a for a, b in zip(edges, edges[1:], strict=False)]
     labels = [f"{int(a):,}–{int(b):,}" for a, b in zip(edges, edges[1:], strict=False)]
@@ -114,13 +118,13 @@ def length_histogram(
                 "y": list(counts),
                 "width": widths,
                 "customdata": labels,
-                "hovertemplate": "%{customdata} chars: %{y:,} documents<extra></extra>",
+                "hovertemplate": "%{customdata} " + unit + ": %{y:,} documents<extra></extra>",
                 "marker": {"color": PALETTE[0]},
             }
         ],
         "layout": _layout(
             title,
-            xaxis={"type": "log", "title": {"text": "characters"}},
+            xaxis={"type": "log", "title": {"text": unit}},
             yaxis={"title": {"text": "documents"}},
             bargap=0.05,
         ),

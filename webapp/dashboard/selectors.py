@@ -36,4 +36,824 @@ def overview() -> dict:
     """Everything the overview page shows."""
     from webapp.ops.selectors import heartbeat_recent
 
-    return {"heartbeats": list(heartbeat_recent(limit=10))}
+    return {"heartbeats": list(heartbeat_recent(limit=10)), **overview_catalog()}
+
+
+# --- catalog and jobs reads for the pages ---------------------------------------------
+# Lists are paginated by keyset-free LIMIT/OFFSET: pages hold at most PAGE_SIZE rows and
+# every list query is ordered by an indexed column.
+
+PAGE_SIZE = 50
+
+
+def _page(qs, page: int, size: int = PAGE_SIZE) -> dict:
+    """One page of ``qs`` without a COUNT(*) over the whole table: fetch size + 1 rows."""
+    page = max(1, int(page or 1))
+    rows = list(qs[(page - 1) * size : page * size + 1])
+    return {
+        "rows": rows[:size],
+        "page": page,
+        "has_next": len(rows) > size,
+        "has_prev": page > 1,
+    }
+
+
+def overview_catalog() -> dict:
+    from django.db.models import Count
+
+    from webapp.catalog.models import (
+        Mixture,
+        MixtureVersion,
+        Pool,
+        Source,
+        Taint,
+        TrainingRun,
+    )
+    from webapp.jobs.models import ACTIVE_JOB_STATES, Job
+
+    def n(model) -> int:
+        return model.objects.count()
+
+    running = (
+        Job.objects.filter(state__in=ACTIVE_JOB_STATES)
+        .defer("plan", "bad_input", "log_tail")
+        .order_by("-created_at")[:10]
+    )
+    runs = TrainingRun.objects.select_related("mixture_version__mixture").order_by("-created_at")[
+        :10
+    ]
+    taints = Taint.objects.select_related(
+        "flag",
+        "tokenized_source__source",
+        "tokenized_source__tokenizer",
+        "pool",
+        "mixture_version__mixture",
+        "run",
+    ).order_by("-created_at")[:20]
+    from django.urls import reverse
+
+    return {
+        "counts": [
+            ("sources", n(Source), reverse("dashboard:sources")),
+            ("pools", n(Pool), reverse("dashboard:pools")),
+            ("mixtures", n(Mixture), reverse("dashboard:mixtures")),
+            ("mixture versions", n(MixtureVersion), reverse("dashboard:mixtures")),
+            (
+                "active jobs",
+                Job.objects.filter(state__in=ACTIVE_JOB_STATES).count(),
+                reverse("dashboard:jobs") + "?state=running",
+            ),
+            ("training runs", n(TrainingRun), reverse("dashboard:runs")),
+            (
+                "tainted runs",
+                TrainingRun.objects.filter(taints__isnull=False).aggregate(
+                    n=Count("id", distinct=True)
+                )["n"],
+                reverse("dashboard:audit"),
+            ),
+        ],
+        "running_jobs": list(running),
+        "recent_runs": _runs_with_taint(list(runs)),
+        "tainted": [taint_describe(t) for t in taints],
+    }
+
+
+def taint_describe(t) -> dict:
+    from django.urls import reverse
+
+    target = t.target
+    if t.run_id:
+        label, url = f"run {target.name}", reverse("dashboard:run", args=[t.run_id])
+    elif t.mixture_version_id:
+        label = f"mixture {target}"
+        url = reverse("dashboard:mixture_version", args=[t.mixture_version_id])
+    elif t.pool_id:
+        label, url = f"pool {target.name}", reverse("dashboard:pool", args=[t.pool_id])
+    else:
+        label = f"tokenized {target.source.name} ({target.tokenizer.spec})"
+        url = reverse("dashboard:source", args=[target.source_id])
+    return {
+        "label": label,
+        "url": url,
+        "flag": t.flag.reason,
+        "flag_id": t.flag_id,
+        "documents": t.documents,
+        "created_at": t.created_at,
+    }
+
+
+def _runs_with_taint(runs: list) -> list:
+    """Mark each run ``tainted`` with one query for the whole list."""
+    from webapp.catalog.models import Taint
+
+    ids = set(
+        Taint.objects.filter(run_id__in=[r.pk for r in runs]).values_list("run_id", flat=True)
+    )
+    for r in runs:
+        r.tainted = r.pk in ids
+    return runs
+
+
+def source_page(*, page: int = 1) -> dict:
+    from webapp.catalog.models import Source
+
+    return _page(Source.objects.order_by("name"), page)
+
+
+def pool_page(*, page: int = 1) -> dict:
+    from webapp.catalog.models import Pool
+
+    return _page(Pool.objects.order_by("-created_at").defer("params"), page)
+
+
+def mixture_page(*, page: int = 1) -> dict:
+    from django.db.models import Count, Max
+
+    from webapp.catalog.models import Mixture
+
+    qs = Mixture.objects.annotate(
+        num_versions=Count("versions"), latest=Max("versions__number")
+    ).order_by("name")
+    return _page(qs, page)
+
+
+def job_page(*, state: str = "", page: int = 1) -> dict:
+    from webapp.jobs.models import ACTIVE_JOB_STATES, Job, JobState
+
+    qs = Job.objects.defer("plan", "bad_input", "log_tail").order_by("-created_at")
+    if state == "running":
+        qs = qs.filter(state__in=ACTIVE_JOB_STATES)
+    elif state in JobState.values:
+        qs = qs.filter(state=state)
+    return {**_page(qs, page), "state": state, "states": ["running", *JobState.values]}
+
+
+def run_page(*, page: int = 1) -> dict:
+    from webapp.catalog.models import TrainingRun
+
+    qs = TrainingRun.objects.select_related("mixture_version__mixture").order_by("-created_at")
+    out = _page(qs, page)
+    out["rows"] = _runs_with_taint(out["rows"])
+    return out
+
+
+UNITS_SHOWN = 200
+
+
+def job_detail(*, job_id: int) -> dict:
+    """The job page: the job, unit counts by state, the first units and every failed one."""
+    from django.shortcuts import get_object_or_404
+
+    from webapp.jobs.models import Job
+
+    job = get_object_or_404(Job.objects.defer("plan"), pk=job_id)
+    return {"job": job, **job_progress(job=job)}
+
+
+def job_progress(*, job) -> dict:
+    """What the live job page polls: three queries however many units the job has."""
+    from django.db.models import Count
+
+    from webapp.jobs.models import UnitState
+
+    counts = dict(
+        job.units.order_by().values_list("state").annotate(n=Count("id")).values_list("state", "n")
+    )
+    units = list(
+        job.units.only(
+            "unit_id", "phase", "state", "attempts", "worker", "error", "started_at", "finished_at"
+        ).order_by("phase", "id")[:UNITS_SHOWN]
+    )
+    failed = list(
+        job.units.filter(state=UnitState.FAILED)
+        .only("unit_id", "phase", "state", "attempts", "worker", "error")
+        .order_by("id")[:50]
+    )
+    eta = job.eta
+    return {
+        "unit_counts": {s: counts.get(s, 0) for s in UnitState.values},
+        "units": units,
+        "units_truncated": job.units_total > len(units),
+        "failed_units": failed,
+        "eta_seconds": eta.total_seconds() if eta is not None else None,
+    }
+
+
+def job_progress_json(*, job_id: int) -> dict:
+    """The JSON document the job page polls (plain types only)."""
+    from django.shortcuts import get_object_or_404
+
+    from webapp.jobs.models import Job
+
+    job = get_object_or_404(Job.objects.defer("plan"), pk=job_id)
+    p = job_progress(job=job)
+    return {
+        "id": job.pk,
+        "state": job.state,
+        "is_active": job.is_active,
+        "units_done": job.units_done,
+        "units_total": job.units_total,
+        "progress": job.progress,
+        "documents": job.documents,
+        "tokens": job.tokens,
+        "bytes": job.bytes,
+        "bad_lines": job.bad_lines,
+        "tokens_per_second": job.tokens_per_second,
+        "bytes_per_second": job.bytes_per_second,
+        "eta_seconds": p["eta_seconds"],
+        "error": job.error,
+        "log_tail": job.log_tail,
+        "unit_counts": p["unit_counts"],
+        "units": [
+            {
+                "unit_id": u.unit_id,
+                "phase": u.phase,
+                "state": u.state,
+                "attempts": u.attempts,
+                "worker": u.worker,
+                "error": u.error[:500],
+            }
+            for u in p["units"]
+        ],
+        "failed_units": [
+            {"unit_id": u.unit_id, "phase": u.phase, "error": u.error[:2000]}
+            for u in p["failed_units"]
+        ],
+    }
+
+
+# --- lineage ----------------------------------------------------------------------------
+
+
+def version_lineage(*, version, run=None) -> dict:
+    """Nodes and edges run -> mixture version -> pools -> tokenized sources -> sources, with
+    taint marked, for charts.lineage_graph. Five queries however large the graph."""
+    from django.db.models import Prefetch, Q
+    from django.urls import reverse
+
+    from webapp.catalog.models import Flag, MixtureComponent, Taint, TokenizedSource
+
+    comps = list(
+        MixtureComponent.objects.filter(version=version)
+        .select_related("pool")
+        .prefetch_related(
+            Prefetch(
+                "pool__parents",
+                queryset=TokenizedSource.objects.select_related("source", "tokenizer").only(
+                    "id", "source__id", "source__name", "tokenizer__spec"
+                ),
+            )
+        )
+        .order_by("stage", "-weight")
+    )
+    pools = {c.pool_id: c.pool for c in comps}
+    tokenized = {ts.pk: ts for p in pools.values() for ts in p.parents.all()}
+    sources = {ts.source_id: ts.source for ts in tokenized.values()}
+    cond = (
+        Q(mixture_version=version)
+        | Q(pool_id__in=list(pools))
+        | Q(tokenized_source_id__in=list(tokenized))
+    )
+    if run is not None:
+        cond |= Q(run=run)
+    taints = list(
+        Taint.objects.filter(cond).values_list(
+            "run_id", "mixture_version_id", "pool_id", "tokenized_source_id"
+        )
+    )
+    tainted = set()
+    for run_id, mv_id, pool_id, ts_id in taints:
+        if run_id:
+            tainted.add(f"run:{run_id}")
+        if mv_id:
+            tainted.add(f"mv:{mv_id}")
+        if pool_id:
+            tainted.add(f"pool:{pool_id}")
+        if ts_id:
+            tainted.add(f"ts:{ts_id}")
+    tainted |= {
+        f"src:{sid}"
+        for sid in Flag.objects.filter(source_id__in=list(sources))
+        .values_list("source_id", flat=True)
+        .distinct()
+    }
+    nodes, edges = [], []
+    mv_id = f"mv:{version.pk}"
+    if run is not None:
+        nodes.append(
+            {
+                "id": f"run:{run.pk}",
+                "kind": "run",
+                "label": run.name,
+                "url": reverse("dashboard:run", args=[run.pk]),
+            }
+        )
+        edges.append((f"run:{run.pk}", mv_id))
+    nodes.append(
+        {
+            "id": mv_id,
+            "kind": "mixture_version",
+            "label": str(version),
+            "url": reverse("dashboard:mixture_version", args=[version.pk]),
+        }
+    )
+    for c in comps:
+        edges.append((mv_id, f"pool:{c.pool_id}"))
+    for p in pools.values():
+        nodes.append(
+            {
+                "id": f"pool:{p.pk}",
+                "kind": "pool",
+                "label": p.name,
+                "url": reverse("dashboard:pool", args=[p.pk]),
+            }
+        )
+        edges += [(f"pool:{p.pk}", f"ts:{ts.pk}") for ts in p.parents.all()]
+    for ts in tokenized.values():
+        nodes.append(
+            {
+                "id": f"ts:{ts.pk}",
+                "kind": "tokenized_source",
+                "label": f"{ts.source.name} · {ts.tokenizer.spec}",
+            }
+        )
+        edges.append((f"ts:{ts.pk}", f"src:{ts.source_id}"))
+    for s in sources.values():
+        nodes.append(
+            {
+                "id": f"src:{s.pk}",
+                "kind": "source",
+                "label": s.name,
+                "url": reverse("dashboard:source", args=[s.pk]),
+            }
+        )
+    for n in nodes:
+        n["tainted"] = n["id"] in tainted
+    return {"nodes": nodes, "edges": edges, "components": comps, "tainted": tainted}
+
+
+# --- runs -------------------------------------------------------------------------------
+
+PROGRESS_POINTS = 2000
+
+
+def run_detail(*, run_id: int) -> dict:
+    from django.shortcuts import get_object_or_404
+
+    from webapp.catalog.models import RunProgress, TrainingRun
+    from webapp.dashboard import charts
+
+    run = get_object_or_404(
+        TrainingRun.objects.select_related("mixture_version__mixture", "created_by"), pk=run_id
+    )
+    # The newest reports, charted in step order; the (run, step) index serves both.
+    points = list(
+        RunProgress.objects.filter(run=run)
+        .order_by("-step")
+        .values("step", "consumed_samples", "consumed_tokens", "reported_at")[:PROGRESS_POINTS]
+    )[::-1]
+    lineage = version_lineage(version=run.mixture_version, run=run)
+    return {
+        "run": run,
+        "version": run.mixture_version,
+        "progress_figure": charts.progress_over_time(
+            [
+                {
+                    "at": p["reported_at"].isoformat(),
+                    "tokens": p["consumed_tokens"],
+                    "step": p["step"],
+                }
+                for p in points
+            ],
+            total_tokens=run.mixture_version.token_budget,
+        ),
+        "lineage_figure": charts.lineage_graph(lineage["nodes"], lineage["edges"]),
+        "tainted": f"run:{run.pk}" in lineage["tainted"],
+        "num_reports": len(points),
+    }
+
+
+# --- sources ----------------------------------------------------------------------------
+
+FILES_SHOWN = 200
+
+
+def _latest_tokenized(source):
+    from webapp.catalog.models import ArtifactStatus, TokenizedSource
+
+    return (
+        TokenizedSource.objects.filter(source=source, status=ArtifactStatus.READY)
+        .select_related("tokenizer")
+        .order_by("-created_at")
+        .first()
+    )
+
+
+def source_detail(*, source_id: int) -> dict:
+    from django.shortcuts import get_object_or_404
+
+    from webapp.catalog.models import Source
+    from webapp.dashboard import charts
+
+    source = get_object_or_404(Source, pk=source_id)
+    files = list(source.files.order_by("path")[:FILES_SHOWN])
+    bad_files = list(source.files.filter(bad_lines__gt=0).order_by("-bad_lines")[:50])
+    tokenized = list(
+        source.tokenized.select_related("tokenizer").defer("params").order_by("-created_at")[:20]
+    )
+    flags = list(source.flags.select_related("source_file").order_by("-created_at")[:20])
+    stats = source_stats(
+        tokenized=_latest_tokenized(source), metadata_fields=source.metadata_fields
+    )
+    return {
+        "source": source,
+        "files": files,
+        "files_truncated": source.num_files > len(files),
+        "bad_files": bad_files,
+        "tokenized": tokenized,
+        "flags": flags,
+        "composition_figure": charts.composition_bars(
+            stats["by_property"], title="Documents, bytes and tokens by property"
+        ),
+        "length_figure": charts.length_histogram(
+            stats["edges"], stats["counts"], title="Document length (tokens)", unit="tokens"
+        ),
+    }
+
+
+def source_stats(*, tokenized, metadata_fields) -> dict:
+    """Composition by property and the length histogram of a tokenized source, read with
+    DuckDB from its Parquet sidecars (per-document data never enters Postgres). Cached by
+    fingerprint: a built artifact never changes."""
+    from django.core.cache import cache
+
+    empty = {"by_property": {}, "edges": [], "counts": []}
+    if tokenized is None:
+        return empty
+    key = f"dash:source-stats:{tokenized.pk}:{tokenized.fingerprint}"
+    cached = cache.get(key)
+    if cached is not None:
+        return cached
+    try:
+        stats = _source_stats_read(tokenized.path, list(metadata_fields or []))
+    except Exception as e:  # noqa: BLE001 - a missing or unreadable sidecar shows as empty
+        import logging
+
+        logging.getLogger(__name__).warning("stats of %s: %s", tokenized.path, e)
+        return empty
+    cache.set(key, stats, timeout=24 * 3600)
+    return stats
+
+
+def _source_stats_read(path: str, fields: list[str]) -> dict:
+    import math
+    from pathlib import Path
+
+    import duckdb
+
+    files = sorted(str(p) for p in Path(path).glob("shards/*.parquet"))
+    if not files:
+        return {"by_property": {}, "edges": [], "counts": []}
+    con = duckdb.connect()
+    con.execute("CREATE VIEW docs AS SELECT * FROM read_parquet(?, union_by_name=true)", [files])
+    columns = {r[0] for r in con.execute("DESCRIBE docs").fetchall()}
+    by_property: dict = {}
+    for field in fields:
+        column = field if field in columns else f"src_{field}"
+        if column not in columns:
+            continue
+        rows = con.execute(
+            f'SELECT CAST("{column}" AS VARCHAR) AS v, count(*), sum(n_tokens) '
+            f"FROM docs GROUP BY v ORDER BY 2 DESC LIMIT 30"
+        ).fetchall()
+        by_property[field] = {
+            str(v): {"documents": int(n), "tokens": int(t or 0), "bytes": 0} for v, n, t in rows
+        }
+    hi = con.execute("SELECT max(n_tokens) FROM docs").fetchone()[0] or 1
+    edges = [2**i for i in range(0, max(1, math.ceil(math.log2(max(hi, 1)))) + 2)]
+    counts = [0] * (len(edges) - 1)
+    for b, n in con.execute(
+        "SELECT floor(log2(greatest(n_tokens, 1)))::INT AS b, count(*) FROM docs GROUP BY b"
+    ).fetchall():
+        counts[min(int(b), len(counts) - 1)] += int(n)
+    return {"by_property": by_property, "edges": edges, "counts": counts}
+
+
+# --- pools ------------------------------------------------------------------------------
+
+SHARDS_SHOWN = 50
+
+
+def pool_detail(*, pool_id: int) -> dict:
+    from django.db.models import Count, Sum
+    from django.shortcuts import get_object_or_404
+
+    from webapp.catalog.models import MixtureVersion, Pool
+    from webapp.dashboard import charts
+
+    pool = get_object_or_404(Pool, pk=pool_id)
+    # The (pool, index) index serves both the first page of shards and the sums.
+    shards = list(pool.shards.order_by("index")[:SHARDS_SHOWN])
+    totals = pool.shards.aggregate(
+        n=Count("id"), records=Sum("num_records"), tokens=Sum("num_tokens"), bytes=Sum("num_bytes")
+    )
+    parents = list(pool.parents.select_related("source", "tokenizer").defer("params"))
+    versions = list(
+        MixtureVersion.objects.filter(components__pool=pool)
+        .select_related("mixture")
+        .distinct()
+        .order_by("-created_at")[:20]
+    )
+    taints = list(pool.taints.select_related("flag")[:20])
+    quality = pool_quality(pool=pool)
+    return {
+        "pool": pool,
+        "shards": shards,
+        "totals": totals,
+        "parents": parents,
+        "versions": versions,
+        "taints": taints,
+        "quality": quality,
+        "deviation_figure": charts.window_deviation(quality.get("curve") or {}),
+        "heatmap_figure": charts.position_heatmap(*quality["heatmap"])
+        if quality.get("heatmap")
+        else charts.position_heatmap([], [], []),
+        "comparison_figure": charts.shuffle_comparison(quality.get("comparison") or {}),
+    }
+
+
+def pool_quality(*, pool) -> dict:
+    """The pool's shuffle-quality report as its build recorded it (``params["quality"]``,
+    or ``quality.json`` beside the manifest), reshaped for the charts; empty without one."""
+    import json
+    from pathlib import Path
+
+    report = (pool.params or {}).get("quality")
+    if report is None:
+        try:
+            report = json.loads((Path(pool.path) / "quality.json").read_text())
+        except (OSError, ValueError):
+            return {}
+    return quality_for_charts(report)
+
+
+def quality_for_charts(report: dict) -> dict:
+    """Reshape a ``shardcore.quality.report`` dict (``windows``, ``batches``,
+    ``composition``), optionally with ``by_shuffle`` (one report per shuffle of the same
+    data), into chart inputs."""
+    if not report:
+        return {}
+    out: dict = {"report": report, "batches": report.get("batches")}
+    out["curve"] = _curve(report.get("windows") or {})
+    comp = report.get("composition") or {}
+    if comp.get("labels"):
+        edges = comp["bin_edges"]
+        total = edges[-1] or 1
+        positions = [(a + b) / 2 / total for a, b in zip(edges, edges[1:], strict=False)]
+        out["heatmap"] = (positions, list(comp["labels"]), comp["share"])
+    out["comparison"] = {
+        name: _curve(r.get("windows") or {}) for name, r in (report.get("by_shuffle") or {}).items()
+    }
+    return out
+
+
+TOP_LABELS = 8
+
+
+def _curve(windows: dict) -> dict:
+    """Chart input from ``shardcore.quality.window_deviation``: the worst label and the
+    largest labels' max deviations per window size, against the largest ideal bound."""
+    sizes = windows.get("window_sizes") or []
+    if not sizes:
+        return {}
+    devs = {"worst label": windows["max_all"]}
+    share = windows.get("share") or []
+    top = sorted(range(len(share)), key=lambda j: -share[j])[:TOP_LABELS]
+    for j in top:
+        devs[str(windows["labels"][j])] = [row[j] for row in windows["max"]]
+    return {"window_sizes": sizes, "deviations": devs, "ideal": windows.get("ideal_all")}
+
+
+# --- mixtures ---------------------------------------------------------------------------
+
+
+def mixture_detail(*, mixture_id: int) -> dict:
+    from django.db.models import Count
+    from django.shortcuts import get_object_or_404
+
+    from webapp.catalog.models import Mixture
+
+    mixture = get_object_or_404(Mixture, pk=mixture_id)
+    versions = list(
+        mixture.versions.annotate(num_runs=Count("runs")).defer("params").order_by("-number")[:50]
+    )
+    return {"mixture": mixture, "versions": versions}
+
+
+def mixture_version_detail(*, version_id: int) -> dict:
+    from django.shortcuts import get_object_or_404
+
+    from webapp.catalog.models import MixtureVersion
+    from webapp.dashboard import charts
+
+    version = get_object_or_404(
+        MixtureVersion.objects.select_related("mixture", "job", "created_by"), pk=version_id
+    )
+    lineage = version_lineage(version=version)
+    runs = _runs_with_taint(list(version.runs.order_by("-created_at")[:50]))
+    exports = list(version.exports.order_by("format", "-created_at"))
+    quality = quality_for_charts(version.params.get("quality") or {})
+    components = lineage["components"]
+    total_weight = sum(c.weight for c in components) or 1.0
+    rows = [
+        {
+            "pool": c.pool.name,
+            "tokens": int(version.token_budget * c.weight / total_weight),
+            "epochs": c.epochs
+            if c.epochs is not None
+            else (version.token_budget * c.weight / total_weight) / max(c.pool.num_tokens, 1),
+        }
+        for c in components
+    ]
+    heat = quality.get("heatmap") or _stage_heatmap(version, components)
+    return {
+        "version": version,
+        "components": components,
+        "runs": runs,
+        "exports": exports,
+        "tainted": f"mv:{version.pk}" in lineage["tainted"],
+        "quality": quality,
+        "epochs_figure": charts.predicted_epochs(rows),
+        "heatmap_figure": charts.position_heatmap(
+            *heat, title="Composition over training position"
+        ),
+        "deviation_figure": charts.window_deviation(quality.get("curve") or {}),
+        "lineage_figure": charts.lineage_graph(lineage["nodes"], lineage["edges"]),
+    }
+
+
+def _stage_heatmap(version, components) -> tuple:
+    """Composition over position from the components alone: each stage takes its share of
+    the budget in order, pools within it by weight. Used until the build records measured
+    composition in ``params["quality"]``."""
+    stages: list[str] = []
+    for c in components:
+        if c.stage not in stages:
+            stages.append(c.stage)
+    if not components:
+        return ([], [], [])
+    stage_weight = {s: sum(c.weight for c in components if c.stage == s) for s in stages}
+    budget = version.params.get("stages") or {}
+    fractions = [float(budget.get(s, {}).get("fraction", 1 / len(stages))) for s in stages]
+    total = sum(fractions) or 1
+    columns = 20
+    positions = [(i + 0.5) / columns for i in range(columns)]
+    bounds, acc = [], 0.0
+    for f in fractions:
+        bounds.append((acc, acc + f / total))
+        acc += f / total
+    pools = list(dict.fromkeys(c.pool.name for c in components))
+    shares = []
+    for name in pools:
+        row = []
+        for x in positions:
+            si = next((i for i, (a, b) in enumerate(bounds) if a <= x < b), len(stages) - 1)
+            s = stages[si]
+            w = sum(c.weight for c in components if c.stage == s and c.pool.name == name)
+            row.append(w / stage_weight[s] if stage_weight[s] else 0.0)
+        shares.append(row)
+    return (positions, pools, shares)
+
+
+# --- audit ------------------------------------------------------------------------------
+
+
+def audit_search(*, source: str, file_path: str = "", document_id: int | None = None) -> dict:
+    """Every mixture version and run that contains a source, one of its files, or one of its
+    documents. Relational lineage (source -> tokenized sources -> pools -> versions ->
+    runs); for a document, pools are checked against their Parquet document lists."""
+    from webapp.catalog.lineage import pool_documents_hit
+    from webapp.catalog.models import MixtureVersion, Pool, Source, TokenizedSource, TrainingRun
+
+    q = Source.objects.all()
+    src = (q.filter(pk=int(source)) if source.isdigit() else q.filter(name=source)).first()
+    if src is None:
+        return {"error": f"no source named {source!r}"}
+    file = None
+    if file_path:
+        file = src.files.filter(path=file_path).first()
+        if file is None:
+            return {"error": f"source {src.name} has no file {file_path!r}", "source": src}
+    tokenized = list(TokenizedSource.objects.filter(source=src).select_related("tokenizer"))
+    pools = list(Pool.objects.filter(parents__in=tokenized).distinct().order_by("-created_at"))
+    if document_id is not None:
+        kept = []
+        for pool in pools:
+            for ts in pool.parents.filter(source=src):
+                try:
+                    if pool_documents_hit(pool=pool, tokenized=ts, doc_ids={document_id}):
+                        kept.append(pool)
+                        break
+                except Exception:  # noqa: BLE001 - an unreadable pool cannot be audited
+                    continue
+        pools = kept
+    versions = list(
+        MixtureVersion.objects.filter(components__pool__in=pools)
+        .select_related("mixture")
+        .distinct()
+        .order_by("-created_at")
+    )
+    runs = _runs_with_taint(
+        list(
+            TrainingRun.objects.filter(mixture_version__in=versions)
+            .select_related("mixture_version__mixture")
+            .order_by("-created_at")[:500]
+        )
+    )
+    return {
+        "source": src,
+        "file": file,
+        "document_id": document_id,
+        "tokenized": tokenized,
+        "pools": pools,
+        "versions": versions,
+        "runs": runs,
+    }
+
+
+def flag_detail(*, flag_id: int) -> dict:
+    from django.shortcuts import get_object_or_404
+
+    from webapp.catalog.models import Flag
+
+    flag = get_object_or_404(Flag.objects.select_related("source", "source_file"), pk=flag_id)
+    taints = flag.taints.select_related(
+        "flag",
+        "tokenized_source__source",
+        "tokenized_source__tokenizer",
+        "pool",
+        "mixture_version__mixture",
+        "run",
+    ).order_by("id")
+    return {"flag": flag, "taints": [taint_describe(t) for t in taints]}
+
+
+def flag_recent(*, limit: int = 20) -> list:
+    from django.db.models import Count
+
+    from webapp.catalog.models import Flag
+
+    return list(
+        Flag.objects.select_related("source", "source_file")
+        .annotate(num_taints=Count("taints"))
+        .order_by("-created_at")[:limit]
+    )
+
+
+def mixture_version_document(*, version_id: int) -> dict:
+    """A mixture version as a self-contained JSON document (the "JSON" export)."""
+    from django.shortcuts import get_object_or_404
+
+    from webapp.catalog.models import MixtureVersion
+
+    v = get_object_or_404(MixtureVersion.objects.select_related("mixture"), pk=version_id)
+    comps = v.components.select_related("pool").order_by("stage", "id")
+    return {
+        "mixture": v.mixture.name,
+        "number": v.number,
+        "fingerprint": v.fingerprint,
+        "token_budget": v.token_budget,
+        "seed": v.seed,
+        "num_samples": v.num_samples,
+        "status": v.status,
+        "params": v.params,
+        "components": [
+            {
+                "pool": c.pool.name,
+                "pool_id": c.pool_id,
+                "pool_fingerprint": c.pool.fingerprint,
+                "pool_path": c.pool.path,
+                "weight": c.weight,
+                "stage": c.stage,
+                "epochs": c.epochs,
+            }
+            for c in comps
+        ],
+    }
+
+
+def export_file(*, export_id: int):
+    """The file of a ready export; 404 for anything else (a materialized copy is a directory
+    of shards and is read in place, not downloaded)."""
+    from pathlib import Path
+
+    from django.http import Http404
+    from django.shortcuts import get_object_or_404
+
+    from webapp.catalog.models import ArtifactStatus, Export
+
+    export = get_object_or_404(Export, pk=export_id, status=ArtifactStatus.READY)
+    path = Path(export.path)
+    if not path.is_file():
+        raise Http404(f"export {export.pk} is not a downloadable file")
+    return path

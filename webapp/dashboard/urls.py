@@ -1,10 +1,35 @@
 from django.urls import path
 
-from webapp.dashboard.views import overview, users
+from webapp.dashboard.views import audit, catalog, jobs, overview, users
 
 app_name = "dashboard"
 
 urlpatterns = [
+    path("sources/", catalog.source_list, name="sources"),
+    path("sources/register/", catalog.source_register, name="source_register"),
+    path("sources/<int:source_id>/", catalog.source_detail, name="source"),
+    path("sources/<int:source_id>/scan/", catalog.source_scan, name="source_scan"),
+    path("pools/", catalog.pool_list, name="pools"),
+    path("pools/<int:pool_id>/", catalog.pool_detail, name="pool"),
+    path("mixtures/", catalog.mixture_list, name="mixtures"),
+    path("mixtures/<int:mixture_id>/", catalog.mixture_detail, name="mixture"),
+    path("mixtures/versions/<int:version_id>/", catalog.mixture_version, name="mixture_version"),
+    path(
+        "mixtures/versions/<int:version_id>/version.json",
+        catalog.mixture_version_json,
+        name="mixture_version_json",
+    ),
+    path("exports/<int:export_id>/download/", catalog.export_download, name="export_download"),
+    path("jobs/", jobs.job_list, name="jobs"),
+    path("jobs/<int:job_id>/", jobs.job_detail, name="job"),
+    path("jobs/<int:job_id>/progress.json", jobs.job_progress, name="job_progress"),
+    path("jobs/<int:job_id>/cancel/", jobs.job_cancel, name="job_cancel"),
+    path("jobs/<int:job_id>/retry/", jobs.job_retry, name="job_retry"),
+    path("runs/", catalog.run_list, name="runs"),
+    path("runs/<int:run_id>/", catalog.run_detail, name="run"),
+    path("audit/", audit.audit, name="audit"),
+    path("audit/flags/", audit.flag_create, name="flag_create"),
+    path("audit/flags/<int:flag_id>/", audit.flag_detail, name="flag"),
     path("users/", users.user_list, name="users"),
     path("users/create/", users.user_create, name="user_create"),
     path("users/<int:user_id>/role/", users.user_role, name="user_role"),

@@ -1,0 +1,184 @@
+"""A small catalog built row by row for the dashboard and API tests: one source of real
+text, a tokenized source, a pool with shards, a mixture version, a run with progress,
+a job with units, and users with fixed roles."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+from django.contrib.auth.models import Group
+from django.utils import timezone
+
+PASSWORD = "pw-123456789"
+
+TEXTS = [
+    "The Rhine rises in the Swiss Alps and flows into the North Sea near Rotterdam.",
+    "Photosynthesis converts light energy into chemical energy stored in glucose.",
+    "Der Bodensee liegt an der Grenze von Deutschland, Österreich und der Schweiz.",
+]
+
+
+@pytest.fixture
+def users(django_user_model):
+    out = {}
+    for role in ("viewer", "editor", "admin"):
+        user = django_user_model.objects.create_user(username=role, password=PASSWORD)
+        user.groups.add(Group.objects.get(name=role))
+        out[role] = user
+    return out
+
+
+@pytest.fixture
+def login(client, users):
+    def as_role(role: str):
+        client.force_login(users[role])
+        return client
+
+    return as_role
+
+
+@pytest.fixture
+def catalog(tmp_path, users):
+    from webapp.catalog.models import (
+        ArtifactStatus,
+        Flag,
+        Mixture,
+        MixtureComponent,
+        MixtureVersion,
+        Pool,
+        RunProgress,
+        Shard,
+        Source,
+        SourceFile,
+        Taint,
+        TokenizedSource,
+        Tokenizer,
+        TrainingRun,
+    )
+    from webapp.jobs.models import Job, JobState, JobUnit, UnitState
+
+    src_dir = tmp_path / "sources" / "wiki"
+    src_dir.mkdir(parents=True)
+    lines = [json.dumps({"text": t, "language": "de" if "Der" in t else "en"}) for t in TEXTS]
+    (src_dir / "part-0.jsonl").write_text("\n".join(lines) + "\n{not json\n")
+    source = Source.objects.create(
+        name="wiki",
+        uri=str(src_dir),
+        metadata_fields=["language"],
+        status=Source.Status.SCANNED,
+        num_files=1,
+        num_documents=3,
+        num_bytes=300,
+        bad_lines=1,
+    )
+    sfile = SourceFile.objects.create(
+        source=source,
+        path="part-0.jsonl",
+        size=300,
+        num_documents=3,
+        bad_lines=1,
+        bad_input={"invalid_json": {"count": 1, "samples": ["part-0.jsonl:4: {not json"]}},
+    )
+    tok = Tokenizer.objects.create(spec="tiktoken:gpt2", vocab_size=50257, eos_id=50256)
+    ts = TokenizedSource.objects.create(
+        source=source,
+        tokenizer=tok,
+        status=ArtifactStatus.READY,
+        path=str(tmp_path / "tok"),
+        num_documents=3,
+        num_tokens=60,
+    )
+    quality = {
+        "windows": {
+            "labels": ["de", "en"],
+            "share": [0.25, 0.75],
+            "num_samples": 64,
+            "window_sizes": [2, 4, 8],
+            "max": [[0.75, 0.75], [0.5, 0.5], [0.25, 0.25]],
+            "p99": [[0.75, 0.75], [0.5, 0.5], [0.25, 0.25]],
+            "ideal": [[0.3, 0.3], [0.2, 0.2], [0.14, 0.14]],
+            "max_all": [0.75, 0.5, 0.25],
+            "p99_all": [0.75, 0.5, 0.25],
+            "ideal_all": [0.3, 0.2, 0.14],
+            "quantile": 0.99,
+        },
+        "batches": {"batch_size": 4, "num_batches": 16, "possible": 2, "worst": 1, "best": 2},
+        "composition": {
+            "labels": ["en", "de"],
+            "bin_edges": [0, 32, 64],
+            "share": [[0.7, 0.8], [0.3, 0.2]],
+        },
+    }
+    pool = Pool.objects.create(
+        name="wiki-2048",
+        status=ArtifactStatus.READY,
+        path=str(tmp_path / "pool"),
+        seq_len=2048,
+        num_records=40,
+        num_tokens=60,
+        num_documents=3,
+        fingerprint="f" * 16,
+        params={"quality": quality},
+    )
+    pool.parents.add(ts)
+    Shard.objects.bulk_create(
+        [
+            Shard(pool=pool, index=i, prefix=f"{pool.path}/pool-{i:05d}", num_records=10)
+            for i in range(4)
+        ]
+    )
+    mixture = Mixture.objects.create(name="base-mix", description="Wikipedia only, for tests")
+    version = MixtureVersion.objects.create(
+        mixture=mixture,
+        number=1,
+        token_budget=1_000_000,
+        status=ArtifactStatus.READY,
+        path=str(tmp_path / "mix"),
+        num_samples=400,
+    )
+    MixtureComponent.objects.create(version=version, pool=pool, weight=1.0, stage="main")
+    run = TrainingRun.objects.create(name="olmo-tiny-a", mixture_version=version, last_step=20)
+    now = timezone.now()
+    RunProgress.objects.bulk_create(
+        [
+            RunProgress(run=run, step=s, consumed_samples=s * 4, consumed_tokens=s * 4 * 2048)
+            for s in (10, 20)
+        ]
+    )
+    job = Job.objects.create(
+        kind="tokenize",
+        title="tokenize wiki",
+        state=JobState.RUNNING,
+        plan={},
+        output_dir=str(tmp_path / "tok"),
+        units_total=3,
+        units_done=1,
+        tokens=60,
+        started_at=now - timedelta(seconds=30),
+        log_tail="created: 3 unit(s) in 1 phase(s)",
+        created_by=users["editor"],
+    )
+    JobUnit.objects.bulk_create(
+        [
+            JobUnit(job=job, unit_id="part-0.jsonl", phase=0, state=UnitState.SUCCEEDED),
+            JobUnit(job=job, unit_id="part-1.jsonl", phase=0, state=UnitState.RUNNING),
+            JobUnit(job=job, unit_id="part-2.jsonl", phase=0, state=UnitState.QUEUED),
+        ]
+    )
+    flag = Flag.objects.create(
+        target=Flag.Target.FILE, source=source, source_file=sfile, reason="license unclear"
+    )
+    Taint.objects.create(flag=flag, run=run, documents=3)
+    return {
+        "source": source,
+        "file": sfile,
+        "tokenized": ts,
+        "pool": pool,
+        "mixture": mixture,
+        "version": version,
+        "run": run,
+        "job": job,
+        "flag": flag,
+    }

@@ -1,0 +1,112 @@
+# ruff: noqa: F811 - pytest fixtures are imported by name and used as arguments
+"""Every dashboard page renders for a viewer, with the catalog's real content on it."""
+
+import pytest
+
+from tests.integration.dashboard_fixtures import catalog, login, users  # noqa: F401
+
+pytestmark = pytest.mark.django_db
+
+
+def test_it_shows_counts_running_jobs_runs_and_taint_on_the_overview(login, catalog):
+    resp = login("viewer").get("/")
+    assert resp.status_code == 200
+    body = resp.content.decode()
+    assert "Overview" in body
+    assert "tokenize wiki" in body  # the running job
+    assert "olmo-tiny-a" in body  # the recent run
+    assert "license unclear" in body  # the taint's flag
+
+
+def test_it_lists_sources_and_shows_a_source_with_its_bad_input(login, catalog):
+    c = login("viewer")
+    assert "wiki" in c.get("/sources/").content.decode()
+    body = c.get(f"/sources/{catalog['source'].pk}/").content.decode()
+    assert "part-0.jsonl:4: {not json" in body
+    assert "tiktoken:gpt2" in body
+    assert "plotly.min.js" in body
+    # Viewers see no write buttons.
+    assert "Rescan" not in body
+
+
+def test_it_shows_a_pool_with_quality_charts_and_its_users(login, catalog):
+    body = login("viewer").get(f"/pools/{catalog['pool'].pk}/").content.decode()
+    assert "wiki-2048" in body
+    assert "base-mix v1" in body
+    assert "worst label" in body  # the window deviation chart's data
+    assert '"heatmap"' in body
+
+
+def test_it_lists_pools_and_mixtures(login, catalog):
+    c = login("viewer")
+    assert "wiki-2048" in c.get("/pools/").content.decode()
+    assert "base-mix" in c.get("/mixtures/").content.decode()
+    assert "v1" in c.get(f"/mixtures/{catalog['mixture'].pk}/").content.decode()
+
+
+def test_it_shows_a_mixture_version_with_runs_and_lineage(login, catalog):
+    body = login("viewer").get(f"/mixtures/versions/{catalog['version'].pk}/").content.decode()
+    assert "olmo-tiny-a" in body
+    assert "wiki-2048" in body
+    assert "Lineage" in body
+
+
+def test_it_downloads_a_mixture_version_as_json(login, catalog):
+    resp = login("viewer").get(f"/mixtures/versions/{catalog['version'].pk}/version.json")
+    assert resp.status_code == 200
+    assert "attachment" in resp["Content-Disposition"]
+    doc = resp.json()
+    assert doc["components"][0]["pool"] == "wiki-2048"
+    assert doc["token_budget"] == 1_000_000
+
+
+def test_it_lists_jobs_filtered_by_state(login, catalog):
+    c = login("viewer")
+    assert "tokenize wiki" in c.get("/jobs/?state=running").content.decode()
+    assert "tokenize wiki" not in c.get("/jobs/?state=failed").content.decode()
+
+
+def test_it_shows_a_job_and_its_live_progress_document(login, catalog):
+    c = login("viewer")
+    job = catalog["job"]
+    body = c.get(f"/jobs/{job.pk}/").content.decode()
+    assert "part-1.jsonl" in body and "created: 3 unit(s)" in body
+    p = c.get(f"/jobs/{job.pk}/progress.json").json()
+    assert p["state"] == "running"
+    assert (p["units_done"], p["units_total"]) == (1, 3)
+    assert p["unit_counts"]["running"] == 1 and p["unit_counts"]["queued"] == 1
+    assert p["tokens_per_second"] > 0
+    assert [u["unit_id"] for u in p["units"]] == ["part-0.jsonl", "part-1.jsonl", "part-2.jsonl"]
+
+
+def test_it_shows_runs_with_progress_and_taint(login, catalog):
+    c = login("viewer")
+    assert "tainted" in c.get("/runs/").content.decode()
+    body = c.get(f"/runs/{catalog['run'].pk}/").content.decode()
+    assert "olmo-tiny-a" in body
+    assert "tainted" in body
+    assert "2 report(s)" in body
+
+
+def test_it_audits_a_source_down_to_runs(login, catalog):
+    body = login("viewer").get("/audit/?source=wiki").content.decode()
+    assert "1 pool(s), 1 mixture version(s), 1 run(s)" in body
+    assert "olmo-tiny-a" in body
+    assert "Flag this" not in body  # viewers cannot flag
+
+
+def test_it_reports_an_unknown_source_in_the_audit(login, catalog):
+    body = login("viewer").get("/audit/?source=nope").content.decode()
+    assert "no source named" in body
+
+
+def test_it_shows_what_a_flag_taints(login, catalog):
+    body = login("viewer").get(f"/audit/flags/{catalog['flag'].pk}/").content.decode()
+    assert "license unclear" in body
+    assert "run olmo-tiny-a" in body
+
+
+def test_it_answers_404_for_a_missing_object(login, catalog):
+    c = login("viewer")
+    for path in ("/sources/999/", "/pools/999/", "/runs/999/", "/jobs/999/", "/audit/flags/999/"):
+        assert c.get(path).status_code == 404, path

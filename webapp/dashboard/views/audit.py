@@ -1,0 +1,43 @@
+"""Audit: which mixture versions and runs contain a source, file or document; flags."""
+
+from django.contrib import messages
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from webapp.dashboard import selectors
+from webapp.dashboard.forms import AuditForm, FlagForm
+
+
+def audit(request):
+    form = AuditForm(request.GET or None)
+    result = None
+    if form.is_valid():
+        result = selectors.audit_search(**form.cleaned_data)
+    return render(
+        request,
+        "dashboard/audit/search.html",
+        {"form": form, "result": result, "flags": selectors.flag_recent()},
+    )
+
+
+@require_POST
+def flag_create(request):
+    from webapp.catalog.services import CatalogError, flag_create
+    from webapp.dashboard.permissions import require_role
+
+    require_role(request.user, "editor")
+    form = FlagForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, form.errors.as_text())
+        return redirect("dashboard:audit")
+    try:
+        flag = flag_create(**form.cleaned_data, created_by=request.user)
+    except CatalogError as e:
+        messages.error(request, str(e))
+        return redirect("dashboard:audit")
+    messages.success(request, f"Flag {flag.pk} recorded; it taints {flag.taints.count()} item(s).")
+    return redirect("dashboard:flag", flag_id=flag.pk)
+
+
+def flag_detail(request, flag_id: int):
+    return render(request, "dashboard/audit/flag.html", selectors.flag_detail(flag_id=flag_id))

@@ -1,0 +1,101 @@
+"""Sources, pools, mixtures and runs: lists and detail pages, source registration."""
+
+from django.contrib import messages
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from webapp.dashboard import selectors
+from webapp.dashboard.forms import SourceRegisterForm
+from webapp.dashboard.permissions import require_role
+
+
+def source_list(request):
+    ctx = selectors.source_page(page=request.GET.get("page", 1))
+    return render(request, "dashboard/sources/list.html", {**ctx, "form": SourceRegisterForm()})
+
+
+@require_POST
+def source_register(request):
+    from webapp.catalog.services import CatalogError, source_register
+
+    require_role(request.user, "editor")
+    form = SourceRegisterForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, form.errors.as_text())
+        return redirect("dashboard:sources")
+    try:
+        source = source_register(**form.cleaned_data, created_by=request.user)
+    except CatalogError as e:
+        messages.error(request, str(e))
+        return redirect("dashboard:sources")
+    messages.success(request, f"Registered {source.name}: {source.num_files} file(s).")
+    return redirect("dashboard:source", source_id=source.pk)
+
+
+@require_POST
+def source_scan(request, source_id: int):
+    from webapp.catalog.services import CatalogError, source_scan
+
+    require_role(request.user, "editor")
+    try:
+        source = source_scan(source_id=source_id)
+    except CatalogError as e:
+        messages.error(request, str(e))
+    else:
+        messages.success(request, f"Scanned {source.name}: {source.num_files} file(s).")
+    return redirect("dashboard:source", source_id=source_id)
+
+
+def source_detail(request, source_id: int):
+    ctx = selectors.source_detail(source_id=source_id)
+    return render(request, "dashboard/sources/detail.html", ctx)
+
+
+def pool_list(request):
+    return render(
+        request, "dashboard/pools/list.html", selectors.pool_page(page=request.GET.get("page", 1))
+    )
+
+
+def pool_detail(request, pool_id: int):
+    return render(request, "dashboard/pools/detail.html", selectors.pool_detail(pool_id=pool_id))
+
+
+def mixture_list(request):
+    ctx = selectors.mixture_page(page=request.GET.get("page", 1))
+    return render(request, "dashboard/mixtures/list.html", ctx)
+
+
+def mixture_detail(request, mixture_id: int):
+    ctx = selectors.mixture_detail(mixture_id=mixture_id)
+    return render(request, "dashboard/mixtures/detail.html", ctx)
+
+
+def mixture_version(request, version_id: int):
+    ctx = selectors.mixture_version_detail(version_id=version_id)
+    return render(request, "dashboard/mixtures/version.html", ctx)
+
+
+def run_list(request):
+    ctx = selectors.run_page(page=request.GET.get("page", 1))
+    return render(request, "dashboard/runs/list.html", ctx)
+
+
+def run_detail(request, run_id: int):
+    return render(request, "dashboard/runs/detail.html", selectors.run_detail(run_id=run_id))
+
+
+def mixture_version_json(request, version_id: int):
+    from django.http import JsonResponse
+
+    doc = selectors.mixture_version_document(version_id=version_id)
+    resp = JsonResponse(doc, json_dumps_params={"indent": 2})
+    resp["Content-Disposition"] = f'attachment; filename="{doc["mixture"]}-v{doc["number"]}.json"'
+    return resp
+
+
+def export_download(request, export_id: int):
+    from django.http import FileResponse
+
+    path = selectors.export_file(export_id=export_id)
+    return FileResponse(open(path, "rb"), as_attachment=True, filename=path.name)

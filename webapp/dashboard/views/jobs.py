@@ -1,0 +1,49 @@
+"""Jobs: the list, the live detail page, its JSON poll, cancel and retry."""
+
+from django.contrib import messages
+from django.http import JsonResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from webapp.dashboard import selectors
+from webapp.dashboard.permissions import require_role
+
+
+def job_list(request):
+    ctx = selectors.job_page(state=request.GET.get("state", ""), page=request.GET.get("page", 1))
+    return render(request, "dashboard/jobs/list.html", ctx)
+
+
+def job_detail(request, job_id: int):
+    return render(request, "dashboard/jobs/detail.html", selectors.job_detail(job_id=job_id))
+
+
+def job_progress(request, job_id: int):
+    return JsonResponse(selectors.job_progress_json(job_id=job_id))
+
+
+def _act(request, job_id: int, action, done: str):
+    from webapp.jobs.services import JobError
+
+    require_role(request.user, "editor")
+    try:
+        action(job_id=job_id)
+    except JobError as e:
+        messages.error(request, str(e))
+    else:
+        messages.success(request, done)
+    return redirect("dashboard:job", job_id=job_id)
+
+
+@require_POST
+def job_cancel(request, job_id: int):
+    from webapp.jobs.services import job_cancel
+
+    return _act(request, job_id, job_cancel, "Cancelled: remaining units will not run.")
+
+
+@require_POST
+def job_retry(request, job_id: int):
+    from webapp.jobs.services import job_retry
+
+    return _act(request, job_id, job_retry, "Retrying the failed and unfinished units.")
