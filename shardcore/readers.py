@@ -49,6 +49,7 @@ REASONS = (
     EMPTY_FILE,
 )
 
+_ABSENT = object()
 _BLOCK = 4 << 20  # raw bytes per read: large enough for throughput, small for memory
 _EXCERPT = 120  # characters of a bad line quoted in reports
 
@@ -122,6 +123,10 @@ def splittable(url: str, txt_mode: str = "file") -> bool:
 class _Truncated(Exception):
     """The compressed stream ended (or broke) before its end-of-stream marker."""
 
+    def __init__(self, message: str, *, corrupt: bool):
+        super().__init__(message)
+        self.corrupt = corrupt  # bad data (vs. a stream that simply stops early)
+
 
 def _excerpt(raw: bytes | str) -> str:
     if isinstance(raw, bytes):
@@ -165,7 +170,9 @@ def _decompress(blocks: Iterator[bytes], compression: str) -> Iterator[bytes]:
             try:
                 out = d.decompress(data)
             except errors as exc:
-                raise _Truncated(f"corrupt compressed data after {produced} bytes: {exc}") from exc
+                raise _Truncated(
+                    f"corrupt compressed data after {produced} bytes: {exc}", corrupt=True
+                ) from exc
             in_frame = True
             if out:
                 produced += len(out)
@@ -182,7 +189,10 @@ def _decompress(blocks: Iterator[bytes], compression: str) -> Iterator[bytes]:
             produced += len(tail)
             yield tail
     if in_frame and not d.eof:
-        raise _Truncated(f"compressed stream ends before its end marker, after {produced} bytes")
+        raise _Truncated(
+            f"compressed stream ends before its end marker, after {produced} bytes",
+            corrupt=False,
+        )
 
 
 def _lines(blocks: Iterator[bytes], offset: int, skip_partial: bool) -> Iterator[tuple[int, bytes]]:
@@ -226,7 +236,7 @@ def _jsonl_doc(line: bytes, lineno: int, offset: int, text_field: str) -> Docume
             f"expected a JSON object, got {type(obj).__name__}",
             _excerpt(line),
         )
-    text = obj.pop(text_field, None)
+    text = obj.pop(text_field, _ABSENT)
     return _check_text(text, obj, lineno, offset, text_field, line)
 
 
@@ -234,6 +244,8 @@ def _check_text(
     text, props: dict, lineno: int, offset: int | None, text_field: str, raw
 ) -> Document | BadInput:
     if text is None:
+        return BadInput(MISSING_TEXT_FIELD, lineno, f"{text_field!r} is null", _excerpt(raw))
+    if text is _ABSENT:
         fields = ", ".join(sorted(props)[:10]) or "none"
         return BadInput(
             MISSING_TEXT_FIELD, lineno, f"no {text_field!r} field (fields: {fields})", _excerpt(raw)
@@ -336,7 +348,7 @@ def _read_lines(
         if start == 0 and stats.content_bytes == 0 and stats.lines == 0:
             yield BadInput(EMPTY_FILE, None, "file is empty")
     except _Truncated as exc:
-        if stats.raw_bytes and not stats.content_bytes and stats.lines == 0:
+        if exc.corrupt and not stats.content_bytes and stats.lines == 0:
             yield BadInput(UNREADABLE_FILE, None, f"not a valid {comp} stream: {exc}")
         else:
             yield BadInput(TRUNCATED_COMPRESSED, stats.lines + 1, str(exc))
@@ -387,14 +399,14 @@ def _read_parquet(
             for rec in batch.to_pylist():
                 row += 1
                 stats.lines = row
-                text = rec.pop(text_field, None)
+                text = rec.pop(text_field, _ABSENT)
                 yield _check_text(
                     text,
                     rec,
                     row,
                     None,
                     text_field,
-                    json.dumps(text, default=str)[:_EXCERPT] if text is not None else "",
+                    "" if text is _ABSENT else json.dumps(text, default=str)[:_EXCERPT],
                 )
     except (pa.ArrowException, OSError) as exc:
         yield BadInput(UNREADABLE_FILE, row + 1, f"Parquet read failed at row {row + 1}: {exc}")

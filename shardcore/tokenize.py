@@ -210,19 +210,21 @@ class _Bad:
 
 
 def _line_base(url: str, start: int, storage_options: dict) -> int:
-    """Lines before byte ``start`` (only computed to name a line in a --strict error)."""
+    """Lines before the first line of the segment starting at byte ``start`` > 0 (only
+    computed to name a line in a --strict error). That line follows the first newline at
+    or after ``start - 1``, so it is preceded by the newlines of [0, start - 1) plus one."""
     import fsspec
 
     count = 0
     with fsspec.open(url, "rb", **storage_options) as f:
-        left = start
+        left = start - 1
         while left > 0:
             block = f.read(min(left, 8 << 20))
             if not block:
                 break
             count += block.count(b"\n")
             left -= len(block)
-    return count
+    return count + 1
 
 
 def _json_value(v: Any) -> Any:
