@@ -1,0 +1,705 @@
+"""Pools: select documents of tokenized sources, hold out a validation slice, shuffle them
+globally at document level, pack them into records of seq_len + 1 tokens, write shards.
+
+The stage ``pool`` follows the unit-of-work protocol (``shardcore.units``):
+
+* phase 1, one unit per input shard: select its documents (``shardcore.select``), route
+  each to the training or the validation pool by a hash of its identity, draw its bucket
+  (``shardcore.shuffle``), and write the shard's selected tokens grouped by bucket into
+  ``_pass1/in-XXXXX.tokens`` with their metadata (``.docs.arrow``) and bucket offsets;
+* phase 2, one unit per bucket: read the bucket's slice of every pass-1 file (in shard
+  order), order it (``order_bucket``), pack it (``shardcore.pack``) and write one output
+  shard ``shards/pool-XXXXX`` (IndexedDataset ``.bin``/``.idx``, ``.segments.npz``,
+  ``.docs.parquet``);
+* finalize: ``documents.parquet``, checksums, the validation pool's manifest in ``val/``,
+  then the pool's ``manifest.json``, the commit point.
+
+Memory: a pass-2 unit holds one bucket's tokens plus a bounded chunk; K (the number of
+buckets) is chosen so that a bucket is about a quarter of ``memory``, and at least enough
+buckets for shards of about ``shard_size`` bytes. A pass-1 unit reads its input shard
+through np.memmap and holds its per-document metadata plus a bounded chunk. The output
+bytes depend on the inputs and parameters only, never on the number of workers.
+
+Pool directory::
+
+    manifest.json        kind "pool", counts, shards, cumulative_records, files, ...
+    documents.parquet    one row per pool document, in pool order (source, doc_id, ...)
+    shards/pool-XXXXX.{bin,idx,segments.npz,docs.parquet}
+    val/                 the validation pool, same layout, its own manifest
+"""
+
+from __future__ import annotations
+
+import bisect
+import mmap
+import os
+import shutil
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import xxhash
+
+from shardcore import manifest as mf
+from shardcore import pack, select, shuffle, units
+from shardcore.errors import InputError, ManifestError
+from shardcore.formats import IndexedReader, IndexedWriter
+
+STAGE = "pool"
+KIND = "pool"
+PASS1_DIR = "_pass1"
+SHARDS_DIR = "shards"
+VAL_DIR = "val"
+DOCUMENTS_NAME = "documents.parquet"
+SPLITS = ("train", "val")
+# Metadata columns added to each document's sidecar properties.
+SOURCE_COL, SHARD_COL, ROW_COL, KEY_COL = "source", "source_shard", "source_row", "__key"
+SOURCE_FP_COL = "source_fingerprint"
+_MIN_CHUNK_TOKENS = 1 << 14
+_MAX_CHUNK_TOKENS = 1 << 22
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def _load_tokenized(path: str) -> dict[str, Any]:
+    data = mf.read_manifest(path)
+    if data.get("kind") != "tokenized":
+        raise InputError(f"{path}: a pool reads tokenized sources, this is {data.get('kind')!r}")
+    for key in ("fingerprint", "tokenizer", "dtype", "shards"):
+        if key not in data:
+            raise ManifestError(f"{path}: tokenized manifest has no {key!r}")
+    return data
+
+
+def val_mask(fingerprint: str, doc_ids: np.ndarray, fraction: float) -> np.ndarray:
+    """True for the documents held out for validation: splitmix64 of the document's
+    identity (its tokenized source's fingerprint and its doc_id) below ``fraction``.
+    Depends on nothing else, so a rebuild with other filters or seeds keeps each
+    document on the same side."""
+    if fraction <= 0.0:
+        return np.zeros(len(doc_ids), dtype=bool)
+    salt = np.uint64(xxhash.xxh3_64_intdigest(fingerprint.encode()))
+    with np.errstate(over="ignore"):
+        z = np.asarray(doc_ids, dtype=np.int64).astype(np.uint64) ^ salt
+        z = z + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+    return (z >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53)) < fraction
+
+
+def _val_seed(seed: int) -> int:
+    return xxhash.xxh3_64_intdigest(f"{int(seed)}/val".encode()) & ((1 << 63) - 1)
+
+
+def parse_size(text: str | int) -> int:
+    """'256MB', '1G', '64m', '1048576' -> bytes (powers of 1024)."""
+    if isinstance(text, int):
+        return text
+    s = str(text).strip().upper().removesuffix("B").removesuffix("I")
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+    try:
+        if s and s[-1] in mult:
+            return int(float(s[:-1]) * mult[s[-1]])
+        return int(s)
+    except ValueError:
+        raise InputError(f"cannot read size {text!r} (examples: 256MB, 1G, 1048576)") from None
+
+
+# --------------------------------------------------------------------------- planning
+
+
+def plan_pool(
+    tokenized: list[str],
+    out: str,
+    *,
+    seq_len: int,
+    filter: str | None = None,
+    shuffle: str = "exact",
+    seed: int = 0,
+    memory: int = 1 << 30,
+    val_fraction: float = 0.0,
+    bos: bool = False,
+    shard_size: int = 64 << 20,
+    shuffle_options: dict | None = None,
+) -> units.Plan:
+    """The plan of a pool build: phase 1 one unit per input shard, phase 2 one unit per
+    bucket (training buckets, then validation buckets). Reads the sidecars once to count
+    the selected documents (errors in the filter surface here, before any work)."""
+    module = _shuffle_module(shuffle)
+    if not tokenized:
+        raise InputError("a pool needs at least one tokenized source")
+    if seq_len < 1:
+        raise InputError(f"seq_len must be >= 1, got {seq_len}")
+    if not 0.0 <= val_fraction < 1.0:
+        raise InputError(f"val_fraction must be in [0, 1), got {val_fraction}")
+    if memory < (1 << 20):
+        raise InputError(f"memory budget {memory} bytes is below the 1 MiB minimum")
+    if shard_size < 1:
+        raise InputError(f"shard_size must be positive, got {shard_size}")
+    options = dict(shuffle_options or {})
+    sources, inputs = [], []
+    tokenizer = dtype = None
+    for s, path in enumerate(tokenized):
+        path = os.path.abspath(path)
+        data = _load_tokenized(path)
+        if tokenizer is None:
+            tokenizer, dtype = data["tokenizer"], data["dtype"]
+        elif data["tokenizer"].get("fingerprint") != tokenizer.get("fingerprint"):
+            raise InputError(
+                f"{path}: tokenizer {data['tokenizer'].get('spec')!r} differs from the first "
+                f"source's {tokenizer.get('spec')!r}; a pool has one tokenizer"
+            )
+        sources.append({"path": path, "fingerprint": data["fingerprint"]})
+        for j, shard in enumerate(data["shards"]):
+            prefix = os.path.join(path, shard["prefix"])
+            sidecar = f"{prefix}.docs.parquet"
+            rows, table = select.select_shard(sidecar, filter)
+            is_val = val_mask(data["fingerprint"], _column(table, "doc_id", sidecar), val_fraction)
+            n_tokens = _column(table, "n_tokens", sidecar).astype(np.int64) + int(bos)
+            inputs.append(
+                {
+                    "source": s,
+                    "shard": j,
+                    "prefix": prefix,
+                    "sidecar": sidecar,
+                    "docs": [int((~is_val).sum()), int(is_val.sum())],
+                    "tokens": [int(n_tokens[~is_val].sum()), int(n_tokens[is_val].sum())],
+                }
+            )
+    if bos and tokenizer.get("bos_id") is None:
+        raise InputError(f"bos=True but tokenizer {tokenizer.get('spec')!r} has no BOS token")
+    itemsize = np.dtype(dtype).itemsize
+    params = {
+        "seq_len": int(seq_len),
+        "filter": filter,
+        "shuffle": shuffle,
+        "seed": int(seed),
+        "memory": int(memory),
+        "val_fraction": float(val_fraction),
+        "bos": bool(bos),
+        "shard_size": int(shard_size),
+        "shuffle_options": options,
+    }
+    parents = [s["fingerprint"] for s in sources]
+    splits = {}
+    first_bucket = 0
+    for k, split in enumerate(SPLITS):
+        counts = np.array([i["docs"][k] for i in inputs], dtype=np.int64)
+        total_bytes = sum(i["tokens"][k] for i in inputs) * itemsize
+        min_buckets = max(-(-total_bytes // max(1, memory // 4)), -(-total_bytes // shard_size), 1)
+        n_buckets = module.num_buckets(counts, min_buckets, **options) if counts.sum() else 0
+        splits[split] = {
+            "counts": counts.tolist(),
+            "num_buckets": int(n_buckets),
+            "first_bucket": first_bucket,
+            "seed": int(seed) if split == "train" else _val_seed(seed),
+            "fingerprint": mf.fingerprint(KIND, parents=parents, params={**params, "split": split}),
+        }
+        first_bucket += n_buckets
+    phase1 = [{"id": f"assign-{i:05d}", "input": i} for i in range(len(inputs))]
+    phase2 = [
+        {"id": f"{split}-bucket-{b:05d}", "split": split, "bucket": b}
+        for split in SPLITS
+        for b in range(splits[split]["num_buckets"])
+    ]
+    meta = {
+        "sources": sources,
+        "inputs": inputs,
+        "splits": splits,
+        "tokenizer": tokenizer,
+        "dtype": str(np.dtype(dtype)),
+        "pad_id": int(tokenizer["eos_id"]),
+        "bos_id": tokenizer.get("bos_id"),
+    }
+    return units.Plan(STAGE, os.path.abspath(out), params, [phase1, phase2], meta)
+
+
+def build_pool(
+    tokenized: list[str],
+    out: str,
+    *,
+    workers: int = 1,
+    progress=None,
+    **kwargs,
+) -> dict[str, Any]:
+    """Plan and run a pool build locally; returns the pool's manifest. ``progress(unit,
+    stats)`` is called as units finish."""
+    plan = plan_pool(tokenized, out, **kwargs)
+    return units.run_local(plan, workers=workers, on_unit_done=progress)
+
+
+def _shuffle_module(name: str):
+    return shuffle.get_shuffle(name)
+
+
+def _column(table: pa.Table, name: str, where: str) -> np.ndarray:
+    if name not in table.column_names:
+        raise ManifestError(f"{where}: sidecar has no column {name!r}")
+    return table.column(name).to_numpy()
+
+
+def _chunk_tokens(plan: units.Plan) -> int:
+    return int(min(_MAX_CHUNK_TOKENS, max(_MIN_CHUNK_TOKENS, plan.params["memory"] // 128)))
+
+
+# --------------------------------------------------------------------------- pass 1
+
+
+def _pieces(
+    tokens: np.ndarray,
+    starts: np.ndarray,
+    lengths: np.ndarray,
+    chunk: int,
+    *,
+    head: int | None = None,
+):
+    """The documents at ``starts``/``lengths`` of ``tokens``, in order, as arrays of at
+    most about ``chunk`` tokens: a document of ``chunk`` tokens or more is one view (no
+    copy), a run of smaller ones is gathered into one array. If ``head`` is given,
+    ``tokens[head]`` (a BOS token) is put before every document."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    csum = np.concatenate([[0], np.cumsum(lengths)])
+    first, n = 0, lengths.size
+    while first < n:
+        if lengths[first] >= chunk:
+            if head is not None:
+                yield tokens[head : head + 1]
+            start = int(starts[first])
+            yield tokens[start : start + int(lengths[first])]
+            first += 1
+            continue
+        last = max(first + 1, int(np.searchsorted(csum, csum[first] + chunk, side="right")) - 1)
+        idx = pack.ranges(starts[first:last], lengths[first:last])
+        if head is not None:
+            idx = np.insert(idx, csum[first:last] - csum[first], head)
+        yield tokens[idx]
+        first = last
+
+
+class _RecordSink:
+    """Cuts a stream of token arrays into records of ``width`` tokens for an
+    IndexedWriter, through one staging buffer of about ``chunk`` tokens."""
+
+    def __init__(self, writer: IndexedWriter, width: int, dtype: np.dtype, chunk: int):
+        self.writer, self.width = writer, width
+        self.buf = np.empty(max(1, chunk // width) * width, dtype=dtype)
+        self.fill = 0
+
+    def put(self, arr: np.ndarray) -> None:
+        at = 0
+        while at < arr.size:
+            n = min(arr.size - at, self.buf.size - self.fill)
+            self.buf[self.fill : self.fill + n] = arr[at : at + n]
+            self.fill += n
+            at += n
+            if self.fill == self.buf.size:
+                self._flush()
+
+    def _flush(self) -> None:
+        if self.fill:
+            records = self.fill // self.width
+            self.writer.add_many(self.buf[: self.fill], np.full(records, self.width, np.int64))
+            self.fill = 0
+
+    def finish(self, pad_id: int) -> None:
+        """Pad the last record with ``pad_id`` and write what is left."""
+        end = -(-self.fill // self.width) * self.width
+        self.buf[self.fill : end] = pad_id
+        self.fill = end
+        self._flush()
+
+
+def _pass1_paths(out: str, i: int) -> tuple[Path, Path, Path]:
+    base = Path(out) / PASS1_DIR / f"in-{i:05d}"
+    return (
+        base.with_name(base.name + ".tokens"),
+        base.with_name(base.name + ".docs.arrow"),
+        base.with_name(base.name + ".offsets.npy"),
+    )
+
+
+def _run_assign(plan: units.Plan, unit: dict) -> dict:
+    meta, params = plan.meta, plan.params
+    i = unit["input"]
+    spec = meta["inputs"][i]
+    source = meta["sources"][spec["source"]]
+    module = _shuffle_module(params["shuffle"])
+    options = params["shuffle_options"]
+    reader = IndexedReader(spec["prefix"])
+    rows, table = select.select_shard(spec["sidecar"], params["filter"])
+    if len(reader) != _row_count(spec["sidecar"]):
+        raise ManifestError(
+            f"{spec['prefix']}: {len(reader)} sequences but its sidecar has "
+            f"{_row_count(spec['sidecar'])} rows"
+        )
+    is_val = val_mask(
+        source["fingerprint"], _column(table, "doc_id", spec["sidecar"]), params["val_fraction"]
+    )
+    bucket = np.empty(rows.size, dtype=np.int64)
+    key = np.empty(rows.size, dtype=np.int64)
+    for k, split in enumerate(SPLITS):
+        info = meta["splits"][split]
+        mask = is_val if k else ~is_val
+        if int(mask.sum()) != spec["docs"][k]:
+            raise ManifestError(f"{spec['sidecar']}: changed since the pool was planned")
+        if not mask.any():
+            continue
+        counts = np.asarray(info["counts"], dtype=np.int64)
+        b, kk = module.assign(counts, i, info["seed"], info["num_buckets"], **options)
+        bucket[mask] = b + info["first_bucket"]
+        key[mask] = kk
+    total_buckets = sum(meta["splits"][s]["num_buckets"] for s in SPLITS)
+    order = np.argsort(bucket, kind="stable")
+    rows_o = rows[order]
+    lengths = reader.lengths[rows_o].astype(np.int64)
+    if not np.array_equal(lengths, _column(table, "n_tokens", spec["sidecar"])[order]):
+        raise ManifestError(f"{spec['sidecar']}: n_tokens disagrees with {spec['prefix']}.idx")
+    doc_offsets = np.searchsorted(bucket[order], np.arange(total_buckets + 1), side="left")
+    tok_offsets = np.zeros(total_buckets + 1, dtype=np.int64)
+    csum = np.concatenate([[0], np.cumsum(lengths)])
+    tok_offsets[:] = csum[doc_offsets]
+
+    tokens_path, docs_path, offsets_path = _pass1_paths(plan.out, i)
+    tokens_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = tokens_path.with_name(tokens_path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        for part in _pieces(reader.tokens, reader.starts[rows_o], lengths, _chunk_tokens(plan)):
+            f.write(np.ascontiguousarray(part).data)
+        f.flush()
+        os.fsync(f.fileno())
+
+    docs = table.take(pa.array(order))
+    docs = docs.append_column(SOURCE_COL, pa.array(np.full(rows.size, spec["source"], np.int32)))
+    docs = docs.append_column(SHARD_COL, pa.array(np.full(rows.size, spec["shard"], np.int32)))
+    docs = docs.append_column(ROW_COL, pa.array(rows_o))
+    docs = docs.append_column(KEY_COL, pa.array(key[order]))
+    tmp_docs = docs_path.with_name(docs_path.name + ".tmp")
+    with pa.OSFile(str(tmp_docs), "wb") as sink, pa.ipc.new_file(sink, docs.schema) as w:
+        w.write_table(docs)
+    tmp_off = offsets_path.with_name(offsets_path.name + ".tmp.npy")
+    np.save(tmp_off, np.stack([doc_offsets.astype(np.int64), tok_offsets]))
+    os.replace(tmp, tokens_path)
+    os.replace(tmp_docs, docs_path)
+    os.replace(tmp_off, offsets_path)
+    return {
+        "documents": int(rows.size),
+        "tokens": int(csum[-1]),
+        "val_documents": int(is_val.sum()),
+    }
+
+
+def _row_count(sidecar: str) -> int:
+    return pq.ParquetFile(sidecar).metadata.num_rows
+
+
+# --------------------------------------------------------------------------- pass 2
+
+
+def _split_dir(out: str, split: str) -> Path:
+    return Path(out) if split == "train" else Path(out) / VAL_DIR
+
+
+def shard_prefix(b: int) -> str:
+    return f"{SHARDS_DIR}/pool-{b:05d}"
+
+
+def _run_bucket(plan: units.Plan, unit: dict) -> dict:
+    meta, params = plan.meta, plan.params
+    split, b = unit["split"], unit["bucket"]
+    info = meta["splits"][split]
+    gb = info["first_bucket"] + b
+    dtype = np.dtype(meta["dtype"])
+    module = _shuffle_module(params["shuffle"])
+    # The bucket's slice of every pass-1 file, read straight into one array (no copy).
+    slices, tables = [], []
+    for i in range(len(meta["inputs"])):
+        tokens_path, docs_path, offsets_path = _pass1_paths(plan.out, i)
+        offsets = np.load(offsets_path, mmap_mode="r")
+        d0, d1 = int(offsets[0, gb]), int(offsets[0, gb + 1])
+        if d1 > d0:
+            slices.append((tokens_path, int(offsets[1, gb]), int(offsets[1, gb + 1])))
+            with pa.memory_map(str(docs_path)) as src:
+                tables.append(pa.ipc.open_file(src).read_all().slice(d0, d1 - d0))
+    if not tables:
+        return {"records": 0, "documents": 0, "tokens": 0, "padding": 0}
+    # One spare slot at the end holds the BOS token that _pieces puts before documents.
+    bucket_tokens = np.empty(sum(t1 - t0 for _, t0, t1 in slices) + 1, dtype=dtype)
+    bucket_tokens[-1] = meta["bos_id"] if params["bos"] else meta["pad_id"]
+    at = 0
+    for path, t0, t1 in slices:
+        with open(path, "rb") as f:
+            f.seek(t0 * dtype.itemsize)
+            view = memoryview(bucket_tokens[at : at + t1 - t0]).cast("B")
+            if f.readinto(view) != view.nbytes:
+                raise ManifestError(f"{path}: shorter than its offsets say")
+        at += t1 - t0
+    docs = pa.concat_tables(tables, promote_options="default")
+    del tables
+    arrival_lengths = docs.column("n_tokens").to_numpy().astype(np.int64)
+    arrival_starts = np.zeros_like(arrival_lengths)
+    np.cumsum(arrival_lengths[:-1], out=arrival_starts[1:])
+    keys = docs.column(KEY_COL).to_numpy()
+    order = np.asarray(module.order_bucket(keys, info["seed"], b, **params["shuffle_options"]))
+    docs = docs.take(pa.array(order)).drop_columns([KEY_COL])
+    in_lengths, in_starts = arrival_lengths[order], arrival_starts[order]
+    bos = params["bos"]
+    out_lengths = in_lengths + int(bos)
+    packing = pack.plan_packing(out_lengths, params["seq_len"])
+
+    split_dir = _split_dir(plan.out, split)
+    prefix = split_dir / shard_prefix(b)
+    width = params["seq_len"] + 1
+    with IndexedWriter(prefix, dtype) as writer:
+        sink = _RecordSink(writer, width, dtype, _chunk_tokens(plan))
+        head = bucket_tokens.size - 1 if bos else None
+        for part in _pieces(bucket_tokens, in_starts, in_lengths, _chunk_tokens(plan), head=head):
+            sink.put(part)
+        sink.finish(meta["pad_id"])
+    pack.save_segments(f"{prefix}.segments.npz", packing.segments)
+    tmp = Path(f"{prefix}.docs.parquet.tmp")
+    pq.write_table(docs, tmp)
+    os.replace(tmp, f"{prefix}.docs.parquet")
+    return {
+        "records": packing.num_records,
+        "documents": int(docs.num_rows),
+        "tokens": packing.num_tokens,
+        "padding": packing.padding,
+    }
+
+
+# --------------------------------------------------------------------------- finalize
+
+
+def _run_unit(plan: units.Plan, unit: dict) -> dict:
+    if "input" in unit:
+        return _run_assign(plan, unit)
+    return _run_bucket(plan, unit)
+
+
+def _finalize(plan: units.Plan, stats: list[dict]) -> dict[str, Any]:
+    phase2 = plan.phases[1]
+    by_id = dict(zip([u["id"] for p in plan.phases for u in p], stats, strict=True))
+    manifests = {}
+    for split in reversed(SPLITS):  # the validation pool first: the main manifest is last
+        buckets = [(u["bucket"], by_id[u["id"]]) for u in phase2 if u["split"] == split]
+        if split == "val" and not buckets:
+            continue
+        manifests[split] = _finalize_split(plan, split, buckets)
+    shutil.rmtree(Path(plan.out) / PASS1_DIR, ignore_errors=True)
+    main = manifests["train"]
+    if "val" in manifests:
+        main["val"] = {
+            "path": VAL_DIR,
+            "fingerprint": manifests["val"]["fingerprint"],
+            "num_records": manifests["val"]["num_records"],
+            "documents": manifests["val"]["documents"],
+        }
+    mf.write_manifest(plan.out, main)
+    return main
+
+
+def _finalize_split(plan: units.Plan, split: str, buckets: list[tuple[int, dict]]) -> dict:
+    meta, params = plan.meta, plan.params
+    info = meta["splits"][split]
+    split_dir = _split_dir(plan.out, split)
+    split_dir.mkdir(parents=True, exist_ok=True)
+    shards, cumulative = [], [0]
+    num_docs = num_tokens = padding = 0
+    tmp_docs = split_dir / f".{DOCUMENTS_NAME}.tmp"
+    writer = None
+    fps = pa.array([s["fingerprint"] for s in meta["sources"]])
+    for b, st in buckets:
+        if not st["records"]:
+            continue
+        prefix = shard_prefix(b)
+        shards.append(
+            {
+                "prefix": prefix,
+                "records": st["records"],
+                "first_record": cumulative[-1],
+                "documents": st["documents"],
+                "first_document": num_docs,
+                "tokens": st["tokens"],
+                "padding": st["padding"],
+            }
+        )
+        cumulative.append(cumulative[-1] + st["records"])
+        num_docs += st["documents"]
+        num_tokens += st["tokens"]
+        padding += st["padding"]
+        table = pq.read_table(split_dir / f"{prefix}.docs.parquet")
+        src = table.column(SOURCE_COL).to_numpy()
+        table = table.append_column(SOURCE_FP_COL, fps.take(pa.array(src)))
+        if writer is None:
+            writer = pq.ParquetWriter(tmp_docs, table.schema)
+        writer.write_table(table.cast(writer.schema))
+    if writer is None:
+        writer = pq.ParquetWriter(tmp_docs, pa.schema([(SOURCE_COL, pa.int32())]))
+    writer.close()
+    os.replace(tmp_docs, split_dir / DOCUMENTS_NAME)
+    files = {}
+    for path in sorted(split_dir.rglob("*")):
+        rel = path.relative_to(split_dir).as_posix()
+        if path.is_file() and _is_artifact_file(rel):
+            files[rel] = {"size": path.stat().st_size, "xxh3": _checksum(path)}
+    manifest = {
+        "kind": KIND,
+        "split": split,
+        "fingerprint": info["fingerprint"],
+        "parents": [s["fingerprint"] for s in meta["sources"]],
+        "sources": meta["sources"],
+        "params": params,
+        "shuffle": {
+            "name": params["shuffle"],
+            "num_buckets": info["num_buckets"],
+            "seed": info["seed"],
+            "options": params["shuffle_options"],
+        },
+        "tokenizer": meta["tokenizer"],
+        "dtype": meta["dtype"],
+        "seq_len": params["seq_len"],
+        "record_tokens": params["seq_len"] + 1,
+        "num_records": cumulative[-1],
+        "num_tokens": num_tokens,
+        "padding_tokens": padding,
+        "documents": num_docs,
+        "shards": shards,
+        "cumulative_records": cumulative,
+        "files": files,
+    }
+    if split == "val":
+        mf.write_manifest(split_dir, manifest)
+    return manifest
+
+
+def _checksum(path: Path) -> str:
+    """``manifest.file_checksum`` through mmap: the same xxh3, no read buffer."""
+    if path.stat().st_size == 0:
+        return mf.file_checksum(path)
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+        return xxhash.xxh3_64_hexdigest(m)
+
+
+def _is_artifact_file(rel: str) -> bool:
+    top = rel.split("/", 1)[0]
+    if top in (units.MARKER_DIR, PASS1_DIR, VAL_DIR) or rel.startswith("."):
+        return False
+    return rel not in (mf.MANIFEST_NAME, units.PLAN_NAME) and not rel.endswith(".tmp")
+
+
+units.register_stage(STAGE, run_unit=_run_unit, finalize=_finalize)
+
+
+# --------------------------------------------------------------------------- reading
+
+
+class Pool:
+    """A built pool, read through np.memmap. Records are numbered 0..num_records-1 in
+    pool order across shards."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self.manifest = mf.read_manifest(self.path)
+        if self.manifest.get("kind") != KIND:
+            raise ManifestError(f"{self.path}: not a pool (kind {self.manifest.get('kind')!r})")
+        self.cumulative = list(self.manifest["cumulative_records"])
+        self._readers: dict[int, IndexedReader] = {}
+        self._segments: dict[int, pack.Segments] = {}
+
+    @property
+    def num_records(self) -> int:
+        return int(self.manifest["num_records"])
+
+    @property
+    def seq_len(self) -> int:
+        return int(self.manifest["seq_len"])
+
+    @property
+    def num_shards(self) -> int:
+        return len(self.manifest["shards"])
+
+    def __len__(self) -> int:
+        return self.num_records
+
+    def reader(self, shard: int) -> IndexedReader:
+        if shard not in self._readers:
+            self._readers[shard] = IndexedReader(
+                self.path / self.manifest["shards"][shard]["prefix"]
+            )
+        return self._readers[shard]
+
+    def segments(self, shard: int) -> pack.Segments:
+        if shard not in self._segments:
+            prefix = self.manifest["shards"][shard]["prefix"]
+            self._segments[shard] = pack.load_segments(self.path / f"{prefix}.segments.npz")
+        return self._segments[shard]
+
+    def _where(self, i: int) -> tuple[int, int]:
+        if not 0 <= i < self.num_records:
+            raise IndexError(f"{self.path}: record {i} out of range [0, {self.num_records})")
+        shard = bisect.bisect_right(self.cumulative, i) - 1
+        return shard, i - self.cumulative[shard]
+
+    def record(self, i: int) -> np.ndarray:
+        """Record ``i``: seq_len + 1 tokens (a read-only view)."""
+        shard, r = self._where(int(i))
+        return self.reader(shard)[r]
+
+    def records(self, start: int, stop: int) -> np.ndarray:
+        """Records [start, stop) as an array of shape (stop - start, seq_len + 1)."""
+        width = self.seq_len + 1
+        if not 0 <= start <= stop <= self.num_records:
+            raise IndexError(
+                f"{self.path}: records [{start}, {stop}) out of [0, {self.num_records}]"
+            )
+        parts = []
+        i = start
+        while i < stop:
+            shard, r = self._where(i)
+            n = min(stop - i, self.cumulative[shard + 1] - i)
+            tokens = self.reader(shard).tokens[r * width : (r + n) * width]
+            parts.append(np.asarray(tokens).reshape(n, width))
+            i += n
+        if not parts:
+            return np.zeros((0, width), dtype=np.dtype(self.manifest["dtype"]))
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def boundaries(self, i: int) -> dict[str, np.ndarray]:
+        """Segments of record ``i``: ``start``, ``length``, ``doc`` (pool document index,
+        -1 for padding) and ``doc_offset`` (token offset within that document)."""
+        shard, r = self._where(int(i))
+        seg = self.segments(shard).of_record(r)
+        first = self.manifest["shards"][shard]["first_document"]
+        seg["doc"] = np.where(seg["doc"] >= 0, seg["doc"] + first, -1)
+        return seg
+
+    @cached_property
+    def documents(self) -> pa.Table:
+        return pq.read_table(self.path / DOCUMENTS_NAME)
+
+    def main_documents(self) -> np.ndarray:
+        """Per record, the pool document contributing most of its tokens."""
+        parts = []
+        for shard, info in enumerate(self.manifest["shards"]):
+            local = self.segments(shard).main_document()
+            parts.append(np.where(local >= 0, local + info["first_document"], -1))
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+    def record_labels(self, property: str) -> np.ndarray:
+        """Per record, the value of ``property`` of its main document; ``"source"`` is the
+        index of the tokenized source (in the manifest's ``sources``)."""
+        if property not in self.documents.column_names:
+            known = ", ".join(c for c in self.documents.column_names)
+            raise InputError(f"{self.path}: unknown property {property!r} (known: {known})")
+        values = self.documents.column(property).to_numpy(zero_copy_only=False)
+        return values[self.main_documents()]
+
+    def locate(self, sample: int | None = None, tokens: int | None = None) -> dict[str, int]:
+        from shardcore.resume import locate_pool
+
+        return locate_pool(self.manifest, sample=sample, tokens=tokens)

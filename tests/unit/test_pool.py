@@ -1,0 +1,258 @@
+"""Building pools: selection, validation slice, global shuffle, packing, shards, manifest."""
+
+from __future__ import annotations
+
+import collections
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from shardcore import manifest as mf
+from shardcore import units
+from shardcore.errors import InputError
+from shardcore.pool import Pool, build_pool, plan_pool
+from shardcore.shuffle import get_shuffle
+from tests.unit import pool_fixtures as pf
+
+SEQ_LEN = 255
+SMALL = {"memory": 1 << 20, "shard_size": 200_000}
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory) -> list[Path]:
+    root = tmp_path_factory.mktemp("tokenized")
+    return [
+        pf.write_tokenized(root / "prose", pf.corpus("prose", 1500), shard_docs=400, name="prose"),
+        pf.write_tokenized(root / "code", pf.corpus("code", 60), shard_docs=25, name="code"),
+    ]
+
+
+@pytest.fixture(scope="module")
+def pool(sources, tmp_path_factory) -> Pool:
+    out = tmp_path_factory.mktemp("pool") / "p"
+    build_pool(
+        [str(s) for s in sources], str(out), seq_len=SEQ_LEN, val_fraction=0.1, seed=3, **SMALL
+    )
+    return Pool(out)
+
+
+def _all_docs(sources) -> dict[tuple[int, int], np.ndarray]:
+    return {
+        (s, d): ids for s, src in enumerate(sources) for d, ids in enumerate(pf.source_tokens(src))
+    }
+
+
+def _pool_docs(pool: Pool) -> dict[int, np.ndarray]:
+    """Every pool document's tokens, rebuilt from the records and their segments."""
+    pieces = collections.defaultdict(list)
+    for i in range(pool.num_records):
+        rec = pool.record(i)
+        b = pool.boundaries(i)
+        for start, length, doc, offset in zip(
+            b["start"], b["length"], b["doc"], b["doc_offset"], strict=True
+        ):
+            if doc >= 0:
+                pieces[int(doc)].append((int(offset), rec[start : start + length]))
+    return {
+        d: np.concatenate([p for _, p in sorted(ps, key=lambda x: x[0])])
+        for d, ps in pieces.items()
+    }
+
+
+def test_it_loses_and_duplicates_no_document(sources, pool):
+    everything = _all_docs(sources)
+    seen = []
+    for p in (pool, Pool(pool.path / "val")):
+        docs = p.documents
+        keys = list(
+            zip(docs.column("source").to_pylist(), docs.column("doc_id").to_pylist(), strict=True)
+        )
+        rebuilt = _pool_docs(p)
+        assert sorted(rebuilt) == list(range(len(keys)))
+        for k, key in enumerate(keys):
+            assert np.array_equal(rebuilt[k], everything[key]), key
+        seen.extend(keys)
+    assert sorted(seen) == sorted(everything)  # the multiset of documents is unchanged
+    # And a checksum of all tokens: the records minus their padding hold every token once.
+    want = sum(int(v.astype(np.int64).sum()) for v in everything.values())
+    got = 0
+    for p in (pool, Pool(pool.path / "val")):
+        eos = p.manifest["tokenizer"]["eos_id"]
+        records = p.records(0, p.num_records).astype(np.int64)
+        got += int(records.sum()) - eos * p.manifest["padding_tokens"]
+    assert got == want
+
+
+def test_it_writes_records_of_seq_len_plus_one_tokens_with_little_padding(pool):
+    m = pool.manifest
+    assert m["kind"] == "pool" and m["record_tokens"] == SEQ_LEN + 1
+    assert pool.records(0, pool.num_records).shape == (pool.num_records, SEQ_LEN + 1)
+    assert m["num_records"] * (SEQ_LEN + 1) == m["num_tokens"] + m["padding_tokens"]
+    assert m["padding_tokens"] < len(m["shards"]) * (SEQ_LEN + 1)  # under one record per bucket
+    assert len(m["shards"]) > 3
+    assert m["cumulative_records"] == [s["first_record"] for s in m["shards"]] + [m["num_records"]]
+
+
+def test_it_checksums_every_file_and_lists_its_parents(pool, sources):
+    m = pool.manifest
+    assert m["parents"] == [mf.read_manifest(s)["fingerprint"] for s in sources]
+    listed = set(m["files"])
+    assert "documents.parquet" in listed and all(
+        f"{s['prefix']}.{ext}" in listed
+        for s in m["shards"]
+        for ext in ("bin", "idx", "segments.npz", "docs.parquet")
+    )
+    for rel, info in m["files"].items():
+        assert mf.file_checksum(pool.path / rel) == info["xxh3"]
+        assert (pool.path / rel).stat().st_size == info["size"]
+    assert not (pool.path / "_pass1").exists()
+
+
+def test_it_opens_pool_shards_with_megatron_core(pool):
+    from megatron.core.datasets.indexed_dataset import IndexedDataset
+
+    first = 0
+    for shard in pool.manifest["shards"]:
+        ds = IndexedDataset(str(pool.path / shard["prefix"]), multimodal=False, mmap=True)
+        assert len(ds) == shard["records"]
+        assert (ds.sequence_lengths == SEQ_LEN + 1).all()
+        for r in (0, len(ds) - 1):
+            assert np.array_equal(ds[r], pool.record(first + r))
+        first += shard["records"]
+
+
+def test_it_holds_out_a_validation_slice_stable_across_rebuilds(sources, pool, tmp_path):
+    val = Pool(pool.path / "val")
+    assert val.manifest["split"] == "val" and pool.manifest["val"]["path"] == "val"
+    assert (
+        0.05
+        < val.manifest["documents"] / (val.manifest["documents"] + pool.manifest["documents"])
+        < 0.15
+    )
+    rebuilt = build_pool(
+        [str(sources[0])],
+        str(tmp_path / "p2"),
+        seq_len=100,
+        val_fraction=0.1,
+        seed=99,
+        filter="n_tokens > 20",
+        **SMALL,
+    )
+    assert rebuilt["fingerprint"] != pool.manifest["fingerprint"]
+    before = {
+        d
+        for s, d in zip(
+            val.documents.column("source").to_pylist(),
+            val.documents.column("doc_id").to_pylist(),
+            strict=True,
+        )
+        if s == 0
+    }
+    after = set(Pool(tmp_path / "p2" / "val").documents.column("doc_id").to_pylist())
+    long_enough = {d for d in before if pf.corpus("prose", 1500)[d][1].size > 20}
+    assert after == long_enough
+
+
+@pytest.mark.parametrize(
+    "shuffle,options", [("exact", {}), ("grid", {}), ("local", {}), ("buffer", {"buffer": 8})]
+)
+def test_it_orders_documents_as_the_shuffle_does_in_memory(sources, tmp_path, shuffle, options):
+    m = build_pool(
+        [str(s) for s in sources],
+        str(tmp_path / "p"),
+        seq_len=64,
+        shuffle=shuffle,
+        seed=5,
+        shuffle_options=options,
+        **SMALL,
+    )
+    stream = [
+        (s, d) for s, src in enumerate(sources) for d in range(mf.read_manifest(src)["documents"])
+    ]
+    counts = np.array(
+        [sh["documents"] for src in sources for sh in mf.read_manifest(src)["shards"]]
+    )
+    order = get_shuffle(shuffle).permutation(counts, 5, m["shuffle"]["num_buckets"], **options)
+    docs = Pool(tmp_path / "p").documents
+    got = list(
+        zip(docs.column("source").to_pylist(), docs.column("doc_id").to_pylist(), strict=True)
+    )
+    assert got == [stream[i] for i in order]
+
+
+def test_it_writes_identical_bytes_with_one_and_two_workers(sources, tmp_path):
+    kwargs = dict(seq_len=SEQ_LEN, val_fraction=0.1, seed=11, **SMALL)
+    one = build_pool([str(s) for s in sources], str(tmp_path / "w1"), workers=1, **kwargs)
+    two = build_pool([str(s) for s in sources], str(tmp_path / "w2"), workers=2, **kwargs)
+    assert one["files"] == two["files"] and one["fingerprint"] == two["fingerprint"]
+    assert one["val"] == two["val"]
+    assert (
+        mf.read_manifest(tmp_path / "w1" / "val")["files"]
+        == mf.read_manifest(tmp_path / "w2" / "val")["files"]
+    )
+
+
+def test_it_selects_documents_with_a_filter(sources, tmp_path):
+    m = build_pool(
+        [str(s) for s in sources], str(tmp_path / "p"), seq_len=64, filter="kind = 'code'", **SMALL
+    )
+    kinds = set(Pool(tmp_path / "p").documents.column("kind").to_pylist())
+    assert kinds == {"code"} and m["documents"] == 60
+
+
+def test_it_names_an_unknown_property_before_any_work(sources, tmp_path):
+    with pytest.raises(InputError, match="unknown property 'langue'"):
+        plan_pool([str(sources[0])], str(tmp_path / "p"), seq_len=8, filter="langue = 'de'")
+    assert not (tmp_path / "p").exists()
+
+
+def test_it_labels_each_record_by_its_main_document(pool):
+    labels = pool.record_labels("kind")
+    source = pool.record_labels("source")
+    kinds = pool.documents.column("kind").to_pylist()
+    for i in range(0, pool.num_records, 7):
+        b = pool.boundaries(i)
+        main = int(b["doc"][np.argmax(np.where(b["doc"] >= 0, b["length"], -1))])
+        assert labels[i] == kinds[main]
+        assert source[i] == pool.documents.column("source")[main].as_py()
+    with pytest.raises(InputError, match="unknown property 'colour'"):
+        pool.record_labels("colour")
+
+
+def test_it_skips_finished_units_when_rerun(sources, tmp_path):
+    plan = plan_pool([str(sources[1])], str(tmp_path / "p"), seq_len=32, **SMALL)
+    first = units.run_local(plan)
+    stamp = {p: p.stat().st_mtime_ns for p in (tmp_path / "p" / "shards").iterdir()}
+    again = units.run_local(plan)
+    assert first == again
+    assert stamp == {p: p.stat().st_mtime_ns for p in (tmp_path / "p" / "shards").iterdir()}
+
+
+def test_it_refuses_bos_for_a_tokenizer_without_one(sources, tmp_path):
+    with pytest.raises(InputError, match="has no BOS token"):
+        plan_pool([str(sources[1])], str(tmp_path / "p"), seq_len=32, bos=True)
+
+
+def test_it_keeps_peak_memory_under_the_budget(tmp_path):
+    src = pf.write_tokenized(tmp_path / "code", pf.corpus("code", 400), shard_docs=50, name="code")
+    budget = 2 << 20
+    data_bytes = mf.read_manifest(src)["tokens"] * 4
+    assert data_bytes > 3 * budget  # the input does not fit in the budget
+    code = f"""
+import json, tracemalloc
+from shardcore.pool import build_pool
+# A first, small build imports everything (modules are not data), then measure a real one.
+build_pool([{str(src)!r}], {str(tmp_path / "warm")!r}, seq_len=64, filter="n_tokens < 200")
+tracemalloc.start()
+m = build_pool([{str(src)!r}], {str(tmp_path / "p")!r}, seq_len=2047, memory={budget}, shard_size=64 << 20)
+print(json.dumps({{"peak": tracemalloc.get_traced_memory()[1], "buckets": m["shuffle"]["num_buckets"]}}))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["buckets"] >= 3
+    assert result["peak"] < budget, result

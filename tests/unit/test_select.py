@@ -1,0 +1,53 @@
+"""Selecting documents with a DuckDB filter over their sidecar properties."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from shardcore import select
+from shardcore.errors import InputError
+from tests.unit import pool_fixtures as pf
+
+
+@pytest.fixture(scope="module")
+def sidecar(tmp_path_factory):
+    docs = pf.corpus("prose", 300) + pf.corpus("code", 30)
+    src = pf.write_tokenized(tmp_path_factory.mktemp("sel"), docs, shard_docs=400)
+    return src / "shards/src-00000.docs.parquet"
+
+
+def test_it_selects_the_rows_matching_an_expression(sidecar):
+    table = select.read_sidecar(sidecar)
+    rows, picked = select.select_shard(sidecar, "kind = 'code' AND n_tokens > 500")
+    kinds, n = table.column("kind").to_pylist(), table.column("n_tokens").to_pylist()
+    want = [i for i in range(table.num_rows) if kinds[i] == "code" and n[i] > 500]
+    assert rows.tolist() == want and 0 < len(want) < 30
+    assert picked.column("n_tokens").to_pylist() == [n[i] for i in want]
+
+
+def test_it_selects_everything_without_a_filter(sidecar):
+    rows, _ = select.select_shard(sidecar, None)
+    assert rows.tolist() == list(range(330))
+
+
+def test_it_names_an_unknown_property(sidecar):
+    with pytest.raises(InputError, match=r"unknown property 'langue'.*known: doc_id"):
+        select.select_shard(sidecar, "langue = 'de'")
+
+
+@pytest.mark.parametrize("expression", ["lang ==", "lang + 1 > 2", "lang"])
+def test_it_names_an_invalid_expression(sidecar, expression):
+    with pytest.raises(InputError, match=re.escape(f"filter {expression!r} is invalid")):
+        select.select_shard(sidecar, expression)
+
+
+def test_it_refuses_more_than_one_statement(sidecar):
+    with pytest.raises(InputError, match="';' is not allowed"):
+        select.select_shard(sidecar, "true; SELECT 1")
+
+
+def test_it_gives_an_expression_no_access_to_files(sidecar):
+    with pytest.raises(InputError, match="is invalid"):
+        select.select_shard(sidecar, "(SELECT count(*) FROM read_csv('/etc/hostname')) > 0")
