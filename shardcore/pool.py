@@ -44,7 +44,7 @@ import pyarrow.parquet as pq
 import xxhash
 
 from shardcore import manifest as mf
-from shardcore import pack, select, shuffle, units
+from shardcore import pack, select, shuffle, units, verify
 from shardcore.errors import InputError, ManifestError
 from shardcore.formats import IndexedReader, IndexedWriter
 
@@ -542,11 +542,11 @@ def _finalize_split(plan: units.Plan, split: str, buckets: list[tuple[int, dict]
         writer = pq.ParquetWriter(tmp_docs, pa.schema([(SOURCE_COL, pa.int32())]))
     writer.close()
     os.replace(tmp_docs, split_dir / DOCUMENTS_NAME)
-    files = {}
+    files = []
     for path in sorted(split_dir.rglob("*")):
         rel = path.relative_to(split_dir).as_posix()
         if path.is_file() and _is_artifact_file(rel):
-            files[rel] = {"size": path.stat().st_size, "xxh3": _checksum(path)}
+            files.append(_file_entry(path, rel))
     manifest = {
         "kind": KIND,
         "split": split,
@@ -577,12 +577,29 @@ def _finalize_split(plan: units.Plan, split: str, buckets: list[tuple[int, dict]
     return manifest
 
 
-def _checksum(path: Path) -> str:
-    """``manifest.file_checksum`` through mmap: the same xxh3, no read buffer."""
-    if path.stat().st_size == 0:
-        return mf.file_checksum(path)
+def _file_entry(path: Path, rel: str) -> dict[str, Any]:
+    """``verify.file_entry``'s entry (size, xxh3, per-block xxh3), hashed through mmap so
+    that checksumming needs no read buffer."""
+    size = path.stat().st_size
+    block = verify.block_size_for(size)
+    if size == 0:
+        return {
+            "path": rel,
+            "size": 0,
+            "xxh3": xxhash.xxh3_64_hexdigest(b""),
+            "block_size": block,
+            "blocks": "",
+        }
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-        return xxhash.xxh3_64_hexdigest(m)
+        view = memoryview(m)
+        try:
+            whole = xxhash.xxh3_64_hexdigest(view)
+            blocks = "".join(
+                xxhash.xxh3_64_hexdigest(view[i : i + block]) for i in range(0, size, block)
+            )
+        finally:
+            view.release()
+    return {"path": rel, "size": size, "xxh3": whole, "block_size": block, "blocks": blocks}
 
 
 def _is_artifact_file(rel: str) -> bool:
@@ -593,6 +610,58 @@ def _is_artifact_file(rel: str) -> bool:
 
 
 units.register_stage(STAGE, run_unit=_run_unit, finalize=_finalize)
+
+
+def _check_pool(root: Path, manifest: dict[str, Any]) -> list[verify.Problem]:
+    """``shardyard verify``'s pool checks: every shard is an IndexedDataset of records of
+    exactly ``record_tokens`` tokens, its segments cover each record exactly, and the
+    shard counts add up to the manifest's cumulative records."""
+    problems: list[verify.Problem] = []
+    width = int(manifest["record_tokens"])
+    cumulative = [0]
+    for shard in manifest.get("shards", []):
+        rel = shard["prefix"]
+        try:
+            reader = IndexedReader(root / rel)
+            seg = pack.load_segments(root / f"{rel}.segments.npz")
+        except Exception as exc:  # FormatError, OSError, a damaged .npz: all are findings
+            problems.append(verify.Problem(rel, None, f"unreadable: {exc}"))
+            continue
+        if len(reader) != shard["records"]:
+            problems.append(
+                verify.Problem(
+                    f"{rel}.idx", 18, f"{len(reader)} records, manifest says {shard['records']}"
+                )
+            )
+        bad = np.flatnonzero(reader.lengths != width)
+        if bad.size:
+            problems.append(
+                verify.Problem(
+                    f"{rel}.idx",
+                    34 + 4 * int(bad[0]),
+                    f"record {int(bad[0])} has {int(reader.lengths[bad[0]])} tokens, not {width}",
+                )
+            )
+        per_record = (
+            np.add.reduceat(seg.seg_length.astype(np.int64), seg.seg_record_offsets[:-1])
+            if seg.num_records
+            else np.zeros(0)
+        )
+        if seg.num_records != len(reader) or (per_record != width).any():
+            problems.append(
+                verify.Problem(
+                    f"{rel}.segments.npz", None, "segments do not cover the records exactly"
+                )
+            )
+        cumulative.append(cumulative[-1] + len(reader))
+    if cumulative != manifest.get("cumulative_records"):
+        problems.append(
+            verify.Problem("manifest.json", None, "cumulative_records disagree with the shards")
+        )
+    return problems
+
+
+verify.register_check(KIND, _check_pool)
 
 
 # --------------------------------------------------------------------------- reading

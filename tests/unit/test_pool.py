@@ -100,16 +100,33 @@ def test_it_writes_records_of_seq_len_plus_one_tokens_with_little_padding(pool):
 def test_it_checksums_every_file_and_lists_its_parents(pool, sources):
     m = pool.manifest
     assert m["parents"] == [mf.read_manifest(s)["fingerprint"] for s in sources]
-    listed = set(m["files"])
+    listed = {f["path"] for f in m["files"]}
     assert "documents.parquet" in listed and all(
         f"{s['prefix']}.{ext}" in listed
         for s in m["shards"]
         for ext in ("bin", "idx", "segments.npz", "docs.parquet")
     )
-    for rel, info in m["files"].items():
+    for info in m["files"]:
+        rel = info["path"]
         assert mf.file_checksum(pool.path / rel) == info["xxh3"]
         assert (pool.path / rel).stat().st_size == info["size"]
     assert not (pool.path / "_pass1").exists()
+
+
+def test_it_passes_verify_and_verify_finds_a_damaged_shard(pool, tmp_path):
+    import shutil
+
+    from shardcore.verify import verify
+
+    assert verify(pool.path).problems == []
+    copy = tmp_path / "copy"
+    shutil.copytree(pool.path, copy)
+    victim = copy / f"{pool.manifest['shards'][1]['prefix']}.bin"
+    data = bytearray(victim.read_bytes())
+    data[5000] ^= 0xFF
+    victim.write_bytes(bytes(data))
+    problems = verify(copy).problems
+    assert len(problems) == 1 and "pool-" in problems[0].path and problems[0].offset <= 5000
 
 
 def test_it_opens_pool_shards_with_megatron_core(pool):
@@ -256,3 +273,24 @@ print(json.dumps({{"peak": tracemalloc.get_traced_memory()[1], "buckets": m["shu
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["buckets"] >= 3
     assert result["peak"] < budget, result
+
+
+def test_it_pools_a_source_made_by_the_tokenize_stage(tmp_path):
+    from shardcore.tokenize import tokenize
+    from shardcore.tokenized import TokenizedSource
+
+    docs = pf.corpus("prose", 300)
+    enc_text = [
+        json.dumps({"text": pf._encoding().decode(ids[:-1].tolist()), "kind": props["kind"]})
+        for props, ids in docs
+    ]
+    (tmp_path / "in.jsonl").write_text("\n".join(enc_text) + "\n")
+    tokenize([str(tmp_path / "in.jsonl")], str(tmp_path / "tok"), shard_size=1 << 14)
+    source = TokenizedSource(tmp_path / "tok")
+    m = build_pool([str(tmp_path / "tok")], str(tmp_path / "p"), seq_len=63, **SMALL)
+    pool = Pool(tmp_path / "p")
+    assert m["documents"] == source.num_documents == 300
+    rebuilt = _pool_docs(pool)
+    ids = pool.documents.column("doc_id").to_pylist()
+    for k, doc_id in enumerate(ids):
+        assert np.array_equal(rebuilt[k], source.tokens(doc_id))
