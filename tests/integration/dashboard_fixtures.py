@@ -21,7 +21,9 @@ TEXTS = [
 
 
 @pytest.fixture
-def users(django_user_model):
+def users(django_user_model, settings):
+    # The default hasher costs ~0.3 s per password: too slow for three users per test.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     out = {}
     for role in ("viewer", "editor", "admin"):
         user = django_user_model.objects.create_user(username=role, password=PASSWORD)

@@ -11,7 +11,9 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def make_user(django_user_model):
+def make_user(django_user_model, settings):
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
     def make(username: str, role: str | None):
         user = django_user_model.objects.create_user(username=username, password="pw-123456789")
         if role:

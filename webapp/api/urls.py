@@ -1,6 +1,20 @@
-from django.urls import path
+from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView
+from rest_framework.routers import DefaultRouter
+
+from webapp.api import views
+
+router = DefaultRouter()
+router.register("sources", views.SourceViewSet, basename="source")
+router.register("pools", views.PoolViewSet, basename="pool")
+router.register("mixtures", views.MixtureViewSet, basename="mixture")
+router.register("mixture-versions", views.MixtureVersionViewSet, basename="mixture-version")
+router.register("jobs", views.JobViewSet, basename="job")
+router.register("runs", views.RunViewSet, basename="run")
+router.register("flags", views.FlagViewSet, basename="flag")
+router.register("audit", views.AuditViewSet, basename="audit")
 
 urlpatterns = [
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("", include(router.urls)),
 ]

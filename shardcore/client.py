@@ -1,0 +1,147 @@
+"""A small client a training loop calls to talk to a Shardyard server: register the run
+against a mixture version, report progress (consumed samples or tokens at a step), and ask
+for the resume position after a restart.
+
+Standard library only (urllib), so that it installs into any trainer's environment.
+Connection errors, timeouts, 429 and 5xx answers are retried with capped exponential
+backoff and jitter; other 4xx answers raise ``ShardyardHTTPError`` at once, because
+repeating a bad request cannot fix it. Progress reports are idempotent on the server
+(one report per run and step), so a retry after a lost answer records nothing twice.
+
+    client = ShardyardClient("http://shardyard:8000", token=os.environ["SHARDYARD_TOKEN"])
+    run = client.register_run(mixture_version=12, name="olmo-1b-a")
+    ...
+    client.report_progress(run["id"], step=step, consumed_samples=samples_seen)
+    position = client.resume_position(run["id"])
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from typing import Any
+
+RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+
+
+class ShardyardError(Exception):
+    """The server could not be reached or refused the request."""
+
+
+class ShardyardHTTPError(ShardyardError):
+    """The server answered with an error status; ``status`` and ``body`` say which."""
+
+    def __init__(self, method: str, url: str, status: int, body: Any):
+        self.status = status
+        self.body = body
+        super().__init__(f"{method} {url} answered {status}: {body}")
+
+
+class ShardyardUnavailable(ShardyardError):
+    """Every attempt failed with a connection error or a retryable status."""
+
+
+class ShardyardClient:
+    def __init__(
+        self,
+        base_url: str,
+        token: str,
+        *,
+        timeout: float = 10.0,
+        retries: int = 5,
+        backoff: float = 0.5,
+        max_backoff: float = 30.0,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        if not base_url.startswith(("http://", "https://")):
+            raise ValueError(f"base_url {base_url!r} must start with http:// or https://")
+        if retries < 0:
+            raise ValueError(f"retries={retries} must be >= 0")
+        self.base_url = base_url.rstrip("/") + "/"
+        self.token = token
+        self.timeout = timeout
+        self.retries = retries
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self._sleep = sleep
+
+    # --- the three calls a trainer makes ----------------------------------------------
+    def register_run(self, *, mixture_version: int, name: str, **extra: Any) -> dict:
+        """Register a training run; returns the run with its ``id``."""
+        return self.request(
+            "POST", "api/runs/", {"mixture_version": mixture_version, "name": name, **extra}
+        )
+
+    def report_progress(
+        self,
+        run_id: int,
+        *,
+        step: int,
+        consumed_samples: int | None = None,
+        consumed_tokens: int | None = None,
+    ) -> dict:
+        """Record that the run consumed this many samples (or tokens) by ``step``."""
+        if consumed_samples is None and consumed_tokens is None:
+            raise ValueError("give consumed_samples or consumed_tokens")
+        body: dict[str, Any] = {"step": step}
+        if consumed_samples is not None:
+            body["consumed_samples"] = consumed_samples
+        if consumed_tokens is not None:
+            body["consumed_tokens"] = consumed_tokens
+        return self.request("POST", f"api/runs/{int(run_id)}/progress/", body)
+
+    def resume_position(self, run_id: int) -> dict:
+        """Where the run's last report leaves the data: stage, pool, shard, record, offset."""
+        return self.request("GET", f"api/runs/{int(run_id)}/resume/")
+
+    # --- transport -------------------------------------------------------------------
+    def request(self, method: str, path: str, body: dict | None = None) -> Any:
+        url = urllib.parse.urljoin(self.base_url, path.lstrip("/"))
+        data = None if body is None else json.dumps(body).encode()
+        headers = {"Accept": "application/json", "Authorization": f"Token {self.token}"}
+        if data is not None:
+            headers["Content-Type"] = "application/json"
+        last: str = ""
+        for attempt in range(self.retries + 1):
+            req = urllib.request.Request(url, data=data, method=method, headers=headers)
+            retry_after: float | None = None
+            try:
+                with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                    raw = resp.read()
+                    return json.loads(raw) if raw else None
+            except urllib.error.HTTPError as e:
+                payload = _decode(e.read())
+                if e.code not in RETRY_STATUSES:
+                    raise ShardyardHTTPError(method, url, e.code, payload) from None
+                last = f"status {e.code}: {payload}"
+                retry_after = _seconds(e.headers.get("Retry-After"))
+            except (urllib.error.URLError, ConnectionError, TimeoutError) as e:
+                last = f"{type(e).__name__}: {getattr(e, 'reason', e)}"
+            if attempt < self.retries:
+                self._sleep(self._delay(attempt, retry_after))
+        raise ShardyardUnavailable(f"{method} {url} failed {self.retries + 1} times; last: {last}")
+
+    def _delay(self, attempt: int, retry_after: float | None) -> float:
+        if retry_after is not None:
+            return min(retry_after, self.max_backoff)
+        # Full jitter: trainers restarted together do not retry in lockstep.
+        return random.uniform(0, min(self.max_backoff, self.backoff * 2**attempt))
+
+
+def _decode(raw: bytes) -> Any:
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw.decode("utf-8", "replace")[:500]
+
+
+def _seconds(value: str | None) -> float | None:
+    try:
+        return max(0.0, float(value)) if value else None
+    except ValueError:
+        return None

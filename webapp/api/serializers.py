@@ -1,0 +1,178 @@
+"""Serializers: the JSON shapes of the API. Reads are model serializers; writes are plain
+serializers whose validated data goes to one service."""
+
+from rest_framework import serializers
+
+from webapp.catalog.models import (
+    Flag,
+    Mixture,
+    MixtureComponent,
+    MixtureVersion,
+    Pool,
+    RunProgress,
+    Source,
+    SourceFile,
+    TrainingRun,
+)
+from webapp.jobs.models import Job, JobUnit
+
+
+class SourceSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Source
+        fields = [
+            "id", "name", "uri", "text_field", "metadata_fields", "description", "status",
+            "fingerprint", "num_files", "num_bytes", "num_documents", "bad_lines", "scan_error",
+            "created_at", "scanned_at",
+        ]  # fmt: skip
+
+
+class SourceFileSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = SourceFile
+        fields = ["id", "path", "size", "num_documents", "bad_lines", "bad_input"]
+
+
+class SourceRegisterSerializer(serializers.Serializer):
+    name = serializers.SlugField(max_length=100)
+    uri = serializers.CharField(max_length=1000)
+    text_field = serializers.CharField(max_length=100, default="text")
+    metadata_fields = serializers.ListField(
+        child=serializers.CharField(max_length=100), default=list, max_length=100
+    )
+    description = serializers.CharField(allow_blank=True, default="", max_length=10000)
+    scan = serializers.BooleanField(default=True)
+
+
+class PoolSerializer(serializers.ModelSerializer):
+    parents = serializers.PrimaryKeyRelatedField(many=True, read_only=True)
+
+    class Meta:
+        model = Pool
+        fields = [
+            "id", "name", "split", "status", "fingerprint", "params", "path", "manifest_path",
+            "filter", "seq_len", "num_records", "num_documents", "num_tokens", "num_bytes",
+            "parents", "train_pool", "supersedes", "job", "created_at", "finished_at",
+        ]  # fmt: skip
+
+
+class ComponentSerializer(serializers.ModelSerializer):
+    pool_name = serializers.CharField(source="pool.name", read_only=True)
+
+    class Meta:
+        model = MixtureComponent
+        fields = ["pool", "pool_name", "weight", "stage", "epochs"]
+
+
+class MixtureVersionSerializer(serializers.ModelSerializer):
+    mixture_name = serializers.CharField(source="mixture.name", read_only=True)
+    components = ComponentSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = MixtureVersion
+        fields = [
+            "id", "mixture", "mixture_name", "number", "status", "fingerprint", "token_budget",
+            "seed", "num_samples", "params", "path", "manifest_path", "note", "components",
+            "job", "created_at", "finished_at",
+        ]  # fmt: skip
+
+
+class MixtureSerializer(serializers.ModelSerializer):
+    versions = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Mixture
+        fields = ["id", "name", "description", "created_at", "versions"]
+
+    def get_versions(self, obj) -> list[int]:
+        return [v.pk for v in obj.versions.all()]
+
+
+class JobSerializer(serializers.ModelSerializer):
+    progress = serializers.FloatField(read_only=True)
+    tokens_per_second = serializers.FloatField(read_only=True, allow_null=True)
+    eta_seconds = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Job
+        fields = [
+            "id", "kind", "title", "state", "phase", "num_phases", "units_total", "units_done",
+            "progress", "documents", "tokens", "bytes", "bad_lines", "tokens_per_second",
+            "eta_seconds", "error", "output_dir", "created_at", "started_at", "finished_at",
+        ]  # fmt: skip
+
+    def get_eta_seconds(self, obj) -> float | None:
+        eta = obj.eta
+        return eta.total_seconds() if eta is not None else None
+
+
+class JobDetailSerializer(JobSerializer):
+    class Meta(JobSerializer.Meta):
+        fields = [*JobSerializer.Meta.fields, "bad_input", "log_tail"]
+
+
+class JobUnitSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = JobUnit
+        fields = ["unit_id", "phase", "state", "attempts", "worker", "error"]
+
+
+class RunSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = TrainingRun
+        fields = [
+            "id", "name", "mixture_version", "external_id", "state", "last_step",
+            "consumed_samples", "consumed_tokens", "last_reported_at", "created_at",
+        ]  # fmt: skip
+
+
+class RunRegisterSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=200)
+    mixture_version = serializers.IntegerField(min_value=1)
+    external_id = serializers.CharField(max_length=300, allow_blank=True, default="")
+
+
+class ProgressSerializer(serializers.Serializer):
+    step = serializers.IntegerField(min_value=0, max_value=2**62)
+    consumed_samples = serializers.IntegerField(min_value=0, max_value=2**62, required=False)
+    consumed_tokens = serializers.IntegerField(min_value=0, max_value=2**62, required=False)
+
+    def validate(self, attrs):
+        if "consumed_samples" not in attrs and "consumed_tokens" not in attrs:
+            raise serializers.ValidationError("give consumed_samples or consumed_tokens")
+        return attrs
+
+
+class RunProgressSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = RunProgress
+        fields = ["step", "consumed_samples", "consumed_tokens", "reported_at"]
+
+
+class FlagSerializer(serializers.ModelSerializer):
+    source_name = serializers.CharField(source="source.name", read_only=True)
+    file_path = serializers.CharField(source="source_file.path", read_only=True, default=None)
+
+    class Meta:
+        model = Flag
+        fields = [
+            "id", "target", "source", "source_name", "file_path", "document_ids", "reason",
+            "created_at",
+        ]  # fmt: skip
+
+
+class FlagCreateSerializer(serializers.Serializer):
+    source = serializers.IntegerField(min_value=1)
+    file_path = serializers.CharField(max_length=1000, required=False)
+    document_ids = serializers.ListField(
+        child=serializers.IntegerField(min_value=0, max_value=2**62),
+        required=False,
+        max_length=1_000_000,
+    )
+    reason = serializers.CharField(max_length=2000)
+
+
+class AuditQuerySerializer(serializers.Serializer):
+    source = serializers.CharField(max_length=100)
+    file_path = serializers.CharField(max_length=1000, required=False, default="")
+    document_id = serializers.IntegerField(min_value=0, max_value=2**62, required=False)

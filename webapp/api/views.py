@@ -1,0 +1,293 @@
+"""API views: each fetches, lets RolePermission check the role (viewer reads, editor
+writes), calls one service or selector, and answers JSON."""
+
+from __future__ import annotations
+
+from django.shortcuts import get_object_or_404
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from rest_framework import mixins, serializers, status, viewsets
+from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError
+from rest_framework.pagination import LimitOffsetPagination
+from rest_framework.response import Response
+
+from webapp.api import serializers as s
+from webapp.api.permissions import RolePermission
+from webapp.catalog.models import Flag, Mixture, MixtureVersion, Pool, Source, TrainingRun
+from webapp.jobs.models import Job
+
+
+class Page(LimitOffsetPagination):
+    default_limit = 50
+    max_limit = 500
+
+
+class Base:
+    permission_classes = [RolePermission]
+    pagination_class = Page
+
+
+def _bad(e: Exception) -> ValidationError:
+    """A service's refusal (CatalogError, JobError) as a 400 with its message."""
+    return ValidationError({"detail": str(e)})
+
+
+class SourceViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
+    queryset = Source.objects.order_by("name")
+    serializer_class = s.SourceSerializer
+
+    @extend_schema(request=s.SourceRegisterSerializer, responses={201: s.SourceSerializer})
+    def create(self, request):
+        from webapp.catalog.services import CatalogError, source_register
+
+        data = s.SourceRegisterSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        try:
+            source = source_register(**data.validated_data, created_by=request.user)
+        except CatalogError as e:
+            raise _bad(e) from e
+        return Response(s.SourceSerializer(source).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(request=None, responses={200: s.SourceSerializer})
+    @action(detail=True, methods=["post"])
+    def scan(self, request, pk=None):
+        from webapp.catalog.services import CatalogError, source_scan
+
+        source = get_object_or_404(Source, pk=pk)
+        try:
+            source = source_scan(source_id=source.pk)
+        except CatalogError as e:
+            raise _bad(e) from e
+        return Response(s.SourceSerializer(source).data)
+
+    @extend_schema(responses={200: s.SourceFileSerializer(many=True)})
+    @action(detail=True, methods=["get"])
+    def files(self, request, pk=None):
+        source = get_object_or_404(Source, pk=pk)
+        page = self.paginate_queryset(source.files.order_by("path"))
+        return self.get_paginated_response(s.SourceFileSerializer(page, many=True).data)
+
+
+class PoolViewSet(Base, viewsets.ReadOnlyModelViewSet):
+    queryset = Pool.objects.prefetch_related("parents").order_by("-created_at")
+    serializer_class = s.PoolSerializer
+
+
+class MixtureViewSet(Base, viewsets.ReadOnlyModelViewSet):
+    queryset = Mixture.objects.prefetch_related("versions").order_by("name")
+    serializer_class = s.MixtureSerializer
+
+
+class MixtureVersionViewSet(Base, viewsets.ReadOnlyModelViewSet):
+    queryset = (
+        MixtureVersion.objects.select_related("mixture")
+        .prefetch_related("components__pool")
+        .order_by("-created_at")
+    )
+    serializer_class = s.MixtureVersionSerializer
+
+
+class JobViewSet(Base, viewsets.ReadOnlyModelViewSet):
+    queryset = Job.objects.defer("plan").order_by("-created_at")
+
+    def get_serializer_class(self):
+        return s.JobDetailSerializer if self.action == "retrieve" else s.JobSerializer
+
+    def get_queryset(self):
+        qs = super().get_queryset()
+        if self.action == "list":
+            qs = qs.defer("plan", "bad_input", "log_tail")
+            state = self.request.query_params.get("state")
+            if state:
+                qs = qs.filter(state=state)
+        return qs
+
+    @extend_schema(
+        parameters=[OpenApiParameter("state", OpenApiTypes.STR, description="filter by state")]
+    )
+    def list(self, request, *args, **kwargs):
+        return super().list(request, *args, **kwargs)
+
+    @extend_schema(responses={200: s.JobUnitSerializer(many=True)})
+    @action(detail=True, methods=["get"])
+    def units(self, request, pk=None):
+        job = get_object_or_404(Job.objects.only("id"), pk=pk)
+        page = self.paginate_queryset(job.units.order_by("phase", "id"))
+        return self.get_paginated_response(s.JobUnitSerializer(page, many=True).data)
+
+    def _act(self, pk, fn):
+        from webapp.jobs.services import JobError
+
+        get_object_or_404(Job.objects.only("id"), pk=pk)
+        try:
+            job = fn(job_id=int(pk))
+        except JobError as e:
+            raise _bad(e) from e
+        return Response(s.JobSerializer(job).data)
+
+    @extend_schema(request=None, responses={200: s.JobSerializer})
+    @action(detail=True, methods=["post"])
+    def cancel(self, request, pk=None):
+        from webapp.jobs.services import job_cancel
+
+        return self._act(pk, job_cancel)
+
+    @extend_schema(request=None, responses={200: s.JobSerializer})
+    @action(detail=True, methods=["post"])
+    def retry(self, request, pk=None):
+        from webapp.jobs.services import job_retry
+
+        return self._act(pk, job_retry)
+
+
+class FlagViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
+    queryset = Flag.objects.select_related("source", "source_file").order_by("-created_at")
+    serializer_class = s.FlagSerializer
+
+    @extend_schema(request=s.FlagCreateSerializer, responses={201: s.FlagSerializer})
+    def create(self, request):
+        from webapp.catalog.services import CatalogError, flag_create
+
+        data = s.FlagCreateSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        v = data.validated_data
+        get_object_or_404(Source.objects.only("id"), pk=v["source"])
+        try:
+            flag = flag_create(
+                reason=v["reason"],
+                source_id=v["source"],
+                file_path=v.get("file_path"),
+                document_ids=v.get("document_ids"),
+                created_by=request.user,
+            )
+        except CatalogError as e:
+            raise _bad(e) from e
+        return Response(s.FlagSerializer(flag).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        responses={
+            200: inline_serializer(
+                "FlagTaints",
+                {
+                    "flag": s.FlagSerializer(),
+                    "taints": serializers.ListField(child=serializers.DictField()),
+                },
+            )
+        }
+    )
+    @action(detail=True, methods=["get"])
+    def taints(self, request, pk=None):
+        from webapp.dashboard.selectors import flag_detail
+
+        detail = flag_detail(flag_id=int(pk))
+        taints = [
+            {k: t[k] for k in ("label", "url", "documents", "created_at")} for t in detail["taints"]
+        ]
+        return Response({"flag": s.FlagSerializer(detail["flag"]).data, "taints": taints})
+
+
+class AuditViewSet(Base, viewsets.ViewSet):
+    @extend_schema(
+        parameters=[s.AuditQuerySerializer],
+        responses={
+            200: inline_serializer(
+                "AuditResult",
+                {
+                    "source": serializers.IntegerField(),
+                    "pools": serializers.ListField(child=serializers.IntegerField()),
+                    "mixture_versions": serializers.ListField(child=serializers.IntegerField()),
+                    "runs": s.RunSerializer(many=True),
+                },
+            )
+        },
+    )
+    def list(self, request):
+        from webapp.dashboard.selectors import audit_search
+
+        q = s.AuditQuerySerializer(data=request.query_params)
+        q.is_valid(raise_exception=True)
+        result = audit_search(**q.validated_data)
+        if "error" in result:
+            return Response({"detail": result["error"]}, status=status.HTTP_404_NOT_FOUND)
+        return Response(
+            {
+                "source": result["source"].pk,
+                "pools": [p.pk for p in result["pools"]],
+                "mixture_versions": [v.pk for v in result["versions"]],
+                "runs": s.RunSerializer(result["runs"], many=True).data,
+            }
+        )
+
+
+ResumeSerializer = inline_serializer(
+    "ResumePosition",
+    {
+        "run": serializers.IntegerField(),
+        "step": serializers.IntegerField(),
+        "sample": serializers.IntegerField(),
+        "stage": serializers.CharField(),
+        "pool": serializers.CharField(),
+        "pool_id": serializers.IntegerField(),
+        "pool_path": serializers.CharField(),
+        "pool_sample": serializers.IntegerField(),
+        "epoch": serializers.IntegerField(),
+        "shard": serializers.IntegerField(),
+        "shard_prefix": serializers.CharField(),
+        "record": serializers.IntegerField(),
+        "record_in_shard": serializers.IntegerField(),
+        "token_offset": serializers.IntegerField(),
+    },
+)
+
+
+class RunViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
+    queryset = TrainingRun.objects.order_by("-created_at")
+    serializer_class = s.RunSerializer
+
+    @extend_schema(request=s.RunRegisterSerializer, responses={201: s.RunSerializer})
+    def create(self, request):
+        from webapp.dashboard.services import RunError, run_register
+
+        data = s.RunRegisterSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        v = data.validated_data
+        try:
+            run = run_register(
+                name=v["name"],
+                mixture_version_id=v["mixture_version"],
+                external_id=v["external_id"],
+                created_by=request.user,
+            )
+        except RunError as e:
+            raise ValidationError({"detail": e.messages}) from e
+        return Response(s.RunSerializer(run).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(methods=["POST"], request=s.ProgressSerializer, responses={201: s.RunSerializer})
+    @extend_schema(methods=["GET"], responses={200: s.RunProgressSerializer(many=True)})
+    @action(detail=True, methods=["get", "post"])
+    def progress(self, request, pk=None):
+        from webapp.dashboard.services import RunError, run_progress_record
+
+        run = get_object_or_404(TrainingRun.objects.only("id"), pk=pk)
+        if request.method == "GET":
+            page = self.paginate_queryset(run.progress.order_by("step"))
+            return self.get_paginated_response(s.RunProgressSerializer(page, many=True).data)
+        data = s.ProgressSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        try:
+            run = run_progress_record(run_id=run.pk, **data.validated_data)
+        except RunError as e:
+            raise ValidationError({"detail": e.messages}) from e
+        return Response(s.RunSerializer(run).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(responses={200: ResumeSerializer, 409: OpenApiTypes.OBJECT})
+    @action(detail=True, methods=["get"])
+    def resume(self, request, pk=None):
+        from webapp.dashboard.selectors import run_resume
+
+        run = get_object_or_404(TrainingRun.objects.select_related("mixture_version"), pk=pk)
+        try:
+            return Response(run_resume(run=run))
+        except (ValueError, LookupError) as e:
+            return Response({"detail": str(e)}, status=status.HTTP_409_CONFLICT)
