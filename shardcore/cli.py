@@ -12,6 +12,8 @@ import sys
 COMMANDS: dict[str, str] = {
     "tokenize": "tokenize",
     "verify": "verify",
+    "pool": "pool",
+    "locate": "locate",
 }
 
 

@@ -1,0 +1,135 @@
+"""``shardyard pool TOKENIZED... --out DIR --seq-len L``: build a training-ready pool."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from shardcore.cli import CLIError
+
+
+def _size(text: str) -> int:
+    from shardcore.commands.tokenize import parse_size
+
+    return parse_size(text)
+
+
+def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
+    p = sub.add_parser(
+        name,
+        help="select, globally shuffle, pack and shard tokenized sources into a pool",
+        description="Select documents of tokenized sources with a filter, hold out a "
+        "validation slice, shuffle them globally at document level within a memory budget, "
+        "pack them into records of seq_len+1 tokens and write IndexedDataset shards.",
+    )
+    p.add_argument("tokenized", nargs="+", metavar="TOKENIZED", help="tokenized source directories")
+    p.add_argument("--out", required=True, help="output directory (must not hold a result)")
+    p.add_argument("--seq-len", type=int, required=True, help="tokens per training sample")
+    p.add_argument(
+        "--filter", help="DuckDB expression over document properties, e.g. \"lang = 'de'\""
+    )
+    p.add_argument(
+        "--shuffle",
+        choices=("exact", "grid", "local", "buffer"),
+        default="exact",
+        help="exact (default) is a uniform global shuffle; the others are baselines",
+    )
+    p.add_argument("--seed", type=int, default=0, help="shuffle seed (default 0)")
+    p.add_argument(
+        "--memory", type=_size, default=1 << 30, help="memory budget per worker (default 1GiB)"
+    )
+    p.add_argument(
+        "--val-fraction", type=float, default=0.0, help="documents held out for validation"
+    )
+    p.add_argument(
+        "--shard-size", type=_size, default=64 << 20, help="target shard size (default 64MiB)"
+    )
+    p.add_argument(
+        "--bos", action="store_true", help="prepend the tokenizer's BOS to every document"
+    )
+    p.add_argument("--grid-columns", type=int, help="grid shuffle: number of columns")
+    p.add_argument("--buffer", type=int, help="buffer shuffle: buffer size in documents")
+    p.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
+    p.add_argument("--quiet", action="store_true", help="no progress line")
+    p.add_argument("--json", action="store_true", help="print the manifest's totals as JSON")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from shardcore import units
+    from shardcore.errors import ShardcoreError
+    from shardcore.manifest import MANIFEST_NAME
+    from shardcore.pool import plan_pool
+    from shardcore.progress import Progress
+
+    out = Path(args.out)
+    if (out / MANIFEST_NAME).exists():
+        raise CLIError(f"{out} already holds a finished artifact; choose another --out")
+    if args.workers < 1:
+        raise CLIError("--workers must be at least 1")
+    options = {}
+    if args.grid_columns is not None:
+        options["columns"] = args.grid_columns
+    if args.buffer is not None:
+        options["buffer"] = args.buffer
+    try:
+        plan = plan_pool(
+            args.tokenized,
+            str(out),
+            seq_len=args.seq_len,
+            filter=args.filter,
+            shuffle=args.shuffle,
+            seed=args.seed,
+            memory=args.memory,
+            val_fraction=args.val_fraction,
+            bos=args.bos,
+            shard_size=args.shard_size,
+            shuffle_options=options,
+        )
+        itemsize = np.dtype(plan.meta["dtype"]).itemsize
+        selected = sum(sum(i["tokens"]) for i in plan.meta["inputs"]) * itemsize
+        progress = Progress(2 * selected, label="pool", enabled=not args.quiet)
+
+        def on_unit_done(unit: dict, stats: dict) -> None:
+            # Each token is read and written twice (pass 1, pass 2): progress counts both.
+            nbytes = int(stats.get("tokens", 0)) * itemsize
+            if "input" in unit:
+                progress.update(nbytes=nbytes)
+            else:
+                progress.update(documents=stats["documents"], tokens=stats["tokens"], nbytes=nbytes)
+
+        manifest = units.run_local(plan, workers=args.workers, on_unit_done=on_unit_done)
+        progress.close()
+    except ShardcoreError as exc:
+        raise CLIError(str(exc)) from None
+    totals = {
+        "pool": str(out),
+        "fingerprint": manifest["fingerprint"],
+        "documents": manifest["documents"],
+        "records": manifest["num_records"],
+        "tokens": manifest["num_tokens"],
+        "padding_tokens": manifest["padding_tokens"],
+        "shards": len(manifest["shards"]),
+        "buckets": manifest["shuffle"]["num_buckets"],
+        "val": manifest.get("val"),
+    }
+    if args.json:
+        print(json.dumps(totals, indent=1))
+    else:
+        waste = totals["padding_tokens"] / max(1, totals["records"] * (args.seq_len + 1))
+        print(
+            f"{out}: {totals['records']} records of {args.seq_len + 1} tokens from "
+            f"{totals['documents']} documents in {totals['shards']} shards "
+            f"(padding {waste:.3%})"
+            + (
+                f"; validation: {totals['val']['num_records']} records in {out / 'val'}"
+                if totals["val"]
+                else ""
+            ),
+            file=sys.stdout,
+        )
+    return 0

@@ -1,0 +1,44 @@
+"""``shardyard pool`` and ``shardyard locate`` from the command line."""
+
+from __future__ import annotations
+
+import json
+
+from shardcore.cli import main
+from shardcore.pool import Pool
+from tests.unit import pool_fixtures as pf
+
+
+def test_it_builds_a_pool_and_locates_in_it_from_the_command_line(tmp_path, capsys):
+    src = pf.write_tokenized(tmp_path / "src", pf.corpus("prose", 400), shard_docs=100)
+    out = tmp_path / "pool"
+    argv = ["pool", str(src), "--out", str(out), "--seq-len", "64", "--memory", "1MiB"]
+    assert (
+        main([*argv, "--val-fraction", "0.1", "--filter", "n_tokens > 5", "--quiet", "--json"]) == 0
+    )
+    totals = json.loads(capsys.readouterr().out)
+    pool = Pool(out)
+    assert totals["records"] == pool.num_records and totals["val"]["path"] == "val"
+    assert main(["locate", str(out), "--tokens", str(64 * 10 + 3), "--json"]) == 0
+    where = json.loads(capsys.readouterr().out)
+    assert where == pool.locate(sample=10) | {"token_offset": 3}
+    assert main(argv) == 2  # the pool exists: refuse to overwrite
+    assert "already holds a finished artifact" in capsys.readouterr().err
+
+
+def test_it_reports_a_bad_filter_as_a_user_error(tmp_path, capsys):
+    src = pf.write_tokenized(tmp_path / "src", pf.corpus("prose", 50), shard_docs=100)
+    argv = [
+        "pool",
+        str(src),
+        "--out",
+        str(tmp_path / "p"),
+        "--seq-len",
+        "8",
+        "--filter",
+        "colour = 'red'",
+    ]
+    assert main(argv) == 2
+    assert "unknown property 'colour'" in capsys.readouterr().err
+    assert main(["locate", str(src), "--sample", "0"]) == 2
+    assert "is not a pool" in capsys.readouterr().err
