@@ -9,6 +9,7 @@ job succeeded. User mistakes raise ``CatalogError`` with a message fit for a pag
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -23,10 +24,12 @@ from webapp.catalog.models import (
     Flag,
     MixtureVersion,
     Pool,
+    Shard,
     Source,
     SourceFile,
     Taint,
     TokenizedSource,
+    Tokenizer,
     TrainingRun,
 )
 
@@ -208,6 +211,162 @@ def source_scan(*, source_id: int) -> Source:
         source.scanned_at = timezone.now()
         source.save()
     return source
+
+
+# --- tokenizers and tokenized sources ---------------------------------------------------
+
+
+def tokenizer_ensure(*, spec: str) -> Tokenizer:
+    """The catalog row of a tokenizer spec, loading it once to learn its fingerprint."""
+    from shardcore.errors import InputError
+    from shardcore.tokenizers import load_tokenizer
+
+    existing = Tokenizer.objects.filter(spec=spec).first()
+    if existing is not None:
+        return existing
+    try:
+        tok = load_tokenizer(spec)
+    except (InputError, ValueError, OSError) as exc:
+        raise CatalogError(f"tokenizer {spec!r}: {exc}") from exc
+    row, _ = Tokenizer.objects.get_or_create(
+        spec=spec,
+        defaults={
+            "fingerprint": tok.fingerprint,
+            "vocab_size": tok.vocab_size,
+            "eos_id": tok.eos_id,
+        },
+    )
+    return row
+
+
+def _artifact_dir(kind: str, name: str) -> Path:
+    # A fresh directory per build: a rebuild never writes into a finished artifact.
+    return Path(settings.DATA_ROOT) / kind / f"{name}-{uuid.uuid4().hex[:10]}"
+
+
+def tokenized_source_build(
+    *,
+    source_id: int,
+    tokenizer: str | None = None,
+    shard_size: int = 256 << 20,
+    unit_bytes: int = 64 << 20,
+    created_by=None,
+) -> TokenizedSource:
+    """Start a tokenize job over the source's files; returns the BUILDING artifact row
+    (its ``job`` shows progress). The job's recorder fills it in when the manifest exists."""
+    from shardcore.errors import InputError
+    from shardcore.tokenize import plan_tokenize
+    from shardcore.tokenizers import DEFAULT_TOKENIZER
+    from webapp.jobs.services import job_create
+
+    source = Source.objects.get(pk=source_id)
+    tok = tokenizer_ensure(spec=tokenizer or DEFAULT_TOKENIZER)
+    files = source_file_urls(source=source)  # checks the roots again: files may have moved
+    if not files:
+        raise CatalogError(f"source {source.name} has no readable files")
+    out = _artifact_dir("tokenized", source.name)
+    try:
+        plan = plan_tokenize(
+            [url for _rel, url, _size in files],
+            str(out),
+            tokenizer=tok.spec,
+            text_field=source.text_field,
+            shard_size=shard_size,
+            unit_bytes=unit_bytes,
+        )
+    except (InputError, ValueError) as exc:
+        raise CatalogError(f"cannot tokenize {source.name}: {exc}") from exc
+    with transaction.atomic():
+        job = job_create(
+            plan=plan,
+            title=f"tokenize {source.name} with {tok.spec}",
+            recorder="webapp.catalog.services.tokenized_source_record",
+            created_by=created_by,
+        )
+        return TokenizedSource.objects.create(
+            source=source,
+            tokenizer=tok,
+            params=plan.params,
+            path=str(out),
+            job=job,
+            created_by=created_by,
+        )
+
+
+def tokenized_source_record(*, job, manifest: dict | None) -> None:
+    """Recorder of tokenize jobs: the manifest becomes the artifact row, its shards, and the
+    per-file bad-input counts of the source. Runs inside the job's final transaction."""
+    ts = TokenizedSource.objects.select_for_update().select_related("source").get(job=job)
+    if manifest is None:
+        ts.status = ArtifactStatus.CANCELLED if job.state == "cancelled" else ArtifactStatus.FAILED
+        ts.finished_at = timezone.now()
+        ts.save()
+        return
+    source = ts.source
+    files = source_file_urls(source=source)
+    rel_of = {url: rel for rel, url, _size in files}
+    file_ranges: dict[str, list[int]] = {}
+    first = 0
+    for entry in manifest["inputs"]:  # in source order: document ids are consecutive
+        rel = rel_of.get(entry["file"], entry["file"])
+        file_ranges[rel] = [first, first + entry["documents"]]
+        first += entry["documents"]
+    sizes = {f["path"]: f for f in manifest.get("files", [])}
+    out = Path(ts.path)
+    Shard.objects.bulk_create(
+        [
+            Shard(
+                tokenized_source=ts,
+                index=sh["index"],
+                prefix=str(out / sh["prefix"]),
+                num_records=sh["documents"],
+                num_documents=sh["documents"],
+                num_tokens=sh["tokens"],
+                num_bytes=sizes.get(sh["prefix"] + ".bin", {}).get("size", 0),
+                checksum=sizes.get(sh["prefix"] + ".bin", {}).get("xxh3", ""),
+            )
+            for sh in manifest["shards"]
+        ],
+        batch_size=2000,
+    )
+    bad = manifest.get("bad_input") or {}
+    per_file = {e["file"]: e for e in manifest["inputs"]}
+    for sf in SourceFile.objects.filter(source=source):
+        url = next((u for u, r in rel_of.items() if r == sf.path), None)
+        if url is None or url not in per_file:
+            continue
+        report = bad.get(url, {})
+        sf.num_documents = per_file[url]["documents"]
+        sf.bad_lines = sum(r["count"] for r in report.values())
+        sf.bad_input = {
+            reason: {
+                "count": r["count"],
+                "samples": [
+                    f"{sf.path}:{s.get('line')}: {reason}: {s.get('message')}"
+                    for s in r.get("samples", [])
+                ],
+            }
+            for reason, r in report.items()
+        }
+        sf.save(update_fields=["num_documents", "bad_lines", "bad_input"])
+    totals = manifest["totals"]
+    ts.fingerprint = manifest["fingerprint"]
+    ts.params = {**ts.params, "file_ranges": file_ranges, "dtype": manifest.get("dtype")}
+    ts.num_documents = totals["documents"]
+    ts.num_tokens = totals["tokens"]
+    ts.num_bytes = sum(s.num_bytes for s in ts.shards.all())
+    ts.manifest_path = str(out / "manifest.json")
+    ts.supersedes = (
+        TokenizedSource.objects.filter(
+            source=source, tokenizer=ts.tokenizer, status=ArtifactStatus.READY
+        )
+        .order_by("-created_at")
+        .first()
+    )
+    ts.status = ArtifactStatus.READY
+    ts.finished_at = timezone.now()
+    ts.save()
+    taint_refresh(source_ids=[source.pk])
 
 
 # --- immutability -----------------------------------------------------------------------
