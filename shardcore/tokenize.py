@@ -322,19 +322,20 @@ def _encode(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Tokens of ``texts`` back to back, each as [BOS] + tokens + EOS, and their lengths."""
     arrays = tok.encode_batch_arrays(texts)
-    raw_len = np.fromiter((a.size for a in arrays), dtype=np.int64, count=len(arrays))
     extra = 1 + (bos is not None)
-    lengths = raw_len + extra
-    flat = np.concatenate(arrays) if arrays else np.zeros(0, np.int64)
+    lengths = np.fromiter((a.size + extra for a in arrays), dtype=np.int64, count=len(arrays))
     out = np.empty(int(lengths.sum()), dtype=dtype)
-    ends = np.cumsum(lengths)
-    starts = ends - lengths
-    # Destination of each content token: its index plus the BOS/EOS slots before it.
-    shift = np.repeat(starts + (bos is not None) - (np.cumsum(raw_len) - raw_len), raw_len)
-    out[np.arange(flat.size) + shift] = flat
-    out[ends - 1] = eos
-    if bos is not None:
-        out[starts] = bos
+    # One slice copy per document (numpy casts in C): cheaper than index arithmetic over
+    # every token, since documents hold hundreds to thousands of tokens.
+    pos = 0
+    for a in arrays:
+        if bos is not None:
+            out[pos] = bos
+            pos += 1
+        out[pos : pos + a.size] = a
+        pos += a.size
+        out[pos] = eos
+        pos += 1
     return out, lengths
 
 
