@@ -140,8 +140,7 @@ int sy_blend(const double *w, int32_t D, int64_t start, int64_t n, int64_t *coun
 # -ffp-contract=off: a fused multiply-add would round once instead of twice and break parity.
 _CFLAGS = ["-O3", "-ffp-contract=off", "-fno-fast-math", "-fPIC", "-shared"]
 
-_lib: ctypes.CDLL | None = None
-_lib_failed = False
+_kernels: dict[str, ctypes.CDLL | None] = {}
 
 
 def cache_dir() -> Path:
@@ -154,13 +153,13 @@ def cache_dir() -> Path:
     return Path("~/.cache/shardyard").expanduser()
 
 
-def _load_kernel() -> ctypes.CDLL | None:
-    """Compile (once per source version) and load the C kernel; None if impossible."""
-    global _lib, _lib_failed
-    if _lib is not None or _lib_failed:
-        return _lib
-    key = hashlib.sha256((_C_SOURCE + " ".join(_CFLAGS) + sys.platform).encode()).hexdigest()[:16]
-    target = cache_dir() / f"blend-{key}.so"
+def compile_kernel(name: str, source: str, flags: Sequence[str] = _CFLAGS) -> ctypes.CDLL | None:
+    """Compile C ``source`` of our own (once per source version) with the system compiler
+    into the cache directory and load it; None (with one warning) if that is impossible."""
+    if name in _kernels:
+        return _kernels[name]
+    key = hashlib.sha256((source + " ".join(flags) + sys.platform).encode()).hexdigest()[:16]
+    target = cache_dir() / f"{name}-{key}.so"
     try:
         if not target.exists():
             cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
@@ -168,36 +167,42 @@ def _load_kernel() -> ctypes.CDLL | None:
                 raise OSError("no C compiler (cc/gcc) on PATH")
             target.parent.mkdir(parents=True, exist_ok=True)
             with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-                src = Path(tmp) / "blend.c"
-                src.write_text(_C_SOURCE)
-                out = Path(tmp) / "blend.so"
+                src = Path(tmp) / f"{name}.c"
+                src.write_text(source)
+                out = Path(tmp) / f"{name}.so"
                 proc = subprocess.run(
-                    [cc, *_CFLAGS, "-o", str(out), str(src)], capture_output=True, text=True
+                    [cc, *flags, "-o", str(out), str(src)], capture_output=True, text=True
                 )
                 if proc.returncode != 0:
                     raise OSError(f"{cc} failed: {proc.stderr.strip()[:500]}")
                 os.replace(out, target)  # atomic: concurrent first uses are safe
-        lib = ctypes.CDLL(str(target))
+        lib: ctypes.CDLL | None = ctypes.CDLL(str(target))
     except OSError as exc:
-        _lib_failed = True
         warnings.warn(
-            f"shardcore.blend: compiled kernel unavailable ({exc}); using the slow Python loop",
+            f"shardcore: compiled {name} kernel unavailable ({exc}); using the slow Python path",
             RuntimeWarning,
             stacklevel=3,
         )
-        return None
-    ptr = np.ctypeslib.ndpointer
-    lib.sy_blend.argtypes = [
-        ptr(np.float64, flags="C"),
-        ctypes.c_int32,
-        ctypes.c_int64,
-        ctypes.c_int64,
-        ptr(np.int64, flags="C"),
-        ptr(np.int16, flags="C"),
-        ptr(np.int64, flags="C"),
-    ]
-    lib.sy_blend.restype = ctypes.c_int
-    _lib = lib
+        lib = None
+    _kernels[name] = lib
+    return lib
+
+
+def _load_kernel() -> ctypes.CDLL | None:
+    lib = compile_kernel("blend", _C_SOURCE)
+    if lib is not None and not getattr(lib, "_sy_typed", False):
+        ptr = np.ctypeslib.ndpointer
+        lib.sy_blend.argtypes = [
+            ptr(np.float64, flags="C"),
+            ctypes.c_int32,
+            ctypes.c_int64,
+            ctypes.c_int64,
+            ptr(np.int64, flags="C"),
+            ptr(np.int16, flags="C"),
+            ptr(np.int64, flags="C"),
+        ]
+        lib.sy_blend.restype = ctypes.c_int
+        lib._sy_typed = True
     return lib
 
 

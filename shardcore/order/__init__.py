@@ -1,0 +1,66 @@
+"""Orderings of a mixture's samples, registered by name.
+
+An ordering takes the per-sample characteristics of a schedule (``families``: name ->
+one label per sample, in schedule order) and returns a permutation: ``order[k]`` is the
+schedule position that is trained on k-th.
+
+- ``blend``: the identity; the blend schedule's own interleaving (Megatron-exact).
+- ``diversity``: greedy "don't shuffle, optimize" ordering that keeps every window close to
+  the global share of every characteristic (see ``shardcore.order.diversity``).
+- ``random``: a seeded uniform permutation, the baseline the quality page compares against.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from shardcore.errors import InputError
+from shardcore.order.diversity import diversity_order
+
+Ordering = Callable[..., np.ndarray]
+
+
+def _num_samples(families: Mapping[str, np.ndarray]) -> int:
+    sizes = {len(v) for v in families.values()}
+    if len(sizes) != 1:
+        raise InputError(f"families: label arrays differ in length: {sorted(sizes)}")
+    return sizes.pop()
+
+
+def blend_order(families: Mapping[str, np.ndarray], *, seed: int = 0, **_: Any) -> np.ndarray:
+    """The schedule as built: the identity permutation."""
+    return np.arange(_num_samples(families), dtype=np.int64)
+
+
+def random_order(families: Mapping[str, np.ndarray], *, seed: int = 0, **_: Any) -> np.ndarray:
+    """A uniform random permutation seeded by ``seed``."""
+    return np.random.default_rng(seed).permutation(_num_samples(families)).astype(np.int64)
+
+
+def _diversity(
+    families: Mapping[str, np.ndarray],
+    *,
+    seed: int = 0,
+    weights: Mapping[str, float] | None = None,
+    **_: Any,
+) -> np.ndarray:
+    names = list(families)
+    lam = [float((weights or {}).get(name, 1.0)) for name in names]
+    return diversity_order([families[n] for n in names], weights=lam, seed=seed)
+
+
+ORDERINGS: dict[str, Ordering] = {
+    "blend": blend_order,
+    "diversity": _diversity,
+    "random": random_order,
+}
+
+
+def get_ordering(name: str) -> Ordering:
+    try:
+        return ORDERINGS[name]
+    except KeyError:
+        raise InputError(f"order: unknown ordering {name!r}; known: {sorted(ORDERINGS)}") from None

