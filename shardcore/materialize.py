@@ -1,0 +1,123 @@
+"""Materialize a mixture: its samples written as physical IndexedDataset shards in
+schedule order, for streaming readers (object storage, plain Megatron readers) that cannot
+follow a schedule.
+
+Stage "materialize" of the unit-of-work protocol: one phase, one unit per output shard
+(a contiguous range of training samples); a unit gathers its samples' records from the
+pools (grouped by pool, so each pool is read through one memmap) and writes
+``shards/mix-XXXXX.bin/.idx`` (one sequence of seq_len + 1 tokens per sample). Finalize
+writes the manifest (kind "materialized": seq_len, shards, cumulative_records, checksums),
+the same fields a pool has, so ``shardcore.resume.locate_pool`` resumes in it. Trade-off:
+it copies every token once (the mixture itself copies nothing), in exchange for purely
+sequential reads.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from shardcore import manifest as mf
+from shardcore import units
+from shardcore.errors import InputError
+from shardcore.formats import IndexedWriter
+from shardcore.mixture import Mixture
+
+STAGE = "materialize"
+KIND = "materialized"
+
+
+def shard_prefix(k: int) -> str:
+    return f"shards/mix-{k:05d}"
+
+
+def plan_materialize(
+    mixture: str | os.PathLike, out: str | os.PathLike, *, shard_bytes: int = 64 << 20
+) -> units.Plan:
+    mix = Mixture(mixture)
+    if shard_bytes < 1:
+        raise InputError(f"shard_bytes: must be positive, got {shard_bytes}")
+    itemsize = np.dtype(mix.manifest["dtype"]).itemsize
+    per_sample = (mix.seq_len + 1) * itemsize
+    per_shard = max(1, shard_bytes // per_sample)
+    n = mix.num_samples
+    phase = [
+        {"id": f"shard-{k:05d}", "shard": k, "start": a, "stop": min(n, a + per_shard)}
+        for k, a in enumerate(range(0, n, per_shard))
+    ]
+    params = {"mixture": str(Path(mixture).resolve()), "shard_bytes": int(shard_bytes)}
+    meta = {"fingerprint": mix.manifest["fingerprint"]}
+    return units.Plan(STAGE, str(Path(out).resolve()), params, [phase], meta)
+
+
+def _run_unit(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
+    from shardcore.pool import Pool
+
+    mix = Mixture(plan.params["mixture"])
+    a, b = int(unit["start"]), int(unit["stop"])
+    pidx = np.asarray(mix.pool_index[a:b])
+    rec = np.asarray(mix.record_index[a:b])
+    width = mix.seq_len + 1
+    dtype = np.dtype(mix.manifest["dtype"])
+    tokens = np.empty((b - a, width), dtype=dtype)
+    for i in np.unique(pidx).tolist():
+        sel = np.flatnonzero(pidx == i)
+        pool = Pool(mix.pools[i]["path"])
+        for j in sel.tolist():
+            tokens[j] = pool.record(int(rec[j]))
+    prefix = Path(plan.out) / shard_prefix(int(unit["shard"]))
+    with IndexedWriter(prefix, dtype) as w:
+        w.add_many(tokens.ravel(), np.full(b - a, width, dtype=np.int64))
+    return {"shard": int(unit["shard"]), "records": b - a, "tokens": int(tokens.size)}
+
+
+def _finalize(plan: units.Plan, stats: list[dict[str, Any]]) -> dict[str, Any]:
+    mix = Mixture(plan.params["mixture"])
+    out = Path(plan.out)
+    shards, cumulative, files = [], [0], {}
+    for st in sorted(stats, key=lambda s: s["shard"]):
+        prefix = shard_prefix(st["shard"])
+        shards.append({"prefix": prefix, "records": st["records"], "first_record": cumulative[-1]})
+        cumulative.append(cumulative[-1] + st["records"])
+        for ext in (".bin", ".idx"):
+            path = out / f"{prefix}{ext}"
+            files[f"{prefix}{ext}"] = {"size": path.stat().st_size, "xxh3": mf.file_checksum(path)}
+    m = mix.manifest
+    manifest = {
+        "kind": KIND,
+        "fingerprint": mf.fingerprint(KIND, parents=[m["fingerprint"]], params=plan.params),
+        "parents": [m["fingerprint"]],
+        "mixture": plan.params["mixture"],
+        "tokenizer": m.get("tokenizer"),
+        "dtype": m["dtype"],
+        "seq_len": m["seq_len"],
+        "record_tokens": m["seq_len"] + 1,
+        "num_records": cumulative[-1],
+        "num_tokens": cumulative[-1] * (m["seq_len"] + 1),
+        "stages": m["stages"],
+        "shards": shards,
+        "cumulative_records": cumulative,
+        "files": files,
+    }
+    mf.write_manifest(out, manifest)
+    return mf.read_manifest(out)
+
+
+units.register_stage(STAGE, run_unit=_run_unit, finalize=_finalize)
+
+
+def materialize(
+    mixture: str | os.PathLike,
+    out: str | os.PathLike,
+    *,
+    workers: int = 1,
+    shard_bytes: int = 64 << 20,
+    progress: Callable[[dict, dict], None] | None = None,
+) -> dict[str, Any]:
+    """Plan and run a materialization locally; returns the manifest."""
+    plan = plan_materialize(mixture, out, shard_bytes=shard_bytes)
+    return units.run_local(plan, workers=workers, on_unit_done=progress)

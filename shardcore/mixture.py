@@ -1,0 +1,688 @@
+"""Mixtures: pools with token-share weights, a token budget, a seed, stages and an
+ordering, turned into a schedule of (pool, record) per training sample. No data is copied.
+
+Spec (JSON or YAML, or the dataclasses below)::
+
+    {"tokens": 1000000, "seed": 0, "order": "blend", "max_repetitions": 4,
+     "components": [
+        {"name": "prose", "weight": 0.7, "components": [
+            {"pool": "pools/en", "weight": 0.8}, {"pool": "pools/de", "weight": 0.2}]},
+        {"pool": "pools/code", "weight": 0.3}],
+     "stages": [{"name": "anneal", "tokens": 100000, "components": [...]}]}
+
+Nested groups are flattened to leaf shares (sibling weights are normalized, shares multiply
+down the tree: prose 0.7 x en 0.8 = 0.56). The first stage, "main", uses the top-level
+components; each further stage covers the tokens it names, in order, at the end of the
+budget (e.g. annealing on other weights over the last N tokens).
+
+Building. Every pool must share the tokenizer and seq_len; a training sample is one record
+(seq_len + 1 tokens, seq_len trained on), so token shares equal sample shares. Per stage,
+the blend schedule (``shardcore.blend``, Megatron-exact) decides which pool each sample
+comes from; then, per pool, samples take the pool's records in pool order (the pool is
+already globally shuffled), continuing across stages. A pool that runs out rolls over into
+a new epoch with a fresh seeded permutation of its records (so repeats are not in the same
+order); ``max_repetitions`` caps the epochs. The optional ``diversity`` ordering then
+permutes each stage's samples (``shardcore.order``). The schedule is written as two .npy
+arrays, ``schedule/pool.npy`` (int16) and ``schedule/record.npy`` (int64), then the
+manifest (kind "mixture"), the commit point.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from shardcore import blend
+from shardcore import manifest as mf
+from shardcore.errors import InputError, ManifestError
+
+KIND = "mixture"
+SCHEDULE_DIR = "schedule"
+POOL_FILE = f"{SCHEDULE_DIR}/pool.npy"
+RECORD_FILE = f"{SCHEDULE_DIR}/record.npy"
+ORDERS = ("blend", "diversity", "random")
+LENGTH_FAMILY = "length"
+
+
+# --------------------------------------------------------------------------- the spec
+
+
+@dataclass
+class Component:
+    """A leaf (``pool`` set) or a group (``components`` set) with a positive weight."""
+
+    weight: float
+    pool: str | None = None
+    name: str | None = None
+    components: list[Component] = field(default_factory=list)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str) -> Component:
+        if not isinstance(data, Mapping):
+            raise InputError(f"{where}: expected an object, got {type(data).__name__}")
+        unknown = set(data) - {"weight", "pool", "name", "components"}
+        if unknown:
+            raise InputError(f"{where}: unknown field(s) {sorted(unknown)}")
+        if "weight" not in data:
+            raise InputError(f"{where}.weight: missing")
+        try:
+            weight = float(data["weight"])
+        except (TypeError, ValueError):
+            raise InputError(f"{where}.weight: {data['weight']!r} is not a number") from None
+        pool, subs = data.get("pool"), data.get("components")
+        if (pool is None) == (subs is None):
+            raise InputError(f"{where}: give exactly one of 'pool' or 'components'")
+        children = [cls.from_dict(c, f"{where}.components[{i}]") for i, c in enumerate(subs or [])]
+        if subs is not None and not children:
+            raise InputError(f"{where}.components: a group needs at least one component")
+        return cls(weight, None if pool is None else str(pool), data.get("name"), children)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"weight": self.weight}
+        if self.name is not None:
+            out["name"] = self.name
+        if self.pool is not None:
+            out["pool"] = self.pool
+        else:
+            out["components"] = [c.to_dict() for c in self.components]
+        return out
+
+
+@dataclass
+class Stage:
+    """A stage after "main": ``tokens`` at the end of the budget with its own components."""
+
+    name: str
+    tokens: int
+    components: list[Component]
+
+
+@dataclass
+class MixtureSpec:
+    components: list[Component]
+    tokens: int
+    seed: int = 0
+    order: str = "blend"
+    stages: list[Stage] = field(default_factory=list)
+    max_repetitions: float = 4.0
+    order_options: dict[str, Any] = field(default_factory=dict)
+    base_dir: str | None = None  # relative pool paths resolve against this
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, base_dir: str | None = None) -> MixtureSpec:
+        if not isinstance(data, Mapping):
+            raise InputError("mixture spec: expected an object at the top level")
+        known = {"components", "tokens", "seed", "order", "stages", "max_repetitions"}
+        unknown = set(data) - known - {"order_options", "base_dir"}
+        if unknown:
+            raise InputError(f"mixture spec: unknown field(s) {sorted(unknown)}")
+        if "components" not in data:
+            raise InputError("components: missing")
+        if "tokens" not in data:
+            raise InputError("tokens: missing (the token budget)")
+        comps = [
+            Component.from_dict(c, f"components[{i}]")
+            for i, c in enumerate(_as_list(data["components"], "components"))
+        ]
+        stages = []
+        for i, st in enumerate(_as_list(data.get("stages") or [], "stages")):
+            where = f"stages[{i}]"
+            if not isinstance(st, Mapping) or "tokens" not in st or "components" not in st:
+                raise InputError(f"{where}: needs 'tokens' and 'components'")
+            stages.append(
+                Stage(
+                    str(st.get("name", f"stage{i + 1}")),
+                    _as_int(st["tokens"], f"{where}.tokens"),
+                    [
+                        Component.from_dict(c, f"{where}.components[{j}]")
+                        for j, c in enumerate(_as_list(st["components"], f"{where}.components"))
+                    ],
+                )
+            )
+        spec = cls(
+            components=comps,
+            tokens=_as_int(data["tokens"], "tokens"),
+            seed=_as_int(data.get("seed", 0), "seed"),
+            order=str(data.get("order", "blend")),
+            stages=stages,
+            max_repetitions=float(data.get("max_repetitions", 4.0)),
+            order_options=dict(data.get("order_options") or {}),
+            base_dir=base_dir or data.get("base_dir"),
+        )
+        spec.validate()
+        return spec
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike) -> MixtureSpec:
+        """Read a spec from ``.json``, ``.yaml`` or ``.yml``; relative pool paths resolve
+        against the file's directory."""
+        path = Path(path)
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise InputError(f"{path}: cannot read mixture spec: {exc}") from exc
+        try:
+            if path.suffix in (".yaml", ".yml"):
+                import yaml
+
+                data = yaml.safe_load(text)
+            else:
+                data = json.loads(text)
+        except Exception as exc:  # yaml and json raise different types
+            raise InputError(f"{path}: not valid {path.suffix[1:] or 'json'}: {exc}") from exc
+        return cls.from_dict(data, base_dir=str(path.parent.resolve()))
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "components": [c.to_dict() for c in self.components],
+            "tokens": self.tokens,
+            "seed": self.seed,
+            "order": self.order,
+            "max_repetitions": self.max_repetitions,
+        }
+        if self.stages:
+            out["stages"] = [
+                {
+                    "name": s.name,
+                    "tokens": s.tokens,
+                    "components": [c.to_dict() for c in s.components],
+                }
+                for s in self.stages
+            ]
+        if self.order_options:
+            out["order_options"] = self.order_options
+        return out
+
+    def validate(self) -> None:
+        """Checks that need no pool: positive weights and budget, known ordering."""
+        if self.tokens <= 0:
+            raise InputError(f"tokens: the budget must be positive, got {self.tokens}")
+        if self.order not in ORDERS:
+            raise InputError(f"order: unknown ordering {self.order!r}; known: {list(ORDERS)}")
+        if not self.max_repetitions > 0:
+            raise InputError(f"max_repetitions: must be > 0, got {self.max_repetitions}")
+        for i, st in enumerate(self.stages):
+            if st.tokens <= 0:
+                raise InputError(f"stages[{i}].tokens: must be positive, got {st.tokens}")
+        if sum(s.tokens for s in self.stages) >= self.tokens:
+            raise InputError(
+                f"stages: their {sum(s.tokens for s in self.stages)} tokens leave nothing of "
+                f"the {self.tokens}-token budget for the main stage"
+            )
+        for name, comps in self.stage_components():
+            flatten(comps, where=name)
+
+    def stage_components(self) -> list[tuple[str, list[Component]]]:
+        return [("main", self.components)] + [(s.name, s.components) for s in self.stages]
+
+    def resolve(self, pool: str) -> str:
+        if "://" in pool or os.path.isabs(pool) or self.base_dir is None:
+            return os.path.abspath(pool) if "://" not in pool else pool
+        return os.path.abspath(os.path.join(self.base_dir, pool))
+
+
+def _as_list(value: Any, where: str) -> list:
+    if not isinstance(value, list):
+        raise InputError(f"{where}: expected a list, got {type(value).__name__}")
+    return value
+
+
+def _as_int(value: Any, where: str) -> int:
+    if isinstance(value, bool):
+        raise InputError(f"{where}: {value!r} is not an integer")
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        raise InputError(f"{where}: {value!r} is not an integer") from None
+    if not math.isfinite(f) or f != int(f):
+        raise InputError(f"{where}: {value!r} is not an integer")
+    return int(f)
+
+
+def flatten(components: list[Component], *, where: str = "components") -> list[tuple[str, float]]:
+    """Leaf (pool, share) pairs: sibling weights normalized, shares multiplied down groups.
+    A pool listed twice gets the sum of its shares."""
+    if not components:
+        raise InputError(f"{where}: no components")
+    out: dict[str, float] = {}
+
+    def walk(comps: list[Component], share: float, path: str) -> None:
+        for i, c in enumerate(comps):
+            if not (math.isfinite(c.weight) and c.weight > 0):
+                raise InputError(f"{path}[{i}].weight: {c.weight!r} is not positive")
+        total = sum(c.weight for c in comps)
+        for i, c in enumerate(comps):
+            s = share * c.weight / total
+            if c.pool is not None:
+                out[c.pool] = out.get(c.pool, 0.0) + s
+            else:
+                walk(c.components, s, f"{path}[{i}].components")
+
+    walk(components, 1.0, where)
+    return list(out.items())
+
+
+# --------------------------------------------------------------------------- pools
+
+
+@dataclass
+class PoolInfo:
+    key: str  # as written in the spec
+    path: str
+    manifest: dict[str, Any]
+
+    @property
+    def num_records(self) -> int:
+        return int(self.manifest["num_records"])
+
+
+def load_pools(spec: MixtureSpec) -> list[PoolInfo]:
+    """Every pool the spec names, in first-mention order, validated: it exists, is a pool,
+    is not empty, and all share one tokenizer and seq_len."""
+    keys: list[str] = []
+    for _, comps in spec.stage_components():
+        for pool, _ in flatten(comps):
+            if pool not in keys:
+                keys.append(pool)
+    if len(keys) > blend.MAX_POOLS:
+        raise InputError(f"components: {len(keys)} pools, at most {blend.MAX_POOLS}")
+    pools = []
+    for key in keys:
+        path = spec.resolve(key)
+        try:
+            manifest = mf.read_manifest(path)
+        except ManifestError as exc:
+            raise InputError(f"pool {key!r}: unknown pool ({exc})") from None
+        if manifest.get("kind") not in ("pool", "materialized"):
+            raise InputError(f"pool {key!r}: {path} is a {manifest.get('kind')!r}, not a pool")
+        if int(manifest.get("num_records", 0)) <= 0:
+            raise InputError(f"pool {key!r}: empty pool (0 records), nothing to sample")
+        pools.append(PoolInfo(key, path, manifest))
+    first = pools[0].manifest
+    for p in pools[1:]:
+        if int(p.manifest["seq_len"]) != int(first["seq_len"]):
+            raise InputError(
+                f"pool {p.key!r}: seq_len {p.manifest['seq_len']} differs from "
+                f"{pools[0].key!r}'s {first['seq_len']}"
+            )
+        fp_a = (p.manifest.get("tokenizer") or {}).get("fingerprint")
+        fp_b = (first.get("tokenizer") or {}).get("fingerprint")
+        if fp_a != fp_b:
+            raise InputError(f"pool {p.key!r}: tokenizer differs from {pools[0].key!r}'s")
+    return pools
+
+
+# --------------------------------------------------------------------------- planning
+
+
+def stage_samples(spec: MixtureSpec, seq_len: int) -> list[tuple[str, int]]:
+    """Samples per stage. The budget is ceil(tokens / seq_len) samples; each later stage
+    takes ceil(its tokens / seq_len) of them at the end; "main" keeps the rest. So stage k
+    starts at training token ``first_sample * seq_len``: exactly ``tokens - (tokens of
+    the stages from k on)`` when the counts are multiples of seq_len."""
+    total = -(-spec.tokens // seq_len)
+    later = [(s.name, -(-s.tokens // seq_len)) for s in spec.stages]
+    main = total - sum(n for _, n in later)
+    if main <= 0:
+        raise InputError(
+            f"stages: they take all {total} samples of the budget ({spec.tokens} tokens, "
+            f"seq_len {seq_len}), none left for the main stage"
+        )
+    return [("main", main), *later]
+
+
+def _stage_weights(spec: MixtureSpec, pools: list[PoolInfo]) -> list[tuple[str, int, np.ndarray]]:
+    index = {p.key: i for i, p in enumerate(pools)}
+    seq_len = int(pools[0].manifest["seq_len"])
+    sizes = dict(stage_samples(spec, seq_len))
+    out = []
+    for name, comps in spec.stage_components():
+        leaves = flatten(comps, where=name)
+        n = sizes[name]
+        if n < len(leaves):
+            raise InputError(
+                f"tokens: budget too small: stage {name!r} has {n} samples for "
+                f"{len(leaves)} components (need one sample per component)"
+            )
+        w = np.zeros(len(pools))
+        for pool, share in leaves:
+            w[index[pool]] = share
+        out.append((name, n, w))
+    return out
+
+
+def _expected_counts(weights: np.ndarray, n: int) -> np.ndarray:
+    """The blend's per-pool counts after n samples, without building it: each count is
+    w*n rounded by largest remainder (the blend is never more than one sample behind)."""
+    raw = weights * n
+    counts = np.floor(raw).astype(np.int64)
+    short = n - int(counts.sum())
+    if short > 0:
+        rem = np.where(weights > 0, raw - counts, -1.0)
+        counts[np.argsort(-rem, kind="stable")[:short]] += 1
+    return counts
+
+
+def plan_epochs(
+    spec: MixtureSpec, pools: list[PoolInfo] | None = None, *, exact: bool = False
+) -> list[dict[str, Any]]:
+    """Per pool: samples, tokens taken, epochs (samples / pool records), share. Checks
+    ``max_repetitions`` and that every component gets a sample. ``exact`` counts with the
+    real blend (O(samples)); otherwise by largest-remainder rounding, within a sample or
+    two of it, instant for the mixture builder page."""
+    pools = pools if pools is not None else load_pools(spec)
+    seq_len = int(pools[0].manifest["seq_len"])
+    taken = np.zeros(len(pools), dtype=np.int64)
+    per_stage = []
+    for name, n, w in _stage_weights(spec, pools):
+        if exact:
+            di, _ = blend.build_blending_indices(w[w > 0], n)
+            counts = np.zeros(len(pools), dtype=np.int64)
+            counts[np.flatnonzero(w > 0)] = np.bincount(di, minlength=int((w > 0).sum()))
+        else:
+            counts = _expected_counts(w, n)
+        missing = np.flatnonzero((w > 0) & (counts == 0))
+        if missing.size:
+            p = pools[int(missing[0])]
+            raise InputError(
+                f"tokens: budget too small: pool {p.key!r} gets no sample in stage {name!r} "
+                f"(share {w[missing[0]]:.3g} x {n} samples < 1)"
+            )
+        taken += counts
+        per_stage.append((name, counts))
+    total = int(taken.sum())
+    out = []
+    for i, p in enumerate(pools):
+        epochs = taken[i] / p.num_records
+        if epochs > spec.max_repetitions:
+            raise InputError(
+                f"max_repetitions: pool {p.key!r} would be read {epochs:.2f} times "
+                f"({int(taken[i])} samples from {p.num_records} records), above "
+                f"max_repetitions={spec.max_repetitions:g}; add data, lower its weight or "
+                f"the budget, or raise max_repetitions"
+            )
+        out.append(
+            {
+                "pool": p.key,
+                "path": p.path,
+                "records": p.num_records,
+                "samples": int(taken[i]),
+                "tokens": int(taken[i]) * seq_len,
+                "epochs": float(epochs),
+                "share": float(taken[i] / total) if total else 0.0,
+                "stages": {name: int(c[i]) for name, c in per_stage},
+            }
+        )
+    return out
+
+
+# --------------------------------------------------------------------------- building
+
+
+def _epoch_permutation(seed: int, pool: int, epoch: int, n: int) -> np.ndarray:
+    """Epoch 0 reads the (already shuffled) pool in order; each repeat a fresh permutation."""
+    if epoch == 0:
+        return np.arange(n, dtype=np.int64)
+    rng = np.random.default_rng([seed, pool, epoch, 0x6D6978])
+    return rng.permutation(n).astype(np.int64)
+
+
+def _records_for(seed: int, pool: int, n_records: int, consumed: np.ndarray) -> np.ndarray:
+    """Record index for each consumption index (0, 1, 2, ... across stages) of a pool."""
+    out = np.empty(consumed.size, dtype=np.int64)
+    epochs = consumed // n_records
+    for e in np.unique(epochs).tolist():
+        sel = epochs == e
+        out[sel] = _epoch_permutation(seed, pool, int(e), n_records)[consumed[sel] % n_records]
+    return out
+
+
+def _families(
+    pools: list[PoolInfo], pool_idx: np.ndarray, record: np.ndarray, options: Mapping[str, Any]
+) -> dict[str, np.ndarray]:
+    """Characteristics per sample for the diversity ordering: the pool, each property named
+    in ``options["by"]`` (a pool document property, per record its main document's), and a
+    document-length bin (log2 of the main document's tokens) unless ``length_bins`` is off."""
+    fams: dict[str, np.ndarray] = {"pool": pool_idx.astype(np.int64)}
+    by = list(options.get("by") or [])
+    want_length = bool(options.get("length_bins", True))
+    if not by and not want_length:
+        return fams
+    from shardcore.pool import Pool
+
+    per_pool = []
+    for p in pools:
+        pool = Pool(p.path)
+        labels = {prop: pool.record_labels(prop) for prop in by}
+        if want_length:
+            cols = pool.documents.column_names
+            if "n_tokens" in cols:
+                n_tok = pool.documents.column("n_tokens").to_numpy()
+                labels[LENGTH_FAMILY] = np.floor(
+                    np.log2(np.maximum(n_tok[pool.main_documents()], 1))
+                ).astype(np.int64)
+        per_pool.append(labels)
+    names = list(by) + ([LENGTH_FAMILY] if want_length else [])
+    for name in names:
+        if not all(name in lab for lab in per_pool):
+            continue
+        values = [lab[name] for lab in per_pool]
+        out = np.empty(
+            pool_idx.size, dtype=object if values[0].dtype == object else values[0].dtype
+        )
+        for i, v in enumerate(values):
+            sel = pool_idx == i
+            out[sel] = v[record[sel]]
+        fams[name] = out.astype(str) if out.dtype == object else out
+    return fams
+
+
+def build_schedule(
+    spec: MixtureSpec,
+    pools: list[PoolInfo],
+    *,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> tuple[np.ndarray, np.ndarray, list[dict[str, Any]]]:
+    """The schedule arrays (pool int16, record int64) and per-stage facts."""
+    stages = _stage_weights(spec, pools)
+    total = sum(n for _, n, _ in stages)
+    pool_idx = np.empty(total, dtype=np.int16)
+    record = np.empty(total, dtype=np.int64)
+    consumed = np.zeros(len(pools), dtype=np.int64)
+    facts = []
+    start = 0
+    seq_len = int(pools[0].manifest["seq_len"])
+    for k, (name, n, w) in enumerate(stages):
+        used = np.flatnonzero(w > 0)
+        di, si = blend.build_blending_indices(
+            w[used],
+            n,
+            progress=(lambda d, t, name=name: progress(name, d, t)) if progress else None,
+        )
+        pools_here = used[di].astype(np.int16)
+        counts = np.bincount(pools_here, minlength=len(pools)).astype(np.int64)
+        zero = np.flatnonzero((w > 0) & (counts == 0))
+        if zero.size:
+            raise InputError(
+                f"tokens: budget too small: pool {pools[int(zero[0])].key!r} gets no sample "
+                f"in stage {name!r}"
+            )
+        recs = np.empty(n, dtype=np.int64)
+        for i in used.tolist():
+            sel = pools_here == i
+            order_in_pool = consumed[i] + si[sel]
+            recs[sel] = _records_for(spec.seed, i, pools[i].num_records, order_in_pool)
+        consumed += counts
+        if spec.order != "blend":
+            from shardcore.order import get_ordering
+
+            fams = (
+                _families(pools, pools_here, recs, spec.order_options)
+                if spec.order == "diversity"
+                else {"pool": pools_here}
+            )
+            lam = spec.order_options.get("lambda") or {}
+            perm = get_ordering(spec.order)(fams, seed=spec.seed + 7919 * k, weights=lam)
+            pools_here, recs = pools_here[perm], recs[perm]
+        pool_idx[start : start + n] = pools_here
+        record[start : start + n] = recs
+        facts.append(
+            {
+                "name": name,
+                "first_sample": start,
+                "num_samples": n,
+                "first_token": start * seq_len,
+                "num_tokens": n * seq_len,
+                "weights": w.tolist(),
+                "samples_per_pool": counts.tolist(),
+            }
+        )
+        start += n
+    for i, p in enumerate(pools):
+        epochs = consumed[i] / p.num_records
+        if epochs > spec.max_repetitions:
+            raise InputError(
+                f"max_repetitions: pool {p.key!r} would be read {epochs:.2f} times "
+                f"({int(consumed[i])} samples from {p.num_records} records), above "
+                f"max_repetitions={spec.max_repetitions:g}"
+            )
+    return pool_idx, record, facts
+
+
+def _save_npy(path: Path, arr: np.ndarray) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as f:
+        np.save(f, arr)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def build_mixture(
+    spec: MixtureSpec | Mapping[str, Any],
+    out: str | os.PathLike,
+    *,
+    progress: Callable[[str, int, int], None] | None = None,
+) -> dict[str, Any]:
+    """Build the mixture's schedule in ``out`` and return its manifest. ``progress(stage,
+    done, total)`` reports blend progress. Rebuilding the same spec over the same pools
+    gives the same bytes and fingerprint."""
+    if not isinstance(spec, MixtureSpec):
+        spec = MixtureSpec.from_dict(spec)
+    spec.validate()
+    pools = load_pools(spec)
+    plan_epochs(spec, pools)  # fail fast on repetitions and tiny budgets, before any work
+    pool_idx, record, stages = build_schedule(spec, pools, progress=progress)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    _save_npy(out / POOL_FILE, pool_idx)
+    _save_npy(out / RECORD_FILE, record)
+    seq_len = int(pools[0].manifest["seq_len"])
+    files = {}
+    for rel in (POOL_FILE, RECORD_FILE):
+        path = out / rel
+        files[rel] = {"size": path.stat().st_size, "xxh3": mf.file_checksum(path)}
+    fp_params = {"spec": spec.to_dict(), "pools": [p.manifest.get("fingerprint") for p in pools]}
+    counts = np.bincount(pool_idx, minlength=len(pools))
+    manifest = {
+        "kind": KIND,
+        "fingerprint": mf.fingerprint(
+            KIND, parents=[str(p.manifest.get("fingerprint")) for p in pools], params=fp_params
+        ),
+        "parents": [str(p.manifest.get("fingerprint")) for p in pools],
+        "spec": spec.to_dict(),
+        "tokenizer": pools[0].manifest.get("tokenizer"),
+        "dtype": pools[0].manifest.get("dtype"),
+        "seq_len": seq_len,
+        "num_samples": int(pool_idx.size),
+        "num_tokens": int(pool_idx.size) * seq_len,
+        "order": spec.order,
+        "pools": [
+            {
+                "key": p.key,
+                "path": p.path,
+                "fingerprint": p.manifest.get("fingerprint"),
+                "num_records": p.num_records,
+                "samples": int(counts[i]),
+                "tokens": int(counts[i]) * seq_len,
+                "epochs": float(counts[i] / p.num_records),
+            }
+            for i, p in enumerate(pools)
+        ],
+        "stages": stages,
+        "files": files,
+    }
+    mf.write_manifest(out, manifest)
+    return mf.read_manifest(out)
+
+
+# --------------------------------------------------------------------------- reading
+
+
+class Mixture:
+    """A built mixture: ``sample(i) -> (pool index, record)`` by memmap, O(1)."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self.manifest = mf.read_manifest(self.path)
+        if self.manifest.get("kind") != KIND:
+            raise ManifestError(f"{self.path}: not a mixture (kind {self.manifest.get('kind')!r})")
+        self.pool_index = np.load(self.path / POOL_FILE, mmap_mode="r")
+        self.record_index = np.load(self.path / RECORD_FILE, mmap_mode="r")
+
+    @property
+    def num_samples(self) -> int:
+        return int(self.manifest["num_samples"])
+
+    @property
+    def seq_len(self) -> int:
+        return int(self.manifest["seq_len"])
+
+    @property
+    def pools(self) -> list[dict[str, Any]]:
+        return self.manifest["pools"]
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+    def sample(self, i: int) -> tuple[int, int]:
+        i = int(i)
+        if not 0 <= i < self.num_samples:
+            raise IndexError(f"{self.path}: sample {i} out of range [0, {self.num_samples})")
+        return int(self.pool_index[i]), int(self.record_index[i])
+
+    def tokens(self, i: int) -> np.ndarray:
+        """The seq_len + 1 tokens of sample i, read from its pool."""
+        from shardcore.pool import Pool
+
+        p, r = self.sample(i)
+        return Pool(self.pools[p]["path"]).record(r)
+
+    def labels(self, property: str) -> np.ndarray:
+        """Per sample: ``"pool"`` its pool key, ``"stage"`` its stage name, else the
+        property of its record's main document (``Pool.record_labels``)."""
+        pidx = np.asarray(self.pool_index)
+        if property == "pool":
+            keys = np.array([p["key"] for p in self.pools], dtype=object)
+            return keys[pidx].astype(str)
+        if property == "stage":
+            out = np.empty(self.num_samples, dtype=object)
+            for st in self.manifest["stages"]:
+                out[st["first_sample"] : st["first_sample"] + st["num_samples"]] = st["name"]
+            return out.astype(str)
+        from shardcore.pool import Pool
+
+        rec = np.asarray(self.record_index)
+        out = np.empty(self.num_samples, dtype=object)
+        for i, p in enumerate(self.pools):
+            sel = pidx == i
+            out[sel] = Pool(p["path"]).record_labels(property)[rec[sel]]
+        return out
