@@ -14,6 +14,10 @@ COMMANDS: dict[str, str] = {
     "verify": "verify",
     "pool": "pool",
     "locate": "locate",
+    "mix": "mix",
+    "export": "export",
+    "quality": "quality",
+    "materialize": "materialize",
 }
 
 

@@ -1,0 +1,65 @@
+"""``shardyard quality DIR --by PROPERTY``: window deviation, batch diversity and
+composition of a pool or a mixture, in training order."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from shardcore.cli import CLIError
+
+
+def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
+    p = sub.add_parser(
+        name,
+        help="measure how evenly a pool or mixture spreads a property over training",
+        description="For windows of 2, 4, 8, ... samples: the max and p99 deviation of each "
+        "value's share from its global share, against the ideal of a perfect shuffle.",
+    )
+    p.add_argument("path", metavar="DIR", help="pool or mixture directory")
+    p.add_argument("--by", required=True, help="property (mixtures also: pool, stage)")
+    p.add_argument("--batch-size", type=int, default=1024, help="samples per batch")
+    p.add_argument("--json", action="store_true", help="print the full report as JSON")
+    p.set_defaults(func=run)
+
+
+def labels_of(path: str, prop: str):
+    from shardcore.manifest import read_manifest
+
+    kind = read_manifest(path).get("kind")
+    if kind == "mixture":
+        from shardcore.mixture import Mixture
+
+        return Mixture(path).labels(prop)
+    if kind == "pool":
+        from shardcore.pool import Pool
+
+        return Pool(path).record_labels(prop)
+    raise CLIError(f"{path}: quality needs a pool or a mixture, not a {kind!r}")
+
+
+def run(args: argparse.Namespace) -> int:
+    from shardcore import quality
+    from shardcore.errors import ShardcoreError
+
+    try:
+        labels = labels_of(args.path, args.by)
+        report = quality.report(labels, batch_size=args.batch_size)
+    except ShardcoreError as exc:
+        raise CLIError(str(exc)) from None
+    if args.json:
+        print(json.dumps(report))
+        return 0
+    w = report["windows"]
+    print(f"{w['num_samples']} samples, {len(w['labels'])} values of {args.by!r}")
+    print(f"{'window':>8} {'max dev':>10} {'p99 dev':>10} {'ideal':>10} {'max/ideal':>10}")
+    for n, mx, p99, ideal in zip(
+        w["window_sizes"], w["max_all"], w["p99_all"], w["ideal_all"], strict=True
+    ):
+        print(f"{n:>8} {mx:>10.5f} {p99:>10.5f} {ideal:>10.5f} {mx / ideal:>10.2f}")
+    b = report["batches"]
+    print(
+        f"distinct values per batch of {b['batch_size']}: worst {b['worst']}, best "
+        f"{b['best']}, mean {b['mean']:.2f} (of {b['possible']} possible)"
+    )
+    return 0
