@@ -27,7 +27,7 @@ def users(django_user_model, settings):
     out = {}
     for role in ("viewer", "editor", "admin"):
         user = django_user_model.objects.create_user(username=role, password=PASSWORD)
-        user.groups.add(Group.objects.get(name=role))
+        user.groups.add(Group.objects.get_or_create(name=role)[0])  # flushed by live_server tests
         out[role] = user
     return out
 

@@ -26,6 +26,8 @@ class Page(LimitOffsetPagination):
 class Base:
     permission_classes = [RolePermission]
     pagination_class = Page
+    # Ids are bigints: anything else is a 404 from the URL map, never a database error.
+    lookup_value_regex = r"[0-9]{1,18}"
 
 
 def _bad(e: Exception) -> ValidationError:
