@@ -217,10 +217,17 @@ class MixtureSpec:
                 f"the {self.tokens}-token budget for the main stage"
             )
         for name, comps in self.stage_components():
-            flatten(comps, where=name)
+            flatten(comps, where=self.field_of(name))
 
     def stage_components(self) -> list[tuple[str, list[Component]]]:
         return [("main", self.components)] + [(s.name, s.components) for s in self.stages]
+
+    def field_of(self, stage: str) -> str:
+        """The spec field holding a stage's components, for error messages."""
+        for i, s in enumerate(self.stages):
+            if s.name == stage:
+                return f"stages[{i}].components"
+        return "components"
 
     def resolve(self, pool: str) -> str:
         if "://" in pool or os.path.isabs(pool) or self.base_dir is None:
@@ -344,7 +351,7 @@ def _stage_weights(spec: MixtureSpec, pools: list[PoolInfo]) -> list[tuple[str, 
     sizes = dict(stage_samples(spec, seq_len))
     out = []
     for name, comps in spec.stage_components():
-        leaves = flatten(comps, where=name)
+        leaves = flatten(comps, where=spec.field_of(name))
         n = sizes[name]
         if n < len(leaves):
             raise InputError(

@@ -1,0 +1,209 @@
+"""Mixture specs, epoch planning and the built schedule, on real pools of CPython text."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from shardcore import blend
+from shardcore.errors import InputError
+from shardcore.mixture import Mixture, MixtureSpec, build_mixture, flatten, plan_epochs
+from shardcore.pool import Pool
+from tests.unit import mix_fixtures
+
+SEQ = 64
+
+
+@pytest.fixture(scope="module")
+def pools(tmp_path_factory):
+    return mix_fixtures.build_pools(tmp_path_factory.mktemp("pools"), seq_len=SEQ)
+
+
+def _spec(pools, tokens, **extra) -> MixtureSpec:
+    data = {
+        "tokens": tokens,
+        "seed": 11,
+        "components": [
+            {
+                "name": "group",
+                "weight": 0.7,
+                "components": [
+                    {"pool": str(pools["early"]), "weight": 0.8},
+                    {"pool": str(pools["middle"]), "weight": 0.2},
+                ],
+            },
+            {"pool": str(pools["late"]), "weight": 0.3},
+        ],
+        **extra,
+    }
+    return MixtureSpec.from_dict(data)
+
+
+def test_it_flattens_nested_groups_to_leaf_shares(pools):
+    leaves = dict(flatten(_spec(pools, 10_000).components))
+    assert leaves[str(pools["early"])] == pytest.approx(0.56)
+    assert leaves[str(pools["middle"])] == pytest.approx(0.14)
+    assert leaves[str(pools["late"])] == pytest.approx(0.3)
+
+
+def test_it_round_trips_the_spec_through_json_and_yaml(pools, tmp_path):
+    spec = _spec(
+        pools,
+        64_000,
+        stages=[
+            {
+                "name": "anneal",
+                "tokens": 6400,
+                "components": [{"pool": str(pools["late"]), "weight": 1}],
+            }
+        ],
+    )
+    (tmp_path / "m.json").write_text(json.dumps(spec.to_dict()))
+    import yaml
+
+    (tmp_path / "m.yaml").write_text(yaml.safe_dump(spec.to_dict()))
+    for name in ("m.json", "m.yaml"):
+        again = MixtureSpec.from_file(tmp_path / name)
+        assert again.to_dict() == spec.to_dict()
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda d: d["components"][1].update(weight=0), r"components\[1\]\.weight"),
+        (lambda d: d["components"][1].update(weight=-1), "not positive"),
+        (lambda d: d["components"][1].update(pool="/nonexistent/pool"), "unknown pool"),
+        (lambda d: d.update(tokens=0), "tokens: the budget must be positive"),
+        (lambda d: d.update(tokens=SEQ * 2), "budget too small"),
+        (lambda d: d.update(order="sorted"), "order: unknown ordering"),
+        (lambda d: d.update(max_repetitions=0.5, tokens=SEQ * 40_000), "max_repetitions: pool"),
+        (lambda d: d["components"][0].pop("weight"), r"components\[0\]\.weight: missing"),
+    ],
+)
+def test_it_rejects_bad_specs_naming_the_field(pools, mutate, message):
+    data = _spec(pools, SEQ * 1000).to_dict()
+    mutate(data)
+    with pytest.raises(InputError, match=message):
+        spec = MixtureSpec.from_dict(data)
+        plan_epochs(spec)
+
+
+def test_it_rejects_an_empty_pool(pools, tmp_path):
+    src = mix_fixtures.tokenized_code(tmp_path)
+    from shardcore.pool import build_pool
+
+    build_pool([str(src)], str(tmp_path / "empty"), seq_len=SEQ, filter="package = 'nope'")
+    data = _spec(pools, SEQ * 1000).to_dict()
+    data["components"][1]["pool"] = str(tmp_path / "empty")
+    with pytest.raises(InputError, match="empty pool"):
+        plan_epochs(MixtureSpec.from_dict(data))
+
+
+def test_it_plans_epochs_from_weight_budget_and_pool_size(pools):
+    tokens = SEQ * 30_000
+    plan = {row["pool"]: row for row in plan_epochs(_spec(pools, tokens))}
+    early = plan[str(pools["early"])]
+    records = Pool(pools["early"]).num_records
+    assert early["samples"] == pytest.approx(0.56 * 30_000, abs=1)
+    assert early["epochs"] == pytest.approx(0.56 * tokens / (records * SEQ), rel=1e-3)
+    assert early["epochs"] > 1 > plan[str(pools["middle"])]["epochs"]
+    exact = {row["pool"]: row["samples"] for row in plan_epochs(_spec(pools, tokens), exact=True)}
+    for key, row in plan.items():
+        assert abs(row["samples"] - exact[key]) <= 1
+
+
+def test_it_builds_a_megatron_exact_schedule_with_roll_over(pools, tmp_path):
+    spec = _spec(pools, SEQ * 30_000)
+    manifest = build_mixture(spec, tmp_path / "mix")
+    mix = Mixture(tmp_path / "mix")
+    pidx = np.asarray(mix.pool_index)
+    rec = np.asarray(mix.record_index)
+    assert manifest["kind"] == "mixture" and mix.num_samples == 30_000
+    di, _ = blend.build_blending_indices(manifest["stages"][0]["weights"], 30_000)
+    np.testing.assert_array_equal(pidx, di)
+    # The early pool is read 3.x times: each epoch is a permutation of all its records,
+    # epoch 0 in pool order, later epochs in fresh orders.
+    n = Pool(pools["early"]).num_records
+    early = rec[pidx == 0]
+    assert early.size > 3 * n
+    np.testing.assert_array_equal(early[:n], np.arange(n))
+    for e in (1, 2):
+        epoch = early[e * n : (e + 1) * n]
+        assert np.array_equal(np.sort(epoch), np.arange(n))
+        assert not np.array_equal(epoch, np.arange(n))
+    assert not np.array_equal(early[n : 2 * n], early[2 * n : 3 * n])
+    # The middle pool is read fractionally, without repeats.
+    middle = rec[pidx == 1]
+    assert middle.size < Pool(pools["middle"]).num_records
+    assert np.unique(middle).size == middle.size
+    # The schedule names real tokens.
+    p, r = mix.sample(123)
+    assert np.array_equal(mix.tokens(123), Pool(pools[["early", "middle", "late"][p]]).record(r))
+
+
+def test_it_gives_the_same_bytes_for_the_same_spec(pools, tmp_path):
+    a = build_mixture(_spec(pools, SEQ * 5000), tmp_path / "a")
+    b = build_mixture(_spec(pools, SEQ * 5000), tmp_path / "b")
+    assert a["fingerprint"] == b["fingerprint"]
+    assert a["files"] == b["files"]
+
+
+def test_it_switches_stages_at_the_right_token(pools, tmp_path):
+    tokens, anneal = SEQ * 20_000, SEQ * 2_000
+    stage = {
+        "name": "anneal",
+        "tokens": anneal,
+        "components": [
+            {"pool": str(pools["late"]), "weight": 0.9},
+            {"pool": str(pools["middle"]), "weight": 0.1},
+        ],
+    }
+    manifest = build_mixture(_spec(pools, tokens, stages=[stage]), tmp_path / "staged")
+    main, last = manifest["stages"]
+    assert last["name"] == "anneal"
+    assert last["first_token"] == tokens - anneal
+    assert last["first_sample"] == main["num_samples"] == (tokens - anneal) // SEQ
+    mix = Mixture(tmp_path / "staged")
+    pidx = np.asarray(mix.pool_index)
+    switch = last["first_sample"]
+    assert (pidx[switch:] != 0).all()  # the early pool is absent from the anneal stage
+    assert (pidx[:switch] == 0).mean() == pytest.approx(0.56, abs=1e-3)
+    assert (pidx[switch:] == 2).mean() == pytest.approx(0.9, abs=1e-3)
+    # The middle pool continues where main left off: no record repeats across stages.
+    middle = np.asarray(mix.record_index)[pidx == 1]
+    assert np.unique(middle).size == middle.size
+    stages = mix.labels("stage")
+    assert stages[switch - 1] == "main" and stages[switch] == "anneal"
+
+
+def test_it_orders_a_mixture_for_diversity(pools, tmp_path):
+    from shardcore import quality
+
+    blended = build_mixture(_spec(pools, SEQ * 8000), tmp_path / "blend")
+    diverse = build_mixture(
+        _spec(pools, SEQ * 8000, order="diversity", order_options={"by": ["package"]}),
+        tmp_path / "div",
+    )
+    a, b = Mixture(tmp_path / "blend"), Mixture(tmp_path / "div")
+    # Same samples, another order.
+    key_a = sorted(
+        zip(np.asarray(a.pool_index).tolist(), np.asarray(a.record_index).tolist(), strict=True)
+    )
+    key_b = sorted(
+        zip(np.asarray(b.pool_index).tolist(), np.asarray(b.record_index).tolist(), strict=True)
+    )
+    assert key_a == key_b
+    assert blended["fingerprint"] != diverse["fingerprint"]
+    pkg = b.labels("package")
+    shuffled = pkg[np.random.default_rng(0).permutation(pkg.size)]
+    ours = quality.window_deviation(b.labels("pool"), [1024])["max_all"][0]
+    theirs = quality.window_deviation(
+        a.labels("pool")[np.random.default_rng(0).permutation(pkg.size)], [1024]
+    )["max_all"][0]
+    assert ours <= 0.25 * theirs
+    assert (
+        quality.window_deviation(pkg, [1024])["max_all"][0]
+        < quality.window_deviation(shuffled, [1024])["max_all"][0]
+    )

@@ -1,0 +1,69 @@
+"""The mix, export, quality, materialize and locate-in-a-mixture commands, end to end."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
+
+from shardcore.cli import main
+from shardcore.mixlocate import locate_any
+from tests.unit import mix_fixtures
+
+SEQ = 64
+
+
+@pytest.fixture(scope="module")
+def pools(tmp_path_factory):
+    return mix_fixtures.build_pools(tmp_path_factory.mktemp("cli"), seq_len=SEQ)
+
+
+def test_it_mixes_exports_measures_and_materializes(pools, tmp_path, capsys):
+    out = tmp_path / "mix"
+    rc = main(
+        ["mix", "--component", f"{pools['early']}:0.6", "--component", f"{pools['late']}:0.4",
+         "--tokens", str(SEQ * 5000), "--seed", "3", "--order", "diversity", "--out", str(out)]
+    )  # fmt: skip
+    assert rc == 0
+    assert "5000 samples" in capsys.readouterr().out
+    assert main(["export", str(out), "--format", "megatron"]) == 0
+    text = capsys.readouterr().out
+    line = next(x for x in text.splitlines() if x.startswith("--data-path"))
+    assert len(shlex.split(line)) == 1 + 2 * 2
+    assert main(["export", str(out), "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["num_samples"] == 5000
+    assert main(["quality", str(out), "--by", "pool", "--batch-size", "256"]) == 0
+    report = capsys.readouterr().out
+    assert "max dev" in report and "distinct values per batch of 256" in report
+    assert main(["quality", str(pools["late"]), "--by", "package", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["windows"]["num_samples"] > 0
+    assert main(["materialize", str(out), "--out", str(tmp_path / "flat")]) == 0
+    assert "materialized 5000 samples" in capsys.readouterr().out
+    assert locate_any(out, tokens=SEQ * 4999)["sample"] == 4999
+
+
+def test_it_reads_a_spec_file_and_reports_user_errors(pools, tmp_path, capsys):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(
+        f"tokens: {SEQ * 1000}\ncomponents:\n  - pool: {pools['early']}\n    weight: 1\n"
+        f"  - pool: {pools['middle']}\n    weight: 1\n"
+    )
+    assert main(["mix", "--spec", str(spec), "--out", str(tmp_path / "m"), "--plan-only"]) == 0
+    assert "epochs" in capsys.readouterr().out
+    rc = main(
+        [
+            "mix",
+            "--component",
+            f"{pools['early']}:-1",
+            "--tokens",
+            "1000",
+            "--out",
+            str(tmp_path / "x"),
+        ]
+    )
+    assert rc == 2
+    assert "weight" in capsys.readouterr().err
+    rc = main(["mix", "--component", "nowhere:1", "--tokens", "1000", "--out", str(tmp_path / "x")])
+    assert rc == 2
+    assert "unknown pool" in capsys.readouterr().err
