@@ -4,15 +4,31 @@ selectors; rows never store per-document data."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from webapp.catalog.models import Pool, TokenizedSource
+
+
+def pool_document_ids(*, pool: Pool, tokenized: TokenizedSource) -> np.ndarray:
+    """The document ids (indices within the tokenized source) that ``pool`` holds, read
+    from its ``documents.parquet`` (the pool's own split: train or val)."""
+    import pyarrow.compute as pc
+
+    from shardcore.pool import SOURCE_FP_COL
+    from shardcore.pool import Pool as PoolReader
+
+    table = PoolReader(pool.path).documents
+    if SOURCE_FP_COL not in table.column_names or "doc_id" not in table.column_names:
+        return np.zeros(0, dtype=np.int64)
+    mine = table.filter(pc.equal(table[SOURCE_FP_COL], tokenized.fingerprint))
+    return mine["doc_id"].to_numpy().astype(np.int64)
 
 
 def pool_documents_hit(*, pool: Pool, tokenized: TokenizedSource, doc_ids: set[int] | None) -> int:
     """How many of ``doc_ids`` (None: every document of ``tokenized``) the pool holds."""
-    from shardcore.pool import Pool as PoolReader
-
-    reader = PoolReader(pool.path)
-    held = reader.document_ids(tokenized.path)
+    held = pool_document_ids(pool=pool, tokenized=tokenized)
     if doc_ids is None:
-        return len(held)
-    return len(held & doc_ids)
+        return int(held.size)
+    if not doc_ids:
+        return 0
+    return int(np.isin(held, np.fromiter(doc_ids, dtype=np.int64)).sum())

@@ -22,8 +22,11 @@ from django.utils import timezone
 from webapp.catalog.models import (
     ArtifactStatus,
     Flag,
+    Mixture,
+    MixtureComponent,
     MixtureVersion,
     Pool,
+    RunProgress,
     Shard,
     Source,
     SourceFile,
@@ -367,6 +370,345 @@ def tokenized_source_record(*, job, manifest: dict | None) -> None:
     ts.finished_at = timezone.now()
     ts.save()
     taint_refresh(source_ids=[source.pk])
+
+
+# --- pools ------------------------------------------------------------------------------
+
+
+def pool_build(
+    *,
+    name: str,
+    tokenized_ids: Iterable[int],
+    seq_len: int,
+    filter: str | None = None,
+    shuffle: str = "exact",
+    seed: int = 0,
+    val_fraction: float = 0.0,
+    memory: int = 1 << 30,
+    shard_size: int = 64 << 20,
+    created_by=None,
+) -> Pool:
+    """Start a pool job over ready tokenized sources; returns the BUILDING train pool (its
+    validation pool is recorded beside it when the job succeeds)."""
+    from shardcore.errors import InputError
+    from shardcore.pool import plan_pool
+    from webapp.jobs.services import job_create
+
+    parents = list(TokenizedSource.objects.filter(pk__in=list(tokenized_ids)).order_by("pk"))
+    if not parents:
+        raise CatalogError("a pool needs at least one tokenized source")
+    not_ready = [str(t.pk) for t in parents if t.status != ArtifactStatus.READY]
+    if not_ready:
+        raise CatalogError(f"tokenized source(s) {', '.join(not_ready)} are not built")
+    out = _artifact_dir("pools", name)
+    try:
+        plan = plan_pool(
+            [t.path for t in parents],
+            str(out),
+            seq_len=seq_len,
+            filter=filter or None,
+            shuffle=shuffle,
+            seed=seed,
+            memory=memory,
+            val_fraction=val_fraction,
+            shard_size=shard_size,
+        )
+    except (InputError, ValueError) as exc:
+        raise CatalogError(f"cannot build pool {name!r}: {exc}") from exc
+    with transaction.atomic():
+        job = job_create(
+            plan=plan,
+            title=f"pool {name}",
+            recorder="webapp.catalog.services.pool_record",
+            created_by=created_by,
+        )
+        pool = Pool.objects.create(
+            name=name,
+            filter=filter or "",
+            seq_len=seq_len,
+            params=plan.params,
+            path=str(out),
+            job=job,
+            created_by=created_by,
+        )
+        pool.parents.set(parents)
+    return pool
+
+
+def _pool_fill(pool: Pool, manifest: dict) -> None:
+    pool.fingerprint = manifest["fingerprint"]
+    pool.num_records = manifest["num_records"]
+    pool.num_tokens = manifest["num_tokens"]
+    pool.num_documents = manifest["documents"]
+    pool.manifest_path = str(Path(pool.path) / "manifest.json")
+    sizes = {f["path"]: f for f in manifest.get("files", [])}
+    pool.num_bytes = sum(f["size"] for f in sizes.values())
+    pool.status = ArtifactStatus.READY
+    pool.finished_at = timezone.now()
+    pool.save()
+    Shard.objects.bulk_create(
+        [
+            Shard(
+                pool=pool,
+                index=i,
+                prefix=str(Path(pool.path) / sh["prefix"]),
+                num_records=sh["records"],
+                num_documents=sh["documents"],
+                num_tokens=sh["tokens"],
+                num_bytes=sizes.get(sh["prefix"] + ".bin", {}).get("size", 0),
+                checksum=sizes.get(sh["prefix"] + ".bin", {}).get("xxh3", ""),
+            )
+            for i, sh in enumerate(manifest["shards"])
+        ],
+        batch_size=2000,
+    )
+
+
+def pool_record(*, job, manifest: dict | None) -> None:
+    """Recorder of pool jobs: the train pool, its shards, and the validation pool."""
+    from shardcore.manifest import read_manifest
+
+    pool = Pool.objects.select_for_update().get(job=job, split=Pool.Split.TRAIN)
+    if manifest is None:
+        pool.status = (
+            ArtifactStatus.CANCELLED if job.state == "cancelled" else ArtifactStatus.FAILED
+        )
+        pool.finished_at = timezone.now()
+        pool.save()
+        return
+    _pool_fill(pool, manifest)
+    if manifest.get("val"):
+        val_path = Path(pool.path) / manifest["val"]["path"]
+        val = Pool(
+            name=f"{pool.name}-val",
+            split=Pool.Split.VAL,
+            train_pool=pool,
+            filter=pool.filter,
+            seq_len=pool.seq_len,
+            params=pool.params,
+            path=str(val_path),
+            job=job,
+            created_by=pool.created_by,
+        )
+        val.save()
+        val.parents.set(pool.parents.all())
+        _pool_fill(val, read_manifest(val_path))
+    taint_refresh(source_ids=pool.parents.values_list("source_id", flat=True))
+
+
+# --- mixtures -------------------------------------------------------------------------
+
+
+def mixture_create(*, name: str, description: str = "", created_by=None) -> Mixture:
+    if Mixture.objects.filter(name=name).exists():
+        raise CatalogError(f"a mixture named {name!r} already exists")
+    return Mixture.objects.create(name=name, description=description, created_by=created_by)
+
+
+def mixture_version_create(
+    *,
+    mixture_id: int,
+    components: list[dict[str, Any]],
+    token_budget: int,
+    seed: int = 0,
+    note: str = "",
+    created_by=None,
+) -> MixtureVersion:
+    """A new immutable version: ``components`` are {"pool": id, "weight": w, "stage": s}.
+    Weights are token shares (normalized here); epochs say how often each pool is read.
+    Versions are never edited: changing a weight means creating the next version."""
+    from shardcore.manifest import fingerprint
+
+    if token_budget <= 0:
+        raise CatalogError("the token budget must be positive")
+    if not components:
+        raise CatalogError("a mixture version needs at least one component")
+    pools = {p.pk: p for p in Pool.objects.filter(pk__in=[c["pool"] for c in components])}
+    total = 0.0
+    for c in components:
+        pool = pools.get(c["pool"])
+        if pool is None:
+            raise CatalogError(f"no pool {c['pool']}")
+        if pool.status != ArtifactStatus.READY:
+            raise CatalogError(f"pool {pool.name} is {pool.status}, not ready")
+        if not float(c["weight"]) > 0:
+            raise CatalogError(f"pool {pool.name}: weight must be positive")
+        total += float(c["weight"])
+    seq_lens = {pools[c["pool"]].seq_len for c in components}
+    if len(seq_lens) != 1:
+        raise CatalogError(f"pools of one mixture share a seq_len; got {sorted(seq_lens)}")
+    seq_len = seq_lens.pop()
+    params = {
+        "token_budget": int(token_budget),
+        "seed": int(seed),
+        "components": [
+            {"pool": pools[c["pool"]].fingerprint, "weight": float(c["weight"]) / total,
+             "stage": c.get("stage", "")}
+            for c in components
+        ],
+    }  # fmt: skip
+    with transaction.atomic():
+        mixture = Mixture.objects.select_for_update().get(pk=mixture_id)
+        number = (
+            mixture.versions.order_by("-number").values_list("number", flat=True).first() or 0
+        ) + 1
+        num_samples = -(-int(token_budget) // (seq_len + 1))
+        version = MixtureVersion.objects.create(
+            mixture=mixture,
+            number=number,
+            token_budget=token_budget,
+            seed=seed,
+            num_samples=num_samples,
+            note=note,
+            params=params,
+            fingerprint=fingerprint("mixture", parents=[pools[c["pool"]].fingerprint
+                                                        for c in components], params=params),
+            path=str(Path(settings.DATA_ROOT) / "mixtures" / mixture.name / f"v{number}"),
+            num_tokens=num_samples * (seq_len + 1),
+            created_by=created_by,
+        )  # fmt: skip
+        MixtureComponent.objects.bulk_create(
+            [
+                MixtureComponent(
+                    version=version,
+                    pool=pools[c["pool"]],
+                    weight=float(c["weight"]) / total,
+                    stage=c.get("stage", ""),
+                    epochs=(float(c["weight"]) / total * num_samples)
+                    / max(pools[c["pool"]].num_records, 1),
+                )
+                for c in components
+            ]
+        )
+        # A version is a recipe over built pools: it is ready once recorded.
+        version.status = ArtifactStatus.READY
+        version.finished_at = timezone.now()
+        version.save()
+        taint_refresh(source_ids=_version_source_ids(version))
+    return version
+
+
+def _version_source_ids(version: MixtureVersion) -> list[int]:
+    return list(
+        TokenizedSource.objects.filter(pools__components__version=version)
+        .values_list("source_id", flat=True)
+        .distinct()
+    )
+
+
+# --- training runs ----------------------------------------------------------------------
+
+
+def run_register(
+    *, name: str, mixture_version_id: int, external_id: str = "", created_by=None
+) -> TrainingRun:
+    """Register a run against a ready mixture version. Idempotent by name (a trainer that
+    retries after a lost answer gets the same run). A run on tainted data is tainted."""
+    version = MixtureVersion.objects.filter(pk=mixture_version_id).first()
+    if version is None:
+        raise CatalogError(f"no mixture version {mixture_version_id}")
+    if version.status != ArtifactStatus.READY:
+        raise CatalogError(f"mixture version {version} is {version.status}; train on a ready one")
+    with transaction.atomic():
+        run, created = TrainingRun.objects.get_or_create(
+            name=name,
+            defaults={
+                "mixture_version": version,
+                "external_id": external_id,
+                "created_by": created_by,
+            },
+        )
+        if not created and run.mixture_version_id != version.pk:
+            raise CatalogError(
+                f"run {name!r} exists already, on mixture version {run.mixture_version_id}"
+            )
+        if created:
+            Taint.objects.bulk_create(
+                [
+                    Taint(flag_id=f, run=run, documents=n)
+                    for f, n in Taint.objects.filter(mixture_version=version).values_list(
+                        "flag_id", "documents"
+                    )
+                ]
+            )
+    return run
+
+
+def run_progress_record(
+    *, run_id: int, step: int, consumed_samples: int, consumed_tokens: int | None = None
+) -> TrainingRun:
+    """Record the run's position at ``step``; idempotent per step, never moves backwards."""
+    if step < 0 or consumed_samples < 0:
+        raise CatalogError("step and consumed samples must be >= 0")
+    with transaction.atomic():
+        run = TrainingRun.objects.select_for_update().get(pk=run_id)
+        if consumed_tokens is None:
+            seq_len = _version_seq_len(run.mixture_version_id)
+            consumed_tokens = consumed_samples * seq_len
+        _, created = RunProgress.objects.get_or_create(
+            run=run,
+            step=step,
+            defaults={"consumed_samples": consumed_samples, "consumed_tokens": consumed_tokens},
+        )
+        if created and step >= run.last_step:
+            run.last_step = step
+            run.consumed_samples = consumed_samples
+            run.consumed_tokens = consumed_tokens
+            run.last_reported_at = timezone.now()
+            if run.state == TrainingRun.State.REGISTERED:
+                run.state = TrainingRun.State.RUNNING
+            run.save()
+    return run
+
+
+def _version_seq_len(version_id: int) -> int:
+    return max(
+        MixtureComponent.objects.filter(version_id=version_id).values_list(
+            "pool__seq_len", flat=True
+        ),
+        default=0,
+    )
+
+
+def run_resume_position(*, run_id: int, sample: int | None = None) -> dict[str, Any]:
+    """Where the run continues: mixture sample -> (pool, epoch, shard, record in shard),
+    by the Megatron blend schedule and a binary search over the pool's cumulative record
+    counts (shardcore); nothing is scanned. ``sample`` defaults to the consumed samples."""
+    from shardcore.blend import build_blending_indices
+    from shardcore.manifest import read_manifest
+    from shardcore.resume import locate_pool
+
+    run = TrainingRun.objects.get(pk=run_id)
+    sample = int(run.consumed_samples if sample is None else sample)
+    comps = list(
+        MixtureComponent.objects.filter(version_id=run.mixture_version_id)
+        .select_related("pool")
+        .order_by("id")
+    )
+    if not comps:
+        raise CatalogError("the mixture version has no components")
+    if len(comps) == 1:
+        comp, pool_sample = comps[0], sample
+    else:
+        index, sample_index = build_blending_indices([c.weight for c in comps], sample + 1)
+        comp, pool_sample = comps[int(index[sample])], int(sample_index[sample])
+    manifest = read_manifest(comp.pool.path)
+    total = int(manifest["num_records"])
+    if total == 0:
+        raise CatalogError(f"pool {comp.pool.name} has no records")
+    epoch, record = divmod(pool_sample, total)
+    where = locate_pool(manifest, sample=record)
+    return {
+        "run": run.pk,
+        "sample": sample,
+        "pool_id": comp.pool_id,
+        "pool": comp.pool.name,
+        "pool_path": comp.pool.path,
+        "stage": comp.stage,
+        "epoch": epoch,
+        "record": record,
+        **{k: v for k, v in where.items() if k not in ("sample",)},
+    }
 
 
 # --- immutability -----------------------------------------------------------------------

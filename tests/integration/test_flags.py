@@ -1,0 +1,164 @@
+"""A flag taints exactly the tokenized sources, pools, mixture versions and runs that hold
+the flagged documents, and nothing else. Jobs run eagerly in this process here (the
+worker path is covered by test_jobs_workers and test_flow_pipeline)."""
+
+from __future__ import annotations
+
+import json
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from webapp.catalog import selectors, services
+from webapp.catalog.models import ArtifactStatus, Pool, Taint, TokenizedSource
+from workers.celery import app
+
+STDLIB = Path(sysconfig.get_paths()["stdlib"])
+
+
+def _docs(offset: int, n: int) -> list[dict]:
+    files = sorted(p for p in STDLIB.glob("*.py") if p.stat().st_size > 2000)[offset : offset + n]
+    return [{"text": p.read_text(errors="replace"), "name": p.name} for p in files]
+
+
+def _source(root: Path, name: str, files: dict[str, list[dict]]):
+    for fname, docs in files.items():
+        path = root / name / fname
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(json.dumps(d) + "\n" for d in docs))
+    return services.source_register(name=name, uri=str(root / name))
+
+
+def _ready(artifact):
+    artifact.refresh_from_db()
+    assert artifact.status == ArtifactStatus.READY, artifact.job.log_tail
+    return artifact
+
+
+@pytest.fixture(scope="module")
+def world(django_db_setup, django_db_blocker, tmp_path_factory):
+    """Two sources, their tokenized versions, four pools, three versions, three runs."""
+    from django.conf import settings
+
+    tmp = tmp_path_factory.mktemp("flags")
+    old = settings.SOURCE_ROOTS, settings.DATA_ROOT
+    settings.SOURCE_ROOTS, settings.DATA_ROOT = [tmp], tmp / "data"
+    app.conf.task_always_eager = True
+    with django_db_blocker.unblock():
+        a = _source(tmp, "alpha", {"a1.jsonl": _docs(0, 6), "a2.jsonl": _docs(6, 6)})
+        b = _source(tmp, "beta", {"b1.jsonl": _docs(20, 5)})
+        ta = _ready(services.tokenized_source_build(source_id=a.pk, shard_size=16 << 10))
+        tb = _ready(services.tokenized_source_build(source_id=b.pk, shard_size=16 << 10))
+        flagged_name = _docs(0, 6)[2]["name"]  # alpha document 2, in a1.jsonl
+        common = {"seq_len": 64, "memory": 1 << 20, "shard_size": 8 << 10}
+        pools = {
+            "pa": services.pool_build(name="pa", tokenized_ids=[ta.pk], **common),
+            "pa_without": services.pool_build(
+                name="pa-without", tokenized_ids=[ta.pk], filter=f"name <> '{flagged_name}'",
+                **common,
+            ),
+            "pb": services.pool_build(name="pb", tokenized_ids=[tb.pk], **common),
+            "pab": services.pool_build(name="pab", tokenized_ids=[ta.pk, tb.pk], **common),
+        }  # fmt: skip
+        pools = {k: _ready(p) for k, p in pools.items()}
+        mix = services.mixture_create(name="m")
+
+        def version(*names):
+            return services.mixture_version_create(
+                mixture_id=mix.pk,
+                components=[{"pool": pools[n].pk, "weight": 1.0} for n in names],
+                token_budget=50_000,
+            )
+
+        versions = {"v_a_b": version("pa", "pb"), "v_without": version("pa_without"),
+                    "v_b": version("pb")}  # fmt: skip
+        runs = {
+            key: services.run_register(name=f"run-{key}", mixture_version_id=v.pk)
+            for key, v in versions.items()
+        }
+    yield {"a": a, "b": b, "ta": ta, "tb": tb, "pools": pools, "versions": versions,
+           "runs": runs}  # fmt: skip
+    app.conf.task_always_eager = False
+    settings.SOURCE_ROOTS, settings.DATA_ROOT = old
+    with django_db_blocker.unblock():
+        from django.core.management import call_command
+
+        call_command("flush", interactive=False, verbosity=0)
+
+
+def _tainted(flag) -> set[str]:
+    names = set()
+    for t in Taint.objects.filter(flag=flag).select_related(
+        "tokenized_source__source", "pool", "mixture_version", "run"
+    ):
+        if t.tokenized_source_id:
+            names.add(f"ts:{t.tokenized_source.source.name}")
+        elif t.pool_id:
+            names.add(f"pool:{t.pool.name}")
+        elif t.mixture_version_id:
+            names.add(f"version:{t.mixture_version.number}")
+        else:
+            names.add(t.run.name)
+    return names
+
+
+def test_it_taints_exactly_what_holds_a_flagged_document(world, db):
+    flag = services.flag_create(reason="PII", source_id=world["a"].pk, document_ids=[2])
+
+    assert _tainted(flag) == {
+        "ts:alpha", "pool:pa", "pool:pab", "version:1", "run-v_a_b",
+    }  # fmt: skip
+
+
+def test_it_taints_what_holds_any_document_of_a_flagged_file(world, db):
+    flag = services.flag_create(reason="license", source_id=world["a"].pk, file_path="a2.jsonl")
+
+    # a2.jsonl's documents pass the filter of pa-without, so it is tainted too.
+    assert _tainted(flag) == {
+        "ts:alpha", "pool:pa", "pool:pa-without", "pool:pab", "version:1", "version:2",
+        "run-v_a_b", "run-v_without",
+    }  # fmt: skip
+
+
+def test_it_taints_everything_downstream_of_a_flagged_source(world, db):
+    flag = services.flag_create(reason="bad crawl", source_id=world["b"].pk)
+
+    assert _tainted(flag) == {
+        "ts:beta", "pool:pb", "pool:pab", "version:1", "version:3", "run-v_a_b", "run-v_b",
+    }  # fmt: skip
+    impact = selectors.flag_impact(flag_id=flag.pk)
+    assert {r.name for r in impact.runs} == {"run-v_a_b", "run-v_b"}
+
+
+def test_it_taints_a_run_registered_after_the_flag(world, db):
+    flag = services.flag_create(reason="PII", source_id=world["a"].pk, document_ids=[2])
+    late = services.run_register(name="late", mixture_version_id=world["versions"]["v_a_b"].pk)
+    clean = services.run_register(name="clean", mixture_version_id=world["versions"]["v_b"].pk)
+
+    assert Taint.objects.filter(flag=flag, run=late).exists()
+    assert not Taint.objects.filter(flag=flag, run=clean).exists()
+
+
+def test_it_answers_lineage_both_ways(world, db):
+    runs = world["runs"]
+    lineage = selectors.run_lineage(run_id=runs["v_a_b"].pk)
+    assert {s.name for s in lineage.sources} == {"alpha", "beta"}
+    assert {r.name for r in selectors.source_runs(source_id=world["b"].pk)} == {
+        "run-v_a_b", "run-v_b",
+    }  # fmt: skip
+    assert {r.name for r in selectors.document_runs(source_id=world["a"].pk, document_ids=[2])} == {
+        "run-v_a_b"
+    }
+    assert {r.name for r in selectors.file_runs(source_id=world["a"].pk, path="a2.jsonl")} == {
+        "run-v_a_b",
+        "run-v_without",
+    }
+
+
+def test_it_refuses_to_edit_a_built_artifact(world, db):
+    ts = TokenizedSource.objects.get(pk=world["ta"].pk)
+    ts.num_tokens = 1
+    with pytest.raises(Exception, match="immutable"):
+        ts.save()
+    assert Pool.objects.filter(split="train").count() == 4

@@ -1,0 +1,104 @@
+"""Selectors the pages use run in a bounded number of queries with thousands of shards
+and runs."""
+
+from __future__ import annotations
+
+import pytest
+
+from webapp.catalog import selectors
+from webapp.catalog.models import (
+    ArtifactStatus,
+    Flag,
+    Mixture,
+    MixtureComponent,
+    MixtureVersion,
+    Pool,
+    Shard,
+    Source,
+    SourceFile,
+    Taint,
+    TokenizedSource,
+    Tokenizer,
+    TrainingRun,
+)
+from webapp.jobs import selectors as job_selectors
+from webapp.jobs.models import Job, JobUnit
+
+
+@pytest.fixture
+def big(db):
+    tok = Tokenizer.objects.create(spec="tiktoken:test")
+    sources = Source.objects.bulk_create(
+        [Source(name=f"s{i}", uri=f"/data/s{i}") for i in range(20)]
+    )
+    SourceFile.objects.bulk_create(
+        [SourceFile(source=sources[0], path=f"f{i:05d}.jsonl", size=i) for i in range(3000)]
+    )
+    tokenized = TokenizedSource.objects.bulk_create(
+        [TokenizedSource(source=s, tokenizer=tok, path=f"/t/{s.name}",
+                         status=ArtifactStatus.READY) for s in sources]
+    )  # fmt: skip
+    Shard.objects.bulk_create(
+        [Shard(tokenized_source=tokenized[0], index=i, prefix=f"s{i}", num_tokens=10)
+         for i in range(5000)]
+    )  # fmt: skip
+    pool = Pool.objects.create(name="p", path="/p", status=ArtifactStatus.READY)
+    pool.parents.set(tokenized)
+    Shard.objects.bulk_create([Shard(pool=pool, index=i, prefix=f"p{i}") for i in range(5000)])
+    mixture = Mixture.objects.create(name="m")
+    version = MixtureVersion.objects.create(mixture=mixture, number=1, token_budget=1, path="/m")
+    MixtureComponent.objects.create(version=version, pool=pool, weight=1.0)
+    runs = TrainingRun.objects.bulk_create(
+        [TrainingRun(name=f"r{i}", mixture_version=version) for i in range(3000)]
+    )
+    flag = Flag.objects.create(target="source", source=sources[0], reason="x")
+    Taint.objects.bulk_create([Taint(flag=flag, run=r) for r in runs[:1000]])
+    job = Job.objects.create(kind="tokenize", plan={}, output_dir="/o", units_total=4000)
+    JobUnit.objects.bulk_create(
+        [JobUnit(job=job, unit_id=f"u{i}", phase=0, state="succeeded") for i in range(4000)]
+    )
+    return {"source": sources[0], "tokenized": tokenized[0], "pool": pool, "run": runs[0],
+            "flag": flag, "job": job}  # fmt: skip
+
+
+def test_it_builds_the_overview_in_one_query_per_count(big, django_assert_max_num_queries):
+    with django_assert_max_num_queries(7):
+        counts = selectors.overview_counts()
+    assert counts["runs"] == 3000 and counts["sources"] == 20
+
+
+def test_it_shows_a_source_in_bounded_queries(big, django_assert_max_num_queries):
+    with django_assert_max_num_queries(5):
+        detail = selectors.source_detail(source_id=big["source"].pk)
+    assert detail.file_totals["files"] == 3000 and len(detail.files) == 200
+    assert detail.tokenized[0].num_shards == 5000
+
+
+def test_it_pages_shards_and_sums_them_in_bounded_queries(big, django_assert_max_num_queries):
+    with django_assert_max_num_queries(2):
+        page = list(selectors.artifact_shards(pool_id=big["pool"].pk, offset=4900, limit=100))
+        totals = selectors.shard_totals(tokenized_id=big["tokenized"].pk)
+    assert page[0].index == 4900 and totals == {"shards": 5000, "records": 0,
+                                                 "tokens": 50000, "bytes": 0}  # fmt: skip
+
+
+def test_it_lists_runs_and_their_lineage_in_bounded_queries(big, django_assert_max_num_queries):
+    with django_assert_max_num_queries(1):
+        runs = selectors.run_list(limit=50)
+        assert all(r.mixture_version.mixture.name == "m" for r in runs)
+    with django_assert_max_num_queries(4):
+        lineage = selectors.run_lineage(run_id=big["run"].pk)
+        assert len(lineage.sources) == 20
+    with django_assert_max_num_queries(1):
+        assert len(list(selectors.source_runs(source_id=big["source"].pk)[:100])) == 100
+    with django_assert_max_num_queries(1):
+        assert len(list(selectors.tainted_runs()[:100])) == 100
+
+
+def test_it_shows_a_flag_and_a_job_in_bounded_queries(big, django_assert_max_num_queries):
+    with django_assert_max_num_queries(2):
+        impact = selectors.flag_impact(flag_id=big["flag"].pk)
+        assert len(impact.runs) == 1000
+    with django_assert_max_num_queries(4):
+        detail = job_selectors.job_detail(job_id=big["job"].pk)
+        assert detail.unit_states == {"succeeded": 4000} and len(detail.units) == 200
