@@ -1,0 +1,112 @@
+"""``manage.py catalog <action>``: the catalog services for operators and scripts, one
+subcommand per service (what the pages do, scriptable). Errors print one line and exit 1."""
+
+from __future__ import annotations
+
+import json
+
+from django.core.management.base import BaseCommand, CommandError
+
+
+class Command(BaseCommand):
+    help = "Register and scan sources, tokenize, build pools and mixture versions, register runs, flag data, cancel or retry jobs."
+
+    def add_arguments(self, parser):
+        sub = parser.add_subparsers(dest="action", required=True)
+        p = sub.add_parser("source-register")
+        p.add_argument("name")
+        p.add_argument("uri")
+        p.add_argument("--text-field", default="text")
+        p = sub.add_parser("source-scan")
+        p.add_argument("source_id", type=int)
+        p = sub.add_parser("tokenize")
+        p.add_argument("source_id", type=int)
+        p.add_argument("--tokenizer")
+        p = sub.add_parser("pool-build")
+        p.add_argument("name")
+        p.add_argument("tokenized_ids", type=int, nargs="+")
+        p.add_argument("--seq-len", type=int, required=True)
+        p.add_argument("--filter")
+        p.add_argument("--seed", type=int, default=0)
+        p.add_argument("--val-fraction", type=float, default=0.0)
+        p = sub.add_parser("mixture-version")
+        p.add_argument("mixture")
+        p.add_argument("components", help='JSON: [{"pool": 1, "weight": 0.7}, ...]')
+        p.add_argument("--token-budget", type=int, required=True)
+        p.add_argument("--seed", type=int, default=0)
+        p = sub.add_parser("run-register")
+        p.add_argument("name")
+        p.add_argument("mixture_version_id", type=int)
+        p = sub.add_parser("run-progress")
+        p.add_argument("run_id", type=int)
+        p.add_argument("step", type=int)
+        p.add_argument("consumed_samples", type=int)
+        p = sub.add_parser("run-resume")
+        p.add_argument("run_id", type=int)
+        p = sub.add_parser("flag")
+        p.add_argument("source_id", type=int)
+        p.add_argument("reason")
+        p.add_argument("--file")
+        p.add_argument("--documents", type=int, nargs="+")
+        for name in ("job-cancel", "job-retry"):
+            p = sub.add_parser(name)
+            p.add_argument("job_id", type=int)
+            if name == "job-retry":
+                p.add_argument("--include-running", action="store_true",
+                               help="also rerun units whose worker is gone")  # fmt: skip
+
+    def handle(self, *args, action: str, **o):
+        from webapp.catalog import services as s
+        from webapp.catalog.models import Mixture
+        from webapp.jobs import services as jobs
+
+        try:
+            if action == "source-register":
+                src = s.source_register(name=o["name"], uri=o["uri"], text_field=o["text_field"])
+                out = f"source {src.pk} {src.name}: {src.num_files} files, {src.num_documents} documents"
+            elif action == "source-scan":
+                src = s.source_scan(source_id=o["source_id"])
+                out = f"source {src.pk}: {src.num_documents} documents, {src.bad_lines} bad lines"
+            elif action == "tokenize":
+                ts = s.tokenized_source_build(source_id=o["source_id"], tokenizer=o["tokenizer"])
+                out = f"tokenized source {ts.pk}: job {ts.job_id} queued"
+            elif action == "pool-build":
+                pool = s.pool_build(
+                    name=o["name"], tokenized_ids=o["tokenized_ids"], seq_len=o["seq_len"],
+                    filter=o["filter"], seed=o["seed"], val_fraction=o["val_fraction"],
+                )  # fmt: skip
+                out = f"pool {pool.pk}: job {pool.job_id} queued"
+            elif action == "mixture-version":
+                mixture = Mixture.objects.filter(name=o["mixture"]).first() or s.mixture_create(
+                    name=o["mixture"]
+                )
+                v = s.mixture_version_create(
+                    mixture_id=mixture.pk, components=json.loads(o["components"]),
+                    token_budget=o["token_budget"], seed=o["seed"],
+                )  # fmt: skip
+                out = f"mixture version {v.pk}: {mixture.name} v{v.number}"
+            elif action == "run-register":
+                run = s.run_register(name=o["name"], mixture_version_id=o["mixture_version_id"])
+                out = f"run {run.pk} {run.name}"
+            elif action == "run-progress":
+                run = s.run_progress_record(
+                    run_id=o["run_id"], step=o["step"], consumed_samples=o["consumed_samples"]
+                )
+                out = f"run {run.pk}: step {run.last_step}, {run.consumed_samples} samples"
+            elif action == "run-resume":
+                out = json.dumps(s.run_resume_position(run_id=o["run_id"]), sort_keys=True)
+            elif action == "flag":
+                flag = s.flag_create(
+                    reason=o["reason"], source_id=o["source_id"], file_path=o["file"],
+                    document_ids=o["documents"],
+                )  # fmt: skip
+                out = f"flag {flag.pk}: {flag.taints.count()} taint(s)"
+            elif action == "job-cancel":
+                job = jobs.job_cancel(job_id=o["job_id"])
+                out = f"job {job.pk} {job.state}"
+            else:
+                job = jobs.job_retry(job_id=o["job_id"], include_running=o["include_running"])
+                out = f"job {job.pk} {job.state}"
+        except (s.CatalogError, jobs.JobError, ValueError) as exc:
+            raise CommandError(str(exc)) from exc
+        self.stdout.write(out)
