@@ -1,7 +1,7 @@
 """The tokenize stage: source files -> a tokenized source (IndexedDataset shards, one
 sequence per document, plus a Parquet sidecar per shard and a manifest).
 
-Two phases of independent units (``shardcore.units``):
+Three phases of independent units (``shardcore.units``):
 
 1. ``tokenize`` units, one per segment: a whole file, or a ``unit_bytes`` byte range of a
    plain ``.jsonl`` (ranges own the lines that start in them). A unit streams its
@@ -9,7 +9,9 @@ Two phases of independent units (``shardcore.units``):
    with numpy, and writes *chunks* under ``_parts/<unit>/``: raw tokens, lengths and a
    sidecar. Chunks are flushed every few million tokens, so memory stays bounded whatever
    the file size.
-2. ``assemble`` units, one per tokenize unit: documents are numbered in source order and
+2. one ``index`` unit: reads the stats of every tokenize unit once and writes the chunk
+   index (global token and document offset of every chunk, line offsets per segment).
+3. ``assemble`` units, one per tokenize unit: documents are numbered in source order and
    shard k holds the documents whose first token falls in ``[k, k+1) * shard_size`` of the
    concatenated output. Unit j writes the shards whose range starts inside part j, reading
    later parts when a shard spans them. Shard cuts therefore depend only on the data and
@@ -24,6 +26,7 @@ removes ``_parts``.
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import shutil
@@ -51,6 +54,7 @@ from shardcore.tokenizers import DEFAULT_TOKENIZER, load_tokenizer
 STAGE = "tokenize"
 KIND = "tokenized"
 PARTS_DIR = "_parts"
+INDEX_NAME = "index.json"
 SHARDS_DIR = "shards"
 SAMPLES_PER_REASON = 5
 CORE_COLUMNS = ("doc_id", "file", "line", "byte_offset", "n_tokens")
@@ -157,7 +161,8 @@ def plan_tokenize(
         u["id"] = f"tok-{i:06d}"
         f = files[u["file_index"]]
         u["bytes"] = (u["end"] - u["start"]) if u["end"] is not None else (f["size"] or 0)
-    phase2 = [{"id": f"asm-{i:06d}", "part": i, "bytes": 0} for i in range(len(phase1))]
+    index = [{"id": "index", "index": True, "bytes": 0}]
+    phase3 = [{"id": f"asm-{i:06d}", "part": i, "bytes": 0} for i in range(len(phase1))]
     dtype = token_dtype(tok.vocab_size)
     params = {
         "inputs": [f["url"] for f in files],
@@ -176,7 +181,7 @@ def plan_tokenize(
         "total_bytes": sum(f["size"] or 0 for f in files),
         "storage_options": storage_options,
     }
-    return units.Plan(STAGE, os.path.abspath(out), params, [phase1, phase2], meta)
+    return units.Plan(STAGE, os.path.abspath(out), params, [phase1, index, phase3], meta)
 
 
 def tokenize(
@@ -465,6 +470,18 @@ def _chunk_index(plan: units.Plan) -> tuple[list[dict[str, Any]], list[int]]:
     return chunks, line_base
 
 
+def _run_index(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
+    """Read every tokenize unit's stats once and write the chunk index the assemble units
+    share (so each of them reads one file, not one marker per unit)."""
+    chunks, line_base = _chunk_index(plan)
+    path = Path(plan.out) / PARTS_DIR / INDEX_NAME
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps({"chunks": chunks, "line_base": line_base}))
+    os.replace(tmp, path)
+    return {"kind": "index", "chunks": len(chunks)}
+
+
 def _run_assemble(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -475,7 +492,9 @@ def _run_assemble(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
     out = Path(plan.out)
     dtype = np.dtype(plan.meta["dtype"])
     per_shard = max(plan.params["shard_size"] // dtype.itemsize, 1)
-    chunks, line_base = _chunk_index(plan)
+    index = json.loads((out / PARTS_DIR / INDEX_NAME).read_text())
+    chunks, line_base = index["chunks"], index["line_base"]
+    tok0s = [c["tok0"] for c in chunks]
     j = unit["part"]
     mine = [c for c in chunks if c["part"] == j]
     shards: list[dict[str, Any]] = []
@@ -488,8 +507,10 @@ def _run_assemble(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
     for k in range(first_k, last_k):
         lo, hi = k * per_shard, (k + 1) * per_shard
         pieces = []
-        for c in chunks:
-            if c["tok0"] >= hi or c["tok0"] + c["tokens"] <= lo:
+        for c in chunks[max(bisect.bisect_right(tok0s, lo) - 1, 0) :]:
+            if c["tok0"] >= hi:
+                break
+            if c["tok0"] + c["tokens"] <= lo:
                 continue
             stem = out / PARTS_DIR / c["unit"] / f"c{c['chunk']:05d}"
             lengths = np.load(f"{stem}.len.npy").astype(np.int64)
@@ -541,6 +562,8 @@ def _run_assemble(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
 def _run_unit(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
     if "part" in unit:
         return _run_assemble(plan, unit)
+    if unit.get("index"):
+        return _run_index(plan, unit)
     return _run_tokenize(plan, unit)
 
 

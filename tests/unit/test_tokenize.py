@@ -153,7 +153,8 @@ def test_it_plans_byte_range_units_for_a_large_jsonl_and_whole_files_otherwise(t
     big = write_jsonl(tmp_path / "big.jsonl", records)
     small = write_jsonl(tmp_path / "small.jsonl.zst", records[:3], "zstd")
     plan = plan_tokenize([str(big), str(small)], str(tmp_path / "o"), unit_bytes=30_000)
-    tok_units, asm_units = plan.phases
+    tok_units, index_units, asm_units = plan.phases
+    assert [u["id"] for u in index_units] == ["index"]
     big_units = [u for u in tok_units if u["file_index"] == 0]
     size = big.stat().st_size
     assert [(u["start"], u["end"]) for u in big_units] == [
