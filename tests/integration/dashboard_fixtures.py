@@ -41,6 +41,31 @@ def login(client, users):
     return as_role
 
 
+def write_pool_manifest(pool, records_per_shard: list[int]) -> None:
+    """The part of a pool manifest that resume positions read (shardcore.resume)."""
+    from pathlib import Path
+
+    from shardcore.manifest import write_manifest
+
+    Path(pool.path).mkdir(parents=True, exist_ok=True)
+    cumulative = [0]
+    for n in records_per_shard:
+        cumulative.append(cumulative[-1] + n)
+    write_manifest(
+        pool.path,
+        {
+            "kind": "pool",
+            "seq_len": pool.seq_len,
+            "num_records": cumulative[-1],
+            "cumulative_records": cumulative,
+            "shards": [
+                {"prefix": f"{pool.path}/pool-{i:05d}", "num_records": n}
+                for i, n in enumerate(records_per_shard)
+            ],
+        },
+    )
+
+
 @pytest.fixture
 def catalog(tmp_path, users):
     from webapp.catalog.models import (
@@ -125,6 +150,7 @@ def catalog(tmp_path, users):
         params={"quality": quality},
     )
     pool.parents.add(ts)
+    write_pool_manifest(pool, [10, 10, 10, 10])
     Shard.objects.bulk_create(
         [
             Shard(pool=pool, index=i, prefix=f"{pool.path}/pool-{i:05d}", num_records=10)

@@ -5,7 +5,7 @@ import pytest
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from tests.integration.dashboard_fixtures import catalog, users  # noqa: F401
+from tests.integration.dashboard_fixtures import catalog, users, write_pool_manifest  # noqa: F401
 
 pytestmark = pytest.mark.django_db
 
@@ -115,7 +115,7 @@ def test_it_taints_a_run_registered_on_a_tainted_version(api, catalog):
 def test_it_refuses_a_run_on_a_missing_version(api, catalog):
     resp = api("editor").post("/api/runs/", {"name": "x", "mixture_version": 999}, format="json")
     assert resp.status_code == 400
-    assert "no mixture version 999" in str(resp.json())
+    assert "no mixture version 999" in resp.json()["detail"]
 
 
 def test_it_records_progress_once_per_step_and_resumes(api, catalog):
@@ -138,10 +138,13 @@ def test_it_records_progress_once_per_step_and_resumes(api, catalog):
 def test_it_accepts_tokens_instead_of_samples(api, catalog):
     run = catalog["run"]
     c = api("editor")
-    c.post(f"/api/runs/{run.pk}/progress/", {"step": 31, "consumed_tokens": 45 * 2048 + 7}, "json")
+    resp = c.post(
+        f"/api/runs/{run.pk}/progress/", {"step": 31, "consumed_tokens": 45 * 2048}, "json"
+    )
+    assert resp.json()["consumed_samples"] == 45
     pos = c.get(f"/api/runs/{run.pk}/resume/").json()
-    # 45 samples = one full pass of 40 records + 5: epoch 1, shard 0, record 5.
-    assert (pos["epoch"], pos["shard"], pos["record_in_shard"], pos["token_offset"]) == (1, 0, 5, 7)
+    # 45 samples = one full pass over the 40 records + 5: epoch 1, shard 0, record 5.
+    assert (pos["epoch"], pos["shard"], pos["record_in_shard"]) == (1, 0, 5)
 
 
 def test_it_requires_samples_or_tokens_in_a_report(api, catalog):
@@ -149,11 +152,14 @@ def test_it_requires_samples_or_tokens_in_a_report(api, catalog):
     assert resp.status_code == 400
 
 
-def test_it_resumes_a_two_pool_mixture_along_the_blend(api, catalog):
+def test_it_resumes_a_two_pool_mixture_along_the_blend(api, catalog, tmp_path):
     from webapp.catalog.models import MixtureComponent, Pool, Shard
 
-    other = Pool.objects.create(name="code", status="ready", path="/nonexistent", seq_len=2048)
-    Shard.objects.create(pool=other, index=0, prefix="/nonexistent/pool-00000", num_records=100)
+    other = Pool.objects.create(
+        name="code", status="ready", path=str(tmp_path / "code"), seq_len=2048, num_records=100
+    )
+    Shard.objects.create(pool=other, index=0, prefix=f"{other.path}/pool-00000", num_records=100)
+    write_pool_manifest(other, [100])
     version = catalog["version"]
     MixtureComponent.objects.filter(version=version).update(weight=0.5)
     MixtureComponent.objects.create(version=version, pool=other, weight=0.5, stage="main")
@@ -162,7 +168,7 @@ def test_it_resumes_a_two_pool_mixture_along_the_blend(api, catalog):
     c.post(f"/api/runs/{run.pk}/progress/", {"step": 40, "consumed_samples": 5}, "json")
     pos = c.get(f"/api/runs/{run.pk}/resume/").json()
     # Equal weights alternate pools: samples 0..4 were wiki, code, wiki, code, wiki.
-    assert (pos["pool"], pos["pool_sample"]) == ("code", 2)
+    assert (pos["pool"], pos["record"]) == ("code", 2)
 
 
 def test_it_cancels_a_job_for_an_editor(api, catalog):

@@ -232,7 +232,6 @@ ResumeSerializer = inline_serializer(
         "pool": serializers.CharField(),
         "pool_id": serializers.IntegerField(),
         "pool_path": serializers.CharField(),
-        "pool_sample": serializers.IntegerField(),
         "epoch": serializers.IntegerField(),
         "shard": serializers.IntegerField(),
         "shard_prefix": serializers.CharField(),
@@ -249,7 +248,7 @@ class RunViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
 
     @extend_schema(request=s.RunRegisterSerializer, responses={201: s.RunSerializer})
     def create(self, request):
-        from webapp.dashboard.services import RunError, run_register
+        from webapp.catalog.services import CatalogError, run_register
 
         data = s.RunRegisterSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -261,15 +260,16 @@ class RunViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
                 external_id=v["external_id"],
                 created_by=request.user,
             )
-        except RunError as e:
-            raise ValidationError({"detail": e.messages}) from e
+        except CatalogError as e:
+            raise _bad(e) from e
         return Response(s.RunSerializer(run).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(methods=["POST"], request=s.ProgressSerializer, responses={201: s.RunSerializer})
     @extend_schema(methods=["GET"], responses={200: s.RunProgressSerializer(many=True)})
     @action(detail=True, methods=["get", "post"])
     def progress(self, request, pk=None):
-        from webapp.dashboard.services import RunError, run_progress_record
+        from webapp.catalog.services import CatalogError
+        from webapp.dashboard.services import run_progress_report
 
         run = get_object_or_404(TrainingRun.objects.only("id"), pk=pk)
         if request.method == "GET":
@@ -278,18 +278,20 @@ class RunViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         data = s.ProgressSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         try:
-            run = run_progress_record(run_id=run.pk, **data.validated_data)
-        except RunError as e:
-            raise ValidationError({"detail": e.messages}) from e
+            run = run_progress_report(run_id=run.pk, **data.validated_data)
+        except CatalogError as e:
+            raise _bad(e) from e
         return Response(s.RunSerializer(run).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(responses={200: ResumeSerializer, 409: OpenApiTypes.OBJECT})
     @action(detail=True, methods=["get"])
     def resume(self, request, pk=None):
-        from webapp.dashboard.selectors import run_resume
+        from shardcore.errors import ShardcoreError
+        from webapp.catalog.services import CatalogError, run_resume_position
 
-        run = get_object_or_404(TrainingRun.objects.select_related("mixture_version"), pk=pk)
+        run = get_object_or_404(TrainingRun.objects.only("id", "last_step"), pk=pk)
         try:
-            return Response(run_resume(run=run))
-        except (ValueError, LookupError) as e:
+            position = run_resume_position(run_id=run.pk)
+        except (CatalogError, ShardcoreError, OSError) as e:
             return Response({"detail": str(e)}, status=status.HTTP_409_CONFLICT)
+        return Response({"step": run.last_step, "token_offset": 0, **position})

@@ -437,12 +437,16 @@ def run_detail(*, run_id: int) -> dict:
 def _resume_context(run) -> dict:
     if not run.last_reported_at and not run.consumed_samples:
         return {"resume": None}
+    from shardcore.errors import ShardcoreError
+    from webapp.catalog.services import CatalogError, run_resume_position
+
     try:
-        position = run_resume(run=run)
-    except (ValueError, LookupError) as e:
+        position = run_resume_position(run_id=run.pk)
+    except (CatalogError, ShardcoreError, OSError) as e:
         return {"resume": None, "resume_error": f"No resume position: {e}"}
     shown = ("stage", "pool", "epoch", "shard", "shard_prefix", "record_in_shard", "token_offset")
-    return {"resume": {k: position[k] for k in shown}, "snippet": loader_snippet(position)}
+    resume = {k: position[k] for k in shown if k in position}
+    return {"resume": resume, "snippet": loader_snippet(position)}
 
 
 # --- sources ----------------------------------------------------------------------------
@@ -873,107 +877,79 @@ def export_file(*, export_id: int):
 
 # --- resume positions -------------------------------------------------------------------
 
-# Beyond this many samples the schedule is not recomputed per request; the materialized
-# blend index of the version (``blend/dataset_index.npy``) must exist.
-RESUME_RECOMPUTE_LIMIT = 20_000_000
-
-
-def run_resume(*, run) -> dict:
-    """Where the run's data stream continues after its last report: the sample it reaches
-    next, which pool (and stage) that sample comes from, and where it lives in the pool
-    (shard, record, token offset). Raises ValueError with a reason when it cannot say."""
-    from webapp.catalog.models import MixtureComponent
-
-    comps = list(
-        MixtureComponent.objects.filter(version_id=run.mixture_version_id)
-        .select_related("pool")
-        .order_by("id")
-    )
-    if not comps:
-        raise ValueError("the mixture version has no components")
-    sample = int(run.consumed_samples)
-    seq_len = max(c.pool.seq_len for c in comps) or 0
-    token_offset = 0
-    if seq_len and run.consumed_tokens and run.consumed_tokens > sample * seq_len:
-        token_offset = int(run.consumed_tokens - sample * seq_len)
-    component, pool_sample = _blend_lookup(run.mixture_version, comps, sample)
-    pool = component.pool
-    shard, cumulative_total = _pool_locate(pool, pool_sample)
-    epoch, record = divmod(pool_sample, cumulative_total) if cumulative_total else (0, pool_sample)
-    if epoch:
-        shard, _ = _pool_locate(pool, record)
-    return {
-        "run": run.pk,
-        "step": run.last_step,
-        "sample": sample,
-        "stage": component.stage or "main",
-        "pool": pool.name,
-        "pool_id": pool.pk,
-        "pool_path": pool.path,
-        "pool_sample": pool_sample,
-        "epoch": epoch,
-        "shard": shard["shard"],
-        "shard_prefix": shard["shard_prefix"],
-        "record": record,
-        "record_in_shard": shard["record_in_shard"],
-        "token_offset": token_offset,
-    }
-
-
-def _blend_lookup(version, comps, sample: int):
-    """(component, sample index within its pool) of mixture sample ``sample``."""
-    from pathlib import Path
-
-    import numpy as np
-
-    if len(comps) == 1:
-        return comps[0], sample
-    blend = Path(version.path) / "blend"
-    if (blend / "dataset_index.npy").exists():
-        di = np.load(blend / "dataset_index.npy", mmap_mode="r")
-        si = np.load(blend / "dataset_sample_index.npy", mmap_mode="r")
-        if sample < len(di):
-            return comps[int(di[sample])], int(si[sample])
-    if sample >= RESUME_RECOMPUTE_LIMIT:
-        raise ValueError(
-            f"sample {sample} is past {RESUME_RECOMPUTE_LIMIT:,}: materialize the version's "
-            "blend index to resume this far"
-        )
-    from shardcore.blend import build_blending_indices
-
-    di, si = build_blending_indices([c.weight for c in comps], sample + 1)
-    return comps[int(di[sample])], int(si[sample])
-
-
-def _pool_locate(pool, record: int) -> tuple[dict, int]:
-    """(shardcore.resume.locate_pool answer, records in the pool). From the pool's manifest
-    (one bisect) when it is on disk, else from its shard rows."""
-    from shardcore.manifest import read_manifest
-    from shardcore.resume import locate_pool
-
-    try:
-        manifest = read_manifest(pool.path)
-    except Exception:  # noqa: BLE001 - no manifest on disk: use the catalog rows
-        cumulative, prefixes, acc = [0], [], 0
-        for prefix, n in pool.shards.order_by("index").values_list("prefix", "num_records"):
-            acc += n
-            cumulative.append(acc)
-            prefixes.append({"prefix": prefix})
-        manifest = {"seq_len": pool.seq_len or 1, "cumulative_records": cumulative,
-                    "shards": prefixes}  # fmt: skip
-    total = int(manifest["cumulative_records"][-1])
-    if total == 0:
-        raise ValueError(f"pool {pool.name} has no records")
-    return locate_pool(manifest, sample=record % total), total
-
 
 def loader_snippet(position: dict) -> str:
     """Python a trainer pastes to continue exactly where the report left off."""
     return (
         "from shardcore.pool import Pool\n"
         f"pool = Pool({position['pool_path']!r})  # {position['pool']}, stage {position['stage']}\n"
-        f"# resume at pool sample {position['pool_sample']} (epoch {position['epoch']}): "
-        f"shard {position['shard']}, record {position['record_in_shard']} in it\n"
+        f"# resume at mixture sample {position['sample']}: epoch {position['epoch']} of the "
+        f"pool, shard {position['shard']}, record {position['record_in_shard']} in it\n"
         f"start_record = {position['record']}\n"
-        f"token_offset = {position['token_offset']}  # tokens already consumed of that record\n"
+        f"token_offset = {position.get('token_offset', 0)}  # tokens consumed of that record\n"
     )
+
+
+# --- mixture builder --------------------------------------------------------------------
+
+BUILDER_POOLS = 500
+
+
+def builder_pools() -> list[dict]:
+    """Ready training pools the builder offers, newest first, as plain facts."""
+    from webapp.catalog.models import ArtifactStatus, Pool
+
+    return list(
+        Pool.objects.filter(status=ArtifactStatus.READY, split=Pool.Split.TRAIN)
+        .order_by("-created_at")
+        .values("id", "name", "num_records", "num_tokens", "seq_len", "path")[:BUILDER_POOLS]
+    )
+
+
+def builder_context() -> dict:
+    from webapp.catalog.models import Mixture
+
+    return {
+        "pools": builder_pools(),
+        "mixtures": list(Mixture.objects.order_by("name").values_list("name", flat=True)[:500]),
+    }
+
+
+def mixture_predict(*, payload: dict) -> dict:
+    """The builder's live answer: per-pool prediction, warnings and two figures."""
+    from webapp.catalog.models import ArtifactStatus, Pool
+    from webapp.dashboard import builder, charts
+
+    try:
+        spec = builder.spec_from_rows(
+            rows=payload.get("rows") or [],
+            stages=payload.get("stages") or [],
+            tokens=int(payload.get("tokens") or 0),
+            seed=int(payload.get("seed") or 0),
+            order=str(payload.get("order") or "blend"),
+            max_repetitions=float(payload.get("max_repetitions") or 4),
+        )
+    except (builder.BuilderError, TypeError, ValueError) as e:
+        return {"error": str(e)}
+    ids = {int(r["pool"]) for r in payload.get("rows") or [] if str(r.get("pool", "")).isdigit()}
+    pools = {
+        p["id"]: p
+        for p in Pool.objects.filter(pk__in=ids, status=ArtifactStatus.READY).values(
+            "id", "name", "num_records", "seq_len", "path"
+        )
+    }
+    result = builder.predict(spec, pools)
+    if result.get("error"):
+        return {"error": result["error"], "spec": spec}
+    return {
+        "error": None,
+        "spec": spec,
+        "rows": result["rows"],
+        "warnings": result["warnings"],
+        "epochs_figure": charts.predicted_epochs(
+            result["rows"], warn_epochs=float(spec["max_repetitions"])
+        ),
+        "composition_figure": charts.position_heatmap(
+            *result["heatmap"], title="Composition by stage (share of samples)"
+        ),
+    }

@@ -53,101 +53,60 @@ def token_revoke(*, user) -> bool:
 
 
 # --- training runs ----------------------------------------------------------------------
-# Written here because the catalog services do not offer them yet (see the final report of
-# the dashboard work); the API and the pages call only these.
 
 
-class RunError(ValidationError):
-    """A run request the catalog state does not allow."""
-
-
-def run_register(*, name: str, mixture_version_id: int, external_id: str = "", created_by=None):
-    """Register a training run against a built mixture version. Idempotent by name: a
-    trainer retrying after a lost answer gets the same run back."""
-    from webapp.catalog.models import ArtifactStatus, MixtureVersion, TrainingRun
-
-    version = MixtureVersion.objects.filter(pk=mixture_version_id).first()
-    if version is None:
-        raise RunError(f"no mixture version {mixture_version_id}")
-    if version.status != ArtifactStatus.READY:
-        raise RunError(f"mixture version {version} is {version.status}; train on a ready one")
-    with transaction.atomic():
-        run, created = TrainingRun.objects.get_or_create(
-            name=name,
-            defaults={
-                "mixture_version": version,
-                "external_id": external_id,
-                "created_by": created_by,
-            },
-        )
-    if not created and run.mixture_version_id != version.pk:
-        raise RunError(f"run {name!r} exists already, on mixture version {run.mixture_version_id}")
-    if created:
-        # A run on a tainted version is tainted from its first step.
-        from webapp.catalog.models import Taint
-
-        flags = Taint.objects.filter(mixture_version=version).values_list("flag_id", "documents")
-        Taint.objects.bulk_create(
-            [Taint(flag_id=f, run=run, documents=n) for f, n in flags], ignore_conflicts=True
-        )
-    return run
-
-
-def run_progress_record(
+def run_progress_report(
     *,
     run_id: int,
     step: int,
     consumed_samples: int | None = None,
     consumed_tokens: int | None = None,
-    seq_len: int | None = None,
 ):
-    """Record that the run consumed this much by ``step``. Samples and tokens are related by
-    the pools' sequence length (one sample = one record of ``seq_len`` training tokens), so
-    either may be given. Idempotent per (run, step): a retried report changes nothing."""
-    from django.utils import timezone
+    """What a trainer reports (samples, or only tokens) into the catalog's progress record:
+    one sample is one record of ``seq_len`` trained tokens, so tokens convert to samples."""
+    from webapp.catalog.models import MixtureComponent, TrainingRun
+    from webapp.catalog.services import CatalogError, run_progress_record
 
-    from webapp.catalog.models import RunProgress, TrainingRun
-
-    if consumed_samples is None and consumed_tokens is None:
-        raise RunError("give consumed_samples or consumed_tokens")
-    with transaction.atomic():
-        run = TrainingRun.objects.select_for_update().get(pk=run_id)
-        if seq_len is None:
-            seq_len = _version_seq_len(run.mixture_version_id)
-        if consumed_samples is None:
-            consumed_samples = consumed_tokens // seq_len if seq_len else 0
+    if consumed_samples is None:
         if consumed_tokens is None:
-            consumed_tokens = consumed_samples * seq_len
-        if RunProgress.objects.filter(run=run, step=step).exists():
-            return run
-        RunProgress.objects.create(
-            run=run, step=step, consumed_samples=consumed_samples, consumed_tokens=consumed_tokens
+            raise CatalogError("give consumed_samples or consumed_tokens")
+        version_id = TrainingRun.objects.values_list("mixture_version_id", flat=True).get(pk=run_id)
+        seq_len = max(
+            MixtureComponent.objects.filter(version_id=version_id).values_list(
+                "pool__seq_len", flat=True
+            ),
+            default=0,
         )
-        if step >= run.last_step:
-            run.last_step = step
-            run.consumed_samples = consumed_samples
-            run.consumed_tokens = consumed_tokens
-            run.last_reported_at = timezone.now()
-            if run.state == TrainingRun.State.REGISTERED:
-                run.state = TrainingRun.State.RUNNING
-            run.save(
-                update_fields=[
-                    "last_step",
-                    "consumed_samples",
-                    "consumed_tokens",
-                    "last_reported_at",
-                    "state",
-                ]
-            )
-    return run
-
-
-def _version_seq_len(version_id: int) -> int:
-    from webapp.catalog.models import MixtureComponent
-
-    lens = (
-        MixtureComponent.objects.filter(version_id=version_id)
-        .values_list("pool__seq_len", flat=True)
-        .distinct()
+        if not seq_len:
+            raise CatalogError("the run's mixture has no seq_len: report consumed_samples")
+        consumed_samples = consumed_tokens // seq_len
+    return run_progress_record(
+        run_id=run_id,
+        step=step,
+        consumed_samples=consumed_samples,
+        consumed_tokens=consumed_tokens,
     )
-    return max(lens, default=0)
+
+
+# --- mixtures ---------------------------------------------------------------------------
+
+
+def mixture_version_save(*, name: str, description: str, spec: dict, created_by=None):
+    """Save the builder's spec as the next immutable version of mixture ``name`` (created
+    when new), through the catalog's services."""
+    from webapp.catalog.models import Mixture
+    from webapp.catalog.services import mixture_create, mixture_version_create
+    from webapp.dashboard.builder import version_components
+
+    with transaction.atomic():
+        mixture = Mixture.objects.filter(name=name).first() or mixture_create(
+            name=name, description=description, created_by=created_by
+        )
+        return mixture_version_create(
+            mixture_id=mixture.pk,
+            components=version_components(spec),
+            token_budget=int(spec["tokens"]),
+            seed=int(spec.get("seed", 0)),
+            note=description,
+            created_by=created_by,
+        )

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from webapp.dashboard.views import audit, catalog, jobs, overview, users
+from webapp.dashboard.views import audit, builder, catalog, jobs, overview, users
 
 app_name = "dashboard"
 
@@ -13,6 +13,9 @@ urlpatterns = [
     path("pools/<int:pool_id>/", catalog.pool_detail, name="pool"),
     path("mixtures/", catalog.mixture_list, name="mixtures"),
     path("mixtures/<int:mixture_id>/", catalog.mixture_detail, name="mixture"),
+    path("mixtures/new/", builder.mixture_builder, name="mixture_builder"),
+    path("mixtures/new/predict.json", builder.mixture_predict, name="mixture_predict"),
+    path("mixtures/new/save/", builder.mixture_save, name="mixture_save"),
     path("mixtures/versions/<int:version_id>/", catalog.mixture_version, name="mixture_version"),
     path(
         "mixtures/versions/<int:version_id>/version.json",

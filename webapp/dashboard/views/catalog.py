@@ -63,6 +63,9 @@ def pool_detail(request, pool_id: int):
 
 def mixture_list(request):
     ctx = selectors.mixture_page(page=request.GET.get("page", 1))
+    from django.urls import reverse
+
+    ctx["builder_url"] = reverse("dashboard:mixture_builder")
     return render(request, "dashboard/mixtures/list.html", ctx)
 
 

@@ -1,0 +1,124 @@
+# ruff: noqa: F811 - pytest fixtures are imported by name and used as arguments
+"""The mixture builder: live predictions from plan_epochs, warnings, saving a version."""
+
+import json
+
+import pytest
+
+from tests.integration.dashboard_fixtures import catalog, login, users  # noqa: F401
+from webapp.dashboard import builder
+
+pytestmark = pytest.mark.django_db
+
+
+def _draft(catalog, **extra):
+    return {
+        "name": "wiki-only",
+        "tokens": 2048 * 100,
+        "rows": [{"stage": "main", "pool": catalog["pool"].pk, "weight": 1}],
+        **extra,
+    }
+
+
+def test_it_shows_the_builder_to_editors_only(login, catalog):
+    assert login("viewer").get("/mixtures/new/").status_code == 403
+    body = login("editor").get("/mixtures/new/").content.decode()
+    assert "wiki-2048" in body and "builder.js" in body
+
+
+def test_it_predicts_tokens_and_epochs_and_warns_about_repetition(login, catalog):
+    c = login("editor")
+    resp = c.post("/mixtures/new/predict.json", _draft(catalog), content_type="application/json")
+    p = resp.json()
+    assert p["error"] is None
+    row = p["rows"][0]
+    # 100 samples from a pool of 40 records: 2.5 epochs.
+    assert (row["pool"], row["samples"], row["tokens"], row["epochs"]) == (
+        "wiki-2048", 100, 100 * 2048, 2.5
+    )  # fmt: skip
+    assert p["warnings"] == ["wiki-2048 repeats: 2.50 epochs"]
+    p = c.post(
+        "/mixtures/new/predict.json",
+        _draft(catalog, max_repetitions=2),
+        content_type="application/json",
+    ).json()
+    assert "above max_repetitions=2" in p["warnings"][0]
+    assert p["epochs_figure"]["data"][1]["marker"]["color"] == ["#c0392b"]
+
+
+def test_it_explains_a_draft_it_cannot_plan(login, catalog):
+    c = login("editor")
+    p = c.post(
+        "/mixtures/new/predict.json", _draft(catalog, tokens=0), content_type="application/json"
+    ).json()
+    assert "budget must be positive" in p["error"]
+    p = c.post(
+        "/mixtures/new/predict.json", {"tokens": 10, "rows": []}, content_type="application/json"
+    ).json()
+    assert p["error"] == "add at least one pool to the main stage"
+
+
+def test_it_refuses_predictions_and_saves_to_viewers(login, catalog):
+    c = login("viewer")
+    body = json.dumps(_draft(catalog))
+    assert c.post("/mixtures/new/predict.json", body, "application/json").status_code == 403
+    assert c.post("/mixtures/new/save/", body, "application/json").status_code == 403
+
+
+def test_it_saves_the_next_immutable_version(login, catalog):
+    from webapp.catalog.models import MixtureVersion
+
+    c = login("editor")
+    resp = c.post(
+        "/mixtures/new/save/", _draft(catalog, name="base-mix"), content_type="application/json"
+    )
+    assert resp.status_code == 200, resp.content
+    v = MixtureVersion.objects.get(mixture__name="base-mix", number=2)
+    assert resp.json()["url"] == f"/mixtures/versions/{v.pk}/"
+    assert v.token_budget == 2048 * 100
+    assert [(c.pool_id, c.weight) for c in v.components.all()] == [(catalog["pool"].pk, 1.0)]
+
+
+def test_it_flattens_nested_groups_into_shares():
+    spec = builder.spec_from_rows(
+        rows=[
+            {"pool": 1, "weight": 0.8, "group": "prose", "group_weight": 0.7},
+            {"pool": 2, "weight": 0.2, "group": "prose"},
+            {"pool": 3, "weight": 0.3},
+            {"pool": 1, "weight": 1, "stage": "anneal"},
+        ],
+        stages=[{"name": "anneal", "tokens": 2048 * 10}],
+        tokens=2048 * 100,
+    )
+    assert spec["components"][0] == {
+        "name": "prose", "weight": 0.7,
+        "components": [{"pool": "1", "weight": 0.8}, {"pool": "2", "weight": 0.2}],
+    }  # fmt: skip
+    comps = builder.version_components(spec)
+    shares = {(c["stage"], c["pool"]): round(c["weight"], 6) for c in comps}
+    assert shares == {("main", 1): 0.56, ("main", 2): 0.14, ("main", 3): 0.3, ("anneal", 1): 1.0}
+
+
+def test_it_predicts_stages_without_a_database():
+    spec = builder.spec_from_rows(
+        rows=[{"pool": 1, "weight": 1}, {"pool": 2, "weight": 1}, {"pool": 2, "weight": 1, "stage": "anneal"}],
+        stages=[{"name": "anneal", "tokens": 2048 * 20}],
+        tokens=2048 * 100,
+    )  # fmt: skip
+    pools = {
+        1: {"name": "web", "num_records": 1000, "seq_len": 2048},
+        2: {"name": "wiki", "num_records": 1000, "seq_len": 2048},
+    }
+    p = builder.predict(spec, pools)
+    by = {r["pool"]: r for r in p["rows"]}
+    assert by["web"]["stages"] == {"main": 40, "anneal": 0}
+    assert by["wiki"]["stages"] == {"main": 40, "anneal": 20}
+    assert p["stages"] == ["main", "anneal"]
+
+
+def test_it_refuses_a_later_stage_without_tokens():
+    with pytest.raises(builder.BuilderError, match="stage 'anneal': give its token count"):
+        builder.spec_from_rows(
+            rows=[{"pool": 1, "weight": 1}, {"pool": 1, "weight": 1, "stage": "anneal"}],
+            tokens=1000,
+        )

@@ -1,0 +1,171 @@
+"""The mixture builder's arithmetic: the page's rows -> a shardcore mixture spec -> the
+predicted tokens, epochs and warnings per pool (``shardcore.mixture.plan_epochs``).
+
+The page edits a flat table: each row is a pool with a weight, optionally inside a named
+group (rows of one stage sharing a group name form a group whose weight is the first row's
+``group_weight``), in a stage ("main" or a later stage with its own token count). That is
+one level of nesting, which covers "70% prose (80% en, 20% de), 30% code". Pure functions:
+pool facts come in as dicts, so tests need no database.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+MAIN = "main"
+
+
+class BuilderError(ValueError):
+    """The rows do not make a spec; the message says which row and why."""
+
+
+def spec_from_rows(
+    *,
+    rows: Sequence[Mapping[str, Any]],
+    stages: Sequence[Mapping[str, Any]] = (),
+    tokens: int,
+    seed: int = 0,
+    order: str = "blend",
+    max_repetitions: float = 4.0,
+) -> dict[str, Any]:
+    """A ``shardcore.mixture.MixtureSpec`` dict whose pool keys are catalog pool ids."""
+    by_stage: dict[str, list[dict]] = {}
+    groups: dict[tuple[str, str], dict] = {}
+    for i, row in enumerate(rows):
+        try:
+            pool = int(row["pool"])
+            weight = float(row["weight"])
+        except (KeyError, TypeError, ValueError):
+            raise BuilderError(f"row {i + 1}: choose a pool and a numeric weight") from None
+        stage = str(row.get("stage") or MAIN).strip() or MAIN
+        leaf = {"pool": str(pool), "weight": weight}
+        group = str(row.get("group") or "").strip()
+        comps = by_stage.setdefault(stage, [])
+        if not group:
+            comps.append(leaf)
+            continue
+        key = (stage, group)
+        if key not in groups:
+            try:
+                gw = float(row.get("group_weight") or 1.0)
+            except (TypeError, ValueError):
+                raise BuilderError(f"row {i + 1}: group weight is not a number") from None
+            groups[key] = {"name": group, "weight": gw, "components": []}
+            comps.append(groups[key])
+        groups[key]["components"].append(leaf)
+    if MAIN not in by_stage:
+        raise BuilderError("add at least one pool to the main stage")
+    stage_tokens = {str(s["name"]).strip(): s.get("tokens") for s in stages if s.get("name")}
+    later = []
+    for name in by_stage:
+        if name == MAIN:
+            continue
+        try:
+            n = int(stage_tokens.get(name) or 0)
+        except (TypeError, ValueError):
+            n = 0
+        if n <= 0:
+            raise BuilderError(f"stage {name!r}: give its token count")
+        later.append({"name": name, "tokens": n, "components": by_stage[name]})
+    return {
+        "components": by_stage[MAIN],
+        "tokens": int(tokens),
+        "seed": int(seed),
+        "order": order,
+        "max_repetitions": float(max_repetitions),
+        "stages": later,
+    }
+
+
+def predict(spec: Mapping[str, Any], pools: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:
+    """Predicted samples, tokens and epochs per pool, repetition warnings, and stage
+    composition. ``pools`` maps pool id -> {"name", "num_records", "seq_len", "path"}.
+    Returns ``{"error": message}`` when the spec cannot be planned."""
+    from shardcore.errors import InputError
+    from shardcore.mixture import MixtureSpec, PoolInfo, plan_epochs
+
+    try:
+        # Plan without the cap, then warn: the page shows the numbers that break it.
+        parsed = MixtureSpec.from_dict({**spec, "max_repetitions": math.inf})
+        infos = []
+        for _, comps in parsed.stage_components():
+            for key in _leaf_keys(comps):
+                if any(p.key == key for p in infos):
+                    continue
+                facts = pools.get(int(key))
+                if facts is None:
+                    raise InputError(f"pool {key}: no such ready pool")
+                if int(facts["num_records"]) <= 0:
+                    raise InputError(f"pool {facts['name']}: empty pool (0 records)")
+                infos.append(
+                    PoolInfo(
+                        key,
+                        facts.get("path", ""),
+                        {
+                            "num_records": int(facts["num_records"]),
+                            "seq_len": int(facts["seq_len"]),
+                        },
+                    )
+                )
+        seq_lens = {int(p.manifest["seq_len"]) for p in infos}
+        if len(seq_lens) > 1:
+            raise InputError(f"pools of one mixture share a seq_len; got {sorted(seq_lens)}")
+        plan = plan_epochs(parsed, infos)
+    except (InputError, ValueError, OverflowError) as e:
+        return {"error": str(e)}
+    cap = float(spec.get("max_repetitions", 4.0))
+    rows, warnings = [], []
+    for p in plan:
+        name = pools[int(p["pool"])]["name"]
+        rows.append(
+            {**{k: v for k, v in p.items() if k != "path"}, "pool_id": int(p["pool"]), "pool": name}
+        )
+        if p["epochs"] > cap:
+            warnings.append(
+                f"{name} would be read {p['epochs']:.2f} times, above max_repetitions={cap:g}: "
+                "add data, lower its weight or the budget"
+            )
+        elif p["epochs"] > 1:
+            warnings.append(f"{name} repeats: {p['epochs']:.2f} epochs")
+    stage_names = [name for name, _ in parsed.stage_components()]
+    totals = {s: sum(r["stages"].get(s, 0) for r in rows) for s in stage_names}
+    grand = sum(totals.values()) or 1
+    positions, acc = [], 0
+    for s in stage_names:
+        positions.append((acc + totals[s] / 2) / grand)
+        acc += totals[s]
+    shares = [
+        [r["stages"].get(s, 0) / totals[s] if totals[s] else 0.0 for s in stage_names] for r in rows
+    ]
+    return {
+        "error": None,
+        "rows": rows,
+        "warnings": warnings,
+        "stages": stage_names,
+        "heatmap": (positions, [r["pool"] for r in rows], shares),
+    }
+
+
+def _leaf_keys(comps) -> list[str]:
+    out = []
+    for c in comps:
+        if c.pool is not None:
+            out.append(c.pool)
+        else:
+            out += _leaf_keys(c.components)
+    return out
+
+
+def version_components(spec: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The spec's leaves per stage as catalog components ``{"pool", "weight", "stage"}``
+    (nested group weights multiplied out, shares summing to 1 per stage)."""
+    from shardcore.mixture import MixtureSpec, flatten
+
+    parsed = MixtureSpec.from_dict(spec)
+    return [
+        {"pool": int(pool), "weight": share, "stage": stage}
+        for stage, comps in parsed.stage_components()
+        for pool, share in flatten(comps, where=stage)
+    ]

@@ -1,0 +1,57 @@
+"""The mixture builder: the page, its live prediction (JSON) and saving a version."""
+
+import json
+
+from django.contrib import messages
+from django.http import JsonResponse
+from django.shortcuts import render
+from django.views.decorators.http import require_POST
+
+from webapp.dashboard import selectors
+from webapp.dashboard.permissions import require_role
+
+
+def mixture_builder(request):
+    require_role(request.user, "editor")
+    return render(request, "dashboard/mixtures/builder.html", selectors.builder_context())
+
+
+def _payload(request) -> dict:
+    try:
+        data = json.loads(request.body or b"{}")
+    except ValueError:
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+@require_POST
+def mixture_predict(request):
+    require_role(request.user, "editor")
+    return JsonResponse(selectors.mixture_predict(payload=_payload(request)))
+
+
+@require_POST
+def mixture_save(request):
+    from shardcore.errors import ShardcoreError
+    from webapp.catalog.services import CatalogError
+    from webapp.dashboard.services import mixture_version_save
+
+    require_role(request.user, "editor")
+    payload = _payload(request)
+    prediction = selectors.mixture_predict(payload=payload)
+    name = str(payload.get("name") or "").strip()
+    if prediction["error"] or not name:
+        return JsonResponse({"error": prediction["error"] or "give the mixture a name"}, status=400)
+    try:
+        version = mixture_version_save(
+            name=name,
+            description=str(payload.get("description") or ""),
+            spec=prediction["spec"],
+            created_by=request.user,
+        )
+    except (CatalogError, ShardcoreError, ValueError) as e:
+        return JsonResponse({"error": str(e)}, status=400)
+    messages.success(request, f"Saved {version}.")
+    from django.urls import reverse
+
+    return JsonResponse({"url": reverse("dashboard:mixture_version", args=[version.pk])})

@@ -1,0 +1,94 @@
+// Mixture builder: edits a table of components and stages; on every change (debounced)
+// posts the draft to the prediction endpoint, which runs shardcore.mixture.plan_epochs,
+// and shows predicted tokens/epochs per pool, warnings and charts. Save posts the same
+// draft; the server validates again and creates the version.
+"use strict";
+(function () {
+  const root = document.getElementById("builder");
+  if (!root) return;
+  const csrf = root.querySelector("input[name=csrfmiddlewaretoken]").value;
+  const poolOptions = document.getElementById("pool-options").innerHTML;
+  const rows = document.getElementById("rows");
+  const stages = document.getElementById("stages");
+  const esc = (s) => { const d = document.createElement("span"); d.textContent = String(s); return d.innerHTML; };
+  const fmt = (n) => Number(n).toLocaleString();
+
+  function addRow(values) {
+    const v = values || {};
+    const tr = rows.insertRow();
+    tr.innerHTML =
+      '<td><input data-k="stage" value="' + esc(v.stage || "main") + '" size="8"></td>' +
+      '<td><input data-k="group" value="' + esc(v.group || "") + '" size="10"></td>' +
+      '<td><input data-k="group_weight" type="number" step="any" min="0" value="' + esc(v.group_weight || "") + '" style="width:6rem"></td>' +
+      '<td><select data-k="pool">' + poolOptions + "</select></td>" +
+      '<td><input data-k="weight" type="number" step="any" min="0" value="' + esc(v.weight || 1) + '" style="width:6rem"></td>' +
+      '<td><button type="button" class="small danger" data-remove>×</button></td>';
+    if (v.pool) tr.querySelector("select").value = v.pool;
+  }
+  function addStage() {
+    const tr = stages.insertRow();
+    tr.innerHTML = '<td><input data-k="name" value="anneal" size="10"></td>' +
+      '<td><input data-k="tokens" type="number" min="1" value="100000000"></td>' +
+      '<td><button type="button" class="small danger" data-remove>×</button></td>';
+  }
+  function collect(table) {
+    return Array.from(table.rows).slice(1).map((tr) => {
+      const o = {};
+      tr.querySelectorAll("[data-k]").forEach((el) => { o[el.dataset.k] = el.value; });
+      return o;
+    });
+  }
+  function draft() {
+    const get = (n) => root.querySelector("[name=" + n + "]").value;
+    return {
+      name: get("name"), description: get("description"), tokens: get("tokens"), seed: get("seed"),
+      order: get("order"), max_repetitions: get("max_repetitions"),
+      rows: collect(rows), stages: collect(stages),
+    };
+  }
+  function post(url, body) {
+    return fetch(url, {
+      method: "POST", credentials: "same-origin",
+      headers: { "Content-Type": "application/json", "X-CSRFToken": csrf },
+      body: JSON.stringify(body),
+    }).then((r) => r.json());
+  }
+  function show(p) {
+    document.getElementById("error").textContent = p.error || "";
+    document.getElementById("warnings").innerHTML = (p.warnings || []).map((w) => "<li>" + esc(w) + "</li>").join("");
+    const table = document.getElementById("prediction");
+    table.innerHTML = p.rows ? "<tr><th>Pool</th><th>Samples</th><th>Tokens</th><th>Epochs</th><th>Share</th></tr>" +
+      p.rows.map((r) => "<tr><td>" + esc(r.pool) + "</td><td>" + fmt(r.samples) + "</td><td>" + fmt(r.tokens) +
+        "</td><td>" + r.epochs.toFixed(2) + "</td><td>" + (100 * r.share).toFixed(1) + "%</td></tr>").join("") : "";
+    if (p.epochs_figure) window.shardyardCharts.draw(document.getElementById("epochs-chart"), p.epochs_figure);
+    if (p.composition_figure) window.shardyardCharts.draw(document.getElementById("composition-chart"), p.composition_figure);
+    document.getElementById("save").disabled = Boolean(p.error);
+  }
+  let timer = null, seq = 0;
+  function refresh() {
+    clearTimeout(timer);
+    timer = setTimeout(() => {
+      const mine = ++seq;
+      post(root.dataset.predictUrl, draft()).then((p) => { if (mine === seq) show(p); })
+        .catch(() => show({ error: "prediction failed; retrying on the next change" }));
+    }, 250);
+  }
+  root.addEventListener("input", refresh);
+  root.addEventListener("change", refresh);
+  root.addEventListener("click", (e) => {
+    const t = e.target;
+    if (t.dataset.add === "row") addRow();
+    else if (t.dataset.add === "stage") addStage();
+    else if (t.hasAttribute("data-remove")) t.closest("tr").remove();
+    else return;
+    refresh();
+  });
+  document.getElementById("save").addEventListener("click", () => {
+    post(root.dataset.saveUrl, draft()).then((r) => {
+      if (r.url) window.location = r.url;
+      else document.getElementById("error").textContent = r.error || "could not save";
+    });
+  });
+  if (poolOptions.trim()) addRow();
+  refresh();
+})();
