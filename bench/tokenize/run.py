@@ -102,28 +102,32 @@ def _rss_mb(who) -> float:
     return resource.getrusage(who).ru_maxrss / 1024  # Linux: KiB
 
 
-def case_a(data: Path, sample_mb: int) -> dict:
+def _cpu(who) -> float:
+    r = resource.getrusage(who)
+    return r.ru_utime + r.ru_stime
+
+
+def case_a(data: Path) -> dict:
     from shardcore.tokenizers import load_tokenizer
 
-    texts, n = [], 0
-    for f in sorted(data.glob("*.jsonl")):
-        for line in f.open("rb"):
-            t = json.loads(line)["text"]
-            texts.append(t)
-            n += len(t.encode())
-            if n >= sample_mb * 10**6:
-                break
-        if n >= sample_mb * 10**6:
-            break
+    texts = [
+        json.loads(line)["text"] for f in sorted(data.glob("*.jsonl")) for line in f.open("rb")
+    ]
+    n = sum(len(t.encode()) for t in texts)
     tok = load_tokenizer(TOKENIZER)
     enc = tok._enc
     out = {}
-    t0 = time.perf_counter()
-    tokens = sum(len(enc.encode_ordinary(t)) for t in texts)
-    out["list"] = {"seconds": time.perf_counter() - t0, "tokens": tokens}
-    t0 = time.perf_counter()
-    tokens = sum(a.size for a in tok.encode_batch_arrays(texts))
-    out["numpy"] = {"seconds": time.perf_counter() - t0, "tokens": tokens}
+    for name, fn in (
+        ("list", lambda: sum(len(enc.encode_ordinary(t)) for t in texts)),
+        ("numpy", lambda: sum(a.size for a in tok.encode_batch_arrays(texts))),
+    ):
+        c0, t0 = time.process_time(), time.perf_counter()
+        tokens = fn()
+        out[name] = {
+            "seconds": time.perf_counter() - t0,
+            "cpu": time.process_time() - c0,
+            "tokens": tokens,
+        }
     out["text_bytes"] = n
     out["rss_mb"] = _rss_mb(resource.RUSAGE_SELF)
     return out
@@ -137,9 +141,11 @@ def case_b(data: Path, workers: int, out_dir: Path) -> dict:
     t0 = time.perf_counter()
     m = tokenize(inputs, str(out_dir), workers=workers)
     secs = time.perf_counter() - t0
+    cpu = _cpu(resource.RUSAGE_SELF) + _cpu(resource.RUSAGE_CHILDREN)
     rss = _rss_mb(resource.RUSAGE_SELF) if workers == 1 else _rss_mb(resource.RUSAGE_CHILDREN)
     return {
         "seconds": secs,
+        "cpu": cpu,
         "tokens": m["totals"]["tokens"],
         "documents": m["totals"]["documents"],
         "rss_mb": rss,
@@ -185,8 +191,10 @@ def case_c(data: Path, workers: int, out_dir: Path) -> dict:
                     tokens += len(ids)
             builder.finalize(f"{prefix}.idx")
     secs = time.perf_counter() - t0
+    cpu = _cpu(resource.RUSAGE_SELF) + _cpu(resource.RUSAGE_CHILDREN)
     return {
         "seconds": secs,
+        "cpu": cpu,
         "tokens": tokens,
         "rss_mb": _rss_mb(resource.RUSAGE_CHILDREN),
         "main_rss_mb": _rss_mb(resource.RUSAGE_SELF),
@@ -215,14 +223,13 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--case", choices=("a", "b", "c"))
     ap.add_argument("--size-mb", type=int, default=220)
-    ap.add_argument("--sample-mb", type=int, default=48)
     ap.add_argument("--files", type=int, default=8)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--data", default="/tmp/shardyard-bench-tokenize")
     a = ap.parse_args()
     data = Path(a.data)
     if a.case == "a":
-        print(json.dumps(case_a(data, a.sample_mb)))
+        print(json.dumps(case_a(data)))
         return
     if a.case == "b":
         print(json.dumps(case_b(data, a.workers, data / f"out-b{a.workers}")))
@@ -233,24 +240,42 @@ def main() -> None:
     info = build(data, a.size_mb, a.files)
     print(f"corpus: {info}", file=sys.stderr)
     load0 = os.getloadavg()
-    ra = _sub(["--case", "a", "--data", str(data), "--sample-mb", str(a.sample_mb)])
+    ra = _sub(["--case", "a", "--data", str(data)])
     rb1 = _sub(["--case", "b", "--data", str(data), "--workers", "1"])
     rbn = _sub(["--case", "b", "--data", str(data), "--workers", str(a.workers)])
     rcn = _sub(["--case", "c", "--data", str(data), "--workers", str(a.workers)])
     load1 = os.getloadavg()
     w = a.workers
-    ceil_list = ra["list"]["tokens"] / ra["list"]["seconds"]
-    ceil = ra["numpy"]["tokens"] / ra["numpy"]["seconds"]
-    ceiling = max(ceil, ceil_list)
-    b1 = rb1["tokens"] / rb1["seconds"]
-    bn = rbn["tokens"] / rbn["seconds"] / w
-    cn = rcn["tokens"] / rcn["seconds"] / w
+
+    def rates(r, workers):
+        # per core: tokens per CPU-second (fair on a shared machine), and per wall-second / workers
+        return r["tokens"] / r["cpu"], r["tokens"] / r["seconds"] / workers
+
+    a_list = rates(ra["list"], 1)
+    a_np = rates(ra["numpy"], 1)
+    ceil_cpu, ceil_wall = max(a_list[0], a_np[0]), max(a_list[1], a_np[1])
+    b1, bn, cn = rates(rb1, 1), rates(rbn, w), rates(rcn, w)
     rows = [
-        ("(a) raw tiktoken, `encode_ordinary` -> list, in memory", 1, ceil_list, ra["rss_mb"]),
-        ("(a) raw tiktoken, numpy buffer, in memory (ceiling)", 1, ceil, ra["rss_mb"]),
-        ("(b) shardyard tokenize, .jsonl.zst -> shards", 1, b1, rb1["rss_mb"]),
-        ("(b) shardyard tokenize, .jsonl.zst -> shards", w, bn, rbn["rss_mb"]),
-        ("(c) Megatron-style Pool + IndexedDatasetBuilder, .jsonl", w, cn, rcn["rss_mb"]),
+        ("(a) raw tiktoken `encode_ordinary` -> list, strings in memory", 1, a_list, ra["rss_mb"]),
+        ("(a) raw tiktoken, numpy buffer, strings in memory", 1, a_np, ra["rss_mb"]),
+        (
+            "(b) shardyard tokenize, .jsonl.zst -> shards + sidecars + manifest",
+            1,
+            b1,
+            rb1["rss_mb"],
+        ),
+        (
+            "(b) shardyard tokenize, .jsonl.zst -> shards + sidecars + manifest",
+            w,
+            bn,
+            rbn["rss_mb"],
+        ),
+        (
+            "(c) Megatron-style: Pool.imap over lines, json.loads, encode, IndexedDatasetBuilder, .jsonl",
+            w,
+            cn,
+            rcn["rss_mb"],
+        ),
     ]
     print(f"Machine: {machine()}")
     print(
@@ -259,21 +284,30 @@ def main() -> None:
         f"repeated to reach the size), {info['files']} files; {info['zst_bytes'] / 1e6:.0f} MB as .jsonl.zst; "
         f"{rb1['tokens']:,} tokens (cl100k_base)."
     )
-    print(f"Load average before/after: {load0[0]:.1f} / {load1[0]:.1f}\n")
-    print("| case | workers | tokens/s per core | vs ceiling | peak RSS per worker |")
-    print("|---|---:|---:|---:|---:|")
-    for name, wk, rate, rss in rows:
-        print(f"| {name} | {wk} | {rate / 1e6:.2f} M | {rate / ceiling:.2f} | {rss:.0f} MB |")
+    print(f"Load average (1 min) before/after: {load0[0]:.1f} / {load1[0]:.1f}\n")
+    print(
+        "| case | workers | tokens per CPU-second | vs ceiling | tokens/s per core (wall) | vs ceiling | peak RSS per worker |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for name, wk, (rc, rw), rss in rows:
+        print(
+            f"| {name} | {wk} | {rc / 1e6:.2f} M | {rc / ceil_cpu:.2f} | {rw / 1e6:.2f} M | {rw / ceil_wall:.2f} | {rss:.0f} MB |"
+        )
     print()
-    print(f"- (b)/(a) per core: {b1 / ceiling:.2f} (1 worker), {bn / ceiling:.2f} ({w} workers)")
-    print(f"- (b)/(c) with {w} workers: {bn / cn:.2f}x")
-    print(f"- {w} workers vs 1 worker, (b) throughput: {bn * w / b1:.2f}x")
+    print(
+        f"- (b)/(a) per core, CPU time: {b1[0] / ceil_cpu:.2f} (1 worker), {bn[0] / ceil_cpu:.2f} ({w} workers)"
+    )
+    print(
+        f"- (b)/(c) with {w} workers: {bn[0] / cn[0]:.2f}x per CPU-second, {bn[1] / cn[1]:.2f}x wall"
+    )
+    print(f"- {w} workers vs 1 worker, (b) wall throughput: {bn[1] * w / b1[1]:.2f}x")
     print(
         f"- (c) main process (reads lines, writes with IndexedDatasetBuilder): peak RSS {rcn['main_rss_mb']:.0f} MB"
     )
     print(
-        f"- wall seconds: a(list) {ra['list']['seconds']:.1f} on {ra['text_bytes'] / 1e6:.0f} MB sample, "
-        f"a(numpy) {ra['numpy']['seconds']:.1f}, b1 {rb1['seconds']:.1f}, b{w} {rbn['seconds']:.1f}, c{w} {rcn['seconds']:.1f}"
+        f"- wall s / CPU s: a(list) {ra['list']['seconds']:.1f}/{ra['list']['cpu']:.1f}, "
+        f"a(numpy) {ra['numpy']['seconds']:.1f}/{ra['numpy']['cpu']:.1f}, b1 {rb1['seconds']:.1f}/{rb1['cpu']:.1f}, "
+        f"b{w} {rbn['seconds']:.1f}/{rbn['cpu']:.1f}, c{w} {rcn['seconds']:.1f}/{rcn['cpu']:.1f}"
     )
 
 
