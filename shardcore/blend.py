@@ -15,7 +15,7 @@ use, into the cache directory, and call it through ctypes. For up to 32 pools it
 all errors in AVX2 registers, reduces them with a max tree and finds the first maximal pool
 with a bit scan, which removes the data-dependent branches of the scalar loop; above 32
 pools, or without AVX2, it runs the scalar loop. Without a C compiler it falls back to a
-pure Python/numpy loop (exact, slow: ~1 us per sample) and says so once.
+pure Python/numpy loop (exact, slow: several microseconds per sample) and says so once.
 
 dtypes are Megatron's: ``dataset_index`` int16 (so at most 32,767 pools), ``dataset_sample_index``
 int64.

@@ -67,8 +67,13 @@ def _run_unit(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
     for i in np.unique(pidx).tolist():
         sel = np.flatnonzero(pidx == i)
         pool = Pool(mix.pools[i]["path"])
-        for j in sel.tolist():
-            tokens[j] = pool.record(int(rec[j]))
+        cumulative = np.asarray(pool.cumulative, dtype=np.int64)
+        shard_of = np.searchsorted(cumulative, rec[sel], side="right") - 1
+        for shard in np.unique(shard_of).tolist():
+            here = sel[shard_of == shard]
+            # Records of a pool shard are fixed-width rows: one fancy-indexed gather.
+            rows = np.asarray(pool.reader(shard).tokens).reshape(-1, width)
+            tokens[here] = rows[rec[here] - cumulative[shard]]
     prefix = Path(plan.out) / shard_prefix(int(unit["shard"]))
     with IndexedWriter(prefix, dtype) as w:
         w.add_many(tokens.ravel(), np.full(b - a, width, dtype=np.int64))
