@@ -110,3 +110,17 @@ def test_it_answers_404_for_a_missing_object(login, catalog):
     c = login("viewer")
     for path in ("/sources/999/", "/pools/999/", "/runs/999/", "/jobs/999/", "/audit/flags/999/"):
         assert c.get(path).status_code == 404, path
+
+
+def test_it_audits_a_file_and_keeps_pools_it_cannot_clear(login, catalog):
+    from webapp.catalog.models import TokenizedSource
+
+    # The tokenized source knows the file's documents; the pool's document list is missing,
+    # so the audit cannot rule the pool out and lists it.
+    TokenizedSource.objects.filter(pk=catalog["tokenized"].pk).update(
+        params={"file_ranges": {"part-0.jsonl": [0, 3]}}
+    )
+    body = login("viewer").get("/audit/?source=wiki&file_path=part-0.jsonl").content.decode()
+    assert "1 pool(s), 1 mixture version(s), 1 run(s)" in body
+    body = login("viewer").get("/audit/?source=wiki&file_path=other.jsonl").content.decode()
+    assert "has no file" in body

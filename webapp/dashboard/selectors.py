@@ -748,7 +748,6 @@ def audit_search(*, source: str, file_path: str = "", document_id: int | None = 
     """Every mixture version and run that contains a source, one of its files, or one of its
     documents. Relational lineage (source -> tokenized sources -> pools -> versions ->
     runs); for a document, pools are checked against their Parquet document lists."""
-    from webapp.catalog.lineage import pool_documents_hit
     from webapp.catalog.models import MixtureVersion, Pool, Source, TokenizedSource, TrainingRun
 
     q = Source.objects.all()
@@ -761,18 +760,12 @@ def audit_search(*, source: str, file_path: str = "", document_id: int | None = 
         if file is None:
             return {"error": f"source {src.name} has no file {file_path!r}", "source": src}
     tokenized = list(TokenizedSource.objects.filter(source=src).select_related("tokenizer"))
-    pools = list(Pool.objects.filter(parents__in=tokenized).distinct().order_by("-created_at"))
-    if document_id is not None:
-        kept = []
-        for pool in pools:
-            for ts in pool.parents.filter(source=src):
-                try:
-                    if pool_documents_hit(pool=pool, tokenized=ts, doc_ids={document_id}):
-                        kept.append(pool)
-                        break
-                except Exception:  # noqa: BLE001 - an unreadable pool cannot be audited
-                    continue
-        pools = kept
+    pools = list(
+        Pool.objects.filter(parents__in=tokenized).distinct().prefetch_related("parents")
+        .order_by("-created_at")
+    )  # fmt: skip
+    if file is not None or document_id is not None:
+        pools = [p for p in pools if _pool_holds(p, src.pk, file, document_id)]
     versions = list(
         MixtureVersion.objects.filter(components__pool__in=pools)
         .select_related("mixture")
@@ -795,6 +788,31 @@ def audit_search(*, source: str, file_path: str = "", document_id: int | None = 
         "versions": versions,
         "runs": runs,
     }
+
+
+def _pool_holds(pool, source_id: int, file, document_id: int | None) -> bool:
+    """Whether the pool holds the document, or any document of the file (a file's documents
+    are the id range the tokenize stage recorded in ``params["file_ranges"]``); read from
+    the pool's Parquet document list."""
+    from webapp.catalog.lineage import pool_documents_hit
+
+    for ts in pool.parents.all():
+        if ts.source_id != source_id:
+            continue
+        if document_id is not None:
+            ids = {document_id}
+        else:
+            start, stop = (ts.params.get("file_ranges") or {}).get(file.path, (0, 0))
+            ids = set(range(start, stop))
+        if not ids:
+            continue
+        try:
+            if pool_documents_hit(pool=pool, tokenized=ts, doc_ids=ids):
+                return True
+        except Exception:  # noqa: BLE001
+            # An unreadable document list cannot clear the pool: an audit over-reports.
+            return True
+    return False
 
 
 def flag_detail(*, flag_id: int) -> dict:
