@@ -14,7 +14,8 @@ in numpy. We compile a small C kernel of our own (below) with the system C compi
 use, into the cache directory, and call it through ctypes. For up to 32 pools it evaluates
 all errors in AVX2 registers, reduces them with a max tree and finds the first maximal pool
 with a bit scan, which removes the data-dependent branches of the scalar loop; above 32
-pools, or without AVX2, it runs the scalar loop. Without a C compiler it falls back to a
+pools it makes two vector passes (the max, then the first lane equal to it); without AVX2
+it runs the scalar loop. Without a C compiler it falls back to a
 pure Python/numpy loop (exact, slow: several microseconds per sample) and says so once.
 
 dtypes are Megatron's: ``dataset_index`` int16 (so at most 32,767 pools), ``dataset_sample_index``
@@ -104,6 +105,32 @@ static void dispatch_avx2(int V, const double *wp, int64_t start, int64_t n, int
     }
 }
 
+/* Any number of pools: two passes over the vectors (max, then the first lane equal to it). */
+__attribute__((target("avx2,bmi")))
+static void body_avx2_any(int64_t V, const double *wp, int64_t start, int64_t n,
+                          int64_t *counts, double *cdp, int16_t *di, int64_t *si) {
+    for (int64_t j = 0; j < n; ++j) {
+        int64_t i = start + j;
+        __m256d x = _mm256_set1_pd(i > 1 ? (double)i : 1.0);
+        __m256d m = _mm256_set1_pd(-__builtin_inf());
+        for (int64_t k = 0; k < V; ++k)
+            m = _mm256_max_pd(m, _mm256_sub_pd(_mm256_mul_pd(_mm256_loadu_pd(wp + 4 * k), x),
+                                               _mm256_loadu_pd(cdp + 4 * k)));
+        __m256d s = _mm256_max_pd(m, _mm256_permute2f128_pd(m, m, 1));
+        s = _mm256_max_pd(s, _mm256_permute_pd(s, 5));
+        int64_t best = 0;
+        for (int64_t k = 0; k < V; ++k) {
+            __m256d e = _mm256_sub_pd(_mm256_mul_pd(_mm256_loadu_pd(wp + 4 * k), x),
+                                      _mm256_loadu_pd(cdp + 4 * k));
+            int mask = _mm256_movemask_pd(_mm256_cmp_pd(e, s, _CMP_EQ_OQ));
+            if (mask) { best = 4 * k + __builtin_ctz((unsigned)mask); break; }
+        }
+        cdp[best] += 1.0;
+        di[j] = (int16_t)best;
+        si[j] = counts[best]++;
+    }
+}
+
 /* Samples [start, start + n) of the schedule; counts[] (in/out) holds the picks so far. */
 int sy_blend(const double *w, int32_t D, int64_t start, int64_t n, int64_t *counts,
              int16_t *di, int64_t *si) {
@@ -116,6 +143,20 @@ int sy_blend(const double *w, int32_t D, int64_t start, int64_t n, int64_t *coun
         }
         dispatch_avx2(V, wp, start, n, counts, cdp, di, si);
         return 1;
+    }
+    if (__builtin_cpu_supports("avx2")) {
+        int64_t V = ((int64_t)D + 3) / 4;
+        double *wp = malloc(sizeof(double) * 4 * (size_t)V);
+        double *cdp = malloc(sizeof(double) * 4 * (size_t)V);
+        if (!wp || !cdp) { free(wp); free(cdp); return -1; }
+        for (int64_t k = 0; k < 4 * V; ++k) {
+            wp[k] = k < D ? w[k] : 0.0;
+            cdp[k] = k < D ? (double)counts[k] : __builtin_inf();
+        }
+        body_avx2_any(V, wp, start, n, counts, cdp, di, si);
+        free(wp);
+        free(cdp);
+        return 2;
     }
     double *cd = malloc(sizeof(double) * (size_t)D);
     if (!cd) return -1;
