@@ -326,6 +326,23 @@ def load_pools(spec: MixtureSpec) -> list[PoolInfo]:
     return pools
 
 
+def _pools_from_manifests(
+    spec: MixtureSpec, manifests: Mapping[str, Mapping[str, Any]]
+) -> list[PoolInfo]:
+    out: list[PoolInfo] = []
+    for _, comps in spec.stage_components():
+        for key, _ in flatten(comps):
+            if any(p.key == key for p in out):
+                continue
+            if key not in manifests:
+                raise InputError(f"pool {key!r}: unknown pool (not among the given manifests)")
+            manifest = dict(manifests[key])
+            if int(manifest.get("num_records", 0)) <= 0:
+                raise InputError(f"pool {key!r}: empty pool (0 records), nothing to sample")
+            out.append(PoolInfo(key, spec.resolve(key), manifest))
+    return out
+
+
 # --------------------------------------------------------------------------- planning
 
 
@@ -378,13 +395,23 @@ def _expected_counts(weights: np.ndarray, n: int) -> np.ndarray:
 
 
 def plan_epochs(
-    spec: MixtureSpec, pools: list[PoolInfo] | None = None, *, exact: bool = False
+    spec: MixtureSpec | Mapping[str, Any],
+    pools: list[PoolInfo] | Mapping[str, Mapping[str, Any]] | None = None,
+    *,
+    exact: bool = False,
 ) -> list[dict[str, Any]]:
     """Per pool: samples, tokens taken, epochs (samples / pool records), share. Checks
     ``max_repetitions`` and that every component gets a sample. ``exact`` counts with the
     real blend (O(samples)); otherwise by largest-remainder rounding, within a sample or
-    two of it, instant for the mixture builder page."""
-    pools = pools if pools is not None else load_pools(spec)
+    two of it, instant for the mixture builder page. ``pools``: None (read the manifests
+    the spec names), ``load_pools``' result, or a mapping from each pool as the spec names
+    it to its manifest (e.g. from a catalog, without touching the files)."""
+    if not isinstance(spec, MixtureSpec):
+        spec = MixtureSpec.from_dict(spec)
+    if pools is None:
+        pools = load_pools(spec)
+    elif isinstance(pools, Mapping):
+        pools = _pools_from_manifests(spec, pools)
     seq_len = int(pools[0].manifest["seq_len"])
     taken = np.zeros(len(pools), dtype=np.int64)
     per_stage = []

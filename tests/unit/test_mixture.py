@@ -207,3 +207,25 @@ def test_it_orders_a_mixture_for_diversity(pools, tmp_path):
         quality.window_deviation(pkg, [1024])["max_all"][0]
         < quality.window_deviation(shuffled, [1024])["max_all"][0]
     )
+
+
+def test_it_plans_from_catalog_manifests_without_reading_pools():
+    spec = {
+        "tokens": 1000 * SEQ,
+        "components": [{"pool": "en", "weight": 3}, {"pool": "de", "weight": 1}],
+        "max_repetitions": 2,
+    }
+    manifests = {
+        "en": {"num_records": 500, "seq_len": SEQ},
+        "de": {"num_records": 100, "seq_len": SEQ},
+    }
+    with pytest.raises(InputError, match="max_repetitions: pool 'de' would be read 2.50 times"):
+        plan_epochs(spec, manifests)
+    manifests["de"]["num_records"] = 200
+    plan = plan_epochs(spec, manifests)
+    assert [(r["pool"], r["samples"], r["epochs"]) for r in plan] == [
+        ("en", 750, 1.5),
+        ("de", 250, 1.25),
+    ]
+    with pytest.raises(InputError, match="unknown pool"):
+        plan_epochs(spec, {"en": manifests["en"]})
