@@ -225,3 +225,8 @@ def test_it_registers_a_source_under_a_root_and_refuses_one_outside(
     bad = c.post("/api/sources/", {"name": "etc", "uri": "/etc"}, "json")
     assert bad.status_code == 400
     assert "outside the source roots" in bad.json()["detail"]
+
+
+def test_it_answers_404_for_progress_of_a_missing_run(api, catalog):
+    resp = api("editor").post("/api/runs/999/progress/", {"step": 1, "consumed_samples": 1}, "json")
+    assert resp.status_code == 404

@@ -124,3 +124,32 @@ def test_it_audits_a_file_and_keeps_pools_it_cannot_clear(login, catalog):
     assert "1 pool(s), 1 mixture version(s), 1 run(s)" in body
     body = login("viewer").get("/audit/?source=wiki&file_path=other.jsonl").content.decode()
     assert "has no file" in body
+
+
+def test_it_downloads_trainer_configs_of_a_built_mixture(login, catalog, tmp_path):
+    from shardcore.mixture import MixtureSpec, build_mixture
+    from tests.unit import mix_fixtures
+    from webapp.catalog.models import MixtureVersion
+
+    pools = mix_fixtures.build_pools(tmp_path / "built", seq_len=32)
+    spec = {
+        "tokens": 32 * 500,
+        "components": [{"pool": str(p), "weight": 1} for p in pools.values()],
+    }
+    build_mixture(MixtureSpec.from_dict(spec), tmp_path / "built" / "mixture")
+    MixtureVersion.objects.filter(pk=catalog["version"].pk).update(
+        path=str(tmp_path / "built" / "mixture")
+    )
+    c = login("viewer")
+    base = f"/mixtures/versions/{catalog['version'].pk}/export"
+    resp = c.get(f"{base}/megatron/")
+    assert resp.status_code == 200
+    assert 'filename="base-mix-v1-megatron.sh"' in resp["Content-Disposition"]
+    assert "--data-path" in resp.content.decode()
+    assert "stages" in c.get(f"{base}/json/").content.decode()
+    assert c.get(f"{base}/parquet/").status_code == 404
+
+
+def test_it_answers_404_for_exports_before_the_schedule_is_built(login, catalog):
+    resp = login("viewer").get(f"/mixtures/versions/{catalog['version'].pk}/export/olmo/")
+    assert resp.status_code == 404

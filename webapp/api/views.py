@@ -8,7 +8,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import ValidationError
+from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.response import Response
 
@@ -200,6 +200,7 @@ class AuditViewSet(Base, viewsets.ViewSet):
                     "pools": serializers.ListField(child=serializers.IntegerField()),
                     "mixture_versions": serializers.ListField(child=serializers.IntegerField()),
                     "runs": s.RunSerializer(many=True),
+                    "num_runs": serializers.IntegerField(help_text="all runs; 'runs' lists 100"),
                 },
             )
         },
@@ -218,6 +219,7 @@ class AuditViewSet(Base, viewsets.ViewSet):
                 "pools": [p.pk for p in result["pools"]],
                 "mixture_versions": [v.pk for v in result["versions"]],
                 "runs": s.RunSerializer(result["runs"], many=True).data,
+                "num_runs": result["num_runs"],
             }
         )
 
@@ -271,14 +273,17 @@ class RunViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         from webapp.catalog.services import CatalogError
         from webapp.dashboard.services import run_progress_report
 
-        run = get_object_or_404(TrainingRun.objects.only("id"), pk=pk)
         if request.method == "GET":
+            run = get_object_or_404(TrainingRun.objects.only("id"), pk=pk)
             page = self.paginate_queryset(run.progress.order_by("step"))
             return self.get_paginated_response(s.RunProgressSerializer(page, many=True).data)
         data = s.ProgressSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         try:
-            run = run_progress_report(run_id=run.pk, **data.validated_data)
+            # The hot path of every trainer: the service loads the run itself (no extra read).
+            run = run_progress_report(run_id=int(pk), **data.validated_data)
+        except TrainingRun.DoesNotExist:
+            raise NotFound(f"no run {pk}") from None
         except CatalogError as e:
             raise _bad(e) from e
         return Response(s.RunSerializer(run).data, status=status.HTTP_201_CREATED)

@@ -743,6 +743,8 @@ def _stage_heatmap(version, components) -> tuple:
 
 # --- audit ------------------------------------------------------------------------------
 
+AUDIT_RUNS = 100  # shown on the page; the count covers all
+
 
 def audit_search(*, source: str, file_path: str = "", document_id: int | None = None) -> dict:
     """Every mixture version and run that contains a source, one of its files, or one of its
@@ -772,12 +774,9 @@ def audit_search(*, source: str, file_path: str = "", document_id: int | None = 
         .distinct()
         .order_by("-created_at")
     )
+    run_qs = TrainingRun.objects.filter(mixture_version__in=versions)
     runs = _runs_with_taint(
-        list(
-            TrainingRun.objects.filter(mixture_version__in=versions)
-            .select_related("mixture_version__mixture")
-            .order_by("-created_at")[:500]
-        )
+        list(run_qs.select_related("mixture_version__mixture").order_by("-created_at")[:AUDIT_RUNS])
     )
     return {
         "source": src,
@@ -787,6 +786,7 @@ def audit_search(*, source: str, file_path: str = "", document_id: int | None = 
         "pools": pools,
         "versions": versions,
         "runs": runs,
+        "num_runs": run_qs.count() if len(runs) == AUDIT_RUNS else len(runs),
     }
 
 

@@ -110,3 +110,22 @@ def mixture_version_save(*, name: str, description: str, spec: dict, created_by=
             note=description,
             created_by=created_by,
         )
+
+
+EXPORT_FORMATS = {"megatron": "sh", "olmo": "yaml", "nanotron": "yaml", "json": "json"}
+
+
+def mixture_version_export(*, version, fmt: str) -> tuple[str, str]:
+    """(file name, text) of a built mixture version's trainer config, rendered by
+    ``shardcore.export`` from the mixture's manifest. Raises LookupError before the
+    version's schedule is built (there is no manifest to export yet)."""
+    from shardcore.errors import ShardcoreError
+    from shardcore.export import export
+
+    if fmt not in EXPORT_FORMATS:
+        raise LookupError(f"unknown export format {fmt!r}; known: {', '.join(EXPORT_FORMATS)}")
+    try:
+        text = export(version.path, fmt)
+    except (ShardcoreError, OSError) as e:
+        raise LookupError(f"{version} has no built schedule to export yet ({e})") from e
+    return f"{version.mixture.name}-v{version.number}-{fmt}.{EXPORT_FORMATS[fmt]}", text

@@ -22,6 +22,11 @@ urlpatterns = [
         catalog.mixture_version_json,
         name="mixture_version_json",
     ),
+    path(
+        "mixtures/versions/<int:version_id>/export/<slug:fmt>/",
+        catalog.mixture_version_export,
+        name="mixture_version_export",
+    ),
     path("exports/<int:export_id>/download/", catalog.export_download, name="export_download"),
     path("jobs/", jobs.job_list, name="jobs"),
     path("jobs/<int:job_id>/", jobs.job_detail, name="job"),

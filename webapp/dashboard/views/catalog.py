@@ -102,3 +102,20 @@ def export_download(request, export_id: int):
 
     path = selectors.export_file(export_id=export_id)
     return FileResponse(open(path, "rb"), as_attachment=True, filename=path.name)
+
+
+def mixture_version_export(request, version_id: int, fmt: str):
+    from django.http import Http404, HttpResponse
+    from django.shortcuts import get_object_or_404
+
+    from webapp.catalog.models import MixtureVersion
+    from webapp.dashboard.services import mixture_version_export
+
+    version = get_object_or_404(MixtureVersion.objects.select_related("mixture"), pk=version_id)
+    try:
+        filename, text = mixture_version_export(version=version, fmt=fmt)
+    except LookupError as e:
+        raise Http404(str(e)) from e
+    resp = HttpResponse(text, content_type="text/plain; charset=utf-8")
+    resp["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return resp
