@@ -27,6 +27,13 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
     p.add_argument("--out", required=True, help="output mixture directory")
     p.add_argument("--seed", type=int, help="seed (default 0)")
     p.add_argument("--order", choices=["blend", "diversity", "random"], help="sample order")
+    p.add_argument(
+        "--order-by",
+        action="append",
+        metavar="PROPERTY",
+        help="diversity: also balance this document property (repeatable); pool and "
+        "document-length bins are always balanced",
+    )
     p.add_argument("--spec", help="mixture spec file (.json/.yaml); flags override it")
     p.add_argument("--max-repetitions", type=float, help="max epochs of any pool")
     p.add_argument("--plan-only", action="store_true", help="print the plan, build nothing")
@@ -61,6 +68,8 @@ def run(args: argparse.Namespace) -> int:
         ):
             if value is not None:
                 data[key] = value
+        if args.order_by:
+            data.setdefault("order_options", {})["by"] = list(args.order_by)
         if not data.get("components"):
             raise CLIError("give --component POOL:WEIGHT (one or more) or --spec FILE")
         if "tokens" not in data:

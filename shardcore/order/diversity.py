@@ -8,6 +8,9 @@ placed, the next sequence minimizes::
 
     sum_f lambda_f * sum_{v in f} [(T_v + [v in s]) - tau_v (S + 1)]^2
 
+Sequences here are pool records, all seq_len + 1 tokens long, so DESIGN's token counts
+(T_j, c_sj, S + L) are sequence counts times a constant and the objective is the same.
+
 Decomposition. Expanding the squares, every term that does not depend on the candidate is
 the same for all candidates, and what remains is additive over families::
 

@@ -23,7 +23,8 @@ def test_it_mixes_exports_measures_and_materializes(pools, tmp_path, capsys):
     out = tmp_path / "mix"
     rc = main(
         ["mix", "--component", f"{pools['early']}:0.6", "--component", f"{pools['late']}:0.4",
-         "--tokens", str(SEQ * 5000), "--seed", "3", "--order", "diversity", "--out", str(out)]
+         "--tokens", str(SEQ * 5000), "--seed", "3", "--order", "diversity", "--order-by", "package",
+         "--out", str(out)]
     )  # fmt: skip
     assert rc == 0
     assert "5000 samples" in capsys.readouterr().out
