@@ -10,6 +10,9 @@ Spec (JSON or YAML, or the dataclasses below)::
         {"pool": "pools/code", "weight": 0.3}],
      "stages": [{"name": "anneal", "tokens": 100000, "components": [...]}]}
 
+``order_options`` tunes the diversity ordering: ``{"by": ["lang"], "length_bins": true,
+"lambda": {"pool": 1, "lang": 1, "length": 0.5}}`` (characteristics and their weights).
+
 Nested groups are flattened to leaf shares (sibling weights are normalized, shares multiply
 down the tree: prose 0.7 x en 0.8 = 0.56). The first stage, "main", uses the top-level
 components; each further stage covers the tokens it names, in order, at the end of the

@@ -229,3 +229,19 @@ def test_it_plans_from_catalog_manifests_without_reading_pools():
     ]
     with pytest.raises(InputError, match="unknown pool"):
         plan_epochs(spec, {"en": manifests["en"]})
+
+
+def test_it_keeps_every_window_of_a_blended_mixture_within_the_blend_tolerance(pools, tmp_path):
+    manifest = build_mixture(_spec(pools, SEQ * 20_000), tmp_path / "windows")
+    pidx = np.asarray(Mixture(tmp_path / "windows").pool_index)
+    weights = np.asarray(manifest["stages"][0]["weights"])
+    tolerance = blend.window_tolerance(weights)
+    counts = np.zeros((pidx.size + 1, weights.size), dtype=np.int64)
+    counts[1:] = np.cumsum(np.eye(weights.size, dtype=np.int64)[pidx], axis=0)
+    for window in (16, 256, 4096):
+        in_window = counts[window:] - counts[:-window]
+        assert np.abs(in_window - weights * window).max() <= tolerance
+    shuffled = np.random.default_rng(0).permutation(pidx)
+    counts[1:] = np.cumsum(np.eye(weights.size, dtype=np.int64)[shuffled], axis=0)
+    in_window = counts[4096:] - counts[:-4096]
+    assert np.abs(in_window - weights * 4096).max() > tolerance
