@@ -200,33 +200,45 @@ def compile_kernel(name: str, source: str, flags: Sequence[str] = _CFLAGS) -> ct
     if name in _kernels:
         return _kernels[name]
     key = hashlib.sha256((source + " ".join(flags) + sys.platform).encode()).hexdigest()[:16]
-    target = cache_dir() / f"{name}-{key}.so"
-    try:
-        if not target.exists():
-            cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-            if cc is None:
-                raise OSError("no C compiler (cc/gcc) on PATH")
-            target.parent.mkdir(parents=True, exist_ok=True)
-            with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-                src = Path(tmp) / f"{name}.c"
-                src.write_text(source)
-                out = Path(tmp) / f"{name}.so"
-                proc = subprocess.run(
-                    [cc, *flags, "-o", str(out), str(src)], capture_output=True, text=True
-                )
-                if proc.returncode != 0:
-                    raise OSError(f"{cc} failed: {proc.stderr.strip()[:500]}")
-                os.replace(out, target)  # atomic: concurrent first uses are safe
-        lib: ctypes.CDLL | None = ctypes.CDLL(str(target))
-    except OSError as exc:
+    lib: ctypes.CDLL | None = None
+    errors = []
+    # The cache directory first; a read-only one falls back to the system temp directory.
+    for directory in (cache_dir(), Path(tempfile.gettempdir()) / "shardyard-cache"):
+        try:
+            lib = ctypes.CDLL(str(_build(name, source, flags, directory / f"{name}-{key}.so")))
+            break
+        except OSError as exc:
+            errors.append(f"{directory}: {exc}")
+    if lib is None:
         warnings.warn(
-            f"shardcore: compiled {name} kernel unavailable ({exc}); using the slow Python path",
+            f"shardcore: compiled {name} kernel unavailable ({'; '.join(errors)}); "
+            "using the slow path",
             RuntimeWarning,
             stacklevel=3,
         )
-        lib = None
     _kernels[name] = lib
     return lib
+
+
+def _build(name: str, source: str, flags: Sequence[str], target: Path) -> Path:
+    """Compile ``source`` to ``target`` unless it is there; raises OSError on failure."""
+    if target.exists():
+        return target
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        raise OSError("no C compiler (cc/gcc) on PATH")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+        src = Path(tmp) / f"{name}.c"
+        src.write_text(source)
+        out = Path(tmp) / f"{name}.so"
+        proc = subprocess.run(
+            [cc, *flags, "-o", str(out), str(src)], capture_output=True, text=True
+        )
+        if proc.returncode != 0:
+            raise OSError(f"{cc} failed: {proc.stderr.strip()[:500]}")
+        os.replace(out, target)  # atomic: concurrent first uses are safe
+    return target
 
 
 def _load_kernel() -> ctypes.CDLL | None:
@@ -264,6 +276,15 @@ def normalize(weights: Sequence[float] | np.ndarray) -> np.ndarray:
     """``w / sum(w)`` in float64, as megatron-core's ``utils.normalize`` computes it."""
     w = check_weights(weights)
     return w / np.sum(w)
+
+
+def _megatron_helper():
+    """megatron-core's compiled helper if installed (a fallback when ours cannot build)."""
+    try:
+        from megatron.core.datasets import helpers_cpp
+    except Exception:  # not installed, or its own import fails: not our concern here
+        return None
+    return helpers_cpp
 
 
 def _blend_python(
@@ -313,6 +334,13 @@ def build_blending_indices(
             raise InputError("out: need (int16[size], int64[size]) arrays")
     counts = np.zeros(w.size, dtype=np.int64)
     lib = _load_kernel()
+    helper = _megatron_helper() if lib is None else None
+    if helper is not None and di.flags.c_contiguous and si.flags.c_contiguous:
+        # No kernel of ours: megatron-core's helper is the same algorithm (same arrays).
+        helper.build_blending_indices(di, si, w, w.size, size, False)
+        if progress is not None:
+            progress(size, size)
+        return di, si
     for start in range(0, size, _CHUNK):
         stop = min(size, start + _CHUNK)
         d_view, s_view = di[start:stop], si[start:stop]

@@ -116,3 +116,21 @@ def test_it_keeps_a_999_to_1_blend_within_one_sample_per_window():
 def test_it_rejects_bad_weights_naming_the_field(weights, message):
     with pytest.raises(InputError, match=message):
         blend.build_blending_indices(weights, 10)
+
+
+def test_it_falls_back_when_no_compiler_exists(monkeypatch, tmp_path):
+    monkeypatch.setenv("CC", str(tmp_path / "no-such-compiler"))
+    monkeypatch.setenv("SHARDYARD_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    monkeypatch.setattr(blend.tempfile, "tempdir", None)
+    monkeypatch.setattr(blend, "_kernels", {})
+    weights = blend.normalize([0.6, 0.3, 0.1])
+    with pytest.warns(RuntimeWarning, match="kernel unavailable"):
+        via_megatron = blend.build_blending_indices(weights, 2000, normalized=False)
+    monkeypatch.setattr(blend, "_megatron_helper", lambda: None)
+    via_python = blend.build_blending_indices(weights, 2000, normalized=False)
+    theirs = _megatron(weights, 2000)
+    for ours in (via_megatron, via_python):
+        np.testing.assert_array_equal(ours[0], theirs[0])
+        np.testing.assert_array_equal(ours[1], theirs[1])
