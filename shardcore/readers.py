@@ -134,7 +134,7 @@ def _excerpt(raw: bytes | str) -> str:
     return raw[:_EXCERPT] + ("…" if len(raw) > _EXCERPT else "")
 
 
-def _read_raw(f, stats: SegmentStats, limit: int | None = None) -> Iterator[bytes]:
+def _read_raw(f, stats: SegmentStats) -> Iterator[bytes]:
     while True:
         block = f.read(_BLOCK)
         if not block:
