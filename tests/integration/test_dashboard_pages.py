@@ -153,3 +153,21 @@ def test_it_downloads_trainer_configs_of_a_built_mixture(login, catalog, tmp_pat
 def test_it_answers_404_for_exports_before_the_schedule_is_built(login, catalog):
     resp = login("viewer").get(f"/mixtures/versions/{catalog['version'].pk}/export/olmo/")
     assert resp.status_code == 404
+
+
+def test_it_measures_a_built_pool_and_compares_the_four_shuffles(login, catalog, tmp_path):
+    from django.core.cache import cache
+
+    from tests.unit import mix_fixtures
+    from webapp.catalog.models import Pool
+
+    cache.clear()
+    built = mix_fixtures.build_pools(tmp_path / "built", seq_len=32)["early"]
+    Pool.objects.filter(pk=catalog["pool"].pk).update(path=str(built), params={})
+    body = login("viewer").get(f"/pools/{catalog['pool'].pk}/").content.decode()
+    # One panel per shuffle, each with the ideal bound, on real stdlib documents (the
+    # figure JSON is embedded with "<" escaped).
+    for name in ("exact", "grid", "local", "buffer"):
+        assert f"\\u003Cb\\u003E{name}\\u003C/b\\u003E" in body
+    assert "ideal bound" in body
+    assert "worst label" in body

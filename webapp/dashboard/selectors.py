@@ -600,7 +600,8 @@ def pool_detail(*, pool_id: int) -> dict:
 
 def pool_quality(*, pool) -> dict:
     """The pool's shuffle-quality report as its build recorded it (``params["quality"]``,
-    or ``quality.json`` beside the manifest), reshaped for the charts; empty without one."""
+    or ``quality.json`` beside the manifest), else measured from its files (cached);
+    reshaped for the charts."""
     import json
     from pathlib import Path
 
@@ -609,7 +610,9 @@ def pool_quality(*, pool) -> dict:
         try:
             report = json.loads((Path(pool.path) / "quality.json").read_text())
         except (OSError, ValueError):
-            return {}
+            from webapp.dashboard.services import pool_quality_compute
+
+            report = pool_quality_compute(pool=pool)
     return quality_for_charts(report)
 
 

@@ -129,3 +129,73 @@ def mixture_version_export(*, version, fmt: str) -> tuple[str, str]:
     except (ShardcoreError, OSError) as e:
         raise LookupError(f"{version} has no built schedule to export yet ({e})") from e
     return f"{version.mixture.name}-v{version.number}-{fmt}.{EXPORT_FORMATS[fmt]}", text
+
+
+# --- shuffle quality --------------------------------------------------------------------
+
+QUALITY_MAX_DOCUMENTS = 1_000_000  # beyond this the page shows the build's report only
+SHUFFLES_COMPARED = ("exact", "grid", "local", "buffer")
+
+
+def pool_quality_compute(*, pool) -> dict:
+    """The shuffle-quality report of a built pool, from its files: the pool's own order
+    (per record, ``shardcore.quality.report``), and every registered shuffle run on the
+    same documents in the same input order, measured per document. Labels: the tokenized
+    source when the pool has several, else the document-length bin (log2 tokens).
+    Cached by fingerprint (a built pool never changes). Empty when the files are absent."""
+    from django.core.cache import cache
+
+    key = f"dash:pool-quality:{pool.pk}:{pool.fingerprint}"
+    cached = cache.get(key)
+    if cached is not None:
+        return cached
+    try:
+        report = _pool_quality(pool.path)
+    except Exception as e:  # noqa: BLE001 - a pool without readable files has no report
+        import logging
+
+        logging.getLogger(__name__).info("no quality for pool %s: %s", pool.pk, e)
+        report = {}
+    cache.set(key, report, timeout=7 * 24 * 3600)
+    return report
+
+
+def _pool_quality(path: str) -> dict:
+    import numpy as np
+
+    from shardcore import quality
+    from shardcore.pool import Pool as PoolReader
+    from shardcore.shuffle import SHUFFLES
+
+    reader = PoolReader(path)
+    docs = reader.documents
+    if docs.num_rows > QUALITY_MAX_DOCUMENTS or docs.num_rows < 8:
+        return {}
+    source = docs.column("source").to_numpy(zero_copy_only=False)
+    n_tokens = docs.column("n_tokens").to_numpy(zero_copy_only=False)
+    by_source = len(np.unique(source)) > 1
+    doc_labels = (
+        source.astype(str)
+        if by_source
+        else np.char.add("2^", np.floor(np.log2(np.maximum(n_tokens, 1))).astype(int).astype(str))
+    )
+    record_docs = reader.main_documents()
+    report = quality.report(doc_labels[record_docs[record_docs >= 0]], batch_size=256)
+    report["label"] = "tokenized source" if by_source else "document length (tokens)"
+    # The same documents in input order (source, input shard, row): what every shuffle
+    # reads; input shards give the per-shard counts the shuffles plan with.
+    shard = docs.column("source_shard").to_numpy(zero_copy_only=False)
+    row = docs.column("source_row").to_numpy(zero_copy_only=False)
+    order = np.lexsort((row, shard, source))
+    labels_in = doc_labels[order]
+    pairs = np.stack([source[order], shard[order]], axis=1)
+    change = np.concatenate([[True], np.any(pairs[1:] != pairs[:-1], axis=1)])
+    counts = np.diff(np.concatenate([np.flatnonzero(change), [len(order)]]))
+    by_shuffle = {}
+    for name in SHUFFLES_COMPARED:
+        module = SHUFFLES[name]
+        buckets = module.num_buckets(counts, max(2, len(counts)))
+        perm = module.permutation(counts, 1234, buckets)
+        by_shuffle[name] = {"windows": quality.window_deviation(labels_in[perm])}
+    report["by_shuffle"] = by_shuffle
+    return report
