@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -159,29 +159,28 @@ def run_local(
     on_unit_done: Callable[[dict[str, Any], dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """Run every phase of ``plan`` in this process (workers=1) or a process pool, then
-    finalize. ``on_unit_done(unit, stats)`` is called as units finish (progress bars)."""
+    finalize. ``on_unit_done(unit, stats)`` is called as units finish (progress bars).
+
+    One pool serves every phase: starting spawned workers costs each about a CPU-second of
+    imports, which a pool per phase would pay again at every phase boundary."""
     save_plan(plan)
-    for phase in plan.phases:
-        _run_phase(plan, phase, workers, on_unit_done)
-    return finalize(plan)
+    if workers <= 1 or max((len(p) for p in plan.phases), default=0) <= 1:
+        for phase in plan.phases:
+            for unit in phase:
+                stats = run_unit(plan, unit["id"])
+                if on_unit_done:
+                    on_unit_done(unit, stats)
+        return finalize(plan)
 
-
-def _run_phase(plan: Plan, phase: Iterable[dict], workers: int, on_unit_done) -> None:
-    phase = list(phase)
-    if workers <= 1 or len(phase) <= 1:
-        for unit in phase:
-            stats = run_unit(plan, unit["id"])
-            if on_unit_done:
-                on_unit_done(unit, stats)
-        return
     import multiprocessing as mp
+    from concurrent.futures import as_completed
 
     plan_json = plan.to_json()
     with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as pool:
-        futures = {pool.submit(_run_unit_by_id, plan_json, u["id"]): u for u in phase}
-        from concurrent.futures import as_completed
-
-        for fut in as_completed(futures):
-            stats = fut.result()
-            if on_unit_done:
-                on_unit_done(futures[fut], stats)
+        for phase in plan.phases:
+            futures = {pool.submit(_run_unit_by_id, plan_json, u["id"]): u for u in phase}
+            for fut in as_completed(futures):
+                stats = fut.result()
+                if on_unit_done:
+                    on_unit_done(futures[fut], stats)
+    return finalize(plan)
