@@ -230,3 +230,28 @@ def test_it_registers_a_source_under_a_root_and_refuses_one_outside(
 def test_it_answers_404_for_progress_of_a_missing_run(api, catalog):
     resp = api("editor").post("/api/runs/999/progress/", {"step": 1, "consumed_samples": 1}, "json")
     assert resp.status_code == 404
+
+
+def test_it_creates_a_mixture_version_from_a_draft(api, catalog):
+    c = api("editor")
+    draft = {
+        "name": "wiki-api",
+        "tokens": 2048 * 50,
+        "rows": [{"pool": catalog["pool"].pk, "weight": 1.0}],
+    }
+    resp = c.post("/api/mixtures/", draft, format="json")
+    assert resp.status_code == 201, resp.content
+    assert resp.json()["number"] == 1
+    assert resp.json()["components"][0]["pool_name"] == "wiki-2048"
+    too_much = {**draft, "tokens": 2048 * 1000}  # 1000 samples from 40 records: 25 epochs
+    resp = c.post("/api/mixtures/", too_much, format="json")
+    assert resp.status_code == 400
+    assert "wiki-2048 above max_repetitions=4" in resp.json()["detail"]
+    assert api("viewer").post("/api/mixtures/", draft, format="json").status_code == 403
+
+
+def test_it_refuses_a_pool_build_over_unknown_tokenized_sources(api, catalog):
+    resp = api("editor").post(
+        "/api/pools/", {"name": "p", "tokenized_ids": [999], "seq_len": 2048}, format="json"
+    )
+    assert resp.status_code == 400

@@ -122,3 +122,16 @@ def test_it_refuses_a_later_stage_without_tokens():
             rows=[{"pool": 1, "weight": 1}, {"pool": 1, "weight": 1, "stage": "anneal"}],
             tokens=1000,
         )
+
+
+def test_it_refuses_to_save_a_version_that_repeats_a_pool_beyond_the_cap(login, catalog):
+    from webapp.catalog.models import MixtureVersion
+
+    resp = login("editor").post(
+        "/mixtures/new/save/",
+        _draft(catalog, name="too-much", max_repetitions=2),
+        content_type="application/json",
+    )
+    assert resp.status_code == 400
+    assert "above max_repetitions=2" in resp.json()["error"]
+    assert not MixtureVersion.objects.filter(mixture__name="too-much").exists()

@@ -176,3 +176,42 @@ class AuditQuerySerializer(serializers.Serializer):
     source = serializers.CharField(max_length=100)
     file_path = serializers.CharField(max_length=1000, required=False, default="")
     document_id = serializers.IntegerField(min_value=0, max_value=2**62, required=False)
+
+
+class PoolBuildSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=200)
+    tokenized_ids = serializers.ListField(
+        child=serializers.IntegerField(min_value=1, max_value=2**62), min_length=1, max_length=1000
+    )
+    seq_len = serializers.IntegerField(min_value=1, max_value=1 << 20)
+    filter = serializers.CharField(max_length=10000, required=False, allow_blank=True)
+    shuffle = serializers.ChoiceField(choices=["exact", "grid", "local", "buffer"], default="exact")
+    seed = serializers.IntegerField(min_value=0, max_value=2**62, default=0)
+    val_fraction = serializers.FloatField(min_value=0.0, max_value=0.5, default=0.0)
+
+
+class MixtureRowSerializer(serializers.Serializer):
+    pool = serializers.IntegerField(min_value=1, max_value=2**62)
+    weight = serializers.FloatField(min_value=0.0, max_value=1e12)
+    stage = serializers.CharField(max_length=40, required=False, allow_blank=True, default="main")
+    group = serializers.CharField(max_length=100, required=False, allow_blank=True, default="")
+    group_weight = serializers.FloatField(min_value=0.0, max_value=1e12, required=False)
+
+
+class MixtureStageSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=40)
+    tokens = serializers.IntegerField(min_value=1, max_value=2**62)
+
+
+class MixtureVersionCreateSerializer(serializers.Serializer):
+    """The builder's draft: rows of pools and weights (one level of named groups), later
+    stages with their token counts, the budget, seed, ordering and repetition cap."""
+
+    name = serializers.SlugField(max_length=100)
+    description = serializers.CharField(max_length=10000, required=False, allow_blank=True)
+    tokens = serializers.IntegerField(min_value=1, max_value=2**62)
+    seed = serializers.IntegerField(min_value=0, max_value=2**62, default=0)
+    order = serializers.ChoiceField(choices=["blend", "diversity", "random"], default="blend")
+    max_repetitions = serializers.FloatField(min_value=0.01, max_value=1e6, default=4.0)
+    rows = MixtureRowSerializer(many=True, min_length=1, max_length=1000)
+    stages = MixtureStageSerializer(many=True, required=False, max_length=100)

@@ -71,14 +71,56 @@ class SourceViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet
         return self.get_paginated_response(s.SourceFileSerializer(page, many=True).data)
 
 
-class PoolViewSet(Base, viewsets.ReadOnlyModelViewSet):
+class PoolViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     queryset = Pool.objects.prefetch_related("parents").order_by("-created_at")
     serializer_class = s.PoolSerializer
 
+    @extend_schema(request=s.PoolBuildSerializer, responses={201: s.PoolSerializer})
+    def create(self, request):
+        """Start a pool build job; the pool is ``building`` until the job records it."""
+        from shardcore.errors import ShardcoreError
+        from webapp.catalog.services import CatalogError, pool_build
 
-class MixtureViewSet(Base, viewsets.ReadOnlyModelViewSet):
+        data = s.PoolBuildSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        try:
+            pool = pool_build(**data.validated_data, created_by=request.user)
+        except (CatalogError, ShardcoreError) as e:
+            raise _bad(e) from e
+        return Response(s.PoolSerializer(pool).data, status=status.HTTP_201_CREATED)
+
+
+class MixtureViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     queryset = Mixture.objects.prefetch_related("versions").order_by("name")
     serializer_class = s.MixtureSerializer
+
+    @extend_schema(
+        request=s.MixtureVersionCreateSerializer, responses={201: s.MixtureVersionSerializer}
+    )
+    def create(self, request):
+        """Save a draft as the next immutable version of the named mixture (created when
+        new); refused with the planner's reason when it cannot be planned."""
+        from shardcore.errors import ShardcoreError
+        from webapp.catalog.services import CatalogError
+        from webapp.dashboard.selectors import mixture_predict
+        from webapp.dashboard.services import mixture_version_save
+
+        data = s.MixtureVersionCreateSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        v = data.validated_data
+        prediction = mixture_predict(payload=v)
+        if prediction["error"] or prediction.get("save_error"):
+            raise ValidationError({"detail": prediction["error"] or prediction["save_error"]})
+        try:
+            version = mixture_version_save(
+                name=v["name"],
+                description=v.get("description", ""),
+                spec=prediction["spec"],
+                created_by=request.user,
+            )
+        except (CatalogError, ShardcoreError, ValueError) as e:
+            raise _bad(e) from e
+        return Response(s.MixtureVersionSerializer(version).data, status=status.HTTP_201_CREATED)
 
 
 class MixtureVersionViewSet(Base, viewsets.ReadOnlyModelViewSet):

@@ -116,13 +116,14 @@ def predict(spec: Mapping[str, Any], pools: Mapping[int, Mapping[str, Any]]) -> 
     except (InputError, ValueError, OverflowError) as e:
         return {"error": str(e)}
     cap = float(spec.get("max_repetitions", 4.0))
-    rows, warnings = [], []
+    rows, warnings, over_cap = [], [], []
     for p in plan:
         name = pools[int(p["pool"])]["name"]
         rows.append(
             {**{k: v for k, v in p.items() if k != "path"}, "pool_id": int(p["pool"]), "pool": name}
         )
         if p["epochs"] > cap:
+            over_cap.append(name)
             warnings.append(
                 f"{name} would be read {p['epochs']:.2f} times, above max_repetitions={cap:g}: "
                 "add data, lower its weight or the budget"
@@ -143,6 +144,7 @@ def predict(spec: Mapping[str, Any], pools: Mapping[int, Mapping[str, Any]]) -> 
         "error": None,
         "rows": rows,
         "warnings": warnings,
+        "over_cap": over_cap,
         "stages": stage_names,
         "heatmap": (positions, [r["pool"] for r in rows], shares),
     }

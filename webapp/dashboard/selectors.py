@@ -967,6 +967,12 @@ def mixture_predict(*, payload: dict) -> dict:
         "spec": spec,
         "rows": result["rows"],
         "warnings": result["warnings"],
+        # Saving is refused while a pool would repeat beyond the cap: the build would fail.
+        "save_error": (
+            f"{', '.join(result['over_cap'])} above max_repetitions={spec['max_repetitions']:g}"
+            if result["over_cap"]
+            else None
+        ),
         "epochs_figure": charts.predicted_epochs(
             result["rows"], warn_epochs=float(spec["max_repetitions"])
         ),

@@ -40,8 +40,9 @@ def mixture_save(request):
     payload = _payload(request)
     prediction = selectors.mixture_predict(payload=payload)
     name = str(payload.get("name") or "").strip()
-    if prediction["error"] or not name:
-        return JsonResponse({"error": prediction["error"] or "give the mixture a name"}, status=400)
+    problem = prediction["error"] or prediction.get("save_error")
+    if problem or not name:
+        return JsonResponse({"error": problem or "give the mixture a name"}, status=400)
     try:
         version = mixture_version_save(
             name=name,

@@ -62,7 +62,7 @@
         "</td><td>" + r.epochs.toFixed(2) + "</td><td>" + (100 * r.share).toFixed(1) + "%</td></tr>").join("") : "";
     if (p.epochs_figure) window.shardyardCharts.draw(document.getElementById("epochs-chart"), p.epochs_figure);
     if (p.composition_figure) window.shardyardCharts.draw(document.getElementById("composition-chart"), p.composition_figure);
-    document.getElementById("save").disabled = Boolean(p.error);
+    document.getElementById("save").disabled = Boolean(p.error || p.save_error);
   }
   let timer = null, seq = 0;
   function refresh() {
