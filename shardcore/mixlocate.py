@@ -95,4 +95,4 @@ def locate_any(
         return locate_mixture(manifest, sample=sample, tokens=tokens, mixture_dir=path)
     if kind in ("pool", "materialized"):
         return dict(locate_pool(manifest, sample=sample, tokens=tokens))
-    raise InputError(f"{path}: cannot locate in a {kind!r} (need a pool or a mixture)")
+    raise InputError(f"{path}: a {kind!r} artifact is not a pool or a mixture: nothing to locate")

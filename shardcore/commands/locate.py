@@ -1,4 +1,5 @@
-"""``shardyard locate POOL --sample K | --tokens T``: where a training position lives."""
+"""``shardyard locate DIR --sample K | --tokens T``: where a training position lives, in a
+pool, a mixture (stage, pool, shard, record, offset) or a materialized mixture."""
 
 from __future__ import annotations
 
@@ -11,11 +12,11 @@ from shardcore.cli import CLIError
 def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
     p = sub.add_parser(
         name,
-        help="map a sample or token position of a pool to shard, record and offset",
+        help="map a sample or token position of a pool or mixture to shard, record and offset",
         description="Answer by arithmetic and a binary search over the manifest's cumulative "
         "record counts: no scan, at any position.",
     )
-    p.add_argument("pool", metavar="POOL", help="pool directory")
+    p.add_argument("pool", metavar="DIR", help="pool, mixture or materialized mixture directory")
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--sample", type=int, help="sample (record) index")
     where.add_argument("--tokens", type=int, help="tokens consumed (samples of seq_len tokens)")
@@ -25,21 +26,19 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from shardcore.errors import ShardcoreError
-    from shardcore.manifest import read_manifest
-    from shardcore.resume import locate_pool
+    from shardcore.mixlocate import locate_any
 
     try:
-        manifest = read_manifest(args.pool)
-        if manifest.get("kind") != "pool":
-            raise CLIError(f"{args.pool} is not a pool (kind {manifest.get('kind')!r})")
-        answer = locate_pool(manifest, sample=args.sample, tokens=args.tokens)
+        answer = locate_any(args.pool, sample=args.sample, tokens=args.tokens)
     except ShardcoreError as exc:
         raise CLIError(str(exc)) from None
     if args.json:
-        print(json.dumps(answer))
-    else:
-        print(
-            f"shard {answer['shard']} ({answer['shard_prefix']}), record {answer['record']} "
-            f"(record {answer['record_in_shard']} of the shard), token offset {answer['token_offset']}"
-        )
+        print(json.dumps(answer, default=str))
+        return 0
+    if "stage" in answer:
+        print(f"stage {answer['stage']}, pool {answer['pool']} ({answer.get('pool_path', '')})")
+    print(
+        f"shard {answer['shard']} ({answer['shard_prefix']}), record {answer['record']} "
+        f"(record {answer['record_in_shard']} of the shard), token offset {answer['token_offset']}"
+    )
     return 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -95,3 +97,18 @@ def test_it_rejects_positions_past_the_end(mixture):
         locate_mixture(mixture, sample=12_000)
     with pytest.raises(InputError, match="exactly one"):
         locate_mixture(mixture)
+
+
+def test_it_locates_in_a_mixture_from_the_command_line(mixture, capsys):
+    from shardcore.cli import main
+
+    assert main(["locate", str(mixture), "--tokens", str(SEQ * 11_000 + 17), "--json"]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert answer == locate_mixture(mixture, tokens=SEQ * 11_000 + 17)
+
+    assert main(["locate", str(mixture), "--sample", "11000"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("stage anneal, pool ") and f"record {answer['record']}" in text
+
+    assert main(["locate", str(mixture), "--sample", "12000"]) == 2
+    assert "outside the mixture's 12000 samples" in capsys.readouterr().err
