@@ -144,10 +144,14 @@ def ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
 
 
 def save_segments(path: str | os.PathLike, segments: Segments) -> None:
-    """Write segments as an ``.npz`` under a temporary name, then rename."""
+    """Write segments as an ``.npz`` under a temporary name, fsync it, then rename (the
+    caller fsyncs the directory if the rename must be durable)."""
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp.npz")
-    np.savez(tmp, **{f: getattr(segments, f) for f in SEGMENT_FIELDS})
+    with open(tmp, "wb") as f:
+        np.savez(f, **{k: getattr(segments, k) for k in SEGMENT_FIELDS})
+        f.flush()
+        os.fsync(f.fileno())
     os.replace(tmp, path)
 
 

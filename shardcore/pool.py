@@ -5,20 +5,29 @@ The stage ``pool`` follows the unit-of-work protocol (``shardcore.units``):
 
 * phase 1, one unit per input shard: select its documents (``shardcore.select``), route
   each to the training or the validation pool by a hash of its identity, draw its bucket
-  (``shardcore.shuffle``), and write the shard's selected tokens grouped by bucket into
-  ``_pass1/in-XXXXX.tokens`` with their metadata (``.docs.arrow``) and bucket offsets;
-* phase 2, one unit per bucket: read the bucket's slice of every pass-1 file (in shard
-  order), order it (``order_bucket``), pack it (``shardcore.pack``) and write one output
+  (``shardcore.shuffle``), and write the shard's selected documents grouped by bucket:
+  their metadata (``_pass1/in-XXXXX.docs.arrow``, which holds each document's input row:
+  its *reference*) and bucket offsets, and, with ``staging="tokens"`` only, a copy of
+  their tokens (``.tokens``);
+* phase 2, one unit per bucket: load the bucket's documents in shard order (gathered from
+  the input shards by reference with positioned reads, or read from the staged copies),
+  order them (``order_bucket``), pack them (``shardcore.pack``) and write one output
   shard ``shards/pool-XXXXX`` (IndexedDataset ``.bin``/``.idx``, ``.segments.npz``,
-  ``.docs.parquet``);
+  ``.docs.parquet``), every file fsynced before the unit is marked done;
 * finalize: ``documents.parquet``, checksums, the validation pool's manifest in ``val/``,
   then the pool's ``manifest.json``, the commit point.
+
+Both stagings load the same tokens in the same order into the same packing code, so they
+write the same bytes. "references" writes the data once (the output) instead of twice;
+"tokens" (the default on network and FUSE file systems) turns pass 2's random reads of
+the inputs into sequential reads of a staged copy.
 
 Memory: a pass-2 unit holds one bucket's tokens plus a bounded chunk; K (the number of
 buckets) is chosen so that a bucket is about a quarter of ``memory``, and at least enough
 buckets for shards of about ``shard_size`` bytes. A pass-1 unit reads its input shard
 through np.memmap and holds its per-document metadata plus a bounded chunk. The output
-bytes depend on the inputs and parameters only, never on the number of workers.
+bytes depend on the inputs and parameters only, never on the number of workers or the
+staging.
 
 Pool directory::
 
@@ -36,17 +45,22 @@ import os
 import shutil
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import xxhash
 
 from shardcore import manifest as mf
-from shardcore import pack, select, shuffle, units, verify
+from shardcore import pack, shuffle, units, verify
 from shardcore.errors import InputError, ManifestError
-from shardcore.formats import IndexedReader, IndexedWriter
+from shardcore.formats import IndexedReader, bin_path, encode_idx, idx_path, read_idx
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+# pyarrow (and DuckDB, through shardcore.select) are imported inside the functions that
+# read or write Parquet/Arrow: a loader process that only reads records through ``Pool``
+# and a bucket's pack-and-write loop never need them (about 40 MB of RSS per process).
 
 STAGE = "pool"
 KIND = "pool"
@@ -58,6 +72,7 @@ SPLITS = ("train", "val")
 # Metadata columns added to each document's sidecar properties.
 SOURCE_COL, SHARD_COL, ROW_COL, KEY_COL = "source", "source_shard", "source_row", "__key"
 SOURCE_FP_COL = "source_fingerprint"
+STAGINGS = ("references", "tokens")
 _MIN_CHUNK_TOKENS = 1 << 14
 _MAX_CHUNK_TOKENS = 1 << 22
 
@@ -126,11 +141,22 @@ def plan_pool(
     bos: bool = False,
     shard_size: int = 64 << 20,
     shuffle_options: dict | None = None,
+    staging: str = "auto",
 ) -> units.Plan:
     """The plan of a pool build: phase 1 one unit per input shard, phase 2 one unit per
     bucket (training buckets, then validation buckets). Reads the sidecars once to count
-    the selected documents (errors in the filter surface here, before any work)."""
+    the selected documents (errors in the filter surface here, before any work).
+
+    ``staging`` is what pass 1 writes for pass 2: ``"references"`` (each document's input
+    row, a few bytes; pass 2 gathers the tokens from the memory-mapped inputs),
+    ``"tokens"`` (a copy of the tokens grouped by bucket, read sequentially by pass 2: for
+    inputs where random reads are slow) or ``"auto"`` (references unless an input is on a
+    network or FUSE file system)."""
+    from shardcore import select
+
     module = _shuffle_module(shuffle)
+    if staging not in STAGINGS + ("auto",):
+        raise InputError(f"staging must be auto, {' or '.join(STAGINGS)}; got {staging!r}")
     if not tokenized:
         raise InputError("a pool needs at least one tokenized source")
     if seq_len < 1:
@@ -207,7 +233,14 @@ def plan_pool(
         for split in SPLITS
         for b in range(splits[split]["num_buckets"])
     ]
+    if staging == "auto":
+        staging = "tokens" if any(_on_network_fs(s["path"]) for s in sources) else "references"
     meta = {
+        # Not a parameter: both stagings write the same bytes (same assignment, same
+        # permutation, same packing code), so the mode is kept out of the fingerprint and
+        # the manifest, like the number of workers. A rebuild with the other mode is the
+        # same artifact.
+        "staging": staging,
         "sources": sources,
         "inputs": inputs,
         "splits": splits,
@@ -233,6 +266,30 @@ def build_pool(
     return units.run_local(plan, workers=workers, on_unit_done=progress)
 
 
+# File system types whose random reads cost a network round trip (NFS, SMB, object stores
+# mounted through FUSE): pass 2 reads a staged copy there instead of gathering documents.
+_NETWORK_FS = ("nfs", "nfs4", "cifs", "smb3", "smbfs", "9p", "afs")
+
+
+def _on_network_fs(path: str) -> bool:
+    """True if ``path`` is on a network or FUSE file system (per /proc/mounts; False where
+    that cannot be read)."""
+    try:
+        mounts = Path("/proc/mounts").read_text().splitlines()
+    except OSError:
+        return False
+    real, best, fstype = os.path.realpath(path), "", ""
+    for line in mounts:
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        point = fields[1].replace("\\040", " ")
+        inside = real == point or real.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best):
+            best, fstype = point, fields[2]
+    return fstype in _NETWORK_FS or fstype.startswith("fuse")
+
+
 def _shuffle_module(name: str):
     return shuffle.get_shuffle(name)
 
@@ -247,71 +304,149 @@ def _chunk_tokens(plan: units.Plan) -> int:
     return int(min(_MAX_CHUNK_TOKENS, max(_MIN_CHUNK_TOKENS, plan.params["memory"] // 128)))
 
 
+# --------------------------------------------------------------------------- gathering
+
+# A document part of at least this many tokens is copied as one slice (one memcpy); shorter
+# ones are gathered together through one index array per source: the Python loop runs per
+# long document, never per token, and short documents cost no loop iteration at all.
+_SLICE_TOKENS = 256
+_SYNC_FILE_RANGE_WRITE = 2
+
+
+class _Documents:
+    """Documents concatenated into one stream, in order: document d is
+    ``sources[src[d]][starts[d] : starts[d] + lengths[d]]``, preceded by the token
+    ``head`` (a BOS) if it is not None. ``fill`` copies any window of the stream, so the
+    stream is never materialized: a window is the only buffer."""
+
+    def __init__(
+        self,
+        sources: list[np.ndarray],
+        src: np.ndarray,
+        starts: np.ndarray,
+        lengths: np.ndarray,
+        head: int | None = None,
+    ):
+        self.sources, self.head = sources, head
+        self.src = np.asarray(src, dtype=np.int64)
+        self.starts = np.asarray(starts, dtype=np.int64)
+        self.lengths = np.asarray(lengths, dtype=np.int64)
+        h = int(head is not None)
+        self.out_start = np.zeros(self.lengths.size, dtype=np.int64)
+        if self.lengths.size > 1:
+            np.cumsum(self.lengths[:-1] + h, out=self.out_start[1:])
+        self.out_end = self.out_start + self.lengths + h
+        self.total = int(self.out_end[-1]) if self.lengths.size else 0
+
+    def fill(self, view: np.ndarray, w0: int) -> None:
+        """Copy stream positions [w0, w0 + view.size) into ``view``; positions past the
+        end of the stream are left as they are."""
+        w1 = w0 + view.size
+        lo = int(np.searchsorted(self.out_end, w0, side="right"))
+        hi = int(np.searchsorted(self.out_start, w1, side="left"))
+        if lo >= hi:
+            return
+        first = self.out_start[lo:hi]
+        if self.head is not None:
+            heads = first[first >= w0]
+            view[heads - w0] = self.head
+            first = first + 1
+        at = np.maximum(first, w0)
+        n = np.minimum(first + self.lengths[lo:hi], w1) - at
+        src_at = self.starts[lo:hi] + (at - first)
+        dst_at = at - w0
+        src = self.src[lo:hi]
+        long = n >= _SLICE_TOKENS
+        for k, d, s, m in zip(
+            src[long].tolist(),
+            dst_at[long].tolist(),
+            src_at[long].tolist(),
+            n[long].tolist(),
+            strict=True,
+        ):
+            view[d : d + m] = self.sources[k][s : s + m]
+        short = ~long & (n > 0)
+        if short.any():
+            for k in np.unique(src[short]).tolist():
+                sel = short & (src == k)
+                view[pack.ranges(dst_at[sel], n[sel])] = self.sources[k][
+                    pack.ranges(src_at[sel], n[sel])
+                ]
+
+
+def _write_all(f, arr: np.ndarray) -> None:
+    view = memoryview(arr).cast("B")
+    while view.nbytes:
+        view = view[f.write(view) :]
+
+
+def _load_sync_file_range():
+    try:
+        import ctypes
+
+        fn = ctypes.CDLL(None, use_errno=True).sync_file_range
+    except (OSError, AttributeError):  # not Linux / not glibc: no early writeback
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    return fn
+
+
+_sync_file_range = _load_sync_file_range()
+
+
+def _start_writeback(fd: int, offset: int, nbytes: int) -> None:
+    """Ask the kernel to start writing a just-written range to disk now, without waiting:
+    the disk works while the next window is gathered, so the final fdatasync has little
+    left to wait for. A hint only; durability comes from the fdatasync."""
+    if _sync_file_range is not None:
+        _sync_file_range(fd, offset, nbytes, _SYNC_FILE_RANGE_WRITE)
+
+
+def _fsync_path(path: str | os.PathLike) -> None:
+    """fsync a file or a directory (a directory: to make the renames in it durable)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_records(
+    prefix: Path, docs: _Documents, width: int, dtype: np.dtype, chunk: int, pad_id: int
+) -> int:
+    """Write ``docs`` packed into records of ``width`` tokens (the last one padded with
+    ``pad_id``) as the IndexedDataset ``prefix`` (one sequence per record; the ``.idx`` is
+    ``formats.encode_idx``'s). Both files are durable (fdatasync) before they are renamed
+    into place. Returns the number of records."""
+    records = -(-docs.total // width)
+    end = records * width
+    buf = np.empty(max(1, chunk // width) * width, dtype=dtype)
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    tmp_bin, tmp_idx = Path(f"{bin_path(prefix)}.tmp"), Path(f"{idx_path(prefix)}.tmp")
+    try:
+        with open(tmp_bin, "wb", buffering=0) as f:
+            for w0 in range(0, end, buf.size):
+                view = buf[: min(buf.size, end - w0)]
+                docs.fill(view, w0)
+                if w0 + view.size > docs.total:
+                    view[max(0, docs.total - w0) :] = pad_id
+                _write_all(f, view)
+                _start_writeback(f.fileno(), w0 * dtype.itemsize, view.nbytes)
+            os.fdatasync(f.fileno())
+        with open(tmp_idx, "wb") as f:
+            f.write(encode_idx(dtype, np.full(records, width, dtype=np.int64)))
+            f.flush()
+            os.fsync(f.fileno())
+    except BaseException:
+        tmp_bin.unlink(missing_ok=True)
+        tmp_idx.unlink(missing_ok=True)
+        raise
+    os.replace(tmp_bin, bin_path(prefix))
+    os.replace(tmp_idx, idx_path(prefix))
+    return records
+
+
 # --------------------------------------------------------------------------- pass 1
-
-
-def _pieces(
-    tokens: np.ndarray,
-    starts: np.ndarray,
-    lengths: np.ndarray,
-    chunk: int,
-    *,
-    head: int | None = None,
-):
-    """The documents at ``starts``/``lengths`` of ``tokens``, in order, as arrays of at
-    most about ``chunk`` tokens: a document of ``chunk`` tokens or more is one view (no
-    copy), a run of smaller ones is gathered into one array. If ``head`` is given,
-    ``tokens[head]`` (a BOS token) is put before every document."""
-    lengths = np.asarray(lengths, dtype=np.int64)
-    csum = np.concatenate([[0], np.cumsum(lengths)])
-    first, n = 0, lengths.size
-    while first < n:
-        if lengths[first] >= chunk:
-            if head is not None:
-                yield tokens[head : head + 1]
-            start = int(starts[first])
-            yield tokens[start : start + int(lengths[first])]
-            first += 1
-            continue
-        last = max(first + 1, int(np.searchsorted(csum, csum[first] + chunk, side="right")) - 1)
-        idx = pack.ranges(starts[first:last], lengths[first:last])
-        if head is not None:
-            idx = np.insert(idx, csum[first:last] - csum[first], head)
-        yield tokens[idx]
-        first = last
-
-
-class _RecordSink:
-    """Cuts a stream of token arrays into records of ``width`` tokens for an
-    IndexedWriter, through one staging buffer of about ``chunk`` tokens."""
-
-    def __init__(self, writer: IndexedWriter, width: int, dtype: np.dtype, chunk: int):
-        self.writer, self.width = writer, width
-        self.buf = np.empty(max(1, chunk // width) * width, dtype=dtype)
-        self.fill = 0
-
-    def put(self, arr: np.ndarray) -> None:
-        at = 0
-        while at < arr.size:
-            n = min(arr.size - at, self.buf.size - self.fill)
-            self.buf[self.fill : self.fill + n] = arr[at : at + n]
-            self.fill += n
-            at += n
-            if self.fill == self.buf.size:
-                self._flush()
-
-    def _flush(self) -> None:
-        if self.fill:
-            records = self.fill // self.width
-            self.writer.add_many(self.buf[: self.fill], np.full(records, self.width, np.int64))
-            self.fill = 0
-
-    def finish(self, pad_id: int) -> None:
-        """Pad the last record with ``pad_id`` and write what is left."""
-        end = -(-self.fill // self.width) * self.width
-        self.buf[self.fill : end] = pad_id
-        self.fill = end
-        self._flush()
 
 
 def _pass1_paths(out: str, i: int) -> tuple[Path, Path, Path]:
@@ -324,6 +459,10 @@ def _pass1_paths(out: str, i: int) -> tuple[Path, Path, Path]:
 
 
 def _run_assign(plan: units.Plan, unit: dict) -> dict:
+    import pyarrow as pa
+
+    from shardcore import select
+
     meta, params = plan.meta, plan.params
     i = unit["input"]
     spec = meta["inputs"][i]
@@ -367,25 +506,43 @@ def _run_assign(plan: units.Plan, unit: dict) -> dict:
     tokens_path, docs_path, offsets_path = _pass1_paths(plan.out, i)
     tokens_path.parent.mkdir(parents=True, exist_ok=True)
     tmp = tokens_path.with_name(tokens_path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        for part in _pieces(reader.tokens, reader.starts[rows_o], lengths, _chunk_tokens(plan)):
-            f.write(np.ascontiguousarray(part).data)
-    # No fsync: pass-1 files are temporaries, rewritten by a rerun of the unit; the final
-    # shards are fsynced by IndexedWriter. This halves the synchronous writes of a build.
+    if _staging(plan) == "tokens":
+        # The selected tokens grouped by bucket, for pass 2 to read sequentially. Not
+        # fsynced: a temporary as large as the data, deleted by finalize, usually before the
+        # kernel writes it back at all; pass 2 checks its size against the offsets.
+        docs_stream = _Documents(
+            [reader.tokens], np.zeros(rows.size), reader.starts[rows_o], lengths
+        )
+        buf = np.empty(_chunk_tokens(plan), dtype=reader.dtype)
+        with open(tmp, "wb", buffering=0) as f:
+            for w0 in range(0, docs_stream.total, buf.size):
+                view = buf[: min(buf.size, docs_stream.total - w0)]
+                docs_stream.fill(view, w0)
+                _write_all(f, view)
+    # With "references" staging, the metadata below is all pass 2 needs: each document's
+    # input row (ROW_COL) and length, grouped by bucket.
 
     docs = table.take(pa.array(order))
     docs = docs.append_column(SOURCE_COL, pa.array(np.full(rows.size, spec["source"], np.int32)))
     docs = docs.append_column(SHARD_COL, pa.array(np.full(rows.size, spec["shard"], np.int32)))
     docs = docs.append_column(ROW_COL, pa.array(rows_o))
     docs = docs.append_column(KEY_COL, pa.array(key[order]))
+    # The metadata and offsets are small: fsynced, so that this unit's completion marker
+    # never points at files a crash could have lost.
     tmp_docs = docs_path.with_name(docs_path.name + ".tmp")
     with pa.OSFile(str(tmp_docs), "wb") as sink, pa.ipc.new_file(sink, docs.schema) as w:
         w.write_table(docs)
+    _fsync_path(tmp_docs)
     tmp_off = offsets_path.with_name(offsets_path.name + ".tmp.npy")
-    np.save(tmp_off, np.stack([doc_offsets.astype(np.int64), tok_offsets]))
-    os.replace(tmp, tokens_path)
+    with open(tmp_off, "wb") as f:
+        np.save(f, np.stack([doc_offsets.astype(np.int64), tok_offsets]))
+        f.flush()
+        os.fsync(f.fileno())
+    if tmp.exists():
+        os.replace(tmp, tokens_path)
     os.replace(tmp_docs, docs_path)
     os.replace(tmp_off, offsets_path)
+    _fsync_path(tokens_path.parent)
     return {
         "documents": int(rows.size),
         "tokens": int(csum[-1]),
@@ -393,7 +550,14 @@ def _run_assign(plan: units.Plan, unit: dict) -> dict:
     }
 
 
+def _staging(plan: units.Plan) -> str:
+    # Plans saved before staging existed always staged tokens.
+    return plan.meta.get("staging", "tokens")
+
+
 def _row_count(sidecar: str) -> int:
+    import pyarrow.parquet as pq
+
     return pq.ParquetFile(sidecar).metadata.num_rows
 
 
@@ -409,67 +573,180 @@ def shard_prefix(b: int) -> str:
 
 
 def _run_bucket(plan: units.Plan, unit: dict) -> dict:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     meta, params = plan.meta, plan.params
     split, b = unit["split"], unit["bucket"]
     info = meta["splits"][split]
     gb = info["first_bucket"] + b
     dtype = np.dtype(meta["dtype"])
     module = _shuffle_module(params["shuffle"])
-    # The bucket's slice of every pass-1 file, read straight into one array (no copy).
-    slices, tables = [], []
+    # The bucket's documents in arrival order: from every pass-1 file (in input order).
+    parts, tables = [], []
     for i in range(len(meta["inputs"])):
         tokens_path, docs_path, offsets_path = _pass1_paths(plan.out, i)
         offsets = np.load(offsets_path, mmap_mode="r")
         d0, d1 = int(offsets[0, gb]), int(offsets[0, gb + 1])
         if d1 > d0:
-            slices.append((tokens_path, int(offsets[1, gb]), int(offsets[1, gb + 1])))
+            parts.append((i, d1 - d0, tokens_path, int(offsets[1, gb]), int(offsets[1, gb + 1])))
             with pa.memory_map(str(docs_path)) as src:
                 tables.append(pa.ipc.open_file(src).read_all().slice(d0, d1 - d0))
     if not tables:
         return {"records": 0, "documents": 0, "tokens": 0, "padding": 0}
-    # One spare slot at the end holds the BOS token that _pieces puts before documents.
-    bucket_tokens = np.empty(sum(t1 - t0 for _, t0, t1 in slices) + 1, dtype=dtype)
-    bucket_tokens[-1] = meta["bos_id"] if params["bos"] else meta["pad_id"]
-    at = 0
-    for path, t0, t1 in slices:
-        with open(path, "rb") as f:
-            f.seek(t0 * dtype.itemsize)
-            view = memoryview(bucket_tokens[at : at + t1 - t0]).cast("B")
-            if f.readinto(view) != view.nbytes:
-                raise ManifestError(f"{path}: shorter than its offsets say")
-        at += t1 - t0
     docs = pa.concat_tables(tables, promote_options="default")
     del tables
-    arrival_lengths = docs.column("n_tokens").to_numpy().astype(np.int64)
-    arrival_starts = np.zeros_like(arrival_lengths)
-    np.cumsum(arrival_lengths[:-1], out=arrival_starts[1:])
+    lengths = docs.column("n_tokens").to_numpy().astype(np.int64)
+    if _staging(plan) == "references":
+        sources, src, starts = _gather_sources(
+            meta, parts, docs.column(ROW_COL).to_numpy(), lengths, dtype, _chunk_tokens(plan)
+        )
+    else:
+        sources, src, starts = _staged_sources(parts, lengths, dtype)
     keys = docs.column(KEY_COL).to_numpy()
     order = np.asarray(module.order_bucket(keys, info["seed"], b, **params["shuffle_options"]))
     docs = docs.take(pa.array(order)).drop_columns([KEY_COL])
-    in_lengths, in_starts = arrival_lengths[order], arrival_starts[order]
     bos = params["bos"]
-    out_lengths = in_lengths + int(bos)
-    packing = pack.plan_packing(out_lengths, params["seq_len"])
+    stream = _Documents(
+        sources, src[order], starts[order], lengths[order], head=meta["bos_id"] if bos else None
+    )
+    packing = pack.plan_packing(lengths[order] + int(bos), params["seq_len"])
 
     split_dir = _split_dir(plan.out, split)
     prefix = split_dir / shard_prefix(b)
     width = params["seq_len"] + 1
-    with IndexedWriter(prefix, dtype) as writer:
-        sink = _RecordSink(writer, width, dtype, _chunk_tokens(plan))
-        head = bucket_tokens.size - 1 if bos else None
-        for part in _pieces(bucket_tokens, in_starts, in_lengths, _chunk_tokens(plan), head=head):
-            sink.put(part)
-        sink.finish(meta["pad_id"])
+    records = _write_records(prefix, stream, width, dtype, _chunk_tokens(plan), meta["pad_id"])
+    if records != packing.num_records:
+        raise ManifestError(
+            f"{prefix}: wrote {records} records, packing planned {packing.num_records}"
+        )
     pack.save_segments(f"{prefix}.segments.npz", packing.segments)
     tmp = Path(f"{prefix}.docs.parquet.tmp")
     pq.write_table(docs, tmp)
+    _fsync_path(tmp)
     os.replace(tmp, f"{prefix}.docs.parquet")
+    # The renames above are durable before run_unit writes this unit's completion marker.
+    _fsync_path(prefix.parent)
     return {
         "records": packing.num_records,
         "documents": int(docs.num_rows),
         "tokens": packing.num_tokens,
         "padding": packing.padding,
     }
+
+
+def _gather_sources(
+    meta: dict,
+    parts: list[tuple],
+    rows: np.ndarray,
+    lengths: np.ndarray,
+    dtype: np.dtype,
+    chunk: int,
+) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
+    """The "references" staging: read the bucket's documents from their input shards into one
+    array (the bucket's memory), in arrival order. Each input's documents come in
+    ascending position, so this is a forward sweep of few, large reads (``_read_spans``)."""
+    bucket_tokens = np.empty(int(lengths.sum()), dtype=dtype)
+    at = d = 0
+    for i, n, *_ in parts:
+        prefix = meta["inputs"][i]["prefix"]
+        index = read_idx(idx_path(prefix))
+        r = rows[d : d + n]
+        if r.size and (
+            r.max() >= index.num_sequences or (index.lengths[r] != lengths[d : d + n]).any()
+        ):
+            raise ManifestError(f"{prefix}: changed since pass 1 (document lengths differ)")
+        size = int(lengths[d : d + n].sum())
+        _read_spans(
+            bin_path(prefix),
+            index.pointers[r],
+            lengths[d : d + n] * dtype.itemsize,
+            bucket_tokens[at : at + size],
+            span=chunk * dtype.itemsize,
+        )
+        at += size
+        d += n
+    starts = np.zeros(lengths.size, dtype=np.int64)
+    np.cumsum(lengths[:-1], out=starts[1:])
+    return [bucket_tokens], np.zeros(lengths.size, dtype=np.int64), starts
+
+
+# Documents closer than this in a file are read with one read (through a scratch buffer)
+# rather than one read each: a system call costs about as much as copying 16 KiB.
+_GAP_BYTES = 16 << 10
+
+
+def _read_spans(
+    path: Path, offsets: np.ndarray, nbytes: np.ndarray, out: np.ndarray, *, span: int
+) -> None:
+    """Read the byte ranges ``[offsets[k], offsets[k] + nbytes[k])`` (ascending) of ``path``
+    back to back into ``out``, with positioned reads of at most ``span`` bytes through a
+    scratch buffer (a range longer than that is read straight into ``out``) (no memory map: its fault-around
+    would map, and count in RSS, far more than the documents). Read-ahead is turned off
+    for the file: the reads say exactly what is needed."""
+    dst = memoryview(out).cast("B")
+    offsets = np.asarray(offsets, dtype=np.int64)
+    nbytes = np.asarray(nbytes, dtype=np.int64)
+    ends = offsets + nbytes
+    # Runs of ranges with gaps under _GAP_BYTES, each at most ``span`` bytes long.
+    breaks = np.flatnonzero(offsets[1:] - ends[:-1] > _GAP_BYTES) + 1
+    bounds = [0, *breaks.tolist(), offsets.size]
+    scratch = None
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if hasattr(os, "posix_fadvise"):
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+        at = 0
+        for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+            while lo < hi:
+                # The longest prefix of the run within one span (at least one range).
+                stop = lo + 1
+                limit = int(offsets[lo]) + span
+                stop = max(stop, int(np.searchsorted(ends[lo:hi], limit, side="right")) + lo)
+                first, last = int(offsets[lo]), int(ends[stop - 1])
+                want = int(nbytes[lo:stop].sum())
+                if last - first == want:  # contiguous: straight into place
+                    _pread_into(fd, dst[at : at + want], first, path)
+                else:
+                    if scratch is None or scratch.nbytes < last - first:
+                        scratch = np.empty(span, dtype=np.uint8)
+                    _pread_into(fd, memoryview(scratch)[: last - first], first, path)
+                    idx = pack.ranges(offsets[lo:stop] - first, nbytes[lo:stop])
+                    out_bytes = np.frombuffer(dst[at : at + want], dtype=np.uint8)
+                    np.take(scratch, idx, out=out_bytes)
+                at += want
+                lo = stop
+    finally:
+        os.close(fd)
+
+
+def _pread_into(fd: int, view: memoryview, offset: int, path: Path) -> None:
+    while view.nbytes:
+        n = os.preadv(fd, [view], offset)
+        if n == 0:
+            raise ManifestError(f"{path}: ends before offset {offset}; changed since pass 1?")
+        view, offset = view[n:], offset + n
+
+
+def _staged_sources(
+    parts: list[tuple], lengths: np.ndarray, dtype: np.dtype
+) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
+    """The "tokens" staging: the bucket's slice of every pass-1 tokens file, read sequentially
+    straight into one array (the bucket's memory)."""
+    bucket_tokens = np.empty(int(lengths.sum()), dtype=dtype)
+    at = 0
+    for _, _, path, t0, t1 in parts:
+        with open(path, "rb") as f:
+            f.seek(t0 * dtype.itemsize)
+            view = memoryview(bucket_tokens[at : at + t1 - t0]).cast("B")
+            if f.readinto(view) != view.nbytes:
+                raise ManifestError(f"{path}: shorter than its offsets say")
+        at += t1 - t0
+    if at != bucket_tokens.size:
+        raise ManifestError(f"{parts[0][2].parent}: pass-1 offsets disagree with n_tokens")
+    starts = np.zeros(lengths.size, dtype=np.int64)
+    np.cumsum(lengths[:-1], out=starts[1:])
+    return [bucket_tokens], np.zeros(lengths.size, dtype=np.int64), starts
 
 
 # --------------------------------------------------------------------------- finalize
@@ -504,6 +781,9 @@ def _finalize(plan: units.Plan, stats: list[dict]) -> dict[str, Any]:
 
 
 def _finalize_split(plan: units.Plan, split: str, buckets: list[tuple[int, dict]]) -> dict:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
     meta, params = plan.meta, plan.params
     info = meta["splits"][split]
     split_dir = _split_dir(plan.out, split)
@@ -749,6 +1029,8 @@ class Pool:
 
     @cached_property
     def documents(self) -> pa.Table:
+        import pyarrow.parquet as pq
+
         return pq.read_table(self.path / DOCUMENTS_NAME)
 
     def main_documents(self) -> np.ndarray:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import re
 
-import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -39,6 +38,9 @@ def filter_rows(table: pa.Table, expression: str | None, *, where: str = "") -> 
         raise InputError(f"filter {expression!r}: ';' is not allowed in an expression")
     if ROW in table.column_names:
         raise InputError(f"{where}: sidecar has a reserved column {ROW!r}")
+    # Imported here: DuckDB costs ~20 MB of RSS and is needed only to evaluate a filter.
+    import duckdb
+
     table = table.append_column(ROW, pa.array(np.arange(table.num_rows, dtype=np.int64)))
     con = duckdb.connect()
     try:

@@ -44,9 +44,15 @@ def corpus(kind: str, n_docs: int) -> tuple[tuple[dict, np.ndarray], ...]:
 
 
 def write_tokenized(
-    out: Path, docs: tuple[tuple[dict, np.ndarray], ...], *, shard_docs: int, name: str = "src"
+    out: Path,
+    docs: tuple[tuple[dict, np.ndarray], ...],
+    *,
+    shard_docs: int,
+    name: str = "src",
+    bos_id: int | None = None,
 ) -> Path:
-    """Write ``docs`` as a tokenized source of shards of ``shard_docs`` documents."""
+    """Write ``docs`` as a tokenized source of shards of ``shard_docs`` documents; a
+    ``bos_id`` declares a BOS token in the tokenizer (for pools built with ``bos``)."""
     enc = _encoding()
     out = Path(out)
     dtype = token_dtype(enc.n_vocab)
@@ -55,7 +61,7 @@ def write_tokenized(
         "fingerprint": mf.fingerprint("tokenizer", params={"spec": ENCODING}),
         "vocab_size": enc.n_vocab,
         "eos_id": enc.eot_token,
-        "bos_id": None,
+        "bos_id": bos_id,
     }
     shards, files = [], {}
     for k, first in enumerate(range(0, len(docs), shard_docs)):

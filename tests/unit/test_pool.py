@@ -213,6 +213,81 @@ def test_it_writes_identical_bytes_with_one_and_two_workers(sources, tmp_path):
     )
 
 
+def _built_bytes(root: Path) -> dict[str, bytes]:
+    return {
+        p.relative_to(root).as_posix(): p.read_bytes()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and p.name != units.PLAN_NAME and units.MARKER_DIR not in p.parts
+    }
+
+
+def test_it_writes_the_same_bytes_with_either_staging_and_any_worker_count(tmp_path):
+    # Prose docstrings are mostly short (gathered through an index array), code modules
+    # long (copied as slices); a BOS before every document exercises the head tokens.
+    src = pf.write_tokenized(
+        tmp_path / "mixed",
+        pf.corpus("prose", 300) + pf.corpus("code", 30),
+        shard_docs=70,
+        name="mixed",
+        bos_id=100257,
+    )
+    kwargs = dict(seq_len=127, val_fraction=0.1, seed=7, bos=True, **SMALL)
+    built = {}
+    for staging, workers in (("references", 1), ("references", 2), ("tokens", 1), ("tokens", 2)):
+        out = tmp_path / f"{staging}-{workers}"
+        build_pool([str(src)], str(out), staging=staging, workers=workers, **kwargs)
+        built[staging, workers] = _built_bytes(out)
+    first = built["references", 1]
+    assert "manifest.json" in first and "val/manifest.json" in first
+    assert len([k for k in first if k.endswith(".bin")]) > 3
+    for key, files in built.items():
+        assert files == first, key
+    # And each shard holds its documents, each after a BOS, then its padding (EOS).
+    pool = Pool(tmp_path / "references-1")
+    tokens = pf.source_tokens(src)
+    doc_ids = pool.documents.column("doc_id").to_pylist()
+    eos = pool.manifest["tokenizer"]["eos_id"]
+    for k, shard in enumerate(pool.manifest["shards"]):
+        first = shard["first_document"]
+        stream = np.concatenate(
+            [
+                np.concatenate([[100257], tokens[d]])
+                for d in doc_ids[first : first + shard["documents"]]
+            ]
+        )
+        records = np.asarray(pool.reader(k).tokens)
+        assert np.array_equal(records[: stream.size], stream)
+        assert records.size - stream.size == shard["padding"]
+        assert (records[stream.size :] == eos).all()
+
+
+@pytest.mark.parametrize("staging", ["references", "tokens"])
+def test_it_stages_references_or_tokens_in_pass_one(sources, tmp_path, staging):
+    plan = plan_pool(
+        [str(s) for s in sources], str(tmp_path / "p"), seq_len=64, staging=staging, **SMALL
+    )
+    assert plan.meta["staging"] == staging
+    assert "staging" not in plan.params  # not part of the fingerprint: same output bytes
+    units.save_plan(plan)
+    for unit in plan.phases[0]:
+        units.run_unit(plan, unit["id"])
+    staged = list((tmp_path / "p" / "_pass1").iterdir())
+    token_bytes = sum(p.stat().st_size for p in staged if p.name.endswith(".tokens"))
+    data_bytes = sum(mf.read_manifest(s)["tokens"] for s in sources) * 4
+    if staging == "tokens":
+        assert token_bytes == data_bytes
+    else:
+        assert token_bytes == 0
+        assert sum(p.stat().st_size for p in staged) < data_bytes / 4
+
+
+def test_it_chooses_reference_staging_for_local_inputs_and_checks_the_mode(sources, tmp_path):
+    plan = plan_pool([str(sources[1])], str(tmp_path / "p"), seq_len=32)
+    assert plan.meta["staging"] == "references"
+    with pytest.raises(InputError, match="staging must be auto, references or tokens"):
+        plan_pool([str(sources[1])], str(tmp_path / "p"), seq_len=32, staging="copy")
+
+
 def test_it_selects_documents_with_a_filter(sources, tmp_path):
     m = build_pool(
         [str(s) for s in sources], str(tmp_path / "p"), seq_len=64, filter="kind = 'code'", **SMALL
@@ -254,7 +329,8 @@ def test_it_refuses_bos_for_a_tokenizer_without_one(sources, tmp_path):
         plan_pool([str(sources[1])], str(tmp_path / "p"), seq_len=32, bos=True)
 
 
-def test_it_keeps_peak_memory_under_the_budget(tmp_path):
+@pytest.mark.parametrize("staging", ["references", "tokens"])
+def test_it_keeps_peak_memory_under_the_budget(tmp_path, staging):
     src = pf.write_tokenized(tmp_path / "code", pf.corpus("code", 400), shard_docs=50, name="code")
     budget = 2 << 20
     data_bytes = mf.read_manifest(src)["tokens"] * 4
@@ -265,7 +341,7 @@ from shardcore.pool import build_pool
 # A first, small build imports everything (modules are not data), then measure a real one.
 build_pool([{str(src)!r}], {str(tmp_path / "warm")!r}, seq_len=64, filter="n_tokens < 200")
 tracemalloc.start()
-m = build_pool([{str(src)!r}], {str(tmp_path / "p")!r}, seq_len=2047, memory={budget}, shard_size=64 << 20)
+m = build_pool([{str(src)!r}], {str(tmp_path / "p")!r}, seq_len=2047, memory={budget}, shard_size=64 << 20, staging={staging!r})
 print(json.dumps({{"peak": tracemalloc.get_traced_memory()[1], "buckets": m["shuffle"]["num_buckets"]}}))
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
