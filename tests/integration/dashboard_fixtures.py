@@ -191,7 +191,14 @@ def catalog(tmp_path, users):
     JobUnit.objects.bulk_create(
         [
             JobUnit(job=job, unit_id="part-0.jsonl", phase=0, state=UnitState.SUCCEEDED),
-            JobUnit(job=job, unit_id="part-1.jsonl", phase=0, state=UnitState.RUNNING),
+            JobUnit(
+                job=job,
+                unit_id="part-1.jsonl",
+                phase=0,
+                state=UnitState.RUNNING,
+                worker="w1@host",
+                started_at=now,  # within the lease: its worker is alive
+            ),
             JobUnit(job=job, unit_id="part-2.jsonl", phase=0, state=UnitState.QUEUED),
         ]
     )
