@@ -145,6 +145,24 @@ out.tofile({str(out)!r})
     return [sys.executable, "-c", code]
 
 
+def pool_command(
+    src: Path, out: Path, seq_len: int, memory: int, workers: int, staging: str
+) -> list[str]:
+    """``shardyard pool --shuffle exact`` as the CLI runs it (plan, local units, manifest),
+    with the staging chosen explicitly (the CLI always uses "auto": references here)."""
+    code = f"""
+import sys
+sys.path.insert(0, {str(ROOT)!r})
+from shardcore.pool import build_pool
+if __name__ == "__main__":
+    build_pool([{str(src)!r}], {str(out)!r}, seq_len={seq_len}, shuffle="exact",
+               memory={memory}, workers={workers}, staging={staging!r})
+"""
+    script = out.parent / f"pool-{staging}-{workers}.py"
+    script.write_text(code)
+    return [sys.executable, str(script)]
+
+
 def describe_machine() -> str:
     cpu = "unknown CPU"
     try:
@@ -194,27 +212,16 @@ def main() -> int:
     (work / "shuf.txt").unlink()
     results["numpy permutation (in memory)"] = timed(numpy_permutation(src, work / "np.bin"))
     (work / "np.bin").unlink()
-    for workers in (1, 2):
-        out = work / f"pool-w{workers}"
-        shutil.rmtree(out, ignore_errors=True)
-        results[f"shardyard pool exact, {workers} worker{'s' if workers > 1 else ''}"] = timed(
-            [
-                str(Path(sys.executable).parent / "shardyard"),
-                "pool",
-                str(src),
-                "--out",
-                str(out),
-                "--seq-len",
-                str(args.seq_len),
-                "--memory",
-                str(memory),
-                "--workers",
-                str(workers),
-                "--quiet",
-            ]
-        )
-        if not args.keep:
+    for staging in ("references", "tokens"):
+        for workers in (1, 2):
+            out = work / f"pool-{staging}-w{workers}"
             shutil.rmtree(out, ignore_errors=True)
+            name = f"shardyard pool exact, staging {staging}, {workers} worker"
+            results[name + ("s" if workers > 1 else "")] = timed(
+                pool_command(src, out, args.seq_len, memory, workers, staging)
+            )
+            if not args.keep:
+                shutil.rmtree(out, ignore_errors=True)
 
     shuf = results["GNU shuf (text lines)"]
     print(f"machine: {describe_machine()}")
