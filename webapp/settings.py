@@ -146,6 +146,10 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SOFT_TIME_LIMIT = env_int("SHARDYARD_TASK_SOFT_LIMIT", 6 * 3600, minimum=1)
 CELERY_TASK_TIME_LIMIT = CELERY_TASK_SOFT_TIME_LIMIT + 300
+# A unit claimed longer ago than this is lost (its worker died: SIGKILL, OOM, lost host):
+# ``job_retry`` and ``manage.py catalog jobs-reap`` queue it again. Longer than the hard
+# time limit, so a unit still running on a live worker is never taken for lost.
+SHARDYARD_UNIT_LEASE = env_int("SHARDYARD_UNIT_LEASE", CELERY_TASK_TIME_LIMIT + 900, minimum=1)
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 

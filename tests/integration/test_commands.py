@@ -36,3 +36,90 @@ def test_it_refuses_a_path_outside_the_roots_with_one_line(db, tmp_path, setting
     settings.SOURCE_ROOTS = [tmp_path / "roots"]
     with pytest.raises(CommandError, match="outside the source roots"):
         _call("source-register", "etc", "/etc")
+
+
+@pytest.fixture
+def eager_jobs():
+    """Jobs run in this process as their transaction commits (the worker path is covered by
+    test_flow_pipeline and test_jobs_*)."""
+    from workers.celery import app
+
+    app.conf.task_always_eager = True
+    yield
+    app.conf.task_always_eager = False
+
+
+def _id(out: str, word: str) -> int:
+    """The id after ``word`` in a command's one-line answer, e.g. "job 3 queued"."""
+    words = out.replace(":", " ").split()
+    return int(words[words.index(word) + 1])
+
+
+def test_it_builds_materializes_exports_and_resumes_a_staged_mixture(
+    transactional_db, tmp_path, settings, eager_jobs
+):
+    import shlex
+
+    import yaml
+    from megatron.core.datasets.utils import get_blend_from_list
+
+    from shardcore.export import megatron_blend
+    from shardcore.mixlocate import locate_mixture
+    from webapp.catalog.models import ArtifactStatus, Export, MixtureVersion
+
+    settings.SOURCE_ROOTS, settings.DATA_ROOT = [tmp_path / "src"], tmp_path / "data"
+    files = sorted(p for p in STDLIB.glob("*.py") if p.stat().st_size > 2000)[:16]
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "a.jsonl").write_text(
+        "".join(json.dumps({"text": p.read_text()}) + "\n" for p in files)
+    )
+    source = _id(_call("source-register", "std", str(tmp_path / "src")), "source")
+    ts = _id(_call("tokenize", str(source)), "source")
+    pools = [
+        _id(_call("pool-build", name, str(ts), "--seq-len", "64", "--seed", seed), "pool")
+        for name, seed in (("main", "0"), ("late", "1"))
+    ]
+    out = _call(
+        "mixture-version", "mix",
+        json.dumps([{"pool": pools[0], "weight": 1}, {"pool": pools[1], "weight": 1,
+                                                      "stage": "anneal"}]),
+        "--token-budget", "64000", "--stages", '[{"name": "anneal", "tokens": 6400}]',
+    )  # fmt: skip
+    version = MixtureVersion.objects.get(pk=_id(out, "version"))
+    assert f"{version.num_samples} samples" in out and version.fingerprint in out
+    assert [s["name"] for s in version.params["stages"]] == ["main", "anneal"]
+    assert version.params["stages"][1]["num_samples"] == 6400 // 64
+
+    job = _id(_call("materialize", str(version.pk), "--shard-bytes", "65536"), "job")
+    copy = Export.objects.get(job_id=job)
+    assert copy.status == ArtifactStatus.READY and copy.num_records == version.num_samples
+    assert copy.shards.count() > 1
+    with pytest.raises(CommandError, match="materialized already"):
+        _call("materialize", str(version.pk))
+
+    megatron = Path(_call("export", str(version.pk), "megatron").split(": ", 1)[1].strip())
+    lines = [x for x in megatron.read_text().splitlines() if x.startswith("--data-path ")]
+    for stage, line in zip(("main", "anneal"), lines, strict=True):
+        prefixes, weights = get_blend_from_list(shlex.split(line)[1:])
+        assert (weights, prefixes) == megatron_blend(version.path, stage)
+    nano = Path(
+        _call("export", str(version.pk), "nanotron", "--global-batch-size", "8")
+        .split(": ")[1]
+        .strip()
+    )
+    anneal = yaml.safe_load(nano.read_text())["data_stages"][1]
+    assert anneal["start_training_step"] == version.params["stages"][1]["first_sample"] // 8 + 1
+    with pytest.raises(CommandError, match="invalid choice"):
+        _call("export", str(version.pk), "parquet")
+    with pytest.raises(CommandError, match="no mixture version 999"):
+        _call("export", "999", "json")
+
+    run = _id(_call("run-register", "r1", str(version.pk)), "run")
+    last = version.num_samples - 1  # in the anneal stage
+    _call("run-progress", str(run), "100", str(last))
+    position = json.loads(_call("run-resume", str(run)))
+    expected = locate_mixture(version.path, sample=last)
+    assert position["stage"] == "anneal" and position["pool_id"] == pools[1]
+    assert {k: position[k] for k in expected if k != "pool"} == {
+        k: v for k, v in expected.items() if k != "pool"
+    }

@@ -1,5 +1,5 @@
-"""A flag taints exactly the tokenized sources, pools, mixture versions and runs that hold
-the flagged documents, and nothing else. Jobs run eagerly in this process here (the
+"""A flag taints exactly the tokenized sources, pools, mixture versions, materialized copies
+and runs that hold the flagged documents, and nothing else. Jobs run eagerly in this process here (the
 worker path is covered by test_jobs_workers and test_flow_pipeline)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from webapp.catalog import selectors, services
-from webapp.catalog.models import ArtifactStatus, Pool, Taint, TokenizedSource
+from webapp.catalog.models import ArtifactStatus, Export, Pool, Taint, TokenizedSource
 from workers.celery import app
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
@@ -77,6 +77,8 @@ def world(django_db_setup, django_db_blocker, tmp_path_factory):
             key: services.run_register(name=f"run-{key}", mixture_version_id=v.pk)
             for key, v in versions.items()
         }
+        # v_b's materialized copy: a separate artifact holding beta's tokens.
+        services.mixture_version_materialize(version_id=versions["v_b"].pk)
     yield {"a": a, "b": b, "ta": ta, "tb": tb, "pools": pools, "versions": versions,
            "runs": runs}  # fmt: skip
     app.conf.task_always_eager = False
@@ -90,7 +92,7 @@ def world(django_db_setup, django_db_blocker, tmp_path_factory):
 def _tainted(flag) -> set[str]:
     names = set()
     for t in Taint.objects.filter(flag=flag).select_related(
-        "tokenized_source__source", "pool", "mixture_version", "run"
+        "tokenized_source__source", "pool", "mixture_version", "run", "export__version"
     ):
         if t.tokenized_source_id:
             names.add(f"ts:{t.tokenized_source.source.name}")
@@ -98,6 +100,8 @@ def _tainted(flag) -> set[str]:
             names.add(f"pool:{t.pool.name}")
         elif t.mixture_version_id:
             names.add(f"version:{t.mixture_version.number}")
+        elif t.export_id:
+            names.add(f"{t.export.format}:{t.export.version.number}")
         else:
             names.add(t.run.name)
     return names
@@ -125,7 +129,8 @@ def test_it_taints_everything_downstream_of_a_flagged_source(world, db):
     flag = services.flag_create(reason="bad crawl", source_id=world["b"].pk)
 
     assert _tainted(flag) == {
-        "ts:beta", "pool:pb", "pool:pab", "version:1", "version:3", "run-v_a_b", "run-v_b",
+        "ts:beta", "pool:pb", "pool:pab", "version:1", "version:3", "materialized:3",
+        "run-v_a_b", "run-v_b",
     }  # fmt: skip
     impact = selectors.flag_impact(flag_id=flag.pk)
     assert {r.name for r in impact.runs} == {"run-v_a_b", "run-v_b"}
@@ -162,3 +167,16 @@ def test_it_refuses_to_edit_a_built_artifact(world, db):
     with pytest.raises(Exception, match="immutable"):
         ts.save()
     assert Pool.objects.filter(split="train").count() == 4
+
+
+def test_it_taints_a_materialized_copy_built_after_the_flag(
+    world, db, django_capture_on_commit_callbacks
+):
+    flag = services.flag_create(reason="PII", source_id=world["a"].pk, document_ids=[2])
+    with django_capture_on_commit_callbacks(execute=True):
+        job = services.mixture_version_materialize(version_id=world["versions"]["v_a_b"].pk)
+    copy = Export.objects.get(job=job)
+
+    assert copy.status == ArtifactStatus.READY, job.log_tail
+    assert "materialized:1" in _tainted(flag)
+    assert Taint.objects.get(flag=flag, export=copy).documents == 1

@@ -50,7 +50,7 @@ class PoolAdmin(ReadOnlyArtifactAdmin):
 @admin.register(m.Shard)
 class ShardAdmin(admin.ModelAdmin):
     list_display = ("prefix", "num_records", "num_tokens", "num_bytes", "checksum")
-    raw_id_fields = ("tokenized_source", "pool")
+    raw_id_fields = ("tokenized_source", "pool", "export")
 
 
 class MixtureComponentInline(admin.TabularInline):
@@ -73,7 +73,8 @@ class MixtureVersionAdmin(ReadOnlyArtifactAdmin):
 
 @admin.register(m.Export)
 class ExportAdmin(admin.ModelAdmin):
-    list_display = ("version", "format", "status", "path")
+    list_display = ("version", "format", "status", "num_records", "num_bytes", "path")
+    raw_id_fields = ("job",)
 
 
 @admin.register(m.TrainingRun)
@@ -96,5 +97,7 @@ class FlagAdmin(admin.ModelAdmin):
 
 @admin.register(m.Taint)
 class TaintAdmin(admin.ModelAdmin):
-    list_display = ("flag", "tokenized_source", "pool", "mixture_version", "run", "documents")
-    raw_id_fields = ("flag", "tokenized_source", "pool", "mixture_version", "run")
+    list_display = (
+        "flag", "tokenized_source", "pool", "mixture_version", "run", "export", "documents",
+    )  # fmt: skip
+    raw_id_fields = ("flag", "tokenized_source", "pool", "mixture_version", "run", "export")

@@ -179,13 +179,17 @@ class Pool(Artifact):
 
 
 class Shard(models.Model):
-    """One file pair (.bin/.idx) of a tokenized source or of a pool; never edited."""
+    """One file pair (.bin/.idx) of a tokenized source, a pool or a materialized mixture
+    (an ``Export`` of format "materialized"); never edited."""
 
     tokenized_source = models.ForeignKey(
         TokenizedSource, null=True, blank=True, related_name="shards", on_delete=models.CASCADE
     )
     pool = models.ForeignKey(
         Pool, null=True, blank=True, related_name="shards", on_delete=models.CASCADE
+    )
+    export = models.ForeignKey(
+        "Export", null=True, blank=True, related_name="shards", on_delete=models.CASCADE
     )
     index = models.IntegerField()
     prefix = models.CharField(max_length=1000)  # path without .bin/.idx
@@ -199,8 +203,9 @@ class Shard(models.Model):
         constraints = [
             models.CheckConstraint(
                 condition=(
-                    Q(tokenized_source__isnull=False, pool__isnull=True)
-                    | Q(tokenized_source__isnull=True, pool__isnull=False)
+                    Q(tokenized_source__isnull=False, pool=None, export=None)
+                    | Q(tokenized_source=None, pool__isnull=False, export=None)
+                    | Q(tokenized_source=None, pool=None, export__isnull=False)
                 ),
                 name="shard_has_one_parent",
             ),
@@ -209,6 +214,7 @@ class Shard(models.Model):
         indexes = [
             models.Index(fields=["tokenized_source", "index"]),
             models.Index(fields=["pool", "index"]),
+            models.Index(fields=["export", "index"]),
         ]
         ordering = ["index"]
 
@@ -229,8 +235,9 @@ class Mixture(models.Model):
 
 
 class MixtureVersion(Artifact):
-    """An immutable version of a mixture: components, token budget, seed, ordering. The
-    blend index is built by a job; exports and a materialized copy hang off it."""
+    """An immutable version of a mixture: components, token budget, seed, ordering. Its
+    schedule (shardcore.mixture: pool and record per training sample) lives in ``path``
+    with its manifest; exports and a materialized copy hang off it."""
 
     mixture = models.ForeignKey(Mixture, related_name="versions", on_delete=models.PROTECT)
     number = models.PositiveIntegerField()
@@ -267,21 +274,28 @@ class MixtureComponent(models.Model):
 
 
 class Export(models.Model):
-    """A materialized copy or a trainer config of a mixture version."""
+    """A materialized copy (a directory of shards in schedule order, built by a job) or a
+    trainer config file (Megatron, OLMo-core, nanotron, JSON) of a mixture version."""
 
     class Format(models.TextChoices):
         MATERIALIZED = "materialized"
         MEGATRON = "megatron"
         OLMO_CORE = "olmo-core"
         NANOTRON = "nanotron"
+        JSON = "json"
 
     version = models.ForeignKey(MixtureVersion, related_name="exports", on_delete=models.CASCADE)
     format = models.CharField(max_length=20, choices=Format.choices)
-    path = models.CharField(max_length=1000)
+    path = models.CharField(max_length=1000)  # the file, or the materialized directory
     status = models.CharField(
         max_length=16, choices=ArtifactStatus.choices, default=ArtifactStatus.BUILDING
     )
+    fingerprint = models.CharField(max_length=64, blank=True)
+    manifest_path = models.CharField(max_length=1000, blank=True)  # materialized only
+    num_records = models.BigIntegerField(default=0)
+    num_tokens = models.BigIntegerField(default=0)
     num_bytes = models.BigIntegerField(default=0)
+    checksum = models.CharField(max_length=64, blank=True)  # xxh3 of a config file
     job = models.ForeignKey(
         "jobs.Job", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -384,6 +398,10 @@ class Taint(models.Model):
     run = models.ForeignKey(
         TrainingRun, null=True, blank=True, related_name="taints", on_delete=models.CASCADE
     )
+    # A materialized copy holds the flagged tokens physically, apart from its version.
+    export = models.ForeignKey(
+        Export, null=True, blank=True, related_name="taints", on_delete=models.CASCADE
+    )
     documents = models.BigIntegerField(default=0)  # flagged documents inside the target
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -391,11 +409,42 @@ class Taint(models.Model):
         constraints = [
             models.CheckConstraint(
                 condition=(
-                    Q(tokenized_source__isnull=False, pool=None, mixture_version=None, run=None)
-                    | Q(tokenized_source=None, pool__isnull=False, mixture_version=None, run=None)
-                    | Q(tokenized_source=None, pool=None, mixture_version__isnull=False, run=None)
-                    | Q(tokenized_source=None, pool=None, mixture_version=None, run__isnull=False)
-                ),
+                    Q(
+                        tokenized_source__isnull=False,
+                        pool=None,
+                        mixture_version=None,
+                        run=None,
+                        export=None,
+                    )
+                    | Q(
+                        tokenized_source=None,
+                        pool__isnull=False,
+                        mixture_version=None,
+                        run=None,
+                        export=None,
+                    )
+                    | Q(
+                        tokenized_source=None,
+                        pool=None,
+                        mixture_version__isnull=False,
+                        run=None,
+                        export=None,
+                    )
+                    | Q(
+                        tokenized_source=None,
+                        pool=None,
+                        mixture_version=None,
+                        run__isnull=False,
+                        export=None,
+                    )
+                    | Q(
+                        tokenized_source=None,
+                        pool=None,
+                        mixture_version=None,
+                        run=None,
+                        export__isnull=False,
+                    )
+                ),  # fmt: skip
                 name="taint_has_one_target",
             ),
             *[
@@ -404,7 +453,7 @@ class Taint(models.Model):
                     condition=Q(**{f"{field}__isnull": False}),
                     name=f"taint_unique_{field}",
                 )
-                for field in ("tokenized_source", "pool", "mixture_version", "run")
+                for field in ("tokenized_source", "pool", "mixture_version", "run", "export")
             ],
         ]
 
@@ -413,4 +462,4 @@ class Taint(models.Model):
 
     @property
     def target(self):
-        return self.tokenized_source or self.pool or self.mixture_version or self.run
+        return self.tokenized_source or self.pool or self.mixture_version or self.run or self.export

@@ -12,15 +12,17 @@ import os
 import uuid
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
+import numpy as np
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
 from webapp.catalog.models import (
     ArtifactStatus,
+    Export,
     Flag,
     Mixture,
     MixtureComponent,
@@ -35,6 +37,9 @@ from webapp.catalog.models import (
     Tokenizer,
     TrainingRun,
 )
+
+if TYPE_CHECKING:
+    from webapp.jobs.models import Job
 
 
 class CatalogError(Exception):
@@ -511,20 +516,28 @@ def mixture_version_create(
     components: list[dict[str, Any]],
     token_budget: int,
     seed: int = 0,
+    stages: list[dict[str, Any]] | None = None,
+    order: str = "blend",
+    max_repetitions: float = 4.0,
+    order_options: dict[str, Any] | None = None,
     note: str = "",
     created_by=None,
 ) -> MixtureVersion:
-    """A new immutable version: ``components`` are {"pool": id, "weight": w, "stage": s}.
-    Weights are token shares (normalized here); epochs say how often each pool is read.
+    """A new immutable version, its schedule built by ``shardcore.mixture.build_mixture``
+    into the version's directory and recorded (fingerprint, samples, tokens, epochs per
+    pool). ``components`` are {"pool": id, "weight": w, "stage": s}: weights are token
+    shares within their stage (normalized); stage "" or "main" is the main stage, any other
+    stage needs its token count in ``stages`` ([{"name", "tokens"}], in training order).
     Versions are never edited: changing a weight means creating the next version."""
-    from shardcore.manifest import fingerprint
+    from shardcore.errors import ShardcoreError
+    from shardcore.mixture import MixtureSpec, build_mixture
 
     if token_budget <= 0:
         raise CatalogError("the token budget must be positive")
     if not components:
         raise CatalogError("a mixture version needs at least one component")
     pools = {p.pk: p for p in Pool.objects.filter(pk__in=[c["pool"] for c in components])}
-    total = 0.0
+    by_stage: dict[str, list[dict[str, Any]]] = {}
     for c in components:
         pool = pools.get(c["pool"])
         if pool is None:
@@ -533,59 +546,258 @@ def mixture_version_create(
             raise CatalogError(f"pool {pool.name} is {pool.status}, not ready")
         if not float(c["weight"]) > 0:
             raise CatalogError(f"pool {pool.name}: weight must be positive")
-        total += float(c["weight"])
-    seq_lens = {pools[c["pool"]].seq_len for c in components}
+        by_stage.setdefault(_stage_name(c.get("stage")), []).append(c)
+    seq_lens = {p.seq_len for p in pools.values()}
     if len(seq_lens) != 1:
         raise CatalogError(f"pools of one mixture share a seq_len; got {sorted(seq_lens)}")
-    seq_len = seq_lens.pop()
-    params = {
-        "token_budget": int(token_budget),
+    stage_tokens = {str(st["name"]): st.get("tokens") for st in stages or []}
+    unknown = set(by_stage) - {"main"} - set(stage_tokens)
+    if unknown:
+        raise CatalogError(
+            f"stage(s) {sorted(unknown)} need a token count: pass stages=[{{'name', 'tokens'}}]"
+        )
+    if "main" not in by_stage:
+        raise CatalogError("the main stage (stage '' or 'main') needs at least one component")
+
+    def leaves(comps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [{"pool": pools[c["pool"]].path, "weight": float(c["weight"])} for c in comps]
+
+    spec_dict = {
+        "tokens": int(token_budget),
         "seed": int(seed),
-        "components": [
-            {"pool": pools[c["pool"]].fingerprint, "weight": float(c["weight"]) / total,
-             "stage": c.get("stage", "")}
-            for c in components
+        "order": order,
+        "max_repetitions": float(max_repetitions),
+        "order_options": dict(order_options or {}),
+        "components": leaves(by_stage["main"]),
+        "stages": [
+            {"name": name, "tokens": tokens, "components": leaves(by_stage[name])}
+            for name, tokens in stage_tokens.items()
+            if name in by_stage
         ],
-    }  # fmt: skip
+    }
+    try:
+        spec = MixtureSpec.from_dict(spec_dict)
+    except ShardcoreError as exc:
+        raise CatalogError(f"mixture spec: {exc}") from exc
     with transaction.atomic():
         mixture = Mixture.objects.select_for_update().get(pk=mixture_id)
         number = (
             mixture.versions.order_by("-number").values_list("number", flat=True).first() or 0
         ) + 1
-        num_samples = -(-int(token_budget) // (seq_len + 1))
+        out = Path(settings.DATA_ROOT) / "mixtures" / mixture.name / f"v{number}"
+        try:
+            manifest = build_mixture(spec, out)
+        except (ShardcoreError, OSError) as exc:
+            raise CatalogError(f"cannot build {mixture.name} v{number}: {exc}") from exc
+        epochs = {os.path.abspath(p["path"]): p for p in manifest["pools"]}
         version = MixtureVersion.objects.create(
             mixture=mixture,
             number=number,
             token_budget=token_budget,
             seed=seed,
-            num_samples=num_samples,
+            num_samples=manifest["num_samples"],
             note=note,
-            params=params,
-            fingerprint=fingerprint("mixture", parents=[pools[c["pool"]].fingerprint
-                                                        for c in components], params=params),
-            path=str(Path(settings.DATA_ROOT) / "mixtures" / mixture.name / f"v{number}"),
-            num_tokens=num_samples * (seq_len + 1),
+            params={
+                "spec": manifest["spec"],
+                "seq_len": manifest["seq_len"],
+                "stages": [
+                    {k: st[k] for k in ("name", "first_sample", "num_samples", "num_tokens")}
+                    for st in manifest["stages"]
+                ],
+                "pools": [
+                    {
+                        "pool": pk,
+                        **{
+                            k: epochs[os.path.abspath(pools[pk].path)][k]
+                            for k in ("samples", "tokens", "epochs")
+                        },
+                    }
+                    for pk in dict.fromkeys(c["pool"] for c in components)
+                ],
+            },  # fmt: skip
+            fingerprint=manifest["fingerprint"],
+            path=str(out),
+            manifest_path=str(out / "manifest.json"),
+            num_tokens=manifest["num_tokens"],
+            num_bytes=sum(f["size"] for f in manifest["files"].values()),
             created_by=created_by,
-        )  # fmt: skip
+        )
         MixtureComponent.objects.bulk_create(
             [
                 MixtureComponent(
                     version=version,
                     pool=pools[c["pool"]],
-                    weight=float(c["weight"]) / total,
-                    stage=c.get("stage", ""),
-                    epochs=(float(c["weight"]) / total * num_samples)
-                    / max(pools[c["pool"]].num_records, 1),
+                    weight=float(c["weight"])
+                    / sum(float(x["weight"]) for x in by_stage[_stage_name(c.get("stage"))]),
+                    stage=c.get("stage") or "",
+                    epochs=epochs[os.path.abspath(pools[c["pool"]].path)]["epochs"],
                 )
                 for c in components
             ]
         )
-        # A version is a recipe over built pools: it is ready once recorded.
+        # The schedule and its manifest exist: the version is built.
         version.status = ArtifactStatus.READY
         version.finished_at = timezone.now()
         version.save()
         taint_refresh(source_ids=_version_source_ids(version))
     return version
+
+
+def _stage_name(stage: str | None) -> str:
+    return stage or "main"
+
+
+def _version_built(version: MixtureVersion) -> bool:
+    """Whether the version has a schedule on disk (versions recorded before schedules were
+    built, or rows made by hand, have none)."""
+    return bool(version.manifest_path) and Path(version.manifest_path).exists()
+
+
+def _built_version(version_id: int) -> MixtureVersion:
+    version = MixtureVersion.objects.select_related("mixture").filter(pk=version_id).first()
+    if version is None:
+        raise CatalogError(f"no mixture version {version_id}")
+    if version.status != ArtifactStatus.READY or not _version_built(version):
+        raise CatalogError(f"mixture version {version} has no built schedule")
+    return version
+
+
+EXPORT_FORMATS = {
+    # catalog format -> (shardcore.export format, file name under <version>/exports/)
+    Export.Format.MEGATRON: ("megatron", "megatron.txt"),
+    Export.Format.OLMO_CORE: ("olmo", "olmo-core.yaml"),
+    Export.Format.NANOTRON: ("nanotron", "nanotron.yaml"),
+    Export.Format.JSON: ("json", "mixture.json"),
+}
+
+
+def mixture_version_export(
+    *, version_id: int, fmt: str, global_batch_size: int | None = None
+) -> Export:
+    """Write the version as a trainer config (megatron, olmo / olmo-core, nanotron, json)
+    under ``<version>/exports/`` and record it. An export is a function of the built
+    schedule, so asking again for the same file returns its ready row."""
+    from shardcore.errors import ShardcoreError
+    from shardcore.export import export
+    from shardcore.manifest import file_checksum
+
+    fmt = {"olmo": Export.Format.OLMO_CORE}.get(fmt, fmt)
+    if fmt not in EXPORT_FORMATS:
+        known = ", ".join(sorted({*EXPORT_FORMATS, "olmo"}))
+        raise CatalogError(f"unknown export format {fmt!r}; known: {known}")
+    version = _built_version(version_id)
+    core_fmt, name = EXPORT_FORMATS[fmt]
+    options: dict[str, Any] = {}
+    if fmt == Export.Format.NANOTRON and global_batch_size:
+        options["global_batch_size"] = int(global_batch_size)
+        name = f"nanotron-gbs{int(global_batch_size)}.yaml"
+    path = Path(version.path) / "exports" / name
+    existing = Export.objects.filter(
+        version=version, format=fmt, path=str(path), status=ArtifactStatus.READY
+    ).first()
+    if existing is not None and path.is_file():
+        return existing
+    try:
+        text = export(version.path, core_fmt, **options)
+    except (ShardcoreError, OSError) as exc:
+        raise CatalogError(f"cannot export {version} as {fmt}: {exc}") from exc
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+    return Export.objects.create(
+        version=version,
+        format=fmt,
+        path=str(path),
+        status=ArtifactStatus.READY,
+        fingerprint=version.fingerprint,
+        num_records=version.num_samples,
+        num_tokens=version.num_tokens,
+        num_bytes=path.stat().st_size,
+        checksum=file_checksum(path),
+        finished_at=timezone.now(),
+    )
+
+
+def mixture_version_materialize(
+    *, version_id: int, shard_bytes: int = 64 << 20, created_by=None
+) -> Job:
+    """Start a job writing the version's samples as IndexedDataset shards in schedule order
+    (shardcore stage "materialize", one unit per output shard); its recorder fills the
+    "materialized" Export row. While one materialization is building, asking again returns
+    its job; a ready one is not rebuilt."""
+    from shardcore.errors import ShardcoreError
+    from shardcore.materialize import plan_materialize
+    from webapp.jobs.services import job_create
+
+    version = _built_version(version_id)
+    with transaction.atomic():
+        MixtureVersion.objects.select_for_update().filter(pk=version.pk).first()
+        current = (
+            Export.objects.filter(version=version, format=Export.Format.MATERIALIZED)
+            .exclude(status__in=[ArtifactStatus.FAILED, ArtifactStatus.CANCELLED])
+            .select_related("job")
+            .order_by("-created_at")
+            .first()
+        )
+        if current is not None and current.status == ArtifactStatus.READY:
+            raise CatalogError(f"{version} is materialized already (export {current.pk} at "
+                               f"{current.path})")  # fmt: skip
+        if current is not None and current.job is not None:
+            return current.job
+        out = Path(version.path) / "materialized" / uuid.uuid4().hex[:10]
+        try:
+            plan = plan_materialize(version.path, out, shard_bytes=shard_bytes)
+        except (ShardcoreError, OSError) as exc:
+            raise CatalogError(f"cannot materialize {version}: {exc}") from exc
+        job = job_create(
+            plan=plan,
+            title=f"materialize {version}",
+            recorder="webapp.catalog.services.mixture_materialized_record",
+            created_by=created_by,
+        )
+        Export.objects.create(
+            version=version, format=Export.Format.MATERIALIZED, path=str(out), job=job
+        )
+    return job
+
+
+def mixture_materialized_record(*, job, manifest: dict | None) -> None:
+    """Recorder of materialize jobs: the manifest becomes the Export row and its shards;
+    a flag on data inside the version taints the copy too."""
+    export = Export.objects.select_for_update().get(job=job, format=Export.Format.MATERIALIZED)
+    export.finished_at = timezone.now()
+    if manifest is None:
+        export.status = (
+            ArtifactStatus.CANCELLED if job.state == "cancelled" else ArtifactStatus.FAILED
+        )
+        export.save()
+        return
+    out = Path(export.path)
+    files = manifest.get("files", {})
+    Shard.objects.bulk_create(
+        [
+            Shard(
+                export=export,
+                index=i,
+                prefix=str(out / sh["prefix"]),
+                num_records=sh["records"],
+                num_tokens=sh["records"] * manifest["record_tokens"],
+                num_bytes=files.get(sh["prefix"] + ".bin", {}).get("size", 0),
+                checksum=files.get(sh["prefix"] + ".bin", {}).get("xxh3", ""),
+            )
+            for i, sh in enumerate(manifest["shards"])
+        ],
+        batch_size=2000,
+    )
+    export.fingerprint = manifest["fingerprint"]
+    export.manifest_path = str(out / "manifest.json")
+    export.num_records = manifest["num_records"]
+    export.num_tokens = manifest["num_tokens"]
+    export.num_bytes = sum(f["size"] for f in files.values())
+    export.status = ArtifactStatus.READY
+    export.save()
+    taint_refresh(source_ids=_version_source_ids(export.version))
 
 
 def _version_source_ids(version: MixtureVersion) -> list[int]:
@@ -671,14 +883,62 @@ def _version_seq_len(version_id: int) -> int:
 
 
 def run_resume_position(*, run_id: int, sample: int | None = None) -> dict[str, Any]:
-    """Where the run continues: mixture sample -> (pool, epoch, shard, record in shard),
-    by the Megatron blend schedule and a binary search over the pool's cumulative record
-    counts (shardcore); nothing is scanned. ``sample`` defaults to the consumed samples."""
+    """Where the run continues: ``shardcore.mixlocate.locate_mixture`` on the version's
+    schedule (stage, pool, shard, record, token offset; the same answer as ``shardyard
+    locate``), plus the pool's catalog row and the epoch of the pool being read. Nothing is
+    scanned for pools read at most once. ``sample`` defaults to the run's consumed
+    position: its consumed tokens when they agree with its consumed samples (then the
+    token offset into the next sample is exact), else its consumed samples."""
+    from shardcore.errors import ShardcoreError
+
+    run = TrainingRun.objects.select_related("mixture_version").get(pk=run_id)
+    version = run.mixture_version
+    if not _version_built(version):
+        return _resume_by_blend(run, sample)
+    from shardcore.mixlocate import locate_mixture
+    from shardcore.mixture import Mixture
+
+    try:
+        mix = Mixture(version.path)
+        seq_len = mix.seq_len
+        if sample is None and run.consumed_tokens // seq_len == run.consumed_samples:
+            where = locate_mixture(version.path, tokens=run.consumed_tokens)
+        else:
+            where = locate_mixture(
+                version.path, sample=run.consumed_samples if sample is None else sample
+            )
+    except ShardcoreError as exc:
+        raise CatalogError(f"run {run.name}: {exc}") from exc
+    pool_info = mix.pools[where["pool"]]
+    pools = {
+        os.path.abspath(c.pool.path): c.pool
+        for c in MixtureComponent.objects.filter(version=version).select_related("pool")
+    }
+    pool = pools.get(os.path.abspath(where["pool_path"]))
+    epoch = 0
+    if pool_info["epochs"] > 1:
+        # Repeated pools: the epoch is how often this pool was read before the sample.
+        # One vectorized pass over the int16 schedule prefix (2 bytes per sample).
+        before = int(np.count_nonzero(mix.pool_index[: where["sample"]] == where["pool"]))
+        epoch = before // int(pool_info["num_records"])
+    return {
+        **where,
+        "run": run.pk,
+        "pool": pool.name if pool else where["pool_key"],
+        "pool_index": where["pool"],
+        "pool_id": pool.pk if pool else None,
+        "epoch": epoch,
+        "shard_path": str(Path(where["pool_path"]) / where["shard_prefix"]),
+    }
+
+
+def _resume_by_blend(run: TrainingRun, sample: int | None) -> dict[str, Any]:
+    """Resume in a version without a schedule on disk: Megatron's blend over the
+    components' weights, then ``locate_pool`` in the pool read."""
     from shardcore.blend import build_blending_indices
     from shardcore.manifest import read_manifest
     from shardcore.resume import locate_pool
 
-    run = TrainingRun.objects.get(pk=run_id)
     sample = int(run.consumed_samples if sample is None else sample)
     comps = list(
         MixtureComponent.objects.filter(version_id=run.mixture_version_id)
@@ -801,6 +1061,15 @@ def flag_propagate(*, flag_id: int) -> int:
     if hit_versions:
         for run in TrainingRun.objects.filter(mixture_version__in=list(hit_versions)):
             taints.append(Taint(flag=flag, run=run, documents=hit_versions[run.mixture_version_id]))
+        # A materialized copy holds the tokens itself (configs only name the pools' files).
+        for export in Export.objects.filter(
+            version__in=list(hit_versions),
+            format=Export.Format.MATERIALIZED,
+            status=ArtifactStatus.READY,
+        ):
+            taints.append(
+                Taint(flag=flag, export=export, documents=hit_versions[export.version_id])
+            )
     with transaction.atomic():
         Taint.objects.filter(flag=flag).delete()
         Taint.objects.bulk_create(taints)

@@ -11,6 +11,11 @@ Claims are ``UPDATE ... WHERE state = 'queued'`` that must change exactly one ro
 completions are ``UPDATE ... WHERE state = 'running' AND attempts = <claimed attempt>``: a
 duplicate or stale delivery records nothing. Completions lock the job row, so counters and
 phase changes are serialized per job.
+
+A claim is a lease (``settings.SHARDYARD_UNIT_LEASE``, longer than the task hard time
+limit): a unit still "running" past it lost its worker (SIGKILL, OOM, lost host), and
+``job_retry`` / ``job_reap`` (``manage.py catalog jobs-reap``) queue it again. The broker
+may redeliver the lost task later too (acks_late); its claim then finds nothing to do.
 """
 
 from __future__ import annotations
@@ -18,10 +23,12 @@ from __future__ import annotations
 import logging
 import traceback
 from collections.abc import Iterable
+from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
@@ -115,13 +122,15 @@ def _phase_start(job: Job, phase: int) -> None:
     _enqueue_finalize(job.pk)
 
 
-def _enqueue_units(job_id: int, phase: int) -> None:
+def _enqueue_units(job_id: int, phase: int, unit_ids: list[int] | None = None) -> None:
     def send() -> None:
         from workers.tasks import job_unit_run
 
         ids = JobUnit.objects.filter(
             job_id=job_id, phase=phase, state=UnitState.QUEUED
         ).values_list("pk", flat=True)
+        if unit_ids is not None:
+            ids = ids.filter(pk__in=unit_ids)
         for pk in ids.iterator():
             job_unit_run.apply_async(kwargs={"unit_id": pk})
 
@@ -324,25 +333,79 @@ def job_cancel(*, job_id: int) -> Job:
     return job
 
 
-def job_retry(*, job_id: int, include_running: bool = False) -> Job:
+def unit_lease(seconds: int | None = None) -> timedelta:
+    """How long a claim holds: a unit running longer than this lost its worker."""
+    return timedelta(seconds=settings.SHARDYARD_UNIT_LEASE if seconds is None else seconds)
+
+
+def lost_units_q(*, lease_seconds: int | None = None) -> Q:
+    """Units claimed (state running) longer ago than the lease: their worker is gone, for
+    no live worker runs a task past the hard time limit, which the lease exceeds."""
+    cutoff = timezone.now() - unit_lease(lease_seconds)
+    return Q(state=UnitState.RUNNING, started_at__lt=cutoff)  # the claim sets started_at
+
+
+def _finalize_lost(job: Job, lease_seconds: int | None) -> bool:
+    return (
+        job.state == JobState.RUNNING
+        and job.phase >= job.num_phases
+        and job.finalize_claimed_at is not None
+        and job.finalize_claimed_at < timezone.now() - unit_lease(lease_seconds)
+    )
+
+
+def job_retry(
+    *, job_id: int, include_running: bool = False, lease_seconds: int | None = None
+) -> Job:
     """Rerun only the units that did not succeed (finished units keep their output and
-    their completion markers). ``include_running`` also requeues units marked running,
-    for when the worker that held them is gone (SIGKILL, lost host); shardcore units are
-    idempotent, so a unit that was in fact still running produces the same bytes."""
+    their completion markers). Units running longer than the lease
+    (``settings.SHARDYARD_UNIT_LEASE``) are lost and always queued again; on a job that is
+    still active, only they are. ``include_running`` also requeues units running within
+    the lease, for when the worker that held them is known to be gone (SIGKILL, lost
+    host); shardcore units are idempotent, so a unit that was in fact still running
+    produces the same bytes."""
     with transaction.atomic():
         job = Job.objects.select_for_update().get(pk=job_id)
         if job.state == JobState.SUCCEEDED:
             raise JobError(f"job {job.pk} succeeded; nothing to retry")
+        lost = list(
+            JobUnit.objects.filter(lost_units_q(lease_seconds=lease_seconds), job=job)
+            .order_by("id")
+            .values_list("pk", "unit_id", "worker")
+        )
+        lost_ids = [pk for pk, _, _ in lost]
+        if lost:
+            workers = ", ".join(sorted({w or "?" for _, _, w in lost}))
+            _log(job, f"{len(lost)} unit(s) lost: claimed by {workers} longer ago than the "
+                      f"lease of {unit_lease(lease_seconds)}")  # fmt: skip
         if job.state in ACTIVE_JOB_STATES and not include_running:
-            raise JobError(
-                f"job {job.pk} is {job.state}; retry it when it failed or was cancelled, "
-                "or pass include_running when its worker is gone"
+            finalize_lost = _finalize_lost(job, lease_seconds)
+            if not lost and not finalize_lost:
+                raise JobError(
+                    f"job {job.pk} is {job.state} and none of its units is lost (running "
+                    f"longer than the lease of {unit_lease(lease_seconds)}); retry it when it "
+                    "failed or was cancelled, or pass include_running when its worker is gone"
+                )
+            # The rest of the job goes on as it is: only the lost work is queued again.
+            requeued = JobUnit.objects.filter(pk__in=lost_ids, state=UnitState.RUNNING).update(
+                state=UnitState.QUEUED, error="lost with its worker; queued again"
             )
+            if requeued:
+                _log(job, f"retry: {requeued} lost unit(s) requeued")
+                _enqueue_units(job.pk, job.phase, unit_ids=lost_ids)
+            if finalize_lost:
+                job.finalize_claimed_at = None
+                _log(job, "retry: finalize lost with its worker; queued again")
+                _enqueue_finalize(job.pk)
+            job.save()
+            return job
         states = [UnitState.FAILED, UnitState.CANCELLED, UnitState.QUEUED]
         if include_running:
             states.append(UnitState.RUNNING)
-        requeued = JobUnit.objects.filter(job=job, phase=job.phase, state__in=states).update(
-            state=UnitState.QUEUED, error=""
+        requeued = (
+            JobUnit.objects.filter(job=job, phase=job.phase)
+            .filter(Q(state__in=states) | Q(pk__in=lost_ids))
+            .update(state=UnitState.QUEUED, error="")
         )
         # Later phases were cancelled or never started: they wait for this phase again.
         JobUnit.objects.filter(job=job, phase__gt=job.phase).exclude(
@@ -365,6 +428,31 @@ def job_retry(*, job_id: int, include_running: bool = False) -> Job:
             _enqueue_units(job.pk, job.phase)
         job.save()
     return job
+
+
+def job_reap(*, lease_seconds: int | None = None) -> list[Job]:
+    """Queue again the lost work of every active job: units (and finalize steps) claimed
+    longer ago than the lease. For cron or an operator after losing a worker host; returns
+    the jobs it touched. Idempotent: a second run finds nothing lost."""
+    cutoff = timezone.now() - unit_lease(lease_seconds)
+    job_ids = set(
+        JobUnit.objects.filter(
+            lost_units_q(lease_seconds=lease_seconds), job__state__in=ACTIVE_JOB_STATES
+        ).values_list("job_id", flat=True)
+    ) | set(
+        Job.objects.filter(
+            state=JobState.RUNNING,
+            phase__gte=F("num_phases"),
+            finalize_claimed_at__lt=cutoff,
+        ).values_list("pk", flat=True)
+    )
+    reaped = []
+    for job_id in sorted(job_ids):
+        try:
+            reaped.append(job_retry(job_id=job_id, lease_seconds=lease_seconds))
+        except JobError:
+            continue  # it finished or was cancelled meanwhile, or its work came back
+    return reaped
 
 
 # --- helpers shared with selectors ------------------------------------------------------

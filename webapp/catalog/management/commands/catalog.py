@@ -9,7 +9,10 @@ from django.core.management.base import BaseCommand, CommandError
 
 
 class Command(BaseCommand):
-    help = "Register and scan sources, tokenize, build pools and mixture versions, register runs, flag data, cancel or retry jobs."
+    help = (
+        "Register and scan sources, tokenize, build pools and mixture versions, materialize "
+        "and export them, register runs, flag data, cancel, retry or reap jobs."
+    )
 
     def add_arguments(self, parser):
         sub = parser.add_subparsers(dest="action", required=True)
@@ -34,6 +37,16 @@ class Command(BaseCommand):
         p.add_argument("components", help='JSON: [{"pool": 1, "weight": 0.7}, ...]')
         p.add_argument("--token-budget", type=int, required=True)
         p.add_argument("--seed", type=int, default=0)
+        p.add_argument("--stages", help='JSON: [{"name": "anneal", "tokens": 100000}]')
+        p.add_argument("--order", default="blend", choices=["blend", "diversity", "random"])
+        p.add_argument("--max-repetitions", type=float, default=4.0)
+        p = sub.add_parser("materialize", help="start a job writing a version as shards")
+        p.add_argument("version_id", type=int)
+        p.add_argument("--shard-bytes", type=int, default=64 << 20)
+        p = sub.add_parser("export", help="write a version as a trainer config file")
+        p.add_argument("version_id", type=int)
+        p.add_argument("format", choices=["megatron", "olmo", "olmo-core", "nanotron", "json"])
+        p.add_argument("--global-batch-size", type=int, help="nanotron: samples per step")
         p = sub.add_parser("run-register")
         p.add_argument("name")
         p.add_argument("mixture_version_id", type=int)
@@ -54,6 +67,10 @@ class Command(BaseCommand):
             if name == "job-retry":
                 p.add_argument("--include-running", action="store_true",
                                help="also rerun units whose worker is gone")  # fmt: skip
+        p = sub.add_parser(
+            "jobs-reap", help="requeue units of active jobs claimed longer ago than the lease"
+        )
+        p.add_argument("--lease", type=int, help="seconds (default: SHARDYARD_UNIT_LEASE)")
 
     def handle(self, *args, action: str, **o):
         from webapp.catalog import services as s
@@ -83,8 +100,24 @@ class Command(BaseCommand):
                 v = s.mixture_version_create(
                     mixture_id=mixture.pk, components=json.loads(o["components"]),
                     token_budget=o["token_budget"], seed=o["seed"],
+                    stages=json.loads(o["stages"]) if o["stages"] else None,
+                    order=o["order"], max_repetitions=o["max_repetitions"],
                 )  # fmt: skip
-                out = f"mixture version {v.pk}: {mixture.name} v{v.number}"
+                out = (
+                    f"mixture version {v.pk}: {mixture.name} v{v.number}, {v.num_samples} "
+                    f"samples, {v.num_tokens} tokens, fingerprint {v.fingerprint}"
+                )
+            elif action == "materialize":
+                job = s.mixture_version_materialize(
+                    version_id=o["version_id"], shard_bytes=o["shard_bytes"]
+                )
+                out = f"materialize of mixture version {o['version_id']}: job {job.pk} {job.state}"
+            elif action == "export":
+                export = s.mixture_version_export(
+                    version_id=o["version_id"], fmt=o["format"],
+                    global_batch_size=o["global_batch_size"],
+                )  # fmt: skip
+                out = f"export {export.pk} {export.format}: {export.path}"
             elif action == "run-register":
                 run = s.run_register(name=o["name"], mixture_version_id=o["mixture_version_id"])
                 out = f"run {run.pk} {run.name}"
@@ -104,9 +137,18 @@ class Command(BaseCommand):
             elif action == "job-cancel":
                 job = jobs.job_cancel(job_id=o["job_id"])
                 out = f"job {job.pk} {job.state}"
-            else:
+            elif action == "job-retry":
                 job = jobs.job_retry(job_id=o["job_id"], include_running=o["include_running"])
                 out = f"job {job.pk} {job.state}"
+            else:
+                reaped = jobs.job_reap(lease_seconds=o["lease"])
+                out = (
+                    "\n".join(
+                        f"job {job.pk}: {job.log_tail.splitlines()[-1].split(' ', 2)[-1]}"
+                        for job in reaped
+                    )
+                    or "no lost units"
+                )
         except (s.CatalogError, jobs.JobError, ValueError) as exc:
             raise CommandError(str(exc)) from exc
         self.stdout.write(out)

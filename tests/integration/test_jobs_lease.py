@@ -1,0 +1,130 @@
+"""A claim is a lease: a unit left "running" by a SIGKILLed worker is lost once its claim is
+older than SHARDYARD_UNIT_LEASE, and ``job_retry`` (without include_running) or
+``manage.py catalog jobs-reap`` queue it again; the job then finishes with the bytes of a
+clean run. Real ``celery worker`` subprocesses, Redis and Postgres; the lease is set short
+(1 s) only where the test waits for it to pass."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from shardcore.tokenize import tokenize
+from tests.integration.test_jobs_workers import (
+    catalog_env,
+    shard_bytes,
+    stdlib_docs,
+    wait_job,
+    write_jsonl,
+)
+from tests.support.services import ROOT, wait_for, worker_env
+from webapp.catalog import services
+from webapp.jobs import services as jobs
+from webapp.jobs.models import Job, JobState, JobUnit, UnitState
+
+pytestmark = pytest.mark.services
+__all__ = ["catalog_env"]
+
+UNIT_BYTES = 2 << 20
+
+
+def _source(root: Path):
+    # Three files of real text, ~1.5 MB each: one tokenize unit per file, long enough
+    # (a few hundred ms) to be caught running.
+    d = root / "lease"
+    for k, (n, offset) in enumerate(((50, 0), (50, 50), (57, 100))):
+        write_jsonl(d / f"part-{k}.jsonl", stdlib_docs(n, offset=offset))
+    return services.source_register(name="lease", uri=str(d))
+
+
+def _kill_mid_unit(celery_workers, job_id: int) -> JobUnit:
+    """Start a worker, SIGKILL it while it runs a unit; returns that unit, left running.
+    A unit can finish between seeing it running and the kill: then try again on the next."""
+    for attempt in range(3):
+        worker = celery_workers(f"doomed{attempt}")
+        unit = wait_for(
+            lambda: JobUnit.objects.filter(job_id=job_id, state=UnitState.RUNNING).first(),
+            timeout=120,
+            interval=0.005,
+            what="a unit running",
+        )
+        worker.kill()
+        stuck = JobUnit.objects.get(pk=unit.pk)
+        if stuck.state == UnitState.RUNNING and stuck.attempts == unit.attempts:
+            return stuck
+    raise AssertionError("every unit finished before its worker was killed")
+
+
+def _lost(unit: JobUnit, lease: int = 1):
+    return JobUnit.objects.filter(jobs.lost_units_q(lease_seconds=lease), pk=unit.pk).exists()
+
+
+def _clean_run(catalog_env: Path, out: Path) -> dict[str, bytes]:
+    files = sorted(str(p) for p in (catalog_env / "lease").iterdir())
+    tokenize(files, str(out), shard_size=256 << 10, unit_bytes=UNIT_BYTES)
+    return shard_bytes(out)
+
+
+def test_it_requeues_a_lost_unit_on_retry_without_the_flag(
+    postgres, redis_url, celery_workers, catalog_env, settings, tmp_path
+):
+    source = _source(catalog_env)
+    ts = services.tokenized_source_build(
+        source_id=source.pk, shard_size=256 << 10, unit_bytes=UNIT_BYTES
+    )
+    unit = _kill_mid_unit(celery_workers, ts.job_id)
+
+    # Within the lease (hours by default) the unit may still be running somewhere.
+    with pytest.raises(jobs.JobError, match="none of its units is lost"):
+        jobs.job_retry(job_id=ts.job_id)
+    settings.SHARDYARD_UNIT_LEASE = 1
+    wait_for(lambda: _lost(unit), timeout=30, what="the claim to outlive a 1 s lease")
+    jobs.job_retry(job_id=ts.job_id)
+    rescuer = celery_workers("rescuer")
+    job = wait_job(ts.job_id)
+
+    assert job.state == JobState.SUCCEEDED, job.log_tail + rescuer.log()
+    unit.refresh_from_db()
+    assert unit.state == UnitState.SUCCEEDED and unit.attempts == 2
+    assert unit.worker.startswith("rescuer@")
+    assert "1 unit(s) lost: claimed by doomed" in job.log_tail
+    assert shard_bytes(Path(ts.path)) == _clean_run(catalog_env, tmp_path / "clean")
+
+
+def test_it_reaps_lost_units_from_the_command_line(
+    postgres, redis_url, celery_workers, catalog_env, celery_queue, tmp_path
+):
+    source = _source(catalog_env)
+    ts = services.tokenized_source_build(
+        source_id=source.pk, shard_size=256 << 10, unit_bytes=UNIT_BYTES
+    )
+    unit = _kill_mid_unit(celery_workers, ts.job_id)
+
+    def reap(lease: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "manage.py", "catalog", "jobs-reap"],
+            cwd=ROOT,
+            env=worker_env(SHARDYARD_QUEUE=celery_queue, SHARDYARD_UNIT_LEASE=lease),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    assert reap("86400") == "no lost units"
+    assert JobUnit.objects.get(pk=unit.pk).state == UnitState.RUNNING
+    wait_for(lambda: _lost(unit), timeout=30, what="the claim to outlive a 1 s lease")
+    assert reap("1") == f"job {ts.job_id}: retry: 1 lost unit(s) requeued"
+    assert JobUnit.objects.get(pk=unit.pk).state == UnitState.QUEUED
+    assert reap("1") == "no lost units"  # nothing runs now: nothing is lost
+    celery_workers("rescuer")
+    job = wait_job(ts.job_id)
+
+    assert job.state == JobState.SUCCEEDED, job.log_tail
+    assert not JobUnit.objects.filter(job=job).exclude(state=UnitState.SUCCEEDED).exists()
+    assert Job.objects.get(pk=job.pk).documents == source.num_documents  # none twice
+    assert shard_bytes(Path(ts.path)) == _clean_run(catalog_env, tmp_path / "clean")
