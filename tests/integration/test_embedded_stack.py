@@ -1,6 +1,7 @@
 """``make run``'s stack, for real: ``manage.py runstack`` in a fresh data directory with no
 DATABASE_URL or CELERY_BROKER_URL (so SQLite and the filesystem broker), its web server
-answering, its worker running a task, and Ctrl-C stopping both."""
+answering, its worker running a task and the whole demo pipeline, and Ctrl-C stopping
+everything."""
 
 import os
 import signal
@@ -52,6 +53,7 @@ def embedded_env(tmp_path):
         SHARDYARD_QUEUE="embedded-test",
         SHARDYARD_ADMIN_USER="admin",
         SHARDYARD_ADMIN_PASSWORD="correct-horse-battery",
+        SHARDYARD_DEMO_BYTES="60000",  # a small demo: the pipeline, not the volume, is tested
     )
     return env
 
@@ -93,6 +95,14 @@ def test_it_serves_pages_and_runs_tasks_with_sqlite_and_the_filesystem_broker(
         assert ping.returncode == 0, ping.stderr + (tmp_path / "runstack.log").read_text()
         assert "answered via filesystem" in ping.stdout
         assert (tmp_path / "data" / "shardyard.sqlite3").exists()
+
+        # The demo loads in the background through the same worker: sources, pools, mixture.
+        wait_for(
+            lambda: "[demo] demo ready" in (tmp_path / "runstack.log").read_text(),
+            timeout=300,
+            interval=1,
+            what="the demo to load",
+        )
     finally:
         os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C in the terminal sends
         proc.wait(timeout=60)

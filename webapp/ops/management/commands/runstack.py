@@ -1,5 +1,6 @@
 """``make run``: migrate, ensure an admin, then run the web server and one Celery worker
-side by side until Ctrl-C, which stops both."""
+side by side until Ctrl-C, which stops both; the first time, the demo corpus is loaded in
+the background (``load_demo``) so that every page has real data within minutes."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
+from webapp.env import env_bool, env_int
 from workers.celery import ensure_broker_dirs
 
 
@@ -25,8 +27,11 @@ class Command(BaseCommand):
             "--port", type=int, default=int(os.environ.get("SHARDYARD_PORT", "8000"))
         )
         parser.add_argument("--concurrency", type=int, default=1)
+        parser.add_argument(
+            "--no-demo", action="store_true", help="do not load the demo (also SHARDYARD_DEMO=0)"
+        )
 
-    def handle(self, *args, host, port, concurrency, **options):
+    def handle(self, *args, host, port, concurrency, no_demo, **options):
         settings.DATA_ROOT.mkdir(parents=True, exist_ok=True)
         for root in settings.SOURCE_ROOTS:
             root.mkdir(parents=True, exist_ok=True)
@@ -59,16 +64,25 @@ class Command(BaseCommand):
         self.stdout.write(
             self.style.SUCCESS(f"Shardyard is running at http://{host}:{port}/  (Ctrl-C stops it)")
         )
+        helpers = []
+        if env_bool("SHARDYARD_DEMO", True) and not no_demo:
+            demo_bytes = env_int("SHARDYARD_DEMO_BYTES", 4_000_000, minimum=1000)
+            helpers.append(
+                subprocess.Popen(
+                    [python, "manage.py", "load_demo", "--max-bytes", str(demo_bytes)],
+                    cwd=settings.BASE_DIR,
+                )
+            )
         try:
             while all(p.poll() is None for p in procs):
                 time.sleep(0.5)
         except KeyboardInterrupt:
             pass
         finally:
-            for p in procs:
+            for p in helpers + procs:
                 if p.poll() is None:
                     p.send_signal(signal.SIGTERM)
-            for p in procs:
+            for p in helpers + procs:
                 try:
                     p.wait(timeout=20)
                 except subprocess.TimeoutExpired:
