@@ -171,3 +171,17 @@ def test_it_measures_a_built_pool_and_compares_the_four_shuffles(login, catalog,
         assert f"\\u003Cb\\u003E{name}\\u003C/b\\u003E" in body
     assert "ideal bound" in body
     assert "worst label" in body
+
+
+def test_it_shows_a_tainted_materialized_copy_on_the_overview_and_the_flag_page(login, catalog):
+    from webapp.catalog.models import ArtifactStatus, Export, Taint
+
+    copy = Export.objects.create(
+        version=catalog["version"], format=Export.Format.MATERIALIZED, path="/tmp/copy",
+        status=ArtifactStatus.READY,
+    )  # fmt: skip
+    Taint.objects.create(flag=catalog["flag"], export=copy, documents=3)
+    c = login("viewer")
+    label = f"materialized copy of {catalog['version']}"
+    assert label in c.get("/").content.decode()
+    assert label in c.get(f"/audit/flags/{catalog['flag'].pk}/").content.decode()

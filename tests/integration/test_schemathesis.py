@@ -10,6 +10,7 @@ import pytest
 from rest_framework.authtoken.models import Token
 
 from tests.integration.dashboard_fixtures import catalog, users  # noqa: F401
+from workers.celery import ensure_broker_dirs
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -19,9 +20,9 @@ SCHEMATHESIS = Path(sys.executable).with_name("schemathesis")
 def test_it_answers_every_generated_request_without_a_server_error(
     live_server, users, catalog, celery_queue, settings
 ):
-    # Job retries enqueue units: into this session's own queue of the filesystem broker.
-    for key in ("data_folder_in", "processed_folder"):
-        Path(settings.CELERY_BROKER_TRANSPORT_OPTIONS[key]).mkdir(parents=True, exist_ok=True)
+    # Job retries enqueue units into this session's own queue (Redis in CI, the filesystem
+    # broker locally, whose folders must exist).
+    ensure_broker_dirs()
     token = Token.objects.get_or_create(user=users["editor"])[0].key
     out = subprocess.run(
         [

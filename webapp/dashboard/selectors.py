@@ -89,6 +89,7 @@ def overview_catalog() -> dict:
         "pool",
         "mixture_version__mixture",
         "run",
+        "export__version__mixture",
     ).order_by("-created_at")[:20]
     from django.urls import reverse
 
@@ -129,6 +130,9 @@ def taint_describe(t) -> dict:
         url = reverse("dashboard:mixture_version", args=[t.mixture_version_id])
     elif t.pool_id:
         label, url = f"pool {target.name}", reverse("dashboard:pool", args=[t.pool_id])
+    elif t.export_id:
+        label = f"materialized copy of {target.version}"
+        url = reverse("dashboard:mixture_version", args=[target.version_id])
     else:
         label = f"tokenized {target.source.name} ({target.tokenizer.spec})"
         url = reverse("dashboard:source", args=[target.source_id])
@@ -831,6 +835,7 @@ def flag_detail(*, flag_id: int) -> dict:
         "pool",
         "mixture_version__mixture",
         "run",
+        "export__version__mixture",
     ).order_by("id")
     return {"flag": flag, "taints": [taint_describe(t) for t in taints]}
 
