@@ -4,6 +4,8 @@ downloaded browser, against pytest-django's live server backed by the test datab
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -81,3 +83,65 @@ def login(page, live_server, django_user_model):
         return page
 
     return do
+
+
+@dataclass
+class Stack:
+    """The live server's source root and data root, shared with a real Celery worker."""
+
+    root: Path
+    data: Path
+    start_worker: Callable[[], object]
+
+    def corpus(self, max_bytes_per_source: int = 120_000) -> dict[str, Path]:
+        """The demo corpus (CPython's standard library as four sources) under the root."""
+        from shardcore.demo import build_demo_corpus
+
+        return build_demo_corpus(self.root / "demo", max_bytes_per_source=max_bytes_per_source)
+
+    def wait_job(self, job_id: int, timeout: float = 180):
+        from tests.support.services import wait_for
+        from webapp.jobs.models import Job
+
+        job = wait_for(
+            lambda: (j := Job.objects.get(pk=job_id)).is_active is False and j,
+            timeout=timeout,
+            interval=0.3,
+            what=f"job {job_id} to finish",
+        )
+        assert job.state == "succeeded", job.log_tail
+        return job
+
+    def tokenized(self, name: str, directory: Path, properties=("kind", "lang", "package")):
+        """A registered source tokenized by the worker (setup for the later journeys)."""
+        from webapp.catalog import services
+
+        source = services.source_register(
+            name=name, uri=str(directory), metadata_fields=list(properties)
+        )
+        ts = services.tokenized_source_build(source_id=source.pk)
+        self.wait_job(ts.job_id)
+        ts.refresh_from_db()
+        return ts
+
+    def pool(self, name: str, tokenized, seq_len: int = 256):
+        from webapp.catalog import services
+
+        pool = services.pool_build(name=name, tokenized_ids=[tokenized.pk], seq_len=seq_len)
+        self.wait_job(pool.job_id)
+        pool.refresh_from_db()
+        return pool
+
+
+@pytest.fixture
+def stack(transactional_db, redis_url, celery_workers, settings, monkeypatch, tmp_path):
+    """Source and data roots for the live server (this process) and for the worker
+    subprocess, which ``stack.start_worker()`` starts (once per test)."""
+    root, data = tmp_path / "sources", tmp_path / "data"
+    root.mkdir()
+    data.mkdir()
+    settings.SOURCE_ROOTS = [root]
+    settings.DATA_ROOT = data
+    monkeypatch.setenv("SHARDYARD_SOURCE_ROOTS", str(root))
+    monkeypatch.setenv("SHARDYARD_DATA", str(data))
+    return Stack(root=root, data=data, start_worker=lambda: celery_workers("browser"))

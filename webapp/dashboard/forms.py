@@ -55,3 +55,48 @@ class FlagForm(forms.Form):
         except ValueError:
             raise forms.ValidationError("document ids are integers separated by commas") from None
         return ids or None
+
+
+class TokenizeForm(forms.Form):
+    tokenizer = forms.CharField(
+        max_length=200,
+        required=False,
+        help_text="tiktoken:<encoding> or hf:<path>; empty for the default",
+    )
+
+    def clean_tokenizer(self) -> str | None:
+        return (self.cleaned_data.get("tokenizer") or "").strip() or None
+
+
+class PoolBuildForm(forms.Form):
+    name = forms.SlugField(max_length=100)
+    tokenized_ids = forms.ModelMultipleChoiceField(
+        queryset=None, label="Tokenized sources", widget=forms.SelectMultiple(attrs={"size": 4})
+    )
+    seq_len = forms.IntegerField(min_value=1, initial=2048, label="Sequence length")
+    filter = forms.CharField(
+        max_length=2000, required=False, help_text="a DuckDB expression, e.g. kind = 'prose'"
+    )
+    shuffle = forms.ChoiceField(
+        choices=[(s, s) for s in ("exact", "grid", "local", "buffer")], initial="exact"
+    )
+    seed = forms.IntegerField(min_value=0, initial=0)
+    val_fraction = forms.FloatField(
+        min_value=0.0, max_value=0.5, initial=0.0, label="Validation fraction"
+    )
+
+    def __init__(self, *args, **kwargs):
+        from webapp.catalog.models import ArtifactStatus, TokenizedSource
+
+        super().__init__(*args, **kwargs)
+        self.fields["tokenized_ids"].queryset = (
+            TokenizedSource.objects.filter(status=ArtifactStatus.READY)
+            .select_related("source", "tokenizer")
+            .order_by("source__name", "-pk")
+        )
+        self.fields["tokenized_ids"].label_from_instance = lambda t: (
+            f"{t.source.name} · {t.tokenizer.spec} · {t.num_tokens} tokens (#{t.pk})"
+        )
+
+    def clean_tokenized_ids(self) -> list[int]:
+        return [t.pk for t in self.cleaned_data["tokenized_ids"]]

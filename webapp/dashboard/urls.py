@@ -9,7 +9,9 @@ urlpatterns = [
     path("sources/register/", catalog.source_register, name="source_register"),
     path("sources/<int:source_id>/", catalog.source_detail, name="source"),
     path("sources/<int:source_id>/scan/", catalog.source_scan, name="source_scan"),
+    path("sources/<int:source_id>/tokenize/", catalog.source_tokenize, name="source_tokenize"),
     path("pools/", catalog.pool_list, name="pools"),
+    path("pools/build/", catalog.pool_build, name="pool_build"),
     path("pools/<int:pool_id>/", catalog.pool_detail, name="pool"),
     path("mixtures/", catalog.mixture_list, name="mixtures"),
     path("mixtures/<int:mixture_id>/", catalog.mixture_detail, name="mixture"),
@@ -17,6 +19,11 @@ urlpatterns = [
     path("mixtures/new/predict.json", builder.mixture_predict, name="mixture_predict"),
     path("mixtures/new/save/", builder.mixture_save, name="mixture_save"),
     path("mixtures/versions/<int:version_id>/", catalog.mixture_version, name="mixture_version"),
+    path(
+        "mixtures/versions/<int:version_id>/materialize/",
+        catalog.mixture_version_materialize,
+        name="mixture_version_materialize",
+    ),
     path(
         "mixtures/versions/<int:version_id>/version.json",
         catalog.mixture_version_json,

@@ -5,7 +5,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from webapp.dashboard import selectors
-from webapp.dashboard.forms import SourceRegisterForm
+from webapp.dashboard.forms import PoolBuildForm, SourceRegisterForm, TokenizeForm
 from webapp.dashboard.permissions import require_role
 
 
@@ -48,13 +48,53 @@ def source_scan(request, source_id: int):
 
 def source_detail(request, source_id: int):
     ctx = selectors.source_detail(source_id=source_id)
-    return render(request, "dashboard/sources/detail.html", ctx)
+    return render(
+        request, "dashboard/sources/detail.html", {**ctx, "tokenize_form": TokenizeForm()}
+    )
+
+
+@require_POST
+def source_tokenize(request, source_id: int):
+    from webapp.catalog.services import CatalogError, tokenized_source_build
+
+    require_role(request.user, "editor")
+    form = TokenizeForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, form.errors.as_text())
+        return redirect("dashboard:source", source_id=source_id)
+    try:
+        ts = tokenized_source_build(
+            source_id=source_id, tokenizer=form.cleaned_data["tokenizer"], created_by=request.user
+        )
+    except CatalogError as e:
+        messages.error(request, str(e))
+        return redirect("dashboard:source", source_id=source_id)
+    messages.success(request, f"Tokenizing {ts.source.name} with {ts.tokenizer.spec}.")
+    return redirect("dashboard:job", job_id=ts.job_id)
 
 
 def pool_list(request):
-    return render(
-        request, "dashboard/pools/list.html", selectors.pool_page(page=request.GET.get("page", 1))
-    )
+    ctx = selectors.pool_page(page=request.GET.get("page", 1))
+    return render(request, "dashboard/pools/list.html", {**ctx, "form": PoolBuildForm()})
+
+
+@require_POST
+def pool_build(request):
+    from shardcore.errors import ShardcoreError
+    from webapp.catalog.services import CatalogError, pool_build
+
+    require_role(request.user, "editor")
+    form = PoolBuildForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, form.errors.as_text())
+        return redirect("dashboard:pools")
+    try:
+        pool = pool_build(**form.cleaned_data, created_by=request.user)
+    except (CatalogError, ShardcoreError) as e:
+        messages.error(request, str(e))
+        return redirect("dashboard:pools")
+    messages.success(request, f"Building pool {pool.name}.")
+    return redirect("dashboard:job", job_id=pool.job_id)
 
 
 def pool_detail(request, pool_id: int):
@@ -77,6 +117,20 @@ def mixture_detail(request, mixture_id: int):
 def mixture_version(request, version_id: int):
     ctx = selectors.mixture_version_detail(version_id=version_id)
     return render(request, "dashboard/mixtures/version.html", ctx)
+
+
+@require_POST
+def mixture_version_materialize(request, version_id: int):
+    from webapp.catalog.services import CatalogError, mixture_version_materialize
+
+    require_role(request.user, "editor")
+    try:
+        job = mixture_version_materialize(version_id=version_id, created_by=request.user)
+    except CatalogError as e:
+        messages.error(request, str(e))
+        return redirect("dashboard:mixture_version", version_id=version_id)
+    messages.success(request, "Materializing: the samples are written in schedule order.")
+    return redirect("dashboard:job", job_id=job.pk)
 
 
 def run_list(request):
