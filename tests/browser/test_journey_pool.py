@@ -1,0 +1,65 @@
+"""Journey: build a pool from two tokenized sources with the form on the pools page, follow
+its job, then read the pool's shuffle-quality charts."""
+
+import pytest
+
+pytestmark = [pytest.mark.browser, pytest.mark.services, pytest.mark.django_db(transaction=True)]
+
+
+def test_it_builds_a_pool_in_the_browser_and_shows_its_quality_charts(
+    page, live_server, login, screenshot, stack
+):
+    corpus = stack.corpus()
+    stack.start_worker()
+    docstrings = stack.tokenized("docstrings", corpus["docstrings"].parent)
+    reference = stack.tokenized("reference", corpus["reference"].parent)
+    login("ada", superuser=True)
+
+    page.click("nav >> text=Pools")
+    page.fill("#id_name", "english-prose")
+    page.select_option(
+        "#id_tokenized_ids", [str(docstrings.pk), str(reference.pk)]
+    )  # both sources' documents are shuffled together
+    page.fill("#id_seq_len", "256")
+    page.fill("#id_filter", "lang = 'en'")
+    page.click("text=Build pool")
+
+    assert page.locator(".msg").first.inner_text() == "Building pool english-prose."
+    page.wait_for_function(
+        "document.querySelector('[data-field=state]').textContent === 'succeeded'",
+        timeout=120_000,
+    )
+
+    page.click("nav >> text=Pools")
+    page.click("text=english-prose")
+    assert "ready" in page.locator("h1").inner_text()
+    from webapp.catalog.models import Pool
+
+    pool = Pool.objects.get(name="english-prose")
+    expected_docs = docstrings.num_documents + reference.num_documents
+    assert pool.num_documents == expected_docs and pool.num_records > 100
+    facts = page.locator("dl.facts").first.inner_text()
+    assert f"{pool.num_records} × 256 tokens" in facts and "lang = 'en'" in facts
+
+    quality = page.locator(".card", has_text="Shuffle quality")
+    quality.locator(".js-plotly-plot").first.wait_for()
+    deviation = quality.locator(".js-plotly-plot").first
+    names = deviation.evaluate("(el) => el.data.map((t) => t.name)")
+    # One line per tokenized source (by input order), the worst of them, the ideal bound.
+    assert names == ["0", "1", "worst label", "ideal bound"], names
+    title = deviation.evaluate("(el) => el.layout.title.text")
+    assert title == "Window deviation vs window size"
+    # Shares of a window deviate by at most 1; the ideal bound shrinks as windows grow.
+    ys, ideal = deviation.evaluate(
+        "(el) => [el.data.slice(0, -1).map((t) => t.y), el.data.at(-1).y]"
+    )
+    assert all(0 <= y <= 1 for line in ys for y in line)
+    assert all(a > b for a, b in zip(ideal, ideal[1:]))
+    comparison = page.locator(".js-plotly-plot").nth(2)
+    comparison.scroll_into_view_if_needed()
+    annotations = comparison.evaluate(
+        "(el) => (el.layout.annotations || []).map((a) => a.text).join(' ')"
+    )
+    for shuffle in ("exact", "grid", "local", "buffer"):
+        assert shuffle in annotations
+    screenshot("05-pool-quality")
