@@ -54,7 +54,7 @@ def test_it_builds_a_pool_in_the_browser_and_shows_its_quality_charts(
         "(el) => [el.data.slice(0, -1).map((t) => t.y), el.data.at(-1).y]"
     )
     assert all(0 <= y <= 1 for line in ys for y in line)
-    assert all(a > b for a, b in zip(ideal, ideal[1:]))
+    assert all(a > b for a, b in zip(ideal, ideal[1:], strict=False))
     comparison = page.locator(".js-plotly-plot").nth(2)
     comparison.scroll_into_view_if_needed()
     annotations = comparison.evaluate(
