@@ -51,6 +51,15 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
     )
     p.add_argument("--grid-columns", type=int, help="grid shuffle: number of columns")
     p.add_argument("--buffer", type=int, help="buffer shuffle: buffer size in documents")
+    p.add_argument(
+        "--staging",
+        choices=("auto", "references", "tokens"),
+        default="auto",
+        help="what pass 1 writes for pass 2: references (a few bytes per document; pass 2 "
+        "reads the tokens from the inputs), tokens (a copy grouped by bucket, read "
+        "sequentially; for inputs where random reads are slow) or auto (default: references "
+        "unless an input is on a network or FUSE file system). Same pool bytes either way",
+    )
     p.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
     p.add_argument("--quiet", action="store_true", help="no progress line")
     p.add_argument("--json", action="store_true", help="print the manifest's totals as JSON")
@@ -89,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
             bos=args.bos,
             shard_size=args.shard_size,
             shuffle_options=options,
+            staging=args.staging,
         )
         itemsize = np.dtype(plan.meta["dtype"]).itemsize
         selected = sum(sum(i["tokens"]) for i in plan.meta["inputs"]) * itemsize
@@ -116,6 +126,8 @@ def run(args: argparse.Namespace) -> int:
         "shards": len(manifest["shards"]),
         "buckets": manifest["shuffle"]["num_buckets"],
         "val": manifest.get("val"),
+        # What "auto" chose; not in the manifest (either staging writes the same bytes).
+        "staging": plan.meta["staging"],
     }
     if args.json:
         print(json.dumps(totals, indent=1))

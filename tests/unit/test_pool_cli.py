@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
+from shardcore import units
 from shardcore.cli import main
 from shardcore.pool import Pool
 from tests.unit import pool_fixtures as pf
@@ -42,3 +45,32 @@ def test_it_reports_a_bad_filter_as_a_user_error(tmp_path, capsys):
     assert "unknown property 'colour'" in capsys.readouterr().err
     assert main(["locate", str(src), "--sample", "0"]) == 2
     assert "is not a pool" in capsys.readouterr().err
+
+
+def test_it_builds_the_same_pool_with_either_staging_from_the_command_line(tmp_path, capsys):
+    src = pf.write_tokenized(tmp_path / "src", pf.corpus("prose", 300), shard_docs=70)
+    built = {}
+    for staging in ("references", "tokens", "auto"):
+        out = tmp_path / staging
+        argv = ["pool", str(src), "--out", str(out), "--seq-len", "64", "--seed", "5"]
+        assert main([*argv, "--memory", "1MiB", "--staging", staging, "--quiet", "--json"]) == 0
+        totals = json.loads(capsys.readouterr().out)
+        # auto stages references on a local disk.
+        assert totals["staging"] == ("references" if staging == "auto" else staging)
+        built[staging] = {
+            p.relative_to(out).as_posix(): p.read_bytes()
+            for p in sorted(out.rglob("*"))
+            if p.is_file() and p.name != units.PLAN_NAME and units.MARKER_DIR not in p.parts
+        }
+    assert len([k for k in built["tokens"] if k.endswith(".bin")]) >= 1
+    assert built["tokens"] == built["references"] == built["auto"]
+
+
+def test_it_refuses_an_unknown_staging(tmp_path, capsys):
+    src = pf.write_tokenized(tmp_path / "src", pf.corpus("prose", 20), shard_docs=10)
+    argv = ["pool", str(src), "--out", str(tmp_path / "p"), "--seq-len", "8"]
+    with pytest.raises(SystemExit) as exit_:
+        main([*argv, "--staging", "copy"])
+    assert exit_.value.code == 2
+    assert "invalid choice: 'copy'" in capsys.readouterr().err
+    assert not (tmp_path / "p").exists()
