@@ -248,6 +248,10 @@ def test_it_creates_a_mixture_version_from_a_draft(api, catalog):
     assert resp.status_code == 400
     assert "wiki-2048 above max_repetitions=4" in resp.json()["detail"]
     assert api("viewer").post("/api/mixtures/", draft, format="json").status_code == 403
+    bad = {**draft, "order": "diversity", "order_options": {"by": [3]}}
+    resp = c.post("/api/mixtures/", bad, format="json")
+    assert resp.status_code == 400
+    assert "'by' lists document property names" in resp.json()["detail"]
 
 
 def test_it_refuses_a_pool_build_over_unknown_tokenized_sources(api, catalog):

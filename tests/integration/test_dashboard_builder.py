@@ -135,3 +135,84 @@ def test_it_refuses_to_save_a_version_that_repeats_a_pool_beyond_the_cap(login, 
     assert resp.status_code == 400
     assert "above max_repetitions=2" in resp.json()["error"]
     assert not MixtureVersion.objects.filter(mixture__name="too-much").exists()
+
+
+@pytest.fixture
+def stdlib_pools(tmp_path, settings):
+    """Three ready catalog pools over real pools of CPython standard-library modules
+    (tokenized with tiktoken, built by shardcore), split by package name."""
+    from shardcore.pool import Pool as PoolReader
+    from tests.unit import mix_fixtures
+    from webapp.catalog.models import ArtifactStatus, Pool
+
+    settings.DATA_ROOT = tmp_path / "data"
+    out = {}
+    for name, path in mix_fixtures.build_pools(tmp_path / "built", seq_len=32).items():
+        reader = PoolReader(path)
+        out[name] = Pool.objects.create(
+            name=f"stdlib-{name}",
+            status=ArtifactStatus.READY,
+            path=str(path),
+            seq_len=32,
+            num_records=reader.num_records,
+            fingerprint=reader.manifest["fingerprint"],
+        )
+    return out
+
+
+def test_it_saves_the_anneal_stage_and_the_diversity_order_into_the_schedule(login, stdlib_pools):
+    from shardcore.mixture import Mixture
+    from webapp.catalog.models import MixtureVersion
+
+    p = stdlib_pools
+    draft = {
+        "name": "stdlib-anneal",
+        "tokens": 32 * 3000,
+        "order": "diversity",
+        "order_options": {"by": ["package"]},
+        "rows": [
+            {"pool": p["early"].pk, "weight": 1},
+            {"pool": p["late"].pk, "weight": 1},
+            {"pool": p["middle"].pk, "weight": 1, "stage": "anneal"},
+        ],
+        "stages": [{"name": "anneal", "tokens": 32 * 500}],
+    }
+    resp = login("editor").post("/mixtures/new/save/", draft, content_type="application/json")
+    assert resp.status_code == 200, resp.content
+    version = MixtureVersion.objects.get(mixture__name="stdlib-anneal")
+    mix = Mixture(version.path)
+    manifest = mix.manifest
+    assert manifest["order"] == "diversity"
+    assert manifest["spec"]["order_options"] == {"by": ["package"]}
+    # The anneal stage takes the last 500 of 3000 samples, all from the middle pool.
+    stages = {s["name"]: s for s in manifest["stages"]}
+    assert (stages["main"]["first_sample"], stages["main"]["num_samples"]) == (0, 2500)
+    assert (stages["anneal"]["first_sample"], stages["anneal"]["num_samples"]) == (2500, 500)
+    keys = [pool["path"] for pool in manifest["pools"]]
+    middle = keys.index(p["middle"].path)
+    assert (mix.pool_index[2500:] == middle).all()
+    assert not (mix.pool_index[:2500] == middle).any()
+    # The catalog row records the same schedule.
+    assert [s["name"] for s in version.params["stages"]] == ["main", "anneal"]
+    assert {(c.pool_id, c.stage) for c in version.components.all()} == {
+        (p["early"].pk, "main"), (p["late"].pk, "main"), (p["middle"].pk, "anneal")
+    }  # fmt: skip
+
+
+def test_it_refuses_order_options_it_cannot_build(login, stdlib_pools):
+    draft = {
+        "name": "stdlib-bad",
+        "tokens": 32 * 100,
+        "order": "diversity",
+        "rows": [{"pool": stdlib_pools["early"].pk, "weight": 1}],
+    }
+    c = login("editor")
+    for options, message in [
+        ({"by": "package"}, "'by' lists document property names"),
+        ({"colour": 1}, "unknown ['colour']"),
+        ({"lambda": {"pool": -1}}, "weights >= 0"),
+    ]:
+        resp = c.post(
+            "/mixtures/new/save/", {**draft, "order_options": options}, "application/json"
+        )
+        assert resp.status_code == 400 and message in resp.json()["error"], options

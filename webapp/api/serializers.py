@@ -213,5 +213,9 @@ class MixtureVersionCreateSerializer(serializers.Serializer):
     seed = serializers.IntegerField(min_value=0, max_value=2**62, default=0)
     order = serializers.ChoiceField(choices=["blend", "diversity", "random"], default="blend")
     max_repetitions = serializers.FloatField(min_value=0.01, max_value=1e6, default=4.0)
+    order_options = serializers.DictField(
+        required=False,
+        help_text='diversity ordering options, e.g. {"by": ["language"], "length_bins": true}',
+    )
     rows = MixtureRowSerializer(many=True, min_length=1, max_length=1000)
     stages = MixtureStageSerializer(many=True, required=False, max_length=100)

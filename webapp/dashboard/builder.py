@@ -29,8 +29,12 @@ def spec_from_rows(
     seed: int = 0,
     order: str = "blend",
     max_repetitions: float = 4.0,
+    order_options: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """A ``shardcore.mixture.MixtureSpec`` dict whose pool keys are catalog pool ids."""
+    """A ``shardcore.mixture.MixtureSpec`` dict whose pool keys are catalog pool ids.
+    ``order_options`` tune the diversity ordering (``{"by": [...], "length_bins",
+    "lambda"}``, see ``shardcore.mixture``)."""
+    order_options = _order_options(order_options)
     by_stage: dict[str, list[dict]] = {}
     groups: dict[tuple[str, str], dict] = {}
     for i, row in enumerate(rows):
@@ -75,8 +79,44 @@ def spec_from_rows(
         "seed": int(seed),
         "order": order,
         "max_repetitions": float(max_repetitions),
+        "order_options": order_options,
         "stages": later,
     }
+
+
+def _order_options(options: Any) -> dict[str, Any]:
+    """The diversity ordering's options, checked here because shardcore reads them only
+    when it builds the schedule: ``by`` property names, ``length_bins`` on/off, ``lambda``
+    weights per characteristic."""
+    if not options:
+        return {}
+    if not isinstance(options, Mapping):
+        raise BuilderError('order options: an object, e.g. {"by": ["language"]}')
+    unknown = set(options) - {"by", "length_bins", "lambda"}
+    if unknown:
+        raise BuilderError(
+            f"order options: unknown {sorted(unknown)}; known: by, length_bins, lambda"
+        )
+    out: dict[str, Any] = {}
+    if "by" in options:
+        by = options["by"]
+        if not isinstance(by, list | tuple) or not all(isinstance(b, str) and b for b in by):
+            raise BuilderError("order options: 'by' lists document property names")
+        out["by"] = list(by)
+    if "length_bins" in options:
+        if not isinstance(options["length_bins"], bool):
+            raise BuilderError("order options: 'length_bins' is true or false")
+        out["length_bins"] = options["length_bins"]
+    if "lambda" in options:
+        lam = options["lambda"]
+        ok = isinstance(lam, Mapping) and all(
+            isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+            for v in lam.values()
+        )
+        if not ok:
+            raise BuilderError("order options: 'lambda' maps characteristics to weights >= 0")
+        out["lambda"] = {str(k): float(v) for k, v in lam.items()}
+    return out
 
 
 def predict(spec: Mapping[str, Any], pools: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:

@@ -954,6 +954,7 @@ def mixture_predict(*, payload: dict) -> dict:
             seed=int(payload.get("seed") or 0),
             order=str(payload.get("order") or "blend"),
             max_repetitions=float(payload.get("max_repetitions") or 4),
+            order_options=payload.get("order_options"),
         )
     except (builder.BuilderError, TypeError, ValueError) as e:
         return {"error": str(e)}

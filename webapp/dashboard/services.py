@@ -92,8 +92,10 @@ def run_progress_report(
 
 
 def mixture_version_save(*, name: str, description: str, spec: dict, created_by=None):
-    """Save the builder's spec as the next immutable version of mixture ``name`` (created
-    when new), through the catalog's services."""
+    """Save the builder's spec (``builder.spec_from_rows``) as the next immutable version of
+    mixture ``name`` (created when new), through the catalog's services: every stage with
+    its token count, the ordering and its options, and the repetition cap go into the
+    version's schedule."""
     from webapp.catalog.models import Mixture
     from webapp.catalog.services import mixture_create, mixture_version_create
     from webapp.dashboard.builder import version_components
@@ -107,6 +109,12 @@ def mixture_version_save(*, name: str, description: str, spec: dict, created_by=
             components=version_components(spec),
             token_budget=int(spec["tokens"]),
             seed=int(spec.get("seed", 0)),
+            stages=[
+                {"name": st["name"], "tokens": int(st["tokens"])} for st in spec.get("stages") or []
+            ],
+            order=str(spec.get("order", "blend")),
+            order_options=dict(spec.get("order_options") or {}),
+            max_repetitions=float(spec.get("max_repetitions", 4.0)),
             note=description,
             created_by=created_by,
         )
