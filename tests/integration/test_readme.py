@@ -1,0 +1,165 @@
+"""The README is the truth about how to run Shardyard: every command in its shell blocks is
+either run here (the ``shardyard`` walk-through on real text, the PyTorch resume loop,
+gunicorn serving the app) or mapped to the test that runs it; a command without an entry
+fails. The configuration table lists exactly the environment variables the code reads."""
+
+from __future__ import annotations
+
+import re
+import shlex
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+README = (ROOT / "README.md").read_text()
+BIN = Path(sys.executable).parent
+
+# The walk-through as written builds 2 MB of text per source; here 300 KB is enough.
+WALKTHROUGH_SUBSTITUTIONS = {"max_bytes_per_source=2_000_000": "max_bytes_per_source=300_000"}
+
+# Commands a test cannot run from here -> (test file, text that file must contain).
+EXERCISED_ELSEWHERE = {
+    "make run": ("tests/integration/test_embedded_stack.py", '"manage.py", "runstack"'),
+    "make test": ("Makefile", "-m pytest $(PYTEST_ARGS)"),
+    "torchrun pretrain_gpt.py": ("tests/integration/test_flow_pipeline.py", "get_blend_from_list"),
+    "manage.py runstack": ("tests/integration/test_embedded_stack.py", '"manage.py", "runstack"'),
+    "manage.py load_demo": ("tests/integration/test_demo_load.py", '"load_demo"'),
+    "manage.py ensure_admin": (
+        "webapp/ops/management/commands/runstack.py",
+        'call_command("ensure_admin")',  # run by the runstack test above
+    ),
+    "manage.py ping_workers": ("tests/integration/test_embedded_stack.py", '"ping_workers"'),
+    "manage.py catalog source-register": (
+        "tests/integration/test_commands.py",
+        '"source-register"',
+    ),
+    "manage.py catalog tokenize": ("tests/integration/test_commands.py", '_call("tokenize"'),
+    "manage.py catalog pool-build": ("tests/integration/test_commands.py", '"pool-build"'),
+    "manage.py catalog materialize": ("tests/integration/test_commands.py", '_call("materialize"'),
+    "manage.py catalog export": ("tests/integration/test_commands.py", '_call("export"'),
+    "manage.py catalog run-resume": ("tests/integration/test_commands.py", '"run-resume"'),
+    "manage.py catalog jobs-reap": ("tests/integration/test_jobs_lease.py", '"jobs-reap"'),
+    "manage.py migrate": ("tests/integration/test_embedded_stack.py", '"manage.py", "runstack"'),
+    "celery -A workers worker": (
+        "tests/support/services.py",
+        '"workers",\n                "worker"',
+    ),
+    "export DATABASE_URL=": ("tests/integration/test_settings.py", "DATABASE_URL"),
+    "export CELERY_BROKER_URL=": ("tests/integration/test_settings.py", "CELERY_BROKER_URL"),
+}
+RUN_HERE = ("python -c", "shardyard ", "gunicorn webapp.wsgi")
+# Read by the code but not configuration: Django's own bootstrap, a docstring example.
+NOT_SETTINGS = {"DJANGO_SETTINGS_MODULE", "SHARDYARD_TOKEN"}
+
+
+def blocks(language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", README, flags=re.S)
+
+
+def commands(block: str) -> list[str]:
+    """Shell commands of a block: continuation lines joined, comments dropped, ``&&`` and
+    ``&`` split; an executable path is reduced to its name."""
+    out = []
+    for line in block.replace("\\\n", " ").splitlines():
+        line = re.sub(r"\s+#\s.*$", "", line).strip()  # a trailing comment
+        for part in re.split(r"\s&&\s|\s&$|\s&\s", line):
+            part = part.strip().rstrip("&").strip()
+            if part:
+                out.append(re.sub(r"^(\.venv/bin/|\S*/)", "", part))
+    return out
+
+
+def all_commands() -> list[str]:
+    return [c for b in blocks("sh") for c in commands(b)]
+
+
+def test_it_maps_every_readme_command_to_a_test_that_runs_it():
+    unmapped = []
+    for command in all_commands():
+        if command.startswith(RUN_HERE):
+            continue
+        key = next((k for k in EXERCISED_ELSEWHERE if k in command), None)
+        if key is None:
+            unmapped.append(command)
+            continue
+        path, marker = EXERCISED_ELSEWHERE[key]
+        assert marker in (ROOT / path).read_text(), f"{command!r}: {path} lacks {marker!r}"
+    assert not unmapped, f"README commands no test exercises: {unmapped}"
+    assert commands(blocks("sh")[0]) == ["make run", "make test"]  # the quick start
+
+
+def test_it_documents_every_cli_command_with_an_example():
+    listed = subprocess.run(
+        [BIN / "shardyard", "--help"], capture_output=True, text=True, check=True
+    ).stdout
+    names = re.findall(r"^    (\w+)", listed, flags=re.M)
+    examples = {c.split()[1] for c in all_commands() if c.startswith("shardyard ")}
+    assert set(names) == examples, (names, examples)
+
+
+def test_it_runs_the_cli_walkthrough_and_the_resume_loop_on_real_text(tmp_path, monkeypatch):
+    (walkthrough,) = [b for b in blocks("sh") if "shardyard tokenize" in b]
+    for command in commands(walkthrough):
+        for old, new in WALKTHROUGH_SUBSTITUTIONS.items():
+            command = command.replace(old, new)
+        argv = shlex.split(command)
+        argv[0] = str(BIN / argv[0])
+        done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, f"{command}\n{done.stdout}\n{done.stderr}"
+
+    assert "--data-path 0.7 " in subprocess.run(
+        [BIN / "shardyard", "export", "mixes/prose-code", "--format", "megatron"],
+        cwd=tmp_path, capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    for name in ("data-args.txt", "olmo.yaml", "nanotron.yaml", "mixes/prose-code-flat"):
+        assert (tmp_path / name).exists(), name
+
+    (loop,) = [b for b in blocks("python") if "PoolIterableDataset" in b]
+    monkeypatch.chdir(tmp_path)
+    exec(compile(loop, "README.md", "exec"), {})  # its own assert checks the resume
+
+
+def test_it_serves_the_app_with_gunicorn_as_the_readme_says(db, tmp_path):
+    from tests.support.services import worker_env
+
+    (command,) = [c for c in all_commands() if c.startswith("gunicorn webapp.wsgi")]
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    argv = shlex.split(command.replace("0.0.0.0:8000", f"127.0.0.1:{port}"))
+    env = worker_env(SHARDYARD_DATA=str(tmp_path))
+    proc = subprocess.Popen([BIN / argv[0], *argv[1:]], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
+    try:
+        deadline, status = time.monotonic() + 60, None
+        while status is None and time.monotonic() < deadline and proc.poll() is None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/accounts/login/") as r:
+                    status = r.status
+            except OSError:
+                time.sleep(0.3)
+        assert status == 200, proc.poll()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+
+
+def test_it_lists_exactly_the_environment_variables_the_code_reads():
+    read = set()
+    pattern = re.compile(
+        r"""(?:env_(?:str|bool|int|list|paths)\(|os\.environ\.get\(|os\.environ\[)\s*"([A-Z_]+)\""""
+    )
+    for directory in ("webapp", "workers", "shardcore"):
+        for path in (ROOT / directory).rglob("*.py"):
+            read |= set(pattern.findall(path.read_text()))
+    table = README.split("## Configuration", 1)[1].split("\n## ", 1)[0]
+    first_column = re.findall(r"^\| (`[^|]*`) \|", table, flags=re.M)
+    documented = {name for cell in first_column for name in re.findall(r"`(\w+)`", cell)}
+    assert read - NOT_SETTINGS == documented, {
+        "read but not documented": sorted(read - NOT_SETTINGS - documented),
+        "documented but not read": sorted(documented - read),
+    }
