@@ -129,25 +129,33 @@ def test_it_audits_a_file_and_keeps_pools_it_cannot_clear(login, catalog):
 def test_it_downloads_trainer_configs_of_a_built_mixture(login, catalog, tmp_path):
     from shardcore.mixture import MixtureSpec, build_mixture
     from tests.unit import mix_fixtures
-    from webapp.catalog.models import MixtureVersion
+    from webapp.catalog.models import Export, MixtureVersion
 
     pools = mix_fixtures.build_pools(tmp_path / "built", seq_len=32)
     spec = {
         "tokens": 32 * 500,
         "components": [{"pool": str(p), "weight": 1} for p in pools.values()],
     }
-    build_mixture(MixtureSpec.from_dict(spec), tmp_path / "built" / "mixture")
+    out = tmp_path / "built" / "mixture"
+    build_mixture(MixtureSpec.from_dict(spec), out)
     MixtureVersion.objects.filter(pk=catalog["version"].pk).update(
-        path=str(tmp_path / "built" / "mixture")
+        path=str(out), manifest_path=str(out / "manifest.json")
     )
     c = login("viewer")
     base = f"/mixtures/versions/{catalog['version'].pk}/export"
     resp = c.get(f"{base}/megatron/")
     assert resp.status_code == 200
-    assert 'filename="base-mix-v1-megatron.sh"' in resp["Content-Disposition"]
-    assert "--data-path" in resp.content.decode()
-    assert "stages" in c.get(f"{base}/json/").content.decode()
+    assert 'filename="base-mix-v1-megatron.txt"' in resp["Content-Disposition"]
+    assert "--data-path" in b"".join(resp.streaming_content).decode()
+    # The catalog wrote the file once and recorded it: asking again serves the same row.
+    export = Export.objects.get(version=catalog["version"], format=Export.Format.MEGATRON)
+    assert export.path == str(out / "exports" / "megatron.txt")
+    assert c.get(f"{base}/megatron/").status_code == 200
+    assert Export.objects.filter(version=catalog["version"]).count() == 1
+    assert "stages" in b"".join(c.get(f"{base}/json/").streaming_content).decode()
     assert c.get(f"{base}/parquet/").status_code == 404
+    page = c.get(f"/mixtures/versions/{catalog['version'].pk}/").content.decode()
+    assert f"/exports/{export.pk}/download/" in page
 
 
 def test_it_answers_404_for_exports_before_the_schedule_is_built(login, catalog):

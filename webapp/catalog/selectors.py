@@ -170,11 +170,7 @@ def _runs_holding(*, source_id: int, target: tuple[str, Any]) -> list[TrainingRu
     for ts in tokenized.prefetch_related(
         Prefetch("pools", queryset=Pool.objects.filter(status=ArtifactStatus.READY))
     ):
-        if kind == "file":
-            start, stop = (ts.params.get("file_ranges") or {}).get(value, (0, 0))
-            ids = set(range(start, stop))
-        else:
-            ids = value
+        ids = audit_document_ids(tokenized=ts, file_path=value) if kind == "file" else value
         for pool in ts.pools.all():
             if ids and lineage.pool_documents_hit(pool=pool, tokenized=ts, doc_ids=ids):
                 pools.add(pool.pk)
@@ -184,6 +180,18 @@ def _runs_holding(*, source_id: int, target: tuple[str, Any]) -> list[TrainingRu
         .distinct()
         .order_by("-created_at")
     )
+
+
+def audit_document_ids(
+    *, tokenized: TokenizedSource, file_path: str | None = None, document_ids=None
+) -> set[int]:
+    """The documents of ``tokenized`` an audit asks about: ``document_ids``, or the
+    documents of the file ``file_path`` (the id range the tokenize stage recorded in
+    ``params["file_ranges"]``; empty for a file it did not read)."""
+    if file_path is not None:
+        start, stop = (tokenized.params.get("file_ranges") or {}).get(file_path, (0, 0))
+        return set(range(start, stop))
+    return set(document_ids or ())
 
 
 @dataclass

@@ -6,7 +6,7 @@ from __future__ import annotations
 from django.contrib.auth import get_user_model
 from django.db.models import Prefetch
 
-from webapp.dashboard.permissions import _RANK, ROLES
+from webapp.dashboard.permissions import ROLES, role_from_groups
 
 
 def user_list() -> list[dict]:
@@ -23,10 +23,7 @@ def user_list() -> list[dict]:
     )
     out = []
     for u in users:
-        if u.is_superuser:
-            role = "admin"
-        else:
-            role = max([g.name for g in u.roles] or ["viewer"], key=_RANK.__getitem__)
+        role = role_from_groups([g.name for g in u.roles], is_superuser=u.is_superuser)
         token = getattr(u, "auth_token", None)
         out.append({"user": u, "role": role, "token_created": token.created if token else None})
     return out
@@ -48,8 +45,13 @@ PAGE_SIZE = 50
 
 def _page(qs, page: int, size: int = PAGE_SIZE) -> dict:
     """One page of ``qs`` without a COUNT(*) over the whole table: fetch size + 1 rows."""
+    return _paged(lambda offset, limit: list(qs[offset : offset + limit]), page, size)
+
+
+def _paged(fetch, page, size: int = PAGE_SIZE) -> dict:
+    """One page from ``fetch(offset, limit) -> list``, asking for one row more than shown."""
     page = max(1, int(page or 1))
-    rows = list(qs[(page - 1) * size : page * size + 1])
+    rows = fetch((page - 1) * size, size + 1)
     return {
         "rows": rows[:size],
         "page": page,
@@ -58,63 +60,48 @@ def _page(qs, page: int, size: int = PAGE_SIZE) -> dict:
     }
 
 
+# Every relation taint_describe reads, fetched with the taint.
+TAINT_TARGETS = (
+    "flag",
+    "tokenized_source__source",
+    "tokenized_source__tokenizer",
+    "pool",
+    "mixture_version__mixture",
+    "run",
+    "export__version__mixture",
+)
+
+
 def overview_catalog() -> dict:
-    from django.db.models import Count
+    """Counts from ``webapp.catalog.selectors.overview_counts`` (plus mixtures and tainted
+    runs), the running jobs, recent runs and the newest taints."""
+    from django.urls import reverse
 
-    from webapp.catalog.models import (
-        Mixture,
-        MixtureVersion,
-        Pool,
-        Source,
-        Taint,
-        TrainingRun,
-    )
+    from webapp.catalog.models import Mixture, Taint, TrainingRun
+    from webapp.catalog.selectors import overview_counts, tainted_runs
     from webapp.jobs.models import ACTIVE_JOB_STATES, Job
-
-    def n(model) -> int:
-        return model.objects.count()
 
     running = (
         Job.objects.filter(state__in=ACTIVE_JOB_STATES)
         .defer("plan", "bad_input", "log_tail")
         .order_by("-created_at")[:10]
     )
-    runs = TrainingRun.objects.select_related("mixture_version__mixture").order_by("-created_at")[
-        :10
-    ]
-    taints = Taint.objects.select_related(
-        "flag",
-        "tokenized_source__source",
-        "tokenized_source__tokenizer",
-        "pool",
-        "mixture_version__mixture",
-        "run",
-        "export__version__mixture",
-    ).order_by("-created_at")[:20]
-    from django.urls import reverse
-
+    runs = TrainingRun.objects.select_related("mixture_version__mixture").order_by("-created_at")
+    taints = Taint.objects.select_related(*TAINT_TARGETS).order_by("-created_at")[:20]
+    n = overview_counts()
     return {
         "counts": [
-            ("sources", n(Source), reverse("dashboard:sources")),
-            ("pools", n(Pool), reverse("dashboard:pools")),
-            ("mixtures", n(Mixture), reverse("dashboard:mixtures")),
-            ("mixture versions", n(MixtureVersion), reverse("dashboard:mixtures")),
-            (
-                "active jobs",
-                Job.objects.filter(state__in=ACTIVE_JOB_STATES).count(),
-                reverse("dashboard:jobs") + "?state=running",
-            ),
-            ("training runs", n(TrainingRun), reverse("dashboard:runs")),
-            (
-                "tainted runs",
-                TrainingRun.objects.filter(taints__isnull=False).aggregate(
-                    n=Count("id", distinct=True)
-                )["n"],
-                reverse("dashboard:audit"),
-            ),
+            ("sources", n["sources"], reverse("dashboard:sources")),
+            ("ready pools", n["pools"], reverse("dashboard:pools")),
+            ("mixtures", Mixture.objects.count(), reverse("dashboard:mixtures")),
+            ("mixture versions", n["mixture_versions"], reverse("dashboard:mixtures")),
+            ("active jobs", n["active_jobs"], reverse("dashboard:jobs") + "?state=running"),
+            ("training runs", n["runs"], reverse("dashboard:runs")),
+            ("tainted runs", tainted_runs().count(), reverse("dashboard:audit")),
+            ("flags", n["flags"], reverse("dashboard:audit")),
         ],
         "running_jobs": list(running),
-        "recent_runs": _runs_with_taint(list(runs)),
+        "recent_runs": _runs_with_taint(list(runs[:10])),
         "tainted": [taint_describe(t) for t in taints],
     }
 
@@ -193,11 +180,13 @@ def job_page(*, state: str = "", page: int = 1) -> dict:
 
 
 def run_page(*, page: int = 1) -> dict:
-    from webapp.catalog.models import TrainingRun
+    """A page of ``webapp.catalog.selectors.run_list`` (runs with their version and taint
+    count, one query)."""
+    from webapp.catalog.selectors import run_list
 
-    qs = TrainingRun.objects.select_related("mixture_version__mixture").order_by("-created_at")
-    out = _page(qs, page)
-    out["rows"] = _runs_with_taint(out["rows"])
+    out = _paged(lambda offset, limit: run_list(offset=offset, limit=limit), page)
+    for r in out["rows"]:
+        r.tainted = r.num_taints > 0
     return out
 
 
@@ -205,52 +194,33 @@ UNITS_SHOWN = 200
 
 
 def job_detail(*, job_id: int) -> dict:
-    """The job page: the job, unit counts by state, the first units and every failed one."""
-    from django.shortcuts import get_object_or_404
+    """The job page: ``webapp.jobs.selectors.job_detail`` (the job, unit counts by state,
+    the first units in plan order, failed units: four queries) shaped for the template."""
+    from django.http import Http404
 
-    from webapp.jobs.models import Job
+    from webapp.jobs import selectors as jobs
+    from webapp.jobs.models import Job, UnitState
 
-    job = get_object_or_404(Job.objects.defer("plan"), pk=job_id)
-    return {"job": job, **job_progress(job=job)}
-
-
-def job_progress(*, job) -> dict:
-    """What the live job page polls: three queries however many units the job has."""
-    from django.db.models import Count
-
-    from webapp.jobs.models import UnitState
-
-    counts = dict(
-        job.units.order_by().values_list("state").annotate(n=Count("id")).values_list("state", "n")
-    )
-    units = list(
-        job.units.only(
-            "unit_id", "phase", "state", "attempts", "worker", "error", "started_at", "finished_at"
-        ).order_by("phase", "id")[:UNITS_SHOWN]
-    )
-    failed = list(
-        job.units.filter(state=UnitState.FAILED)
-        .only("unit_id", "phase", "state", "attempts", "worker", "error")
-        .order_by("id")[:50]
-    )
+    try:
+        detail = jobs.job_detail(job_id=job_id, units_limit=UNITS_SHOWN)
+    except Job.DoesNotExist:
+        raise Http404(f"no job {job_id}") from None
+    job = detail.job
     eta = job.eta
     return {
-        "unit_counts": {s: counts.get(s, 0) for s in UnitState.values},
-        "units": units,
-        "units_truncated": job.units_total > len(units),
-        "failed_units": failed,
+        "job": job,
+        "unit_counts": {s: detail.unit_states.get(s, 0) for s in UnitState.values},
+        "units": detail.units,
+        "units_truncated": job.units_total > len(detail.units),
+        "failed_units": detail.failed_units,
         "eta_seconds": eta.total_seconds() if eta is not None else None,
     }
 
 
 def job_progress_json(*, job_id: int) -> dict:
     """The JSON document the job page polls (plain types only)."""
-    from django.shortcuts import get_object_or_404
-
-    from webapp.jobs.models import Job
-
-    job = get_object_or_404(Job.objects.defer("plan"), pk=job_id)
-    p = job_progress(job=job)
+    p = job_detail(job_id=job_id)
+    job = p["job"]
     return {
         "id": job.pk,
         "state": job.state,
@@ -802,15 +772,15 @@ def _pool_holds(pool, source_id: int, file, document_id: int | None) -> bool:
     are the id range the tokenize stage recorded in ``params["file_ranges"]``); read from
     the pool's Parquet document list."""
     from webapp.catalog.lineage import pool_documents_hit
+    from webapp.catalog.selectors import audit_document_ids
 
     for ts in pool.parents.all():
         if ts.source_id != source_id:
             continue
         if document_id is not None:
-            ids = {document_id}
+            ids = audit_document_ids(tokenized=ts, document_ids=[document_id])
         else:
-            start, stop = (ts.params.get("file_ranges") or {}).get(file.path, (0, 0))
-            ids = set(range(start, stop))
+            ids = audit_document_ids(tokenized=ts, file_path=file.path)
         if not ids:
             continue
         try:
@@ -828,15 +798,7 @@ def flag_detail(*, flag_id: int) -> dict:
     from webapp.catalog.models import Flag
 
     flag = get_object_or_404(Flag.objects.select_related("source", "source_file"), pk=flag_id)
-    taints = flag.taints.select_related(
-        "flag",
-        "tokenized_source__source",
-        "tokenized_source__tokenizer",
-        "pool",
-        "mixture_version__mixture",
-        "run",
-        "export__version__mixture",
-    ).order_by("id")
+    taints = flag.taints.select_related(*TAINT_TARGETS).order_by("id")
     return {"flag": flag, "taints": [taint_describe(t) for t in taints]}
 
 

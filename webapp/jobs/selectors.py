@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from django.db.models import Count, QuerySet
 
-from webapp.jobs.models import Job, JobUnit, UnitState
+from webapp.jobs.models import ACTIVE_JOB_STATES, Job, JobUnit, UnitState
 
 
 def job_list(
@@ -23,7 +23,7 @@ def job_list(
 
 
 def job_active_count() -> int:
-    return Job.objects.filter(state__in=["queued", "running"]).count()
+    return Job.objects.filter(state__in=ACTIVE_JOB_STATES).count()
 
 
 @dataclass

@@ -159,17 +159,19 @@ def export_download(request, export_id: int):
 
 
 def mixture_version_export(request, version_id: int, fmt: str):
-    from django.http import Http404, HttpResponse
-    from django.shortcuts import get_object_or_404
+    """The version's trainer config as a download: the catalog writes it once under the
+    version's exports/ and records it (it then lists on the version page)."""
+    from pathlib import Path
 
-    from webapp.catalog.models import MixtureVersion
-    from webapp.dashboard.services import mixture_version_export
+    from django.http import FileResponse, Http404
 
-    version = get_object_or_404(MixtureVersion.objects.select_related("mixture"), pk=version_id)
+    from webapp.catalog.services import CatalogError, mixture_version_export
+
     try:
-        filename, text = mixture_version_export(version=version, fmt=fmt)
-    except LookupError as e:
+        export = mixture_version_export(version_id=version_id, fmt=fmt)
+    except CatalogError as e:
         raise Http404(str(e)) from e
-    resp = HttpResponse(text, content_type="text/plain; charset=utf-8")
-    resp["Content-Disposition"] = f'attachment; filename="{filename}"'
-    return resp
+    path = Path(export.path)
+    version = export.version
+    name = f"{version.mixture.name}-v{version.number}-{path.name}"
+    return FileResponse(open(path, "rb"), as_attachment=True, filename=name)
