@@ -259,3 +259,66 @@ def test_it_refuses_a_pool_build_over_unknown_tokenized_sources(api, catalog):
         "/api/pools/", {"name": "p", "tokenized_ids": [999], "seq_len": 2048}, format="json"
     )
     assert resp.status_code == 400
+
+
+def test_it_records_a_report_in_a_bounded_number_of_queries(
+    api, catalog, django_assert_max_num_queries
+):
+    c = api("editor")
+    run = catalog["run"]
+    with django_assert_max_num_queries(5):
+        # The token with its user and role, then the run locked (with its seq_len) and the
+        # report inserted with the run moved forward; the test's savepoint pair around it.
+        resp = c.post(f"/api/runs/{run.pk}/progress/", {"step": 40, "consumed_samples": 7}, "json")
+    assert resp.status_code == 201
+    assert (resp.json()["last_step"], resp.json()["consumed_tokens"]) == (40, 7 * 2048)
+    with django_assert_max_num_queries(5):
+        resp = c.post(f"/api/runs/{run.pk}/progress/", {"step": 41, "consumed_tokens": 9 * 2048 + 5}, "json")  # fmt: skip
+    assert resp.json()["consumed_samples"] == 9
+
+
+def test_it_records_reports_as_the_catalog_service_does(catalog):
+    """The API's two-statement write and webapp.catalog.services.run_progress_record agree
+    on a run of reports: new, retried, out of order, tokens only, from a registered run."""
+    from webapp.catalog.models import TrainingRun
+    from webapp.catalog.services import run_progress_record
+    from webapp.dashboard.services import run_progress_report
+
+    version = catalog["version"]
+    fast = TrainingRun.objects.create(name="fast", mixture_version=version)
+    ref = TrainingRun.objects.create(name="reference", mixture_version=version)
+    reports = [(5, 10, None), (5, 99, None), (9, 30, None), (7, 20, None), (9, 31, None),
+               (12, None, 50 * 2048 + 100), (12, 1, None)]  # fmt: skip
+    for step, samples, tokens in reports:
+        out = run_progress_report(
+            run_id=fast.pk, step=step, consumed_samples=samples, consumed_tokens=tokens
+        )
+        if samples is None:
+            samples = tokens // 2048
+        run_progress_record(
+            run_id=ref.pk, step=step, consumed_samples=samples, consumed_tokens=tokens
+        )
+        fast.refresh_from_db()
+        assert out.last_step == fast.last_step and out.state == fast.state
+        assert out.consumed_tokens == fast.consumed_tokens
+
+    def state(run):
+        run.refresh_from_db()
+        rows = list(run.progress.order_by("step").values_list("step", "consumed_samples", "consumed_tokens"))  # fmt: skip
+        return rows, run.state, run.last_step, run.consumed_samples, run.consumed_tokens
+
+    assert state(fast) == state(ref)
+    assert state(fast)[1:] == ("running", 12, 50, 50 * 2048 + 100)
+    assert [r[0] for r in state(fast)[0]] == [5, 7, 9, 12]
+
+
+def test_it_applies_a_role_change_to_the_next_api_request(api, users, catalog):
+    from webapp.dashboard.services import user_role_set
+
+    c = api("viewer")
+    url = f"/api/runs/{catalog['run'].pk}/progress/"
+    assert c.post(url, {"step": 50, "consumed_samples": 1}, "json").status_code == 403
+    user_role_set(user=users["viewer"], role="editor")
+    assert c.post(url, {"step": 50, "consumed_samples": 1}, "json").status_code == 201
+    user_role_set(user=users["viewer"], role="viewer")
+    assert c.post(url, {"step": 51, "consumed_samples": 2}, "json").status_code == 403

@@ -7,12 +7,14 @@ from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import mixins, serializers, status, viewsets
+from rest_framework.authentication import SessionAuthentication
 from rest_framework.decorators import action
 from rest_framework.exceptions import NotFound, ValidationError
 from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.response import Response
 
 from webapp.api import serializers as s
+from webapp.api.authentication import TokenRoleAuthentication
 from webapp.api.permissions import RolePermission
 from webapp.catalog.models import Flag, Mixture, MixtureVersion, Pool, Source, TrainingRun
 from webapp.jobs.models import Job
@@ -24,6 +26,8 @@ class Page(LimitOffsetPagination):
 
 
 class Base:
+    # The token's user and role in one query; pages' session cookies work too (schema UI).
+    authentication_classes = [TokenRoleAuthentication, SessionAuthentication]
     permission_classes = [RolePermission]
     pagination_class = Page
     # Ids are bigints: anything else is a 404 from the URL map, never a database error.

@@ -10,16 +10,25 @@ ROLES = ("viewer", "editor", "admin")
 _RANK = {name: i for i, name in enumerate(ROLES)}
 
 
+def role_from_groups(group_names, *, is_superuser: bool = False) -> str:
+    """The highest role among a user's group names (other groups are ignored)."""
+    if is_superuser:
+        return "admin"
+    return max([n for n in group_names if n in _RANK] or ["viewer"], key=_RANK.__getitem__)
+
+
 def user_role(user) -> str | None:
-    """The highest role of ``user``; None for anonymous users."""
+    """The highest role of ``user``; None for anonymous users. API token authentication
+    reads the role with the token (``webapp.api.authentication``) and sets
+    ``_shardyard_role``; pages read it here, once per request."""
     if not getattr(user, "is_authenticated", False):
         return None
     if user.is_superuser:
         return "admin"
     cached = getattr(user, "_shardyard_role", None)
     if cached is None:
-        names = set(user.groups.filter(name__in=ROLES).values_list("name", flat=True))
-        cached = max(names or {"viewer"}, key=_RANK.__getitem__)
+        names = user.groups.filter(name__in=ROLES).values_list("name", flat=True)
+        cached = role_from_groups(names)
         user._shardyard_role = cached  # one query per request, however many checks
     return cached
 

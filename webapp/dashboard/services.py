@@ -62,30 +62,69 @@ def run_progress_report(
     consumed_samples: int | None = None,
     consumed_tokens: int | None = None,
 ):
-    """What a trainer reports (samples, or only tokens) into the catalog's progress record:
-    one sample is one record of ``seq_len`` trained tokens, so tokens convert to samples."""
-    from webapp.catalog.models import MixtureComponent, TrainingRun
-    from webapp.catalog.services import CatalogError, run_progress_record
+    """A trainer's report (``POST /api/runs/{id}/progress/``): the contract of
+    ``webapp.catalog.services.run_progress_record`` (one row per step, a retried step
+    records nothing, the run never moves backwards, a registered run becomes running) in
+    two statements, as every training step calls it. Samples, or only tokens: one sample
+    is one record of ``seq_len`` trained tokens. Raises TrainingRun.DoesNotExist."""
+    from django.db import connection
+    from django.utils import timezone
 
-    if consumed_samples is None:
-        if consumed_tokens is None:
-            raise CatalogError("give consumed_samples or consumed_tokens")
-        version_id = TrainingRun.objects.values_list("mixture_version_id", flat=True).get(pk=run_id)
-        seq_len = max(
-            MixtureComponent.objects.filter(version_id=version_id).values_list(
-                "pool__seq_len", flat=True
-            ),
-            default=0,
+    from webapp.catalog.models import MixtureComponent, Pool, RunProgress, TrainingRun
+    from webapp.catalog.services import CatalogError
+
+    if consumed_samples is None and consumed_tokens is None:
+        raise CatalogError("give consumed_samples or consumed_tokens")
+    if step < 0 or min(consumed_samples or 0, consumed_tokens or 0) < 0:
+        raise CatalogError("step and consumed samples must be >= 0")
+    run_t, prog_t = TrainingRun._meta.db_table, RunProgress._meta.db_table
+    comp_t, pool_t = MixtureComponent._meta.db_table, Pool._meta.db_table
+    fields = [f.attname for f in TrainingRun._meta.concrete_fields]
+    cols = ", ".join(f"r.{connection.ops.quote_name(f)}" for f in fields)
+    now = timezone.now()
+    with transaction.atomic(), connection.cursor() as cur:
+        # 1. Lock the run: reports of one run are serialized, so the "step recorded?" test
+        #    below sees every committed report (RunProgress has no unique (run, step) key).
+        cur.execute(
+            f"SELECT {cols}, (SELECT max(p.seq_len) FROM {comp_t} c JOIN {pool_t} p"
+            f" ON p.id = c.pool_id WHERE c.version_id = r.mixture_version_id)"
+            f" FROM {run_t} r WHERE r.id = %s FOR UPDATE OF r",
+            [run_id],
         )
-        if not seq_len:
-            raise CatalogError("the run's mixture has no seq_len: report consumed_samples")
-        consumed_samples = consumed_tokens // seq_len
-    return run_progress_record(
-        run_id=run_id,
-        step=step,
-        consumed_samples=consumed_samples,
-        consumed_tokens=consumed_tokens,
-    )
+        row = cur.fetchone()
+        if row is None:
+            raise TrainingRun.DoesNotExist(f"no run {run_id}")
+        run = TrainingRun.from_db(connection.alias, fields, row[:-1])
+        seq_len = row[-1] or 0
+        if consumed_samples is None:
+            if not seq_len:
+                raise CatalogError("the run's mixture has no seq_len: report consumed_samples")
+            consumed_samples = consumed_tokens // seq_len
+        elif consumed_tokens is None:
+            consumed_tokens = consumed_samples * seq_len
+        # 2. Insert the report unless its step is recorded; move the run forward only for a
+        #    new report at or after its last step. One round trip.
+        insert = (
+            f"INSERT INTO {prog_t} (run_id, step, consumed_samples, consumed_tokens,"
+            f" reported_at) SELECT %s, %s, %s, %s, %s WHERE NOT EXISTS"
+            f" (SELECT 1 FROM {prog_t} WHERE run_id = %s AND step = %s) RETURNING 1"
+        )
+        params = [run_id, step, consumed_samples, consumed_tokens, now, run_id, step]
+        forward = step >= run.last_step
+        state = TrainingRun.State.RUNNING if run.state == "registered" else run.state
+        if forward:
+            cur.execute(
+                f"WITH ins AS ({insert}) UPDATE {run_t} SET last_step = %s,"
+                f" consumed_samples = %s, consumed_tokens = %s, last_reported_at = %s,"
+                f" state = %s WHERE id = %s AND EXISTS (SELECT 1 FROM ins)",
+                [*params, step, consumed_samples, consumed_tokens, now, state, run_id],
+            )
+        else:
+            cur.execute(insert, params)
+        if forward and cur.rowcount == 1:
+            run.last_step, run.last_reported_at, run.state = step, now, state
+            run.consumed_samples, run.consumed_tokens = consumed_samples, consumed_tokens
+    return run
 
 
 # --- mixtures ---------------------------------------------------------------------------
@@ -118,25 +157,6 @@ def mixture_version_save(*, name: str, description: str, spec: dict, created_by=
             note=description,
             created_by=created_by,
         )
-
-
-EXPORT_FORMATS = {"megatron": "sh", "olmo": "yaml", "nanotron": "yaml", "json": "json"}
-
-
-def mixture_version_export(*, version, fmt: str) -> tuple[str, str]:
-    """(file name, text) of a built mixture version's trainer config, rendered by
-    ``shardcore.export`` from the mixture's manifest. Raises LookupError before the
-    version's schedule is built (there is no manifest to export yet)."""
-    from shardcore.errors import ShardcoreError
-    from shardcore.export import export
-
-    if fmt not in EXPORT_FORMATS:
-        raise LookupError(f"unknown export format {fmt!r}; known: {', '.join(EXPORT_FORMATS)}")
-    try:
-        text = export(version.path, fmt)
-    except (ShardcoreError, OSError) as e:
-        raise LookupError(f"{version} has no built schedule to export yet ({e})") from e
-    return f"{version.mixture.name}-v{version.number}-{fmt}.{EXPORT_FORMATS[fmt]}", text
 
 
 # --- shuffle quality --------------------------------------------------------------------
