@@ -193,3 +193,28 @@ def test_it_shows_a_tainted_materialized_copy_on_the_overview_and_the_flag_page(
     label = f"materialized copy of {catalog['version']}"
     assert label in c.get("/").content.decode()
     assert label in c.get(f"/audit/flags/{catalog['flag'].pk}/").content.decode()
+
+
+def test_it_draws_a_built_versions_stages_by_their_sample_counts(login, catalog):
+    from webapp.catalog.models import MixtureComponent, MixtureVersion, Pool
+    from webapp.dashboard.selectors import _stage_heatmap
+
+    version = MixtureVersion.objects.create(
+        mixture=catalog["version"].mixture, number=2, token_budget=1_000_000,
+        path=catalog["version"].path, num_samples=400,
+        params={"stages": [
+            {"name": "main", "first_sample": 0, "num_samples": 300, "num_tokens": 300 * 64},
+            {"name": "anneal", "first_sample": 300, "num_samples": 100, "num_tokens": 100 * 64},
+        ]},
+    )  # fmt: skip
+    MixtureComponent.objects.create(version=version, pool=catalog["pool"], weight=1.0, stage="main")
+    assert login("viewer").get(f"/mixtures/versions/{version.pk}/").status_code == 200
+
+    prose = Pool.objects.create(name="prose", seq_len=catalog["pool"].seq_len, path="/tmp/prose")
+    MixtureComponent.objects.create(version=version, pool=prose, weight=1.0, stage="anneal")
+    comps = list(version.components.select_related("pool").order_by("id"))
+    positions, pools, shares = _stage_heatmap(version, comps)
+    assert pools == [catalog["pool"].name, "prose"]
+    # The anneal stage holds 100 of 400 samples: the last quarter of the positions.
+    assert shares[1] == [1.0 if x >= 0.75 else 0.0 for x in positions]
+    assert [a + b for a, b in zip(*shares, strict=True)] == [1.0] * len(positions)

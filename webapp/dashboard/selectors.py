@@ -696,8 +696,18 @@ def _stage_heatmap(version, components) -> tuple:
     if not components:
         return ([], [], [])
     stage_weight = {s: sum(c.weight for c in components if c.stage == s) for s in stages}
-    budget = version.params.get("stages") or {}
-    fractions = [float(budget.get(s, {}).get("fraction", 1 / len(stages))) for s in stages]
+    # The built schedule records each stage's samples ({name, first_sample, num_samples}):
+    # a stage's width is its share of the version's samples; equal shares before a build.
+    built = {st["name"]: st for st in version.params.get("stages") or [] if isinstance(st, dict)}
+    total_samples = sum(int(st.get("num_samples", 0)) for st in built.values())
+
+    def fraction(stage: str) -> float:
+        st = built.get(stage or "main")
+        if st is None or not total_samples:
+            return 1 / len(stages)
+        return int(st.get("num_samples", 0)) / total_samples
+
+    fractions = [fraction(s) for s in stages]
     total = sum(fractions) or 1
     columns = 20
     positions = [(i + 0.5) / columns for i in range(columns)]
