@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import fsspec
+import orjson
 
 INVALID_JSON = "invalid_json"
 MISSING_TEXT_FIELD = "missing_text_field"
@@ -220,9 +221,38 @@ def _lines(blocks: Iterator[bytes], offset: int, skip_partial: bool) -> Iterator
         yield offset, pending
 
 
+# orjson parses a line 2-3x faster than json. It is the fast path only: a line it
+# rejects (invalid UTF-8, NaN/Infinity, lone surrogates, other encodings...) is parsed
+# again by json, so what is accepted and every bad-input report stay json's.
+_BIG = float(1 << 63)
+
+
+def _lossy(v: Any) -> bool:
+    """Whether orjson may have read a value differently from json: it reads integers
+    beyond 64 bits as floats, where json keeps them exact."""
+    t = type(v)
+    if t is float:
+        return not -_BIG < v < _BIG or v != v
+    if t is dict:
+        return any(_lossy(x) for x in v.values())
+    if t is list:
+        return any(_lossy(x) for x in v)
+    return False
+
+
+def _loads(line: bytes) -> Any:
+    try:
+        obj = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return json.loads(line)
+    if type(obj) is dict and any(_lossy(v) for v in obj.values() if type(v) is not str):
+        return json.loads(line)
+    return obj
+
+
 def _jsonl_doc(line: bytes, lineno: int, offset: int, text_field: str) -> Document | BadInput:
     try:
-        obj = json.loads(line)
+        obj = _loads(line)
     except UnicodeDecodeError as exc:
         return BadInput(
             INVALID_UTF8, lineno, f"invalid UTF-8 at byte {exc.start}: {exc.reason}", _excerpt(line)

@@ -30,6 +30,7 @@ import bisect
 import json
 import os
 import shutil
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -322,11 +323,11 @@ class _PartWriter:
         self._reset()
 
 
-def _encode(
-    tok, texts: list[str], dtype: np.dtype, eos: int, bos: int | None
+def _place(
+    arrays: list[np.ndarray], dtype: np.dtype, eos: int, bos: int | None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Tokens of ``texts`` back to back, each as [BOS] + tokens + EOS, and their lengths."""
-    arrays = tok.encode_batch_arrays(texts)
+    """The encoded documents back to back, each as [BOS] + tokens + EOS, and their
+    lengths."""
     extra = 1 + (bos is not None)
     lengths = np.fromiter((a.size + extra for a in arrays), dtype=np.int64, count=len(arrays))
     out = np.empty(int(lengths.sum()), dtype=dtype)
@@ -363,10 +364,14 @@ def _run_tokenize(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
     docs: list = []
     batch_bytes = 0
     documents = tokens = text_bytes = 0
+    encode_cpu = 0.0
 
     def run_batch() -> None:
-        nonlocal texts, docs, batch_bytes, documents, tokens, text_bytes
-        toks, lengths = _encode(tok, texts, dtype, eos, bos)
+        nonlocal texts, docs, batch_bytes, documents, tokens, text_bytes, encode_cpu
+        c0 = time.process_time()
+        arrays = tok.encode_batch_arrays(texts)
+        encode_cpu += time.process_time() - c0
+        toks, lengths = _place(arrays, dtype, eos, bos)
         writer.add(toks, lengths, docs)
         documents += len(docs)
         tokens += toks.size
@@ -410,6 +415,8 @@ def _run_tokenize(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
         "blank_lines": seg.blank_lines,
         "bytes": unit["bytes"],
         "chunks": writer.chunks,
+        # CPU in the tokenizer call itself: the rest of the unit is pipeline overhead.
+        "encode_cpu_seconds": round(encode_cpu, 3),
         "bad": bad.reasons,
     }
 
@@ -482,13 +489,52 @@ def _run_index(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
     return {"kind": "index", "chunks": len(chunks)}
 
 
+def _copy_range(src: int, dst: int, offset: int, count: int) -> None:
+    """Append ``count`` bytes of file ``src`` from ``offset`` to file ``dst`` (at its
+    position) without bringing them into Python: ``copy_file_range`` copies in the
+    kernel (or shares extents on filesystems that can); block reads are the fallback."""
+    if hasattr(os, "copy_file_range"):
+        try:
+            while count > 0:
+                n = os.copy_file_range(src, dst, min(count, 1 << 30), offset)
+                if n <= 0:
+                    break
+                offset += n
+                count -= n
+        except OSError:  # e.g. EXDEV or a filesystem without it: copy what is left
+            pass
+    while count > 0:
+        block = os.pread(src, min(count, 8 << 20), offset)
+        if not block:
+            raise OSError(f"unexpected end of part file (fd {src}) at byte {offset}")
+        view = memoryview(block)
+        while view:
+            view = view[os.write(dst, view) :]
+        offset += len(block)
+        count -= len(block)
+
+
+class _ShardWriter(IndexedWriter):
+    """An IndexedWriter that can take a run of whole documents straight from a part
+    chunk's ``.bin`` (already in the shard's dtype) by an in-kernel copy."""
+
+    def add_file_range(self, path: Path, first: int, last: int, lengths: np.ndarray) -> None:
+        """Add the documents whose tokens are ``[first, last)`` of the tokens in ``path``;
+        ``lengths`` are their lengths."""
+        lengths = np.asarray(lengths, dtype=np.int64)
+        if int(lengths.sum()) != last - first:
+            raise RuntimeError(f"{path}: lengths sum to {int(lengths.sum())}, not {last - first}")
+        size = self.dtype.itemsize
+        self._bin.flush()
+        with open(path, "rb") as src:
+            _copy_range(src.fileno(), self._bin.fileno(), first * size, (last - first) * size)
+        self._bin.seek(0, os.SEEK_END)  # the buffered writer's position follows the fd's
+        self._flush_lengths()
+        self._lengths.append(lengths)
+        self.num_tokens += last - first
+
+
 def _run_assemble(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
-    from shardcore.verify import file_entry
-
     out = Path(plan.out)
     dtype = np.dtype(plan.meta["dtype"])
     per_shard = max(plan.params["shard_size"] // dtype.itemsize, 1)
@@ -500,6 +546,12 @@ def _run_assemble(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
     shards: list[dict[str, Any]] = []
     if not mine:
         return {"kind": "assemble", "shards": shards}
+    # Imported here: most assemble units own no shard start and return above.
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from shardcore.verify import file_entry
+
     lo_tok, hi_tok = mine[0]["tok0"], mine[-1]["tok0"] + mine[-1]["tokens"]
     # Shard k starts at token k * per_shard; this unit owns the starts in [lo_tok, hi_tok).
     first_k = -(-lo_tok // per_shard)
@@ -523,17 +575,14 @@ def _run_assemble(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
         name = f"shard-{k:05d}"
         prefix = out / SHARDS_DIR / name
         tables = []
-        with IndexedWriter(prefix, dtype) as w:
+        with _ShardWriter(prefix, dtype) as w:
             for c, stem, lengths, starts, a, b in pieces:
-                tok = np.memmap(f"{stem}.bin", dtype=dtype, mode="r")
                 t0 = int(starts[a] - c["tok0"])
                 t1 = int(starts[b - 1] - c["tok0"] + lengths[b - 1])
-                w.add_many(np.asarray(tok[t0:t1]), lengths[a:b])
-                del tok
+                w.add_file_range(Path(f"{stem}.bin"), t0, t1, lengths[a:b])
                 t = pq.read_table(f"{stem}.docs.parquet").slice(a, b - a)
-                t = t.set_column(
-                    t.column_names.index("line"), "line", pc.add(t["line"], line_base[c["part"]])
-                )
+                line = t["line"].to_numpy() + np.int64(line_base[c["part"]])
+                t = t.set_column(t.column_names.index("line"), "line", pa.array(line))
                 t = t.add_column(
                     0, "doc_id", pa.array(np.arange(c["doc0"] + a, c["doc0"] + b, dtype=np.int64))
                 )

@@ -227,6 +227,29 @@ def test_it_yields_documents_with_their_fields_offsets_and_lines(tmp_path, recs)
     assert docs[2].nbytes == len(recs[2]["text"].encode())
 
 
+def test_it_reads_properties_exactly_as_json_does(tmp_path, recs):
+    """The fast JSON parser never changes a value: integers past 64 bits stay exact,
+    NaN/Infinity and floats are read as json reads them."""
+    text = recs[0]["text"]
+    t = json.dumps(text)
+    lines = [
+        '{"text": ' + t + ', "id": 123456789012345678901234567890, "score": 0.1}',
+        '{"text": ' + t + ', "ids": [1, -99999999999999999999999], '
+        '"meta": {"n": 18446744073709551615}}',
+        '{"text": ' + t + ', "score": NaN, "hi": Infinity, "big": 1e400}',
+    ]
+    src = tmp_path / "p.jsonl"
+    src.write_bytes(("\n".join(lines) + "\n").encode())
+    docs = list(read_segment(str(src)))
+    assert all(isinstance(d, Document) for d in docs)
+    assert [d.text for d in docs] == [text] * 3
+    assert docs[0].props == {"id": 123456789012345678901234567890, "score": 0.1}
+    assert type(docs[0].props["id"]) is int
+    assert docs[1].props == {"ids": [1, -99999999999999999999999], "meta": {"n": 2**64 - 1}}
+    nan = docs[2].props["score"]
+    assert nan != nan and docs[2].props["hi"] == docs[2].props["big"] == float("inf")
+
+
 @pytest.mark.parametrize(
     ("name", "expected"),
     [
