@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from shardcore import manifest as mf
-from shardcore import units
+from shardcore import units, verify
 from shardcore.errors import InputError
 from shardcore.formats import IndexedWriter
 from shardcore.mixture import Mixture
@@ -89,8 +89,8 @@ def _finalize(plan: units.Plan, stats: list[dict[str, Any]]) -> dict[str, Any]:
         shards.append({"prefix": prefix, "records": st["records"], "first_record": cumulative[-1]})
         cumulative.append(cumulative[-1] + st["records"])
         for ext in (".bin", ".idx"):
-            path = out / f"{prefix}{ext}"
-            files[f"{prefix}{ext}"] = {"size": path.stat().st_size, "xxh3": mf.file_checksum(path)}
+            # Block checksums let ``shardyard verify`` name the corrupt byte range.
+            files[f"{prefix}{ext}"] = verify.file_entry(out, f"{prefix}{ext}")
     m = mix.manifest
     manifest = {
         "kind": KIND,

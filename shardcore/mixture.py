@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from shardcore import blend
+from shardcore import blend, verify
 from shardcore import manifest as mf
 from shardcore.errors import InputError, ManifestError
 
@@ -625,8 +625,8 @@ def build_mixture(
     seq_len = int(pools[0].manifest["seq_len"])
     files = {}
     for rel in (POOL_FILE, RECORD_FILE):
-        path = out / rel
-        files[rel] = {"size": path.stat().st_size, "xxh3": mf.file_checksum(path)}
+        # Block checksums let ``shardyard verify`` name the corrupt byte range.
+        files[rel] = verify.file_entry(out, rel)
     fp_params = {"spec": spec.to_dict(), "pools": [p.manifest.get("fingerprint") for p in pools]}
     counts = np.bincount(pool_idx, minlength=len(pools))
     manifest = {

@@ -141,6 +141,9 @@ def verify(directory: str | os.PathLike, *, content: bool = True) -> Report:
         return Report(str(root), "?", 0, 0, [Problem("manifest.json", None, str(exc))])
     kind = manifest.get("kind", "?")
     entries = manifest.get("files")
+    if isinstance(entries, dict):
+        # Mixtures and materialized copies map each relative path to {size, xxh3}.
+        entries = [{"path": rel, **entry} for rel, entry in sorted(entries.items())]
     if not isinstance(entries, list):
         return Report(str(root), kind, 0, 0, [Problem("manifest.json", None, "no 'files' list")])
     problems: list[Problem] = []
