@@ -102,3 +102,17 @@ def test_it_refuses_to_materialize_a_version_without_a_schedule(login, catalog, 
     resp = login("editor").post(f"/mixtures/versions/{version.pk}/materialize/", follow=True)
     assert resp.redirect_chain[-1][0] == f"/mixtures/versions/{version.pk}/"
     assert "has no built schedule" in resp.content.decode()
+
+
+def test_it_hides_the_launch_button_once_a_materialized_copy_exists(login, catalog):
+    from webapp.catalog.models import ArtifactStatus, Export
+
+    version = catalog["run"].mixture_version
+    page = f"/mixtures/versions/{version.pk}/"
+    editor = login("editor")
+    assert "Launch: materialize" in editor.get(page).content.decode()
+    Export.objects.create(
+        version=version, format=Export.Format.MATERIALIZED, path="/tmp/copy",
+        status=ArtifactStatus.BUILDING,
+    )  # fmt: skip
+    assert "Launch: materialize" not in editor.get(page).content.decode()

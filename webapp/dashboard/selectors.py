@@ -674,6 +674,10 @@ def mixture_version_detail(*, version_id: int) -> dict:
         "components": components,
         "runs": runs,
         "exports": exports,
+        # One materialized copy per version: the Launch button goes once one is under way.
+        "materialized": any(
+            e.format == "materialized" and e.status in ("ready", "building") for e in exports
+        ),
         "tainted": f"mv:{version.pk}" in lineage["tainted"],
         "quality": quality,
         "epochs_figure": charts.predicted_epochs(rows),
