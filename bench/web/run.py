@@ -7,12 +7,15 @@
    100 pools holding ``--shards`` shards between them (manifests written to a temp dir so
    resume positions are real), 20 mixtures with versions over them, ``--runs`` runs with
    20 progress reports each, ``--jobs`` jobs with 10 units each, flags and taints.
-2. Starts ``gunicorn webapp.wsgi`` with 2 sync workers on 127.0.0.1 (persistent database
-   connections), and from a second process (this script's load generator, stdlib only,
-   keep-alive connections):
+2. Starts ``gunicorn webapp.wsgi`` with 2 workers on 127.0.0.1 (persistent database
+   connections; ``--worker-class`` gthread with ``--threads`` threads per worker, as in
+   docker-compose.yml, or sync), and from a second process (this script's load generator,
+   stdlib only, keep-alive connections):
    - every page ``--requests`` times, sequentially, after 5 warm-up requests: p50/p95;
    - ``POST /api/runs/{id}/progress/`` from ``--concurrency`` connections for
      ``--seconds`` seconds over all runs with increasing steps: requests/s.
+   ``--worker-class sync,gthread`` measures the progress endpoint under each in turn (the
+   pages under the first).
 """
 
 from __future__ import annotations
@@ -305,6 +308,9 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=10)
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--db", default="shardyard_bench_web")
+    ap.add_argument("--worker-class", default="gthread", help="sync, gthread or both: sync,gthread")
+    ap.add_argument("--threads", type=int, default=4, help="threads per gthread worker")
+    ap.add_argument("--progress-only", action="store_true", help="skip the pages")
     args = ap.parse_args()
 
     create_database(args.db)
@@ -319,59 +325,64 @@ def main() -> None:
     print(f"seeded in {ids['seconds']:.1f} s: {args.shards} shards, {args.jobs} jobs, "
           f"{args.runs} runs", flush=True)  # fmt: skip
 
-    port = _free_port()
-    base = f"http://127.0.0.1:{port}"
-    server = subprocess.Popen(
-        [str(ROOT / ".venv/bin/gunicorn"), "webapp.wsgi", "-w", "2", "-b", f"127.0.0.1:{port}",
-         "--log-level", "warning"],
-        cwd=ROOT, env=env,
-    )  # fmt: skip
-    try:
-        for _ in range(100):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                time.sleep(0.2)
-        i = ids
-        pages = [
-            ("viewer", "/"),
-            ("viewer", "/sources/"),
-            ("viewer", f"/sources/{i['source']}/"),
-            ("viewer", "/pools/"),
-            ("viewer", f"/pools/{i['pool']}/"),
-            ("viewer", "/mixtures/"),
-            ("viewer", f"/mixtures/{i['mixture']}/"),
-            ("viewer", f"/mixtures/versions/{i['version']}/"),
-            ("editor", "/mixtures/new/"),
-            ("viewer", "/jobs/"),
-            ("viewer", "/jobs/?state=running&page=20"),
-            ("viewer", f"/jobs/{i['job']}/"),
-            ("viewer", f"/jobs/{i['job']}/progress.json"),
-            ("viewer", "/runs/"),
-            ("viewer", f"/runs/{i['run']}/"),
-            ("viewer", "/audit/"),
-            ("viewer", "/audit/?source=src-0"),
-            ("viewer", f"/audit/flags/{i['flag']}/"),
-            ("admin", "/users/"),
-        ]
-        results = measure_pages(base, pages, i["users"], args.requests)
-        progress = measure_progress(
-            base, i["users"]["editor"]["token"], i["runs"], args.seconds, args.concurrency
-        )
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
+    i = ids
+    pages = [
+        ("viewer", "/"),
+        ("viewer", "/sources/"),
+        ("viewer", f"/sources/{i['source']}/"),
+        ("viewer", "/pools/"),
+        ("viewer", f"/pools/{i['pool']}/"),
+        ("viewer", "/mixtures/"),
+        ("viewer", f"/mixtures/{i['mixture']}/"),
+        ("viewer", f"/mixtures/versions/{i['version']}/"),
+        ("editor", "/mixtures/new/"),
+        ("viewer", "/jobs/"),
+        ("viewer", "/jobs/?state=running&page=20"),
+        ("viewer", f"/jobs/{i['job']}/"),
+        ("viewer", f"/jobs/{i['job']}/progress.json"),
+        ("viewer", "/runs/"),
+        ("viewer", f"/runs/{i['run']}/"),
+        ("viewer", "/audit/"),
+        ("viewer", "/audit/?source=src-0"),
+        ("viewer", f"/audit/flags/{i['flag']}/"),
+        ("admin", "/users/"),
+    ]
+    results, progress_by_class = [], {}
+    for n, worker_class in enumerate(args.worker_class.split(",")):
+        port = _free_port()
+        base = f"http://127.0.0.1:{port}"
+        cmd = [str(ROOT / ".venv/bin/gunicorn"), "webapp.wsgi", "-w", "2",
+               "-b", f"127.0.0.1:{port}", "--log-level", "warning",
+               "--worker-class", worker_class]  # fmt: skip
+        if worker_class == "gthread":
+            cmd += ["--threads", str(args.threads)]
+        server = subprocess.Popen(cmd, cwd=ROOT, env=env)
+        try:
+            for _ in range(100):
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                    break
+                except OSError:
+                    time.sleep(0.2)
+            if n == 0 and not args.progress_only:
+                results = measure_pages(base, pages, i["users"], args.requests)
+            progress_by_class[worker_class] = measure_progress(
+                base, i["users"]["editor"]["token"], i["runs"], args.seconds, args.concurrency
+            )
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
     print(f"\n{'page':45} {'role':7} {'status':>6} {'p50 ms':>8} {'p95 ms':>8}")
     for r in results:
         flag = "" if r["p95_ms"] < 150 and r["status"] == 200 else "  <-- over target"
         print(
             f"{r['page']:45} {r['role']:7} {r['status']:>6} {r['p50_ms']:>8} {r['p95_ms']:>8}{flag}"
         )
-    print(f"\nprogress endpoint: {progress['req_per_s']} req/s over {args.seconds:g} s "
-          f"({progress['requests']} recorded, {progress['errors']} errors, "
-          f"{args.concurrency} connections)")  # fmt: skip
-    print(json.dumps({"pages": results, "progress": progress}))
+    for worker_class, progress in progress_by_class.items():
+        print(f"\nprogress endpoint ({worker_class}): {progress['req_per_s']} req/s over "
+              f"{args.seconds:g} s ({progress['requests']} recorded, {progress['errors']} "
+              f"errors, {args.concurrency} connections)")  # fmt: skip
+    print(json.dumps({"pages": results, "progress": progress_by_class}))
 
 
 if __name__ == "__main__":
