@@ -316,8 +316,7 @@ class RunViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     @extend_schema(methods=["GET"], responses={200: s.RunProgressSerializer(many=True)})
     @action(detail=True, methods=["get", "post"])
     def progress(self, request, pk=None):
-        from webapp.catalog.services import CatalogError
-        from webapp.dashboard.services import run_progress_report
+        from webapp.catalog.services import CatalogError, run_progress_record
 
         if request.method == "GET":
             run = get_object_or_404(TrainingRun.objects.only("id"), pk=pk)
@@ -327,7 +326,7 @@ class RunViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         data.is_valid(raise_exception=True)
         try:
             # The hot path of every trainer: the service loads the run itself (no extra read).
-            run = run_progress_report(run_id=int(pk), **data.validated_data)
+            run = run_progress_record(run_id=int(pk), **data.validated_data)
         except TrainingRun.DoesNotExist:
             raise NotFound(f"no run {pk}") from None
         except CatalogError as e:

@@ -847,16 +847,49 @@ def run_register(
 
 
 def run_progress_record(
-    *, run_id: int, step: int, consumed_samples: int, consumed_tokens: int | None = None
+    *,
+    run_id: int,
+    step: int,
+    consumed_samples: int | None = None,
+    consumed_tokens: int | None = None,
 ) -> TrainingRun:
-    """Record the run's position at ``step``; idempotent per step, never moves backwards."""
-    if step < 0 or consumed_samples < 0:
+    """Record the run's position at ``step`` (``POST /api/runs/{id}/progress/``, called by
+    every training step): one row per step, a retried step records nothing, the run never
+    moves backwards, a registered run becomes running. Samples, or only tokens: a sample is
+    one record of ``seq_len`` trained tokens. Raises TrainingRun.DoesNotExist.
+
+    On Postgres this is two statements (lock the run; insert-unless-recorded and move the
+    run forward in one); elsewhere (SQLite, which serializes writers) the ORM does it."""
+    from django.db import connection
+
+    if consumed_samples is None and consumed_tokens is None:
+        raise CatalogError("give consumed_samples or consumed_tokens")
+    if step < 0 or min(consumed_samples or 0, consumed_tokens or 0) < 0:
         raise CatalogError("step and consumed samples must be >= 0")
+    record = (
+        _run_progress_record_sql if connection.vendor == "postgresql" else _run_progress_record_orm
+    )
+    return record(
+        run_id=run_id, step=step, consumed_samples=consumed_samples, consumed_tokens=consumed_tokens
+    )
+
+
+def _progress_counts(samples: int | None, tokens: int | None, seq_len: int) -> tuple[int, int]:
+    if samples is None:
+        if not seq_len:
+            raise CatalogError("the run's mixture has no seq_len: report consumed_samples")
+        return tokens // seq_len, tokens
+    return samples, samples * seq_len if tokens is None else tokens
+
+
+def _run_progress_record_orm(
+    *, run_id: int, step: int, consumed_samples: int | None, consumed_tokens: int | None
+) -> TrainingRun:
     with transaction.atomic():
         run = TrainingRun.objects.select_for_update().get(pk=run_id)
-        if consumed_tokens is None:
-            seq_len = _version_seq_len(run.mixture_version_id)
-            consumed_tokens = consumed_samples * seq_len
+        consumed_samples, consumed_tokens = _progress_counts(
+            consumed_samples, consumed_tokens, _version_seq_len(run.mixture_version_id)
+        )
         _, created = RunProgress.objects.get_or_create(
             run=run,
             step=step,
@@ -870,6 +903,57 @@ def run_progress_record(
             if run.state == TrainingRun.State.REGISTERED:
                 run.state = TrainingRun.State.RUNNING
             run.save()
+    return run
+
+
+def _run_progress_record_sql(
+    *, run_id: int, step: int, consumed_samples: int | None, consumed_tokens: int | None
+) -> TrainingRun:
+    from django.db import connection
+
+    run_t, prog_t = TrainingRun._meta.db_table, RunProgress._meta.db_table
+    comp_t, pool_t = MixtureComponent._meta.db_table, Pool._meta.db_table
+    fields = [f.attname for f in TrainingRun._meta.concrete_fields]
+    cols = ", ".join(f"r.{connection.ops.quote_name(f)}" for f in fields)
+    now = timezone.now()
+    with transaction.atomic(), connection.cursor() as cur:
+        # 1. Lock the run: reports of one run are serialized, so the "step recorded?" test
+        #    below sees every committed report.
+        cur.execute(
+            f"SELECT {cols}, (SELECT max(p.seq_len) FROM {comp_t} c JOIN {pool_t} p"
+            f" ON p.id = c.pool_id WHERE c.version_id = r.mixture_version_id)"
+            f" FROM {run_t} r WHERE r.id = %s FOR UPDATE OF r",
+            [run_id],
+        )
+        row = cur.fetchone()
+        if row is None:
+            raise TrainingRun.DoesNotExist(f"no run {run_id}")
+        run = TrainingRun.from_db(connection.alias, fields, row[:-1])
+        consumed_samples, consumed_tokens = _progress_counts(
+            consumed_samples, consumed_tokens, row[-1] or 0
+        )
+        # 2. Insert the report unless its step is recorded; move the run forward only for a
+        #    new report at or after its last step. One round trip.
+        insert = (
+            f"INSERT INTO {prog_t} (run_id, step, consumed_samples, consumed_tokens,"
+            f" reported_at) SELECT %s, %s, %s, %s, %s WHERE NOT EXISTS"
+            f" (SELECT 1 FROM {prog_t} WHERE run_id = %s AND step = %s) RETURNING 1"
+        )
+        params = [run_id, step, consumed_samples, consumed_tokens, now, run_id, step]
+        forward = step >= run.last_step
+        state = TrainingRun.State.RUNNING if run.state == "registered" else run.state
+        if forward:
+            cur.execute(
+                f"WITH ins AS ({insert}) UPDATE {run_t} SET last_step = %s,"
+                f" consumed_samples = %s, consumed_tokens = %s, last_reported_at = %s,"
+                f" state = %s WHERE id = %s AND EXISTS (SELECT 1 FROM ins)",
+                [*params, step, consumed_samples, consumed_tokens, now, state, run_id],
+            )
+        else:
+            cur.execute(insert, params)
+        if forward and cur.rowcount == 1:
+            run.last_step, run.last_reported_at, run.state = step, now, state
+            run.consumed_samples, run.consumed_tokens = consumed_samples, consumed_tokens
     return run
 
 
