@@ -25,6 +25,7 @@ import http.client
 import json
 import multiprocessing as mp
 import os
+import re
 import socket
 import statistics
 import subprocess
@@ -299,6 +300,53 @@ def measure_progress(base, token, run_ids, seconds, concurrency) -> dict:
     }
 
 
+_WRK_SCRIPT = """
+-- One POST per request with a fresh step per thread, over all runs; the body is what a
+-- trainer sends at each checkpoint.
+local runs = {%(runs)s}
+local n = 0
+local tid = 0
+local next_tid = 0
+function setup(thread)
+  thread:set("tid", next_tid)
+  next_tid = next_tid + 1
+end
+function request()
+  n = n + 1
+  local run = runs[(n %% #runs) + 1]
+  local step = 3000000000 + tid * 100000000 + n
+  local body = string.format('{"step": %%d, "consumed_samples": %%d}', step, step * 8)
+  return wrk.format("POST", "/api/runs/" .. run .. "/progress/",
+    {["Content-Type"] = "application/json", ["Authorization"] = "Token %(token)s"}, body)
+end
+"""
+
+
+def measure_progress_wrk(base, token, run_ids, seconds, concurrency) -> dict:
+    """The same load from wrk (C, one process, two threads): it leaves the CPU to the
+    server instead of spending it on Python clients."""
+    script = Path(tempfile.mkdtemp(prefix="bench-web-wrk-")) / "progress.lua"
+    script.write_text(_WRK_SCRIPT % {"runs": ", ".join(map(str, run_ids)), "token": token})
+    out = subprocess.run(
+        ["wrk", "-t", "2", "-c", str(concurrency), "-d", f"{seconds:g}s", "-s", str(script),
+         "--latency", base],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    total = int(re.search(r"(\d+) requests in", out).group(1))
+    bad = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    errors = int(bad.group(1)) if bad else 0
+    rate = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    p99 = re.search(r"99%\s+([\d.]+)(\w+)", out)
+    return {
+        "requests": total - errors,
+        "errors": errors,
+        "seconds": seconds,
+        "req_per_s": round(rate * (total - errors) / max(total, 1), 1),
+        "p99_latency": f"{p99.group(1)}{p99.group(2)}" if p99 else None,
+        "load": "wrk",
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--shards", type=int, default=100_000)
@@ -311,6 +359,10 @@ def main() -> None:
     ap.add_argument("--worker-class", default="gthread", help="sync, gthread or both: sync,gthread")
     ap.add_argument("--threads", type=int, default=4, help="threads per gthread worker")
     ap.add_argument("--progress-only", action="store_true", help="skip the pages")
+    ap.add_argument(
+        "--load", default="python", choices=["python", "wrk"],
+        help="progress load generator: Python processes (http.client) or wrk",
+    )  # fmt: skip
     args = ap.parse_args()
 
     create_database(args.db)
@@ -366,7 +418,8 @@ def main() -> None:
                     time.sleep(0.2)
             if n == 0 and not args.progress_only:
                 results = measure_pages(base, pages, i["users"], args.requests)
-            progress_by_class[worker_class] = measure_progress(
+            measure = measure_progress_wrk if args.load == "wrk" else measure_progress
+            progress_by_class[worker_class] = measure(
                 base, i["users"]["editor"]["token"], i["runs"], args.seconds, args.concurrency
             )
         finally:
