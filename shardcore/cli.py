@@ -39,6 +39,19 @@ class CLIError(Exception):
     """A user error: printed as one line and exit status 2, never a traceback."""
 
 
+def check_new_artifact(out, workers: int = 1) -> None:
+    """Refuse to build into a finished artifact (artifacts are immutable) or with fewer
+    than one worker, before any work starts."""
+    from pathlib import Path
+
+    from shardcore.manifest import MANIFEST_NAME
+
+    if (Path(out) / MANIFEST_NAME).exists():
+        raise CLIError(f"{out} already holds a finished artifact; choose another --out")
+    if workers < 1:
+        raise CLIError("--workers must be at least 1")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)

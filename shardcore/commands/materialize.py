@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from shardcore.cli import CLIError
+from shardcore.cli import CLIError, check_new_artifact
 
 
 def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
@@ -21,6 +21,7 @@ def run(args: argparse.Namespace) -> int:
     from shardcore.errors import ShardcoreError
     from shardcore.materialize import materialize
 
+    check_new_artifact(args.out, args.workers)
     try:
         manifest = materialize(
             args.mixture, args.out, workers=args.workers, shard_bytes=args.shard_mb << 20

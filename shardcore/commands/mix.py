@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from shardcore.cli import CLIError
+from shardcore.cli import CLIError, check_new_artifact
 
 
 def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
@@ -83,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
             )
         if args.plan_only:
             return 0
+        check_new_artifact(args.out)
         manifest = build_mixture(spec, args.out)
     except ShardcoreError as exc:
         raise CLIError(str(exc)) from None

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from shardcore.cli import CLIError
+from shardcore.cli import CLIError, check_new_artifact
 
 
 def _size(text: str) -> int:
@@ -71,15 +71,11 @@ def run(args: argparse.Namespace) -> int:
 
     from shardcore import units
     from shardcore.errors import ShardcoreError
-    from shardcore.manifest import MANIFEST_NAME
     from shardcore.pool import plan_pool
     from shardcore.progress import Progress
 
     out = Path(args.out)
-    if (out / MANIFEST_NAME).exists():
-        raise CLIError(f"{out} already holds a finished artifact; choose another --out")
-    if args.workers < 1:
-        raise CLIError("--workers must be at least 1")
+    check_new_artifact(out, args.workers)
     options = {}
     if args.grid_columns is not None:
         options["columns"] = args.grid_columns

@@ -8,7 +8,7 @@ import re
 import sys
 from pathlib import Path
 
-from shardcore.cli import CLIError
+from shardcore.cli import CLIError, check_new_artifact
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
 _MULT = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
@@ -74,15 +74,11 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
 def run(args: argparse.Namespace) -> int:
     from shardcore import units
     from shardcore.errors import InputError, ShardcoreError
-    from shardcore.manifest import MANIFEST_NAME
     from shardcore.progress import Progress
     from shardcore.tokenize import plan_tokenize
 
     out = Path(args.out)
-    if (out / MANIFEST_NAME).exists():
-        raise CLIError(f"{out} already holds a finished artifact; choose another --out")
-    if args.workers < 1:
-        raise CLIError("--workers must be at least 1")
+    check_new_artifact(out, args.workers)
     try:
         plan = plan_tokenize(
             args.inputs,

@@ -41,6 +41,13 @@ def test_it_mixes_exports_measures_and_materializes(pools, tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["windows"]["num_samples"] > 0
     assert main(["materialize", str(out), "--out", str(tmp_path / "flat")]) == 0
     assert "materialized 5000 samples" in capsys.readouterr().out
+    # Artifacts are immutable: neither command builds over a finished one.
+    for argv in (
+        ["materialize", str(out), "--out", str(tmp_path / "flat")],
+        ["mix", "--component", f"{pools['early']}:1", "--tokens", "640", "--out", str(out)],
+    ):
+        assert main(argv) == 2
+        assert "already holds a finished artifact" in capsys.readouterr().err
     assert locate_any(out, tokens=SEQ * 4999)["sample"] == 4999
 
 
