@@ -210,6 +210,13 @@ def main() -> int:
         ["shuf", str(lines), "-o", str(work / "shuf.txt"), "--random-source=/dev/zero"]
     )
     (work / "shuf.txt").unlink()
+    # The pool's output is durable (fdatasync before a unit is marked done); this row
+    # gives shuf the same guarantee, for a like-for-like comparison.
+    results["GNU shuf, output synced"] = timed(
+        ["sh", "-c", f"shuf {lines} -o {work / 'shuf.txt'} --random-source=/dev/zero"
+         f" && sync {work / 'shuf.txt'}"]
+    )  # fmt: skip
+    (work / "shuf.txt").unlink()
     results["numpy permutation (in memory)"] = timed(numpy_permutation(src, work / "np.bin"))
     (work / "np.bin").unlink()
     for staging in ("references", "tokens"):
