@@ -45,8 +45,8 @@ def test_it_builds_a_pool_in_the_browser_and_shows_its_quality_charts(
     quality.locator(".js-plotly-plot").first.wait_for()
     deviation = quality.locator(".js-plotly-plot").first
     names = deviation.evaluate("(el) => el.data.map((t) => t.name)")
-    # One line per tokenized source (by input order), the worst of them, the ideal bound.
-    assert names == ["0", "1", "worst label", "ideal bound"], names
+    # One line per source (named as in the catalog), the worst of them, the ideal bound.
+    assert names == ["docstrings", "reference", "worst label", "ideal bound"], names
     title = deviation.evaluate("(el) => el.layout.title.text")
     assert title == "Window deviation vs window size"
     # Shares of a window deviate by at most 1; the ideal bound shrinks as windows grow.

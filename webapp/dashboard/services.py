@@ -101,12 +101,16 @@ def pool_quality_compute(*, pool) -> dict:
     Cached by fingerprint (a built pool never changes). Empty when the files are absent."""
     from django.core.cache import cache
 
-    key = f"dash:pool-quality:{pool.pk}:{pool.fingerprint}"
+    from webapp.catalog.models import TokenizedSource
+
+    key = f"dash:pool-quality:v2:{pool.pk}:{pool.fingerprint}"
     cached = cache.get(key)
     if cached is not None:
         return cached
+    # Label documents by their source's name, in the pool manifest's source order.
+    names = dict(TokenizedSource.objects.filter(pools=pool).values_list("path", "source__name"))
     try:
-        report = _pool_quality(pool.path)
+        report = _pool_quality(pool.path, source_names=names)
     except Exception as e:  # noqa: BLE001 - a pool without readable files has no report
         import logging
 
@@ -116,7 +120,7 @@ def pool_quality_compute(*, pool) -> dict:
     return report
 
 
-def _pool_quality(path: str) -> dict:
+def _pool_quality(path: str, *, source_names: dict[str, str] | None = None) -> dict:
     import numpy as np
 
     from shardcore import quality
@@ -130,8 +134,10 @@ def _pool_quality(path: str) -> dict:
     source = docs.column("source").to_numpy(zero_copy_only=False)
     n_tokens = docs.column("n_tokens").to_numpy(zero_copy_only=False)
     by_source = len(np.unique(source)) > 1
+    paths = [s["path"] for s in reader.manifest.get("sources", [])]
+    names = np.array([(source_names or {}).get(p, str(k)) for k, p in enumerate(paths)])
     doc_labels = (
-        source.astype(str)
+        (names[source] if len(names) > int(source.max()) else source.astype(str))
         if by_source
         else np.char.add("2^", np.floor(np.log2(np.maximum(n_tokens, 1))).astype(int).astype(str))
     )
