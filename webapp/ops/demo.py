@@ -47,7 +47,7 @@ def demo_load(
 
     root = Path(settings.SOURCE_ROOTS[0]) / "demo"
     if not (root / "reference" / "reference.parquet").exists():
-        log(f"writing the demo corpus (CPython {root}) ...")
+        log(f"writing the demo corpus (the CPython standard library) to {root} ...")
         build_demo_corpus(root, max_bytes_per_source=max_bytes_per_source)
 
     sources = {}
