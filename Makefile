@@ -5,21 +5,40 @@ BIN := $(VENV)/bin
 STAMP_RUN := $(VENV)/.installed-run
 STAMP_DEV := $(VENV)/.installed-dev
 
-.PHONY: run test lint format bench clean
+.PHONY: run test lint format bench clean lock
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
-$(STAMP_RUN): pyproject.toml | $(BIN)/python
-	$(BIN)/pip install -q -e .
+# Installs come from the lock files, so every machine gets the versions that were tested;
+# pyproject.toml holds the ranges, `make lock` re-resolves them into the lock files.
+LOCK_RUN := requirements.lock
+LOCK_DEV := requirements-dev.lock
+
+$(STAMP_RUN): pyproject.toml $(LOCK_RUN) | $(BIN)/python
+	$(BIN)/pip install -q -r $(LOCK_RUN)
+	$(BIN)/pip install -q --no-deps -e .
 	touch $@
 
 # torch first, pinned, so that megatron-core never pulls a newer (CUDA) build.
-$(STAMP_DEV): pyproject.toml | $(BIN)/python
+$(STAMP_DEV): pyproject.toml $(LOCK_DEV) | $(BIN)/python
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -r $(LOCK_DEV)
+	$(BIN)/pip install -q --no-deps -e .
 	touch $@ $(STAMP_RUN)
+
+# Re-resolve pyproject.toml's ranges (dev extra included) and write both lock files; the
+# runtime lock is the runtime closure under the dev lock's versions.
+lock: | $(BIN)/python
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q --upgrade -e '.[dev]'
+	$(BIN)/pip freeze --exclude-editable | grep -v '^-e ' | sort -f > $(LOCK_DEV)
+	$(BIN)/python -m pip install -q --dry-run --ignore-installed --report /tmp/shardyard-lock.json \
+	  -c $(LOCK_DEV) -e .
+	$(BIN)/python -c "import json; r=json.load(open('/tmp/shardyard-lock.json'))['install']; \
+	  print('\n'.join(sorted((f\"{x['metadata']['name']}=={x['metadata']['version']}\" \
+	  for x in r if not x.get('is_direct')), key=str.lower)))" > $(LOCK_RUN)
 
 run: $(STAMP_RUN)
 	DEBUG=$${DEBUG:-1} $(BIN)/python manage.py runstack
