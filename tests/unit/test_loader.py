@@ -182,9 +182,7 @@ def test_it_refuses_an_artifact_without_samples(tmp_path):
 
 
 @pytest.mark.parametrize("kind", ["mixture", "materialized"])
-def test_two_ranks_with_two_workers_see_each_mixture_sample_once_per_epoch(
-    mixture_path, kind
-):
+def test_two_ranks_with_two_workers_see_each_mixture_sample_once_per_epoch(mixture_path, kind):
     path = mixture_path if kind == "mixture" else mixture_path.parent / "flat"
     mix = Mixture(mixture_path)
     seen = []
