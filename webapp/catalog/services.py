@@ -787,19 +787,44 @@ def mixture_version_export(
     )
 
 
-def mixture_version_export_find(
-    *, version_id: int, fmt: str, global_batch_size: int | None = None
-) -> tuple[str, MixtureVersion, Path, Export | None]:
-    """(catalog format, version, file path, its ready Export row or None). Reads only."""
+def _export_target(
+    version_id: int, fmt: str, global_batch_size: int | None
+) -> tuple[str, MixtureVersion, str, Path, dict[str, Any]]:
+    """(catalog format, version, shardcore format, file path, export options)."""
     fmt = {"olmo": Export.Format.OLMO_CORE}.get(fmt, fmt)
     if fmt not in EXPORT_FORMATS:
         known = ", ".join(sorted({*EXPORT_FORMATS, "olmo"}))
         raise CatalogError(f"unknown export format {fmt!r}; known: {known}")
     version = _built_version(version_id)
-    name = EXPORT_FORMATS[fmt][1]
+    core_fmt, name = EXPORT_FORMATS[fmt]
+    options: dict[str, Any] = {}
     if fmt == Export.Format.NANOTRON and global_batch_size:
+        options["global_batch_size"] = int(global_batch_size)
         name = f"nanotron-gbs{int(global_batch_size)}.yaml"
-    path = Path(version.path) / "exports" / name
+    if fmt == Export.Format.OLMO_CORE:
+        # With a ready materialized copy, OLMo-core reads Shardyard's exact order from it.
+        copy = (
+            Export.objects.filter(
+                version=version, format=Export.Format.MATERIALIZED, status=ArtifactStatus.READY
+            )
+            .order_by("-created_at")
+            .first()
+        )
+        if global_batch_size:
+            options["global_batch_size"] = int(global_batch_size)
+        if copy is not None:
+            options["materialized"] = copy.path
+            name = "olmo-core-materialized.yaml"
+        if global_batch_size:
+            name = name.replace(".yaml", f"-gbs{int(global_batch_size)}.yaml")
+    return fmt, version, core_fmt, Path(version.path) / "exports" / name, options
+
+
+def mixture_version_export_find(
+    *, version_id: int, fmt: str, global_batch_size: int | None = None
+) -> tuple[str, MixtureVersion, Path, Export | None]:
+    """(catalog format, version, file path, its ready Export row or None). Reads only."""
+    fmt, version, _core, path, _options = _export_target(version_id, fmt, global_batch_size)
     existing = Export.objects.filter(
         version=version, format=fmt, path=str(path), status=ArtifactStatus.READY
     ).first()
@@ -816,14 +841,9 @@ def mixture_version_export_render(
     from shardcore.errors import ShardcoreError
     from shardcore.export import export
 
-    fmt, version, _path, _existing = mixture_version_export_find(
-        version_id=version_id, fmt=fmt, global_batch_size=global_batch_size
-    )
-    options: dict[str, Any] = {}
-    if fmt == Export.Format.NANOTRON and global_batch_size:
-        options["global_batch_size"] = int(global_batch_size)
+    fmt, version, core_fmt, _path, options = _export_target(version_id, fmt, global_batch_size)
     try:
-        return export(version.path, EXPORT_FORMATS[fmt][0], **options)
+        return export(version.path, core_fmt, **options)
     except (ShardcoreError, OSError) as exc:
         raise CatalogError(f"cannot export {version} as {fmt}: {exc}") from exc
 
