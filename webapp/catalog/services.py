@@ -820,6 +820,11 @@ def _export_target(
     return fmt, version, core_fmt, Path(version.path) / "exports" / name, options
 
 
+# Formats whose export writes files beside the config (nanotron: the pools' view folders):
+# only recorded by an editor, never computed for a reader's GET.
+EXPORT_WRITES_FILES = {Export.Format.NANOTRON}
+
+
 def mixture_version_export_find(
     *, version_id: int, fmt: str, global_batch_size: int | None = None
 ) -> tuple[str, MixtureVersion, Path, Export | None]:

@@ -187,6 +187,11 @@ def mixture_version_export(request, version_id: int, fmt: str):
             _fmt, version, path, export = services.mixture_version_export_find(
                 version_id=version_id, fmt=fmt
             )
+            if export is None and _fmt in services.EXPORT_WRITES_FILES:
+                raise services.CatalogError(
+                    f"{version} has no {_fmt} export yet: an editor writes it (Export button, "
+                    "or manage.py catalog export)"
+                )
             if export is None:
                 text = services.mixture_version_export_render(version_id=version_id, fmt=fmt)
                 resp = HttpResponse(text, content_type="text/plain; charset=utf-8")
