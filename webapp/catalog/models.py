@@ -102,7 +102,9 @@ class Source(models.Model):
 
     @property
     def is_remote(self) -> bool:
-        return self.uri.startswith("s3://")
+        from webapp.catalog.guards import uri_is_remote
+
+        return uri_is_remote(self.uri)
 
 
 class SourceFile(models.Model):

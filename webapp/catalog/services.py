@@ -13,13 +13,13 @@ import uuid
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlparse
 
 import numpy as np
 from django.conf import settings
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from webapp.catalog import guards
 from webapp.catalog.models import (
     ArtifactStatus,
     Export,
@@ -54,27 +54,20 @@ class SourcePathError(CatalogError):
 
 
 def source_location_check(*, uri: str) -> str:
-    """The canonical location of a source, or SourcePathError. Local paths must lie below
-    one of ``settings.SOURCE_ROOTS`` after resolving symlinks; ``..`` is refused outright
-    (even when it would resolve inside a root), and so is any scheme but s3://."""
-    uri = (uri or "").strip()
-    if not uri:
-        raise SourcePathError("no location given")
-    parsed = urlparse(uri)
-    if parsed.scheme and len(parsed.scheme) > 1:  # "C:" style drive letters are not URLs
-        if parsed.scheme == "s3":
-            if not parsed.netloc:
-                raise SourcePathError(f"{uri}: an s3:// location needs a bucket (s3://bucket/path)")
-            if ".." in parsed.path.split("/"):
-                raise SourcePathError(f"{uri}: '..' is not allowed in a source location")
-            return uri.rstrip("/")
-        if parsed.scheme != "file":
-            raise SourcePathError(
-                f"{uri}: scheme {parsed.scheme!r} is not supported; use a local path under "
-                f"{_roots_text()} or an s3:// URI"
-            )
-        uri = parsed.path
-    path = Path(uri)
+    """The canonical location of a source, or SourcePathError. Every location goes through
+    ``guards.uri_normalize`` (one parser: ``S3://`` is ``s3://``). Local paths must lie
+    below one of ``settings.SOURCE_ROOTS`` after resolving symlinks; ``..`` is refused
+    outright (even when it would resolve inside a root), and so is any scheme but s3://."""
+    try:
+        scheme, location = guards.uri_normalize(uri)
+    except guards.GuardError as exc:
+        msg = str(exc)
+        if "is not supported" in msg:
+            msg += f"; use a local path under {_roots_text()} or an s3:// URI"
+        raise SourcePathError(msg) from None
+    if scheme != "file":
+        return location
+    path = Path(location)
     if not path.is_absolute():
         raise SourcePathError(f"{uri}: give an absolute path (under {_roots_text()})")
     if ".." in path.parts:
@@ -110,42 +103,69 @@ def source_register(
     created_by=None,
     scan: bool = True,
 ) -> Source:
-    """Register files as a source and (by default) scan them."""
+    """Register files as a source and (by default) scan them. A location that cannot be
+    listed (missing credentials, a symlink out of the roots) is refused before any row is
+    written."""
+    name = _name(name, "source name")
     location = source_location_check(uri=uri)
     if Source.objects.filter(name=name).exists():
         raise CatalogError(f"a source named {name!r} already exists")
-    source = Source.objects.create(
-        name=name,
-        uri=location,
-        text_field=text_field,
-        metadata_fields=list(metadata_fields),
-        description=description,
-        created_by=created_by,
-    )
+    if scan:
+        _list_files(location)  # refuse unreadable locations before writing anything
+    try:
+        with transaction.atomic():
+            source = Source.objects.create(
+                name=name,
+                uri=location,
+                text_field=text_field,
+                metadata_fields=list(metadata_fields),
+                description=description,
+                created_by=created_by,
+            )
+    except IntegrityError:
+        raise CatalogError(f"a source named {name!r} already exists") from None
     if scan:
         source = source_scan(source_id=source.pk)
     return source
+
+
+def _name(name: str, field: str, max_length: int = guards.NAME_MAX) -> str:
+    try:
+        return guards.name_check(name, field=field, max_length=max_length)
+    except guards.GuardError as exc:
+        raise CatalogError(str(exc)) from None
 
 
 def source_file_urls(*, source: Source) -> list[tuple[str, str, int]]:
     """(relative path, absolute url, size) of every readable file of a source, sorted by
     relative path: the order of its documents. A symlink inside the source that leads out
     of the roots is refused (SourcePathError), never followed."""
+    return _list_files(source.uri)
+
+
+def _list_files(uri: str) -> list[tuple[str, str, int]]:
     from shardcore import readers
 
-    if source.is_remote:
+    if guards.uri_is_remote(uri):
         import fsspec
 
-        fs, root = fsspec.core.url_to_fs(source.uri)
-        if fs.isfile(root):
-            return [(root.rsplit("/", 1)[-1], source.uri, int(fs.size(root)))]
+        scheme, uri = guards.uri_normalize(uri)
+        try:
+            fs, root = fsspec.core.url_to_fs(uri)
+            if fs.isfile(root):
+                return [(root.rsplit("/", 1)[-1], uri, int(fs.size(root)))]
+            found = sorted(fs.find(root, detail=True).items())
+        except Exception as exc:  # noqa: BLE001 - botocore/s3fs raise many kinds
+            # Missing credentials, an unknown bucket, a refused connection: the location
+            # cannot be read, which is the user's to fix, never a server error.
+            raise SourcePathError(f"{uri}: cannot list files: {type(exc).__name__}: {exc}") from None
         out = []
-        for key, info in sorted(fs.find(root, detail=True).items()):
+        for key, info in found:
             if readers.is_supported(key):
                 rel = key[len(root) :].lstrip("/")
-                out.append((rel, f"s3://{key}", int(info.get("size") or 0)))
+                out.append((rel, f"{scheme}://{key}", int(info.get("size") or 0)))
         return out
-    base = Path(source.uri)
+    base = Path(uri)
     if base.is_file():
         return [(base.name, str(base), base.stat().st_size)]
     out = []
@@ -182,15 +202,22 @@ def source_scan(*, source_id: int) -> Source:
     for rel, url, size in files:
         docs = bad = 0
         report: dict[str, dict[str, Any]] = {}
-        for item in readers.read_segment(url, text_field=source.text_field):
-            if isinstance(item, readers.BadInput):
-                bad += 1
-                slot = report.setdefault(item.reason, {"count": 0, "samples": []})
-                slot["count"] += 1
-                if len(slot["samples"]) < 5:
-                    slot["samples"].append(item.describe(rel))
-            else:
-                docs += 1
+        try:
+            for item in readers.read_segment(url, text_field=source.text_field):
+                if isinstance(item, readers.BadInput):
+                    bad += 1
+                    slot = report.setdefault(item.reason, {"count": 0, "samples": []})
+                    slot["count"] += 1
+                    if len(slot["samples"]) < 5:
+                        slot["samples"].append(item.describe(rel))
+                else:
+                    docs += 1
+        except Exception as exc:  # noqa: BLE001 - a file that cannot be opened at all
+            msg = f"{rel}: cannot read: {type(exc).__name__}: {exc}"
+            Source.objects.filter(pk=source.pk).update(
+                status=Source.Status.FAILED, scan_error=msg
+            )
+            raise SourcePathError(msg) from None
         rows.append(
             SourceFile(
                 source=source, path=rel, size=size, num_documents=docs, bad_lines=bad,
@@ -256,6 +283,7 @@ def tokenized_source_build(
     *,
     source_id: int,
     tokenizer: str | None = None,
+    engine: str = "auto",
     shard_size: int = 256 << 20,
     unit_bytes: int = 64 << 20,
     created_by=None,
@@ -278,6 +306,7 @@ def tokenized_source_build(
             [url for _rel, url, _size in files],
             str(out),
             tokenizer=tok.spec,
+            engine=engine,
             text_field=source.text_field,
             shard_size=shard_size,
             unit_bytes=unit_bytes,

@@ -63,9 +63,22 @@ class TokenizeForm(forms.Form):
         required=False,
         help_text="tiktoken:<encoding> or hf:<path>; empty for the default",
     )
+    engine = forms.ChoiceField(
+        choices=[
+            ("auto", "auto (fastest with identical ids)"),
+            ("reference", "reference (tiktoken / tokenizers)"),
+            ("gigatoken", "gigatoken"),
+        ],
+        initial="auto",
+        required=False,
+        help_text="encoding engine; the ids are the reference library's with any engine",
+    )
 
     def clean_tokenizer(self) -> str | None:
         return (self.cleaned_data.get("tokenizer") or "").strip() or None
+
+    def clean_engine(self) -> str:
+        return self.cleaned_data.get("engine") or "auto"
 
 
 class PoolBuildForm(forms.Form):

@@ -64,7 +64,10 @@ def source_tokenize(request, source_id: int):
         return redirect("dashboard:source", source_id=source_id)
     try:
         ts = tokenized_source_build(
-            source_id=source_id, tokenizer=form.cleaned_data["tokenizer"], created_by=request.user
+            source_id=source_id,
+            tokenizer=form.cleaned_data["tokenizer"],
+            engine=form.cleaned_data["engine"],
+            created_by=request.user,
         )
     except CatalogError as e:
         messages.error(request, str(e))

@@ -25,6 +25,11 @@ class Command(BaseCommand):
         p = sub.add_parser("tokenize")
         p.add_argument("source_id", type=int)
         p.add_argument("--tokenizer")
+        p.add_argument(
+            "--engine",
+            choices=("auto", "reference", "gigatoken", "tiktoken", "tokenizers"),
+            default="auto",
+        )
         p = sub.add_parser("pool-build")
         p.add_argument("name")
         p.add_argument("tokenized_ids", type=int, nargs="+")
@@ -85,7 +90,9 @@ class Command(BaseCommand):
                 src = s.source_scan(source_id=o["source_id"])
                 out = f"source {src.pk}: {src.num_documents} documents, {src.bad_lines} bad lines"
             elif action == "tokenize":
-                ts = s.tokenized_source_build(source_id=o["source_id"], tokenizer=o["tokenizer"])
+                ts = s.tokenized_source_build(
+                    source_id=o["source_id"], tokenizer=o["tokenizer"], engine=o["engine"]
+                )
                 out = f"tokenized source {ts.pk}: job {ts.job_id} queued"
             elif action == "pool-build":
                 pool = s.pool_build(

@@ -1,0 +1,71 @@
+"""The attacker's and operator's view: every test here drives the app the way the attack
+or mistake came in (JSON API with a token, the pages with a session and CSRF, the
+management commands), against real Postgres, and checks the refusal and that nothing was
+written. ``pytest tests/security`` runs this suite alone."""
+
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import Group
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from tests.integration.dashboard_fixtures import PASSWORD, catalog  # noqa: F401
+
+ROLES = ("viewer", "trainer", "editor", "admin")
+
+
+@pytest.fixture(autouse=True)
+def _postgres(postgres):
+    """This suite proves behaviour against the production database."""
+    return postgres
+
+
+@pytest.fixture
+def users(django_user_model, settings):
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    out = {}
+    for role in ROLES:
+        user = django_user_model.objects.create_user(username=role, password=PASSWORD)
+        user.groups.add(Group.objects.get_or_create(name=role)[0])
+        out[role] = user
+    # A second editor: runs of one editor are not another's.
+    other = django_user_model.objects.create_user(username="editor2", password=PASSWORD)
+    other.groups.add(Group.objects.get(name="editor"))
+    out["editor2"] = other
+    return out
+
+
+@pytest.fixture
+def api(users):
+    """``api(role)``: an APIClient holding that user's token (``None``: anonymous)."""
+
+    def as_user(who: str | None) -> APIClient:
+        c = APIClient()
+        if who:
+            key = Token.objects.get_or_create(user=users[who])[0].key
+            c.credentials(HTTP_AUTHORIZATION=f"Token {key}")
+        return c
+
+    return as_user
+
+
+@pytest.fixture
+def page(client, users):
+    """``page(role)``: the test client signed in as that user, with CSRF checks on."""
+    from django.test import Client
+
+    def as_user(who: str) -> Client:
+        c = Client(enforce_csrf_checks=False)
+        c.force_login(users[who])
+        return c
+
+    return as_user
+
+
+@pytest.fixture
+def roots(tmp_path, settings):
+    root = tmp_path / "sources"
+    root.mkdir()
+    settings.SOURCE_ROOTS = [root]
+    return root

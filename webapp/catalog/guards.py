@@ -1,0 +1,107 @@
+"""The catalog's input guards, in one place so that every entry (API, pages, management
+commands) applies the same rules:
+
+- ``name_check``: the names of sources, pools, mixtures and runs. Artifact directories
+  and download file names are built from them, so a name is a short token of letters,
+  digits, ``.``, ``_`` and ``-`` (never a path, never ``..``, no control characters, no
+  quotes).
+- ``data_path``: an artifact path below the data root, built from validated parts and
+  checked again after resolving symlinks.
+- ``uri_normalize``: the one parser of source locations. Its canonical form is what the
+  catalog stores and what ``uri_is_remote`` reads, so the roots check and the reader never
+  disagree about whether a location is remote (``S3://`` is ``s3://``).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from urllib.parse import urlparse
+
+from django.conf import settings
+
+NAME_MAX = 100
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+REMOTE_SCHEMES = ("s3",)
+
+
+class GuardError(ValueError):
+    """An input refused by a guard; the message names the field and says why."""
+
+
+def name_check(name, *, field: str = "name", max_length: int = NAME_MAX) -> str:
+    """``name`` if it is a valid catalog name, else GuardError naming ``field``."""
+    if not isinstance(name, str):
+        raise GuardError(f"{field}: a name is text, got {type(name).__name__}")
+    if not name:
+        raise GuardError(f"{field}: give a name")
+    if len(name) > max_length:
+        raise GuardError(f"{field}: at most {max_length} characters, got {len(name)}")
+    if _CONTROL.search(name):
+        raise GuardError(f"{field}: {name!r} contains a control character (CR, LF, NUL...)")
+    if not _NAME.fullmatch(name) or ".." in name:
+        raise GuardError(
+            f"{field}: {name!r} is not a valid name: use letters, digits, '.', '_' and '-', "
+            "starting with a letter or digit (no '/', no '..', no spaces or quotes)"
+        )
+    return name
+
+
+def data_root() -> Path:
+    return Path(settings.DATA_ROOT).resolve()
+
+
+def under_data_root(path: str | Path) -> Path:
+    """``path`` resolved, or GuardError when it lies outside the data root."""
+    root = data_root()
+    resolved = Path(path).resolve()
+    if resolved != root and not resolved.is_relative_to(root):
+        raise GuardError(f"{path} resolves to {resolved}, outside the data root {root}")
+    return resolved
+
+
+def data_path(*parts: str) -> Path:
+    """``DATA_ROOT/part/part...`` for parts that are single path components, checked to
+    resolve under the data root. An absolute or dotted part is refused, never joined
+    (``Path(root) / "/abs"`` would be ``/abs``)."""
+    for part in parts:
+        if not part or "/" in part or "\\" in part or part in (".", "..") or "\0" in part:
+            raise GuardError(f"{part!r} is not a single path component")
+    path = data_root().joinpath(*parts)
+    under_data_root(path)
+    return path
+
+
+def uri_normalize(uri: str) -> tuple[str, str]:
+    """(scheme, location) of a source location: ``("s3", "s3://bucket/key")`` with the
+    scheme lower-cased and no trailing slash, or ``("file", path)`` for a local path
+    (``file://`` stripped; the path is not resolved here). Anything else is GuardError."""
+    uri = (uri or "").strip()
+    if not uri:
+        raise GuardError("no location given")
+    if _CONTROL.search(uri):
+        raise GuardError(f"{uri!r}: a location has no control characters")
+    parsed = urlparse(uri)
+    scheme = parsed.scheme.lower()
+    if scheme and len(scheme) > 1:  # "C:" style drive letters are not URLs
+        if scheme in REMOTE_SCHEMES:
+            if not parsed.netloc:
+                raise GuardError(f"{uri}: an s3:// location needs a bucket (s3://bucket/path)")
+            if ".." in parsed.path.split("/"):
+                raise GuardError(f"{uri}: '..' is not allowed in a source location")
+            rest = f"{parsed.netloc}{parsed.path}".rstrip("/")
+            return scheme, f"{scheme}://{rest}"
+        if scheme != "file":
+            raise GuardError(f"{uri}: scheme {parsed.scheme!r} is not supported")
+        if parsed.netloc not in ("", "localhost"):
+            raise GuardError(f"{uri}: a file:// location names no host")
+        return "file", parsed.path
+    return "file", uri
+
+
+def uri_is_remote(uri: str) -> bool:
+    """Whether a stored location is read through fsspec's remote file systems. Reads the
+    scheme the way ``uri_normalize`` does (case-insensitive)."""
+    scheme = urlparse((uri or "").strip()).scheme.lower()
+    return scheme in REMOTE_SCHEMES
