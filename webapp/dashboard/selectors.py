@@ -219,8 +219,13 @@ def job_detail(*, job_id: int) -> dict:
 
 def job_progress_json(*, job_id: int) -> dict:
     """The JSON document the job page polls (plain types only)."""
+    from django.utils import timezone
+
+    from webapp.jobs.models import UnitState
+
     p = job_detail(job_id=job_id)
     job = p["job"]
+    now = timezone.now()
     return {
         "id": job.pk,
         "state": job.state,
@@ -245,6 +250,12 @@ def job_progress_json(*, job_id: int) -> dict:
                 "state": u.state,
                 "attempts": u.attempts,
                 "worker": u.worker,
+                "heartbeat_age": (
+                    round((now - u.heartbeat_at).total_seconds())
+                    if u.state == UnitState.RUNNING and u.heartbeat_at
+                    else None
+                ),
+                "last_event": u.last_event,
                 "error": u.error[:500],
             }
             for u in p["units"]
