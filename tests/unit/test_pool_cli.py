@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from shardcore import units
 from shardcore.cli import main
 from shardcore.pool import Pool
