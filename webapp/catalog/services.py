@@ -802,6 +802,10 @@ def _export_target(
     version = _built_version(version_id)
     core_fmt, name = EXPORT_FORMATS[fmt]
     options: dict[str, Any] = {}
+    if fmt == Export.Format.MEGATRON:
+        # Beside megatron.txt: the stage data-args files and megatron-core's index cache
+        # (keyed for Megatron-LM's default seed and --split 100,0,0), so that the order holds.
+        options["out"] = Path(version.path) / "exports" / "megatron"
     if fmt == Export.Format.NANOTRON and global_batch_size:
         options["global_batch_size"] = int(global_batch_size)
         name = f"nanotron-gbs{int(global_batch_size)}.yaml"
