@@ -146,13 +146,19 @@ def test_it_downloads_trainer_configs_of_a_built_mixture(login, catalog, tmp_pat
     resp = c.get(f"{base}/megatron/")
     assert resp.status_code == 200
     assert 'filename="base-mix-v1-megatron.txt"' in resp["Content-Disposition"]
-    assert "--data-path" in b"".join(resp.streaming_content).decode()
-    # The catalog wrote the file once and recorded it: asking again serves the same row.
+    assert "--data-path" in resp.content.decode()
+    # A reader's GET writes nothing; an editor's POST writes the file once and records it.
+    assert not Export.objects.exists() and not (out / "exports").exists()
+    assert c.post(f"{base}/megatron/").status_code == 403
+    editor = login("editor")
+    recorded = editor.post(f"{base}/megatron/")
+    assert b"".join(recorded.streaming_content).decode() == resp.content.decode()
     export = Export.objects.get(version=catalog["version"], format=Export.Format.MEGATRON)
     assert export.path == str(out / "exports" / "megatron.txt")
     assert c.get(f"{base}/megatron/").status_code == 200
+    assert editor.post(f"{base}/megatron/").status_code == 200
     assert Export.objects.filter(version=catalog["version"]).count() == 1
-    assert "stages" in b"".join(c.get(f"{base}/json/").streaming_content).decode()
+    assert "stages" in c.get(f"{base}/json/").content.decode()
     assert c.get(f"{base}/parquet/").status_code == 404
     page = c.get(f"/mixtures/versions/{catalog['version'].pk}/").content.decode()
     assert f"/exports/{export.pk}/download/" in page

@@ -124,7 +124,9 @@ class MixtureViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSe
             )
         except (CatalogError, ShardcoreError, ValueError) as e:
             raise _bad(e) from e
-        return Response(s.MixtureVersionSerializer(version).data, status=status.HTTP_201_CREATED)
+        # The same draft saved again answers the version that holds it (200), not a copy.
+        code = status.HTTP_200_OK if getattr(version, "existed", False) else status.HTTP_201_CREATED
+        return Response(s.MixtureVersionSerializer(version).data, status=code)
 
 
 class MixtureVersionViewSet(Base, viewsets.ReadOnlyModelViewSet):
@@ -148,6 +150,12 @@ class JobViewSet(Base, viewsets.ReadOnlyModelViewSet):
             qs = qs.defer("plan", "bad_input", "log_tail")
             state = self.request.query_params.get("state")
             if state:
+                from webapp.jobs.models import JobState
+
+                if state not in JobState.values:
+                    raise ValidationError(
+                        {"state": f"unknown state; one of {', '.join(JobState.values)}"}
+                    )
                 qs = qs.filter(state=state)
         return qs
 

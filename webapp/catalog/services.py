@@ -275,8 +275,12 @@ def tokenizer_ensure(*, spec: str) -> Tokenizer:
 
 
 def _artifact_dir(kind: str, name: str) -> Path:
-    # A fresh directory per build: a rebuild never writes into a finished artifact.
-    return Path(settings.DATA_ROOT) / kind / f"{name}-{uuid.uuid4().hex[:10]}"
+    # A fresh directory per build: a rebuild never writes into a finished artifact. The
+    # name was validated (guards.name_check); data_path checks it stays under the root.
+    try:
+        return guards.data_path(kind, f"{_name(name, f'{kind} name')}-{uuid.uuid4().hex[:10]}")
+    except guards.GuardError as exc:
+        raise CatalogError(str(exc)) from None
 
 
 def tokenized_source_build(
@@ -428,6 +432,7 @@ def pool_build(
     from shardcore.pool import plan_pool
     from webapp.jobs.services import job_create
 
+    name = _name(name, "pool name")
     parents = list(TokenizedSource.objects.filter(pk__in=list(tokenized_ids)).order_by("pk"))
     if not parents:
         raise CatalogError("a pool needs at least one tokenized source")
@@ -534,9 +539,32 @@ def pool_record(*, job, manifest: dict | None) -> None:
 
 
 def mixture_create(*, name: str, description: str = "", created_by=None) -> Mixture:
+    name = _name(name, "mixture name")
     if Mixture.objects.filter(name=name).exists():
         raise CatalogError(f"a mixture named {name!r} already exists")
-    return Mixture.objects.create(name=name, description=description, created_by=created_by)
+    try:
+        with transaction.atomic():
+            return Mixture.objects.create(
+                name=name, description=description, created_by=created_by
+            )
+    except IntegrityError:
+        raise CatalogError(f"a mixture named {name!r} already exists") from None
+
+
+def mixture_get_or_create(*, name: str, description: str = "", created_by=None) -> Mixture:
+    """The mixture named ``name``, created when new. Two first saves of one name at the same
+    time both get the one row (the unique name decides; no IntegrityError escapes)."""
+    name = _name(name, "mixture name")
+    existing = Mixture.objects.filter(name=name).first()
+    if existing is not None:
+        return existing
+    try:
+        with transaction.atomic():
+            return Mixture.objects.create(
+                name=name, description=description, created_by=created_by
+            )
+    except IntegrityError:
+        return Mixture.objects.get(name=name)
 
 
 def mixture_version_create(
@@ -610,10 +638,28 @@ def mixture_version_create(
         raise CatalogError(f"mixture spec: {exc}") from exc
     with transaction.atomic():
         mixture = Mixture.objects.select_for_update().get(pk=mixture_id)
-        number = (
-            mixture.versions.order_by("-number").values_list("number", flat=True).first() or 0
-        ) + 1
-        out = Path(settings.DATA_ROOT) / "mixtures" / mixture.name / f"v{number}"
+        latest = mixture.versions.order_by("-number").first()
+        if (
+            latest is not None
+            and latest.status == ArtifactStatus.READY
+            and (latest.params or {}).get("spec") == _jsonable(spec.to_dict())
+        ):
+            # The same content saved again (a double click, a retried request): the version
+            # that holds it already is the answer, not an identical copy.
+            latest.existed = True
+            return latest
+        number = (latest.number if latest is not None else 0) + 1
+        try:
+            out = guards.data_path("mixtures", _name(mixture.name, "mixture name"), f"v{number}")
+        except guards.GuardError as exc:
+            raise CatalogError(f"mixture {mixture.pk}: {exc}") from None
+        if out.exists():
+            # A version's files are immutable: never build over a directory that exists
+            # (a leftover of a save that failed after writing, or someone else's files).
+            raise CatalogError(
+                f"cannot build {mixture.name} v{number}: {out} exists already; "
+                "remove it if it is a leftover of a failed save"
+            )
         try:
             manifest = build_mixture(spec, out)
         except (ShardcoreError, OSError) as exc:
@@ -672,6 +718,13 @@ def mixture_version_create(
     return version
 
 
+def _jsonable(value: Any) -> Any:
+    """``value`` as it reads back from a JSONField (tuples become lists, and so on)."""
+    import json
+
+    return json.loads(json.dumps(value))
+
+
 def _stage_name(stage: str | None) -> str:
     return stage or "main"
 
@@ -706,10 +759,38 @@ def mixture_version_export(
     """Write the version as a trainer config (megatron, olmo / olmo-core, nanotron, json)
     under ``<version>/exports/`` and record it. An export is a function of the built
     schedule, so asking again for the same file returns its ready row."""
-    from shardcore.errors import ShardcoreError
-    from shardcore.export import export
     from shardcore.manifest import file_checksum
 
+    fmt, version, path, existing = mixture_version_export_find(
+        version_id=version_id, fmt=fmt, global_batch_size=global_batch_size
+    )
+    if existing is not None:
+        return existing
+    text = mixture_version_export_render(
+        version_id=version_id, fmt=fmt, global_batch_size=global_batch_size
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+    return Export.objects.create(
+        version=version,
+        format=fmt,
+        path=str(path),
+        status=ArtifactStatus.READY,
+        fingerprint=version.fingerprint,
+        num_records=version.num_samples,
+        num_tokens=version.num_tokens,
+        num_bytes=path.stat().st_size,
+        checksum=file_checksum(path),
+        finished_at=timezone.now(),
+    )
+
+
+def _export_target(
+    version_id: int, fmt: str, global_batch_size: int | None
+) -> tuple[str, MixtureVersion, str, Path, dict[str, Any]]:
+    """(catalog format, version, shardcore format, file path, export options)."""
     fmt = {"olmo": Export.Format.OLMO_CORE}.get(fmt, fmt)
     if fmt not in EXPORT_FORMATS:
         known = ", ".join(sorted({*EXPORT_FORMATS, "olmo"}))
@@ -717,6 +798,10 @@ def mixture_version_export(
     version = _built_version(version_id)
     core_fmt, name = EXPORT_FORMATS[fmt]
     options: dict[str, Any] = {}
+    if fmt == Export.Format.MEGATRON:
+        # Beside megatron.txt: the stage data-args files and megatron-core's index cache
+        # (keyed for Megatron-LM's default seed and --split 100,0,0), so that the order holds.
+        options["out"] = Path(version.path) / "exports" / "megatron"
     if fmt == Export.Format.NANOTRON and global_batch_size:
         options["global_batch_size"] = int(global_batch_size)
         name = f"nanotron-gbs{int(global_batch_size)}.yaml"
@@ -736,32 +821,40 @@ def mixture_version_export(
             name = "olmo-core-materialized.yaml"
         if global_batch_size:
             name = name.replace(".yaml", f"-gbs{int(global_batch_size)}.yaml")
-    path = Path(version.path) / "exports" / name
+    return fmt, version, core_fmt, Path(version.path) / "exports" / name, options
+
+
+# Formats whose export writes files beside the config (nanotron: the pools' view folders):
+# only recorded by an editor, never computed for a reader's GET.
+EXPORT_WRITES_FILES = {Export.Format.NANOTRON}
+
+
+def mixture_version_export_find(
+    *, version_id: int, fmt: str, global_batch_size: int | None = None
+) -> tuple[str, MixtureVersion, Path, Export | None]:
+    """(catalog format, version, file path, its ready Export row or None). Reads only."""
+    fmt, version, _core, path, _options = _export_target(version_id, fmt, global_batch_size)
     existing = Export.objects.filter(
         version=version, format=fmt, path=str(path), status=ArtifactStatus.READY
     ).first()
-    if existing is not None and path.is_file():
-        return existing
+    if existing is not None and not path.is_file():
+        existing = None
+    return fmt, version, path, existing
+
+
+def mixture_version_export_render(
+    *, version_id: int, fmt: str, global_batch_size: int | None = None
+) -> str:
+    """The text of a trainer config, computed from the built schedule without writing
+    anything (what a reader's GET serves when the export was never recorded)."""
+    from shardcore.errors import ShardcoreError
+    from shardcore.export import export
+
+    fmt, version, core_fmt, _path, options = _export_target(version_id, fmt, global_batch_size)
     try:
-        text = export(version.path, core_fmt, **options)
+        return export(version.path, core_fmt, **options)
     except (ShardcoreError, OSError) as exc:
         raise CatalogError(f"cannot export {version} as {fmt}: {exc}") from exc
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-    return Export.objects.create(
-        version=version,
-        format=fmt,
-        path=str(path),
-        status=ArtifactStatus.READY,
-        fingerprint=version.fingerprint,
-        num_records=version.num_samples,
-        num_tokens=version.num_tokens,
-        num_bytes=path.stat().st_size,
-        checksum=file_checksum(path),
-        finished_at=timezone.now(),
-    )
 
 
 def mixture_version_materialize(
@@ -861,6 +954,7 @@ def run_register(
 ) -> TrainingRun:
     """Register a run against a ready mixture version. Idempotent by name (a trainer that
     retries after a lost answer gets the same run). A run on tainted data is tainted."""
+    name = _name(name, "run name", max_length=200)
     version = MixtureVersion.objects.filter(pk=mixture_version_id).first()
     if version is None:
         raise CatalogError(f"no mixture version {mixture_version_id}")

@@ -48,9 +48,17 @@ def _page(qs, page: int, size: int = PAGE_SIZE) -> dict:
     return _paged(lambda offset, limit: list(qs[offset : offset + limit]), page, size)
 
 
+MAX_PAGE = 1_000_000
+
+
 def _paged(fetch, page, size: int = PAGE_SIZE) -> dict:
     """One page from ``fetch(offset, limit) -> list``, asking for one row more than shown."""
-    page = max(1, int(page or 1))
+    # A page number from the query string: anything but a sane integer is page 1 (never a
+    # ValueError or an offset past bigint, i.e. never a 500).
+    try:
+        page = min(max(1, int(str(page or 1))), MAX_PAGE)
+    except ValueError:
+        page = 1
     rows = fetch((page - 1) * size, size + 1)
     return {
         "rows": rows[:size],
