@@ -158,9 +158,7 @@ def _list_files(uri: str) -> list[tuple[str, str, int]]:
         except Exception as exc:  # noqa: BLE001 - botocore/s3fs raise many kinds
             # Missing credentials, an unknown bucket, a refused connection: the location
             # cannot be read, which is the user's to fix, never a server error.
-            raise SourcePathError(
-                f"{uri}: cannot list files: {type(exc).__name__}: {exc}"
-            ) from None
+            raise SourcePathError(f"{uri}: cannot list files: {type(exc).__name__}: {exc}") from None
         out = []
         for key, info in found:
             if readers.is_supported(key):
@@ -216,7 +214,9 @@ def source_scan(*, source_id: int) -> Source:
                     docs += 1
         except Exception as exc:  # noqa: BLE001 - a file that cannot be opened at all
             msg = f"{rel}: cannot read: {type(exc).__name__}: {exc}"
-            Source.objects.filter(pk=source.pk).update(status=Source.Status.FAILED, scan_error=msg)
+            Source.objects.filter(pk=source.pk).update(
+                status=Source.Status.FAILED, scan_error=msg
+            )
             raise SourcePathError(msg) from None
         rows.append(
             SourceFile(
