@@ -238,7 +238,11 @@ class FlagViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
 
         detail = flag_detail(flag_id=int(pk))
         taints = [
-            {k: t[k] for k in ("label", "url", "documents", "created_at")} for t in detail["taints"]
+            {
+                **{k: t[k] for k in ("label", "url", "documents", "created_at")},
+                **({"first_read": _flag_read(t["read"])} if "read" in t else {}),
+            }
+            for t in detail["taints"]
         ]
         return Response({"flag": s.FlagSerializer(detail["flag"]).data, "taints": taints})
 
@@ -276,6 +280,41 @@ class AuditViewSet(Base, viewsets.ViewSet):
                 "num_runs": result["num_runs"],
             }
         )
+
+
+def _flag_read(row: dict) -> dict:
+    """A ``flag_read`` row as JSON: the flag's id, the answer and its one-line text."""
+    from webapp.dashboard.selectors import flag_read_text
+
+    out = {k: v for k, v in row.items() if k != "flag"}
+    return {"flag": row["flag"].pk, "reason": row["flag"].reason, **out,
+            "text": flag_read_text(row)}  # fmt: skip
+
+
+FlagReadSerializer = inline_serializer(
+    "FlagRead",
+    {
+        "flag": serializers.IntegerField(),
+        "reason": serializers.CharField(),
+        "first_sample": serializers.IntegerField(
+            allow_null=True, help_text="first training sample holding a flagged document"
+        ),
+        "read": serializers.BooleanField(help_text="the run's reports have consumed it"),
+        "never": serializers.BooleanField(help_text="no sample of the mixture holds one"),
+        "step": serializers.IntegerField(
+            required=False,
+            help_text="read: the step that read it (or the report bounding it); "
+            "not read: the run's current step",
+        ),
+        "exact": serializers.BooleanField(required=False),
+        "after_step": serializers.IntegerField(required=False),
+        "by_step": serializers.IntegerField(required=False),
+        "consumed_samples": serializers.IntegerField(required=False),
+        "error": serializers.CharField(required=False),
+        "text": serializers.CharField(),
+    },
+    many=True,
+)
 
 
 ResumeSerializer = inline_serializer(
@@ -340,6 +379,16 @@ class RunViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         except CatalogError as e:
             raise _bad(e) from e
         return Response(s.RunSerializer(run).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(responses={200: FlagReadSerializer})
+    @action(detail=True, methods=["get"])
+    def flags(self, request, pk=None):
+        """Per flag tainting the run: when the run first read the flagged documents (the
+        step), or "not yet" at its current position."""
+        from webapp.catalog.selectors import run_flag_reads
+
+        run = get_object_or_404(TrainingRun.objects.select_related("mixture_version"), pk=pk)
+        return Response([_flag_read(r) for r in run_flag_reads(run=run)])
 
     @extend_schema(responses={200: ResumeSerializer, 409: OpenApiTypes.OBJECT})
     @action(detail=True, methods=["get"])
