@@ -828,9 +828,10 @@ def _export_target(
     return fmt, version, core_fmt, Path(version.path) / "exports" / name, options
 
 
-# Formats whose export writes files beside the config (nanotron: the pools' view folders):
-# only recorded by an editor, never computed for a reader's GET.
-EXPORT_WRITES_FILES = {Export.Format.NANOTRON}
+# Formats whose export writes files beside the config (Megatron: data-args files and the
+# index cache; nanotron: the pools' view folders): only written by an editor, never
+# computed for a reader's GET.
+EXPORT_WRITES_FILES = {Export.Format.MEGATRON, Export.Format.NANOTRON}
 
 
 def mixture_version_export_find(
