@@ -376,6 +376,73 @@ def progress_over_time(
     }
 
 
+def loss_curves(
+    series: Sequence[Mapping],
+    *,
+    x_title: str = "step",
+    boundaries: Sequence[Mapping] = (),
+    title: str = "Validation loss",
+    empty: str = "no losses reported yet",
+) -> dict:
+    """Loss curves, one line per series: ``{"name", "x": [...], "y": [...], "colour": i,
+    "dash": bool}`` (dashed: an overlaid run; same colour index, same pool or source).
+    ``boundaries`` are vertical dotted lines ``{"x": value, "label": text}`` (stage
+    starts, shard boundaries) with their label at the top."""
+    series = [s for s in series if s["x"]]
+    if not series:
+        return _empty(title, empty)
+    shapes, notes = [], []
+    for b in boundaries:
+        shapes.append(
+            {
+                "type": "line",
+                "yref": "paper",
+                "y0": 0,
+                "y1": 1,
+                "x0": b["x"],
+                "x1": b["x"],
+                "line": {"color": "#555", "dash": "dot", "width": 1},
+            }
+        )
+        if b.get("label"):
+            notes.append(
+                {
+                    "x": b["x"],
+                    "y": 1,
+                    "yref": "paper",
+                    "text": b["label"],
+                    "showarrow": False,
+                    "xanchor": "left",
+                    "yanchor": "bottom",
+                    "font": {"size": 10, "color": "#555"},
+                }
+            )
+    layout = _layout(
+        title,
+        xaxis={"title": {"text": x_title}},
+        yaxis={"title": {"text": "loss (nats per token)"}},
+        shapes=shapes,
+        annotations=notes,
+    )
+    data = [
+        {
+            "type": "scatter",
+            "mode": "lines+markers" if len(s["x"]) < 60 else "lines",
+            "name": s["name"],
+            "x": list(s["x"]),
+            "y": [round(float(v), 5) for v in s["y"]],
+            "line": {
+                "color": PALETTE[int(s.get("colour", 0)) % len(PALETTE)],
+                "dash": "dash" if s.get("dash") else "solid",
+                "width": 1 if s.get("dash") else 2,
+            },
+            "hovertemplate": f"{s['name']}<br>{x_title} %{{x:,}}: %{{y:.4f}}<extra></extra>",
+        }
+        for s in series
+    ]
+    return {"data": data, "layout": layout}
+
+
 # Lineage runs left to right from what trains to what was read.
 LINEAGE_KINDS = ("run", "mixture_version", "pool", "tokenized_source", "source")
 

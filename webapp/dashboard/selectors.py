@@ -428,7 +428,122 @@ def run_detail(*, run_id: int) -> dict:
             {**r, "text": flag_read_text(r)} for r in catalog_selectors.run_flag_reads(run=run)
         ],
         **_resume_context(run),
+        **run_losses(run=run),
     }
+
+
+OVERLAY_RUNS = 4
+LOSS_POINTS = 5000
+
+
+def run_losses(*, run, overlay: bool = True) -> dict:
+    """The run's loss charts: validation loss per pool (and per source) against step and
+    against tokens, training loss against step, with the mixture's stage starts marked;
+    with ``overlay``, up to OVERLAY_RUNS other runs of the same mixture (any version)
+    dashed, in the same colour per pool or source."""
+    from webapp.catalog.models import RunLoss, TrainingRun
+    from webapp.dashboard import charts
+
+    runs = [run]
+    if overlay:
+        runs += list(
+            TrainingRun.objects.filter(
+                mixture_version__mixture_id=run.mixture_version.mixture_id, losses__isnull=False
+            )
+            .exclude(pk=run.pk)
+            .distinct()
+            .order_by("-created_at")[:OVERLAY_RUNS]
+        )
+    rows = list(
+        RunLoss.objects.filter(run__in=runs)
+        .select_related("pool")
+        .order_by("run_id", "split", "series", "step")
+        .values_list("run_id", "split", "series", "pool__name", "source", "step", "loss",
+                     "consumed_tokens")[: LOSS_POINTS * len(runs)]
+    )  # fmt: skip
+    names = {r.pk: r.name for r in runs}
+    keys = sorted({(split, series) for _, split, series, *_ in rows})
+    colour = {k: i for i, k in enumerate(keys)}
+    curves: dict[tuple, dict] = {}
+    for run_id, split, series, pool, source, step, loss, tokens in rows:
+        c = curves.setdefault(
+            (run_id, split, series),
+            {"label": "training loss" if split == "train" else pool + (f" / {source}" if source else ""),
+             "steps": [], "tokens": [], "loss": [], "loss_t": []},
+        )  # fmt: skip
+        c["steps"].append(step)
+        c["loss"].append(loss)
+        if tokens is not None:
+            c["tokens"].append(tokens)
+            c["loss_t"].append(loss)
+
+    def series_for(split: str, by: str) -> list[dict]:
+        out = []
+        for (run_id, sp, key), c in curves.items():
+            if sp != split:
+                continue
+            mine = run_id == run.pk
+            out.append(
+                {
+                    "name": c["label"] if mine else f"{names[run_id]}: {c['label']}",
+                    "x": c["steps"] if by == "step" else c["tokens"],
+                    "y": c["loss"] if by == "step" else c["loss_t"],
+                    "colour": colour[(sp, key)],
+                    "dash": not mine,
+                }
+            )
+        return out
+
+    stages = _stage_starts(run)
+    return {
+        "val_step_figure": charts.loss_curves(
+            series_for("val", "step"),
+            x_title="step",
+            boundaries=[{"x": b["step"], "label": b["label"]} for b in stages if b["step"]],
+            title="Validation loss per pool / source, by step",
+        ),
+        "val_tokens_figure": charts.loss_curves(
+            series_for("val", "tokens"),
+            x_title="tokens",
+            boundaries=[{"x": b["tokens"], "label": b["label"]} for b in stages],
+            title="Validation loss per pool / source, by tokens consumed",
+        ),
+        "train_figure": charts.loss_curves(
+            series_for("train", "step"),
+            x_title="step",
+            boundaries=[{"x": b["step"], "label": b["label"]} for b in stages if b["step"]],
+            title="Training loss",
+            empty="no training loss reported",
+        ),
+        "overlaid_runs": [r for r in runs[1:] if any(k[0] == r.pk for k in curves)],
+        "num_losses": len(rows),
+    }
+
+
+def _stage_starts(run) -> list[dict]:
+    """Where each stage after the first starts: its first sample in tokens, and the first
+    step whose progress report had consumed it (None before the run got there)."""
+    from shardcore.errors import ShardcoreError
+    from shardcore.manifest import read_manifest
+    from webapp.catalog.models import RunProgress
+
+    version = run.mixture_version
+    try:
+        manifest = read_manifest(version.path)
+    except (ShardcoreError, OSError, ValueError):
+        return []
+    seq_len = int(manifest.get("seq_len") or 0)
+    out = []
+    for st in (manifest.get("stages") or [])[1:]:
+        first = int(st["first_sample"])
+        step = (
+            RunProgress.objects.filter(run=run, consumed_samples__gte=first)
+            .order_by("step")
+            .values_list("step", flat=True)
+            .first()
+        )
+        out.append({"label": f"stage {st['name']}", "tokens": first * seq_len, "step": step})
+    return out
 
 
 def flag_read_text(row: dict) -> str:
