@@ -367,6 +367,7 @@ def _run_tokenize(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
     documents = tokens = text_bytes = 0
     encode_cpu = 0.0
     ref_docs0 = getattr(tok, "reference_documents", 0)
+    reloads0 = getattr(tok, "reloads", 0)
 
     def run_batch() -> None:
         nonlocal texts, docs, batch_bytes, documents, tokens, text_bytes, encode_cpu
@@ -422,6 +423,7 @@ def _run_tokenize(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
         "engine": tok.engine,
         # Documents the fast engine handed to the reference (they spell a special token).
         "reference_documents": getattr(tok, "reference_documents", 0) - ref_docs0,
+        "engine_reloads": getattr(tok, "reloads", 0) - reloads0,
         "bad": bad.reasons,
     }
 
