@@ -11,22 +11,21 @@ boundaries, not our per-sample order; for our exact order use the mixture's sche
   prefix), the same list for a ``--data-args-path`` file, the stage's sample count, and
   ``--split`` advice: pools hold their validation slice apart, so train on ``--split
   100,0,0`` (or pass the pools' ``val/`` shards as ``--valid-data-path``).
-- OLMo-core: ``SourceMixtureDatasetConfig`` fields: ``source_list.sources`` of
-  ``{source_name, target_ratio, paths, max_repetition_ratio}`` and ``requested_tokens``.
-- nanotron: ``data_stages`` with ``start_training_step`` (from the stage's first sample and
-  the global batch size) and the Nanoset's ``dataset_folder`` / ``dataset_weights``.
+- OLMo-core (``shardcore.export_olmo``): ``dataset``/``data_loader`` sections that load into
+  ai2-olmo-core's config classes; exact (instance i is sample i) for a pool, a materialized
+  mixture or a mixture given its materialized copy, shares only otherwise.
+- nanotron (``shardcore.export_nanotron``): ``tokens`` and ``data_stages``, each pool seen
+  through a datatrove view folder (``.ds`` links, ``.ds.index``, ``.ds.metadata``), stage
+  boundaries on whole global batches, ``start_training_step`` exact.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import shlex
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from shardcore import manifest as mf
 from shardcore.errors import InputError
@@ -105,75 +104,16 @@ def _megatron(manifest: dict[str, Any], mixture_dir: str | os.PathLike, **_: Any
     return "\n".join(lines) + "\n"
 
 
-def _olmo(manifest: dict[str, Any], mixture_dir: str | os.PathLike, **_: Any) -> str:
-    stages = []
-    for st in manifest["stages"]:
-        sources = []
-        for pool, share in zip(manifest["pools"], st["weights"], strict=True):
-            if share <= 0:
-                continue
-            sources.append(
-                {
-                    "source_name": pool["key"],
-                    "target_ratio": share,
-                    "paths": [f"{p}.bin" for p, _ in _pool_shards(pool["path"])],
-                    "max_repetition_ratio": max(1.0, math.ceil(pool["epochs"] * 100) / 100),
-                }
-            )
-        stages.append(
-            {
-                "stage": st["name"],
-                "source_mixture_config": {
-                    "source_list": {"sources": sources},
-                    "requested_tokens": st["num_tokens"],
-                },
-            }
-        )
-    out = {
-        "sequence_length": manifest["seq_len"],
-        "dtype": manifest["dtype"],
-        "tokenizer": manifest.get("tokenizer"),
-        "stages": stages,
-    }
-    return yaml.safe_dump(out, sort_keys=False)
+def _olmo(manifest: dict[str, Any], mixture_dir: str | os.PathLike, **options: Any) -> str:
+    from shardcore.export_olmo import olmo_config
+
+    return olmo_config(mixture_dir, **options)
 
 
-def _nanotron(
-    manifest: dict[str, Any],
-    mixture_dir: str | os.PathLike,
-    *,
-    global_batch_size: int | None = None,
-    **_: Any,
-) -> str:
-    gbs = int(global_batch_size or 1)
-    token_size = 4 if str(manifest["dtype"]) in ("int32", "uint32") else 2
-    stages = []
-    for st in manifest["stages"]:
-        folders, weights = [], []
-        for pool, share in zip(manifest["pools"], st["weights"], strict=True):
-            if share > 0:
-                folders.append(os.path.join(pool["path"], "shards"))
-                weights.append(share)
-        stages.append(
-            {
-                "name": st["name"],
-                "start_training_step": st["first_sample"] // gbs + 1,
-                "data": {
-                    "dataset": {
-                        "dataset_folder": folders,
-                        "dataset_weights": weights,
-                        "token_size_in_bytes": token_size,
-                    },
-                    "num_loading_workers": 1,
-                    "seed": int(manifest["spec"]["seed"]),
-                },
-            }
-        )
-    header = (
-        f"# nanotron data_stages; start_training_step assumes a global batch of {gbs} "
-        "samples (pass global_batch_size)\n"
-    )
-    return header + yaml.safe_dump({"data_stages": stages}, sort_keys=False)
+def _nanotron(manifest: dict[str, Any], mixture_dir: str | os.PathLike, **options: Any) -> str:
+    from shardcore.export_nanotron import nanotron_config
+
+    return nanotron_config(mixture_dir, **options)
 
 
 def _json(manifest: dict[str, Any], mixture_dir: str | os.PathLike, **_: Any) -> str:
@@ -198,4 +138,6 @@ def export(mixture_dir: str | os.PathLike, fmt: str, **options: Any) -> str:
     writers = {"megatron": _megatron, "olmo": _olmo, "nanotron": _nanotron, "json": _json}
     if fmt not in writers:
         raise InputError(f"format: unknown export format {fmt!r}; known: {list(FORMATS)}")
+    if fmt == "olmo":  # also exports a pool or a materialized mixture, exactly
+        return _olmo({}, mixture_dir, **options)
     return writers[fmt](_load(mixture_dir), mixture_dir, **options)

@@ -1,44 +1,132 @@
-"""Read pools in training: a numpy reader and a torch ``IterableDataset``.
+"""Read Shardyard artifacts in training: random access to samples, and one torch streaming
+loader for every artifact kind (a pool, a mixture, a materialized mixture).
 
-``PoolReader`` gives sequential and random access to records (np.memmap views, no copy).
+``Samples`` gives sample i of any artifact as its seq_len + 1 tokens: record i of a pool or
+of a materialized mixture (np.memmap views, no copy), or the (pool, record) the mixture's
+schedule names for sample i. ``PoolReader`` is the pool-only reader with batch iteration.
 
-``PoolIterableDataset`` streams samples in a deterministic order that resumes exactly:
+``ShardyardIterableDataset`` streams samples in a deterministic order that resumes exactly:
 
 * the global stream is samples k = start_sample, start_sample + 1, ... up to
-  ``num_samples`` (default: one epoch); sample k is record ``order_e[k % N]`` of epoch
-  e = k // N, where ``order_e`` is the pool's own (already shuffled) order, or with a
-  ``seed`` a permutation of the records seeded by (seed, epoch);
+  ``num_samples`` (default: one epoch, every sample of the artifact once); sample k is
+  sample ``order_e[k % N]`` of the artifact in epoch e = k // N, where ``order_e`` is the
+  artifact's own order (a pool's shuffled records, a mixture's schedule), or with a
+  ``seed`` a permutation seeded by (seed, epoch);
 * data-parallel rank r of ``world_size`` takes k = start + r, start + r + world_size, ...;
 * within a rank, DataLoader workers take the rank's samples in blocks of ``batch_size``
-  round-robin (block t to worker t % workers), which is the order in which
-  ``torch.utils.data.DataLoader(dataset, batch_size=batch_size, num_workers=W)`` returns
-  them: the loader's output on a rank is the rank's samples in order, whatever W.
+  round-robin (block t to worker t % workers), which is the order in which a DataLoader
+  with that ``batch_size`` and W workers returns them: the loader's output on a rank is
+  the rank's samples in order, whatever W.
 
 All ranks consume in lockstep, so the position is one number: after each rank consumed c
-samples, the next unseen sample is ``start_sample + c * world_size``.
-``state_dict(consumed=c)`` records it and ``load_state_dict`` resumes there (with any
-world size or worker count). torch is imported only when ``PoolIterableDataset`` is
-first used, so shardcore imports without torch.
+samples, the next unseen sample is ``start_sample + c * world_size``. Resuming there with
+another world size or worker count continues the same global stream.
+
+Consumption is tracked, not assumed (as mosaicml-streaming's StreamingDataLoader does):
+``ShardyardLoader`` (a ``torch.utils.data.DataLoader``) counts the samples of every batch
+it hands out in the main process and writes the count into its dataset, so
+``loader.state_dict()`` and ``dataset.state_dict()`` are the position after the last batch
+the training loop received, with or without workers. Read through a plain DataLoader with
+``num_workers=0``, the dataset counts what it yielded itself (the same thing). Read through
+a plain DataLoader with workers, the main process cannot know what was consumed: then
+``state_dict()`` without ``consumed=`` raises instead of returning the start (a silent
+replay). torch is imported only when the torch classes are first used.
 """
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
+from shardcore import manifest as mf
 from shardcore.errors import InputError
-from shardcore.pool import Pool
+from shardcore.formats import IndexedReader
 
-STATE_VERSION = 1
+STATE_VERSION = 2
+KINDS = ("pool", "materialized", "mixture")
+
+
+class _Records:
+    """Fixed-width records of a pool or a materialized mixture, numbered across shards."""
+
+    def __init__(self, path: str | os.PathLike, manifest: dict[str, Any] | None = None):
+        self.path = os.fspath(path)
+        self.manifest = manifest if manifest is not None else mf.read_manifest(path)
+        self.cumulative = np.asarray(self.manifest["cumulative_records"], dtype=np.int64)
+        self.width = int(self.manifest["seq_len"]) + 1
+        self._readers: dict[int, IndexedReader] = {}
+
+    def __len__(self) -> int:
+        return int(self.cumulative[-1])
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        if not 0 <= i < len(self):
+            raise IndexError(f"{self.path}: record {i} out of range [0, {len(self)})")
+        shard = int(np.searchsorted(self.cumulative, i, side="right")) - 1
+        if shard not in self._readers:
+            prefix = self.manifest["shards"][shard]["prefix"]
+            self._readers[shard] = IndexedReader(os.path.join(self.path, prefix))
+        r = i - int(self.cumulative[shard])
+        return self._readers[shard].tokens[r * self.width : (r + 1) * self.width]
+
+
+class Samples:
+    """Sample i (seq_len + 1 tokens) of a pool, a materialized mixture or a mixture."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = os.fspath(path)
+        self.manifest = mf.read_manifest(path)
+        self.kind = self.manifest.get("kind")
+        if self.kind not in KINDS:
+            raise InputError(
+                f"{self.path}: a {self.kind!r} artifact has no training samples; "
+                f"give a pool, a mixture or a materialized mixture"
+            )
+        self.fingerprint = str(self.manifest["fingerprint"])
+        self.seq_len = int(self.manifest["seq_len"])
+        self._open()
+
+    def _open(self) -> None:
+        if self.kind == "mixture":
+            from shardcore.mixture import Mixture
+
+            self._mixture = Mixture(self.path)
+            self._pools: dict[int, _Records] = {}
+            self.num_samples = self._mixture.num_samples
+        else:
+            self._records = _Records(self.path, self.manifest)
+            self.num_samples = len(self._records)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Memory maps are reopened in each DataLoader worker, not pickled.
+        return {"path": self.path}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["path"])
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        i = int(i)
+        if self.kind != "mixture":
+            return self._records[i]
+        p, r = self._mixture.sample(i)
+        if p not in self._pools:
+            self._pools[p] = _Records(self._mixture.pools[p]["path"])
+        return self._pools[p][r]
 
 
 class PoolReader:
     """Sequential and random access to the records of a pool."""
 
     def __init__(self, path: str | os.PathLike):
+        from shardcore.pool import Pool
+
         self.pool = Pool(path)
         self.seq_len = self.pool.seq_len
         self.num_records = self.pool.num_records
@@ -63,7 +151,7 @@ class PoolReader:
 
 
 def sample_order(num_records: int, seed: int | None, epoch: int) -> np.ndarray | None:
-    """The records of one epoch in stream order (None: the pool's own order)."""
+    """The samples of one epoch in stream order (None: the artifact's own order)."""
     if seed is None:
         return None
     return np.random.default_rng([int(seed), int(epoch)]).permutation(num_records)
@@ -88,14 +176,21 @@ class _Stream:
         if batch_size < 1:
             raise InputError(f"batch_size must be >= 1, got {batch_size}")
         self.path = os.fspath(path)
-        self.reader = PoolReader(path)
+        self.source = Samples(path)
         self.rank, self.world_size, self.seed = rank, world_size, seed
         self.batch_size = batch_size
-        self.num_samples = self.reader.num_records if num_samples is None else int(num_samples)
-        if self.reader.num_records == 0 and self.num_samples:
-            raise InputError(f"{self.path}: the pool is empty")
+        n = len(self.source)
+        self.num_samples = n if num_samples is None else int(num_samples)
+        if n == 0 and self.num_samples:
+            raise InputError(f"{self.path}: the {self.source.kind} has no samples")
+        if start_sample < 0:
+            raise InputError(f"start_sample must be >= 0, got {start_sample}")
         self.start_sample = int(start_sample)
-        self.yielded = 0
+        self.consumed = 0  # samples of this rank the training loop received
+        self._tracked = False  # ``consumed`` is set by a ShardyardLoader
+        # Set by any DataLoader worker that iterates this dataset: the main process then
+        # does not see what was consumed. A shared byte survives the pickling to workers.
+        self._in_workers = multiprocessing.get_context().RawValue("b", 0)
         self._orders: dict[int, np.ndarray | None] = {}
 
     def samples(self, worker: int = 0, workers: int = 1) -> Iterator[int]:
@@ -108,46 +203,74 @@ class _Stream:
             k += self.world_size
             j += 1
 
-    def record_of(self, k: int) -> int:
-        n = self.reader.num_records
+    def index_of(self, k: int) -> int:
+        """The artifact's sample read as stream sample k."""
+        n = len(self.source)
         epoch, i = divmod(k, n)
         if epoch not in self._orders:
             self._orders = {epoch: sample_order(n, self.seed, epoch)}
         order = self._orders[epoch]
         return i if order is None else int(order[i])
 
+    # Kept for callers of the pool-only loader.
+    record_of = index_of
+
+    def tokens(self, k: int) -> np.ndarray:
+        return self.source[self.index_of(k)]
+
     def state_dict(self, consumed: int | None = None) -> dict[str, Any]:
-        c = self.yielded if consumed is None else int(consumed)
+        """The position after this rank consumed ``consumed`` samples; by default the
+        samples the training loop received (see the module docstring)."""
+        if consumed is None:
+            if self._in_workers.value and not self._tracked:
+                raise InputError(
+                    "loader state: this dataset was read by DataLoader workers, so the main "
+                    "process does not know what was consumed; read it through "
+                    "shardcore.loader.ShardyardLoader (tracks consumption) or pass "
+                    "state_dict(consumed=samples this rank received)"
+                )
+            consumed = self.consumed
+        if int(consumed) < 0:
+            raise InputError(f"consumed must be >= 0, got {consumed}")
         return {
             "version": STATE_VERSION,
-            "next_sample": self.start_sample + c * self.world_size,
+            "next_sample": self.start_sample + int(consumed) * self.world_size,
             "seed": self.seed,
             "num_samples": self.num_samples,
-            "pool": self.reader.pool.manifest["fingerprint"],
+            "kind": self.source.kind,
+            "fingerprint": self.source.fingerprint,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        if state.get("version") != STATE_VERSION:
+        """Resume at ``state``'s next sample, with this object's rank and world size."""
+        if state.get("version") not in (1, STATE_VERSION):
             raise InputError(
                 f"loader state version {state.get('version')!r} is not {STATE_VERSION}"
             )
-        fp = self.reader.pool.manifest["fingerprint"]
-        if state.get("pool") != fp:
-            raise InputError(f"loader state is for pool {state.get('pool')}, this is {fp}")
+        fp = self.source.fingerprint
+        theirs = state.get("fingerprint", state.get("pool"))
+        if theirs != fp:
+            raise InputError(
+                f"loader state is for {state.get('kind', 'pool')} {theirs}, "
+                f"this is {self.source.kind} {fp}"
+            )
+        if int(state["next_sample"]) < 0:
+            raise InputError(f"loader state: next_sample {state['next_sample']} is negative")
         self.start_sample = int(state["next_sample"])
         self.seed = state.get("seed")
         self.num_samples = int(state.get("num_samples", self.num_samples))
-        self.yielded = 0
+        self.consumed = 0
 
 
-def _make_dataset_class():
+def _make_classes():
     import torch
-    from torch.utils.data import IterableDataset, get_worker_info
+    from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
-    class PoolIterableDataset(IterableDataset, _Stream):
-        """Samples of a pool for one data-parallel rank, as dicts ``{"tokens": LongTensor
-        of seq_len + 1, "sample": global sample index}``. Give the DataLoader the same
-        ``batch_size`` as this dataset. See the module docstring for the order."""
+    class ShardyardIterableDataset(IterableDataset, _Stream):
+        """Samples of a pool, mixture or materialized mixture for one data-parallel rank,
+        as dicts ``{"tokens": LongTensor of seq_len + 1, "sample": global stream index}``.
+        Give the DataLoader the same ``batch_size`` (``ShardyardLoader`` does it). See the
+        module docstring for the order."""
 
         def __init__(self, path: str | os.PathLike, **kwargs: Any):
             IterableDataset.__init__(self)
@@ -156,22 +279,47 @@ def _make_dataset_class():
         def __iter__(self) -> Iterator[dict[str, Any]]:
             info = get_worker_info()
             worker, workers = (info.id, info.num_workers) if info else (0, 1)
+            if info is not None:
+                self._in_workers.value = 1
             for k in self.samples(worker, workers):
-                tokens = np.asarray(self.reader[self.record_of(k)], dtype=np.int64)
-                self.yielded += 1
+                tokens = np.asarray(self.tokens(k), dtype=np.int64)
+                if info is None and not self._tracked:
+                    self.consumed += 1
                 yield {"tokens": torch.from_numpy(tokens), "sample": k}
 
-        def state_dict(self, consumed: int | None = None) -> dict[str, Any]:
-            """The position after this rank consumed ``consumed`` samples (default: the
-            samples this object yielded itself, i.e. with num_workers=0)."""
-            return _Stream.state_dict(self, consumed)
+    class ShardyardLoader(DataLoader):
+        """A ``DataLoader`` over a ``ShardyardIterableDataset`` that counts the samples
+        of each batch it returns, so that ``state_dict()`` is the position after the last
+        batch the training loop received, with any number of workers."""
 
-    return PoolIterableDataset
+        def __init__(self, dataset: ShardyardIterableDataset, batch_size: int = 1, **kwargs):
+            if not isinstance(dataset, _Stream):
+                raise InputError("ShardyardLoader reads a ShardyardIterableDataset")
+            dataset.batch_size = int(batch_size)
+            dataset._tracked = True
+            super().__init__(dataset, batch_size=batch_size, **kwargs)
+
+        def __iter__(self):
+            ds = self.dataset
+            for batch in super().__iter__():
+                ds.consumed += len(batch["sample"])
+                yield batch
+
+        def state_dict(self) -> dict[str, Any]:
+            return self.dataset.state_dict()
+
+        def load_state_dict(self, state: dict[str, Any]) -> None:
+            self.dataset.load_state_dict(state)
+
+    return {
+        "ShardyardIterableDataset": ShardyardIterableDataset,
+        "PoolIterableDataset": ShardyardIterableDataset,
+        "ShardyardLoader": ShardyardLoader,
+    }
 
 
 def __getattr__(name: str):
-    if name == "PoolIterableDataset":
-        cls = _make_dataset_class()
-        globals()[name] = cls
-        return cls
+    if name in ("ShardyardIterableDataset", "PoolIterableDataset", "ShardyardLoader"):
+        globals().update(_make_classes())
+        return globals()[name]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -17,7 +17,10 @@ import xxhash
 
 from shardcore.errors import ManifestError
 
-FORMAT_VERSION = 1
+# 2: documents sidecars keep the user's properties in the struct column ``props``
+# (shardcore.props); format 1 kept them as top-level columns. Both are read.
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 MANIFEST_NAME = "manifest.json"
 _CHUNK = 8 << 20
 
@@ -67,9 +70,10 @@ def read_manifest(directory: str | os.PathLike) -> dict[str, Any]:
     except (OSError, ValueError) as exc:
         raise ManifestError(f"{path}: unreadable manifest: {exc}") from exc
     version = data.get("format_version")
-    if version != FORMAT_VERSION:
+    if version not in READABLE_VERSIONS:
         raise ManifestError(
-            f"{path}: format_version {version!r}, this shardcore reads {FORMAT_VERSION}"
+            f"{path}: format_version {version!r}, this shardcore reads "
+            f"{' and '.join(map(str, READABLE_VERSIONS))}"
         )
     return data
 

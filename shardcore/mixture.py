@@ -117,12 +117,16 @@ class MixtureSpec:
     max_repetitions: float = 4.0
     order_options: dict[str, Any] = field(default_factory=dict)
     base_dir: str | None = None  # relative pool paths resolve against this
+    # Samples per optimizer step: when set, every stage is a whole number of global
+    # batches, so each stage starts exactly at a step (nanotron's start_training_step).
+    global_batch_size: int | None = None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, base_dir: str | None = None) -> MixtureSpec:
         if not isinstance(data, Mapping):
             raise InputError("mixture spec: expected an object at the top level")
         known = {"components", "tokens", "seed", "order", "stages", "max_repetitions"}
+        known |= {"global_batch_size"}
         unknown = set(data) - known - {"order_options", "base_dir"}
         if unknown:
             raise InputError(f"mixture spec: unknown field(s) {sorted(unknown)}")
@@ -158,6 +162,11 @@ class MixtureSpec:
             max_repetitions=float(data.get("max_repetitions", 4.0)),
             order_options=dict(data.get("order_options") or {}),
             base_dir=base_dir or data.get("base_dir"),
+            global_batch_size=(
+                None
+                if data.get("global_batch_size") is None
+                else _as_int(data["global_batch_size"], "global_batch_size")
+            ),
         )
         spec.validate()
         return spec
@@ -201,6 +210,8 @@ class MixtureSpec:
             ]
         if self.order_options:
             out["order_options"] = self.order_options
+        if self.global_batch_size is not None:
+            out["global_batch_size"] = self.global_batch_size
         return out
 
     def validate(self) -> None:
@@ -211,6 +222,8 @@ class MixtureSpec:
             raise InputError(f"order: unknown ordering {self.order!r}; known: {list(ORDERS)}")
         if not self.max_repetitions > 0:
             raise InputError(f"max_repetitions: must be > 0, got {self.max_repetitions}")
+        if self.global_batch_size is not None and self.global_batch_size < 1:
+            raise InputError(f"global_batch_size: must be >= 1, got {self.global_batch_size}")
         for i, st in enumerate(self.stages):
             if st.tokens <= 0:
                 raise InputError(f"stages[{i}].tokens: must be positive, got {st.tokens}")
@@ -353,9 +366,16 @@ def stage_samples(spec: MixtureSpec, seq_len: int) -> list[tuple[str, int]]:
     """Samples per stage. The budget is ceil(tokens / seq_len) samples; each later stage
     takes ceil(its tokens / seq_len) of them at the end; "main" keeps the rest. So stage k
     starts at training token ``first_sample * seq_len``: exactly ``tokens - (tokens of
-    the stages from k on)`` when the counts are multiples of seq_len."""
-    total = -(-spec.tokens // seq_len)
-    later = [(s.name, -(-s.tokens // seq_len)) for s in spec.stages]
+    the stages from k on)`` when the counts are multiples of seq_len. With a
+    ``global_batch_size`` B, the budget and every later stage round up to whole batches of B
+    samples, so every stage starts and ends on a step boundary."""
+
+    def whole(n: int) -> int:
+        b = spec.global_batch_size or 1
+        return -(-n // b) * b
+
+    total = whole(-(-spec.tokens // seq_len))
+    later = [(s.name, whole(-(-s.tokens // seq_len))) for s in spec.stages]
     main = total - sum(n for _, n in later)
     if main <= 0:
         raise InputError(

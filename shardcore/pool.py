@@ -142,6 +142,7 @@ def plan_pool(
     shard_size: int = 64 << 20,
     shuffle_options: dict | None = None,
     staging: str = "auto",
+    allow_empty: bool = False,
 ) -> units.Plan:
     """The plan of a pool build: phase 1 one unit per input shard, phase 2 one unit per
     bucket (training buckets, then validation buckets). Reads the sidecars once to count
@@ -151,8 +152,10 @@ def plan_pool(
     row, a few bytes; pass 2 gathers the tokens from the memory-mapped inputs),
     ``"tokens"`` (a copy of the tokens grouped by bucket, read sequentially by pass 2: for
     inputs where random reads are slow) or ``"auto"`` (references unless an input is on a
-    network or FUSE file system)."""
-    from shardcore import select
+    network or FUSE file system).
+
+    A filter that selects no document is an error unless ``allow_empty``."""
+    from shardcore import props, select
 
     module = _shuffle_module(shuffle)
     if staging not in STAGINGS + ("auto",):
@@ -168,9 +171,9 @@ def plan_pool(
     if shard_size < 1:
         raise InputError(f"shard_size must be positive, got {shard_size}")
     options = dict(shuffle_options or {})
-    sources, inputs = [], []
+    sources, inputs, loaded = [], [], []
     tokenizer = dtype = None
-    for s, path in enumerate(tokenized):
+    for path in tokenized:
         path = os.path.abspath(path)
         data = _load_tokenized(path)
         if tokenizer is None:
@@ -180,11 +183,18 @@ def plan_pool(
                 f"{path}: tokenizer {data['tokenizer'].get('spec')!r} differs from the first "
                 f"source's {tokenizer.get('spec')!r}; a pool has one tokenizer"
             )
+        loaded.append((path, data))
+    # One type for each property over every input, so that a filter reads a property
+    # absent from one source as NULL there and every pass writes the same schema.
+    props_type = select.sidecars_props_type(
+        [f"{os.path.join(p, sh['prefix'])}.docs.parquet" for p, d in loaded for sh in d["shards"]]
+    )
+    for s, (path, data) in enumerate(loaded):
         sources.append({"path": path, "fingerprint": data["fingerprint"]})
         for j, shard in enumerate(data["shards"]):
             prefix = os.path.join(path, shard["prefix"])
             sidecar = f"{prefix}.docs.parquet"
-            rows, table = select.select_shard(sidecar, filter)
+            rows, table = select.select_shard(sidecar, filter, props_type)
             is_val = val_mask(data["fingerprint"], _column(table, "doc_id", sidecar), val_fraction)
             n_tokens = _column(table, "n_tokens", sidecar).astype(np.int64) + int(bos)
             inputs.append(
@@ -211,6 +221,12 @@ def plan_pool(
         "shard_size": int(shard_size),
         "shuffle_options": options,
     }
+    if not allow_empty and not any(sum(i["docs"]) for i in inputs):
+        total = sum(int(sh["documents"]) for _, d in loaded for sh in d["shards"])
+        raise InputError(
+            f"filter {filter!r} selects none of the {total} documents of "
+            f"{len(loaded)} tokenized source(s) (allow an empty pool with allow_empty)"
+        )
     parents = [s["fingerprint"] for s in sources]
     splits = {}
     first_bucket = 0
@@ -241,6 +257,7 @@ def plan_pool(
         # the manifest, like the number of workers. A rebuild with the other mode is the
         # same artifact.
         "staging": staging,
+        "props_type": props.type_to_text(props_type),
         "sources": sources,
         "inputs": inputs,
         "splits": splits,
@@ -461,7 +478,7 @@ def _pass1_paths(out: str, i: int) -> tuple[Path, Path, Path]:
 def _run_assign(plan: units.Plan, unit: dict) -> dict:
     import pyarrow as pa
 
-    from shardcore import select
+    from shardcore import props, select
 
     meta, params = plan.meta, plan.params
     i = unit["input"]
@@ -470,7 +487,9 @@ def _run_assign(plan: units.Plan, unit: dict) -> dict:
     module = _shuffle_module(params["shuffle"])
     options = params["shuffle_options"]
     reader = IndexedReader(spec["prefix"])
-    rows, table = select.select_shard(spec["sidecar"], params["filter"])
+    rows, table = select.select_shard(
+        spec["sidecar"], params["filter"], props.type_from_text(meta.get("props_type"))
+    )
     if len(reader) != _row_count(spec["sidecar"]):
         raise ManifestError(
             f"{spec['prefix']}: {len(reader)} sequences but its sidecar has "
@@ -1042,13 +1061,47 @@ class Pool:
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
     def record_labels(self, property: str) -> np.ndarray:
-        """Per record, the value of ``property`` of its main document; ``"source"`` is the
-        index of the tokenized source (in the manifest's ``sources``)."""
-        if property not in self.documents.column_names:
-            known = ", ".join(c for c in self.documents.column_names)
-            raise InputError(f"{self.path}: unknown property {property!r} (known: {known})")
-        values = self.documents.column(property).to_numpy(zero_copy_only=False)
-        return values[self.main_documents()]
+        """Per record, the value of ``property`` of its main document (see
+        ``document_values`` for the names)."""
+        return self.document_values(property)[self.main_documents()]
+
+    def document_values(self, name: str) -> np.ndarray:
+        """Per pool document, a property: the user's by its own name (dotted for nested
+        fields), Shardyard's as ``_doc.<column>`` (``_doc.source`` is the index of the
+        tokenized source in the manifest's ``sources``), or by the bare column name when
+        no user property has it. Nested values are given as JSON text."""
+        import json
+
+        import pyarrow as pa
+
+        from shardcore import props
+
+        docs = self.documents
+        facts = [c for c in docs.column_names if c != props.PROPS]
+        col = None
+        if name.startswith(props.FACTS + "."):
+            fact = name[len(props.FACTS) + 1 :]
+            col = docs.column(fact) if fact in facts else None
+        else:
+            col = props.column(docs, name)
+            if col is None and name in facts:
+                col = docs.column(name)
+        if col is None:
+            known = props.names(props.props_type(docs.schema)) + [
+                f"{props.FACTS}.{c}" for c in facts
+            ]
+            raise InputError(f"{self.path}: unknown property {name!r} (known: {', '.join(known)})")
+        if isinstance(col, pa.ChunkedArray):
+            col = col.combine_chunks()
+        if pa.types.is_nested(col.type):
+            return np.array(
+                [
+                    None if v is None else json.dumps(v, sort_keys=True, default=str)
+                    for v in col.to_pylist()
+                ],
+                dtype=object,
+            )
+        return col.to_numpy(zero_copy_only=False)
 
     def locate(self, sample: int | None = None, tokens: int | None = None) -> dict[str, int]:
         from shardcore.resume import locate_pool

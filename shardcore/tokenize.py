@@ -58,9 +58,9 @@ PARTS_DIR = "_parts"
 INDEX_NAME = "index.json"
 SHARDS_DIR = "shards"
 SAMPLES_PER_REASON = 5
+# Shardyard's own sidecar columns; the user's properties are the struct column
+# ``props`` (shardcore.props), so no property name can collide with these.
 CORE_COLUMNS = ("doc_id", "file", "line", "byte_offset", "n_tokens")
-# A property named like a core column is stored with this prefix (e.g. "src_line").
-COLLISION_PREFIX = "src_"
 
 _BATCH_BYTES = 1 << 20  # text per tokenizer call: amortizes call overhead, bounds memory
 _CHUNK_TOKENS = 8 << 20  # tokens per part chunk before it is flushed to disk
@@ -235,42 +235,6 @@ def _line_base(url: str, start: int, storage_options: dict) -> int:
     return count + 1
 
 
-def _json_value(v: Any) -> Any:
-    return (
-        json.dumps(v, ensure_ascii=False, sort_keys=True, default=str)
-        if isinstance(v, (dict, list, tuple))
-        else v
-    )
-
-
-def _props_columns(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    import pyarrow as pa
-
-    keys: dict[str, None] = {}
-    for r in rows:
-        for k in r:
-            keys.setdefault(k, None)
-    cols = {}
-    for k in keys:
-        values = [r.get(k) for r in rows]
-        if any(isinstance(v, (dict, list, tuple)) for v in values):
-            values = [None if v is None else _json_value(v) for v in values]
-        try:
-            arr = pa.array(values)
-        except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
-            # Mixed types in one field: keep every value, as text.
-            arr = pa.array(
-                [
-                    None if v is None else v if isinstance(v, str) else json.dumps(v, default=str)
-                    for v in values
-                ],
-                type=pa.string(),
-            )
-        name = COLLISION_PREFIX + k if k in CORE_COLUMNS else k
-        cols[name] = arr
-    return cols
-
-
 class _PartWriter:
     """Buffers tokenized documents and flushes them as chunks of one unit's part."""
 
@@ -306,6 +270,8 @@ class _PartWriter:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
+        from shardcore import props
+
         self.dir.mkdir(parents=True, exist_ok=True)
         stem = self.dir / f"c{len(self.chunks):05d}"
         tokens = np.concatenate(self.tokens).astype(self.dtype, copy=False)
@@ -319,7 +285,9 @@ class _PartWriter:
             "byte_offset": pa.array(self.offsets, type=pa.int64()),
             "n_tokens": pa.array(lengths, type=pa.int32()),
         }
-        cols.update(_props_columns(self.props))
+        user = props.to_arrow(self.props)
+        if user is not None:
+            cols[props.PROPS] = user
         pq.write_table(pa.table(cols), f"{stem}.docs.parquet")
         self.chunks.append({"documents": n, "tokens": int(tokens.size)})
         self._reset()
@@ -431,30 +399,6 @@ def _run_tokenize(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
 # ---------------------------------------------------------------- phase 2: assemble
 
 
-def _concat_tables(tables: list):
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
-    try:
-        return pa.concat_tables(tables, promote_options="permissive")
-    except (pa.ArrowInvalid, pa.ArrowTypeError):
-        pass
-    # One property has incompatible types across chunks: store that property as text.
-    types: dict[str, set] = {}
-    for t in tables:
-        for f in t.schema:
-            if not pa.types.is_null(f.type):
-                types.setdefault(f.name, set()).add(f.type)
-    clash = {n for n, ts in types.items() if len(ts) > 1}
-    fixed = []
-    for t in tables:
-        for n in clash & set(t.column_names):
-            i = t.column_names.index(n)
-            t = t.set_column(i, n, pc.cast(t[n], pa.string()))
-        fixed.append(t)
-    return pa.concat_tables(fixed, promote_options="permissive")
-
-
 def _chunk_index(plan: units.Plan) -> tuple[list[dict[str, Any]], list[int]]:
     """Every chunk of every part in source order, with its global token and document
     start, plus the line offset of each part within its file."""
@@ -557,6 +501,7 @@ def _run_assemble(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    from shardcore import props
     from shardcore.verify import file_entry
 
     lo_tok, hi_tok = mine[0]["tok0"], mine[-1]["tok0"] + mine[-1]["tokens"]
@@ -594,7 +539,7 @@ def _run_assemble(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
                     0, "doc_id", pa.array(np.arange(c["doc0"] + a, c["doc0"] + b, dtype=np.int64))
                 )
                 tables.append(t)
-        table = _concat_tables(tables).combine_chunks()
+        table = props.concat(tables).combine_chunks()
         side = out / SHARDS_DIR / f"{name}.docs.parquet"
         tmp = side.with_name(side.name + ".tmp")
         pq.write_table(table, tmp)

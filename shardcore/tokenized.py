@@ -2,9 +2,9 @@
 per-document Parquet sidecars.
 
 Documents are numbered 0..N-1 in source order across shards (``doc_id``); sidecar row i of
-a shard describes sequence i of that shard. Select documents with SQL over
-``sidecar_paths()`` (e.g. DuckDB ``read_parquet([...], union_by_name=true)``, since shards
-may carry different property columns) and fetch their tokens with ``tokens(doc_id)``.
+a shard describes sequence i of that shard; the user's properties are its struct column
+``props`` (shardcore.props). Select documents with ``shardcore.select`` or SQL over
+``documents()`` and fetch their tokens with ``tokens(doc_id)``.
 """
 
 from __future__ import annotations
@@ -58,14 +58,18 @@ class TokenizedSource:
         return [str(self.path / f"{s['prefix']}.docs.parquet") for s in self._shard_meta]
 
     def documents(self, columns: list[str] | None = None):
-        """Every sidecar concatenated (a pyarrow Table, one row per document, by doc_id)."""
+        """Every sidecar concatenated (a pyarrow Table, one row per document, by doc_id):
+        Shardyard's columns and the user's properties as the struct ``props``, unified
+        across shards by shardcore.props' rule."""
         import pyarrow as pa
         import pyarrow.parquet as pq
+
+        from shardcore import props
 
         tables = [pq.read_table(p, columns=columns) for p in self.sidecar_paths()]
         if not tables:
             return pa.table({"doc_id": pa.array([], pa.int64())})
-        return pa.concat_tables(tables, promote_options="permissive")
+        return props.concat(tables)
 
     def locate(self, doc_id: int) -> tuple[int, int]:
         """(shard index, sequence index within the shard) of a document."""
@@ -84,3 +88,65 @@ class TokenizedSource:
 
     def __repr__(self) -> str:
         return f"<TokenizedSource {self.path} docs={self.num_documents} shards={len(self._shard_meta)}>"
+
+
+def property_stats(
+    path: str | os.PathLike, fields: list[str] | None = None, *, top: int = 30
+) -> dict[str, Any]:
+    """Composition and lengths of a tokenized source, from its sidecars: per property
+    (``fields``, dotted paths allowed; default: every top-level property) the ``top`` most
+    common values with their documents and tokens (nested values as JSON text, absent ones
+    as ``"(absent)"``), and a histogram of document lengths over power-of-two edges."""
+    import math
+
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from shardcore import props
+
+    table = TokenizedSource(path).documents()
+    if fields is None or not list(fields):
+        fields = [f.name for f in props.props_type(table.schema)] if table.num_rows else []
+    n_tokens = table.column("n_tokens").combine_chunks().cast(pa.int64())
+    by_property: dict[str, dict[str, dict[str, int]]] = {}
+    for name in fields:
+        col = props.column(table, name)
+        if col is None:
+            continue
+        if pa.types.is_nested(col.type):
+            import json
+
+            col = pa.array(
+                [
+                    None if v is None else json.dumps(v, sort_keys=True, default=str)
+                    for v in col.to_pylist()
+                ],
+                type=pa.string(),
+            )
+        labels = pc.fill_null(col.cast(pa.string()), "(absent)")
+        grouped = (
+            pa.table({"v": labels, "t": n_tokens})
+            .group_by("v")
+            .aggregate([("v", "count"), ("t", "sum")])
+            .sort_by([("v_count", "descending"), ("v", "ascending")])
+            .slice(0, top)
+        )
+        by_property[name] = {
+            str(v): {"documents": int(n), "tokens": int(t or 0), "bytes": 0}
+            for v, n, t in zip(
+                grouped["v"].to_pylist(),
+                grouped["v_count"].to_pylist(),
+                grouped["t_sum"].to_pylist(),
+                strict=True,
+            )
+        }
+    lengths = n_tokens.to_numpy(zero_copy_only=False)
+    hi = int(lengths.max()) if lengths.size else 1
+    edges = [2**i for i in range(0, max(1, math.ceil(math.log2(max(hi, 1)))) + 2)]
+    counts = [0] * (len(edges) - 1)
+    if lengths.size:
+        bins = np.minimum(
+            np.floor(np.log2(np.maximum(lengths, 1))).astype(np.int64), len(counts) - 1
+        )
+        counts = np.bincount(bins, minlength=len(counts)).astype(int).tolist()
+    return {"by_property": by_property, "edges": edges, "counts": counts}

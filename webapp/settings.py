@@ -146,10 +146,22 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_SOFT_TIME_LIMIT = env_int("SHARDYARD_TASK_SOFT_LIMIT", 6 * 3600, minimum=1)
 CELERY_TASK_TIME_LIMIT = CELERY_TASK_SOFT_TIME_LIMIT + 300
-# A unit claimed longer ago than this is lost (its worker died: SIGKILL, OOM, lost host):
-# ``job_retry`` and ``manage.py catalog jobs-reap`` queue it again. Longer than the hard
-# time limit, so a unit still running on a live worker is never taken for lost.
-SHARDYARD_UNIT_LEASE = env_int("SHARDYARD_UNIT_LEASE", CELERY_TASK_TIME_LIMIT + 900, minimum=1)
+# A running unit renews its claim (a heartbeat from a thread beside the work) every
+# SHARDYARD_UNIT_HEARTBEAT seconds; one whose heartbeat is older than SHARDYARD_UNIT_LEASE
+# lost its worker (SIGKILL, OOM, lost host) and every worker's sweeper (every
+# SHARDYARD_SWEEP_INTERVAL seconds, 0 = off) queues it again. So a dead worker's units run
+# again within lease + sweep interval (90 s by default), with no operator.
+SHARDYARD_UNIT_HEARTBEAT = env_int("SHARDYARD_UNIT_HEARTBEAT", 15, minimum=1)
+SHARDYARD_UNIT_LEASE = env_int("SHARDYARD_UNIT_LEASE", 60, minimum=1)
+if SHARDYARD_UNIT_LEASE <= SHARDYARD_UNIT_HEARTBEAT:
+    raise ConfigError(
+        f"SHARDYARD_UNIT_LEASE={SHARDYARD_UNIT_LEASE} must be longer than "
+        f"SHARDYARD_UNIT_HEARTBEAT={SHARDYARD_UNIT_HEARTBEAT} (a few heartbeats)"
+    )
+SHARDYARD_SWEEP_INTERVAL = env_int("SHARDYARD_SWEEP_INTERVAL", 30, minimum=0)
+# Database errors (OperationalError: a dropped or terminated connection) while a worker
+# records a result are retried this many times, reconnecting, with backoff.
+SHARDYARD_DB_RETRIES = env_int("SHARDYARD_DB_RETRIES", 5, minimum=0)
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 

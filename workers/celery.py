@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 from celery import Celery
+from celery.signals import worker_ready, worker_shutdown
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
 
@@ -21,3 +22,17 @@ def ensure_broker_dirs() -> None:
     if settings.CELERY_BROKER_URL.startswith("filesystem://"):
         for key in ("data_folder_in", "data_folder_out", "processed_folder"):
             Path(settings.CELERY_BROKER_TRANSPORT_OPTIONS[key]).mkdir(parents=True, exist_ok=True)
+
+
+@worker_ready.connect
+def _start_sweeper(sender=None, **_kwargs) -> None:
+    from workers import sweeper
+
+    sweeper.start(queue=app.conf.task_default_queue)
+
+
+@worker_shutdown.connect
+def _stop_sweeper(**_kwargs) -> None:
+    from workers import sweeper
+
+    sweeper.stop()

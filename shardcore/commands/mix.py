@@ -36,6 +36,11 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
     )
     p.add_argument("--spec", help="mixture spec file (.json/.yaml); flags override it")
     p.add_argument("--max-repetitions", type=float, help="max epochs of any pool")
+    p.add_argument(
+        "--global-batch-size",
+        type=int,
+        help="samples per step: round every stage to whole global batches",
+    )
     p.add_argument("--plan-only", action="store_true", help="print the plan, build nothing")
     p.add_argument("--json", action="store_true", help="print the manifest as JSON")
     p.set_defaults(func=run)
@@ -65,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
             ("seed", args.seed),
             ("order", args.order),
             ("max_repetitions", args.max_repetitions),
+            ("global_batch_size", args.global_batch_size),
         ):
             if value is not None:
                 data[key] = value

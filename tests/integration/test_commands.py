@@ -103,12 +103,14 @@ def test_it_builds_materializes_exports_and_resumes_a_staged_mixture(
         prefixes, weights = get_blend_from_list(shlex.split(line)[1:])
         assert (weights, prefixes) == megatron_blend(version.path, stage)
     nano = Path(
-        _call("export", str(version.pk), "nanotron", "--global-batch-size", "8")
+        _call("export", str(version.pk), "nanotron", "--global-batch-size", "4")
         .split(": ")[1]
         .strip()
     )
     anneal = yaml.safe_load(nano.read_text())["data_stages"][1]
-    assert anneal["start_training_step"] == version.params["stages"][1]["first_sample"] // 8 + 1
+    assert anneal["start_training_step"] == version.params["stages"][1]["first_sample"] // 4 + 1
+    with pytest.raises(CommandError, match="not whole global batches of 8"):
+        _call("export", str(version.pk), "nanotron", "--global-batch-size", "8")
     with pytest.raises(CommandError, match="invalid choice"):
         _call("export", str(version.pk), "parquet")
     with pytest.raises(CommandError, match="no mixture version 999"):

@@ -1,5 +1,5 @@
 """A claim is a lease: a unit left "running" by a SIGKILLed worker is lost once its claim is
-older than SHARDYARD_UNIT_LEASE, and ``job_retry`` (without include_running) or
+older than SHARDYARD_UNIT_LEASE (the workers here beat every 15 s), and ``job_retry`` (without include_running) or
 ``manage.py catalog jobs-reap`` queue it again; the job then finishes with the bytes of a
 clean run. Real ``celery worker`` subprocesses, Redis and Postgres; the lease is set short
 (1 s) only where the test waits for it to pass."""
@@ -77,7 +77,7 @@ def test_it_requeues_a_lost_unit_on_retry_without_the_flag(
     )
     unit = _kill_mid_unit(celery_workers, ts.job_id)
 
-    # Within the lease (hours by default) the unit may still be running somewhere.
+    # Within the lease (a minute by default) the unit may still be running somewhere.
     with pytest.raises(jobs.JobError, match="none of its units is lost"):
         jobs.job_retry(job_id=ts.job_id)
     settings.SHARDYARD_UNIT_LEASE = 1
@@ -105,9 +105,9 @@ def test_it_reaps_lost_units_from_the_command_line(
 
     def reap(lease: str) -> str:
         done = subprocess.run(
-            [sys.executable, "manage.py", "catalog", "jobs-reap"],
+            [sys.executable, "manage.py", "catalog", "jobs-reap", "--lease", lease],
             cwd=ROOT,
-            env=worker_env(SHARDYARD_QUEUE=celery_queue, SHARDYARD_UNIT_LEASE=lease),
+            env=worker_env(SHARDYARD_QUEUE=celery_queue),
             capture_output=True,
             text=True,
             timeout=120,

@@ -118,7 +118,13 @@ def test_it_runs_the_cli_walkthrough_and_the_resume_loop_on_real_text(tmp_path, 
     for name in ("data-args.txt", "olmo.yaml", "nanotron.yaml", "mixes/prose-code-flat"):
         assert (tmp_path / name).exists(), name
 
-    (loop,) = [b for b in blocks("python") if "PoolIterableDataset" in b]
+    (olmo,) = [b for b in blocks("python") if "NumpyFSLDatasetConfig.from_dict" in b]
+    monkeypatch.chdir(tmp_path)
+    scope: dict = {}
+    exec(compile(olmo, "README.md", "exec"), scope)  # builds OLMo-core's dataset and loader
+    assert len(scope["dataset"]) == 782 and scope["loader"].shuffle is False
+
+    (loop,) = [b for b in blocks("python") if "ShardyardLoader" in b]
     monkeypatch.chdir(tmp_path)
     exec(compile(loop, "README.md", "exec"), {})  # its own assert checks the resume
 

@@ -1,4 +1,5 @@
-"""The pool loader: numpy reader, and a torch IterableDataset that resumes exactly."""
+"""The loader: numpy readers, and one torch streaming loader for pools, mixtures and
+materialized mixtures that tracks its own consumption and resumes exactly in any world size."""
 
 from __future__ import annotations
 
@@ -9,8 +10,11 @@ import numpy as np
 import pytest
 
 from shardcore.errors import InputError
-from shardcore.loader import PoolReader, sample_order
+from shardcore.loader import PoolReader, Samples, sample_order
+from shardcore.materialize import materialize
+from shardcore.mixture import Mixture, build_mixture
 from shardcore.pool import Pool, build_pool
+from tests.unit import mix_fixtures
 from tests.unit import pool_fixtures as pf
 
 BATCH = 4
@@ -100,11 +104,144 @@ def test_it_refuses_a_state_of_another_pool(pool_path):
     from shardcore.loader import PoolIterableDataset
 
     ds = PoolIterableDataset(pool_path)
-    state = {**ds.state_dict(), "pool": "0" * 32}
-    with pytest.raises(InputError, match="loader state is for pool"):
+    state = {**ds.state_dict(), "fingerprint": "0" * 32}
+    with pytest.raises(InputError, match="loader state is for pool 0+, this is pool"):
         ds.load_state_dict(state)
 
 
 def test_it_imports_shardcore_loader_without_torch():
     code = "import sys, shardcore.loader; sys.exit(1 if 'torch' in sys.modules else 0)"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+# --------------------------------------------------------------------------- mixtures
+
+MIX_SEQ = 32
+
+
+@pytest.fixture(scope="module")
+def mixture_path(tmp_path_factory):
+    """A two-pool mixture with an annealing stage over real stdlib code, and its
+    materialized copy."""
+    root = tmp_path_factory.mktemp("loader-mix")
+    pools = mix_fixtures.build_pools(root, seq_len=MIX_SEQ)
+    spec = {
+        "tokens": MIX_SEQ * 401,
+        "seed": 5,
+        "components": [
+            {"pool": str(pools["early"]), "weight": 2},
+            {"pool": str(pools["late"]), "weight": 1},
+        ],
+        "stages": [
+            {
+                "name": "anneal",
+                "tokens": MIX_SEQ * 60,
+                "components": [{"pool": str(pools["middle"]), "weight": 1}],
+            }
+        ],
+    }
+    build_mixture(spec, root / "mix")
+    materialize(root / "mix", root / "flat", shard_bytes=20_000)
+    return root / "mix"
+
+
+def _loader_run(path, *, rank, world_size, workers, state=None, steps=None):
+    """(global index, tokens) of the batches one rank's ShardyardLoader returns; the
+    loader is returned too, for its automatic state_dict."""
+    from shardcore.loader import ShardyardIterableDataset, ShardyardLoader
+
+    ds = ShardyardIterableDataset(path, rank=rank, world_size=world_size)
+    if state is not None:
+        ds.load_state_dict(state)
+    loader = ShardyardLoader(ds, batch_size=BATCH, num_workers=workers)
+    out = []
+    for step, batch in enumerate(loader):
+        out.extend(zip(batch["sample"].tolist(), batch["tokens"].numpy(), strict=True))
+        if steps is not None and step + 1 == steps:
+            break
+    return loader, out
+
+
+def test_it_reads_every_artifact_kind_as_samples(mixture_path):
+    mix = Mixture(mixture_path)
+    samples = Samples(mixture_path)
+    flat = Samples(mixture_path.parent / "flat")
+    assert samples.kind == "mixture" and flat.kind == "materialized"
+    assert len(samples) == len(flat) == mix.num_samples
+    for i in range(mix.num_samples):
+        np.testing.assert_array_equal(samples[i], mix.tokens(i))
+        np.testing.assert_array_equal(flat[i], mix.tokens(i))
+    pool = Samples(mix.pools[0]["path"])
+    np.testing.assert_array_equal(pool[3], Pool(mix.pools[0]["path"]).record(3))
+
+
+def test_it_refuses_an_artifact_without_samples(tmp_path):
+    src = pf.write_tokenized(tmp_path / "tok", pf.corpus("prose", 20), shard_docs=10)
+    with pytest.raises(InputError, match="'tokenized' artifact has no training samples"):
+        Samples(src)
+
+
+@pytest.mark.parametrize("kind", ["mixture", "materialized"])
+def test_two_ranks_with_two_workers_see_each_mixture_sample_once_per_epoch(mixture_path, kind):
+    path = mixture_path if kind == "mixture" else mixture_path.parent / "flat"
+    mix = Mixture(mixture_path)
+    seen = []
+    for r in range(2):
+        loader, out = _loader_run(path, rank=r, world_size=2, workers=2)
+        seen.extend(out)
+        # Consumption tracked by the loader itself: the end of the epoch.
+        assert loader.state_dict()["next_sample"] == 2 * len(out)
+    assert sorted(k for k, _ in seen) == list(range(mix.num_samples))
+    for k, tokens in seen:
+        np.testing.assert_array_equal(tokens, mix.tokens(k))
+
+
+@pytest.mark.parametrize("new_world", [1, 2, 4])
+def test_it_resumes_an_automatic_state_dict_into_another_world_size(mixture_path, new_world):
+    mix = Mixture(mixture_path)
+    steps = 7  # an arbitrary step: not a multiple of anything in the mixture
+    states = []
+    for r in range(2):
+        loader, head = _loader_run(mixture_path, rank=r, world_size=2, workers=2, steps=steps)
+        assert [k for k, _ in head] == [
+            k for k in range(r, 2 * steps * BATCH, 2)
+        ]  # rank r's samples in order, whatever the workers
+        states.append(loader.state_dict())
+        assert states[-1] == loader.dataset.state_dict()
+    assert states[0] == states[1]
+    assert states[0]["next_sample"] == 2 * steps * BATCH
+    tails = {
+        r: _loader_run(mixture_path, rank=r, world_size=new_world, workers=2, state=states[0])[1]
+        for r in range(new_world)
+    }
+    for r, tail in tails.items():
+        expected = list(range(states[0]["next_sample"] + r, mix.num_samples, new_world))
+        assert [k for k, _ in tail] == expected
+        for k, tokens in tail:
+            np.testing.assert_array_equal(tokens, mix.tokens(k))
+    resumed = sorted(k for tail in tails.values() for k, _ in tail)
+    assert resumed == list(range(2 * steps * BATCH, mix.num_samples))  # nothing lost or repeated
+
+
+def test_a_plain_dataloader_with_workers_refuses_to_guess_the_position(mixture_path):
+    import torch
+
+    from shardcore.loader import ShardyardIterableDataset
+
+    ds = ShardyardIterableDataset(mixture_path, batch_size=BATCH)
+    loader = torch.utils.data.DataLoader(ds, batch_size=BATCH, num_workers=2)
+    for step, _ in enumerate(loader):
+        if step == 2:
+            break
+    with pytest.raises(InputError, match="read by DataLoader workers"):
+        ds.state_dict()
+    assert ds.state_dict(consumed=3 * BATCH)["next_sample"] == 3 * BATCH
+
+
+def test_it_refuses_a_state_of_another_artifact(mixture_path):
+    from shardcore.loader import ShardyardIterableDataset
+
+    flat = ShardyardIterableDataset(mixture_path.parent / "flat")
+    state = ShardyardIterableDataset(mixture_path).state_dict()
+    with pytest.raises(InputError, match="loader state is for mixture .*, this is materialized"):
+        flat.load_state_dict(state)

@@ -94,7 +94,13 @@ def test_it_rejects_an_empty_pool(pools, tmp_path):
     src = mix_fixtures.tokenized_code(tmp_path)
     from shardcore.pool import build_pool
 
-    build_pool([str(src)], str(tmp_path / "empty"), seq_len=SEQ, filter="package = 'nope'")
+    build_pool(
+        [str(src)],
+        str(tmp_path / "empty"),
+        seq_len=SEQ,
+        filter="package = 'nope'",
+        allow_empty=True,
+    )
     data = _spec(pools, SEQ * 1000).to_dict()
     data["components"][1]["pool"] = str(tmp_path / "empty")
     with pytest.raises(InputError, match="empty pool"):

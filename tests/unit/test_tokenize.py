@@ -97,9 +97,10 @@ def test_it_keeps_source_position_and_every_field_in_the_sidecar(built, records)
         # the byte offset points at this document's own line
         line_at = raw[row["byte_offset"] :].split(b"\n", 1)[0]
         assert line_at == lines[i]
-        assert row["module"] == records[i]["module"]
-        assert row["lines"] == records[i]["lines"]
-        assert json.loads(row["meta"]) == records[i]["meta"]  # nested values: JSON text
+        props = row["props"]  # the record's other fields, in their own namespace
+        assert props["module"] == records[i]["module"]
+        assert props["lines"] == records[i]["lines"]
+        assert props["meta"] == records[i]["meta"]  # nested objects are structs
         assert row["n_tokens"] == len(ts.tokens(i))
 
 
@@ -215,7 +216,7 @@ def test_it_reads_parquet_row_groups_with_row_numbers(tmp_path, records):
     tokenize([str(src)], str(tmp_path / "o"))
     rows = TokenizedSource(tmp_path / "o").documents().to_pylist()
     assert [r["line"] for r in rows] == list(range(1, 21))
-    assert [r["module"] for r in rows] == [r["module"] for r in records[:20]]
+    assert [r["props"]["module"] for r in rows] == [r["module"] for r in records[:20]]
     assert all(r["byte_offset"] is None for r in rows)
 
 

@@ -720,6 +720,22 @@ def mixture_version_export(
     if fmt == Export.Format.NANOTRON and global_batch_size:
         options["global_batch_size"] = int(global_batch_size)
         name = f"nanotron-gbs{int(global_batch_size)}.yaml"
+    if fmt == Export.Format.OLMO_CORE:
+        # With a ready materialized copy, OLMo-core reads Shardyard's exact order from it.
+        copy = (
+            Export.objects.filter(
+                version=version, format=Export.Format.MATERIALIZED, status=ArtifactStatus.READY
+            )
+            .order_by("-created_at")
+            .first()
+        )
+        if global_batch_size:
+            options["global_batch_size"] = int(global_batch_size)
+        if copy is not None:
+            options["materialized"] = copy.path
+            name = "olmo-core-materialized.yaml"
+        if global_batch_size:
+            name = name.replace(".yaml", f"-gbs{int(global_batch_size)}.yaml")
     path = Path(version.path) / "exports" / name
     existing = Export.objects.filter(
         version=version, format=fmt, path=str(path), status=ArtifactStatus.READY

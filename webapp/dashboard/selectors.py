@@ -219,8 +219,13 @@ def job_detail(*, job_id: int) -> dict:
 
 def job_progress_json(*, job_id: int) -> dict:
     """The JSON document the job page polls (plain types only)."""
+    from django.utils import timezone
+
+    from webapp.jobs.models import UnitState
+
     p = job_detail(job_id=job_id)
     job = p["job"]
+    now = timezone.now()
     return {
         "id": job.pk,
         "state": job.state,
@@ -245,6 +250,12 @@ def job_progress_json(*, job_id: int) -> dict:
                 "state": u.state,
                 "attempts": u.attempts,
                 "worker": u.worker,
+                "heartbeat_age": (
+                    round((now - u.heartbeat_at).total_seconds())
+                    if u.state == UnitState.RUNNING and u.heartbeat_at
+                    else None
+                ),
+                "last_event": u.last_event,
                 "error": u.error[:500],
             }
             for u in p["units"]
@@ -496,37 +507,9 @@ def source_stats(*, tokenized, metadata_fields) -> dict:
 
 
 def _source_stats_read(path: str, fields: list[str]) -> dict:
-    import math
-    from pathlib import Path
+    from shardcore.tokenized import property_stats
 
-    import duckdb
-
-    files = sorted(str(p) for p in Path(path).glob("shards/*.parquet"))
-    if not files:
-        return {"by_property": {}, "edges": [], "counts": []}
-    con = duckdb.connect()
-    con.execute("CREATE VIEW docs AS SELECT * FROM read_parquet(?, union_by_name=true)", [files])
-    columns = {r[0] for r in con.execute("DESCRIBE docs").fetchall()}
-    by_property: dict = {}
-    for field in fields:
-        column = field if field in columns else f"src_{field}"
-        if column not in columns:
-            continue
-        rows = con.execute(
-            f'SELECT CAST("{column}" AS VARCHAR) AS v, count(*), sum(n_tokens) '
-            f"FROM docs GROUP BY v ORDER BY 2 DESC LIMIT 30"
-        ).fetchall()
-        by_property[field] = {
-            str(v): {"documents": int(n), "tokens": int(t or 0), "bytes": 0} for v, n, t in rows
-        }
-    hi = con.execute("SELECT max(n_tokens) FROM docs").fetchone()[0] or 1
-    edges = [2**i for i in range(0, max(1, math.ceil(math.log2(max(hi, 1)))) + 2)]
-    counts = [0] * (len(edges) - 1)
-    for b, n in con.execute(
-        "SELECT floor(log2(greatest(n_tokens, 1)))::INT AS b, count(*) FROM docs GROUP BY b"
-    ).fetchall():
-        counts[min(int(b), len(counts) - 1)] += int(n)
-    return {"by_property": by_property, "edges": edges, "counts": counts}
+    return property_stats(path, fields)
 
 
 # --- pools ------------------------------------------------------------------------------

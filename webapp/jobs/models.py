@@ -47,7 +47,9 @@ class Job(models.Model):
     # Index of the phase being run; == number of phases while finalize runs.
     phase = models.PositiveIntegerField(default=0)
     num_phases = models.PositiveIntegerField(default=1)
+    # Set by the finalize claim and renewed by its heartbeat, like a unit's heartbeat_at.
     finalize_claimed_at = models.DateTimeField(null=True, blank=True)
+    finalize_queued_at = models.DateTimeField(null=True, blank=True)
     # Dotted path of the service called on success/failure (see module docstring).
     recorder = models.CharField(max_length=200, blank=True)
 
@@ -123,6 +125,15 @@ class JobUnit(models.Model):
     worker = models.CharField(max_length=200, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # Renewed every SHARDYARD_UNIT_HEARTBEAT seconds while the unit runs: a running unit
+    # whose heartbeat is older than SHARDYARD_UNIT_LEASE lost its worker.
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    # When its task message was last sent: a unit queued longer than the lease whose
+    # message is not in the broker any more is sent again.
+    queued_at = models.DateTimeField(null=True, blank=True)
+    # What the engine last did to the unit on its own (requeued after its worker was lost,
+    # message re-sent, recording retried); kept across attempts for the job page.
+    last_event = models.CharField(max_length=300, blank=True)
 
     class Meta:
         constraints = [

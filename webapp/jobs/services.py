@@ -12,22 +12,29 @@ completions are ``UPDATE ... WHERE state = 'running' AND attempts = <claimed att
 duplicate or stale delivery records nothing. Completions lock the job row, so counters and
 phase changes are serialized per job.
 
-A claim is a lease (``settings.SHARDYARD_UNIT_LEASE``, longer than the task hard time
-limit): a unit still "running" past it lost its worker (SIGKILL, OOM, lost host), and
-``job_retry`` / ``job_reap`` (``manage.py catalog jobs-reap``) queue it again. The broker
-may redeliver the lost task later too (acks_late); its claim then finds nothing to do.
+A claim is a lease: a running unit renews ``heartbeat_at`` every
+``settings.SHARDYARD_UNIT_HEARTBEAT`` seconds from a thread beside the work, and one whose
+heartbeat is older than ``settings.SHARDYARD_UNIT_LEASE`` lost its worker (SIGKILL, OOM, lost
+host). ``job_sweep``, run by every worker's sweeper thread (``workers.sweeper``) and by
+``manage.py catalog jobs-reap``, queues such units again, and sends again the queued units
+whose task message the broker no longer holds. The broker may redeliver a lost task later
+too (acks_late); its claim then finds nothing to do. Database errors while recording an
+outcome are retried on a fresh connection (``SHARDYARD_DB_RETRIES``); a launch the broker
+refuses fails the job with a readable error, and Retry sends it again.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
+import time
 import traceback
 from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 from django.utils.module_loading import import_string
@@ -122,28 +129,69 @@ def _phase_start(job: Job, phase: int) -> None:
     _enqueue_finalize(job.pk)
 
 
+def _broker_errors() -> tuple[type[BaseException], ...]:
+    import kombu.exceptions
+    import redis.exceptions
+
+    return (kombu.exceptions.OperationalError, redis.exceptions.ConnectionError, OSError)
+
+
+def _broker_name() -> str:
+    """The broker's address without credentials, for error messages."""
+    url = settings.CELERY_BROKER_URL
+    scheme, _, rest = url.partition("://")
+    return f"{scheme}://{rest.rsplit('@', 1)[-1]}" if rest else url
+
+
 def _enqueue_units(job_id: int, phase: int, unit_ids: list[int] | None = None) -> None:
     def send() -> None:
-        from workers.tasks import job_unit_run
-
-        ids = JobUnit.objects.filter(
-            job_id=job_id, phase=phase, state=UnitState.QUEUED
-        ).values_list("pk", flat=True)
+        ids = JobUnit.objects.filter(job_id=job_id, phase=phase, state=UnitState.QUEUED)
         if unit_ids is not None:
             ids = ids.filter(pk__in=unit_ids)
-        for pk in ids.iterator():
-            job_unit_run.apply_async(kwargs={"unit_id": pk})
+        _send_units(job_id, list(ids.order_by("id").values_list("pk", flat=True)))
 
     transaction.on_commit(send)
+
+
+def _send_units(job_id: int, pks: list[int]) -> bool:
+    """Send one task per unit; on a broker error, fail the job (readable, retryable)."""
+    from workers.tasks import job_unit_run
+
+    if not pks:
+        return True
+    JobUnit.objects.filter(pk__in=pks).update(queued_at=timezone.now())
+    try:
+        for pk in pks:
+            job_unit_run.apply_async(kwargs={"unit_id": pk})
+    except _broker_errors() as exc:
+        _broker_down(job_id, exc)
+        return False
+    return True
 
 
 def _enqueue_finalize(job_id: int) -> None:
-    def send() -> None:
-        from workers.tasks import job_finalize
+    transaction.on_commit(lambda: _send_finalize(job_id))
 
+
+def _send_finalize(job_id: int) -> bool:
+    from workers.tasks import job_finalize
+
+    Job.objects.filter(pk=job_id).update(finalize_queued_at=timezone.now())
+    try:
         job_finalize.apply_async(kwargs={"job_id": job_id})
+    except _broker_errors() as exc:
+        _broker_down(job_id, exc)
+        return False
+    return True
 
-    transaction.on_commit(send)
+
+def _broker_down(job_id: int, exc: BaseException) -> None:
+    log.error("job %s: the broker refused its tasks: %s", job_id, exc)
+    _job_fail(
+        job_id,
+        f"could not queue the job's tasks: the broker {_broker_name()} is unreachable "
+        f"({_describe(exc)}). Nothing ran; Retry once the broker is back.",
+    )
 
 
 # --- execute ----------------------------------------------------------------------------
@@ -153,6 +201,39 @@ def job_unit_execute(*, unit_id: int, worker: str) -> str:
     """Claim the unit, run it through shardcore and record the outcome. Returns
     "skipped" (not claimable: finished, cancelled, or another delivery owns it),
     "succeeded" or "failed". Raises TransientUnitError after putting the unit back."""
+    unit = _with_db_retry(f"claiming unit {unit_id}", lambda _errors: _claim(unit_id, worker))
+    if unit is None:
+        return "skipped"
+    plan = units.Plan.from_json(unit.job.plan)
+    beat = Heartbeat(
+        lambda: JobUnit.objects.filter(
+            pk=unit.pk, state=UnitState.RUNNING, attempts=unit.attempts
+        ).update(heartbeat_at=timezone.now())
+    )
+    try:
+        with beat:
+            stats = units.run_unit(plan, unit.unit_id)
+    except _transient_errors() as exc:
+        JobUnit.objects.filter(pk=unit.pk, state=UnitState.RUNNING, attempts=unit.attempts).update(
+            state=UnitState.QUEUED, error=f"transient, will retry: {_describe(exc)}"
+        )
+        raise TransientUnitError(_describe(exc)) from exc
+    except Exception as exc:  # any other error is permanent: record it, readable
+        log.exception("unit %s of job %s failed", unit.unit_id, unit.job_id)
+        error, trace = _describe(exc), traceback.format_exc(limit=8)
+        _with_db_retry(
+            f"recording the failure of unit {unit.unit_id}",
+            lambda _errors: _unit_fail(unit, error, trace),
+        )
+        return "failed"
+    _with_db_retry(
+        f"recording unit {unit.unit_id}",
+        lambda errors: _unit_succeed(unit, stats, db_errors=errors),
+    )
+    return "succeeded"
+
+
+def _claim(unit_id: int, worker: str) -> JobUnit | None:
     now = timezone.now()
     with transaction.atomic():
         claimed = JobUnit.objects.filter(
@@ -162,29 +243,72 @@ def job_unit_execute(*, unit_id: int, worker: str) -> str:
             attempts=F("attempts") + 1,
             worker=worker,
             started_at=now,
+            heartbeat_at=now,
             finished_at=None,
             error="",
         )
         if claimed != 1:
-            return "skipped"
+            return None
         unit = JobUnit.objects.select_related("job").get(pk=unit_id)
         Job.objects.filter(pk=unit.job_id, state=JobState.QUEUED).update(
             state=JobState.RUNNING, started_at=now
         )
-    plan = units.Plan.from_json(unit.job.plan)
-    try:
-        stats = units.run_unit(plan, unit.unit_id)
-    except _transient_errors() as exc:
-        JobUnit.objects.filter(pk=unit.pk, state=UnitState.RUNNING, attempts=unit.attempts).update(
-            state=UnitState.QUEUED, error=f"transient, will retry: {_describe(exc)}"
-        )
-        raise TransientUnitError(_describe(exc)) from exc
-    except Exception as exc:  # any other error is permanent: record it, readable
-        log.exception("unit %s of job %s failed", unit.unit_id, unit.job_id)
-        _unit_fail(unit, _describe(exc), traceback.format_exc(limit=8))
-        return "failed"
-    _unit_succeed(unit, stats)
-    return "succeeded"
+    return unit
+
+
+class Heartbeat:
+    """Renews a claim from a thread while the work runs: calls ``beat()`` (an UPDATE that
+    returns the number of rows it changed) every ``SHARDYARD_UNIT_HEARTBEAT`` seconds and
+    stops when it changes nothing (the claim was taken over or cancelled) or on exit. A
+    database error skips one beat; the thread's connection is closed and reopened."""
+
+    def __init__(self, beat, interval: float | None = None):
+        self._beat = beat
+        self._interval = interval or settings.SHARDYARD_UNIT_HEARTBEAT
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="shardyard-heartbeat", daemon=True)
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        from django.db import InterfaceError, OperationalError
+
+        try:
+            while not self._stop.wait(self._interval):
+                try:
+                    if not self._beat():
+                        return
+                except (OperationalError, InterfaceError) as exc:
+                    log.warning("heartbeat skipped: %s", _describe(exc))
+                    connection.close()
+        finally:
+            connection.close()  # this thread's own connection
+
+
+def _with_db_retry(what: str, fn):
+    """Run ``fn(errors)`` (a transaction of its own), retrying on OperationalError or
+    InterfaceError (a dropped or terminated connection) on a fresh connection, with
+    backoff, up to SHARDYARD_DB_RETRIES times. ``errors`` lists the failures so far, for
+    the record. Inside an outer transaction nothing is retried (it is broken already)."""
+    from django.db import InterfaceError, OperationalError
+
+    errors: list[str] = []
+    while True:
+        try:
+            return fn(errors)
+        except (OperationalError, InterfaceError) as exc:
+            if len(errors) >= settings.SHARDYARD_DB_RETRIES or connection.in_atomic_block:
+                raise
+            errors.append(_describe(exc).splitlines()[0])
+            log.warning("%s: %s; retrying on a new connection", what, errors[-1])
+            connection.close()
+            time.sleep(min(8.0, 0.25 * 2 ** len(errors)))
 
 
 def job_unit_give_up(*, unit_id: int, reason: str) -> None:
@@ -200,15 +324,21 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def _unit_succeed(unit: JobUnit, stats: dict[str, Any]) -> None:
+def _unit_succeed(unit: JobUnit, stats: dict[str, Any], *, db_errors: list[str] = ()) -> None:
     now = timezone.now()
+    retried = (
+        f"recorded after {len(db_errors)} database error(s) ({db_errors[-1]})" if db_errors else ""
+    )
     with transaction.atomic():
         job = Job.objects.select_for_update().get(pk=unit.job_id)
-        done = JobUnit.objects.filter(
-            pk=unit.pk, state=UnitState.RUNNING, attempts=unit.attempts
-        ).update(state=UnitState.SUCCEEDED, stats=stats, finished_at=now, error="")
+        done = (
+            JobUnit.objects.filter(pk=unit.pk, state=UnitState.RUNNING, attempts=unit.attempts)
+            .update(state=UnitState.SUCCEEDED, stats=stats, finished_at=now, error="")
+        )  # fmt: skip
         if done != 1:
             return  # a retry took this unit over; its own run records the outcome
+        if retried:
+            JobUnit.objects.filter(pk=unit.pk).update(last_event=retried[:300])
         counts = unit_counts(stats)
         bad = unit_bad_input(job.plan, stats)
         if bad and not counts["bad_lines"]:
@@ -224,7 +354,8 @@ def _unit_succeed(unit: JobUnit, stats: dict[str, Any]) -> None:
             job,
             f"unit {unit.unit_id} done on {unit.worker}: {counts['documents']} docs, "
             f"{counts['tokens']} tokens, {counts['bytes']} bytes"
-            + (f", {counts['bad_lines']} bad lines" if counts["bad_lines"] else ""),
+            + (f", {counts['bad_lines']} bad lines" if counts["bad_lines"] else "")
+            + (f"; {retried}" if retried else ""),
         )
         if job.state == JobState.RUNNING and job.phase == unit.phase:
             unfinished = (
@@ -267,30 +398,42 @@ def job_finalize_execute(*, job_id: int) -> str:
         return "skipped"
     job = Job.objects.get(pk=job_id)
     plan = units.Plan.from_json(job.plan)
+    beat = Heartbeat(
+        lambda: Job.objects.filter(
+            pk=job_id, state=JobState.RUNNING, finalize_claimed_at__isnull=False
+        ).update(finalize_claimed_at=timezone.now())
+    )
     try:
-        manifest = units.finalize(plan)
+        with beat:
+            manifest = units.finalize(plan)
     except _transient_errors() as exc:
         Job.objects.filter(pk=job_id).update(finalize_claimed_at=None)
         raise TransientUnitError(_describe(exc)) from exc
     except Exception as exc:
         log.exception("finalize of job %s failed", job_id)
         return _job_fail(job_id, f"finalize failed: {_describe(exc)}")
-    now = timezone.now()
-    try:
+
+    def record(errors: list[str]) -> str:
         with transaction.atomic():
             job = Job.objects.select_for_update().get(pk=job_id)
             if job.state != JobState.RUNNING:
                 return "skipped"
             _record(job, manifest)
             job.state = JobState.SUCCEEDED
-            job.finished_at = now
+            job.finished_at = timezone.now()
             job.error = ""
+            if errors:
+                _log(job, f"recorded after {len(errors)} database error(s) ({errors[-1]})")
             _log(job, "succeeded: manifest written")
             job.save()
+        return "succeeded"
+
+    try:
+        return _with_db_retry(f"recording job {job_id}", record)
     except Exception as exc:
         log.exception("recording job %s failed", job_id)
-        return _job_fail(job_id, f"recording the result failed: {_describe(exc)}")
-    return "succeeded"
+        error = f"recording the result failed: {_describe(exc)}"
+        return _with_db_retry(f"failing job {job_id}", lambda _e: _job_fail(job_id, error))
 
 
 def _job_fail(job_id: int, error: str) -> str:
@@ -334,15 +477,18 @@ def job_cancel(*, job_id: int) -> Job:
 
 
 def unit_lease(seconds: int | None = None) -> timedelta:
-    """How long a claim holds: a unit running longer than this lost its worker."""
+    """How long a claim holds without a heartbeat: a running unit whose last heartbeat is
+    older than this lost its worker."""
     return timedelta(seconds=settings.SHARDYARD_UNIT_LEASE if seconds is None else seconds)
 
 
 def lost_units_q(*, lease_seconds: int | None = None) -> Q:
-    """Units claimed (state running) longer ago than the lease: their worker is gone, for
-    no live worker runs a task past the hard time limit, which the lease exceeds."""
+    """Running units whose heartbeat (or, for claims that never beat, whose claim) is older
+    than the lease: a live worker renews it every SHARDYARD_UNIT_HEARTBEAT seconds."""
     cutoff = timezone.now() - unit_lease(lease_seconds)
-    return Q(state=UnitState.RUNNING, started_at__lt=cutoff)  # the claim sets started_at
+    return Q(state=UnitState.RUNNING) & (
+        Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True, started_at__lt=cutoff)
+    )
 
 
 def _finalize_lost(job: Job, lease_seconds: int | None) -> bool:
@@ -387,9 +533,14 @@ def job_retry(
                     "failed or was cancelled, or pass include_running when its worker is gone"
                 )
             # The rest of the job goes on as it is: only the lost work is queued again.
-            requeued = JobUnit.objects.filter(pk__in=lost_ids, state=UnitState.RUNNING).update(
-                state=UnitState.QUEUED, error="lost with its worker; queued again"
-            )
+            requeued = 0
+            for pk, _, worker in lost:
+                requeued += JobUnit.objects.filter(pk=pk, state=UnitState.RUNNING).update(
+                    state=UnitState.QUEUED,
+                    error="lost with its worker; queued again",
+                    last_event=f"requeued after worker lost ({worker or '?'}: no heartbeat "
+                    f"for {unit_lease(lease_seconds).total_seconds():g} s)"[:300],
+                )
             if requeued:
                 _log(job, f"retry: {requeued} lost unit(s) requeued")
                 _enqueue_units(job.pk, job.phase, unit_ids=lost_ids)
@@ -402,6 +553,7 @@ def job_retry(
         states = [UnitState.FAILED, UnitState.CANCELLED, UnitState.QUEUED]
         if include_running:
             states.append(UnitState.RUNNING)
+        JobUnit.objects.filter(pk__in=lost_ids).update(last_event="requeued after worker lost")
         requeued = (
             JobUnit.objects.filter(job=job, phase=job.phase)
             .filter(Q(state__in=states) | Q(pk__in=lost_ids))
@@ -453,6 +605,83 @@ def job_reap(*, lease_seconds: int | None = None) -> list[Job]:
         except JobError:
             continue  # it finished or was cancelled meanwhile, or its work came back
     return reaped
+
+
+def job_resend_lost(*, queue: str | None = None, lease_seconds: int | None = None) -> list[Job]:
+    """Send again the queued units (and finalize steps) of active jobs whose task message
+    the broker no longer holds: queued longer ago than the lease, yet neither waiting in
+    the queue nor out with a worker (``webapp.jobs.broker``). Returns the jobs touched."""
+    from webapp.jobs import broker
+    from workers.celery import app
+
+    cutoff = timezone.now() - unit_lease(lease_seconds)
+    stale_units = list(
+        JobUnit.objects.filter(
+            Q(queued_at__lt=cutoff) | Q(queued_at__isnull=True, job__created_at__lt=cutoff),
+            state=UnitState.QUEUED,
+            job__state__in=ACTIVE_JOB_STATES,
+        ).values_list("pk", "job_id")
+    )
+    stale_finalize = list(
+        Job.objects.filter(
+            Q(finalize_queued_at__lt=cutoff) | Q(finalize_queued_at__isnull=True),
+            state=JobState.RUNNING,
+            phase__gte=F("num_phases"),
+            finalize_claimed_at__isnull=True,
+            started_at__lt=cutoff,
+        ).values_list("pk", flat=True)
+    )
+    if not stale_units and not stale_finalize:
+        return []
+    pending = broker.pending_messages(
+        broker_url=settings.CELERY_BROKER_URL,
+        queue=queue or app.conf.task_default_queue,
+        unacked_within=unit_lease(lease_seconds).total_seconds(),
+    )
+    if pending is None:
+        return []
+    lost: dict[int, list[int]] = {}
+    for pk, job_id in stale_units:
+        if pk not in pending.units:
+            lost.setdefault(job_id, []).append(pk)
+    touched = []
+    for job_id in sorted(set(lost) | {j for j in stale_finalize if j not in pending.finalizes}):
+        with transaction.atomic():
+            job = Job.objects.select_for_update().get(pk=job_id)
+            if job.state not in ACTIVE_JOB_STATES:
+                continue
+            pks = list(
+                JobUnit.objects.filter(pk__in=lost.get(job_id, []), state=UnitState.QUEUED)
+                .values_list("pk", flat=True)
+            )  # fmt: skip
+            if pks:
+                JobUnit.objects.filter(pk__in=pks).update(
+                    last_event="broker message lost; sent again"
+                )
+                _log(job, f"{len(pks)} queued unit(s) had no message in the broker; sent again")
+                transaction.on_commit(lambda j=job_id, p=pks: _send_units(j, p))
+            elif job_id in stale_finalize and job.finalize_claimed_at is None:
+                _log(job, "finalize had no message in the broker; sent again")
+                _enqueue_finalize(job_id)
+            else:
+                continue
+            job.save()
+            touched.append(job)
+    return touched
+
+
+def job_sweep(*, queue: str | None = None) -> list[str]:
+    """What a worker's sweeper does every SHARDYARD_SWEEP_INTERVAL seconds: requeue the
+    work of dead workers (``job_reap``), then resend lost messages (``job_resend_lost``).
+    Returns one line per job touched."""
+    lines = [
+        f"job {job.pk}: {job.log_tail.splitlines()[-1].split(' ', 2)[-1]}" for job in job_reap()
+    ]
+    lines += [
+        f"job {job.pk}: {job.log_tail.splitlines()[-1].split(' ', 2)[-1]}"
+        for job in job_resend_lost(queue=queue)
+    ]
+    return lines
 
 
 # --- helpers shared with selectors ------------------------------------------------------

@@ -25,10 +25,12 @@
     if (counts) counts.innerHTML = Object.entries(p.unit_counts).map(([s, n]) =>
       '<tr><td><span class="badge ' + esc(s) + '">' + esc(s) + "</span></td><td>" + n + "</td></tr>").join("");
     const units = field("units");
-    if (units) units.innerHTML = "<tr><th>Unit</th><th>Phase</th><th>State</th><th>Attempts</th><th>Worker</th></tr>" +
+    if (units) units.innerHTML = "<tr><th>Unit</th><th>Phase</th><th>State</th><th>Attempts</th><th>Worker</th><th>Heartbeat</th><th>Last event</th></tr>" +
       p.units.map((u) => "<tr><td><code>" + esc(u.unit_id) + "</code></td><td>" + u.phase +
         '</td><td><span class="badge ' + esc(u.state) + '">' + esc(u.state) + "</span></td><td>" +
-        u.attempts + "</td><td>" + esc(u.worker) + "</td></tr>").join("");
+        u.attempts + "</td><td>" + esc(u.worker) + "</td><td>" +
+        (u.heartbeat_age === null ? "" : u.heartbeat_age + " s ago") + "</td><td>" +
+        esc(u.last_event || "") + "</td></tr>").join("");
     document.querySelectorAll("button[data-when=active]").forEach((b) => { b.disabled = !p.is_active; });
     document.querySelectorAll("button[data-when=retryable]").forEach((b) => {
       b.disabled = p.is_active || p.state === "succeeded";

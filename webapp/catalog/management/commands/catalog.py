@@ -93,13 +93,13 @@ class Command(BaseCommand):
                 ts = s.tokenized_source_build(
                     source_id=o["source_id"], tokenizer=o["tokenizer"], engine=o["engine"]
                 )
-                out = f"tokenized source {ts.pk}: job {ts.job_id} queued"
+                out = f"tokenized source {ts.pk}: {_launched(ts.job_id)}"
             elif action == "pool-build":
                 pool = s.pool_build(
                     name=o["name"], tokenized_ids=o["tokenized_ids"], seq_len=o["seq_len"],
                     filter=o["filter"], seed=o["seed"], val_fraction=o["val_fraction"],
                 )  # fmt: skip
-                out = f"pool {pool.pk}: job {pool.job_id} queued"
+                out = f"pool {pool.pk}: {_launched(pool.job_id)}"
             elif action == "mixture-version":
                 mixture = Mixture.objects.filter(name=o["mixture"]).first() or s.mixture_create(
                     name=o["mixture"]
@@ -159,3 +159,14 @@ class Command(BaseCommand):
         except (s.CatalogError, jobs.JobError, ValueError) as exc:
             raise CommandError(str(exc)) from exc
         self.stdout.write(out)
+
+
+def _launched(job_id: int) -> str:
+    """'job N queued', or a CommandError when the launch failed (e.g. the broker is down:
+    the job is failed with the reason and can be retried)."""
+    from webapp.jobs.models import Job, JobState
+
+    job = Job.objects.get(pk=job_id)
+    if job.state == JobState.FAILED:
+        raise CommandError(f"job {job.pk} failed at launch: {job.error}")
+    return f"job {job.pk} {job.state}"

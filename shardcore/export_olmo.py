@@ -1,0 +1,237 @@
+"""The OLMo-core export: a YAML file whose ``dataset`` and ``data_loader`` sections load
+unchanged into ai2-olmo-core's config classes (``Config.from_dict``, checked with 3.0).
+
+Exact mode (a pool, a materialized mixture, or a mixture with its materialized copy):
+``dataset`` is a ``NumpyFSLDatasetConfig`` over the artifact's ``.bin`` files in order.
+OLMo-core concatenates its token arrays and cuts instances of ``sequence_length`` tokens;
+every shard of ours holds whole records of seq_len + 1 tokens, so with ``sequence_length =
+seq_len + 1`` instance i is exactly Shardyard's sample i (record i of a pool; sample i of
+a mixture, in schedule order, stages included).
+
+Record length versus sequence length: a Shardyard record is seq_len + 1 tokens, the inputs
+and the shifted targets of one sample; OLMo-core shifts inside the instance (its labels are
+the instance's own tokens moved by one), so its ``sequence_length`` is our record length.
+To train at OLMo-core ``sequence_length`` L, build the pool with ``--seq-len L-1``.
+
+Order: ``NumpyDataLoaderConfig.build`` always shuffles instances with its seed. Shardyard's
+data is already globally shuffled and mixed, so build the loader with ``shuffle=False``
+(``NumpyDataLoaderBase.wrap_numpy_dataset(dataset, shuffle=False, ...)``): then global
+batch b holds samples [b*B, (b+1)*B), each data-parallel rank taking every world-size-th.
+
+Shares mode (a mixture without a materialized copy): ``dataset.source_mixture_config`` is
+a ``SourceMixtureDatasetConfig`` per stage (one YAML document each) with our shares.
+OLMo-core then samples its own instances: the token shares hold, the order does not.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+import numpy as np
+import yaml
+
+from shardcore import manifest as mf
+from shardcore.errors import InputError
+
+DATASET_CLASS = "olmo_core.data.numpy_dataset.NumpyFSLDatasetConfig"
+LOADER_CLASS = "olmo_core.data.data_loader.NumpyDataLoaderConfig"
+MIXTURE_CLASS = "olmo_core.data.source_mixture.SourceMixtureDatasetConfig"
+LIST_CLASS = "olmo_core.data.source_mixture.SourceMixtureList"
+SOURCE_CLASS = "olmo_core.data.source_mixture.SourceMixtureConfig"
+
+
+def olmo_dtype(dtype: str, vocab_size: int | None) -> str:
+    """OLMo-core's unsigned dtype for our token dtype. int32 (vocabularies of 65,500 and
+    more) reads as uint32: token ids are non-negative, so the bits are the same."""
+    dt = np.dtype(dtype)
+    if dt.kind == "u":
+        return str(dt)
+    if dt.kind == "i" and dt.itemsize in (4, 8):
+        return f"uint{dt.itemsize * 8}"
+    raise InputError(f"dtype: OLMo-core reads unsigned token arrays; {dt} has no counterpart")
+
+
+def _tokenizer(manifest: dict[str, Any]) -> dict[str, Any]:
+    tok = manifest.get("tokenizer") or {}
+    if tok.get("vocab_size") is None or tok.get("eos_id") is None:
+        raise InputError("tokenizer: the artifact's manifest lacks vocab_size or eos_id")
+    return {
+        "vocab_size": int(tok["vocab_size"]),
+        "eos_token_id": int(tok["eos_id"]),
+        # Pools pad a bucket's last record with EOS.
+        "pad_token_id": int(tok["eos_id"]),
+        "bos_token_id": None if tok.get("bos_id") is None else int(tok["bos_id"]),
+        "identifier": tok.get("spec"),
+    }
+
+
+def _shard_paths(root: str, manifest: dict[str, Any]) -> list[str]:
+    return [
+        os.path.abspath(os.path.join(root, s["prefix"])) + ".bin"
+        for s in manifest["shards"]
+        if int(s.get("records", 1))
+    ]
+
+
+def _exact_source(path: str, materialized: str | None) -> tuple[dict[str, Any], str]:
+    """(manifest, directory) of the artifact whose shards hold the samples in order."""
+    manifest = mf.read_manifest(path)
+    kind = manifest.get("kind")
+    if kind in ("pool", "materialized"):
+        return manifest, path
+    if kind != "mixture":
+        raise InputError(f"{path}: a {kind!r} artifact has no training samples to export")
+    if materialized is None:
+        return manifest, path
+    flat = mf.read_manifest(materialized)
+    if flat.get("kind") != "materialized" or manifest["fingerprint"] not in flat.get("parents", []):
+        raise InputError(
+            f"materialized: {materialized} is not a materialized copy of mixture "
+            f"{manifest['fingerprint']}"
+        )
+    return flat, materialized
+
+
+def _stages_comment(stages: list[dict[str, Any]], gbs: int) -> list[str]:
+    out = []
+    for st in stages:
+        a, n = int(st["first_sample"]), int(st["num_samples"])
+        where = f"samples [{a}, {a + n})"
+        if a % gbs == 0:
+            where += f", from step {a // gbs + 1}"
+        out.append(f"#   stage {st['name']}: {where}")
+    return out
+
+
+def olmo_config(
+    path: str | os.PathLike,
+    *,
+    global_batch_size: int | None = None,
+    materialized: str | os.PathLike | None = None,
+    work_dir: str | os.PathLike | None = None,
+    **_: Any,
+) -> str:
+    """The OLMo-core YAML for a pool, a mixture or a materialized mixture (see the module
+    docstring). ``global_batch_size`` is in samples (instances) per optimizer step."""
+    path = os.fspath(path)
+    gbs = int(global_batch_size or 1)
+    if gbs < 1:
+        raise InputError(f"global_batch_size: must be >= 1, got {global_batch_size}")
+    manifest, root = _exact_source(path, None if materialized is None else os.fspath(materialized))
+    record = int(manifest["seq_len"]) + 1
+    tokenizer = _tokenizer(manifest)
+    dtype = olmo_dtype(manifest["dtype"], tokenizer["vocab_size"])
+    loader = {"_CLASS_": LOADER_CLASS, "global_batch_size": gbs * record, "seed": 0}
+    if work_dir is not None:
+        loader["work_dir"] = os.path.abspath(work_dir)
+    if manifest.get("kind") == "mixture":
+        return _shares(manifest, tokenizer, dtype, loader, gbs)
+    num = int(manifest["num_records"])
+    head = [
+        f"# OLMo-core (ai2-olmo-core 3.0) data for {manifest['kind']} {manifest['fingerprint']}.",
+        "# Load: NumpyFSLDatasetConfig.from_dict(cfg['dataset']).build() and",
+        "#       NumpyDataLoaderConfig.from_dict(cfg['data_loader']).",
+        f"# Exact: instance i is Shardyard sample i, for all {num} samples. sequence_length",
+        f"# {record} is the record length (seq_len {record - 1} + 1): OLMo-core shifts inside",
+        f"# the instance, so the model sees {record} tokens and predicts {record - 1}.",
+        "# Order: build the loader with shuffle=False, e.g.",
+        "#   NumpyDataLoaderBase.wrap_numpy_dataset(dataset, shuffle=False, collator=...,",
+        f"#       global_batch_size={gbs * record}, ...)",
+        f"# then step s (from 1) reads samples [(s-1)*{gbs}, s*{gbs}). NumpyDataLoaderConfig.build",
+        "# shuffles by its seed: same data, OLMo-core's order, not Shardyard's.",
+    ]
+    if manifest.get("stages"):
+        head.append(f"# Stages (global batch {gbs} samples):")
+        head += _stages_comment(manifest["stages"], gbs)
+    dataset = {
+        "_CLASS_": DATASET_CLASS,
+        "tokenizer": tokenizer,
+        "paths": _shard_paths(root, manifest),
+        "dtype": dtype,
+        "sequence_length": record,
+        "include_instance_metadata": False,
+    }
+    if work_dir is not None:
+        dataset["work_dir"] = os.path.abspath(work_dir)
+    body = {
+        "dataset": dataset,
+        "data_loader": loader,
+        "shardyard": {
+            "exact": True,
+            "kind": manifest["kind"],
+            "fingerprint": manifest["fingerprint"],
+            "num_samples": num,
+            "seq_len": record - 1,
+            "samples_per_step": gbs,
+            "shuffle": False,
+        },
+    }
+    return "\n".join(head) + "\n" + yaml.safe_dump(body, sort_keys=False)
+
+
+def _shares(
+    manifest: dict[str, Any],
+    tokenizer: dict[str, Any],
+    dtype: str,
+    loader: dict[str, Any],
+    gbs: int,
+) -> str:
+    record = int(manifest["seq_len"]) + 1
+    docs = []
+    for st in manifest["stages"]:
+        sources = []
+        for pool, share in zip(manifest["pools"], st["weights"], strict=True):
+            if share <= 0:
+                continue
+            pm = mf.read_manifest(pool["path"])
+            sources.append(
+                {
+                    "_CLASS_": SOURCE_CLASS,
+                    "source_name": str(pool["key"]),
+                    "target_ratio": float(share),
+                    "paths": _shard_paths(pool["path"], pm),
+                    "max_repetition_ratio": max(1.0, math.ceil(pool["epochs"] * 100) / 100),
+                }
+            )
+        total = sum(s["target_ratio"] for s in sources)
+        for s in sources:
+            s["target_ratio"] = s["target_ratio"] / total
+        head = [
+            f"# OLMo-core (ai2-olmo-core 3.0) data for stage {st['name']} of mixture "
+            f"{manifest['fingerprint']}.",
+            "# SHARES ONLY: OLMo-core samples its own instances from these sources; the token",
+            "# shares hold, Shardyard's order does not. For the exact order, materialize the",
+            "# mixture and export with materialized=DIR (CLI: --materialized DIR).",
+            f"# samples [{st['first_sample']}, {st['first_sample'] + st['num_samples']}) of the "
+            f"mixture; sequence_length {record} = seq_len + 1 (OLMo-core shifts inside).",
+        ]
+        body = {
+            "dataset": {
+                "_CLASS_": DATASET_CLASS,
+                "tokenizer": tokenizer,
+                "dtype": dtype,
+                "sequence_length": record,
+                "include_instance_metadata": False,
+                "source_mixture_config": {
+                    "_CLASS_": MIXTURE_CLASS,
+                    "source_list": {"_CLASS_": LIST_CLASS, "sources": sources},
+                    "requested_tokens": int(st["num_samples"]) * record,
+                    "global_batch_size": gbs * record,
+                    "seed": int(manifest["spec"].get("seed", 0)),
+                },
+            },
+            "data_loader": loader,
+            "shardyard": {
+                "exact": False,
+                "kind": "mixture",
+                "fingerprint": manifest["fingerprint"],
+                "stage": st["name"],
+                "num_samples": int(st["num_samples"]),
+                "seq_len": record - 1,
+                "samples_per_step": gbs,
+            },
+        }
+        docs.append("\n".join(head) + "\n" + yaml.safe_dump(body, sort_keys=False))
+    return "---\n".join(docs)

@@ -1,0 +1,310 @@
+"""Document properties: how the fields of a record other than its text are stored, unified
+across files and sources, and named in filters and ``--by``.
+
+Layout of every documents sidecar (tokenized shards, pool shards, ``documents.parquet``):
+Shardyard's own columns at the top level (``doc_id``, ``file``, ``line``, ``byte_offset``,
+``n_tokens``; pools add ``source``, ``source_shard``, ``source_row``,
+``source_fingerprint``) and the user's properties in one struct column, ``props``. A
+property can have any name (``source``, ``file``, ``doc_id``, ``props``...): it lives in
+its own namespace and round-trips unchanged.
+
+Types, by the value a record holds: JSON objects become structs (so ``metadata.score``
+is a field, not a string), lists stay lists, numbers stay numbers. When one property has
+different types in different records, files or sources, one rule unifies them (the
+same rule everywhere, in any order of inputs):
+
+- absent or null, with anything: the other type (absent reads as NULL);
+- integers with floats: float64; bools only with bools;
+- structs with structs: the union of their fields, each unified by this rule;
+- lists with lists: a list of the unified element type;
+- any other mix (a number in one file, a string in another): string, each value written
+  as its JSON text (``5``, ``true``, ``{"a": 1}``), strings unchanged.
+
+An empty object ``{}`` is stored as NULL; an integer beyond 64 bits as its text.
+
+Names in filters and ``--by``: the user's properties by their own names (dotted paths
+for nested fields: ``metadata.score > 0.5``); Shardyard's per-document facts always as
+``_doc.<name>`` (``_doc.n_tokens > 50``), and by their bare name when no input of the
+pool has a user property of that name. ``_doc`` itself is reserved in filters: a user
+property of that name is stored and round-trips, but a filter cannot name it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import pyarrow as pa
+
+PROPS = "props"  # the struct column of the user's properties
+FACTS = "_doc"  # the struct of Shardyard's per-document facts, as filters see it
+_INT64 = (-(1 << 63), (1 << 63) - 1)
+
+
+# ----------------------------------------------------------------- type inference
+
+
+def _leaf_type(v: Any) -> pa.DataType:
+    t = type(v)
+    if v is None:
+        return pa.null()
+    if t is bool:
+        return pa.bool_()
+    if t is int:
+        return pa.int64() if _INT64[0] <= v <= _INT64[1] else pa.string()
+    if t is float:
+        return pa.float64()
+    if t is str:
+        return pa.string()
+    if isinstance(v, dict):
+        return _struct_of(v)
+    if isinstance(v, (list, tuple)):
+        vt = pa.null()
+        for x in v:
+            vt = unify(vt, _leaf_type(x))
+        return pa.list_(vt)
+    try:  # dates, timestamps, decimals, bytes (from Parquet inputs)
+        return pa.scalar(v).type
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):
+        return pa.string()
+
+
+def _struct_of(d: dict) -> pa.DataType:
+    if not d:
+        return pa.null()
+    return pa.struct([pa.field(str(k), _leaf_type(x)) for k, x in d.items()])
+
+
+def unify(a: pa.DataType, b: pa.DataType) -> pa.DataType:
+    """The type that holds values of both ``a`` and ``b`` (the module's rule)."""
+    if a.equals(b):
+        return a
+    if pa.types.is_null(a):
+        return b
+    if pa.types.is_null(b):
+        return a
+    num = (pa.types.is_integer, pa.types.is_floating)
+    if any(f(a) for f in num) and any(f(b) for f in num):
+        if pa.types.is_integer(a) and pa.types.is_integer(b):
+            return pa.int64()
+        return pa.float64()
+    if pa.types.is_struct(a) and pa.types.is_struct(b):
+        fields: dict[str, pa.DataType] = {f.name: f.type for f in a}
+        for f in b:
+            fields[f.name] = unify(fields[f.name], f.type) if f.name in fields else f.type
+        return pa.struct([pa.field(n, t) for n, t in fields.items()])
+    if _is_list(a) and _is_list(b):
+        return pa.list_(unify(a.value_type, b.value_type))
+    if _is_text(a) and _is_text(b):
+        return pa.string()
+    if a.equals(b, check_metadata=False) or str(a) == str(b):
+        return a
+    return pa.string()
+
+
+def unify_all(types: Iterable[pa.DataType]) -> pa.DataType:
+    out = pa.null()
+    for t in types:
+        out = unify(out, t)
+    return out
+
+
+def _is_list(t: pa.DataType) -> bool:
+    return pa.types.is_list(t) or pa.types.is_large_list(t)
+
+
+def _is_text(t: pa.DataType) -> bool:
+    return pa.types.is_string(t) or pa.types.is_large_string(t)
+
+
+# ----------------------------------------------------------------- values to a type
+
+
+def _text(v: Any) -> str:
+    if isinstance(v, str):
+        return v
+    return json.dumps(v, ensure_ascii=False, default=str)
+
+
+def _fit(v: Any, t: pa.DataType) -> Any:
+    """``v`` shaped to be stored as type ``t`` (which unify made to hold it)."""
+    if v is None or pa.types.is_null(t):
+        return None
+    if _is_text(t):
+        return _text(v)
+    if pa.types.is_struct(t):
+        if not isinstance(v, dict) or not v:
+            return None
+        return {f.name: _fit(v.get(f.name), f.type) for f in t}
+    if _is_list(t):
+        return [_fit(x, t.value_type) for x in v]
+    if pa.types.is_floating(t) and type(v) is int:
+        return float(v)
+    return v
+
+
+def _has_empty_struct(t: pa.DataType) -> bool:
+    if pa.types.is_struct(t):
+        return t.num_fields == 0 or any(_has_empty_struct(f.type) for f in t)
+    if _is_list(t):
+        return _has_empty_struct(t.value_type)
+    return False
+
+
+def to_arrow(rows: Sequence[dict[str, Any]]) -> pa.Array | None:
+    """The properties of ``rows`` (one dict per document) as one struct array, or None when
+    no document has any property."""
+    if not any(rows):
+        return None
+    try:  # pyarrow's own inference agrees with the rule wherever it succeeds
+        arr = pa.array(rows)
+        if pa.types.is_struct(arr.type) and not _has_empty_struct(arr.type):
+            return arr
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError):
+        pass
+    t = pa.null()
+    for r in rows:
+        t = unify(t, _struct_of(r))
+    if pa.types.is_null(t):
+        return None
+    return pa.array([_fit(r, t) for r in rows], type=t)
+
+
+def conform(arr: pa.Array | pa.ChunkedArray, t: pa.DataType) -> pa.Array | pa.ChunkedArray:
+    """``arr`` as type ``t``, where ``t`` = unify(arr.type, ...)."""
+    if arr.type.equals(t):
+        return arr
+    try:
+        if not _needs_text(arr.type, t):
+            return arr.cast(t)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError):
+        pass
+    values = arr.to_pylist()
+    return pa.array([_fit(v, t) for v in values], type=t)
+
+
+def _needs_text(src: pa.DataType, dst: pa.DataType) -> bool:
+    """Whether casting src to dst turns a non-text value into text somewhere (Arrow's cast
+    would write ``1.0``/``true`` differently from JSON, or refuse structs)."""
+    if _is_text(dst):
+        return not (_is_text(src) or pa.types.is_null(src))
+    if pa.types.is_struct(dst) and pa.types.is_struct(src):
+        have = {f.name: f.type for f in src}
+        return any(_needs_text(have[f.name], f.type) for f in dst if f.name in have)
+    if _is_list(dst) and _is_list(src):
+        return _needs_text(src.value_type, dst.value_type)
+    return False
+
+
+# ----------------------------------------------------------------- tables
+
+
+def props_type(schema: pa.Schema) -> pa.DataType:
+    """The type of a sidecar's ``props`` column (null when it has none)."""
+    i = schema.get_field_index(PROPS)
+    return schema.field(i).type if i >= 0 else pa.null()
+
+
+def with_props(table: pa.Table, t: pa.DataType) -> pa.Table:
+    """``table`` with its ``props`` column conformed to ``t`` (added as nulls if absent;
+    dropped when ``t`` is null)."""
+    i = table.schema.get_field_index(PROPS)
+    if pa.types.is_null(t):
+        return table.remove_column(i) if i >= 0 else table
+    if i < 0:
+        return table.append_column(PROPS, pa.nulls(table.num_rows, type=t))
+    return table.set_column(i, PROPS, conform(table.column(i), t))
+
+
+def concat(tables: Sequence[pa.Table]) -> pa.Table:
+    """Sidecar tables concatenated, their properties unified by the module's rule."""
+    t = unify_all(props_type(x.schema) for x in tables)
+    return pa.concat_tables([with_props(x, t) for x in tables], promote_options="permissive")
+
+
+def user_columns(table: pa.Table) -> list[tuple[str, pa.Array]]:
+    """The user's top-level properties of a sidecar as (name, values) pairs; nested ones
+    stay structs and lists. A document without properties reads NULL in each."""
+    i = table.schema.get_field_index(PROPS)
+    if i < 0 or pa.types.is_null(table.schema.field(i).type):
+        return []
+    arr = _one_chunk(table.column(i))
+    return [(f.name, _field(arr, f.name)) for f in arr.type]
+
+
+def _one_chunk(col: pa.ChunkedArray) -> pa.Array:
+    return pa.concat_arrays(col.chunks) if col.num_chunks else pa.array([], type=col.type)
+
+
+def names(t: pa.DataType) -> list[str]:
+    """Every property path of a props type: top-level names and dotted nested ones."""
+    out: list[str] = []
+
+    def walk(tt: pa.DataType, prefix: str) -> None:
+        for f in tt:
+            out.append(prefix + f.name)
+            if pa.types.is_struct(f.type):
+                walk(f.type, prefix + f.name + ".")
+
+    if pa.types.is_struct(t):
+        walk(t, "")
+    return out
+
+
+def column(table: pa.Table, path: str) -> pa.Array | None:
+    """The values of a user property (a dotted path for nested fields), or None if the
+    sidecar has no such property."""
+    i = table.schema.get_field_index(PROPS)
+    if i < 0:
+        return None
+    arr = _one_chunk(table.column(i))
+    for part in _split_path(path, arr.type):
+        if part is None:
+            return None
+        arr = _field(arr, part)
+    return arr
+
+
+def _split_path(path: str, t: pa.DataType) -> list[str | None]:
+    """A dotted path resolved against struct fields; field names may contain dots, so the
+    longest name that matches at each level wins."""
+    parts = path.split(".")
+    out: list[str | None] = []
+    while parts:
+        if not pa.types.is_struct(t):
+            return [None]
+        have = {f.name: f.type for f in t}
+        for n in range(len(parts), 0, -1):
+            name = ".".join(parts[:n])
+            if name in have:
+                out.append(name)
+                t = have[name]
+                parts = parts[n:]
+                break
+        else:
+            return [None]
+    return out
+
+
+def _field(arr: pa.StructArray, name: str) -> pa.Array:
+    """A struct field with the struct's own nulls applied (``StructArray.field`` ignores
+    them)."""
+    import pyarrow.compute as pc
+
+    return pc.struct_field(arr, [arr.type.get_field_index(name)])
+
+
+def type_to_text(t: pa.DataType) -> str:
+    """A props type as text, for plans and manifests (JSON)."""
+    import base64
+
+    return base64.b64encode(pa.schema([pa.field(PROPS, t)]).serialize().to_pybytes()).decode()
+
+
+def type_from_text(text: str | None) -> pa.DataType | None:
+    if not text:
+        return None
+    import base64
+
+    return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text))).field(PROPS).type

@@ -1,0 +1,213 @@
+"""Jobs heal themselves, driven the way the faults happen: a real ``celery worker``
+subprocess SIGKILLed mid-unit, ``pg_terminate_backend`` on the workers' Postgres
+connections, the broker's queue key deleted from Redis, a launch while the broker is down.
+No test calls a recovery function: the workers' sweepers and the engine's retries do the
+work, and every job ends with the bytes of a clean run. Heartbeat, lease and sweep are
+set to seconds through the environment the workers read (SHARDYARD_UNIT_HEARTBEAT,
+SHARDYARD_UNIT_LEASE, SHARDYARD_SWEEP_INTERVAL)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import redis
+from django.db import connection
+
+from shardcore.tokenize import tokenize
+from tests.integration.test_jobs_workers import (
+    catalog_env,
+    shard_bytes,
+    stdlib_docs,
+    wait_job,
+    write_jsonl,
+)
+from tests.support.services import ROOT, wait_for, worker_env
+from webapp.catalog import services
+from webapp.catalog.models import ArtifactStatus, TokenizedSource
+from webapp.jobs import services as jobs
+from webapp.jobs.models import Job, JobState, JobUnit, UnitState
+
+pytestmark = pytest.mark.services
+__all__ = ["catalog_env"]
+
+UNIT_BYTES = 2 << 20
+SHARD = 256 << 10
+
+
+@pytest.fixture
+def fast_leases(monkeypatch, settings):
+    """Heartbeat every second, lost after 4 s without one, sweep every second."""
+    for name, value in (
+        ("SHARDYARD_UNIT_HEARTBEAT", 1),
+        ("SHARDYARD_UNIT_LEASE", 4),
+        ("SHARDYARD_SWEEP_INTERVAL", 1),
+    ):
+        monkeypatch.setenv(name, str(value))
+        setattr(settings, name, value)
+
+
+def _source(root: Path, name: str = "heal"):
+    # Three files of real text, ~1.5 MB each: one tokenize unit per file, long enough
+    # (a few hundred ms) to be caught running.
+    d = root / name
+    for k, (n, offset) in enumerate(((50, 0), (50, 50), (57, 100))):
+        write_jsonl(d / f"part-{k}.jsonl", stdlib_docs(n, offset=offset))
+    return services.source_register(name=name, uri=str(d))
+
+
+def _build(source) -> TokenizedSource:
+    return services.tokenized_source_build(
+        source_id=source.pk, shard_size=SHARD, unit_bytes=UNIT_BYTES
+    )
+
+
+def _clean_run(catalog_env: Path, name: str, out: Path) -> dict[str, bytes]:
+    files = sorted(str(p) for p in (catalog_env / name).iterdir())
+    tokenize(files, str(out), shard_size=SHARD, unit_bytes=UNIT_BYTES)
+    return shard_bytes(out)
+
+
+def _job_page(client, django_user_model, job_id: int) -> str:
+    user = django_user_model.objects.create_user(username="operator", password="x-12345678")
+    client.force_login(user)
+    response = client.get(f"/jobs/{job_id}/")
+    assert response.status_code == 200
+    return response.content.decode()
+
+
+def test_it_requeues_a_killed_workers_unit_without_an_operator(
+    postgres, redis_url, celery_workers, catalog_env, fast_leases, tmp_path, client,
+    django_user_model,
+):  # fmt: skip
+    source = _source(catalog_env)
+    ts = _build(source)
+    for attempt in range(3):
+        doomed = celery_workers(f"doomed{attempt}")
+        unit = wait_for(
+            lambda: JobUnit.objects.filter(job_id=ts.job_id, state=UnitState.RUNNING).first(),
+            timeout=120,
+            interval=0.005,
+            what="a unit running",
+        )
+        doomed.kill()
+        stuck = JobUnit.objects.get(pk=unit.pk)
+        if stuck.state == UnitState.RUNNING and stuck.attempts == unit.attempts:
+            break
+    else:
+        raise AssertionError("every unit finished before its worker was killed")
+
+    # Nobody calls retry or reap: the surviving worker's sweeper finds the unit's
+    # heartbeat older than the lease and queues it again.
+    rescuer = celery_workers("rescuer")
+    job = wait_job(ts.job_id)
+
+    assert job.state == JobState.SUCCEEDED, job.log_tail + rescuer.log()
+    stuck.refresh_from_db()
+    assert stuck.state == UnitState.SUCCEEDED
+    assert stuck.attempts == unit.attempts + 1
+    assert stuck.worker.startswith("rescuer@")
+    assert stuck.last_event.startswith(f"requeued after worker lost ({unit.worker}")
+    assert "lost unit(s) requeued" in job.log_tail
+    assert Job.objects.get(pk=job.pk).documents == source.num_documents  # none twice
+    assert shard_bytes(Path(ts.path)) == _clean_run(catalog_env, "heal", tmp_path / "clean")
+    page = _job_page(client, django_user_model, job.pk)
+    assert "requeued after worker lost" in page and "lost unit(s) requeued" in page
+
+
+def test_it_retries_recording_after_the_database_drops_the_connection(
+    postgres, redis_url, celery_workers, catalog_env, fast_leases, tmp_path
+):
+    source = _source(catalog_env, "dropped")
+    ts = _build(source)
+    worker = celery_workers("w1")
+    hit: set[tuple[int, int]] = set()
+
+    def terminate_while_running() -> Job | None:
+        # Each time a new claim is running (the worker is inside shardcore, its database
+        # connection idle), the server terminates every connection but this test's.
+        running = JobUnit.objects.filter(job_id=ts.job_id, state=UnitState.RUNNING)
+        for pk, attempts in running.values_list("pk", "attempts"):
+            if (pk, attempts) not in hit:
+                hit.add((pk, attempts))
+                with connection.cursor() as cur:
+                    cur.execute(
+                        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                        "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                    )
+        job = Job.objects.get(pk=ts.job_id)
+        return job if job.state in (JobState.SUCCEEDED, JobState.FAILED) else None
+
+    job = wait_for(terminate_while_running, timeout=180, interval=0.005, what="the job")
+
+    assert job.state == JobState.SUCCEEDED, job.log_tail + worker.log()
+    assert hit, "no unit was caught running"
+    retried = JobUnit.objects.filter(job=job, last_event__startswith="recorded after")
+    assert retried.exists(), job.log_tail + worker.log()
+    # Recorded by the claim that ran it: no rerun was needed, no unit counted twice.
+    assert set(retried.values_list("attempts", flat=True)) == {1}
+    assert "OperationalError" in retried.first().last_event
+    assert "database error(s)" in job.log_tail
+    assert job.documents == source.num_documents
+    assert shard_bytes(Path(ts.path)) == _clean_run(catalog_env, "dropped", tmp_path / "clean")
+
+
+def test_it_sends_again_units_whose_broker_message_was_lost(
+    postgres, redis_url, celery_workers, catalog_env, celery_queue, fast_leases, tmp_path
+):
+    source = _source(catalog_env, "lostmsg")
+    ts = _build(source)  # three messages wait in Redis: no worker runs yet
+    broker = redis.Redis.from_url(redis_url)
+    assert broker.llen(celery_queue) == 3
+    assert broker.delete(celery_queue) == 1  # the queue key is gone, and the messages
+    assert JobUnit.objects.filter(job_id=ts.job_id, state=UnitState.QUEUED).count() == 3
+
+    worker = celery_workers("w1")
+    job = wait_job(ts.job_id)
+
+    assert job.state == JobState.SUCCEEDED, job.log_tail + worker.log()
+    # The three units of phase 1 lost their messages; later phases were sent normally.
+    units = JobUnit.objects.filter(job=job)
+    lost = units.filter(phase=0)
+    assert set(lost.values_list("last_event", flat=True)) == {"broker message lost; sent again"}
+    assert not units.filter(phase__gt=0).exclude(last_event="").exists()
+    assert set(units.values_list("attempts", flat=True)) == {1}
+    assert "3 queued unit(s) had no message in the broker; sent again" in job.log_tail
+    assert shard_bytes(Path(ts.path)) == _clean_run(catalog_env, "lostmsg", tmp_path / "clean")
+
+
+def test_it_fails_a_launch_clearly_while_the_broker_is_down_and_retries_it(
+    postgres, redis_url, celery_workers, catalog_env, celery_queue, tmp_path
+):
+    source = _source(catalog_env, "nobroker")
+    # The command line launches with a broker nobody listens on (port 9 discards).
+    done = subprocess.run(
+        [sys.executable, "manage.py", "catalog", "tokenize", str(source.pk)],
+        cwd=ROOT,
+        env=worker_env(SHARDYARD_QUEUE=celery_queue, CELERY_BROKER_URL="redis://127.0.0.1:9/0"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode != 0
+    assert (
+        "failed at launch" in done.stderr and "redis://127.0.0.1:9/0 is unreachable" in done.stderr
+    )
+    ts = TokenizedSource.objects.get(source=source)
+    job = Job.objects.get(pk=ts.job_id)
+    assert job.state == JobState.FAILED and "Retry once the broker is back" in job.error
+    assert ts.status == ArtifactStatus.FAILED
+    assert not JobUnit.objects.filter(job=job, state=UnitState.RUNNING).exists()
+
+    jobs.job_retry(job_id=job.pk)  # the broker is back (this process uses the real one)
+    worker = celery_workers("w1")
+    job = wait_job(job.pk)
+
+    assert job.state == JobState.SUCCEEDED, job.log_tail + worker.log()
+    ts.refresh_from_db()
+    assert ts.status == ArtifactStatus.READY
+    files = sorted(str(p) for p in (catalog_env / "nobroker").iterdir())
+    tokenize(files, str(tmp_path / "clean"), shard_size=256 << 20, unit_bytes=64 << 20)
+    assert shard_bytes(Path(ts.path)) == shard_bytes(tmp_path / "clean")

@@ -1,0 +1,232 @@
+"""OLMo-core and nanotron read exactly what Shardyard records, proven with the trainers'
+own code: ai2-olmo-core's config classes, dataset and data loader; datatrove's reader (the
+one nanotron's Nanoset opens its dataset folders with). nanotron 0.4, the release on PyPI,
+cannot import its config module (a circular import between ``nanotron.logging`` and
+``nanotron.config.config``) and predates ``data_stages``, so its dataclasses are not
+loaded here; the export follows the field names of nanotron's main branch."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+import yaml
+
+from shardcore.errors import InputError
+from shardcore.export import export
+from shardcore.materialize import materialize
+from shardcore.mixture import Mixture, build_mixture
+from shardcore.pool import Pool, build_pool
+from tests.unit import mix_fixtures
+
+SEQ = 32
+GBS = 8
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory):
+    """Two pools (one of several shards), a two-stage mixture on whole global batches of
+    GBS samples, and its materialized copy: real stdlib code, real tokenizer."""
+    root = tmp_path_factory.mktemp("trainers")
+    pools = mix_fixtures.build_pools(root, seq_len=SEQ)
+    src = mix_fixtures.tokenized_code(root)
+    build_pool([str(src)], str(root / "sharded"), seq_len=SEQ, seed=1, shard_size=100_000)
+    assert Pool(root / "sharded").num_shards > 2
+    spec = {
+        "tokens": SEQ * 1001,
+        "seed": 2,
+        "global_batch_size": GBS,
+        "components": [
+            {"pool": str(pools["early"]), "weight": 2},
+            {"pool": str(root / "sharded"), "weight": 1},
+        ],
+        "stages": [
+            {
+                "name": "anneal",
+                "tokens": SEQ * 101,
+                "components": [{"pool": str(pools["late"]), "weight": 1}],
+            }
+        ],
+    }
+    build_mixture(spec, root / "mix")
+    materialize(root / "mix", root / "flat", shard_bytes=50_000)
+    return root
+
+
+# --------------------------------------------------------------------------- OLMo-core
+
+
+def _olmo(cfg: dict, work_dir):
+    from olmo_core.data.data_loader import NumpyDataLoaderConfig
+    from olmo_core.data.numpy_dataset import NumpyFSLDatasetConfig
+
+    dataset_config = NumpyFSLDatasetConfig.from_dict(cfg["dataset"])
+    loader_config = NumpyDataLoaderConfig.from_dict(cfg["data_loader"])
+    dataset = dataset_config.build()
+    dataset.work_dir = work_dir
+    dataset.prepare()
+    return dataset, loader_config
+
+
+def test_olmo_core_reads_every_mixture_sample_from_the_export_in_order(root, tmp_path):
+    from olmo_core.data.collator import DataCollator
+    from olmo_core.data.data_loader import NumpyDataLoaderBase
+
+    text = export(root / "mix", "olmo", materialized=root / "flat", global_batch_size=GBS)
+    cfg = yaml.safe_load(text)
+    assert cfg["shardyard"]["exact"] is True
+    dataset, loader_config = _olmo(cfg, tmp_path)
+    mix = Mixture(root / "mix")
+    assert dataset.sequence_length == SEQ + 1 and len(dataset) == mix.num_samples
+    for i in range(mix.num_samples):
+        np.testing.assert_array_equal(dataset[i]["input_ids"].numpy(), mix.tokens(i))
+    assert loader_config.global_batch_size == GBS * (SEQ + 1)
+
+    # The data loader as the export says (shuffle=False), two data-parallel ranks.
+    for rank in range(2):
+        loader = NumpyDataLoaderBase.wrap_numpy_dataset(
+            dataset,
+            global_batch_size=loader_config.global_batch_size,
+            collator=DataCollator(pad_token_id=dataset.pad_token_id),
+            work_dir=tmp_path,
+            seed=loader_config.seed,
+            dp_world_size=2,
+            dp_rank=rank,
+            shuffle=False,
+        )
+        loader.reshuffle(epoch=1)
+        steps = 0
+        for step, batch in enumerate(loader):
+            expected = list(range(step * GBS + rank, (step + 1) * GBS, 2))
+            assert batch["index"].tolist() == expected
+            for row, k in zip(batch["input_ids"].numpy(), expected, strict=True):
+                np.testing.assert_array_equal(row, mix.tokens(k))
+            steps += 1
+        assert steps == mix.num_samples // GBS
+        loader.reset()
+
+
+def test_olmo_core_reads_every_record_of_a_pool_of_many_shards(root, tmp_path):
+    cfg = yaml.safe_load(export(root / "sharded", "olmo"))
+    assert len(cfg["dataset"]["paths"]) == Pool(root / "sharded").num_shards
+    assert cfg["dataset"]["dtype"] == "uint32"  # the int32 pool, ids non-negative
+    dataset, _ = _olmo(cfg, tmp_path)
+    pool = Pool(root / "sharded")
+    assert len(dataset) == pool.num_records
+    for i in range(pool.num_records):
+        np.testing.assert_array_equal(dataset[i]["input_ids"].numpy(), pool.record(i))
+
+
+def test_olmo_core_loads_and_builds_the_shares_only_export(root, tmp_path):
+    from olmo_core.data.numpy_dataset import NumpyFSLDatasetConfig
+
+    docs = list(yaml.safe_load_all(export(root / "mix", "olmo", global_batch_size=GBS)))
+    mix = Mixture(root / "mix")
+    assert [d["shardyard"]["stage"] for d in docs] == [s["name"] for s in mix.manifest["stages"]]
+    assert all(d["shardyard"]["exact"] is False for d in docs)
+    config = NumpyFSLDatasetConfig.from_dict(docs[0]["dataset"])
+    ratios = [s.target_ratio for s in config.source_mixture_config.source_list.sources]
+    assert ratios == pytest.approx([2 / 3, 1 / 3])
+    config.work_dir = str(tmp_path)
+    dataset = config.build()
+    dataset.prepare()
+    assert len(dataset) >= mix.manifest["stages"][0]["num_samples"]
+
+
+def test_olmo_export_refuses_a_copy_of_another_mixture(root, tmp_path):
+    other = dict(yaml.safe_load(open(root / "mix" / "manifest.json")))
+    other["fingerprint"] = "0" * 32
+    (tmp_path / "manifest.json").write_text(yaml.safe_dump(other))
+    with pytest.raises(InputError, match="not a materialized copy of mixture"):
+        export(root / "mix", "olmo", materialized=root / "sharded")
+
+
+# --------------------------------------------------------------------------- nanotron
+
+
+def test_nanotron_stages_start_on_whole_global_batches(root, tmp_path):
+    mix = Mixture(root / "mix")
+    text = export(root / "mix", "nanotron", views_dir=tmp_path / "views")
+    cfg = yaml.safe_load(text)
+    stages = mix.manifest["stages"]
+    assert [s["first_sample"] % GBS for s in stages] == [0, 0]
+    assert [s["num_samples"] % GBS for s in stages] == [0, 0]
+    assert [s["start_training_step"] for s in cfg["data_stages"]] == [
+        1,
+        stages[1]["first_sample"] // GBS + 1,
+    ]
+    # Steps 1 .. start-1 read exactly the main stage's samples.
+    start = cfg["data_stages"][1]["start_training_step"]
+    assert (start - 1) * GBS == stages[0]["num_samples"]
+    assert cfg["tokens"]["sequence_length"] == SEQ
+    assert cfg["tokens"]["train_steps"] * GBS == mix.num_samples
+
+
+def test_datatrove_reads_every_item_of_the_views_equal_to_the_pool_records(root, tmp_path):
+    from datatrove.utils.dataset import DatatroveFolderDataset
+
+    cfg = yaml.safe_load(export(root / "mix", "nanotron", views_dir=tmp_path / "views"))
+    mix = Mixture(root / "mix")
+    folders = {}
+    for stage in cfg["data_stages"]:
+        ds_args = stage["data"]["dataset"]
+        assert ds_args["token_size_in_bytes"] == 4
+        for folder in ds_args["dataset_folder"]:
+            folders[folder] = ds_args
+    pool_of = {f: mix.pools[int(os.path.basename(f)[:3])]["path"] for f in folders}
+    assert sorted(Path_(p) for p in pool_of.values()) == sorted(Path_(p["path"]) for p in mix.pools)
+    for folder, pool_path in pool_of.items():
+        pool = Pool(pool_path)
+        files = sorted(x for x in os.listdir(folder) if x.endswith(".ds"))
+        assert len(files) == pool.num_shards
+        for name, shard in zip(files, pool.manifest["shards"], strict=True):
+            link = os.path.join(folder, name)
+            assert os.path.islink(link)  # a view, never a copy
+            assert os.path.realpath(link) == str(pool.path.resolve() / f"{shard['prefix']}.bin")
+            first = open(f"{link}.metadata").readline().strip()
+            assert first == f"{folders[folder]['tokenizer_name']}|4"
+        reader = DatatroveFolderDataset(
+            folder,
+            seq_len=SEQ,
+            filename_pattern="*.ds",
+            recursive=False,
+            token_size=4,
+            shuffle=False,
+            return_positions=True,
+        )
+        assert len(reader) == pool.num_records
+        for i in range(pool.num_records):
+            item = reader[i]
+            np.testing.assert_array_equal(item["input_ids"].numpy(), pool.record(i))
+            # Position ids restart where a document starts, from our segment arrays.
+            seg = pool.boundaries(i)
+            starts = seg["start"][(seg["doc_offset"] == 0) | (seg["doc"] < 0)]
+            positions = item["positions"].numpy()
+            assert set(np.flatnonzero(positions == 0).tolist()) == set(starts.tolist()) | {0}
+
+
+def Path_(p):
+    return os.path.realpath(p)
+
+
+def test_nanotron_export_refuses_stages_off_the_global_batch(root):
+    with pytest.raises(InputError, match="stage 'main' covers samples .* not whole global"):
+        export(root / "mix", "nanotron", global_batch_size=GBS * 3 + 1)
+
+
+def test_a_global_batch_size_rounds_every_stage_to_whole_batches(root, tmp_path):
+    from shardcore.mixture import MixtureSpec, stage_samples
+
+    spec = MixtureSpec.from_dict(
+        {
+            "tokens": 1000,
+            "global_batch_size": 16,
+            "components": [{"pool": "a", "weight": 1}],
+            "stages": [{"name": "s", "tokens": 90, "components": [{"pool": "a", "weight": 1}]}],
+        }
+    )
+    sizes = stage_samples(spec, 7)
+    assert sizes == [("main", 144 - 16), ("s", 16)]  # ceil(1000/7)=143 -> 144; 13 -> 16
+    with pytest.raises(InputError, match="global_batch_size: must be >= 1"):
+        MixtureSpec.from_dict({**spec.to_dict(), "global_batch_size": 0})

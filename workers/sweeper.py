@@ -1,0 +1,61 @@
+"""The sweeper: a thread in every worker's main process that keeps jobs moving without an
+operator. Every ``SHARDYARD_SWEEP_INTERVAL`` seconds it
+
+* queues again the units of dead workers (heartbeat older than ``SHARDYARD_UNIT_LEASE``)
+  and sends again the queued units whose broker message was lost
+  (``webapp.jobs.services.job_sweep``);
+* starts a scrub job when the last one is older than ``SHARDYARD_SCRUB_INTERVAL``
+  (``webapp.catalog.services.scrub_due_start``).
+
+Every worker runs one, so the sweep survives the loss of any worker; the work is
+idempotent (row locks and claims by state), so two sweepers at once do no harm.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+log = logging.getLogger(__name__)
+
+_stop = threading.Event()
+_thread: threading.Thread | None = None
+
+
+def sweep_once(*, queue: str | None = None) -> list[str]:
+    from webapp.jobs.services import job_sweep
+
+    lines = job_sweep(queue=queue)
+    return lines
+
+
+def _loop(interval: float, queue: str) -> None:
+    from django.db import connection
+
+    while not _stop.wait(interval):
+        try:
+            for line in sweep_once(queue=queue):
+                log.info("sweeper: %s", line)
+        except Exception:  # the next sweep tries again; a worker never dies of its sweeper
+            log.exception("sweeper: sweep failed")
+        finally:
+            connection.close()  # a fresh connection each sweep: survives a dropped one
+
+
+def start(*, queue: str) -> None:
+    global _thread
+    from django.conf import settings
+
+    interval = settings.SHARDYARD_SWEEP_INTERVAL
+    if not interval or (_thread is not None and _thread.is_alive()):
+        return
+    _stop.clear()
+    _thread = threading.Thread(
+        target=_loop, args=(interval, queue), name="shardyard-sweeper", daemon=True
+    )
+    _thread.start()
+    log.info("sweeper: every %s s on queue %s", interval, queue)
+
+
+def stop() -> None:
+    _stop.set()
