@@ -1,16 +1,12 @@
 """Exports of a built mixture for trainers: Megatron-LM, OLMo-core, nanotron, plain JSON.
 
-All exports name the pools' shard files; nothing is copied. Megatron and nanotron blend
-datasets with their own samplers, so an export reproduces the *shares* and the stage
-boundaries, not our per-sample order; for our exact order use the mixture's schedule
-(``shardcore.mixture.Mixture``, ``shardcore.loader``) or a materialized copy
-(``shardcore.materialize``), which any IndexedDataset reader streams in order.
+All exports name the pools' shard files; nothing is copied.
 
-- Megatron: ``--data-path "w1 prefix1 w2 prefix2 ..."`` per stage, where each pool's share
-  is split over its shards by record count (Megatron weights are per IndexedDataset
-  prefix), the same list for a ``--data-args-path`` file, the stage's sample count, and
-  ``--split`` advice: pools hold their validation slice apart, so train on ``--split
-  100,0,0`` (or pass the pools' ``val/`` shards as ``--valid-data-path``).
+- Megatron (``shardcore.megatron_cache``): per stage a ``--data-args-path`` list (every shard
+  read up to the stage's end), ``--train-samples`` (the stage's end), ``--split 100,0,0``
+  (pools hold their validation slice apart), and, given an output directory, megatron-core's
+  dataset index cache keyed for the trainer's arguments, so that with ``--data-cache-path``
+  Megatron's sample i is the mixture's sample i. Reads mixtures and materialized mixtures.
 - OLMo-core (``shardcore.export_olmo``): ``dataset``/``data_loader`` sections that load into
   ai2-olmo-core's config classes; exact (instance i is sample i) for a pool, a materialized
   mixture or a mixture given its materialized copy, shares only otherwise.
@@ -23,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 from pathlib import Path
 from typing import Any
 
@@ -59,49 +54,24 @@ def _pool_shards(path: str) -> list[tuple[str, int]]:
 def megatron_blend(
     mixture_dir: str | os.PathLike, stage: str | None = None
 ) -> tuple[list[float], list[str]]:
-    """Weights and IndexedDataset prefixes of one stage (default: the first), each pool's
-    share split over its shards in proportion to their records."""
-    manifest = _load(mixture_dir)
-    st = _stage(manifest, stage)
-    weights, prefixes = [], []
-    for pool, share in zip(manifest["pools"], st["weights"], strict=True):
-        if share <= 0:
-            continue
-        shards = _pool_shards(pool["path"])
-        total = sum(n for _, n in shards)
-        for prefix, n in shards:
-            if n:
-                weights.append(share * n / total)
-                prefixes.append(prefix)
-    return weights, prefixes
+    """Weights and IndexedDataset prefixes of one stage's data-args list (default: the
+    first stage): every shard read by samples [0, stage end), weighted by the stage's samples
+    from it (``shardcore.megatron_cache.stage_blends``)."""
+    from shardcore import megatron_cache
+
+    _, blends = megatron_cache.stage_blends(mixture_dir)
+    if stage is None:
+        return blends[0].weights, blends[0].prefixes
+    for b in blends:
+        if b.name == stage:
+            return b.weights, b.prefixes
+    raise InputError(f"stage: no stage {stage!r}; stages: {[b.name for b in blends]}")
 
 
 def megatron_data_args(mixture_dir: str | os.PathLike, stage: str | None = None) -> str:
     """The ``w1 prefix1 w2 prefix2 ...`` list, as for a ``--data-args-path`` file."""
     weights, prefixes = megatron_blend(mixture_dir, stage)
-    return " ".join(
-        f"{repr(float(w))} {shlex.quote(p)}" for w, p in zip(weights, prefixes, strict=True)
-    )
-
-
-def _megatron(manifest: dict[str, Any], mixture_dir: str | os.PathLike, **_: Any) -> str:
-    lines = [
-        f"# Megatron-LM arguments for mixture {manifest['fingerprint']}",
-        f"# seq_len {manifest['seq_len']}: pass --seq-length {manifest['seq_len']}.",
-        "# Pools keep their validation slice apart (val/ in each pool): use --split 100,0,0",
-        "# and give validation data with --valid-data-path if needed.",
-    ]
-    for st in manifest["stages"]:
-        args = megatron_data_args(mixture_dir, st["name"])
-        lines += [
-            "",
-            f"# stage {st['name']}: samples [{st['first_sample']}, "
-            f"{st['first_sample'] + st['num_samples']}) -> --train-samples {st['num_samples']}",
-            f"--data-path {args}",
-            "--split 100,0,0",
-            "# or write the list above to a file and pass --data-args-path FILE",
-        ]
-    return "\n".join(lines) + "\n"
+    return " ".join(f"{float(w)!r} {p}" for w, p in zip(weights, prefixes, strict=True))
 
 
 def _olmo(manifest: dict[str, Any], mixture_dir: str | os.PathLike, **options: Any) -> str:
@@ -135,7 +105,12 @@ def _json(manifest: dict[str, Any], mixture_dir: str | os.PathLike, **_: Any) ->
 
 def export(mixture_dir: str | os.PathLike, fmt: str, **options: Any) -> str:
     """The mixture in format ``fmt`` (megatron, olmo, nanotron, json) as text."""
-    writers = {"megatron": _megatron, "olmo": _olmo, "nanotron": _nanotron, "json": _json}
+    writers = {"olmo": _olmo, "nanotron": _nanotron, "json": _json}
+    if fmt == "megatron":
+        # Also reads materialized mixtures; ``out`` (a directory) gets the index cache.
+        from shardcore.megatron_cache import export_megatron
+
+        return export_megatron(mixture_dir, **options)
     if fmt not in writers:
         raise InputError(f"format: unknown export format {fmt!r}; known: {list(FORMATS)}")
     if fmt == "olmo":  # also exports a pool or a materialized mixture, exactly

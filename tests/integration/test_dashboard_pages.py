@@ -143,16 +143,25 @@ def test_it_downloads_trainer_configs_of_a_built_mixture(login, catalog, tmp_pat
     )
     c = login("viewer")
     base = f"/mixtures/versions/{catalog['version'].pk}/export"
+    # A reader's GET writes nothing: Megatron's export (with its index cache) is written by
+    # an editor's POST, once, and recorded; then anyone downloads it.
+    assert c.get(f"{base}/megatron/").status_code == 404
+    assert not Export.objects.exists() and not (out / "exports").exists()
+    assert c.post(f"{base}/megatron/").status_code == 403
+    editor = login("editor")
+    recorded = editor.post(f"{base}/megatron/")
+    assert recorded.status_code == 200
     resp = c.get(f"{base}/megatron/")
     assert resp.status_code == 200
     assert 'filename="base-mix-v1-megatron.txt"' in resp["Content-Disposition"]
-    assert "--data-path" in b"".join(resp.streaming_content).decode()
-    # The catalog wrote the file once and recorded it: asking again serves the same row.
+    text = b"".join(resp.streaming_content).decode()
+    assert "--data-path" in text
+    assert b"".join(recorded.streaming_content).decode() == text
     export = Export.objects.get(version=catalog["version"], format=Export.Format.MEGATRON)
     assert export.path == str(out / "exports" / "megatron.txt")
-    assert c.get(f"{base}/megatron/").status_code == 200
+    assert editor.post(f"{base}/megatron/").status_code == 200
     assert Export.objects.filter(version=catalog["version"]).count() == 1
-    assert "stages" in b"".join(c.get(f"{base}/json/").streaming_content).decode()
+    assert "stages" in c.get(f"{base}/json/").content.decode()
     assert c.get(f"{base}/parquet/").status_code == 404
     page = c.get(f"/mixtures/versions/{catalog['version'].pk}/").content.decode()
     assert f"/exports/{export.pk}/download/" in page

@@ -66,6 +66,44 @@ def page(client, users):
 @pytest.fixture
 def roots(tmp_path, settings):
     root = tmp_path / "sources"
-    root.mkdir()
+    root.mkdir(exist_ok=True)
     settings.SOURCE_ROOTS = [root]
     return root
+
+
+@pytest.fixture
+def stdlib_pools(tmp_path, settings):
+    """Three ready catalog pools over real pools of CPython standard-library modules
+    (tokenized with tiktoken and built by shardcore), split by package name."""
+    from shardcore.pool import Pool as PoolReader
+    from tests.unit import mix_fixtures
+    from webapp.catalog.models import ArtifactStatus, Pool
+
+    settings.DATA_ROOT = tmp_path / "data"
+    (tmp_path / "data").mkdir()
+    out = {}
+    for name, path in mix_fixtures.build_pools(tmp_path / "data" / "built", seq_len=32).items():
+        reader = PoolReader(path)
+        out[name] = Pool.objects.create(
+            name=f"stdlib-{name}",
+            status=ArtifactStatus.READY,
+            path=str(path),
+            seq_len=32,
+            num_records=reader.num_records,
+            fingerprint=reader.manifest["fingerprint"],
+        )
+    return out
+
+
+def tree_digest(root) -> dict[str, str]:
+    """{relative path: xxh3 of its bytes} of every file under ``root``."""
+    from pathlib import Path
+
+    import xxhash
+
+    root = Path(root)
+    return {
+        str(p.relative_to(root)): xxhash.xxh3_64_hexdigest(p.read_bytes())
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }

@@ -53,17 +53,21 @@ def test_it_exports_a_data_path_megatron_parses_into_our_blend(mixture):
     from megatron.core.datasets.utils import get_blend_from_list
 
     text = export(mixture, "megatron")
-    line = next(x for x in text.splitlines() if x.startswith("--data-path "))
-    prefixes, weights = get_blend_from_list(shlex.split(line)[1:])
+    line = next(x for x in text.splitlines() if "--data-path " in x)
+    prefixes, weights = get_blend_from_list(shlex.split(line.split("--data-path ", 1)[1]))
     ours_w, ours_p = megatron_blend(mixture, "main")
-    assert prefixes == ours_p and weights == pytest.approx(ours_w, rel=1e-15)
+    assert prefixes == ours_p and weights == ours_w
     assert len(prefixes) > 2  # the sharded pool contributes several prefixes
-    assert sum(weights) == pytest.approx(1.0)
+    # Weights are the stage's samples per shard: exactly the stage's shares.
+    main = Mixture(mixture).manifest["stages"][0]
+    assert sum(weights) == main["num_samples"]
     for p in prefixes:
         assert os.path.exists(p + ".bin") and os.path.exists(p + ".idx")
     args = megatron_data_args(mixture, "anneal").split()
-    assert get_blend_from_list(args)[1] == [1.0]
-    assert "--split 100,0,0" in text
+    anneal_p, anneal_w = get_blend_from_list(args)
+    late = [w for w, p in zip(anneal_w, anneal_p, strict=True) if "pool-late" in p]
+    assert sum(late) == 600  # the anneal's samples; earlier shards only keep their samples
+    assert "--split 100,0,0" in text and "--train-samples 6000" in text
 
 
 def test_it_exports_olmo_and_nanotron_configs(mixture):

@@ -30,8 +30,17 @@ def test_it_mixes_exports_measures_and_materializes(pools, tmp_path, capsys):
     assert "5000 samples" in capsys.readouterr().out
     assert main(["export", str(out), "--format", "megatron"]) == 0
     text = capsys.readouterr().out
-    line = next(x for x in text.splitlines() if x.startswith("--data-path"))
-    assert len(shlex.split(line)) == 1 + 2 * 2
+    line = next(x for x in text.splitlines() if "--data-path" in x)
+    assert len(shlex.split(line.split("--data-path ", 1)[1])) == 2 * 2  # one shard per pool
+    assert "ORDER NOT GUARANTEED" in text  # no --out: no index cache
+    meg = tmp_path / "megatron"
+    argv = ["export", str(out), "--format", "megatron", "--out", str(meg), "--seed", "7"]
+    assert main(argv) == 0
+    text = capsys.readouterr().out
+    assert "ORDER NOT GUARANTEED" not in text and f"--data-cache-path {meg / 'cache'}" in text
+    assert "--seed 7 --split 100,0,0 --tokenizer-type NullTokenizer --vocab-size" in text
+    assert (meg / "data-args-main.txt").is_file() and (meg / "megatron.txt").read_text() == text
+    assert len(list((meg / "cache").glob("*-BlendedDataset-train-description.txt"))) == 1
     assert main(["export", str(out), "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["num_samples"] == 5000
     assert main(["quality", str(out), "--by", "pool", "--batch-size", "256"]) == 0
@@ -41,6 +50,9 @@ def test_it_mixes_exports_measures_and_materializes(pools, tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["windows"]["num_samples"] > 0
     assert main(["materialize", str(out), "--out", str(tmp_path / "flat")]) == 0
     assert "materialized 5000 samples" in capsys.readouterr().out
+    argv = ["export", str(tmp_path / "flat"), "--format", "megatron", "--out", str(meg / "f")]
+    assert main(argv) == 0
+    assert "materialized mixture" in capsys.readouterr().out
     # Artifacts are immutable: neither command builds over a finished one.
     for argv in (
         ["materialize", str(out), "--out", str(tmp_path / "flat")],

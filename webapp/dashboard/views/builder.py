@@ -52,7 +52,10 @@ def mixture_save(request):
         )
     except (CatalogError, ShardcoreError, ValueError) as e:
         return JsonResponse({"error": str(e)}, status=400)
-    messages.success(request, f"Saved {version}.")
+    if getattr(version, "existed", False):
+        messages.info(request, f"Nothing changed: {version} holds this draft already.")
+    else:
+        messages.success(request, f"Saved {version}.")
     from django.urls import reverse
 
     return JsonResponse({"url": reverse("dashboard:mixture_version", args=[version.pk])})

@@ -1,8 +1,10 @@
 """Sources, pools, mixtures and runs: lists and detail pages, source registration."""
 
+from pathlib import Path
+
 from django.contrib import messages
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_http_methods, require_POST
 
 from webapp.dashboard import selectors
 from webapp.dashboard.forms import PoolBuildForm, SourceRegisterForm, TokenizeForm
@@ -147,10 +149,14 @@ def run_detail(request, run_id: int):
 
 def mixture_version_json(request, version_id: int):
     from django.http import JsonResponse
+    from django.utils.http import content_disposition_header
 
     doc = selectors.mixture_version_document(version_id=version_id)
     resp = JsonResponse(doc, json_dumps_params={"indent": 2})
-    resp["Content-Disposition"] = f'attachment; filename="{doc["mixture"]}-v{doc["number"]}.json"'
+    # Quoted by Django (RFC 6266): a name can never add a header or a parameter.
+    resp["Content-Disposition"] = content_disposition_header(
+        True, f"{doc['mixture']}-v{doc['number']}.json"
+    )
     return resp
 
 
@@ -161,20 +167,39 @@ def export_download(request, export_id: int):
     return FileResponse(open(path, "rb"), as_attachment=True, filename=path.name)
 
 
+@require_http_methods(["GET", "HEAD", "POST"])
 def mixture_version_export(request, version_id: int, fmt: str):
-    """The version's trainer config as a download: the catalog writes it once under the
-    version's exports/ and records it (it then lists on the version page)."""
-    from pathlib import Path
+    """The version's trainer config as a download. A GET never writes: it serves the
+    recorded file, or the same text computed in memory when none was recorded. An editor's
+    POST writes it once under the version's exports/ and records it (it then lists on the
+    version page)."""
+    from django.http import FileResponse, Http404, HttpResponse
+    from django.utils.http import content_disposition_header
 
-    from django.http import FileResponse, Http404
-
-    from webapp.catalog.services import CatalogError, mixture_version_export
+    from webapp.catalog import services
 
     try:
-        export = mixture_version_export(version_id=version_id, fmt=fmt)
-    except CatalogError as e:
+        if request.method == "POST":
+            require_role(request.user, "editor")
+            export = services.mixture_version_export(version_id=version_id, fmt=fmt)
+            path, version = Path(export.path), export.version
+        else:
+            _fmt, version, path, export = services.mixture_version_export_find(
+                version_id=version_id, fmt=fmt
+            )
+            if export is None and _fmt in services.EXPORT_WRITES_FILES:
+                raise services.CatalogError(
+                    f"{version} has no {_fmt} export yet: an editor writes it (Export button, "
+                    "or manage.py catalog export)"
+                )
+            if export is None:
+                text = services.mixture_version_export_render(version_id=version_id, fmt=fmt)
+                resp = HttpResponse(text, content_type="text/plain; charset=utf-8")
+                resp["Content-Disposition"] = content_disposition_header(
+                    True, f"{version.mixture.name}-v{version.number}-{path.name}"
+                )
+                return resp
+    except services.CatalogError as e:
         raise Http404(str(e)) from e
-    path = Path(export.path)
-    version = export.version
     name = f"{version.mixture.name}-v{version.number}-{path.name}"
     return FileResponse(open(path, "rb"), as_attachment=True, filename=name)

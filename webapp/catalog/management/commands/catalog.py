@@ -79,7 +79,6 @@ class Command(BaseCommand):
 
     def handle(self, *args, action: str, **o):
         from webapp.catalog import services as s
-        from webapp.catalog.models import Mixture
         from webapp.jobs import services as jobs
 
         try:
@@ -101,9 +100,7 @@ class Command(BaseCommand):
                 )  # fmt: skip
                 out = f"pool {pool.pk}: {_launched(pool.job_id)}"
             elif action == "mixture-version":
-                mixture = Mixture.objects.filter(name=o["mixture"]).first() or s.mixture_create(
-                    name=o["mixture"]
-                )
+                mixture = s.mixture_get_or_create(name=o["mixture"])
                 v = s.mixture_version_create(
                     mixture_id=mixture.pk, components=json.loads(o["components"]),
                     token_budget=o["token_budget"], seed=o["seed"],

@@ -1,0 +1,117 @@
+"""Item: idempotent launches and saves, and no 500s. Double-clicked saves made identical
+versions; a concurrent first save of a mixture name answered 500; ``?state=%00`` answered
+500; a viewer's GET on an export wrote files and rows."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.db import connection
+
+from tests.security.conftest import tree_digest
+from webapp.catalog.models import Export, Mixture, MixtureVersion
+
+
+def _draft(pools, name="twice", tokens=32 * 300):
+    return {
+        "name": name,
+        "tokens": tokens,
+        "rows": [{"pool": pools["early"].pk, "weight": 2}, {"pool": pools["late"].pk, "weight": 1}],
+    }
+
+
+def test_a_double_clicked_save_makes_one_version(page, stdlib_pools):
+    c = page("editor")
+    first = c.post("/mixtures/new/save/", _draft(stdlib_pools), content_type="application/json")
+    again = c.post("/mixtures/new/save/", _draft(stdlib_pools), content_type="application/json")
+    assert (first.status_code, again.status_code) == (200, 200)
+    assert first.json()["url"] == again.json()["url"]
+    assert MixtureVersion.objects.count() == 1
+    # Different content is a new version.
+    changed = c.post(
+        "/mixtures/new/save/", _draft(stdlib_pools, tokens=32 * 301),
+        content_type="application/json",
+    )  # fmt: skip
+    assert changed.status_code == 200
+    assert list(MixtureVersion.objects.order_by("number").values_list("number", flat=True)) == [
+        1, 2
+    ]  # fmt: skip
+
+
+def test_a_retried_api_save_answers_the_existing_version(api, stdlib_pools):
+    c = api("editor")
+    first = c.post("/api/mixtures/", _draft(stdlib_pools), format="json")
+    again = c.post("/api/mixtures/", _draft(stdlib_pools), format="json")
+    assert (first.status_code, again.status_code) == (201, 200)
+    assert first.json()["id"] == again.json()["id"]
+    assert MixtureVersion.objects.count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_concurrent_first_saves_of_one_name_both_succeed(api, stdlib_pools):
+    barrier = threading.Barrier(2)
+    answers: list[int] = []
+
+    def save():
+        try:
+            c = api("editor")
+            barrier.wait()
+            answers.append(c.post("/api/mixtures/", _draft(stdlib_pools), format="json").status_code)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=save) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(answers) == [200, 201]
+    assert Mixture.objects.count() == 1
+    assert MixtureVersion.objects.count() == 1
+
+
+@pytest.mark.parametrize("query", ["?state=%00", "?state=bogus", "?state=%ff%fe"])
+def test_a_bad_job_state_filter_is_a_400(api, catalog, query):
+    resp = api("viewer").get(f"/api/jobs/{query}")
+    assert resp.status_code == 400
+    assert "unknown state" in resp.json()["state"]
+
+
+@pytest.mark.parametrize("query", ["?state=%00", "?page=%00", "?page=99999999999999999999999",
+                                   "?page=-3", "?page=x"])  # fmt: skip
+def test_the_jobs_page_survives_odd_query_strings(page, catalog, query):
+    assert page("viewer").get(f"/jobs/{query}").status_code == 200
+
+
+@pytest.mark.parametrize("path", ["/sources/", "/pools/", "/mixtures/", "/runs/"])
+def test_list_pages_survive_odd_page_numbers(page, catalog, path):
+    for query in ("?page=%00", "?page=1e999", "?page=99999999999999999999999"):
+        assert page("viewer").get(path + query).status_code == 200
+
+
+def test_a_viewers_get_of_an_export_writes_nothing(page, stdlib_pools):
+    from webapp.catalog.models import Shard
+
+    editor = page("editor")
+    editor.post("/mixtures/new/save/", _draft(stdlib_pools), content_type="application/json")
+    version = MixtureVersion.objects.get()
+    before = tree_digest(version.path)
+    rows = (Export.objects.count(), Shard.objects.count())
+    viewer = page("viewer")
+    for fmt in ("olmo", "json"):
+        resp = viewer.get(f"/mixtures/versions/{version.pk}/export/{fmt}/")
+        assert resp.status_code == 200
+        assert resp.content
+    # Megatron's and nanotron's exports write files (index cache, view folders): until an
+    # editor wrote them, a reader is told to ask one.
+    for fmt in ("megatron", "nanotron"):
+        resp = viewer.get(f"/mixtures/versions/{version.pk}/export/{fmt}/")
+        assert resp.status_code == 404
+    assert viewer.get(f"/mixtures/versions/{version.pk}/version.json").status_code == 200
+    assert viewer.get(f"/mixtures/versions/{version.pk}/").status_code == 200
+    assert tree_digest(version.path) == before
+    assert (Export.objects.count(), Shard.objects.count()) == rows
+    # Writing the export is an editor's POST, and refused to a viewer.
+    assert viewer.post(f"/mixtures/versions/{version.pk}/export/json/").status_code == 403
+    assert Export.objects.count() == rows[0]

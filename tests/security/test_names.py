@@ -1,0 +1,126 @@
+"""Item: every name is validated at every entry, and artifact paths are built from
+validated names and checked to resolve under the data root. The attacks: a mixture name
+that is the absolute path of an existing version's directory (its schedule was rebuilt in
+place: 469 samples became 235 while the catalog still said 469), names with CR/LF or
+``"``, and pool names that are paths."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+
+from tests.security.conftest import tree_digest
+from webapp.catalog.models import Mixture, MixtureVersion, Pool, Source, TrainingRun
+
+
+def _draft(pools, name, tokens=32 * 400):
+    return {
+        "name": name,
+        "tokens": tokens,
+        "rows": [{"pool": pools["early"].pk, "weight": 1}, {"pool": pools["late"].pk, "weight": 1}],
+    }
+
+
+def _save(c, draft):
+    return c.post("/mixtures/new/save/", draft, content_type="application/json")
+
+
+def test_it_never_rebuilds_a_version_through_a_path_shaped_mixture_name(page, stdlib_pools,
+                                                                        settings):  # fmt: skip
+    c = page("editor")
+    assert _save(c, _draft(stdlib_pools, "base")).status_code == 200
+    v1 = MixtureVersion.objects.get(mixture__name="base")
+    before = tree_digest(v1.path)
+    mixture_dir = str(settings.DATA_ROOT / "mixtures" / "base")
+
+    for name in (mixture_dir, "../mixtures/base", "base/../base", "./base"):
+        resp = _save(c, _draft(stdlib_pools, name, tokens=32 * 200))
+        assert resp.status_code == 400, name
+        assert "not a valid name" in resp.json()["error"]
+
+    assert tree_digest(v1.path) == before
+    assert list(Mixture.objects.values_list("name", flat=True)) == ["base"]
+    assert MixtureVersion.objects.count() == 1
+
+
+def test_it_never_builds_into_an_existing_version_directory(page, stdlib_pools, settings):
+    # A directory left where the next version would go (a failed save, someone's files):
+    # the save is refused and the files stay as they were.
+    c = page("editor")
+    assert _save(c, _draft(stdlib_pools, "base")).status_code == 200
+    squatter = settings.DATA_ROOT / "mixtures" / "base" / "v2"
+    squatter.mkdir()
+    (squatter / "keep.txt").write_text("not yours")
+    resp = _save(c, _draft(stdlib_pools, "base", tokens=32 * 200))
+    assert resp.status_code == 400
+    assert "exists already" in resp.json()["error"]
+    assert (squatter / "keep.txt").read_text() == "not yours"
+    assert MixtureVersion.objects.count() == 1
+
+
+@pytest.mark.parametrize("name", ["evil\r\nX-Injected: 1", 'quote"d', "tab\tname", "a b", ""])
+def test_it_refuses_names_with_control_characters_or_quotes(page, api, stdlib_pools, name):
+    resp = _save(page("editor"), _draft(stdlib_pools, name))
+    assert resp.status_code == 400
+    body = {**_draft(stdlib_pools, name), "rows": [{"pool": stdlib_pools["early"].pk,
+                                                    "weight": 1}]}  # fmt: skip
+    assert api("editor").post("/api/mixtures/", body, format="json").status_code == 400
+    assert not Mixture.objects.exists()
+
+
+def test_it_quotes_a_legacy_name_in_the_download_header(page, catalog):
+    # A row written before names were checked: the header stays one well-formed value.
+    Mixture.objects.filter(pk=catalog["mixture"].pk).update(name='x"; filename="evil.sh')
+    resp = page("viewer").get(f"/mixtures/versions/{catalog['version'].pk}/version.json")
+    assert resp.status_code == 200
+    from email.message import Message
+
+    msg = Message()
+    msg["Content-Disposition"] = resp["Content-Disposition"]
+    # One parameter, holding the whole name: nothing was injected.
+    assert [k for k, _v in msg.get_params(header="content-disposition")] == [
+        "attachment", "filename"
+    ]  # fmt: skip
+    assert msg.get_filename() == 'x"; filename="evil.sh-v1.json'
+
+
+@pytest.mark.parametrize("name", ["/tmp/owned", "../../outside", "a/b", "..", "x\ny"])
+def test_it_refuses_pool_names_that_are_paths(api, catalog, settings, tmp_path, name):
+    settings.DATA_ROOT = tmp_path / "data"
+    resp = api("editor").post(
+        "/api/pools/",
+        {"name": name, "tokenized_ids": [catalog["tokenized"].pk], "seq_len": 16},
+        format="json",
+    )
+    assert resp.status_code == 400
+    assert "name" in str(resp.json())
+    assert Pool.objects.count() == 1  # the fixture's
+    assert not (tmp_path / "data").exists()
+
+
+def test_it_refuses_run_names_with_line_breaks(api, catalog):
+    resp = api("editor").post(
+        "/api/runs/", {"name": "run\r\nforged", "mixture_version": catalog["version"].pk},
+        format="json",
+    )  # fmt: skip
+    assert resp.status_code == 400
+    assert not TrainingRun.objects.filter(name__contains="forged").exists()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["source-register", "../x", "/tmp"],
+        ["pool-build", "/tmp/owned", "1", "--seq-len", "16"],
+        ["mixture-version", "/tmp/owned", '[{"pool": 1, "weight": 1}]', "--token-budget", "64"],
+        ["run-register", "a\nb", "1"],
+    ],
+)
+def test_the_management_command_checks_names_too(catalog, roots, args):
+    counts = (Source.objects.count(), Pool.objects.count(), Mixture.objects.count(),
+              TrainingRun.objects.count())  # fmt: skip
+    with pytest.raises(CommandError, match="not a valid name|control character"):
+        call_command("catalog", *args)
+    assert counts == (Source.objects.count(), Pool.objects.count(), Mixture.objects.count(),
+                      TrainingRun.objects.count())  # fmt: skip
