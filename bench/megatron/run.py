@@ -21,7 +21,7 @@ one-process gloo torch.distributed group as Megatron-LM runs:
    that has no cache.
 
 Reported: wall and CPU seconds of ``build()`` (and of importing megatron-core, separately),
-peak RSS of each process, and 1,000 random samples of the cached build checked against
+peak RSS (VmHWM) of each process, and 1,000 random samples of the cached build checked against
 ``Mixture.tokens(i)``.
 """
 
@@ -55,6 +55,15 @@ def machine() -> str:
         pass
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     return f"{cpu}, {os.cpu_count()} cores, {mem:.0f} GiB RAM, Python {platform.python_version()}"
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident set (VmHWM; ru_maxrss would carry the parent's peak
+    across fork and exec)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
 
 
 def cpu_seconds() -> float:
@@ -111,7 +120,9 @@ def make_mixture(work: Path, pools: list[Path], samples: int, seq_len: int) -> P
             "tokens": samples * seq_len,
             "seed": 3,
             "max_repetitions": float(samples / total_records * 40 + 4),
-            "components": [{"pool": str(p), "weight": w} for p, w in zip(pools, weights)],
+            "components": [
+                {"pool": str(p), "weight": w} for p, w in zip(pools, weights, strict=True)
+            ],
         }
     )
     build_mixture(spec, out)
@@ -178,7 +189,7 @@ def child(args: argparse.Namespace) -> None:
             equal += bool(np.array_equal(got, mix.tokens(i)))
             checked += 1
     td.destroy_process_group()
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    peak = peak_rss_mb()
     print(json.dumps({"import_s": import_s, "import_cpu_s": import_cpu, "build_s": build_s,
                       "build_cpu_s": build_cpu, "index_builds": calls["n"], "len": len(ds),
                       "checked": checked, "equal": equal, "peak_rss_mb": peak}))  # fmt: skip
@@ -269,6 +280,7 @@ def main() -> None:
         "seq_len": args.seq_len,
         "export_s": export_s,
         "export_cpu_s": export_cpu,
+        "setup_and_export_peak_rss_mb": peak_rss_mb(),
         "cache_gib": cache_bytes / 2**30,
         "megatron_built_gib": built_bytes / 2**30,
         "with_cache": cached,
