@@ -77,3 +77,19 @@ def test_it_orders_shards_cyclically_from_the_resume_shard():
     assert cyclic_shard_order(5, 0).tolist() == [0, 1, 2, 3, 4]
     with pytest.raises(InputError, match="start shard 5 outside"):
         cyclic_shard_order(5, 5)
+
+
+def test_the_step_of_a_sample_comes_from_the_run_reports():
+    from shardcore.lineage import step_of_sample
+
+    reports = [(10, 80), (20, 160), (25, 230)]  # 8 samples per step, then 14
+    assert step_of_sample(0, reports)["step"] == 1
+    assert step_of_sample(79, reports) == {
+        "read": True, "after_step": 0, "by_step": 10, "exact": True, "step": 10
+    }  # fmt: skip
+    assert step_of_sample(80, reports)["step"] == 11
+    assert step_of_sample(229, reports)["step"] == 25
+    assert step_of_sample(230, reports) == {"read": False, "consumed_samples": 230, "step": 25}
+    # 70 samples over 3 steps between two reports: only bounds, not a step.
+    uneven = step_of_sample(100, [(10, 80), (13, 150)])
+    assert (uneven["exact"], uneven["after_step"], uneven["by_step"]) == (False, 10, 13)

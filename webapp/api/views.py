@@ -9,7 +9,7 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serial
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.authentication import SessionAuthentication
 from rest_framework.decorators import action
-from rest_framework.exceptions import NotFound, ValidationError
+from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
 from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.response import Response
 
@@ -238,7 +238,11 @@ class FlagViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
 
         detail = flag_detail(flag_id=int(pk))
         taints = [
-            {k: t[k] for k in ("label", "url", "documents", "created_at")} for t in detail["taints"]
+            {
+                **{k: t[k] for k in ("label", "url", "documents", "created_at")},
+                **({"first_read": _flag_read(t["read"])} if "read" in t else {}),
+            }
+            for t in detail["taints"]
         ]
         return Response({"flag": s.FlagSerializer(detail["flag"]).data, "taints": taints})
 
@@ -278,6 +282,41 @@ class AuditViewSet(Base, viewsets.ViewSet):
         )
 
 
+def _flag_read(row: dict) -> dict:
+    """A ``flag_read`` row as JSON: the flag's id, the answer and its one-line text."""
+    from webapp.dashboard.selectors import flag_read_text
+
+    out = {k: v for k, v in row.items() if k != "flag"}
+    return {"flag": row["flag"].pk, "reason": row["flag"].reason, **out,
+            "text": flag_read_text(row)}  # fmt: skip
+
+
+FlagReadSerializer = inline_serializer(
+    "FlagRead",
+    {
+        "flag": serializers.IntegerField(),
+        "reason": serializers.CharField(),
+        "first_sample": serializers.IntegerField(
+            allow_null=True, help_text="first training sample holding a flagged document"
+        ),
+        "read": serializers.BooleanField(help_text="the run's reports have consumed it"),
+        "never": serializers.BooleanField(help_text="no sample of the mixture holds one"),
+        "step": serializers.IntegerField(
+            required=False,
+            help_text="read: the step that read it (or the report bounding it); "
+            "not read: the run's current step",
+        ),
+        "exact": serializers.BooleanField(required=False),
+        "after_step": serializers.IntegerField(required=False),
+        "by_step": serializers.IntegerField(required=False),
+        "consumed_samples": serializers.IntegerField(required=False),
+        "error": serializers.CharField(required=False),
+        "text": serializers.CharField(),
+    },
+    many=True,
+)
+
+
 ResumeSerializer = inline_serializer(
     "ResumePosition",
     {
@@ -301,10 +340,12 @@ ResumeSerializer = inline_serializer(
 class RunViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     queryset = TrainingRun.objects.order_by("-created_at")
     serializer_class = s.RunSerializer
+    # A trainer's token registers runs and reports progress; nothing else it may write.
+    write_roles = {"create": "trainer", "progress": "trainer"}
 
     @extend_schema(request=s.RunRegisterSerializer, responses={201: s.RunSerializer})
     def create(self, request):
-        from webapp.catalog.services import CatalogError, run_register
+        from webapp.catalog.services import CatalogError, RunPermissionError, run_register
 
         data = s.RunRegisterSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -314,8 +355,11 @@ class RunViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
                 name=v["name"],
                 mixture_version_id=v["mixture_version"],
                 external_id=v["external_id"],
+                team=v.get("team") or None,
                 created_by=request.user,
             )
+        except RunPermissionError as e:
+            raise PermissionDenied(str(e)) from e
         except CatalogError as e:
             raise _bad(e) from e
         return Response(s.RunSerializer(run).data, status=status.HTTP_201_CREATED)
@@ -324,7 +368,7 @@ class RunViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     @extend_schema(methods=["GET"], responses={200: s.RunProgressSerializer(many=True)})
     @action(detail=True, methods=["get", "post"])
     def progress(self, request, pk=None):
-        from webapp.catalog.services import CatalogError, run_progress_record
+        from webapp.catalog.services import CatalogError, RunPermissionError, run_progress_record
 
         if request.method == "GET":
             run = get_object_or_404(TrainingRun.objects.only("id"), pk=pk)
@@ -334,12 +378,24 @@ class RunViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         data.is_valid(raise_exception=True)
         try:
             # The hot path of every trainer: the service loads the run itself (no extra read).
-            run = run_progress_record(run_id=int(pk), **data.validated_data)
+            run = run_progress_record(run_id=int(pk), **data.validated_data, actor=request.user)
         except TrainingRun.DoesNotExist:
             raise NotFound(f"no run {pk}") from None
+        except RunPermissionError as e:
+            raise PermissionDenied(str(e)) from e
         except CatalogError as e:
             raise _bad(e) from e
         return Response(s.RunSerializer(run).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(responses={200: FlagReadSerializer})
+    @action(detail=True, methods=["get"])
+    def flags(self, request, pk=None):
+        """Per flag tainting the run: when the run first read the flagged documents (the
+        step), or "not yet" at its current position."""
+        from webapp.catalog.selectors import run_flag_reads
+
+        run = get_object_or_404(TrainingRun.objects.select_related("mixture_version"), pk=pk)
+        return Response([_flag_read(r) for r in run_flag_reads(run=run)])
 
     @extend_schema(responses={200: ResumeSerializer, 409: OpenApiTypes.OBJECT})
     @action(detail=True, methods=["get"])

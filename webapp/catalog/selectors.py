@@ -233,3 +233,110 @@ def tainted_runs() -> QuerySet[TrainingRun]:
 def is_tainted_q(prefix: str = "") -> Q:
     """A filter for rows with at least one taint (``taints`` relation)."""
     return Q(**{f"{prefix}taints__isnull": False})
+
+
+# --- per-step lineage -------------------------------------------------------------------
+
+# (flag, mixture version) -> first training sample holding a flagged document (None:
+# none). Both rows are immutable once written, so the answer never changes.
+_FIRST_FLAGGED: dict[tuple[int, int], int | None] = {}
+
+
+def flag_first_sample(*, flag: Flag, version: MixtureVersion) -> int | None:
+    """The first training sample of ``version`` whose record holds a document ``flag``
+    names: the flag's documents -> their rows in each pool of the version
+    (``documents.parquet``) -> the records holding them (segment arrays) -> the first
+    sample of the schedule reading one (``shardcore.lineage``)."""
+    key = (flag.pk, version.pk)
+    if key in _FIRST_FLAGGED:
+        return _FIRST_FLAGGED[key]
+    from shardcore import lineage as core
+    from shardcore.manifest import read_manifest
+    from webapp.catalog import lineage
+
+    manifest = read_manifest(version.path)
+    index = {p.get("fingerprint"): i for i, p in enumerate(manifest["pools"])}
+    pools = Pool.objects.filter(components__version=version).distinct()
+    masks = {}
+    for pool in pools.prefetch_related(
+        Prefetch("parents", queryset=TokenizedSource.objects.filter(source_id=flag.source_id))
+    ):
+        if pool.fingerprint not in index:
+            continue
+        rows = [
+            lineage.pool_document_rows(
+                pool=pool,
+                tokenized=ts,
+                doc_ids=lineage.flag_document_ids(flag=flag, tokenized=ts),
+            )
+            for ts in pool.parents.all()
+        ]
+        if rows:
+            masks[index[pool.fingerprint]] = core.flagged_records(
+                manifest["pools"][index[pool.fingerprint]]["path"], _concat(rows)
+            )
+    first = core.first_sample(version.path, masks)
+    _FIRST_FLAGGED[key] = first
+    return first
+
+
+def _concat(parts):
+    import numpy as np
+
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+
+def flag_read(*, flag: Flag, version: MixtureVersion, reports: list[tuple[int, int]]) -> dict:
+    """When a run of ``version`` with progress ``reports`` ((step, consumed samples))
+    first read a document ``flag`` names: ``{flag, first_sample, read, step, exact,
+    after_step, by_step}``; ``read: False`` with the run's current ``consumed_samples`` and
+    ``step``; ``never: True`` when no sample of the version reads one; ``error`` when the
+    version has no readable schedule. Assumes the trainer reads in Shardyard's order."""
+    from shardcore import lineage as core
+    from shardcore.errors import ShardcoreError
+
+    row: dict[str, Any] = {"flag": flag, "first_sample": None, "read": False, "never": False}
+    try:
+        first = flag_first_sample(flag=flag, version=version)
+    except (ShardcoreError, OSError, KeyError, ValueError) as e:
+        return {**row, "error": f"no schedule to read: {e}"}
+    if first is None:
+        return {**row, "never": True}
+    return {**row, "first_sample": first, **core.step_of_sample(first, reports)}
+
+
+def run_flag_reads(*, run: TrainingRun, flag_ids: list[int] | None = None) -> list[dict]:
+    """``flag_read`` for each flag tainting ``run`` (or those of ``flag_ids``)."""
+    taints = Taint.objects.filter(run=run).select_related("flag", "flag__source_file")
+    if flag_ids is not None:
+        taints = taints.filter(flag_id__in=flag_ids)
+    reports = _reports([run]).get(run.pk, [])
+    version = run.mixture_version
+    return [
+        flag_read(flag=t.flag, version=version, reports=reports) for t in taints.order_by("flag_id")
+    ]
+
+
+def flag_run_reads(*, flag: Flag, runs: list[TrainingRun]) -> dict[int, dict]:
+    """``flag_read`` for each of ``runs`` (with ``mixture_version`` loaded): one query
+    for all their reports, one schedule scan per mixture version."""
+    reports = _reports(runs)
+    return {
+        r.pk: flag_read(flag=flag, version=r.mixture_version, reports=reports.get(r.pk, []))
+        for r in runs
+    }
+
+
+def _reports(runs: list[TrainingRun]) -> dict[int, list[tuple[int, int]]]:
+    from webapp.catalog.models import RunProgress
+
+    out: dict[int, list[tuple[int, int]]] = {}
+    rows = RunProgress.objects.filter(run_id__in=[r.pk for r in runs]).values_list(
+        "run_id", "step", "consumed_samples"
+    )
+    for run_id, step, consumed in rows:
+        out.setdefault(run_id, []).append((step, consumed))
+    for r in runs:  # a run whose reports were pruned still has its latest position
+        if r.consumed_samples and r.pk not in out:
+            out[r.pk] = [(r.last_step, r.consumed_samples)]
+    return out

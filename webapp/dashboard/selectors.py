@@ -6,6 +6,7 @@ from __future__ import annotations
 from django.contrib.auth import get_user_model
 from django.db.models import Prefetch
 
+from webapp.catalog import selectors as catalog_selectors
 from webapp.dashboard.permissions import ROLES, role_from_groups
 
 
@@ -423,8 +424,28 @@ def run_detail(*, run_id: int) -> dict:
         "lineage_figure": charts.lineage_graph(lineage["nodes"], lineage["edges"]),
         "tainted": f"run:{run.pk}" in lineage["tainted"],
         "num_reports": len(points),
+        "flag_reads": [
+            {**r, "text": flag_read_text(r)} for r in catalog_selectors.run_flag_reads(run=run)
+        ],
         **_resume_context(run),
     }
+
+
+def flag_read_text(row: dict) -> str:
+    """One line answering "when did the run first read the flagged documents"."""
+    first = row["first_sample"]
+    if row.get("error"):
+        return f"unknown: {row['error']}"
+    if row.get("never"):
+        return "never: no sample of this mixture reads a flagged document"
+    if not row["read"]:
+        return (
+            f"not yet: the first flagged sample is {first}; at its current position the run "
+            f"has consumed {row['consumed_samples']} samples (step {row['step']})"
+        )
+    if row["exact"]:
+        return f"first read at step {row['step']} (sample {first})"
+    return f"first read after step {row['after_step']}, by step {row['by_step']} (sample {first})"
 
 
 def _resume_context(run) -> dict:
@@ -804,7 +825,16 @@ def flag_detail(*, flag_id: int) -> dict:
 
     flag = get_object_or_404(Flag.objects.select_related("source", "source_file"), pk=flag_id)
     taints = flag.taints.select_related(*TAINT_TARGETS).order_by("id")
-    return {"flag": flag, "taints": [taint_describe(t) for t in taints]}
+    taints = list(taints.select_related("run__mixture_version"))
+    reads = catalog_selectors.flag_run_reads(flag=flag, runs=[t.run for t in taints if t.run_id])
+    described = []
+    for t in taints:
+        d = taint_describe(t)
+        if t.run_id:
+            d["read"] = reads[t.run_id]
+            d["first_read"] = flag_read_text(reads[t.run_id])
+        described.append(d)
+    return {"flag": flag, "taints": described}
 
 
 def flag_recent(*, limit: int = 20) -> list:

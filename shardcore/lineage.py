@@ -1,0 +1,104 @@
+"""Per-step lineage: at which training sample, and so at which step, a run first read
+some documents.
+
+The order is exact (a trainer reading Shardyard's order: the Megatron index cache, the
+exact OLMo-core export, ``shardcore.loader``, a materialized copy), so the books can say
+what a run actually read when, not only which pools it could have read:
+
+1. ``flagged_records``: the records of a pool that hold any token of the given pool
+   documents (rows of the pool's ``documents.parquet``), from the per-record segment
+   arrays, vectorized per shard;
+2. ``first_sample``: the first training sample of a mixture whose (pool, record) is such
+   a record, scanning the schedule's memory-mapped arrays in chunks (bounded memory);
+3. ``step_of_sample``: the step that read sample k, from the run's progress reports (step,
+   consumed samples): the first report past k bounds it, and when the samples per step are
+   constant between the two reports around k, the step is exact.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from shardcore import manifest as mf
+from shardcore.errors import InputError
+
+_CHUNK = 1 << 22
+
+
+def flagged_records(pool_path: str | os.PathLike, doc_rows: np.ndarray) -> np.ndarray:
+    """Per record of the pool, whether it holds any token of the documents ``doc_rows``
+    (pool document indices, i.e. rows of ``documents.parquet``)."""
+    from shardcore.pack import load_segments
+
+    manifest = mf.read_manifest(pool_path)
+    if manifest.get("kind") != "pool":
+        raise InputError(f"{pool_path}: not a pool (kind {manifest.get('kind')!r})")
+    out = np.zeros(int(manifest["num_records"]), dtype=bool)
+    rows = np.unique(np.asarray(doc_rows, dtype=np.int64))
+    if rows.size == 0:
+        return out
+    cumulative = manifest["cumulative_records"]
+    for k, shard in enumerate(manifest["shards"]):
+        first, n_docs = int(shard["first_document"]), int(shard.get("documents", 0))
+        lo, hi = np.searchsorted(rows, [first, first + n_docs]) if n_docs else (0, 0)
+        if n_docs and lo == hi:
+            continue
+        seg = load_segments(os.path.join(pool_path, f"{shard['prefix']}.segments.npz"))
+        doc = seg.seg_doc.astype(np.int64)
+        hit = (doc >= 0) & np.isin(doc + first, rows)
+        if not hit.any():
+            continue
+        record = np.repeat(np.arange(seg.num_records), np.diff(seg.seg_record_offsets))
+        out[int(cumulative[k]) + np.unique(record[hit])] = True
+    return out
+
+
+def first_sample(
+    mixture_dir: str | os.PathLike, records: Mapping[int, np.ndarray], *, start: int = 0
+) -> int | None:
+    """The first training sample (from ``start``) whose record is flagged, ``records``
+    mapping a pool's index in the mixture manifest to its per-record mask; None if no
+    sample of the mixture reads one."""
+    from shardcore.mixture import POOL_FILE, RECORD_FILE
+
+    pools = np.load(os.path.join(mixture_dir, POOL_FILE), mmap_mode="r")
+    recs = np.load(os.path.join(mixture_dir, RECORD_FILE), mmap_mode="r")
+    masks = {int(p): np.asarray(m, dtype=bool) for p, m in records.items() if np.any(m)}
+    if not masks:
+        return None
+    for a in range(int(start), int(pools.size), _CHUNK):
+        p = np.asarray(pools[a : a + _CHUNK])
+        r = np.asarray(recs[a : a + _CHUNK])
+        hit = np.zeros(p.size, dtype=bool)
+        for i, mask in masks.items():
+            sel = p == i
+            if sel.any():
+                hit[sel] = mask[r[sel]]
+        found = np.flatnonzero(hit)
+        if found.size:
+            return a + int(found[0])
+    return None
+
+
+def step_of_sample(sample: int, reports: Iterable[tuple[int, int]]) -> dict[str, Any]:
+    """When a run read training sample ``sample`` (0-based), from its progress reports
+    ``(step, consumed_samples)``: ``{"read": True, "step", "exact", "after_step",
+    "by_step"}`` or, if no report has consumed it yet, ``{"read": False,
+    "consumed_samples", "step"}`` (the run's current position)."""
+    points = sorted({(int(s), int(c)) for s, c in reports})
+    prev_step, prev_consumed = 0, 0
+    for step, consumed in points:
+        if consumed > sample:
+            steps, samples = step - prev_step, consumed - prev_consumed
+            exact = steps > 0 and samples % steps == 0
+            out = {"read": True, "after_step": prev_step, "by_step": step, "exact": exact}
+            out["step"] = (
+                prev_step + (sample - prev_consumed) // (samples // steps) + 1 if exact else step
+            )
+            return out
+        prev_step, prev_consumed = step, consumed
+    return {"read": False, "consumed_samples": prev_consumed, "step": prev_step}

@@ -1,0 +1,178 @@
+# ruff: noqa: F811 - pytest fixtures are imported by name and used as arguments
+"""Per-step lineage on Postgres, through HTTP: with the order exact, a flag answers "run R
+first read the flagged documents at step k" (or "not yet, at its current position", or
+"never") on the run page, the audit page of the flag and the API. The expected sample is
+computed here the slow way, sample by sample from the schedule and each record's
+segments; the product computes it vectorized."""
+
+from __future__ import annotations
+
+import json
+import sysconfig
+from pathlib import Path
+
+import numpy as np
+import pytest
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from shardcore.mixture import Mixture
+from shardcore.pool import SOURCE_FP_COL
+from shardcore.pool import Pool as PoolReader
+from tests.integration.dashboard_fixtures import login, users  # noqa: F401
+from webapp.catalog import services
+from webapp.catalog.models import ArtifactStatus
+from workers.celery import app
+
+STDLIB = Path(sysconfig.get_paths()["stdlib"])
+GBS = 4  # samples per step the test trainer reports with
+
+
+@pytest.fixture(scope="module")
+def world(django_db_setup, django_db_blocker, tmp_path_factory):
+    """A source of stdlib modules, tokenized, one pool, a version that reads part of it,
+    and a run: built by the real services (jobs run eagerly in this process)."""
+    from django.conf import settings
+
+    tmp = tmp_path_factory.mktemp("flagsteps")
+    old = settings.SOURCE_ROOTS, settings.DATA_ROOT
+    settings.SOURCE_ROOTS, settings.DATA_ROOT = [tmp], tmp / "data"
+    app.conf.task_always_eager = True
+    files = sorted(p for p in STDLIB.glob("*.py") if p.stat().st_size > 3000)[:24]
+    (tmp / "code").mkdir()
+    (tmp / "code" / "mods.jsonl").write_text(
+        "".join(json.dumps({"text": p.read_text(errors="replace")}) + "\n" for p in files)
+    )
+    with django_db_blocker.unblock():
+        source = services.source_register(name="code", uri=str(tmp / "code"))
+        ts = services.tokenized_source_build(source_id=source.pk, shard_size=64 << 10)
+        ts.refresh_from_db()
+        assert ts.status == ArtifactStatus.READY
+        pool = services.pool_build(
+            name="p", tokenized_ids=[ts.pk], seq_len=64, memory=1 << 20, shard_size=40 << 10
+        )
+        pool.refresh_from_db()
+        assert pool.status == ArtifactStatus.READY
+        mix = services.mixture_create(name="m")
+        version = services.mixture_version_create(
+            mixture_id=mix.pk,
+            components=[{"pool": pool.pk, "weight": 1.0}],
+            token_budget=64 * (pool.num_records // 2),  # half the pool: some data never read
+        )
+        version.refresh_from_db()
+        run = services.run_register(name="r", mixture_version_id=version.pk)
+    yield {"source": source, "ts": ts, "pool": pool, "version": version, "run": run}
+    app.conf.task_always_eager = False
+    settings.SOURCE_ROOTS, settings.DATA_ROOT = old
+    with django_db_blocker.unblock():
+        from django.core.management import call_command
+
+        call_command("flush", interactive=False, verbosity=0)
+
+
+def _first_sample_by_doc(world) -> dict[int, int]:
+    """Per source document id: the first training sample whose record holds any of its
+    tokens, sample by sample (documents never read are absent)."""
+    mix = Mixture(world["version"].path)
+    assert len(mix.pools) == 1
+    pool = PoolReader(mix.pools[0]["path"])
+    doc_ids = pool.documents.column("doc_id").to_numpy()
+    assert set(pool.documents.column(SOURCE_FP_COL).to_pylist()) == {world["ts"].fingerprint}
+    first: dict[int, int] = {}
+    for i in range(mix.num_samples):
+        _, record = mix.sample(i)
+        for row in pool.boundaries(record)["doc"]:
+            if row >= 0:
+                first.setdefault(int(doc_ids[row]), i)
+    return first
+
+
+def _api(user) -> APIClient:
+    c = APIClient()
+    c.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.get_or_create(user=user)[0].key}")
+    return c
+
+
+def _report(api, run, step):
+    resp = api.post(
+        f"/api/runs/{run.pk}/progress/", {"step": step, "consumed_samples": step * GBS}, "json"
+    )
+    assert resp.status_code == 201, resp.content
+
+
+def test_it_answers_when_a_run_first_read_flagged_documents(world, users, login, db):
+    first = _first_sample_by_doc(world)
+    # A document first read well inside the run, after the first few steps.
+    doc, sample = next((d, s) for d, s in sorted(first.items(), key=lambda x: x[1]) if s > 5 * GBS)
+    editor = _api(users["editor"])
+    resp = editor.post(
+        "/api/flags/",
+        {"source": world["source"].pk, "reason": "pii", "document_ids": [doc]},
+        "json",
+    )
+    assert resp.status_code == 201, resp.content
+    flag = resp.json()["id"]
+    run = world["run"]
+
+    # Before any report: not yet.
+    (row,) = editor.get(f"/api/runs/{run.pk}/flags/").json()
+    assert (row["flag"], row["first_sample"], row["read"], row["step"]) == (flag, sample, False, 0)
+
+    # Reported up to just before the step that reads it: still not yet, at its position.
+    before = sample // GBS
+    _report(editor, run, before)
+    (row,) = editor.get(f"/api/runs/{run.pk}/flags/").json()
+    assert not row["read"] and row["consumed_samples"] == before * GBS and row["step"] == before
+    page = login("viewer").get(f"/runs/{run.pk}/").content.decode()
+    assert f"not yet: the first flagged sample is {sample}" in page
+    assert f"has consumed {before * GBS} samples (step {before})" in page
+
+    # Three steps later: read, at exactly step sample // GBS + 1.
+    _report(editor, run, before + 3)
+    (row,) = editor.get(f"/api/runs/{run.pk}/flags/").json()
+    assert row["read"] and row["exact"] and row["step"] == sample // GBS + 1
+    text = f"first read at step {sample // GBS + 1} (sample {sample})"
+    assert row["text"] == text
+    assert text in login("viewer").get(f"/runs/{run.pk}/").content.decode()
+    audit = login("viewer").get(f"/audit/flags/{flag}/").content.decode()
+    assert f"run {run.name}" in audit and text in audit
+    taints = editor.get(f"/api/flags/{flag}/taints/").json()["taints"]
+    (run_taint,) = [t for t in taints if "first_read" in t]
+    assert run_taint["first_read"]["step"] == sample // GBS + 1
+
+
+def test_it_says_never_for_flagged_documents_the_mixture_does_not_read(world, users, login, db):
+    first = _first_sample_by_doc(world)
+    pool = PoolReader(world["pool"].path)
+    held = set(pool.documents.column("doc_id").to_numpy().tolist())
+    unread = sorted(held - set(first))
+    assert unread  # the version reads half the pool
+    editor = _api(users["editor"])
+    resp = editor.post(
+        "/api/flags/",
+        {"source": world["source"].pk, "reason": "license", "document_ids": unread[:2]},
+        "json",
+    )
+    flag = resp.json()["id"]
+    rows = [
+        r for r in editor.get(f"/api/runs/{world['run'].pk}/flags/").json() if r["flag"] == flag
+    ]
+    # The pool holds the documents, so the run is tainted; its samples never read them.
+    assert rows and rows[0]["never"] and rows[0]["first_sample"] is None
+    page = login("viewer").get(f"/audit/flags/{flag}/").content.decode()
+    assert "never: no sample of this mixture reads a flagged document" in page
+
+
+def test_it_finds_the_same_first_sample_as_the_slow_scan_for_every_document(world, db):
+    from webapp.catalog.models import Flag
+    from webapp.catalog.selectors import flag_first_sample
+
+    first = _first_sample_by_doc(world)
+    version = world["version"]
+    rng = np.random.default_rng(0)
+    docs = sorted(set(PoolReader(world["pool"].path).documents.column("doc_id").to_pylist()))
+    for doc in rng.choice(docs, size=min(8, len(docs)), replace=False).tolist():
+        flag = Flag.objects.create(
+            target=Flag.Target.DOCUMENTS, source=world["source"], document_ids=[doc], reason="t"
+        )
+        assert flag_first_sample(flag=flag, version=version) == first.get(doc)
