@@ -60,7 +60,7 @@ SHARDS_DIR = "shards"
 SAMPLES_PER_REASON = 5
 # Shardyard's own sidecar columns; the user's properties are the struct column
 # ``props`` (shardcore.props), so no property name can collide with these.
-CORE_COLUMNS = ("doc_id", "file", "line", "byte_offset", "n_tokens")
+CORE_COLUMNS = ("doc_id", "file", "line", "byte_offset", "n_tokens", "n_bytes")
 
 _BATCH_BYTES = 1 << 20  # text per tokenizer call: amortizes call overhead, bounds memory
 _CHUNK_TOKENS = 8 << 20  # tokens per part chunk before it is flushed to disk
@@ -253,6 +253,7 @@ class _PartWriter:
         self.lengths: list[np.ndarray] = []
         self.lines: list[int] = []
         self.offsets: list[int | None] = []
+        self.nbytes: list[int] = []
         self.props: list[dict[str, Any]] = []
         self.n_tokens = 0
 
@@ -263,6 +264,7 @@ class _PartWriter:
         for d in docs:
             self.lines.append(d.line)
             self.offsets.append(d.byte_offset)
+            self.nbytes.append(d.nbytes)
             self.props.append(d.props)
         if self.n_tokens >= _CHUNK_TOKENS or len(self.lines) >= _CHUNK_DOCS:
             self.flush()
@@ -290,6 +292,7 @@ class _PartWriter:
             "line": pa.array(self.lines, type=pa.int64()),
             "byte_offset": pa.array(self.offsets, type=pa.int64()),
             "n_tokens": pa.array(lengths, type=pa.int32()),
+            "n_bytes": pa.array(self.nbytes, type=pa.int64()),
         }
         user = props.to_arrow(self.props)
         if user is not None:
