@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("catalog", "0003_run_team"),
+        ("catalog", "0004_corruption"),
     ]
 
     operations = [
