@@ -522,8 +522,7 @@ def _families(
         verify.check_files_read(
             pool.path,
             pool.manifest,
-            [DOCUMENTS_NAME]
-            + [f"{sh['prefix']}.segments.npz" for sh in pool.manifest["shards"]],
+            [DOCUMENTS_NAME] + [f"{sh['prefix']}.segments.npz" for sh in pool.manifest["shards"]],
         )
         labels = {prop: pool.record_labels(prop) for prop in by}
         if want_length:
