@@ -19,6 +19,12 @@ DEBUG = env_bool("DEBUG", False)
 DATA_ROOT = Path(env_str("SHARDYARD_DATA", str(BASE_DIR / "data"))).expanduser().resolve()
 # Sources may only be registered from below these directories (or from s3:// URIs).
 SOURCE_ROOTS = env_paths("SHARDYARD_SOURCE_ROOTS", [DATA_ROOT / "sources"])
+# hf:<path> tokenizers may only be loaded from below these directories.
+TOKENIZER_ROOTS = env_paths("SHARDYARD_TOKENIZER_ROOTS", [DATA_ROOT / "tokenizers"])
+# Planning a job from user input (reading sidecars through a filter, loading a tokenizer)
+# runs in a child process with these limits, never in the web process itself.
+PLAN_SECONDS = env_int("SHARDYARD_PLAN_SECONDS", 20, minimum=1)
+PLAN_MEMORY_MB = env_int("SHARDYARD_PLAN_MEMORY_MB", 2048, minimum=64)
 # Tests that need Postgres or Redis fail instead of skipping when this is set (CI sets it).
 REQUIRE_SERVICES = env_bool("SHARDYARD_REQUIRE_SERVICES", False)
 

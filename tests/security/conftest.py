@@ -107,3 +107,23 @@ def tree_digest(root) -> dict[str, str]:
         for p in sorted(root.rglob("*"))
         if p.is_file()
     }
+
+
+@pytest.fixture
+def tokenized(tmp_path, settings, catalog):
+    """A ready tokenized source of real docstrings (tiktoken, written by shardcore)."""
+    from tests.unit import pool_fixtures
+    from webapp.catalog.models import ArtifactStatus, TokenizedSource
+
+    settings.DATA_ROOT = tmp_path / "data"
+    (tmp_path / "data").mkdir()
+    path = pool_fixtures.write_tokenized(
+        tmp_path / "data" / "tok", pool_fixtures.corpus("prose", 120), shard_docs=50
+    )
+    return TokenizedSource.objects.create(
+        source=catalog["source"],
+        tokenizer=catalog["tokenized"].tokenizer,
+        status=ArtifactStatus.READY,
+        path=str(path),
+        num_documents=120,
+    )
