@@ -57,7 +57,9 @@ def test_two_concurrent_first_saves_of_one_name_both_succeed(api, stdlib_pools):
         try:
             c = api("editor")
             barrier.wait()
-            answers.append(c.post("/api/mixtures/", _draft(stdlib_pools), format="json").status_code)
+            answers.append(
+                c.post("/api/mixtures/", _draft(stdlib_pools), format="json").status_code
+            )
         finally:
             connection.close()
 

@@ -1116,6 +1116,10 @@ def run_register(
                     )
                 ]
             )
+            if version.corruptions.exists():
+                from webapp.catalog.scrub import corruption_refresh
+
+                corruption_refresh()
     return run
 
 
@@ -1542,9 +1546,12 @@ def flag_propagate(*, flag_id: int) -> int:
 def taint_refresh(*, source_ids: Iterable[int] | None = None) -> int:
     """Recompute the taint of every flag (of the given sources): new artifacts and runs
     built from flagged data are tainted as soon as they are recorded."""
+    from webapp.catalog.scrub import corruption_refresh
+
     flags = Flag.objects.all()
     if source_ids is not None:
         flags = flags.filter(source_id__in=list(source_ids))
+    corruption_refresh()  # corrupt inputs mark what is built from them the same way
     return sum(flag_propagate(flag_id=pk) for pk in flags.values_list("pk", flat=True))
 
 
