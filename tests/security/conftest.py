@@ -1,3 +1,4 @@
+# ruff: noqa: F811 - pytest fixtures are imported by name and used as arguments
 """The attacker's and operator's view: every test here drives the app the way the attack
 or mistake came in (JSON API with a token, the pages with a session and CSRF, the
 management commands), against real Postgres, and checks the refusal and that nothing was

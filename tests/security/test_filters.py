@@ -97,7 +97,9 @@ def test_a_filter_that_runs_too_long_is_interrupted(monkeypatch):
     monkeypatch.setattr(select, "FILTER_SECONDS", 0.001)
     n = 3_000_000
     table = pa.table({"doc_id": np.arange(n), "kind": pa.array(["prose text"] * n)})
-    with pytest.raises(InputError, match=r"took longer than 0.001 s on big \(SHARDYARD_FILTER_SECONDS\)"):
+    with pytest.raises(
+        InputError, match=r"took longer than 0.001 s on big \(SHARDYARD_FILTER_SECONDS\)"
+    ):
         select.filter_rows(table, "regexp_matches(kind, '(p|r)+o.*s[a-z]+ t')", where="big")
 
 

@@ -162,7 +162,9 @@ def _list_files(uri: str) -> list[tuple[str, str, int]]:
         except Exception as exc:  # noqa: BLE001 - botocore/s3fs raise many kinds
             # Missing credentials, an unknown bucket, a refused connection: the location
             # cannot be read, which is the user's to fix, never a server error.
-            raise SourcePathError(f"{uri}: cannot list files: {type(exc).__name__}: {exc}") from None
+            raise SourcePathError(
+                f"{uri}: cannot list files: {type(exc).__name__}: {exc}"
+            ) from None
         out = []
         for key, info in found:
             if readers.is_supported(key):
@@ -218,9 +220,7 @@ def source_scan(*, source_id: int) -> Source:
                     docs += 1
         except Exception as exc:  # noqa: BLE001 - a file that cannot be opened at all
             msg = f"{rel}: cannot read: {type(exc).__name__}: {exc}"
-            Source.objects.filter(pk=source.pk).update(
-                status=Source.Status.FAILED, scan_error=msg
-            )
+            Source.objects.filter(pk=source.pk).update(status=Source.Status.FAILED, scan_error=msg)
             raise SourcePathError(msg) from None
         rows.append(
             SourceFile(
@@ -488,9 +488,8 @@ def pool_build(
     validation pool is recorded beside it when the job succeeds)."""
     from shardcore.errors import InputError
     from shardcore.pool import plan_pool
-    from webapp.jobs.services import job_create
-
     from shardcore.select import filter_parse
+    from webapp.jobs.services import job_create
 
     name = _name(name, "pool name")
     filter = (filter or "").strip() or None
@@ -505,6 +504,7 @@ def pool_build(
     not_ready = [str(t.pk) for t in parents if t.status != ArtifactStatus.READY]
     if not_ready:
         raise CatalogError(f"tokenized source(s) {', '.join(not_ready)} are not built")
+    _refuse_corrupt(parents)
     same = {"name": name, "filter": filter or "", "seq_len": seq_len, "shuffle": shuffle,
             "seed": seed, "val_fraction": val_fraction}  # fmt: skip
     running = _pool_building(parents, same)
@@ -651,9 +651,7 @@ def mixture_create(*, name: str, description: str = "", created_by=None) -> Mixt
         raise CatalogError(f"a mixture named {name!r} already exists")
     try:
         with transaction.atomic():
-            return Mixture.objects.create(
-                name=name, description=description, created_by=created_by
-            )
+            return Mixture.objects.create(name=name, description=description, created_by=created_by)
     except IntegrityError:
         raise CatalogError(f"a mixture named {name!r} already exists") from None
 
@@ -667,9 +665,7 @@ def mixture_get_or_create(*, name: str, description: str = "", created_by=None) 
         return existing
     try:
         with transaction.atomic():
-            return Mixture.objects.create(
-                name=name, description=description, created_by=created_by
-            )
+            return Mixture.objects.create(name=name, description=description, created_by=created_by)
     except IntegrityError:
         return Mixture.objects.get(name=name)
 
@@ -701,6 +697,7 @@ def mixture_version_create(
     if not components:
         raise CatalogError("a mixture version needs at least one component")
     pools = {p.pk: p for p in Pool.objects.filter(pk__in=[c["pool"] for c in components])}
+    _refuse_corrupt(pools.values())
     by_stage: dict[str, list[dict[str, Any]]] = {}
     for c in components:
         pool = pools.get(c["pool"])
@@ -842,6 +839,25 @@ def _version_built(version: MixtureVersion) -> bool:
     return bool(version.manifest_path) and Path(version.manifest_path).exists()
 
 
+def _refuse_corrupt(artifacts) -> None:
+    """Build nothing on an artifact the scrub marked corrupt (or built from corrupt data):
+    the error names it and its first problem."""
+    from webapp.catalog.models import Corruption
+
+    for artifact in artifacts:
+        field = {
+            TokenizedSource: "tokenized_source",
+            Pool: "pool",
+            MixtureVersion: "mixture_version",
+        }[type(artifact)]
+        found = Corruption.objects.filter(**{field: artifact}).first()
+        if found is not None:
+            raise CatalogError(
+                f"{artifact} is marked corrupt ({found.problem}); restore its files and let "
+                "the next scrub clear the mark (manage.py catalog scrub) before building on it"
+            )
+
+
 def _built_version(version_id: int) -> MixtureVersion:
     version = MixtureVersion.objects.select_related("mixture").filter(pk=version_id).first()
     if version is None:
@@ -977,6 +993,7 @@ def mixture_version_materialize(
     from webapp.jobs.services import job_create
 
     version = _built_version(version_id)
+    _refuse_corrupt([version])
     with transaction.atomic():
         MixtureVersion.objects.select_for_update().filter(pk=version.pk).first()
         current = (
