@@ -176,3 +176,28 @@ def test_it_finds_the_same_first_sample_as_the_slow_scan_for_every_document(worl
             target=Flag.Target.DOCUMENTS, source=world["source"], document_ids=[doc], reason="t"
         )
         assert flag_first_sample(flag=flag, version=version) == first.get(doc)
+
+
+def test_the_run_page_snippet_streams_the_mixture_from_the_resume_position(world, users, login, db):
+    import html
+    import re
+
+    from webapp.catalog.models import TrainingRun
+
+    editor = _api(users["editor"])
+    resp = editor.post(
+        "/api/runs/", {"name": "snippet", "mixture_version": world["version"].pk}, "json"
+    )
+    assert resp.status_code == 201, resp.content
+    run = TrainingRun.objects.get(pk=resp.json()["id"])
+    _report(editor, run, 7)  # 28 samples consumed
+    page = login("viewer").get(f"/runs/{run.pk}/").content.decode()
+    snippet = html.unescape(re.search(r'<pre id="loader-snippet">(.*?)</pre>', page, re.S)[1])
+    stream = snippet[snippet.index("from shardcore.loader") :]
+    scope: dict = {}
+    exec(compile(stream, "snippet", "exec"), scope)
+    batch = next(iter(scope["loader"]))
+    mix = Mixture(world["version"].path)
+    assert batch["sample"].tolist() == list(range(7 * GBS, 7 * GBS + 8))
+    for k, row in zip(batch["sample"].tolist(), batch["tokens"].numpy(), strict=True):
+        np.testing.assert_array_equal(row, mix.tokens(k))
