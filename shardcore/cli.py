@@ -21,10 +21,18 @@ COMMANDS: dict[str, str] = {
 }
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one line (``shardyard pool: error: argument --memory: ...``), exit
+    status 2; ``--help`` still shows the usage."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from shardcore import __version__
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="shardyard",
         description="Tokenize, pack, globally shuffle and mix pretraining data.",
     )
@@ -54,19 +62,37 @@ def check_new_artifact(out, workers: int = 1) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version, or a usage error already printed
+        return int(exc.code or 0)
     if not getattr(args, "func", None):
         parser.print_help()
         return 0
+    from shardcore.errors import ShardcoreError
+
     try:
         return int(args.func(args) or 0)
-    except CLIError as exc:
-        print(f"shardyard {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+    except (CLIError, ShardcoreError) as exc:
+        return _fail(args.command, str(exc))
+    except OSError as exc:  # a path that cannot be read or written: name it, no traceback
+        where = exc.filename or ""
+        return _fail(args.command, f"{where}: {exc.strerror or exc}" if where else str(exc))
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
 
 
+def _fail(command: str, message: str) -> int:
+    """One line on stderr, exit status 2."""
+    line = " ".join(message.split())  # messages quoting input may hold newlines
+    print(f"shardyard {command}: error: {line}", file=sys.stderr)
+    return 2
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run as ``python -m shardcore.cli``: use the module's own classes (the commands raise
+    # shardcore.cli.CLIError, not __main__.CLIError).
+    from shardcore.cli import main as _main
+
+    sys.exit(_main())

@@ -61,6 +61,8 @@ def write_manifest(directory: str | os.PathLike, manifest: dict[str, Any]) -> Pa
 def read_manifest(directory: str | os.PathLike) -> dict[str, Any]:
     directory = Path(directory)
     path = directory / MANIFEST_NAME if directory.is_dir() or not directory.suffix else directory
+    if not directory.exists():
+        raise ManifestError(f"{directory}: no such file or directory")
     if not path.exists():
         raise ManifestError(
             f"{directory}: no {MANIFEST_NAME} (not an artifact, or its build did not finish)"

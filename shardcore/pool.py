@@ -225,7 +225,8 @@ def plan_pool(
         total = sum(int(sh["documents"]) for _, d in loaded for sh in d["shards"])
         raise InputError(
             f"filter {filter!r} selects none of the {total} documents of "
-            f"{len(loaded)} tokenized source(s) (allow an empty pool with allow_empty)"
+            f"{len(loaded)} tokenized source(s); an empty pool is built only when allowed "
+            "(--allow-empty)"
         )
     parents = [s["fingerprint"] for s in sources]
     splits = {}

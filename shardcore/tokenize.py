@@ -93,6 +93,8 @@ def _expand(inputs: list[str], storage_options: dict) -> list[dict[str, Any]]:
                 raise InputError(
                     f"{inp}: directory holds no .jsonl/.jsonl.gz/.jsonl.zst/.parquet/.txt file"
                 )
+        elif not fs.exists(path):
+            raise InputError(f"{inp}: no such file or directory")
         else:
             paths = [path]
         for p in paths:

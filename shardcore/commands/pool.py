@@ -62,6 +62,11 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
     )
     p.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
     p.add_argument("--quiet", action="store_true", help="no progress line")
+    p.add_argument(
+        "--allow-empty",
+        action="store_true",
+        help="build the pool even if the filter selects no document (an error otherwise)",
+    )
     p.add_argument("--json", action="store_true", help="print the manifest's totals as JSON")
     p.set_defaults(func=run)
 
@@ -95,6 +100,7 @@ def run(args: argparse.Namespace) -> int:
             shard_size=args.shard_size,
             shuffle_options=options,
             staging=args.staging,
+            allow_empty=args.allow_empty,
         )
         itemsize = np.dtype(plan.meta["dtype"]).itemsize
         selected = sum(sum(i["tokens"]) for i in plan.meta["inputs"]) * itemsize

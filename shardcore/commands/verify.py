@@ -20,8 +20,13 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from shardcore.cli import CLIError
     from shardcore.verify import verify
 
+    if not Path(args.directory).exists():  # a usage error (2), not corruption (1)
+        raise CLIError(f"{args.directory}: no such file or directory")
     report = verify(args.directory, content=not args.files_only)
     if report.ok:
         print(

@@ -167,7 +167,9 @@ def catalog(tmp_path, users):
         num_samples=400,
     )
     MixtureComponent.objects.create(version=version, pool=pool, weight=1.0, stage="main")
-    run = TrainingRun.objects.create(name="olmo-tiny-a", mixture_version=version, last_step=20)
+    run = TrainingRun.objects.create(
+        name="olmo-tiny-a", mixture_version=version, last_step=20, created_by=users["editor"]
+    )
     now = timezone.now()
     RunProgress.objects.bulk_create(
         [

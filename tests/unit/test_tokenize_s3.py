@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from shardcore.errors import InputError
 from shardcore.tokenize import tokenize
 from shardcore.tokenized import TokenizedSource
 from tests.unit.tokenize_fixtures import stdlib_records, write_jsonl, write_parquet
@@ -92,10 +93,9 @@ def test_it_tokenizes_s3_sources_like_local_files(tmp_path, s3):
         }
 
 
-def test_it_reports_a_missing_s3_object_as_unreadable(tmp_path, s3):
+def test_it_refuses_a_missing_s3_object_before_any_work(tmp_path, s3):
     fs, bucket = s3
     url = f"s3://{bucket}/nope.jsonl"
-    m = tokenize([url], str(tmp_path / "o"))
-    (sample,) = m["bad_input"][url]["unreadable_file"]["samples"]
-    assert sample["line"] is None
-    assert sample["message"].startswith("cannot open: FileNotFoundError")
+    with pytest.raises(InputError, match=f"{url}: no such file or directory"):
+        tokenize([url], str(tmp_path / "o"))
+    assert not (tmp_path / "o").exists()

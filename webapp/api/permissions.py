@@ -1,5 +1,7 @@
 """API permissions through the dashboard's one role helper: reading needs a viewer,
-writing an editor. Authentication comes first, so a request without a token gets 401."""
+writing an editor, except the actions a view lists in ``write_roles`` (a trainer registers
+runs and reports progress). Authentication comes first, so a request without a token
+gets 401."""
 
 from rest_framework.permissions import SAFE_METHODS, BasePermission
 
@@ -10,5 +12,9 @@ class RolePermission(BasePermission):
     def has_permission(self, request, view) -> bool:
         if not (request.user and request.user.is_authenticated):
             return False  # DRF answers 401 with the token challenge
-        require_role(request.user, "viewer" if request.method in SAFE_METHODS else "editor")
+        if request.method in SAFE_METHODS:
+            require_role(request.user, "viewer")
+        else:
+            action = getattr(view, "action", None)
+            require_role(request.user, getattr(view, "write_roles", {}).get(action, "editor"))
         return True

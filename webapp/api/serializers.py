@@ -118,11 +118,15 @@ class JobUnitSerializer(serializers.ModelSerializer):
 
 
 class RunSerializer(serializers.ModelSerializer):
+    # Ids, not names: the progress answer costs no extra query.
+    owner = serializers.IntegerField(source="created_by_id", read_only=True, allow_null=True)
+    team = serializers.IntegerField(source="team_id", read_only=True, allow_null=True)
     class Meta:
         model = TrainingRun
         fields = [
             "id", "name", "mixture_version", "external_id", "state", "last_step",
-            "consumed_samples", "consumed_tokens", "last_reported_at", "created_at",
+            "consumed_samples", "consumed_tokens", "last_reported_at", "created_at", "owner",
+            "team",
         ]  # fmt: skip
 
 
@@ -130,6 +134,10 @@ class RunRegisterSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=200)
     mixture_version = serializers.IntegerField(min_value=1)
     external_id = serializers.CharField(max_length=300, allow_blank=True, default="")
+    team = serializers.CharField(
+        max_length=150, required=False, allow_blank=True,
+        help_text="a group you belong to: its members may report progress too",
+    )  # fmt: skip
 
 
 class ProgressSerializer(serializers.Serializer):

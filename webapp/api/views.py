@@ -9,7 +9,7 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serial
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.authentication import SessionAuthentication
 from rest_framework.decorators import action
-from rest_framework.exceptions import NotFound, ValidationError
+from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
 from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.response import Response
 
@@ -340,10 +340,12 @@ ResumeSerializer = inline_serializer(
 class RunViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     queryset = TrainingRun.objects.order_by("-created_at")
     serializer_class = s.RunSerializer
+    # A trainer's token registers runs and reports progress; nothing else it may write.
+    write_roles = {"create": "trainer", "progress": "trainer"}
 
     @extend_schema(request=s.RunRegisterSerializer, responses={201: s.RunSerializer})
     def create(self, request):
-        from webapp.catalog.services import CatalogError, run_register
+        from webapp.catalog.services import CatalogError, RunPermissionError, run_register
 
         data = s.RunRegisterSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -353,8 +355,11 @@ class RunViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
                 name=v["name"],
                 mixture_version_id=v["mixture_version"],
                 external_id=v["external_id"],
+                team=v.get("team") or None,
                 created_by=request.user,
             )
+        except RunPermissionError as e:
+            raise PermissionDenied(str(e)) from e
         except CatalogError as e:
             raise _bad(e) from e
         return Response(s.RunSerializer(run).data, status=status.HTTP_201_CREATED)
@@ -363,7 +368,7 @@ class RunViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     @extend_schema(methods=["GET"], responses={200: s.RunProgressSerializer(many=True)})
     @action(detail=True, methods=["get", "post"])
     def progress(self, request, pk=None):
-        from webapp.catalog.services import CatalogError, run_progress_record
+        from webapp.catalog.services import CatalogError, RunPermissionError, run_progress_record
 
         if request.method == "GET":
             run = get_object_or_404(TrainingRun.objects.only("id"), pk=pk)
@@ -373,9 +378,11 @@ class RunViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         data.is_valid(raise_exception=True)
         try:
             # The hot path of every trainer: the service loads the run itself (no extra read).
-            run = run_progress_record(run_id=int(pk), **data.validated_data)
+            run = run_progress_record(run_id=int(pk), **data.validated_data, actor=request.user)
         except TrainingRun.DoesNotExist:
             raise NotFound(f"no run {pk}") from None
+        except RunPermissionError as e:
+            raise PermissionDenied(str(e)) from e
         except CatalogError as e:
             raise _bad(e) from e
         return Response(s.RunSerializer(run).data, status=status.HTTP_201_CREATED)

@@ -46,6 +46,10 @@ class CatalogError(Exception):
     """A request the catalog refuses, with a message that says why."""
 
 
+class RunPermissionError(CatalogError):
+    """The user may not write this run: it belongs to someone else (a 403)."""
+
+
 class SourcePathError(CatalogError):
     """A source location outside the allowed roots, or one Shardyard cannot read."""
 
@@ -950,16 +954,39 @@ def _version_source_ids(version: MixtureVersion) -> list[int]:
 
 
 def run_register(
-    *, name: str, mixture_version_id: int, external_id: str = "", created_by=None
+    *,
+    name: str,
+    mixture_version_id: int,
+    external_id: str = "",
+    team: str | None = None,
+    created_by=None,
 ) -> TrainingRun:
-    """Register a run against a ready mixture version. Idempotent by name (a trainer that
-    retries after a lost answer gets the same run). A run on tainted data is tainted."""
+    """Register a run against a ready mixture version; ``created_by`` owns it and, with
+    ``team`` (a group ``created_by`` belongs to), so does the team. Idempotent by name for
+    whoever may write the run (a trainer that retries after a lost answer gets the same
+    run); anyone else's registration of a taken name is refused. A run on tainted data is
+    tainted. ``created_by=None`` is an operator's command: no owner, no checks."""
+    from django.contrib.auth.models import Group
+
+    from webapp.dashboard.permissions import ROLES, may_write_run, user_role
+
     name = _name(name, "run name", max_length=200)
     version = MixtureVersion.objects.filter(pk=mixture_version_id).first()
     if version is None:
         raise CatalogError(f"no mixture version {mixture_version_id}")
     if version.status != ArtifactStatus.READY:
         raise CatalogError(f"mixture version {version} is {version.status}; train on a ready one")
+    group = None
+    if team:
+        group = Group.objects.filter(name=team).exclude(name__in=ROLES).first()
+        if group is None:
+            raise CatalogError(f"team: no team {team!r} (a group other than the roles)")
+        if (
+            created_by is not None
+            and user_role(created_by) != "admin"
+            and not created_by.groups.filter(pk=group.pk).exists()
+        ):
+            raise RunPermissionError(f"team: you are not a member of {team!r}")
     with transaction.atomic():
         run, created = TrainingRun.objects.get_or_create(
             name=name,
@@ -967,8 +994,11 @@ def run_register(
                 "mixture_version": version,
                 "external_id": external_id,
                 "created_by": created_by,
+                "team": group,
             },
         )
+        if not created and created_by is not None and not may_write_run(created_by, run):
+            raise RunPermissionError(f"run {name!r} exists already and belongs to another user")
         if not created and run.mixture_version_id != version.pk:
             raise CatalogError(
                 f"run {name!r} exists already, on mixture version {run.mixture_version_id}"
@@ -991,11 +1021,18 @@ def run_progress_record(
     step: int,
     consumed_samples: int | None = None,
     consumed_tokens: int | None = None,
+    actor=None,
 ) -> TrainingRun:
     """Record the run's position at ``step`` (``POST /api/runs/{id}/progress/``, called by
     every training step): one row per step, a retried step records nothing, the run never
     moves backwards, a registered run becomes running. Samples, or only tokens: a sample is
     one record of ``seq_len`` trained tokens. Raises TrainingRun.DoesNotExist.
+
+    A report is bounded by the run's mixture version (no step, sample or token beyond its
+    schedule: a step reads at least one sample) and monotonic (a later step never reports
+    fewer samples than an earlier one, an earlier step never more); anything else is a
+    CatalogError naming the field, never recorded. ``actor`` (the API's user) must own the
+    run, belong to its team or be an admin (RunPermissionError); None is an operator.
 
     On Postgres this is two statements (lock the run; insert-unless-recorded and move the
     run forward in one); elsewhere (SQLite, which serializes writers) the ORM does it."""
@@ -1009,8 +1046,68 @@ def run_progress_record(
         _run_progress_record_sql if connection.vendor == "postgresql" else _run_progress_record_orm
     )
     return record(
-        run_id=run_id, step=step, consumed_samples=consumed_samples, consumed_tokens=consumed_tokens
+        run_id=run_id,
+        step=step,
+        consumed_samples=consumed_samples,
+        consumed_tokens=consumed_tokens,
+        actor=actor,
     )
+
+
+BIGINT_MAX = 2**63 - 1
+
+
+def _progress_check(
+    run: TrainingRun,
+    *,
+    step: int,
+    samples: int | None,
+    tokens: int | None,
+    seq_len: int,
+    num_samples: int,
+    token_budget: int,
+) -> tuple[int, int]:
+    """(consumed samples, consumed tokens) of a report, or CatalogError naming the field."""
+    # The version's size bounds every count: its schedule's samples, else its budget.
+    limit = num_samples or (-(-token_budget // seq_len) if seq_len and token_budget else 0)
+    known = bool(limit)
+    if not known:
+        limit = BIGINT_MAX // max(seq_len, 1)
+    what = f"mixture version {run.mixture_version_id} ({limit} samples)" if known else "a bigint"
+    if step > limit:
+        raise CatalogError(
+            f"step: {step} is beyond {what}; a step reads at least one sample of the version"
+        )
+    if samples is not None and samples > limit:
+        raise CatalogError(f"consumed_samples: {samples} is beyond {what}")
+    if tokens is not None and tokens > limit * max(seq_len, 1):
+        raise CatalogError(
+            f"consumed_tokens: {tokens} is beyond {what} of {max(seq_len, 1)} tokens each"
+        )
+    samples, tokens = _progress_counts(samples, tokens, seq_len)
+    if step > run.last_step and samples < run.consumed_samples:
+        raise CatalogError(
+            f"consumed_samples: step {step} reports {samples}, fewer than the "
+            f"{run.consumed_samples} of the earlier step {run.last_step}"
+        )
+    if step < run.last_step and samples > run.consumed_samples:
+        raise CatalogError(
+            f"consumed_samples: step {step} reports {samples}, more than the "
+            f"{run.consumed_samples} of the later step {run.last_step}"
+        )
+    return samples, tokens
+
+
+def _may_write(run: TrainingRun, actor, *, in_team: bool) -> None:
+    from webapp.dashboard.permissions import has_role, user_role
+
+    if actor is None or user_role(actor) == "admin":
+        return
+    if has_role(actor, "trainer") and (
+        (run.created_by_id is not None and run.created_by_id == actor.pk) or in_team
+    ):
+        return
+    raise RunPermissionError(f"run {run.pk} belongs to another user; report to your own runs")
 
 
 def _progress_counts(samples: int | None, tokens: int | None, seq_len: int) -> tuple[int, int]:
@@ -1022,12 +1119,30 @@ def _progress_counts(samples: int | None, tokens: int | None, seq_len: int) -> t
 
 
 def _run_progress_record_orm(
-    *, run_id: int, step: int, consumed_samples: int | None, consumed_tokens: int | None
+    *,
+    run_id: int,
+    step: int,
+    consumed_samples: int | None,
+    consumed_tokens: int | None,
+    actor=None,
 ) -> TrainingRun:
     with transaction.atomic():
         run = TrainingRun.objects.select_for_update().get(pk=run_id)
-        consumed_samples, consumed_tokens = _progress_counts(
-            consumed_samples, consumed_tokens, _version_seq_len(run.mixture_version_id)
+        in_team = bool(
+            actor is not None and run.team_id and actor.groups.filter(pk=run.team_id).exists()
+        )
+        _may_write(run, actor, in_team=in_team)
+        version = MixtureVersion.objects.only("num_samples", "token_budget").get(
+            pk=run.mixture_version_id
+        )
+        consumed_samples, consumed_tokens = _progress_check(
+            run,
+            step=step,
+            samples=consumed_samples,
+            tokens=consumed_tokens,
+            seq_len=_version_seq_len(run.mixture_version_id),
+            num_samples=version.num_samples,
+            token_budget=version.token_budget,
         )
         _, created = RunProgress.objects.get_or_create(
             run=run,
@@ -1046,30 +1161,51 @@ def _run_progress_record_orm(
 
 
 def _run_progress_record_sql(
-    *, run_id: int, step: int, consumed_samples: int | None, consumed_tokens: int | None
+    *,
+    run_id: int,
+    step: int,
+    consumed_samples: int | None,
+    consumed_tokens: int | None,
+    actor=None,
 ) -> TrainingRun:
     from django.db import connection
 
     run_t, prog_t = TrainingRun._meta.db_table, RunProgress._meta.db_table
     comp_t, pool_t = MixtureComponent._meta.db_table, Pool._meta.db_table
+    version_t = MixtureVersion._meta.db_table
+    from django.contrib.auth import get_user_model
+
+    member_t = get_user_model().groups.through._meta.db_table
     fields = [f.attname for f in TrainingRun._meta.concrete_fields]
     cols = ", ".join(f"r.{connection.ops.quote_name(f)}" for f in fields)
     now = timezone.now()
     with transaction.atomic(), connection.cursor() as cur:
         # 1. Lock the run: reports of one run are serialized, so the "step recorded?" test
-        #    below sees every committed report.
+        #    below sees every committed report. The same round trip reads what the checks
+        #    need: the version's seq_len and size, and whether the actor is in the run's team.
         cur.execute(
             f"SELECT {cols}, (SELECT max(p.seq_len) FROM {comp_t} c JOIN {pool_t} p"
-            f" ON p.id = c.pool_id WHERE c.version_id = r.mixture_version_id)"
-            f" FROM {run_t} r WHERE r.id = %s FOR UPDATE OF r",
-            [run_id],
+            f" ON p.id = c.pool_id WHERE c.version_id = r.mixture_version_id),"
+            f" v.num_samples, v.token_budget,"
+            f" EXISTS (SELECT 1 FROM {member_t} m WHERE m.user_id = %s AND m.group_id = r.team_id)"
+            f" FROM {run_t} r JOIN {version_t} v ON v.id = r.mixture_version_id"
+            f" WHERE r.id = %s FOR UPDATE OF r",
+            [actor.pk if actor is not None else None, run_id],
         )
         row = cur.fetchone()
         if row is None:
             raise TrainingRun.DoesNotExist(f"no run {run_id}")
-        run = TrainingRun.from_db(connection.alias, fields, row[:-1])
-        consumed_samples, consumed_tokens = _progress_counts(
-            consumed_samples, consumed_tokens, row[-1] or 0
+        run = TrainingRun.from_db(connection.alias, fields, row[:-4])
+        seq_len, num_samples, token_budget, in_team = row[-4:]
+        _may_write(run, actor, in_team=bool(in_team))
+        consumed_samples, consumed_tokens = _progress_check(
+            run,
+            step=step,
+            samples=consumed_samples,
+            tokens=consumed_tokens,
+            seq_len=seq_len or 0,
+            num_samples=num_samples or 0,
+            token_budget=token_budget or 0,
         )
         # 2. Insert the report unless its step is recorded; move the run forward only for a
         #    new report at or after its last step. One round trip.

@@ -1,12 +1,17 @@
 """The one permission helper. Roles are ordered: admin can do what an editor can, an editor
-what a viewer can. Any signed-in user is at least a viewer (login is required everywhere,
-so looking needs no group); superusers are admins."""
+what a trainer can, a trainer what a viewer can. Any signed-in user is at least a viewer
+(login is required everywhere, so looking needs no group); superusers are admins.
+
+A trainer is the least privilege a training job's token needs: it reads like a viewer and
+may register runs and report their progress, nothing else (no sources, pools, flags or
+jobs). Which runs a user may write is ``may_write_run``: its owner's, its team's (a group
+the user belongs to), or any for an admin."""
 
 from __future__ import annotations
 
 from django.core.exceptions import PermissionDenied
 
-ROLES = ("viewer", "editor", "admin")
+ROLES = ("viewer", "trainer", "editor", "admin")
 _RANK = {name: i for i, name in enumerate(ROLES)}
 
 
@@ -38,6 +43,19 @@ def has_role(user, role: str) -> bool:
         raise ValueError(f"unknown role {role!r}; roles are {', '.join(ROLES)}")
     current = user_role(user)
     return current is not None and _RANK[current] >= _RANK[role]
+
+
+def may_write_run(user, run) -> bool:
+    """Whether ``user`` may report progress to (or re-register) ``run``: its owner, a member
+    of its team, or an admin. A run nobody owns (registered by an operator's command) is
+    written by admins only."""
+    if user_role(user) == "admin":
+        return True
+    if not has_role(user, "trainer"):
+        return False
+    if run.created_by_id is not None and run.created_by_id == user.pk:
+        return True
+    return run.team_id is not None and user.groups.filter(pk=run.team_id).exists()
 
 
 def require_role(user, role: str) -> None:

@@ -1,0 +1,86 @@
+"""Every command-line failure a user can cause is one line on stderr that names the path,
+line or field, with exit status 2: never a traceback, never a half-built artifact."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from shardcore.cli import main
+from tests.support import corpora
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cli-errors")
+    records = [{"text": t, "lang": "en", "meta": {"module": m}} for m, t in corpora.docstrings(8)]
+    corpora.write_jsonl(root / "src" / "a.jsonl", records)
+    (root / "dir.jsonl").mkdir()  # a directory where a file is expected
+    (root / "notes.csv").write_text("text\nhello\n")
+    assert main(["tokenize", str(root / "src"), "--out", str(root / "tok"), "--quiet"]) == 0
+    return root
+
+
+CASES = [
+    # (name, argv with {w} for the work directory, words the one line must contain)
+    ("missing path", "tokenize {w}/nope.jsonl --out {w}/t1", ["nope.jsonl", "no such file"]),
+    ("unreadable file", "tokenize {w}/dir.jsonl --out {w}/t2", ["dir.jsonl"]),
+    ("unknown format", "tokenize {w}/notes.csv --out {w}/t3", ["notes.csv", "format"]),
+    ("bad tokenizer", "tokenize {w}/src --out {w}/t4 --tokenizer bogus", ["bogus"]),
+    (
+        "missing tokenizer file",
+        "tokenize {w}/src --out {w}/t5 --tokenizer hf:{w}/none.json",
+        ["none.json"],
+    ),  # fmt: skip
+    ("bad size", "tokenize {w}/src --out {w}/t6 --shard-size 12QB", ["--shard-size", "12QB"]),
+    ("existing output", "tokenize {w}/src --out {w}/tok", ["tok", "already"]),
+    ("bad filter", "pool {w}/tok --out {w}/p1 --seq-len 8 --filter lang=", ["filter", "lang="]),
+    (
+        "unknown property",
+        "pool {w}/tok --out {w}/p2 --seq-len 8 --filter colour>1",
+        ["colour", "known"],
+    ),  # fmt: skip
+    (
+        "unknown nested property",
+        "pool {w}/tok --out {w}/p3 --seq-len 8 --filter meta.colour>1",
+        ["colour"],
+    ),  # fmt: skip
+    (
+        "empty selection",
+        "pool {w}/tok --out {w}/p4 --seq-len 8 --filter lang='de'",
+        ["selects none", "--allow-empty"],
+    ),  # fmt: skip
+    ("bad memory", "pool {w}/tok --out {w}/p5 --seq-len 8 --memory lots", ["--memory", "lots"]),
+    ("not an artifact", "pool {w}/src --out {w}/p6 --seq-len 8", ["src", "manifest"]),
+    ("missing artifact", "verify {w}/nothing", ["nothing", "no such file"]),
+    ("missing pool", "mix --component {w}/nothing:1 --tokens 100 --out {w}/m1", ["nothing"]),
+    ("wrong kind", "mix --component {w}/tok:1 --tokens 100 --out {w}/m2", ["tok", "not a pool"]),
+    ("missing mixture", "export {w}/nothing --format json", ["nothing", "no such file"]),
+    ("locate nothing", "locate {w}/nothing --sample 1", ["nothing"]),
+    ("unknown option", "pool {w}/tok --out {w}/p7 --seq-len 8 --colour red", ["--colour"]),
+]
+
+
+@pytest.mark.parametrize("name,argv,words", CASES, ids=[c[0] for c in CASES])
+def test_it_fails_in_one_line_with_status_2(work, capsys, name, argv, words):
+    code = main(argv.format(w=work).split())
+    err = capsys.readouterr().err
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("shardyard")
+    assert "Traceback" not in err
+    for w in words:
+        assert w in lines[0], lines[0]
+    # nothing half-built is left where the output was asked for
+    for out in ("t1", "t2", "t3", "t4", "t5", "t6", "p1", "p2", "p3", "p4", "p5", "p6"):
+        assert not (work / out / "manifest.json").exists()
+
+
+def test_it_builds_an_empty_pool_only_when_asked(work, capsys):
+    args = ["pool", str(work / "tok"), "--out", str(work / "empty"), "--seq-len", "8",
+            "--filter", "lang='de'", "--quiet", "--json"]  # fmt: skip
+    assert main(args) == 2
+    assert main([*args, "--allow-empty"]) == 0
+    assert json.loads(capsys.readouterr().out)["documents"] == 0
