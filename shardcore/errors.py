@@ -15,3 +15,8 @@ class ManifestError(ShardcoreError):
 
 class InputError(ShardcoreError):
     """Bad user input: a source line, a parameter, a filter expression."""
+
+
+class CorruptDataError(FormatError):
+    """Bytes read from an artifact do not match its manifest's checksums (names the file
+    and the byte range of the first bad block)."""

@@ -35,6 +35,18 @@ def fingerprint(kind: str, *, parents: list[str] | tuple[str, ...] = (), params:
     return xxhash.xxh3_128_hexdigest(canonical_json(payload))
 
 
+def content_digest(manifest: dict[str, Any]) -> str:
+    """xxh3-128 of the manifest's file list (path, size, xxh3): what the artifact's bytes
+    are, where its fingerprint says what they were built from. A stage's fingerprint
+    includes its inputs' content digests, so an input whose bytes differ (a corrupted
+    shard, checksummed as it was) never gives an output the clean input's fingerprint."""
+    entries = manifest.get("files") or []
+    if isinstance(entries, dict):
+        entries = [{"path": rel, **entry} for rel, entry in entries.items()]
+    files = sorted((str(e.get("path")), e.get("size"), e.get("xxh3")) for e in entries)
+    return xxhash.xxh3_128_hexdigest(canonical_json(files))
+
+
 def file_checksum(path: str | os.PathLike) -> str:
     """xxh3-64 of a file's bytes, streamed."""
     h = xxhash.xxh3_64()

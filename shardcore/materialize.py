@@ -23,7 +23,7 @@ import numpy as np
 
 from shardcore import manifest as mf
 from shardcore import units, verify
-from shardcore.errors import InputError
+from shardcore.errors import InputError, ManifestError
 from shardcore.formats import IndexedWriter
 from shardcore.mixture import Mixture
 
@@ -67,10 +67,12 @@ def _run_unit(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
     for i in np.unique(pidx).tolist():
         sel = np.flatnonzero(pidx == i)
         pool = Pool(mix.pools[i]["path"])
+        entries = verify.entries_by_path(pool.manifest)
         cumulative = np.asarray(pool.cumulative, dtype=np.int64)
         shard_of = np.searchsorted(cumulative, rec[sel], side="right") - 1
         for shard in np.unique(shard_of).tolist():
             here = sel[shard_of == shard]
+            _check_records(pool, entries, shard, rec[here] - cumulative[shard], width, dtype)
             # Records of a pool shard are fixed-width rows: one fancy-indexed gather.
             rows = np.asarray(pool.reader(shard).tokens).reshape(-1, width)
             tokens[here] = rows[rec[here] - cumulative[shard]]
@@ -78,6 +80,21 @@ def _run_unit(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
     with IndexedWriter(prefix, dtype) as w:
         w.add_many(tokens.ravel(), np.full(b - a, width, dtype=np.int64))
     return {"shard": int(unit["shard"]), "records": b - a, "tokens": int(tokens.size)}
+
+
+def _check_records(pool, entries: dict, shard: int, rows: np.ndarray, width: int, dtype) -> None:
+    """Verify the blocks of the pool shard that hold ``rows`` (and its whole .idx, which
+    the reader loads) before copying them: a corrupt pool fails the unit naming the file
+    and byte range, and never reaches the copy."""
+    prefix = pool.manifest["shards"][shard]["prefix"]
+    for ext in (".idx", ".bin"):
+        if f"{prefix}{ext}" not in entries:
+            raise ManifestError(f"{pool.path}: manifest lists no {prefix}{ext}")
+    verify.check_read(pool.path, entries[f"{prefix}.idx"])
+    start = np.asarray(rows, dtype=np.int64) * (width * dtype.itemsize)
+    verify.check_read(
+        pool.path, entries[f"{prefix}.bin"], np.stack([start, start + width * dtype.itemsize], 1)
+    )
 
 
 def _finalize(plan: units.Plan, stats: list[dict[str, Any]]) -> dict[str, Any]:

@@ -536,7 +536,7 @@ def stage_blends(path: str | os.PathLike) -> tuple[dict[str, Any], list[StageBle
         first, end = int(st["first_sample"]), int(st["first_sample"]) + int(st["num_samples"])
         counts = np.bincount(d_all[:end], minlength=len(prefixes))
         used = np.flatnonzero(counts > 0)
-        remap = np.full(len(prefixes), -1, dtype=np.int64)
+        remap = np.full(len(prefixes), -1, dtype=np.int32)
         remap[used] = np.arange(used.size)
         here = np.bincount(d_all[first:end], minlength=len(prefixes))[used]
         weights = [float(c) if c > 0 else ABSENT_WEIGHT for c in here.tolist()]
@@ -619,7 +619,9 @@ def export_megatron(
                     args,
                     use_megatron=use_megatron,
                 )
-                written.append({"stage": b.name, **info})
+                written.append(
+                    {"stage": b.name, "data_args": str(out_dir / _file_name(b.name)), **info}
+                )
     text = _text(manifest, path, blends, args, seq_len, out_dir, cache, problems, written)
     if out_dir is not None:
         _save_text(out_dir / "megatron.txt", text)
@@ -708,3 +710,102 @@ def _text(manifest, path, blends, args, seq_len, out_dir, cache, problems, writt
         "# in samples (--lr-decay-samples, --lr-warmup-samples) so that it spans all stages.",
     ]
     return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------- checking
+
+
+def _flags(argv: Sequence[str]) -> dict[str, str | None]:
+    """Megatron-LM style ``--name value`` / ``--flag`` arguments; the last one wins."""
+    out: dict[str, str | None] = {}
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a.startswith("--"):
+            name, eq, val = a.partition("=")
+            if eq:
+                out[name] = val
+            elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+                # --data-path takes many values: keep them all, space-separated.
+                vals = []
+                while i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+                    vals.append(argv[i + 1])
+                    i += 1
+                out[name] = " ".join(vals)
+            else:
+                out[name] = None
+        i += 1
+    return out
+
+
+def check_trainer_args(export_dir: str | os.PathLike, argv: str | Sequence[str]) -> list[str]:
+    """Why Megatron-LM run with ``argv`` would not read the export in ``export_dir`` in
+    Shardyard's order; an empty list when it does (every keyed argument matches a stage)."""
+    import shlex
+
+    record = json.loads((Path(export_dir) / "export.json").read_text())
+    if not record.get("exact"):
+        return ["the export wrote no index cache: " + "; ".join(record.get("problems") or [])]
+    want = record["arguments"]
+    args = _flags(shlex.split(argv) if isinstance(argv, str) else list(argv))
+    problems = []
+
+    def differs(flag: str, got: Any, expected: Any) -> None:
+        if got != expected:
+            problems.append(f"{flag} {got} differs from the export's {expected}")
+
+    def number(flag: str, default: Any, kind=int) -> Any:
+        value = args.get(flag)
+        if value is None:
+            return default
+        try:
+            return kind(value)
+        except ValueError:
+            problems.append(f"{flag} {value!r} is not a number")
+            return None
+
+    differs("--seed", number("--seed", MEGATRON_DEFAULT_SEED), want["seed"])
+    differs("--seq-length", number("--seq-length", None), want["seq_length"])
+    # Megatron-LM's own default split keeps 3.1% of every prefix for validation and test.
+    differs("--split", args.get("--split", "969, 30, 1"), want["split"])
+    differs(
+        "--mid-level-dataset-surplus",
+        number("--mid-level-dataset-surplus", MEGATRON_DEFAULT_SURPLUS, float),
+        want["mid_level_dataset_surplus"],
+    )
+    tok = want["tokenizer"]
+    if tok.get("class") == "_NullTokenizer":
+        differs("--tokenizer-type", args.get("--tokenizer-type"), "NullTokenizer")
+        differs("--vocab-size", args.get("--vocab-size"), tok.get("vocab_size"))
+    elif tok.get("class") == "_HuggingFaceTokenizer":
+        differs("--tokenizer-type", args.get("--tokenizer-type"), "HuggingFaceTokenizer")
+        differs("--tokenizer-model", args.get("--tokenizer-model"), tok["tokenizer_path"][0])
+    cache = str(Path(export_dir).resolve() / CACHE_DIR)
+    got_cache = args.get("--data-cache-path")
+    differs("--data-cache-path", str(Path(got_cache).resolve()) if got_cache else None, cache)
+    if args.get("--dataloader-type") == "cyclic":
+        problems.append("--dataloader-type cyclic reads the samples in a random order")
+    for flag in ("--per-split-data-args-path", "--train-data-path", "--mock-data"):
+        if flag in args:
+            problems.append(f"{flag}: the export's cache is keyed for --data-args-path")
+    stage = None
+    if args.get("--data-args-path"):
+        path = str(Path(args["--data-args-path"]).resolve())
+        stage = next((s for s in record["stages"] if s["data_args"] == path), None)
+        if stage is None:
+            problems.append(f"--data-args-path {path} is none of the export's stage files")
+    elif args.get("--data-path"):
+        given = args["--data-path"].split()
+        for s in record["stages"]:
+            if Path(s["data_args"]).read_text().split() == given:
+                stage = s
+        if stage is None:
+            problems.append("--data-path is none of the export's stage lists")
+    else:
+        problems.append("no --data-args-path or --data-path")
+    if stage is not None:
+        samples = number("--train-samples", None)
+        if samples is None and args.get("--train-iters") and args.get("--global-batch-size"):
+            samples = number("--train-iters", 0) * number("--global-batch-size", 0)
+        differs("--train-samples", samples, stage["train_samples"])
+    return problems

@@ -647,7 +647,12 @@ def build_mixture(
     for rel in (POOL_FILE, RECORD_FILE):
         # Block checksums let ``shardyard verify`` name the corrupt byte range.
         files[rel] = verify.file_entry(out, rel)
-    fp_params = {"spec": spec.to_dict(), "pools": [p.manifest.get("fingerprint") for p in pools]}
+    fp_params = {
+        "spec": spec.to_dict(),
+        "pools": [p.manifest.get("fingerprint") for p in pools],
+        # The pools' bytes (checksums), not only what they were built from.
+        "contents": [mf.content_digest(p.manifest) for p in pools],
+    }
     counts = np.bincount(pool_idx, minlength=len(pools))
     manifest = {
         "kind": KIND,

@@ -190,7 +190,11 @@ def plan_pool(
         [f"{os.path.join(p, sh['prefix'])}.docs.parquet" for p, d in loaded for sh in d["shards"]]
     )
     for s, (path, data) in enumerate(loaded):
-        sources.append({"path": path, "fingerprint": data["fingerprint"]})
+        # "content": what the input's bytes are (its checksums), for the fingerprint and for
+        # pass 1 to check that the manifest it verifies against is the one planned with.
+        sources.append(
+            {"path": path, "fingerprint": data["fingerprint"], "content": mf.content_digest(data)}
+        )
         for j, shard in enumerate(data["shards"]):
             prefix = os.path.join(path, shard["prefix"])
             sidecar = f"{prefix}.docs.parquet"
@@ -229,6 +233,7 @@ def plan_pool(
             "(--allow-empty)"
         )
     parents = [s["fingerprint"] for s in sources]
+    contents = [s["content"] for s in sources]
     splits = {}
     first_bucket = 0
     for k, split in enumerate(SPLITS):
@@ -241,7 +246,9 @@ def plan_pool(
             "num_buckets": int(n_buckets),
             "first_bucket": first_bucket,
             "seed": int(seed) if split == "train" else _val_seed(seed),
-            "fingerprint": mf.fingerprint(KIND, parents=parents, params={**params, "split": split}),
+            "fingerprint": mf.fingerprint(
+                KIND, parents=parents, params={**params, "split": split, "inputs": contents}
+            ),
         }
         first_bucket += n_buckets
     phase1 = [{"id": f"assign-{i:05d}", "input": i} for i in range(len(inputs))]
@@ -487,6 +494,7 @@ def _run_assign(plan: units.Plan, unit: dict) -> dict:
     source = meta["sources"][spec["source"]]
     module = _shuffle_module(params["shuffle"])
     options = params["shuffle_options"]
+    _check_input(source, spec["prefix"])
     reader = IndexedReader(spec["prefix"])
     rows, table = select.select_shard(
         spec["sidecar"], params["filter"], props.type_from_text(meta.get("props_type"))
@@ -568,6 +576,19 @@ def _run_assign(plan: units.Plan, unit: dict) -> dict:
         "tokens": int(csum[-1]),
         "val_documents": int(is_val.sum()),
     }
+
+
+def _check_input(source: dict, prefix: str) -> None:
+    """Verify every block of the input shard pass 1 reads (.idx, .docs.parquet) and pass 2
+    gathers from (.bin) against its tokenized manifest, before anything is derived from
+    it: a corrupt input fails the unit naming the file and byte range."""
+    data = mf.read_manifest(source["path"])
+    if "content" in source and mf.content_digest(data) != source["content"]:
+        raise ManifestError(f"{source['path']}: its manifest changed since the pool was planned")
+    rel = os.path.relpath(prefix, source["path"])
+    verify.check_files_read(
+        source["path"], data, [f"{rel}{ext}" for ext in (".idx", ".docs.parquet", ".bin")]
+    )
 
 
 def _staging(plan: units.Plan) -> str:

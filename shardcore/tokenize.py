@@ -60,7 +60,7 @@ SHARDS_DIR = "shards"
 SAMPLES_PER_REASON = 5
 # Shardyard's own sidecar columns; the user's properties are the struct column
 # ``props`` (shardcore.props), so no property name can collide with these.
-CORE_COLUMNS = ("doc_id", "file", "line", "byte_offset", "n_tokens")
+CORE_COLUMNS = ("doc_id", "file", "line", "byte_offset", "n_tokens", "n_bytes")
 
 _BATCH_BYTES = 1 << 20  # text per tokenizer call: amortizes call overhead, bounds memory
 _CHUNK_TOKENS = 8 << 20  # tokens per part chunk before it is flushed to disk
@@ -245,6 +245,7 @@ class _PartWriter:
         self.dtype = dtype
         self.file = file
         self.chunks: list[dict[str, int]] = []
+        self.cpu = {"chunk_tokens": 0.0, "chunk_sidecars": 0.0}
         self._reset()
 
     def _reset(self) -> None:
@@ -252,6 +253,7 @@ class _PartWriter:
         self.lengths: list[np.ndarray] = []
         self.lines: list[int] = []
         self.offsets: list[int | None] = []
+        self.nbytes: list[int] = []
         self.props: list[dict[str, Any]] = []
         self.n_tokens = 0
 
@@ -262,6 +264,7 @@ class _PartWriter:
         for d in docs:
             self.lines.append(d.line)
             self.offsets.append(d.byte_offset)
+            self.nbytes.append(d.nbytes)
             self.props.append(d.props)
         if self.n_tokens >= _CHUNK_TOKENS or len(self.lines) >= _CHUNK_DOCS:
             self.flush()
@@ -274,23 +277,28 @@ class _PartWriter:
 
         from shardcore import props
 
+        c0 = time.process_time()
         self.dir.mkdir(parents=True, exist_ok=True)
         stem = self.dir / f"c{len(self.chunks):05d}"
         tokens = np.concatenate(self.tokens).astype(self.dtype, copy=False)
         lengths = np.concatenate(self.lengths).astype(np.int32)
         tokens.tofile(f"{stem}.bin")
         np.save(f"{stem}.len.npy", lengths)
+        c1 = time.process_time()
+        self.cpu["chunk_tokens"] += c1 - c0
         n = len(self.lines)
         cols = {
             "file": pa.array([self.file] * n, type=pa.string()),
             "line": pa.array(self.lines, type=pa.int64()),
             "byte_offset": pa.array(self.offsets, type=pa.int64()),
             "n_tokens": pa.array(lengths, type=pa.int32()),
+            "n_bytes": pa.array(self.nbytes, type=pa.int64()),
         }
         user = props.to_arrow(self.props)
         if user is not None:
             cols[props.PROPS] = user
         pq.write_table(pa.table(cols), f"{stem}.docs.parquet")
+        self.cpu["chunk_sidecars"] += time.process_time() - c1
         self.chunks.append({"documents": n, "tokens": int(tokens.size)})
         self._reset()
 
@@ -335,15 +343,19 @@ def _run_tokenize(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
     docs: list = []
     batch_bytes = 0
     documents = tokens = text_bytes = 0
-    encode_cpu = 0.0
+    encode_cpu = place_cpu = 0.0
+    unit_cpu0 = time.process_time()
     ref_docs0 = getattr(tok, "reference_documents", 0)
+    reloads0 = getattr(tok, "reloads", 0)
 
     def run_batch() -> None:
-        nonlocal texts, docs, batch_bytes, documents, tokens, text_bytes, encode_cpu
+        nonlocal texts, docs, batch_bytes, documents, tokens, text_bytes, encode_cpu, place_cpu
         c0 = time.process_time()
         flat, lengths = tok.encode_flat(texts)
-        encode_cpu += time.process_time() - c0
+        c1 = time.process_time()
         toks, lengths = _place(flat, lengths, dtype, eos, bos)
+        encode_cpu += c1 - c0
+        place_cpu += time.process_time() - c1
         writer.add(toks, lengths, docs)
         documents += len(docs)
         tokens += toks.size
@@ -392,8 +404,22 @@ def _run_tokenize(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
         "engine": tok.engine,
         # Documents the fast engine handed to the reference (they spell a special token).
         "reference_documents": getattr(tok, "reference_documents", 0) - ref_docs0,
+        "engine_reloads": getattr(tok, "reloads", 0) - reloads0,
+        # CPU seconds by stage; "read_parse" (reading, decompressing, JSON parsing,
+        # extracting text and properties) is what the others leave of the unit's CPU.
+        "cpu": _stage_cpu(
+            time.process_time() - unit_cpu0,
+            {"encode": encode_cpu, "place": place_cpu, **writer.cpu},
+            rest="read_parse",
+        ),
         "bad": bad.reasons,
     }
+
+
+def _stage_cpu(total: float, parts: dict[str, float], *, rest: str) -> dict[str, float]:
+    out = {k: round(v, 3) for k, v in parts.items()}
+    out[rest] = round(max(total - sum(parts.values()), 0.0), 3)
+    return out
 
 
 # ---------------------------------------------------------------- phase 2: assemble
@@ -504,6 +530,8 @@ def _run_assemble(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
     from shardcore import props
     from shardcore.verify import file_entry
 
+    cpu = {"copy": 0.0, "checksums": 0.0}
+    unit_cpu0 = time.process_time()
     lo_tok, hi_tok = mine[0]["tok0"], mine[-1]["tok0"] + mine[-1]["tokens"]
     # Shard k starts at token k * per_shard; this unit owns the starts in [lo_tok, hi_tok).
     first_k = -(-lo_tok // per_shard)
@@ -531,7 +559,9 @@ def _run_assemble(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
             for c, stem, lengths, starts, a, b in pieces:
                 t0 = int(starts[a] - c["tok0"])
                 t1 = int(starts[b - 1] - c["tok0"] + lengths[b - 1])
+                c0 = time.process_time()
                 w.add_file_range(Path(f"{stem}.bin"), t0, t1, lengths[a:b])
+                cpu["copy"] += time.process_time() - c0
                 t = pq.read_table(f"{stem}.docs.parquet").slice(a, b - a)
                 line = t["line"].to_numpy() + np.int64(line_base[c["part"]])
                 t = t.set_column(t.column_names.index("line"), "line", pa.array(line))
@@ -545,6 +575,9 @@ def _run_assemble(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
         pq.write_table(table, tmp)
         os.replace(tmp, side)
         rel = f"{SHARDS_DIR}/{name}"
+        c0 = time.process_time()
+        entries = [file_entry(out, f"{rel}{ext}") for ext in (".bin", ".idx", ".docs.parquet")]
+        cpu["checksums"] += time.process_time() - c0
         shards.append(
             {
                 "index": k,
@@ -552,12 +585,15 @@ def _run_assemble(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
                 "documents": int(table.num_rows),
                 "tokens": int(w.num_tokens),
                 "first_doc_id": int(table["doc_id"][0].as_py()),
-                "files": [
-                    file_entry(out, f"{rel}{ext}") for ext in (".bin", ".idx", ".docs.parquet")
-                ],
+                "files": entries,
             }
         )
-    return {"kind": "assemble", "shards": shards}
+    parts = {"copy": cpu["copy"], "checksums": cpu["checksums"]}
+    return {
+        "kind": "assemble",
+        "shards": shards,
+        "cpu": _stage_cpu(time.process_time() - unit_cpu0, parts, rest="sidecars"),
+    }
 
 
 def _run_unit(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:

@@ -108,6 +108,11 @@ def property_stats(
     if fields is None or not list(fields):
         fields = [f.name for f in props.props_type(table.schema)] if table.num_rows else []
     n_tokens = table.column("n_tokens").combine_chunks().cast(pa.int64())
+    n_bytes = (  # UTF-8 bytes of the text; sidecars of format 1 did not record them
+        table.column("n_bytes").combine_chunks().cast(pa.int64())
+        if "n_bytes" in table.column_names
+        else pa.nulls(table.num_rows, pa.int64())
+    )
     by_property: dict[str, dict[str, dict[str, int]]] = {}
     for name in fields:
         col = props.column(table, name)
@@ -125,18 +130,19 @@ def property_stats(
             )
         labels = pc.fill_null(col.cast(pa.string()), "(absent)")
         grouped = (
-            pa.table({"v": labels, "t": n_tokens})
+            pa.table({"v": labels, "t": n_tokens, "b": n_bytes})
             .group_by("v")
-            .aggregate([("v", "count"), ("t", "sum")])
+            .aggregate([("v", "count"), ("t", "sum"), ("b", "sum")])
             .sort_by([("v_count", "descending"), ("v", "ascending")])
             .slice(0, top)
         )
         by_property[name] = {
-            str(v): {"documents": int(n), "tokens": int(t or 0), "bytes": 0}
-            for v, n, t in zip(
+            str(v): {"documents": int(n), "tokens": int(t or 0), "bytes": int(b or 0)}
+            for v, n, t, b in zip(
                 grouped["v"].to_pylist(),
                 grouped["v_count"].to_pylist(),
                 grouped["t_sum"].to_pylist(),
+                grouped["b_sum"].to_pylist(),
                 strict=True,
             )
         }

@@ -249,6 +249,17 @@ class HFTokenizer(_Base):
 
 
 _EMPTY = np.zeros(0, dtype=np.uint32)
+# Growth of the process (MB) after which the fast engine's encode cache is dropped.
+CACHE_LIMIT_MB = 256
+
+
+def _rss_mb() -> float:
+    """The process's resident memory now (Linux; 0 where /proc is absent)."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * (os.sysconf("SC_PAGE_SIZE") / 2**20)
+    except (OSError, ValueError):
+        return 0.0
 
 
 @functools.cache
@@ -305,6 +316,20 @@ class FastTokenizer:
         for name in ("spec", "fingerprint", "vocab_size", "eos_id", "bos_id"):
             setattr(self, name, getattr(ref, name))
         self.reference_documents = 0  # documents given to the reference, for the stats
+        self.reloads = 0
+        self._rss0 = _rss_mb()
+
+    def _bound_memory(self) -> None:
+        """gigatoken caches the encoding of every piece of text it has seen, without a
+        bound (about 7 MB per MB of never-seen text in the worst case; little on real
+        text, where words repeat). When the process has grown by more than
+        ``CACHE_LIMIT_MB`` since the backend was loaded, load a fresh one: the old cache is
+        freed and memory stays bounded over any input, at the cost of one load (~0.4 s)."""
+        if _rss_mb() - self._rss0 > CACHE_LIMIT_MB:
+            self._backend = None
+            self._backend = self.ref.fast_backend().backend
+            self.reloads += 1
+            self._rss0 = _rss_mb()
 
     def describe(self) -> dict:
         return self.ref.describe()
@@ -318,6 +343,7 @@ class FastTokenizer:
     def _fast(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         import awkward as ak
 
+        self._bound_memory()
         layout = ak.to_layout(self._backend.encode_batch(texts, parallel=False))
         offsets = np.asarray(layout.offsets.data)
         flat = layout.content.data[offsets[0] : offsets[-1]]

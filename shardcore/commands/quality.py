@@ -56,7 +56,8 @@ def run(args: argparse.Namespace) -> int:
     for n, mx, p99, ideal in zip(
         w["window_sizes"], w["max_all"], w["p99_all"], w["ideal_all"], strict=True
     ):
-        print(f"{n:>8} {mx:>10.5f} {p99:>10.5f} {ideal:>10.5f} {mx / ideal:>10.2f}")
+        ratio = f"{mx / ideal:>10.2f}" if ideal else f"{'-':>10}"  # one value: no deviation
+        print(f"{n:>8} {mx:>10.5f} {p99:>10.5f} {ideal:>10.5f} {ratio}")
     b = report["batches"]
     print(
         f"distinct values per batch of {b['batch_size']}: worst {b['worst']}, best "

@@ -143,19 +143,22 @@ def test_it_downloads_trainer_configs_of_a_built_mixture(login, catalog, tmp_pat
     )
     c = login("viewer")
     base = f"/mixtures/versions/{catalog['version'].pk}/export"
-    resp = c.get(f"{base}/megatron/")
-    assert resp.status_code == 200
-    assert 'filename="base-mix-v1-megatron.txt"' in resp["Content-Disposition"]
-    assert "--data-path" in resp.content.decode()
-    # A reader's GET writes nothing; an editor's POST writes the file once and records it.
+    # A reader's GET writes nothing: Megatron's export (with its index cache) is written by
+    # an editor's POST, once, and recorded; then anyone downloads it.
+    assert c.get(f"{base}/megatron/").status_code == 404
     assert not Export.objects.exists() and not (out / "exports").exists()
     assert c.post(f"{base}/megatron/").status_code == 403
     editor = login("editor")
     recorded = editor.post(f"{base}/megatron/")
-    assert b"".join(recorded.streaming_content).decode() == resp.content.decode()
+    assert recorded.status_code == 200
+    resp = c.get(f"{base}/megatron/")
+    assert resp.status_code == 200
+    assert 'filename="base-mix-v1-megatron.txt"' in resp["Content-Disposition"]
+    text = b"".join(resp.streaming_content).decode()
+    assert "--data-path" in text
+    assert b"".join(recorded.streaming_content).decode() == text
     export = Export.objects.get(version=catalog["version"], format=Export.Format.MEGATRON)
     assert export.path == str(out / "exports" / "megatron.txt")
-    assert c.get(f"{base}/megatron/").status_code == 200
     assert editor.post(f"{base}/megatron/").status_code == 200
     assert Export.objects.filter(version=catalog["version"]).count() == 1
     assert "stages" in c.get(f"{base}/json/").content.decode()

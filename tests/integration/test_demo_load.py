@@ -6,16 +6,17 @@ from __future__ import annotations
 import pytest
 from django.core.management import call_command
 
+from tests.integration.dashboard_fixtures import login, users
 from tests.integration.test_jobs_workers import catalog_env
 from webapp.catalog.models import ArtifactStatus, Mixture, Pool, Source, TokenizedSource
 from webapp.jobs.models import Job
 
 pytestmark = pytest.mark.services
-__all__ = ["catalog_env"]
+__all__ = ["catalog_env", "login", "users"]
 
 
 def test_it_loads_the_demo_through_tokenize_pool_and_mixture(
-    postgres, redis_url, celery_workers, catalog_env, capsys
+    postgres, redis_url, celery_workers, catalog_env, capsys, login
 ):
     celery_workers("demo")
     argv = [
@@ -44,6 +45,19 @@ def test_it_loads_the_demo_through_tokenize_pool_and_mixture(
     assert stages == {"main", "anneal"}
     out = capsys.readouterr().out
     assert "[demo] demo ready" in out
+
+    # Every chart of the demo's source and pool pages, and the version's composition and
+    # epochs, has data: an empty chart is a bug (a library upgrade once emptied them all).
+    client = login("viewer")
+    pages = [(f"/sources/{s.pk}/", ("composition_figure", "length_figure"))
+             for s in Source.objects.all()]  # fmt: skip
+    pages += [(f"/pools/{p.pk}/", ("deviation_figure",)) for p in pools]
+    pages += [(f"/mixtures/versions/{version.pk}/", ("epochs_figure", "heatmap_figure"))]
+    for url, figures in pages:
+        page = client.get(url)
+        assert page.status_code == 200, url
+        for name in figures:
+            assert page.context[name]["data"], f"{url}: {name} is empty"
 
     jobs = Job.objects.count()
     call_command(*argv)

@@ -141,3 +141,18 @@ def test_it_round_trips_properties_named_like_every_internal_column(tmp_path):
     assert main(["pool", str(tmp_path / "tok"), "--out", str(tmp_path / "pool2"),
                  "--seq-len", "64", "--quiet", "--filter", "_doc.n_tokens > 100"]) == 0  # fmt: skip
     assert all(d["n_tokens"] > 100 for d in Pool(tmp_path / "pool2").documents.to_pylist())
+
+
+def test_it_filters_lists_and_labels_by_shardyards_own_columns(tmp_path, capsys):
+    corpus = corpora.the_stack()
+    src = corpus.write(tmp_path / "src")
+    tok, pool = tmp_path / "tok", tmp_path / "pool"
+    assert main(["tokenize", str(src), "--out", str(tok), "--text-field", "content",
+                 "--quiet"]) == 0  # fmt: skip
+    expr = "list_contains(max_stars_repo_licenses, 'PSF-2.0') AND _doc.n_tokens > 10"
+    assert main(["pool", str(tok), "--out", str(pool), "--seq-len", "64", "--quiet",
+                 "--filter", expr]) == 0  # fmt: skip
+    assert len(Pool(pool).documents) == len(corpus.records())
+    assert main(["quality", str(pool), "--by", "_doc.source"]) == 0  # one value: no deviation
+    assert main(["quality", str(pool), "--by", "lang"]) == 0
+    assert "2 values of 'lang'" in capsys.readouterr().out

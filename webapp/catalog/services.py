@@ -828,9 +828,10 @@ def _export_target(
     return fmt, version, core_fmt, Path(version.path) / "exports" / name, options
 
 
-# Formats whose export writes files beside the config (nanotron: the pools' view folders):
-# only recorded by an editor, never computed for a reader's GET.
-EXPORT_WRITES_FILES = {Export.Format.NANOTRON}
+# Formats whose export writes files beside the config (Megatron: data-args files and the
+# index cache; nanotron: the pools' view folders): only written by an editor, never
+# computed for a reader's GET.
+EXPORT_WRITES_FILES = {Export.Format.MEGATRON, Export.Format.NANOTRON}
 
 
 def mixture_version_export_find(
@@ -1012,6 +1013,10 @@ def run_register(
                     )
                 ]
             )
+            if version.corruptions.exists():
+                from webapp.catalog.scrub import corruption_refresh
+
+                corruption_refresh()
     return run
 
 
@@ -1438,9 +1443,12 @@ def flag_propagate(*, flag_id: int) -> int:
 def taint_refresh(*, source_ids: Iterable[int] | None = None) -> int:
     """Recompute the taint of every flag (of the given sources): new artifacts and runs
     built from flagged data are tainted as soon as they are recorded."""
+    from webapp.catalog.scrub import corruption_refresh
+
     flags = Flag.objects.all()
     if source_ids is not None:
         flags = flags.filter(source_id__in=list(source_ids))
+    corruption_refresh()  # corrupt inputs mark what is built from them the same way
     return sum(flag_propagate(flag_id=pk) for pk in flags.values_list("pk", flat=True))
 
 
