@@ -18,6 +18,7 @@ from tests.support.services import wait_for
 from webapp.catalog import services
 from webapp.catalog.models import ArtifactStatus, Corruption, Export
 from webapp.jobs.models import Job, JobState
+from webapp.jobs.services import job_retry
 
 pytestmark = pytest.mark.services
 __all__ = ["catalog_env"]
@@ -55,16 +56,19 @@ def _catalog(catalog_env: Path, celery_workers):
     return ts, pool, version, run
 
 
+# Workers started with these sweep every second and scrub when the last scrub is more than
+# a second old.
+SCRUBBING = (
+    ("SHARDYARD_SCRUB_INTERVAL", "1"),
+    ("SHARDYARD_SWEEP_INTERVAL", "1"),
+    ("SHARDYARD_UNIT_HEARTBEAT", "1"),
+    ("SHARDYARD_UNIT_LEASE", "10"),
+)
+
+
 @pytest.fixture
 def scrubbing(monkeypatch):
-    """Workers started from here sweep every second and scrub when the last scrub is
-    more than a second old."""
-    for name, value in (
-        ("SHARDYARD_SCRUB_INTERVAL", "1"),
-        ("SHARDYARD_SWEEP_INTERVAL", "1"),
-        ("SHARDYARD_UNIT_HEARTBEAT", "1"),
-        ("SHARDYARD_UNIT_LEASE", "10"),
-    ):
+    for name, value in SCRUBBING:
         monkeypatch.setenv(name, value)
 
 
@@ -77,8 +81,8 @@ def _page(client, django_user_model, url: str) -> str:
 
 
 def test_it_scrubs_on_schedule_marks_a_corrupt_pool_and_what_was_built_from_it(
-    postgres, redis_url, celery_workers, catalog_env, scrubbing, tmp_path, client,
-    django_user_model,
+    postgres, redis_url, celery_workers, catalog_env, tmp_path, client, django_user_model,
+    monkeypatch,
 ):  # fmt: skip
     ts, pool, version, run = _catalog(catalog_env, celery_workers)
     clean = tmp_path / "clean-copy"
@@ -87,6 +91,17 @@ def test_it_scrubs_on_schedule_marks_a_corrupt_pool_and_what_was_built_from_it(
     victim = victim.with_suffix(".bin")
     _flip(victim, 1000)
 
+    # Before any scrub: a materialization reads the bad block and fails naming the file
+    # and byte range; no copy is recorded.
+    reader = celery_workers("reader")
+    job = wait_job(services.mixture_version_materialize(version_id=version.pk).pk)
+    assert job.state == JobState.FAILED, job.log_tail + reader.log()
+    assert f"{victim}: checksum mismatch in bytes [0, " in job.error, job.error
+    assert not Export.objects.filter(version=version, status=ArtifactStatus.READY).exists()
+    reader.stop()
+
+    for name, value in SCRUBBING:
+        monkeypatch.setenv(name, value)
     worker = celery_workers("scrubber")  # nobody starts a scrub: its sweeper does
     found = wait_for(
         lambda: Corruption.objects.filter(pool=pool, cause=None).first(),
@@ -112,25 +127,28 @@ def test_it_scrubs_on_schedule_marks_a_corrupt_pool_and_what_was_built_from_it(
         page = _page(client, django_user_model, url)
         assert 'id="corruption"' in page and "pool p-prose (train)" in page, url
         assert f"run {run.name}" in page and rel in page, url
+    # Nothing new is built on marked data.
+    with pytest.raises(
+        services.CatalogError, match=r"blend v1 is marked corrupt \(built from pool p-prose"
+    ):
+        services.mixture_version_materialize(version_id=version.pk)
+    with pytest.raises(services.CatalogError, match="is marked corrupt"):
+        services.mixture_version_create(
+            mixture_id=version.mixture_id,
+            components=[{"pool": pool.pk, "weight": 1.0}],
+            token_budget=50_000,
+        )
 
-    # A materialization reads the bad block: it fails naming the file and byte range,
-    # and no copy is recorded.
-    job = wait_job(services.mixture_version_materialize(version_id=version.pk).pk)
-    assert job.state == JobState.FAILED
-    assert f"{victim}: checksum mismatch in bytes [0, " in job.error, job.error
-    assert not Export.objects.filter(version=version, status=ArtifactStatus.READY).exists()
-
-    # Restored from a copy: the next scrub clears the marks, the copy matches a clean one.
+    # Restored from a copy: the next scrub clears the marks; the failed materialization,
+    # retried, makes a copy byte-identical to a clean one.
     _flip(victim, 1000)
     wait_for(lambda: not Corruption.objects.exists(), timeout=180, what="the marks to clear")
     assert 'id="corruption"' not in _page(client, django_user_model, f"/pools/{pool.pk}/")
-    job = Job.objects.get(pk=job.pk)
-    from webapp.jobs.services import job_retry
-
     job_retry(job_id=job.pk)
     job = wait_job(job.pk)
     assert job.state == JobState.SUCCEEDED, job.log_tail + worker.log()
     copy = Export.objects.get(version=version, format=Export.Format.MATERIALIZED)
+    assert copy.status == ArtifactStatus.READY
     for shard in sorted((clean / "shards").iterdir()):
         assert (Path(copy.path) / "shards" / shard.name).read_bytes() == shard.read_bytes()
 

@@ -443,6 +443,7 @@ def pool_build(
     not_ready = [str(t.pk) for t in parents if t.status != ArtifactStatus.READY]
     if not_ready:
         raise CatalogError(f"tokenized source(s) {', '.join(not_ready)} are not built")
+    _refuse_corrupt(parents)
     out = _artifact_dir("pools", name)
     try:
         plan = plan_pool(
@@ -598,6 +599,7 @@ def mixture_version_create(
     if not components:
         raise CatalogError("a mixture version needs at least one component")
     pools = {p.pk: p for p in Pool.objects.filter(pk__in=[c["pool"] for c in components])}
+    _refuse_corrupt(pools.values())
     by_stage: dict[str, list[dict[str, Any]]] = {}
     for c in components:
         pool = pools.get(c["pool"])
@@ -739,6 +741,25 @@ def _version_built(version: MixtureVersion) -> bool:
     return bool(version.manifest_path) and Path(version.manifest_path).exists()
 
 
+def _refuse_corrupt(artifacts) -> None:
+    """Build nothing on an artifact the scrub marked corrupt (or built from corrupt data):
+    the error names it and its first problem."""
+    from webapp.catalog.models import Corruption
+
+    for artifact in artifacts:
+        field = {
+            TokenizedSource: "tokenized_source",
+            Pool: "pool",
+            MixtureVersion: "mixture_version",
+        }[type(artifact)]
+        found = Corruption.objects.filter(**{field: artifact}).first()
+        if found is not None:
+            raise CatalogError(
+                f"{artifact} is marked corrupt ({found.problem}); restore its files and let "
+                "the next scrub clear the mark (manage.py catalog scrub) before building on it"
+            )
+
+
 def _built_version(version_id: int) -> MixtureVersion:
     version = MixtureVersion.objects.select_related("mixture").filter(pk=version_id).first()
     if version is None:
@@ -874,6 +895,7 @@ def mixture_version_materialize(
     from webapp.jobs.services import job_create
 
     version = _built_version(version_id)
+    _refuse_corrupt([version])
     with transaction.atomic():
         MixtureVersion.objects.select_for_update().filter(pk=version.pk).first()
         current = (
