@@ -460,7 +460,12 @@ def _resume_context(run) -> dict:
         return {"resume": None, "resume_error": f"No resume position: {e}"}
     shown = ("stage", "pool", "epoch", "shard", "shard_prefix", "record_in_shard", "token_offset")
     resume = {k: position[k] for k in shown if k in position}
-    return {"resume": resume, "snippet": loader_snippet(position)}
+    snippet = loader_snippet(position)
+    from pathlib import Path
+
+    if Path(run.mixture_version.path, "manifest.json").is_file():
+        snippet += stream_snippet(run.mixture_version.path, position["sample"])
+    return {"resume": resume, "snippet": snippet}
 
 
 # --- sources ----------------------------------------------------------------------------
@@ -893,6 +898,18 @@ def loader_snippet(position: dict) -> str:
         f"pool, shard {position['shard']}, record {position['record_in_shard']} in it\n"
         f"start_record = {position['record']}\n"
         f"token_offset = {position.get('token_offset', 0)}  # tokens consumed of that record\n"
+    )
+
+
+def stream_snippet(mixture_path: str, sample: int) -> str:
+    """Python that streams the mixture from ``sample`` on with ``shardcore.loader``."""
+    return (
+        "\n# Or stream the mixture from there, exactly, with any world size and workers:\n"
+        "from shardcore.loader import ShardyardIterableDataset, ShardyardLoader, resume_state\n"
+        f"path = {str(mixture_path)!r}\n"
+        "dataset = ShardyardIterableDataset(path, rank=0, world_size=1)  # your rank, world size\n"
+        f"dataset.load_state_dict(resume_state(path, next_sample={int(sample)}))\n"
+        "loader = ShardyardLoader(dataset, batch_size=8)  # your per-rank batch size\n"
     )
 
 
