@@ -122,6 +122,7 @@ class RunSerializer(serializers.ModelSerializer):
     # Ids, not names: the progress answer costs no extra query.
     owner = serializers.IntegerField(source="created_by_id", read_only=True, allow_null=True)
     team = serializers.IntegerField(source="team_id", read_only=True, allow_null=True)
+
     class Meta:
         model = TrainingRun
         fields = [

@@ -163,7 +163,9 @@ def _list_files(uri: str) -> list[tuple[str, str, int]]:
         except Exception as exc:  # noqa: BLE001 - botocore/s3fs raise many kinds
             # Missing credentials, an unknown bucket, a refused connection: the location
             # cannot be read, which is the user's to fix, never a server error.
-            raise SourcePathError(f"{uri}: cannot list files: {type(exc).__name__}: {exc}") from None
+            raise SourcePathError(
+                f"{uri}: cannot list files: {type(exc).__name__}: {exc}"
+            ) from None
         out = []
         for key, info in found:
             if readers.is_supported(key):
@@ -219,9 +221,7 @@ def source_scan(*, source_id: int) -> Source:
                     docs += 1
         except Exception as exc:  # noqa: BLE001 - a file that cannot be opened at all
             msg = f"{rel}: cannot read: {type(exc).__name__}: {exc}"
-            Source.objects.filter(pk=source.pk).update(
-                status=Source.Status.FAILED, scan_error=msg
-            )
+            Source.objects.filter(pk=source.pk).update(status=Source.Status.FAILED, scan_error=msg)
             raise SourcePathError(msg) from None
         rows.append(
             SourceFile(
@@ -256,26 +256,53 @@ def source_scan(*, source_id: int) -> Source:
 # --- tokenizers and tokenized sources ---------------------------------------------------
 
 
-def tokenizer_ensure(*, spec: str) -> Tokenizer:
-    """The catalog row of a tokenizer spec, loading it once to learn its fingerprint."""
-    from shardcore.errors import InputError
+def limited(fn, /, *args, what: str, **kwargs):
+    """``fn(*args, **kwargs)`` in a child process with the planning limits
+    (``settings.PLAN_SECONDS``, ``PLAN_MEMORY_MB``): user input never runs in the web
+    process itself. A limit exceeded is a CatalogError."""
+    from shardcore.sandbox import LimitError, run_limited
+
+    try:
+        return run_limited(
+            fn,
+            args,
+            kwargs,
+            seconds=settings.PLAN_SECONDS,
+            memory=settings.PLAN_MEMORY_MB << 20,
+            what=what,
+        )
+    except LimitError as exc:
+        raise CatalogError(f"{exc} (SHARDYARD_PLAN_SECONDS / SHARDYARD_PLAN_MEMORY_MB)") from None
+
+
+def _tokenizer_facts(spec: str) -> dict[str, Any]:
     from shardcore.tokenizers import load_tokenizer
 
+    tok = load_tokenizer(spec)
+    return {"fingerprint": tok.fingerprint, "vocab_size": tok.vocab_size, "eos_id": tok.eos_id}
+
+
+def tokenizer_spec_check(*, spec: str) -> str:
+    try:
+        return guards.tokenizer_spec_check(spec)
+    except guards.GuardError as exc:
+        raise CatalogError(str(exc)) from None
+
+
+def tokenizer_ensure(*, spec: str) -> Tokenizer:
+    """The catalog row of a tokenizer spec, loading it once (in a limited child process)
+    to learn its fingerprint. hf: paths only from ``settings.TOKENIZER_ROOTS``."""
+    from shardcore.errors import InputError
+
+    spec = tokenizer_spec_check(spec=spec)
     existing = Tokenizer.objects.filter(spec=spec).first()
     if existing is not None:
         return existing
     try:
-        tok = load_tokenizer(spec)
+        facts = limited(_tokenizer_facts, spec, what=f"loading tokenizer {spec!r}")
     except (InputError, ValueError, OSError) as exc:
         raise CatalogError(f"tokenizer {spec!r}: {exc}") from exc
-    row, _ = Tokenizer.objects.get_or_create(
-        spec=spec,
-        defaults={
-            "fingerprint": tok.fingerprint,
-            "vocab_size": tok.vocab_size,
-            "eos_id": tok.eos_id,
-        },
-    )
+    row, _ = Tokenizer.objects.get_or_create(spec=spec, defaults=facts)
     return row
 
 
@@ -306,12 +333,16 @@ def tokenized_source_build(
 
     source = Source.objects.get(pk=source_id)
     tok = tokenizer_ensure(spec=tokenizer or DEFAULT_TOKENIZER)
+    running = _tokenizing(source, tok)
+    if running is not None:
+        return running  # a launch while the same one runs answers the running one
     files = source_file_urls(source=source)  # checks the roots again: files may have moved
     if not files:
         raise CatalogError(f"source {source.name} has no readable files")
     out = _artifact_dir("tokenized", source.name)
     try:
-        plan = plan_tokenize(
+        plan = limited(
+            plan_tokenize,
             [url for _rel, url, _size in files],
             str(out),
             tokenizer=tok.spec,
@@ -319,10 +350,17 @@ def tokenized_source_build(
             text_field=source.text_field,
             shard_size=shard_size,
             unit_bytes=unit_bytes,
+            what=f"planning the tokenization of {source.name}",
         )
     except (InputError, ValueError) as exc:
         raise CatalogError(f"cannot tokenize {source.name}: {exc}") from exc
     with transaction.atomic():
+        # Launches of one source are serialized: the second of two concurrent ones sees
+        # the first's row and answers it.
+        Source.objects.select_for_update().get(pk=source.pk)
+        running = _tokenizing(source, tok)
+        if running is not None:
+            return running
         job = job_create(
             plan=plan,
             title=f"tokenize {source.name} with {tok.spec}",
@@ -337,6 +375,22 @@ def tokenized_source_build(
             job=job,
             created_by=created_by,
         )
+
+
+def _tokenizing(source: Source, tok: Tokenizer) -> TokenizedSource | None:
+    """The source's tokenization with ``tok`` whose job is still queued or running."""
+    from webapp.jobs.models import ACTIVE_JOB_STATES
+
+    return (
+        TokenizedSource.objects.filter(
+            source=source,
+            tokenizer=tok,
+            status=ArtifactStatus.BUILDING,
+            job__state__in=ACTIVE_JOB_STATES,
+        )
+        .order_by("-pk")
+        .first()
+    )
 
 
 def tokenized_source_record(*, job, manifest: dict | None) -> None:
@@ -435,9 +489,16 @@ def pool_build(
     validation pool is recorded beside it when the job succeeds)."""
     from shardcore.errors import InputError
     from shardcore.pool import plan_pool
+    from shardcore.select import filter_parse
     from webapp.jobs.services import job_create
 
     name = _name(name, "pool name")
+    filter = (filter or "").strip() or None
+    if filter is not None:
+        try:
+            filter_parse(filter)  # the web request validates; evaluating is the child's
+        except InputError as exc:
+            raise CatalogError(f"filter: {exc}") from None
     parents = list(TokenizedSource.objects.filter(pk__in=list(tokenized_ids)).order_by("pk"))
     if not parents:
         raise CatalogError("a pool needs at least one tokenized source")
@@ -445,22 +506,37 @@ def pool_build(
     if not_ready:
         raise CatalogError(f"tokenized source(s) {', '.join(not_ready)} are not built")
     _refuse_corrupt(parents)
+    same = {"name": name, "filter": filter or "", "seq_len": seq_len, "shuffle": shuffle,
+            "seed": seed, "val_fraction": val_fraction}  # fmt: skip
+    running = _pool_building(parents, same)
+    if running is not None:
+        return running  # a launch while the same one runs answers the running one
     out = _artifact_dir("pools", name)
     try:
-        plan = plan_pool(
+        # Reading every sidecar through the filter: in a child process with time and
+        # memory limits (DuckDB's own memory limit applies inside it as well).
+        plan = limited(
+            plan_pool,
             [t.path for t in parents],
             str(out),
             seq_len=seq_len,
-            filter=filter or None,
+            filter=filter,
             shuffle=shuffle,
             seed=seed,
             memory=memory,
             val_fraction=val_fraction,
             shard_size=shard_size,
+            what=f"planning pool {name!r}",
         )
     except (InputError, ValueError) as exc:
         raise CatalogError(f"cannot build pool {name!r}: {exc}") from exc
     with transaction.atomic():
+        # Launches over the same inputs are serialized: the second of two concurrent
+        # identical ones sees the first's row and answers it.
+        list(TokenizedSource.objects.select_for_update().filter(pk__in=[t.pk for t in parents]))
+        running = _pool_building(parents, same)
+        if running is not None:
+            return running
         job = job_create(
             plan=plan,
             title=f"pool {name}",
@@ -478,6 +554,32 @@ def pool_build(
         )
         pool.parents.set(parents)
     return pool
+
+
+def _pool_building(parents: list[TokenizedSource], same: dict[str, Any]) -> Pool | None:
+    """A train pool over exactly ``parents`` with the same name and parameters whose job
+    is still queued or running."""
+    from webapp.jobs.models import ACTIVE_JOB_STATES
+
+    want = sorted(t.pk for t in parents)
+    candidates = Pool.objects.filter(
+        name=same["name"],
+        split=Pool.Split.TRAIN,
+        status=ArtifactStatus.BUILDING,
+        filter=same["filter"],
+        seq_len=same["seq_len"],
+        job__state__in=ACTIVE_JOB_STATES,
+    ).prefetch_related("parents")
+    for pool in candidates.order_by("-pk"):
+        params = pool.params or {}
+        if (
+            sorted(p.pk for p in pool.parents.all()) == want
+            and params.get("shuffle") == same["shuffle"]
+            and params.get("seed") == same["seed"]
+            and params.get("val_fraction") == same["val_fraction"]
+        ):
+            return pool
+    return None
 
 
 def _pool_fill(pool: Pool, manifest: dict) -> None:
@@ -550,9 +652,7 @@ def mixture_create(*, name: str, description: str = "", created_by=None) -> Mixt
         raise CatalogError(f"a mixture named {name!r} already exists")
     try:
         with transaction.atomic():
-            return Mixture.objects.create(
-                name=name, description=description, created_by=created_by
-            )
+            return Mixture.objects.create(name=name, description=description, created_by=created_by)
     except IntegrityError:
         raise CatalogError(f"a mixture named {name!r} already exists") from None
 
@@ -566,9 +666,7 @@ def mixture_get_or_create(*, name: str, description: str = "", created_by=None) 
         return existing
     try:
         with transaction.atomic():
-            return Mixture.objects.create(
-                name=name, description=description, created_by=created_by
-            )
+            return Mixture.objects.create(name=name, description=description, created_by=created_by)
     except IntegrityError:
         return Mixture.objects.get(name=name)
 

@@ -575,7 +575,12 @@ def _resume_context(run) -> dict:
         return {"resume": None, "resume_error": f"No resume position: {e}"}
     shown = ("stage", "pool", "epoch", "shard", "shard_prefix", "record_in_shard", "token_offset")
     resume = {k: position[k] for k in shown if k in position}
-    return {"resume": resume, "snippet": loader_snippet(position)}
+    snippet = loader_snippet(position)
+    from pathlib import Path
+
+    if Path(run.mixture_version.path, "manifest.json").is_file():
+        snippet += stream_snippet(run.mixture_version.path, position["sample"])
+    return {"resume": resume, "snippet": snippet}
 
 
 # --- sources ----------------------------------------------------------------------------
@@ -784,18 +789,24 @@ def mixture_version_detail(*, version_id: int) -> dict:
     exports = list(version.exports.order_by("format", "-created_at"))
     quality = quality_for_charts(version.params.get("quality") or {})
     components = lineage["components"]
-    total_weight = sum(c.weight for c in components) or 1.0
-    rows = [
-        {
-            "pool": c.pool.name,
-            "tokens": int(version.token_budget * c.weight / total_weight),
-            "epochs": c.epochs
-            if c.epochs is not None
-            else (version.token_budget * c.weight / total_weight) / max(c.pool.num_tokens, 1),
-        }
-        for c in components
-    ]
-    heat = quality.get("heatmap") or _stage_heatmap(version, components)
+    schedule = _built_schedule(version, components)
+    if schedule is not None:
+        rows, stage_facts, names = schedule
+        composition = charts.schedule_composition(
+            stage_facts, names, title="Composition over training (stages in schedule order)"
+        )
+    else:  # not built (yet): the planned shares by weight, with nothing on the x axis
+        total_weight = sum(c.weight for c in components) or 1.0
+        rows = [
+            {
+                "pool": c.pool.name,
+                "tokens": int(version.token_budget * c.weight / total_weight),
+                "epochs": (version.token_budget * c.weight / total_weight)
+                / max(c.pool.num_tokens, 1),
+            }
+            for c in components
+        ]
+        composition = charts.schedule_composition([], [])
     return {
         "version": version,
         "components": components,
@@ -807,56 +818,33 @@ def mixture_version_detail(*, version_id: int) -> dict:
         ),
         "tainted": f"mv:{version.pk}" in lineage["tainted"],
         "quality": quality,
-        "epochs_figure": charts.predicted_epochs(rows),
-        "heatmap_figure": charts.position_heatmap(
-            *heat, title="Composition over training position"
-        ),
+        "epochs_figure": charts.predicted_epochs(rows, title="Tokens and epochs per pool"),
+        "heatmap_figure": composition,
         "deviation_figure": charts.window_deviation(quality.get("curve") or {}),
         "lineage_figure": charts.lineage_graph(lineage["nodes"], lineage["edges"]),
     }
 
 
-def _stage_heatmap(version, components) -> tuple:
-    """Composition over position from the components alone: each stage takes its share of
-    the budget in order, pools within it by weight. Used until the build records measured
-    composition in ``params["quality"]``."""
-    stages: list[str] = []
-    for c in components:
-        if c.stage not in stages:
-            stages.append(c.stage)
-    if not components:
-        return ([], [], [])
-    stage_weight = {s: sum(c.weight for c in components if c.stage == s) for s in stages}
-    # The built schedule records each stage's samples ({name, first_sample, num_samples}):
-    # a stage's width is its share of the version's samples; equal shares before a build.
-    built = {st["name"]: st for st in version.params.get("stages") or [] if isinstance(st, dict)}
-    total_samples = sum(int(st.get("num_samples", 0)) for st in built.values())
+def _built_schedule(version, components) -> tuple | None:
+    """From the version's built schedule (its manifest): per pool its tokens and epochs,
+    per stage its place, length and samples per pool, and the pools' catalog names (in
+    the manifest's order). None when the schedule is not built."""
+    from shardcore.errors import ManifestError
+    from shardcore.manifest import read_manifest
 
-    def fraction(stage: str) -> float:
-        st = built.get(stage or "main")
-        if st is None or not total_samples:
-            return 1 / len(stages)
-        return int(st.get("num_samples", 0)) / total_samples
-
-    fractions = [fraction(s) for s in stages]
-    total = sum(fractions) or 1
-    columns = 20
-    positions = [(i + 0.5) / columns for i in range(columns)]
-    bounds, acc = [], 0.0
-    for f in fractions:
-        bounds.append((acc, acc + f / total))
-        acc += f / total
-    pools = list(dict.fromkeys(c.pool.name for c in components))
-    shares = []
-    for name in pools:
-        row = []
-        for x in positions:
-            si = next((i for i, (a, b) in enumerate(bounds) if a <= x < b), len(stages) - 1)
-            s = stages[si]
-            w = sum(c.weight for c in components if c.stage == s and c.pool.name == name)
-            row.append(w / stage_weight[s] if stage_weight[s] else 0.0)
-        shares.append(row)
-    return (positions, pools, shares)
+    if not version.path:
+        return None
+    try:
+        manifest = read_manifest(version.path)
+    except ManifestError:
+        return None
+    by_path = {c.pool.path: c.pool.name for c in components}
+    names = [by_path.get(p["path"], p["key"]) for p in manifest["pools"]]
+    rows = [
+        {"pool": n, "tokens": int(p["tokens"]), "epochs": float(p["epochs"])}
+        for n, p in zip(names, manifest["pools"], strict=True)
+    ]
+    return rows, manifest.get("stages") or [], names
 
 
 # --- audit ------------------------------------------------------------------------------
@@ -1028,6 +1016,18 @@ def loader_snippet(position: dict) -> str:
     )
 
 
+def stream_snippet(mixture_path: str, sample: int) -> str:
+    """Python that streams the mixture from ``sample`` on with ``shardcore.loader``."""
+    return (
+        "\n# Or stream the mixture from there, exactly, with any world size and workers:\n"
+        "from shardcore.loader import ShardyardIterableDataset, ShardyardLoader, resume_state\n"
+        f"path = {str(mixture_path)!r}\n"
+        "dataset = ShardyardIterableDataset(path, rank=0, world_size=1)  # your rank, world size\n"
+        f"dataset.load_state_dict(resume_state(path, next_sample={int(sample)}))\n"
+        "loader = ShardyardLoader(dataset, batch_size=8)  # your per-rank batch size\n"
+    )
+
+
 # --- mixture builder --------------------------------------------------------------------
 
 BUILDER_POOLS = 500
@@ -1094,7 +1094,9 @@ def mixture_predict(*, payload: dict) -> dict:
         "epochs_figure": charts.predicted_epochs(
             result["rows"], warn_epochs=float(spec["max_repetitions"])
         ),
-        "composition_figure": charts.position_heatmap(
-            *result["heatmap"], title="Composition by stage (share of samples)"
+        "composition_figure": charts.schedule_composition(
+            result["schedule"],
+            [r["pool"] for r in result["rows"]],
+            title="Composition by stage (share of samples)",
         ),
     }
