@@ -20,6 +20,7 @@ from rest_framework.authtoken.models import Token
 from bench.train.prepare import prepare
 from shardcore.manifest import read_manifest
 from shardcore.mixture import build_mixture
+from shardcore.pool import Pool as Pool_
 from webapp.catalog.models import (
     ArtifactStatus,
     Mixture,
@@ -42,7 +43,11 @@ SMALL = ["--d-model", "64", "--batch-size", "8", "--eval-records", "16", "--voca
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-    return prepare(tmp_path_factory.mktemp("tiny-data"), max_kb=200, shuffles=True)
+    # Which documents are held out depends on the sources' fingerprints (their paths): a
+    # large fraction makes a validation slice with both sources' documents likely.
+    return prepare(
+        tmp_path_factory.mktemp("tiny-data"), max_kb=200, shuffles=True, val_fraction=0.5
+    )
 
 
 def _train(data_path, out, *args, env=None) -> dict:
@@ -66,7 +71,12 @@ def test_it_learns_and_resumes_exactly_from_its_checkpoint(data, tmp_path):
     first, last = straight["train"][0][1], straight["train"][-1][1]
     assert first > 6.5 and last < first - 1.0
     pools = {Path(v["pool"]).name for v in straight["val"][-1]["losses"]}
-    assert pools == {"stdlib-code", "docstrings"}
+    held_out = {
+        Path(p).name
+        for p in (data["pool/stdlib-code"], data["pool/docstrings"])
+        if (Path(p) / "val").exists() and Pool_(Path(p) / "val").num_records
+    }
+    assert pools == held_out and "docstrings" in held_out
 
 
 @pytest.mark.django_db(transaction=True)
@@ -95,7 +105,11 @@ def test_it_reports_to_a_live_server_and_the_books_hold_its_losses(
     val = {(r.step, r.source): r.loss for r in RunLoss.objects.filter(run=run, split="val")}
     measured = {(v["step"], s["source"]): s["loss"] for v in history["val"] for s in v["losses"]}
     assert val == measured
-    assert {src for _, src in val} == {"", "stdlib-code", "docstrings"}
+    # Per source: each source with documents in the pool's validation slice.
+    labels = Pool_(Path(data["pool/both-exact"]) / "val").record_labels("_doc.source")
+    names = [Path(s["path"]).name for s in read_manifest(data["pool/both-exact"])["sources"]]
+    assert {src for _, src in val} == {""} | {names[i] for i in set(labels.tolist())}
+    assert len(val) == 2 * (1 + len(set(labels.tolist())))
     assert set(RunLoss.objects.filter(run=run, split="val").values_list("pool", flat=True)) == {
         pool.pk
     }
