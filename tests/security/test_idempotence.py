@@ -117,3 +117,34 @@ def test_a_viewers_get_of_an_export_writes_nothing(page, stdlib_pools):
     # Writing the export is an editor's POST, and refused to a viewer.
     assert viewer.post(f"/mixtures/versions/{version.pk}/export/json/").status_code == 403
     assert Export.objects.count() == rows[0]
+
+
+def test_tokenize_three_times_makes_one_job(page, catalog, roots):
+    from webapp.catalog.models import TokenizedSource
+    from webapp.jobs.models import Job
+
+    c = page("editor")
+    jobs = Job.objects.count()
+    answers = [
+        c.post(f"/sources/{catalog['source'].pk}/tokenize/", {"tokenizer": ""}) for _ in range(3)
+    ]
+    assert {a.status_code for a in answers} == {302}
+    assert len({a["Location"] for a in answers}) == 1  # the one job's page, three times
+    assert Job.objects.count() == jobs + 1
+    assert TokenizedSource.objects.filter(status="building").count() == 1
+
+
+def test_a_pool_build_three_times_makes_one_pool(api, tokenized):
+    from webapp.catalog.models import Pool
+    from webapp.jobs.models import Job
+
+    c = api("editor")
+    body = {"name": "thrice", "tokenized_ids": [tokenized.pk], "seq_len": 64,
+            "filter": "n_tokens > 10"}  # fmt: skip
+    ids = {c.post("/api/pools/", body, format="json").json()["id"] for _ in range(3)}
+    assert len(ids) == 1
+    assert Pool.objects.filter(name="thrice").count() == 1
+    assert Job.objects.filter(kind="pool").count() == 1
+    # Other parameters are another pool.
+    other = c.post("/api/pools/", {**body, "seed": 1}, format="json")
+    assert other.status_code == 201 and other.json()["id"] not in ids
