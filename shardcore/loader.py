@@ -298,6 +298,8 @@ def _make_classes():
             worker, workers = (info.id, info.num_workers) if info else (0, 1)
             if info is not None:
                 self._in_workers.value = 1
+            elif not self._tracked:
+                self.consumed = 0  # a new pass starts again at start_sample
             for k in self.samples(worker, workers):
                 tokens = np.asarray(self.tokens(k), dtype=np.int64)
                 if info is None and not self._tracked:
@@ -318,6 +320,7 @@ def _make_classes():
 
         def __iter__(self):
             ds = self.dataset
+            ds.consumed = 0  # a new pass starts again at the dataset's start_sample
             for batch in super().__iter__():
                 ds.consumed += len(batch["sample"])
                 yield batch
