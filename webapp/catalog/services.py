@@ -28,6 +28,7 @@ from webapp.catalog.models import (
     MixtureComponent,
     MixtureVersion,
     Pool,
+    RunLoss,
     RunProgress,
     Shard,
     Source,
@@ -1364,6 +1365,138 @@ def _version_seq_len(version_id: int) -> int:
         ),
         default=0,
     )
+
+
+MAX_LOSS_ROWS = 10_000
+
+
+def run_losses_record(
+    *,
+    run_id: int,
+    step: int | None = None,
+    val: list[dict] | None = None,
+    train: list[dict] | None = None,
+    actor=None,
+) -> dict[str, int]:
+    """Record a run's losses (``POST /api/runs/{id}/losses/``): ``val``, at checkpoint
+    ``step``, is ``[{"pool": id, "source": name or "", "loss": x}]``, the validation loss
+    of each pool the run's version reads (its training pool's id or its validation pool's,
+    and a source's name to report one source of a pool built from several); ``train`` is
+    ``[{"step": s, "loss": x}]``, training loss per step. Whoever may report the run's
+    progress may report its losses (RunPermissionError otherwise). Every entry is checked
+    before anything is written; a refusal is a CatalogError naming the entry and field.
+    A retried report records nothing twice (first report wins). Returns the number of
+    rows recorded and of rows already there."""
+    val = list(val or [])
+    train = list(train or [])
+    if not val and not train:
+        raise CatalogError("give val (validation losses at a step) or train (losses per step)")
+    if len(val) + len(train) > MAX_LOSS_ROWS:
+        raise CatalogError(f"at most {MAX_LOSS_ROWS} losses per report")
+    if val and step is None:
+        raise CatalogError("step: validation losses are reported at a step")
+    run = TrainingRun.objects.select_related("mixture_version").filter(pk=run_id).first()
+    if run is None:
+        raise TrainingRun.DoesNotExist(f"no run {run_id}")
+    in_team = bool(
+        actor is not None and run.team_id and actor.groups.filter(pk=run.team_id).exists()
+    )
+    _may_write(run, actor, in_team=in_team)
+    version = run.mixture_version
+    seq_len = _version_seq_len(version.pk)
+    limit = version.num_samples or (
+        -(-version.token_budget // seq_len) if seq_len and version.token_budget else 0
+    )
+
+    def check_step(value: int, where: str) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise CatalogError(f"{where}: {value!r} is not a step (an integer >= 0)")
+        if limit and value > limit:
+            raise CatalogError(
+                f"{where}: {value} is beyond mixture version {version.pk} ({limit} samples);"
+                " a step reads at least one sample of the version"
+            )
+        return value
+
+    def check_loss(value, where: str) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise CatalogError(f"{where}: {value!r} is not a number")
+        value = float(value)
+        if not np.isfinite(value) or value < 0:
+            raise CatalogError(f"{where}: {value} is not a finite loss >= 0")
+        return value
+
+    # The pools a validation loss may name: the version's pools and their held-out slices.
+    comps = list(MixtureComponent.objects.filter(version=version).select_related("pool__val_pool"))
+    by_id: dict[int, Pool] = {}
+    for c in comps:
+        by_id[c.pool.pk] = c.pool
+        held_out = getattr(c.pool, "val_pool", None)
+        if held_out is not None:
+            by_id[held_out.pk] = c.pool
+    sources: dict[int, set[str]] = {}
+    rows: list[RunLoss] = []
+    seen: set[tuple[str, str, int]] = set()
+    if val:
+        step = check_step(step, "step")
+    for i, entry in enumerate(val):
+        where = f"val[{i}]"
+        if not isinstance(entry, dict):
+            raise CatalogError(f"{where}: give an object with pool and loss")
+        pool_id = entry.get("pool")
+        if isinstance(pool_id, bool) or not isinstance(pool_id, int) or pool_id not in by_id:
+            names = ", ".join(f"{c.pool.name} ({c.pool.pk})" for c in comps)
+            raise CatalogError(
+                f"{where}.pool: {pool_id!r} is not read by mixture version {version.pk}; "
+                f"its pools: {names}"
+            )
+        pool = by_id[pool_id]
+        source = entry.get("source") or ""
+        if not isinstance(source, str):
+            raise CatalogError(f"{where}.source: {source!r} is not a source name")
+        if source:
+            if pool.pk not in sources:
+                sources[pool.pk] = set(
+                    Source.objects.filter(tokenized__pools=pool).values_list("name", flat=True)
+                )
+            if source not in sources[pool.pk]:
+                raise CatalogError(
+                    f"{where}.source: {source!r} is not a source of pool {pool.name}; "
+                    f"its sources: {', '.join(sorted(sources[pool.pk])) or 'none'}"
+                )
+        loss = check_loss(entry.get("loss"), f"{where}.loss")
+        series = f"pool:{pool.pk}" + (f"/source:{source}" if source else "")
+        if ("val", series, step) in seen:
+            what = f"pool {pool.name}" + (f" source {source}" if source else "")
+            raise CatalogError(f"{where}: {what} is given twice at step {step}")
+        seen.add(("val", series, step))
+        rows.append(
+            RunLoss(run=run, split="val", step=step, pool=pool, source=source, series=series,
+                    loss=loss)
+        )  # fmt: skip
+    for i, entry in enumerate(train):
+        where = f"train[{i}]"
+        if not isinstance(entry, dict):
+            raise CatalogError(f"{where}: give an object with step and loss")
+        s = check_step(entry.get("step"), f"{where}.step")
+        loss = check_loss(entry.get("loss"), f"{where}.loss")
+        if ("train", "", s) in seen:
+            raise CatalogError(f"{where}.step: step {s} is given twice")
+        seen.add(("train", "", s))
+        rows.append(RunLoss(run=run, split="train", step=s, series="", loss=loss))
+    # The token axis: the run's consumed tokens at each step it reported progress for.
+    tokens = dict(
+        RunProgress.objects.filter(run=run, step__in={r.step for r in rows}).values_list(
+            "step", "consumed_tokens"
+        )
+    )
+    for r in rows:
+        r.consumed_tokens = tokens.get(r.step)
+    with transaction.atomic():
+        before = RunLoss.objects.filter(run=run).count()
+        RunLoss.objects.bulk_create(rows, ignore_conflicts=True)
+        recorded = RunLoss.objects.filter(run=run).count() - before
+    return {"recorded": recorded, "already_recorded": len(rows) - recorded}
 
 
 def run_resume_position(*, run_id: int, sample: int | None = None) -> dict[str, Any]:
