@@ -208,6 +208,9 @@ if SHARDYARD_UNIT_LEASE <= SHARDYARD_UNIT_HEARTBEAT:
         f"SHARDYARD_UNIT_HEARTBEAT={SHARDYARD_UNIT_HEARTBEAT} (a few heartbeats)"
     )
 SHARDYARD_SWEEP_INTERVAL = env_int("SHARDYARD_SWEEP_INTERVAL", 30, minimum=0)
+# Every worker writes its own row (name, host, queue, last seen) this often: the overview's
+# live list of workers. Three missed beats mark a worker as gone.
+SHARDYARD_WORKER_BEAT = env_int("SHARDYARD_WORKER_BEAT", 10, minimum=1)
 # Database errors (OperationalError: a dropped or terminated connection) while a worker
 # records a result are retried this many times, reconnecting, with backoff.
 SHARDYARD_DB_RETRIES = env_int("SHARDYARD_DB_RETRIES", 5, minimum=0)

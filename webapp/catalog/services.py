@@ -1427,9 +1427,7 @@ def run_losses_record(
         return value
 
     # The pools a validation loss may name: the version's pools and their held-out slices.
-    comps = list(
-        MixtureComponent.objects.filter(version=version).select_related("pool__val_pool")
-    )
+    comps = list(MixtureComponent.objects.filter(version=version).select_related("pool__val_pool"))
     by_id: dict[int, Pool] = {}
     for c in comps:
         by_id[c.pool.pk] = c.pool

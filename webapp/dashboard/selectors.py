@@ -32,9 +32,13 @@ def user_list() -> list[dict]:
 
 def overview() -> dict:
     """Everything the overview page shows."""
-    from webapp.ops.selectors import heartbeat_recent
+    from webapp.ops.selectors import heartbeat_recent, workers_live
 
-    return {"heartbeats": list(heartbeat_recent(limit=10)), **overview_catalog()}
+    return {
+        "workers": workers_live(),
+        "heartbeats": list(heartbeat_recent(limit=10)),
+        **overview_catalog(),
+    }
 
 
 # --- catalog and jobs reads for the pages ---------------------------------------------
@@ -207,6 +211,7 @@ def job_detail(*, job_id: int) -> dict:
     the first units in plan order, failed units: four queries) shaped for the template."""
     from django.http import Http404
 
+    from webapp.dashboard import charts
     from webapp.jobs import selectors as jobs
     from webapp.jobs.models import Job, UnitState
 
@@ -223,7 +228,25 @@ def job_detail(*, job_id: int) -> dict:
         "units_truncated": job.units_total > len(detail.units),
         "failed_units": detail.failed_units,
         "eta_seconds": eta.total_seconds() if eta is not None else None,
+        "timeline_figure": charts.unit_timeline(_timeline_rows(detail.units)),
     }
+
+
+def _timeline_rows(units) -> list[dict]:
+    from django.utils import timezone
+
+    now = timezone.now().isoformat()
+    return [
+        {
+            "unit": u.unit_id,
+            "worker": u.worker,
+            "state": u.state,
+            "start": u.started_at.isoformat() if u.started_at else None,
+            "end": u.finished_at.isoformat() if u.finished_at else None,
+            "now": now,
+        }
+        for u in units
+    ]
 
 
 def job_progress_json(*, job_id: int) -> dict:
