@@ -148,3 +148,36 @@ def test_a_pool_build_three_times_makes_one_pool(api, tokenized):
     # Other parameters are another pool.
     other = c.post("/api/pools/", {**body, "seed": 1}, format="json")
     assert other.status_code == 201 and other.json()["id"] not in ids
+
+
+def test_no_get_of_a_reader_writes_a_row_or_a_file(api, page, catalog, stdlib_pools, settings):
+    from django.apps import apps
+
+    editor = page("editor")
+    draft = _draft(stdlib_pools, name="readme")
+    editor.post("/mixtures/new/save/", draft, content_type="application/json")
+    version = MixtureVersion.objects.get(mixture__name="readme")
+    viewer, token = page("viewer"), api("viewer")  # sessions and tokens exist before
+    models = [m for m in apps.get_models() if m._meta.app_label not in {"sessions"}]
+
+    def snapshot():
+        return ({m._meta.label: m.objects.count() for m in models},
+                tree_digest(settings.DATA_ROOT))  # fmt: skip
+
+    before = snapshot()
+    v, r = version.pk, catalog["run"].pk
+    for path in ("/", "/sources/", f"/sources/{catalog['source'].pk}/", "/pools/",
+                 f"/pools/{stdlib_pools['early'].pk}/", "/mixtures/",
+                 f"/mixtures/{version.mixture_id}/", f"/mixtures/versions/{v}/",
+                 f"/mixtures/versions/{v}/version.json", f"/mixtures/versions/{v}/export/json/",
+                 f"/mixtures/versions/{v}/export/olmo/", f"/mixtures/versions/{v}/export/megatron/",
+                 "/runs/", f"/runs/{r}/", "/jobs/", f"/jobs/{catalog['job'].pk}/",
+                 f"/jobs/{catalog['job'].pk}/progress.json", "/audit/?source=wiki",
+                 f"/audit/flags/{catalog['flag'].pk}/"):  # fmt: skip
+        assert viewer.get(path).status_code in (200, 404), path
+    for path in ("/api/sources/", "/api/pools/", "/api/mixtures/", "/api/mixture-versions/",
+                 "/api/jobs/", "/api/runs/", f"/api/runs/{r}/progress/", f"/api/runs/{r}/resume/",
+                 "/api/flags/", f"/api/flags/{catalog['flag'].pk}/taints/",
+                 "/api/audit/?source=wiki", "/api/schema/"):  # fmt: skip
+        assert token.get(path).status_code in (200, 409), path
+    assert snapshot() == before
