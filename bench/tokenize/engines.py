@@ -252,6 +252,7 @@ def prepare(args) -> Path:
     return out
 
 
+CANDIDATES = ("gigatoken-cachefix", "kitoken", "bpe-openai", "splintr-rs", "tokie")
 ENGINES = {
     "tiktoken": [
         "tiktoken",
@@ -276,6 +277,7 @@ def main() -> None:
     ap.add_argument("--mb", type=int, default=40, help="MB of text per corpus")
     ap.add_argument("--long-mb", type=int, default=600)
     ap.add_argument("--work", default="/tmp/shardyard-bench-engines")
+    ap.add_argument("--only", help="run this engine alone (and the references)")
     a = ap.parse_args()
     if a.case:
         print(json.dumps(run_case(a)))
@@ -284,11 +286,13 @@ def main() -> None:
     rows = []
     for family, engines in ENGINES.items():
         for engine in engines:
+            if a.only and engine not in (a.only, "tiktoken", "tokenizers"):
+                continue
             env = dict(os.environ)
             extra = Path(a.candidates) / engine
             if extra.is_dir():
                 env["PYTHONPATH"] = f"{extra}{os.pathsep}{env.get('PYTHONPATH', '')}"
-            elif engine not in ("tiktoken", "tokenizers", "gigatoken"):
+            elif engine in CANDIDATES:
                 print(f"{engine}: not in {a.candidates}, skipped", file=sys.stderr)
                 continue
             cmd = [sys.executable, __file__, "--case", "--engine", engine, "--family", family]
