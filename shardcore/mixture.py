@@ -512,11 +512,18 @@ def _families(
     want_length = bool(options.get("length_bins", True))
     if not by and not want_length:
         return fams
-    from shardcore.pool import Pool
+    from shardcore.pool import DOCUMENTS_NAME, Pool
 
     per_pool = []
     for p in pools:
         pool = Pool(p.path)
+        # The tables read below (documents, per-shard segments) are checked against the
+        # pool's checksums first: a corrupt pool fails the build naming file and range.
+        verify.check_files_read(
+            pool.path,
+            pool.manifest,
+            [DOCUMENTS_NAME] + [f"{sh['prefix']}.segments.npz" for sh in pool.manifest["shards"]],
+        )
         labels = {prop: pool.record_labels(prop) for prop in by}
         if want_length:
             cols = pool.documents.column_names

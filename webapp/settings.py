@@ -75,6 +75,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "webapp.dashboard.context_processors.corruption",
             ],
         },
     },
@@ -162,6 +163,9 @@ SHARDYARD_SWEEP_INTERVAL = env_int("SHARDYARD_SWEEP_INTERVAL", 30, minimum=0)
 # Database errors (OperationalError: a dropped or terminated connection) while a worker
 # records a result are retried this many times, reconnecting, with backoff.
 SHARDYARD_DB_RETRIES = env_int("SHARDYARD_DB_RETRIES", 5, minimum=0)
+# The scrub re-verifies every built artifact against its checksums when the newest scrub
+# is older than this (seconds; 0 = never on its own). Started by the workers' sweepers.
+SHARDYARD_SCRUB_INTERVAL = env_int("SHARDYARD_SCRUB_INTERVAL", 7 * 86400, minimum=0)
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 

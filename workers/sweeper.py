@@ -5,7 +5,7 @@ operator. Every ``SHARDYARD_SWEEP_INTERVAL`` seconds it
   and sends again the queued units whose broker message was lost
   (``webapp.jobs.services.job_sweep``);
 * starts a scrub job when the last one is older than ``SHARDYARD_SCRUB_INTERVAL``
-  (``webapp.catalog.services.scrub_due_start``).
+  (``webapp.catalog.scrub.scrub_due_start``).
 
 Every worker runs one, so the sweep survives the loss of any worker; the work is
 idempotent (row locks and claims by state), so two sweepers at once do no harm.
@@ -23,9 +23,13 @@ _thread: threading.Thread | None = None
 
 
 def sweep_once(*, queue: str | None = None) -> list[str]:
+    from webapp.catalog.scrub import scrub_due_start
     from webapp.jobs.services import job_sweep
 
     lines = job_sweep(queue=queue)
+    scrub = scrub_due_start()
+    if scrub is not None:
+        lines.append(f"job {scrub.pk}: scrub started (the last one is older than the interval)")
     return lines
 
 

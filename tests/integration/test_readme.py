@@ -46,6 +46,7 @@ EXERCISED_ELSEWHERE = {
     "manage.py catalog export": ("tests/integration/test_commands.py", '_call("export"'),
     "manage.py catalog run-resume": ("tests/integration/test_commands.py", '"run-resume"'),
     "manage.py catalog jobs-reap": ("tests/integration/test_jobs_lease.py", '"jobs-reap"'),
+    "manage.py catalog scrub": ("tests/integration/test_scrub.py", '"catalog", "scrub"'),
     "manage.py migrate": ("tests/integration/test_embedded_stack.py", '"manage.py", "runstack"'),
     "celery -A workers worker": (
         "tests/support/services.py",

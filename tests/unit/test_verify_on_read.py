@@ -120,3 +120,23 @@ def test_it_checks_only_the_blocks_a_reader_asks_for(tokenized, tmp_path):
         verify.check_read(src, entry, [(bs - 1, bs + 2)])
     with pytest.raises(CorruptDataError, match=rf"bytes \[{bs}, {2 * bs}\)"):
         verify.check_read(src, entry)
+
+
+def test_it_fails_a_diversity_ordered_mixture_on_a_flipped_byte_in_a_pool_table(
+    tokenized, tmp_path
+):
+    pool = tmp_path / "pool"
+    build_pool([str(tokenized)], str(pool), seq_len=128, seed=1)
+    spec = {
+        "tokens": 128 * 100,
+        "seed": 5,
+        "order": "diversity",
+        "components": [{"pool": str(pool), "weight": 1.0}],
+    }
+    build_mixture(MixtureSpec.from_dict(spec), tmp_path / "clean-mix")  # clean: it builds
+
+    victim = pool / "documents.parquet"
+    _flip(victim, 200)
+    with pytest.raises(CorruptDataError, match=rf"^{re.escape(str(victim))}: checksum mismatch"):
+        build_mixture(MixtureSpec.from_dict(spec), tmp_path / "mix")
+    assert not (tmp_path / "mix" / "manifest.json").exists()

@@ -469,3 +469,90 @@ class Taint(models.Model):
     @property
     def target(self):
         return self.tokenized_source or self.pool or self.mixture_version or self.run or self.export
+
+
+# --- corruption -------------------------------------------------------------------------
+
+
+class Corruption(models.Model):
+    """An artifact whose files no longer match their checksums (found by a scrub), or, with
+    ``cause`` set, one built from such an artifact: marked on every page and in lineage
+    like a flag's taint. Exactly one target is set. A later scrub that finds the artifact
+    intact again (restored from a copy) deletes the row and what it caused."""
+
+    tokenized_source = models.ForeignKey(
+        TokenizedSource, null=True, blank=True, related_name="corruptions", on_delete=models.CASCADE
+    )
+    pool = models.ForeignKey(
+        Pool, null=True, blank=True, related_name="corruptions", on_delete=models.CASCADE
+    )
+    mixture_version = models.ForeignKey(
+        MixtureVersion, null=True, blank=True, related_name="corruptions", on_delete=models.CASCADE
+    )
+    export = models.ForeignKey(
+        Export, null=True, blank=True, related_name="corruptions", on_delete=models.CASCADE
+    )
+    run = models.ForeignKey(
+        TrainingRun, null=True, blank=True, related_name="corruptions", on_delete=models.CASCADE
+    )
+    # The corrupt artifact this one was built from (None: this one's own files are bad).
+    cause = models.ForeignKey(
+        "self", null=True, blank=True, related_name="effects", on_delete=models.CASCADE
+    )
+    problem = models.TextField()  # the first problem: file, byte offset, what is wrong
+    job = models.ForeignKey(
+        "jobs.Job", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    found_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=(
+                    Q(
+                        tokenized_source__isnull=False,
+                        pool=None,
+                        mixture_version=None,
+                        export=None,
+                        run=None,
+                    )
+                    | Q(
+                        tokenized_source=None,
+                        pool__isnull=False,
+                        mixture_version=None,
+                        export=None,
+                        run=None,
+                    )
+                    | Q(
+                        tokenized_source=None,
+                        pool=None,
+                        mixture_version__isnull=False,
+                        export=None,
+                        run=None,
+                    )
+                    | Q(
+                        tokenized_source=None,
+                        pool=None,
+                        mixture_version=None,
+                        export__isnull=False,
+                        run=None,
+                    )
+                    | Q(
+                        tokenized_source=None,
+                        pool=None,
+                        mixture_version=None,
+                        export=None,
+                        run__isnull=False,
+                    )
+                ),  # fmt: skip
+                name="corruption_has_one_target",
+            ),
+        ]
+        ordering = ["-found_at", "id"]
+
+    def __str__(self) -> str:
+        return f"corruption of {self.target}: {self.problem[:60]}"
+
+    @property
+    def target(self):
+        return self.tokenized_source or self.pool or self.mixture_version or self.export or self.run

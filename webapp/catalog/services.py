@@ -443,6 +443,7 @@ def pool_build(
     not_ready = [str(t.pk) for t in parents if t.status != ArtifactStatus.READY]
     if not_ready:
         raise CatalogError(f"tokenized source(s) {', '.join(not_ready)} are not built")
+    _refuse_corrupt(parents)
     out = _artifact_dir("pools", name)
     try:
         plan = plan_pool(
@@ -598,6 +599,7 @@ def mixture_version_create(
     if not components:
         raise CatalogError("a mixture version needs at least one component")
     pools = {p.pk: p for p in Pool.objects.filter(pk__in=[c["pool"] for c in components])}
+    _refuse_corrupt(pools.values())
     by_stage: dict[str, list[dict[str, Any]]] = {}
     for c in components:
         pool = pools.get(c["pool"])
@@ -739,6 +741,25 @@ def _version_built(version: MixtureVersion) -> bool:
     return bool(version.manifest_path) and Path(version.manifest_path).exists()
 
 
+def _refuse_corrupt(artifacts) -> None:
+    """Build nothing on an artifact the scrub marked corrupt (or built from corrupt data):
+    the error names it and its first problem."""
+    from webapp.catalog.models import Corruption
+
+    for artifact in artifacts:
+        field = {
+            TokenizedSource: "tokenized_source",
+            Pool: "pool",
+            MixtureVersion: "mixture_version",
+        }[type(artifact)]
+        found = Corruption.objects.filter(**{field: artifact}).first()
+        if found is not None:
+            raise CatalogError(
+                f"{artifact} is marked corrupt ({found.problem}); restore its files and let "
+                "the next scrub clear the mark (manage.py catalog scrub) before building on it"
+            )
+
+
 def _built_version(version_id: int) -> MixtureVersion:
     version = MixtureVersion.objects.select_related("mixture").filter(pk=version_id).first()
     if version is None:
@@ -874,6 +895,7 @@ def mixture_version_materialize(
     from webapp.jobs.services import job_create
 
     version = _built_version(version_id)
+    _refuse_corrupt([version])
     with transaction.atomic():
         MixtureVersion.objects.select_for_update().filter(pk=version.pk).first()
         current = (
@@ -1013,6 +1035,10 @@ def run_register(
                     )
                 ]
             )
+            if version.corruptions.exists():
+                from webapp.catalog.scrub import corruption_refresh
+
+                corruption_refresh()
     return run
 
 
@@ -1439,9 +1465,12 @@ def flag_propagate(*, flag_id: int) -> int:
 def taint_refresh(*, source_ids: Iterable[int] | None = None) -> int:
     """Recompute the taint of every flag (of the given sources): new artifacts and runs
     built from flagged data are tainted as soon as they are recorded."""
+    from webapp.catalog.scrub import corruption_refresh
+
     flags = Flag.objects.all()
     if source_ids is not None:
         flags = flags.filter(source_id__in=list(source_ids))
+    corruption_refresh()  # corrupt inputs mark what is built from them the same way
     return sum(flag_propagate(flag_id=pk) for pk in flags.values_list("pk", flat=True))
 
 

@@ -72,6 +72,9 @@ class Command(BaseCommand):
             if name == "job-retry":
                 p.add_argument("--include-running", action="store_true",
                                help="also rerun units whose worker is gone")  # fmt: skip
+        sub.add_parser(
+            "scrub", help="start a scrub job: re-verify every built artifact's checksums now"
+        )
         p = sub.add_parser(
             "jobs-reap", help="requeue units of active jobs claimed longer ago than the lease"
         )
@@ -138,6 +141,10 @@ class Command(BaseCommand):
                     document_ids=o["documents"],
                 )  # fmt: skip
                 out = f"flag {flag.pk}: {flag.taints.count()} taint(s)"
+            elif action == "scrub":
+                from webapp.catalog.scrub import scrub_start
+
+                out = f"scrub: {_launched(scrub_start().pk)}"
             elif action == "job-cancel":
                 job = jobs.job_cancel(job_id=o["job_id"])
                 out = f"job {job.pk} {job.state}"
