@@ -218,6 +218,9 @@ def prepare(args) -> Path:
 
     out = Path(args.work)
     out.mkdir(parents=True, exist_ok=True)
+    marker = out / "prepared.json"
+    if marker.exists() and json.loads(marker.read_text()) == {"mb": args.mb}:
+        return out
     code, ml = code_texts(args.mb), multilingual(args.mb)
     hf_json = out / "tokenizer.json"
     tok = Tokenizer(models.BPE())
@@ -249,6 +252,7 @@ def prepare(args) -> Path:
             d[f"{corpus}_ref"] = ref(keep)
         paths[family] = out / f"{family}.json"
         paths[family].write_text(json.dumps(d))
+    marker.write_text(json.dumps({"mb": args.mb}))
     return out
 
 
