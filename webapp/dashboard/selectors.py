@@ -539,8 +539,30 @@ def run_losses(*, run, overlay: bool = True) -> dict:
             empty="no training loss reported",
         ),
         "overlaid_runs": [r for r in runs[1:] if any(k[0] == r.pk for k in curves)],
+        "reference_choices": [
+            (r.pk, r.name)
+            for r in TrainingRun.objects.filter(
+                mixture_version__mixture_id=run.mixture_version.mixture_id, losses__split="val"
+            )
+            .exclude(pk=run.pk)
+            .distinct()
+            .order_by("name")[:50]
+        ],
         "num_losses": len(rows),
     }
+
+
+def run_proposal(*, run, reference: str) -> dict:
+    """The run page's proposal of next-stage weights against the reference run (by id):
+    the rows, or the reason there are none."""
+    from webapp.catalog.services import CatalogError, run_mixture_proposal
+
+    if not reference.isdigit():
+        return {"proposal_error": "reference: give a run id"}
+    try:
+        return {"proposal": run_mixture_proposal(run_id=run.pk, reference_run_id=int(reference))}
+    except CatalogError as e:
+        return {"proposal_error": str(e)}
 
 
 def _stage_starts(run) -> list[dict]:

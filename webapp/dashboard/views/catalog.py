@@ -144,7 +144,11 @@ def run_list(request):
 
 
 def run_detail(request, run_id: int):
-    return render(request, "dashboard/runs/detail.html", selectors.run_detail(run_id=run_id))
+    context = selectors.run_detail(run_id=run_id)
+    reference = request.GET.get("reference", "")
+    if reference:
+        context.update(selectors.run_proposal(run=context["run"], reference=reference))
+    return render(request, "dashboard/runs/detail.html", context)
 
 
 def mixture_version_json(request, version_id: int):
