@@ -13,6 +13,7 @@ repeating a bad request cannot fix it. Progress reports are idempotent on the se
     ...
     client.report_progress(run["id"], step=step, consumed_samples=samples_seen)
     position = client.resume_position(run["id"])
+    client.report_losses(run["id"], step=step, val={pool_id: 2.31}, train=[(step, 2.4)])
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
@@ -98,6 +99,32 @@ class ShardyardClient:
     def resume_position(self, run_id: int) -> dict:
         """Where the run's last report leaves the data: stage, pool, shard, record, offset."""
         return self.request("GET", f"api/runs/{int(run_id)}/resume/")
+
+    def report_losses(
+        self,
+        run_id: int,
+        *,
+        step: int | None = None,
+        val: Mapping[int, float] | Iterable[Mapping[str, Any]] | None = None,
+        train: Mapping[int, float] | Iterable[tuple[int, float]] | None = None,
+    ) -> dict:
+        """Record losses: ``val`` at checkpoint ``step``, validation loss per pool
+        (``{pool_id: loss}``, or ``[{"pool": id, "source": name, "loss": x}]`` for one
+        source of a pool built from several); ``train``, training loss per step
+        (``{step: loss}`` or ``[(step, loss)]``). Retried reports record nothing twice."""
+        body: dict[str, Any] = {}
+        if step is not None:
+            body["step"] = int(step)
+        if val:
+            if isinstance(val, Mapping):
+                val = [{"pool": int(p), "loss": float(x)} for p, x in val.items()]
+            body["val"] = [dict(v) for v in val]
+        if train:
+            pairs = train.items() if isinstance(train, Mapping) else train
+            body["train"] = [{"step": int(s), "loss": float(x)} for s, x in pairs]
+        if "val" not in body and "train" not in body:
+            raise ValueError("give val (with step) or train")
+        return self.request("POST", f"api/runs/{int(run_id)}/losses/", body)
 
     # --- transport -------------------------------------------------------------------
     def request(self, method: str, path: str, body: dict | None = None) -> Any:

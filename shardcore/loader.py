@@ -262,6 +262,23 @@ class _Stream:
         self.consumed = 0
 
 
+def resume_state(path: str | os.PathLike, next_sample: int) -> dict[str, Any]:
+    """The loader state that resumes the artifact at ``path`` at global sample
+    ``next_sample`` in its own order (e.g. a run's consumed samples, as the server
+    reports them), for ``ShardyardIterableDataset.load_state_dict``."""
+    source = Samples(path)
+    if int(next_sample) < 0:
+        raise InputError(f"next_sample must be >= 0, got {next_sample}")
+    return {
+        "version": STATE_VERSION,
+        "next_sample": int(next_sample),
+        "seed": None,
+        "num_samples": len(source),
+        "kind": source.kind,
+        "fingerprint": source.fingerprint,
+    }
+
+
 def _make_classes():
     import torch
     from torch.utils.data import DataLoader, IterableDataset, get_worker_info
@@ -281,6 +298,8 @@ def _make_classes():
             worker, workers = (info.id, info.num_workers) if info else (0, 1)
             if info is not None:
                 self._in_workers.value = 1
+            elif not self._tracked:
+                self.consumed = 0  # a new pass starts again at start_sample
             for k in self.samples(worker, workers):
                 tokens = np.asarray(self.tokens(k), dtype=np.int64)
                 if info is None and not self._tracked:
@@ -301,6 +320,7 @@ def _make_classes():
 
         def __iter__(self):
             ds = self.dataset
+            ds.consumed = 0  # a new pass starts again at the dataset's start_sample
             for batch in super().__iter__():
                 ds.consumed += len(batch["sample"])
                 yield batch

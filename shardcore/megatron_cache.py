@@ -27,6 +27,12 @@ consumed-sample count, reads exactly the mixture). Its weights are the stage's s
 per shard (a shard the stage does not read gets a negligible 1e-6): without the cache,
 Megatron would at least blend the stage's shares.
 
+Validation: pools keep a validation slice apart, so the default is ``--split 100,0,0``
+(every shard all training). ``per_split`` exports ``--per-split-data-args-path`` files
+instead (train: the stage's list; valid: the pools' ``val/`` shards, which Megatron indexes
+itself); then the keys hold no split (``blend_per_split``), and a stage of one prefix is
+that prefix's GPTDataset alone, without a BlendedDataset.
+
 The keys come from megatron-core's own code when it is installed (its ``GPTDatasetConfig``,
 ``GPTDataset`` / ``BlendedDataset`` description code, ``normalize`` and sizing), else from a
 replica of megatron-core 0.16's, which a test holds equal to the real one. Tested with
@@ -72,17 +78,15 @@ class MegatronArgs:
 
     seed: int = MEGATRON_DEFAULT_SEED
     seq_length: int | None = None  # None: the mixture's seq_len
-    split: str = DEFAULT_SPLIT
+    split: str | None = DEFAULT_SPLIT  # None: per-split blends (--per-split-data-args-path)
     tokenizer: dict[str, Any] = field(default_factory=dict)  # megatron unique_identifiers
     tokenizer_args: str = ""  # the Megatron-LM arguments that build that tokenizer
     mid_level_dataset_surplus: float = MEGATRON_DEFAULT_SURPLUS
 
     def cli(self, seq_len: int) -> str:
-        parts = [
-            f"--seq-length {self.seq_length or seq_len}",
-            f"--seed {self.seed}",
-            f"--split {self.split}",
-        ]
+        parts = [f"--seq-length {self.seq_length or seq_len}", f"--seed {self.seed}"]
+        if self.split is not None:
+            parts.append(f"--split {self.split}")
         if self.mid_level_dataset_surplus != MEGATRON_DEFAULT_SURPLUS:
             parts.append(f"--mid-level-dataset-surplus {self.mid_level_dataset_surplus!r}")
         if self.tokenizer_args:
@@ -183,7 +187,7 @@ class CacheKeys:
     """Descriptions and hashes megatron-core computes for one blend."""
 
     gpt: list[tuple[str, str]]  # per prefix: (description, md5)
-    blended: tuple[str, str]
+    blended: tuple[str, str] | None  # None: one prefix of a per-split blend, no BlendedDataset
     num_samples: list[int]  # per prefix: samples megatron-core asks of its GPTDataset
     size: int  # samples of the BlendedDataset
     via: str  # "megatron-core X" or "replica of megatron-core 0.16"
@@ -225,10 +229,12 @@ def _keys_core(prefixes, weights, train_samples, args, seq_length) -> CacheKeys:
     from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
     from megatron.core.datasets.utils import Split, normalize
 
+    blend = (list(prefixes), [float(w) for w in weights])
     config = GPTDatasetConfig(
         random_seed=int(args.seed),
         sequence_length=int(seq_length),
-        blend=(list(prefixes), [float(w) for w in weights]),
+        blend=blend if args.split is not None else None,
+        blend_per_split=None if args.split is not None else [blend, None, None],
         split=args.split,
         tokenizer=_Identity(args.tokenizer),
         reset_position_ids=False,
@@ -236,10 +242,25 @@ def _keys_core(prefixes, weights, train_samples, args, seq_length) -> CacheKeys:
         eod_mask_loss=False,
         mid_level_dataset_surplus=float(args.mid_level_dataset_surplus),
     )
-    _check_split(config.split_matrix, args.split)
+    if args.split is not None:
+        _check_split(config.split_matrix, args.split)
     # As BlendedMegatronDatasetBuilder: weights normalized once, sizes per prefix from them.
-    w1 = normalize(config.blend[1])
+    w1 = normalize(blend[1])
     sizes = [int(train_samples), 0, 0]
+    if args.split is None and len(prefixes) == 1:
+        # A per-split blend of one prefix is that prefix's GPTDataset alone, of train_samples.
+        ds = type(
+            "GPTDataset",
+            (GPTDataset,),
+            {"_build_document_sample_shuffle_indices": lambda self: (None, None, None)},
+        )(None, prefixes[0], None, int(train_samples), Split.train, config)
+        return CacheKeys(
+            [(ds.unique_description, ds.unique_description_hash)],
+            None,
+            [int(train_samples)],
+            int(train_samples),
+            f"megatron-core {megatron_core_version()}",
+        )
     target = _get_size_per_split_per_dataset(w1, sizes)
     buffer = _get_size_per_split_per_dataset(w1, sizes, surplus=config.mid_level_dataset_surplus)
     # megatron-core's own classes compute the descriptions; only index building is skipped.
@@ -296,12 +317,17 @@ def _md5(text: str) -> str:
 
 
 def _keys_replica(prefixes, weights, train_samples, args, seq_length) -> CacheKeys:
-    matrix = _split_matrix(args.split)
-    _check_split(matrix, args.split)
+    matrix = None
+    if args.split is not None:
+        matrix = _split_matrix(args.split)
+        _check_split(matrix, args.split)
     w1 = _normalize(weights)
     surplus = float(args.mid_level_dataset_surplus)
     target = [int(math.ceil(train_samples * w)) for w in w1]
     buffer = [int(math.ceil(math.ceil(train_samples * w) * (1 + surplus))) for w in w1]
+    single = args.split is None and len(prefixes) == 1
+    if single:
+        buffer = [int(train_samples)]
     idents = []
     for p, n in zip(prefixes, buffer, strict=True):
         ids: OrderedDict[str, Any] = OrderedDict()
@@ -319,6 +345,8 @@ def _keys_replica(prefixes, weights, train_samples, args, seq_length) -> CacheKe
     for ids in idents:
         text = json.dumps(ids, indent=4)
         gpt.append((text, _md5(text)))
+    if single:
+        return CacheKeys(gpt, None, buffer, int(train_samples), "replica of megatron-core 0.16")
     size = int(sum(target))
     blend: OrderedDict[str, Any] = OrderedDict()
     blend["class"] = "BlendedDataset"
@@ -446,6 +474,15 @@ def write_cache(
         _save_npy(cache / f"{base}-shuffle_index.npy", shuffle)
         _save_text(cache / f"{base}-description.txt", desc)  # last: the set is complete
         files.append(base)
+    if keys.blended is None:  # one prefix, per split: its GPTDataset is the whole order
+        return {
+            "keys_via": keys.via,
+            "blended": None,
+            "gpt": [h for _, h in keys.gpt],
+            "size": keys.size,
+            "train_samples": total,
+            "files": files,
+        }
     desc, md5 = keys.blended
     base = f"{md5}-BlendedDataset-train"
     dataset_index = np.empty(keys.size, dtype=np.int16)
@@ -560,8 +597,34 @@ def data_args(blend: StageBlend) -> str:
     return "".join(f"{w!r} {p}\n" for w, p in zip(blend.weights, blend.prefixes, strict=True))
 
 
-def _file_name(stage: str) -> str:
-    return "data-args-" + re.sub(r"[^A-Za-z0-9_.-]", "_", stage) + ".txt"
+def _file_name(stage: str, per_split: bool = False) -> str:
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", stage)
+    return f"per-split-{safe}.json" if per_split else f"data-args-{safe}.txt"
+
+
+def valid_args(manifest: Mapping[str, Any], stage: int) -> str | None:
+    """The pools' validation slices (``val/`` of each pool the stage reads), weighted by
+    the stage's samples from the pool, as a ``w prefix ...`` list; None if none has one."""
+    from shardcore import manifest as mf
+
+    pools = manifest.get("pools")
+    if pools is None and manifest.get("mixture"):  # a materialized mixture: its mixture's
+        pools = mf.read_manifest(manifest["mixture"])["pools"]
+    st = manifest["stages"][stage]
+    pairs = []
+    for pool, n in zip(pools or [], st.get("samples_per_pool") or [], strict=False):
+        if n <= 0:
+            continue
+        val = mf.read_manifest(pool["path"]).get("val")
+        if not val:
+            continue
+        root = os.path.join(pool["path"], val["path"])
+        prefixes, cum = _shard_prefixes(root, mf.read_manifest(root))
+        total = int(cum[-1])
+        for prefix, records in zip(prefixes, np.diff(cum).tolist(), strict=True):
+            if records:
+                pairs.append(f"{float(n * records / total)!r} {prefix}")
+    return " ".join(pairs) or None
 
 
 def export_megatron(
@@ -571,6 +634,7 @@ def export_megatron(
     seed: int = MEGATRON_DEFAULT_SEED,
     seq_length: int | None = None,
     split: str = DEFAULT_SPLIT,
+    per_split: bool = False,
     tokenizer: str | Mapping[str, Any] | None = None,
     mid_level_dataset_surplus: float = MEGATRON_DEFAULT_SURPLUS,
     use_megatron: bool | None = None,
@@ -578,14 +642,16 @@ def export_megatron(
 ) -> str:
     """Megatron-LM arguments for a mixture or materialized mixture. With ``out``: also the
     stage data-args files and megatron-core's index cache (``out/cache``) keyed for these
-    arguments, and the text as ``out/megatron.txt``. Returns the text."""
+    arguments, and the text as ``out/megatron.txt``. Returns the text. ``per_split``: per
+    stage a ``--per-split-data-args-path`` JSON file instead (train: the stage's list,
+    valid: the pools' validation slices) and no ``--split``."""
     manifest, blends = stage_blends(path)
     seq_len = int(manifest["seq_len"])
     ids, tok_args = tokenizer_identity(tokenizer, manifest.get("tokenizer"))
     args = MegatronArgs(
         seed=int(seed),
         seq_length=int(seq_length) if seq_length else None,
-        split=str(split),
+        split=None if per_split else str(split),
         tokenizer=ids,
         tokenizer_args=tok_args,
         mid_level_dataset_surplus=float(mid_level_dataset_surplus),
@@ -597,17 +663,23 @@ def export_megatron(
             f"--seq-length {trainer_seq} differs from the mixture's seq_len {seq_len}: "
             "Megatron would cut other windows"
         )
-    try:
-        _check_split(_split_matrix(args.split), args.split)
-    except InputError as exc:
-        problems.append(str(exc))
+    if args.split is not None:
+        try:
+            _check_split(_split_matrix(args.split), args.split)
+        except InputError as exc:
+            problems.append(str(exc))
     out_dir = Path(out).resolve() if out is not None else None
     cache = out_dir / CACHE_DIR if out_dir is not None else None
     written: list[dict[str, Any]] = []
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
-        for b in blends:
-            _save_text(out_dir / _file_name(b.name), data_args(b))
+        for k, b in enumerate(blends):
+            name = out_dir / _file_name(b.name, per_split)
+            if per_split:
+                lists = {"train": data_args(b), "valid": valid_args(manifest, k), "test": None}
+                _save_text(name, json.dumps(lists, indent=1))
+            else:
+                _save_text(name, data_args(b))
             if not problems:
                 info = write_cache(
                     cache,
@@ -619,9 +691,7 @@ def export_megatron(
                     args,
                     use_megatron=use_megatron,
                 )
-                written.append(
-                    {"stage": b.name, "data_args": str(out_dir / _file_name(b.name)), **info}
-                )
+                written.append({"stage": b.name, "data_args": str(name), **info})
     text = _text(manifest, path, blends, args, seq_len, out_dir, cache, problems, written)
     if out_dir is not None:
         _save_text(out_dir / "megatron.txt", text)
@@ -632,6 +702,7 @@ def export_megatron(
                 "seed": args.seed,
                 "seq_length": trainer_seq,
                 "split": args.split,
+                "per_split": args.split is None,
                 "tokenizer": args.tokenizer,
                 "mid_level_dataset_surplus": args.mid_level_dataset_surplus,
             },
@@ -695,14 +766,22 @@ def _text(manifest, path, blends, args, seq_len, out_dir, cache, problems, writt
             + (f"; resume from stage {blends[k - 1].name}'s checkpoint" if k else "")
         )
         pairs = " ".join(f"{w!r} {p}" for w, p in zip(b.weights, b.prefixes, strict=True))
+        per_split = args.split is None
+        flag = "--per-split-data-args-path" if per_split else "--data-args-path"
         if out_dir is not None:
             lines.append(
-                f"{common} --data-args-path {out_dir / _file_name(b.name)} --train-samples {b.end}"
+                f"{common} {flag} {out_dir / _file_name(b.name, per_split)} --train-samples {b.end}"
             )
-            lines.append("# the same list inline, in place of --data-args-path:")
+            lines.append(f"# the same train list inline, in place of {flag}:")
         else:
             lines.append(f"{common} --train-samples {b.end}")
-        lines.append(f"--data-path {pairs}")
+        if per_split:
+            lines.append(f"--train-data-path {pairs}")
+            valid = valid_args(manifest, k)
+            if valid:
+                lines.append(f"--valid-data-path {valid}")
+        else:
+            lines.append(f"--data-path {pairs}")
     lines += [
         "",
         "# --train-samples is each stage's end: a later stage resumes from the checkpoint",
@@ -766,8 +845,13 @@ def check_trainer_args(export_dir: str | os.PathLike, argv: str | Sequence[str])
 
     differs("--seed", number("--seed", MEGATRON_DEFAULT_SEED), want["seed"])
     differs("--seq-length", number("--seq-length", None), want["seq_length"])
-    # Megatron-LM's own default split keeps 3.1% of every prefix for validation and test.
-    differs("--split", args.get("--split", "969, 30, 1"), want["split"])
+    per_split = want["split"] is None
+    if per_split:
+        if "--split" in args:
+            problems.append("--split: the export is per split (no --split)")
+    else:
+        # Megatron-LM's own default split keeps 3.1% of every prefix for validation and test.
+        differs("--split", args.get("--split", "969, 30, 1"), want["split"])
     differs(
         "--mid-level-dataset-surplus",
         number("--mid-level-dataset-surplus", MEGATRON_DEFAULT_SURPLUS, float),
@@ -785,24 +869,33 @@ def check_trainer_args(export_dir: str | os.PathLike, argv: str | Sequence[str])
     differs("--data-cache-path", str(Path(got_cache).resolve()) if got_cache else None, cache)
     if args.get("--dataloader-type") == "cyclic":
         problems.append("--dataloader-type cyclic reads the samples in a random order")
-    for flag in ("--per-split-data-args-path", "--train-data-path", "--mock-data"):
+    file_flag = "--per-split-data-args-path" if per_split else "--data-args-path"
+    list_flag = "--train-data-path" if per_split else "--data-path"
+    wrong = ("--data-args-path", "--data-path") if per_split else (
+        "--per-split-data-args-path", "--train-data-path")  # fmt: skip
+    for flag in (*wrong, "--mock-data"):
         if flag in args:
-            problems.append(f"{flag}: the export's cache is keyed for --data-args-path")
+            problems.append(f"{flag}: the export's cache is keyed for {file_flag}")
+
+    def train_list(stage_file: str) -> list[str]:
+        text = Path(stage_file).read_text()
+        return (json.loads(text)["train"] if per_split else text).split()
+
     stage = None
-    if args.get("--data-args-path"):
-        path = str(Path(args["--data-args-path"]).resolve())
+    if args.get(file_flag):
+        path = str(Path(args[file_flag]).resolve())
         stage = next((s for s in record["stages"] if s["data_args"] == path), None)
         if stage is None:
-            problems.append(f"--data-args-path {path} is none of the export's stage files")
-    elif args.get("--data-path"):
-        given = args["--data-path"].split()
+            problems.append(f"{file_flag} {path} is none of the export's stage files")
+    elif args.get(list_flag):
+        given = args[list_flag].split()
         for s in record["stages"]:
-            if Path(s["data_args"]).read_text().split() == given:
+            if train_list(s["data_args"]) == given:
                 stage = s
         if stage is None:
-            problems.append("--data-path is none of the export's stage lists")
+            problems.append(f"{list_flag} is none of the export's stage lists")
     else:
-        problems.append("no --data-args-path or --data-path")
+        problems.append(f"no {file_flag} or {list_flag}")
     if stage is not None:
         samples = number("--train-samples", None)
         if samples is None and args.get("--train-iters") and args.get("--global-batch-size"):

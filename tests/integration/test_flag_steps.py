@@ -93,6 +93,15 @@ def _api(user) -> APIClient:
     return c
 
 
+def _new_run(api, world, name):
+    """A run registered through the API by the user who will report its progress."""
+    from webapp.catalog.models import TrainingRun
+
+    resp = api.post("/api/runs/", {"name": name, "mixture_version": world["version"].pk}, "json")
+    assert resp.status_code == 201, resp.content
+    return TrainingRun.objects.get(pk=resp.json()["id"])
+
+
 def _report(api, run, step):
     resp = api.post(
         f"/api/runs/{run.pk}/progress/", {"step": step, "consumed_samples": step * GBS}, "json"
@@ -112,7 +121,7 @@ def test_it_answers_when_a_run_first_read_flagged_documents(world, users, login,
     )
     assert resp.status_code == 201, resp.content
     flag = resp.json()["id"]
-    run = world["run"]
+    run = _new_run(editor, world, "reads")
 
     # Before any report: not yet.
     (row,) = editor.get(f"/api/runs/{run.pk}/flags/").json()
@@ -137,8 +146,9 @@ def test_it_answers_when_a_run_first_read_flagged_documents(world, users, login,
     audit = login("viewer").get(f"/audit/flags/{flag}/").content.decode()
     assert f"run {run.name}" in audit and text in audit
     taints = editor.get(f"/api/flags/{flag}/taints/").json()["taints"]
-    (run_taint,) = [t for t in taints if "first_read" in t]
-    assert run_taint["first_read"]["step"] == sample // GBS + 1
+    reads = {t["label"]: t["first_read"] for t in taints if "first_read" in t}
+    assert reads[f"run {run.name}"]["step"] == sample // GBS + 1
+    assert not reads[f"run {world['run'].name}"]["read"]  # that run reported nothing
 
 
 def test_it_says_never_for_flagged_documents_the_mixture_does_not_read(world, users, login, db):
@@ -176,3 +186,22 @@ def test_it_finds_the_same_first_sample_as_the_slow_scan_for_every_document(worl
             target=Flag.Target.DOCUMENTS, source=world["source"], document_ids=[doc], reason="t"
         )
         assert flag_first_sample(flag=flag, version=version) == first.get(doc)
+
+
+def test_the_run_page_snippet_streams_the_mixture_from_the_resume_position(world, users, login, db):
+    import html
+    import re
+
+    editor = _api(users["editor"])
+    run = _new_run(editor, world, "snippet")
+    _report(editor, run, 7)  # 28 samples consumed
+    page = login("viewer").get(f"/runs/{run.pk}/").content.decode()
+    snippet = html.unescape(re.search(r'<pre id="loader-snippet">(.*?)</pre>', page, re.S)[1])
+    stream = snippet[snippet.index("from shardcore.loader") :]
+    scope: dict = {}
+    exec(compile(stream, "snippet", "exec"), scope)
+    batch = next(iter(scope["loader"]))
+    mix = Mixture(world["version"].path)
+    assert batch["sample"].tolist() == list(range(7 * GBS, 7 * GBS + 8))
+    for k, row in zip(batch["sample"].tolist(), batch["tokens"].numpy(), strict=True):
+        np.testing.assert_array_equal(row, mix.tokens(k))

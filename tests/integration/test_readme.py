@@ -54,6 +54,11 @@ EXERCISED_ELSEWHERE = {
     ),
     "export DATABASE_URL=": ("tests/integration/test_settings.py", "DATABASE_URL"),
     "export CELERY_BROKER_URL=": ("tests/integration/test_settings.py", "CELERY_BROKER_URL"),
+    "export SECRET_KEY=": ("tests/security/test_hardening.py", "SECRET_KEY"),
+    "export SHARDYARD_SECURE_COOKIES=": (
+        "tests/security/test_hardening.py",
+        'SHARDYARD_SECURE_COOKIES="1"',
+    ),
 }
 RUN_HERE = ("python -c", "shardyard ", "gunicorn webapp.wsgi")
 # Read by the code but not configuration: Django's own bootstrap, a docstring example.

@@ -1,3 +1,4 @@
+# ruff: noqa: F811 - pytest fixtures are imported by name and used as arguments
 """The attacker's and operator's view: every test here drives the app the way the attack
 or mistake came in (JSON API with a token, the pages with a session and CSRF, the
 management commands), against real Postgres, and checks the refusal and that nothing was
@@ -107,3 +108,23 @@ def tree_digest(root) -> dict[str, str]:
         for p in sorted(root.rglob("*"))
         if p.is_file()
     }
+
+
+@pytest.fixture
+def tokenized(tmp_path, settings, catalog):
+    """A ready tokenized source of real docstrings (tiktoken, written by shardcore)."""
+    from tests.unit import pool_fixtures
+    from webapp.catalog.models import ArtifactStatus, TokenizedSource
+
+    settings.DATA_ROOT = tmp_path / "data"
+    (tmp_path / "data").mkdir()
+    path = pool_fixtures.write_tokenized(
+        tmp_path / "data" / "tok", pool_fixtures.corpus("prose", 120), shard_docs=50
+    )
+    return TokenizedSource.objects.create(
+        source=catalog["source"],
+        tokenizer=catalog["tokenized"].tokenizer,
+        status=ArtifactStatus.READY,
+        path=str(path),
+        num_documents=120,
+    )

@@ -117,3 +117,67 @@ def test_a_viewers_get_of_an_export_writes_nothing(page, stdlib_pools):
     # Writing the export is an editor's POST, and refused to a viewer.
     assert viewer.post(f"/mixtures/versions/{version.pk}/export/json/").status_code == 403
     assert Export.objects.count() == rows[0]
+
+
+def test_tokenize_three_times_makes_one_job(page, catalog, roots):
+    from webapp.catalog.models import TokenizedSource
+    from webapp.jobs.models import Job
+
+    c = page("editor")
+    jobs = Job.objects.count()
+    answers = [
+        c.post(f"/sources/{catalog['source'].pk}/tokenize/", {"tokenizer": ""}) for _ in range(3)
+    ]
+    assert {a.status_code for a in answers} == {302}
+    assert len({a["Location"] for a in answers}) == 1  # the one job's page, three times
+    assert Job.objects.count() == jobs + 1
+    assert TokenizedSource.objects.filter(status="building").count() == 1
+
+
+def test_a_pool_build_three_times_makes_one_pool(api, tokenized):
+    from webapp.catalog.models import Pool
+    from webapp.jobs.models import Job
+
+    c = api("editor")
+    body = {"name": "thrice", "tokenized_ids": [tokenized.pk], "seq_len": 64,
+            "filter": "n_tokens > 10"}  # fmt: skip
+    ids = {c.post("/api/pools/", body, format="json").json()["id"] for _ in range(3)}
+    assert len(ids) == 1
+    assert Pool.objects.filter(name="thrice").count() == 1
+    assert Job.objects.filter(kind="pool").count() == 1
+    # Other parameters are another pool.
+    other = c.post("/api/pools/", {**body, "seed": 1}, format="json")
+    assert other.status_code == 201 and other.json()["id"] not in ids
+
+
+def test_no_get_of_a_reader_writes_a_row_or_a_file(api, page, catalog, stdlib_pools, settings):
+    from django.apps import apps
+
+    editor = page("editor")
+    draft = _draft(stdlib_pools, name="readme")
+    editor.post("/mixtures/new/save/", draft, content_type="application/json")
+    version = MixtureVersion.objects.get(mixture__name="readme")
+    viewer, token = page("viewer"), api("viewer")  # sessions and tokens exist before
+    models = [m for m in apps.get_models() if m._meta.app_label not in {"sessions"}]
+
+    def snapshot():
+        return ({m._meta.label: m.objects.count() for m in models},
+                tree_digest(settings.DATA_ROOT))  # fmt: skip
+
+    before = snapshot()
+    v, r = version.pk, catalog["run"].pk
+    for path in ("/", "/sources/", f"/sources/{catalog['source'].pk}/", "/pools/",
+                 f"/pools/{stdlib_pools['early'].pk}/", "/mixtures/",
+                 f"/mixtures/{version.mixture_id}/", f"/mixtures/versions/{v}/",
+                 f"/mixtures/versions/{v}/version.json", f"/mixtures/versions/{v}/export/json/",
+                 f"/mixtures/versions/{v}/export/olmo/", f"/mixtures/versions/{v}/export/megatron/",
+                 "/runs/", f"/runs/{r}/", "/jobs/", f"/jobs/{catalog['job'].pk}/",
+                 f"/jobs/{catalog['job'].pk}/progress.json", "/audit/?source=wiki",
+                 f"/audit/flags/{catalog['flag'].pk}/"):  # fmt: skip
+        assert viewer.get(path).status_code in (200, 404), path
+    for path in ("/api/sources/", "/api/pools/", "/api/mixtures/", "/api/mixture-versions/",
+                 "/api/jobs/", "/api/runs/", f"/api/runs/{r}/progress/", f"/api/runs/{r}/resume/",
+                 "/api/flags/", f"/api/flags/{catalog['flag'].pk}/taints/",
+                 "/api/audit/?source=wiki", "/api/schema/"):  # fmt: skip
+        assert token.get(path).status_code in (200, 409), path
+    assert snapshot() == before

@@ -245,3 +245,14 @@ def test_it_refuses_a_state_of_another_artifact(mixture_path):
     state = ShardyardIterableDataset(mixture_path).state_dict()
     with pytest.raises(InputError, match="loader state is for mixture .*, this is materialized"):
         flat.load_state_dict(state)
+
+
+def test_a_second_pass_counts_from_its_own_start(mixture_path):
+    from shardcore.loader import ShardyardIterableDataset, ShardyardLoader
+
+    loader = ShardyardLoader(ShardyardIterableDataset(mixture_path), batch_size=BATCH)
+    assert len(list(loader)) * BATCH >= Mixture(mixture_path).num_samples
+    for step, _ in enumerate(loader):  # the next pass, stopped after 3 batches
+        if step == 2:
+            break
+    assert loader.state_dict()["next_sample"] == 3 * BATCH

@@ -52,7 +52,13 @@ def built(tmp_path_factory):
     for name, expr in (("a", "package < 'e'"), ("b", "package >= 'e'")):
         pools[name] = root / f"pool-{name}"
         build_pool(
-            [str(src)], str(pools[name]), seq_len=SEQ, seed=5, filter=expr, shard_size=150_000
+            [str(src)],
+            str(pools[name]),
+            seq_len=SEQ,
+            seed=5,
+            filter=expr,
+            shard_size=150_000,
+            val_fraction=0.05,
         )
     spec = MixtureSpec.from_dict(
         {
@@ -216,12 +222,15 @@ def test_keys_of_the_replica_equal_megatron_cores(built):
     for b in blends:
         for tok in ("NullTokenizer:100277", "HuggingFaceTokenizer:/models/tok"):
             ids, _ = mc.tokenizer_identity(tok, None)
-            for split in ("100,0,0", "100, 0, 0", "1"):
+            for split in ("100,0,0", "100, 0, 0", "1", None):  # None: per-split blends
                 args = mc.MegatronArgs(seed=7, split=split, tokenizer=ids)
-                core = mc.cache_keys(b.prefixes, b.weights, b.end, args, SEQ, use_megatron=True)
-                rep = mc.cache_keys(b.prefixes, b.weights, b.end, args, SEQ, use_megatron=False)
-                assert core.gpt == rep.gpt and core.blended == rep.blended
-                assert (core.num_samples, core.size) == (rep.num_samples, rep.size)
+                for n in (len(b.prefixes), 1):  # one prefix per split: no BlendedDataset
+                    pre, w = b.prefixes[:n], b.weights[:n]
+                    core = mc.cache_keys(pre, w, b.end, args, SEQ, use_megatron=True)
+                    rep = mc.cache_keys(pre, w, b.end, args, SEQ, use_megatron=False)
+                    assert core.gpt == rep.gpt and core.blended == rep.blended
+                    assert (core.num_samples, core.size) == (rep.num_samples, rep.size)
+                    assert (core.blended is None) == (split is None and n == 1)
 
 
 def test_legacy_tokenizer_identity_is_megatron_lms(monkeypatch):
@@ -296,3 +305,62 @@ def test_it_checks_the_trainers_arguments_against_the_export(built, tmp_path, ca
     assert main([*argv, "--check-trainer-args", main_line.replace("--seed 1234", "")]) == 0
     assert main([*argv, "--check-trainer-args", main_line.replace("--seed 1234", "--seed 9")]) == 1
     assert "ORDER NOT GUARANTEED" in capsys.readouterr().out
+
+
+def test_megatron_reads_it_exactly_per_split_with_the_pools_validation(
+    built, dist, tmp_path, monkeypatch
+):
+    """--per-split-data-args-path: train from the cache (its files untouched), validation
+    from the pools' val/ slices, which megatron-core indexes itself."""
+    from megatron.core.datasets.blended_megatron_dataset_builder import (
+        BlendedMegatronDatasetBuilder,
+    )
+    from megatron.core.datasets.gpt_dataset import GPTDataset, GPTDatasetConfig
+    from megatron.core.datasets.utils import get_blend_from_list
+
+    root, pools = built
+    mix = Mixture(root / "mixture")
+    tok = _tokenizer(int(mix.manifest["tokenizer"]["vocab_size"]))
+    out = tmp_path / "export"
+    text = export(
+        root / "mixture",
+        "megatron",
+        out=out,
+        per_split=True,
+        tokenizer=json.dumps(tok.unique_identifiers),
+    )
+    assert "--split 100" not in text and "--per-split-data-args-path" in text
+    for st in mix.manifest["stages"]:
+        end = st["first_sample"] + st["num_samples"]
+        lists = json.loads((out / f"per-split-{st['name']}.json").read_text())
+        assert lists["test"] is None and all("/val/" in p for p in lists["valid"].split()[1::2])
+        config = GPTDatasetConfig(
+            random_seed=SEED,
+            sequence_length=SEQ,
+            blend_per_split=[
+                get_blend_from_list(lists["train"].split()),
+                get_blend_from_list(lists["valid"].split()),
+                None,
+            ],
+            path_to_cache=str(out / "cache"),
+            tokenizer=tok,
+            reset_position_ids=False,
+            reset_attention_mask=False,
+            eod_mask_loss=False,
+        )
+        train_files = {p.name for p in (out / "cache").glob("*-train-*")}
+        before = _snapshot(out / "cache", *pools.values())
+        train, valid, test = BlendedMegatronDatasetBuilder(
+            GPTDataset, [end, 64, 0], lambda: True, config
+        ).build()
+        after = _snapshot(out / "cache", *pools.values())
+        assert {k: v for k, v in after.items() if "-train-" in k} == {
+            k: v for k, v in before.items() if "-train-" in k
+        }
+        assert train_files and any("-valid-" in k for k in after)  # valid: megatron's build
+        assert test is None and len(valid) >= 64
+        for i in range(st["first_sample"], end):
+            assert np.array_equal(_sample(train, i), mix.tokens(i)), f"sample {i}"
+        line = next(x for x in text.splitlines() if f"per-split-{st['name']}.json" in x)
+        assert mc.check_trainer_args(out, line) == []
+        assert mc.check_trainer_args(out, line + " --split 100,0,0")

@@ -9,6 +9,7 @@ from webapp.catalog.models import (
     MixtureComponent,
     MixtureVersion,
     Pool,
+    RunLoss,
     RunProgress,
     Source,
     SourceFile,
@@ -121,6 +122,7 @@ class RunSerializer(serializers.ModelSerializer):
     # Ids, not names: the progress answer costs no extra query.
     owner = serializers.IntegerField(source="created_by_id", read_only=True, allow_null=True)
     team = serializers.IntegerField(source="team_id", read_only=True, allow_null=True)
+
     class Meta:
         model = TrainingRun
         fields = [
@@ -155,6 +157,44 @@ class RunProgressSerializer(serializers.ModelSerializer):
     class Meta:
         model = RunProgress
         fields = ["step", "consumed_samples", "consumed_tokens", "reported_at"]
+
+
+class LossReportSerializer(serializers.Serializer):
+    """Losses of a run. Entries are checked by the service, which names the entry and
+    field of a refusal (``val[2].pool``), so they are plain JSON here."""
+
+    step = serializers.IntegerField(
+        min_value=0, max_value=2**62, required=False,
+        help_text="the checkpoint's step; required with val",
+    )  # fmt: skip
+    val = serializers.ListField(
+        child=serializers.JSONField(), required=False, max_length=10_000,
+        help_text='[{"pool": id, "source": "name" (optional), "loss": 2.31}]: validation loss '
+        "per pool read by the run's version (its training or validation pool id), or per "
+        "source of a pool built from several",
+    )  # fmt: skip
+    train = serializers.ListField(
+        child=serializers.JSONField(), required=False, max_length=10_000,
+        help_text='[{"step": 12, "loss": 3.02}]: training loss per step',
+    )  # fmt: skip
+
+    def validate(self, attrs):
+        if not attrs.get("val") and not attrs.get("train"):
+            raise serializers.ValidationError("give val (with step) or train")
+        if attrs.get("val") and "step" not in attrs:
+            raise serializers.ValidationError({"step": "validation losses are reported at a step"})
+        return attrs
+
+
+class RunLossSerializer(serializers.ModelSerializer):
+    pool_name = serializers.CharField(source="pool.name", read_only=True, default=None)
+
+    class Meta:
+        model = RunLoss
+        fields = [
+            "split", "step", "pool", "pool_name", "source", "loss", "consumed_tokens",
+            "reported_at",
+        ]  # fmt: skip
 
 
 class FlagSerializer(serializers.ModelSerializer):

@@ -99,7 +99,8 @@ class MixtureViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSe
     serializer_class = s.MixtureSerializer
 
     @extend_schema(
-        request=s.MixtureVersionCreateSerializer, responses={201: s.MixtureVersionSerializer}
+        request=s.MixtureVersionCreateSerializer,
+        responses={201: s.MixtureVersionSerializer, 200: s.MixtureVersionSerializer},
     )
     def create(self, request):
         """Save a draft as the next immutable version of the named mixture (created when
@@ -341,9 +342,11 @@ class RunViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     queryset = TrainingRun.objects.order_by("-created_at")
     serializer_class = s.RunSerializer
     # A trainer's token registers runs and reports progress; nothing else it may write.
-    write_roles = {"create": "trainer", "progress": "trainer"}
+    write_roles = {"create": "trainer", "progress": "trainer", "losses": "trainer"}
 
-    @extend_schema(request=s.RunRegisterSerializer, responses={201: s.RunSerializer})
+    @extend_schema(
+        request=s.RunRegisterSerializer, responses={201: s.RunSerializer, 403: OpenApiTypes.OBJECT}
+    )
     def create(self, request):
         from webapp.catalog.services import CatalogError, RunPermissionError, run_register
 
@@ -364,7 +367,11 @@ class RunViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
             raise _bad(e) from e
         return Response(s.RunSerializer(run).data, status=status.HTTP_201_CREATED)
 
-    @extend_schema(methods=["POST"], request=s.ProgressSerializer, responses={201: s.RunSerializer})
+    @extend_schema(
+        methods=["POST"],
+        request=s.ProgressSerializer,
+        responses={201: s.RunSerializer, 400: OpenApiTypes.OBJECT, 403: OpenApiTypes.OBJECT},
+    )
     @extend_schema(methods=["GET"], responses={200: s.RunProgressSerializer(many=True)})
     @action(detail=True, methods=["get", "post"])
     def progress(self, request, pk=None):
@@ -386,6 +393,45 @@ class RunViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         except CatalogError as e:
             raise _bad(e) from e
         return Response(s.RunSerializer(run).data, status=status.HTTP_201_CREATED)
+
+    @extend_schema(
+        methods=["POST"],
+        request=s.LossReportSerializer,
+        responses={
+            201: inline_serializer(
+                "LossesRecorded",
+                {
+                    "recorded": serializers.IntegerField(),
+                    "already_recorded": serializers.IntegerField(
+                        help_text="the same run, split, series and step was reported before"
+                    ),
+                },
+            )
+        },
+    )
+    @extend_schema(methods=["GET"], responses={200: s.RunLossSerializer(many=True)})
+    @action(detail=True, methods=["get", "post"])
+    def losses(self, request, pk=None):
+        """Validation loss per pool (and per source) at checkpoints, and training loss per
+        step: POST records them (a trainer's token), GET lists them in step order."""
+        from webapp.catalog.services import CatalogError, RunPermissionError, run_losses_record
+
+        if request.method == "GET":
+            run = get_object_or_404(TrainingRun.objects.only("id"), pk=pk)
+            rows = run.losses.select_related("pool").order_by("split", "series", "step")
+            page = self.paginate_queryset(rows)
+            return self.get_paginated_response(s.RunLossSerializer(page, many=True).data)
+        data = s.LossReportSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        try:
+            result = run_losses_record(run_id=int(pk), **data.validated_data, actor=request.user)
+        except TrainingRun.DoesNotExist:
+            raise NotFound(f"no run {pk}") from None
+        except RunPermissionError as e:
+            raise PermissionDenied(str(e)) from e
+        except CatalogError as e:
+            raise _bad(e) from e
+        return Response(result, status=status.HTTP_201_CREATED)
 
     @extend_schema(responses={200: FlagReadSerializer})
     @action(detail=True, methods=["get"])

@@ -100,6 +100,46 @@ def uri_normalize(uri: str) -> tuple[str, str]:
     return "file", uri
 
 
+_ENCODING = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
+
+
+def tokenizer_spec_check(spec: str) -> str:
+    """``spec`` if the catalog may load it: ``tiktoken:<encoding name>``, or ``hf:<path>``
+    with an absolute path that resolves (symlinks followed) to a regular file, or a
+    directory holding ``tokenizer.json``, below one of ``settings.TOKENIZER_ROOTS``. The
+    answer never says whether a path outside the roots exists."""
+    spec = (spec or "").strip()
+    if _CONTROL.search(spec):
+        raise GuardError(f"tokenizer {spec!r}: contains a control character")
+    kind, sep, rest = spec.partition(":")
+    if kind == "tiktoken" and sep and _ENCODING.fullmatch(rest):
+        return spec
+    if kind != "hf" or not sep or not rest:
+        raise GuardError(
+            f"tokenizer {spec!r}: use tiktoken:<encoding> or hf:<path> (a tokenizer.json under "
+            f"{_tokenizer_roots_text()})"
+        )
+    path = Path(rest)
+    if not path.is_absolute() or ".." in path.parts:
+        raise GuardError(f"tokenizer {spec!r}: give an absolute path without '..'")
+    roots = [Path(r).resolve() for r in settings.TOKENIZER_ROOTS]
+    resolved = path.resolve()
+    if not any(resolved == r or resolved.is_relative_to(r) for r in roots):
+        raise GuardError(
+            f"tokenizer {spec!r} is outside the tokenizer roots {_tokenizer_roots_text()} "
+            "(SHARDYARD_TOKENIZER_ROOTS)"
+        )
+    file = resolved / "tokenizer.json" if resolved.is_dir() else resolved
+    if not file.is_file() or not file.resolve().is_relative_to(resolved if resolved.is_dir()
+                                                               else resolved.parent):  # fmt: skip
+        raise GuardError(f"tokenizer {spec!r}: no tokenizer.json file at {path}")
+    return spec
+
+
+def _tokenizer_roots_text() -> str:
+    return ", ".join(str(r) for r in settings.TOKENIZER_ROOTS) or "(none configured)"
+
+
 def uri_is_remote(uri: str) -> bool:
     """Whether a stored location is read through fsspec's remote file systems. Reads the
     scheme the way ``uri_normalize`` does (case-insensitive)."""

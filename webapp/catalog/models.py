@@ -362,6 +362,43 @@ class RunProgress(models.Model):
         return f"{self.run_id} @ step {self.step}"
 
 
+class RunLoss(models.Model):
+    """A loss the trainer reported: validation loss of one pool (or of one source of a
+    pool with several) at a checkpoint, or training loss at a step."""
+
+    class Split(models.TextChoices):
+        TRAIN = "train"
+        VAL = "val"
+
+    run = models.ForeignKey(TrainingRun, related_name="losses", on_delete=models.CASCADE)
+    split = models.CharField(max_length=8, choices=Split.choices)
+    step = models.BigIntegerField()
+    # Validation: the training pool of the run's version whose held-out slice was scored.
+    pool = models.ForeignKey(
+        Pool, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    source = models.CharField(max_length=100, blank=True)  # a source's name, "" = whole pool
+    # What makes a report unique besides run, split and step: "" (training), "pool:<id>"
+    # or "pool:<id>/source:<name>". A retried report records nothing twice.
+    series = models.CharField(max_length=200, blank=True)
+    loss = models.FloatField()
+    # The run's consumed tokens at ``step`` when a progress report gives them: the x axis
+    # of the loss-against-tokens chart.
+    consumed_tokens = models.BigIntegerField(null=True, blank=True)
+    reported_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["run", "split", "series", "step"], name="run_loss_once_per_step"
+            )
+        ]
+        ordering = ["run", "split", "series", "step"]
+
+    def __str__(self) -> str:
+        return f"{self.run_id} {self.split} {self.series or 'train'} @ {self.step}: {self.loss}"
+
+
 # --- flags and taint --------------------------------------------------------------------
 
 

@@ -28,6 +28,7 @@ from webapp.catalog.models import (
     MixtureComponent,
     MixtureVersion,
     Pool,
+    RunLoss,
     RunProgress,
     Shard,
     Source,
@@ -162,7 +163,9 @@ def _list_files(uri: str) -> list[tuple[str, str, int]]:
         except Exception as exc:  # noqa: BLE001 - botocore/s3fs raise many kinds
             # Missing credentials, an unknown bucket, a refused connection: the location
             # cannot be read, which is the user's to fix, never a server error.
-            raise SourcePathError(f"{uri}: cannot list files: {type(exc).__name__}: {exc}") from None
+            raise SourcePathError(
+                f"{uri}: cannot list files: {type(exc).__name__}: {exc}"
+            ) from None
         out = []
         for key, info in found:
             if readers.is_supported(key):
@@ -218,9 +221,7 @@ def source_scan(*, source_id: int) -> Source:
                     docs += 1
         except Exception as exc:  # noqa: BLE001 - a file that cannot be opened at all
             msg = f"{rel}: cannot read: {type(exc).__name__}: {exc}"
-            Source.objects.filter(pk=source.pk).update(
-                status=Source.Status.FAILED, scan_error=msg
-            )
+            Source.objects.filter(pk=source.pk).update(status=Source.Status.FAILED, scan_error=msg)
             raise SourcePathError(msg) from None
         rows.append(
             SourceFile(
@@ -255,26 +256,53 @@ def source_scan(*, source_id: int) -> Source:
 # --- tokenizers and tokenized sources ---------------------------------------------------
 
 
-def tokenizer_ensure(*, spec: str) -> Tokenizer:
-    """The catalog row of a tokenizer spec, loading it once to learn its fingerprint."""
-    from shardcore.errors import InputError
+def limited(fn, /, *args, what: str, **kwargs):
+    """``fn(*args, **kwargs)`` in a child process with the planning limits
+    (``settings.PLAN_SECONDS``, ``PLAN_MEMORY_MB``): user input never runs in the web
+    process itself. A limit exceeded is a CatalogError."""
+    from shardcore.sandbox import LimitError, run_limited
+
+    try:
+        return run_limited(
+            fn,
+            args,
+            kwargs,
+            seconds=settings.PLAN_SECONDS,
+            memory=settings.PLAN_MEMORY_MB << 20,
+            what=what,
+        )
+    except LimitError as exc:
+        raise CatalogError(f"{exc} (SHARDYARD_PLAN_SECONDS / SHARDYARD_PLAN_MEMORY_MB)") from None
+
+
+def _tokenizer_facts(spec: str) -> dict[str, Any]:
     from shardcore.tokenizers import load_tokenizer
 
+    tok = load_tokenizer(spec)
+    return {"fingerprint": tok.fingerprint, "vocab_size": tok.vocab_size, "eos_id": tok.eos_id}
+
+
+def tokenizer_spec_check(*, spec: str) -> str:
+    try:
+        return guards.tokenizer_spec_check(spec)
+    except guards.GuardError as exc:
+        raise CatalogError(str(exc)) from None
+
+
+def tokenizer_ensure(*, spec: str) -> Tokenizer:
+    """The catalog row of a tokenizer spec, loading it once (in a limited child process)
+    to learn its fingerprint. hf: paths only from ``settings.TOKENIZER_ROOTS``."""
+    from shardcore.errors import InputError
+
+    spec = tokenizer_spec_check(spec=spec)
     existing = Tokenizer.objects.filter(spec=spec).first()
     if existing is not None:
         return existing
     try:
-        tok = load_tokenizer(spec)
+        facts = limited(_tokenizer_facts, spec, what=f"loading tokenizer {spec!r}")
     except (InputError, ValueError, OSError) as exc:
         raise CatalogError(f"tokenizer {spec!r}: {exc}") from exc
-    row, _ = Tokenizer.objects.get_or_create(
-        spec=spec,
-        defaults={
-            "fingerprint": tok.fingerprint,
-            "vocab_size": tok.vocab_size,
-            "eos_id": tok.eos_id,
-        },
-    )
+    row, _ = Tokenizer.objects.get_or_create(spec=spec, defaults=facts)
     return row
 
 
@@ -305,12 +333,16 @@ def tokenized_source_build(
 
     source = Source.objects.get(pk=source_id)
     tok = tokenizer_ensure(spec=tokenizer or DEFAULT_TOKENIZER)
+    running = _tokenizing(source, tok)
+    if running is not None:
+        return running  # a launch while the same one runs answers the running one
     files = source_file_urls(source=source)  # checks the roots again: files may have moved
     if not files:
         raise CatalogError(f"source {source.name} has no readable files")
     out = _artifact_dir("tokenized", source.name)
     try:
-        plan = plan_tokenize(
+        plan = limited(
+            plan_tokenize,
             [url for _rel, url, _size in files],
             str(out),
             tokenizer=tok.spec,
@@ -318,10 +350,17 @@ def tokenized_source_build(
             text_field=source.text_field,
             shard_size=shard_size,
             unit_bytes=unit_bytes,
+            what=f"planning the tokenization of {source.name}",
         )
     except (InputError, ValueError) as exc:
         raise CatalogError(f"cannot tokenize {source.name}: {exc}") from exc
     with transaction.atomic():
+        # Launches of one source are serialized: the second of two concurrent ones sees
+        # the first's row and answers it.
+        Source.objects.select_for_update().get(pk=source.pk)
+        running = _tokenizing(source, tok)
+        if running is not None:
+            return running
         job = job_create(
             plan=plan,
             title=f"tokenize {source.name} with {tok.spec}",
@@ -336,6 +375,22 @@ def tokenized_source_build(
             job=job,
             created_by=created_by,
         )
+
+
+def _tokenizing(source: Source, tok: Tokenizer) -> TokenizedSource | None:
+    """The source's tokenization with ``tok`` whose job is still queued or running."""
+    from webapp.jobs.models import ACTIVE_JOB_STATES
+
+    return (
+        TokenizedSource.objects.filter(
+            source=source,
+            tokenizer=tok,
+            status=ArtifactStatus.BUILDING,
+            job__state__in=ACTIVE_JOB_STATES,
+        )
+        .order_by("-pk")
+        .first()
+    )
 
 
 def tokenized_source_record(*, job, manifest: dict | None) -> None:
@@ -434,9 +489,16 @@ def pool_build(
     validation pool is recorded beside it when the job succeeds)."""
     from shardcore.errors import InputError
     from shardcore.pool import plan_pool
+    from shardcore.select import filter_parse
     from webapp.jobs.services import job_create
 
     name = _name(name, "pool name")
+    filter = (filter or "").strip() or None
+    if filter is not None:
+        try:
+            filter_parse(filter)  # the web request validates; evaluating is the child's
+        except InputError as exc:
+            raise CatalogError(f"filter: {exc}") from None
     parents = list(TokenizedSource.objects.filter(pk__in=list(tokenized_ids)).order_by("pk"))
     if not parents:
         raise CatalogError("a pool needs at least one tokenized source")
@@ -444,22 +506,37 @@ def pool_build(
     if not_ready:
         raise CatalogError(f"tokenized source(s) {', '.join(not_ready)} are not built")
     _refuse_corrupt(parents)
+    same = {"name": name, "filter": filter or "", "seq_len": seq_len, "shuffle": shuffle,
+            "seed": seed, "val_fraction": val_fraction}  # fmt: skip
+    running = _pool_building(parents, same)
+    if running is not None:
+        return running  # a launch while the same one runs answers the running one
     out = _artifact_dir("pools", name)
     try:
-        plan = plan_pool(
+        # Reading every sidecar through the filter: in a child process with time and
+        # memory limits (DuckDB's own memory limit applies inside it as well).
+        plan = limited(
+            plan_pool,
             [t.path for t in parents],
             str(out),
             seq_len=seq_len,
-            filter=filter or None,
+            filter=filter,
             shuffle=shuffle,
             seed=seed,
             memory=memory,
             val_fraction=val_fraction,
             shard_size=shard_size,
+            what=f"planning pool {name!r}",
         )
     except (InputError, ValueError) as exc:
         raise CatalogError(f"cannot build pool {name!r}: {exc}") from exc
     with transaction.atomic():
+        # Launches over the same inputs are serialized: the second of two concurrent
+        # identical ones sees the first's row and answers it.
+        list(TokenizedSource.objects.select_for_update().filter(pk__in=[t.pk for t in parents]))
+        running = _pool_building(parents, same)
+        if running is not None:
+            return running
         job = job_create(
             plan=plan,
             title=f"pool {name}",
@@ -477,6 +554,32 @@ def pool_build(
         )
         pool.parents.set(parents)
     return pool
+
+
+def _pool_building(parents: list[TokenizedSource], same: dict[str, Any]) -> Pool | None:
+    """A train pool over exactly ``parents`` with the same name and parameters whose job
+    is still queued or running."""
+    from webapp.jobs.models import ACTIVE_JOB_STATES
+
+    want = sorted(t.pk for t in parents)
+    candidates = Pool.objects.filter(
+        name=same["name"],
+        split=Pool.Split.TRAIN,
+        status=ArtifactStatus.BUILDING,
+        filter=same["filter"],
+        seq_len=same["seq_len"],
+        job__state__in=ACTIVE_JOB_STATES,
+    ).prefetch_related("parents")
+    for pool in candidates.order_by("-pk"):
+        params = pool.params or {}
+        if (
+            sorted(p.pk for p in pool.parents.all()) == want
+            and params.get("shuffle") == same["shuffle"]
+            and params.get("seed") == same["seed"]
+            and params.get("val_fraction") == same["val_fraction"]
+        ):
+            return pool
+    return None
 
 
 def _pool_fill(pool: Pool, manifest: dict) -> None:
@@ -549,9 +652,7 @@ def mixture_create(*, name: str, description: str = "", created_by=None) -> Mixt
         raise CatalogError(f"a mixture named {name!r} already exists")
     try:
         with transaction.atomic():
-            return Mixture.objects.create(
-                name=name, description=description, created_by=created_by
-            )
+            return Mixture.objects.create(name=name, description=description, created_by=created_by)
     except IntegrityError:
         raise CatalogError(f"a mixture named {name!r} already exists") from None
 
@@ -565,9 +666,7 @@ def mixture_get_or_create(*, name: str, description: str = "", created_by=None) 
         return existing
     try:
         with transaction.atomic():
-            return Mixture.objects.create(
-                name=name, description=description, created_by=created_by
-            )
+            return Mixture.objects.create(name=name, description=description, created_by=created_by)
     except IntegrityError:
         return Mixture.objects.get(name=name)
 
@@ -1266,6 +1365,138 @@ def _version_seq_len(version_id: int) -> int:
         ),
         default=0,
     )
+
+
+MAX_LOSS_ROWS = 10_000
+
+
+def run_losses_record(
+    *,
+    run_id: int,
+    step: int | None = None,
+    val: list[dict] | None = None,
+    train: list[dict] | None = None,
+    actor=None,
+) -> dict[str, int]:
+    """Record a run's losses (``POST /api/runs/{id}/losses/``): ``val``, at checkpoint
+    ``step``, is ``[{"pool": id, "source": name or "", "loss": x}]``, the validation loss
+    of each pool the run's version reads (its training pool's id or its validation pool's,
+    and a source's name to report one source of a pool built from several); ``train`` is
+    ``[{"step": s, "loss": x}]``, training loss per step. Whoever may report the run's
+    progress may report its losses (RunPermissionError otherwise). Every entry is checked
+    before anything is written; a refusal is a CatalogError naming the entry and field.
+    A retried report records nothing twice (first report wins). Returns the number of
+    rows recorded and of rows already there."""
+    val = list(val or [])
+    train = list(train or [])
+    if not val and not train:
+        raise CatalogError("give val (validation losses at a step) or train (losses per step)")
+    if len(val) + len(train) > MAX_LOSS_ROWS:
+        raise CatalogError(f"at most {MAX_LOSS_ROWS} losses per report")
+    if val and step is None:
+        raise CatalogError("step: validation losses are reported at a step")
+    run = TrainingRun.objects.select_related("mixture_version").filter(pk=run_id).first()
+    if run is None:
+        raise TrainingRun.DoesNotExist(f"no run {run_id}")
+    in_team = bool(
+        actor is not None and run.team_id and actor.groups.filter(pk=run.team_id).exists()
+    )
+    _may_write(run, actor, in_team=in_team)
+    version = run.mixture_version
+    seq_len = _version_seq_len(version.pk)
+    limit = version.num_samples or (
+        -(-version.token_budget // seq_len) if seq_len and version.token_budget else 0
+    )
+
+    def check_step(value: int, where: str) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise CatalogError(f"{where}: {value!r} is not a step (an integer >= 0)")
+        if limit and value > limit:
+            raise CatalogError(
+                f"{where}: {value} is beyond mixture version {version.pk} ({limit} samples);"
+                " a step reads at least one sample of the version"
+            )
+        return value
+
+    def check_loss(value, where: str) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise CatalogError(f"{where}: {value!r} is not a number")
+        value = float(value)
+        if not np.isfinite(value) or value < 0:
+            raise CatalogError(f"{where}: {value} is not a finite loss >= 0")
+        return value
+
+    # The pools a validation loss may name: the version's pools and their held-out slices.
+    comps = list(MixtureComponent.objects.filter(version=version).select_related("pool__val_pool"))
+    by_id: dict[int, Pool] = {}
+    for c in comps:
+        by_id[c.pool.pk] = c.pool
+        held_out = getattr(c.pool, "val_pool", None)
+        if held_out is not None:
+            by_id[held_out.pk] = c.pool
+    sources: dict[int, set[str]] = {}
+    rows: list[RunLoss] = []
+    seen: set[tuple[str, str, int]] = set()
+    if val:
+        step = check_step(step, "step")
+    for i, entry in enumerate(val):
+        where = f"val[{i}]"
+        if not isinstance(entry, dict):
+            raise CatalogError(f"{where}: give an object with pool and loss")
+        pool_id = entry.get("pool")
+        if isinstance(pool_id, bool) or not isinstance(pool_id, int) or pool_id not in by_id:
+            names = ", ".join(f"{c.pool.name} ({c.pool.pk})" for c in comps)
+            raise CatalogError(
+                f"{where}.pool: {pool_id!r} is not read by mixture version {version.pk}; "
+                f"its pools: {names}"
+            )
+        pool = by_id[pool_id]
+        source = entry.get("source") or ""
+        if not isinstance(source, str):
+            raise CatalogError(f"{where}.source: {source!r} is not a source name")
+        if source:
+            if pool.pk not in sources:
+                sources[pool.pk] = set(
+                    Source.objects.filter(tokenized__pools=pool).values_list("name", flat=True)
+                )
+            if source not in sources[pool.pk]:
+                raise CatalogError(
+                    f"{where}.source: {source!r} is not a source of pool {pool.name}; "
+                    f"its sources: {', '.join(sorted(sources[pool.pk])) or 'none'}"
+                )
+        loss = check_loss(entry.get("loss"), f"{where}.loss")
+        series = f"pool:{pool.pk}" + (f"/source:{source}" if source else "")
+        if ("val", series, step) in seen:
+            what = f"pool {pool.name}" + (f" source {source}" if source else "")
+            raise CatalogError(f"{where}: {what} is given twice at step {step}")
+        seen.add(("val", series, step))
+        rows.append(
+            RunLoss(run=run, split="val", step=step, pool=pool, source=source, series=series,
+                    loss=loss)
+        )  # fmt: skip
+    for i, entry in enumerate(train):
+        where = f"train[{i}]"
+        if not isinstance(entry, dict):
+            raise CatalogError(f"{where}: give an object with step and loss")
+        s = check_step(entry.get("step"), f"{where}.step")
+        loss = check_loss(entry.get("loss"), f"{where}.loss")
+        if ("train", "", s) in seen:
+            raise CatalogError(f"{where}.step: step {s} is given twice")
+        seen.add(("train", "", s))
+        rows.append(RunLoss(run=run, split="train", step=s, series="", loss=loss))
+    # The token axis: the run's consumed tokens at each step it reported progress for.
+    tokens = dict(
+        RunProgress.objects.filter(run=run, step__in={r.step for r in rows}).values_list(
+            "step", "consumed_tokens"
+        )
+    )
+    for r in rows:
+        r.consumed_tokens = tokens.get(r.step)
+    with transaction.atomic():
+        before = RunLoss.objects.filter(run=run).count()
+        RunLoss.objects.bulk_create(rows, ignore_conflicts=True)
+        recorded = RunLoss.objects.filter(run=run).count() - before
+    return {"recorded": recorded, "already_recorded": len(rows) - recorded}
 
 
 def run_resume_position(*, run_id: int, sample: int | None = None) -> dict[str, Any]:

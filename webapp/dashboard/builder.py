@@ -180,6 +180,19 @@ def predict(spec: Mapping[str, Any], pools: Mapping[int, Mapping[str, Any]]) -> 
     shares = [
         [r["stages"].get(s, 0) / totals[s] if totals[s] else 0.0 for s in stage_names] for r in rows
     ]
+    # The stages as the build lays them out: in order, each as long as its samples.
+    seq_len = int(next(iter(seq_lens)))
+    schedule, first = [], 0
+    for s in stage_names:
+        schedule.append(
+            {
+                "name": s,
+                "first_token": first * seq_len,
+                "num_tokens": totals[s] * seq_len,
+                "samples_per_pool": [r["stages"].get(s, 0) for r in rows],
+            }
+        )
+        first += totals[s]
     return {
         "error": None,
         "rows": rows,
@@ -187,6 +200,7 @@ def predict(spec: Mapping[str, Any], pools: Mapping[int, Mapping[str, Any]]) -> 
         "over_cap": over_cap,
         "stages": stage_names,
         "heatmap": (positions, [r["pool"] for r in rows], shares),
+        "schedule": schedule,
     }
 
 

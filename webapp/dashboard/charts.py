@@ -376,6 +376,73 @@ def progress_over_time(
     }
 
 
+def loss_curves(
+    series: Sequence[Mapping],
+    *,
+    x_title: str = "step",
+    boundaries: Sequence[Mapping] = (),
+    title: str = "Validation loss",
+    empty: str = "no losses reported yet",
+) -> dict:
+    """Loss curves, one line per series: ``{"name", "x": [...], "y": [...], "colour": i,
+    "dash": bool}`` (dashed: an overlaid run; same colour index, same pool or source).
+    ``boundaries`` are vertical dotted lines ``{"x": value, "label": text}`` (stage
+    starts, shard boundaries) with their label at the top."""
+    series = [s for s in series if s["x"]]
+    if not series:
+        return _empty(title, empty)
+    shapes, notes = [], []
+    for b in boundaries:
+        shapes.append(
+            {
+                "type": "line",
+                "yref": "paper",
+                "y0": 0,
+                "y1": 1,
+                "x0": b["x"],
+                "x1": b["x"],
+                "line": {"color": "#555", "dash": "dot", "width": 1},
+            }
+        )
+        if b.get("label"):
+            notes.append(
+                {
+                    "x": b["x"],
+                    "y": 1,
+                    "yref": "paper",
+                    "text": b["label"],
+                    "showarrow": False,
+                    "xanchor": "left",
+                    "yanchor": "bottom",
+                    "font": {"size": 10, "color": "#555"},
+                }
+            )
+    layout = _layout(
+        title,
+        xaxis={"title": {"text": x_title}},
+        yaxis={"title": {"text": "loss (nats per token)"}},
+        shapes=shapes,
+        annotations=notes,
+    )
+    data = [
+        {
+            "type": "scatter",
+            "mode": "lines+markers" if len(s["x"]) < 60 else "lines",
+            "name": s["name"],
+            "x": list(s["x"]),
+            "y": [round(float(v), 5) for v in s["y"]],
+            "line": {
+                "color": PALETTE[int(s.get("colour", 0)) % len(PALETTE)],
+                "dash": "dash" if s.get("dash") else "solid",
+                "width": 1 if s.get("dash") else 2,
+            },
+            "hovertemplate": f"{s['name']}<br>{x_title} %{{x:,}}: %{{y:.4f}}<extra></extra>",
+        }
+        for s in series
+    ]
+    return {"data": data, "layout": layout}
+
+
 # Lineage runs left to right from what trains to what was read.
 LINEAGE_KINDS = ("run", "mixture_version", "pool", "tokenized_source", "source")
 
@@ -470,5 +537,127 @@ def lineage_graph(
             },
             yaxis={"visible": False, "range": [-0.05, 1.05]},
             hovermode="closest",
+        ),
+    }
+
+
+def colour_of(label: str) -> str:
+    """A colour fixed by the label's text, so that one pool (or value) has the same colour
+    on every chart and page, whatever else is drawn beside it."""
+    import zlib
+
+    return PALETTE[zlib.crc32(str(label).encode()) % len(PALETTE)]
+
+
+def schedule_composition(
+    stages: Sequence[Mapping], pools: Sequence[str], *, title: str = "Composition of the schedule"
+) -> dict:
+    """Each stage of a schedule as a bar as wide as its tokens, at its place in training
+    (x: training tokens), stacked by the share of each pool's samples in it. ``stages``:
+    ``{"name", "first_token", "num_tokens", "samples_per_pool"}`` in any order (drawn in
+    schedule order); ``pools`` names the entries of ``samples_per_pool``."""
+    stages = sorted(
+        (s for s in stages if int(s.get("num_tokens", 0)) > 0), key=lambda s: s["first_token"]
+    )
+    if not stages or not pools:
+        return _empty(title, "no schedule yet")
+    centres = [int(s["first_token"]) + int(s["num_tokens"]) / 2 for s in stages]
+    widths = [int(s["num_tokens"]) for s in stages]
+    names = [str(s["name"]) for s in stages]
+    data = []
+    for j, pool in enumerate(pools):
+        shares, samples = [], []
+        for s in stages:
+            counts = [int(c) for c in s["samples_per_pool"]]
+            total = sum(counts) or 1
+            samples.append(counts[j] if j < len(counts) else 0)
+            shares.append(samples[-1] / total)
+        if not any(samples):
+            continue
+        data.append(
+            {
+                "type": "bar",
+                "name": str(pool),
+                "x": centres,
+                "y": shares,
+                "width": widths,
+                "customdata": [[n, k] for n, k in zip(names, samples, strict=True)],
+                "marker": {"color": colour_of(pool), "line": {"color": "#fff", "width": 1}},
+                "hovertemplate": f"{pool}<br>stage %{{customdata[0]}}: %{{y:.1%}} "
+                "(%{customdata[1]:,} samples)<extra></extra>",
+            }
+        )
+    edges = [int(s["first_token"]) for s in stages] + [
+        int(stages[-1]["first_token"]) + int(stages[-1]["num_tokens"])
+    ]
+    return {
+        "data": data,
+        "layout": _layout(
+            title,
+            barmode="stack",
+            bargap=0,
+            xaxis={"title": {"text": "training position (tokens)"}, "range": [0, edges[-1]],
+                   "tickformat": "~s"},
+            yaxis={"title": {"text": "share of the stage's samples"}, "tickformat": ".0%",
+                   "range": [0, 1.12]},
+            annotations=[
+                {"x": c, "y": 1.06, "text": n, "showarrow": False, "xref": "x", "yref": "y"}
+                for c, n in zip(centres, names, strict=True)
+            ],
+            shapes=[
+                {"type": "line", "x0": e, "x1": e, "y0": 0, "y1": 1, "xref": "x", "yref": "y",
+                 "line": {"color": "#333", "width": 1, "dash": "dot"}}
+                for e in edges[1:-1]
+            ],
+        ),
+    }  # fmt: skip
+
+
+UNIT_STATE_COLOURS = {
+    "succeeded": PALETTE[2],
+    "running": PALETTE[0],
+    "failed": TAINT,
+    "cancelled": PALETTE[7],
+    "queued": PALETTE[6],
+}
+
+
+def unit_timeline(units: Sequence[Mapping], *, title: str = "Units over time, by worker") -> dict:
+    """One bar per unit that ran: from its start to its end (or ``now`` while running), on
+    the row of the worker that ran it, coloured by state. ``units``: ``{"unit", "worker",
+    "state", "start", "end"}`` with ISO times (``end`` may be None) and ``"now"``."""
+    ran = [u for u in units if u.get("start")]
+    if not ran:
+        return _empty(title, "no unit has started yet")
+    from datetime import datetime
+
+    def ms(a: str, b: str) -> float:
+        return (datetime.fromisoformat(b) - datetime.fromisoformat(a)).total_seconds() * 1000
+
+    data = []
+    for state in dict.fromkeys(u["state"] for u in ran):
+        mine = [u for u in ran if u["state"] == state]
+        data.append(
+            {
+                "type": "bar",
+                "orientation": "h",
+                "name": state,
+                "y": [u.get("worker") or "?" for u in mine],
+                "base": [u["start"] for u in mine],
+                "x": [max(ms(u["start"], u.get("end") or u["now"]), 1.0) for u in mine],
+                "customdata": [[u["unit"], round(ms(u["start"], u.get("end") or u["now"]) / 1000, 2)]
+                               for u in mine],
+                "marker": {"color": UNIT_STATE_COLOURS.get(state, PALETTE[8])},
+                "hovertemplate": "%{customdata[0]} on %{y}: %{customdata[1]} s<extra>"
+                + state + "</extra>",
+            }
+        )  # fmt: skip
+    return {
+        "data": data,
+        "layout": _layout(
+            title,
+            barmode="overlay",
+            xaxis={"type": "date", "title": {"text": "time"}},
+            yaxis={"title": {"text": "worker"}, "automargin": True},
         ),
     }

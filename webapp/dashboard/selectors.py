@@ -32,9 +32,13 @@ def user_list() -> list[dict]:
 
 def overview() -> dict:
     """Everything the overview page shows."""
-    from webapp.ops.selectors import heartbeat_recent
+    from webapp.ops.selectors import heartbeat_recent, workers_live
 
-    return {"heartbeats": list(heartbeat_recent(limit=10)), **overview_catalog()}
+    return {
+        "workers": workers_live(),
+        "heartbeats": list(heartbeat_recent(limit=10)),
+        **overview_catalog(),
+    }
 
 
 # --- catalog and jobs reads for the pages ---------------------------------------------
@@ -207,6 +211,7 @@ def job_detail(*, job_id: int) -> dict:
     the first units in plan order, failed units: four queries) shaped for the template."""
     from django.http import Http404
 
+    from webapp.dashboard import charts
     from webapp.jobs import selectors as jobs
     from webapp.jobs.models import Job, UnitState
 
@@ -223,7 +228,25 @@ def job_detail(*, job_id: int) -> dict:
         "units_truncated": job.units_total > len(detail.units),
         "failed_units": detail.failed_units,
         "eta_seconds": eta.total_seconds() if eta is not None else None,
+        "timeline_figure": charts.unit_timeline(_timeline_rows(detail.units)),
     }
+
+
+def _timeline_rows(units) -> list[dict]:
+    from django.utils import timezone
+
+    now = timezone.now().isoformat()
+    return [
+        {
+            "unit": u.unit_id,
+            "worker": u.worker,
+            "state": u.state,
+            "start": u.started_at.isoformat() if u.started_at else None,
+            "end": u.finished_at.isoformat() if u.finished_at else None,
+            "now": now,
+        }
+        for u in units
+    ]
 
 
 def job_progress_json(*, job_id: int) -> dict:
@@ -428,7 +451,122 @@ def run_detail(*, run_id: int) -> dict:
             {**r, "text": flag_read_text(r)} for r in catalog_selectors.run_flag_reads(run=run)
         ],
         **_resume_context(run),
+        **run_losses(run=run),
     }
+
+
+OVERLAY_RUNS = 4
+LOSS_POINTS = 5000
+
+
+def run_losses(*, run, overlay: bool = True) -> dict:
+    """The run's loss charts: validation loss per pool (and per source) against step and
+    against tokens, training loss against step, with the mixture's stage starts marked;
+    with ``overlay``, up to OVERLAY_RUNS other runs of the same mixture (any version)
+    dashed, in the same colour per pool or source."""
+    from webapp.catalog.models import RunLoss, TrainingRun
+    from webapp.dashboard import charts
+
+    runs = [run]
+    if overlay:
+        runs += list(
+            TrainingRun.objects.filter(
+                mixture_version__mixture_id=run.mixture_version.mixture_id, losses__isnull=False
+            )
+            .exclude(pk=run.pk)
+            .distinct()
+            .order_by("-created_at")[:OVERLAY_RUNS]
+        )
+    rows = list(
+        RunLoss.objects.filter(run__in=runs)
+        .select_related("pool")
+        .order_by("run_id", "split", "series", "step")
+        .values_list("run_id", "split", "series", "pool__name", "source", "step", "loss",
+                     "consumed_tokens")[: LOSS_POINTS * len(runs)]
+    )  # fmt: skip
+    names = {r.pk: r.name for r in runs}
+    keys = sorted({(split, series) for _, split, series, *_ in rows})
+    colour = {k: i for i, k in enumerate(keys)}
+    curves: dict[tuple, dict] = {}
+    for run_id, split, series, pool, source, step, loss, tokens in rows:
+        c = curves.setdefault(
+            (run_id, split, series),
+            {"label": "training loss" if split == "train" else pool + (f" / {source}" if source else ""),
+             "steps": [], "tokens": [], "loss": [], "loss_t": []},
+        )  # fmt: skip
+        c["steps"].append(step)
+        c["loss"].append(loss)
+        if tokens is not None:
+            c["tokens"].append(tokens)
+            c["loss_t"].append(loss)
+
+    def series_for(split: str, by: str) -> list[dict]:
+        out = []
+        for (run_id, sp, key), c in curves.items():
+            if sp != split:
+                continue
+            mine = run_id == run.pk
+            out.append(
+                {
+                    "name": c["label"] if mine else f"{names[run_id]}: {c['label']}",
+                    "x": c["steps"] if by == "step" else c["tokens"],
+                    "y": c["loss"] if by == "step" else c["loss_t"],
+                    "colour": colour[(sp, key)],
+                    "dash": not mine,
+                }
+            )
+        return out
+
+    stages = _stage_starts(run)
+    return {
+        "val_step_figure": charts.loss_curves(
+            series_for("val", "step"),
+            x_title="step",
+            boundaries=[{"x": b["step"], "label": b["label"]} for b in stages if b["step"]],
+            title="Validation loss per pool / source, by step",
+        ),
+        "val_tokens_figure": charts.loss_curves(
+            series_for("val", "tokens"),
+            x_title="tokens",
+            boundaries=[{"x": b["tokens"], "label": b["label"]} for b in stages],
+            title="Validation loss per pool / source, by tokens consumed",
+        ),
+        "train_figure": charts.loss_curves(
+            series_for("train", "step"),
+            x_title="step",
+            boundaries=[{"x": b["step"], "label": b["label"]} for b in stages if b["step"]],
+            title="Training loss",
+            empty="no training loss reported",
+        ),
+        "overlaid_runs": [r for r in runs[1:] if any(k[0] == r.pk for k in curves)],
+        "num_losses": len(rows),
+    }
+
+
+def _stage_starts(run) -> list[dict]:
+    """Where each stage after the first starts: its first sample in tokens, and the first
+    step whose progress report had consumed it (None before the run got there)."""
+    from shardcore.errors import ShardcoreError
+    from shardcore.manifest import read_manifest
+    from webapp.catalog.models import RunProgress
+
+    version = run.mixture_version
+    try:
+        manifest = read_manifest(version.path)
+    except (ShardcoreError, OSError, ValueError):
+        return []
+    seq_len = int(manifest.get("seq_len") or 0)
+    out = []
+    for st in (manifest.get("stages") or [])[1:]:
+        first = int(st["first_sample"])
+        step = (
+            RunProgress.objects.filter(run=run, consumed_samples__gte=first)
+            .order_by("step")
+            .values_list("step", flat=True)
+            .first()
+        )
+        out.append({"label": f"stage {st['name']}", "tokens": first * seq_len, "step": step})
+    return out
 
 
 def flag_read_text(row: dict) -> str:
@@ -460,7 +598,12 @@ def _resume_context(run) -> dict:
         return {"resume": None, "resume_error": f"No resume position: {e}"}
     shown = ("stage", "pool", "epoch", "shard", "shard_prefix", "record_in_shard", "token_offset")
     resume = {k: position[k] for k in shown if k in position}
-    return {"resume": resume, "snippet": loader_snippet(position)}
+    snippet = loader_snippet(position)
+    from pathlib import Path
+
+    if Path(run.mixture_version.path, "manifest.json").is_file():
+        snippet += stream_snippet(run.mixture_version.path, position["sample"])
+    return {"resume": resume, "snippet": snippet}
 
 
 # --- sources ----------------------------------------------------------------------------
@@ -669,18 +812,24 @@ def mixture_version_detail(*, version_id: int) -> dict:
     exports = list(version.exports.order_by("format", "-created_at"))
     quality = quality_for_charts(version.params.get("quality") or {})
     components = lineage["components"]
-    total_weight = sum(c.weight for c in components) or 1.0
-    rows = [
-        {
-            "pool": c.pool.name,
-            "tokens": int(version.token_budget * c.weight / total_weight),
-            "epochs": c.epochs
-            if c.epochs is not None
-            else (version.token_budget * c.weight / total_weight) / max(c.pool.num_tokens, 1),
-        }
-        for c in components
-    ]
-    heat = quality.get("heatmap") or _stage_heatmap(version, components)
+    schedule = _built_schedule(version, components)
+    if schedule is not None:
+        rows, stage_facts, names = schedule
+        composition = charts.schedule_composition(
+            stage_facts, names, title="Composition over training (stages in schedule order)"
+        )
+    else:  # not built (yet): the planned shares by weight, with nothing on the x axis
+        total_weight = sum(c.weight for c in components) or 1.0
+        rows = [
+            {
+                "pool": c.pool.name,
+                "tokens": int(version.token_budget * c.weight / total_weight),
+                "epochs": (version.token_budget * c.weight / total_weight)
+                / max(c.pool.num_tokens, 1),
+            }
+            for c in components
+        ]
+        composition = charts.schedule_composition([], [])
     return {
         "version": version,
         "components": components,
@@ -692,56 +841,33 @@ def mixture_version_detail(*, version_id: int) -> dict:
         ),
         "tainted": f"mv:{version.pk}" in lineage["tainted"],
         "quality": quality,
-        "epochs_figure": charts.predicted_epochs(rows),
-        "heatmap_figure": charts.position_heatmap(
-            *heat, title="Composition over training position"
-        ),
+        "epochs_figure": charts.predicted_epochs(rows, title="Tokens and epochs per pool"),
+        "heatmap_figure": composition,
         "deviation_figure": charts.window_deviation(quality.get("curve") or {}),
         "lineage_figure": charts.lineage_graph(lineage["nodes"], lineage["edges"]),
     }
 
 
-def _stage_heatmap(version, components) -> tuple:
-    """Composition over position from the components alone: each stage takes its share of
-    the budget in order, pools within it by weight. Used until the build records measured
-    composition in ``params["quality"]``."""
-    stages: list[str] = []
-    for c in components:
-        if c.stage not in stages:
-            stages.append(c.stage)
-    if not components:
-        return ([], [], [])
-    stage_weight = {s: sum(c.weight for c in components if c.stage == s) for s in stages}
-    # The built schedule records each stage's samples ({name, first_sample, num_samples}):
-    # a stage's width is its share of the version's samples; equal shares before a build.
-    built = {st["name"]: st for st in version.params.get("stages") or [] if isinstance(st, dict)}
-    total_samples = sum(int(st.get("num_samples", 0)) for st in built.values())
+def _built_schedule(version, components) -> tuple | None:
+    """From the version's built schedule (its manifest): per pool its tokens and epochs,
+    per stage its place, length and samples per pool, and the pools' catalog names (in
+    the manifest's order). None when the schedule is not built."""
+    from shardcore.errors import ManifestError
+    from shardcore.manifest import read_manifest
 
-    def fraction(stage: str) -> float:
-        st = built.get(stage or "main")
-        if st is None or not total_samples:
-            return 1 / len(stages)
-        return int(st.get("num_samples", 0)) / total_samples
-
-    fractions = [fraction(s) for s in stages]
-    total = sum(fractions) or 1
-    columns = 20
-    positions = [(i + 0.5) / columns for i in range(columns)]
-    bounds, acc = [], 0.0
-    for f in fractions:
-        bounds.append((acc, acc + f / total))
-        acc += f / total
-    pools = list(dict.fromkeys(c.pool.name for c in components))
-    shares = []
-    for name in pools:
-        row = []
-        for x in positions:
-            si = next((i for i, (a, b) in enumerate(bounds) if a <= x < b), len(stages) - 1)
-            s = stages[si]
-            w = sum(c.weight for c in components if c.stage == s and c.pool.name == name)
-            row.append(w / stage_weight[s] if stage_weight[s] else 0.0)
-        shares.append(row)
-    return (positions, pools, shares)
+    if not version.path:
+        return None
+    try:
+        manifest = read_manifest(version.path)
+    except ManifestError:
+        return None
+    by_path = {c.pool.path: c.pool.name for c in components}
+    names = [by_path.get(p["path"], p["key"]) for p in manifest["pools"]]
+    rows = [
+        {"pool": n, "tokens": int(p["tokens"]), "epochs": float(p["epochs"])}
+        for n, p in zip(names, manifest["pools"], strict=True)
+    ]
+    return rows, manifest.get("stages") or [], names
 
 
 # --- audit ------------------------------------------------------------------------------
@@ -913,6 +1039,18 @@ def loader_snippet(position: dict) -> str:
     )
 
 
+def stream_snippet(mixture_path: str, sample: int) -> str:
+    """Python that streams the mixture from ``sample`` on with ``shardcore.loader``."""
+    return (
+        "\n# Or stream the mixture from there, exactly, with any world size and workers:\n"
+        "from shardcore.loader import ShardyardIterableDataset, ShardyardLoader, resume_state\n"
+        f"path = {str(mixture_path)!r}\n"
+        "dataset = ShardyardIterableDataset(path, rank=0, world_size=1)  # your rank, world size\n"
+        f"dataset.load_state_dict(resume_state(path, next_sample={int(sample)}))\n"
+        "loader = ShardyardLoader(dataset, batch_size=8)  # your per-rank batch size\n"
+    )
+
+
 # --- mixture builder --------------------------------------------------------------------
 
 BUILDER_POOLS = 500
@@ -979,7 +1117,9 @@ def mixture_predict(*, payload: dict) -> dict:
         "epochs_figure": charts.predicted_epochs(
             result["rows"], warn_epochs=float(spec["max_repetitions"])
         ),
-        "composition_figure": charts.position_heatmap(
-            *result["heatmap"], title="Composition by stage (share of samples)"
+        "composition_figure": charts.schedule_composition(
+            result["schedule"],
+            [r["pool"] for r in result["rows"]],
+            title="Composition by stage (share of samples)",
         ),
     }

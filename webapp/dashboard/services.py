@@ -67,9 +67,7 @@ def mixture_version_save(*, name: str, description: str, spec: dict, created_by=
     from webapp.dashboard.builder import version_components
 
     with transaction.atomic():
-        mixture = mixture_get_or_create(
-            name=name, description=description, created_by=created_by
-        )
+        mixture = mixture_get_or_create(name=name, description=description, created_by=created_by)
         return mixture_version_create(
             mixture_id=mixture.pk,
             components=version_components(spec),

@@ -27,3 +27,16 @@ def admin_ensure(*, username: str, password: str | None, email: str = "") -> tup
     password = password or secrets.token_urlsafe(12)
     User.objects.create_superuser(username=username, email=email, password=password)
     return username, password
+
+
+def worker_beat_record(*, worker: str, host: str, queue: str, pid: int, started_at) -> None:
+    """Upsert the worker's row with ``last_seen`` = now (one statement, no read)."""
+    from django.utils import timezone
+
+    from webapp.ops.models import WorkerBeat
+
+    WorkerBeat.objects.update_or_create(
+        worker=worker,
+        defaults={"host": host, "queue": queue, "pid": pid, "started_at": started_at,
+                  "last_seen": timezone.now()},
+    )  # fmt: skip

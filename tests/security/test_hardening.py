@@ -1,0 +1,164 @@
+"""Item: throttled logins; CSP, HSTS and secure cookies behind environment switches; a
+placeholder SECRET_KEY refused when DEBUG is off; the README's configuration table lists
+exactly the variables the code reads."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.test import Client
+
+from tests.integration.dashboard_fixtures import PASSWORD
+from webapp.dashboard.models import LoginFailure
+
+ROOT = Path(__file__).resolve().parents[2]
+README = (ROOT / "README.md").read_text()
+
+
+@pytest.fixture
+def limits(settings):
+    settings.LOGIN_ATTEMPTS = 5
+    settings.LOGIN_WINDOW = 900
+    return settings
+
+
+def _login(username, password, address="10.0.0.1", path="/accounts/login/"):
+    c = Client(REMOTE_ADDR=address)
+    resp = c.post(path, {"username": username, "password": password})
+    return c, resp
+
+
+def test_logins_are_throttled_per_user_name(users, limits):
+    for i in range(5):
+        _c, resp = _login("editor", "wrong", address=f"10.0.1.{i}")
+        assert resp.status_code == 200  # the form again, with its error
+    c, resp = _login("editor", PASSWORD, address="10.0.1.99")
+    assert resp.status_code == 429
+    assert resp["Retry-After"] == "900"
+    assert "Too many failed logins" in resp.content.decode()
+    assert "_auth_user_id" not in c.session
+    # The admin's login form goes through the same backend: refused too.
+    c, resp = _login("editor", PASSWORD, address="10.0.1.98", path="/admin/login/")
+    assert "_auth_user_id" not in c.session
+    # Another user is not affected.
+    c, resp = _login("viewer", PASSWORD, address="10.0.1.97")
+    assert resp.status_code == 302 and "_auth_user_id" in c.session
+
+
+def test_logins_are_throttled_per_address(users, limits):
+    for i in range(5):
+        _login(f"nobody{i}", "wrong", address="10.0.2.1")
+    c, resp = _login("viewer", PASSWORD, address="10.0.2.1")
+    assert resp.status_code == 429
+    c, resp = _login("viewer", PASSWORD, address="10.0.2.2")
+    assert resp.status_code == 302
+
+
+def test_a_successful_login_clears_its_failures(users, limits):
+    for i in range(4):
+        _login("editor", "wrong", address=f"10.0.3.{i}")
+    assert _login("editor", PASSWORD, address="10.0.3.50")[1].status_code == 302
+    assert not LoginFailure.objects.filter(username="editor").exists()
+    for i in range(4):
+        _login("editor", "wrong", address=f"10.0.3.{10 + i}")
+    assert _login("editor", PASSWORD, address="10.0.3.51")[1].status_code == 302
+
+
+def test_headers_follow_the_switches(client, users, settings):
+    settings.CSP_POLICY = settings.DEFAULT_CSP
+    settings.SECURE_HSTS_SECONDS = 31536000
+    settings.SESSION_COOKIE_SECURE = settings.CSRF_COOKIE_SECURE = True
+    resp = client.get("/accounts/login/", secure=True)
+    assert resp["Content-Security-Policy"].startswith("default-src 'self'; script-src 'self'")
+    assert resp["Strict-Transport-Security"] == "max-age=31536000"
+    assert resp.cookies["csrftoken"]["secure"]
+    resp = client.post(
+        "/accounts/login/", {"username": "viewer", "password": PASSWORD}, secure=True
+    )
+    assert resp.cookies["sessionid"]["secure"] and resp.cookies["sessionid"]["httponly"]
+    assert resp["X-Frame-Options"] == "DENY"
+
+
+def test_headers_are_off_by_default(client, users):
+    resp = client.get("/accounts/login/")
+    assert "Content-Security-Policy" not in resp
+    assert "Strict-Transport-Security" not in resp
+    assert not resp.cookies["csrftoken"]["secure"]
+
+
+def test_pages_need_no_inline_script_under_the_policy(client, users, catalog, settings):
+    """The default policy allows no inline script: no page may carry one."""
+    settings.CSP_POLICY = settings.DEFAULT_CSP
+    client.force_login(users["admin"])
+    for path in ("/", "/sources/", "/pools/", f"/pools/{catalog['pool'].pk}/", "/mixtures/",
+                 "/mixtures/new/", f"/mixtures/versions/{catalog['version'].pk}/", "/runs/",
+                 f"/runs/{catalog['run'].pk}/", "/jobs/", f"/jobs/{catalog['job'].pk}/",
+                 "/audit/", "/users/"):  # fmt: skip
+        body = client.get(path).content.decode()
+        for tag in re.findall(r"<script\b[^>]*>", body):
+            assert "src=" in tag or "application/json" in tag, (path, tag)
+        assert not re.search(r"\son[a-z]+=", body), path
+
+
+def _settings_process(**env):
+    full = {k: v for k, v in os.environ.items() if k not in {"DEBUG", "SECRET_KEY"}}
+    full.update(env)
+    code = (
+        "import django, os; os.environ['DJANGO_SETTINGS_MODULE']='webapp.settings'; "
+        "django.setup(); from django.conf import settings as s; "
+        "print(s.SESSION_COOKIE_SECURE, s.CSRF_COOKIE_SECURE, s.SECURE_HSTS_SECONDS, "
+        "bool(s.CSP_POLICY), s.LOGIN_ATTEMPTS)"
+    )
+    return subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=full,
+                          capture_output=True, text=True, timeout=60)  # fmt: skip
+
+
+def test_the_environment_switches_set_the_settings(tmp_path):
+    out = _settings_process(SHARDYARD_DATA=str(tmp_path), SECRET_KEY="k" * 40,
+                            SHARDYARD_SECURE_COOKIES="1", SHARDYARD_HSTS_SECONDS="600",
+                            SHARDYARD_CSP="on", SHARDYARD_LOGIN_ATTEMPTS="3")  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["True", "True", "600", "True", "3"]
+    out = _settings_process(SHARDYARD_DATA=str(tmp_path), SECRET_KEY="k" * 40)
+    assert out.stdout.split() == ["False", "False", "0", "False", "5"]
+
+
+def test_example_secret_keys_are_refused_in_production(tmp_path):
+    compose = (ROOT / "docker-compose.yml").read_text()
+    example = re.search(r"SECRET_KEY: \$\{SECRET_KEY:-([^}]+)\}", compose).group(1)
+    assert "SECRET_KEY=change-me" not in README  # the README generates one
+    for key in (example, "change-me", "django-insecure-abc"):
+        out = _settings_process(SHARDYARD_DATA=str(tmp_path), SECRET_KEY=key)
+        assert out.returncode != 0
+        assert "is a placeholder" in out.stderr
+    assert _settings_process(SHARDYARD_DATA=str(tmp_path), SECRET_KEY=example,
+                             DEBUG="1").returncode == 0  # fmt: skip
+
+
+# Read from the environment but not settings: the Django module path, and the token a
+# trainer's own script reads in the README's example.
+NOT_SETTINGS = {"DJANGO_SETTINGS_MODULE", "SHARDYARD_TOKEN"}
+_READ = re.compile(
+    r"""(?:env_(?:str|bool|int|list|paths)\(|os\.environ\.get\(|os\.getenv\(|os\.environ\[)"""
+    r"""\s*["']([A-Z][A-Z0-9_]+)["']"""
+)
+
+
+def test_the_configuration_table_lists_every_variable_the_code_reads():
+    read = set()
+    for top in ("webapp", "shardcore", "workers"):
+        for path in (ROOT / top).rglob("*.py"):
+            read |= set(_READ.findall(path.read_text()))
+    read -= NOT_SETTINGS
+    section = README.split("## Configuration", 1)[1].split("\n## ", 1)[0]
+    table = set()
+    for line in section.splitlines():
+        if line.startswith("| `"):
+            table |= set(re.findall(r"`([A-Z][A-Z0-9_]+)`", line.split("|")[1]))
+    assert read - table == set(), "read by the code but missing from README's table"
+    assert table - read == set(), "in README's table but read by no code"
