@@ -573,9 +573,11 @@ def _run_assign(plan: units.Plan, unit: dict) -> dict:
     os.replace(tmp_docs, docs_path)
     os.replace(tmp_off, offsets_path)
     _fsync_path(tokens_path.parent)
+    # Named apart from pass 2's documents/tokens: a job sums its units' documents and
+    # tokens, and each document is counted once, when pass 2 writes it.
     return {
-        "documents": int(rows.size),
-        "tokens": int(csum[-1]),
+        "selected_documents": int(rows.size),
+        "selected_tokens": int(csum[-1]),
         "val_documents": int(is_val.sum()),
     }
 

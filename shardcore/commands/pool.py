@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
 
         def on_unit_done(unit: dict, stats: dict) -> None:
             # Each token is read and written twice (pass 1, pass 2): progress counts both.
-            nbytes = int(stats.get("tokens", 0)) * itemsize
+            nbytes = int(stats.get("tokens", stats.get("selected_tokens", 0))) * itemsize
             if "input" in unit:
                 progress.update(nbytes=nbytes)
             else:

@@ -55,6 +55,7 @@ def test_it_builds_every_real_schema_through_a_worker(
         assert pool.status == ArtifactStatus.READY
         corpus = built[name][0]
         assert pool.num_documents == sum(map(corpus.selects, corpus.records())) > 0
+        assert (job.documents, job.tokens) == (pool.num_documents, pool.num_tokens)  # once each
         assert verify(pool.path).ok
 
     mixture = services.mixture_create(name="six-schemas")

@@ -251,3 +251,39 @@ def test_it_draws_a_built_versions_stages_in_schedule_order_and_width(login, cat
     assert by_pool["code-middle"]["y"] == [0.0, 1.0]
     early = by_pool["code-early"]["y"][0] + by_pool["code-late"]["y"][0]
     assert early == pytest.approx(1.0)
+
+
+def test_it_says_where_a_materialized_copy_is_and_its_snippet_streams_it(login, catalog, tmp_path):
+    """No dead download link for a directory: its location, and a loader snippet that,
+    run as shown, streams the copy's samples in training order."""
+    import html
+    import re
+
+    import numpy as np
+
+    from shardcore.materialize import materialize
+    from shardcore.mixture import Mixture, build_mixture
+    from tests.unit import mix_fixtures
+    from webapp.catalog.models import Export
+
+    paths = mix_fixtures.build_pools(tmp_path, seq_len=64)
+    spec = {"components": [{"pool": str(paths["early"]), "weight": 1.0}], "tokens": 64 * 200}
+    build_mixture(spec, tmp_path / "mix")
+    manifest = materialize(tmp_path / "mix", tmp_path / "flat", shard_bytes=8 << 10)
+    version = catalog["version"]
+    export = Export.objects.create(
+        version=version, format="materialized", path=str(tmp_path / "flat"), status="ready",
+        num_records=manifest["num_records"],
+    )  # fmt: skip
+    body = login("viewer").get(f"/mixtures/versions/{version.pk}/").content.decode()
+    assert f'href="/exports/{export.pk}/' not in body  # no download link for a directory
+    location = re.search(r'data-field="location">([^<]*)<', body).group(1)
+    assert html.unescape(location) == str(tmp_path / "flat")
+    snippet = html.unescape(re.search(r'data-field="snippet">(.*?)</pre>', body, re.S).group(1))
+    scope = {"RANK": 0, "WORLD_SIZE": 1}
+    exec(snippet.replace("num_workers=2", "num_workers=0"), scope)
+    first = next(iter(scope["loader"]))
+    mix = Mixture(tmp_path / "mix")
+    got = np.asarray(first["tokens"] if isinstance(first, dict) else first)
+    for i in range(len(got)):
+        np.testing.assert_array_equal(got[i], mix.tokens(i))

@@ -116,3 +116,41 @@ def _safe_get(url):
         return _get(url)
     except OSError:
         return None
+
+
+def test_it_stops_its_web_server_and_worker_on_sigterm(embedded_env, tmp_path):
+    """What a service manager sends (systemd, ``docker stop``, ``kill``): only runstack gets
+    the signal, and it must take its children down with it."""
+    port = _free_port()
+    log = open(tmp_path / "runstack.log", "wb")
+    proc = subprocess.Popen(
+        [sys.executable, "manage.py", "runstack", "--port", str(port), "--no-demo"],
+        cwd=ROOT, env=embedded_env, stdout=log, stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )  # fmt: skip
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(lambda: _safe_get(base + "/accounts/login/"), timeout=120, interval=0.5,
+                 what="login page")  # fmt: skip
+        children = _children(proc.pid)
+        assert len(children) >= 2  # the web server and the worker
+    finally:
+        proc.send_signal(signal.SIGTERM)  # to runstack alone, not its process group
+        proc.wait(timeout=60)
+    wait_for(lambda: not any(_alive(c) for c in children), timeout=30, interval=0.5,
+             what="runstack's children to exit")  # fmt: skip
+    assert _safe_get(base + "/accounts/login/") is None
+    assert "Stopped." in (tmp_path / "runstack.log").read_text()
+
+
+def _children(pid: int) -> list[int]:
+    out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout
+    return [int(x) for x in out.split()]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1][0] != "Z"  # a zombie has exited
+    except FileNotFoundError:
+        return False

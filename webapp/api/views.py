@@ -99,7 +99,8 @@ class MixtureViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSe
     serializer_class = s.MixtureSerializer
 
     @extend_schema(
-        request=s.MixtureVersionCreateSerializer, responses={201: s.MixtureVersionSerializer}
+        request=s.MixtureVersionCreateSerializer,
+        responses={201: s.MixtureVersionSerializer, 200: s.MixtureVersionSerializer},
     )
     def create(self, request):
         """Save a draft as the next immutable version of the named mixture (created when
@@ -343,7 +344,9 @@ class RunViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     # A trainer's token registers runs and reports progress; nothing else it may write.
     write_roles = {"create": "trainer", "progress": "trainer", "losses": "trainer"}
 
-    @extend_schema(request=s.RunRegisterSerializer, responses={201: s.RunSerializer})
+    @extend_schema(
+        request=s.RunRegisterSerializer, responses={201: s.RunSerializer, 403: OpenApiTypes.OBJECT}
+    )
     def create(self, request):
         from webapp.catalog.services import CatalogError, RunPermissionError, run_register
 
@@ -364,7 +367,11 @@ class RunViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
             raise _bad(e) from e
         return Response(s.RunSerializer(run).data, status=status.HTTP_201_CREATED)
 
-    @extend_schema(methods=["POST"], request=s.ProgressSerializer, responses={201: s.RunSerializer})
+    @extend_schema(
+        methods=["POST"],
+        request=s.ProgressSerializer,
+        responses={201: s.RunSerializer, 400: OpenApiTypes.OBJECT, 403: OpenApiTypes.OBJECT},
+    )
     @extend_schema(methods=["GET"], responses={200: s.RunProgressSerializer(many=True)})
     @action(detail=True, methods=["get", "post"])
     def progress(self, request, pk=None):

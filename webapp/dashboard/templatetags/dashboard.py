@@ -47,3 +47,9 @@ def thousands(value) -> str:
         return f"{int(value):,}"
     except (TypeError, ValueError):
         return value
+
+
+@register.filter
+def pyrepr(value) -> str:
+    """A Python literal of the value (for code snippets the user copies)."""
+    return repr(value)

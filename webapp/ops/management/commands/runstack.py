@@ -73,6 +73,13 @@ class Command(BaseCommand):
                     cwd=settings.BASE_DIR,
                 )
             )
+
+        # A service manager (systemd, docker stop, kill) sends SIGTERM, not Ctrl-C: stop the
+        # children the same way instead of dying and leaving them running.
+        def _terminate(signum, frame):
+            raise KeyboardInterrupt
+
+        signal.signal(signal.SIGTERM, _terminate)
         try:
             while all(p.poll() is None for p in procs):
                 time.sleep(0.5)
