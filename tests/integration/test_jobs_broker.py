@@ -14,7 +14,11 @@ from workers.tasks import job_finalize, job_unit_run
 def test_it_finds_the_unit_and_finalize_messages_a_filesystem_broker_holds(tmp_path, settings):
     folder = tmp_path / "broker"
     folder.mkdir()
-    options = {"data_folder_in": str(folder), "data_folder_out": str(folder)}
+    options = {
+        "data_folder_in": str(folder),
+        "data_folder_out": str(folder),
+        "control_folder": str(tmp_path / "control"),  # not the working directory
+    }
     settings.CELERY_BROKER_TRANSPORT_OPTIONS = options
     with Connection("filesystem://", transport_options=options) as conn:
         for unit_id in (7, 9):
