@@ -211,3 +211,24 @@ def test_it_fails_a_launch_clearly_while_the_broker_is_down_and_retries_it(
     files = sorted(str(p) for p in (catalog_env / "nobroker").iterdir())
     tokenize(files, str(tmp_path / "clean"), shard_size=256 << 20, unit_bytes=64 << 20)
     assert shard_bytes(Path(ts.path)) == shard_bytes(tmp_path / "clean")
+
+
+def test_it_fails_a_unit_that_loses_its_worker_every_time_instead_of_looping(
+    postgres, redis_url, celery_workers, catalog_env, fast_leases
+):
+    from tests.integration.test_jobs_lease import _kill_mid_unit
+
+    source = _source(catalog_env, "doomed")
+    ts = _build(source)
+    unit = _kill_mid_unit(celery_workers, ts.job_id)
+    # Its earlier attempts were lost the same way (each one a worker killed under it).
+    JobUnit.objects.filter(pk=unit.pk).update(attempts=jobs.MAX_UNIT_ATTEMPTS)
+
+    watcher = celery_workers("watcher")
+    job = wait_job(ts.job_id)
+
+    assert job.state == JobState.FAILED, job.log_tail + watcher.log()
+    unit.refresh_from_db()
+    assert unit.state == UnitState.FAILED and unit.attempts == jobs.MAX_UNIT_ATTEMPTS
+    assert f"lost its worker on each of {jobs.MAX_UNIT_ATTEMPTS} attempts" in job.error
+    assert TokenizedSource.objects.get(pk=ts.pk).status == ArtifactStatus.FAILED

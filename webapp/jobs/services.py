@@ -45,6 +45,8 @@ from webapp.jobs.models import ACTIVE_JOB_STATES, Job, JobState, JobUnit, UnitSt
 log = logging.getLogger(__name__)
 
 LOG_TAIL_LINES = 200
+# A unit whose worker was lost this many times fails instead of being requeued again.
+MAX_UNIT_ATTEMPTS = 5
 BAD_SAMPLES_PER_REASON = 5
 
 
@@ -517,13 +519,33 @@ def job_retry(
         lost = list(
             JobUnit.objects.filter(lost_units_q(lease_seconds=lease_seconds), job=job)
             .order_by("id")
-            .values_list("pk", "unit_id", "worker")
+            .values_list("pk", "unit_id", "worker", "attempts")
         )
-        lost_ids = [pk for pk, _, _ in lost]
         if lost:
-            workers = ", ".join(sorted({w or "?" for _, _, w in lost}))
-            _log(job, f"{len(lost)} unit(s) lost: claimed by {workers} longer ago than the "
-                      f"lease of {unit_lease(lease_seconds)}")  # fmt: skip
+            workers = ", ".join(sorted({w or "?" for _, _, w, _ in lost}))
+            _log(job, f"{len(lost)} unit(s) lost: claimed by {workers}, no heartbeat within "
+                      f"the lease of {unit_lease(lease_seconds)}")  # fmt: skip
+        doomed = [(pk, uid, a) for pk, uid, _, a in lost if a >= MAX_UNIT_ATTEMPTS]
+        if doomed and job.state in ACTIVE_JOB_STATES:
+            # A unit that takes its worker down every time (out of memory...) is not
+            # requeued forever: it fails, readable, and Retry runs it again by hand.
+            pk, uid, attempts = doomed[0]
+            error = (
+                f"lost its worker on each of {attempts} attempts (killed, e.g. out of "
+                "memory?); not requeued again"
+            )
+            JobUnit.objects.filter(pk__in=[d[0] for d in doomed]).update(
+                state=UnitState.FAILED, error=error, finished_at=timezone.now()
+            )
+            job.state = JobState.FAILED
+            job.error = f"unit {uid} failed: {error}"
+            job.finished_at = timezone.now()
+            _log(job, job.error)
+            _record(job, None)
+            job.save()
+            return job
+        lost = [(pk, uid, w) for pk, uid, w, _ in lost]
+        lost_ids = [pk for pk, _, _ in lost]
         if job.state in ACTIVE_JOB_STATES and not include_running:
             finalize_lost = _finalize_lost(job, lease_seconds)
             if not lost and not finalize_lost:
