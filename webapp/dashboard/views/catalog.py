@@ -207,3 +207,11 @@ def mixture_version_export(request, version_id: int, fmt: str):
         raise Http404(str(e)) from e
     name = f"{version.mixture.name}-v{version.number}-{path.name}"
     return FileResponse(open(path, "rb"), as_attachment=True, filename=name)
+
+
+def mixture_version_diff(request, a_id: int, b_id: int):
+    return render(
+        request,
+        "dashboard/mixtures/diff.html",
+        selectors.mixture_version_diff(a_id=a_id, b_id=b_id),
+    )
