@@ -62,7 +62,8 @@ def prepare(
             ],
             "tokens": tokens,
             "seed": 2,
-            "max_repetitions": 50,
+            # Small demo data: the code pool may be a few records after the held-out slice.
+            "max_repetitions": 100_000,
         }
         build_mixture(spec, mix)
     paths["mixture"] = str(mix)
