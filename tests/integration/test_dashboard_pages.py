@@ -186,8 +186,10 @@ def test_it_measures_a_built_pool_and_compares_the_four_shuffles(login, catalog,
     # figure JSON is embedded with "<" escaped).
     for name in ("exact", "grid", "local", "buffer"):
         assert f"\\u003Cb\\u003E{name}\\u003C/b\\u003E" in body
-    assert "ideal bound" in body
+    assert "i.i.d. bound (sample level)" in body
     assert "worst label" in body
+    assert "perfect shuffle (8 simulations)" in body
+    assert 'id="quality-verdict"' in body and "of a perfect shuffle at" in body
 
 
 def test_it_shows_a_tainted_materialized_copy_on_the_overview_and_the_flag_page(login, catalog):

@@ -151,12 +151,29 @@ def _deviation_traces(
                 **({"xaxis": f"x{axis}", "yaxis": f"y{axis}"} if axis else {}),
             }
         )
+    ref = curve.get("reference")
+    if ref and ref.get("mean"):
+        common = {"legendgroup": "reference", "x": sizes,
+                  **({"xaxis": f"x{axis}", "yaxis": f"y{axis}"} if axis else {})}  # fmt: skip
+        traces.append({**common, "type": "scatter", "mode": "lines", "showlegend": False,
+                       "y": list(ref["hi"]), "line": {"width": 0}, "hoverinfo": "skip",
+                       "name": "perfect shuffle (spread)"})  # fmt: skip
+        traces.append({**common, "type": "scatter", "mode": "lines", "showlegend": False,
+                       "y": list(ref["lo"]), "line": {"width": 0}, "fill": "tonexty",
+                       "fillcolor": "rgba(0,0,0,0.12)", "hoverinfo": "skip",
+                       "name": "perfect shuffle (spread)"})  # fmt: skip
+        traces.append(
+            {**common, "type": "scatter", "mode": "lines", "showlegend": show_legend,
+             "name": f"perfect shuffle ({ref.get('trials', '?')} simulations)",
+             "y": list(ref["mean"]), "line": {"color": "#000", "width": 2},
+             "hovertemplate": "perfect shuffle at %{x:,}: %{y:.3g}<extra></extra>"}
+        )  # fmt: skip
     if curve.get("ideal") is not None:
         traces.append(
             {
                 "type": "scatter",
                 "mode": "lines",
-                "name": "ideal bound",
+                "name": "i.i.d. bound (sample level)",
                 "legendgroup": "ideal",
                 "showlegend": show_legend,
                 "x": sizes,

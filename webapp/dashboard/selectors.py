@@ -775,6 +775,9 @@ def quality_for_charts(report: dict) -> dict:
         return {}
     out: dict = {"report": report, "batches": report.get("batches")}
     out["curve"] = _curve(report.get("windows") or {})
+    if out["curve"] and report.get("reference"):
+        out["curve"]["reference"] = report["reference"]
+    out["verdict"] = report.get("verdict")
     comp = report.get("composition") or {}
     if comp.get("labels"):
         edges = comp["bin_edges"]

@@ -100,7 +100,7 @@ def pool_quality_compute(*, pool) -> dict:
 
     from webapp.catalog.models import TokenizedSource
 
-    key = f"dash:pool-quality:v2:{pool.pk}:{pool.fingerprint}"
+    key = f"dash:pool-quality:v3:{pool.pk}:{pool.fingerprint}"
     cached = cache.get(key)
     if cached is not None:
         return cached
@@ -141,6 +141,15 @@ def _pool_quality(path: str, *, source_names: dict[str, str] | None = None) -> d
     record_docs = reader.main_documents()
     report = quality.report(doc_labels[record_docs[record_docs >= 0]], batch_size=256)
     report["label"] = "tokenized source" if by_source else "document length (tokens)"
+    # The reference: uniform random permutations of the same documents, packed alike.
+    windows = report["windows"]
+    bos = int(bool(reader.manifest.get("params", {}).get("bos")))
+    ref = quality.document_shuffle_reference(
+        doc_labels, n_tokens.astype(np.int64) + bos, int(reader.manifest["seq_len"]),
+        windows["window_sizes"], trials=8, seed=1234,
+    )  # fmt: skip
+    report["reference"] = ref
+    report["verdict"] = quality.verdict(windows["window_sizes"], windows["max_all"], ref["mean"])
     # The same documents in input order (source, input shard, row): what every shuffle
     # reads; input shards give the per-shard counts the shuffles plan with.
     shard = docs.column("source_shard").to_numpy(zero_copy_only=False)
