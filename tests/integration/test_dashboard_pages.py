@@ -287,3 +287,12 @@ def test_it_says_where_a_materialized_copy_is_and_its_snippet_streams_it(login, 
     got = np.asarray(first["tokens"] if isinstance(first, dict) else first)
     for i in range(len(got)):
         np.testing.assert_array_equal(got[i], mix.tokens(i))
+
+
+def test_it_explains_a_refusal_on_a_page_of_its_own(login, catalog):
+    resp = login("viewer").get("/mixtures/new/")
+    assert resp.status_code == 403
+    body = resp.content.decode()
+    assert "This needs the editor role." in body
+    assert "signed in as <strong>viewer</strong> (viewer)" in body
+    assert 'href="/"' in body and "<nav>" in body  # the app around it, not a bare page

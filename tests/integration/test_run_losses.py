@@ -204,3 +204,54 @@ def _figures(html: str) -> list[dict]:
         json.loads(m)
         for m in re.findall(r'<script id="fig-\d+" type="application/json">(.*?)</script>', html)
     ]
+
+
+def test_it_proposes_next_stage_weights_from_losses_against_a_reference_run(api, books, users):
+    import math
+
+    from webapp.catalog.models import MixtureComponent
+
+    c, run, pool = api("trainer"), books["run"], books["pool"]
+    docs = Pool.objects.create(
+        name="docs-2048", status=ArtifactStatus.READY, path="/x", seq_len=2048
+    )
+    MixtureComponent.objects.create(version=books["version"], pool=docs, weight=3.0, stage="main")
+    ref = TrainingRun.objects.create(
+        name="tiny-ref", mixture_version=books["version"], created_by=users["trainer"]
+    )
+    url = f"/api/runs/{run.pk}/proposal/?reference={ref.pk}"
+    r = api("viewer").get(url)
+    assert r.status_code == 400 and "has no step with a validation loss" in r.json()["detail"]
+    both = lambda a, b: [{"pool": pool.pk, "loss": a}, {"pool": docs.pk, "loss": b}]  # noqa: E731
+    _post(c, run, {"step": 10, "val": both(3.0, 2.5)})
+    _post(c, run, {"step": 20, "val": both(2.6, 2.0)})
+    _post(c, run, {"step": 30, "val": [{"pool": pool.pk, "loss": 2.5}]})  # docs not scored
+    r = api("viewer").get(url)
+    assert r.status_code == 400 and "at or before step 20" in r.json()["detail"]
+    _post(c, ref, {"step": 10, "val": both(2.0, 2.5)})
+    body = api("viewer").get(url + "&eta=2&smoothing=0").json()
+    # The latest step scoring every pool (20), against the reference's latest before it (10).
+    assert (body["rule"], body["step"], body["reference_step"]) == ("doremi-excess-loss", 20, 10)
+    rows = {row["name"]: row for row in body["pools"]}
+    assert rows["wiki-2048"]["weight"] == 0.25 and rows["docs-2048"]["weight"] == 0.75
+    assert math.isclose(rows["wiki-2048"]["excess"], 0.6) and rows["docs-2048"]["excess"] == 0
+    up = 0.25 * math.exp(1.2)
+    assert math.isclose(rows["wiki-2048"]["proposed"], up / (up + 0.75))
+    assert api("viewer").get(f"/api/runs/{run.pk}/proposal/?reference=x").status_code == 400
+    bad = api("viewer").get(f"/api/runs/{run.pk}/proposal/?reference={ref.pk}&eta=-1")
+    assert bad.status_code == 400 and "eta" in bad.json()
+
+
+def test_the_run_page_shows_the_proposal_beside_the_current_weights(api, books, client, users):
+    c, run, pool = api("trainer"), books["run"], books["pool"]
+    ref = TrainingRun.objects.create(
+        name="tiny-ref", mixture_version=books["version"], created_by=users["trainer"]
+    )
+    _post(c, run, {"step": 20, "val": [{"pool": pool.pk, "loss": 2.6}]})
+    _post(c, ref, {"step": 20, "val": [{"pool": pool.pk, "loss": 2.0}]})
+    client.force_login(users["viewer"])
+    html = client.get(f"/runs/{run.pk}/?reference={ref.pk}").content.decode()
+    assert f'<option value="{ref.pk}" selected>tiny-ref</option>' in html
+    assert "<td>wiki-2048</td><td>2.6000</td><td>2.0000</td><td>0.6000</td><td>1.0000</td>" in html
+    html = client.get(f"/runs/{run.pk}/?reference={run.pk + 999}").content.decode()
+    assert f"reference: no run {run.pk + 999}" in html

@@ -197,6 +197,12 @@ class RunLossSerializer(serializers.ModelSerializer):
         ]  # fmt: skip
 
 
+class ProposalQuerySerializer(serializers.Serializer):
+    reference = serializers.IntegerField(min_value=1, max_value=2**62)
+    eta = serializers.FloatField(min_value=0.0, max_value=1000.0, default=1.0)
+    smoothing = serializers.FloatField(min_value=0.0, max_value=1.0, default=1e-3)
+
+
 class FlagSerializer(serializers.ModelSerializer):
     source_name = serializers.CharField(source="source.name", read_only=True)
     file_path = serializers.CharField(source="source_file.path", read_only=True, default=None)

@@ -433,6 +433,32 @@ class RunViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
             raise _bad(e) from e
         return Response(result, status=status.HTTP_201_CREATED)
 
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("reference", OpenApiTypes.INT, required=True,
+                             description="the reference run's id"),
+            OpenApiParameter("eta", OpenApiTypes.FLOAT, description="step size (default 1)"),
+            OpenApiParameter("smoothing", OpenApiTypes.FLOAT,
+                             description="share of the uniform mixture mixed in (default 0.001)"),
+        ],
+        responses={200: OpenApiTypes.OBJECT},
+    )  # fmt: skip
+    @action(detail=True, methods=["get"])
+    def proposal(self, request, pk=None):
+        """The next stage's weights for this run's pools, from its validation losses
+        against a reference run's (DoReMi's exponentiated excess loss; shardcore.adapt)."""
+        from webapp.catalog.services import CatalogError, run_mixture_proposal
+
+        get_object_or_404(TrainingRun.objects.only("id"), pk=pk)
+        q = s.ProposalQuerySerializer(data=request.query_params)
+        q.is_valid(raise_exception=True)
+        v = q.validated_data
+        try:
+            return Response(run_mixture_proposal(run_id=int(pk), reference_run_id=v["reference"],
+                                                 eta=v["eta"], smoothing=v["smoothing"]))  # fmt: skip
+        except CatalogError as e:
+            raise _bad(e) from e
+
     @extend_schema(responses={200: FlagReadSerializer})
     @action(detail=True, methods=["get"])
     def flags(self, request, pk=None):

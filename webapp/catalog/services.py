@@ -1499,6 +1499,69 @@ def run_losses_record(
     return {"recorded": recorded, "already_recorded": len(rows) - recorded}
 
 
+def run_mixture_proposal(
+    *, run_id: int, reference_run_id: int, eta: float = 1.0, smoothing: float = 1e-3
+) -> dict[str, Any]:
+    """The next stage's weights for the run's pools by ``shardcore.adapt.propose_weights``
+    (DoReMi's exponentiated excess loss): the run's latest validation loss per pool (its
+    latest step with a whole-pool loss for every pool of its version) against the
+    reference run's at the same step, or else its latest step before it. The reference
+    must have reported those pools. CatalogError says what is missing."""
+    from shardcore.adapt import RULE, propose_weights
+    from shardcore.errors import InputError
+
+    run = TrainingRun.objects.select_related("mixture_version").get(pk=run_id)
+    ref = TrainingRun.objects.filter(pk=reference_run_id).first()
+    if ref is None:
+        raise CatalogError(f"reference: no run {reference_run_id}")
+    comps = list(
+        MixtureComponent.objects.filter(version=run.mixture_version).select_related("pool")
+    )
+    weights: dict[int, float] = {}
+    for c in comps:
+        weights[c.pool_id] = weights.get(c.pool_id, 0.0) + c.weight
+    names = {c.pool_id: c.pool.name for c in comps}
+
+    def by_step(r: TrainingRun) -> dict[int, dict[int, float]]:
+        out: dict[int, dict[int, float]] = {}
+        rows = RunLoss.objects.filter(run=r, split="val", source="", pool_id__in=weights)
+        for step, pool, loss in rows.values_list("step", "pool_id", "loss"):
+            out.setdefault(step, {})[pool] = loss
+        return {s: v for s, v in out.items() if set(v) == set(weights)}
+
+    mine = by_step(run)
+    if not mine:
+        raise CatalogError(
+            f"run {run.name} has no step with a validation loss for each of its pools "
+            f"({', '.join(names.values())})"
+        )
+    step = max(mine)
+    theirs = by_step(ref)
+    ref_steps = [s for s in theirs if s <= step]
+    if not ref_steps:
+        raise CatalogError(
+            f"reference: run {ref.name} has no validation loss for each of the pools "
+            f"{', '.join(names.values())} at or before step {step}"
+        )
+    ref_step = max(ref_steps)
+    try:
+        proposal = propose_weights(
+            weights, mine[step], theirs[ref_step], eta=eta, smoothing=smoothing
+        )
+    except InputError as e:
+        raise CatalogError(str(e)) from e
+    return {
+        "rule": RULE,
+        "eta": eta,
+        "smoothing": smoothing,
+        "run": run.pk,
+        "reference": ref.pk,
+        "step": step,
+        "reference_step": ref_step,
+        "pools": [{"pool": p, "name": names[p], **v} for p, v in proposal.items()],
+    }
+
+
 def run_resume_position(*, run_id: int, sample: int | None = None) -> dict[str, Any]:
     """Where the run continues: ``shardcore.mixlocate.locate_mixture`` on the version's
     schedule (stage, pool, shard, record, token offset; the same answer as ``shardyard

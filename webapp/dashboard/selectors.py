@@ -539,8 +539,30 @@ def run_losses(*, run, overlay: bool = True) -> dict:
             empty="no training loss reported",
         ),
         "overlaid_runs": [r for r in runs[1:] if any(k[0] == r.pk for k in curves)],
+        "reference_choices": [
+            (r.pk, r.name)
+            for r in TrainingRun.objects.filter(
+                mixture_version__mixture_id=run.mixture_version.mixture_id, losses__split="val"
+            )
+            .exclude(pk=run.pk)
+            .distinct()
+            .order_by("name")[:50]
+        ],
         "num_losses": len(rows),
     }
+
+
+def run_proposal(*, run, reference: str) -> dict:
+    """The run page's proposal of next-stage weights against the reference run (by id):
+    the rows, or the reason there are none."""
+    from webapp.catalog.services import CatalogError, run_mixture_proposal
+
+    if not reference.isdigit():
+        return {"proposal_error": "reference: give a run id"}
+    try:
+        return {"proposal": run_mixture_proposal(run_id=run.pk, reference_run_id=int(reference))}
+    except CatalogError as e:
+        return {"proposal_error": str(e)}
 
 
 def _stage_starts(run) -> list[dict]:
@@ -1123,3 +1145,57 @@ def mixture_predict(*, payload: dict) -> dict:
             title="Composition by stage (share of samples)",
         ),
     }
+
+
+# --- version diff -----------------------------------------------------------------------
+
+
+def mixture_version_diff(*, a_id: int, b_id: int) -> dict:
+    """Two versions side by side: their settings, and per (stage, pool) the weight, the
+    tokens and epochs each built schedule gives it (from the manifests), with the change."""
+    from django.shortcuts import get_object_or_404
+
+    from webapp.catalog.models import MixtureVersion
+
+    a, b = (
+        get_object_or_404(MixtureVersion.objects.select_related("mixture"), pk=pk)
+        for pk in (a_id, b_id)
+    )
+
+    def facts(v) -> dict:
+        comps = list(v.components.select_related("pool").order_by("id"))
+        built = _built_schedule(v, comps)
+        tokens = {r["pool"]: r for r in built[0]} if built else {}
+        stage_weight: dict[str, float] = {}
+        for c in comps:
+            stage_weight[c.stage or "main"] = stage_weight.get(c.stage or "main", 0) + c.weight
+        out = {}
+        for c in comps:
+            stage = c.stage or "main"
+            row = tokens.get(c.pool.name, {})
+            out[(stage, c.pool.name)] = {
+                "share": c.weight / (stage_weight[stage] or 1),
+                "tokens": row.get("tokens"),
+                "epochs": row.get("epochs"),
+                "pool_id": c.pool_id,
+            }
+        return out
+
+    fa, fb = facts(a), facts(b)
+    rows = []
+    for key in sorted(set(fa) | set(fb), key=lambda k: (k[0] != "main", k)):
+        x, y = fa.get(key), fb.get(key)
+        change = "added" if x is None else "removed" if y is None else (
+            "changed" if abs(x["share"] - y["share"]) > 1e-9 or x["tokens"] != y["tokens"]
+            else "same"
+        )  # fmt: skip
+        rows.append({"stage": key[0], "pool": key[1], "a": x, "b": y, "change": change,
+                     "pool_id": (x or y)["pool_id"]})  # fmt: skip
+    settings_rows = [
+        (label, getattr(a, f), getattr(b, f))
+        for label, f in (("token budget", "token_budget"), ("samples", "num_samples"),
+                         ("seed", "seed"), ("fingerprint", "fingerprint"))
+    ]  # fmt: skip
+    settings_rows.append(("order", a.params.get("order", "blend") if a.params else "blend",
+                          b.params.get("order", "blend") if b.params else "blend"))  # fmt: skip
+    return {"a": a, "b": b, "rows": rows, "settings": settings_rows}

@@ -20,6 +20,11 @@ urlpatterns = [
     path("mixtures/new/save/", builder.mixture_save, name="mixture_save"),
     path("mixtures/versions/<int:version_id>/", catalog.mixture_version, name="mixture_version"),
     path(
+        "mixtures/versions/<int:a_id>/diff/<int:b_id>/",
+        catalog.mixture_version_diff,
+        name="mixture_version_diff",
+    ),
+    path(
         "mixtures/versions/<int:version_id>/materialize/",
         catalog.mixture_version_materialize,
         name="mixture_version_materialize",

@@ -53,3 +53,18 @@ def thousands(value) -> str:
 def pyrepr(value) -> str:
     """A Python literal of the value (for code snippets the user copies)."""
     return repr(value)
+
+
+@register.filter
+def percent1(fraction) -> str:
+    """A share with one decimal (66.7%)."""
+    try:
+        return f"{100 * float(fraction):.1f}%"
+    except (TypeError, ValueError):
+        return ""
+
+
+@register.filter
+def next_of(items, index: int):
+    """``items[index + 1]`` (the next row of a list: versions are listed newest first)."""
+    return items[int(index) + 1]

@@ -144,7 +144,11 @@ def run_list(request):
 
 
 def run_detail(request, run_id: int):
-    return render(request, "dashboard/runs/detail.html", selectors.run_detail(run_id=run_id))
+    context = selectors.run_detail(run_id=run_id)
+    reference = request.GET.get("reference", "")
+    if reference:
+        context.update(selectors.run_proposal(run=context["run"], reference=reference))
+    return render(request, "dashboard/runs/detail.html", context)
 
 
 def mixture_version_json(request, version_id: int):
@@ -203,3 +207,11 @@ def mixture_version_export(request, version_id: int, fmt: str):
         raise Http404(str(e)) from e
     name = f"{version.mixture.name}-v{version.number}-{path.name}"
     return FileResponse(open(path, "rb"), as_attachment=True, filename=name)
+
+
+def mixture_version_diff(request, a_id: int, b_id: int):
+    return render(
+        request,
+        "dashboard/mixtures/diff.html",
+        selectors.mixture_version_diff(a_id=a_id, b_id=b_id),
+    )
