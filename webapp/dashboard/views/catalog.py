@@ -103,7 +103,8 @@ def pool_build(request):
 
 
 def pool_detail(request, pool_id: int):
-    return render(request, "dashboard/pools/detail.html", selectors.pool_detail(pool_id=pool_id))
+    ctx = selectors.pool_detail(pool_id=pool_id, by=request.GET.get("by", ""))
+    return render(request, "dashboard/pools/detail.html", ctx)
 
 
 def mixture_list(request):
