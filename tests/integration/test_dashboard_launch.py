@@ -97,7 +97,7 @@ def test_it_shows_why_a_pool_cannot_be_built(login, catalog, roots):
         follow=True,
     )  # fmt: skip
     assert resp.redirect_chain[-1][0] == "/pools/"
-    assert "tok: no such file or directory" in resp.content.decode()
+    assert "tok: no manifest.json (not an artifact" in resp.content.decode()
 
 
 def test_it_refuses_to_materialize_a_version_without_a_schedule(login, catalog, roots):
