@@ -205,3 +205,82 @@ def report(
         "batches": batch_diversity(arr, batch_size),
         "composition": composition(arr, bins=bins),
     }
+
+
+def document_shuffle_reference(
+    doc_labels: Sequence[Any] | np.ndarray,
+    doc_lengths: Sequence[int] | np.ndarray,
+    seq_len: int,
+    window_sizes: Sequence[int],
+    *,
+    trials: int = 8,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """What a perfect document-level shuffle reaches on these documents: ``trials``
+    uniformly random permutations of them, each packed into records of ``seq_len + 1``
+    tokens as a pool packs them and labelled by each record's main document, measured
+    like the pool (``max_all`` per window size). A long document fills many consecutive
+    records, so this, not the i.i.d. bound, is what a document shuffle can be held to.
+
+    Returns ``{"window_sizes", "mean", "lo", "hi", "trials"}`` (lo/hi: the spread over
+    the trials)."""
+    from shardcore import pack
+
+    labels = np.asarray(doc_labels)
+    lengths = np.asarray(doc_lengths, dtype=np.int64)
+    if labels.size != lengths.size:
+        raise InputError(f"{labels.size} labels for {lengths.size} documents")
+    rng = np.random.default_rng(seed)
+    runs = []
+    for _ in range(max(1, trials)):
+        perm = rng.permutation(labels.size)
+        main = pack.plan_packing(lengths[perm], seq_len).segments.main_document()
+        runs.append(window_deviation(labels[perm][main[main >= 0]], window_sizes)["max_all"])
+    arr = np.asarray(runs, dtype=np.float64)
+    return {
+        "window_sizes": [int(n) for n in window_sizes],
+        "mean": arr.mean(axis=0).tolist(),
+        "lo": arr.min(axis=0).tolist(),
+        "hi": arr.max(axis=0).tolist(),
+        "trials": int(arr.shape[0]),
+    }
+
+
+def verdict(
+    window_sizes: Sequence[int],
+    observed: Sequence[float],
+    reference: Sequence[float],
+    *,
+    tolerance: float = 1.25,
+) -> dict[str, Any]:
+    """A sentence a person can act on: the smallest window size from which on the
+    observed max deviation stays within ``tolerance`` x the reference's, and the worst
+    ratio there. ``{"ok", "from_window", "ratio", "text"}``."""
+    ratios = [o / r if r > 0 else (1.0 if o <= 0 else math.inf)
+              for o, r in zip(observed, reference, strict=True)]  # fmt: skip
+    if not ratios:
+        return {"ok": False, "from_window": None, "ratio": None, "text": "no windows measured"}
+    start = None
+    for i in range(len(ratios) - 1, -1, -1):
+        if ratios[i] <= tolerance:
+            start = i
+        else:
+            break
+    if start is None:
+        worst = max(range(len(ratios)), key=lambda i: ratios[i])
+        return {
+            "ok": False,
+            "from_window": None,
+            "ratio": ratios[worst],
+            "text": f"not within {tolerance:g}x of a perfect shuffle at any window size "
+            f"(worst {ratios[worst]:.1f}x at {window_sizes[worst]:,} samples)",
+        }
+    ratio = max(ratios[start:])
+    return {
+        "ok": start == 0,
+        "from_window": int(window_sizes[start]),
+        "ratio": ratio,
+        "text": f"within {ratio:.2f}x of a perfect shuffle at windows of "
+        f"{window_sizes[start]:,} samples and more"
+        + ("" if start == 0 else f" ({max(ratios[:start]):.1f}x at smaller windows)"),
+    }

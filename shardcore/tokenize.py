@@ -148,7 +148,11 @@ def plan_tokenize(
     if unit_bytes < 1:
         raise InputError(f"unit_bytes must be positive, got {unit_bytes}")
     storage_options = dict(storage_options or {})
-    tok = load_tokenizer(tokenizer, check_engine(engine))
+    # Planning needs the tokenizer's facts only: the fast engine is loaded here just when it
+    # was required (so that an unavailable one fails now); "auto" never fails.
+    tok = load_tokenizer(
+        tokenizer, "gigatoken" if check_engine(engine) == "gigatoken" else "reference"
+    )
     if bos and tok.bos_id is None:
         raise InputError(f"tokenizer {tokenizer!r} has no BOS token; tokenize without bos")
     files = _expand(list(inputs), storage_options)

@@ -343,13 +343,13 @@ class FastTokenizer:
     def _fast(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         import awkward as ak
 
-        self._bound_memory()
         layout = ak.to_layout(self._backend.encode_batch(texts, parallel=False))
         offsets = np.asarray(layout.offsets.data)
         flat = layout.content.data[offsets[0] : offsets[-1]]
         return flat, np.diff(offsets).astype(np.int64)
 
     def encode_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        self._bound_memory()  # outside the try below: a failed reload must not pass silently
         special = self._special
         slow = [i for i, t in enumerate(texts) if special(t)]
         try:

@@ -45,8 +45,15 @@ def test_it_builds_a_pool_in_the_browser_and_shows_its_quality_charts(
     quality.locator(".js-plotly-plot").first.wait_for()
     deviation = quality.locator(".js-plotly-plot").first
     names = deviation.evaluate("(el) => el.data.map((t) => t.name)")
-    # One line per source (named as in the catalog), the worst of them, the ideal bound.
-    assert names == ["docstrings", "reference", "worst label", "ideal bound"], names
+    # One line per source (named as in the catalog), the worst of them, the reference a
+    # perfect document shuffle reaches (a band over 8 simulations), the i.i.d. bound.
+    assert names == ["docstrings", "reference", "worst label", "perfect shuffle (spread)",
+                     "perfect shuffle (spread)", "perfect shuffle (8 simulations)",
+                     "i.i.d. bound (sample level)"], names  # fmt: skip
+    # The verdict a person can act on: the exact shuffle is held to random permutations of
+    # the same documents, packed alike.
+    verdict = page.inner_text("#quality-verdict")
+    assert "of a perfect shuffle" in verdict and "labels: tokenized source" in verdict
     title = deviation.evaluate("(el) => el.layout.title.text")
     assert title == "Window deviation vs window size"
     # Shares of a window deviate by at most 1; the ideal bound shrinks as windows grow.

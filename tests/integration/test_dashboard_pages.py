@@ -186,8 +186,10 @@ def test_it_measures_a_built_pool_and_compares_the_four_shuffles(login, catalog,
     # figure JSON is embedded with "<" escaped).
     for name in ("exact", "grid", "local", "buffer"):
         assert f"\\u003Cb\\u003E{name}\\u003C/b\\u003E" in body
-    assert "ideal bound" in body
+    assert "i.i.d. bound (sample level)" in body
     assert "worst label" in body
+    assert "perfect shuffle (8 simulations)" in body
+    assert 'id="quality-verdict"' in body and "of a perfect shuffle at" in body
 
 
 def test_it_shows_a_tainted_materialized_copy_on_the_overview_and_the_flag_page(login, catalog):
@@ -296,3 +298,41 @@ def test_it_explains_a_refusal_on_a_page_of_its_own(login, catalog):
     assert "This needs the editor role." in body
     assert "signed in as <strong>viewer</strong> (viewer)" in body
     assert 'href="/"' in body and "<nav>" in body  # the app around it, not a bare page
+
+
+def test_it_measures_a_pool_by_the_property_a_person_chooses(login, catalog, tmp_path):
+    """The quality page offers the pool's own properties; series are the property's values,
+    each with one colour wherever it is drawn; length bins read as token ranges."""
+    from django.core.cache import cache
+
+    from tests.unit import mix_fixtures
+    from webapp.catalog.models import Pool
+    from webapp.dashboard.charts import colour_of
+
+    cache.clear()
+    built = mix_fixtures.build_pools(tmp_path / "built", seq_len=32)["early"]
+    Pool.objects.filter(pk=catalog["pool"].pk).update(path=str(built), params={})
+    c = login("viewer")
+    page = c.get(f"/pools/{catalog['pool'].pk}/")
+    assert "package" in page.context["properties"] and "kind" in page.context["properties"]
+    page = c.get(f"/pools/{catalog['pool'].pk}/?by=package")
+    assert page.context["by"] == "package"
+    assert page.context["quality"]["report"]["label"] == "package"
+    traces = page.context["deviation_figure"]["data"]
+    from shardcore.pool import Pool as PoolReader
+
+    packages = set(PoolReader(built).document_values("package").tolist())
+    named = {t["name"] for t in traces} - {"worst label"}
+    named = {n for n in named if not n.startswith(("perfect shuffle", "i.i.d."))}
+    assert named and named <= packages
+    for t in traces:
+        if t["name"] in named:
+            assert t["line"]["color"] == colour_of(t["name"])
+    page = c.get(f"/pools/{catalog['pool'].pk}/?by=length")
+    names = [t["name"] for t in page.context["deviation_figure"]["data"]]
+    bins = [n for n in names if n.endswith(" tokens")]
+    assert bins and all("-" in n for n in bins)
+    lows = [int(n.split("-")[0].replace(",", "")) for n in bins]
+    assert lows == sorted(lows)  # by value, not as text
+    page = c.get(f"/pools/{catalog['pool'].pk}/?by=__nope")  # unknown: the default
+    assert page.status_code == 200 and page.context["by"] == ""

@@ -62,7 +62,8 @@ def test_it_refuses_s3_without_credentials_from_the_page(page, roots, no_aws):
     resp = page("editor").post(
         "/sources/register/", {"name": "nocreds", "uri": "S3://bucket/p", "text_field": "text"}
     )
-    assert resp.status_code == 302
+    assert resp.status_code == 400  # the form again, with the input and the reason
+    assert 'value="nocreds"' in resp.content.decode()
     assert not Source.objects.exists()
 
 

@@ -77,7 +77,8 @@ def write_tokenized(
                 "line": pa.array(np.arange(first, first + len(part), dtype=np.int64)),
                 "byte_offset": pa.array(np.zeros(len(part), dtype=np.int64)),
                 "n_tokens": pa.array([ids.size for _, ids in part], type=pa.int32()),
-                **{p: [props[p] for props, _ in part] for p in PROPERTIES},
+                # The user's properties in their own struct column, as tokenize writes them.
+                "props": pa.array([{p: props[p] for p in PROPERTIES} for props, _ in part]),
             }
         )
         pq.write_table(table, out / f"{prefix}.docs.parquet")

@@ -53,7 +53,7 @@ def test_it_draws_window_deviation_log_log_with_the_ideal_bound():
     }
     fig = charts.window_deviation(curve)
     names = [t["name"] for t in fig["data"]]
-    assert names == ["language", "source", "ideal bound"]
+    assert names == ["language", "source", "i.i.d. bound (sample level)"]
     assert fig["data"][2]["y"] == [0.25, 0.0625, 0.015625]
     assert fig["data"][2]["line"]["dash"] == "dash"
     assert fig["layout"]["xaxis"]["type"] == fig["layout"]["yaxis"]["type"] == "log"

@@ -292,7 +292,7 @@ def test_it_selects_documents_with_a_filter(sources, tmp_path):
     m = build_pool(
         [str(s) for s in sources], str(tmp_path / "p"), seq_len=64, filter="kind = 'code'", **SMALL
     )
-    kinds = set(Pool(tmp_path / "p").documents.column("kind").to_pylist())
+    kinds = set(Pool(tmp_path / "p").document_values("kind").tolist())
     assert kinds == {"code"} and m["documents"] == 60
 
 
@@ -305,7 +305,7 @@ def test_it_names_an_unknown_property_before_any_work(sources, tmp_path):
 def test_it_labels_each_record_by_its_main_document(pool):
     labels = pool.record_labels("kind")
     source = pool.record_labels("source")
-    kinds = pool.documents.column("kind").to_pylist()
+    kinds = pool.document_values("kind").tolist()
     for i in range(0, pool.num_records, 7):
         b = pool.boundaries(i)
         main = int(b["doc"][np.argmax(np.where(b["doc"] >= 0, b["length"], -1))])

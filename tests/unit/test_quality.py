@@ -87,3 +87,38 @@ def test_it_returns_a_json_able_report():
 def test_it_rejects_windows_longer_than_the_data():
     with pytest.raises(InputError, match="window_sizes"):
         quality.window_deviation([1, 2, 3], [8])
+
+
+def _verdict_of(pool_dir):
+    from shardcore import quality
+    from shardcore.pool import Pool
+
+    pool = Pool(pool_dir)
+    docs = pool.documents
+    labels = docs.column("source").to_numpy()
+    lengths = docs.column("n_tokens").to_numpy().astype(np.int64)
+    main = pool.main_documents()
+    observed = quality.window_deviation(labels[main[main >= 0]])
+    ref = quality.document_shuffle_reference(
+        labels, lengths, pool.manifest["seq_len"], observed["window_sizes"], trials=6, seed=5
+    )
+    return quality.verdict(observed["window_sizes"], observed["max_all"], ref["mean"]), ref
+
+
+def test_it_holds_an_exact_shuffle_to_random_permutations_of_its_documents(tmp_path):
+    """On real text, the exact shuffle is within reach of the document-level reference
+    at every window; a shard-local shuffle of inputs grouped by source is not."""
+    from shardcore.pool import build_pool
+    from tests.unit import pool_fixtures as pf
+
+    prose = pf.write_tokenized(tmp_path / "prose", pf.corpus("prose", 400), shard_docs=100)
+    code = pf.write_tokenized(tmp_path / "code", pf.corpus("code", 120), shard_docs=30)
+    for shuffle in ("exact", "local"):
+        build_pool([str(prose), str(code)], str(tmp_path / shuffle), seq_len=64, seed=2,
+                   shuffle=shuffle, memory=1 << 20, shard_size=32 << 10)  # fmt: skip
+    exact, ref = _verdict_of(tmp_path / "exact")
+    assert exact["from_window"] is not None and exact["ratio"] <= 1.25, exact
+    assert all(lo <= m <= hi for lo, m, hi in zip(ref["lo"], ref["mean"], ref["hi"], strict=True))
+    local, _ = _verdict_of(tmp_path / "local")
+    assert local["ratio"] > 2, local  # grouped by source: far from any random order
+    assert not local["ok"]

@@ -21,7 +21,8 @@ def sidecar(tmp_path_factory):
 def test_it_selects_the_rows_matching_an_expression(sidecar):
     table = select.read_sidecar(sidecar)
     rows, picked = select.select_shard(sidecar, "kind = 'code' AND n_tokens > 500")
-    kinds, n = table.column("kind").to_pylist(), table.column("n_tokens").to_pylist()
+    kinds = [p["kind"] for p in table.column("props").to_pylist()]
+    n = table.column("n_tokens").to_pylist()
     want = [i for i in range(table.num_rows) if kinds[i] == "code" and n[i] > 500]
     assert rows.tolist() == want and 0 < len(want) < 30
     assert picked.column("n_tokens").to_pylist() == [n[i] for i in want]
@@ -33,7 +34,9 @@ def test_it_selects_everything_without_a_filter(sidecar):
 
 
 def test_it_names_an_unknown_property(sidecar):
-    with pytest.raises(InputError, match=r"unknown property 'langue'.*known: doc_id"):
+    with pytest.raises(
+        InputError, match=r"unknown property 'langue'.*known: kind, lang, package, license, doc_id"
+    ):
         select.select_shard(sidecar, "langue = 'de'")
 
 

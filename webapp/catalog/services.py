@@ -278,7 +278,7 @@ def limited(fn, /, *args, what: str, **kwargs):
 def _tokenizer_facts(spec: str) -> dict[str, Any]:
     from shardcore.tokenizers import load_tokenizer
 
-    tok = load_tokenizer(spec)
+    tok = load_tokenizer(spec, "reference")  # the facts only: the fast engine is not needed
     return {"fingerprint": tok.fingerprint, "vocab_size": tok.vocab_size, "eos_id": tok.eos_id}
 
 

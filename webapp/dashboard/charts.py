@@ -131,12 +131,22 @@ def length_histogram(
     }
 
 
+def _natural(label: str) -> tuple:
+    """Sort key that orders numbers inside labels by value ("128-255" before "1,024-2,047");
+    "worst label" last."""
+    import re
+
+    parts = re.split(r"(\d[\d,]*)", str(label))
+    key = tuple((0, int(p.replace(",", ""))) if p[:1].isdigit() else (1, p) for p in parts if p)
+    return (label == "worst label", key)
+
+
 def _deviation_traces(
     curve: Mapping, *, axis: str = "", show_legend: bool = True, stat: str = "max"
 ) -> list[dict]:
     sizes = list(curve["window_sizes"])
     traces = []
-    for i, name in enumerate(sorted(curve["deviations"])):
+    for name in sorted(curve["deviations"], key=_natural):
         traces.append(
             {
                 "type": "scatter",
@@ -146,17 +156,35 @@ def _deviation_traces(
                 "showlegend": show_legend,
                 "x": sizes,
                 "y": list(curve["deviations"][name]),
-                "line": {"color": PALETTE[i % len(PALETTE)]},
+                # A value keeps its colour on every chart; the worst label is drawn dark.
+                "line": {"color": "#222" if name == "worst label" else colour_of(name)},
                 "hovertemplate": f"{name}<br>window %{{x:,}}: {stat} %{{y:.3g}}<extra></extra>",
                 **({"xaxis": f"x{axis}", "yaxis": f"y{axis}"} if axis else {}),
             }
         )
+    ref = curve.get("reference")
+    if ref and ref.get("mean"):
+        common = {"legendgroup": "reference", "x": sizes,
+                  **({"xaxis": f"x{axis}", "yaxis": f"y{axis}"} if axis else {})}  # fmt: skip
+        traces.append({**common, "type": "scatter", "mode": "lines", "showlegend": False,
+                       "y": list(ref["hi"]), "line": {"width": 0}, "hoverinfo": "skip",
+                       "name": "perfect shuffle (spread)"})  # fmt: skip
+        traces.append({**common, "type": "scatter", "mode": "lines", "showlegend": False,
+                       "y": list(ref["lo"]), "line": {"width": 0}, "fill": "tonexty",
+                       "fillcolor": "rgba(0,0,0,0.12)", "hoverinfo": "skip",
+                       "name": "perfect shuffle (spread)"})  # fmt: skip
+        traces.append(
+            {**common, "type": "scatter", "mode": "lines", "showlegend": show_legend,
+             "name": f"perfect shuffle ({ref.get('trials', '?')} simulations)",
+             "y": list(ref["mean"]), "line": {"color": "#000", "width": 2},
+             "hovertemplate": "perfect shuffle at %{x:,}: %{y:.3g}<extra></extra>"}
+        )  # fmt: skip
     if curve.get("ideal") is not None:
         traces.append(
             {
                 "type": "scatter",
                 "mode": "lines",
-                "name": "ideal bound",
+                "name": "i.i.d. bound (sample level)",
                 "legendgroup": "ideal",
                 "showlegend": show_legend,
                 "x": sizes,

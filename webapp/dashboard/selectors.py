@@ -711,7 +711,22 @@ def _source_stats_read(path: str, fields: list[str]) -> dict:
 SHARDS_SHOWN = 50
 
 
-def pool_detail(*, pool_id: int) -> dict:
+def pool_properties(*, pool) -> list[str]:
+    """What the quality charts can label documents by: the pool's properties (nested ones
+    as dotted paths), read from its documents table's schema only."""
+    from shardcore import props
+    from shardcore.errors import ShardcoreError
+
+    try:
+        import pyarrow.parquet as pq
+
+        schema = pq.read_schema(f"{pool.path}/documents.parquet")
+    except (OSError, ShardcoreError, ValueError):
+        return []
+    return props.names(props.props_type(schema))[:50]
+
+
+def pool_detail(*, pool_id: int, by: str = "") -> dict:
     from django.db.models import Count, Sum
     from django.shortcuts import get_object_or_404
 
@@ -732,9 +747,13 @@ def pool_detail(*, pool_id: int) -> dict:
         .order_by("-created_at")[:20]
     )
     taints = list(pool.taints.select_related("flag")[:20])
-    quality = pool_quality(pool=pool)
+    properties = pool_properties(pool=pool)
+    by = by if by in properties or by in ("length", "_doc.source") else ""
+    quality = pool_quality(pool=pool, by=by)
     return {
         "pool": pool,
+        "by": by,
+        "properties": properties,
         "shards": shards,
         "totals": totals,
         "parents": parents,
@@ -749,13 +768,17 @@ def pool_detail(*, pool_id: int) -> dict:
     }
 
 
-def pool_quality(*, pool) -> dict:
+def pool_quality(*, pool, by: str = "") -> dict:
     """The pool's shuffle-quality report as its build recorded it (``params["quality"]``,
     or ``quality.json`` beside the manifest), else measured from its files (cached);
-    reshaped for the charts."""
+    reshaped for the charts. ``by`` labels documents by a property instead (measured)."""
     import json
     from pathlib import Path
 
+    if by:
+        from webapp.dashboard.services import pool_quality_compute
+
+        return quality_for_charts(pool_quality_compute(pool=pool, by=by))
     report = (pool.params or {}).get("quality")
     if report is None:
         try:
@@ -775,6 +798,9 @@ def quality_for_charts(report: dict) -> dict:
         return {}
     out: dict = {"report": report, "batches": report.get("batches")}
     out["curve"] = _curve(report.get("windows") or {})
+    if out["curve"] and report.get("reference"):
+        out["curve"]["reference"] = report["reference"]
+    out["verdict"] = report.get("verdict")
     comp = report.get("composition") or {}
     if comp.get("labels"):
         edges = comp["bin_edges"]

@@ -90,7 +90,7 @@ QUALITY_MAX_DOCUMENTS = 1_000_000  # beyond this the page shows the build's repo
 SHUFFLES_COMPARED = ("exact", "grid", "local", "buffer")
 
 
-def pool_quality_compute(*, pool) -> dict:
+def pool_quality_compute(*, pool, by: str = "") -> dict:
     """The shuffle-quality report of a built pool, from its files: the pool's own order
     (per record, ``shardcore.quality.report``), and every registered shuffle run on the
     same documents in the same input order, measured per document. Labels: the tokenized
@@ -100,14 +100,14 @@ def pool_quality_compute(*, pool) -> dict:
 
     from webapp.catalog.models import TokenizedSource
 
-    key = f"dash:pool-quality:v2:{pool.pk}:{pool.fingerprint}"
+    key = f"dash:pool-quality:v4:{pool.pk}:{pool.fingerprint}:{by}"
     cached = cache.get(key)
     if cached is not None:
         return cached
     # Label documents by their source's name, in the pool manifest's source order.
     names = dict(TokenizedSource.objects.filter(pools=pool).values_list("path", "source__name"))
     try:
-        report = _pool_quality(pool.path, source_names=names)
+        report = _pool_quality(pool.path, source_names=names, by=by)
     except Exception as e:  # noqa: BLE001 - a pool without readable files has no report
         import logging
 
@@ -117,7 +117,7 @@ def pool_quality_compute(*, pool) -> dict:
     return report
 
 
-def _pool_quality(path: str, *, source_names: dict[str, str] | None = None) -> dict:
+def _pool_quality(path: str, *, source_names: dict[str, str] | None = None, by: str = "") -> dict:
     import numpy as np
 
     from shardcore import quality
@@ -133,14 +133,29 @@ def _pool_quality(path: str, *, source_names: dict[str, str] | None = None) -> d
     by_source = len(np.unique(source)) > 1
     paths = [s["path"] for s in reader.manifest.get("sources", [])]
     names = np.array([(source_names or {}).get(p, str(k)) for k, p in enumerate(paths)])
-    doc_labels = (
-        (names[source] if len(names) > int(source.max()) else source.astype(str))
-        if by_source
-        else np.char.add("2^", np.floor(np.log2(np.maximum(n_tokens, 1))).astype(int).astype(str))
-    )
+    if by and by != "length":
+        values = reader.document_values(by)  # InputError names an unknown property
+        doc_labels = np.array(["(absent)" if v is None else str(v) for v in values.tolist()])
+        label = by
+    elif by_source and by != "length":
+        doc_labels = names[source] if len(names) > int(source.max()) else source.astype(str)
+        label = "tokenized source"
+    else:
+        bins = np.floor(np.log2(np.maximum(n_tokens, 1))).astype(int)
+        doc_labels = np.array([f"{2**b:,}-{2 ** (b + 1) - 1:,} tokens" for b in bins.tolist()])
+        label = "document length (tokens)"
     record_docs = reader.main_documents()
     report = quality.report(doc_labels[record_docs[record_docs >= 0]], batch_size=256)
-    report["label"] = "tokenized source" if by_source else "document length (tokens)"
+    report["label"] = label
+    # The reference: uniform random permutations of the same documents, packed alike.
+    windows = report["windows"]
+    bos = int(bool(reader.manifest.get("params", {}).get("bos")))
+    ref = quality.document_shuffle_reference(
+        doc_labels, n_tokens.astype(np.int64) + bos, int(reader.manifest["seq_len"]),
+        windows["window_sizes"], trials=8, seed=1234,
+    )  # fmt: skip
+    report["reference"] = ref
+    report["verdict"] = quality.verdict(windows["window_sizes"], windows["max_all"], ref["mean"])
     # The same documents in input order (source, input shard, row): what every shuffle
     # reads; input shards give the per-shard counts the shuffles plan with.
     shard = docs.column("source_shard").to_numpy(zero_copy_only=False)

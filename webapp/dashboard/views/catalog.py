@@ -11,6 +11,13 @@ from webapp.dashboard.forms import PoolBuildForm, SourceRegisterForm, TokenizeFo
 from webapp.dashboard.permissions import require_role
 
 
+def _form_again(request, template: str, ctx: dict, form):
+    """The page again with the user's input and the error beside the form (400), instead
+    of a redirect that would lose what they typed."""
+    messages.error(request, "Not saved: see the form below.")
+    return render(request, template, {**ctx, "form": form}, status=400)
+
+
 def source_list(request):
     ctx = selectors.source_page(page=request.GET.get("page", 1))
     return render(request, "dashboard/sources/list.html", {**ctx, "form": SourceRegisterForm()})
@@ -23,13 +30,12 @@ def source_register(request):
     require_role(request.user, "editor")
     form = SourceRegisterForm(request.POST)
     if not form.is_valid():
-        messages.error(request, form.errors.as_text())
-        return redirect("dashboard:sources")
+        return _form_again(request, "dashboard/sources/list.html", selectors.source_page(), form)
     try:
         source = source_register(**form.cleaned_data, created_by=request.user)
     except CatalogError as e:
-        messages.error(request, str(e))
-        return redirect("dashboard:sources")
+        form.add_error(None, str(e))
+        return _form_again(request, "dashboard/sources/list.html", selectors.source_page(), form)
     messages.success(request, f"Registered {source.name}: {source.num_files} file(s).")
     return redirect("dashboard:source", source_id=source.pk)
 
@@ -91,19 +97,19 @@ def pool_build(request):
     require_role(request.user, "editor")
     form = PoolBuildForm(request.POST)
     if not form.is_valid():
-        messages.error(request, form.errors.as_text())
-        return redirect("dashboard:pools")
+        return _form_again(request, "dashboard/pools/list.html", selectors.pool_page(), form)
     try:
         pool = pool_build(**form.cleaned_data, created_by=request.user)
     except (CatalogError, ShardcoreError) as e:
-        messages.error(request, str(e))
-        return redirect("dashboard:pools")
+        form.add_error(None, str(e))
+        return _form_again(request, "dashboard/pools/list.html", selectors.pool_page(), form)
     messages.success(request, f"Building pool {pool.name}.")
     return redirect("dashboard:job", job_id=pool.job_id)
 
 
 def pool_detail(request, pool_id: int):
-    return render(request, "dashboard/pools/detail.html", selectors.pool_detail(pool_id=pool_id))
+    ctx = selectors.pool_detail(pool_id=pool_id, by=request.GET.get("by", ""))
+    return render(request, "dashboard/pools/detail.html", ctx)
 
 
 def mixture_list(request):
