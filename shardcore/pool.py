@@ -1124,8 +1124,6 @@ class Pool:
         fields), Shardyard's as ``_doc.<column>`` (``_doc.source`` is the index of the
         tokenized source in the manifest's ``sources``), or by the bare column name when
         no user property has it. Nested values are given as JSON text."""
-        import json
-
         import pyarrow as pa
 
         from shardcore import props
@@ -1147,15 +1145,7 @@ class Pool:
             raise InputError(f"{self.path}: unknown property {name!r} (known: {', '.join(known)})")
         if isinstance(col, pa.ChunkedArray):
             col = col.combine_chunks()
-        if pa.types.is_nested(col.type):
-            return np.array(
-                [
-                    None if v is None else json.dumps(v, sort_keys=True, default=str)
-                    for v in col.to_pylist()
-                ],
-                dtype=object,
-            )
-        return col.to_numpy(zero_copy_only=False)
+        return props.as_text_if_nested(col).to_numpy(zero_copy_only=False)
 
     def locate(self, sample: int | None = None, tokens: int | None = None) -> dict[str, int]:
         from shardcore.resume import locate_pool

@@ -295,6 +295,20 @@ def _field(arr: pa.StructArray, name: str) -> pa.Array:
     return pc.struct_field(arr, [arr.type.get_field_index(name)])
 
 
+def as_text_if_nested(arr: pa.Array) -> pa.Array:
+    """Struct and list values as their JSON text (sorted keys), so that they can serve as
+    labels; other arrays unchanged."""
+    if not pa.types.is_nested(arr.type):
+        return arr
+    return pa.array(
+        [
+            None if v is None else json.dumps(v, sort_keys=True, default=str)
+            for v in arr.to_pylist()
+        ],
+        type=pa.string(),
+    )
+
+
 def type_to_text(t: pa.DataType) -> str:
     """A props type as text, for plans and manifests (JSON)."""
     import base64

@@ -118,17 +118,7 @@ def property_stats(
         col = props.column(table, name)
         if col is None:
             continue
-        if pa.types.is_nested(col.type):
-            import json
-
-            col = pa.array(
-                [
-                    None if v is None else json.dumps(v, sort_keys=True, default=str)
-                    for v in col.to_pylist()
-                ],
-                type=pa.string(),
-            )
-        labels = pc.fill_null(col.cast(pa.string()), "(absent)")
+        labels = pc.fill_null(props.as_text_if_nested(col).cast(pa.string()), "(absent)")
         grouped = (
             pa.table({"v": labels, "t": n_tokens, "b": n_bytes})
             .group_by("v")

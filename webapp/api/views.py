@@ -375,7 +375,7 @@ class RunViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     @extend_schema(methods=["GET"], responses={200: s.RunProgressSerializer(many=True)})
     @action(detail=True, methods=["get", "post"])
     def progress(self, request, pk=None):
-        from webapp.catalog.services import CatalogError, RunPermissionError, run_progress_record
+        from webapp.catalog.services import run_progress_record
 
         if request.method == "GET":
             run = get_object_or_404(TrainingRun.objects.only("id"), pk=pk)
@@ -383,15 +383,8 @@ class RunViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
             return self.get_paginated_response(s.RunProgressSerializer(page, many=True).data)
         data = s.ProgressSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        try:
-            # The hot path of every trainer: the service loads the run itself (no extra read).
-            run = run_progress_record(run_id=int(pk), **data.validated_data, actor=request.user)
-        except TrainingRun.DoesNotExist:
-            raise NotFound(f"no run {pk}") from None
-        except RunPermissionError as e:
-            raise PermissionDenied(str(e)) from e
-        except CatalogError as e:
-            raise _bad(e) from e
+        # The hot path of every trainer: the service loads the run itself (no extra read).
+        run = _run_write(run_progress_record, pk, data.validated_data, request.user)
         return Response(s.RunSerializer(run).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(
@@ -414,7 +407,7 @@ class RunViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     def losses(self, request, pk=None):
         """Validation loss per pool (and per source) at checkpoints, and training loss per
         step: POST records them (a trainer's token), GET lists them in step order."""
-        from webapp.catalog.services import CatalogError, RunPermissionError, run_losses_record
+        from webapp.catalog.services import run_losses_record
 
         if request.method == "GET":
             run = get_object_or_404(TrainingRun.objects.only("id"), pk=pk)
@@ -423,14 +416,7 @@ class RunViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
             return self.get_paginated_response(s.RunLossSerializer(page, many=True).data)
         data = s.LossReportSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        try:
-            result = run_losses_record(run_id=int(pk), **data.validated_data, actor=request.user)
-        except TrainingRun.DoesNotExist:
-            raise NotFound(f"no run {pk}") from None
-        except RunPermissionError as e:
-            raise PermissionDenied(str(e)) from e
-        except CatalogError as e:
-            raise _bad(e) from e
+        result = _run_write(run_losses_record, pk, data.validated_data, request.user)
         return Response(result, status=status.HTTP_201_CREATED)
 
     @extend_schema(
@@ -481,3 +467,18 @@ class RunViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         except (CatalogError, ShardcoreError, OSError) as e:
             return Response({"detail": str(e)}, status=status.HTTP_409_CONFLICT)
         return Response({"step": run.last_step, "token_offset": 0, **position})
+
+
+def _run_write(record, pk, fields: dict, actor):
+    """A trainer's write to its run (progress, losses), with the service's refusals as
+    HTTP: no such run 404, not the run's owner 403, bad input 400."""
+    from webapp.catalog.services import CatalogError, RunPermissionError
+
+    try:
+        return record(run_id=int(pk), **fields, actor=actor)
+    except TrainingRun.DoesNotExist:
+        raise NotFound(f"no run {pk}") from None
+    except RunPermissionError as e:
+        raise PermissionDenied(str(e)) from e
+    except CatalogError as e:
+        raise _bad(e) from e
