@@ -433,7 +433,7 @@ def run_detail(*, run_id: int) -> dict:
     return {
         "run": run,
         "version": run.mixture_version,
-        "progress_figure": charts.progress_over_time(
+        "progress_figure": charts.progress_by_step(
             [
                 {
                     "at": p["reported_at"].isoformat(),
@@ -442,6 +442,7 @@ def run_detail(*, run_id: int) -> dict:
                 }
                 for p in points
             ],
+            stages=_progress_stages(run),
             total_tokens=run.mixture_version.token_budget,
         ),
         "lineage_figure": charts.lineage_graph(lineage["nodes"], lineage["edges"]),
@@ -588,6 +589,39 @@ def _stage_starts(run) -> list[dict]:
             .first()
         )
         out.append({"label": f"stage {st['name']}", "tokens": first * seq_len, "step": step})
+    return out
+
+
+def _progress_stages(run) -> list[dict]:
+    """Where each stage after the first starts, from the version's built schedule: its
+    first sample in tokens, and the step at which the run reached it (exact when the
+    samples per step are constant between the two progress reports around it; None
+    before the run got there)."""
+    from shardcore.errors import ShardcoreError
+    from shardcore.lineage import step_of_sample
+    from shardcore.manifest import read_manifest
+
+    try:
+        manifest = read_manifest(run.mixture_version.path)
+    except (ShardcoreError, OSError, ValueError):
+        return []
+    stages = (manifest.get("stages") or [])[1:]
+    if not stages:
+        return []
+    seq_len = int(manifest.get("seq_len") or 0)
+    reports = catalog_selectors.run_progress_reports(run=run)
+    out = []
+    for st in stages:
+        first = int(st["first_sample"])
+        read = step_of_sample(first, reports)
+        out.append(
+            {
+                "label": str(st["name"]),
+                "tokens": first * seq_len,
+                "sample": first,
+                "step": read["step"] if read["read"] else None,
+            }
+        )
     return out
 
 
