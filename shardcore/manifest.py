@@ -66,7 +66,29 @@ def write_manifest(directory: str | os.PathLike, manifest: dict[str, Any]) -> Pa
     )
 
 
+def parse_manifest(data: bytes | str, where: str) -> dict[str, Any]:
+    """A manifest from its bytes; ``where`` names it in errors."""
+    try:
+        parsed = json.loads(data)
+    except ValueError as exc:
+        raise ManifestError(f"{where}: unreadable manifest: {exc}") from exc
+    if not isinstance(parsed, dict):
+        raise ManifestError(f"{where}: unreadable manifest: not a JSON object")
+    version = parsed.get("format_version")
+    if version not in READABLE_VERSIONS:
+        raise ManifestError(
+            f"{where}: format_version {version!r}, this shardcore reads "
+            f"{' and '.join(map(str, READABLE_VERSIONS))}"
+        )
+    return parsed
+
+
 def read_manifest(directory: str | os.PathLike) -> dict[str, Any]:
+    """The manifest of the artifact at ``directory`` (a local path or an s3:// URL)."""
+    from shardcore import storage
+
+    if storage.is_remote(directory):
+        return storage.read_manifest(directory)
     directory = Path(directory)
     path = directory / MANIFEST_NAME if directory.is_dir() or not directory.suffix else directory
     if not directory.exists():
@@ -76,17 +98,15 @@ def read_manifest(directory: str | os.PathLike) -> dict[str, Any]:
             f"{directory}: no {MANIFEST_NAME} (not an artifact, or its build did not finish)"
         )
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
+        data = path.read_bytes()
+    except OSError as exc:
         raise ManifestError(f"{path}: unreadable manifest: {exc}") from exc
-    version = data.get("format_version")
-    if version not in READABLE_VERSIONS:
-        raise ManifestError(
-            f"{path}: format_version {version!r}, this shardcore reads "
-            f"{' and '.join(map(str, READABLE_VERSIONS))}"
-        )
-    return data
+    return parse_manifest(data, str(path))
 
 
 def is_complete(directory: str | os.PathLike) -> bool:
+    from shardcore import storage
+
+    if storage.is_remote(directory):
+        return storage.open_store(directory).exists(MANIFEST_NAME)
     return (Path(directory) / MANIFEST_NAME).exists()
