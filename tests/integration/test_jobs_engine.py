@@ -5,13 +5,12 @@ duplicate deliveries. (Real workers: test_jobs_workers.py.)"""
 from __future__ import annotations
 
 import json
-import os
 import sysconfig
 from pathlib import Path
 
 import pytest
 
-from shardcore import units
+from shardcore import atomic, units
 from webapp.jobs import selectors, services
 from webapp.jobs.models import Job, JobState, JobUnit, UnitState
 from workers.celery import app
@@ -27,9 +26,7 @@ def _run_unit(plan: units.Plan, unit: dict) -> dict:
     if unit["phase"] == "count":
         data = Path(unit["file"]).read_bytes()
         result = {"lines": data.count(b"\n")}
-        tmp = out / f".{unit['id']}.tmp"
-        tmp.write_text(json.dumps(result))
-        os.replace(tmp, out / f"{unit['id']}.json")
+        atomic.write_text(out / f"{unit['id']}.json", json.dumps(result))
         return {
             "documents": 1,
             "tokens": len(data.split()),
