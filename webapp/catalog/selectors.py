@@ -327,6 +327,11 @@ def flag_run_reads(*, flag: Flag, runs: list[TrainingRun]) -> dict[int, dict]:
     }
 
 
+def run_progress_reports(*, run: TrainingRun) -> list[tuple[int, int]]:
+    """Every progress report of ``run`` as (step, consumed samples)."""
+    return _reports([run]).get(run.pk, [])
+
+
 def _reports(runs: list[TrainingRun]) -> dict[int, list[tuple[int, int]]]:
     from webapp.catalog.models import RunProgress
 
