@@ -3,7 +3,8 @@ loader for every artifact kind (a pool, a mixture, a materialized mixture).
 
 ``Samples`` gives sample i of any artifact as its seq_len + 1 tokens: record i of a pool or
 of a materialized mixture (np.memmap views, no copy), or the (pool, record) the mixture's
-schedule names for sample i. ``PoolReader`` is the pool-only reader with batch iteration.
+schedule names for sample i. ``PoolReader`` (``shardcore.pool``'s, importable from here too) is
+the pool-only reader with batch iteration.
 
 ``ShardyardIterableDataset`` streams samples in a deterministic order that resumes exactly:
 
@@ -181,35 +182,6 @@ class Samples:
             records.prefetch(shard)
             if self.cache is None or len(seen) > self.cache.prefetch_depth:
                 return
-
-
-class PoolReader:
-    """Sequential and random access to the records of a pool."""
-
-    def __init__(self, path: str | os.PathLike):
-        from shardcore.pool import Pool
-
-        self.pool = Pool(path)
-        self.seq_len = self.pool.seq_len
-        self.num_records = self.pool.num_records
-
-    def __len__(self) -> int:
-        return self.num_records
-
-    def __getitem__(self, i: int) -> np.ndarray:
-        return self.pool.record(int(i))
-
-    def read(self, start: int, stop: int) -> np.ndarray:
-        """Records [start, stop): shape (stop - start, seq_len + 1)."""
-        return self.pool.records(start, stop)
-
-    def iter_batches(self, batch_size: int, *, start: int = 0) -> Iterator[np.ndarray]:
-        """Consecutive batches of ``batch_size`` records from ``start`` (the last may be
-        shorter): views into the shards where a batch does not cross a shard."""
-        if batch_size < 1:
-            raise InputError(f"batch_size must be >= 1, got {batch_size}")
-        for first in range(start, self.num_records, batch_size):
-            yield self.pool.records(first, min(first + batch_size, self.num_records))
 
 
 def sample_order(num_records: int, seed: int | None, epoch: int) -> np.ndarray | None:
@@ -428,4 +400,8 @@ def __getattr__(name: str):
     if name in ("ShardyardIterableDataset", "PoolIterableDataset", "ShardyardLoader"):
         globals().update(_make_classes())
         return globals()[name]
+    if name == "PoolReader":  # lives with the pool; imported on first use
+        from shardcore.pool import PoolReader
+
+        return PoolReader
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

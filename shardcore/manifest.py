@@ -1,7 +1,7 @@
 """Manifests, fingerprints and checksums: the bookkeeping every artifact carries.
 
 An artifact is a directory of files plus ``manifest.json``. The manifest is written last,
-atomically (temporary name, fsync, rename): it is the commit point, so a directory without
+atomically (``shardcore.atomic``): it is the commit point, so a directory without
 one is an unfinished build, never a result. Fingerprints hash the inputs' fingerprints, the
 parameters and the format version, so the same inputs and seed name the same bytes.
 """
@@ -15,6 +15,7 @@ from typing import Any
 
 import xxhash
 
+from shardcore import atomic
 from shardcore.errors import ManifestError
 
 # 2: documents sidecars keep the user's properties in the struct column ``props``
@@ -58,16 +59,11 @@ def file_checksum(path: str | os.PathLike) -> str:
 
 def write_manifest(directory: str | os.PathLike, manifest: dict[str, Any]) -> Path:
     """Write ``manifest.json`` atomically; this marks the artifact complete."""
-    directory = Path(directory)
     data = {"format_version": FORMAT_VERSION, **manifest}
-    tmp = directory / f".{MANIFEST_NAME}.tmp"
-    with open(tmp, "wb") as f:
-        f.write(json.dumps(data, indent=1, sort_keys=True, default=str).encode())
-        f.flush()
-        os.fsync(f.fileno())
-    final = directory / MANIFEST_NAME
-    os.replace(tmp, final)
-    return final
+    return atomic.write_bytes(
+        Path(directory) / MANIFEST_NAME,
+        json.dumps(data, indent=1, sort_keys=True, default=str).encode(),
+    )
 
 
 def parse_manifest(data: bytes | str, where: str) -> dict[str, Any]:

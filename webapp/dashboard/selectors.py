@@ -1027,22 +1027,67 @@ def _pool_holds(pool, source_id: int, file, document_id: int | None) -> bool:
 
 
 def flag_detail(*, flag_id: int) -> dict:
+    """A flag, what it taints (each item once) and a summary counting each tokenized
+    source, pool, mixture version, run and copy once. A version's flagged documents are
+    its distinct pools' (a pool in two stages holds its documents once), and a run's or
+    a copy's are its version's."""
     from django.shortcuts import get_object_or_404
 
-    from webapp.catalog.models import Flag
+    from webapp.catalog.models import Flag, MixtureComponent
 
     flag = get_object_or_404(Flag.objects.select_related("source", "source_file"), pk=flag_id)
     taints = flag.taints.select_related(*TAINT_TARGETS).order_by("id")
     taints = list(taints.select_related("run__mixture_version"))
+    in_pool = {t.pool_id: t.documents for t in taints if t.pool_id}
+    version_ids = {t.mixture_version_id for t in taints if t.mixture_version_id}
+    version_pools: dict[int, set[int]] = {}
+    for v, p in MixtureComponent.objects.filter(version_id__in=version_ids).values_list(
+        "version_id", "pool_id"
+    ):
+        version_pools.setdefault(v, set()).add(p)
+    in_version = {v: sum(in_pool.get(p, 0) for p in pools) for v, pools in version_pools.items()}
     reads = catalog_selectors.flag_run_reads(flag=flag, runs=[t.run for t in taints if t.run_id])
-    described = []
+    described, seen = [], set()
+    counts = dict.fromkeys(("tokenized", "pools", "versions", "runs", "copies"), 0)
     for t in taints:
+        key = (t.tokenized_source_id, t.pool_id, t.mixture_version_id, t.run_id, t.export_id)
+        if key in seen:
+            continue
+        seen.add(key)
         d = taint_describe(t)
+        version_id = t.mixture_version_id or (
+            t.run.mixture_version_id if t.run_id else t.export.version_id if t.export_id else None
+        )
+        if version_id in in_version:
+            d["documents"] = in_version[version_id]
         if t.run_id:
             d["read"] = reads[t.run_id]
             d["first_read"] = flag_read_text(reads[t.run_id])
+        counts[
+            "runs" if t.run_id else "versions" if t.mixture_version_id else "pools"
+            if t.pool_id else "copies" if t.export_id else "tokenized"
+        ] += 1  # fmt: skip
         described.append(d)
-    return {"flag": flag, "taints": described}
+    documents = max((t.documents for t in taints if t.tokenized_source_id), default=0)
+    return {"flag": flag, "taints": described, "summary": _taint_summary(counts, documents)}
+
+
+def _taint_summary(counts: dict[str, int], documents: int) -> str:
+    """The flag page's one line, e.g. "Taints 1 tokenized source, 1 pool, 1 mixture
+    version and 2 runs, holding 37 flagged documents." (each item counted once)."""
+    names = {
+        "tokenized": ("tokenized source", "tokenized sources"),
+        "pools": ("pool", "pools"),
+        "versions": ("mixture version", "mixture versions"),
+        "runs": ("run", "runs"),
+        "copies": ("materialized copy", "materialized copies"),
+    }
+    parts = [f"{n:,} {names[k][n != 1]}" for k, n in counts.items() if n]
+    if not parts:
+        return "Taints nothing: no artifact or run holds the flagged documents."
+    listed = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+    held = f"{documents:,} flagged document{'s' if documents != 1 else ''}"
+    return f"Taints {listed}, holding {held}."
 
 
 def flag_recent(*, limit: int = 20) -> list:
