@@ -23,7 +23,7 @@ def audit(request):
 @require_POST
 def flag_create(request):
     from webapp.catalog.services import CatalogError, flag_create
-    from webapp.dashboard.permissions import require_role
+    from webapp.roles import require_role
 
     require_role(request.user, "editor")
     form = FlagForm(request.POST)

@@ -8,7 +8,7 @@ from django.shortcuts import render
 from django.views.decorators.http import require_POST
 
 from webapp.dashboard import selectors
-from webapp.dashboard.permissions import require_role
+from webapp.roles import require_role
 
 
 def mixture_builder(request):
@@ -33,8 +33,7 @@ def mixture_predict(request):
 @require_POST
 def mixture_save(request):
     from shardcore.errors import ShardcoreError
-    from webapp.catalog.services import CatalogError
-    from webapp.dashboard.services import mixture_version_save
+    from webapp.catalog.services import CatalogError, mixture_version_save
 
     require_role(request.user, "editor")
     payload = _payload(request)

@@ -8,7 +8,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from webapp.dashboard import selectors
 from webapp.dashboard.forms import PoolBuildForm, SourceRegisterForm, TokenizeForm
-from webapp.dashboard.permissions import require_role
+from webapp.roles import require_role
 
 
 def _form_again(request, template: str, ctx: dict, form):

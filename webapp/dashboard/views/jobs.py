@@ -6,7 +6,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from webapp.dashboard import selectors
-from webapp.dashboard.permissions import require_role
+from webapp.roles import require_role
 
 
 def job_list(request):

@@ -9,7 +9,7 @@ from django.views.decorators.http import require_POST
 
 from webapp.dashboard import selectors, services
 from webapp.dashboard.forms import RoleForm, UserCreateForm
-from webapp.dashboard.permissions import require_role
+from webapp.roles import require_role
 
 
 def user_list(request):
