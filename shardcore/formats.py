@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from shardcore import atomic
 from shardcore.errors import FormatError
 
 IDX_MAGIC = b"MMIDIDX\x00\x00"
@@ -158,9 +159,8 @@ class IndexedWriter:
         if self.dtype not in CODE_OF_DTYPE:
             raise FormatError(f"dtype {self.dtype} has no IndexedDataset code")
         self.prefix.parent.mkdir(parents=True, exist_ok=True)
-        self._tmp_bin = Path(f"{bin_path(self.prefix)}.tmp")
-        self._tmp_idx = Path(f"{idx_path(self.prefix)}.tmp")
-        self._bin = open(self._tmp_bin, "wb")  # noqa: SIM115 (closed in close/abort)
+        self._out = atomic.AtomicFile(bin_path(self.prefix))
+        self._bin = self._out.file
         self._lengths: list[np.ndarray] = []
         self._pending: list[int] = []
         self.num_tokens = 0
@@ -219,22 +219,17 @@ class IndexedWriter:
             return
         self._flush_lengths()
         lengths = np.concatenate(self._lengths) if self._lengths else np.zeros(0, np.int64)
-        self._bin.flush()
-        os.fsync(self._bin.fileno())
-        self._bin.close()
-        with open(self._tmp_idx, "wb") as f:
-            f.write(encode_idx(self.dtype, lengths))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(self._tmp_bin, bin_path(self.prefix))
-        os.replace(self._tmp_idx, idx_path(self.prefix))
+        try:
+            idx = encode_idx(self.dtype, lengths)
+        except BaseException:
+            self.abort()
+            raise
+        self._out.commit()
+        atomic.write_bytes(idx_path(self.prefix), idx)
         self.closed = True
 
     def abort(self) -> None:
-        if not self._bin.closed:
-            self._bin.close()
-        for p in (self._tmp_bin, self._tmp_idx):
-            p.unlink(missing_ok=True)
+        self._out.discard()
         self.closed = True
 
     def __enter__(self) -> IndexedWriter:

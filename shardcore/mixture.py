@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from shardcore import blend, verify
+from shardcore import atomic, blend, verify
 from shardcore import manifest as mf
 from shardcore.errors import InputError, ManifestError
 
@@ -649,12 +649,8 @@ def build_schedule(
 
 def _save_npy(path: Path, arr: np.ndarray) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as f:
+    with atomic.atomic_open(path) as f:
         np.save(f, arr)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def build_mixture(

@@ -372,7 +372,7 @@ def run_detail(*, run_id: int) -> dict:
     return {
         "run": run,
         "version": run.mixture_version,
-        "progress_figure": charts.progress_over_time(
+        "progress_figure": charts.progress_by_step(
             [
                 {
                     "at": p["reported_at"].isoformat(),
@@ -381,6 +381,7 @@ def run_detail(*, run_id: int) -> dict:
                 }
                 for p in points
             ],
+            stages=_progress_stages(run),
             total_tokens=run.mixture_version.token_budget,
         ),
         "lineage_figure": charts.lineage_graph(lineage["nodes"], lineage["edges"]),
@@ -525,6 +526,39 @@ def _stage_starts(run) -> list[dict]:
             .first()
         )
         out.append({"label": f"stage {st['name']}", "tokens": first * seq_len, "step": step})
+    return out
+
+
+def _progress_stages(run) -> list[dict]:
+    """Where each stage after the first starts, from the version's built schedule: its
+    first sample in tokens, and the step at which the run reached it (exact when the
+    samples per step are constant between the two progress reports around it; None
+    before the run got there)."""
+    from shardcore.errors import ShardcoreError
+    from shardcore.lineage import step_of_sample
+    from shardcore.manifest import read_manifest
+
+    try:
+        manifest = read_manifest(run.mixture_version.path)
+    except (ShardcoreError, OSError, ValueError):
+        return []
+    stages = (manifest.get("stages") or [])[1:]
+    if not stages:
+        return []
+    seq_len = int(manifest.get("seq_len") or 0)
+    reports = catalog.run_progress_reports(run=run)
+    out = []
+    for st in stages:
+        first = int(st["first_sample"])
+        read = step_of_sample(first, reports)
+        out.append(
+            {
+                "label": str(st["name"]),
+                "tokens": first * seq_len,
+                "sample": first,
+                "step": read["step"] if read["read"] else None,
+            }
+        )
     return out
 
 
@@ -847,10 +881,33 @@ def audit_search(*, source: str, file_path: str = "", document_id: int | None = 
 
 
 def flag_detail(*, flag_id: int) -> dict:
-    """The flag page: the flag and each item it taints, linked to its page."""
+    """The flag page: the flag, each item it taints (once) linked to its page, and a
+    summary counting each kind once."""
     detail = catalog.flag_detail(flag_id=flag_id)
     taints = [{**t, "url": page_url(t["kind"], t["id"])} for t in detail["taints"]]
-    return {"flag": detail["flag"], "taints": taints}
+    return {
+        "flag": detail["flag"],
+        "taints": taints,
+        "summary": _taint_summary(detail["counts"], detail["documents"]),
+    }
+
+
+def _taint_summary(counts: dict[str, int], documents: int) -> str:
+    """The flag page's one line, e.g. "Taints 1 tokenized source, 1 pool, 1 mixture
+    version and 2 runs, holding 37 flagged documents." (each item counted once)."""
+    names = {
+        "tokenized": ("tokenized source", "tokenized sources"),
+        "pools": ("pool", "pools"),
+        "versions": ("mixture version", "mixture versions"),
+        "runs": ("run", "runs"),
+        "copies": ("materialized copy", "materialized copies"),
+    }
+    parts = [f"{n:,} {names[k][n != 1]}" for k, n in counts.items() if n]
+    if not parts:
+        return "Taints nothing: no artifact or run holds the flagged documents."
+    listed = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+    held = f"{documents:,} flagged document{'s' if documents != 1 else ''}"
+    return f"Taints {listed}, holding {held}."
 
 
 def mixture_version_document(*, version_id: int) -> dict:

@@ -21,7 +21,13 @@ from webapp.catalog.selectors.flags import (
 )
 from webapp.catalog.selectors.mixtures import builder_pools, mixture_draft_predict, mixture_names
 from webapp.catalog.selectors.overview import overview_counts
-from webapp.catalog.selectors.runs import RunLineage, run_lineage, run_list
+from webapp.catalog.selectors.runs import (
+    RunLineage,
+    progress_reports,
+    run_lineage,
+    run_list,
+    run_progress_reports,
+)
 from webapp.catalog.selectors.shards import artifact_shards, shard_totals
 from webapp.catalog.selectors.sources import SourceDetail, source_detail, source_runs
 
@@ -45,9 +51,11 @@ __all__ = [
     "overview_counts",
     "page_of",
     "paged",
+    "progress_reports",
     "run_flag_reads",
     "run_lineage",
     "run_list",
+    "run_progress_reports",
     "runs_with_taint",
     "shard_totals",
     "source_detail",

@@ -14,14 +14,15 @@ from shardcore.manifest import read_manifest
 from webapp.catalog import lineage
 from webapp.catalog.models import (
     Flag,
+    MixtureComponent,
     MixtureVersion,
     Pool,
-    RunProgress,
     Taint,
     TokenizedSource,
     TrainingRun,
 )
 from webapp.catalog.selectors.common import get_or_not_found
+from webapp.catalog.selectors.runs import progress_reports
 
 # Every relation taint_describe reads, fetched with the taint.
 TAINT_TARGETS = (
@@ -64,22 +65,48 @@ def taint_describe(t: Taint) -> dict:
 
 
 def flag_detail(*, flag_id: int, reads: bool = True) -> dict:
-    """A flag and what it taints: ``taints`` (each described, and for a run, when it first
-    read the flagged documents: ``read`` and its one-line ``first_read``) and the tainted
-    rows by kind (``tokenized``, ``pools``, ``versions``, ``runs``). Two queries, plus the
-    runs' reports and one schedule scan per mixture version with ``reads``."""
+    """A flag and what it taints, each item once: ``taints`` (each described; for a run,
+    when it first read the flagged documents, ``read`` and its one-line ``first_read``),
+    the tainted rows by kind (``tokenized``, ``pools``, ``versions``, ``runs``), ``counts``
+    of each kind (and ``copies``) and the flagged ``documents`` in the source. A version's
+    flagged documents are its distinct pools' (a pool in two stages holds its documents
+    once), and a run's or a copy's are its version's. Three queries, plus the runs'
+    reports and one schedule scan per mixture version with ``reads``."""
     flag = get_or_not_found(
         Flag.objects.select_related("source", "source_file"), "flag", pk=flag_id
     )
-    taints = list(flag.taints.select_related(*TAINT_TARGETS, "run__mixture_version").order_by("id"))
+    taints, seen = [], set()
+    for t in flag.taints.select_related(*TAINT_TARGETS, "run__mixture_version").order_by("id"):
+        key = (t.tokenized_source_id, t.pool_id, t.mixture_version_id, t.run_id, t.export_id)
+        if key not in seen:
+            seen.add(key)
+            taints.append(t)
+    in_pool = {t.pool_id: t.documents for t in taints if t.pool_id}
+    version_ids = {t.mixture_version_id for t in taints if t.mixture_version_id}
+    version_pools: dict[int, set[int]] = {}
+    for v, p in MixtureComponent.objects.filter(version_id__in=version_ids).values_list(
+        "version_id", "pool_id"
+    ):
+        version_pools.setdefault(v, set()).add(p)
+    in_version = {v: sum(in_pool.get(p, 0) for p in pools) for v, pools in version_pools.items()}
     runs = [t.run for t in taints if t.run_id]
     read_of = flag_run_reads(flag=flag, runs=runs) if reads else {}
     described = []
+    counts = dict.fromkeys(("tokenized", "pools", "versions", "runs", "copies"), 0)
     for t in taints:
         d = taint_describe(t)
+        version_id = t.mixture_version_id or (
+            t.run.mixture_version_id if t.run_id else t.export.version_id if t.export_id else None
+        )
+        if version_id in in_version:
+            d["documents"] = in_version[version_id]
         if t.run_id in read_of:
             d["read"] = read_of[t.run_id]
             d["first_read"] = flag_read_text(read_of[t.run_id])
+        counts[
+            "runs" if t.run_id else "versions" if t.mixture_version_id else "pools"
+            if t.pool_id else "copies" if t.export_id else "tokenized"
+        ] += 1  # fmt: skip
         described.append(d)
     return {
         "flag": flag,
@@ -88,6 +115,8 @@ def flag_detail(*, flag_id: int, reads: bool = True) -> dict:
         "pools": [t.pool for t in taints if t.pool_id],
         "versions": [t.mixture_version for t in taints if t.mixture_version_id],
         "runs": runs,
+        "counts": counts,
+        "documents": max((t.documents for t in taints if t.tokenized_source_id), default=0),
     }
 
 
@@ -190,7 +219,7 @@ def run_flag_reads(*, run: TrainingRun, flag_ids: list[int] | None = None) -> li
     taints = Taint.objects.filter(run=run).select_related("flag", "flag__source_file")
     if flag_ids is not None:
         taints = taints.filter(flag_id__in=flag_ids)
-    reports = _reports([run]).get(run.pk, [])
+    reports = progress_reports([run]).get(run.pk, [])
     version = run.mixture_version
     rows = [
         flag_read(flag=t.flag, version=version, reports=reports) for t in taints.order_by("flag_id")
@@ -201,23 +230,8 @@ def run_flag_reads(*, run: TrainingRun, flag_ids: list[int] | None = None) -> li
 def flag_run_reads(*, flag: Flag, runs: list[TrainingRun]) -> dict[int, dict]:
     """``flag_read`` for each of ``runs`` (with ``mixture_version`` loaded): one query
     for all their reports, one schedule scan per mixture version."""
-    reports = _reports(runs)
+    reports = progress_reports(runs)
     return {
         r.pk: flag_read(flag=flag, version=r.mixture_version, reports=reports.get(r.pk, []))
         for r in runs
     }
-
-
-def _reports(runs: list[TrainingRun]) -> dict[int, list[tuple[int, int]]]:
-    out: dict[int, list[tuple[int, int]]] = {}
-    if not runs:
-        return out
-    rows = RunProgress.objects.filter(run_id__in=[r.pk for r in runs]).values_list(
-        "run_id", "step", "consumed_samples"
-    )
-    for run_id, step, consumed in rows:
-        out.setdefault(run_id, []).append((step, consumed))
-    for r in runs:  # a run whose reports were pruned still has its latest position
-        if r.consumed_samples and r.pk not in out:
-            out[r.pk] = [(r.last_step, r.consumed_samples)]
-    return out
