@@ -89,7 +89,7 @@ def _pool_quality(path: str, *, source_names: dict[str, str] | None = None, by: 
     import numpy as np
 
     from shardcore import quality
-    from shardcore.pool import Pool as PoolReader
+    from shardcore.pool import PoolReader
     from shardcore.shuffle import SHUFFLES
 
     reader = PoolReader(path)
