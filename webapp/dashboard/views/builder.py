@@ -7,13 +7,13 @@ from django.http import JsonResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_POST
 
-from webapp.dashboard import selectors
+from webapp.dashboard import contexts
 from webapp.roles import require_role
 
 
 def mixture_builder(request):
     require_role(request.user, "editor")
-    return render(request, "dashboard/mixtures/builder.html", selectors.builder_context())
+    return render(request, "dashboard/mixtures/builder.html", contexts.builder_context())
 
 
 def _payload(request) -> dict:
@@ -27,7 +27,7 @@ def _payload(request) -> dict:
 @require_POST
 def mixture_predict(request):
     require_role(request.user, "editor")
-    return JsonResponse(selectors.mixture_predict(payload=_payload(request)))
+    return JsonResponse(contexts.mixture_predict(payload=_payload(request)))
 
 
 @require_POST
@@ -37,7 +37,7 @@ def mixture_save(request):
 
     require_role(request.user, "editor")
     payload = _payload(request)
-    prediction = selectors.mixture_predict(payload=payload)
+    prediction = contexts.mixture_predict(payload=payload)
     name = str(payload.get("name") or "").strip()
     problem = prediction["error"] or prediction.get("save_error")
     if problem or not name:

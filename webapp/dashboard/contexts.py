@@ -1,5 +1,6 @@
-"""Reads of the dashboard's own (users and roles), and page reads the catalog and jobs
-selectors do not offer. Each runs a bounded number of queries."""
+"""Page contexts: the catalog's read model (``webapp.catalog.selectors``), the jobs' and
+the workers' reads, turned into what each template shows, with links and charts
+(``webapp.dashboard.charts``); and the users page. Each runs a bounded number of queries."""
 
 from __future__ import annotations
 
