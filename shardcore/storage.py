@@ -480,3 +480,21 @@ def local_artifact(url: str | os.PathLike, *, cache_dir: str | os.PathLike | Non
             download_checked(store, entry, dest)
     atomic_write_bytes(local / mf.MANIFEST_NAME, store.read_bytes(mf.MANIFEST_NAME))
     return str(local)
+
+
+def publish_directory(local: str | os.PathLike, url: str | os.PathLike) -> None:
+    """Upload a finished local artifact to ``url``: every file, then the manifest last, so
+    the copy reads as complete only once it is whole."""
+    from shardcore import manifest as mf
+
+    local = Path(local)
+    if not (local / mf.MANIFEST_NAME).exists():
+        raise ManifestError(
+            f"{local}: no {mf.MANIFEST_NAME}; only a finished artifact is published"
+        )
+    store = open_store(url)
+    for path in sorted(p for p in local.rglob("*") if p.is_file()):
+        rel = path.relative_to(local).as_posix()
+        if rel != mf.MANIFEST_NAME:
+            store.put_file(rel, path)
+    store.put_file(mf.MANIFEST_NAME, local / mf.MANIFEST_NAME)

@@ -183,6 +183,28 @@ def test_it_skips_a_duplicate_delivery_and_ignores_a_stale_completion(eager, hel
     assert job.units_done == 2
 
 
+def test_it_ignores_a_late_failure_from_a_worker_whose_claim_was_taken_over(eager, held, tmp_path):
+    job = services.job_create(plan=_plan(tmp_path / "out", n=1), recorder=RECORDER)
+    unit = JobUnit.objects.get(job=job, unit_id="count-0")
+    # A worker claims the unit, then its host is cut off: the unit is queued again and
+    # another worker claims it. The first worker's error (its input is unreachable)
+    # arrives afterwards.
+    cut_off = services._claim(unit.pk, "cut-off")
+    services.job_retry(job_id=job.pk, include_running=True)
+    rescuer = services._claim(unit.pk, "rescuer")
+    assert (cut_off.attempts, rescuer.attempts) == (1, 2)
+
+    services._unit_fail(cut_off, "OSError: Network is unreachable", "")
+    unit.refresh_from_db()
+    job.refresh_from_db()
+    assert (unit.state, unit.worker, unit.error) == (UnitState.RUNNING, "rescuer", "")
+    assert job.state == JobState.RUNNING and not job.error
+
+    services._unit_fail(rescuer, "ValueError: broken on purpose", "")
+    job.refresh_from_db()
+    assert job.state == JobState.FAILED and "broken on purpose" in job.error
+
+
 def test_it_refuses_to_retry_a_succeeded_job(eager, tmp_path):
     job = services.job_create(plan=_plan(tmp_path / "out", n=1))
     with pytest.raises(services.JobError, match="nothing to retry"):

@@ -9,7 +9,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from rest_framework.authtoken.models import Token
 
-from webapp.dashboard.permissions import ROLES
+from webapp.roles import ROLES
 
 
 def _role_group(role: str) -> Group:
@@ -50,38 +50,6 @@ def token_revoke(*, user) -> bool:
     """Delete the user's token. Returns whether there was one."""
     deleted, _ = Token.objects.filter(user=user).delete()
     return deleted > 0
-
-
-# --- training runs ----------------------------------------------------------------------
-
-
-# --- mixtures ---------------------------------------------------------------------------
-
-
-def mixture_version_save(*, name: str, description: str, spec: dict, created_by=None):
-    """Save the builder's spec (``builder.spec_from_rows``) as the next immutable version of
-    mixture ``name`` (created when new), through the catalog's services: every stage with
-    its token count, the ordering and its options, and the repetition cap go into the
-    version's schedule."""
-    from webapp.catalog.services import mixture_get_or_create, mixture_version_create
-    from webapp.dashboard.builder import version_components
-
-    with transaction.atomic():
-        mixture = mixture_get_or_create(name=name, description=description, created_by=created_by)
-        return mixture_version_create(
-            mixture_id=mixture.pk,
-            components=version_components(spec),
-            token_budget=int(spec["tokens"]),
-            seed=int(spec.get("seed", 0)),
-            stages=[
-                {"name": st["name"], "tokens": int(st["tokens"])} for st in spec.get("stages") or []
-            ],
-            order=str(spec.get("order", "blend")),
-            order_options=dict(spec.get("order_options") or {}),
-            max_repetitions=float(spec.get("max_repetitions", 4.0)),
-            note=description,
-            created_by=created_by,
-        )
 
 
 # --- shuffle quality --------------------------------------------------------------------
@@ -136,7 +104,7 @@ def _pool_quality(path: str, *, source_names: dict[str, str] | None = None, by: 
     import numpy as np
 
     from shardcore import quality
-    from shardcore.pool import Pool as PoolReader
+    from shardcore.pool import PoolReader
     from shardcore.shuffle import SHUFFLES
 
     reader = PoolReader(path)
