@@ -97,12 +97,18 @@ class ShardCache:
 
     def usage(self) -> int:
         """Bytes of finished files in the directory."""
-        if not self.directory.exists():
-            return 0
-        return sum(p.stat().st_size for p in self._files())
+        total = 0
+        for p in self._files():
+            try:
+                total += p.stat().st_size
+            except OSError:
+                continue  # evicted meanwhile (by a prefetch or another process)
+        return total
 
     def _files(self) -> list[Path]:
         out = []
+        if not self.directory.exists():
+            return out
         for p in self.directory.rglob("*"):
             if p.name.startswith(".") and p.name.endswith(".tmp"):
                 continue
