@@ -791,6 +791,7 @@ def mixture_version_create(
             manifest = build_mixture(spec, out)
         except (ShardcoreError, OSError) as exc:
             raise CatalogError(f"cannot build {mixture.name} v{number}: {exc}") from exc
+        quality = schedule_quality(path=str(out))
         epochs = {os.path.abspath(p["path"]): p for p in manifest["pools"]}
         version = MixtureVersion.objects.create(
             mixture=mixture,
@@ -816,6 +817,7 @@ def mixture_version_create(
                     }
                     for pk in dict.fromkeys(c["pool"] for c in components)
                 ],
+                "quality": quality,
             },  # fmt: skip
             fingerprint=manifest["fingerprint"],
             path=str(out),
@@ -843,6 +845,19 @@ def mixture_version_create(
         version.save()
         taint_refresh(source_ids=_version_source_ids(version))
     return version
+
+
+def schedule_quality(*, path: str) -> dict[str, Any]:
+    """A built schedule's quality by pool (``shardcore.quality.mixture_quality``): per
+    stage, window deviation against random permutations of the same samples and a verdict;
+    ``{"error": ...}`` when it cannot be measured (the schedule itself is still good)."""
+    from shardcore import quality
+    from shardcore.errors import ShardcoreError
+
+    try:
+        return quality.mixture_quality(path, by="pool")
+    except (ShardcoreError, OSError, ValueError) as exc:
+        return {"error": f"no quality measured: {exc}"}
 
 
 def _jsonable(value: Any) -> Any:

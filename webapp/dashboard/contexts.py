@@ -813,8 +813,8 @@ def mixture_version_detail(*, version_id: int) -> dict:
     lineage = version_lineage(version=version)
     runs = runs_with_taint(list(version.runs.order_by("-created_at")[:50]))
     exports = list(version.exports.order_by("format", "-created_at"))
-    quality = quality_for_charts(version.params.get("quality") or {})
     components = lineage["components"]
+    quality = version_quality(version=version, components=components)
     schedule = _built_schedule(version, components)
     if schedule is not None:
         rows, stage_facts, names = schedule
@@ -849,6 +849,48 @@ def mixture_version_detail(*, version_id: int) -> dict:
         "deviation_figure": charts.window_deviation(quality.get("curve") or {}),
         "lineage_figure": charts.lineage_graph(lineage["nodes"], lineage["edges"]),
     }
+
+
+def version_quality(*, version, components) -> dict:
+    """The version's schedule quality as its build recorded it (``params["quality"]``),
+    else measured from its files (cached by fingerprint: a built schedule never changes);
+    series named by the pools' catalog names; reshaped for the charts, with every
+    stage's verdict under ``stages``."""
+    report = (version.params or {}).get("quality")
+    if report is None and version.path and version.status == "ready":
+        from webapp.dashboard.services import version_quality_compute
+
+        report = version_quality_compute(version=version)
+    if not report or report.get("error"):
+        return {"error": (report or {}).get("error", "")}
+    names = _pool_key_names(version, components)
+    report = {**report}
+    for part in ("windows", "composition"):
+        if report.get(part):
+            report[part] = {**report[part],
+                            "labels": [names.get(x, x) for x in report[part]["labels"]]}  # fmt: skip
+    out = quality_for_charts(report) if report.get("windows") else {"report": report}
+    out["stages"] = []
+    for st in report.get("stages") or []:
+        verdict = st["verdict"]
+        if "value" in verdict:  # one pool only: its catalog name
+            value = names.get(verdict["value"], verdict["value"])
+            verdict = {**verdict, "text": f"one {report['label']} only ({value}): nothing to mix"}
+        out["stages"].append({**st, "verdict": verdict})
+    return out
+
+
+def _pool_key_names(version, components) -> dict[str, str]:
+    """The schedule's pool keys -> the pools' catalog names."""
+    from shardcore.errors import ManifestError
+    from shardcore.manifest import read_manifest
+
+    try:
+        manifest = read_manifest(version.path)
+    except (ManifestError, OSError):
+        return {}
+    by_path = {c.pool.path: c.pool.name for c in components}
+    return {p["key"]: by_path.get(p["path"], p["key"]) for p in manifest["pools"]}
 
 
 def _built_schedule(version, components) -> tuple | None:

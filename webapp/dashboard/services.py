@@ -85,6 +85,21 @@ def pool_quality_compute(*, pool, by: str = "") -> dict:
     return report
 
 
+def version_quality_compute(*, version) -> dict:
+    """A built version's schedule quality measured from its files (for versions whose
+    build did not record one), cached by fingerprint."""
+    from django.core.cache import cache
+
+    from webapp.catalog.services import schedule_quality
+
+    key = f"dash:version-quality:v1:{version.pk}:{version.fingerprint}"
+    cached = cache.get(key)
+    if cached is None:
+        cached = schedule_quality(path=version.path)
+        cache.set(key, cached, timeout=7 * 24 * 3600)
+    return cached
+
+
 def _pool_quality(path: str, *, source_names: dict[str, str] | None = None, by: str = "") -> dict:
     import numpy as np
 
