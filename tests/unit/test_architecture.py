@@ -130,8 +130,7 @@ def test_it_reports_each_kind_of_violation_in_a_crafted_tree(tmp_path):
         "webapp.api.views imports webapp.dashboard (the API reads the catalog, not the pages)",
         "webapp.api.views imports webapp.dashboard.contexts "
         "(the API reads the catalog, not the pages)",
-        "webapp.catalog.selectors imports webapp.catalog.services "
-        "(selectors import no services)",
+        "webapp.catalog.selectors imports webapp.catalog.services (selectors import no services)",
         "webapp.catalog.selectors imports webapp.catalog.services.flag_create "
         "(selectors import no services)",
         "webapp.jobs.selectors imports webapp.jobs.services (selectors import no services)",
