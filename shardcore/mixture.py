@@ -539,11 +539,11 @@ def _families(
     want_length = bool(options.get("length_bins", True))
     if not by and not want_length:
         return fams
-    from shardcore.pool import DOCUMENTS_NAME, Pool
+    from shardcore.pool import DOCUMENTS_NAME, PoolReader
 
     per_pool = []
     for p in pools:
-        pool = Pool(p.path)
+        pool = PoolReader(p.path)
         # The tables read below (documents, per-shard segments) are checked against the
         # pool's checksums first: a corrupt pool fails the build naming file and range.
         verify.check_files_read(
@@ -751,14 +751,14 @@ class Mixture:
 
     def tokens(self, i: int) -> np.ndarray:
         """The seq_len + 1 tokens of sample i, read from its pool."""
-        from shardcore.pool import Pool
+        from shardcore.pool import PoolReader
 
         p, r = self.sample(i)
-        return Pool(self.pools[p]["path"]).record(r)
+        return PoolReader(self.pools[p]["path"]).record(r)
 
     def labels(self, property: str) -> np.ndarray:
         """Per sample: ``"pool"`` its pool key, ``"stage"`` its stage name, else the
-        property of its record's main document (``Pool.record_labels``)."""
+        property of its record's main document (``PoolReader.record_labels``)."""
         pidx = np.asarray(self.pool_index)
         if property == "pool":
             keys = np.array([p["key"] for p in self.pools], dtype=object)
@@ -768,11 +768,11 @@ class Mixture:
             for st in self.manifest["stages"]:
                 out[st["first_sample"] : st["first_sample"] + st["num_samples"]] = st["name"]
             return out.astype(str)
-        from shardcore.pool import Pool
+        from shardcore.pool import PoolReader
 
         rec = np.asarray(self.record_index)
         out = np.empty(self.num_samples, dtype=object)
         for i, p in enumerate(self.pools):
             sel = pidx == i
-            out[sel] = Pool(p["path"]).record_labels(property)[rec[sel]]
+            out[sel] = PoolReader(p["path"]).record_labels(property)[rec[sel]]
         return out

@@ -19,7 +19,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from webapp.catalog import guards
+from webapp.catalog import builder, guards
 from webapp.catalog.models import (
     ArtifactStatus,
     Export,
@@ -675,6 +675,28 @@ def mixture_get_or_create(*, name: str, description: str = "", created_by=None) 
         return Mixture.objects.get(name=name)
 
 
+def mixture_version_save(*, name: str, description: str, spec: dict, created_by=None):
+    """Save a builder spec (``builder.spec_from_rows``) as the next immutable version of
+    mixture ``name`` (created when new): every stage with its token count, the ordering and
+    its options, and the repetition cap go into the version's schedule."""
+    with transaction.atomic():
+        mixture = mixture_get_or_create(name=name, description=description, created_by=created_by)
+        return mixture_version_create(
+            mixture_id=mixture.pk,
+            components=builder.version_components(spec),
+            token_budget=int(spec["tokens"]),
+            seed=int(spec.get("seed", 0)),
+            stages=[
+                {"name": st["name"], "tokens": int(st["tokens"])} for st in spec.get("stages") or []
+            ],
+            order=str(spec.get("order", "blend")),
+            order_options=dict(spec.get("order_options") or {}),
+            max_repetitions=float(spec.get("max_repetitions", 4.0)),
+            note=description,
+            created_by=created_by,
+        )
+
+
 def mixture_version_create(
     *,
     mixture_id: int,
@@ -774,6 +796,7 @@ def mixture_version_create(
             manifest = build_mixture(spec, out)
         except (ShardcoreError, OSError) as exc:
             raise CatalogError(f"cannot build {mixture.name} v{number}: {exc}") from exc
+        quality = schedule_quality(path=str(out))
         epochs = {os.path.abspath(p["path"]): p for p in manifest["pools"]}
         version = MixtureVersion.objects.create(
             mixture=mixture,
@@ -799,6 +822,7 @@ def mixture_version_create(
                     }
                     for pk in dict.fromkeys(c["pool"] for c in components)
                 ],
+                "quality": quality,
             },  # fmt: skip
             fingerprint=manifest["fingerprint"],
             path=str(out),
@@ -826,6 +850,19 @@ def mixture_version_create(
         version.save()
         taint_refresh(source_ids=_version_source_ids(version))
     return version
+
+
+def schedule_quality(*, path: str) -> dict[str, Any]:
+    """A built schedule's quality by pool (``shardcore.quality.mixture_quality``): per
+    stage, window deviation against random permutations of the same samples and a verdict;
+    ``{"error": ...}`` when it cannot be measured (the schedule itself is still good)."""
+    from shardcore import quality
+    from shardcore.errors import ShardcoreError
+
+    try:
+        return quality.mixture_quality(path, by="pool")
+    except (ShardcoreError, OSError, ValueError) as exc:
+        return {"error": f"no quality measured: {exc}"}
 
 
 def _jsonable(value: Any) -> Any:
@@ -1097,7 +1134,7 @@ def run_register(
     tainted. ``created_by=None`` is an operator's command: no owner, no checks."""
     from django.contrib.auth.models import Group
 
-    from webapp.dashboard.permissions import ROLES, may_write_run, user_role
+    from webapp.roles import ROLES, may_write_run, user_role
 
     name = _name(name, "run name", max_length=200)
     version = MixtureVersion.objects.filter(pk=mixture_version_id).first()
@@ -1232,7 +1269,7 @@ def _progress_check(
 
 
 def _may_write(run: TrainingRun, actor, *, in_team: bool) -> None:
-    from webapp.dashboard.permissions import has_role, user_role
+    from webapp.roles import has_role, user_role
 
     if actor is None or user_role(actor) == "admin":
         return
