@@ -925,6 +925,7 @@ def mixture_version_export(
     """Write the version as a trainer config (megatron, olmo / olmo-core, nanotron, json)
     under ``<version>/exports/`` and record it. An export is a function of the built
     schedule, so asking again for the same file returns its ready row."""
+    from shardcore import atomic
     from shardcore.manifest import file_checksum
 
     fmt, version, path, existing = mixture_version_export_find(
@@ -936,9 +937,7 @@ def mixture_version_export(
         version_id=version_id, fmt=fmt, global_batch_size=global_batch_size
     )
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    atomic.write_text(path, text)
     return Export.objects.create(
         version=version,
         format=fmt,
