@@ -276,7 +276,7 @@ def limited(fn, /, *args, what: str, **kwargs):
 
 
 def _tokenizer_facts(spec: str) -> dict[str, Any]:
-    from shardcore.tokenizers import load_tokenizer
+    from shardcore.encoders import load_tokenizer
 
     tok = load_tokenizer(spec, "reference")  # the facts only: the fast engine is not needed
     return {"fingerprint": tok.fingerprint, "vocab_size": tok.vocab_size, "eos_id": tok.eos_id}
@@ -326,9 +326,9 @@ def tokenized_source_build(
 ) -> TokenizedSource:
     """Start a tokenize job over the source's files; returns the BUILDING artifact row
     (its ``job`` shows progress). The job's recorder fills it in when the manifest exists."""
+    from shardcore.encoders import DEFAULT_TOKENIZER
     from shardcore.errors import InputError
     from shardcore.tokenize import plan_tokenize
-    from shardcore.tokenizers import DEFAULT_TOKENIZER
     from webapp.jobs.services import job_create
 
     source = Source.objects.get(pk=source_id)
@@ -1606,7 +1606,7 @@ def run_mixture_proposal(
 
 
 def run_resume_position(*, run_id: int, sample: int | None = None) -> dict[str, Any]:
-    """Where the run continues: ``shardcore.mixlocate.locate_mixture`` on the version's
+    """Where the run continues: ``shardcore.locate.locate_mixture`` on the version's
     schedule (stage, pool, shard, record, token offset; the same answer as ``shardyard
     locate``), plus the pool's catalog row and the epoch of the pool being read. Nothing is
     scanned for pools read at most once. ``sample`` defaults to the run's consumed
@@ -1618,7 +1618,7 @@ def run_resume_position(*, run_id: int, sample: int | None = None) -> dict[str, 
     version = run.mixture_version
     if not _version_built(version):
         return _resume_by_blend(run, sample)
-    from shardcore.mixlocate import locate_mixture
+    from shardcore.locate import locate_mixture
     from shardcore.mixture import Mixture
 
     try:
@@ -1659,8 +1659,8 @@ def _resume_by_blend(run: TrainingRun, sample: int | None) -> dict[str, Any]:
     """Resume in a version without a schedule on disk: Megatron's blend over the
     components' weights, then ``locate_pool`` in the pool read."""
     from shardcore.blend import build_blending_indices
+    from shardcore.locate import locate_pool
     from shardcore.manifest import read_manifest
-    from shardcore.resume import locate_pool
 
     sample = int(run.consumed_samples if sample is None else sample)
     comps = list(
