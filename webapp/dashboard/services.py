@@ -63,7 +63,7 @@ def mixture_version_save(*, name: str, description: str, spec: dict, created_by=
     mixture ``name`` (created when new), through the catalog's services: every stage with
     its token count, the ordering and its options, and the repetition cap go into the
     version's schedule."""
-    from webapp.catalog.services import mixture_get_or_create, mixture_version_create
+    from webapp.catalog.services.mixtures import mixture_get_or_create, mixture_version_create
     from webapp.dashboard.builder import version_components
 
     with transaction.atomic():

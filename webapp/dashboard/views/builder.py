@@ -33,7 +33,7 @@ def mixture_predict(request):
 @require_POST
 def mixture_save(request):
     from shardcore.errors import ShardcoreError
-    from webapp.catalog.services import CatalogError
+    from webapp.catalog.errors import CatalogError
     from webapp.dashboard.services import mixture_version_save
 
     require_role(request.user, "editor")
