@@ -55,7 +55,7 @@ def plan_materialize(
 
 
 def _run_unit(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
-    from shardcore.pool import Pool
+    from shardcore.pool import PoolReader
 
     mix = Mixture(plan.params["mixture"])
     a, b = int(unit["start"]), int(unit["stop"])
@@ -66,7 +66,7 @@ def _run_unit(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
     tokens = np.empty((b - a, width), dtype=dtype)
     for i in np.unique(pidx).tolist():
         sel = np.flatnonzero(pidx == i)
-        pool = Pool(mix.pools[i]["path"])
+        pool = PoolReader(mix.pools[i]["path"])
         entries = verify.entries_by_path(pool.manifest)
         cumulative = np.asarray(pool.cumulative, dtype=np.int64)
         shard_of = np.searchsorted(cumulative, rec[sel], side="right") - 1

@@ -263,7 +263,13 @@ def verify(directory: str | os.PathLike, *, content: bool = True) -> Report:
 def _check_tokenized(root: Path, manifest: dict[str, Any]) -> list[Problem]:
     import pyarrow.parquet as pq
 
-    from shardcore.formats import IndexedReader
+    from shardcore.formats import (
+        IDX_SEQUENCES_OFFSET,
+        IndexedReader,
+        idx_document_offset,
+        idx_length_offset,
+        idx_pointer_offset,
+    )
 
     problems: list[Problem] = []
     tok = manifest.get("tokenizer", {})
@@ -280,7 +286,11 @@ def _check_tokenized(root: Path, manifest: dict[str, Any]) -> list[Problem]:
         binrel = f"{rel}.bin"
         s = len(r)
         if s != sh["documents"]:
-            problems.append(Problem(idx, 18, f"{s} sequences, manifest says {sh['documents']}"))
+            problems.append(
+                Problem(
+                    idx, IDX_SEQUENCES_OFFSET, f"{s} sequences, manifest says {sh['documents']}"
+                )
+            )
         if r.index.num_tokens != sh["tokens"]:
             problems.append(
                 Problem(idx, None, f"{r.index.num_tokens} tokens, manifest says {sh['tokens']}")
@@ -294,7 +304,7 @@ def _check_tokenized(root: Path, manifest: dict[str, Any]) -> list[Problem]:
             problems.append(
                 Problem(
                     idx,
-                    34 + 4 * s + 8 * i,
+                    idx_pointer_offset(s, i),
                     f"pointer of sequence {i} is {int(r.index.pointers[i])}, expected {int(expect_ptr[i])}",
                 )
             )
@@ -305,13 +315,15 @@ def _check_tokenized(root: Path, manifest: dict[str, Any]) -> list[Problem]:
             problems.append(
                 Problem(
                     idx,
-                    34 + 12 * s + 8 * i,
+                    idx_document_offset(s, i),
                     f"document index {i} is {int(r.index.document_indices[i])}, expected {i}",
                 )
             )
         if s and (lengths < 1).any():
             i = int(np.flatnonzero(lengths < 1)[0])
-            problems.append(Problem(idx, 34 + 4 * i, f"sequence {i} has length {int(lengths[i])}"))
+            problems.append(
+                Problem(idx, idx_length_offset(i), f"sequence {i} has length {int(lengths[i])}")
+            )
             continue
         if s and eos is not None:
             ends = r.starts + lengths - 1

@@ -319,7 +319,7 @@ def test_it_measures_a_pool_by_the_property_a_person_chooses(login, catalog, tmp
     assert page.context["by"] == "package"
     assert page.context["quality"]["report"]["label"] == "package"
     traces = page.context["deviation_figure"]["data"]
-    from shardcore.pool import Pool as PoolReader
+    from shardcore.pool import PoolReader
 
     packages = set(PoolReader(built).document_values("package").tolist())
     named = {t["name"] for t in traces} - {"worst label"}

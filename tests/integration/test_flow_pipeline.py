@@ -18,7 +18,7 @@ import yaml
 from shardcore.manifest import read_manifest
 from shardcore.mixlocate import locate_mixture
 from shardcore.mixture import Mixture
-from shardcore.pool import Pool as PoolReader
+from shardcore.pool import PoolReader
 from tests.integration.test_jobs_workers import catalog_env, stdlib_docs, wait_job, write_jsonl
 from webapp.catalog import selectors
 from webapp.catalog.models import ArtifactStatus, Export, Pool, Shard, Taint

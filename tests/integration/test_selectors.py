@@ -96,9 +96,9 @@ def test_it_lists_runs_and_their_lineage_in_bounded_queries(big, django_assert_m
 
 
 def test_it_shows_a_flag_and_a_job_in_bounded_queries(big, django_assert_max_num_queries):
-    with django_assert_max_num_queries(2):
-        impact = selectors.flag_impact(flag_id=big["flag"].pk)
-        assert len(impact.runs) == 1000
+    with django_assert_max_num_queries(3):
+        detail = selectors.flag_detail(flag_id=big["flag"].pk, reads=False)
+        assert len(detail["runs"]) == 1000 and len(detail["taints"]) == 1000
     with django_assert_max_num_queries(4):
         detail = job_selectors.job_detail(job_id=big["job"].pk)
         assert detail.unit_states == {"succeeded": 4000} and len(detail.units) == 200

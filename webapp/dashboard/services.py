@@ -9,7 +9,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from rest_framework.authtoken.models import Token
 
-from webapp.dashboard.permissions import ROLES
+from webapp.roles import ROLES
 
 
 def _role_group(role: str) -> Group:
@@ -52,38 +52,6 @@ def token_revoke(*, user) -> bool:
     return deleted > 0
 
 
-# --- training runs ----------------------------------------------------------------------
-
-
-# --- mixtures ---------------------------------------------------------------------------
-
-
-def mixture_version_save(*, name: str, description: str, spec: dict, created_by=None):
-    """Save the builder's spec (``builder.spec_from_rows``) as the next immutable version of
-    mixture ``name`` (created when new), through the catalog's services: every stage with
-    its token count, the ordering and its options, and the repetition cap go into the
-    version's schedule."""
-    from webapp.catalog.services.mixtures import mixture_get_or_create, mixture_version_create
-    from webapp.dashboard.builder import version_components
-
-    with transaction.atomic():
-        mixture = mixture_get_or_create(name=name, description=description, created_by=created_by)
-        return mixture_version_create(
-            mixture_id=mixture.pk,
-            components=version_components(spec),
-            token_budget=int(spec["tokens"]),
-            seed=int(spec.get("seed", 0)),
-            stages=[
-                {"name": st["name"], "tokens": int(st["tokens"])} for st in spec.get("stages") or []
-            ],
-            order=str(spec.get("order", "blend")),
-            order_options=dict(spec.get("order_options") or {}),
-            max_repetitions=float(spec.get("max_repetitions", 4.0)),
-            note=description,
-            created_by=created_by,
-        )
-
-
 # --- shuffle quality --------------------------------------------------------------------
 
 QUALITY_MAX_DOCUMENTS = 1_000_000  # beyond this the page shows the build's report only
@@ -117,11 +85,26 @@ def pool_quality_compute(*, pool, by: str = "") -> dict:
     return report
 
 
+def version_quality_compute(*, version) -> dict:
+    """A built version's schedule quality measured from its files (for versions whose
+    build did not record one), cached by fingerprint."""
+    from django.core.cache import cache
+
+    from webapp.catalog.services.mixtures import schedule_quality
+
+    key = f"dash:version-quality:v1:{version.pk}:{version.fingerprint}"
+    cached = cache.get(key)
+    if cached is None:
+        cached = schedule_quality(path=version.path)
+        cache.set(key, cached, timeout=7 * 24 * 3600)
+    return cached
+
+
 def _pool_quality(path: str, *, source_names: dict[str, str] | None = None, by: str = "") -> dict:
     import numpy as np
 
     from shardcore import quality
-    from shardcore.pool import Pool as PoolReader
+    from shardcore.pool import PoolReader
     from shardcore.shuffle import SHUFFLES
 
     reader = PoolReader(path)

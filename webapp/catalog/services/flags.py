@@ -171,4 +171,5 @@ def _flagged_docs_in_pool(flag: Flag, pool: Pool, hit_tokenized: dict[int, int])
 def _flagged_docs_in_version(flag: Flag, version: MixtureVersion, hit_pools: dict[int, int]) -> int:
     if version.status not in (ArtifactStatus.READY, ArtifactStatus.BUILDING):
         return 0
-    return sum(hit_pools.get(c.pool_id, 0) for c in version.components.all())
+    # A pool in two stages holds its documents once.
+    return sum(hit_pools.get(p, 0) for p in {c.pool_id for c in version.components.all()})

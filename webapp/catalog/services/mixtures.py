@@ -9,7 +9,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from webapp.catalog import guards
+from webapp.catalog import builder, guards
 from webapp.catalog.errors import CatalogError
 from webapp.catalog.models import (
     ArtifactStatus,
@@ -39,6 +39,28 @@ def mixture_get_or_create(*, name: str, description: str = "", created_by=None) 
             return Mixture.objects.create(name=name, description=description, created_by=created_by)
     except IntegrityError:
         return Mixture.objects.get(name=name)
+
+
+def mixture_version_save(*, name: str, description: str, spec: dict, created_by=None):
+    """Save a builder spec (``builder.spec_from_rows``) as the next immutable version of
+    mixture ``name`` (created when new): every stage with its token count, the ordering and
+    its options, and the repetition cap go into the version's schedule."""
+    with transaction.atomic():
+        mixture = mixture_get_or_create(name=name, description=description, created_by=created_by)
+        return mixture_version_create(
+            mixture_id=mixture.pk,
+            components=builder.version_components(spec),
+            token_budget=int(spec["tokens"]),
+            seed=int(spec.get("seed", 0)),
+            stages=[
+                {"name": st["name"], "tokens": int(st["tokens"])} for st in spec.get("stages") or []
+            ],
+            order=str(spec.get("order", "blend")),
+            order_options=dict(spec.get("order_options") or {}),
+            max_repetitions=float(spec.get("max_repetitions", 4.0)),
+            note=description,
+            created_by=created_by,
+        )
 
 
 def mixture_version_create(
@@ -141,6 +163,7 @@ def mixture_version_create(
             manifest = build_mixture(spec, out)
         except (ShardcoreError, OSError) as exc:
             raise CatalogError(f"cannot build {mixture.name} v{number}: {exc}") from exc
+        quality = schedule_quality(path=str(out))
         epochs = {os.path.abspath(p["path"]): p for p in manifest["pools"]}
         version = MixtureVersion.objects.create(
             mixture=mixture,
@@ -166,6 +189,7 @@ def mixture_version_create(
                     }
                     for pk in dict.fromkeys(c["pool"] for c in components)
                 ],
+                "quality": quality,
             },  # fmt: skip
             fingerprint=manifest["fingerprint"],
             path=str(out),
@@ -193,6 +217,19 @@ def mixture_version_create(
         version.save()
         taint_refresh(source_ids=version_source_ids(version))
     return version
+
+
+def schedule_quality(*, path: str) -> dict[str, Any]:
+    """A built schedule's quality by pool (``shardcore.quality.mixture_quality``): per
+    stage, window deviation against random permutations of the same samples and a verdict;
+    ``{"error": ...}`` when it cannot be measured (the schedule itself is still good)."""
+    from shardcore import quality
+    from shardcore.errors import ShardcoreError
+
+    try:
+        return quality.mixture_quality(path, by="pool")
+    except (ShardcoreError, OSError, ValueError) as exc:
+        return {"error": f"no quality measured: {exc}"}
 
 
 def _stage_name(stage: str | None) -> str:

@@ -44,7 +44,7 @@ def run_register(
     tainted. ``created_by=None`` is an operator's command: no owner, no checks."""
     from django.contrib.auth.models import Group
 
-    from webapp.dashboard.permissions import ROLES, may_write_run, user_role
+    from webapp.roles import ROLES, may_write_run, user_role
 
     name = checked_name(name, "run name", max_length=200)
     version = MixtureVersion.objects.filter(pk=mixture_version_id).first()
@@ -227,7 +227,7 @@ def _progress_check(
 
 
 def _may_write(run: TrainingRun, actor, *, in_team: bool) -> None:
-    from webapp.dashboard.permissions import has_role, user_role
+    from webapp.roles import has_role, user_role
 
     if actor is None or user_role(actor) == "admin":
         return
