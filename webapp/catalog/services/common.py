@@ -92,20 +92,13 @@ def artifact_unbuilt(artifact, *, job: Job) -> None:
     artifact.save()
 
 
-def manifest_file_entries(manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """The manifest's file entries by relative path (``files`` is a list of entries with a
-    ``path``, or a mapping from path to entry)."""
-    files = manifest.get("files") or {}
-    if isinstance(files, dict):
-        return files
-    return {f["path"]: f for f in files}
-
-
 def shards_record(*, owner: dict[str, Any], out: Path, manifest: dict[str, Any], shards) -> None:
     """The Shard rows of a built artifact. ``owner`` names it (``{"pool": pool}``);
     ``shards`` give each shard's ``index``, ``prefix`` (relative to ``out``), ``records``,
     ``documents`` and ``tokens``; size and checksum are its .bin's manifest entry."""
-    files = manifest_file_entries(manifest)
+    from shardcore.manifest import files_by_path
+
+    files = files_by_path(manifest)
     Shard.objects.bulk_create(
         [
             Shard(

@@ -3,7 +3,6 @@ materialized copy (a job and its recorder)."""
 
 from __future__ import annotations
 
-import os
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,7 +18,6 @@ from webapp.catalog.models import (
 )
 from webapp.catalog.services.common import (
     artifact_unbuilt,
-    manifest_file_entries,
     refuse_corrupt,
     shards_record,
 )
@@ -54,6 +52,7 @@ def mixture_version_export(
     """Write the version as a trainer config (megatron, olmo / olmo-core, nanotron, json)
     under ``<version>/exports/`` and record it. An export is a function of the built
     schedule, so asking again for the same file returns its ready row."""
+    from shardcore import atomic
     from shardcore.manifest import file_checksum
 
     fmt, version, path, existing = mixture_version_export_find(
@@ -65,9 +64,7 @@ def mixture_version_export(
         version_id=version_id, fmt=fmt, global_batch_size=global_batch_size
     )
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    atomic.write_text(path, text)
     return Export.objects.create(
         version=version,
         format=fmt,
@@ -200,6 +197,8 @@ def mixture_version_materialize(
 def mixture_materialized_record(*, job, manifest: dict | None) -> None:
     """Recorder of materialize jobs: the manifest becomes the Export row and its shards;
     a flag on data inside the version taints the copy too."""
+    from shardcore.manifest import file_entries
+
     export = Export.objects.select_for_update().get(job=job, format=Export.Format.MATERIALIZED)
     if manifest is None:
         artifact_unbuilt(export, job=job)
@@ -219,7 +218,7 @@ def mixture_materialized_record(*, job, manifest: dict | None) -> None:
     export.manifest_path = str(out / "manifest.json")
     export.num_records = manifest["num_records"]
     export.num_tokens = manifest["num_tokens"]
-    export.num_bytes = sum(f["size"] for f in manifest_file_entries(manifest).values())
+    export.num_bytes = sum(f["size"] for f in file_entries(manifest))
     export.status = ArtifactStatus.READY
     export.finished_at = timezone.now()
     export.save()

@@ -83,6 +83,7 @@ def mixture_version_create(
     stage needs its token count in ``stages`` ([{"name", "tokens"}], in training order).
     Versions are never edited: changing a weight means creating the next version."""
     from shardcore.errors import ShardcoreError
+    from shardcore.manifest import file_entries
     from shardcore.mixture import MixtureSpec, build_mixture
 
     if token_budget <= 0:
@@ -195,7 +196,7 @@ def mixture_version_create(
             path=str(out),
             manifest_path=str(out / "manifest.json"),
             num_tokens=manifest["num_tokens"],
-            num_bytes=sum(f["size"] for f in manifest["files"].values()),
+            num_bytes=sum(f["size"] for f in file_entries(manifest)),
             created_by=created_by,
         )
         MixtureComponent.objects.bulk_create(

@@ -21,7 +21,6 @@ from webapp.catalog.services.common import (
     artifact_unbuilt,
     checked_name,
     limited,
-    manifest_file_entries,
     refuse_corrupt,
     shards_record,
 )
@@ -139,12 +138,14 @@ def _pool_building(parents: list[TokenizedSource], same: dict[str, Any]) -> Pool
 
 
 def _pool_fill(pool: Pool, manifest: dict) -> None:
+    from shardcore.manifest import file_entries
+
     pool.fingerprint = manifest["fingerprint"]
     pool.num_records = manifest["num_records"]
     pool.num_tokens = manifest["num_tokens"]
     pool.num_documents = manifest["documents"]
     pool.manifest_path = str(Path(pool.path) / "manifest.json")
-    pool.num_bytes = sum(f["size"] for f in manifest_file_entries(manifest).values())
+    pool.num_bytes = sum(f["size"] for f in file_entries(manifest))
     pool.status = ArtifactStatus.READY
     pool.finished_at = timezone.now()
     pool.save()
