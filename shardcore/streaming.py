@@ -33,9 +33,11 @@ from typing import Any
 import numpy as np
 import xxhash
 
+from shardcore import manifest as mf
 from shardcore import storage
 from shardcore.errors import InputError, ManifestError
 from shardcore.formats import IndexedReader
+from shardcore.sizes import parse_size
 
 DEFAULT_LIMIT = 8 << 30
 DEFAULT_PREFETCH = 2
@@ -50,18 +52,11 @@ def cache_settings(
     """The cache directory, limit (bytes) and prefetch depth: the arguments where given,
     else SHARDYARD_CACHE (its ``stream`` directory), SHARDYARD_CACHE_LIMIT and
     SHARDYARD_PREFETCH, else the defaults."""
-    from shardcore.commands.tokenize import parse_size
-
     directory = Path(cache_dir) if cache_dir is not None else storage.cache_root() / "stream"
     if cache_limit is None:
-        cache_limit = os.environ.get("SHARDYARD_CACHE_LIMIT") or DEFAULT_LIMIT
-    if isinstance(cache_limit, str):
-        try:
-            cache_limit = parse_size(cache_limit)
-        except Exception:
-            raise InputError(
-                f"cache limit: not a size: {cache_limit!r} (e.g. 8GiB, 500MB)"
-            ) from None
+        env = os.environ.get("SHARDYARD_CACHE_LIMIT")
+        cache_limit = parse_size(env, name="SHARDYARD_CACHE_LIMIT") if env else DEFAULT_LIMIT
+    cache_limit = parse_size(cache_limit, name="cache_limit")
     if int(cache_limit) <= 0:
         raise InputError(f"cache limit: must be positive, got {cache_limit}")
     if prefetch is None:
@@ -237,7 +232,7 @@ class RemoteRecords:
         )
         self.cumulative = np.asarray(self.manifest["cumulative_records"], dtype=np.int64)
         self.width = int(self.manifest["seq_len"]) + 1
-        entries = {str(e["path"]): e for e in storage.artifact_files(self.manifest)}
+        entries = mf.files_by_path(self.manifest)
         self._entries = []
         for shard in self.manifest["shards"]:
             pair = []

@@ -411,7 +411,9 @@ def tokenized_source_record(*, job, manifest: dict | None) -> None:
         rel = rel_of.get(entry["file"], entry["file"])
         file_ranges[rel] = [first, first + entry["documents"]]
         first += entry["documents"]
-    sizes = {f["path"]: f for f in manifest.get("files", [])}
+    from shardcore.manifest import files_by_path
+
+    sizes = files_by_path(manifest)
     out = Path(ts.path)
     Shard.objects.bulk_create(
         [
@@ -588,7 +590,9 @@ def _pool_fill(pool: Pool, manifest: dict) -> None:
     pool.num_tokens = manifest["num_tokens"]
     pool.num_documents = manifest["documents"]
     pool.manifest_path = str(Path(pool.path) / "manifest.json")
-    sizes = {f["path"]: f for f in manifest.get("files", [])}
+    from shardcore.manifest import files_by_path
+
+    sizes = files_by_path(manifest)
     pool.num_bytes = sum(f["size"] for f in sizes.values())
     pool.status = ArtifactStatus.READY
     pool.finished_at = timezone.now()
@@ -713,6 +717,7 @@ def mixture_version_create(
     stage needs its token count in ``stages`` ([{"name", "tokens"}], in training order).
     Versions are never edited: changing a weight means creating the next version."""
     from shardcore.errors import ShardcoreError
+    from shardcore.manifest import file_entries
     from shardcore.mixture import MixtureSpec, build_mixture
 
     if token_budget <= 0:
@@ -823,7 +828,7 @@ def mixture_version_create(
             path=str(out),
             manifest_path=str(out / "manifest.json"),
             num_tokens=manifest["num_tokens"],
-            num_bytes=sum(f["size"] for f in manifest["files"].values()),
+            num_bytes=sum(f["size"] for f in file_entries(manifest)),
             created_by=created_by,
         )
         MixtureComponent.objects.bulk_create(
@@ -920,6 +925,7 @@ def mixture_version_export(
     """Write the version as a trainer config (megatron, olmo / olmo-core, nanotron, json)
     under ``<version>/exports/`` and record it. An export is a function of the built
     schedule, so asking again for the same file returns its ready row."""
+    from shardcore import atomic
     from shardcore.manifest import file_checksum
 
     fmt, version, path, existing = mixture_version_export_find(
@@ -931,9 +937,7 @@ def mixture_version_export(
         version_id=version_id, fmt=fmt, global_batch_size=global_batch_size
     )
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    atomic.write_text(path, text)
     return Export.objects.create(
         version=version,
         format=fmt,
@@ -1075,7 +1079,9 @@ def mixture_materialized_record(*, job, manifest: dict | None) -> None:
         export.save()
         return
     out = Path(export.path)
-    files = manifest.get("files", {})
+    from shardcore.manifest import files_by_path
+
+    files = files_by_path(manifest)
     Shard.objects.bulk_create(
         [
             Shard(

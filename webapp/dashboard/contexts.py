@@ -98,18 +98,6 @@ def taint_row(t) -> dict:
     return {**row, "url": page_url(row["kind"], row["id"])}
 
 
-def source_page(*, page: int = 1) -> dict:
-    from webapp.catalog.models import Source
-
-    return page_of(Source.objects.order_by("name"), page)
-
-
-def pool_page(*, page: int = 1) -> dict:
-    from webapp.catalog.models import Pool
-
-    return page_of(Pool.objects.order_by("-created_at").defer("params"), page)
-
-
 def mixture_page(*, page: int = 1) -> dict:
     from django.db.models import Count, Max
 
@@ -585,43 +573,15 @@ def _resume_context(run) -> dict:
 
 # --- sources ----------------------------------------------------------------------------
 
-FILES_SHOWN = 200
-
-
-def _latest_tokenized(source):
-    from webapp.catalog.models import ArtifactStatus, TokenizedSource
-
-    return (
-        TokenizedSource.objects.filter(source=source, status=ArtifactStatus.READY)
-        .select_related("tokenizer")
-        .order_by("-created_at")
-        .first()
-    )
-
 
 def source_detail(*, source_id: int) -> dict:
-    from django.shortcuts import get_object_or_404
-
-    from webapp.catalog.models import Source
+    """The source page: ``catalog.source_detail`` with its composition and lengths charted."""
     from webapp.dashboard import charts
 
-    source = get_object_or_404(Source, pk=source_id)
-    files = list(source.files.order_by("path")[:FILES_SHOWN])
-    bad_files = list(source.files.filter(bad_lines__gt=0).order_by("-bad_lines")[:50])
-    tokenized = list(
-        source.tokenized.select_related("tokenizer").defer("params").order_by("-created_at")[:20]
-    )
-    flags = list(source.flags.select_related("source_file").order_by("-created_at")[:20])
-    stats = source_stats(
-        tokenized=_latest_tokenized(source), metadata_fields=source.metadata_fields
-    )
+    detail = catalog.source_detail(source_id=source_id)
+    stats = detail.pop("stats")
     return {
-        "source": source,
-        "files": files,
-        "files_truncated": source.num_files > len(files),
-        "bad_files": bad_files,
-        "tokenized": tokenized,
-        "flags": flags,
+        **detail,
         "composition_figure": charts.composition_bars(
             stats["by_property"], title="Documents, bytes and tokens by property"
         ),
@@ -631,89 +591,17 @@ def source_detail(*, source_id: int) -> dict:
     }
 
 
-def source_stats(*, tokenized, metadata_fields) -> dict:
-    """Composition by property and the length histogram of a tokenized source, read with
-    DuckDB from its Parquet sidecars (per-document data never enters Postgres). Cached by
-    fingerprint: a built artifact never changes."""
-    from django.core.cache import cache
-
-    empty = {"by_property": {}, "edges": [], "counts": []}
-    if tokenized is None:
-        return empty
-    key = f"dash:source-stats:{tokenized.pk}:{tokenized.fingerprint}"
-    cached = cache.get(key)
-    if cached is not None:
-        return cached
-    try:
-        stats = _source_stats_read(tokenized.path, list(metadata_fields or []))
-    except Exception as e:  # noqa: BLE001 - a missing or unreadable sidecar shows as empty
-        import logging
-
-        logging.getLogger(__name__).warning("stats of %s: %s", tokenized.path, e)
-        return empty
-    cache.set(key, stats, timeout=24 * 3600)
-    return stats
-
-
-def _source_stats_read(path: str, fields: list[str]) -> dict:
-    from shardcore.tokenized import property_stats
-
-    return property_stats(path, fields)
-
-
 # --- pools ------------------------------------------------------------------------------
-
-SHARDS_SHOWN = 50
-
-
-def pool_properties(*, pool) -> list[str]:
-    """What the quality charts can label documents by: the pool's properties (nested ones
-    as dotted paths), read from its documents table's schema only."""
-    from shardcore import props
-    from shardcore.errors import ShardcoreError
-
-    try:
-        import pyarrow.parquet as pq
-
-        schema = pq.read_schema(f"{pool.path}/documents.parquet")
-    except (OSError, ShardcoreError, ValueError):
-        return []
-    return props.names(props.props_type(schema))[:50]
 
 
 def pool_detail(*, pool_id: int, by: str = "") -> dict:
-    from django.db.models import Count, Sum
-    from django.shortcuts import get_object_or_404
-
-    from webapp.catalog.models import MixtureVersion, Pool
+    """The pool page: ``catalog.pool_detail`` with its shuffle quality charted."""
     from webapp.dashboard import charts
 
-    pool = get_object_or_404(Pool, pk=pool_id)
-    # The (pool, index) index serves both the first page of shards and the sums.
-    shards = list(pool.shards.order_by("index")[:SHARDS_SHOWN])
-    totals = pool.shards.aggregate(
-        n=Count("id"), records=Sum("num_records"), tokens=Sum("num_tokens"), bytes=Sum("num_bytes")
-    )
-    parents = list(pool.parents.select_related("source", "tokenizer").defer("params"))
-    versions = list(
-        MixtureVersion.objects.filter(components__pool=pool)
-        .select_related("mixture")
-        .distinct()
-        .order_by("-created_at")[:20]
-    )
-    taints = list(pool.taints.select_related("flag")[:20])
-    properties = pool_properties(pool=pool)
-    by = by if by in properties or by in ("length", "_doc.source") else ""
-    quality = pool_quality(pool=pool, by=by)
+    detail = catalog.pool_detail(pool_id=pool_id, by=by)
+    quality = quality_for_charts(detail["quality"])
     return {
-        "pool": pool,
-        "by": by,
-        "properties": properties,
-        "shards": shards,
-        "totals": totals,
-        "parents": parents,
-        "versions": versions,
-        "taints": taints,
+        **detail,
         "quality": quality,
         "deviation_figure": charts.window_deviation(quality.get("curve") or {}),
         "heatmap_figure": charts.position_heatmap(*quality["heatmap"])
@@ -721,28 +609,6 @@ def pool_detail(*, pool_id: int, by: str = "") -> dict:
         else charts.position_heatmap([], [], []),
         "comparison_figure": charts.shuffle_comparison(quality.get("comparison") or {}),
     }
-
-
-def pool_quality(*, pool, by: str = "") -> dict:
-    """The pool's shuffle-quality report as its build recorded it (``params["quality"]``,
-    or ``quality.json`` beside the manifest), else measured from its files (cached);
-    reshaped for the charts. ``by`` labels documents by a property instead (measured)."""
-    import json
-    from pathlib import Path
-
-    if by:
-        from webapp.dashboard.services import pool_quality_compute
-
-        return quality_for_charts(pool_quality_compute(pool=pool, by=by))
-    report = (pool.params or {}).get("quality")
-    if report is None:
-        try:
-            report = json.loads((Path(pool.path) / "quality.json").read_text())
-        except (OSError, ValueError):
-            from webapp.dashboard.services import pool_quality_compute
-
-            report = pool_quality_compute(pool=pool)
-    return quality_for_charts(report)
 
 
 def quality_for_charts(report: dict) -> dict:

@@ -21,6 +21,7 @@ from webapp.catalog.selectors.flags import (
 )
 from webapp.catalog.selectors.mixtures import builder_pools, mixture_draft_predict, mixture_names
 from webapp.catalog.selectors.overview import overview_counts
+from webapp.catalog.selectors.pools import pool_detail, pool_list, pool_properties, pool_quality
 from webapp.catalog.selectors.runs import (
     RunLineage,
     progress_reports,
@@ -29,14 +30,13 @@ from webapp.catalog.selectors.runs import (
     run_progress_reports,
 )
 from webapp.catalog.selectors.shards import artifact_shards, shard_totals
-from webapp.catalog.selectors.sources import SourceDetail, source_detail, source_runs
+from webapp.catalog.selectors.sources import source_detail, source_list, source_runs, source_stats
 
 __all__ = [
     "AUDIT_RUNS",
     "TAINT_TARGETS",
     "NotFound",
     "RunLineage",
-    "SourceDetail",
     "artifact_shards",
     "audit_search",
     "builder_pools",
@@ -51,6 +51,10 @@ __all__ = [
     "overview_counts",
     "page_of",
     "paged",
+    "pool_detail",
+    "pool_list",
+    "pool_properties",
+    "pool_quality",
     "progress_reports",
     "run_flag_reads",
     "run_lineage",
@@ -59,7 +63,9 @@ __all__ = [
     "runs_with_taint",
     "shard_totals",
     "source_detail",
+    "source_list",
     "source_runs",
+    "source_stats",
     "taint_describe",
     "tainted_runs",
 ]

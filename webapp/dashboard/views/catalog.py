@@ -6,6 +6,7 @@ from django.contrib import messages
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
+from webapp.catalog import selectors as catalog
 from webapp.dashboard import contexts
 from webapp.dashboard.forms import PoolBuildForm, SourceRegisterForm, TokenizeForm
 from webapp.roles import require_role
@@ -19,7 +20,7 @@ def _form_again(request, template: str, ctx: dict, form):
 
 
 def source_list(request):
-    ctx = contexts.source_page(page=request.GET.get("page", 1))
+    ctx = catalog.source_list(page=request.GET.get("page", 1))
     return render(request, "dashboard/sources/list.html", {**ctx, "form": SourceRegisterForm()})
 
 
@@ -30,12 +31,12 @@ def source_register(request):
     require_role(request.user, "editor")
     form = SourceRegisterForm(request.POST)
     if not form.is_valid():
-        return _form_again(request, "dashboard/sources/list.html", contexts.source_page(), form)
+        return _form_again(request, "dashboard/sources/list.html", catalog.source_list(), form)
     try:
         source = source_register(**form.cleaned_data, created_by=request.user)
     except CatalogError as e:
         form.add_error(None, str(e))
-        return _form_again(request, "dashboard/sources/list.html", contexts.source_page(), form)
+        return _form_again(request, "dashboard/sources/list.html", catalog.source_list(), form)
     messages.success(request, f"Registered {source.name}: {source.num_files} file(s).")
     return redirect("dashboard:source", source_id=source.pk)
 
@@ -85,7 +86,7 @@ def source_tokenize(request, source_id: int):
 
 
 def pool_list(request):
-    ctx = contexts.pool_page(page=request.GET.get("page", 1))
+    ctx = catalog.pool_list(page=request.GET.get("page", 1))
     return render(request, "dashboard/pools/list.html", {**ctx, "form": PoolBuildForm()})
 
 
@@ -97,12 +98,12 @@ def pool_build(request):
     require_role(request.user, "editor")
     form = PoolBuildForm(request.POST)
     if not form.is_valid():
-        return _form_again(request, "dashboard/pools/list.html", contexts.pool_page(), form)
+        return _form_again(request, "dashboard/pools/list.html", catalog.pool_list(), form)
     try:
         pool = pool_build(**form.cleaned_data, created_by=request.user)
     except (CatalogError, ShardcoreError) as e:
         form.add_error(None, str(e))
-        return _form_again(request, "dashboard/pools/list.html", contexts.pool_page(), form)
+        return _form_again(request, "dashboard/pools/list.html", catalog.pool_list(), form)
     messages.success(request, f"Building pool {pool.name}.")
     return redirect("dashboard:job", job_id=pool.job_id)
 
