@@ -482,7 +482,8 @@ def run_losses(*, run, overlay: bool = True) -> dict:
 def run_proposal(*, run, reference: str) -> dict:
     """The run page's proposal of next-stage weights against the reference run (by id):
     the rows, or the reason there are none."""
-    from webapp.catalog.services import CatalogError, run_mixture_proposal
+    from webapp.catalog.errors import CatalogError
+    from webapp.catalog.services.runs import run_mixture_proposal
 
     if not reference.isdigit():
         return {"proposal_error": "reference: give a run id"}
@@ -555,7 +556,8 @@ def _resume_context(run) -> dict:
     if not run.last_reported_at and not run.consumed_samples:
         return {"resume": None}
     from shardcore.errors import ShardcoreError
-    from webapp.catalog.services import CatalogError, run_resume_position
+    from webapp.catalog.errors import CatalogError
+    from webapp.catalog.services.runs import run_resume_position
 
     try:
         position = run_resume_position(run_id=run.pk)
