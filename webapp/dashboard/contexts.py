@@ -16,8 +16,9 @@ from django.utils import timezone
 
 from shardcore.errors import ShardcoreError
 from webapp.catalog import selectors as catalog
+from webapp.catalog.errors import CatalogError
 from webapp.catalog.selectors import NotFound
-from webapp.catalog.services import CatalogError, run_mixture_proposal, run_resume_position
+from webapp.catalog.services.runs import run_mixture_proposal, run_resume_position
 from webapp.dashboard import charts
 from webapp.dashboard.services import version_quality_compute
 from webapp.jobs import selectors as jobs

@@ -23,7 +23,8 @@ def audit(request):
 
 @require_POST
 def flag_create(request):
-    from webapp.catalog.services import CatalogError, flag_create
+    from webapp.catalog.errors import CatalogError
+    from webapp.catalog.services.flags import flag_create
     from webapp.roles import require_role
 
     require_role(request.user, "editor")

@@ -26,7 +26,8 @@ def source_list(request):
 
 @require_POST
 def source_register(request):
-    from webapp.catalog.services import CatalogError, source_register
+    from webapp.catalog.errors import CatalogError
+    from webapp.catalog.services.sources import source_register
 
     require_role(request.user, "editor")
     form = SourceRegisterForm(request.POST)
@@ -43,7 +44,8 @@ def source_register(request):
 
 @require_POST
 def source_scan(request, source_id: int):
-    from webapp.catalog.services import CatalogError, source_scan
+    from webapp.catalog.errors import CatalogError
+    from webapp.catalog.services.sources import source_scan
 
     require_role(request.user, "editor")
     try:
@@ -64,7 +66,8 @@ def source_detail(request, source_id: int):
 
 @require_POST
 def source_tokenize(request, source_id: int):
-    from webapp.catalog.services import CatalogError, tokenized_source_build
+    from webapp.catalog.errors import CatalogError
+    from webapp.catalog.services.tokenized import tokenized_source_build
 
     require_role(request.user, "editor")
     form = TokenizeForm(request.POST)
@@ -93,7 +96,8 @@ def pool_list(request):
 @require_POST
 def pool_build(request):
     from shardcore.errors import ShardcoreError
-    from webapp.catalog.services import CatalogError, pool_build
+    from webapp.catalog.errors import CatalogError
+    from webapp.catalog.services.pools import pool_build
 
     require_role(request.user, "editor")
     form = PoolBuildForm(request.POST)
@@ -133,7 +137,8 @@ def mixture_version(request, version_id: int):
 
 @require_POST
 def mixture_version_materialize(request, version_id: int):
-    from webapp.catalog.services import CatalogError, mixture_version_materialize
+    from webapp.catalog.errors import CatalogError
+    from webapp.catalog.services.exports import mixture_version_materialize
 
     require_role(request.user, "editor")
     try:
@@ -187,30 +192,36 @@ def mixture_version_export(request, version_id: int, fmt: str):
     from django.http import FileResponse, Http404, HttpResponse
     from django.utils.http import content_disposition_header
 
-    from webapp.catalog import services
+    from webapp.catalog.errors import CatalogError
+    from webapp.catalog.services.exports import (
+        EXPORT_WRITES_FILES,
+        mixture_version_export,
+        mixture_version_export_find,
+        mixture_version_export_render,
+    )
 
     try:
         if request.method == "POST":
             require_role(request.user, "editor")
-            export = services.mixture_version_export(version_id=version_id, fmt=fmt)
+            export = mixture_version_export(version_id=version_id, fmt=fmt)
             path, version = Path(export.path), export.version
         else:
-            _fmt, version, path, export = services.mixture_version_export_find(
+            _fmt, version, path, export = mixture_version_export_find(
                 version_id=version_id, fmt=fmt
             )
-            if export is None and _fmt in services.EXPORT_WRITES_FILES:
-                raise services.CatalogError(
+            if export is None and _fmt in EXPORT_WRITES_FILES:
+                raise CatalogError(
                     f"{version} has no {_fmt} export yet: an editor writes it (Export button, "
                     "or manage.py catalog export)"
                 )
             if export is None:
-                text = services.mixture_version_export_render(version_id=version_id, fmt=fmt)
+                text = mixture_version_export_render(version_id=version_id, fmt=fmt)
                 resp = HttpResponse(text, content_type="text/plain; charset=utf-8")
                 resp["Content-Disposition"] = content_disposition_header(
                     True, f"{version.mixture.name}-v{version.number}-{path.name}"
                 )
                 return resp
-    except services.CatalogError as e:
+    except CatalogError as e:
         raise Http404(str(e)) from e
     name = f"{version.mixture.name}-v{version.number}-{path.name}"
     return FileResponse(open(path, "rb"), as_attachment=True, filename=name)
