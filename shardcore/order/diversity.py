@@ -40,8 +40,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from shardcore.blend import compile_kernel
 from shardcore.errors import InputError
+from shardcore.kernels import compile_kernel
 
 _C_SOURCE = r"""
 #include <stdint.h>
