@@ -189,7 +189,7 @@ def test_it_goes_from_a_source_to_a_materialized_mixture_and_a_resumable_run(
     assert position["pool_id"] == pools[0].pk and position["epoch"] == passes
     assert run_resume_position(run_id=run.pk, sample=0)["epoch"] == 0
     lineage = selectors.run_lineage(run_id=run.pk)
-    assert {s.name for s in lineage.sources} == {"prose", "code"}
+    assert {s.name for s in lineage["sources"]} == {"prose", "code"}
 
     # A flag on one source reaches the materialized copy (it holds the tokens), not the
     # configs (they name the pools' files, which are tainted themselves).
