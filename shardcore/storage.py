@@ -35,6 +35,7 @@ from typing import IO, Any
 
 import xxhash
 
+from shardcore import atomic
 from shardcore.errors import CorruptDataError, ManifestError
 
 PART_SIZE = 16 << 20  # multipart part size; S3 allows 5 MiB..5 GiB and 10,000 parts
@@ -79,22 +80,6 @@ def cache_root() -> Path:
     return Path("~/.cache/shardyard").expanduser()
 
 
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Write ``path`` whole or not at all: a temporary name beside it, fsync, rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-    try:
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
 class Store:
     """Objects under one root. Subclasses implement the primitives below."""
 
@@ -130,17 +115,10 @@ class Store:
             shutil.copyfileobj(src, dst, _COPY)
 
     def get_file(self, key: str, path: str | os.PathLike) -> None:
-        """Download ``key`` to a local file, atomically (temporary name, then rename)."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        try:
-            with self.open(key) as src, open(tmp, "wb") as dst:
-                shutil.copyfileobj(src, dst, _COPY)
-            os.replace(tmp, path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+        """Download ``key`` to a local file, atomically."""
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        with self.open(key) as src, atomic.atomic_open(path) as dst:
+            shutil.copyfileobj(src, dst, _COPY)
 
     def writer(self, key: str) -> contextlib.AbstractContextManager[IO[bytes]]:
         """A binary stream; the object appears under ``key`` when the block exits without
@@ -186,22 +164,13 @@ class LocalStore(Store):
         return open(self.path(key), "rb")
 
     def put_bytes(self, key: str, data: bytes) -> None:
-        atomic_write_bytes(self.path(key), data)
+        self.path(key).parent.mkdir(parents=True, exist_ok=True)
+        atomic.write_bytes(self.path(key), data)
 
-    @contextlib.contextmanager
-    def writer(self, key: str) -> Iterator[IO[bytes]]:
+    def writer(self, key: str) -> contextlib.AbstractContextManager[IO[bytes]]:
         path = self.path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        try:
-            with open(tmp, "wb") as f:
-                yield f
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+        return atomic.atomic_open(path)
 
     def list(self, prefix: str = "") -> list[str]:
         base = self.path(prefix) if prefix else self.root
@@ -423,27 +392,17 @@ def _digest_of(manifest: dict[str, Any]) -> str:
     return mf.content_digest(manifest)
 
 
-def artifact_files(manifest: dict[str, Any]) -> list[dict[str, Any]]:
-    """The manifest's file entries as dicts with ``path`` (both listing styles)."""
-    entries = manifest.get("files") or []
-    if isinstance(entries, dict):
-        entries = [{"path": rel, **entry} for rel, entry in entries.items()]
-    return list(entries)
-
-
 def download_checked(store: Store, entry: dict[str, Any], dest: Path) -> None:
     """Download one manifest-listed file, checking its size and xxh3 as it streams; a
     mismatch names the object and leaves nothing at ``dest``."""
     rel = str(entry["path"])
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     h, size = xxhash.xxh3_64(), 0
-    try:
-        with store.open(rel) as src, open(tmp, "wb") as dst:
-            while chunk := src.read(_COPY):
-                h.update(chunk)
-                size += len(chunk)
-                dst.write(chunk)
+    with store.open(rel) as src, atomic.atomic_open(dest) as dst:
+        while chunk := src.read(_COPY):
+            h.update(chunk)
+            size += len(chunk)
+            dst.write(chunk)
         if entry.get("size") is not None and size != int(entry["size"]):
             raise CorruptDataError(
                 f"{store.location(rel)}: {size} bytes, the manifest says {entry['size']}"
@@ -453,10 +412,6 @@ def download_checked(store: Store, entry: dict[str, Any], dest: Path) -> None:
                 f"{store.location(rel)}: checksum {h.hexdigest()} differs from the manifest's "
                 f"{entry['xxh3']}"
             )
-        os.replace(tmp, dest)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def local_artifact(url: str | os.PathLike, *, cache_dir: str | os.PathLike | None = None) -> str:
@@ -473,10 +428,29 @@ def local_artifact(url: str | os.PathLike, *, cache_dir: str | os.PathLike | Non
     local = root / key
     if (local / mf.MANIFEST_NAME).exists():
         return str(local)
+    local.mkdir(parents=True, exist_ok=True)
     store = open_store(url)
-    for entry in artifact_files(manifest):
+    for entry in mf.file_entries(manifest):
         dest = local / str(entry["path"])
         if not dest.exists():
             download_checked(store, entry, dest)
-    atomic_write_bytes(local / mf.MANIFEST_NAME, store.read_bytes(mf.MANIFEST_NAME))
+    atomic.write_bytes(local / mf.MANIFEST_NAME, store.read_bytes(mf.MANIFEST_NAME))
     return str(local)
+
+
+def publish_directory(local: str | os.PathLike, url: str | os.PathLike) -> None:
+    """Upload a finished local artifact to ``url``: every file, then the manifest last, so
+    the copy reads as complete only once it is whole."""
+    from shardcore import manifest as mf
+
+    local = Path(local)
+    if not (local / mf.MANIFEST_NAME).exists():
+        raise ManifestError(
+            f"{local}: no {mf.MANIFEST_NAME}; only a finished artifact is published"
+        )
+    store = open_store(url)
+    for path in sorted(p for p in local.rglob("*") if p.is_file()):
+        rel = path.relative_to(local).as_posix()
+        if rel != mf.MANIFEST_NAME:
+            store.put_file(rel, path)
+    store.put_file(mf.MANIFEST_NAME, local / mf.MANIFEST_NAME)

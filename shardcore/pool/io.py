@@ -1,5 +1,5 @@
-"""File input and output for the pool: sizes, mount detection, durable writes with early
-writeback, positioned span reads with an in-memory gather, and checksummed file entries."""
+"""File input and output for the pool: mount detection, early writeback, positioned span
+reads with an in-memory gather, and checksummed file entries."""
 
 from __future__ import annotations
 
@@ -13,22 +13,7 @@ import numpy as np
 import xxhash
 
 from shardcore import pack, verify
-from shardcore.errors import InputError, ManifestError
-
-
-def parse_size(text: str | int) -> int:
-    """'256MB', '1G', '64m', '1048576' -> bytes (powers of 1024)."""
-    if isinstance(text, int):
-        return text
-    s = str(text).strip().upper().removesuffix("B").removesuffix("I")
-    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
-    try:
-        if s and s[-1] in mult:
-            return int(float(s[:-1]) * mult[s[-1]])
-        return int(s)
-    except ValueError:
-        raise InputError(f"cannot read size {text!r} (examples: 256MB, 1G, 1048576)") from None
-
+from shardcore.errors import ManifestError
 
 # File system types whose random reads cost a network round trip (NFS, SMB, object stores
 # mounted through FUSE): pass 2 reads a staged copy there instead of gathering documents.
@@ -87,15 +72,6 @@ def start_writeback(fd: int, offset: int, nbytes: int) -> None:
     left to wait for. A hint only; durability comes from the fdatasync."""
     if _sync_file_range is not None:
         _sync_file_range(fd, offset, nbytes, _SYNC_FILE_RANGE_WRITE)
-
-
-def fsync_path(path: str | os.PathLike) -> None:
-    """fsync a file or a directory (a directory: to make the renames in it durable)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 # Documents closer than this in a file are read with one read (through a scratch buffer)

@@ -4,15 +4,14 @@ records and write one durable output shard."""
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 
-from shardcore import pack, units
+from shardcore import atomic, pack, units
 from shardcore.errors import ManifestError
 from shardcore.formats import bin_path, encode_idx, idx_path, read_idx
-from shardcore.pool.io import copy_ranges, fsync_path, read_spans, start_writeback, write_all
+from shardcore.pool.io import copy_ranges, read_spans, start_writeback, write_all
 from shardcore.pool.layout import (
     KEY_COL,
     ROW_COL,
@@ -87,27 +86,15 @@ def _write_records(
     end = records * width
     buf = np.empty(max(1, chunk // width) * width, dtype=dtype)
     prefix.parent.mkdir(parents=True, exist_ok=True)
-    tmp_bin, tmp_idx = Path(f"{bin_path(prefix)}.tmp"), Path(f"{idx_path(prefix)}.tmp")
-    try:
-        with open(tmp_bin, "wb", buffering=0) as f:
-            for w0 in range(0, end, buf.size):
-                view = buf[: min(buf.size, end - w0)]
-                docs.fill(view, w0)
-                if w0 + view.size > docs.total:
-                    view[max(0, docs.total - w0) :] = pad_id
-                write_all(f, view)
-                start_writeback(f.fileno(), w0 * dtype.itemsize, view.nbytes)
-            os.fdatasync(f.fileno())
-        with open(tmp_idx, "wb") as f:
-            f.write(encode_idx(dtype, np.full(records, width, dtype=np.int64)))
-            f.flush()
-            os.fsync(f.fileno())
-    except BaseException:
-        tmp_bin.unlink(missing_ok=True)
-        tmp_idx.unlink(missing_ok=True)
-        raise
-    os.replace(tmp_bin, bin_path(prefix))
-    os.replace(tmp_idx, idx_path(prefix))
+    with atomic.atomic_open(bin_path(prefix), "wb", buffering=0) as f:
+        for w0 in range(0, end, buf.size):
+            view = buf[: min(buf.size, end - w0)]
+            docs.fill(view, w0)
+            if w0 + view.size > docs.total:
+                view[max(0, docs.total - w0) :] = pad_id
+            write_all(f, view)
+            start_writeback(f.fileno(), w0 * dtype.itemsize, view.nbytes)
+    atomic.write_bytes(idx_path(prefix), encode_idx(dtype, np.full(records, width, dtype=np.int64)))
     return records
 
 
@@ -159,12 +146,10 @@ def run_bucket(plan: units.Plan, unit: dict) -> dict:
             f"{prefix}: wrote {records} records, packing planned {packing.num_records}"
         )
     pack.save_segments(f"{prefix}.segments.npz", packing.segments)
-    tmp = Path(f"{prefix}.docs.parquet.tmp")
-    pq.write_table(docs, tmp)
-    fsync_path(tmp)
-    os.replace(tmp, f"{prefix}.docs.parquet")
-    # The renames above are durable before run_unit writes this unit's completion marker.
-    fsync_path(prefix.parent)
+    with atomic.atomic_path(f"{prefix}.docs.parquet") as tmp:
+        pq.write_table(docs, tmp)
+    # Every rename above is durable (shardcore.atomic) before run_unit writes this unit's
+    # completion marker.
     return {
         "records": packing.num_records,
         "documents": int(docs.num_rows),

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from tests.integration.dashboard_fixtures import catalog, login, users  # noqa: F401
-from webapp.dashboard import builder
+from webapp.catalog import builder
 
 pytestmark = pytest.mark.django_db
 

@@ -16,8 +16,10 @@ from rest_framework.response import Response
 from webapp.api import serializers as s
 from webapp.api.authentication import TokenRoleAuthentication
 from webapp.api.permissions import RolePermission
+from webapp.catalog import selectors
 from webapp.catalog.models import Flag, Mixture, MixtureVersion, Pool, Source, TrainingRun
 from webapp.jobs.models import Job
+from webapp.links import page_url
 
 
 class Page(LimitOffsetPagination):
@@ -45,7 +47,8 @@ class SourceViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet
 
     @extend_schema(request=s.SourceRegisterSerializer, responses={201: s.SourceSerializer})
     def create(self, request):
-        from webapp.catalog.services import CatalogError, source_register
+        from webapp.catalog.errors import CatalogError
+        from webapp.catalog.services.sources import source_register
 
         data = s.SourceRegisterSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -58,7 +61,8 @@ class SourceViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet
     @extend_schema(request=None, responses={200: s.SourceSerializer})
     @action(detail=True, methods=["post"])
     def scan(self, request, pk=None):
-        from webapp.catalog.services import CatalogError, source_scan
+        from webapp.catalog.errors import CatalogError
+        from webapp.catalog.services.sources import source_scan
 
         source = get_object_or_404(Source, pk=pk)
         try:
@@ -83,7 +87,8 @@ class PoolViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     def create(self, request):
         """Start a pool build job; the pool is ``building`` until the job records it."""
         from shardcore.errors import ShardcoreError
-        from webapp.catalog.services import CatalogError, pool_build
+        from webapp.catalog.errors import CatalogError
+        from webapp.catalog.services.pools import pool_build
 
         data = s.PoolBuildSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -106,14 +111,13 @@ class MixtureViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSe
         """Save a draft as the next immutable version of the named mixture (created when
         new); refused with the planner's reason when it cannot be planned."""
         from shardcore.errors import ShardcoreError
-        from webapp.catalog.services import CatalogError
-        from webapp.dashboard.selectors import mixture_predict
-        from webapp.dashboard.services import mixture_version_save
+        from webapp.catalog.errors import CatalogError
+        from webapp.catalog.services.mixtures import mixture_version_save
 
         data = s.MixtureVersionCreateSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         v = data.validated_data
-        prediction = mixture_predict(payload=v)
+        prediction = selectors.mixture_draft_predict(payload=v)
         if prediction["error"] or prediction.get("save_error"):
             raise ValidationError({"detail": prediction["error"] or prediction["save_error"]})
         try:
@@ -204,7 +208,8 @@ class FlagViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
 
     @extend_schema(request=s.FlagCreateSerializer, responses={201: s.FlagSerializer})
     def create(self, request):
-        from webapp.catalog.services import CatalogError, flag_create
+        from webapp.catalog.errors import CatalogError
+        from webapp.catalog.services.flags import flag_create
 
         data = s.FlagCreateSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -235,12 +240,13 @@ class FlagViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     )
     @action(detail=True, methods=["get"])
     def taints(self, request, pk=None):
-        from webapp.dashboard.selectors import flag_detail
-
-        detail = flag_detail(flag_id=int(pk))
+        detail = selectors.flag_detail(flag_id=int(pk))
         taints = [
             {
-                **{k: t[k] for k in ("label", "url", "documents", "created_at")},
+                "label": t["label"],
+                "url": page_url(t["kind"], t["id"]),
+                "documents": t["documents"],
+                "created_at": t["created_at"],
                 **({"first_read": _flag_read(t["read"])} if "read" in t else {}),
             }
             for t in detail["taints"]
@@ -265,13 +271,9 @@ class AuditViewSet(Base, viewsets.ViewSet):
         },
     )
     def list(self, request):
-        from webapp.dashboard.selectors import audit_search
-
         q = s.AuditQuerySerializer(data=request.query_params)
         q.is_valid(raise_exception=True)
-        result = audit_search(**q.validated_data)
-        if "error" in result:
-            return Response({"detail": result["error"]}, status=status.HTTP_404_NOT_FOUND)
+        result = selectors.audit_search(**q.validated_data)  # NotFound: 404
         return Response(
             {
                 "source": result["source"].pk,
@@ -285,11 +287,9 @@ class AuditViewSet(Base, viewsets.ViewSet):
 
 def _flag_read(row: dict) -> dict:
     """A ``flag_read`` row as JSON: the flag's id, the answer and its one-line text."""
-    from webapp.dashboard.selectors import flag_read_text
-
     out = {k: v for k, v in row.items() if k != "flag"}
     return {"flag": row["flag"].pk, "reason": row["flag"].reason, **out,
-            "text": flag_read_text(row)}  # fmt: skip
+            "text": selectors.flag_read_text(row)}  # fmt: skip
 
 
 FlagReadSerializer = inline_serializer(
@@ -348,7 +348,8 @@ class RunViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         request=s.RunRegisterSerializer, responses={201: s.RunSerializer, 403: OpenApiTypes.OBJECT}
     )
     def create(self, request):
-        from webapp.catalog.services import CatalogError, RunPermissionError, run_register
+        from webapp.catalog.errors import CatalogError, RunPermissionError
+        from webapp.catalog.services.runs import run_register
 
         data = s.RunRegisterSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -375,7 +376,7 @@ class RunViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     @extend_schema(methods=["GET"], responses={200: s.RunProgressSerializer(many=True)})
     @action(detail=True, methods=["get", "post"])
     def progress(self, request, pk=None):
-        from webapp.catalog.services import run_progress_record
+        from webapp.catalog.services.runs import run_progress_record
 
         if request.method == "GET":
             run = get_object_or_404(TrainingRun.objects.only("id"), pk=pk)
@@ -407,7 +408,7 @@ class RunViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     def losses(self, request, pk=None):
         """Validation loss per pool (and per source) at checkpoints, and training loss per
         step: POST records them (a trainer's token), GET lists them in step order."""
-        from webapp.catalog.services import run_losses_record
+        from webapp.catalog.services.runs import run_losses_record
 
         if request.method == "GET":
             run = get_object_or_404(TrainingRun.objects.only("id"), pk=pk)
@@ -433,7 +434,8 @@ class RunViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     def proposal(self, request, pk=None):
         """The next stage's weights for this run's pools, from its validation losses
         against a reference run's (DoReMi's exponentiated excess loss; shardcore.adapt)."""
-        from webapp.catalog.services import CatalogError, run_mixture_proposal
+        from webapp.catalog.errors import CatalogError
+        from webapp.catalog.services.runs import run_mixture_proposal
 
         get_object_or_404(TrainingRun.objects.only("id"), pk=pk)
         q = s.ProposalQuerySerializer(data=request.query_params)
@@ -450,16 +452,15 @@ class RunViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     def flags(self, request, pk=None):
         """Per flag tainting the run: when the run first read the flagged documents (the
         step), or "not yet" at its current position."""
-        from webapp.catalog.selectors import run_flag_reads
-
         run = get_object_or_404(TrainingRun.objects.select_related("mixture_version"), pk=pk)
-        return Response([_flag_read(r) for r in run_flag_reads(run=run)])
+        return Response([_flag_read(r) for r in selectors.run_flag_reads(run=run)])
 
     @extend_schema(responses={200: ResumeSerializer, 409: OpenApiTypes.OBJECT})
     @action(detail=True, methods=["get"])
     def resume(self, request, pk=None):
         from shardcore.errors import ShardcoreError
-        from webapp.catalog.services import CatalogError, run_resume_position
+        from webapp.catalog.errors import CatalogError
+        from webapp.catalog.services.runs import run_resume_position
 
         run = get_object_or_404(TrainingRun.objects.only("id", "last_step"), pk=pk)
         try:
@@ -472,7 +473,7 @@ class RunViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
 def _run_write(record, pk, fields: dict, actor):
     """A trainer's write to its run (progress, losses), with the service's refusals as
     HTTP: no such run 404, not the run's owner 403, bad input 400."""
-    from webapp.catalog.services import CatalogError, RunPermissionError
+    from webapp.catalog.errors import CatalogError, RunPermissionError
 
     try:
         return record(run_id=int(pk), **fields, actor=actor)
