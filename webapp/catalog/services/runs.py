@@ -451,7 +451,7 @@ def run_mixture_proposal(
 
 
 def run_resume_position(*, run_id: int, sample: int | None = None) -> dict[str, Any]:
-    """Where the run continues: ``shardcore.mixlocate.locate_mixture`` on the version's
+    """Where the run continues: ``shardcore.locate.locate_mixture`` on the version's
     schedule (stage, pool, shard, record, token offset; the same answer as ``shardyard
     locate``), plus the pool's catalog row and the epoch of the pool being read. Nothing is
     scanned for pools read at most once. ``sample`` defaults to the run's consumed
@@ -463,7 +463,7 @@ def run_resume_position(*, run_id: int, sample: int | None = None) -> dict[str, 
     version = run.mixture_version
     if not version_built(version):
         return _resume_by_blend(run, sample)
-    from shardcore.mixlocate import locate_mixture
+    from shardcore.locate import locate_mixture
     from shardcore.mixture import Mixture
 
     try:
@@ -504,8 +504,8 @@ def _resume_by_blend(run: TrainingRun, sample: int | None) -> dict[str, Any]:
     """Resume in a version without a schedule on disk: Megatron's blend over the
     components' weights, then ``locate_pool`` in the pool read."""
     from shardcore.blend import build_blending_indices
+    from shardcore.locate import locate_pool
     from shardcore.manifest import read_manifest
-    from shardcore.resume import locate_pool
 
     sample = int(run.consumed_samples if sample is None else sample)
     comps = list(

@@ -118,7 +118,7 @@ def pool_detail(request, pool_id: int):
 
 
 def mixture_list(request):
-    ctx = contexts.mixture_page(page=request.GET.get("page", 1))
+    ctx = catalog.mixture_list(page=request.GET.get("page", 1))
     from django.urls import reverse
 
     ctx["builder_url"] = reverse("dashboard:mixture_builder")
@@ -126,7 +126,7 @@ def mixture_list(request):
 
 
 def mixture_detail(request, mixture_id: int):
-    ctx = contexts.mixture_detail(mixture_id=mixture_id)
+    ctx = catalog.mixture_detail(mixture_id=mixture_id)
     return render(request, "dashboard/mixtures/detail.html", ctx)
 
 
@@ -151,7 +151,7 @@ def mixture_version_materialize(request, version_id: int):
 
 
 def run_list(request):
-    ctx = contexts.run_page(page=request.GET.get("page", 1))
+    ctx = catalog.run_page(page=request.GET.get("page", 1))
     return render(request, "dashboard/runs/list.html", ctx)
 
 
@@ -167,7 +167,7 @@ def mixture_version_json(request, version_id: int):
     from django.http import JsonResponse
     from django.utils.http import content_disposition_header
 
-    doc = contexts.mixture_version_document(version_id=version_id)
+    doc = catalog.mixture_version_document(version_id=version_id)
     resp = JsonResponse(doc, json_dumps_params={"indent": 2})
     # Quoted by Django (RFC 6266): a name can never add a header or a parameter.
     resp["Content-Disposition"] = content_disposition_header(
@@ -179,7 +179,7 @@ def mixture_version_json(request, version_id: int):
 def export_download(request, export_id: int):
     from django.http import FileResponse
 
-    path = contexts.export_file(export_id=export_id)
+    path = catalog.export_file(export_id=export_id)
     return FileResponse(open(path, "rb"), as_attachment=True, filename=path.name)
 
 
@@ -231,5 +231,5 @@ def mixture_version_diff(request, a_id: int, b_id: int):
     return render(
         request,
         "dashboard/mixtures/diff.html",
-        contexts.mixture_version_diff(a_id=a_id, b_id=b_id),
+        catalog.mixture_version_diff(a_id=a_id, b_id=b_id),
     )
