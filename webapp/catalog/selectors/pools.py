@@ -14,8 +14,9 @@ from shardcore.errors import ShardcoreError
 from shardcore.pool import PoolReader
 from shardcore.shuffle import SHUFFLES
 from webapp.catalog.models import MixtureVersion, Pool, TokenizedSource
-from webapp.catalog.selectors.common import get_or_not_found, page_of
+from webapp.catalog.selectors.common import get_or_not_found
 from webapp.catalog.selectors.shards import artifact_shards, shard_totals
+from webapp.paging import page_of
 
 log = logging.getLogger(__name__)
 
