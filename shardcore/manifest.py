@@ -36,15 +36,30 @@ def fingerprint(kind: str, *, parents: list[str] | tuple[str, ...] = (), params:
     return xxhash.xxh3_128_hexdigest(canonical_json(payload))
 
 
+def file_entries(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """The artifact's files: ``manifest["files"]``, a list of entries ``{"path", "size",
+    "xxh3", "block_size", "blocks"}`` (``path`` relative to the artifact), in the order
+    written. Every kind writes this list; mixtures and materialized copies built before
+    held a mapping ``path -> entry`` instead, read here as the same list."""
+    entries = manifest.get("files") or []
+    if isinstance(entries, dict):
+        return [{"path": rel, **entry} for rel, entry in sorted(entries.items())]
+    return list(entries)
+
+
+def files_by_path(manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """``file_entries`` keyed by relative path."""
+    return {str(e["path"]): e for e in file_entries(manifest)}
+
+
 def content_digest(manifest: dict[str, Any]) -> str:
     """xxh3-128 of the manifest's file list (path, size, xxh3): what the artifact's bytes
     are, where its fingerprint says what they were built from. A stage's fingerprint
     includes its inputs' content digests, so an input whose bytes differ (a corrupted
     shard, checksummed as it was) never gives an output the clean input's fingerprint."""
-    entries = manifest.get("files") or []
-    if isinstance(entries, dict):
-        entries = [{"path": rel, **entry} for rel, entry in entries.items()]
-    files = sorted((str(e.get("path")), e.get("size"), e.get("xxh3")) for e in entries)
+    files = sorted(
+        (str(e.get("path")), e.get("size"), e.get("xxh3")) for e in file_entries(manifest)
+    )
     return xxhash.xxh3_128_hexdigest(canonical_json(files))
 
 

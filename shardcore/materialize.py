@@ -7,7 +7,7 @@ Stage "materialize" of the unit-of-work protocol: one phase, one unit per output
 pools (grouped by pool, so each pool is read through one memmap) and writes
 ``shards/mix-XXXXX.bin/.idx`` (one sequence of seq_len + 1 tokens per sample). Finalize
 writes the manifest (kind "materialized": seq_len, shards, cumulative_records, checksums),
-the same fields a pool has, so ``shardcore.resume.locate_pool`` resumes in it. Trade-off:
+the same fields a pool has, so ``shardcore.locate.locate_pool`` resumes in it. Trade-off:
 it copies every token once (the mixture itself copies nothing), in exchange for purely
 sequential reads.
 """
@@ -69,7 +69,7 @@ def _run_unit(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
     for i in np.unique(pidx).tolist():
         sel = np.flatnonzero(pidx == i)
         pool = PoolReader(mix.pools[i]["path"])
-        entries = verify.entries_by_path(pool.manifest)
+        entries = mf.files_by_path(pool.manifest)
         cumulative = np.asarray(pool.cumulative, dtype=np.int64)
         shard_of = np.searchsorted(cumulative, rec[sel], side="right") - 1
         for shard in np.unique(shard_of).tolist():
@@ -102,14 +102,14 @@ def _check_records(pool, entries: dict, shard: int, rows: np.ndarray, width: int
 def _finalize(plan: units.Plan, stats: list[dict[str, Any]]) -> dict[str, Any]:
     mix = Mixture(plan.params["mixture"])
     out = Path(plan.out)
-    shards, cumulative, files = [], [0], {}
+    shards, cumulative, files = [], [0], []
     for st in sorted(stats, key=lambda s: s["shard"]):
         prefix = shard_prefix(st["shard"])
         shards.append({"prefix": prefix, "records": st["records"], "first_record": cumulative[-1]})
         cumulative.append(cumulative[-1] + st["records"])
         for ext in (".bin", ".idx"):
             # Block checksums let ``shardyard verify`` name the corrupt byte range.
-            files[f"{prefix}{ext}"] = verify.file_entry(out, f"{prefix}{ext}")
+            files.append(verify.file_entry(out, f"{prefix}{ext}"))
     m = mix.manifest
     manifest = {
         "kind": KIND,

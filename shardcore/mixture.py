@@ -685,10 +685,8 @@ def build_mixture(
     _save_npy(out / POOL_FILE, pool_idx)
     _save_npy(out / RECORD_FILE, record)
     seq_len = int(pools[0].manifest["seq_len"])
-    files = {}
-    for rel in (POOL_FILE, RECORD_FILE):
-        # Block checksums let ``shardyard verify`` name the corrupt byte range.
-        files[rel] = verify.file_entry(out, rel)
+    # Block checksums let ``shardyard verify`` name the corrupt byte range.
+    files = [verify.file_entry(out, rel) for rel in (POOL_FILE, RECORD_FILE)]
     fp_params = {
         "spec": spec.to_dict(),
         "pools": [p.manifest.get("fingerprint") for p in pools],

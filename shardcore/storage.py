@@ -406,14 +406,6 @@ def _digest_of(manifest: dict[str, Any]) -> str:
     return mf.content_digest(manifest)
 
 
-def artifact_files(manifest: dict[str, Any]) -> list[dict[str, Any]]:
-    """The manifest's file entries as dicts with ``path`` (both listing styles)."""
-    entries = manifest.get("files") or []
-    if isinstance(entries, dict):
-        entries = [{"path": rel, **entry} for rel, entry in entries.items()]
-    return list(entries)
-
-
 def download_checked(store: Store, entry: dict[str, Any], dest: Path) -> None:
     """Download one manifest-listed file, checking its size and xxh3 as it streams; a
     mismatch names the object and leaves nothing at ``dest``."""
@@ -452,7 +444,7 @@ def local_artifact(url: str | os.PathLike, *, cache_dir: str | os.PathLike | Non
         return str(local)
     local.mkdir(parents=True, exist_ok=True)
     store = open_store(url)
-    for entry in artifact_files(manifest):
+    for entry in mf.file_entries(manifest):
         dest = local / str(entry["path"])
         if not dest.exists():
             download_checked(store, entry, dest)

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 import xxhash
 
+from shardcore import manifest as mf
 from shardcore import storage
 from shardcore.errors import InputError, ManifestError
 from shardcore.formats import IndexedReader
@@ -233,11 +234,11 @@ class RemoteRecords:
         self.cache = cache
         self.content = xxhash.xxh3_64_hexdigest(
             str(self.manifest.get("fingerprint")).encode()
-            + storage._digest_of(self.manifest).encode()
+            + mf.content_digest(self.manifest).encode()
         )
         self.cumulative = np.asarray(self.manifest["cumulative_records"], dtype=np.int64)
         self.width = int(self.manifest["seq_len"]) + 1
-        entries = {str(e["path"]): e for e in storage.artifact_files(self.manifest)}
+        entries = mf.files_by_path(self.manifest)
         self._entries = []
         for shard in self.manifest["shards"]:
             pair = []

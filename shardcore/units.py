@@ -12,6 +12,11 @@ writes its completion marker ``_units/<unit id>.done.json`` holding its stats. A
 finished unit returns the recorded stats and writes nothing: an interrupted job loses
 nothing and duplicates nothing when rerun.
 
+A unit's stats are a JSON object for its stage's ``finalize``; the names in ``UnitCounts``
+mean the same in every stage, and they are all a runner (the job engine, a progress bar)
+reads: a job's documents, tokens, bytes and bad input are the sums of its units' (see
+``counts``). A stage that has nothing to count under a name leaves it out.
+
 The output may be an object-store prefix (``s3://bucket/prefix``): the plan, the markers
 and the artifact then live there, and each unit (and ``finalize``) works in a local
 *work directory* that mirrors the prefix (``$SHARDYARD_CACHE/work/<hash of the URL>``):
@@ -37,7 +42,7 @@ from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import xxhash
 
@@ -45,6 +50,33 @@ from shardcore import atomic, storage
 
 MARKER_DIR = "_units"
 PLAN_NAME = "_plan.json"
+
+
+class BadReason(TypedDict):
+    count: int
+    samples: list[str]  # at most a few, each a line of text naming where
+
+
+class UnitCounts(TypedDict, total=False):
+    """The stats names every stage uses for what a job adds up over its units."""
+
+    documents: int  # documents written (each document counted by one unit only)
+    tokens: int  # tokens written
+    bytes: int  # input bytes read
+    bad_lines: int  # input records refused (default: the counts of bad_input)
+    bad_input: dict[str, dict[str, BadReason]]  # {file: {reason: BadReason}}
+
+
+COUNT_NAMES = ("documents", "tokens", "bytes", "bad_lines")
+
+
+def counts(stats: dict[str, Any]) -> dict[str, int]:
+    """A unit's ``UnitCounts`` numbers (0 where the stage leaves one out)."""
+    out = {name: int(stats.get(name) or 0) for name in COUNT_NAMES}
+    if "bad_lines" not in stats:
+        bad = stats.get("bad_input") or {}
+        out["bad_lines"] = sum(int(r["count"]) for f in bad.values() for r in f.values())
+    return out
 
 
 @dataclass

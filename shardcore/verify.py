@@ -22,7 +22,7 @@ import numpy as np
 import xxhash
 
 from shardcore.errors import CorruptDataError, FormatError, ManifestError
-from shardcore.manifest import read_manifest
+from shardcore.manifest import file_entries, files_by_path, read_manifest
 
 MIN_BLOCK = 4096
 MAX_BLOCKS = 256
@@ -131,14 +131,6 @@ def _check_file(root: Path, entry: dict[str, Any]) -> list[Problem]:
     return [Problem(rel, None, f"xxh3 {whole}, manifest says {entry['xxh3']}")]
 
 
-def entries_by_path(manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """The manifest's file entries keyed by relative path (list or mapping form)."""
-    entries = manifest.get("files") or []
-    if isinstance(entries, dict):
-        return {rel: {"path": rel, **e} for rel, e in entries.items()}
-    return {e["path"]: e for e in entries}
-
-
 def check_read(
     root: str | os.PathLike,
     entry: dict[str, Any],
@@ -216,7 +208,7 @@ def check_read(
 
 def check_files_read(root: str | os.PathLike, manifest: dict[str, Any], relpaths: list[str]) -> int:
     """``check_read`` of whole files of an artifact, by relative path."""
-    entries = entries_by_path(manifest)
+    entries = files_by_path(manifest)
     total = 0
     for rel in relpaths:
         if rel not in entries:
@@ -241,14 +233,11 @@ def verify(directory: str | os.PathLike, *, content: bool = True) -> Report:
     except ManifestError as exc:
         return Report(str(root), "?", 0, 0, [Problem("manifest.json", None, str(exc))])
     kind = manifest.get("kind", "?")
-    entries = manifest.get("files")
-    if isinstance(entries, dict):
-        # Mixtures and materialized copies map each relative path to {size, xxh3}.
-        entries = [{"path": rel, **entry} for rel, entry in sorted(entries.items())]
-    if not isinstance(entries, list):
+    if not isinstance(manifest.get("files"), list | dict):
         return Report(str(root), kind, 0, 0, [Problem("manifest.json", None, "no 'files' list")])
     problems: list[Problem] = []
     nbytes = 0
+    entries = file_entries(manifest)
     for entry in entries:
         problems += _check_file(root, entry)
         nbytes += int(entry.get("size", 0))
@@ -281,7 +270,7 @@ def _verify_remote(url: str, *, content: bool) -> Report:
     scratch = storage.cache_root() / "verify" / uuid.uuid4().hex
     try:
         present = store.sizes()
-        for entry in storage.artifact_files(manifest):
+        for entry in file_entries(manifest):
             rel = str(entry.get("path"))
             if rel in present:  # a missing object is reported by the local check
                 store.get_file(rel, scratch / rel)

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 from shardcore import units, verify
 from shardcore.pool.finalize import finalize_pool
-from shardcore.pool.io import parse_size
 from shardcore.pool.layout import (
     DOCUMENTS_NAME,
     KEY_COL,
@@ -89,7 +88,6 @@ __all__ = [
     "Pool",
     "PoolReader",
     "build_pool",
-    "parse_size",
     "plan_pool",
     "shard_prefix",
     "val_mask",

@@ -3,13 +3,12 @@ manifest (the validation pool's first, the main manifest last: the commit point)
 
 from __future__ import annotations
 
-import os
 import shutil
 from pathlib import Path
 from typing import Any
 
+from shardcore import atomic, units
 from shardcore import manifest as mf
-from shardcore import units
 from shardcore.pool.io import file_entry
 from shardcore.pool.layout import (
     DOCUMENTS_NAME,
@@ -56,38 +55,38 @@ def _finalize_split(plan: units.Plan, split: str, buckets: list[tuple[int, dict]
     out_dir.mkdir(parents=True, exist_ok=True)
     shards, cumulative = [], [0]
     num_docs = num_tokens = padding = 0
-    tmp_docs = out_dir / f".{DOCUMENTS_NAME}.tmp"
-    writer = None
-    fps = pa.array([s["fingerprint"] for s in meta["sources"]])
-    for b, st in buckets:
-        if not st["records"]:
-            continue
-        prefix = shard_prefix(b)
-        shards.append(
-            {
-                "prefix": prefix,
-                "records": st["records"],
-                "first_record": cumulative[-1],
-                "documents": st["documents"],
-                "first_document": num_docs,
-                "tokens": st["tokens"],
-                "padding": st["padding"],
-            }
-        )
-        cumulative.append(cumulative[-1] + st["records"])
-        num_docs += st["documents"]
-        num_tokens += st["tokens"]
-        padding += st["padding"]
-        table = pq.read_table(out_dir / f"{prefix}.docs.parquet")
-        src = table.column(SOURCE_COL).to_numpy()
-        table = table.append_column(SOURCE_FP_COL, fps.take(pa.array(src)))
+    with atomic.atomic_path(out_dir / DOCUMENTS_NAME) as tmp_docs:
+        writer = None
+        fps = pa.array([s["fingerprint"] for s in meta["sources"]])
+        for b, st in buckets:
+            if not st["records"]:
+                continue
+            prefix = shard_prefix(b)
+            shards.append(
+                {
+                    "prefix": prefix,
+                    "records": st["records"],
+                    "first_record": cumulative[-1],
+                    "documents": st["documents"],
+                    "first_document": num_docs,
+                    "tokens": st["tokens"],
+                    "padding": st["padding"],
+                }
+            )
+            cumulative.append(cumulative[-1] + st["records"])
+            num_docs += st["documents"]
+            num_tokens += st["tokens"]
+            padding += st["padding"]
+            with pq.ParquetFile(out_dir / f"{prefix}.docs.parquet") as f:
+                table = f.read()
+            src = table.column(SOURCE_COL).to_numpy()
+            table = table.append_column(SOURCE_FP_COL, fps.take(pa.array(src)))
+            if writer is None:
+                writer = pq.ParquetWriter(tmp_docs, table.schema)
+            writer.write_table(table.cast(writer.schema))
         if writer is None:
-            writer = pq.ParquetWriter(tmp_docs, table.schema)
-        writer.write_table(table.cast(writer.schema))
-    if writer is None:
-        writer = pq.ParquetWriter(tmp_docs, pa.schema([(SOURCE_COL, pa.int32())]))
-    writer.close()
-    os.replace(tmp_docs, out_dir / DOCUMENTS_NAME)
+            writer = pq.ParquetWriter(tmp_docs, pa.schema([(SOURCE_COL, pa.int32())]))
+        writer.close()
     files = []
     for path in sorted(out_dir.rglob("*")):
         rel = path.relative_to(out_dir).as_posix()

@@ -8,11 +8,11 @@ import os
 
 import numpy as np
 
+from shardcore import atomic, units, verify
 from shardcore import manifest as mf
-from shardcore import units, verify
 from shardcore.errors import ManifestError
 from shardcore.formats import IndexedReader
-from shardcore.pool.io import fsync_path, write_all
+from shardcore.pool.io import write_all
 from shardcore.pool.layout import (
     KEY_COL,
     ROW_COL,
@@ -79,7 +79,6 @@ def run_assign(plan: units.Plan, unit: dict) -> dict:
 
     tokens_path, docs_path, offsets_path = pass1_paths(plan.out, i)
     tokens_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = tokens_path.with_name(tokens_path.name + ".tmp")
     if staging_of(plan) == "tokens":
         # The selected tokens grouped by bucket, for pass 2 to read sequentially. Not
         # fsynced: a temporary as large as the data, deleted by finalize, usually before the
@@ -88,7 +87,7 @@ def run_assign(plan: units.Plan, unit: dict) -> dict:
             [reader.tokens], np.zeros(rows.size), reader.starts[rows_o], lengths
         )
         buf = np.empty(chunk_tokens(plan), dtype=reader.dtype)
-        with open(tmp, "wb", buffering=0) as f:
+        with atomic.atomic_open(tokens_path, "wb", durable=False, buffering=0) as f:
             for w0 in range(0, docs_stream.total, buf.size):
                 view = buf[: min(buf.size, docs_stream.total - w0)]
                 docs_stream.fill(view, w0)
@@ -101,22 +100,16 @@ def run_assign(plan: units.Plan, unit: dict) -> dict:
     docs = docs.append_column(SHARD_COL, pa.array(np.full(rows.size, spec["shard"], np.int32)))
     docs = docs.append_column(ROW_COL, pa.array(rows_o))
     docs = docs.append_column(KEY_COL, pa.array(key[order]))
-    # The metadata and offsets are small: fsynced, so that this unit's completion marker
+    # The metadata and offsets are small: durable, so that this unit's completion marker
     # never points at files a crash could have lost.
-    tmp_docs = docs_path.with_name(docs_path.name + ".tmp")
-    with pa.OSFile(str(tmp_docs), "wb") as sink, pa.ipc.new_file(sink, docs.schema) as w:
+    with (
+        atomic.atomic_path(docs_path) as tmp_docs,
+        pa.OSFile(str(tmp_docs), "wb") as sink,
+        pa.ipc.new_file(sink, docs.schema) as w,
+    ):
         w.write_table(docs)
-    fsync_path(tmp_docs)
-    tmp_off = offsets_path.with_name(offsets_path.name + ".tmp.npy")
-    with open(tmp_off, "wb") as f:
+    with atomic.atomic_open(offsets_path) as f:
         np.save(f, np.stack([doc_offsets.astype(np.int64), tok_offsets]))
-        f.flush()
-        os.fsync(f.fileno())
-    if tmp.exists():
-        os.replace(tmp, tokens_path)
-    os.replace(tmp_docs, docs_path)
-    os.replace(tmp_off, offsets_path)
-    fsync_path(tokens_path.parent)
     # Named apart from pass 2's documents/tokens: a job sums its units' documents and
     # tokens, and each document is counted once, when pass 2 writes it.
     return {

@@ -15,7 +15,7 @@ import numpy as np
 from shardcore import manifest as mf
 from shardcore import pack, verify
 from shardcore.errors import InputError, ManifestError
-from shardcore.formats import IndexedReader
+from shardcore.formats import IDX_SEQUENCES_OFFSET, IndexedReader, idx_length_offset
 from shardcore.pool.layout import DOCUMENTS_NAME, KIND
 
 if TYPE_CHECKING:
@@ -40,7 +40,9 @@ def check_pool(root: Path, manifest: dict[str, Any]) -> list[verify.Problem]:
         if len(reader) != shard["records"]:
             problems.append(
                 verify.Problem(
-                    f"{rel}.idx", 18, f"{len(reader)} records, manifest says {shard['records']}"
+                    f"{rel}.idx",
+                    IDX_SEQUENCES_OFFSET,
+                    f"{len(reader)} records, manifest says {shard['records']}",
                 )
             )
         bad = np.flatnonzero(reader.lengths != width)
@@ -48,7 +50,7 @@ def check_pool(root: Path, manifest: dict[str, Any]) -> list[verify.Problem]:
             problems.append(
                 verify.Problem(
                     f"{rel}.idx",
-                    34 + 4 * int(bad[0]),
+                    idx_length_offset(int(bad[0])),
                     f"record {int(bad[0])} has {int(reader.lengths[bad[0]])} tokens, not {width}",
                 )
             )
@@ -218,6 +220,6 @@ class PoolReader:
         return props.as_text_if_nested(col).to_numpy(zero_copy_only=False)
 
     def locate(self, sample: int | None = None, tokens: int | None = None) -> dict[str, int]:
-        from shardcore.resume import locate_pool
+        from shardcore.locate import locate_pool
 
         return locate_pool(self.manifest, sample=sample, tokens=tokens)

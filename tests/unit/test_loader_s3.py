@@ -10,6 +10,7 @@ import shutil
 import numpy as np
 import pytest
 
+from shardcore import manifest as mf
 from shardcore import storage
 from shardcore.errors import InputError
 from shardcore.loader import Samples
@@ -117,7 +118,7 @@ def test_the_cache_never_holds_more_than_its_limit(local, remote, tmp_path):
     from shardcore.loader import ShardyardIterableDataset
 
     manifest = storage.read_manifest(f"{remote}/pool")
-    sizes = {e["path"]: e["size"] for e in storage.artifact_files(manifest)}
+    sizes = {e["path"]: e["size"] for e in mf.file_entries(manifest)}
     shard_bytes = [
         sizes[f"{s['prefix']}.bin"] + sizes[f"{s['prefix']}.idx"] for s in manifest["shards"]
     ]
