@@ -140,6 +140,26 @@ def run_lineage(*, run_id: int) -> RunLineage:
     )
 
 
+def run_segments(*, run: TrainingRun) -> list:
+    """The mixture versions the run read, in order (``RunSegment`` rows, the version
+    loaded): the recorded segments, or for a run that never switched one unsaved segment,
+    its version from sample 0 on. One query."""
+    from webapp.catalog.models import RunSegment
+
+    rows = list(
+        RunSegment.objects.filter(run_id=run.pk)
+        .select_related("mixture_version__mixture")
+        .order_by("index")
+    )
+    if rows:
+        return rows
+    return [
+        RunSegment(
+            run=run, index=0, mixture_version=run.mixture_version, first_sample=0, first_step=1
+        )
+    ]
+
+
 def source_runs(*, source_id: int) -> QuerySet[TrainingRun]:
     """Which runs used this source (through any tokenized source, pool and version)."""
     return (
@@ -237,19 +257,19 @@ def is_tainted_q(prefix: str = "") -> Q:
 
 # --- per-step lineage -------------------------------------------------------------------
 
-# (flag, mixture version) -> first training sample holding a flagged document (None:
-# none). Both rows are immutable once written, so the answer never changes.
+# (flag, mixture version) -> per pool index of the version's manifest, which records hold
+# a flagged document. Both rows are immutable once written, so the answer never changes.
+_FLAGGED_RECORDS: dict[tuple[int, int], dict] = {}
 _FIRST_FLAGGED: dict[tuple[int, int], int | None] = {}
+_FLAGGED_COUNTS: dict[tuple[int, int, int | None], int] = {}
 
 
-def flag_first_sample(*, flag: Flag, version: MixtureVersion) -> int | None:
-    """The first training sample of ``version`` whose record holds a document ``flag``
-    names: the flag's documents -> their rows in each pool of the version
-    (``documents.parquet``) -> the records holding them (segment arrays) -> the first
-    sample of the schedule reading one (``shardcore.lineage``)."""
+def _flagged_masks(*, flag: Flag, version: MixtureVersion) -> dict:
+    """The flag's documents -> their rows in each pool of the version
+    (``documents.parquet``) -> per pool, the records holding them (segment arrays)."""
     key = (flag.pk, version.pk)
-    if key in _FIRST_FLAGGED:
-        return _FIRST_FLAGGED[key]
+    if key in _FLAGGED_RECORDS:
+        return _FLAGGED_RECORDS[key]
     from shardcore import lineage as core
     from shardcore.manifest import read_manifest
     from webapp.catalog import lineage
@@ -275,9 +295,45 @@ def flag_first_sample(*, flag: Flag, version: MixtureVersion) -> int | None:
             masks[index[pool.fingerprint]] = core.flagged_records(
                 manifest["pools"][index[pool.fingerprint]]["path"], _concat(rows)
             )
-    first = core.first_sample(version.path, masks)
+    _FLAGGED_RECORDS[key] = masks
+    return masks
+
+
+def flag_first_sample(*, flag: Flag, version: MixtureVersion) -> int | None:
+    """The first training sample of ``version`` whose record holds a document ``flag``
+    names (``shardcore.lineage.first_sample`` over ``_flagged_masks``)."""
+    key = (flag.pk, version.pk)
+    if key in _FIRST_FLAGGED:
+        return _FIRST_FLAGGED[key]
+    from shardcore import lineage as core
+
+    first = core.first_sample(version.path, _flagged_masks(flag=flag, version=version))
     _FIRST_FLAGGED[key] = first
     return first
+
+
+def segment_flagged(*, flag: Flag, segment) -> dict:
+    """What one segment of a run holds of ``flag``'s documents: the version's samples the
+    run reads there ([0, its length); an open segment reads to the version's end), how
+    many of them read a flagged record, and the first, in the run's sample numbering
+    (None: none)."""
+    from shardcore import lineage as core
+
+    version = segment.mixture_version
+    stop = None if segment.end_sample is None else segment.end_sample - segment.first_sample
+    first = flag_first_sample(flag=flag, version=version)
+    if first is None or (stop is not None and first >= stop):
+        return {"version": version.pk, "flagged_samples": 0, "first_sample": None}
+    key = (flag.pk, version.pk, stop)
+    if key not in _FLAGGED_COUNTS:
+        _FLAGGED_COUNTS[key] = core.flagged_samples(
+            version.path, _flagged_masks(flag=flag, version=version), stop=stop
+        )[0]
+    return {
+        "version": version.pk,
+        "flagged_samples": _FLAGGED_COUNTS[key],
+        "first_sample": segment.first_sample + first,
+    }
 
 
 def _concat(parts):
@@ -286,45 +342,71 @@ def _concat(parts):
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
 
-def flag_read(*, flag: Flag, version: MixtureVersion, reports: list[tuple[int, int]]) -> dict:
-    """When a run of ``version`` with progress ``reports`` ((step, consumed samples))
-    first read a document ``flag`` names: ``{flag, first_sample, read, step, exact,
-    after_step, by_step}``; ``read: False`` with the run's current ``consumed_samples`` and
-    ``step``; ``never: True`` when no sample of the version reads one; ``error`` when the
-    version has no readable schedule. Assumes the trainer reads in Shardyard's order."""
+def flag_read(
+    *,
+    flag: Flag,
+    version: MixtureVersion | None = None,
+    reports: list[tuple[int, int]],
+    segments: list | None = None,
+) -> dict:
+    """When a run of ``version`` (or of ``segments``, the versions a run switched between)
+    with progress ``reports`` ((step, consumed samples)) first read a document ``flag``
+    names: ``{flag, first_sample, read, step, exact, after_step, by_step, segments}``;
+    ``read: False`` with the run's current ``consumed_samples`` and ``step``; ``never:
+    True`` when no sample the run reads holds one; ``error`` when a version has no
+    readable schedule. ``segments`` says per segment how many of the samples it reads are
+    flagged and the first (run numbering). Assumes the trainer reads in Shardyard's order."""
     from shardcore import lineage as core
     from shardcore.errors import ShardcoreError
+    from webapp.catalog.models import RunSegment
 
+    if segments is None:
+        segments = [RunSegment(mixture_version=version, first_sample=0, first_step=1)]
     row: dict[str, Any] = {"flag": flag, "first_sample": None, "read": False, "never": False}
     try:
-        first = flag_first_sample(flag=flag, version=version)
+        parts = [segment_flagged(flag=flag, segment=g) for g in segments]
     except (ShardcoreError, OSError, KeyError, ValueError) as e:
         return {**row, "error": f"no schedule to read: {e}"}
-    if first is None:
+    for g, part in zip(segments, parts, strict=True):
+        part.update(segment=g.index, from_sample=g.first_sample, to_sample=g.end_sample)
+    row["segments"] = parts
+    firsts = [p["first_sample"] for p in parts if p["first_sample"] is not None]
+    if not firsts:
         return {**row, "never": True}
+    first = min(firsts)
     return {**row, "first_sample": first, **core.step_of_sample(first, reports)}
 
 
 def run_flag_reads(*, run: TrainingRun, flag_ids: list[int] | None = None) -> list[dict]:
-    """``flag_read`` for each flag tainting ``run`` (or those of ``flag_ids``)."""
+    """``flag_read`` for each flag tainting ``run`` (or those of ``flag_ids``), over the
+    versions the run read (its segments)."""
     taints = Taint.objects.filter(run=run).select_related("flag", "flag__source_file")
     if flag_ids is not None:
         taints = taints.filter(flag_id__in=flag_ids)
     reports = _reports([run]).get(run.pk, [])
-    version = run.mixture_version
+    segments = run_segments(run=run)
     return [
-        flag_read(flag=t.flag, version=version, reports=reports) for t in taints.order_by("flag_id")
+        flag_read(flag=t.flag, reports=reports, segments=segments)
+        for t in taints.order_by("flag_id")
     ]
 
 
 def flag_run_reads(*, flag: Flag, runs: list[TrainingRun]) -> dict[int, dict]:
     """``flag_read`` for each of ``runs`` (with ``mixture_version`` loaded): one query
-    for all their reports, one schedule scan per mixture version."""
+    for all their reports, one for their segments, one schedule scan per version."""
+    from webapp.catalog.models import RunSegment
+
     reports = _reports(runs)
-    return {
-        r.pk: flag_read(flag=flag, version=r.mixture_version, reports=reports.get(r.pk, []))
-        for r in runs
-    }
+    recorded: dict[int, list] = {}
+    for g in RunSegment.objects.filter(run__in=runs).select_related("mixture_version"):
+        recorded.setdefault(g.run_id, []).append(g)
+    out = {}
+    for r in runs:
+        segments = sorted(recorded.get(r.pk, []), key=lambda g: g.index) or [
+            RunSegment(run=r, index=0, mixture_version=r.mixture_version, first_sample=0)
+        ]
+        out[r.pk] = flag_read(flag=flag, reports=reports.get(r.pk, []), segments=segments)
+    return out
 
 
 def _reports(runs: list[TrainingRun]) -> dict[int, list[tuple[int, int]]]:

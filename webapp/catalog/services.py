@@ -30,6 +30,7 @@ from webapp.catalog.models import (
     Pool,
     RunLoss,
     RunProgress,
+    RunSegment,
     Shard,
     Source,
     SourceFile,
@@ -45,6 +46,12 @@ if TYPE_CHECKING:
 
 class CatalogError(Exception):
     """A request the catalog refuses, with a message that says why."""
+
+
+class RunSwitchedError(CatalogError):
+    """A progress report read a version the run no longer reads at those samples: it
+    switched version earlier (HTTP 409); the trainer resumes from its checkpoint at the
+    switch and reads the run's segments."""
 
 
 class RunPermissionError(CatalogError):
@@ -682,6 +689,7 @@ def mixture_version_create(
     max_repetitions: float = 4.0,
     order_options: dict[str, Any] | None = None,
     note: str = "",
+    continues: dict[str, Any] | None = None,
     created_by=None,
 ) -> MixtureVersion:
     """A new immutable version, its schedule built by ``shardcore.mixture.build_mixture``
@@ -689,7 +697,9 @@ def mixture_version_create(
     pool). ``components`` are {"pool": id, "weight": w, "stage": s}: weights are token
     shares within their stage (normalized); stage "" or "main" is the main stage, any other
     stage needs its token count in ``stages`` ([{"name", "tokens"}], in training order).
-    Versions are never edited: changing a weight means creating the next version."""
+    Versions are never edited: changing a weight means creating the next version.
+    ``continues`` (``shardcore.mixture.continuation``) builds a version that a run switches
+    to mid-training (``run_switch``)."""
     from shardcore.errors import ShardcoreError
     from shardcore.mixture import MixtureSpec, build_mixture
 
@@ -737,6 +747,8 @@ def mixture_version_create(
             if name in by_stage
         ],
     }
+    if continues is not None:
+        spec_dict["continues"] = continues
     try:
         spec = MixtureSpec.from_dict(spec_dict)
     except ShardcoreError as exc:
@@ -1121,7 +1133,11 @@ def run_register(
         )
         if not created and created_by is not None and not may_write_run(created_by, run):
             raise RunPermissionError(f"run {name!r} exists already and belongs to another user")
-        if not created and run.mixture_version_id != version.pk:
+        if (
+            not created
+            and run.mixture_version_id != version.pk
+            and not run.segments.filter(mixture_version=version).exists()
+        ):
             raise CatalogError(
                 f"run {name!r} exists already, on mixture version {run.mixture_version_id}"
             )
@@ -1147,6 +1163,7 @@ def run_progress_record(
     step: int,
     consumed_samples: int | None = None,
     consumed_tokens: int | None = None,
+    mixture_version: int | None = None,
     actor=None,
 ) -> TrainingRun:
     """Record the run's position at ``step`` (``POST /api/runs/{id}/progress/``, called by
@@ -1159,6 +1176,11 @@ def run_progress_record(
     fewer samples than an earlier one, an earlier step never more); anything else is a
     CatalogError naming the field, never recorded. ``actor`` (the API's user) must own the
     run, belong to its team or be an admin (RunPermissionError); None is an operator.
+    After a switch of version the run's samples go on counting from where it switched: a
+    report is bounded by the current segment's first sample plus its version's size.
+    ``mixture_version``, the version the trainer read up to this report, is checked
+    against the run's segments: a report that read the old version past the switch is
+    refused with RunSwitchedError.
 
     On Postgres this is two statements (lock the run; insert-unless-recorded and move the
     run forward in one); elsewhere (SQLite, which serializes writers) the ORM does it."""
@@ -1176,6 +1198,7 @@ def run_progress_record(
         step=step,
         consumed_samples=consumed_samples,
         consumed_tokens=consumed_tokens,
+        mixture_version=mixture_version,
         actor=actor,
     )
 
@@ -1192,14 +1215,22 @@ def _progress_check(
     seq_len: int,
     num_samples: int,
     token_budget: int,
+    first_sample: int = 0,
 ) -> tuple[int, int]:
     """(consumed samples, consumed tokens) of a report, or CatalogError naming the field."""
-    # The version's size bounds every count: its schedule's samples, else its budget.
+    # The version's size bounds every count: its schedule's samples, else its budget,
+    # after the samples the run read before it switched to this version.
     limit = num_samples or (-(-token_budget // seq_len) if seq_len and token_budget else 0)
     known = bool(limit)
+    limit += first_sample if known else 0
     if not known:
         limit = BIGINT_MAX // max(seq_len, 1)
     what = f"mixture version {run.mixture_version_id} ({limit} samples)" if known else "a bigint"
+    if known and first_sample:
+        what = (
+            f"the run's {limit} samples ({first_sample} before it switched to mixture "
+            f"version {run.mixture_version_id}, then its {limit - first_sample})"
+        )
     if step > limit:
         raise CatalogError(
             f"step: {step} is beyond {what}; a step reads at least one sample of the version"
@@ -1244,12 +1275,50 @@ def _progress_counts(samples: int | None, tokens: int | None, seq_len: int) -> t
     return samples, samples * seq_len if tokens is None else tokens
 
 
+def _read_version_check(run: TrainingRun, version_id: int, samples: int) -> None:
+    """Refuse a report whose trainer read ``version_id`` up to ``samples`` where the run's
+    segments say another version (it switched before)."""
+    from webapp.catalog.selectors import run_segments
+
+    segments = run_segments(run=run)
+    last = max(samples - 1, 0)
+    here = next(g for g in reversed(segments) if g.first_sample <= last or g is segments[0])
+    starts_here = any(
+        g.first_sample == samples and g.mixture_version_id == version_id for g in segments
+    )
+    if here.mixture_version_id == version_id or starts_here:
+        return
+    if not any(g.mixture_version_id == version_id for g in segments):
+        raise CatalogError(
+            f"mixture_version: run {run.name} never read mixture version {version_id}; "
+            f"it reads {', '.join(str(g.mixture_version_id) for g in segments)}"
+        )
+    raise RunSwitchedError(
+        f"mixture_version: run {run.name} switched to mixture version "
+        f"{here.mixture_version_id} at sample {here.first_sample} (after step "
+        f"{here.first_step - 1}); this report read version {version_id} up to sample "
+        f"{samples}. Resume from the checkpoint at step {here.first_step - 1} and read the "
+        f"run's segments (GET /api/runs/{run.pk}/)"
+    )
+
+
+def _segment_start(run_id: int) -> int:
+    """The run's sample where its current version starts (0 unless it switched)."""
+    return (
+        RunSegment.objects.filter(run_id=run_id, end_sample__isnull=True)
+        .values_list("first_sample", flat=True)
+        .first()
+        or 0
+    )
+
+
 def _run_progress_record_orm(
     *,
     run_id: int,
     step: int,
     consumed_samples: int | None,
     consumed_tokens: int | None,
+    mixture_version: int | None = None,
     actor=None,
 ) -> TrainingRun:
     with transaction.atomic():
@@ -1269,7 +1338,10 @@ def _run_progress_record_orm(
             seq_len=_version_seq_len(run.mixture_version_id),
             num_samples=version.num_samples,
             token_budget=version.token_budget,
+            first_sample=_segment_start(run.pk),
         )
+        if mixture_version is not None:
+            _read_version_check(run, mixture_version, consumed_samples)
         _, created = RunProgress.objects.get_or_create(
             run=run,
             step=step,
@@ -1292,11 +1364,13 @@ def _run_progress_record_sql(
     step: int,
     consumed_samples: int | None,
     consumed_tokens: int | None,
+    mixture_version: int | None = None,
     actor=None,
 ) -> TrainingRun:
     from django.db import connection
 
     run_t, prog_t = TrainingRun._meta.db_table, RunProgress._meta.db_table
+    seg_t = RunSegment._meta.db_table
     comp_t, pool_t = MixtureComponent._meta.db_table, Pool._meta.db_table
     version_t = MixtureVersion._meta.db_table
     from django.contrib.auth import get_user_model
@@ -1313,6 +1387,8 @@ def _run_progress_record_sql(
             f"SELECT {cols}, (SELECT max(p.seq_len) FROM {comp_t} c JOIN {pool_t} p"
             f" ON p.id = c.pool_id WHERE c.version_id = r.mixture_version_id),"
             f" v.num_samples, v.token_budget,"
+            f" (SELECT s.first_sample FROM {seg_t} s WHERE s.run_id = r.id"
+            f" AND s.end_sample IS NULL),"
             f" EXISTS (SELECT 1 FROM {member_t} m WHERE m.user_id = %s AND m.group_id = r.team_id)"
             f" FROM {run_t} r JOIN {version_t} v ON v.id = r.mixture_version_id"
             f" WHERE r.id = %s FOR UPDATE OF r",
@@ -1321,8 +1397,8 @@ def _run_progress_record_sql(
         row = cur.fetchone()
         if row is None:
             raise TrainingRun.DoesNotExist(f"no run {run_id}")
-        run = TrainingRun.from_db(connection.alias, fields, row[:-4])
-        seq_len, num_samples, token_budget, in_team = row[-4:]
+        run = TrainingRun.from_db(connection.alias, fields, row[:-5])
+        seq_len, num_samples, token_budget, first_sample, in_team = row[-5:]
         _may_write(run, actor, in_team=bool(in_team))
         consumed_samples, consumed_tokens = _progress_check(
             run,
@@ -1332,7 +1408,10 @@ def _run_progress_record_sql(
             seq_len=seq_len or 0,
             num_samples=num_samples or 0,
             token_budget=token_budget or 0,
+            first_sample=first_sample or 0,
         )
+        if mixture_version is not None:
+            _read_version_check(run, mixture_version, consumed_samples)
         # 2. Insert the report unless its step is recorded; move the run forward only for a
         #    new report at or after its last step. One round trip.
         insert = (
@@ -1407,6 +1486,8 @@ def run_losses_record(
     limit = version.num_samples or (
         -(-version.token_budget // seq_len) if seq_len and version.token_budget else 0
     )
+    if limit:
+        limit += _segment_start(run.pk)  # after a switch, the samples read before it
 
     def check_step(value: int, where: str) -> int:
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -1426,8 +1507,16 @@ def run_losses_record(
             raise CatalogError(f"{where}: {value} is not a finite loss >= 0")
         return value
 
-    # The pools a validation loss may name: the version's pools and their held-out slices.
-    comps = list(MixtureComponent.objects.filter(version=version).select_related("pool__val_pool"))
+    # The pools a validation loss may name: the pools of the versions the run read (its
+    # current one, and before a switch the earlier ones) and their held-out slices.
+    read = {version.pk} | set(
+        RunSegment.objects.filter(run=run).values_list("mixture_version", flat=True)
+    )
+    comps = list(
+        MixtureComponent.objects.filter(version__in=read)
+        .select_related("pool__val_pool")
+        .order_by("version_id", "id")
+    )
     by_id: dict[int, Pool] = {}
     for c in comps:
         by_id[c.pool.pk] = c.pool
@@ -1445,7 +1534,7 @@ def run_losses_record(
             raise CatalogError(f"{where}: give an object with pool and loss")
         pool_id = entry.get("pool")
         if isinstance(pool_id, bool) or not isinstance(pool_id, int) or pool_id not in by_id:
-            names = ", ".join(f"{c.pool.name} ({c.pool.pk})" for c in comps)
+            names = ", ".join(dict.fromkeys(f"{c.pool.name} ({c.pool.pk})" for c in comps))
             raise CatalogError(
                 f"{where}.pool: {pool_id!r} is not read by mixture version {version.pk}; "
                 f"its pools: {names}"
@@ -1562,6 +1651,128 @@ def run_mixture_proposal(
     }
 
 
+def _switch_weights(weights) -> dict[int, float]:
+    """``{pool id: weight}`` or ``[{"pool", "weight"}]`` -> {pool id: weight > 0}."""
+    pairs = (
+        list(weights.items())
+        if isinstance(weights, dict)
+        else [(w.get("pool"), w.get("weight")) for w in weights or [] if isinstance(w, dict)]
+    )
+    if not pairs:
+        raise CatalogError("weights: give the new weight of each pool")
+    out: dict[int, float] = {}
+    for i, (pool, weight) in enumerate(pairs):
+        try:
+            pool, weight = int(pool), float(weight)
+        except (TypeError, ValueError):
+            raise CatalogError(
+                f"weights[{i}]: {pool!r}: {weight!r} is not a pool id and a weight"
+            ) from None
+        if not (np.isfinite(weight) and weight > 0):
+            raise CatalogError(f"weights[{i}].weight: {weight} is not positive")
+        if pool in out:
+            raise CatalogError(f"weights[{i}].pool: pool {pool} is given twice")
+        out[pool] = weight
+    return out
+
+
+def run_switch(*, run_id: int, weights, note: str = "", actor=None) -> dict[str, Any]:
+    """Save new weights (say, the proposal) as a new version of the run's mixture that
+    continues from the run's resume position, and switch the run to it there.
+
+    The switch sample is the run's resume position (its last report's consumed samples).
+    The new version continues the version the run read up to it
+    (``shardcore.mixture.continuation``: each shared pool reads on from where the run left
+    it): its main stage is the rest of the stage the run is in, with ``weights``, then the
+    later stages of the old version unchanged; its budget is what the old version had left.
+    Its sample 0 is the run's switch sample. The run's segments record the switch (the old
+    version closed at that sample, the new one open from it, from the next step on), the
+    run reads the new version from then on, and the taint of both versions is refreshed.
+    A second switch before the run read anything of the first replaces it. Built through
+    ``mixture_version_create``. Saving a version needs the editor role."""
+    from shardcore.errors import ShardcoreError
+    from shardcore.manifest import read_manifest
+    from shardcore.mixture import continuation
+    from webapp.catalog.selectors import run_segments
+    from webapp.dashboard.permissions import has_role
+
+    if actor is not None and not has_role(actor, "editor"):
+        raise RunPermissionError("saving a version a run switches to needs the editor role")
+    weights = _switch_weights(weights)
+    with transaction.atomic():
+        run = TrainingRun.objects.select_for_update().get(pk=run_id)
+        segments = run_segments(run=run)
+        at = int(run.consumed_samples)
+        kept = [g for g in segments if g.first_sample < at]
+        base = kept[-1] if kept else segments[0]
+        local = at - base.first_sample if kept else 0
+        version = base.mixture_version
+        if not _version_built(version):
+            raise CatalogError(f"{version} has no built schedule to continue from")
+        if local >= version.num_samples:
+            raise CatalogError(
+                f"run {run.name} has read all {version.num_samples} samples of {version}: "
+                "nothing left to switch"
+            )
+        manifest = read_manifest(version.path)
+        seq_len = int(manifest["seq_len"])
+        stages = manifest["stages"]
+        k = max(i for i, st in enumerate(stages) if st["first_sample"] <= local)
+        later = stages[k + 1 :]
+        comps = MixtureComponent.objects.filter(version=version)
+        components = [{"pool": p, "weight": w, "stage": ""} for p, w in weights.items()]
+        for st in later:
+            components += [
+                {"pool": c.pool_id, "weight": c.weight, "stage": st["name"]}
+                for c in comps
+                if _stage_name(c.stage) == st["name"]
+            ]
+        spec = (version.params or {}).get("spec") or manifest["spec"]
+        try:
+            cont = continuation(version.path, local)
+        except ShardcoreError as exc:
+            raise CatalogError(f"run {run.name}: {exc}") from exc
+        new = mixture_version_create(
+            mixture_id=version.mixture_id,
+            components=components,
+            token_budget=(version.num_samples - local) * seq_len,
+            seed=version.seed,
+            stages=[{"name": st["name"], "tokens": st["num_samples"] * seq_len} for st in later],
+            order=spec.get("order", "blend"),
+            max_repetitions=float(spec.get("max_repetitions", 4.0)),
+            order_options=spec.get("order_options") or {},
+            note=note
+            or f"continues {version} for run {run.name} at its sample {at} (step {run.last_step})",
+            continues=cont,
+            created_by=actor,
+        )
+        RunSegment.objects.filter(run=run, first_sample__gte=at).delete()
+        if kept and kept[-1].pk is not None:
+            RunSegment.objects.filter(pk=kept[-1].pk).update(end_sample=at)
+        elif kept:
+            RunSegment.objects.create(
+                run=run, index=0, mixture_version=version, first_sample=0, end_sample=at,
+                first_step=1,
+            )  # fmt: skip
+        segment = RunSegment.objects.create(
+            run=run,
+            index=len(kept),
+            mixture_version=new,
+            first_sample=at,
+            first_step=run.last_step + 1,
+            created_by=actor,
+        )
+        run.mixture_version = new
+        run.save(update_fields=["mixture_version"])
+        taint_refresh(source_ids=set(_version_source_ids(version)) | set(_version_source_ids(new)))
+    return {
+        "run": run,
+        "version": new,
+        "segment": segment,
+        "continues": {"version": version.pk, "sample": local},
+    }
+
+
 def run_resume_position(*, run_id: int, sample: int | None = None) -> dict[str, Any]:
     """Where the run continues: ``shardcore.mixlocate.locate_mixture`` on the version's
     schedule (stage, pool, shard, record, token offset; the same answer as ``shardyard
@@ -1570,10 +1781,16 @@ def run_resume_position(*, run_id: int, sample: int | None = None) -> dict[str, 
     position: its consumed tokens when they agree with its consumed samples (then the
     token offset into the next sample is exact), else its consumed samples."""
     from shardcore.errors import ShardcoreError
+    from webapp.catalog.selectors import run_segments
 
     run = TrainingRun.objects.select_related("mixture_version").get(pk=run_id)
-    version = run.mixture_version
-    if not _version_built(version):
+    segments = run_segments(run=run)
+    at = run.consumed_samples if sample is None else int(sample)
+    # The segment the next sample belongs to (a run switched at its position reads the
+    # new version next); its version's own sample numbering.
+    segment = next(g for g in reversed(segments) if g.first_sample <= at or g is segments[0])
+    version, first = segment.mixture_version, segment.first_sample
+    if len(segments) == 1 and not _version_built(version):
         return _resume_by_blend(run, sample)
     from shardcore.mixlocate import locate_mixture
     from shardcore.mixture import Mixture
@@ -1582,11 +1799,9 @@ def run_resume_position(*, run_id: int, sample: int | None = None) -> dict[str, 
         mix = Mixture(version.path)
         seq_len = mix.seq_len
         if sample is None and run.consumed_tokens // seq_len == run.consumed_samples:
-            where = locate_mixture(version.path, tokens=run.consumed_tokens)
+            where = locate_mixture(version.path, tokens=run.consumed_tokens - first * seq_len)
         else:
-            where = locate_mixture(
-                version.path, sample=run.consumed_samples if sample is None else sample
-            )
+            where = locate_mixture(version.path, sample=at - first)
     except ShardcoreError as exc:
         raise CatalogError(f"run {run.name}: {exc}") from exc
     pool_info = mix.pools[where["pool"]]
@@ -1596,13 +1811,26 @@ def run_resume_position(*, run_id: int, sample: int | None = None) -> dict[str, 
     }
     pool = pools.get(os.path.abspath(where["pool_path"]))
     epoch = 0
-    if pool_info["epochs"] > 1:
+    if pool_info["epochs"] > 1 or pool_info.get("first_read"):
         # Repeated pools: the epoch is how often this pool was read before the sample.
         # One vectorized pass over the int16 schedule prefix (2 bytes per sample).
         before = int(np.count_nonzero(mix.pool_index[: where["sample"]] == where["pool"]))
-        epoch = before // int(pool_info["num_records"])
+        epoch = (int(pool_info.get("first_read", 0)) + before) // int(pool_info["num_records"])
     return {
         **where,
+        "sample": first + where["sample"],
+        "mixture_version": version.pk,
+        "version_sample": where["sample"],
+        "segment": segment.index,
+        "segments": [
+            {
+                "version": g.mixture_version_id,
+                "path": g.mixture_version.path,
+                "first_sample": g.first_sample,
+                "end_sample": g.end_sample,
+            }
+            for g in segments
+        ],  # fmt: skip
         "run": run.pk,
         "pool": pool.name if pool else where["pool_key"],
         "pool_index": where["pool"],
@@ -1739,8 +1967,7 @@ def flag_propagate(*, flag_id: int) -> int:
                 hit_versions[version.pk] = n
                 taints.append(Taint(flag=flag, mixture_version=version, documents=n))
     if hit_versions:
-        for run in TrainingRun.objects.filter(mixture_version__in=list(hit_versions)):
-            taints.append(Taint(flag=flag, run=run, documents=hit_versions[run.mixture_version_id]))
+        taints += _run_taints(flag, hit_versions)
         # A materialized copy holds the tokens itself (configs only name the pools' files).
         for export in Export.objects.filter(
             version__in=list(hit_versions),
@@ -1754,6 +1981,38 @@ def flag_propagate(*, flag_id: int) -> int:
         Taint.objects.filter(flag=flag).delete()
         Taint.objects.bulk_create(taints)
     return len(taints)
+
+
+def _run_taints(flag: Flag, hit_versions: dict[int, int]) -> list[Taint]:
+    """The runs that read a flagged document of a tainted version. A run that never
+    switched reads its whole version (tainted as its version is); a run that switched
+    read only a stretch of each earlier version, tainted when a flagged sample lies in
+    it (``shardcore.lineage`` over the schedule), and its current version from the switch
+    to the end. ``documents``: the most a tainted version of the run holds."""
+    from webapp.catalog.selectors import segment_flagged
+
+    hit = list(hit_versions)
+    out: dict[int, Taint] = {}
+    switched = set(
+        RunSegment.objects.filter(mixture_version__in=hit).values_list("run_id", flat=True)
+    ) | set(
+        RunSegment.objects.filter(run__mixture_version__in=hit).values_list("run_id", flat=True)
+    )
+    for run in TrainingRun.objects.filter(mixture_version__in=hit).exclude(pk__in=switched):
+        out[run.pk] = Taint(flag=flag, run=run, documents=hit_versions[run.mixture_version_id])
+    segments = RunSegment.objects.filter(run_id__in=switched, mixture_version__in=hit)
+    for g in segments.select_related("mixture_version", "run"):
+        if (
+            g.end_sample is not None
+            and segment_flagged(flag=flag, segment=g)["first_sample"] is None
+        ):
+            continue  # the run stopped reading this version before its first flagged sample
+        n = hit_versions[g.mixture_version_id]
+        if g.run_id in out:
+            out[g.run_id].documents = max(out[g.run_id].documents, n)
+        else:
+            out[g.run_id] = Taint(flag=flag, run=g.run, documents=n)
+    return list(out.values())
 
 
 def taint_refresh(*, source_ids: Iterable[int] | None = None) -> int:

@@ -450,6 +450,7 @@ def run_detail(*, run_id: int) -> dict:
         "flag_reads": [
             {**r, "text": flag_read_text(r)} for r in catalog_selectors.run_flag_reads(run=run)
         ],
+        "segments": _segments_rows(run),
         **_resume_context(run),
         **run_losses(run=run),
     }
@@ -457,6 +458,7 @@ def run_detail(*, run_id: int) -> dict:
 
 OVERLAY_RUNS = 4
 LOSS_POINTS = 5000
+EPOCH_MARKS = 40  # a pool read many times would hide the curves behind its lines
 
 
 def run_losses(*, run, overlay: bool = True) -> dict:
@@ -517,18 +519,32 @@ def run_losses(*, run, overlay: bool = True) -> dict:
             )
         return out
 
-    stages = _stage_starts(run)
+    marks = _run_boundaries(run)
+    stages = marks["stages"]
+    # A pool's epoch starts, in its validation curve's colour (up to EPOCH_MARKS of them).
+    epochs = [
+        {**e, "colour": colour[("val", f"pool:{e['pool']}")]}
+        for e in marks["epochs"]
+        if ("val", f"pool:{e['pool']}") in colour
+    ][:EPOCH_MARKS]
     return {
         "val_step_figure": charts.loss_curves(
             series_for("val", "step"),
             x_title="step",
-            boundaries=[{"x": b["step"], "label": b["label"]} for b in stages if b["step"]],
+            boundaries=[
+                {"x": b["step"], "label": b["label"], "colour": b.get("colour")}
+                for b in stages + epochs
+                if b["step"]
+            ],  # fmt: skip
             title="Validation loss per pool / source, by step",
         ),
         "val_tokens_figure": charts.loss_curves(
             series_for("val", "tokens"),
             x_title="tokens",
-            boundaries=[{"x": b["tokens"], "label": b["label"]} for b in stages],
+            boundaries=[
+                {"x": b["tokens"], "label": b["label"], "colour": b.get("colour")}
+                for b in stages + epochs
+            ],  # fmt: skip
             title="Validation loss per pool / source, by tokens consumed",
         ),
         "train_figure": charts.loss_curves(
@@ -552,6 +568,35 @@ def run_losses(*, run, overlay: bool = True) -> dict:
     }
 
 
+def _segments_rows(run) -> list[dict]:
+    """The versions the run read, in order, with the run's samples and steps each gave
+    (the lineage of a switch); a run that never switched has one row."""
+    rows = []
+    for g in catalog_selectors.run_segments(run=run):
+        end = g.end_sample
+        rows.append(
+            {
+                "segment": g,
+                "version": g.mixture_version,
+                "samples": f"[{g.first_sample:,}, {'…' if end is None else f'{end:,}'})",
+                "steps": f"{g.first_step:,} – {'' if end is None else run_step_at(run, end)}",
+            }
+        )
+    return rows
+
+
+def run_step_at(run, sample: int):
+    """The step whose progress report reached ``sample`` consumed samples (None if none)."""
+    from webapp.catalog.models import RunProgress
+
+    return (
+        RunProgress.objects.filter(run=run, consumed_samples__gte=sample)
+        .order_by("step")
+        .values_list("step", flat=True)
+        .first()
+    )
+
+
 def run_proposal(*, run, reference: str) -> dict:
     """The run page's proposal of next-stage weights against the reference run (by id):
     the rows, or the reason there are none."""
@@ -565,30 +610,65 @@ def run_proposal(*, run, reference: str) -> dict:
         return {"proposal_error": str(e)}
 
 
-def _stage_starts(run) -> list[dict]:
-    """Where each stage after the first starts: its first sample in tokens, and the first
-    step whose progress report had consumed it (None before the run got there)."""
+def _run_boundaries(run) -> dict[str, list[dict]]:
+    """What the loss charts mark, in the run's samples: ``stages``, where each stage after
+    the first of each version it read starts, and where it switched version; ``epochs``,
+    where each pool's next pass over its records starts (``Mixture.epoch_starts``). Each
+    with its tokens (sample x seq_len) and the first step whose progress report had
+    consumed it (None before the run got there)."""
+    import bisect
+    import os
+    from pathlib import Path
+
     from shardcore.errors import ShardcoreError
     from shardcore.manifest import read_manifest
-    from webapp.catalog.models import RunProgress
+    from shardcore.mixture import Mixture
+    from webapp.catalog.models import MixtureComponent, RunProgress
+    from webapp.catalog.selectors import run_segments
 
-    version = run.mixture_version
-    try:
-        manifest = read_manifest(version.path)
-    except (ShardcoreError, OSError, ValueError):
-        return []
-    seq_len = int(manifest.get("seq_len") or 0)
-    out = []
-    for st in (manifest.get("stages") or [])[1:]:
-        first = int(st["first_sample"])
-        step = (
-            RunProgress.objects.filter(run=run, consumed_samples__gte=first)
-            .order_by("step")
-            .values_list("step", flat=True)
-            .first()
-        )
-        out.append({"label": f"stage {st['name']}", "tokens": first * seq_len, "step": step})
-    return out
+    reports = list(
+        RunProgress.objects.filter(run=run).order_by("step").values_list("step", "consumed_samples")
+    )
+    consumed = [c for _, c in reports]
+
+    def at(sample: int, seq_len: int) -> dict:
+        i = bisect.bisect_left(consumed, sample)
+        step = reports[i][0] if i < len(reports) else None
+        return {"sample": sample, "tokens": sample * seq_len, "step": step}
+
+    segments = run_segments(run=run)
+    pools = {
+        os.path.abspath(c.pool.path): c.pool
+        for c in MixtureComponent.objects.filter(
+            version__in=[g.mixture_version_id for g in segments]
+        ).select_related("pool")
+    }
+    stages, epochs = [], []
+    for g in segments:
+        try:
+            manifest = read_manifest(g.mixture_version.path)
+        except (ShardcoreError, OSError, ValueError):
+            continue
+        seq_len = int(manifest.get("seq_len") or 0)
+        stop = None if g.end_sample is None else g.end_sample - g.first_sample
+        if g.index:
+            stages.append({"label": f"switch to v{g.mixture_version.number}",
+                           **at(g.first_sample, seq_len)})  # fmt: skip
+        for st in manifest.get("stages", [])[1:]:
+            if stop is None or st["first_sample"] < stop:
+                stages.append({"label": f"stage {st['name']}",
+                               **at(g.first_sample + st["first_sample"], seq_len)})  # fmt: skip
+        try:
+            mix = Mixture(g.mixture_version.path)
+        except (ShardcoreError, OSError, ValueError):
+            continue  # no schedule to read epochs from
+        for e in mix.epoch_starts(stop):
+            pool = pools.get(os.path.abspath(mix.pools[e["pool"]]["path"]))
+            name = pool.name if pool else Path(mix.pools[e["pool"]]["path"]).name
+            epochs.append({"label": f"{name} epoch {e['epoch'] + 1}",
+                           "pool": pool.pk if pool else None,
+                           **at(g.first_sample + e["sample"], seq_len)})  # fmt: skip
+    return {"stages": stages, "epochs": epochs}
 
 
 def flag_read_text(row: dict) -> str:
