@@ -37,6 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
+from shardcore import atomic
 from shardcore.errors import InputError
 
 MAX_POOLS = int(np.iinfo(np.int16).max)
@@ -231,13 +232,12 @@ def _build(name: str, source: str, flags: Sequence[str], target: Path) -> Path:
     with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
         src = Path(tmp) / f"{name}.c"
         src.write_text(source)
-        out = Path(tmp) / f"{name}.so"
-        proc = subprocess.run(
-            [cc, *flags, "-o", str(out), str(src)], capture_output=True, text=True
-        )
-        if proc.returncode != 0:
-            raise OSError(f"{cc} failed: {proc.stderr.strip()[:500]}")
-        os.replace(out, target)  # atomic: concurrent first uses are safe
+        with atomic.atomic_path(target) as out:  # concurrent first uses are safe
+            proc = subprocess.run(
+                [cc, *flags, "-o", str(out), str(src)], capture_output=True, text=True
+            )
+            if proc.returncode != 0:
+                raise OSError(f"{cc} failed: {proc.stderr.strip()[:500]}")
     return target
 
 

@@ -47,6 +47,17 @@ class CLIError(Exception):
     """A user error: printed as one line and exit status 2, never a traceback."""
 
 
+def size_arg(text: str) -> int:
+    """An argparse ``type`` for byte sizes (``shardcore.sizes``: MB = 10^6, MiB = 2^20)."""
+    from shardcore.errors import InputError
+    from shardcore.sizes import parse_size
+
+    try:
+        return parse_size(text)
+    except InputError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def check_new_artifact(out, workers: int = 1) -> None:
     """Refuse to build into a finished artifact (artifacts are immutable) or with fewer
     than one worker, before any work starts."""

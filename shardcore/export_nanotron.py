@@ -27,13 +27,13 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import uuid
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import yaml
 
+from shardcore import atomic
 from shardcore import manifest as mf
 from shardcore.errors import InputError
 
@@ -83,9 +83,9 @@ def pool_view(pool_path: str | os.PathLike, dest: str | os.PathLike) -> Path:
     size = token_size(manifest["dtype"])
     name = tokenizer_name(manifest)
     width = int(manifest["seq_len"]) + 1
-    tmp = dest.with_name(f".{dest.name}.{uuid.uuid4().hex[:8]}")
-    tmp.mkdir(parents=True)
-    try:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with atomic.atomic_path(dest) as tmp:
+        tmp.mkdir()
         for shard in manifest["shards"]:
             base = Path(shard["prefix"]).name
             tokens = int(shard["records"]) * width
@@ -96,10 +96,6 @@ def pool_view(pool_path: str | os.PathLike, dest: str | os.PathLike) -> Path:
         (tmp / ".pool").write_text(manifest["fingerprint"])
         if dest.exists():
             shutil.rmtree(dest)
-        os.replace(tmp, dest)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return dest
 
 

@@ -29,11 +29,39 @@ from pathlib import Path
 
 import numpy as np
 
+from shardcore import atomic
 from shardcore.errors import FormatError
 
 IDX_MAGIC = b"MMIDIDX\x00\x00"
 IDX_VERSION = 1
-_HEADER = struct.Struct("<9sQBQQ")  # magic, version, dtype code, S, D
+IDX_HEADER = struct.Struct("<9sQBQQ")  # magic, version, dtype code, S, D
+# Byte offsets of the header's fields, and of the arrays after it (S sequences).
+IDX_VERSION_OFFSET = 9
+IDX_DTYPE_OFFSET = 17
+IDX_SEQUENCES_OFFSET = 18
+IDX_DOCUMENTS_OFFSET = 26
+IDX_HEADER_SIZE = IDX_HEADER.size  # 34
+
+
+def idx_length_offset(i: int) -> int:
+    """Byte offset in an ``.idx`` of sequence ``i``'s int32 length."""
+    return IDX_HEADER_SIZE + 4 * i
+
+
+def idx_pointer_offset(num_sequences: int, i: int) -> int:
+    """Byte offset in an ``.idx`` of sequence ``i``'s int64 pointer."""
+    return IDX_HEADER_SIZE + 4 * num_sequences + 8 * i
+
+
+def idx_document_offset(num_sequences: int, i: int) -> int:
+    """Byte offset in an ``.idx`` of document index ``i`` (int64)."""
+    return IDX_HEADER_SIZE + 12 * num_sequences + 8 * i
+
+
+def idx_size(num_sequences: int, num_document_indices: int) -> int:
+    """Bytes of an ``.idx`` file with these counts."""
+    return idx_document_offset(num_sequences, num_document_indices)
+
 
 DTYPE_CODES: dict[int, np.dtype] = {
     1: np.dtype(np.uint8),
@@ -82,7 +110,7 @@ def encode_idx(
     if document_indices is None:
         document_indices = np.arange(lengths.size + 1, dtype=np.int64)
     document_indices = np.asarray(document_indices, dtype=np.int64)
-    header = _HEADER.pack(
+    header = IDX_HEADER.pack(
         IDX_MAGIC, IDX_VERSION, CODE_OF_DTYPE[dtype], lengths.size, document_indices.size
     )
     return b"".join(
@@ -118,28 +146,25 @@ def read_idx(path: str | os.PathLike) -> IndexHeader:
         raw = np.memmap(path, dtype=np.uint8, mode="r")
     except (OSError, ValueError) as exc:
         raise FormatError(f"{path}: cannot open index: {exc}") from exc
-    if raw.size < _HEADER.size:
+    if raw.size < IDX_HEADER_SIZE:
         raise FormatError(
-            f"{path}: {raw.size} bytes is shorter than the {_HEADER.size}-byte header"
+            f"{path}: {raw.size} bytes is shorter than the {IDX_HEADER_SIZE}-byte header"
         )
-    magic, version, code, n_seq, n_doc = _HEADER.unpack(bytes(raw[: _HEADER.size]))
+    magic, version, code, n_seq, n_doc = IDX_HEADER.unpack(bytes(raw[:IDX_HEADER_SIZE]))
     if magic != IDX_MAGIC:
         raise FormatError(f"{path}: bad magic {magic!r} at offset 0 (expected {IDX_MAGIC!r})")
     if version != IDX_VERSION:
-        raise FormatError(f"{path}: unsupported version {version} at offset 9")
+        raise FormatError(f"{path}: unsupported version {version} at offset {IDX_VERSION_OFFSET}")
     if code not in DTYPE_CODES:
-        raise FormatError(f"{path}: unknown dtype code {code} at offset 17")
-    expected = _HEADER.size + 4 * n_seq + 8 * n_seq + 8 * n_doc
+        raise FormatError(f"{path}: unknown dtype code {code} at offset {IDX_DTYPE_OFFSET}")
+    expected = idx_size(n_seq, n_doc)
     if raw.size != expected:
         raise FormatError(
             f"{path}: size {raw.size} bytes, header says {expected} ({n_seq} sequences, {n_doc} document indices)"
         )
-    off = _HEADER.size
-    lengths = np.frombuffer(raw, dtype="<i4", count=n_seq, offset=off)
-    off += 4 * n_seq
-    pointers = np.frombuffer(raw, dtype="<i8", count=n_seq, offset=off)
-    off += 8 * n_seq
-    docs = np.frombuffer(raw, dtype="<i8", count=n_doc, offset=off)
+    lengths = np.frombuffer(raw, dtype="<i4", count=n_seq, offset=idx_length_offset(0))
+    pointers = np.frombuffer(raw, dtype="<i8", count=n_seq, offset=idx_pointer_offset(n_seq, 0))
+    docs = np.frombuffer(raw, dtype="<i8", count=n_doc, offset=idx_document_offset(n_seq, 0))
     return IndexHeader(DTYPE_CODES[code], lengths, pointers, docs)
 
 
@@ -158,9 +183,8 @@ class IndexedWriter:
         if self.dtype not in CODE_OF_DTYPE:
             raise FormatError(f"dtype {self.dtype} has no IndexedDataset code")
         self.prefix.parent.mkdir(parents=True, exist_ok=True)
-        self._tmp_bin = Path(f"{bin_path(self.prefix)}.tmp")
-        self._tmp_idx = Path(f"{idx_path(self.prefix)}.tmp")
-        self._bin = open(self._tmp_bin, "wb")  # noqa: SIM115 (closed in close/abort)
+        self._out = atomic.AtomicFile(bin_path(self.prefix))
+        self._bin = self._out.file
         self._lengths: list[np.ndarray] = []
         self._pending: list[int] = []
         self.num_tokens = 0
@@ -219,22 +243,17 @@ class IndexedWriter:
             return
         self._flush_lengths()
         lengths = np.concatenate(self._lengths) if self._lengths else np.zeros(0, np.int64)
-        self._bin.flush()
-        os.fsync(self._bin.fileno())
-        self._bin.close()
-        with open(self._tmp_idx, "wb") as f:
-            f.write(encode_idx(self.dtype, lengths))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(self._tmp_bin, bin_path(self.prefix))
-        os.replace(self._tmp_idx, idx_path(self.prefix))
+        try:
+            idx = encode_idx(self.dtype, lengths)
+        except BaseException:
+            self.abort()
+            raise
+        self._out.commit()
+        atomic.write_bytes(idx_path(self.prefix), idx)
         self.closed = True
 
     def abort(self) -> None:
-        if not self._bin.closed:
-            self._bin.close()
-        for p in (self._tmp_bin, self._tmp_idx):
-            p.unlink(missing_ok=True)
+        self._out.discard()
         self.closed = True
 
     def __enter__(self) -> IndexedWriter:

@@ -3,7 +3,8 @@ loader for every artifact kind (a pool, a mixture, a materialized mixture).
 
 ``Samples`` gives sample i of any artifact as its seq_len + 1 tokens: record i of a pool or
 of a materialized mixture (np.memmap views, no copy), or the (pool, record) the mixture's
-schedule names for sample i. ``PoolReader`` is the pool-only reader with batch iteration.
+schedule names for sample i. ``PoolReader`` (``shardcore.pool``'s, importable from here too) is
+the pool-only reader with batch iteration.
 
 ``ShardyardIterableDataset`` streams samples in a deterministic order that resumes exactly:
 
@@ -46,6 +47,7 @@ was read straight through or resumed on either side of a switch.
 
 from __future__ import annotations
 
+import itertools
 import multiprocessing
 import os
 from collections.abc import Iterator
@@ -54,10 +56,12 @@ from typing import Any
 import numpy as np
 
 from shardcore import manifest as mf
+from shardcore import storage, streaming
 from shardcore.errors import InputError
 from shardcore.formats import IndexedReader
 
 STATE_VERSION = 2
+_LOOKAHEAD = 4096  # stream samples scanned for the next shards to prefetch
 KINDS = ("pool", "materialized", "mixture")
 
 
@@ -86,10 +90,25 @@ class _Records:
 
 
 class Samples:
-    """Sample i (seq_len + 1 tokens) of a pool, a materialized mixture or a mixture."""
+    """Sample i (seq_len + 1 tokens) of a pool, a materialized mixture or a mixture, local
+    or on object storage (``s3://``: shards are read through a bounded local cache, see
+    ``shardcore.streaming``; ``cache_dir``, ``cache_limit`` and ``prefetch`` set it)."""
 
-    def __init__(self, path: str | os.PathLike):
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        *,
+        cache_dir: str | os.PathLike | None = None,
+        cache_limit: int | str | None = None,
+        prefetch: int | None = None,
+    ):
         self.path = os.fspath(path)
+        self.remote = storage.is_remote(self.path)
+        self._cache_args = {
+            "cache_dir": cache_dir,
+            "cache_limit": cache_limit,
+            "prefetch": prefetch,
+        }
         self.manifest = mf.read_manifest(path)
         self.kind = self.manifest.get("kind")
         if self.kind not in KINDS:
@@ -99,37 +118,81 @@ class Samples:
             )
         self.fingerprint = str(self.manifest["fingerprint"])
         self.seq_len = int(self.manifest["seq_len"])
+        self.cache: streaming.ShardCache | None = None
         self._open()
+
+    def _records(self, path: str, manifest: dict[str, Any] | None = None):
+        if not storage.is_remote(path):
+            return _Records(path, manifest)
+        if self.cache is None:
+            directory, limit, depth = streaming.cache_settings(**self._cache_args)
+            self.cache = streaming.ShardCache(directory / "shards", limit, depth)
+        return streaming.RemoteRecords(path, self.cache, manifest)
 
     def _open(self) -> None:
         if self.kind == "mixture":
             from shardcore.mixture import Mixture
 
-            self._mixture = Mixture(self.path)
-            self._pools: dict[int, _Records] = {}
+            local = self.path
+            if self.remote:
+                # The schedule (about 9 bytes a sample) is copied whole, beside the shards.
+                directory, _, _ = streaming.cache_settings(**self._cache_args)
+                local = storage.local_artifact(self.path, cache_dir=directory / "artifacts")
+            self._mixture = Mixture(local)
+            self._pools: dict[int, Any] = {}
             self.num_samples = self._mixture.num_samples
         else:
-            self._records = _Records(self.path, self.manifest)
-            self.num_samples = len(self._records)
+            self._records_ = self._records(self.path, self.manifest)
+            self.num_samples = len(self._records_)
 
     def __getstate__(self) -> dict[str, Any]:
         # Memory maps are reopened in each DataLoader worker, not pickled.
-        return {"path": self.path}
+        return {"path": self.path, "cache": self._cache_args}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["path"])
+        self.__init__(state["path"], **state.get("cache", {}))
 
     def __len__(self) -> int:
         return self.num_samples
 
+    def _pool(self, p: int):
+        if p not in self._pools:
+            self._pools[p] = self._records(self._mixture.pools[p]["path"])
+        return self._pools[p]
+
     def __getitem__(self, i: int) -> np.ndarray:
         i = int(i)
         if self.kind != "mixture":
-            return self._records[i]
+            return self._records_[i]
         p, r = self._mixture.sample(i)
-        if p not in self._pools:
-            self._pools[p] = _Records(self._mixture.pools[p]["path"])
-        return self._pools[p][r]
+        return self._pool(p)[r]
+
+    def shard_of(self, i: int) -> tuple[Any, int]:
+        """(records, shard) holding sample i."""
+        if self.kind != "mixture":
+            records, r = self._records_, int(i)
+        else:
+            p, r = self._mixture.sample(int(i))
+            records = self._pool(p)
+        return records, int(np.searchsorted(records.cumulative, r, side="right")) - 1
+
+    def prefetch(self, indices: Iterator[int]) -> None:
+        """Queue the remote shards of the samples ``indices`` (in reading order) for
+        download: the first ``prefetch`` shards not open yet."""
+        if self.cache is None and not (self.remote or self.kind == "mixture"):
+            return
+        seen = []
+        for i in indices:
+            records, shard = self.shard_of(i)
+            if not isinstance(records, streaming.RemoteRecords):
+                continue
+            key = (id(records), shard)
+            if key in seen:
+                continue
+            seen.append(key)
+            records.prefetch(shard)
+            if self.cache is None or len(seen) > self.cache.prefetch_depth:
+                return
 
 
 class Segments:
@@ -141,13 +204,17 @@ class Segments:
     follows that mixture at the sample it continues from."""
 
     kind = "run"
+    # Each version reads its own remote shards through its cache; no prefetch across them.
+    cache = None
+    remote = False
 
-    def __init__(self, segments: list[Any]):
+    def __init__(self, segments: list[Any], **cache: Any):
         self.segments = [_segment(s, i) for i, s in enumerate(segments)]
         if not self.segments:
             raise InputError("segments: give at least one (path, first_sample)")
         self.path = self.segments[-1]["path"]
-        self._parts = [Samples(s["path"]) for s in self.segments]
+        self._cache_args = cache
+        self._parts = [Samples(s["path"], **cache) for s in self.segments]
         self.firsts = [s["first_sample"] for s in self.segments]
         if self.firsts[0] != 0:
             raise InputError(f"segments[0].first_sample: the run starts at 0, not {self.firsts[0]}")
@@ -186,10 +253,10 @@ class Segments:
         self.fingerprint = mf.fingerprint("run", parents=[], params={"segments": self.keys})
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"segments": self.segments}
+        return {"segments": self.segments, "cache": self._cache_args}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["segments"])
+        self.__init__(state["segments"], **state.get("cache", {}))
 
     def __len__(self) -> int:
         return self.num_samples
@@ -221,11 +288,12 @@ def _segment(s: Any, i: int) -> dict[str, Any]:
     return {"path": os.fspath(path), "first_sample": int(first)}
 
 
-def open_samples(path: Any) -> Samples | Segments:
-    """``Samples`` of an artifact path, or ``Segments`` of a run's list of segments."""
+def open_samples(path: Any, **cache: Any) -> Samples | Segments:
+    """``Samples`` of an artifact path, or ``Segments`` of a run's list of segments
+    (``cache``: ``Samples``' cache settings, for remote artifacts)."""
     if isinstance(path, list | tuple):
-        return Segments(list(path))
-    return Samples(path)
+        return Segments(list(path), **cache)
+    return Samples(path, **cache)
 
 
 def _keys(source: Samples | Segments) -> list[dict[str, Any]]:
@@ -283,12 +351,17 @@ class _Stream:
         start_sample: int = 0,
         num_samples: int | None = None,
         batch_size: int = 1,
+        cache_dir: str | os.PathLike | None = None,
+        cache_limit: int | str | None = None,
+        prefetch: int | None = None,
     ):
         if world_size < 1 or not 0 <= rank < world_size:
             raise InputError(f"rank {rank} is outside world_size {world_size}")
         if batch_size < 1:
             raise InputError(f"batch_size must be >= 1, got {batch_size}")
-        self.source = open_samples(path)
+        self.source = open_samples(
+            path, cache_dir=cache_dir, cache_limit=cache_limit, prefetch=prefetch
+        )
         self.path = self.source.path
         if seed is not None and isinstance(self.source, Segments):
             raise InputError(
@@ -312,15 +385,36 @@ class _Stream:
         self._in_workers = multiprocessing.get_context().RawValue("b", 0)
         self._orders: dict[int, np.ndarray | None] = {}
 
-    def samples(self, worker: int = 0, workers: int = 1) -> Iterator[int]:
-        """Global sample indices of this rank and worker, in order."""
+    def samples(
+        self, worker: int = 0, workers: int = 1, *, after: int | None = None
+    ) -> Iterator[int]:
+        """Global sample indices of this rank and worker, in order (those after stream
+        sample ``after`` when given)."""
         k = self.start_sample + self.rank
         j = 0
+        if after is not None and after >= k:
+            j = (after - k) // self.world_size + 1
+            k += j * self.world_size
         while k < self.num_samples:
             if (j // self.batch_size) % workers == worker:
                 yield k
             k += self.world_size
             j += 1
+
+    def read(self, worker: int = 0, workers: int = 1) -> Iterator[tuple[int, np.ndarray]]:
+        """(stream sample, tokens) of this rank and worker, in order. Reading a sample from
+        another shard than the last queues the next shards in reading order for
+        prefetching (remote artifacts only)."""
+        last = None
+        for k in self.samples(worker, workers):
+            i = self.index_of(k)
+            if self.source.cache is not None or self.source.remote:
+                where = self.source.shard_of(i)
+                if where != last:
+                    last = where
+                    ahead = itertools.islice(self.samples(worker, workers, after=k), _LOOKAHEAD)
+                    self.source.prefetch(self.index_of(a) for a in ahead)
+            yield k, self.source[i]
 
     def index_of(self, k: int) -> int:
         """The artifact's sample read as stream sample k."""
@@ -413,7 +507,10 @@ class _Stream:
             segments = [s for s in self.source.segments if s["first_sample"] < at]
         else:
             segments = [{"path": self.source.path, "first_sample": 0}]
-        self.source = Segments([*segments, {"path": os.fspath(path), "first_sample": at}])
+        self.source = Segments(
+            [*segments, {"path": os.fspath(path), "first_sample": at}],
+            **self.source._cache_args,
+        )
         self.path = self.source.path
         if self._whole:
             self.num_samples = len(self.source)
@@ -462,8 +559,8 @@ def _make_classes():
                 self._in_workers.value = 1
             elif not self._tracked:
                 self.consumed = 0  # a new pass starts again at start_sample
-            for k in self.samples(worker, workers):
-                tokens = np.asarray(self.tokens(k), dtype=np.int64)
+            for k, row in self.read(worker, workers):
+                tokens = np.asarray(row, dtype=np.int64)
                 if info is None and not self._tracked:
                     self.consumed += 1
                 yield {"tokens": torch.from_numpy(tokens), "sample": k}
@@ -504,4 +601,8 @@ def __getattr__(name: str):
     if name in ("ShardyardIterableDataset", "PoolIterableDataset", "ShardyardLoader"):
         globals().update(_make_classes())
         return globals()[name]
+    if name == "PoolReader":  # lives with the pool; imported on first use
+        from shardcore.pool import PoolReader
+
+        return PoolReader
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

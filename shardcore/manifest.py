@@ -1,7 +1,7 @@
 """Manifests, fingerprints and checksums: the bookkeeping every artifact carries.
 
 An artifact is a directory of files plus ``manifest.json``. The manifest is written last,
-atomically (temporary name, fsync, rename): it is the commit point, so a directory without
+atomically (``shardcore.atomic``): it is the commit point, so a directory without
 one is an unfinished build, never a result. Fingerprints hash the inputs' fingerprints, the
 parameters and the format version, so the same inputs and seed name the same bytes.
 """
@@ -15,6 +15,7 @@ from typing import Any
 
 import xxhash
 
+from shardcore import atomic
 from shardcore.errors import ManifestError
 
 # 2: documents sidecars keep the user's properties in the struct column ``props``
@@ -35,15 +36,30 @@ def fingerprint(kind: str, *, parents: list[str] | tuple[str, ...] = (), params:
     return xxhash.xxh3_128_hexdigest(canonical_json(payload))
 
 
+def file_entries(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """The artifact's files: ``manifest["files"]``, a list of entries ``{"path", "size",
+    "xxh3", "block_size", "blocks"}`` (``path`` relative to the artifact), in the order
+    written. Every kind writes this list; mixtures and materialized copies built before
+    held a mapping ``path -> entry`` instead, read here as the same list."""
+    entries = manifest.get("files") or []
+    if isinstance(entries, dict):
+        return [{"path": rel, **entry} for rel, entry in sorted(entries.items())]
+    return list(entries)
+
+
+def files_by_path(manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """``file_entries`` keyed by relative path."""
+    return {str(e["path"]): e for e in file_entries(manifest)}
+
+
 def content_digest(manifest: dict[str, Any]) -> str:
     """xxh3-128 of the manifest's file list (path, size, xxh3): what the artifact's bytes
     are, where its fingerprint says what they were built from. A stage's fingerprint
     includes its inputs' content digests, so an input whose bytes differ (a corrupted
     shard, checksummed as it was) never gives an output the clean input's fingerprint."""
-    entries = manifest.get("files") or []
-    if isinstance(entries, dict):
-        entries = [{"path": rel, **entry} for rel, entry in entries.items()]
-    files = sorted((str(e.get("path")), e.get("size"), e.get("xxh3")) for e in entries)
+    files = sorted(
+        (str(e.get("path")), e.get("size"), e.get("xxh3")) for e in file_entries(manifest)
+    )
     return xxhash.xxh3_128_hexdigest(canonical_json(files))
 
 
@@ -58,19 +74,36 @@ def file_checksum(path: str | os.PathLike) -> str:
 
 def write_manifest(directory: str | os.PathLike, manifest: dict[str, Any]) -> Path:
     """Write ``manifest.json`` atomically; this marks the artifact complete."""
-    directory = Path(directory)
     data = {"format_version": FORMAT_VERSION, **manifest}
-    tmp = directory / f".{MANIFEST_NAME}.tmp"
-    with open(tmp, "wb") as f:
-        f.write(json.dumps(data, indent=1, sort_keys=True, default=str).encode())
-        f.flush()
-        os.fsync(f.fileno())
-    final = directory / MANIFEST_NAME
-    os.replace(tmp, final)
-    return final
+    return atomic.write_bytes(
+        Path(directory) / MANIFEST_NAME,
+        json.dumps(data, indent=1, sort_keys=True, default=str).encode(),
+    )
+
+
+def parse_manifest(data: bytes | str, where: str) -> dict[str, Any]:
+    """A manifest from its bytes; ``where`` names it in errors."""
+    try:
+        parsed = json.loads(data)
+    except ValueError as exc:
+        raise ManifestError(f"{where}: unreadable manifest: {exc}") from exc
+    if not isinstance(parsed, dict):
+        raise ManifestError(f"{where}: unreadable manifest: not a JSON object")
+    version = parsed.get("format_version")
+    if version not in READABLE_VERSIONS:
+        raise ManifestError(
+            f"{where}: format_version {version!r}, this shardcore reads "
+            f"{' and '.join(map(str, READABLE_VERSIONS))}"
+        )
+    return parsed
 
 
 def read_manifest(directory: str | os.PathLike) -> dict[str, Any]:
+    """The manifest of the artifact at ``directory`` (a local path or an s3:// URL)."""
+    from shardcore import storage
+
+    if storage.is_remote(directory):
+        return storage.read_manifest(directory)
     directory = Path(directory)
     path = directory / MANIFEST_NAME if directory.is_dir() or not directory.suffix else directory
     if not directory.exists():
@@ -80,17 +113,15 @@ def read_manifest(directory: str | os.PathLike) -> dict[str, Any]:
             f"{directory}: no {MANIFEST_NAME} (not an artifact, or its build did not finish)"
         )
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
+        data = path.read_bytes()
+    except OSError as exc:
         raise ManifestError(f"{path}: unreadable manifest: {exc}") from exc
-    version = data.get("format_version")
-    if version not in READABLE_VERSIONS:
-        raise ManifestError(
-            f"{path}: format_version {version!r}, this shardcore reads "
-            f"{' and '.join(map(str, READABLE_VERSIONS))}"
-        )
-    return data
+    return parse_manifest(data, str(path))
 
 
 def is_complete(directory: str | os.PathLike) -> bool:
+    from shardcore import storage
+
+    if storage.is_remote(directory):
+        return storage.open_store(directory).exists(MANIFEST_NAME)
     return (Path(directory) / MANIFEST_NAME).exists()

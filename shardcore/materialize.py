@@ -55,7 +55,7 @@ def plan_materialize(
 
 
 def _run_unit(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
-    from shardcore.pool import Pool
+    from shardcore.pool import PoolReader
 
     mix = Mixture(plan.params["mixture"])
     a, b = int(unit["start"]), int(unit["stop"])
@@ -66,8 +66,8 @@ def _run_unit(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
     tokens = np.empty((b - a, width), dtype=dtype)
     for i in np.unique(pidx).tolist():
         sel = np.flatnonzero(pidx == i)
-        pool = Pool(mix.pools[i]["path"])
-        entries = verify.entries_by_path(pool.manifest)
+        pool = PoolReader(mix.pools[i]["path"])
+        entries = mf.files_by_path(pool.manifest)
         cumulative = np.asarray(pool.cumulative, dtype=np.int64)
         shard_of = np.searchsorted(cumulative, rec[sel], side="right") - 1
         for shard in np.unique(shard_of).tolist():
@@ -100,14 +100,14 @@ def _check_records(pool, entries: dict, shard: int, rows: np.ndarray, width: int
 def _finalize(plan: units.Plan, stats: list[dict[str, Any]]) -> dict[str, Any]:
     mix = Mixture(plan.params["mixture"])
     out = Path(plan.out)
-    shards, cumulative, files = [], [0], {}
+    shards, cumulative, files = [], [0], []
     for st in sorted(stats, key=lambda s: s["shard"]):
         prefix = shard_prefix(st["shard"])
         shards.append({"prefix": prefix, "records": st["records"], "first_record": cumulative[-1]})
         cumulative.append(cumulative[-1] + st["records"])
         for ext in (".bin", ".idx"):
             # Block checksums let ``shardyard verify`` name the corrupt byte range.
-            files[f"{prefix}{ext}"] = verify.file_entry(out, f"{prefix}{ext}")
+            files.append(verify.file_entry(out, f"{prefix}{ext}"))
     m = mix.manifest
     manifest = {
         "kind": KIND,

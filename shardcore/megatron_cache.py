@@ -55,6 +55,7 @@ from typing import Any
 
 import numpy as np
 
+from shardcore import atomic
 from shardcore.errors import InputError
 
 TESTED_MEGATRON_CORE = ("0.16.0",)
@@ -383,21 +384,9 @@ def cache_keys(
 # --------------------------------------------------------------------------- writing
 
 
-def _save(path: Path, write) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as f:
-        write(f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 def _save_npy(path: Path, arr: np.ndarray) -> None:
-    _save(path, lambda f: np.save(f, arr, allow_pickle=True))
-
-
-def _save_text(path: Path, text: str) -> None:
-    _save(path, lambda f: f.write(text.encode("utf-8")))
+    with atomic.atomic_open(path) as f:
+        np.save(f, arr, allow_pickle=True)
 
 
 def gpt_indices(
@@ -472,7 +461,7 @@ def write_cache(
         _save_npy(cache / f"{base}-document_index.npy", docs)
         _save_npy(cache / f"{base}-sample_index.npy", sample)
         _save_npy(cache / f"{base}-shuffle_index.npy", shuffle)
-        _save_text(cache / f"{base}-description.txt", desc)  # last: the set is complete
+        atomic.write_text(cache / f"{base}-description.txt", desc)  # last: the set is complete
         files.append(base)
     if keys.blended is None:  # one prefix, per split: its GPTDataset is the whole order
         return {
@@ -494,7 +483,7 @@ def write_cache(
     sample_index[total:] = rank[tail]
     _save_npy(cache / f"{base}-dataset_index.npy", dataset_index)
     _save_npy(cache / f"{base}-dataset_sample_index.npy", sample_index)
-    _save_text(cache / f"{base}-description.txt", desc)
+    atomic.write_text(cache / f"{base}-description.txt", desc)
     files.append(base)
     return {
         "keys_via": keys.via,
@@ -677,9 +666,9 @@ def export_megatron(
             name = out_dir / _file_name(b.name, per_split)
             if per_split:
                 lists = {"train": data_args(b), "valid": valid_args(manifest, k), "test": None}
-                _save_text(name, json.dumps(lists, indent=1))
+                atomic.write_text(name, json.dumps(lists, indent=1))
             else:
-                _save_text(name, data_args(b))
+                atomic.write_text(name, data_args(b))
             if not problems:
                 info = write_cache(
                     cache,
@@ -694,7 +683,7 @@ def export_megatron(
                 written.append({"stage": b.name, "data_args": str(name), **info})
     text = _text(manifest, path, blends, args, seq_len, out_dir, cache, problems, written)
     if out_dir is not None:
-        _save_text(out_dir / "megatron.txt", text)
+        atomic.write_text(out_dir / "megatron.txt", text)
         record = {
             "source": str(Path(path).resolve()),
             "fingerprint": manifest.get("fingerprint"),
@@ -711,7 +700,7 @@ def export_megatron(
             "stages": written,
             "tested_megatron_core": list(TESTED_MEGATRON_CORE),
         }
-        _save_text(out_dir / "export.json", json.dumps(record, indent=1, sort_keys=True))
+        atomic.write_text(out_dir / "export.json", json.dumps(record, indent=1, sort_keys=True))
     return text
 
 

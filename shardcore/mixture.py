@@ -52,7 +52,7 @@ from typing import Any
 
 import numpy as np
 
-from shardcore import blend, verify
+from shardcore import atomic, blend, verify
 from shardcore import manifest as mf
 from shardcore.errors import InputError, ManifestError
 
@@ -634,11 +634,11 @@ def _families(
     want_length = bool(options.get("length_bins", True))
     if not by and not want_length:
         return fams
-    from shardcore.pool import DOCUMENTS_NAME, Pool
+    from shardcore.pool import DOCUMENTS_NAME, PoolReader
 
     per_pool = []
     for p in pools:
-        pool = Pool(p.path)
+        pool = PoolReader(p.path)
         # The tables read below (documents, per-shard segments) are checked against the
         # pool's checksums first: a corrupt pool fails the build naming file and range.
         verify.check_files_read(
@@ -747,12 +747,8 @@ def build_schedule(
 
 def _save_npy(path: Path, arr: np.ndarray) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as f:
+    with atomic.atomic_open(path) as f:
         np.save(f, arr)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def build_mixture(
@@ -775,10 +771,8 @@ def build_mixture(
     _save_npy(out / POOL_FILE, pool_idx)
     _save_npy(out / RECORD_FILE, record)
     seq_len = int(pools[0].manifest["seq_len"])
-    files = {}
-    for rel in (POOL_FILE, RECORD_FILE):
-        # Block checksums let ``shardyard verify`` name the corrupt byte range.
-        files[rel] = verify.file_entry(out, rel)
+    # Block checksums let ``shardyard verify`` name the corrupt byte range.
+    files = [verify.file_entry(out, rel) for rel in (POOL_FILE, RECORD_FILE)]
     fp_params = {
         "spec": spec.to_dict(),
         "pools": [p.manifest.get("fingerprint") for p in pools],
@@ -865,10 +859,10 @@ class Mixture:
 
     def tokens(self, i: int) -> np.ndarray:
         """The seq_len + 1 tokens of sample i, read from its pool."""
-        from shardcore.pool import Pool
+        from shardcore.pool import PoolReader
 
         p, r = self.sample(i)
-        return Pool(self.pools[p]["path"]).record(r)
+        return PoolReader(self.pools[p]["path"]).record(r)
 
     def epoch_starts(self, stop: int | None = None) -> list[dict[str, int]]:
         """Where a pool's epoch starts among samples [0, ``stop``): ``{"pool": index,
@@ -890,7 +884,7 @@ class Mixture:
 
     def labels(self, property: str) -> np.ndarray:
         """Per sample: ``"pool"`` its pool key, ``"stage"`` its stage name, else the
-        property of its record's main document (``Pool.record_labels``)."""
+        property of its record's main document (``PoolReader.record_labels``)."""
         pidx = np.asarray(self.pool_index)
         if property == "pool":
             keys = np.array([p["key"] for p in self.pools], dtype=object)
@@ -900,11 +894,11 @@ class Mixture:
             for st in self.manifest["stages"]:
                 out[st["first_sample"] : st["first_sample"] + st["num_samples"]] = st["name"]
             return out.astype(str)
-        from shardcore.pool import Pool
+        from shardcore.pool import PoolReader
 
         rec = np.asarray(self.record_index)
         out = np.empty(self.num_samples, dtype=object)
         for i, p in enumerate(self.pools):
             sel = pidx == i
-            out[sel] = Pool(p["path"]).record_labels(property)[rec[sel]]
+            out[sel] = PoolReader(p["path"]).record_labels(property)[rec[sel]]
         return out

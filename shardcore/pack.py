@@ -24,9 +24,10 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
+
+from shardcore import atomic
 
 SEGMENT_FIELDS = ("seg_record_offsets", "seg_start", "seg_length", "seg_doc", "seg_doc_offset")
 
@@ -144,15 +145,9 @@ def ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
 
 
 def save_segments(path: str | os.PathLike, segments: Segments) -> None:
-    """Write segments as an ``.npz`` under a temporary name, fsync it, then rename (the
-    caller fsyncs the directory if the rename must be durable)."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp.npz")
-    with open(tmp, "wb") as f:
+    """Write segments as an ``.npz``, atomically (``shardcore.atomic``)."""
+    with atomic.atomic_open(path) as f:
         np.savez(f, **{k: getattr(segments, k) for k in SEGMENT_FIELDS})
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def load_segments(path: str | os.PathLike) -> Segments:

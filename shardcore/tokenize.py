@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 import xxhash
 
-from shardcore import units
+from shardcore import atomic, units
 from shardcore.errors import InputError
 from shardcore.formats import IndexedWriter, token_dtype
 from shardcore.manifest import fingerprint, write_manifest
@@ -464,9 +464,7 @@ def _run_index(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
     chunks, line_base = _chunk_index(plan)
     path = Path(plan.out) / PARTS_DIR / INDEX_NAME
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps({"chunks": chunks, "line_base": line_base}))
-    os.replace(tmp, path)
+    atomic.write_text(path, json.dumps({"chunks": chunks, "line_base": line_base}))
     return {"kind": "index", "chunks": len(chunks)}
 
 
@@ -575,9 +573,8 @@ def _run_assemble(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
                 tables.append(t)
         table = props.concat(tables).combine_chunks()
         side = out / SHARDS_DIR / f"{name}.docs.parquet"
-        tmp = side.with_name(side.name + ".tmp")
-        pq.write_table(table, tmp)
-        os.replace(tmp, side)
+        with atomic.atomic_path(side) as tmp:
+            pq.write_table(table, tmp)
         rel = f"{SHARDS_DIR}/{name}"
         c0 = time.process_time()
         entries = [file_entry(out, f"{rel}{ext}") for ext in (".bin", ".idx", ".docs.parquet")]

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from shardcore import atomic
+
 MARKER_DIR = "_units"
 PLAN_NAME = "_plan.json"
 
@@ -63,10 +65,7 @@ class Plan:
 def save_plan(plan: Plan) -> Path:
     out = Path(plan.out)
     out.mkdir(parents=True, exist_ok=True)
-    tmp = out / f".{PLAN_NAME}.tmp"
-    tmp.write_text(json.dumps(plan.to_json(), indent=1, sort_keys=True))
-    os.replace(tmp, out / PLAN_NAME)
-    return out / PLAN_NAME
+    return atomic.write_text(out / PLAN_NAME, json.dumps(plan.to_json(), indent=1, sort_keys=True))
 
 
 def load_plan(out: str | os.PathLike) -> Plan:
@@ -89,9 +88,7 @@ def mark_done(out: str | os.PathLike, unit_id: str, stats: dict[str, Any]) -> No
     """Record a unit as finished (after its files are renamed into place)."""
     path = marker_path(out, unit_id)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(stats, sort_keys=True, default=str))
-    os.replace(tmp, path)
+    atomic.write_text(path, json.dumps(stats, sort_keys=True, default=str))
 
 
 # stage name -> (run_unit(plan, unit) -> stats, finalize(plan, [stats...]) -> manifest)

@@ -22,7 +22,7 @@ import numpy as np
 import xxhash
 
 from shardcore.errors import CorruptDataError, FormatError, ManifestError
-from shardcore.manifest import read_manifest
+from shardcore.manifest import file_entries, files_by_path, read_manifest
 
 MIN_BLOCK = 4096
 MAX_BLOCKS = 256
@@ -131,14 +131,6 @@ def _check_file(root: Path, entry: dict[str, Any]) -> list[Problem]:
     return [Problem(rel, None, f"xxh3 {whole}, manifest says {entry['xxh3']}")]
 
 
-def entries_by_path(manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """The manifest's file entries keyed by relative path (list or mapping form)."""
-    entries = manifest.get("files") or []
-    if isinstance(entries, dict):
-        return {rel: {"path": rel, **e} for rel, e in entries.items()}
-    return {e["path"]: e for e in entries}
-
-
 def check_read(
     root: str | os.PathLike,
     entry: dict[str, Any],
@@ -216,7 +208,7 @@ def check_read(
 
 def check_files_read(root: str | os.PathLike, manifest: dict[str, Any], relpaths: list[str]) -> int:
     """``check_read`` of whole files of an artifact, by relative path."""
-    entries = entries_by_path(manifest)
+    entries = files_by_path(manifest)
     total = 0
     for rel in relpaths:
         if rel not in entries:
@@ -235,14 +227,11 @@ def verify(directory: str | os.PathLike, *, content: bool = True) -> Report:
     except ManifestError as exc:
         return Report(str(root), "?", 0, 0, [Problem("manifest.json", None, str(exc))])
     kind = manifest.get("kind", "?")
-    entries = manifest.get("files")
-    if isinstance(entries, dict):
-        # Mixtures and materialized copies map each relative path to {size, xxh3}.
-        entries = [{"path": rel, **entry} for rel, entry in sorted(entries.items())]
-    if not isinstance(entries, list):
+    if not isinstance(manifest.get("files"), list | dict):
         return Report(str(root), kind, 0, 0, [Problem("manifest.json", None, "no 'files' list")])
     problems: list[Problem] = []
     nbytes = 0
+    entries = file_entries(manifest)
     for entry in entries:
         problems += _check_file(root, entry)
         nbytes += int(entry.get("size", 0))
@@ -263,7 +252,13 @@ def verify(directory: str | os.PathLike, *, content: bool = True) -> Report:
 def _check_tokenized(root: Path, manifest: dict[str, Any]) -> list[Problem]:
     import pyarrow.parquet as pq
 
-    from shardcore.formats import IndexedReader
+    from shardcore.formats import (
+        IDX_SEQUENCES_OFFSET,
+        IndexedReader,
+        idx_document_offset,
+        idx_length_offset,
+        idx_pointer_offset,
+    )
 
     problems: list[Problem] = []
     tok = manifest.get("tokenizer", {})
@@ -280,7 +275,11 @@ def _check_tokenized(root: Path, manifest: dict[str, Any]) -> list[Problem]:
         binrel = f"{rel}.bin"
         s = len(r)
         if s != sh["documents"]:
-            problems.append(Problem(idx, 18, f"{s} sequences, manifest says {sh['documents']}"))
+            problems.append(
+                Problem(
+                    idx, IDX_SEQUENCES_OFFSET, f"{s} sequences, manifest says {sh['documents']}"
+                )
+            )
         if r.index.num_tokens != sh["tokens"]:
             problems.append(
                 Problem(idx, None, f"{r.index.num_tokens} tokens, manifest says {sh['tokens']}")
@@ -294,7 +293,7 @@ def _check_tokenized(root: Path, manifest: dict[str, Any]) -> list[Problem]:
             problems.append(
                 Problem(
                     idx,
-                    34 + 4 * s + 8 * i,
+                    idx_pointer_offset(s, i),
                     f"pointer of sequence {i} is {int(r.index.pointers[i])}, expected {int(expect_ptr[i])}",
                 )
             )
@@ -305,13 +304,15 @@ def _check_tokenized(root: Path, manifest: dict[str, Any]) -> list[Problem]:
             problems.append(
                 Problem(
                     idx,
-                    34 + 12 * s + 8 * i,
+                    idx_document_offset(s, i),
                     f"document index {i} is {int(r.index.document_indices[i])}, expected {i}",
                 )
             )
         if s and (lengths < 1).any():
             i = int(np.flatnonzero(lengths < 1)[0])
-            problems.append(Problem(idx, 34 + 4 * i, f"sequence {i} has length {int(lengths[i])}"))
+            problems.append(
+                Problem(idx, idx_length_offset(i), f"sequence {i} has length {int(lengths[i])}")
+            )
             continue
         if s and eos is not None:
             ends = r.starts + lengths - 1

@@ -63,3 +63,29 @@ def celery_workers(transactional_db, celery_queue, tmp_path):
     yield start
     for proc in started:
         proc.stop()
+
+
+@pytest.fixture(scope="session")
+def moto_server():
+    """moto's S3 server in its own process (tests/support/s3.py), one per session."""
+    from tests.support.s3 import MotoServer
+
+    server = MotoServer()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def s3_bucket(moto_server, monkeypatch) -> str:
+    """A fresh bucket on the moto server, with AWS_ENDPOINT_URL and fake credentials in the
+    environment (spawned processes inherit them); returns ``s3://bucket``."""
+    from tests.support.s3 import apply_env
+
+    apply_env(moto_server, monkeypatch)
+    try:
+        import s3fs
+
+        s3fs.S3FileSystem.clear_instance_cache()
+    except ImportError:
+        pass
+    return f"s3://{moto_server.new_bucket()}"

@@ -34,7 +34,7 @@ from shardcore.formats import IndexedWriter  # noqa: E402
 
 
 def parse_size(text: str) -> int:
-    from shardcore.pool import parse_size as ps
+    from shardcore.sizes import parse_size as ps
 
     return ps(text)
 
@@ -194,8 +194,8 @@ def describe_machine() -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--size", default="2GB", help="bytes of tokens (default 2GB)")
-    ap.add_argument("--memory", default="256MB", help="pool memory budget (default 256MB)")
+    ap.add_argument("--size", default="2GiB", help="bytes of tokens (default 2GiB)")
+    ap.add_argument("--memory", default="256MiB", help="pool memory budget (default 256MiB)")
     ap.add_argument("--workdir", default="/tmp/shardyard-bench-shuffle")
     ap.add_argument("--seq-len", type=int, default=2048)
     ap.add_argument("--keep", action="store_true", help="keep the outputs")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from shardcore import atomic
 from shardcore.cli import CLIError
 
 
@@ -99,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
     except ShardcoreError as exc:
         raise CLIError(str(exc)) from None
     if args.out:
-        Path(args.out).write_text(text)
+        atomic.write_text(args.out, text)
     else:
         print(text, end="")
     return 0

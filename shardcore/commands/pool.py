@@ -7,13 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from shardcore.cli import CLIError, check_new_artifact
-
-
-def _size(text: str) -> int:
-    from shardcore.commands.tokenize import parse_size
-
-    return parse_size(text)
+from shardcore.cli import CLIError, check_new_artifact, size_arg
 
 
 def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
@@ -38,13 +32,13 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
     )
     p.add_argument("--seed", type=int, default=0, help="shuffle seed (default 0)")
     p.add_argument(
-        "--memory", type=_size, default=1 << 30, help="memory budget per worker (default 1GiB)"
+        "--memory", type=size_arg, default=1 << 30, help="memory budget per worker (default 1GiB)"
     )
     p.add_argument(
         "--val-fraction", type=float, default=0.0, help="documents held out for validation"
     )
     p.add_argument(
-        "--shard-size", type=_size, default=64 << 20, help="target shard size (default 64MiB)"
+        "--shard-size", type=size_arg, default=64 << 20, help="target shard size (default 64MiB)"
     )
     p.add_argument(
         "--bos", action="store_true", help="prepend the tokenizer's BOS to every document"

@@ -32,9 +32,9 @@ def labels_of(path: str, prop: str):
 
         return Mixture(path).labels(prop)
     if kind == "pool":
-        from shardcore.pool import Pool
+        from shardcore.pool import PoolReader
 
-        return Pool(path).record_labels(prop)
+        return PoolReader(path).record_labels(prop)
     raise CLIError(f"{path}: quality needs a pool or a mixture, not a {kind!r}")
 
 

@@ -4,26 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from pathlib import Path
 
-from shardcore.cli import CLIError, check_new_artifact
-
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?i?b?)?\s*$", re.IGNORECASE)
-_MULT = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
-
-
-def parse_size(text: str) -> int:
-    """Bytes from '268435456', '256MB', '256MiB', '1GB', '64k' (powers of 1000 for kB/MB/GB,
-    of 1024 with an 'i': KiB/MiB/GiB)."""
-    m = _SIZE.match(text)
-    if not m:
-        raise argparse.ArgumentTypeError(f"not a size: {text!r} (e.g. 256MB, 1GiB, 1000000)")
-    number, unit = float(m.group(1)), (m.group(2) or "").lower()
-    prefix = unit[:1] if unit[:1] in "kmgt" else ""
-    base = 1024 ** " kmgt".index(prefix) if "i" in unit and prefix else _MULT[prefix]
-    return int(number * base)
+from shardcore.cli import CLIError, check_new_artifact, size_arg
 
 
 def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
@@ -59,13 +43,13 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
     p.add_argument("--workers", type=int, default=1, help="worker processes (default 1)")
     p.add_argument(
         "--shard-size",
-        type=parse_size,
+        type=size_arg,
         default=256 << 20,
         help="target shard size, e.g. 256MB, 1GB (default 256MiB)",
     )
     p.add_argument(
         "--unit-size",
-        type=parse_size,
+        type=size_arg,
         default=64 << 20,
         help="input bytes per unit of work (default 64MiB)",
     )

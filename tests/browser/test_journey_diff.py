@@ -10,7 +10,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.services, pytest.mark.django_db(t
 
 
 def test_it_compares_two_versions_side_by_side(page, live_server, login, screenshot, tmp_path):
-    from shardcore.pool import Pool as PoolReader
+    from shardcore.pool import PoolReader
     from tests.unit import mix_fixtures
     from webapp.catalog import services
     from webapp.catalog.models import ArtifactStatus, Pool

@@ -117,27 +117,6 @@ def catalog(tmp_path, users):
         num_documents=3,
         num_tokens=60,
     )
-    quality = {
-        "windows": {
-            "labels": ["de", "en"],
-            "share": [0.25, 0.75],
-            "num_samples": 64,
-            "window_sizes": [2, 4, 8],
-            "max": [[0.75, 0.75], [0.5, 0.5], [0.25, 0.25]],
-            "p99": [[0.75, 0.75], [0.5, 0.5], [0.25, 0.25]],
-            "ideal": [[0.3, 0.3], [0.2, 0.2], [0.14, 0.14]],
-            "max_all": [0.75, 0.5, 0.25],
-            "p99_all": [0.75, 0.5, 0.25],
-            "ideal_all": [0.3, 0.2, 0.14],
-            "quantile": 0.99,
-        },
-        "batches": {"batch_size": 4, "num_batches": 16, "possible": 2, "worst": 1, "best": 2},
-        "composition": {
-            "labels": ["en", "de"],
-            "bin_edges": [0, 32, 64],
-            "share": [[0.7, 0.8], [0.3, 0.2]],
-        },
-    }
     pool = Pool.objects.create(
         name="wiki-2048",
         status=ArtifactStatus.READY,
@@ -147,7 +126,6 @@ def catalog(tmp_path, users):
         num_tokens=60,
         num_documents=3,
         fingerprint="f" * 16,
-        params={"quality": quality},
     )
     pool.parents.add(ts)
     write_pool_manifest(pool, [10, 10, 10, 10])

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from tests.integration.dashboard_fixtures import catalog, login, users  # noqa: F401
-from webapp.dashboard import builder
+from webapp.catalog import builder
 
 pytestmark = pytest.mark.django_db
 
@@ -141,7 +141,7 @@ def test_it_refuses_to_save_a_version_that_repeats_a_pool_beyond_the_cap(login, 
 def stdlib_pools(tmp_path, settings):
     """Three ready catalog pools over real pools of CPython standard-library modules
     (tokenized with tiktoken, built by shardcore), split by package name."""
-    from shardcore.pool import Pool as PoolReader
+    from shardcore.pool import PoolReader
     from tests.unit import mix_fixtures
     from webapp.catalog.models import ArtifactStatus, Pool
 

@@ -29,7 +29,15 @@ def test_it_lists_sources_and_shows_a_source_with_its_bad_input(login, catalog):
     assert "Rescan" not in body
 
 
-def test_it_shows_a_pool_with_quality_charts_and_its_users(login, catalog):
+def test_it_shows_a_pool_with_quality_charts_and_its_users(login, catalog, tmp_path):
+    from django.core.cache import cache
+
+    from tests.unit import mix_fixtures
+    from webapp.catalog.models import Pool
+
+    cache.clear()
+    built = mix_fixtures.build_pools(tmp_path / "built", seq_len=32)["early"]
+    Pool.objects.filter(pk=catalog["pool"].pk).update(path=str(built))
     body = login("viewer").get(f"/pools/{catalog['pool'].pk}/").content.decode()
     assert "wiki-2048" in body
     assert "base-mix v1" in body
@@ -319,7 +327,7 @@ def test_it_measures_a_pool_by_the_property_a_person_chooses(login, catalog, tmp
     assert page.context["by"] == "package"
     assert page.context["quality"]["report"]["label"] == "package"
     traces = page.context["deviation_figure"]["data"]
-    from shardcore.pool import Pool as PoolReader
+    from shardcore.pool import PoolReader
 
     packages = set(PoolReader(built).document_values("package").tolist())
     named = {t["name"] for t in traces} - {"worst label"}

@@ -5,7 +5,7 @@ from django.contrib.auth.models import Group
 from django.core.exceptions import PermissionDenied
 from rest_framework.authtoken.models import Token
 
-from webapp.dashboard.permissions import has_role, require_role, user_role
+from webapp.roles import has_role, require_role, user_role
 
 pytestmark = pytest.mark.django_db
 

@@ -17,8 +17,7 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from shardcore.mixture import Mixture
-from shardcore.pool import SOURCE_FP_COL
-from shardcore.pool import Pool as PoolReader
+from shardcore.pool import SOURCE_FP_COL, PoolReader
 from tests.integration.dashboard_fixtures import login, users  # noqa: F401
 from webapp.catalog import services
 from webapp.catalog.models import ArtifactStatus

@@ -132,8 +132,8 @@ def test_it_taints_everything_downstream_of_a_flagged_source(world, db):
         "ts:beta", "pool:pb", "pool:pab", "version:1", "version:3", "materialized:3",
         "run-v_a_b", "run-v_b",
     }  # fmt: skip
-    impact = selectors.flag_impact(flag_id=flag.pk)
-    assert {r.name for r in impact.runs} == {"run-v_a_b", "run-v_b"}
+    detail = selectors.flag_detail(flag_id=flag.pk, reads=False)
+    assert {r.name for r in detail["runs"]} == {"run-v_a_b", "run-v_b"}
 
 
 def test_it_taints_a_run_registered_after_the_flag(world, db):
@@ -152,10 +152,13 @@ def test_it_answers_lineage_both_ways(world, db):
     assert {r.name for r in selectors.source_runs(source_id=world["b"].pk)} == {
         "run-v_a_b", "run-v_b",
     }  # fmt: skip
-    assert {r.name for r in selectors.document_runs(source_id=world["a"].pk, document_ids=[2])} == {
+    source = str(world["a"].pk)
+    assert {r.name for r in selectors.audit_search(source=source, document_id=2)["runs"]} == {
         "run-v_a_b"
     }
-    assert {r.name for r in selectors.file_runs(source_id=world["a"].pk, path="a2.jsonl")} == {
+    assert {
+        r.name for r in selectors.audit_search(source=source, file_path="a2.jsonl")["runs"]
+    } == {
         "run-v_a_b",
         "run-v_without",
     }

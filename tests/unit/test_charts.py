@@ -107,17 +107,28 @@ def test_it_marks_pools_repeated_beyond_the_warning_in_red():
     assert fig["layout"]["shapes"][0]["y0"] == 4
 
 
-def test_it_plots_progress_reports_in_order_with_the_budget_line():
-    fig = charts.progress_over_time(
+def test_it_plots_progress_by_step_with_stage_starts_and_the_budget_line():
+    fig = charts.progress_by_step(
         [
             {"at": "2025-01-01T00:00:00+00:00", "tokens": 0, "step": 0},
             {"at": "2025-01-01T01:00:00+00:00", "tokens": 4096, "step": 2},
         ],
+        stages=[
+            {"label": "anneal", "tokens": 2048, "step": 1},
+            {"label": "cooldown", "tokens": 6144, "step": None},
+        ],
         total_tokens=8192,
     )
+    assert fig["data"][0]["x"] == [0, 2]
     assert fig["data"][0]["y"] == [0, 4096]
-    assert fig["data"][0]["customdata"] == [0, 2]
-    assert fig["layout"]["shapes"][0]["y0"] == 8192
+    assert fig["layout"]["xaxis"]["title"]["text"] == "training step"
+    shapes = fig["layout"]["shapes"]
+    assert shapes[0]["y0"] == 8192
+    assert [s["x0"] for s in shapes if s.get("yref") == "paper"] == [1]
+    assert [a["text"] for a in fig["layout"]["annotations"]] == [
+        "anneal from step 1",
+        "cooldown from 6,144 tokens (not reached)",
+    ]
 
 
 def test_it_lays_lineage_out_in_columns_and_highlights_taint():

@@ -122,3 +122,48 @@ def test_it_holds_an_exact_shuffle_to_random_permutations_of_its_documents(tmp_p
     local, _ = _verdict_of(tmp_path / "local")
     assert local["ratio"] > 2, local  # grouped by source: far from any random order
     assert not local["ok"]
+
+
+def test_it_measures_each_stage_of_a_schedule_against_random_permutations_of_its_samples(
+    tmp_path,
+):
+    """A blend mixes its pools at least as evenly as a random order of the same samples
+    (within the verdict's tolerance at every window); a stage of one pool has nothing to
+    mix; a stage longer than ``max_samples`` is measured on its start."""
+    from shardcore.manifest import read_manifest
+    from shardcore.mixture import build_mixture
+    from tests.unit import mix_fixtures
+
+    pools = mix_fixtures.build_pools(tmp_path, seq_len=64)
+    spec = {
+        "tokens": 64 * 3000, "seed": 4,
+        "components": [{"pool": str(pools["early"]), "weight": 0.7},
+                       {"pool": str(pools["late"]), "weight": 0.3}],
+        "stages": [{"name": "anneal", "tokens": 64 * 500,
+                    "components": [{"pool": str(pools["middle"]), "weight": 1.0}]}],
+        "max_repetitions": 100,
+    }  # fmt: skip
+    build_mixture(spec, tmp_path / "mix")
+    report = quality.mixture_quality(str(tmp_path / "mix"), max_samples=2000)
+    main, anneal = report["stages"]
+    assert (main["name"], main["num_samples"], main["measured"]) == ("main", 2500, 2000)
+    assert main["verdict"]["from_window"] == 2 and main["verdict"]["ok"], main
+    assert report["verdict"] == main["verdict"]
+    assert report["windows"]["num_samples"] == 2000
+    keys = {p["key"]: p["path"] for p in read_manifest(str(tmp_path / "mix"))["pools"]}
+    assert {keys[k] for k in report["windows"]["labels"]} == {
+        str(pools["early"]),
+        str(pools["late"]),
+    }
+    ref = report["reference"]
+    assert all(lo <= m <= hi for lo, m, hi in zip(ref["lo"], ref["mean"], ref["hi"], strict=True))
+    assert anneal["verdict"]["text"].startswith("one pool only (") and anneal["verdict"]["ok"]
+    json.dumps(report)
+    # Sorted by pool, the same samples are far from any random order.
+    codes = np.sort(quality.encode_labels(np.array(["a"] * 700 + ["b"] * 300))[0])
+    ref = quality.sample_shuffle_reference(codes, [2, 4, 8, 16, 32], trials=4, seed=1)
+    sizes = [2, 4, 8, 16, 32]
+    sorted_verdict = quality.verdict(
+        sizes, quality.window_deviation(codes, sizes)["max_all"], ref["mean"]
+    )
+    assert not sorted_verdict["ok"] and sorted_verdict["ratio"] > 2

@@ -8,9 +8,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-from shardcore.commands.tokenize import parse_size
 from tests.unit.tokenize_fixtures import jsonl_bytes, stdlib_records, write_jsonl
 
 
@@ -81,19 +78,3 @@ def test_it_explains_a_bad_tokenizer_spec_in_one_line(tmp_path):
     assert r.returncode == 2
     assert "expected 'tiktoken:<encoding>' or 'hf:<path>'" in r.stderr
     assert "Traceback" not in r.stderr
-
-
-@pytest.mark.parametrize(
-    ("text", "size"),
-    [
-        ("256MB", 256 * 10**6),
-        ("256MiB", 256 << 20),
-        ("1GB", 10**9),
-        ("1gib", 1 << 30),
-        ("64k", 64_000),
-        ("4096", 4096),
-        ("1.5MB", 1_500_000),
-    ],
-)
-def test_it_parses_sizes(text, size):
-    assert parse_size(text) == size

@@ -45,3 +45,45 @@ def test_it_verifies_a_mixture_and_its_materialized_copy(tmp_path, capsys):
     assert main(["verify", str(copy)]) != 0
     printed = capsys.readouterr()
     assert f"{victim.name} at byte 0: checksum mismatch" in printed.out + printed.err
+
+
+def test_every_kind_lists_its_files_and_a_mapping_written_before_still_reads(tmp_path):
+    """Mixtures and materialized copies list their files like tokenized sources and pools
+    (``[{"path", "size", "xxh3", ...}]``); one written with the earlier mapping
+    ``{path: entry}`` still verifies, materializes and keeps its content digest."""
+    import json
+
+    from shardcore import manifest as mf
+
+    pools = mix_fixtures.build_pools(tmp_path, seq_len=64)
+    spec = MixtureSpec.from_dict(
+        {
+            "tokens": 64 * 300,
+            "seed": 3,
+            "components": [{"pool": str(p), "weight": 1.0} for p in pools.values()],
+        }
+    )
+    mixture = tmp_path / "mixture"
+    build_mixture(spec, mixture)
+    copy = tmp_path / "copy"
+    materialize(str(mixture), str(copy))
+    for artifact in (*pools.values(), mixture, copy):
+        files = mf.read_manifest(artifact)["files"]
+        assert isinstance(files, list) and files, artifact
+        assert all({"path", "size", "xxh3", "blocks"} <= set(e) for e in files)
+
+    for artifact in (mixture, copy):
+        path = Path(artifact) / mf.MANIFEST_NAME
+        listed = json.loads(path.read_text())
+        digest = mf.content_digest(listed)
+        old = {**listed, "files": {e["path"]: e for e in listed["files"]}}
+        path.write_text(json.dumps(old, indent=1, sort_keys=True))
+        read = mf.read_manifest(artifact)
+        assert isinstance(read["files"], dict)
+        assert mf.file_entries(read) == sorted(listed["files"], key=lambda e: e["path"])
+        assert mf.content_digest(read) == digest
+        assert verify(artifact).problems == []
+    again = tmp_path / "again"
+    materialize(str(mixture), str(again))  # from the mixture with the mapping
+    assert mf.read_manifest(again)["fingerprint"] == mf.read_manifest(copy)["fingerprint"]
+    assert verify(again).problems == []

@@ -110,7 +110,7 @@ def test_it_fails_a_materialization_on_a_flipped_pool_byte(tokenized, tmp_path):
 def test_it_checks_only_the_blocks_a_reader_asks_for(tokenized, tmp_path):
     src = _copy(tokenized, tmp_path / "tok")
     victim = _first_bin(src)
-    entry = verify.entries_by_path(mf.read_manifest(src))[victim.relative_to(src).as_posix()]
+    entry = mf.files_by_path(mf.read_manifest(src))[victim.relative_to(src).as_posix()]
     bs = entry["block_size"]
     assert entry["size"] > 2 * bs
     _flip(victim, bs + 1)  # block 1

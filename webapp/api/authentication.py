@@ -13,7 +13,7 @@ from django.utils.translation import gettext_lazy as _
 from rest_framework.authentication import TokenAuthentication
 from rest_framework.exceptions import AuthenticationFailed
 
-from webapp.dashboard.permissions import ROLES, role_from_groups
+from webapp.roles import ROLES, role_from_groups
 
 
 def _token_sql() -> tuple[str, list[str], list[str]]:

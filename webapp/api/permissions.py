@@ -1,11 +1,11 @@
-"""API permissions through the dashboard's one role helper: reading needs a viewer,
+"""API permissions through the one role helper (webapp.roles): reading needs a viewer,
 writing an editor, except the actions a view lists in ``write_roles`` (a trainer registers
 runs and reports progress). Authentication comes first, so a request without a token
 gets 401."""
 
 from rest_framework.permissions import SAFE_METHODS, BasePermission
 
-from webapp.dashboard.permissions import require_role
+from webapp.roles import require_role
 
 
 class RolePermission(BasePermission):

@@ -16,8 +16,10 @@ from rest_framework.response import Response
 from webapp.api import serializers as s
 from webapp.api.authentication import TokenRoleAuthentication
 from webapp.api.permissions import RolePermission
+from webapp.catalog import selectors
 from webapp.catalog.models import Flag, Mixture, MixtureVersion, Pool, Source, TrainingRun
 from webapp.jobs.models import Job
+from webapp.links import page_url
 
 
 class Page(LimitOffsetPagination):
@@ -111,14 +113,12 @@ class MixtureViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSe
         """Save a draft as the next immutable version of the named mixture (created when
         new); refused with the planner's reason when it cannot be planned."""
         from shardcore.errors import ShardcoreError
-        from webapp.catalog.services import CatalogError
-        from webapp.dashboard.selectors import mixture_predict
-        from webapp.dashboard.services import mixture_version_save
+        from webapp.catalog.services import CatalogError, mixture_version_save
 
         data = s.MixtureVersionCreateSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         v = data.validated_data
-        prediction = mixture_predict(payload=v)
+        prediction = selectors.mixture_draft_predict(payload=v)
         if prediction["error"] or prediction.get("save_error"):
             raise ValidationError({"detail": prediction["error"] or prediction["save_error"]})
         try:
@@ -240,12 +240,13 @@ class FlagViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     )
     @action(detail=True, methods=["get"])
     def taints(self, request, pk=None):
-        from webapp.dashboard.selectors import flag_detail
-
-        detail = flag_detail(flag_id=int(pk))
+        detail = selectors.flag_detail(flag_id=int(pk))
         taints = [
             {
-                **{k: t[k] for k in ("label", "url", "documents", "created_at")},
+                "label": t["label"],
+                "url": page_url(t["kind"], t["id"]),
+                "documents": t["documents"],
+                "created_at": t["created_at"],
                 **({"first_read": _flag_read(t["read"])} if "read" in t else {}),
             }
             for t in detail["taints"]
@@ -270,13 +271,9 @@ class AuditViewSet(Base, viewsets.ViewSet):
         },
     )
     def list(self, request):
-        from webapp.dashboard.selectors import audit_search
-
         q = s.AuditQuerySerializer(data=request.query_params)
         q.is_valid(raise_exception=True)
-        result = audit_search(**q.validated_data)
-        if "error" in result:
-            return Response({"detail": result["error"]}, status=status.HTTP_404_NOT_FOUND)
+        result = selectors.audit_search(**q.validated_data)  # NotFound: 404
         return Response(
             {
                 "source": result["source"].pk,
@@ -290,11 +287,9 @@ class AuditViewSet(Base, viewsets.ViewSet):
 
 def _flag_read(row: dict) -> dict:
     """A ``flag_read`` row as JSON: the flag's id, the answer and its one-line text."""
-    from webapp.dashboard.selectors import flag_read_text
-
     out = {k: v for k, v in row.items() if k != "flag"}
     return {"flag": row["flag"].pk, "reason": row["flag"].reason, **out,
-            "text": flag_read_text(row)}  # fmt: skip
+            "text": selectors.flag_read_text(row)}  # fmt: skip
 
 
 FlagReadSerializer = inline_serializer(
@@ -488,10 +483,8 @@ class RunViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     def flags(self, request, pk=None):
         """Per flag tainting the run: when the run first read the flagged documents (the
         step), or "not yet" at its current position."""
-        from webapp.catalog.selectors import run_flag_reads
-
         run = get_object_or_404(TrainingRun.objects.select_related("mixture_version"), pk=pk)
-        return Response([_flag_read(r) for r in run_flag_reads(run=run)])
+        return Response([_flag_read(r) for r in selectors.run_flag_reads(run=run)])
 
     @extend_schema(responses={200: ResumeSerializer, 409: OpenApiTypes.OBJECT})
     @action(detail=True, methods=["get"])

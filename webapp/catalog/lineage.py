@@ -14,8 +14,7 @@ def pool_document_ids(*, pool: Pool, tokenized: TokenizedSource) -> np.ndarray:
     from its ``documents.parquet`` (the pool's own split: train or val)."""
     import pyarrow.compute as pc
 
-    from shardcore.pool import SOURCE_FP_COL
-    from shardcore.pool import Pool as PoolReader
+    from shardcore.pool import SOURCE_FP_COL, PoolReader
 
     table = PoolReader(pool.path).documents
     if SOURCE_FP_COL not in table.column_names or "doc_id" not in table.column_names:
@@ -54,8 +53,7 @@ def pool_document_rows(
 ) -> np.ndarray:
     """Rows of the pool's ``documents.parquet`` (pool document indices) that are
     ``doc_ids`` of ``tokenized`` (None: every document of it)."""
-    from shardcore.pool import SOURCE_FP_COL
-    from shardcore.pool import Pool as PoolReader
+    from shardcore.pool import SOURCE_FP_COL, PoolReader
 
     table = PoolReader(pool.path).documents
     if SOURCE_FP_COL not in table.column_names or "doc_id" not in table.column_names:

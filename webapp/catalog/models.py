@@ -330,7 +330,7 @@ class TrainingRun(models.Model):
     consumed_samples = models.BigIntegerField(default=0)
     consumed_tokens = models.BigIntegerField(default=0)
     last_reported_at = models.DateTimeField(null=True, blank=True)
-    # The owner; with ``team`` (a group), who may report progress (dashboard.permissions).
+    # The owner; with ``team`` (a group), who may report progress (webapp.roles).
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )

@@ -19,7 +19,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from webapp.catalog import guards
+from webapp.catalog import builder, guards
 from webapp.catalog.models import (
     ArtifactStatus,
     Export,
@@ -418,7 +418,9 @@ def tokenized_source_record(*, job, manifest: dict | None) -> None:
         rel = rel_of.get(entry["file"], entry["file"])
         file_ranges[rel] = [first, first + entry["documents"]]
         first += entry["documents"]
-    sizes = {f["path"]: f for f in manifest.get("files", [])}
+    from shardcore.manifest import files_by_path
+
+    sizes = files_by_path(manifest)
     out = Path(ts.path)
     Shard.objects.bulk_create(
         [
@@ -595,7 +597,9 @@ def _pool_fill(pool: Pool, manifest: dict) -> None:
     pool.num_tokens = manifest["num_tokens"]
     pool.num_documents = manifest["documents"]
     pool.manifest_path = str(Path(pool.path) / "manifest.json")
-    sizes = {f["path"]: f for f in manifest.get("files", [])}
+    from shardcore.manifest import files_by_path
+
+    sizes = files_by_path(manifest)
     pool.num_bytes = sum(f["size"] for f in sizes.values())
     pool.status = ArtifactStatus.READY
     pool.finished_at = timezone.now()
@@ -678,6 +682,28 @@ def mixture_get_or_create(*, name: str, description: str = "", created_by=None) 
         return Mixture.objects.get(name=name)
 
 
+def mixture_version_save(*, name: str, description: str, spec: dict, created_by=None):
+    """Save a builder spec (``builder.spec_from_rows``) as the next immutable version of
+    mixture ``name`` (created when new): every stage with its token count, the ordering and
+    its options, and the repetition cap go into the version's schedule."""
+    with transaction.atomic():
+        mixture = mixture_get_or_create(name=name, description=description, created_by=created_by)
+        return mixture_version_create(
+            mixture_id=mixture.pk,
+            components=builder.version_components(spec),
+            token_budget=int(spec["tokens"]),
+            seed=int(spec.get("seed", 0)),
+            stages=[
+                {"name": st["name"], "tokens": int(st["tokens"])} for st in spec.get("stages") or []
+            ],
+            order=str(spec.get("order", "blend")),
+            order_options=dict(spec.get("order_options") or {}),
+            max_repetitions=float(spec.get("max_repetitions", 4.0)),
+            note=description,
+            created_by=created_by,
+        )
+
+
 def mixture_version_create(
     *,
     mixture_id: int,
@@ -701,6 +727,7 @@ def mixture_version_create(
     ``continues`` (``shardcore.mixture.continuation``) builds a version that a run switches
     to mid-training (``run_switch``)."""
     from shardcore.errors import ShardcoreError
+    from shardcore.manifest import file_entries
     from shardcore.mixture import MixtureSpec, build_mixture
 
     if token_budget <= 0:
@@ -781,6 +808,7 @@ def mixture_version_create(
             manifest = build_mixture(spec, out)
         except (ShardcoreError, OSError) as exc:
             raise CatalogError(f"cannot build {mixture.name} v{number}: {exc}") from exc
+        quality = schedule_quality(path=str(out))
         epochs = {os.path.abspath(p["path"]): p for p in manifest["pools"]}
         version = MixtureVersion.objects.create(
             mixture=mixture,
@@ -806,12 +834,13 @@ def mixture_version_create(
                     }
                     for pk in dict.fromkeys(c["pool"] for c in components)
                 ],
+                "quality": quality,
             },  # fmt: skip
             fingerprint=manifest["fingerprint"],
             path=str(out),
             manifest_path=str(out / "manifest.json"),
             num_tokens=manifest["num_tokens"],
-            num_bytes=sum(f["size"] for f in manifest["files"].values()),
+            num_bytes=sum(f["size"] for f in file_entries(manifest)),
             created_by=created_by,
         )
         MixtureComponent.objects.bulk_create(
@@ -833,6 +862,19 @@ def mixture_version_create(
         version.save()
         taint_refresh(source_ids=_version_source_ids(version))
     return version
+
+
+def schedule_quality(*, path: str) -> dict[str, Any]:
+    """A built schedule's quality by pool (``shardcore.quality.mixture_quality``): per
+    stage, window deviation against random permutations of the same samples and a verdict;
+    ``{"error": ...}`` when it cannot be measured (the schedule itself is still good)."""
+    from shardcore import quality
+    from shardcore.errors import ShardcoreError
+
+    try:
+        return quality.mixture_quality(path, by="pool")
+    except (ShardcoreError, OSError, ValueError) as exc:
+        return {"error": f"no quality measured: {exc}"}
 
 
 def _jsonable(value: Any) -> Any:
@@ -1050,7 +1092,9 @@ def mixture_materialized_record(*, job, manifest: dict | None) -> None:
         export.save()
         return
     out = Path(export.path)
-    files = manifest.get("files", {})
+    from shardcore.manifest import files_by_path
+
+    files = files_by_path(manifest)
     Shard.objects.bulk_create(
         [
             Shard(
@@ -1102,7 +1146,7 @@ def run_register(
     tainted. ``created_by=None`` is an operator's command: no owner, no checks."""
     from django.contrib.auth.models import Group
 
-    from webapp.dashboard.permissions import ROLES, may_write_run, user_role
+    from webapp.roles import ROLES, may_write_run, user_role
 
     name = _name(name, "run name", max_length=200)
     version = MixtureVersion.objects.filter(pk=mixture_version_id).first()
@@ -1256,7 +1300,7 @@ def _progress_check(
 
 
 def _may_write(run: TrainingRun, actor, *, in_team: bool) -> None:
-    from webapp.dashboard.permissions import has_role, user_role
+    from webapp.roles import has_role, user_role
 
     if actor is None or user_role(actor) == "admin":
         return
@@ -1694,7 +1738,7 @@ def run_switch(*, run_id: int, weights, note: str = "", actor=None) -> dict[str,
     from shardcore.manifest import read_manifest
     from shardcore.mixture import continuation
     from webapp.catalog.selectors import run_segments
-    from webapp.dashboard.permissions import has_role
+    from webapp.roles import has_role
 
     if actor is not None and not has_role(actor, "editor"):
         raise RunPermissionError("saving a version a run switches to needs the editor role")
@@ -2074,4 +2118,5 @@ def _flagged_docs_in_pool(flag: Flag, pool: Pool, hit_tokenized: dict[int, int])
 def _flagged_docs_in_version(flag: Flag, version: MixtureVersion, hit_pools: dict[int, int]) -> int:
     if version.status not in (ArtifactStatus.READY, ArtifactStatus.BUILDING):
         return 0
-    return sum(hit_pools.get(c.pool_id, 0) for c in version.components.all())
+    # A pool in two stages holds its documents once.
+    return sum(hit_pools.get(p, 0) for p in {c.pool_id for c in version.components.all()})

@@ -365,18 +365,23 @@ def predicted_epochs(
     }
 
 
-def progress_over_time(
-    points: Sequence[Mapping], *, total_tokens: int | None = None, title: str = "Progress"
+def progress_by_step(
+    points: Sequence[Mapping],
+    *,
+    stages: Sequence[Mapping] = (),
+    total_tokens: int | None = None,
+    title: str = "Progress by training step",
 ) -> dict:
-    """Consumed tokens against wall time, one marker per progress report. Points:
-    ``{"at": ISO time, "tokens": int, "step": int}``; ``total_tokens`` draws the budget."""
+    """Consumed tokens against training step, one marker per progress report. Points:
+    ``{"step": int, "tokens": int, "at": ISO time}``. ``stages`` are the schedule's later
+    stages ``{"label", "tokens", "step"}``: where each starts in tokens (a dotted
+    horizontal line) and, once the run got there, the step at which it did (a dotted
+    vertical line labelled with the stage); ``total_tokens`` draws the budget."""
     if not points:
         return _empty(title, "no progress reported yet")
-    layout = _layout(
-        title, xaxis={"title": {"text": "time"}}, yaxis={"title": {"text": "tokens consumed"}}
-    )
+    shapes, notes = [], []
     if total_tokens:
-        layout["shapes"] = [
+        shapes.append(
             {
                 "type": "line",
                 "xref": "paper",
@@ -386,17 +391,73 @@ def progress_over_time(
                 "y1": total_tokens,
                 "line": {"color": "#000", "dash": "dash", "width": 1},
             }
-        ]
+        )
+    for st in stages:
+        shapes.append(
+            {
+                "type": "line",
+                "xref": "paper",
+                "x0": 0,
+                "x1": 1,
+                "y0": st["tokens"],
+                "y1": st["tokens"],
+                "line": {"color": "#555", "dash": "dot", "width": 1},
+            }
+        )
+        if st.get("step") is None:
+            notes.append(
+                {
+                    "x": 0,
+                    "xref": "paper",
+                    "y": st["tokens"],
+                    "text": f"{st['label']} from {st['tokens']:,} tokens (not reached)",
+                    "showarrow": False,
+                    "xanchor": "left",
+                    "yanchor": "bottom",
+                    "font": {"size": 10, "color": "#555"},
+                }
+            )
+            continue
+        shapes.append(
+            {
+                "type": "line",
+                "yref": "paper",
+                "y0": 0,
+                "y1": 1,
+                "x0": st["step"],
+                "x1": st["step"],
+                "line": {"color": "#555", "dash": "dot", "width": 1},
+            }
+        )
+        notes.append(
+            {
+                "x": st["step"],
+                "y": 1,
+                "yref": "paper",
+                "text": f"{st['label']} from step {st['step']:,}",
+                "showarrow": False,
+                "xanchor": "left",
+                "yanchor": "bottom",
+                "font": {"size": 10, "color": "#555"},
+            }
+        )
+    layout = _layout(
+        title,
+        xaxis={"title": {"text": "training step"}, "rangemode": "tozero"},
+        yaxis={"title": {"text": "tokens consumed"}, "rangemode": "tozero"},
+        shapes=shapes,
+        annotations=notes,
+    )
     return {
         "data": [
             {
                 "type": "scatter",
                 "mode": "lines+markers",
                 "name": "tokens",
-                "x": [str(p["at"]) for p in points],
+                "x": [int(p["step"]) for p in points],
                 "y": [int(p["tokens"]) for p in points],
-                "customdata": [p.get("step") for p in points],
-                "hovertemplate": "%{x}<br>step %{customdata:,}: %{y:,} tokens<extra></extra>",
+                "customdata": [str(p.get("at", "")) for p in points],
+                "hovertemplate": "step %{x:,}: %{y:,} tokens<br>%{customdata}<extra></extra>",
                 "line": {"color": PALETTE[0]},
             }
         ],

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django import forms
 
-from webapp.dashboard.permissions import ROLES
+from webapp.roles import ROLES
 
 ROLE_CHOICES = [(r, r) for r in ROLES]
 

@@ -8,8 +8,9 @@ the manifest (the artifact's commit point) and calls the job's recorder, a catal
 that writes the artifact rows in the same transaction as the job's success.
 
 Claims are ``UPDATE ... WHERE state = 'queued'`` that must change exactly one row, and
-completions are ``UPDATE ... WHERE state = 'running' AND attempts = <claimed attempt>``: a
-duplicate or stale delivery records nothing. Completions lock the job row, so counters and
+completions, successes and failures alike, are ``UPDATE ... WHERE state = 'running' AND
+attempts = <claimed attempt>``: a duplicate or stale delivery records nothing, and neither
+does a worker that comes back after its claim lapsed and the unit ran again elsewhere. Completions lock the job row, so counters and
 phase changes are serialized per job.
 
 A claim is a lease: a running unit renews ``heartbeat_at`` every
@@ -374,9 +375,11 @@ def _unit_fail(unit: JobUnit, error: str, trace: str) -> None:
     now = timezone.now()
     with transaction.atomic():
         job = Job.objects.select_for_update().get(pk=unit.job_id)
-        failed = JobUnit.objects.filter(pk=unit.pk, state=UnitState.RUNNING).update(
-            state=UnitState.FAILED, error=(error + "\n" + trace).strip(), finished_at=now
-        )
+        # Only the claim's owner records its failure: a worker cut off past its lease
+        # whose unit runs again elsewhere (attempts moved on) fails nothing.
+        failed = JobUnit.objects.filter(
+            pk=unit.pk, state=UnitState.RUNNING, attempts=unit.attempts
+        ).update(state=UnitState.FAILED, error=(error + "\n" + trace).strip(), finished_at=now)
         if failed != 1:
             return
         _log(job, f"unit {unit.unit_id} FAILED on {unit.worker}: {error}")

@@ -1,5 +1,5 @@
 """The three roles are groups: viewer looks, editor creates and launches, admin manages
-users and tokens. Membership is the whole permission model (see dashboard.permissions)."""
+users and tokens. Membership is the whole permission model (see webapp.roles)."""
 
 from django.db import migrations
 

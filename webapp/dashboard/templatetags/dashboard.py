@@ -7,7 +7,7 @@ import itertools
 from django import template
 from django.utils.html import format_html, json_script
 
-from webapp.dashboard.permissions import has_role as _has_role
+from webapp.roles import has_role as _has_role
 
 register = template.Library()
 _ids = itertools.count()

@@ -1,2 +1,2 @@
-"""Pages. Each view fetches, checks the role with permissions.require_role, calls one
-service or selector, and renders or redirects."""
+"""Pages. Each view fetches, checks the role with webapp.roles.require_role, calls one
+service or page context (webapp.dashboard.contexts), and renders or redirects."""

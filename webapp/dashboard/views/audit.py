@@ -4,7 +4,7 @@ from django.contrib import messages
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from webapp.dashboard import selectors
+from webapp.dashboard import contexts
 from webapp.dashboard.forms import AuditForm, FlagForm
 
 
@@ -12,18 +12,18 @@ def audit(request):
     form = AuditForm(request.GET or None)
     result = None
     if form.is_valid():
-        result = selectors.audit_search(**form.cleaned_data)
+        result = contexts.audit_search(**form.cleaned_data)
     return render(
         request,
         "dashboard/audit/search.html",
-        {"form": form, "result": result, "flags": selectors.flag_recent()},
+        {"form": form, "result": result, "flags": contexts.flag_recent()},
     )
 
 
 @require_POST
 def flag_create(request):
     from webapp.catalog.services import CatalogError, flag_create
-    from webapp.dashboard.permissions import require_role
+    from webapp.roles import require_role
 
     require_role(request.user, "editor")
     form = FlagForm(request.POST)
@@ -40,4 +40,4 @@ def flag_create(request):
 
 
 def flag_detail(request, flag_id: int):
-    return render(request, "dashboard/audit/flag.html", selectors.flag_detail(flag_id=flag_id))
+    return render(request, "dashboard/audit/flag.html", contexts.flag_detail(flag_id=flag_id))

@@ -7,13 +7,13 @@ from django.http import JsonResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_POST
 
-from webapp.dashboard import selectors
-from webapp.dashboard.permissions import require_role
+from webapp.dashboard import contexts
+from webapp.roles import require_role
 
 
 def mixture_builder(request):
     require_role(request.user, "editor")
-    return render(request, "dashboard/mixtures/builder.html", selectors.builder_context())
+    return render(request, "dashboard/mixtures/builder.html", contexts.builder_context())
 
 
 def _payload(request) -> dict:
@@ -27,18 +27,17 @@ def _payload(request) -> dict:
 @require_POST
 def mixture_predict(request):
     require_role(request.user, "editor")
-    return JsonResponse(selectors.mixture_predict(payload=_payload(request)))
+    return JsonResponse(contexts.mixture_predict(payload=_payload(request)))
 
 
 @require_POST
 def mixture_save(request):
     from shardcore.errors import ShardcoreError
-    from webapp.catalog.services import CatalogError
-    from webapp.dashboard.services import mixture_version_save
+    from webapp.catalog.services import CatalogError, mixture_version_save
 
     require_role(request.user, "editor")
     payload = _payload(request)
-    prediction = selectors.mixture_predict(payload=payload)
+    prediction = contexts.mixture_predict(payload=payload)
     name = str(payload.get("name") or "").strip()
     problem = prediction["error"] or prediction.get("save_error")
     if problem or not name:

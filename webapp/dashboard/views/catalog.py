@@ -6,9 +6,10 @@ from django.contrib import messages
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 
-from webapp.dashboard import selectors
+from webapp.catalog import selectors as catalog
+from webapp.dashboard import contexts
 from webapp.dashboard.forms import PoolBuildForm, SourceRegisterForm, TokenizeForm
-from webapp.dashboard.permissions import require_role
+from webapp.roles import require_role
 
 
 def _form_again(request, template: str, ctx: dict, form):
@@ -19,7 +20,7 @@ def _form_again(request, template: str, ctx: dict, form):
 
 
 def source_list(request):
-    ctx = selectors.source_page(page=request.GET.get("page", 1))
+    ctx = catalog.source_list(page=request.GET.get("page", 1))
     return render(request, "dashboard/sources/list.html", {**ctx, "form": SourceRegisterForm()})
 
 
@@ -30,12 +31,12 @@ def source_register(request):
     require_role(request.user, "editor")
     form = SourceRegisterForm(request.POST)
     if not form.is_valid():
-        return _form_again(request, "dashboard/sources/list.html", selectors.source_page(), form)
+        return _form_again(request, "dashboard/sources/list.html", catalog.source_list(), form)
     try:
         source = source_register(**form.cleaned_data, created_by=request.user)
     except CatalogError as e:
         form.add_error(None, str(e))
-        return _form_again(request, "dashboard/sources/list.html", selectors.source_page(), form)
+        return _form_again(request, "dashboard/sources/list.html", catalog.source_list(), form)
     messages.success(request, f"Registered {source.name}: {source.num_files} file(s).")
     return redirect("dashboard:source", source_id=source.pk)
 
@@ -55,7 +56,7 @@ def source_scan(request, source_id: int):
 
 
 def source_detail(request, source_id: int):
-    ctx = selectors.source_detail(source_id=source_id)
+    ctx = contexts.source_detail(source_id=source_id)
     return render(
         request, "dashboard/sources/detail.html", {**ctx, "tokenize_form": TokenizeForm()}
     )
@@ -85,7 +86,7 @@ def source_tokenize(request, source_id: int):
 
 
 def pool_list(request):
-    ctx = selectors.pool_page(page=request.GET.get("page", 1))
+    ctx = catalog.pool_list(page=request.GET.get("page", 1))
     return render(request, "dashboard/pools/list.html", {**ctx, "form": PoolBuildForm()})
 
 
@@ -97,23 +98,23 @@ def pool_build(request):
     require_role(request.user, "editor")
     form = PoolBuildForm(request.POST)
     if not form.is_valid():
-        return _form_again(request, "dashboard/pools/list.html", selectors.pool_page(), form)
+        return _form_again(request, "dashboard/pools/list.html", catalog.pool_list(), form)
     try:
         pool = pool_build(**form.cleaned_data, created_by=request.user)
     except (CatalogError, ShardcoreError) as e:
         form.add_error(None, str(e))
-        return _form_again(request, "dashboard/pools/list.html", selectors.pool_page(), form)
+        return _form_again(request, "dashboard/pools/list.html", catalog.pool_list(), form)
     messages.success(request, f"Building pool {pool.name}.")
     return redirect("dashboard:job", job_id=pool.job_id)
 
 
 def pool_detail(request, pool_id: int):
-    ctx = selectors.pool_detail(pool_id=pool_id, by=request.GET.get("by", ""))
+    ctx = contexts.pool_detail(pool_id=pool_id, by=request.GET.get("by", ""))
     return render(request, "dashboard/pools/detail.html", ctx)
 
 
 def mixture_list(request):
-    ctx = selectors.mixture_page(page=request.GET.get("page", 1))
+    ctx = contexts.mixture_page(page=request.GET.get("page", 1))
     from django.urls import reverse
 
     ctx["builder_url"] = reverse("dashboard:mixture_builder")
@@ -121,12 +122,12 @@ def mixture_list(request):
 
 
 def mixture_detail(request, mixture_id: int):
-    ctx = selectors.mixture_detail(mixture_id=mixture_id)
+    ctx = contexts.mixture_detail(mixture_id=mixture_id)
     return render(request, "dashboard/mixtures/detail.html", ctx)
 
 
 def mixture_version(request, version_id: int):
-    ctx = selectors.mixture_version_detail(version_id=version_id)
+    ctx = contexts.mixture_version_detail(version_id=version_id)
     return render(request, "dashboard/mixtures/version.html", ctx)
 
 
@@ -145,15 +146,15 @@ def mixture_version_materialize(request, version_id: int):
 
 
 def run_list(request):
-    ctx = selectors.run_page(page=request.GET.get("page", 1))
+    ctx = contexts.run_page(page=request.GET.get("page", 1))
     return render(request, "dashboard/runs/list.html", ctx)
 
 
 def run_detail(request, run_id: int):
-    context = selectors.run_detail(run_id=run_id)
+    context = contexts.run_detail(run_id=run_id)
     reference = request.GET.get("reference", "")
     if reference:
-        context.update(selectors.run_proposal(run=context["run"], reference=reference))
+        context.update(contexts.run_proposal(run=context["run"], reference=reference))
     return render(request, "dashboard/runs/detail.html", context)
 
 
@@ -194,7 +195,7 @@ def mixture_version_json(request, version_id: int):
     from django.http import JsonResponse
     from django.utils.http import content_disposition_header
 
-    doc = selectors.mixture_version_document(version_id=version_id)
+    doc = contexts.mixture_version_document(version_id=version_id)
     resp = JsonResponse(doc, json_dumps_params={"indent": 2})
     # Quoted by Django (RFC 6266): a name can never add a header or a parameter.
     resp["Content-Disposition"] = content_disposition_header(
@@ -206,7 +207,7 @@ def mixture_version_json(request, version_id: int):
 def export_download(request, export_id: int):
     from django.http import FileResponse
 
-    path = selectors.export_file(export_id=export_id)
+    path = contexts.export_file(export_id=export_id)
     return FileResponse(open(path, "rb"), as_attachment=True, filename=path.name)
 
 
@@ -252,5 +253,5 @@ def mixture_version_diff(request, a_id: int, b_id: int):
     return render(
         request,
         "dashboard/mixtures/diff.html",
-        selectors.mixture_version_diff(a_id=a_id, b_id=b_id),
+        contexts.mixture_version_diff(a_id=a_id, b_id=b_id),
     )

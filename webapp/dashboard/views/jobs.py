@@ -5,21 +5,21 @@ from django.http import JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from webapp.dashboard import selectors
-from webapp.dashboard.permissions import require_role
+from webapp.dashboard import contexts
+from webapp.roles import require_role
 
 
 def job_list(request):
-    ctx = selectors.job_page(state=request.GET.get("state", ""), page=request.GET.get("page", 1))
+    ctx = contexts.job_page(state=request.GET.get("state", ""), page=request.GET.get("page", 1))
     return render(request, "dashboard/jobs/list.html", ctx)
 
 
 def job_detail(request, job_id: int):
-    return render(request, "dashboard/jobs/detail.html", selectors.job_detail(job_id=job_id))
+    return render(request, "dashboard/jobs/detail.html", contexts.job_detail(job_id=job_id))
 
 
 def job_progress(request, job_id: int):
-    return JsonResponse(selectors.job_progress_json(job_id=job_id))
+    return JsonResponse(contexts.job_progress_json(job_id=job_id))
 
 
 def _act(request, job_id: int, action, done: str):

@@ -2,8 +2,8 @@
 
 from django.shortcuts import render
 
-from webapp.dashboard import selectors
+from webapp.dashboard import contexts
 
 
 def home(request):
-    return render(request, "dashboard/home.html", selectors.overview())
+    return render(request, "dashboard/home.html", contexts.overview())

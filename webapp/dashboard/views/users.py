@@ -7,9 +7,9 @@ from django.core.exceptions import ValidationError
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from webapp.dashboard import selectors, services
+from webapp.dashboard import contexts, services
 from webapp.dashboard.forms import RoleForm, UserCreateForm
-from webapp.dashboard.permissions import require_role
+from webapp.roles import require_role
 
 
 def user_list(request):
@@ -17,7 +17,7 @@ def user_list(request):
     return render(
         request,
         "dashboard/users/list.html",
-        {"rows": selectors.user_list(), "form": UserCreateForm(), "role_form": RoleForm()},
+        {"rows": contexts.user_list(), "form": UserCreateForm(), "role_form": RoleForm()},
     )
 
 

@@ -1,13 +1,25 @@
-"""Reads of the dashboard's own (users and roles), and page reads the catalog and jobs
-selectors do not offer. Each runs a bounded number of queries."""
+"""Page contexts: the catalog's read model (``webapp.catalog.selectors``), the jobs' and
+the workers' reads, turned into what each template shows, with links and charts
+(``webapp.dashboard.charts``); and the users page. Each runs a bounded number of queries."""
 
 from __future__ import annotations
 
 from django.contrib.auth import get_user_model
 from django.db.models import Prefetch
 
-from webapp.catalog import selectors as catalog_selectors
-from webapp.dashboard.permissions import ROLES, role_from_groups
+from webapp.catalog import selectors as catalog
+from webapp.catalog.selectors import (
+    TAINT_TARGETS,
+    NotFound,
+    flag_recent,
+    page_of,
+    paged,
+    runs_with_taint,
+)
+from webapp.links import page_url
+from webapp.roles import ROLES, role_from_groups
+
+__all__ = ["flag_recent"]  # the audit page's list, read as the catalog gives it
 
 
 def user_list() -> list[dict]:
@@ -42,47 +54,8 @@ def overview() -> dict:
 
 
 # --- catalog and jobs reads for the pages ---------------------------------------------
-# Lists are paginated by keyset-free LIMIT/OFFSET: pages hold at most PAGE_SIZE rows and
-# every list query is ordered by an indexed column.
-
-PAGE_SIZE = 50
-
-
-def _page(qs, page: int, size: int = PAGE_SIZE) -> dict:
-    """One page of ``qs`` without a COUNT(*) over the whole table: fetch size + 1 rows."""
-    return _paged(lambda offset, limit: list(qs[offset : offset + limit]), page, size)
-
-
-MAX_PAGE = 1_000_000
-
-
-def _paged(fetch, page, size: int = PAGE_SIZE) -> dict:
-    """One page from ``fetch(offset, limit) -> list``, asking for one row more than shown."""
-    # A page number from the query string: anything but a sane integer is page 1 (never a
-    # ValueError or an offset past bigint, i.e. never a 500).
-    try:
-        page = min(max(1, int(str(page or 1))), MAX_PAGE)
-    except ValueError:
-        page = 1
-    rows = fetch((page - 1) * size, size + 1)
-    return {
-        "rows": rows[:size],
-        "page": page,
-        "has_next": len(rows) > size,
-        "has_prev": page > 1,
-    }
-
-
-# Every relation taint_describe reads, fetched with the taint.
-TAINT_TARGETS = (
-    "flag",
-    "tokenized_source__source",
-    "tokenized_source__tokenizer",
-    "pool",
-    "mixture_version__mixture",
-    "run",
-    "export__version__mixture",
-)
+# Lists are paginated by keyset-free LIMIT/OFFSET (``catalog.page_of``): pages hold at
+# most PAGE_SIZE rows and every list query is ordered by an indexed column.
 
 
 def overview_catalog() -> dict:
@@ -114,60 +87,15 @@ def overview_catalog() -> dict:
             ("flags", n["flags"], reverse("dashboard:audit")),
         ],
         "running_jobs": list(running),
-        "recent_runs": _runs_with_taint(list(runs[:10])),
-        "tainted": [taint_describe(t) for t in taints],
+        "recent_runs": runs_with_taint(list(runs[:10])),
+        "tainted": [taint_row(t) for t in taints],
     }
 
 
-def taint_describe(t) -> dict:
-    from django.urls import reverse
-
-    target = t.target
-    if t.run_id:
-        label, url = f"run {target.name}", reverse("dashboard:run", args=[t.run_id])
-    elif t.mixture_version_id:
-        label = f"mixture {target}"
-        url = reverse("dashboard:mixture_version", args=[t.mixture_version_id])
-    elif t.pool_id:
-        label, url = f"pool {target.name}", reverse("dashboard:pool", args=[t.pool_id])
-    elif t.export_id:
-        label = f"materialized copy of {target.version}"
-        url = reverse("dashboard:mixture_version", args=[target.version_id])
-    else:
-        label = f"tokenized {target.source.name} ({target.tokenizer.spec})"
-        url = reverse("dashboard:source", args=[target.source_id])
-    return {
-        "label": label,
-        "url": url,
-        "flag": t.flag.reason,
-        "flag_id": t.flag_id,
-        "documents": t.documents,
-        "created_at": t.created_at,
-    }
-
-
-def _runs_with_taint(runs: list) -> list:
-    """Mark each run ``tainted`` with one query for the whole list."""
-    from webapp.catalog.models import Taint
-
-    ids = set(
-        Taint.objects.filter(run_id__in=[r.pk for r in runs]).values_list("run_id", flat=True)
-    )
-    for r in runs:
-        r.tainted = r.pk in ids
-    return runs
-
-
-def source_page(*, page: int = 1) -> dict:
-    from webapp.catalog.models import Source
-
-    return _page(Source.objects.order_by("name"), page)
-
-
-def pool_page(*, page: int = 1) -> dict:
-    from webapp.catalog.models import Pool
-
-    return _page(Pool.objects.order_by("-created_at").defer("params"), page)
+def taint_row(t) -> dict:
+    """A taint as the catalog describes it, with the link to the page that shows it."""
+    row = catalog.taint_describe(t)
+    return {**row, "url": page_url(row["kind"], row["id"])}
 
 
 def mixture_page(*, page: int = 1) -> dict:
@@ -178,7 +106,7 @@ def mixture_page(*, page: int = 1) -> dict:
     qs = Mixture.objects.annotate(
         num_versions=Count("versions"), latest=Max("versions__number")
     ).order_by("name")
-    return _page(qs, page)
+    return page_of(qs, page)
 
 
 def job_page(*, state: str = "", page: int = 1) -> dict:
@@ -189,7 +117,7 @@ def job_page(*, state: str = "", page: int = 1) -> dict:
         qs = qs.filter(state__in=ACTIVE_JOB_STATES)
     elif state in JobState.values:
         qs = qs.filter(state=state)
-    return {**_page(qs, page), "state": state, "states": ["running", *JobState.values]}
+    return {**page_of(qs, page), "state": state, "states": ["running", *JobState.values]}
 
 
 def run_page(*, page: int = 1) -> dict:
@@ -197,7 +125,7 @@ def run_page(*, page: int = 1) -> dict:
     count, one query)."""
     from webapp.catalog.selectors import run_list
 
-    out = _paged(lambda offset, limit: run_list(offset=offset, limit=limit), page)
+    out = paged(lambda offset, limit: run_list(offset=offset, limit=limit), page)
     for r in out["rows"]:
         r.tainted = r.num_taints > 0
     return out
@@ -433,7 +361,7 @@ def run_detail(*, run_id: int) -> dict:
     return {
         "run": run,
         "version": run.mixture_version,
-        "progress_figure": charts.progress_over_time(
+        "progress_figure": charts.progress_by_step(
             [
                 {
                     "at": p["reported_at"].isoformat(),
@@ -442,15 +370,14 @@ def run_detail(*, run_id: int) -> dict:
                 }
                 for p in points
             ],
+            stages=_progress_stages(run),
             total_tokens=run.mixture_version.token_budget,
         ),
         "lineage_figure": charts.lineage_graph(lineage["nodes"], lineage["edges"]),
         "tainted": f"run:{run.pk}" in lineage["tainted"],
         "num_reports": len(points),
-        "flag_reads": [
-            {**r, "text": flag_read_text(r)} for r in catalog_selectors.run_flag_reads(run=run)
-        ],
-        "segments": _segments_rows(run),
+        "flag_reads": [*catalog.run_flag_reads(run=run)],
+        "segments": catalog.run_segment_rows(run=run),
         **_resume_context(run),
         **run_losses(run=run),
     }
@@ -519,7 +446,7 @@ def run_losses(*, run, overlay: bool = True) -> dict:
             )
         return out
 
-    marks = _run_boundaries(run)
+    marks = catalog.run_loss_marks(run=run)
     stages = marks["stages"]
     # A pool's epoch starts, in its validation curve's colour (up to EPOCH_MARKS of them).
     epochs = [
@@ -568,35 +495,6 @@ def run_losses(*, run, overlay: bool = True) -> dict:
     }
 
 
-def _segments_rows(run) -> list[dict]:
-    """The versions the run read, in order, with the run's samples and steps each gave
-    (the lineage of a switch); a run that never switched has one row."""
-    rows = []
-    for g in catalog_selectors.run_segments(run=run):
-        end = g.end_sample
-        rows.append(
-            {
-                "segment": g,
-                "version": g.mixture_version,
-                "samples": f"[{g.first_sample:,}, {'…' if end is None else f'{end:,}'})",
-                "steps": f"{g.first_step:,} – {'' if end is None else run_step_at(run, end)}",
-            }
-        )
-    return rows
-
-
-def run_step_at(run, sample: int):
-    """The step whose progress report reached ``sample`` consumed samples (None if none)."""
-    from webapp.catalog.models import RunProgress
-
-    return (
-        RunProgress.objects.filter(run=run, consumed_samples__gte=sample)
-        .order_by("step")
-        .values_list("step", flat=True)
-        .first()
-    )
-
-
 def run_proposal(*, run, reference: str) -> dict:
     """The run page's proposal of next-stage weights against the reference run (by id):
     the rows, or the reason there are none."""
@@ -610,82 +508,37 @@ def run_proposal(*, run, reference: str) -> dict:
         return {"proposal_error": str(e)}
 
 
-def _run_boundaries(run) -> dict[str, list[dict]]:
-    """What the loss charts mark, in the run's samples: ``stages``, where each stage after
-    the first of each version it read starts, and where it switched version; ``epochs``,
-    where each pool's next pass over its records starts (``Mixture.epoch_starts``). Each
-    with its tokens (sample x seq_len) and the first step whose progress report had
-    consumed it (None before the run got there)."""
-    import bisect
-    import os
-    from pathlib import Path
-
+def _progress_stages(run) -> list[dict]:
+    """Where each stage after the first starts, from the version's built schedule: its
+    first sample in tokens, and the step at which the run reached it (exact when the
+    samples per step are constant between the two progress reports around it; None
+    before the run got there)."""
     from shardcore.errors import ShardcoreError
+    from shardcore.lineage import step_of_sample
     from shardcore.manifest import read_manifest
-    from shardcore.mixture import Mixture
-    from webapp.catalog.models import MixtureComponent, RunProgress
-    from webapp.catalog.selectors import run_segments
 
-    reports = list(
-        RunProgress.objects.filter(run=run).order_by("step").values_list("step", "consumed_samples")
-    )
-    consumed = [c for _, c in reports]
-
-    def at(sample: int, seq_len: int) -> dict:
-        i = bisect.bisect_left(consumed, sample)
-        step = reports[i][0] if i < len(reports) else None
-        return {"sample": sample, "tokens": sample * seq_len, "step": step}
-
-    segments = run_segments(run=run)
-    pools = {
-        os.path.abspath(c.pool.path): c.pool
-        for c in MixtureComponent.objects.filter(
-            version__in=[g.mixture_version_id for g in segments]
-        ).select_related("pool")
-    }
-    stages, epochs = [], []
-    for g in segments:
-        try:
-            manifest = read_manifest(g.mixture_version.path)
-        except (ShardcoreError, OSError, ValueError):
-            continue
-        seq_len = int(manifest.get("seq_len") or 0)
-        stop = None if g.end_sample is None else g.end_sample - g.first_sample
-        if g.index:
-            stages.append({"label": f"switch to v{g.mixture_version.number}",
-                           **at(g.first_sample, seq_len)})  # fmt: skip
-        for st in manifest.get("stages", [])[1:]:
-            if stop is None or st["first_sample"] < stop:
-                stages.append({"label": f"stage {st['name']}",
-                               **at(g.first_sample + st["first_sample"], seq_len)})  # fmt: skip
-        try:
-            mix = Mixture(g.mixture_version.path)
-        except (ShardcoreError, OSError, ValueError):
-            continue  # no schedule to read epochs from
-        for e in mix.epoch_starts(stop):
-            pool = pools.get(os.path.abspath(mix.pools[e["pool"]]["path"]))
-            name = pool.name if pool else Path(mix.pools[e["pool"]]["path"]).name
-            epochs.append({"label": f"{name} epoch {e['epoch'] + 1}",
-                           "pool": pool.pk if pool else None,
-                           **at(g.first_sample + e["sample"], seq_len)})  # fmt: skip
-    return {"stages": stages, "epochs": epochs}
-
-
-def flag_read_text(row: dict) -> str:
-    """One line answering "when did the run first read the flagged documents"."""
-    first = row["first_sample"]
-    if row.get("error"):
-        return f"unknown: {row['error']}"
-    if row.get("never"):
-        return "never: no sample of this mixture reads a flagged document"
-    if not row["read"]:
-        return (
-            f"not yet: the first flagged sample is {first}; at its current position the run "
-            f"has consumed {row['consumed_samples']} samples (step {row['step']})"
+    try:
+        manifest = read_manifest(run.mixture_version.path)
+    except (ShardcoreError, OSError, ValueError):
+        return []
+    stages = (manifest.get("stages") or [])[1:]
+    if not stages:
+        return []
+    seq_len = int(manifest.get("seq_len") or 0)
+    reports = catalog.run_progress_reports(run=run)
+    out = []
+    for st in stages:
+        first = int(st["first_sample"])
+        read = step_of_sample(first, reports)
+        out.append(
+            {
+                "label": str(st["name"]),
+                "tokens": first * seq_len,
+                "sample": first,
+                "step": read["step"] if read["read"] else None,
+            }
         )
-    if row["exact"]:
-        return f"first read at step {row['step']} (sample {first})"
-    return f"first read after step {row['after_step']}, by step {row['by_step']} (sample {first})"
+    return out
 
 
 def _resume_context(run) -> dict:
@@ -710,43 +563,15 @@ def _resume_context(run) -> dict:
 
 # --- sources ----------------------------------------------------------------------------
 
-FILES_SHOWN = 200
-
-
-def _latest_tokenized(source):
-    from webapp.catalog.models import ArtifactStatus, TokenizedSource
-
-    return (
-        TokenizedSource.objects.filter(source=source, status=ArtifactStatus.READY)
-        .select_related("tokenizer")
-        .order_by("-created_at")
-        .first()
-    )
-
 
 def source_detail(*, source_id: int) -> dict:
-    from django.shortcuts import get_object_or_404
-
-    from webapp.catalog.models import Source
+    """The source page: ``catalog.source_detail`` with its composition and lengths charted."""
     from webapp.dashboard import charts
 
-    source = get_object_or_404(Source, pk=source_id)
-    files = list(source.files.order_by("path")[:FILES_SHOWN])
-    bad_files = list(source.files.filter(bad_lines__gt=0).order_by("-bad_lines")[:50])
-    tokenized = list(
-        source.tokenized.select_related("tokenizer").defer("params").order_by("-created_at")[:20]
-    )
-    flags = list(source.flags.select_related("source_file").order_by("-created_at")[:20])
-    stats = source_stats(
-        tokenized=_latest_tokenized(source), metadata_fields=source.metadata_fields
-    )
+    detail = catalog.source_detail(source_id=source_id)
+    stats = detail.pop("stats")
     return {
-        "source": source,
-        "files": files,
-        "files_truncated": source.num_files > len(files),
-        "bad_files": bad_files,
-        "tokenized": tokenized,
-        "flags": flags,
+        **detail,
         "composition_figure": charts.composition_bars(
             stats["by_property"], title="Documents, bytes and tokens by property"
         ),
@@ -756,118 +581,50 @@ def source_detail(*, source_id: int) -> dict:
     }
 
 
-def source_stats(*, tokenized, metadata_fields) -> dict:
-    """Composition by property and the length histogram of a tokenized source, read with
-    DuckDB from its Parquet sidecars (per-document data never enters Postgres). Cached by
-    fingerprint: a built artifact never changes."""
-    from django.core.cache import cache
-
-    empty = {"by_property": {}, "edges": [], "counts": []}
-    if tokenized is None:
-        return empty
-    key = f"dash:source-stats:{tokenized.pk}:{tokenized.fingerprint}"
-    cached = cache.get(key)
-    if cached is not None:
-        return cached
-    try:
-        stats = _source_stats_read(tokenized.path, list(metadata_fields or []))
-    except Exception as e:  # noqa: BLE001 - a missing or unreadable sidecar shows as empty
-        import logging
-
-        logging.getLogger(__name__).warning("stats of %s: %s", tokenized.path, e)
-        return empty
-    cache.set(key, stats, timeout=24 * 3600)
-    return stats
-
-
-def _source_stats_read(path: str, fields: list[str]) -> dict:
-    from shardcore.tokenized import property_stats
-
-    return property_stats(path, fields)
-
-
 # --- pools ------------------------------------------------------------------------------
-
-SHARDS_SHOWN = 50
-
-
-def pool_properties(*, pool) -> list[str]:
-    """What the quality charts can label documents by: the pool's properties (nested ones
-    as dotted paths), read from its documents table's schema only."""
-    from shardcore import props
-    from shardcore.errors import ShardcoreError
-
-    try:
-        import pyarrow.parquet as pq
-
-        schema = pq.read_schema(f"{pool.path}/documents.parquet")
-    except (OSError, ShardcoreError, ValueError):
-        return []
-    return props.names(props.props_type(schema))[:50]
 
 
 def pool_detail(*, pool_id: int, by: str = "") -> dict:
-    from django.db.models import Count, Sum
-    from django.shortcuts import get_object_or_404
-
-    from webapp.catalog.models import MixtureVersion, Pool
+    """The pool page: ``catalog.pool_detail`` with its shuffle quality charted."""
     from webapp.dashboard import charts
 
-    pool = get_object_or_404(Pool, pk=pool_id)
-    # The (pool, index) index serves both the first page of shards and the sums.
-    shards = list(pool.shards.order_by("index")[:SHARDS_SHOWN])
-    totals = pool.shards.aggregate(
-        n=Count("id"), records=Sum("num_records"), tokens=Sum("num_tokens"), bytes=Sum("num_bytes")
-    )
-    parents = list(pool.parents.select_related("source", "tokenizer").defer("params"))
-    versions = list(
-        MixtureVersion.objects.filter(components__pool=pool)
-        .select_related("mixture")
-        .distinct()
-        .order_by("-created_at")[:20]
-    )
-    taints = list(pool.taints.select_related("flag")[:20])
-    properties = pool_properties(pool=pool)
-    by = by if by in properties or by in ("length", "_doc.source") else ""
-    quality = pool_quality(pool=pool, by=by)
+    detail = catalog.pool_detail(pool_id=pool_id, by=by)
+    quality = quality_for_charts(detail["quality"])
     return {
-        "pool": pool,
-        "by": by,
-        "properties": properties,
-        "shards": shards,
-        "totals": totals,
-        "parents": parents,
-        "versions": versions,
-        "taints": taints,
+        **detail,
         "quality": quality,
         "deviation_figure": charts.window_deviation(quality.get("curve") or {}),
         "heatmap_figure": charts.position_heatmap(*quality["heatmap"])
         if quality.get("heatmap")
         else charts.position_heatmap([], [], []),
         "comparison_figure": charts.shuffle_comparison(quality.get("comparison") or {}),
+        "training_figure": _training_figure(detail["training"]),
     }
 
 
-def pool_quality(*, pool, by: str = "") -> dict:
-    """The pool's shuffle-quality report as its build recorded it (``params["quality"]``,
-    or ``quality.json`` beside the manifest), else measured from its files (cached);
-    reshaped for the charts. ``by`` labels documents by a property instead (measured)."""
-    import json
-    from pathlib import Path
+def _training_figure(training: list[dict]) -> dict:
+    """Training loss of the runs that read this pool or another shuffle of its documents,
+    with each pool's shard boundaries in the run's colour."""
+    from webapp.dashboard import charts
 
-    if by:
-        from webapp.dashboard.services import pool_quality_compute
-
-        return quality_for_charts(pool_quality_compute(pool=pool, by=by))
-    report = (pool.params or {}).get("quality")
-    if report is None:
-        try:
-            report = json.loads((Path(pool.path) / "quality.json").read_text())
-        except (OSError, ValueError):
-            from webapp.dashboard.services import pool_quality_compute
-
-            report = pool_quality_compute(pool=pool)
-    return quality_for_charts(report)
+    colour = {t["pool"].pk: i for i, t in enumerate(dict.fromkeys(t["pool"] for t in training))}
+    series = [
+        {"name": f"{t['run'].name} ({t['pool'].name})", "x": t["steps"], "y": t["loss"],
+         "colour": colour[t["pool"].pk]}
+        for t in training
+    ]  # fmt: skip
+    bounds = {}
+    for t in training:
+        for s in t["shard_steps"]:
+            bounds.setdefault((t["pool"].pk, round(s, 3)), {"x": round(s, 3), "label": "",
+                                                           "colour": colour[t["pool"].pk]})  # fmt: skip
+    return charts.loss_curves(
+        series,
+        x_title="step",
+        boundaries=list(bounds.values()),
+        title="Training loss read in pool order; dashed: each pool's shard boundaries",
+        empty="no run has reported training loss on this pool or another shuffle of it",
+    )
 
 
 def quality_for_charts(report: dict) -> dict:
@@ -936,10 +693,10 @@ def mixture_version_detail(*, version_id: int) -> dict:
         MixtureVersion.objects.select_related("mixture", "job", "created_by"), pk=version_id
     )
     lineage = version_lineage(version=version)
-    runs = _runs_with_taint(list(version.runs.order_by("-created_at")[:50]))
+    runs = runs_with_taint(list(version.runs.order_by("-created_at")[:50]))
     exports = list(version.exports.order_by("format", "-created_at"))
-    quality = quality_for_charts(version.params.get("quality") or {})
     components = lineage["components"]
+    quality = version_quality(version=version, components=components)
     schedule = _built_schedule(version, components)
     if schedule is not None:
         rows, stage_facts, names = schedule
@@ -976,6 +733,48 @@ def mixture_version_detail(*, version_id: int) -> dict:
     }
 
 
+def version_quality(*, version, components) -> dict:
+    """The version's schedule quality as its build recorded it (``params["quality"]``),
+    else measured from its files (cached by fingerprint: a built schedule never changes);
+    series named by the pools' catalog names; reshaped for the charts, with every
+    stage's verdict under ``stages``."""
+    report = (version.params or {}).get("quality")
+    if report is None and version.path and version.status == "ready":
+        from webapp.dashboard.services import version_quality_compute
+
+        report = version_quality_compute(version=version)
+    if not report or report.get("error"):
+        return {"error": (report or {}).get("error", "")}
+    names = _pool_key_names(version, components)
+    report = {**report}
+    for part in ("windows", "composition"):
+        if report.get(part):
+            report[part] = {**report[part],
+                            "labels": [names.get(x, x) for x in report[part]["labels"]]}  # fmt: skip
+    out = quality_for_charts(report) if report.get("windows") else {"report": report}
+    out["stages"] = []
+    for st in report.get("stages") or []:
+        verdict = st["verdict"]
+        if "value" in verdict:  # one pool only: its catalog name
+            value = names.get(verdict["value"], verdict["value"])
+            verdict = {**verdict, "text": f"one {report['label']} only ({value}): nothing to mix"}
+        out["stages"].append({**st, "verdict": verdict})
+    return out
+
+
+def _pool_key_names(version, components) -> dict[str, str]:
+    """The schedule's pool keys -> the pools' catalog names."""
+    from shardcore.errors import ManifestError
+    from shardcore.manifest import read_manifest
+
+    try:
+        manifest = read_manifest(version.path)
+    except (ManifestError, OSError):
+        return {}
+    by_path = {c.pool.path: c.pool.name for c in components}
+    return {p["key"]: by_path.get(p["path"], p["key"]) for p in manifest["pools"]}
+
+
 def _built_schedule(version, components) -> tuple | None:
     """From the version's built schedule (its manifest): per pool its tokens and epochs,
     per stage its place, length and samples per pool, and the pools' catalog names (in
@@ -998,109 +797,42 @@ def _built_schedule(version, components) -> tuple | None:
     return rows, manifest.get("stages") or [], names
 
 
-# --- audit ------------------------------------------------------------------------------
-
-AUDIT_RUNS = 100  # shown on the page; the count covers all
-
-
 def audit_search(*, source: str, file_path: str = "", document_id: int | None = None) -> dict:
-    """Every mixture version and run that contains a source, one of its files, or one of its
-    documents. Relational lineage (source -> tokenized sources -> pools -> versions ->
-    runs); for a document, pools are checked against their Parquet document lists."""
-    from webapp.catalog.models import MixtureVersion, Pool, Source, TokenizedSource, TrainingRun
-
-    q = Source.objects.all()
-    src = (q.filter(pk=int(source)) if source.isdigit() else q.filter(name=source)).first()
-    if src is None:
-        return {"error": f"no source named {source!r}"}
-    file = None
-    if file_path:
-        file = src.files.filter(path=file_path).first()
-        if file is None:
-            return {"error": f"source {src.name} has no file {file_path!r}", "source": src}
-    tokenized = list(TokenizedSource.objects.filter(source=src).select_related("tokenizer"))
-    pools = list(
-        Pool.objects.filter(parents__in=tokenized).distinct().prefetch_related("parents")
-        .order_by("-created_at")
-    )  # fmt: skip
-    if file is not None or document_id is not None:
-        pools = [p for p in pools if _pool_holds(p, src.pk, file, document_id)]
-    versions = list(
-        MixtureVersion.objects.filter(components__pool__in=pools)
-        .select_related("mixture")
-        .distinct()
-        .order_by("-created_at")
-    )
-    run_qs = TrainingRun.objects.filter(mixture_version__in=versions)
-    runs = _runs_with_taint(
-        list(run_qs.select_related("mixture_version__mixture").order_by("-created_at")[:AUDIT_RUNS])
-    )
-    return {
-        "source": src,
-        "file": file,
-        "document_id": document_id,
-        "tokenized": tokenized,
-        "pools": pools,
-        "versions": versions,
-        "runs": runs,
-        "num_runs": run_qs.count() if len(runs) == AUDIT_RUNS else len(runs),
-    }
-
-
-def _pool_holds(pool, source_id: int, file, document_id: int | None) -> bool:
-    """Whether the pool holds the document, or any document of the file (a file's documents
-    are the id range the tokenize stage recorded in ``params["file_ranges"]``); read from
-    the pool's Parquet document list."""
-    from webapp.catalog.lineage import pool_documents_hit
-    from webapp.catalog.selectors import audit_document_ids
-
-    for ts in pool.parents.all():
-        if ts.source_id != source_id:
-            continue
-        if document_id is not None:
-            ids = audit_document_ids(tokenized=ts, document_ids=[document_id])
-        else:
-            ids = audit_document_ids(tokenized=ts, file_path=file.path)
-        if not ids:
-            continue
-        try:
-            if pool_documents_hit(pool=pool, tokenized=ts, doc_ids=ids):
-                return True
-        except Exception:  # noqa: BLE001
-            # An unreadable document list cannot clear the pool: an audit over-reports.
-            return True
-    return False
+    """``catalog.audit_search``; a source or file that does not exist shows as ``error``."""
+    try:
+        return catalog.audit_search(source=source, file_path=file_path, document_id=document_id)
+    except NotFound as e:
+        return {"error": str(e)}
 
 
 def flag_detail(*, flag_id: int) -> dict:
-    from django.shortcuts import get_object_or_404
-
-    from webapp.catalog.models import Flag
-
-    flag = get_object_or_404(Flag.objects.select_related("source", "source_file"), pk=flag_id)
-    taints = flag.taints.select_related(*TAINT_TARGETS).order_by("id")
-    taints = list(taints.select_related("run__mixture_version"))
-    reads = catalog_selectors.flag_run_reads(flag=flag, runs=[t.run for t in taints if t.run_id])
-    described = []
-    for t in taints:
-        d = taint_describe(t)
-        if t.run_id:
-            d["read"] = reads[t.run_id]
-            d["first_read"] = flag_read_text(reads[t.run_id])
-        described.append(d)
-    return {"flag": flag, "taints": described}
+    """The flag page: the flag, each item it taints (once) linked to its page, and a
+    summary counting each kind once."""
+    detail = catalog.flag_detail(flag_id=flag_id)
+    taints = [{**t, "url": page_url(t["kind"], t["id"])} for t in detail["taints"]]
+    return {
+        "flag": detail["flag"],
+        "taints": taints,
+        "summary": _taint_summary(detail["counts"], detail["documents"]),
+    }
 
 
-def flag_recent(*, limit: int = 20) -> list:
-    from django.db.models import Count
-
-    from webapp.catalog.models import Flag
-
-    return list(
-        Flag.objects.select_related("source", "source_file")
-        .annotate(num_taints=Count("taints"))
-        .order_by("-created_at")[:limit]
-    )
+def _taint_summary(counts: dict[str, int], documents: int) -> str:
+    """The flag page's one line, e.g. "Taints 1 tokenized source, 1 pool, 1 mixture
+    version and 2 runs, holding 37 flagged documents." (each item counted once)."""
+    names = {
+        "tokenized": ("tokenized source", "tokenized sources"),
+        "pools": ("pool", "pools"),
+        "versions": ("mixture version", "mixture versions"),
+        "runs": ("run", "runs"),
+        "copies": ("materialized copy", "materialized copies"),
+    }
+    parts = [f"{n:,} {names[k][n != 1]}" for k, n in counts.items() if n]
+    if not parts:
+        return "Taints nothing: no artifact or run holds the flagged documents."
+    listed = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+    held = f"{documents:,} flagged document{'s' if documents != 1 else ''}"
+    return f"Taints {listed}, holding {held}."
 
 
 def mixture_version_document(*, version_id: int) -> dict:
@@ -1181,73 +913,27 @@ def stream_snippet(mixture_path: str, sample: int) -> str:
 
 # --- mixture builder --------------------------------------------------------------------
 
-BUILDER_POOLS = 500
-
-
-def builder_pools() -> list[dict]:
-    """Ready training pools the builder offers, newest first, as plain facts."""
-    from webapp.catalog.models import ArtifactStatus, Pool
-
-    return list(
-        Pool.objects.filter(status=ArtifactStatus.READY, split=Pool.Split.TRAIN)
-        .order_by("-created_at")
-        .values("id", "name", "num_records", "num_tokens", "seq_len", "path")[:BUILDER_POOLS]
-    )
-
 
 def builder_context() -> dict:
-    from webapp.catalog.models import Mixture
-
-    return {
-        "pools": builder_pools(),
-        "mixtures": list(Mixture.objects.order_by("name").values_list("name", flat=True)[:500]),
-    }
+    return {"pools": catalog.builder_pools(), "mixtures": catalog.mixture_names()}
 
 
 def mixture_predict(*, payload: dict) -> dict:
-    """The builder's live answer: per-pool prediction, warnings and two figures."""
-    from webapp.catalog.models import ArtifactStatus, Pool
-    from webapp.dashboard import builder, charts
+    """The builder's live answer (``catalog.mixture_draft_predict``) with two figures."""
+    from webapp.dashboard import charts
 
-    try:
-        spec = builder.spec_from_rows(
-            rows=payload.get("rows") or [],
-            stages=payload.get("stages") or [],
-            tokens=int(payload.get("tokens") or 0),
-            seed=int(payload.get("seed") or 0),
-            order=str(payload.get("order") or "blend"),
-            max_repetitions=float(payload.get("max_repetitions") or 4),
-            order_options=payload.get("order_options"),
-        )
-    except (builder.BuilderError, TypeError, ValueError) as e:
-        return {"error": str(e)}
-    ids = {int(r["pool"]) for r in payload.get("rows") or [] if str(r.get("pool", "")).isdigit()}
-    pools = {
-        p["id"]: p
-        for p in Pool.objects.filter(pk__in=ids, status=ArtifactStatus.READY).values(
-            "id", "name", "num_records", "seq_len", "path"
-        )
-    }
-    result = builder.predict(spec, pools)
-    if result.get("error"):
-        return {"error": result["error"], "spec": spec}
+    out = catalog.mixture_draft_predict(payload=payload)
+    if out["error"]:
+        return out
+    schedule = out.pop("schedule")
     return {
-        "error": None,
-        "spec": spec,
-        "rows": result["rows"],
-        "warnings": result["warnings"],
-        # Saving is refused while a pool would repeat beyond the cap: the build would fail.
-        "save_error": (
-            f"{', '.join(result['over_cap'])} above max_repetitions={spec['max_repetitions']:g}"
-            if result["over_cap"]
-            else None
-        ),
+        **out,
         "epochs_figure": charts.predicted_epochs(
-            result["rows"], warn_epochs=float(spec["max_repetitions"])
+            out["rows"], warn_epochs=float(out["spec"]["max_repetitions"])
         ),
         "composition_figure": charts.schedule_composition(
-            result["schedule"],
-            [r["pool"] for r in result["rows"]],
+            schedule,
+            [r["pool"] for r in out["rows"]],
             title="Composition by stage (share of samples)",
         ),
     }

@@ -1,0 +1,88 @@
+"""Names and paths shared by the pool's passes: the directory layout, the metadata columns,
+the validation split of a document, and what a plan says about chunking and staging."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import xxhash
+
+from shardcore import shuffle, units
+from shardcore.errors import ManifestError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+
+STAGE = "pool"
+KIND = "pool"
+PASS1_DIR = "_pass1"
+SHARDS_DIR = "shards"
+VAL_DIR = "val"
+DOCUMENTS_NAME = "documents.parquet"
+SPLITS = ("train", "val")
+# Metadata columns added to each document's sidecar properties.
+SOURCE_COL, SHARD_COL, ROW_COL, KEY_COL = "source", "source_shard", "source_row", "__key"
+SOURCE_FP_COL = "source_fingerprint"
+STAGINGS = ("references", "tokens")
+_MIN_CHUNK_TOKENS = 1 << 14
+_MAX_CHUNK_TOKENS = 1 << 22
+
+
+def val_mask(fingerprint: str, doc_ids: np.ndarray, fraction: float) -> np.ndarray:
+    """True for the documents held out for validation: splitmix64 of the document's
+    identity (its tokenized source's fingerprint and its doc_id) below ``fraction``.
+    Depends on nothing else, so a rebuild with other filters or seeds keeps each
+    document on the same side."""
+    if fraction <= 0.0:
+        return np.zeros(len(doc_ids), dtype=bool)
+    salt = np.uint64(xxhash.xxh3_64_intdigest(fingerprint.encode()))
+    with np.errstate(over="ignore"):
+        z = np.asarray(doc_ids, dtype=np.int64).astype(np.uint64) ^ salt
+        z = z + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+    return (z >> np.uint64(11)).astype(np.float64) * (1.0 / (1 << 53)) < fraction
+
+
+def val_seed(seed: int) -> int:
+    return xxhash.xxh3_64_intdigest(f"{int(seed)}/val".encode()) & ((1 << 63) - 1)
+
+
+def column(table: pa.Table, name: str, where: str) -> np.ndarray:
+    if name not in table.column_names:
+        raise ManifestError(f"{where}: sidecar has no column {name!r}")
+    return table.column(name).to_numpy()
+
+
+def chunk_tokens(plan: units.Plan) -> int:
+    return int(min(_MAX_CHUNK_TOKENS, max(_MIN_CHUNK_TOKENS, plan.params["memory"] // 128)))
+
+
+def pass1_paths(out: str, i: int) -> tuple[Path, Path, Path]:
+    base = Path(out) / PASS1_DIR / f"in-{i:05d}"
+    return (
+        base.with_name(base.name + ".tokens"),
+        base.with_name(base.name + ".docs.arrow"),
+        base.with_name(base.name + ".offsets.npy"),
+    )
+
+
+def staging_of(plan: units.Plan) -> str:
+    # Plans saved before staging existed always staged tokens.
+    return plan.meta.get("staging", "tokens")
+
+
+def split_dir(out: str, split: str) -> Path:
+    return Path(out) if split == "train" else Path(out) / VAL_DIR
+
+
+def shard_prefix(b: int) -> str:
+    return f"{SHARDS_DIR}/pool-{b:05d}"
+
+
+def shuffle_module(name: str):
+    return shuffle.get_shuffle(name)

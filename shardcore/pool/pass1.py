@@ -1,0 +1,138 @@
+"""Pass 1, one unit per input shard: select its documents, route each to the training or
+the validation pool, draw its bucket, and write the shard's selected documents grouped by
+bucket (their metadata, bucket offsets, and with "tokens" staging a copy of their tokens)."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from shardcore import atomic, units, verify
+from shardcore import manifest as mf
+from shardcore.errors import ManifestError
+from shardcore.formats import IndexedReader
+from shardcore.pool.io import write_all
+from shardcore.pool.layout import (
+    KEY_COL,
+    ROW_COL,
+    SHARD_COL,
+    SOURCE_COL,
+    SPLITS,
+    chunk_tokens,
+    column,
+    pass1_paths,
+    shuffle_module,
+    staging_of,
+    val_mask,
+)
+from shardcore.pool.pass2 import Documents
+
+
+def run_assign(plan: units.Plan, unit: dict) -> dict:
+    import pyarrow as pa
+
+    from shardcore import props, select
+
+    meta, params = plan.meta, plan.params
+    i = unit["input"]
+    spec = meta["inputs"][i]
+    source = meta["sources"][spec["source"]]
+    module = shuffle_module(params["shuffle"])
+    options = params["shuffle_options"]
+    _check_input(source, spec["prefix"])
+    reader = IndexedReader(spec["prefix"])
+    rows, table = select.select_shard(
+        spec["sidecar"], params["filter"], props.type_from_text(meta.get("props_type"))
+    )
+    if len(reader) != _row_count(spec["sidecar"]):
+        raise ManifestError(
+            f"{spec['prefix']}: {len(reader)} sequences but its sidecar has "
+            f"{_row_count(spec['sidecar'])} rows"
+        )
+    is_val = val_mask(
+        source["fingerprint"], column(table, "doc_id", spec["sidecar"]), params["val_fraction"]
+    )
+    bucket = np.empty(rows.size, dtype=np.int64)
+    key = np.empty(rows.size, dtype=np.int64)
+    for k, split in enumerate(SPLITS):
+        info = meta["splits"][split]
+        mask = is_val if k else ~is_val
+        if int(mask.sum()) != spec["docs"][k]:
+            raise ManifestError(f"{spec['sidecar']}: changed since the pool was planned")
+        if not mask.any():
+            continue
+        counts = np.asarray(info["counts"], dtype=np.int64)
+        b, kk = module.assign(counts, i, info["seed"], info["num_buckets"], **options)
+        bucket[mask] = b + info["first_bucket"]
+        key[mask] = kk
+    total_buckets = sum(meta["splits"][s]["num_buckets"] for s in SPLITS)
+    order = np.argsort(bucket, kind="stable")
+    rows_o = rows[order]
+    lengths = reader.lengths[rows_o].astype(np.int64)
+    if not np.array_equal(lengths, column(table, "n_tokens", spec["sidecar"])[order]):
+        raise ManifestError(f"{spec['sidecar']}: n_tokens disagrees with {spec['prefix']}.idx")
+    doc_offsets = np.searchsorted(bucket[order], np.arange(total_buckets + 1), side="left")
+    tok_offsets = np.zeros(total_buckets + 1, dtype=np.int64)
+    csum = np.concatenate([[0], np.cumsum(lengths)])
+    tok_offsets[:] = csum[doc_offsets]
+
+    tokens_path, docs_path, offsets_path = pass1_paths(plan.out, i)
+    tokens_path.parent.mkdir(parents=True, exist_ok=True)
+    if staging_of(plan) == "tokens":
+        # The selected tokens grouped by bucket, for pass 2 to read sequentially. Not
+        # fsynced: a temporary as large as the data, deleted by finalize, usually before the
+        # kernel writes it back at all; pass 2 checks its size against the offsets.
+        docs_stream = Documents(
+            [reader.tokens], np.zeros(rows.size), reader.starts[rows_o], lengths
+        )
+        buf = np.empty(chunk_tokens(plan), dtype=reader.dtype)
+        with atomic.atomic_open(tokens_path, "wb", durable=False, buffering=0) as f:
+            for w0 in range(0, docs_stream.total, buf.size):
+                view = buf[: min(buf.size, docs_stream.total - w0)]
+                docs_stream.fill(view, w0)
+                write_all(f, view)
+    # With "references" staging, the metadata below is all pass 2 needs: each document's
+    # input row (ROW_COL) and length, grouped by bucket.
+
+    docs = table.take(pa.array(order))
+    docs = docs.append_column(SOURCE_COL, pa.array(np.full(rows.size, spec["source"], np.int32)))
+    docs = docs.append_column(SHARD_COL, pa.array(np.full(rows.size, spec["shard"], np.int32)))
+    docs = docs.append_column(ROW_COL, pa.array(rows_o))
+    docs = docs.append_column(KEY_COL, pa.array(key[order]))
+    # The metadata and offsets are small: durable, so that this unit's completion marker
+    # never points at files a crash could have lost.
+    with (
+        atomic.atomic_path(docs_path) as tmp_docs,
+        pa.OSFile(str(tmp_docs), "wb") as sink,
+        pa.ipc.new_file(sink, docs.schema) as w,
+    ):
+        w.write_table(docs)
+    with atomic.atomic_open(offsets_path) as f:
+        np.save(f, np.stack([doc_offsets.astype(np.int64), tok_offsets]))
+    # Named apart from pass 2's documents/tokens: a job sums its units' documents and
+    # tokens, and each document is counted once, when pass 2 writes it.
+    return {
+        "selected_documents": int(rows.size),
+        "selected_tokens": int(csum[-1]),
+        "val_documents": int(is_val.sum()),
+    }
+
+
+def _check_input(source: dict, prefix: str) -> None:
+    """Verify every block of the input shard pass 1 reads (.idx, .docs.parquet) and pass 2
+    gathers from (.bin) against its tokenized manifest, before anything is derived from
+    it: a corrupt input fails the unit naming the file and byte range."""
+    data = mf.read_manifest(source["path"])
+    if "content" in source and mf.content_digest(data) != source["content"]:
+        raise ManifestError(f"{source['path']}: its manifest changed since the pool was planned")
+    rel = os.path.relpath(prefix, source["path"])
+    verify.check_files_read(
+        source["path"], data, [f"{rel}{ext}" for ext in (".idx", ".docs.parquet", ".bin")]
+    )
+
+
+def _row_count(sidecar: str) -> int:
+    import pyarrow.parquet as pq
+
+    return pq.ParquetFile(sidecar).metadata.num_rows

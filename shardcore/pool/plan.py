@@ -1,0 +1,197 @@
+"""Planning a pool build: check the inputs, count what the filter selects, split off the
+validation documents, size the buckets; and ``build_pool``, which plans and runs locally."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+
+from shardcore import manifest as mf
+from shardcore import units
+from shardcore.errors import InputError, ManifestError
+from shardcore.pool.io import on_network_fs
+from shardcore.pool.layout import (
+    KIND,
+    SPLITS,
+    STAGE,
+    STAGINGS,
+    column,
+    shuffle_module,
+    val_mask,
+    val_seed,
+)
+
+
+def _load_tokenized(path: str) -> dict[str, Any]:
+    data = mf.read_manifest(path)
+    if data.get("kind") != "tokenized":
+        raise InputError(f"{path}: a pool reads tokenized sources, this is {data.get('kind')!r}")
+    for key in ("fingerprint", "tokenizer", "dtype", "shards"):
+        if key not in data:
+            raise ManifestError(f"{path}: tokenized manifest has no {key!r}")
+    return data
+
+
+def plan_pool(
+    tokenized: list[str],
+    out: str,
+    *,
+    seq_len: int,
+    filter: str | None = None,
+    shuffle: str = "exact",
+    seed: int = 0,
+    memory: int = 1 << 30,
+    val_fraction: float = 0.0,
+    bos: bool = False,
+    shard_size: int = 64 << 20,
+    shuffle_options: dict | None = None,
+    staging: str = "auto",
+    allow_empty: bool = False,
+) -> units.Plan:
+    """The plan of a pool build: phase 1 one unit per input shard, phase 2 one unit per
+    bucket (training buckets, then validation buckets). Reads the sidecars once to count
+    the selected documents (errors in the filter surface here, before any work).
+
+    ``staging`` is what pass 1 writes for pass 2: ``"references"`` (each document's input
+    row, a few bytes; pass 2 gathers the tokens from the memory-mapped inputs),
+    ``"tokens"`` (a copy of the tokens grouped by bucket, read sequentially by pass 2: for
+    inputs where random reads are slow) or ``"auto"`` (references unless an input is on a
+    network or FUSE file system).
+
+    A filter that selects no document is an error unless ``allow_empty``."""
+    from shardcore import props, select
+
+    module = shuffle_module(shuffle)
+    if staging not in STAGINGS + ("auto",):
+        raise InputError(f"staging must be auto, {' or '.join(STAGINGS)}; got {staging!r}")
+    if not tokenized:
+        raise InputError("a pool needs at least one tokenized source")
+    if seq_len < 1:
+        raise InputError(f"seq_len must be >= 1, got {seq_len}")
+    if not 0.0 <= val_fraction < 1.0:
+        raise InputError(f"val_fraction must be in [0, 1), got {val_fraction}")
+    if memory < (1 << 20):
+        raise InputError(f"memory budget {memory} bytes is below the 1 MiB minimum")
+    if shard_size < 1:
+        raise InputError(f"shard_size must be positive, got {shard_size}")
+    options = dict(shuffle_options or {})
+    sources, inputs, loaded = [], [], []
+    tokenizer = dtype = None
+    for path in tokenized:
+        path = os.path.abspath(path)
+        data = _load_tokenized(path)
+        if tokenizer is None:
+            tokenizer, dtype = data["tokenizer"], data["dtype"]
+        elif data["tokenizer"].get("fingerprint") != tokenizer.get("fingerprint"):
+            raise InputError(
+                f"{path}: tokenizer {data['tokenizer'].get('spec')!r} differs from the first "
+                f"source's {tokenizer.get('spec')!r}; a pool has one tokenizer"
+            )
+        loaded.append((path, data))
+    # One type for each property over every input, so that a filter reads a property
+    # absent from one source as NULL there and every pass writes the same schema.
+    props_type = select.sidecars_props_type(
+        [f"{os.path.join(p, sh['prefix'])}.docs.parquet" for p, d in loaded for sh in d["shards"]]
+    )
+    for s, (path, data) in enumerate(loaded):
+        # "content": what the input's bytes are (its checksums), for the fingerprint and for
+        # pass 1 to check that the manifest it verifies against is the one planned with.
+        sources.append(
+            {"path": path, "fingerprint": data["fingerprint"], "content": mf.content_digest(data)}
+        )
+        for j, shard in enumerate(data["shards"]):
+            prefix = os.path.join(path, shard["prefix"])
+            sidecar = f"{prefix}.docs.parquet"
+            rows, table = select.select_shard(sidecar, filter, props_type)
+            is_val = val_mask(data["fingerprint"], column(table, "doc_id", sidecar), val_fraction)
+            n_tokens = column(table, "n_tokens", sidecar).astype(np.int64) + int(bos)
+            inputs.append(
+                {
+                    "source": s,
+                    "shard": j,
+                    "prefix": prefix,
+                    "sidecar": sidecar,
+                    "docs": [int((~is_val).sum()), int(is_val.sum())],
+                    "tokens": [int(n_tokens[~is_val].sum()), int(n_tokens[is_val].sum())],
+                }
+            )
+    if bos and tokenizer.get("bos_id") is None:
+        raise InputError(f"bos=True but tokenizer {tokenizer.get('spec')!r} has no BOS token")
+    itemsize = np.dtype(dtype).itemsize
+    params = {
+        "seq_len": int(seq_len),
+        "filter": filter,
+        "shuffle": shuffle,
+        "seed": int(seed),
+        "memory": int(memory),
+        "val_fraction": float(val_fraction),
+        "bos": bool(bos),
+        "shard_size": int(shard_size),
+        "shuffle_options": options,
+    }
+    if not allow_empty and not any(sum(i["docs"]) for i in inputs):
+        total = sum(int(sh["documents"]) for _, d in loaded for sh in d["shards"])
+        raise InputError(
+            f"filter {filter!r} selects none of the {total} documents of "
+            f"{len(loaded)} tokenized source(s); an empty pool is built only when allowed "
+            "(--allow-empty)"
+        )
+    parents = [s["fingerprint"] for s in sources]
+    contents = [s["content"] for s in sources]
+    splits = {}
+    first_bucket = 0
+    for k, split in enumerate(SPLITS):
+        counts = np.array([i["docs"][k] for i in inputs], dtype=np.int64)
+        total_bytes = sum(i["tokens"][k] for i in inputs) * itemsize
+        min_buckets = max(-(-total_bytes // max(1, memory // 4)), -(-total_bytes // shard_size), 1)
+        n_buckets = module.num_buckets(counts, min_buckets, **options) if counts.sum() else 0
+        splits[split] = {
+            "counts": counts.tolist(),
+            "num_buckets": int(n_buckets),
+            "first_bucket": first_bucket,
+            "seed": int(seed) if split == "train" else val_seed(seed),
+            "fingerprint": mf.fingerprint(
+                KIND, parents=parents, params={**params, "split": split, "inputs": contents}
+            ),
+        }
+        first_bucket += n_buckets
+    phase1 = [{"id": f"assign-{i:05d}", "input": i} for i in range(len(inputs))]
+    phase2 = [
+        {"id": f"{split}-bucket-{b:05d}", "split": split, "bucket": b}
+        for split in SPLITS
+        for b in range(splits[split]["num_buckets"])
+    ]
+    if staging == "auto":
+        staging = "tokens" if any(on_network_fs(s["path"]) for s in sources) else "references"
+    meta = {
+        # Not a parameter: both stagings write the same bytes (same assignment, same
+        # permutation, same packing code), so the mode is kept out of the fingerprint and
+        # the manifest, like the number of workers. A rebuild with the other mode is the
+        # same artifact.
+        "staging": staging,
+        "props_type": props.type_to_text(props_type),
+        "sources": sources,
+        "inputs": inputs,
+        "splits": splits,
+        "tokenizer": tokenizer,
+        "dtype": str(np.dtype(dtype)),
+        "pad_id": int(tokenizer["eos_id"]),
+        "bos_id": tokenizer.get("bos_id"),
+    }
+    return units.Plan(STAGE, os.path.abspath(out), params, [phase1, phase2], meta)
+
+
+def build_pool(
+    tokenized: list[str],
+    out: str,
+    *,
+    workers: int = 1,
+    progress=None,
+    **kwargs,
+) -> dict[str, Any]:
+    """Plan and run a pool build locally; returns the pool's manifest. ``progress(unit,
+    stats)`` is called as units finish."""
+    plan = plan_pool(tokenized, out, **kwargs)
+    return units.run_local(plan, workers=workers, on_unit_done=progress)

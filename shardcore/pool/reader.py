@@ -1,0 +1,222 @@
+"""Reading a built pool (``PoolReader``: records, batches, segments, per-document values)
+and ``shardyard verify``'s structural checks of a pool."""
+
+from __future__ import annotations
+
+import bisect
+import os
+from collections.abc import Iterator
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from shardcore import manifest as mf
+from shardcore import pack, verify
+from shardcore.errors import InputError, ManifestError
+from shardcore.formats import IDX_SEQUENCES_OFFSET, IndexedReader, idx_length_offset
+from shardcore.pool.layout import DOCUMENTS_NAME, KIND
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+
+def check_pool(root: Path, manifest: dict[str, Any]) -> list[verify.Problem]:
+    """``shardyard verify``'s pool checks: every shard is an IndexedDataset of records of
+    exactly ``record_tokens`` tokens, its segments cover each record exactly, and the
+    shard counts add up to the manifest's cumulative records."""
+    problems: list[verify.Problem] = []
+    width = int(manifest["record_tokens"])
+    cumulative = [0]
+    for shard in manifest.get("shards", []):
+        rel = shard["prefix"]
+        try:
+            reader = IndexedReader(root / rel)
+            seg = pack.load_segments(root / f"{rel}.segments.npz")
+        except Exception as exc:  # FormatError, OSError, a damaged .npz: all are findings
+            problems.append(verify.Problem(rel, None, f"unreadable: {exc}"))
+            continue
+        if len(reader) != shard["records"]:
+            problems.append(
+                verify.Problem(
+                    f"{rel}.idx",
+                    IDX_SEQUENCES_OFFSET,
+                    f"{len(reader)} records, manifest says {shard['records']}",
+                )
+            )
+        bad = np.flatnonzero(reader.lengths != width)
+        if bad.size:
+            problems.append(
+                verify.Problem(
+                    f"{rel}.idx",
+                    idx_length_offset(int(bad[0])),
+                    f"record {int(bad[0])} has {int(reader.lengths[bad[0]])} tokens, not {width}",
+                )
+            )
+        per_record = (
+            np.add.reduceat(seg.seg_length.astype(np.int64), seg.seg_record_offsets[:-1])
+            if seg.num_records
+            else np.zeros(0)
+        )
+        if seg.num_records != len(reader) or (per_record != width).any():
+            problems.append(
+                verify.Problem(
+                    f"{rel}.segments.npz", None, "segments do not cover the records exactly"
+                )
+            )
+        cumulative.append(cumulative[-1] + len(reader))
+    if cumulative != manifest.get("cumulative_records"):
+        problems.append(
+            verify.Problem("manifest.json", None, "cumulative_records disagree with the shards")
+        )
+    return problems
+
+
+class PoolReader:
+    """A built pool, read through np.memmap: records one at a time, in ranges or in
+    batches, their segments, and per-document values. Records are numbered
+    0..num_records-1 in pool order across shards."""
+
+    def __init__(self, path: str | os.PathLike):
+        self.path = Path(path)
+        self.manifest = mf.read_manifest(self.path)
+        if self.manifest.get("kind") != KIND:
+            raise ManifestError(f"{self.path}: not a pool (kind {self.manifest.get('kind')!r})")
+        self.cumulative = list(self.manifest["cumulative_records"])
+        self._readers: dict[int, IndexedReader] = {}
+        self._segments: dict[int, pack.Segments] = {}
+
+    @property
+    def num_records(self) -> int:
+        return int(self.manifest["num_records"])
+
+    @property
+    def seq_len(self) -> int:
+        return int(self.manifest["seq_len"])
+
+    @property
+    def num_shards(self) -> int:
+        return len(self.manifest["shards"])
+
+    def __len__(self) -> int:
+        return self.num_records
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        return self.record(int(i))
+
+    def reader(self, shard: int) -> IndexedReader:
+        if shard not in self._readers:
+            self._readers[shard] = IndexedReader(
+                self.path / self.manifest["shards"][shard]["prefix"]
+            )
+        return self._readers[shard]
+
+    def segments(self, shard: int) -> pack.Segments:
+        if shard not in self._segments:
+            prefix = self.manifest["shards"][shard]["prefix"]
+            self._segments[shard] = pack.load_segments(self.path / f"{prefix}.segments.npz")
+        return self._segments[shard]
+
+    def _where(self, i: int) -> tuple[int, int]:
+        if not 0 <= i < self.num_records:
+            raise IndexError(f"{self.path}: record {i} out of range [0, {self.num_records})")
+        shard = bisect.bisect_right(self.cumulative, i) - 1
+        return shard, i - self.cumulative[shard]
+
+    def record(self, i: int) -> np.ndarray:
+        """Record ``i``: seq_len + 1 tokens (a read-only view)."""
+        shard, r = self._where(int(i))
+        return self.reader(shard)[r]
+
+    def records(self, start: int, stop: int) -> np.ndarray:
+        """Records [start, stop) as an array of shape (stop - start, seq_len + 1)."""
+        width = self.seq_len + 1
+        if not 0 <= start <= stop <= self.num_records:
+            raise IndexError(
+                f"{self.path}: records [{start}, {stop}) out of [0, {self.num_records}]"
+            )
+        parts = []
+        i = start
+        while i < stop:
+            shard, r = self._where(i)
+            n = min(stop - i, self.cumulative[shard + 1] - i)
+            tokens = self.reader(shard).tokens[r * width : (r + n) * width]
+            parts.append(np.asarray(tokens).reshape(n, width))
+            i += n
+        if not parts:
+            return np.zeros((0, width), dtype=np.dtype(self.manifest["dtype"]))
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+    def read(self, start: int, stop: int) -> np.ndarray:
+        """Records [start, stop): shape (stop - start, seq_len + 1)."""
+        return self.records(start, stop)
+
+    def iter_batches(self, batch_size: int, *, start: int = 0) -> Iterator[np.ndarray]:
+        """Consecutive batches of ``batch_size`` records from ``start`` (the last may be
+        shorter): views into the shards where a batch does not cross a shard."""
+        if batch_size < 1:
+            raise InputError(f"batch_size must be >= 1, got {batch_size}")
+        for first in range(start, self.num_records, batch_size):
+            yield self.records(first, min(first + batch_size, self.num_records))
+
+    def boundaries(self, i: int) -> dict[str, np.ndarray]:
+        """Segments of record ``i``: ``start``, ``length``, ``doc`` (pool document index,
+        -1 for padding) and ``doc_offset`` (token offset within that document)."""
+        shard, r = self._where(int(i))
+        seg = self.segments(shard).of_record(r)
+        first = self.manifest["shards"][shard]["first_document"]
+        seg["doc"] = np.where(seg["doc"] >= 0, seg["doc"] + first, -1)
+        return seg
+
+    @cached_property
+    def documents(self) -> pa.Table:
+        import pyarrow.parquet as pq
+
+        return pq.read_table(self.path / DOCUMENTS_NAME)
+
+    def main_documents(self) -> np.ndarray:
+        """Per record, the pool document contributing most of its tokens."""
+        parts = []
+        for shard, info in enumerate(self.manifest["shards"]):
+            local = self.segments(shard).main_document()
+            parts.append(np.where(local >= 0, local + info["first_document"], -1))
+        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+    def record_labels(self, property: str) -> np.ndarray:
+        """Per record, the value of ``property`` of its main document (see
+        ``document_values`` for the names)."""
+        return self.document_values(property)[self.main_documents()]
+
+    def document_values(self, name: str) -> np.ndarray:
+        """Per pool document, a property: the user's by its own name (dotted for nested
+        fields), Shardyard's as ``_doc.<column>`` (``_doc.source`` is the index of the
+        tokenized source in the manifest's ``sources``), or by the bare column name when
+        no user property has it. Nested values are given as JSON text."""
+        import pyarrow as pa
+
+        from shardcore import props
+
+        docs = self.documents
+        facts = [c for c in docs.column_names if c != props.PROPS]
+        col = None
+        if name.startswith(props.FACTS + "."):
+            fact = name[len(props.FACTS) + 1 :]
+            col = docs.column(fact) if fact in facts else None
+        else:
+            col = props.column(docs, name)
+            if col is None and name in facts:
+                col = docs.column(name)
+        if col is None:
+            known = props.names(props.props_type(docs.schema)) + [
+                f"{props.FACTS}.{c}" for c in facts
+            ]
+            raise InputError(f"{self.path}: unknown property {name!r} (known: {', '.join(known)})")
+        if isinstance(col, pa.ChunkedArray):
+            col = col.combine_chunks()
+        return props.as_text_if_nested(col).to_numpy(zero_copy_only=False)
+
+    def locate(self, sample: int | None = None, tokens: int | None = None) -> dict[str, int]:
+        from shardcore.resume import locate_pool
+
+        return locate_pool(self.manifest, sample=sample, tokens=tokens)

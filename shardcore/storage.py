@@ -1,0 +1,456 @@
+"""Where artifacts live: a local directory or an S3-compatible object store, behind one
+small interface, and a local copy of a remote artifact for the code that memory-maps.
+
+``open_store(url)`` gives a ``Store`` rooted at a local directory or at ``s3://bucket/prefix``.
+Keys are ``/``-separated paths relative to that root. A store reads whole objects, byte
+ranges and streams; it writes atomically: ``put_bytes`` and ``put_file`` make an object
+appear whole or not at all, and ``writer`` streams an object of any size that becomes
+visible only when the writer closes without error. Locally that is a temporary name, fsync
+and rename; on S3 a single PUT, or above ``part_size`` a multipart upload whose parts stay
+invisible until it is completed (and which is aborted on error). So a reader never sees a
+partial object under its final name, and an artifact's commit point (its manifest, a
+unit's completion marker) can be written last on either kind of store.
+
+S3 credentials and region come from the usual AWS variables (``AWS_ACCESS_KEY_ID``,
+``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``, ``AWS_DEFAULT_REGION``, ``~/.aws``) and any
+S3-compatible server is reached through ``AWS_ENDPOINT_URL``: botocore reads them itself.
+
+``local_artifact(url)`` returns a local directory holding a finished remote artifact: every
+file its manifest lists, checked against the manifest's checksums as it is downloaded, then
+the manifest last (so an interrupted download is never taken for a copy). Copies live in
+the cache directory (``SHARDYARD_CACHE``), named by the artifact's URL and content digest;
+a rebuilt artifact at the same URL gets a new copy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import shutil
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+import xxhash
+
+from shardcore import atomic
+from shardcore.errors import CorruptDataError, ManifestError
+
+PART_SIZE = 16 << 20  # multipart part size; S3 allows 5 MiB..5 GiB and 10,000 parts
+_COPY = 8 << 20
+
+
+def is_remote(url: str | os.PathLike) -> bool:
+    """True for an object-store URL (``s3://...``); local paths and ``file://`` are not."""
+    text = os.fspath(url)
+    return "://" in text and not text.startswith("file://")
+
+
+def resolve(url: str | os.PathLike) -> str:
+    """A canonical location: an absolute local path, or the URL without a trailing slash."""
+    text = os.fspath(url)
+    if is_remote(text):
+        scheme, rest = text.split("://", 1)
+        if scheme != "s3":
+            raise ValueError(f"{text}: unsupported storage scheme {scheme!r} (local or s3://)")
+        return f"s3://{rest.strip('/')}"
+    if text.startswith("file://"):
+        text = text[len("file://") :]
+    return os.path.abspath(os.path.expanduser(text))
+
+
+def join(base: str | os.PathLike, *parts: str) -> str:
+    """``base/part/...`` for a local path or a URL."""
+    base = os.fspath(base)
+    if is_remote(base):
+        return "/".join([base.rstrip("/"), *(p.strip("/") for p in parts if p)])
+    return os.path.join(base, *parts)
+
+
+def cache_root() -> Path:
+    """The local cache: $SHARDYARD_CACHE, else $SHARDYARD_DATA/cache when the data root is
+    local, else ~/.cache/shardyard."""
+    if os.environ.get("SHARDYARD_CACHE"):
+        return Path(os.environ["SHARDYARD_CACHE"]).expanduser()
+    data = os.environ.get("SHARDYARD_DATA")
+    if data and not is_remote(data):
+        return Path(data).expanduser() / "cache"
+    return Path("~/.cache/shardyard").expanduser()
+
+
+class Store:
+    """Objects under one root. Subclasses implement the primitives below."""
+
+    url: str
+
+    def location(self, key: str) -> str:
+        """The full path or URL of ``key``, for messages and manifests."""
+        return join(self.url, key)
+
+    def exists(self, key: str) -> bool:
+        raise NotImplementedError
+
+    def size(self, key: str) -> int:
+        raise NotImplementedError
+
+    def read_bytes(self, key: str) -> bytes:
+        raise NotImplementedError
+
+    def read_range(self, key: str, start: int, stop: int) -> bytes:
+        """Bytes [start, stop) of ``key`` (fewer at its end)."""
+        raise NotImplementedError
+
+    def open(self, key: str) -> IO[bytes]:
+        """A readable binary stream of ``key``."""
+        raise NotImplementedError
+
+    def put_bytes(self, key: str, data: bytes) -> None:
+        raise NotImplementedError
+
+    def put_file(self, key: str, path: str | os.PathLike) -> None:
+        """Upload a local file as ``key``, atomically."""
+        with open(path, "rb") as src, self.writer(key) as dst:
+            shutil.copyfileobj(src, dst, _COPY)
+
+    def get_file(self, key: str, path: str | os.PathLike) -> None:
+        """Download ``key`` to a local file, atomically."""
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        with self.open(key) as src, atomic.atomic_open(path) as dst:
+            shutil.copyfileobj(src, dst, _COPY)
+
+    def writer(self, key: str) -> contextlib.AbstractContextManager[IO[bytes]]:
+        """A binary stream; the object appears under ``key`` when the block exits without
+        an exception, and not at all otherwise."""
+        raise NotImplementedError
+
+    def list(self, prefix: str = "") -> list[str]:
+        """Every key under ``prefix`` (recursively), sorted."""
+        raise NotImplementedError
+
+    def sizes(self, prefix: str = "") -> dict[str, int]:
+        """Key -> size of every object under ``prefix``."""
+        return {k: self.size(k) for k in self.list(prefix)}
+
+    def delete(self, key: str) -> None:
+        """Remove ``key`` (nothing if absent)."""
+        raise NotImplementedError
+
+
+class LocalStore(Store):
+    def __init__(self, root: str | os.PathLike):
+        self.url = resolve(root)
+        self.root = Path(self.url)
+
+    def path(self, key: str) -> Path:
+        return self.root / key
+
+    def exists(self, key: str) -> bool:
+        return self.path(key).exists()
+
+    def size(self, key: str) -> int:
+        return self.path(key).stat().st_size
+
+    def read_bytes(self, key: str) -> bytes:
+        return self.path(key).read_bytes()
+
+    def read_range(self, key: str, start: int, stop: int) -> bytes:
+        with open(self.path(key), "rb") as f:
+            f.seek(start)
+            return f.read(max(0, stop - start))
+
+    def open(self, key: str) -> IO[bytes]:
+        return open(self.path(key), "rb")
+
+    def put_bytes(self, key: str, data: bytes) -> None:
+        self.path(key).parent.mkdir(parents=True, exist_ok=True)
+        atomic.write_bytes(self.path(key), data)
+
+    def writer(self, key: str) -> contextlib.AbstractContextManager[IO[bytes]]:
+        path = self.path(key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return atomic.atomic_open(path)
+
+    def list(self, prefix: str = "") -> list[str]:
+        base = self.path(prefix) if prefix else self.root
+        if base.is_file():
+            return [prefix]
+        if not base.is_dir():
+            return []
+        return sorted(p.relative_to(self.root).as_posix() for p in base.rglob("*") if p.is_file())
+
+    def delete(self, key: str) -> None:
+        self.path(key).unlink(missing_ok=True)
+
+
+class _MultipartWriter(io.RawIOBase):
+    """Buffers writes into parts; one PUT if the object fits in a part, else a multipart
+    upload completed by ``commit`` and aborted by ``abort``."""
+
+    def __init__(self, store: S3Store, key: str):
+        self.store, self.key = store, store._key(key)
+        self.buffer = bytearray()
+        self.upload_id: str | None = None
+        self.parts: list[dict[str, Any]] = []
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:
+        self.buffer += data
+        while len(self.buffer) >= self.store.part_size:
+            self._send(bytes(self.buffer[: self.store.part_size]))
+            del self.buffer[: self.store.part_size]
+        return len(data)
+
+    def _send(self, part: bytes) -> None:
+        client = self.store.client
+        if self.upload_id is None:
+            self.upload_id = client.create_multipart_upload(Bucket=self.store.bucket, Key=self.key)[
+                "UploadId"
+            ]
+        number = len(self.parts) + 1
+        etag = client.upload_part(
+            Bucket=self.store.bucket,
+            Key=self.key,
+            UploadId=self.upload_id,
+            PartNumber=number,
+            Body=part,
+        )["ETag"]
+        self.parts.append({"ETag": etag, "PartNumber": number})
+
+    def commit(self) -> None:
+        client = self.store.client
+        if self.upload_id is None:
+            client.put_object(Bucket=self.store.bucket, Key=self.key, Body=bytes(self.buffer))
+            return
+        if self.buffer:
+            self._send(bytes(self.buffer))
+        client.complete_multipart_upload(
+            Bucket=self.store.bucket,
+            Key=self.key,
+            UploadId=self.upload_id,
+            MultipartUpload={"Parts": self.parts},
+        )
+
+    def abort(self) -> None:
+        if self.upload_id is not None:
+            self.store.client.abort_multipart_upload(
+                Bucket=self.store.bucket, Key=self.key, UploadId=self.upload_id
+            )
+
+
+class S3Store(Store):
+    """A prefix of an S3 bucket, through boto3 (one client per process and thread)."""
+
+    def __init__(self, url: str, *, part_size: int = PART_SIZE):
+        self.url = resolve(url)
+        rest = self.url[len("s3://") :]
+        self.bucket, _, self.prefix = rest.partition("/")
+        if not self.bucket:
+            raise ValueError(f"{url}: no bucket in the URL")
+        self.part_size = int(part_size)
+        self._local = threading.local()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"url": self.url, "part_size": self.part_size}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["url"], part_size=state["part_size"])
+
+    @property
+    def client(self):
+        # boto3 clients are not safe to share across forked processes: one per pid.
+        pid = os.getpid()
+        if getattr(self._local, "pid", None) != pid:
+            import boto3
+            from botocore.config import Config
+
+            self._local.client = boto3.session.Session().client(
+                "s3", config=Config(retries={"max_attempts": 8, "mode": "standard"})
+            )
+            self._local.pid = pid
+        return self._local.client
+
+    def _key(self, key: str) -> str:
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    def _missing(self, exc: Exception) -> bool:
+        code = str(getattr(exc, "response", {}).get("Error", {}).get("Code", ""))
+        return code in ("404", "NoSuchKey", "NotFound")
+
+    def exists(self, key: str) -> bool:
+        try:
+            self.client.head_object(Bucket=self.bucket, Key=self._key(key))
+        except Exception as exc:
+            if self._missing(exc):
+                return False
+            raise
+        return True
+
+    def size(self, key: str) -> int:
+        try:
+            head = self.client.head_object(Bucket=self.bucket, Key=self._key(key))
+        except Exception as exc:
+            if self._missing(exc):
+                raise FileNotFoundError(f"{self.location(key)}: no such object") from None
+            raise
+        return int(head["ContentLength"])
+
+    def _get(self, key: str, **kwargs):
+        try:
+            return self.client.get_object(Bucket=self.bucket, Key=self._key(key), **kwargs)
+        except Exception as exc:
+            if self._missing(exc):
+                raise FileNotFoundError(f"{self.location(key)}: no such object") from None
+            raise
+
+    def read_bytes(self, key: str) -> bytes:
+        return self._get(key)["Body"].read()
+
+    def read_range(self, key: str, start: int, stop: int) -> bytes:
+        if stop <= start:
+            return b""
+        try:
+            return self._get(key, Range=f"bytes={start}-{stop - 1}")["Body"].read()
+        except Exception as exc:
+            if "InvalidRange" in str(exc):
+                return b""
+            raise
+
+    def open(self, key: str) -> IO[bytes]:
+        return self._get(key)["Body"]
+
+    def put_bytes(self, key: str, data: bytes) -> None:
+        self.client.put_object(Bucket=self.bucket, Key=self._key(key), Body=bytes(data))
+
+    @contextlib.contextmanager
+    def writer(self, key: str) -> Iterator[IO[bytes]]:
+        w = _MultipartWriter(self, key)
+        try:
+            yield w  # type: ignore[misc]
+        except BaseException:
+            w.abort()
+            raise
+        try:
+            w.commit()
+        except BaseException:
+            w.abort()
+            raise
+
+    def list(self, prefix: str = "") -> list[str]:
+        return sorted(self.sizes(prefix))
+
+    def sizes(self, prefix: str = "") -> dict[str, int]:
+        base = self._key(prefix) if prefix else (f"{self.prefix}/" if self.prefix else "")
+        strip = len(self.prefix) + 1 if self.prefix else 0
+        out = {}
+        pages = self.client.get_paginator("list_objects_v2")
+        for page in pages.paginate(Bucket=self.bucket, Prefix=base):
+            for obj in page.get("Contents", []):
+                out[obj["Key"][strip:]] = int(obj["Size"])
+        return out
+
+    def delete(self, key: str) -> None:
+        self.client.delete_object(Bucket=self.bucket, Key=self._key(key))
+
+    def multipart_uploads(self) -> list[str]:
+        """Keys with a multipart upload started and neither completed nor aborted."""
+        found = self.client.list_multipart_uploads(Bucket=self.bucket, Prefix=self.prefix)
+        return [u["Key"] for u in found.get("Uploads", [])]
+
+
+def open_store(url: str | os.PathLike) -> Store:
+    """The store rooted at ``url``: a local directory, or ``s3://bucket/prefix``."""
+    if is_remote(url):
+        return S3Store(os.fspath(url))
+    return LocalStore(url)
+
+
+def read_manifest(url: str | os.PathLike) -> dict[str, Any]:
+    """The manifest of the artifact at ``url``, local or remote (as manifest.read_manifest)."""
+    from shardcore import manifest as mf
+
+    if not is_remote(url):
+        return mf.read_manifest(url)
+    store = open_store(url)
+    try:
+        data = store.read_bytes(mf.MANIFEST_NAME)
+    except FileNotFoundError:
+        if store.list():
+            raise ManifestError(
+                f"{store.url}: no {mf.MANIFEST_NAME} (not an artifact, or its build did not finish)"
+            ) from None
+        raise ManifestError(f"{store.url}: no such artifact") from None
+    return mf.parse_manifest(data, store.location(mf.MANIFEST_NAME))
+
+
+def _digest_of(manifest: dict[str, Any]) -> str:
+    from shardcore import manifest as mf
+
+    return mf.content_digest(manifest)
+
+
+def download_checked(store: Store, entry: dict[str, Any], dest: Path) -> None:
+    """Download one manifest-listed file, checking its size and xxh3 as it streams; a
+    mismatch names the object and leaves nothing at ``dest``."""
+    rel = str(entry["path"])
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    h, size = xxhash.xxh3_64(), 0
+    with store.open(rel) as src, atomic.atomic_open(dest) as dst:
+        while chunk := src.read(_COPY):
+            h.update(chunk)
+            size += len(chunk)
+            dst.write(chunk)
+        if entry.get("size") is not None and size != int(entry["size"]):
+            raise CorruptDataError(
+                f"{store.location(rel)}: {size} bytes, the manifest says {entry['size']}"
+            )
+        if entry.get("xxh3") and h.hexdigest() != entry["xxh3"]:
+            raise CorruptDataError(
+                f"{store.location(rel)}: checksum {h.hexdigest()} differs from the manifest's "
+                f"{entry['xxh3']}"
+            )
+
+
+def local_artifact(url: str | os.PathLike, *, cache_dir: str | os.PathLike | None = None) -> str:
+    """A local directory holding the finished artifact at ``url`` (``url`` itself when it
+    is local). See the module docstring."""
+    from shardcore import manifest as mf
+
+    if not is_remote(url):
+        return os.fspath(url)
+    url = resolve(url)
+    manifest = read_manifest(url)
+    key = xxhash.xxh3_64_hexdigest(f"{url}\0{_digest_of(manifest)}".encode())
+    root = Path(cache_dir) if cache_dir is not None else cache_root() / "artifacts"
+    local = root / key
+    if (local / mf.MANIFEST_NAME).exists():
+        return str(local)
+    local.mkdir(parents=True, exist_ok=True)
+    store = open_store(url)
+    for entry in mf.file_entries(manifest):
+        dest = local / str(entry["path"])
+        if not dest.exists():
+            download_checked(store, entry, dest)
+    atomic.write_bytes(local / mf.MANIFEST_NAME, store.read_bytes(mf.MANIFEST_NAME))
+    return str(local)
+
+
+def publish_directory(local: str | os.PathLike, url: str | os.PathLike) -> None:
+    """Upload a finished local artifact to ``url``: every file, then the manifest last, so
+    the copy reads as complete only once it is whole."""
+    from shardcore import manifest as mf
+
+    local = Path(local)
+    if not (local / mf.MANIFEST_NAME).exists():
+        raise ManifestError(
+            f"{local}: no {mf.MANIFEST_NAME}; only a finished artifact is published"
+        )
+    store = open_store(url)
+    for path in sorted(p for p in local.rglob("*") if p.is_file()):
+        rel = path.relative_to(local).as_posix()
+        if rel != mf.MANIFEST_NAME:
+            store.put_file(rel, path)
+    store.put_file(mf.MANIFEST_NAME, local / mf.MANIFEST_NAME)

@@ -1,0 +1,55 @@
+"""Journey: a two-stage version reads the same pool in its main stage and its anneal; a
+run trains on it. Flagging the source from the audit page taints the pool, the version
+and the run once each, and the version and the run hold the pool's flagged documents
+once, not once per stage."""
+
+import re
+
+import pytest
+
+pytestmark = [pytest.mark.browser, pytest.mark.services, pytest.mark.django_db(transaction=True)]
+
+
+def test_it_counts_a_pool_read_in_two_stages_once(page, live_server, login, screenshot, stack):
+    from webapp.catalog import services
+
+    corpus = stack.corpus()
+    stack.start_worker()
+    tokenized = stack.tokenized("docstrings", corpus["docstrings"].parent)
+    prose = stack.pool("prose", tokenized, 64)
+    mixture = services.mixture_create(name="prose-twice")
+    version = services.mixture_version_create(
+        mixture_id=mixture.pk, token_budget=64 * 1000,
+        components=[{"pool": prose.pk, "weight": 1.0},
+                    {"pool": prose.pk, "weight": 1.0, "stage": "anneal"}],
+        stages=[{"name": "anneal", "tokens": 64 * 100}],
+    )  # fmt: skip
+    assert version.components.count() == 2
+    services.run_register(name="twice-lm", mixture_version_id=version.pk)
+    login("ada", superuser=True)
+
+    page.goto(f"{live_server.url}/audit/")
+    page.fill("#id_source", "docstrings")
+    page.click("text=Find")
+    assert "In 1 pool(s), 1 mixture version(s), 1 run(s)." in page.inner_text("main")
+    page.fill("#reason", "a licence that forbids training")
+    page.click("text=Flag and taint downstream")
+    assert re.fullmatch(r"Flag \d+ recorded; it taints 4 item\(s\)\.", page.inner_text(".msg"))
+    page.wait_for_selector("#flag-summary")
+
+    rows = {}
+    for tr in page.locator("tr.tainted").all():
+        label, documents, _ = tr.locator("td").all_inner_texts()
+        rows[label.split(" ")[0]] = int(documents.replace(",", ""))
+    assert list(rows) == ["tokenized", "pool", "mixture", "run"]
+    in_pool = rows["pool"]
+    assert 0 < in_pool <= rows["tokenized"]
+    assert rows["mixture"] == in_pool and rows["run"] == in_pool
+    from webapp.catalog.models import Taint
+
+    assert Taint.objects.get(mixture_version=version).documents == in_pool  # as recorded
+    assert page.inner_text("#flag-summary") == (
+        "Taints 1 tokenized source, 1 pool, 1 mixture version and 1 run, holding "
+        f"{rows['tokenized']:,} flagged documents."
+    )
+    screenshot("flag-summary")

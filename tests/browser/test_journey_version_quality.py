@@ -1,0 +1,84 @@
+"""Journey: a two-stage version is built (no materialized copy, no run); its page already
+says how well the schedule mixes its pools, per stage, as a verdict against random
+permutations of the same samples, with the window-deviation curve behind it, series
+named by the pools."""
+
+import re
+
+import pytest
+
+pytestmark = [pytest.mark.browser, pytest.mark.services, pytest.mark.django_db(transaction=True)]
+
+FIGURE = "(el) => ({data: el.data, annotations: (el.layout.annotations || []).map(a => a.text)})"
+
+
+def test_it_shows_the_quality_verdict_measured_at_build(
+    page, live_server, login, screenshot, tmp_path
+):
+    from shardcore import quality
+    from shardcore.pool import Pool as PoolReader
+    from tests.unit import mix_fixtures
+    from webapp.catalog import services
+    from webapp.catalog.models import ArtifactStatus, Pool
+
+    paths = mix_fixtures.build_pools(tmp_path, seq_len=64)
+    pools = {}
+    for name, path in paths.items():
+        m = PoolReader(path).manifest
+        pools[name] = Pool.objects.create(
+            name=f"code-{name}", seq_len=64, path=str(path), status=ArtifactStatus.READY,
+            num_records=m["num_records"], num_tokens=m["num_tokens"],
+        )  # fmt: skip
+    mixture = services.mixture_create(name="mixed-code")
+    version = services.mixture_version_create(
+        mixture_id=mixture.pk, token_budget=64 * 4000, seed=2, order="diversity",
+        components=[{"pool": pools["early"].pk, "weight": 0.6},
+                    {"pool": pools["late"].pk, "weight": 0.4},
+                    {"pool": pools["early"].pk, "weight": 0.2, "stage": "anneal"},
+                    {"pool": pools["late"].pk, "weight": 0.8, "stage": "anneal"}],
+        stages=[{"name": "anneal", "tokens": 64 * 400}],
+        max_repetitions=100,
+    )  # fmt: skip
+    services.mixture_version_create(
+        mixture_id=mixture.pk, token_budget=64 * 4000, seed=2,
+        components=[{"pool": pools["early"].pk, "weight": 0.6},
+                    {"pool": pools["late"].pk, "weight": 0.4},
+                    {"pool": pools["middle"].pk, "weight": 1.0, "stage": "anneal"}],
+        stages=[{"name": "anneal", "tokens": 64 * 400}],
+        max_repetitions=100,
+    )  # fmt: skip
+    # Recorded by the build, before anything was materialized or trained.
+    recorded = version.params["quality"]
+    assert not version.exports.exists() and not version.runs.exists()
+    expected = quality.mixture_quality(version.path, by="pool")
+    assert [s["verdict"]["text"] for s in recorded["stages"]] == [
+        s["verdict"]["text"] for s in expected["stages"]
+    ]
+    login("ada", superuser=True)
+
+    page.goto(f"{live_server.url}/mixtures/versions/{version.pk}/")
+    stages = page.locator("#quality-stages li").all_inner_texts()
+    main_text = recorded["stages"][0]["verdict"]["text"]
+    assert re.fullmatch(
+        r"within \d+\.\d\dx of a perfect shuffle at windows of [\d,]+ samples and more.*", main_text
+    )
+    assert stages[0] == f"main: {main_text}."
+    assert recorded["stages"][1]["name"] == "anneal"
+    assert stages[1] == f"anneal: {recorded['stages'][1]['verdict']['text']}."
+    chart = page.locator("#version-quality .js-plotly-plot")
+    fig = chart.evaluate(FIGURE)
+    assert "no quality report yet" not in fig["annotations"]
+    names = [t["name"] for t in fig["data"]]
+    assert {"code-early", "code-late", "worst label"} <= set(names)
+    assert "perfect shuffle (4 simulations)" in names
+    worst = next(t for t in fig["data"] if t["name"] == "worst label")
+    assert worst["y"] == recorded["windows"]["max_all"]
+    assert worst["x"] == recorded["windows"]["window_sizes"]
+    screenshot("version-quality")
+
+    # The second version's anneal reads one pool: nothing to mix, said as such.
+    v2 = mixture.versions.get(number=2)
+    page.goto(f"{live_server.url}/mixtures/versions/{v2.pk}/")
+    assert page.locator("#quality-stages li").nth(1).inner_text() == (
+        "anneal: one pool only (code-middle): nothing to mix."
+    )

@@ -1,0 +1,166 @@
+"""The import rules of docs/architecture.md, checked on every module of shardcore, webapp
+and workers by parsing its imports (top-level and in-function, absolute and relative)."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("shardcore", "webapp", "workers")
+
+# (who, what it must never import, why): a module is "who" when its dotted name is it or
+# starts with it and a dot; likewise for what it imports.
+RULES = (
+    ("shardcore", ("django", "celery", "rest_framework", "webapp", "workers"),
+     "the library runs without a server"),
+    ("webapp.api", ("webapp.dashboard",), "the API reads the catalog, not the pages"),
+    ("webapp.dashboard", ("webapp.api",), "pages and API are siblings over the catalog"),
+    ("webapp.catalog", ("webapp.dashboard", "webapp.api", "webapp.ops"),
+     "the catalog knows nothing of who shows it"),
+    ("webapp.jobs", ("webapp.dashboard", "webapp.api", "webapp.catalog", "webapp.ops"),
+     "the job engine is generic: recorders are named by dotted path"),
+    ("webapp.ops", ("webapp.dashboard", "webapp.api"), "operations run without the pages"),
+    ("workers", ("webapp.dashboard", "webapp.api"), "tasks call services, never views"),
+    ("webapp.roles", ("webapp.catalog", "webapp.jobs", "webapp.ops", "webapp.dashboard",
+                      "webapp.api"), "every app may ask for a role"),
+    ("webapp.links", ("webapp.catalog", "webapp.jobs", "webapp.ops", "webapp.dashboard",
+                      "webapp.api"), "every app may link to a page"),
+)  # fmt: skip
+
+
+def module_name(path: Path, root: Path) -> str:
+    parts = list(path.relative_to(root).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(source: str, module: str, *, is_package: bool = False) -> set[str]:
+    """Every module ``source`` (the text of ``module``) imports, as absolute dotted names:
+    ``from a import b`` counts as ``a`` and ``a.b`` (b may be a module)."""
+    out: set[str] = set()
+    package = module.split(".") if is_package else module.split(".")[:-1]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - node.level + 1]
+                name = ".".join(base + ([node.module] if node.module else []))
+            else:
+                name = node.module or ""
+            out.add(name)
+            out.update(f"{name}.{alias.name}" for alias in node.names)
+    return out
+
+
+def _under(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(prefix + ".")
+
+
+def _is_selectors(name: str) -> bool:
+    return "selectors" in name.split(".")
+
+
+def _is_services(name: str) -> bool:
+    return "services" in name.split(".")
+
+
+def violations(modules: dict[str, set[str]]) -> list[str]:
+    """Every import of ``modules`` (name -> imported names) that breaks a rule."""
+    out = []
+    for module, imported in sorted(modules.items()):
+        for who, banned, why in RULES:
+            if not _under(module, who):
+                continue
+            for name in sorted(imported):
+                if any(_under(name, b) for b in banned):
+                    out.append(f"{module} imports {name} ({why})")
+        if _is_selectors(module):
+            # Reads never write: a selector that called a service could change rows.
+            out += [
+                f"{module} imports {name} (selectors import no services)"
+                for name in sorted(imported)
+                if _is_services(name)
+            ]
+    return out
+
+
+def scan(root: Path, packages=PACKAGES) -> dict[str, set[str]]:
+    modules = {}
+    for package in packages:
+        for path in sorted((root / package).rglob("*.py")):
+            name = module_name(path, root)
+            modules[name] = imports_of(
+                path.read_text(), name, is_package=path.name == "__init__.py"
+            )
+    return modules
+
+
+def test_it_finds_no_import_that_breaks_a_rule():
+    modules = scan(ROOT)
+    assert len(modules) > 100 and "webapp.catalog.selectors" in modules
+    assert violations(modules) == []
+
+
+def test_it_reports_each_kind_of_violation_in_a_crafted_tree(tmp_path):
+    files = {
+        "shardcore/__init__.py": "",
+        "shardcore/bad.py": "def f():\n    from django.db import models\n",
+        "webapp/__init__.py": "",
+        "webapp/api/__init__.py": "",
+        "webapp/api/views.py": "from webapp.dashboard import contexts\n",
+        "webapp/catalog/__init__.py": "",
+        "webapp/catalog/selectors/__init__.py": "from ..services import flag_create\n",
+        "webapp/catalog/selectors/runs.py": "import webapp.catalog.models\n",
+        "webapp/catalog/services.py": "import numpy\n",
+        "webapp/jobs/__init__.py": "",
+        "webapp/jobs/selectors.py": "from webapp.jobs import services\n",
+        "workers/__init__.py": "",
+        "workers/tasks.py": "from webapp.catalog import services\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    found = violations(scan(tmp_path))
+    assert found == [
+        "shardcore.bad imports django.db (the library runs without a server)",
+        "shardcore.bad imports django.db.models (the library runs without a server)",
+        "webapp.api.views imports webapp.dashboard (the API reads the catalog, not the pages)",
+        "webapp.api.views imports webapp.dashboard.contexts "
+        "(the API reads the catalog, not the pages)",
+        "webapp.catalog.selectors imports webapp.catalog.services (selectors import no services)",
+        "webapp.catalog.selectors imports webapp.catalog.services.flag_create "
+        "(selectors import no services)",
+        "webapp.jobs.selectors imports webapp.jobs.services (selectors import no services)",
+    ]
+
+
+def test_it_resolves_relative_imports_from_modules_and_packages():
+    assert imports_of("from . import x\n", "webapp.catalog.selectors", is_package=True) == {
+        "webapp.catalog.selectors",
+        "webapp.catalog.selectors.x",
+    }
+    assert imports_of("from ..models import Pool\n", "webapp.catalog.selectors.pools") == {
+        "webapp.catalog.models",
+        "webapp.catalog.models.Pool",
+    }
+
+
+def test_it_loads_every_shardcore_module_without_django_in_sys_modules():
+    modules = [
+        ".".join(p.relative_to(ROOT).with_suffix("").parts)
+        for p in sorted((ROOT / "shardcore").rglob("*.py"))
+        if p.name != "__main__.py"
+    ]
+    code = (
+        "import importlib, sys\n"
+        f"for m in {modules!r}:\n"
+        "    importlib.import_module(m.removesuffix('.__init__'))\n"
+        "bad = sorted(k for k in sys.modules if k.split('.')[0] in {'django', 'celery'})\n"
+        "print(bad)\n"
+        "sys.exit(1 if bad else 0)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout + out.stderr

@@ -1,0 +1,290 @@
+"""Flags and what they taint: a flag with every tainted item described, when each run
+first read the flagged documents (the step), recent flags and tainted runs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from django.db.models import Count, Prefetch, QuerySet
+
+from shardcore import lineage as core
+from shardcore.errors import ShardcoreError
+from shardcore.manifest import read_manifest
+from webapp.catalog import lineage
+from webapp.catalog.models import (
+    Flag,
+    MixtureComponent,
+    MixtureVersion,
+    Pool,
+    RunSegment,
+    Taint,
+    TokenizedSource,
+    TrainingRun,
+)
+from webapp.catalog.selectors.common import get_or_not_found
+from webapp.catalog.selectors.runs import progress_reports, run_segments, runs_segments
+
+# Every relation taint_describe reads, fetched with the taint.
+TAINT_TARGETS = (
+    "flag",
+    "tokenized_source__source",
+    "tokenized_source__tokenizer",
+    "pool",
+    "mixture_version__mixture",
+    "run",
+    "export__version__mixture",
+)
+
+
+def taint_describe(t: Taint) -> dict:
+    """One tainted item: a label, the entity whose page shows it (``kind``, ``id``: a
+    materialized copy shows on its version's page, a tokenized source on its source's),
+    the flag and how many flagged documents are inside."""
+    target = t.target
+    if t.run_id:
+        label, kind, pk = f"run {target.name}", "run", t.run_id
+    elif t.mixture_version_id:
+        label, kind, pk = f"mixture {target}", "mixture_version", t.mixture_version_id
+    elif t.pool_id:
+        label, kind, pk = f"pool {target.name}", "pool", t.pool_id
+    elif t.export_id:
+        label = f"materialized copy of {target.version}"
+        kind, pk = "mixture_version", target.version_id
+    else:
+        label = f"tokenized {target.source.name} ({target.tokenizer.spec})"
+        kind, pk = "source", target.source_id
+    return {
+        "label": label,
+        "kind": kind,
+        "id": pk,
+        "flag": t.flag.reason,
+        "flag_id": t.flag_id,
+        "documents": t.documents,
+        "created_at": t.created_at,
+    }
+
+
+def flag_detail(*, flag_id: int, reads: bool = True) -> dict:
+    """A flag and what it taints, each item once: ``taints`` (each described; for a run,
+    when it first read the flagged documents, ``read`` and its one-line ``first_read``),
+    the tainted rows by kind (``tokenized``, ``pools``, ``versions``, ``runs``), ``counts``
+    of each kind (and ``copies``) and the flagged ``documents`` in the source. A version's
+    flagged documents are its distinct pools' (a pool in two stages holds its documents
+    once), and a run's or a copy's are its version's. Three queries, plus the runs'
+    reports and one schedule scan per mixture version with ``reads``."""
+    flag = get_or_not_found(
+        Flag.objects.select_related("source", "source_file"), "flag", pk=flag_id
+    )
+    taints, seen = [], set()
+    for t in flag.taints.select_related(*TAINT_TARGETS, "run__mixture_version").order_by("id"):
+        key = (t.tokenized_source_id, t.pool_id, t.mixture_version_id, t.run_id, t.export_id)
+        if key not in seen:
+            seen.add(key)
+            taints.append(t)
+    in_pool = {t.pool_id: t.documents for t in taints if t.pool_id}
+    version_ids = {t.mixture_version_id for t in taints if t.mixture_version_id}
+    version_pools: dict[int, set[int]] = {}
+    for v, p in MixtureComponent.objects.filter(version_id__in=version_ids).values_list(
+        "version_id", "pool_id"
+    ):
+        version_pools.setdefault(v, set()).add(p)
+    in_version = {v: sum(in_pool.get(p, 0) for p in pools) for v, pools in version_pools.items()}
+    runs = [t.run for t in taints if t.run_id]
+    read_of = flag_run_reads(flag=flag, runs=runs) if reads else {}
+    described = []
+    counts = dict.fromkeys(("tokenized", "pools", "versions", "runs", "copies"), 0)
+    for t in taints:
+        d = taint_describe(t)
+        version_id = t.mixture_version_id or (
+            t.run.mixture_version_id if t.run_id else t.export.version_id if t.export_id else None
+        )
+        if version_id in in_version:
+            d["documents"] = in_version[version_id]
+        if t.run_id in read_of:
+            d["read"] = read_of[t.run_id]
+            d["first_read"] = flag_read_text(read_of[t.run_id])
+        counts[
+            "runs" if t.run_id else "versions" if t.mixture_version_id else "pools"
+            if t.pool_id else "copies" if t.export_id else "tokenized"
+        ] += 1  # fmt: skip
+        described.append(d)
+    return {
+        "flag": flag,
+        "taints": described,
+        "tokenized": [t.tokenized_source for t in taints if t.tokenized_source_id],
+        "pools": [t.pool for t in taints if t.pool_id],
+        "versions": [t.mixture_version for t in taints if t.mixture_version_id],
+        "runs": runs,
+        "counts": counts,
+        "documents": max((t.documents for t in taints if t.tokenized_source_id), default=0),
+    }
+
+
+def flag_recent(*, limit: int = 20) -> list[Flag]:
+    """The newest flags with how many items each taints (``num_taints``): one query."""
+    return list(
+        Flag.objects.select_related("source", "source_file")
+        .annotate(num_taints=Count("taints"))
+        .order_by("-created_at")[:limit]
+    )
+
+
+def tainted_runs() -> QuerySet[TrainingRun]:
+    """Runs that read flagged data (the audit page's headline list)."""
+    return (
+        TrainingRun.objects.filter(taints__isnull=False)
+        .select_related("mixture_version__mixture")
+        .annotate(num_flags=Count("taints__flag", distinct=True))
+        .order_by("-created_at")
+    )
+
+
+# --- per-step lineage -------------------------------------------------------------------
+
+# (flag, mixture version) -> per pool index of the version's manifest, which records hold
+# a flagged document; the first flagged sample; flagged samples in a prefix. The rows are
+# immutable once written, so the answers never change.
+_FLAGGED_RECORDS: dict[tuple[int, int], dict] = {}
+_FIRST_FLAGGED: dict[tuple[int, int], int | None] = {}
+_FLAGGED_COUNTS: dict[tuple[int, int, int | None], int] = {}
+
+
+def _flagged_masks(*, flag: Flag, version: MixtureVersion) -> dict:
+    """The flag's documents -> their rows in each pool of the version
+    (``documents.parquet``) -> per pool, the records holding them (segment arrays)."""
+    key = (flag.pk, version.pk)
+    if key in _FLAGGED_RECORDS:
+        return _FLAGGED_RECORDS[key]
+    manifest = read_manifest(version.path)
+    index = {p.get("fingerprint"): i for i, p in enumerate(manifest["pools"])}
+    pools = Pool.objects.filter(components__version=version).distinct()
+    masks = {}
+    for pool in pools.prefetch_related(
+        Prefetch("parents", queryset=TokenizedSource.objects.filter(source_id=flag.source_id))
+    ):
+        if pool.fingerprint not in index:
+            continue
+        rows = [
+            lineage.pool_document_rows(
+                pool=pool,
+                tokenized=ts,
+                doc_ids=lineage.flag_document_ids(flag=flag, tokenized=ts),
+            )
+            for ts in pool.parents.all()
+        ]
+        if rows:
+            masks[index[pool.fingerprint]] = core.flagged_records(
+                manifest["pools"][index[pool.fingerprint]]["path"], np.concatenate(rows)
+            )
+    _FLAGGED_RECORDS[key] = masks
+    return masks
+
+
+def flag_first_sample(*, flag: Flag, version: MixtureVersion) -> int | None:
+    """The first training sample of ``version`` whose record holds a document ``flag``
+    names: the flag's documents -> their rows in each pool of the version
+    (``documents.parquet``) -> the records holding them (segment arrays) -> the first
+    sample of the schedule reading one (``shardcore.lineage``)."""
+    key = (flag.pk, version.pk)
+    if key not in _FIRST_FLAGGED:
+        masks = _flagged_masks(flag=flag, version=version)
+        _FIRST_FLAGGED[key] = core.first_sample(version.path, masks)
+    return _FIRST_FLAGGED[key]
+
+
+def segment_flagged(*, flag: Flag, segment: RunSegment) -> dict:
+    """What one segment of a run holds of ``flag``'s documents: the version's samples the
+    run reads there ([0, its length); an open segment reads to the version's end), how
+    many of them read a flagged record, and the first, in the run's sample numbering
+    (None: none)."""
+    version = segment.mixture_version
+    stop = None if segment.end_sample is None else segment.end_sample - segment.first_sample
+    first = flag_first_sample(flag=flag, version=version)
+    if first is None or (stop is not None and first >= stop):
+        return {"version": version.pk, "flagged_samples": 0, "first_sample": None}
+    key = (flag.pk, version.pk, stop)
+    if key not in _FLAGGED_COUNTS:
+        _FLAGGED_COUNTS[key] = core.flagged_samples(
+            version.path, _flagged_masks(flag=flag, version=version), stop=stop
+        )[0]
+    return {
+        "version": version.pk,
+        "flagged_samples": _FLAGGED_COUNTS[key],
+        "first_sample": segment.first_sample + first,
+    }
+
+
+def flag_read(
+    *,
+    flag: Flag,
+    version: MixtureVersion | None = None,
+    reports: list[tuple[int, int]],
+    segments: list[RunSegment] | None = None,
+) -> dict:
+    """When a run of ``version`` (or of ``segments``, the versions a run switched between)
+    with progress ``reports`` ((step, consumed samples)) first read a document ``flag``
+    names: ``{flag, first_sample, read, step, exact, after_step, by_step, segments}``;
+    ``read: False`` with the run's current ``consumed_samples`` and ``step``; ``never:
+    True`` when no sample the run reads holds one; ``error`` when a version has no
+    readable schedule. ``segments`` says per segment how many of the samples it reads are
+    flagged and the first (run numbering). Assumes the trainer reads in Shardyard's order."""
+    if segments is None:
+        segments = [RunSegment(mixture_version=version, index=0, first_sample=0, first_step=1)]
+    row: dict[str, Any] = {"flag": flag, "first_sample": None, "read": False, "never": False}
+    try:
+        parts = [segment_flagged(flag=flag, segment=g) for g in segments]
+    except (ShardcoreError, OSError, KeyError, ValueError) as e:
+        return {**row, "error": f"no schedule to read: {e}"}
+    for g, part in zip(segments, parts, strict=True):
+        part.update(segment=g.index, from_sample=g.first_sample, to_sample=g.end_sample)
+    row["segments"] = parts
+    firsts = [p["first_sample"] for p in parts if p["first_sample"] is not None]
+    if not firsts:
+        return {**row, "never": True}
+    first = min(firsts)
+    return {**row, "first_sample": first, **core.step_of_sample(first, reports)}
+
+
+def flag_read_text(row: dict) -> str:
+    """One line answering "when did the run first read the flagged documents"."""
+    first = row["first_sample"]
+    if row.get("error"):
+        return f"unknown: {row['error']}"
+    if row.get("never"):
+        return "never: no sample of this mixture reads a flagged document"
+    if not row["read"]:
+        return (
+            f"not yet: the first flagged sample is {first}; at its current position the run "
+            f"has consumed {row['consumed_samples']} samples (step {row['step']})"
+        )
+    if row["exact"]:
+        return f"first read at step {row['step']} (sample {first})"
+    return f"first read after step {row['after_step']}, by step {row['by_step']} (sample {first})"
+
+
+def run_flag_reads(*, run: TrainingRun, flag_ids: list[int] | None = None) -> list[dict]:
+    """``flag_read`` for each flag tainting ``run`` (or those of ``flag_ids``), each with
+    its one-line ``text``."""
+    taints = Taint.objects.filter(run=run).select_related("flag", "flag__source_file")
+    if flag_ids is not None:
+        taints = taints.filter(flag_id__in=flag_ids)
+    reports = progress_reports([run]).get(run.pk, [])
+    segments = run_segments(run=run)
+    rows = [
+        flag_read(flag=t.flag, reports=reports, segments=segments)
+        for t in taints.order_by("flag_id")
+    ]
+    return [{**r, "text": flag_read_text(r)} for r in rows]
+
+
+def flag_run_reads(*, flag: Flag, runs: list[TrainingRun]) -> dict[int, dict]:
+    """``flag_read`` for each of ``runs`` (with ``mixture_version`` loaded), over the
+    versions each read: one query for all their reports, one for their segments, one
+    schedule scan per mixture version."""
+    reports = progress_reports(runs)
+    segments = runs_segments(runs)
+    return {
+        r.pk: flag_read(flag=flag, reports=reports.get(r.pk, []), segments=segments[r.pk])
+        for r in runs
+    }

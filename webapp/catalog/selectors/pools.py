@@ -1,0 +1,218 @@
+"""Pools: a page of pools, a pool with its shards, parents, versions and taints, and its
+shuffle quality measured from its files."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pyarrow.parquet as pq
+from django.core.cache import cache
+from django.db.models import Count
+
+from shardcore import props, quality
+from shardcore.errors import ShardcoreError
+from shardcore.pool import PoolReader
+from shardcore.shuffle import SHUFFLES
+from webapp.catalog.models import (
+    MixtureComponent,
+    MixtureVersion,
+    Pool,
+    RunLoss,
+    TokenizedSource,
+    TrainingRun,
+)
+from webapp.catalog.selectors.common import get_or_not_found, page_of
+from webapp.catalog.selectors.shards import artifact_shards, shard_totals
+
+log = logging.getLogger(__name__)
+
+SHARDS_SHOWN = 50
+
+
+def pool_list(*, page=1) -> dict:
+    """A page of pools, newest first (``common.paged``)."""
+    return page_of(Pool.objects.order_by("-created_at").defer("params"), page)
+
+
+def pool_detail(*, pool_id: int, by: str = "") -> dict:
+    """A pool: its first shards and their totals, its parents, the versions using it, its
+    taints, the properties its documents can be labelled by, and its shuffle quality
+    (``pool_quality``) labelled by ``by`` (kept only when it is one of them, ``length``
+    or ``_doc.source``)."""
+    pool = get_or_not_found(Pool.objects.all(), "pool", pk=pool_id)
+    parents = list(pool.parents.select_related("source", "tokenizer").defer("params"))
+    versions = list(
+        MixtureVersion.objects.filter(components__pool=pool)
+        .select_related("mixture")
+        .distinct()
+        .order_by("-created_at")[:20]
+    )
+    properties = pool_properties(pool=pool)
+    by = by if by in properties or by in ("length", "_doc.source") else ""
+    return {
+        "pool": pool,
+        "by": by,
+        "properties": properties,
+        # The (pool, index) index serves both the first page of shards and the sums.
+        "shards": list(artifact_shards(pool_id=pool.pk, limit=SHARDS_SHOWN)),
+        "totals": shard_totals(pool_id=pool.pk),
+        "parents": parents,
+        "versions": versions,
+        "taints": list(pool.taints.select_related("flag")[:20]),
+        "quality": pool_quality(pool=pool, by=by),
+        "training": pool_training(pool=pool),
+    }
+
+
+TRAINING_RUNS = 6
+TRAINING_POINTS = 5000
+
+
+def pool_training(*, pool: Pool) -> list[dict]:
+    """Training loss of the runs that read this pool, or another pool of the same
+    documents (the same tokenized sources and seq_len, another shuffle), alone and in
+    pool order (their version's only component; the newest TRAINING_RUNS): per run its
+    pool, its training loss per step and where each shard of its pool starts, in steps
+    (records / samples per step, from the run's latest progress report). The loss bumps
+    of a shard-local shuffle show against the exact shuffle. A bounded number of queries."""
+    parents = sorted(pool.parents.values_list("pk", flat=True))
+    siblings = [
+        p
+        for p in Pool.objects.filter(
+            parents__in=parents, seq_len=pool.seq_len, split=Pool.Split.TRAIN
+        ).distinct()
+        if sorted(p.parents.values_list("pk", flat=True)) == parents
+    ]
+    alone = (
+        MixtureComponent.objects.filter(pool__in=siblings)
+        .values("version_id")
+        .annotate(n=Count("id"))
+    )
+    single = {
+        c.version_id: c.pool
+        for c in MixtureComponent.objects.filter(
+            version_id__in=[v["version_id"] for v in alone if v["n"] == 1]
+        ).select_related("pool")
+    }
+    runs = list(
+        TrainingRun.objects.filter(mixture_version_id__in=list(single), losses__split="train")
+        .distinct()
+        .order_by("-created_at")[:TRAINING_RUNS]
+    )
+    losses: dict[int, list[tuple[int, float]]] = {}
+    for run_id, step, loss in (
+        RunLoss.objects.filter(run__in=runs, split="train")
+        .order_by("run_id", "step")
+        .values_list("run_id", "step", "loss")[: TRAINING_POINTS * max(len(runs), 1)]
+    ):
+        losses.setdefault(run_id, []).append((step, loss))
+    out = []
+    for run in runs:
+        p = single[run.mixture_version_id]
+        per_step = run.consumed_samples / run.last_step if run.last_step else 0
+        try:
+            cumulative = PoolReader(p.path).manifest["cumulative_records"]
+        except (ShardcoreError, OSError, KeyError):
+            cumulative = []
+        out.append(
+            {
+                "run": run,
+                "pool": p,
+                "steps": [s for s, _ in losses.get(run.pk, [])],
+                "loss": [x for _, x in losses.get(run.pk, [])],
+                "shard_steps": [c / per_step for c in cumulative[1:-1]] if per_step else [],
+            }
+        )
+    return out
+
+
+def pool_properties(*, pool: Pool) -> list[str]:
+    """What the quality charts can label documents by: the pool's properties (nested ones
+    as dotted paths), read from its documents table's schema only."""
+    try:
+        schema = pq.read_schema(f"{pool.path}/documents.parquet")
+    except (OSError, ShardcoreError, ValueError):
+        return []
+    return props.names(props.props_type(schema))[:50]
+
+
+# --- shuffle quality --------------------------------------------------------------------
+
+QUALITY_MAX_DOCUMENTS = 1_000_000  # beyond this a pool is not measured (no report)
+SHUFFLES_COMPARED = ("exact", "grid", "local", "buffer")
+
+
+def pool_quality(*, pool, by: str = "") -> dict:
+    """The shuffle-quality report of a built pool, from its files: the pool's own order
+    (per record, ``shardcore.quality.report``), and every registered shuffle run on the
+    same documents in the same input order, measured per document. Labels: the property
+    ``by`` (or ``length``), else the tokenized source when the pool has several, else the
+    document-length bin (log2 tokens).
+    Cached by fingerprint (a built pool never changes). Empty when the files are absent."""
+    key = f"dash:pool-quality:v4:{pool.pk}:{pool.fingerprint}:{by}"
+    cached = cache.get(key)
+    if cached is not None:
+        return cached
+    # Label documents by their source's name, in the pool manifest's source order.
+    names = dict(TokenizedSource.objects.filter(pools=pool).values_list("path", "source__name"))
+    try:
+        report = _measure(pool.path, source_names=names, by=by)
+    except Exception as e:  # noqa: BLE001 - a pool without readable files has no report
+        log.info("no quality for pool %s: %s", pool.pk, e)
+        report = {}
+    cache.set(key, report, timeout=7 * 24 * 3600)
+    return report
+
+
+def _measure(path: str, *, source_names: dict[str, str] | None = None, by: str = "") -> dict:
+
+    reader = PoolReader(path)
+    docs = reader.documents
+    if docs.num_rows > QUALITY_MAX_DOCUMENTS or docs.num_rows < 8:
+        return {}
+    source = docs.column("source").to_numpy(zero_copy_only=False)
+    n_tokens = docs.column("n_tokens").to_numpy(zero_copy_only=False)
+    by_source = len(np.unique(source)) > 1
+    paths = [s["path"] for s in reader.manifest.get("sources", [])]
+    names = np.array([(source_names or {}).get(p, str(k)) for k, p in enumerate(paths)])
+    if by and by != "length":
+        values = reader.document_values(by)  # InputError names an unknown property
+        doc_labels = np.array(["(absent)" if v is None else str(v) for v in values.tolist()])
+        label = by
+    elif by_source and by != "length":
+        doc_labels = names[source] if len(names) > int(source.max()) else source.astype(str)
+        label = "tokenized source"
+    else:
+        bins = np.floor(np.log2(np.maximum(n_tokens, 1))).astype(int)
+        doc_labels = np.array([f"{2**b:,}-{2 ** (b + 1) - 1:,} tokens" for b in bins.tolist()])
+        label = "document length (tokens)"
+    record_docs = reader.main_documents()
+    report = quality.report(doc_labels[record_docs[record_docs >= 0]], batch_size=256)
+    report["label"] = label
+    # The reference: uniform random permutations of the same documents, packed alike.
+    windows = report["windows"]
+    bos = int(bool(reader.manifest.get("params", {}).get("bos")))
+    ref = quality.document_shuffle_reference(
+        doc_labels, n_tokens.astype(np.int64) + bos, int(reader.manifest["seq_len"]),
+        windows["window_sizes"], trials=8, seed=1234,
+    )  # fmt: skip
+    report["reference"] = ref
+    report["verdict"] = quality.verdict(windows["window_sizes"], windows["max_all"], ref["mean"])
+    # The same documents in input order (source, input shard, row): what every shuffle
+    # reads; input shards give the per-shard counts the shuffles plan with.
+    shard = docs.column("source_shard").to_numpy(zero_copy_only=False)
+    row = docs.column("source_row").to_numpy(zero_copy_only=False)
+    order = np.lexsort((row, shard, source))
+    labels_in = doc_labels[order]
+    pairs = np.stack([source[order], shard[order]], axis=1)
+    change = np.concatenate([[True], np.any(pairs[1:] != pairs[:-1], axis=1)])
+    counts = np.diff(np.concatenate([np.flatnonzero(change), [len(order)]]))
+    by_shuffle = {}
+    for name in SHUFFLES_COMPARED:
+        module = SHUFFLES[name]
+        buckets = module.num_buckets(counts, max(2, len(counts)))
+        perm = module.permutation(counts, 1234, buckets)
+        by_shuffle[name] = {"windows": quality.window_deviation(labels_in[perm])}
+    report["by_shuffle"] = by_shuffle
+    return report

@@ -1,0 +1,83 @@
+"""Sources: a page of sources; a source with its files, bad files, tokenized versions,
+flags and the composition of its newest tokenized version; the runs that used it."""
+
+from __future__ import annotations
+
+import logging
+
+from django.core.cache import cache
+from django.db.models import Count, QuerySet
+
+from shardcore.tokenized import property_stats
+from webapp.catalog.models import ArtifactStatus, Source, TokenizedSource, TrainingRun
+from webapp.catalog.selectors.common import get_or_not_found, page_of
+
+log = logging.getLogger(__name__)
+
+FILES_SHOWN = 200
+
+
+def source_list(*, page=1) -> dict:
+    """A page of sources by name (``common.paged``)."""
+    return page_of(Source.objects.order_by("name"), page)
+
+
+def source_detail(*, source_id: int, files_limit: int = FILES_SHOWN) -> dict:
+    """A source: its first files by path (``files_truncated`` when there are more), the
+    files with bad lines, its newest tokenized versions (with ``num_shards``), its flags,
+    and ``stats`` (``source_stats`` of its newest ready tokenized version)."""
+    source = get_or_not_found(Source.objects.all(), "source", pk=source_id)
+    files = list(source.files.order_by("path")[:files_limit])
+    tokenized = list(
+        source.tokenized.select_related("tokenizer")
+        .defer("params")
+        .annotate(num_shards=Count("shards"))
+        .order_by("-created_at")[:20]
+    )
+    latest = next((t for t in tokenized if t.status == ArtifactStatus.READY), None)
+    if latest is None and len(tokenized) == 20:  # older than the ones listed
+        latest = (
+            TokenizedSource.objects.filter(source=source, status=ArtifactStatus.READY)
+            .order_by("-created_at")
+            .first()
+        )
+    return {
+        "source": source,
+        "files": files,
+        "files_truncated": source.num_files > len(files),
+        "bad_files": list(source.files.filter(bad_lines__gt=0).order_by("-bad_lines")[:50]),
+        "tokenized": tokenized,
+        "flags": list(source.flags.select_related("source_file").order_by("-created_at")[:20]),
+        "stats": source_stats(tokenized=latest, metadata_fields=source.metadata_fields),
+    }
+
+
+def source_stats(*, tokenized: TokenizedSource | None, metadata_fields) -> dict:
+    """Composition by property and the length histogram of a tokenized source
+    (``by_property``, ``edges``, ``counts``), read with DuckDB from its Parquet sidecars
+    (per-document data never enters Postgres). Cached by fingerprint: a built artifact
+    never changes. Empty for none or an unreadable sidecar."""
+    empty = {"by_property": {}, "edges": [], "counts": []}
+    if tokenized is None:
+        return empty
+    key = f"dash:source-stats:{tokenized.pk}:{tokenized.fingerprint}"
+    cached = cache.get(key)
+    if cached is not None:
+        return cached
+    try:
+        stats = property_stats(tokenized.path, list(metadata_fields or []))
+    except Exception as e:  # noqa: BLE001 - a missing or unreadable sidecar shows as empty
+        log.warning("stats of %s: %s", tokenized.path, e)
+        return empty
+    cache.set(key, stats, timeout=24 * 3600)
+    return stats
+
+
+def source_runs(*, source_id: int) -> QuerySet[TrainingRun]:
+    """Which runs used this source (through any tokenized source, pool and version)."""
+    return (
+        TrainingRun.objects.filter(mixture_version__components__pool__parents__source_id=source_id)
+        .select_related("mixture_version__mixture")
+        .distinct()
+        .order_by("-created_at")
+    )
