@@ -62,10 +62,13 @@ class Progress:
             self._draw(final=False)
 
     def __call__(self, unit: dict[str, Any], stats: dict[str, Any]) -> None:
+        from shardcore.units import counts as unit_counts
+
+        counts = unit_counts(stats)
         self.update(
-            documents=int(stats.get("documents", 0)),
-            tokens=int(stats.get("tokens", 0)),
-            nbytes=int(stats.get("bytes", unit.get("bytes", 0)) or 0),
+            documents=counts["documents"],
+            tokens=counts["tokens"],
+            nbytes=counts["bytes"] or int(unit.get("bytes") or 0),
         )
 
     def line(self) -> str:

@@ -39,6 +39,7 @@ import numpy as np
 import xxhash
 
 from shardcore import atomic, units
+from shardcore.encoders import DEFAULT_ENGINE, DEFAULT_TOKENIZER, check_engine, load_tokenizer
 from shardcore.errors import InputError
 from shardcore.formats import IndexedWriter, token_dtype
 from shardcore.manifest import fingerprint, write_manifest
@@ -50,7 +51,6 @@ from shardcore.readers import (
     source_format,
     splittable,
 )
-from shardcore.tokenizers import DEFAULT_ENGINE, DEFAULT_TOKENIZER, check_engine, load_tokenizer
 
 STAGE = "tokenize"
 KIND = "tokenized"
@@ -221,6 +221,23 @@ class _Bad:
         r["count"] += 1
         if len(r["samples"]) < SAMPLES_PER_REASON:
             r["samples"].append({"line": bad.line, "message": bad.message, "excerpt": bad.excerpt})
+
+    def bad_input(self, file: str) -> dict[str, dict[str, units.BadReason]]:
+        """``units.UnitCounts.bad_input`` of the segment (lines counted within it)."""
+        if not self.reasons:
+            return {}
+        return {
+            file: {
+                reason: {"count": r["count"], "samples": [_sample_text(s) for s in r["samples"]]}
+                for reason, r in self.reasons.items()
+            }
+        }
+
+
+def _sample_text(sample: dict[str, Any]) -> str:
+    where = "" if sample["line"] is None else f"segment line {sample['line']}: "
+    excerpt = f" | {sample['excerpt']}" if sample.get("excerpt") else ""
+    return f"{where}{sample['message']}{excerpt}"
 
 
 def _line_base(url: str, start: int, storage_options: dict) -> int:
@@ -416,7 +433,9 @@ def _run_tokenize(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
             {"encode": encode_cpu, "place": place_cpu, **writer.cpu},
             rest="read_parse",
         ),
-        "bad": bad.reasons,
+        "bad": bad.reasons,  # for finalize: samples with their segment line numbers
+        "bad_lines": sum(r["count"] for r in bad.reasons.values()),
+        "bad_input": bad.bad_input(file),
     }
 
 

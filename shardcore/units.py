@@ -11,6 +11,11 @@ Units are idempotent. A unit writes its files under temporary names, renames the
 writes its completion marker ``_units/<unit id>.done.json`` holding its stats. A rerun of a
 finished unit returns the recorded stats and writes nothing: an interrupted job loses
 nothing and duplicates nothing when rerun.
+
+A unit's stats are a JSON object for its stage's ``finalize``; the names in ``UnitCounts``
+mean the same in every stage, and they are all a runner (the job engine, a progress bar)
+reads: a job's documents, tokens, bytes and bad input are the sums of its units' (see
+``counts``). A stage that has nothing to count under a name leaves it out.
 """
 
 from __future__ import annotations
@@ -21,12 +26,39 @@ from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from shardcore import atomic
 
 MARKER_DIR = "_units"
 PLAN_NAME = "_plan.json"
+
+
+class BadReason(TypedDict):
+    count: int
+    samples: list[str]  # at most a few, each a line of text naming where
+
+
+class UnitCounts(TypedDict, total=False):
+    """The stats names every stage uses for what a job adds up over its units."""
+
+    documents: int  # documents written (each document counted by one unit only)
+    tokens: int  # tokens written
+    bytes: int  # input bytes read
+    bad_lines: int  # input records refused (default: the counts of bad_input)
+    bad_input: dict[str, dict[str, BadReason]]  # {file: {reason: BadReason}}
+
+
+COUNT_NAMES = ("documents", "tokens", "bytes", "bad_lines")
+
+
+def counts(stats: dict[str, Any]) -> dict[str, int]:
+    """A unit's ``UnitCounts`` numbers (0 where the stage leaves one out)."""
+    out = {name: int(stats.get(name) or 0) for name in COUNT_NAMES}
+    if "bad_lines" not in stats:
+        bad = stats.get("bad_input") or {}
+        out["bad_lines"] = sum(int(r["count"]) for f in bad.values() for r in f.values())
+    return out
 
 
 @dataclass

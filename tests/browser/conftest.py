@@ -114,20 +114,19 @@ class Stack:
 
     def tokenized(self, name: str, directory: Path, properties=("kind", "lang", "package")):
         """A registered source tokenized by the worker (setup for the later journeys)."""
-        from webapp.catalog import services
+        from webapp.catalog.services.sources import source_register
+        from webapp.catalog.services.tokenized import tokenized_source_build
 
-        source = services.source_register(
-            name=name, uri=str(directory), metadata_fields=list(properties)
-        )
-        ts = services.tokenized_source_build(source_id=source.pk)
+        source = source_register(name=name, uri=str(directory), metadata_fields=list(properties))
+        ts = tokenized_source_build(source_id=source.pk)
         self.wait_job(ts.job_id)
         ts.refresh_from_db()
         return ts
 
     def pool(self, name: str, tokenized, seq_len: int = 256):
-        from webapp.catalog import services
+        from webapp.catalog.services.pools import pool_build
 
-        pool = services.pool_build(name=name, tokenized_ids=[tokenized.pk], seq_len=seq_len)
+        pool = pool_build(name=name, tokenized_ids=[tokenized.pk], seq_len=seq_len)
         self.wait_job(pool.job_id)
         pool.refresh_from_db()
         return pool

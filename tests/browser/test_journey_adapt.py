@@ -18,8 +18,8 @@ pytestmark = [pytest.mark.browser, pytest.mark.services, pytest.mark.django_db(t
 def version(tmp_path, settings):
     """Two real pools of stdlib module code (by package) and a first version reading them
     half and half, built by the catalog's service."""
-    from webapp.catalog import services
     from webapp.catalog.models import ArtifactStatus, Pool, Source, TokenizedSource, Tokenizer
+    from webapp.catalog.services.mixtures import mixture_get_or_create, mixture_version_create
 
     settings.DATA_ROOT = tmp_path / "data"
     built = mix_fixtures.build_pools(tmp_path)
@@ -38,8 +38,8 @@ def version(tmp_path, settings):
         )  # fmt: skip
         pool.parents.add(ts)
         pools[name] = pool
-    mix = services.mixture_create(name="code-by-package")
-    v1 = services.mixture_version_create(
+    mix = mixture_get_or_create(name="code-by-package")
+    v1 = mixture_version_create(
         mixture_id=mix.pk,
         components=[{"pool": pools["early"].pk, "weight": 0.5},
                     {"pool": pools["late"].pk, "weight": 0.5}],

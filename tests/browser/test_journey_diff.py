@@ -12,8 +12,8 @@ pytestmark = [pytest.mark.browser, pytest.mark.services, pytest.mark.django_db(t
 def test_it_compares_two_versions_side_by_side(page, live_server, login, screenshot, tmp_path):
     from shardcore.pool import PoolReader
     from tests.unit import mix_fixtures
-    from webapp.catalog import services
     from webapp.catalog.models import ArtifactStatus, Pool
+    from webapp.catalog.services.mixtures import mixture_get_or_create, mixture_version_create
 
     paths = mix_fixtures.build_pools(tmp_path, seq_len=64)
     pools = {}
@@ -23,13 +23,13 @@ def test_it_compares_two_versions_side_by_side(page, live_server, login, screens
             name=f"code-{name}", seq_len=64, path=str(path), status=ArtifactStatus.READY,
             num_records=m["num_records"], num_tokens=m["num_tokens"],
         )  # fmt: skip
-    mixture = services.mixture_create(name="code-mix")
-    v1 = services.mixture_version_create(
+    mixture = mixture_get_or_create(name="code-mix")
+    v1 = mixture_version_create(
         mixture_id=mixture.pk, token_budget=64 * 2000, seed=1,
         components=[{"pool": pools["early"].pk, "weight": 0.5},
                     {"pool": pools["late"].pk, "weight": 0.5}],
     )  # fmt: skip
-    v2 = services.mixture_version_create(
+    v2 = mixture_version_create(
         mixture_id=mixture.pk, token_budget=64 * 2000, seed=1,
         components=[{"pool": pools["early"].pk, "weight": 0.25},
                     {"pool": pools["late"].pk, "weight": 0.75},

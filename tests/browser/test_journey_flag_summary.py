@@ -11,21 +11,22 @@ pytestmark = [pytest.mark.browser, pytest.mark.services, pytest.mark.django_db(t
 
 
 def test_it_counts_a_pool_read_in_two_stages_once(page, live_server, login, screenshot, stack):
-    from webapp.catalog import services
+    from webapp.catalog.services.mixtures import mixture_get_or_create, mixture_version_create
+    from webapp.catalog.services.runs import run_register
 
     corpus = stack.corpus()
     stack.start_worker()
     tokenized = stack.tokenized("docstrings", corpus["docstrings"].parent)
     prose = stack.pool("prose", tokenized, 64)
-    mixture = services.mixture_create(name="prose-twice")
-    version = services.mixture_version_create(
+    mixture = mixture_get_or_create(name="prose-twice")
+    version = mixture_version_create(
         mixture_id=mixture.pk, token_budget=64 * 1000,
         components=[{"pool": prose.pk, "weight": 1.0},
                     {"pool": prose.pk, "weight": 1.0, "stage": "anneal"}],
         stages=[{"name": "anneal", "tokens": 64 * 100}],
     )  # fmt: skip
     assert version.components.count() == 2
-    services.run_register(name="twice-lm", mixture_version_id=version.pk)
+    run_register(name="twice-lm", mixture_version_id=version.pk)
     login("ada", superuser=True)
 
     page.goto(f"{live_server.url}/audit/")

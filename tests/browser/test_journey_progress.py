@@ -17,8 +17,9 @@ def test_it_plots_progress_by_step_with_the_stage_boundary(
 ):
     from shardcore.pool import Pool as PoolReader
     from tests.unit import mix_fixtures
-    from webapp.catalog import services
     from webapp.catalog.models import ArtifactStatus, Pool
+    from webapp.catalog.services.mixtures import mixture_get_or_create, mixture_version_create
+    from webapp.catalog.services.runs import run_progress_record, run_register
 
     paths = mix_fixtures.build_pools(tmp_path, seq_len=64)
     pools = {}
@@ -28,8 +29,8 @@ def test_it_plots_progress_by_step_with_the_stage_boundary(
             name=f"code-{name}", seq_len=64, path=str(path), status=ArtifactStatus.READY,
             num_records=m["num_records"], num_tokens=m["num_tokens"],
         )  # fmt: skip
-    mixture = services.mixture_create(name="annealed")
-    version = services.mixture_version_create(
+    mixture = mixture_get_or_create(name="annealed")
+    version = mixture_version_create(
         mixture_id=mixture.pk, token_budget=64 * 2000, seed=1,
         components=[{"pool": pools["early"].pk, "weight": 0.5},
                     {"pool": pools["late"].pk, "weight": 0.5},
@@ -39,11 +40,11 @@ def test_it_plots_progress_by_step_with_the_stage_boundary(
     anneal = read_manifest(version.path)["stages"][1]
     first = anneal["first_sample"]
     assert anneal["name"] == "anneal" and first == 1700
-    run = services.run_register(name="small-lm", mixture_version_id=version.pk)
+    run = run_register(name="small-lm", mixture_version_id=version.pk)
     # 8 samples per step: the anneal's first sample is read at step first // 8 + 1.
     reports = [(100, 800), (200, 1600), (240, 1920)]
     for step, samples in reports:
-        services.run_progress_record(run_id=run.pk, step=step, consumed_samples=samples)
+        run_progress_record(run_id=run.pk, step=step, consumed_samples=samples)
     login("ada", superuser=True)
 
     page.goto(f"{live_server.url}/runs/{run.pk}/")
@@ -65,8 +66,8 @@ def test_it_plots_progress_by_step_with_the_stage_boundary(
     screenshot("run-progress")
 
     # A run that has not reached the anneal: its start in tokens, "not reached".
-    early = services.run_register(name="small-lm-early", mixture_version_id=version.pk)
-    services.run_progress_record(run_id=early.pk, step=50, consumed_samples=400)
+    early = run_register(name="small-lm-early", mixture_version_id=version.pk)
+    run_progress_record(run_id=early.pk, step=50, consumed_samples=400)
     page.goto(f"{live_server.url}/runs/{early.pk}/")
     chart.wait_for()
     layout = chart.evaluate(FIGURE)["layout"]

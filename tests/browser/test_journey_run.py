@@ -14,14 +14,14 @@ pytestmark = [pytest.mark.browser, pytest.mark.services, pytest.mark.django_db(t
 def test_it_shows_a_client_registered_run_resume_position_and_its_taint_after_a_flag(
     page, live_server, login, screenshot, stack
 ):
-    from webapp.catalog import services
+    from webapp.catalog.services.mixtures import mixture_get_or_create, mixture_version_create
 
     corpus = stack.corpus()
     stack.start_worker()
     prose = stack.pool("prose", stack.tokenized("docstrings", corpus["docstrings"].parent))
     docs = stack.pool("docs", stack.tokenized("reference", corpus["reference"].parent))
-    mixture = services.mixture_create(name="english-prose")
-    version = services.mixture_version_create(
+    mixture = mixture_get_or_create(name="english-prose")
+    version = mixture_version_create(
         mixture_id=mixture.pk,
         components=[{"pool": prose.pk, "weight": 0.7}, {"pool": docs.pk, "weight": 0.3}],
         token_budget=100_000,

@@ -18,8 +18,8 @@ def test_it_shows_the_quality_verdict_measured_at_build(
     from shardcore import quality
     from shardcore.pool import Pool as PoolReader
     from tests.unit import mix_fixtures
-    from webapp.catalog import services
     from webapp.catalog.models import ArtifactStatus, Pool
+    from webapp.catalog.services.mixtures import mixture_get_or_create, mixture_version_create
 
     paths = mix_fixtures.build_pools(tmp_path, seq_len=64)
     pools = {}
@@ -29,8 +29,8 @@ def test_it_shows_the_quality_verdict_measured_at_build(
             name=f"code-{name}", seq_len=64, path=str(path), status=ArtifactStatus.READY,
             num_records=m["num_records"], num_tokens=m["num_tokens"],
         )  # fmt: skip
-    mixture = services.mixture_create(name="mixed-code")
-    version = services.mixture_version_create(
+    mixture = mixture_get_or_create(name="mixed-code")
+    version = mixture_version_create(
         mixture_id=mixture.pk, token_budget=64 * 4000, seed=2, order="diversity",
         components=[{"pool": pools["early"].pk, "weight": 0.6},
                     {"pool": pools["late"].pk, "weight": 0.4},
@@ -39,7 +39,7 @@ def test_it_shows_the_quality_verdict_measured_at_build(
         stages=[{"name": "anneal", "tokens": 64 * 400}],
         max_repetitions=100,
     )  # fmt: skip
-    services.mixture_version_create(
+    mixture_version_create(
         mixture_id=mixture.pk, token_budget=64 * 4000, seed=2,
         components=[{"pool": pools["early"].pk, "weight": 0.6},
                     {"pool": pools["late"].pk, "weight": 0.4},

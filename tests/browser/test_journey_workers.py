@@ -14,7 +14,8 @@ pytestmark = [pytest.mark.browser, pytest.mark.services, pytest.mark.django_db(t
 def test_it_lists_live_workers_and_draws_a_jobs_unit_timeline(
     page, live_server, login, screenshot, stack, celery_workers, celery_queue, monkeypatch, settings
 ):
-    from webapp.catalog import services
+    from webapp.catalog.services.sources import source_register
+    from webapp.catalog.services.tokenized import tokenized_source_build
     from webapp.jobs.models import JobUnit
 
     monkeypatch.setenv("SHARDYARD_WORKER_BEAT", "1")
@@ -34,8 +35,8 @@ def test_it_lists_live_workers_and_draws_a_jobs_unit_timeline(
         assert cells[1] == host and cells[2] == celery_queue
     screenshot("overview-workers")
 
-    source = services.source_register(name="code", uri=str(corpus["stdlib-code"].parent))
-    ts = services.tokenized_source_build(source_id=source.pk, unit_bytes=64 << 10)
+    source = source_register(name="code", uri=str(corpus["stdlib-code"].parent))
+    ts = tokenized_source_build(source_id=source.pk, unit_bytes=64 << 10)
     job = stack.wait_job(ts.job_id)
     units = list(JobUnit.objects.filter(job=job))
     assert len(units) > 2

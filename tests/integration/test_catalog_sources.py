@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from webapp.catalog import services
+from webapp.catalog.errors import CatalogError, SourcePathError
 from webapp.catalog.models import Source, SourceFile
+from webapp.catalog.services.sources import source_register
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 
@@ -41,7 +42,7 @@ def test_it_registers_and_scans_a_source_under_a_root(db, roots):
     _write_jsonl(roots / "code" / "sub" / "b.jsonl", _real_docs(3))
     (roots / "code" / "notes.md").write_text("ignored: not a source format")
 
-    source = services.source_register(name="code", uri=str(roots / "code"))
+    source = source_register(name="code", uri=str(roots / "code"))
 
     assert source.status == Source.Status.SCANNED
     assert source.num_files == 2
@@ -58,7 +59,7 @@ def test_it_counts_and_samples_bad_lines_per_file(db, roots):
     bad = b'{"text": broken json\n{"body": "no text field"}\n{"text": "bad \xff utf8"}\n'
     _write_jsonl(roots / "mixed" / "a.jsonl", _real_docs(4), extra=bad)
 
-    source = services.source_register(name="mixed", uri=str(roots / "mixed"))
+    source = source_register(name="mixed", uri=str(roots / "mixed"))
 
     f = SourceFile.objects.get(source=source)
     assert (f.num_documents, f.bad_lines) == (4, 3)
@@ -79,8 +80,8 @@ def test_it_counts_and_samples_bad_lines_per_file(db, roots):
     ],
 )
 def test_it_refuses_locations_outside_the_roots(db, roots, uri, message):
-    with pytest.raises(services.SourcePathError, match=message):
-        services.source_register(name="bad", uri=uri)
+    with pytest.raises(SourcePathError, match=message):
+        source_register(name="bad", uri=uri)
     assert not Source.objects.exists()
 
 
@@ -88,8 +89,8 @@ def test_it_refuses_dot_dot_even_when_it_resolves_inside_a_root(db, roots):
     _write_jsonl(roots / "a" / "x.jsonl", _real_docs(1))
     (roots / "b").mkdir()
 
-    with pytest.raises(services.SourcePathError, match="'..' is not allowed"):
-        services.source_register(name="dots", uri=f"{roots}/b/../a")
+    with pytest.raises(SourcePathError, match="'..' is not allowed"):
+        source_register(name="dots", uri=f"{roots}/b/../a")
 
 
 def test_it_refuses_a_symlink_that_leads_out_of_the_root(db, roots, tmp_path):
@@ -97,8 +98,8 @@ def test_it_refuses_a_symlink_that_leads_out_of_the_root(db, roots, tmp_path):
     _write_jsonl(outside / "secret.jsonl", _real_docs(1))
     (roots / "link").symlink_to(outside)
 
-    with pytest.raises(services.SourcePathError, match="symlink to .* outside the source roots"):
-        services.source_register(name="link", uri=str(roots / "link"))
+    with pytest.raises(SourcePathError, match="symlink to .* outside the source roots"):
+        source_register(name="link", uri=str(roots / "link"))
 
 
 def test_it_refuses_a_symlinked_file_inside_a_source_that_leads_out(db, roots, tmp_path):
@@ -106,13 +107,13 @@ def test_it_refuses_a_symlinked_file_inside_a_source_that_leads_out(db, roots, t
     _write_jsonl(tmp_path / "elsewhere" / "secret.jsonl", _real_docs(1))
     (roots / "src" / "secret.jsonl").symlink_to(tmp_path / "elsewhere" / "secret.jsonl")
 
-    with pytest.raises(services.SourcePathError, match="secret.jsonl is a symlink"):
-        services.source_register(name="src", uri=str(roots / "src"))
+    with pytest.raises(SourcePathError, match="secret.jsonl is a symlink"):
+        source_register(name="src", uri=str(roots / "src"))
     assert not Source.objects.filter(name="src").exists()  # refused before any row
 
 
 def test_it_accepts_an_s3_uri_without_touching_the_network(db, roots):
-    source = services.source_register(name="remote", uri="s3://corpus/web/", scan=False)
+    source = source_register(name="remote", uri="s3://corpus/web/", scan=False)
 
     assert source.uri == "s3://corpus/web"
     assert source.is_remote
@@ -120,7 +121,7 @@ def test_it_accepts_an_s3_uri_without_touching_the_network(db, roots):
 
 def test_it_refuses_a_duplicate_name(db, roots):
     _write_jsonl(roots / "a.jsonl", _real_docs(1))
-    services.source_register(name="dup", uri=str(roots / "a.jsonl"))
+    source_register(name="dup", uri=str(roots / "a.jsonl"))
 
-    with pytest.raises(services.CatalogError, match="already exists"):
-        services.source_register(name="dup", uri=str(roots / "a.jsonl"))
+    with pytest.raises(CatalogError, match="already exists"):
+        source_register(name="dup", uri=str(roots / "a.jsonl"))

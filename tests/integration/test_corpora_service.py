@@ -14,8 +14,12 @@ from shardcore.verify import verify
 from tests.integration.dashboard_fixtures import login, users
 from tests.integration.test_jobs_workers import catalog_env, wait_job
 from tests.support import corpora
-from webapp.catalog import services
 from webapp.catalog.models import ArtifactStatus
+from webapp.catalog.services.exports import mixture_version_export
+from webapp.catalog.services.mixtures import mixture_get_or_create, mixture_version_create
+from webapp.catalog.services.pools import pool_build
+from webapp.catalog.services.sources import source_register
+from webapp.catalog.services.tokenized import tokenized_source_build
 from webapp.jobs.models import JobState
 
 pytestmark = pytest.mark.services
@@ -32,11 +36,11 @@ def test_it_builds_every_real_schema_through_a_worker(
     for name, make in sorted(corpora.CORPORA.items()):
         corpus = make()
         corpus.write(catalog_env)
-        source = services.source_register(
+        source = source_register(
             name=name, uri=str(catalog_env / name), text_field=corpus.text_field
         )
         assert source.num_files == len(corpus.files)
-        ts = services.tokenized_source_build(source_id=source.pk, shard_size=16 << 10)
+        ts = tokenized_source_build(source_id=source.pk, shard_size=16 << 10)
         built[name] = (corpus, source, ts)
     pools = {}
     for name, (corpus, _source, ts) in built.items():
@@ -44,7 +48,7 @@ def test_it_builds_every_real_schema_through_a_worker(
         assert job.state == JobState.SUCCEEDED, job.log_tail
         ts.refresh_from_db()
         assert ts.num_documents == len(corpus.records())
-        pools[name] = services.pool_build(
+        pools[name] = pool_build(
             name=f"{name}-selected", tokenized_ids=[ts.pk], seq_len=SEQ, filter=corpus.filter,
             memory=1 << 20, shard_size=8 << 10,
         )  # fmt: skip
@@ -58,8 +62,8 @@ def test_it_builds_every_real_schema_through_a_worker(
         assert (job.documents, job.tokens) == (pool.num_documents, pool.num_tokens)  # once each
         assert verify(pool.path).ok
 
-    mixture = services.mixture_create(name="six-schemas")
-    version = services.mixture_version_create(
+    mixture = mixture_get_or_create(name="six-schemas")
+    version = mixture_version_create(
         mixture_id=mixture.pk,
         components=[{"pool": p.pk, "weight": 1 / 6} for p in pools.values()],
         token_budget=SEQ * 60,
@@ -68,10 +72,10 @@ def test_it_builds_every_real_schema_through_a_worker(
     assert version.status == ArtifactStatus.READY and version.num_samples == 60
     assert verify(version.path).ok
     for fmt in ("megatron", "json"):
-        export = services.mixture_version_export(version_id=version.pk, fmt=fmt)
+        export = mixture_version_export(version_id=version.pk, fmt=fmt)
         assert export.status == ArtifactStatus.READY
         assert Path(export.path).stat().st_size > 0
-    plain = services.mixture_version_export(version_id=version.pk, fmt="json")
+    plain = mixture_version_export(version_id=version.pk, fmt="json")
     assert json.loads(Path(plain.path).read_text())["num_samples"] == 60
 
     # The source page charts each corpus's own properties, counted from its records.

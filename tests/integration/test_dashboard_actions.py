@@ -83,7 +83,7 @@ def test_it_refuses_a_source_outside_the_roots_with_the_reason(login, catalog, s
 
 
 def test_it_shows_the_resume_position_and_a_loader_snippet_on_the_run_page(login, catalog):
-    from webapp.catalog.services import run_progress_record
+    from webapp.catalog.services.runs import run_progress_record
 
     run_progress_record(run_id=catalog["run"].pk, step=50, consumed_samples=25)
     body = login("viewer").get(f"/runs/{catalog['run'].pk}/").content.decode()

@@ -19,8 +19,12 @@ from rest_framework.test import APIClient
 from shardcore.mixture import Mixture
 from shardcore.pool import SOURCE_FP_COL, PoolReader
 from tests.integration.dashboard_fixtures import login, users  # noqa: F401
-from webapp.catalog import services
 from webapp.catalog.models import ArtifactStatus
+from webapp.catalog.services.mixtures import mixture_get_or_create, mixture_version_create
+from webapp.catalog.services.pools import pool_build
+from webapp.catalog.services.runs import run_register
+from webapp.catalog.services.sources import source_register
+from webapp.catalog.services.tokenized import tokenized_source_build
 from workers.celery import app
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
@@ -43,23 +47,23 @@ def world(django_db_setup, django_db_blocker, tmp_path_factory):
         "".join(json.dumps({"text": p.read_text(errors="replace")}) + "\n" for p in files)
     )
     with django_db_blocker.unblock():
-        source = services.source_register(name="code", uri=str(tmp / "code"))
-        ts = services.tokenized_source_build(source_id=source.pk, shard_size=64 << 10)
+        source = source_register(name="code", uri=str(tmp / "code"))
+        ts = tokenized_source_build(source_id=source.pk, shard_size=64 << 10)
         ts.refresh_from_db()
         assert ts.status == ArtifactStatus.READY
-        pool = services.pool_build(
+        pool = pool_build(
             name="p", tokenized_ids=[ts.pk], seq_len=64, memory=1 << 20, shard_size=40 << 10
         )
         pool.refresh_from_db()
         assert pool.status == ArtifactStatus.READY
-        mix = services.mixture_create(name="m")
-        version = services.mixture_version_create(
+        mix = mixture_get_or_create(name="m")
+        version = mixture_version_create(
             mixture_id=mix.pk,
             components=[{"pool": pool.pk, "weight": 1.0}],
             token_budget=64 * (pool.num_records // 2),  # half the pool: some data never read
         )
         version.refresh_from_db()
-        run = services.run_register(name="r", mixture_version_id=version.pk)
+        run = run_register(name="r", mixture_version_id=version.pk)
     yield {"source": source, "ts": ts, "pool": pool, "version": version, "run": run}
     app.conf.task_always_eager = False
     settings.SOURCE_ROOTS, settings.DATA_ROOT = old

@@ -10,8 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from webapp.catalog import selectors, services
+from webapp.catalog import selectors
 from webapp.catalog.models import ArtifactStatus, Export, Pool, Taint, TokenizedSource
+from webapp.catalog.services.exports import mixture_version_materialize
+from webapp.catalog.services.flags import flag_create
+from webapp.catalog.services.mixtures import mixture_get_or_create, mixture_version_create
+from webapp.catalog.services.pools import pool_build
+from webapp.catalog.services.runs import run_register
+from webapp.catalog.services.sources import source_register
+from webapp.catalog.services.tokenized import tokenized_source_build
 from workers.celery import app
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
@@ -27,7 +34,7 @@ def _source(root: Path, name: str, files: dict[str, list[dict]]):
         path = root / name / fname
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text("".join(json.dumps(d) + "\n" for d in docs))
-    return services.source_register(name=name, uri=str(root / name))
+    return source_register(name=name, uri=str(root / name))
 
 
 def _ready(artifact):
@@ -48,24 +55,24 @@ def world(django_db_setup, django_db_blocker, tmp_path_factory):
     with django_db_blocker.unblock():
         a = _source(tmp, "alpha", {"a1.jsonl": _docs(0, 6), "a2.jsonl": _docs(6, 6)})
         b = _source(tmp, "beta", {"b1.jsonl": _docs(20, 5)})
-        ta = _ready(services.tokenized_source_build(source_id=a.pk, shard_size=16 << 10))
-        tb = _ready(services.tokenized_source_build(source_id=b.pk, shard_size=16 << 10))
+        ta = _ready(tokenized_source_build(source_id=a.pk, shard_size=16 << 10))
+        tb = _ready(tokenized_source_build(source_id=b.pk, shard_size=16 << 10))
         flagged_name = _docs(0, 6)[2]["name"]  # alpha document 2, in a1.jsonl
         common = {"seq_len": 64, "memory": 1 << 20, "shard_size": 8 << 10}
         pools = {
-            "pa": services.pool_build(name="pa", tokenized_ids=[ta.pk], **common),
-            "pa_without": services.pool_build(
+            "pa": pool_build(name="pa", tokenized_ids=[ta.pk], **common),
+            "pa_without": pool_build(
                 name="pa-without", tokenized_ids=[ta.pk], filter=f"name <> '{flagged_name}'",
                 **common,
             ),
-            "pb": services.pool_build(name="pb", tokenized_ids=[tb.pk], **common),
-            "pab": services.pool_build(name="pab", tokenized_ids=[ta.pk, tb.pk], **common),
+            "pb": pool_build(name="pb", tokenized_ids=[tb.pk], **common),
+            "pab": pool_build(name="pab", tokenized_ids=[ta.pk, tb.pk], **common),
         }  # fmt: skip
         pools = {k: _ready(p) for k, p in pools.items()}
-        mix = services.mixture_create(name="m")
+        mix = mixture_get_or_create(name="m")
 
         def version(*names):
-            return services.mixture_version_create(
+            return mixture_version_create(
                 mixture_id=mix.pk,
                 components=[{"pool": pools[n].pk, "weight": 1.0} for n in names],
                 token_budget=50_000,
@@ -74,11 +81,11 @@ def world(django_db_setup, django_db_blocker, tmp_path_factory):
         versions = {"v_a_b": version("pa", "pb"), "v_without": version("pa_without"),
                     "v_b": version("pb")}  # fmt: skip
         runs = {
-            key: services.run_register(name=f"run-{key}", mixture_version_id=v.pk)
+            key: run_register(name=f"run-{key}", mixture_version_id=v.pk)
             for key, v in versions.items()
         }
         # v_b's materialized copy: a separate artifact holding beta's tokens.
-        services.mixture_version_materialize(version_id=versions["v_b"].pk)
+        mixture_version_materialize(version_id=versions["v_b"].pk)
     yield {"a": a, "b": b, "ta": ta, "tb": tb, "pools": pools, "versions": versions,
            "runs": runs}  # fmt: skip
     app.conf.task_always_eager = False
@@ -108,7 +115,7 @@ def _tainted(flag) -> set[str]:
 
 
 def test_it_taints_exactly_what_holds_a_flagged_document(world, db):
-    flag = services.flag_create(reason="PII", source_id=world["a"].pk, document_ids=[2])
+    flag = flag_create(reason="PII", source_id=world["a"].pk, document_ids=[2])
 
     assert _tainted(flag) == {
         "ts:alpha", "pool:pa", "pool:pab", "version:1", "run-v_a_b",
@@ -116,7 +123,7 @@ def test_it_taints_exactly_what_holds_a_flagged_document(world, db):
 
 
 def test_it_taints_what_holds_any_document_of_a_flagged_file(world, db):
-    flag = services.flag_create(reason="license", source_id=world["a"].pk, file_path="a2.jsonl")
+    flag = flag_create(reason="license", source_id=world["a"].pk, file_path="a2.jsonl")
 
     # a2.jsonl's documents pass the filter of pa-without, so it is tainted too.
     assert _tainted(flag) == {
@@ -126,7 +133,7 @@ def test_it_taints_what_holds_any_document_of_a_flagged_file(world, db):
 
 
 def test_it_taints_everything_downstream_of_a_flagged_source(world, db):
-    flag = services.flag_create(reason="bad crawl", source_id=world["b"].pk)
+    flag = flag_create(reason="bad crawl", source_id=world["b"].pk)
 
     assert _tainted(flag) == {
         "ts:beta", "pool:pb", "pool:pab", "version:1", "version:3", "materialized:3",
@@ -137,9 +144,9 @@ def test_it_taints_everything_downstream_of_a_flagged_source(world, db):
 
 
 def test_it_taints_a_run_registered_after_the_flag(world, db):
-    flag = services.flag_create(reason="PII", source_id=world["a"].pk, document_ids=[2])
-    late = services.run_register(name="late", mixture_version_id=world["versions"]["v_a_b"].pk)
-    clean = services.run_register(name="clean", mixture_version_id=world["versions"]["v_b"].pk)
+    flag = flag_create(reason="PII", source_id=world["a"].pk, document_ids=[2])
+    late = run_register(name="late", mixture_version_id=world["versions"]["v_a_b"].pk)
+    clean = run_register(name="clean", mixture_version_id=world["versions"]["v_b"].pk)
 
     assert Taint.objects.filter(flag=flag, run=late).exists()
     assert not Taint.objects.filter(flag=flag, run=clean).exists()
@@ -148,7 +155,7 @@ def test_it_taints_a_run_registered_after_the_flag(world, db):
 def test_it_answers_lineage_both_ways(world, db):
     runs = world["runs"]
     lineage = selectors.run_lineage(run_id=runs["v_a_b"].pk)
-    assert {s.name for s in lineage.sources} == {"alpha", "beta"}
+    assert {s.name for s in lineage["sources"]} == {"alpha", "beta"}
     assert {r.name for r in selectors.source_runs(source_id=world["b"].pk)} == {
         "run-v_a_b", "run-v_b",
     }  # fmt: skip
@@ -175,9 +182,9 @@ def test_it_refuses_to_edit_a_built_artifact(world, db):
 def test_it_taints_a_materialized_copy_built_after_the_flag(
     world, db, django_capture_on_commit_callbacks
 ):
-    flag = services.flag_create(reason="PII", source_id=world["a"].pk, document_ids=[2])
+    flag = flag_create(reason="PII", source_id=world["a"].pk, document_ids=[2])
     with django_capture_on_commit_callbacks(execute=True):
-        job = services.mixture_version_materialize(version_id=world["versions"]["v_a_b"].pk)
+        job = mixture_version_materialize(version_id=world["versions"]["v_a_b"].pk)
     copy = Export.objects.get(job=job)
 
     assert copy.status == ArtifactStatus.READY, job.log_tail

@@ -2,7 +2,7 @@
 validation slice), mixed into a version (its schedule built by shardcore), materialized by a
 job spread over two workers, exported for trainers (megatron-core parses the Megatron
 export back into the version's weights and prefixes), a registered run reporting progress,
-and its resume position equal to ``shardcore.mixlocate.locate_mixture``. A flag on a source
+and its resume position equal to ``shardcore.locate.locate_mixture``. A flag on a source
 then taints the materialized copy with everything else downstream."""
 
 from __future__ import annotations
@@ -15,13 +15,20 @@ import numpy as np
 import pytest
 import yaml
 
+from shardcore.locate import locate_mixture
 from shardcore.manifest import files_by_path, read_manifest
-from shardcore.mixlocate import locate_mixture
 from shardcore.mixture import Mixture
 from shardcore.pool import PoolReader
 from tests.integration.test_jobs_workers import catalog_env, stdlib_docs, wait_job, write_jsonl
-from webapp.catalog import selectors, services
+from webapp.catalog import selectors
 from webapp.catalog.models import ArtifactStatus, Export, Pool, Shard, Taint
+from webapp.catalog.services.exports import mixture_version_export, mixture_version_materialize
+from webapp.catalog.services.flags import flag_create
+from webapp.catalog.services.mixtures import mixture_get_or_create, mixture_version_create
+from webapp.catalog.services.pools import pool_build
+from webapp.catalog.services.runs import run_progress_record, run_register, run_resume_position
+from webapp.catalog.services.sources import source_register
+from webapp.catalog.services.tokenized import tokenized_source_build
 from webapp.jobs.models import JobState, JobUnit
 
 pytestmark = pytest.mark.services
@@ -48,17 +55,17 @@ def test_it_goes_from_a_source_to_a_materialized_mixture_and_a_resumable_run(
 
     write_jsonl(catalog_env / "prose" / "a.jsonl", stdlib_docs(25))
     write_jsonl(catalog_env / "code" / "b.jsonl", stdlib_docs(20, offset=40))
-    prose = services.source_register(name="prose", uri=str(catalog_env / "prose"))
-    code = services.source_register(name="code", uri=str(catalog_env / "code"))
+    prose = source_register(name="prose", uri=str(catalog_env / "prose"))
+    code = source_register(name="code", uri=str(catalog_env / "code"))
     left, right = celery_workers("left"), celery_workers("right")
 
     built = []
     for source in (prose, code):
-        ts = services.tokenized_source_build(source_id=source.pk, shard_size=32 << 10)
+        ts = tokenized_source_build(source_id=source.pk, shard_size=32 << 10)
         assert wait_job(ts.job_id).state == JobState.SUCCEEDED
         built.append(ts)
     pools = [
-        services.pool_build(name=f"p-{ts.source.name}", tokenized_ids=[ts.pk], seq_len=SEQ,
+        pool_build(name=f"p-{ts.source.name}", tokenized_ids=[ts.pk], seq_len=SEQ,
                             val_fraction=0.2, memory=1 << 20, shard_size=16 << 10)
         for ts in built
     ]  # fmt: skip
@@ -84,8 +91,8 @@ def test_it_goes_from_a_source_to_a_materialized_mixture_and_a_resumable_run(
     assert Pool.objects.filter(split=Pool.Split.VAL).exists()  # P(none of 45 held) < 1e-4
 
     # The version: its schedule built into its directory and recorded.
-    mixture = services.mixture_create(name="blend")
-    version = services.mixture_version_create(
+    mixture = mixture_get_or_create(name="blend")
+    version = mixture_version_create(
         mixture_id=mixture.pk,
         components=[{"pool": pools[0].pk, "weight": 0.7}, {"pool": pools[1].pk, "weight": 0.3}],
         token_budget=300_000,
@@ -107,8 +114,8 @@ def test_it_goes_from_a_source_to_a_materialized_mixture_and_a_resumable_run(
     assert version.components.get(pool=pools[0]).epochs > 1  # prose rolls over
 
     # Materialized by a job that both workers share.
-    job = services.mixture_version_materialize(version_id=version.pk, shard_bytes=128 << 10)
-    assert services.mixture_version_materialize(version_id=version.pk).pk == job.pk
+    job = mixture_version_materialize(version_id=version.pk, shard_bytes=128 << 10)
+    assert mixture_version_materialize(version_id=version.pk).pk == job.pk
     job = wait_job(job.pk)
     assert job.state == JobState.SUCCEEDED, job.log_tail + left.log() + right.log()
     assert {w.split("@")[0] for w in JobUnit.objects.filter(job=job).values_list("worker", flat=True)} == {"left", "right"}  # fmt: skip
@@ -132,7 +139,7 @@ def test_it_goes_from_a_source_to_a_materialized_mixture_and_a_resumable_run(
         first += len(ds)
 
     # Exports for trainers, as files under the version's directory.
-    megatron = services.mixture_version_export(version_id=version.pk, fmt="megatron")
+    megatron = mixture_version_export(version_id=version.pk, fmt="megatron")
     assert Path(megatron.path).parent == Path(version.path) / "exports"
     line = next(x for x in Path(megatron.path).read_text().splitlines() if x.startswith("--data-path "))  # fmt: skip
     prefixes, weights = get_blend_from_list(shlex.split(line)[1:])
@@ -142,16 +149,16 @@ def test_it_goes_from_a_source_to_a_materialized_mixture_and_a_resumable_run(
     cache = Path(version.path) / "exports" / "megatron" / "cache"
     assert f"--data-cache-path {cache}" in Path(megatron.path).read_text()
     assert len(list(cache.glob("*-BlendedDataset-train-dataset_index.npy"))) >= 1
-    assert services.mixture_version_export(version_id=version.pk, fmt="megatron").pk == megatron.pk
-    olmo = services.mixture_version_export(version_id=version.pk, fmt="olmo")
+    assert mixture_version_export(version_id=version.pk, fmt="megatron").pk == megatron.pk
+    olmo = mixture_version_export(version_id=version.pk, fmt="olmo")
     olmo_cfg = yaml.safe_load(Path(olmo.path).read_text())  # exact: from the materialized copy
     assert olmo_cfg["shardyard"]["exact"] is True
     assert [Path(p).resolve() for p in olmo_cfg["dataset"]["paths"]] == [
         Path(f"{s.prefix}.bin").resolve() for s in flat.shards.order_by("index")
     ]
-    nano = services.mixture_version_export(version_id=version.pk, fmt="nanotron")
+    nano = mixture_version_export(version_id=version.pk, fmt="nanotron")
     assert yaml.safe_load(Path(nano.path).read_text())["data_stages"][0]["name"] == "main"
-    plain = services.mixture_version_export(version_id=version.pk, fmt="json")
+    plain = mixture_version_export(version_id=version.pk, fmt="json")
     assert json.loads(Path(plain.path).read_text())["num_samples"] == version.num_samples
     for e in (megatron, olmo, nano, plain):
         assert e.status == ArtifactStatus.READY
@@ -161,10 +168,10 @@ def test_it_goes_from_a_source_to_a_materialized_mixture_and_a_resumable_run(
     }  # fmt: skip
 
     # A run reports progress; its resume position is shardcore's, with catalog ids.
-    run = services.run_register(name="run-1", mixture_version_id=version.pk, external_id="wandb/x")
+    run = run_register(name="run-1", mixture_version_id=version.pk, external_id="wandb/x")
     for step, samples in ((10, 333), (20, version.num_samples - 1)):
-        run = services.run_progress_record(run_id=run.pk, step=step, consumed_samples=samples)
-        position = services.run_resume_position(run_id=run.pk)
+        run = run_progress_record(run_id=run.pk, step=step, consumed_samples=samples)
+        position = run_resume_position(run_id=run.pk)
         expected = locate_mixture(version.path, tokens=run.consumed_tokens)
         assert expected["sample"] == samples
         assert position["pool_index"] == expected["pool"]
@@ -174,19 +181,19 @@ def test_it_goes_from_a_source_to_a_materialized_mixture_and_a_resumable_run(
         pool = next(p for p in pools if p.path == expected["pool_path"])
         assert (position["pool_id"], position["pool"]) == (pool.pk, pool.name)
     last_prose = int(np.flatnonzero(np.asarray(mix.pool_index) == 0)[-1])
-    position = services.run_resume_position(run_id=run.pk, sample=last_prose)
+    position = run_resume_position(run_id=run.pk, sample=last_prose)
     # The epoch of a repeated pool: how many whole passes over it precede the sample.
     before = int(np.count_nonzero(np.asarray(mix.pool_index)[:last_prose] == 0))
     passes = before // PoolReader(pools[0].path).num_records
     assert passes >= 1  # the prose pool rolls over in this mixture
     assert position["pool_id"] == pools[0].pk and position["epoch"] == passes
-    assert services.run_resume_position(run_id=run.pk, sample=0)["epoch"] == 0
+    assert run_resume_position(run_id=run.pk, sample=0)["epoch"] == 0
     lineage = selectors.run_lineage(run_id=run.pk)
-    assert {s.name for s in lineage.sources} == {"prose", "code"}
+    assert {s.name for s in lineage["sources"]} == {"prose", "code"}
 
     # A flag on one source reaches the materialized copy (it holds the tokens), not the
     # configs (they name the pools' files, which are tainted themselves).
-    flag = services.flag_create(reason="PII", source_id=code.pk)
+    flag = flag_create(reason="PII", source_id=code.pk)
     assert Taint.objects.filter(flag=flag, export=flat).exists()
     assert Taint.objects.filter(flag=flag, run=run).exists()
     assert not Taint.objects.filter(flag=flag, export__in=[megatron, olmo, nano, plain]).exists()

@@ -25,8 +25,9 @@ from tests.integration.test_jobs_workers import (
     write_jsonl,
 )
 from tests.support.services import ROOT, wait_for, worker_env
-from webapp.catalog import services
 from webapp.catalog.models import ArtifactStatus, TokenizedSource
+from webapp.catalog.services.sources import source_register
+from webapp.catalog.services.tokenized import tokenized_source_build
 from webapp.jobs import services as jobs
 from webapp.jobs.models import Job, JobState, JobUnit, UnitState
 
@@ -55,13 +56,11 @@ def _source(root: Path, name: str = "heal"):
     d = root / name
     for k, (n, offset) in enumerate(((50, 0), (50, 50), (57, 100))):
         write_jsonl(d / f"part-{k}.jsonl", stdlib_docs(n, offset=offset))
-    return services.source_register(name=name, uri=str(d))
+    return source_register(name=name, uri=str(d))
 
 
 def _build(source) -> TokenizedSource:
-    return services.tokenized_source_build(
-        source_id=source.pk, shard_size=SHARD, unit_bytes=UNIT_BYTES
-    )
+    return tokenized_source_build(source_id=source.pk, shard_size=SHARD, unit_bytes=UNIT_BYTES)
 
 
 def _clean_run(catalog_env: Path, name: str, out: Path) -> dict[str, bytes]:

@@ -21,7 +21,8 @@ from tests.integration.test_jobs_workers import (
     write_jsonl,
 )
 from tests.support.services import ROOT, wait_for, worker_env
-from webapp.catalog import services
+from webapp.catalog.services.sources import source_register
+from webapp.catalog.services.tokenized import tokenized_source_build
 from webapp.jobs import services as jobs
 from webapp.jobs.models import Job, JobState, JobUnit, UnitState
 
@@ -37,7 +38,7 @@ def _source(root: Path):
     d = root / "lease"
     for k, (n, offset) in enumerate(((50, 0), (50, 50), (57, 100))):
         write_jsonl(d / f"part-{k}.jsonl", stdlib_docs(n, offset=offset))
-    return services.source_register(name="lease", uri=str(d))
+    return source_register(name="lease", uri=str(d))
 
 
 def _kill_mid_unit(celery_workers, job_id: int) -> JobUnit:
@@ -72,9 +73,7 @@ def test_it_requeues_a_lost_unit_on_retry_without_the_flag(
     postgres, redis_url, celery_workers, catalog_env, settings, tmp_path
 ):
     source = _source(catalog_env)
-    ts = services.tokenized_source_build(
-        source_id=source.pk, shard_size=256 << 10, unit_bytes=UNIT_BYTES
-    )
+    ts = tokenized_source_build(source_id=source.pk, shard_size=256 << 10, unit_bytes=UNIT_BYTES)
     unit = _kill_mid_unit(celery_workers, ts.job_id)
 
     # Within the lease (a minute by default) the unit may still be running somewhere.
@@ -98,9 +97,7 @@ def test_it_reaps_lost_units_from_the_command_line(
     postgres, redis_url, celery_workers, catalog_env, celery_queue, tmp_path
 ):
     source = _source(catalog_env)
-    ts = services.tokenized_source_build(
-        source_id=source.pk, shard_size=256 << 10, unit_bytes=UNIT_BYTES
-    )
+    ts = tokenized_source_build(source_id=source.pk, shard_size=256 << 10, unit_bytes=UNIT_BYTES)
     unit = _kill_mid_unit(celery_workers, ts.job_id)
 
     def reap(lease: str) -> str:

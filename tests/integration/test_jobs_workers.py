@@ -13,8 +13,9 @@ import pytest
 
 from shardcore.tokenize import tokenize
 from tests.support.services import wait_for
-from webapp.catalog import services
 from webapp.catalog.models import ArtifactStatus, Shard, SourceFile, TokenizedSource
+from webapp.catalog.services.sources import source_register
+from webapp.catalog.services.tokenized import tokenized_source_build
 from webapp.jobs import services as jobs
 from webapp.jobs.models import Job, JobState, JobUnit, UnitState
 
@@ -65,12 +66,10 @@ def test_it_spreads_one_tokenize_job_over_two_workers(
 ):
     write_jsonl(catalog_env / "code" / "a.jsonl", stdlib_docs(30))
     write_jsonl(catalog_env / "code" / "b.jsonl", stdlib_docs(30, offset=30))
-    source = services.source_register(name="code", uri=str(catalog_env / "code"))
+    source = source_register(name="code", uri=str(catalog_env / "code"))
     w1, w2 = celery_workers("alpha"), celery_workers("beta")
 
-    ts = services.tokenized_source_build(
-        source_id=source.pk, shard_size=64 << 10, unit_bytes=48 << 10
-    )
+    ts = tokenized_source_build(source_id=source.pk, shard_size=64 << 10, unit_bytes=48 << 10)
     job = wait_job(ts.job_id)
 
     assert job.state == JobState.SUCCEEDED, job.log_tail + w1.log() + w2.log()
@@ -90,12 +89,10 @@ def test_it_loses_nothing_when_a_worker_is_killed_mid_job(
     postgres, redis_url, celery_workers, catalog_env, tmp_path
 ):
     write_jsonl(catalog_env / "big" / "a.jsonl", stdlib_docs(40))
-    source = services.source_register(name="big", uri=str(catalog_env / "big"))
+    source = source_register(name="big", uri=str(catalog_env / "big"))
     worker = celery_workers("doomed")
 
-    ts = services.tokenized_source_build(
-        source_id=source.pk, shard_size=32 << 10, unit_bytes=32 << 10
-    )
+    ts = tokenized_source_build(source_id=source.pk, shard_size=32 << 10, unit_bytes=32 << 10)
     wait_for(
         lambda: Job.objects.get(pk=ts.job_id).units_done >= 5,
         timeout=120,
@@ -139,10 +136,10 @@ def test_it_surfaces_every_kind_of_bad_input_on_the_job_row(
     (d / "empty.jsonl").write_bytes(b"")  # empty_file
     whole = gzip.compress(b"".join(json.dumps(x).encode() + b"\n" for x in stdlib_docs(2)))
     (d / "cut.jsonl.gz").write_bytes(whole[: len(whole) // 2])  # truncated_compressed
-    source = services.source_register(name="dirty", uri=str(d))
+    source = source_register(name="dirty", uri=str(d))
     celery_workers("sieve")
 
-    ts = services.tokenized_source_build(source_id=source.pk)
+    ts = tokenized_source_build(source_id=source.pk)
     job = wait_job(ts.job_id)
 
     assert job.state == JobState.SUCCEEDED, job.log_tail
@@ -168,8 +165,8 @@ def test_it_fails_the_job_with_the_error_of_the_failing_unit(
     postgres, redis_url, celery_workers, catalog_env
 ):
     write_jsonl(catalog_env / "gone" / "a.jsonl", stdlib_docs(3))
-    source = services.source_register(name="gone", uri=str(catalog_env / "gone"))
-    ts = services.tokenized_source_build(source_id=source.pk)
+    source = source_register(name="gone", uri=str(catalog_env / "gone"))
+    ts = tokenized_source_build(source_id=source.pk)
     # The stored plan names a tokenizer that does not exist: a permanent unit failure.
     Job.objects.filter(pk=ts.job_id).update(
         plan={**ts.job.plan, "params": {**ts.job.plan["params"], "tokenizer": "tiktoken:nope"}}

@@ -48,6 +48,7 @@ EXERCISED_ELSEWHERE = {
     "manage.py catalog jobs-reap": ("tests/integration/test_jobs_lease.py", '"jobs-reap"'),
     "manage.py catalog scrub": ("tests/integration/test_scrub.py", '"catalog", "scrub"'),
     "manage.py migrate": ("tests/integration/test_embedded_stack.py", '"manage.py", "runstack"'),
+    "docker compose up": ("tests/unit/test_compose.py", "def test_workers_scale"),
     "celery -A workers worker": (
         "tests/support/services.py",
         '"workers",\n                "worker"',

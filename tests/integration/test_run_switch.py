@@ -24,8 +24,11 @@ from shardcore.loader import Segments, resume_state
 from shardcore.mixture import Mixture, _records_for
 from shardcore.pool import Pool as PoolReader
 from tests.integration.dashboard_fixtures import login, users  # noqa: F401
-from webapp.catalog import services
 from webapp.catalog.models import ArtifactStatus, RunSegment, Taint, TrainingRun
+from webapp.catalog.services.mixtures import mixture_get_or_create, mixture_version_create
+from webapp.catalog.services.pools import pool_build
+from webapp.catalog.services.sources import source_register
+from webapp.catalog.services.tokenized import tokenized_source_build
 from workers.celery import app
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
@@ -55,11 +58,11 @@ def world(django_db_setup, django_db_blocker, tmp_path_factory):
                     for p in files[k * 12 : (k + 1) * 12]
                 )
             )
-            source = services.source_register(name=name, uri=str(tmp / name))
-            ts = services.tokenized_source_build(source_id=source.pk, shard_size=64 << 10)
+            source = source_register(name=name, uri=str(tmp / name))
+            ts = tokenized_source_build(source_id=source.pk, shard_size=64 << 10)
             ts.refresh_from_db()
             assert ts.status == ArtifactStatus.READY
-            pool = services.pool_build(
+            pool = pool_build(
                 name=f"p-{name}", tokenized_ids=[ts.pk], seq_len=64, memory=1 << 20,
                 shard_size=40 << 10,
             )  # fmt: skip
@@ -85,8 +88,8 @@ def _version1(world, name, samples: int = 600):
     """A mixture whose first version reads alpha and beta half and half (kept in
     ``world["v1"]``; a version per test: each test's database is rolled back, its files
     are not)."""
-    v1 = services.mixture_version_create(
-        mixture_id=services.mixture_create(name=f"mix-{name}").pk,
+    v1 = mixture_version_create(
+        mixture_id=mixture_get_or_create(name=f"mix-{name}").pk,
         components=[{"pool": world["alpha"]["pool"].pk, "weight": 0.5},
                     {"pool": world["beta"]["pool"].pk, "weight": 0.5}],
         token_budget=64 * samples, max_repetitions=20,
@@ -312,6 +315,18 @@ def test_the_run_page_saves_the_proposal_as_a_version_and_marks_epochs(world, us
     assert comps[beta.pk] == pytest.approx(0.999 / (1 + e) + 0.0005)
     html = page.get(f"/runs/{run_id}/").content.decode()
     assert "[0, 160)" in html and "[160, …)" in html and "Saved" in html
+    # The page's loader snippet streams the run's versions from its resume position: the
+    # next samples are the new version's first ones.
+    import html as html_
+
+    snippet = html_.unescape(re.search(r'<pre id="loader-snippet">(.*?)</pre>', html, re.S)[1])
+    scope: dict = {}
+    exec(compile(snippet[snippet.index("from shardcore.loader") :], "snippet", "exec"), scope)
+    batch = next(iter(scope["loader"]))
+    assert batch["sample"].tolist() == list(range(160, 168))
+    new = Mixture(run.mixture_version.path)
+    for k, row in zip(batch["sample"].tolist(), batch["tokens"].numpy(), strict=True):
+        np.testing.assert_array_equal(row, new.tokens(k - 160))
     # The loss chart marks the switch and where each pool's next epoch starts.
     m1 = Mixture(v1.path)
     ia = _pool_index(m1, alpha)

@@ -15,8 +15,14 @@ from shardcore.manifest import read_manifest
 from shardcore.materialize import materialize
 from tests.integration.test_jobs_workers import catalog_env, stdlib_docs, wait_job, write_jsonl
 from tests.support.services import wait_for
-from webapp.catalog import services
+from webapp.catalog.errors import CatalogError
 from webapp.catalog.models import ArtifactStatus, Corruption, Export
+from webapp.catalog.services.exports import mixture_version_materialize
+from webapp.catalog.services.mixtures import mixture_get_or_create, mixture_version_create
+from webapp.catalog.services.pools import pool_build
+from webapp.catalog.services.runs import run_register
+from webapp.catalog.services.sources import source_register
+from webapp.catalog.services.tokenized import tokenized_source_build
 from webapp.jobs.models import Job, JobState
 from webapp.jobs.services import job_retry
 
@@ -35,21 +41,21 @@ def _flip(path: Path, offset: int) -> None:
 def _catalog(catalog_env: Path, celery_workers):
     """A tokenized source, a pool, a mixture version and a run, built by a worker."""
     write_jsonl(catalog_env / "prose" / "a.jsonl", stdlib_docs(30))
-    source = services.source_register(name="prose", uri=str(catalog_env / "prose"))
+    source = source_register(name="prose", uri=str(catalog_env / "prose"))
     builder = celery_workers("builder")
-    ts = services.tokenized_source_build(source_id=source.pk, shard_size=64 << 10)
+    ts = tokenized_source_build(source_id=source.pk, shard_size=64 << 10)
     assert wait_job(ts.job_id).state == JobState.SUCCEEDED
-    pool = services.pool_build(
+    pool = pool_build(
         name="p-prose", tokenized_ids=[ts.pk], seq_len=SEQ, memory=1 << 20, shard_size=32 << 10
     )
     assert wait_job(pool.job_id).state == JobState.SUCCEEDED
-    version = services.mixture_version_create(
-        mixture_id=services.mixture_create(name="blend").pk,
+    version = mixture_version_create(
+        mixture_id=mixture_get_or_create(name="blend").pk,
         components=[{"pool": pool.pk, "weight": 1.0}],
         token_budget=60_000,
         seed=1,
     )
-    run = services.run_register(name="run-1", mixture_version_id=version.pk)
+    run = run_register(name="run-1", mixture_version_id=version.pk)
     builder.stop()
     ts.refresh_from_db()
     pool.refresh_from_db()
@@ -94,7 +100,7 @@ def test_it_scrubs_on_schedule_marks_a_corrupt_pool_and_what_was_built_from_it(
     # Before any scrub: a materialization reads the bad block and fails naming the file
     # and byte range; no copy is recorded.
     reader = celery_workers("reader")
-    job = wait_job(services.mixture_version_materialize(version_id=version.pk).pk)
+    job = wait_job(mixture_version_materialize(version_id=version.pk).pk)
     assert job.state == JobState.FAILED, job.log_tail + reader.log()
     assert f"{victim}: checksum mismatch in bytes [0, " in job.error, job.error
     assert not Export.objects.filter(version=version, status=ArtifactStatus.READY).exists()
@@ -128,12 +134,10 @@ def test_it_scrubs_on_schedule_marks_a_corrupt_pool_and_what_was_built_from_it(
         assert 'id="corruption"' in page and "pool p-prose (train)" in page, url
         assert f"run {run.name}" in page and rel in page, url
     # Nothing new is built on marked data.
-    with pytest.raises(
-        services.CatalogError, match=r"blend v1 is marked corrupt \(built from pool p-prose"
-    ):
-        services.mixture_version_materialize(version_id=version.pk)
-    with pytest.raises(services.CatalogError, match="is marked corrupt"):
-        services.mixture_version_create(
+    with pytest.raises(CatalogError, match=r"blend v1 is marked corrupt \(built from pool p-prose"):
+        mixture_version_materialize(version_id=version.pk)
+    with pytest.raises(CatalogError, match="is marked corrupt"):
+        mixture_version_create(
             mixture_id=version.mixture_id,
             components=[{"pool": pool.pk, "weight": 1.0}],
             token_budget=50_000,
@@ -161,7 +165,7 @@ def test_it_fails_a_pool_build_on_a_corrupt_tokenized_shard_and_marks_older_pool
     _flip(victim, 4321)
 
     worker = celery_workers("w1")
-    again = services.pool_build(
+    again = pool_build(
         name="p-again", tokenized_ids=[ts.pk], seq_len=SEQ, memory=1 << 20, shard_size=32 << 10
     )
     job = wait_job(again.job_id)

@@ -11,7 +11,8 @@ import tiktoken
 
 from tests.integration.test_jobs_workers import catalog_env, shard_bytes, wait_job  # noqa: F401
 from tests.unit.tokenize_fixtures import multilingual_texts, special_token_texts
-from webapp.catalog import services
+from webapp.catalog.services.sources import source_register
+from webapp.catalog.services.tokenized import tokenized_source_build
 from webapp.jobs.models import JobState
 
 pytestmark = pytest.mark.services
@@ -31,13 +32,11 @@ def test_it_tokenizes_with_the_engine_asked_for_and_the_same_ids(
     d = catalog_env / "mixed"
     d.mkdir()
     (d / "a.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts))
-    source = services.source_register(name="mixed", uri=str(d))
+    source = source_register(name="mixed", uri=str(d))
     worker = celery_workers("engines")
     built = {}
     for engine in ("reference", "gigatoken"):
-        ts = services.tokenized_source_build(
-            source_id=source.pk, engine=engine, shard_size=64 << 10
-        )
+        ts = tokenized_source_build(source_id=source.pk, engine=engine, shard_size=64 << 10)
         job = wait_job(ts.job_id)
         assert job.state == JobState.SUCCEEDED, job.log_tail + worker.log()
         ts.refresh_from_db()

@@ -18,13 +18,14 @@ def main(argv: list[str]) -> int:
     import django
 
     django.setup()
-    from webapp.catalog import services
+    from webapp.catalog.services.sources import source_file_urls, source_register
+    from webapp.catalog.services.tokenized import tokenized_source_build
 
-    source = services.source_register(name=name, uri=uri)
-    ts = services.tokenized_source_build(
+    source = source_register(name=name, uri=uri)
+    ts = tokenized_source_build(
         source_id=source.pk, shard_size=int(shard_size), unit_bytes=int(unit_bytes)
     )
-    files = [url for _rel, url, _size in services.source_file_urls(source=source)]
+    files = [url for _rel, url, _size in source_file_urls(source=source)]
     print(json.dumps({"job": ts.job_id, "path": ts.path, "files": files}))
     return 0
 

@@ -52,7 +52,8 @@ class SourceViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet
 
     @extend_schema(request=s.SourceRegisterSerializer, responses={201: s.SourceSerializer})
     def create(self, request):
-        from webapp.catalog.services import CatalogError, source_register
+        from webapp.catalog.errors import CatalogError
+        from webapp.catalog.services.sources import source_register
 
         data = s.SourceRegisterSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -65,7 +66,8 @@ class SourceViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet
     @extend_schema(request=None, responses={200: s.SourceSerializer})
     @action(detail=True, methods=["post"])
     def scan(self, request, pk=None):
-        from webapp.catalog.services import CatalogError, source_scan
+        from webapp.catalog.errors import CatalogError
+        from webapp.catalog.services.sources import source_scan
 
         source = get_object_or_404(Source, pk=pk)
         try:
@@ -90,7 +92,8 @@ class PoolViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     def create(self, request):
         """Start a pool build job; the pool is ``building`` until the job records it."""
         from shardcore.errors import ShardcoreError
-        from webapp.catalog.services import CatalogError, pool_build
+        from webapp.catalog.errors import CatalogError
+        from webapp.catalog.services.pools import pool_build
 
         data = s.PoolBuildSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -113,7 +116,8 @@ class MixtureViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSe
         """Save a draft as the next immutable version of the named mixture (created when
         new); refused with the planner's reason when it cannot be planned."""
         from shardcore.errors import ShardcoreError
-        from webapp.catalog.services import CatalogError, mixture_version_save
+        from webapp.catalog.errors import CatalogError
+        from webapp.catalog.services.mixtures import mixture_version_save
 
         data = s.MixtureVersionCreateSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -209,7 +213,8 @@ class FlagViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
 
     @extend_schema(request=s.FlagCreateSerializer, responses={201: s.FlagSerializer})
     def create(self, request):
-        from webapp.catalog.services import CatalogError, flag_create
+        from webapp.catalog.errors import CatalogError
+        from webapp.catalog.services.flags import flag_create
 
         data = s.FlagCreateSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -363,7 +368,7 @@ class RunViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         """Save new weights (say, the proposal's) as a new version of the run's mixture that
         continues from the run's resume position, and switch the run to it there. The
         answer is the run with its segments (the versions it read and from which sample)."""
-        from webapp.catalog.services import run_switch
+        from webapp.catalog.services.runs import run_switch
 
         data = s.RunSwitchSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -380,7 +385,8 @@ class RunViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         request=s.RunRegisterSerializer, responses={201: s.RunSerializer, 403: OpenApiTypes.OBJECT}
     )
     def create(self, request):
-        from webapp.catalog.services import CatalogError, RunPermissionError, run_register
+        from webapp.catalog.errors import CatalogError, RunPermissionError
+        from webapp.catalog.services.runs import run_register
 
         data = s.RunRegisterSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -408,7 +414,7 @@ class RunViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     @extend_schema(methods=["GET"], responses={200: s.RunProgressSerializer(many=True)})
     @action(detail=True, methods=["get", "post"])
     def progress(self, request, pk=None):
-        from webapp.catalog.services import run_progress_record
+        from webapp.catalog.services.runs import run_progress_record
 
         if request.method == "GET":
             run = get_object_or_404(TrainingRun.objects.only("id"), pk=pk)
@@ -440,7 +446,7 @@ class RunViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     def losses(self, request, pk=None):
         """Validation loss per pool (and per source) at checkpoints, and training loss per
         step: POST records them (a trainer's token), GET lists them in step order."""
-        from webapp.catalog.services import run_losses_record
+        from webapp.catalog.services.runs import run_losses_record
 
         if request.method == "GET":
             run = get_object_or_404(TrainingRun.objects.only("id"), pk=pk)
@@ -466,7 +472,8 @@ class RunViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     def proposal(self, request, pk=None):
         """The next stage's weights for this run's pools, from its validation losses
         against a reference run's (DoReMi's exponentiated excess loss; shardcore.adapt)."""
-        from webapp.catalog.services import CatalogError, run_mixture_proposal
+        from webapp.catalog.errors import CatalogError
+        from webapp.catalog.services.runs import run_mixture_proposal
 
         get_object_or_404(TrainingRun.objects.only("id"), pk=pk)
         q = s.ProposalQuerySerializer(data=request.query_params)
@@ -490,7 +497,8 @@ class RunViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     @action(detail=True, methods=["get"])
     def resume(self, request, pk=None):
         from shardcore.errors import ShardcoreError
-        from webapp.catalog.services import CatalogError, run_resume_position
+        from webapp.catalog.errors import CatalogError
+        from webapp.catalog.services.runs import run_resume_position
 
         run = get_object_or_404(TrainingRun.objects.only("id", "last_step"), pk=pk)
         try:
@@ -503,7 +511,7 @@ class RunViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
 def _run_write(record, pk, fields: dict, actor):
     """A trainer's write to its run (progress, losses), with the service's refusals as
     HTTP: no such run 404, not the run's owner 403, bad input 400."""
-    from webapp.catalog.services import CatalogError, RunPermissionError, RunSwitchedError
+    from webapp.catalog.errors import CatalogError, RunPermissionError, RunSwitchedError
 
     try:
         return record(run_id=int(pk), **fields, actor=actor)

@@ -51,11 +51,11 @@ def _artifacts() -> list[dict[str, str]]:
 def scrub_start(*, created_by=None):
     """Start a scrub job over every built artifact; returns the job."""
     from shardcore.scrub import plan_scrub
-    from webapp.catalog.services import _artifact_dir
+    from webapp.catalog.services.common import artifact_dir
     from webapp.jobs.services import job_create
 
     artifacts = _artifacts()
-    plan = plan_scrub(artifacts, _artifact_dir("scrub", "scrub"))
+    plan = plan_scrub(artifacts, artifact_dir("scrub", "scrub"))
     return job_create(
         plan=plan,
         title=f"scrub: verify {len(artifacts)} artifact(s) against their checksums",

@@ -60,7 +60,7 @@ def version_quality_compute(*, version) -> dict:
     build did not record one), cached by fingerprint."""
     from django.core.cache import cache
 
-    from webapp.catalog.services import schedule_quality
+    from webapp.catalog.services.mixtures import schedule_quality
 
     key = f"dash:version-quality:v1:{version.pk}:{version.fingerprint}"
     cached = cache.get(key)

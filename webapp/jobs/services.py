@@ -342,10 +342,8 @@ def _unit_succeed(unit: JobUnit, stats: dict[str, Any], *, db_errors: list[str] 
             return  # a retry took this unit over; its own run records the outcome
         if retried:
             JobUnit.objects.filter(pk=unit.pk).update(last_event=retried[:300])
-        counts = unit_counts(stats)
-        bad = unit_bad_input(job.plan, stats)
-        if bad and not counts["bad_lines"]:
-            counts["bad_lines"] = sum(r["count"] for f in bad.values() for r in f.values())
+        counts = units.counts(stats)
+        bad = stats.get("bad_input")
         job.units_done += 1
         job.documents += counts["documents"]
         job.tokens += counts["tokens"]
@@ -710,57 +708,6 @@ def job_sweep(*, queue: str | None = None) -> list[str]:
 
 
 # --- helpers shared with selectors ------------------------------------------------------
-
-
-def unit_counts(stats: dict[str, Any]) -> dict[str, int]:
-    """The counters of a unit's stats, whatever names the stage uses."""
-
-    def first(*names: str) -> int:
-        for name in names:
-            value = stats.get(name)
-            if isinstance(value, int | float):
-                return int(value)
-        return 0
-
-    return {
-        "documents": first("documents", "num_documents", "docs"),
-        "tokens": first("tokens", "num_tokens"),
-        "bytes": first("bytes", "num_bytes", "bytes_read", "input_bytes"),
-        "bad_lines": first("bad_lines", "num_bad", "bad"),
-    }
-
-
-def unit_bad_input(plan: dict, stats: dict[str, Any]) -> dict:
-    """A unit's bad-input report as {file: {reason: {"count", "samples"}}}. Stages report
-    either that shape under "bad_input", or per reason under "bad" with the unit's file
-    given by "file_index" into the plan's meta["files"] (tokenize)."""
-    if stats.get("bad_input"):
-        return merge_bad_input({}, stats["bad_input"])
-    bad = stats.get("bad")
-    if not isinstance(bad, dict) or not bad:
-        return {}
-    file = str(stats.get("file_index", "?"))
-    files = (plan.get("meta") or {}).get("files") or []
-    index = stats.get("file_index")
-    if isinstance(index, int) and 0 <= index < len(files):
-        file = files[index].get("url", file)
-    return {
-        file: {
-            reason: {
-                "count": int(r.get("count", 0)),
-                "samples": [_sample_text(x) for x in r.get("samples", [])][:BAD_SAMPLES_PER_REASON],
-            }
-            for reason, r in bad.items()
-        }
-    }
-
-
-def _sample_text(sample: Any) -> str:
-    if not isinstance(sample, dict):
-        return str(sample)
-    where = "" if sample.get("line") is None else f"segment line {sample['line']}: "
-    excerpt = f" | {sample['excerpt']}" if sample.get("excerpt") else ""
-    return f"{where}{sample.get('message', '')}{excerpt}"
 
 
 def merge_bad_input(total: dict, new: dict | list) -> dict:

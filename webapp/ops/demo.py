@@ -11,13 +11,10 @@ from pathlib import Path
 from django.conf import settings
 
 from webapp.catalog.models import ArtifactStatus, Mixture, Pool, Source, TokenizedSource
-from webapp.catalog.services import (
-    mixture_create,
-    mixture_version_create,
-    pool_build,
-    source_register,
-    tokenized_source_build,
-)
+from webapp.catalog.services.mixtures import mixture_get_or_create, mixture_version_create
+from webapp.catalog.services.pools import pool_build
+from webapp.catalog.services.sources import source_register
+from webapp.catalog.services.tokenized import tokenized_source_build
 
 PREFIX = "demo-"
 # source -> (pool name, mixture weight in the main stage, weight in the annealing stage)
@@ -90,7 +87,7 @@ def demo_load(
         pools[name] = pool
     _wait_ready(Pool, [p.pk for p in pools.values()], wait, log)
 
-    mixture = Mixture.objects.filter(name="demo").first() or mixture_create(
+    mixture = mixture_get_or_create(
         name="demo", description="Code, tests, docstrings and the language reference"
     )
     if not mixture.versions.exists():

@@ -22,8 +22,9 @@ from webapp.catalog.models import (
     TokenizedSource,
     TrainingRun,
 )
-from webapp.catalog.selectors.common import get_or_not_found, page_of
+from webapp.catalog.selectors.common import get_or_not_found
 from webapp.catalog.selectors.shards import artifact_shards, shard_totals
+from webapp.paging import page_of
 
 log = logging.getLogger(__name__)
 

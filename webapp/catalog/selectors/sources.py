@@ -10,7 +10,8 @@ from django.db.models import Count, QuerySet
 
 from shardcore.tokenized import property_stats
 from webapp.catalog.models import ArtifactStatus, Source, TokenizedSource, TrainingRun
-from webapp.catalog.selectors.common import get_or_not_found, page_of
+from webapp.catalog.selectors.common import get_or_not_found
+from webapp.paging import page_of
 
 log = logging.getLogger(__name__)
 

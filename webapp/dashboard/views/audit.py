@@ -4,6 +4,7 @@ from django.contrib import messages
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
+from webapp.catalog import selectors as catalog
 from webapp.dashboard import contexts
 from webapp.dashboard.forms import AuditForm, FlagForm
 
@@ -16,13 +17,14 @@ def audit(request):
     return render(
         request,
         "dashboard/audit/search.html",
-        {"form": form, "result": result, "flags": contexts.flag_recent()},
+        {"form": form, "result": result, "flags": catalog.flag_recent()},
     )
 
 
 @require_POST
 def flag_create(request):
-    from webapp.catalog.services import CatalogError, flag_create
+    from webapp.catalog.errors import CatalogError
+    from webapp.catalog.services.flags import flag_create
     from webapp.roles import require_role
 
     require_role(request.user, "editor")

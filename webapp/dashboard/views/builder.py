@@ -33,7 +33,8 @@ def mixture_predict(request):
 @require_POST
 def mixture_save(request):
     from shardcore.errors import ShardcoreError
-    from webapp.catalog.services import CatalogError, mixture_version_save
+    from webapp.catalog.errors import CatalogError
+    from webapp.catalog.services.mixtures import mixture_version_save
 
     require_role(request.user, "editor")
     payload = _payload(request)

@@ -26,7 +26,8 @@ def source_list(request):
 
 @require_POST
 def source_register(request):
-    from webapp.catalog.services import CatalogError, source_register
+    from webapp.catalog.errors import CatalogError
+    from webapp.catalog.services.sources import source_register
 
     require_role(request.user, "editor")
     form = SourceRegisterForm(request.POST)
@@ -43,7 +44,8 @@ def source_register(request):
 
 @require_POST
 def source_scan(request, source_id: int):
-    from webapp.catalog.services import CatalogError, source_scan
+    from webapp.catalog.errors import CatalogError
+    from webapp.catalog.services.sources import source_scan
 
     require_role(request.user, "editor")
     try:
@@ -64,7 +66,8 @@ def source_detail(request, source_id: int):
 
 @require_POST
 def source_tokenize(request, source_id: int):
-    from webapp.catalog.services import CatalogError, tokenized_source_build
+    from webapp.catalog.errors import CatalogError
+    from webapp.catalog.services.tokenized import tokenized_source_build
 
     require_role(request.user, "editor")
     form = TokenizeForm(request.POST)
@@ -93,7 +96,8 @@ def pool_list(request):
 @require_POST
 def pool_build(request):
     from shardcore.errors import ShardcoreError
-    from webapp.catalog.services import CatalogError, pool_build
+    from webapp.catalog.errors import CatalogError
+    from webapp.catalog.services.pools import pool_build
 
     require_role(request.user, "editor")
     form = PoolBuildForm(request.POST)
@@ -114,7 +118,7 @@ def pool_detail(request, pool_id: int):
 
 
 def mixture_list(request):
-    ctx = contexts.mixture_page(page=request.GET.get("page", 1))
+    ctx = catalog.mixture_list(page=request.GET.get("page", 1))
     from django.urls import reverse
 
     ctx["builder_url"] = reverse("dashboard:mixture_builder")
@@ -122,7 +126,7 @@ def mixture_list(request):
 
 
 def mixture_detail(request, mixture_id: int):
-    ctx = contexts.mixture_detail(mixture_id=mixture_id)
+    ctx = catalog.mixture_detail(mixture_id=mixture_id)
     return render(request, "dashboard/mixtures/detail.html", ctx)
 
 
@@ -133,7 +137,8 @@ def mixture_version(request, version_id: int):
 
 @require_POST
 def mixture_version_materialize(request, version_id: int):
-    from webapp.catalog.services import CatalogError, mixture_version_materialize
+    from webapp.catalog.errors import CatalogError
+    from webapp.catalog.services.exports import mixture_version_materialize
 
     require_role(request.user, "editor")
     try:
@@ -146,7 +151,7 @@ def mixture_version_materialize(request, version_id: int):
 
 
 def run_list(request):
-    ctx = contexts.run_page(page=request.GET.get("page", 1))
+    ctx = catalog.run_page(page=request.GET.get("page", 1))
     return render(request, "dashboard/runs/list.html", ctx)
 
 
@@ -163,8 +168,9 @@ def run_switch(request, run_id: int):
     """Save the proposal against the posted reference run as a new version continuing from
     the run's resume position, and switch the run to it. The weights are computed here
     again from the books, never taken from the form."""
-    from webapp.catalog.services import CatalogError, run_mixture_proposal
-    from webapp.catalog.services import run_switch as switch
+    from webapp.catalog.errors import CatalogError
+    from webapp.catalog.services.runs import run_mixture_proposal
+    from webapp.catalog.services.runs import run_switch as switch
 
     require_role(request.user, "editor")
     reference = request.POST.get("reference", "")
@@ -195,7 +201,7 @@ def mixture_version_json(request, version_id: int):
     from django.http import JsonResponse
     from django.utils.http import content_disposition_header
 
-    doc = contexts.mixture_version_document(version_id=version_id)
+    doc = catalog.mixture_version_document(version_id=version_id)
     resp = JsonResponse(doc, json_dumps_params={"indent": 2})
     # Quoted by Django (RFC 6266): a name can never add a header or a parameter.
     resp["Content-Disposition"] = content_disposition_header(
@@ -207,7 +213,7 @@ def mixture_version_json(request, version_id: int):
 def export_download(request, export_id: int):
     from django.http import FileResponse
 
-    path = contexts.export_file(export_id=export_id)
+    path = catalog.export_file(export_id=export_id)
     return FileResponse(open(path, "rb"), as_attachment=True, filename=path.name)
 
 
@@ -220,30 +226,36 @@ def mixture_version_export(request, version_id: int, fmt: str):
     from django.http import FileResponse, Http404, HttpResponse
     from django.utils.http import content_disposition_header
 
-    from webapp.catalog import services
+    from webapp.catalog.errors import CatalogError
+    from webapp.catalog.services.exports import (
+        EXPORT_WRITES_FILES,
+        mixture_version_export,
+        mixture_version_export_find,
+        mixture_version_export_render,
+    )
 
     try:
         if request.method == "POST":
             require_role(request.user, "editor")
-            export = services.mixture_version_export(version_id=version_id, fmt=fmt)
+            export = mixture_version_export(version_id=version_id, fmt=fmt)
             path, version = Path(export.path), export.version
         else:
-            _fmt, version, path, export = services.mixture_version_export_find(
+            _fmt, version, path, export = mixture_version_export_find(
                 version_id=version_id, fmt=fmt
             )
-            if export is None and _fmt in services.EXPORT_WRITES_FILES:
-                raise services.CatalogError(
+            if export is None and _fmt in EXPORT_WRITES_FILES:
+                raise CatalogError(
                     f"{version} has no {_fmt} export yet: an editor writes it (Export button, "
                     "or manage.py catalog export)"
                 )
             if export is None:
-                text = services.mixture_version_export_render(version_id=version_id, fmt=fmt)
+                text = mixture_version_export_render(version_id=version_id, fmt=fmt)
                 resp = HttpResponse(text, content_type="text/plain; charset=utf-8")
                 resp["Content-Disposition"] = content_disposition_header(
                     True, f"{version.mixture.name}-v{version.number}-{path.name}"
                 )
                 return resp
-    except services.CatalogError as e:
+    except CatalogError as e:
         raise Http404(str(e)) from e
     name = f"{version.mixture.name}-v{version.number}-{path.name}"
     return FileResponse(open(path, "rb"), as_attachment=True, filename=name)
@@ -253,5 +265,5 @@ def mixture_version_diff(request, a_id: int, b_id: int):
     return render(
         request,
         "dashboard/mixtures/diff.html",
-        contexts.mixture_version_diff(a_id=a_id, b_id=b_id),
+        catalog.mixture_version_diff(a_id=a_id, b_id=b_id),
     )

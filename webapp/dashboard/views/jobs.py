@@ -6,11 +6,12 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from webapp.dashboard import contexts
+from webapp.jobs import selectors as jobs
 from webapp.roles import require_role
 
 
 def job_list(request):
-    ctx = contexts.job_page(state=request.GET.get("state", ""), page=request.GET.get("page", 1))
+    ctx = jobs.job_page(state=request.GET.get("state", ""), page=request.GET.get("page", 1))
     return render(request, "dashboard/jobs/list.html", ctx)
 
 

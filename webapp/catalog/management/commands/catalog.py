@@ -81,30 +81,41 @@ class Command(BaseCommand):
         p.add_argument("--lease", type=int, help="seconds (default: SHARDYARD_UNIT_LEASE)")
 
     def handle(self, *args, action: str, **o):
-        from webapp.catalog import services as s
+        from webapp.catalog.errors import CatalogError
+        from webapp.catalog.services import (
+            exports,
+            flags,
+            mixtures,
+            pools,
+            runs,
+            sources,
+            tokenized,
+        )
         from webapp.jobs import services as jobs
 
         try:
             if action == "source-register":
-                src = s.source_register(name=o["name"], uri=o["uri"], text_field=o["text_field"])
+                src = sources.source_register(
+                    name=o["name"], uri=o["uri"], text_field=o["text_field"]
+                )
                 out = f"source {src.pk} {src.name}: {src.num_files} files, {src.num_documents} documents"
             elif action == "source-scan":
-                src = s.source_scan(source_id=o["source_id"])
+                src = sources.source_scan(source_id=o["source_id"])
                 out = f"source {src.pk}: {src.num_documents} documents, {src.bad_lines} bad lines"
             elif action == "tokenize":
-                ts = s.tokenized_source_build(
+                ts = tokenized.tokenized_source_build(
                     source_id=o["source_id"], tokenizer=o["tokenizer"], engine=o["engine"]
                 )
                 out = f"tokenized source {ts.pk}: {_launched(ts.job_id)}"
             elif action == "pool-build":
-                pool = s.pool_build(
+                pool = pools.pool_build(
                     name=o["name"], tokenized_ids=o["tokenized_ids"], seq_len=o["seq_len"],
                     filter=o["filter"], seed=o["seed"], val_fraction=o["val_fraction"],
                 )  # fmt: skip
                 out = f"pool {pool.pk}: {_launched(pool.job_id)}"
             elif action == "mixture-version":
-                mixture = s.mixture_get_or_create(name=o["mixture"])
-                v = s.mixture_version_create(
+                mixture = mixtures.mixture_get_or_create(name=o["mixture"])
+                v = mixtures.mixture_version_create(
                     mixture_id=mixture.pk, components=json.loads(o["components"]),
                     token_budget=o["token_budget"], seed=o["seed"],
                     stages=json.loads(o["stages"]) if o["stages"] else None,
@@ -115,28 +126,28 @@ class Command(BaseCommand):
                     f"samples, {v.num_tokens} tokens, fingerprint {v.fingerprint}"
                 )
             elif action == "materialize":
-                job = s.mixture_version_materialize(
+                job = exports.mixture_version_materialize(
                     version_id=o["version_id"], shard_bytes=o["shard_bytes"]
                 )
                 out = f"materialize of mixture version {o['version_id']}: job {job.pk} {job.state}"
             elif action == "export":
-                export = s.mixture_version_export(
+                export = exports.mixture_version_export(
                     version_id=o["version_id"], fmt=o["format"],
                     global_batch_size=o["global_batch_size"],
                 )  # fmt: skip
                 out = f"export {export.pk} {export.format}: {export.path}"
             elif action == "run-register":
-                run = s.run_register(name=o["name"], mixture_version_id=o["mixture_version_id"])
+                run = runs.run_register(name=o["name"], mixture_version_id=o["mixture_version_id"])
                 out = f"run {run.pk} {run.name}"
             elif action == "run-progress":
-                run = s.run_progress_record(
+                run = runs.run_progress_record(
                     run_id=o["run_id"], step=o["step"], consumed_samples=o["consumed_samples"]
                 )
                 out = f"run {run.pk}: step {run.last_step}, {run.consumed_samples} samples"
             elif action == "run-resume":
-                out = json.dumps(s.run_resume_position(run_id=o["run_id"]), sort_keys=True)
+                out = json.dumps(runs.run_resume_position(run_id=o["run_id"]), sort_keys=True)
             elif action == "flag":
-                flag = s.flag_create(
+                flag = flags.flag_create(
                     reason=o["reason"], source_id=o["source_id"], file_path=o["file"],
                     document_ids=o["documents"],
                 )  # fmt: skip
@@ -160,7 +171,7 @@ class Command(BaseCommand):
                     )
                     or "no lost units"
                 )
-        except (s.CatalogError, jobs.JobError, ValueError) as exc:
+        except (CatalogError, jobs.JobError, ValueError) as exc:
             raise CommandError(str(exc)) from exc
         self.stdout.write(out)
 

@@ -7,7 +7,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("catalog", "0005_run_losses"),
+        ("catalog", "0006_job_recorders"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

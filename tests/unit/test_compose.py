@@ -1,0 +1,77 @@
+"""docker-compose.yml holds together: every host reaches the same Postgres, Redis and MinIO
+(with its bucket made before any app container starts), and workers scale with
+``docker compose up --scale worker=N``."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from urllib.parse import urlparse
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+SERVICES = COMPOSE["services"]
+
+
+def _env(service: str) -> dict[str, str]:
+    return {k: str(v) for k, v in (SERVICES[service].get("environment") or {}).items()}
+
+
+def _default(value: str) -> str:
+    """``${NAME:-default}`` as compose resolves it with NAME unset."""
+    return re.sub(r"\$\{[A-Z_]+:-([^}]*)\}", r"\1", value)
+
+
+def test_every_dependency_names_a_service_with_a_health_check_or_a_one_shot_job():
+    for name, service in SERVICES.items():
+        for dep, cond in (service.get("depends_on") or {}).items():
+            assert dep in SERVICES, f"{name} depends on unknown {dep}"
+            if cond["condition"] == "service_healthy":
+                assert "healthcheck" in SERVICES[dep], f"{name} waits for {dep}'s health"
+            else:
+                assert cond["condition"] == "service_completed_successfully"
+                assert SERVICES[dep].get("restart") == "no", dep
+
+
+def test_workers_scale_because_nothing_pins_one_container():
+    worker = SERVICES["worker"]
+    for pinned in ("container_name", "ports", "hostname"):
+        assert pinned not in worker, f"worker sets {pinned}: --scale would collide"
+    assert "celery -A workers worker" in worker["command"]
+
+
+def test_web_and_workers_reach_the_same_catalog_broker_and_bucket():
+    web, worker = _env("web"), _env("worker")
+    assert web == worker
+    db = urlparse(worker["DATABASE_URL"])
+    assert db.hostname == "postgres" and db.port == 5432
+    pg = _env("postgres")
+    assert (db.username, db.password, db.path[1:]) == (
+        pg["POSTGRES_USER"], pg["POSTGRES_PASSWORD"], pg["POSTGRES_DB"],
+    )  # fmt: skip
+    assert urlparse(worker["CELERY_BROKER_URL"]).hostname == "redis"
+
+    endpoint = urlparse(worker["AWS_ENDPOINT_URL"])
+    assert endpoint.hostname == "minio" and endpoint.port == 9000
+    minio = _env("minio")
+    assert _default(worker["AWS_ACCESS_KEY_ID"]) == _default(minio["MINIO_ROOT_USER"])
+    assert _default(worker["AWS_SECRET_ACCESS_KEY"]) == _default(minio["MINIO_ROOT_PASSWORD"])
+    assert SERVICES["minio"]["command"][:2] == ["server", "/data"]
+    assert "minio-data:/data" in SERVICES["minio"]["volumes"]
+
+
+def test_the_bucket_is_made_once_minio_answers_and_before_the_app_starts():
+    bucket = SERVICES["minio-bucket"]
+    assert bucket["depends_on"] == {"minio": {"condition": "service_healthy"}}
+    script = bucket["entrypoint"]
+    assert "mc alias set store http://minio:9000 $$MINIO_ROOT_USER $$MINIO_ROOT_PASSWORD" in script
+    assert "mc mb --ignore-existing store/shardyard" in script
+    assert _env("minio-bucket") == _env("minio")
+    for app in ("web", "worker"):
+        deps = dict(SERVICES[app]["depends_on"])
+        # The worker starts after the web container (migrations), which waits for the bucket.
+        if app == "worker":
+            deps = SERVICES["web"]["depends_on"]
+        assert deps["minio-bucket"] == {"condition": "service_completed_successfully"}

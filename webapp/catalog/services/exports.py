@@ -1,0 +1,225 @@
+"""Writes for what is made from a built mixture version: trainer configs (exports) and the
+materialized copy (a job and its recorder)."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from webapp.catalog.errors import CatalogError
+from webapp.catalog.models import (
+    ArtifactStatus,
+    Export,
+    MixtureVersion,
+)
+from webapp.catalog.services.common import (
+    artifact_unbuilt,
+    refuse_corrupt,
+    shards_record,
+)
+from webapp.catalog.services.flags import taint_refresh
+from webapp.catalog.services.mixtures import version_built, version_source_ids
+
+if TYPE_CHECKING:
+    from webapp.jobs.models import Job
+
+
+def built_version(version_id: int) -> MixtureVersion:
+    version = MixtureVersion.objects.select_related("mixture").filter(pk=version_id).first()
+    if version is None:
+        raise CatalogError(f"no mixture version {version_id}")
+    if version.status != ArtifactStatus.READY or not version_built(version):
+        raise CatalogError(f"mixture version {version} has no built schedule")
+    return version
+
+
+EXPORT_FORMATS = {
+    # catalog format -> (shardcore.export format, file name under <version>/exports/)
+    Export.Format.MEGATRON: ("megatron", "megatron.txt"),
+    Export.Format.OLMO_CORE: ("olmo", "olmo-core.yaml"),
+    Export.Format.NANOTRON: ("nanotron", "nanotron.yaml"),
+    Export.Format.JSON: ("json", "mixture.json"),
+}
+
+
+def mixture_version_export(
+    *, version_id: int, fmt: str, global_batch_size: int | None = None
+) -> Export:
+    """Write the version as a trainer config (megatron, olmo / olmo-core, nanotron, json)
+    under ``<version>/exports/`` and record it. An export is a function of the built
+    schedule, so asking again for the same file returns its ready row."""
+    from shardcore import atomic
+    from shardcore.manifest import file_checksum
+
+    fmt, version, path, existing = mixture_version_export_find(
+        version_id=version_id, fmt=fmt, global_batch_size=global_batch_size
+    )
+    if existing is not None:
+        return existing
+    text = mixture_version_export_render(
+        version_id=version_id, fmt=fmt, global_batch_size=global_batch_size
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic.write_text(path, text)
+    return Export.objects.create(
+        version=version,
+        format=fmt,
+        path=str(path),
+        status=ArtifactStatus.READY,
+        fingerprint=version.fingerprint,
+        num_records=version.num_samples,
+        num_tokens=version.num_tokens,
+        num_bytes=path.stat().st_size,
+        checksum=file_checksum(path),
+        finished_at=timezone.now(),
+    )
+
+
+def _export_target(
+    version_id: int, fmt: str, global_batch_size: int | None
+) -> tuple[str, MixtureVersion, str, Path, dict[str, Any]]:
+    """(catalog format, version, shardcore format, file path, export options)."""
+    fmt = {"olmo": Export.Format.OLMO_CORE}.get(fmt, fmt)
+    if fmt not in EXPORT_FORMATS:
+        known = ", ".join(sorted({*EXPORT_FORMATS, "olmo"}))
+        raise CatalogError(f"unknown export format {fmt!r}; known: {known}")
+    version = built_version(version_id)
+    core_fmt, name = EXPORT_FORMATS[fmt]
+    options: dict[str, Any] = {}
+    if fmt == Export.Format.MEGATRON:
+        # Beside megatron.txt: the stage data-args files and megatron-core's index cache
+        # (keyed for Megatron-LM's default seed and --split 100,0,0), so that the order holds.
+        options["out"] = Path(version.path) / "exports" / "megatron"
+    if fmt == Export.Format.NANOTRON and global_batch_size:
+        options["global_batch_size"] = int(global_batch_size)
+        name = f"nanotron-gbs{int(global_batch_size)}.yaml"
+    if fmt == Export.Format.OLMO_CORE:
+        # With a ready materialized copy, OLMo-core reads Shardyard's exact order from it.
+        copy = (
+            Export.objects.filter(
+                version=version, format=Export.Format.MATERIALIZED, status=ArtifactStatus.READY
+            )
+            .order_by("-created_at")
+            .first()
+        )
+        if global_batch_size:
+            options["global_batch_size"] = int(global_batch_size)
+        if copy is not None:
+            options["materialized"] = copy.path
+            name = "olmo-core-materialized.yaml"
+        if global_batch_size:
+            name = name.replace(".yaml", f"-gbs{int(global_batch_size)}.yaml")
+    return fmt, version, core_fmt, Path(version.path) / "exports" / name, options
+
+
+# Formats whose export writes files beside the config (Megatron: data-args files and the
+# index cache; nanotron: the pools' view folders): only written by an editor, never
+# computed for a reader's GET.
+EXPORT_WRITES_FILES = {Export.Format.MEGATRON, Export.Format.NANOTRON}
+
+
+def mixture_version_export_find(
+    *, version_id: int, fmt: str, global_batch_size: int | None = None
+) -> tuple[str, MixtureVersion, Path, Export | None]:
+    """(catalog format, version, file path, its ready Export row or None). Reads only."""
+    fmt, version, _core, path, _options = _export_target(version_id, fmt, global_batch_size)
+    existing = Export.objects.filter(
+        version=version, format=fmt, path=str(path), status=ArtifactStatus.READY
+    ).first()
+    if existing is not None and not path.is_file():
+        existing = None
+    return fmt, version, path, existing
+
+
+def mixture_version_export_render(
+    *, version_id: int, fmt: str, global_batch_size: int | None = None
+) -> str:
+    """The text of a trainer config, computed from the built schedule without writing
+    anything (what a reader's GET serves when the export was never recorded)."""
+    from shardcore.errors import ShardcoreError
+    from shardcore.export import export
+
+    fmt, version, core_fmt, _path, options = _export_target(version_id, fmt, global_batch_size)
+    try:
+        return export(version.path, core_fmt, **options)
+    except (ShardcoreError, OSError) as exc:
+        raise CatalogError(f"cannot export {version} as {fmt}: {exc}") from exc
+
+
+def mixture_version_materialize(
+    *, version_id: int, shard_bytes: int = 64 << 20, created_by=None
+) -> Job:
+    """Start a job writing the version's samples as IndexedDataset shards in schedule order
+    (shardcore stage "materialize", one unit per output shard); its recorder fills the
+    "materialized" Export row. While one materialization is building, asking again returns
+    its job; a ready one is not rebuilt."""
+    from shardcore.errors import ShardcoreError
+    from shardcore.materialize import plan_materialize
+    from webapp.jobs.services import job_create
+
+    version = built_version(version_id)
+    refuse_corrupt([version])
+    with transaction.atomic():
+        MixtureVersion.objects.select_for_update().filter(pk=version.pk).first()
+        current = (
+            Export.objects.filter(version=version, format=Export.Format.MATERIALIZED)
+            .exclude(status__in=[ArtifactStatus.FAILED, ArtifactStatus.CANCELLED])
+            .select_related("job")
+            .order_by("-created_at")
+            .first()
+        )
+        if current is not None and current.status == ArtifactStatus.READY:
+            raise CatalogError(f"{version} is materialized already (export {current.pk} at "
+                               f"{current.path})")  # fmt: skip
+        if current is not None and current.job is not None:
+            return current.job
+        out = Path(version.path) / "materialized" / uuid.uuid4().hex[:10]
+        try:
+            plan = plan_materialize(version.path, out, shard_bytes=shard_bytes)
+        except (ShardcoreError, OSError) as exc:
+            raise CatalogError(f"cannot materialize {version}: {exc}") from exc
+        job = job_create(
+            plan=plan,
+            title=f"materialize {version}",
+            recorder="webapp.catalog.services.exports.mixture_materialized_record",
+            created_by=created_by,
+        )
+        Export.objects.create(
+            version=version, format=Export.Format.MATERIALIZED, path=str(out), job=job
+        )
+    return job
+
+
+def mixture_materialized_record(*, job, manifest: dict | None) -> None:
+    """Recorder of materialize jobs: the manifest becomes the Export row and its shards;
+    a flag on data inside the version taints the copy too."""
+    from shardcore.manifest import file_entries
+
+    export = Export.objects.select_for_update().get(job=job, format=Export.Format.MATERIALIZED)
+    if manifest is None:
+        artifact_unbuilt(export, job=job)
+        return
+    out = Path(export.path)
+    # A materialized copy counts samples, not documents.
+    shards_record(
+        owner={"export": export},
+        out=out,
+        manifest=manifest,
+        shards=(
+            {**sh, "index": i, "documents": 0, "tokens": sh["records"] * manifest["record_tokens"]}
+            for i, sh in enumerate(manifest["shards"])
+        ),
+    )
+    export.fingerprint = manifest["fingerprint"]
+    export.manifest_path = str(out / "manifest.json")
+    export.num_records = manifest["num_records"]
+    export.num_tokens = manifest["num_tokens"]
+    export.num_bytes = sum(f["size"] for f in file_entries(manifest))
+    export.status = ArtifactStatus.READY
+    export.finished_at = timezone.now()
+    export.save()
+    taint_refresh(source_ids=version_source_ids(export.version))

@@ -1,0 +1,207 @@
+"""Writes for flags and taint: a flag on a source, file or documents marks everything
+built from them, through lineage, with the number of flagged documents each holds."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from django.db import transaction
+
+from webapp.catalog.errors import CatalogError
+from webapp.catalog.models import (
+    ArtifactStatus,
+    Export,
+    Flag,
+    MixtureVersion,
+    Pool,
+    RunSegment,
+    Source,
+    SourceFile,
+    Taint,
+    TokenizedSource,
+    TrainingRun,
+)
+
+
+def flag_create(
+    *,
+    reason: str,
+    source_id: int,
+    file_path: str | None = None,
+    document_ids: Iterable[int] | None = None,
+    created_by=None,
+) -> Flag:
+    """Flag a whole source, one of its files, or a set of its document indices, and taint
+    everything downstream that contains the flagged documents."""
+    if not reason.strip():
+        raise CatalogError("a flag needs a reason")
+    source = Source.objects.get(pk=source_id)
+    source_file = None
+    ids: list[int] = []
+    if file_path is not None and document_ids is not None:
+        raise CatalogError("flag a file or a set of documents, not both")
+    if file_path is not None:
+        source_file = SourceFile.objects.filter(source=source, path=file_path).first()
+        if source_file is None:
+            raise CatalogError(f"source {source.name} has no file {file_path!r}")
+        target = Flag.Target.FILE
+    elif document_ids is not None:
+        ids = sorted({int(i) for i in document_ids})
+        if not ids:
+            raise CatalogError("no document ids given")
+        if ids[0] < 0:
+            raise CatalogError(f"document ids are indices from 0, got {ids[0]}")
+        target = Flag.Target.DOCUMENTS
+    else:
+        target = Flag.Target.SOURCE
+    with transaction.atomic():
+        flag = Flag.objects.create(
+            target=target,
+            source=source,
+            source_file=source_file,
+            document_ids=ids,
+            reason=reason,
+            created_by=created_by,
+        )
+        flag_propagate(flag_id=flag.pk)
+    return flag
+
+
+def flag_propagate(*, flag_id: int) -> int:
+    """(Re)compute the taint of one flag through lineage; returns the number of taints.
+    Idempotent: called on flag creation and whenever a new artifact or run is recorded."""
+    flag = Flag.objects.select_related("source", "source_file").get(pk=flag_id)
+    taints: list[Taint] = []
+    tokenized = list(TokenizedSource.objects.filter(source=flag.source))
+    hit_tokenized: dict[int, int] = {}
+    for ts in tokenized:
+        n = _flagged_docs_in_tokenized(flag, ts)
+        if n:
+            hit_tokenized[ts.pk] = n
+            taints.append(Taint(flag=flag, tokenized_source=ts, documents=n))
+    hit_pools: dict[int, int] = {}
+    if hit_tokenized:
+        pools = Pool.objects.filter(parents__in=list(hit_tokenized)).distinct()
+        for pool in pools:
+            n = _flagged_docs_in_pool(flag, pool, hit_tokenized)
+            if n:
+                hit_pools[pool.pk] = n
+                taints.append(Taint(flag=flag, pool=pool, documents=n))
+    hit_versions: dict[int, int] = {}
+    if hit_pools:
+        versions = MixtureVersion.objects.filter(components__pool__in=list(hit_pools)).distinct()
+        for version in versions:
+            n = _flagged_docs_in_version(flag, version, hit_pools)
+            if n:
+                hit_versions[version.pk] = n
+                taints.append(Taint(flag=flag, mixture_version=version, documents=n))
+    if hit_versions:
+        taints += _run_taints(flag, hit_versions)
+        # A materialized copy holds the tokens itself (configs only name the pools' files).
+        for export in Export.objects.filter(
+            version__in=list(hit_versions),
+            format=Export.Format.MATERIALIZED,
+            status=ArtifactStatus.READY,
+        ):
+            taints.append(
+                Taint(flag=flag, export=export, documents=hit_versions[export.version_id])
+            )
+    with transaction.atomic():
+        Taint.objects.filter(flag=flag).delete()
+        Taint.objects.bulk_create(taints)
+    return len(taints)
+
+
+def _run_taints(flag: Flag, hit_versions: dict[int, int]) -> list[Taint]:
+    """The runs that read a flagged document of a tainted version. A run that never
+    switched reads its whole version (tainted as its version is); a run that switched
+    read only a stretch of each earlier version, tainted when a flagged sample lies in
+    it (``shardcore.lineage`` over the schedule), and its current version from the switch
+    to the end. ``documents``: the most a tainted version of the run holds."""
+    from webapp.catalog.selectors import segment_flagged
+
+    hit = list(hit_versions)
+    out: dict[int, Taint] = {}
+    switched = set(
+        RunSegment.objects.filter(mixture_version__in=hit).values_list("run_id", flat=True)
+    ) | set(
+        RunSegment.objects.filter(run__mixture_version__in=hit).values_list("run_id", flat=True)
+    )
+    for run in TrainingRun.objects.filter(mixture_version__in=hit).exclude(pk__in=switched):
+        out[run.pk] = Taint(flag=flag, run=run, documents=hit_versions[run.mixture_version_id])
+    segments = RunSegment.objects.filter(run_id__in=switched, mixture_version__in=hit)
+    for g in segments.select_related("mixture_version", "run"):
+        if (
+            g.end_sample is not None
+            and segment_flagged(flag=flag, segment=g)["first_sample"] is None
+        ):
+            continue  # the run stopped reading this version before its first flagged sample
+        n = hit_versions[g.mixture_version_id]
+        if g.run_id in out:
+            out[g.run_id].documents = max(out[g.run_id].documents, n)
+        else:
+            out[g.run_id] = Taint(flag=flag, run=g.run, documents=n)
+    return list(out.values())
+
+
+def taint_refresh(*, source_ids: Iterable[int] | None = None) -> int:
+    """Recompute the taint of every flag (of the given sources): new artifacts and runs
+    built from flagged data are tainted as soon as they are recorded."""
+    from webapp.catalog.scrub import corruption_refresh
+
+    flags = Flag.objects.all()
+    if source_ids is not None:
+        flags = flags.filter(source_id__in=list(source_ids))
+    corruption_refresh()  # corrupt inputs mark what is built from them the same way
+    return sum(flag_propagate(flag_id=pk) for pk in flags.values_list("pk", flat=True))
+
+
+def _flagged_docs_in_tokenized(flag: Flag, ts: TokenizedSource) -> int:
+    """How many flagged documents the tokenized source holds."""
+    if ts.status != ArtifactStatus.READY:
+        return 0
+    if flag.target == Flag.Target.SOURCE:
+        return max(ts.num_documents, 1)
+    ranges = _tokenized_file_ranges(ts)
+    if flag.target == Flag.Target.FILE:
+        start, stop = ranges.get(flag.source_file.path, (0, 0))
+        return stop - start
+    return sum(1 for i in flag.document_ids if i < ts.num_documents)
+
+
+def _tokenized_file_ranges(ts: TokenizedSource) -> dict[str, tuple[int, int]]:
+    """{relative file path: [first document index, end)} from the tokenized manifest."""
+    ranges = (ts.params or {}).get("file_ranges") or {}
+    return {path: (int(v[0]), int(v[1])) for path, v in ranges.items()}
+
+
+def _flagged_document_ids(flag: Flag, ts: TokenizedSource) -> set[int] | None:
+    """The flagged document indices within ``ts``; None means all of them."""
+    if flag.target == Flag.Target.SOURCE:
+        return None
+    if flag.target == Flag.Target.FILE:
+        start, stop = _tokenized_file_ranges(ts).get(flag.source_file.path, (0, 0))
+        return set(range(start, stop))
+    return set(flag.document_ids)
+
+
+def _flagged_docs_in_pool(flag: Flag, pool: Pool, hit_tokenized: dict[int, int]) -> int:
+    """How many flagged documents made it into the pool (its filter and train/val split
+    decide), from the pool's per-document Parquet listing."""
+    from webapp.catalog import lineage
+
+    if pool.status != ArtifactStatus.READY:
+        return 0
+    total = 0
+    for ts in pool.parents.filter(pk__in=list(hit_tokenized)):
+        total += lineage.pool_documents_hit(
+            pool=pool, tokenized=ts, doc_ids=_flagged_document_ids(flag, ts)
+        )
+    return total
+
+
+def _flagged_docs_in_version(flag: Flag, version: MixtureVersion, hit_pools: dict[int, int]) -> int:
+    if version.status not in (ArtifactStatus.READY, ArtifactStatus.BUILDING):
+        return 0
+    # A pool in two stages holds its documents once.
+    return sum(hit_pools.get(p, 0) for p in {c.pool_id for c in version.components.all()})

@@ -1,0 +1,185 @@
+"""Writes for pools: the pool job (filter, shuffle, pack) and its recorder, which records
+the train pool and its held-out validation pool."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from webapp.catalog.errors import CatalogError
+from webapp.catalog.models import (
+    ArtifactStatus,
+    Pool,
+    TokenizedSource,
+)
+from webapp.catalog.services.common import (
+    artifact_dir,
+    artifact_unbuilt,
+    checked_name,
+    limited,
+    refuse_corrupt,
+    shards_record,
+)
+from webapp.catalog.services.flags import taint_refresh
+
+
+def pool_build(
+    *,
+    name: str,
+    tokenized_ids: Iterable[int],
+    seq_len: int,
+    filter: str | None = None,
+    shuffle: str = "exact",
+    seed: int = 0,
+    val_fraction: float = 0.0,
+    memory: int = 1 << 30,
+    shard_size: int = 64 << 20,
+    created_by=None,
+) -> Pool:
+    """Start a pool job over ready tokenized sources; returns the BUILDING train pool (its
+    validation pool is recorded beside it when the job succeeds)."""
+    from shardcore.errors import InputError
+    from shardcore.pool import plan_pool
+    from shardcore.select import filter_parse
+    from webapp.jobs.services import job_create
+
+    name = checked_name(name, "pool name")
+    filter = (filter or "").strip() or None
+    if filter is not None:
+        try:
+            filter_parse(filter)  # the web request validates; evaluating is the child's
+        except InputError as exc:
+            raise CatalogError(f"filter: {exc}") from None
+    parents = list(TokenizedSource.objects.filter(pk__in=list(tokenized_ids)).order_by("pk"))
+    if not parents:
+        raise CatalogError("a pool needs at least one tokenized source")
+    not_ready = [str(t.pk) for t in parents if t.status != ArtifactStatus.READY]
+    if not_ready:
+        raise CatalogError(f"tokenized source(s) {', '.join(not_ready)} are not built")
+    refuse_corrupt(parents)
+    same = {"name": name, "filter": filter or "", "seq_len": seq_len, "shuffle": shuffle,
+            "seed": seed, "val_fraction": val_fraction}  # fmt: skip
+    running = _pool_building(parents, same)
+    if running is not None:
+        return running  # a launch while the same one runs answers the running one
+    out = artifact_dir("pools", name)
+    try:
+        # Reading every sidecar through the filter: in a child process with time and
+        # memory limits (DuckDB's own memory limit applies inside it as well).
+        plan = limited(
+            plan_pool,
+            [t.path for t in parents],
+            str(out),
+            seq_len=seq_len,
+            filter=filter,
+            shuffle=shuffle,
+            seed=seed,
+            memory=memory,
+            val_fraction=val_fraction,
+            shard_size=shard_size,
+            what=f"planning pool {name!r}",
+        )
+    except (InputError, ValueError) as exc:
+        raise CatalogError(f"cannot build pool {name!r}: {exc}") from exc
+    with transaction.atomic():
+        # Launches over the same inputs are serialized: the second of two concurrent
+        # identical ones sees the first's row and answers it.
+        list(TokenizedSource.objects.select_for_update().filter(pk__in=[t.pk for t in parents]))
+        running = _pool_building(parents, same)
+        if running is not None:
+            return running
+        job = job_create(
+            plan=plan,
+            title=f"pool {name}",
+            recorder="webapp.catalog.services.pools.pool_record",
+            created_by=created_by,
+        )
+        pool = Pool.objects.create(
+            name=name,
+            filter=filter or "",
+            seq_len=seq_len,
+            params=plan.params,
+            path=str(out),
+            job=job,
+            created_by=created_by,
+        )
+        pool.parents.set(parents)
+    return pool
+
+
+def _pool_building(parents: list[TokenizedSource], same: dict[str, Any]) -> Pool | None:
+    """A train pool over exactly ``parents`` with the same name and parameters whose job
+    is still queued or running."""
+    from webapp.jobs.models import ACTIVE_JOB_STATES
+
+    want = sorted(t.pk for t in parents)
+    candidates = Pool.objects.filter(
+        name=same["name"],
+        split=Pool.Split.TRAIN,
+        status=ArtifactStatus.BUILDING,
+        filter=same["filter"],
+        seq_len=same["seq_len"],
+        job__state__in=ACTIVE_JOB_STATES,
+    ).prefetch_related("parents")
+    for pool in candidates.order_by("-pk"):
+        params = pool.params or {}
+        if (
+            sorted(p.pk for p in pool.parents.all()) == want
+            and params.get("shuffle") == same["shuffle"]
+            and params.get("seed") == same["seed"]
+            and params.get("val_fraction") == same["val_fraction"]
+        ):
+            return pool
+    return None
+
+
+def _pool_fill(pool: Pool, manifest: dict) -> None:
+    from shardcore.manifest import file_entries
+
+    pool.fingerprint = manifest["fingerprint"]
+    pool.num_records = manifest["num_records"]
+    pool.num_tokens = manifest["num_tokens"]
+    pool.num_documents = manifest["documents"]
+    pool.manifest_path = str(Path(pool.path) / "manifest.json")
+    pool.num_bytes = sum(f["size"] for f in file_entries(manifest))
+    pool.status = ArtifactStatus.READY
+    pool.finished_at = timezone.now()
+    pool.save()
+    shards_record(
+        owner={"pool": pool},
+        out=Path(pool.path),
+        manifest=manifest,
+        shards=({**sh, "index": i} for i, sh in enumerate(manifest["shards"])),
+    )
+
+
+def pool_record(*, job, manifest: dict | None) -> None:
+    """Recorder of pool jobs: the train pool, its shards, and the validation pool."""
+    from shardcore.manifest import read_manifest
+
+    pool = Pool.objects.select_for_update().get(job=job, split=Pool.Split.TRAIN)
+    if manifest is None:
+        artifact_unbuilt(pool, job=job)
+        return
+    _pool_fill(pool, manifest)
+    if manifest.get("val"):
+        val_path = Path(pool.path) / manifest["val"]["path"]
+        val = Pool(
+            name=f"{pool.name}-val",
+            split=Pool.Split.VAL,
+            train_pool=pool,
+            filter=pool.filter,
+            seq_len=pool.seq_len,
+            params=pool.params,
+            path=str(val_path),
+            job=job,
+            created_by=pool.created_by,
+        )
+        val.save()
+        val.parents.set(pool.parents.all())
+        _pool_fill(val, read_manifest(val_path))
+    taint_refresh(source_ids=pool.parents.values_list("source_id", flat=True))

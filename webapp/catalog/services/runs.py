@@ -1,0 +1,767 @@
+"""Writes for training runs: registration, progress and loss reports, the next stage's
+weights proposed from the losses, and where a run resumes."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from django.db import transaction
+from django.utils import timezone
+
+from webapp.catalog.errors import CatalogError, RunPermissionError, RunSwitchedError
+from webapp.catalog.models import (
+    ArtifactStatus,
+    MixtureComponent,
+    MixtureVersion,
+    Pool,
+    RunLoss,
+    RunProgress,
+    RunSegment,
+    Source,
+    Taint,
+    TrainingRun,
+)
+from webapp.catalog.services.common import (
+    checked_name,
+)
+from webapp.catalog.services.flags import taint_refresh
+from webapp.catalog.services.mixtures import (
+    _stage_name,
+    mixture_version_create,
+    version_built,
+    version_source_ids,
+)
+
+
+def run_register(
+    *,
+    name: str,
+    mixture_version_id: int,
+    external_id: str = "",
+    team: str | None = None,
+    created_by=None,
+) -> TrainingRun:
+    """Register a run against a ready mixture version; ``created_by`` owns it and, with
+    ``team`` (a group ``created_by`` belongs to), so does the team. Idempotent by name for
+    whoever may write the run (a trainer that retries after a lost answer gets the same
+    run); anyone else's registration of a taken name is refused. A run on tainted data is
+    tainted. ``created_by=None`` is an operator's command: no owner, no checks."""
+    from django.contrib.auth.models import Group
+
+    from webapp.roles import ROLES, may_write_run, user_role
+
+    name = checked_name(name, "run name", max_length=200)
+    version = MixtureVersion.objects.filter(pk=mixture_version_id).first()
+    if version is None:
+        raise CatalogError(f"no mixture version {mixture_version_id}")
+    if version.status != ArtifactStatus.READY:
+        raise CatalogError(f"mixture version {version} is {version.status}; train on a ready one")
+    group = None
+    if team:
+        group = Group.objects.filter(name=team).exclude(name__in=ROLES).first()
+        if group is None:
+            raise CatalogError(f"team: no team {team!r} (a group other than the roles)")
+        if (
+            created_by is not None
+            and user_role(created_by) != "admin"
+            and not created_by.groups.filter(pk=group.pk).exists()
+        ):
+            raise RunPermissionError(f"team: you are not a member of {team!r}")
+    with transaction.atomic():
+        run, created = TrainingRun.objects.get_or_create(
+            name=name,
+            defaults={
+                "mixture_version": version,
+                "external_id": external_id,
+                "created_by": created_by,
+                "team": group,
+            },
+        )
+        if not created and created_by is not None and not may_write_run(created_by, run):
+            raise RunPermissionError(f"run {name!r} exists already and belongs to another user")
+        if (
+            not created
+            and run.mixture_version_id != version.pk
+            and not run.segments.filter(mixture_version=version).exists()
+        ):
+            raise CatalogError(
+                f"run {name!r} exists already, on mixture version {run.mixture_version_id}"
+            )
+        if created:
+            Taint.objects.bulk_create(
+                [
+                    Taint(flag_id=f, run=run, documents=n)
+                    for f, n in Taint.objects.filter(mixture_version=version).values_list(
+                        "flag_id", "documents"
+                    )
+                ]
+            )
+            if version.corruptions.exists():
+                from webapp.catalog.scrub import corruption_refresh
+
+                corruption_refresh()
+    return run
+
+
+def run_progress_record(
+    *,
+    run_id: int,
+    step: int,
+    consumed_samples: int | None = None,
+    consumed_tokens: int | None = None,
+    mixture_version: int | None = None,
+    actor=None,
+) -> TrainingRun:
+    """Record the run's position at ``step`` (``POST /api/runs/{id}/progress/``, called by
+    every training step): one row per step, a retried step records nothing, the run never
+    moves backwards, a registered run becomes running. Samples, or only tokens: a sample is
+    one record of ``seq_len`` trained tokens. Raises TrainingRun.DoesNotExist.
+
+    A report is bounded by the run's mixture version (no step, sample or token beyond its
+    schedule: a step reads at least one sample) and monotonic (a later step never reports
+    fewer samples than an earlier one, an earlier step never more); anything else is a
+    CatalogError naming the field, never recorded. ``actor`` (the API's user) must own the
+    run, belong to its team or be an admin (RunPermissionError); None is an operator.
+    After a switch of version the run's samples go on counting from where it switched: a
+    report is bounded by the current segment's first sample plus its version's size.
+    ``mixture_version``, the version the trainer read up to this report, is checked
+    against the run's segments: a report that read the old version past the switch is
+    refused with RunSwitchedError.
+
+    At most three statements: one locks the run and reads everything the checks need
+    (the version's seq_len and size, the actor's team membership, whether the step is
+    recorded), then the report is inserted and the run moved forward."""
+    from django.contrib.auth import get_user_model
+    from django.db.models import Exists, F, Max, OuterRef, Subquery
+
+    if consumed_samples is None and consumed_tokens is None:
+        raise CatalogError("give consumed_samples or consumed_tokens")
+    if step < 0 or min(consumed_samples or 0, consumed_tokens or 0) < 0:
+        raise CatalogError("step and consumed samples must be >= 0")
+    member = get_user_model().groups.through.objects.filter(
+        user_id=actor.pk if actor is not None else None, group_id=OuterRef("team_id")
+    )
+    seq_len = (
+        MixtureComponent.objects.filter(version_id=OuterRef("mixture_version_id"))
+        .values("version_id")
+        .annotate(m=Max("pool__seq_len"))
+        .values("m")
+    )
+    with transaction.atomic():
+        # Reports of one run are serialized by the lock, so the "step recorded?" read
+        # below sees every committed report.
+        run = (
+            TrainingRun.objects.select_for_update(of=("self",))
+            .annotate(
+                version_seq_len=Subquery(seq_len),
+                version_samples=F("mixture_version__num_samples"),
+                version_budget=F("mixture_version__token_budget"),
+                in_team=Exists(member),
+                step_recorded=Exists(RunProgress.objects.filter(run_id=OuterRef("pk"), step=step)),
+                # The run's sample where its current version starts (None: it never switched).
+                segment_start=Subquery(
+                    RunSegment.objects.filter(
+                        run_id=OuterRef("pk"), end_sample__isnull=True
+                    ).values("first_sample")[:1]
+                ),
+            )
+            .get(pk=run_id)
+        )
+        _may_write(run, actor, in_team=bool(run.in_team))
+        consumed_samples, consumed_tokens = _progress_check(
+            run,
+            step=step,
+            samples=consumed_samples,
+            tokens=consumed_tokens,
+            seq_len=run.version_seq_len or 0,
+            num_samples=run.version_samples or 0,
+            token_budget=run.version_budget or 0,
+            first_sample=run.segment_start or 0,
+        )
+        if mixture_version is not None:
+            _read_version_check(run, mixture_version, consumed_samples)
+        if run.step_recorded:
+            return run
+        now = timezone.now()
+        RunProgress.objects.create(
+            run_id=run_id,
+            step=step,
+            consumed_samples=consumed_samples,
+            consumed_tokens=consumed_tokens,
+        )
+        if step >= run.last_step:
+            # A new report at or after the last step moves the run forward.
+            run.last_step, run.last_reported_at = step, now
+            run.consumed_samples, run.consumed_tokens = consumed_samples, consumed_tokens
+            if run.state == TrainingRun.State.REGISTERED:
+                run.state = TrainingRun.State.RUNNING
+            TrainingRun.objects.filter(pk=run_id).update(
+                last_step=step,
+                consumed_samples=consumed_samples,
+                consumed_tokens=consumed_tokens,
+                last_reported_at=now,
+                state=run.state,
+            )
+    return run
+
+
+def _read_version_check(run: TrainingRun, version_id: int, samples: int) -> None:
+    """Refuse a report whose trainer read ``version_id`` up to ``samples`` where the run's
+    segments say another version (it switched before)."""
+    segments = _segments(run)
+    last = max(samples - 1, 0)
+    here = next(g for g in reversed(segments) if g.first_sample <= last or g is segments[0])
+    starts_here = any(
+        g.first_sample == samples and g.mixture_version_id == version_id for g in segments
+    )
+    if here.mixture_version_id == version_id or starts_here:
+        return
+    if not any(g.mixture_version_id == version_id for g in segments):
+        raise CatalogError(
+            f"mixture_version: run {run.name} never read mixture version {version_id}; "
+            f"it reads {', '.join(str(g.mixture_version_id) for g in segments)}"
+        )
+    raise RunSwitchedError(
+        f"mixture_version: run {run.name} switched to mixture version "
+        f"{here.mixture_version_id} at sample {here.first_sample} (after step "
+        f"{here.first_step - 1}); this report read version {version_id} up to sample "
+        f"{samples}. Resume from the checkpoint at step {here.first_step - 1} and read the "
+        f"run's segments (GET /api/runs/{run.pk}/)"
+    )
+
+
+def _segment_start(run_id: int) -> int:
+    """The run's sample where its current version starts (0 unless it switched)."""
+    return (
+        RunSegment.objects.filter(run_id=run_id, end_sample__isnull=True)
+        .values_list("first_sample", flat=True)
+        .first()
+        or 0
+    )
+
+
+BIGINT_MAX = 2**63 - 1
+
+
+def _progress_check(
+    run: TrainingRun,
+    *,
+    step: int,
+    samples: int | None,
+    tokens: int | None,
+    seq_len: int,
+    num_samples: int,
+    token_budget: int,
+    first_sample: int = 0,
+) -> tuple[int, int]:
+    """(consumed samples, consumed tokens) of a report, or CatalogError naming the field."""
+    # The version's size bounds every count: its schedule's samples, else its budget,
+    # after the samples the run read before it switched to this version.
+    limit = num_samples or (-(-token_budget // seq_len) if seq_len and token_budget else 0)
+    known = bool(limit)
+    limit += first_sample if known else 0
+    if not known:
+        limit = BIGINT_MAX // max(seq_len, 1)
+    what = f"mixture version {run.mixture_version_id} ({limit} samples)" if known else "a bigint"
+    if known and first_sample:
+        what = (
+            f"the run's {limit} samples ({first_sample} before it switched to mixture "
+            f"version {run.mixture_version_id}, then its {limit - first_sample})"
+        )
+    if step > limit:
+        raise CatalogError(
+            f"step: {step} is beyond {what}; a step reads at least one sample of the version"
+        )
+    if samples is not None and samples > limit:
+        raise CatalogError(f"consumed_samples: {samples} is beyond {what}")
+    if tokens is not None and tokens > limit * max(seq_len, 1):
+        raise CatalogError(
+            f"consumed_tokens: {tokens} is beyond {what} of {max(seq_len, 1)} tokens each"
+        )
+    samples, tokens = _progress_counts(samples, tokens, seq_len)
+    if step > run.last_step and samples < run.consumed_samples:
+        raise CatalogError(
+            f"consumed_samples: step {step} reports {samples}, fewer than the "
+            f"{run.consumed_samples} of the earlier step {run.last_step}"
+        )
+    if step < run.last_step and samples > run.consumed_samples:
+        raise CatalogError(
+            f"consumed_samples: step {step} reports {samples}, more than the "
+            f"{run.consumed_samples} of the later step {run.last_step}"
+        )
+    return samples, tokens
+
+
+def _may_write(run: TrainingRun, actor, *, in_team: bool) -> None:
+    from webapp.roles import has_role, user_role
+
+    if actor is None or user_role(actor) == "admin":
+        return
+    if has_role(actor, "trainer") and (
+        (run.created_by_id is not None and run.created_by_id == actor.pk) or in_team
+    ):
+        return
+    raise RunPermissionError(f"run {run.pk} belongs to another user; report to your own runs")
+
+
+def _progress_counts(samples: int | None, tokens: int | None, seq_len: int) -> tuple[int, int]:
+    if samples is None:
+        if not seq_len:
+            raise CatalogError("the run's mixture has no seq_len: report consumed_samples")
+        return tokens // seq_len, tokens
+    return samples, samples * seq_len if tokens is None else tokens
+
+
+def _version_seq_len(version_id: int) -> int:
+    return max(
+        MixtureComponent.objects.filter(version_id=version_id).values_list(
+            "pool__seq_len", flat=True
+        ),
+        default=0,
+    )
+
+
+MAX_LOSS_ROWS = 10_000
+
+
+def run_losses_record(
+    *,
+    run_id: int,
+    step: int | None = None,
+    val: list[dict] | None = None,
+    train: list[dict] | None = None,
+    actor=None,
+) -> dict[str, int]:
+    """Record a run's losses (``POST /api/runs/{id}/losses/``): ``val``, at checkpoint
+    ``step``, is ``[{"pool": id, "source": name or "", "loss": x}]``, the validation loss
+    of each pool the run's version reads (its training pool's id or its validation pool's,
+    and a source's name to report one source of a pool built from several); ``train`` is
+    ``[{"step": s, "loss": x}]``, training loss per step. Whoever may report the run's
+    progress may report its losses (RunPermissionError otherwise). Every entry is checked
+    before anything is written; a refusal is a CatalogError naming the entry and field.
+    A retried report records nothing twice (first report wins). Returns the number of
+    rows recorded and of rows already there."""
+    val = list(val or [])
+    train = list(train or [])
+    if not val and not train:
+        raise CatalogError("give val (validation losses at a step) or train (losses per step)")
+    if len(val) + len(train) > MAX_LOSS_ROWS:
+        raise CatalogError(f"at most {MAX_LOSS_ROWS} losses per report")
+    if val and step is None:
+        raise CatalogError("step: validation losses are reported at a step")
+    run = TrainingRun.objects.select_related("mixture_version").filter(pk=run_id).first()
+    if run is None:
+        raise TrainingRun.DoesNotExist(f"no run {run_id}")
+    in_team = bool(
+        actor is not None and run.team_id and actor.groups.filter(pk=run.team_id).exists()
+    )
+    _may_write(run, actor, in_team=in_team)
+    version = run.mixture_version
+    seq_len = _version_seq_len(version.pk)
+    limit = version.num_samples or (
+        -(-version.token_budget // seq_len) if seq_len and version.token_budget else 0
+    )
+    if limit:
+        limit += _segment_start(run.pk)  # after a switch, the samples read before it
+
+    def check_step(value: int, where: str) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise CatalogError(f"{where}: {value!r} is not a step (an integer >= 0)")
+        if limit and value > limit:
+            raise CatalogError(
+                f"{where}: {value} is beyond mixture version {version.pk} ({limit} samples);"
+                " a step reads at least one sample of the version"
+            )
+        return value
+
+    def check_loss(value, where: str) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise CatalogError(f"{where}: {value!r} is not a number")
+        value = float(value)
+        if not np.isfinite(value) or value < 0:
+            raise CatalogError(f"{where}: {value} is not a finite loss >= 0")
+        return value
+
+    # The pools a validation loss may name: the pools of the versions the run read (its
+    # current one, and before a switch the earlier ones) and their held-out slices.
+    read = {version.pk} | set(
+        RunSegment.objects.filter(run=run).values_list("mixture_version", flat=True)
+    )
+    comps = list(
+        MixtureComponent.objects.filter(version__in=read)
+        .select_related("pool__val_pool")
+        .order_by("version_id", "id")
+    )
+    by_id: dict[int, Pool] = {}
+    for c in comps:
+        by_id[c.pool.pk] = c.pool
+        held_out = getattr(c.pool, "val_pool", None)
+        if held_out is not None:
+            by_id[held_out.pk] = c.pool
+    sources: dict[int, set[str]] = {}
+    rows: list[RunLoss] = []
+    seen: set[tuple[str, str, int]] = set()
+    if val:
+        step = check_step(step, "step")
+    for i, entry in enumerate(val):
+        where = f"val[{i}]"
+        if not isinstance(entry, dict):
+            raise CatalogError(f"{where}: give an object with pool and loss")
+        pool_id = entry.get("pool")
+        if isinstance(pool_id, bool) or not isinstance(pool_id, int) or pool_id not in by_id:
+            names = ", ".join(dict.fromkeys(f"{c.pool.name} ({c.pool.pk})" for c in comps))
+            raise CatalogError(
+                f"{where}.pool: {pool_id!r} is not read by mixture version {version.pk}; "
+                f"its pools: {names}"
+            )
+        pool = by_id[pool_id]
+        source = entry.get("source") or ""
+        if not isinstance(source, str):
+            raise CatalogError(f"{where}.source: {source!r} is not a source name")
+        if source:
+            if pool.pk not in sources:
+                sources[pool.pk] = set(
+                    Source.objects.filter(tokenized__pools=pool).values_list("name", flat=True)
+                )
+            if source not in sources[pool.pk]:
+                raise CatalogError(
+                    f"{where}.source: {source!r} is not a source of pool {pool.name}; "
+                    f"its sources: {', '.join(sorted(sources[pool.pk])) or 'none'}"
+                )
+        loss = check_loss(entry.get("loss"), f"{where}.loss")
+        series = f"pool:{pool.pk}" + (f"/source:{source}" if source else "")
+        if ("val", series, step) in seen:
+            what = f"pool {pool.name}" + (f" source {source}" if source else "")
+            raise CatalogError(f"{where}: {what} is given twice at step {step}")
+        seen.add(("val", series, step))
+        rows.append(
+            RunLoss(run=run, split="val", step=step, pool=pool, source=source, series=series,
+                    loss=loss)
+        )  # fmt: skip
+    for i, entry in enumerate(train):
+        where = f"train[{i}]"
+        if not isinstance(entry, dict):
+            raise CatalogError(f"{where}: give an object with step and loss")
+        s = check_step(entry.get("step"), f"{where}.step")
+        loss = check_loss(entry.get("loss"), f"{where}.loss")
+        if ("train", "", s) in seen:
+            raise CatalogError(f"{where}.step: step {s} is given twice")
+        seen.add(("train", "", s))
+        rows.append(RunLoss(run=run, split="train", step=s, series="", loss=loss))
+    # The token axis: the run's consumed tokens at each step it reported progress for.
+    tokens = dict(
+        RunProgress.objects.filter(run=run, step__in={r.step for r in rows}).values_list(
+            "step", "consumed_tokens"
+        )
+    )
+    for r in rows:
+        r.consumed_tokens = tokens.get(r.step)
+    with transaction.atomic():
+        before = RunLoss.objects.filter(run=run).count()
+        RunLoss.objects.bulk_create(rows, ignore_conflicts=True)
+        recorded = RunLoss.objects.filter(run=run).count() - before
+    return {"recorded": recorded, "already_recorded": len(rows) - recorded}
+
+
+def run_mixture_proposal(
+    *, run_id: int, reference_run_id: int, eta: float = 1.0, smoothing: float = 1e-3
+) -> dict[str, Any]:
+    """The next stage's weights for the run's pools by ``shardcore.adapt.propose_weights``
+    (DoReMi's exponentiated excess loss): the run's latest validation loss per pool (its
+    latest step with a whole-pool loss for every pool of its version) against the
+    reference run's at the same step, or else its latest step before it. The reference
+    must have reported those pools. CatalogError says what is missing."""
+    from shardcore.adapt import RULE, propose_weights
+    from shardcore.errors import InputError
+
+    run = TrainingRun.objects.select_related("mixture_version").get(pk=run_id)
+    ref = TrainingRun.objects.filter(pk=reference_run_id).first()
+    if ref is None:
+        raise CatalogError(f"reference: no run {reference_run_id}")
+    comps = list(
+        MixtureComponent.objects.filter(version=run.mixture_version).select_related("pool")
+    )
+    weights: dict[int, float] = {}
+    for c in comps:
+        weights[c.pool_id] = weights.get(c.pool_id, 0.0) + c.weight
+    names = {c.pool_id: c.pool.name for c in comps}
+
+    def by_step(r: TrainingRun) -> dict[int, dict[int, float]]:
+        out: dict[int, dict[int, float]] = {}
+        rows = RunLoss.objects.filter(run=r, split="val", source="", pool_id__in=weights)
+        for step, pool, loss in rows.values_list("step", "pool_id", "loss"):
+            out.setdefault(step, {})[pool] = loss
+        return {s: v for s, v in out.items() if set(v) == set(weights)}
+
+    mine = by_step(run)
+    if not mine:
+        raise CatalogError(
+            f"run {run.name} has no step with a validation loss for each of its pools "
+            f"({', '.join(names.values())})"
+        )
+    step = max(mine)
+    theirs = by_step(ref)
+    ref_steps = [s for s in theirs if s <= step]
+    if not ref_steps:
+        raise CatalogError(
+            f"reference: run {ref.name} has no validation loss for each of the pools "
+            f"{', '.join(names.values())} at or before step {step}"
+        )
+    ref_step = max(ref_steps)
+    try:
+        proposal = propose_weights(
+            weights, mine[step], theirs[ref_step], eta=eta, smoothing=smoothing
+        )
+    except InputError as e:
+        raise CatalogError(str(e)) from e
+    return {
+        "rule": RULE,
+        "eta": eta,
+        "smoothing": smoothing,
+        "run": run.pk,
+        "reference": ref.pk,
+        "step": step,
+        "reference_step": ref_step,
+        "pools": [{"pool": p, "name": names[p], **v} for p, v in proposal.items()],
+    }
+
+
+def _switch_weights(weights) -> dict[int, float]:
+    """``{pool id: weight}`` or ``[{"pool", "weight"}]`` -> {pool id: weight > 0}."""
+    pairs = (
+        list(weights.items())
+        if isinstance(weights, dict)
+        else [(w.get("pool"), w.get("weight")) for w in weights or [] if isinstance(w, dict)]
+    )
+    if not pairs:
+        raise CatalogError("weights: give the new weight of each pool")
+    out: dict[int, float] = {}
+    for i, (pool, weight) in enumerate(pairs):
+        try:
+            pool, weight = int(pool), float(weight)
+        except (TypeError, ValueError):
+            raise CatalogError(
+                f"weights[{i}]: {pool!r}: {weight!r} is not a pool id and a weight"
+            ) from None
+        if not (np.isfinite(weight) and weight > 0):
+            raise CatalogError(f"weights[{i}].weight: {weight} is not positive")
+        if pool in out:
+            raise CatalogError(f"weights[{i}].pool: pool {pool} is given twice")
+        out[pool] = weight
+    return out
+
+
+def run_switch(*, run_id: int, weights, note: str = "", actor=None) -> dict[str, Any]:
+    """Save new weights (say, the proposal) as a new version of the run's mixture that
+    continues from the run's resume position, and switch the run to it there.
+
+    The switch sample is the run's resume position (its last report's consumed samples).
+    The new version continues the version the run read up to it
+    (``shardcore.mixture.continuation``: each shared pool reads on from where the run left
+    it): its main stage is the rest of the stage the run is in, with ``weights``, then the
+    later stages of the old version unchanged; its budget is what the old version had left.
+    Its sample 0 is the run's switch sample. The run's segments record the switch (the old
+    version closed at that sample, the new one open from it, from the next step on), the
+    run reads the new version from then on, and the taint of both versions is refreshed.
+    A second switch before the run read anything of the first replaces it. Built through
+    ``mixture_version_create``. Saving a version needs the editor role."""
+    from shardcore.errors import ShardcoreError
+    from shardcore.manifest import read_manifest
+    from shardcore.mixture import continuation
+    from webapp.roles import has_role
+
+    if actor is not None and not has_role(actor, "editor"):
+        raise RunPermissionError("saving a version a run switches to needs the editor role")
+    weights = _switch_weights(weights)
+    with transaction.atomic():
+        run = TrainingRun.objects.select_for_update().get(pk=run_id)
+        segments = _segments(run)
+        at = int(run.consumed_samples)
+        kept = [g for g in segments if g.first_sample < at]
+        base = kept[-1] if kept else segments[0]
+        local = at - base.first_sample if kept else 0
+        version = base.mixture_version
+        if not version_built(version):
+            raise CatalogError(f"{version} has no built schedule to continue from")
+        if local >= version.num_samples:
+            raise CatalogError(
+                f"run {run.name} has read all {version.num_samples} samples of {version}: "
+                "nothing left to switch"
+            )
+        manifest = read_manifest(version.path)
+        seq_len = int(manifest["seq_len"])
+        stages = manifest["stages"]
+        k = max(i for i, st in enumerate(stages) if st["first_sample"] <= local)
+        later = stages[k + 1 :]
+        comps = MixtureComponent.objects.filter(version=version)
+        components = [{"pool": p, "weight": w, "stage": ""} for p, w in weights.items()]
+        for st in later:
+            components += [
+                {"pool": c.pool_id, "weight": c.weight, "stage": st["name"]}
+                for c in comps
+                if _stage_name(c.stage) == st["name"]
+            ]
+        spec = (version.params or {}).get("spec") or manifest["spec"]
+        try:
+            cont = continuation(version.path, local)
+        except ShardcoreError as exc:
+            raise CatalogError(f"run {run.name}: {exc}") from exc
+        new = mixture_version_create(
+            mixture_id=version.mixture_id,
+            components=components,
+            token_budget=(version.num_samples - local) * seq_len,
+            seed=version.seed,
+            stages=[{"name": st["name"], "tokens": st["num_samples"] * seq_len} for st in later],
+            order=spec.get("order", "blend"),
+            max_repetitions=float(spec.get("max_repetitions", 4.0)),
+            order_options=spec.get("order_options") or {},
+            note=note
+            or f"continues {version} for run {run.name} at its sample {at} (step {run.last_step})",
+            continues=cont,
+            created_by=actor,
+        )
+        RunSegment.objects.filter(run=run, first_sample__gte=at).delete()
+        if kept and kept[-1].pk is not None:
+            RunSegment.objects.filter(pk=kept[-1].pk).update(end_sample=at)
+        elif kept:
+            RunSegment.objects.create(
+                run=run, index=0, mixture_version=version, first_sample=0, end_sample=at,
+                first_step=1,
+            )  # fmt: skip
+        segment = RunSegment.objects.create(
+            run=run,
+            index=len(kept),
+            mixture_version=new,
+            first_sample=at,
+            first_step=run.last_step + 1,
+            created_by=actor,
+        )
+        run.mixture_version = new
+        run.save(update_fields=["mixture_version"])
+        taint_refresh(source_ids=set(version_source_ids(version)) | set(version_source_ids(new)))
+    return {
+        "run": run,
+        "version": new,
+        "segment": segment,
+        "continues": {"version": version.pk, "sample": local},
+    }
+
+
+def run_resume_position(*, run_id: int, sample: int | None = None) -> dict[str, Any]:
+    """Where the run continues: ``shardcore.locate.locate_mixture`` on the version's
+    schedule (stage, pool, shard, record, token offset; the same answer as ``shardyard
+    locate``), plus the pool's catalog row and the epoch of the pool being read. Nothing is
+    scanned for pools read at most once. ``sample`` defaults to the run's consumed
+    position: its consumed tokens when they agree with its consumed samples (then the
+    token offset into the next sample is exact), else its consumed samples."""
+    from shardcore.errors import ShardcoreError
+    from shardcore.locate import locate_mixture
+    from shardcore.mixture import Mixture
+
+    run = TrainingRun.objects.select_related("mixture_version").get(pk=run_id)
+    segments = _segments(run)
+    at = run.consumed_samples if sample is None else int(sample)
+    # The segment the next sample belongs to (a run switched at its position reads the
+    # new version next); its version's own sample numbering.
+    segment = next(g for g in reversed(segments) if g.first_sample <= at or g is segments[0])
+    version, first = segment.mixture_version, segment.first_sample
+    if len(segments) == 1 and not version_built(version):
+        return _resume_by_blend(run, sample)
+    try:
+        mix = Mixture(version.path)
+        seq_len = mix.seq_len
+        if sample is None and run.consumed_tokens // seq_len == run.consumed_samples:
+            where = locate_mixture(version.path, tokens=run.consumed_tokens - first * seq_len)
+        else:
+            where = locate_mixture(version.path, sample=at - first)
+    except ShardcoreError as exc:
+        raise CatalogError(f"run {run.name}: {exc}") from exc
+    pool_info = mix.pools[where["pool"]]
+    pools = {
+        os.path.abspath(c.pool.path): c.pool
+        for c in MixtureComponent.objects.filter(version=version).select_related("pool")
+    }
+    pool = pools.get(os.path.abspath(where["pool_path"]))
+    epoch = 0
+    if pool_info["epochs"] > 1 or pool_info.get("first_read"):
+        # Repeated pools: the epoch is how often this pool was read before the sample.
+        # One vectorized pass over the int16 schedule prefix (2 bytes per sample).
+        before = int(np.count_nonzero(mix.pool_index[: where["sample"]] == where["pool"]))
+        epoch = (int(pool_info.get("first_read", 0)) + before) // int(pool_info["num_records"])
+    return {
+        **where,
+        "sample": first + where["sample"],
+        "mixture_version": version.pk,
+        "version_sample": where["sample"],
+        "segment": segment.index,
+        "segments": [
+            {
+                "version": g.mixture_version_id,
+                "path": g.mixture_version.path,
+                "first_sample": g.first_sample,
+                "end_sample": g.end_sample,
+            }
+            for g in segments
+        ],  # fmt: skip
+        "run": run.pk,
+        "pool": pool.name if pool else where["pool_key"],
+        "pool_index": where["pool"],
+        "pool_id": pool.pk if pool else None,
+        "epoch": epoch,
+        "shard_path": str(Path(where["pool_path"]) / where["shard_prefix"]),
+    }
+
+
+def _resume_by_blend(run: TrainingRun, sample: int | None) -> dict[str, Any]:
+    """Resume in a version without a schedule on disk: Megatron's blend over the
+    components' weights, then ``locate_pool`` in the pool read."""
+    from shardcore.blend import build_blending_indices
+    from shardcore.locate import locate_pool
+    from shardcore.manifest import read_manifest
+
+    sample = int(run.consumed_samples if sample is None else sample)
+    comps = list(
+        MixtureComponent.objects.filter(version_id=run.mixture_version_id)
+        .select_related("pool")
+        .order_by("id")
+    )
+    if not comps:
+        raise CatalogError("the mixture version has no components")
+    if len(comps) == 1:
+        comp, pool_sample = comps[0], sample
+    else:
+        index, sample_index = build_blending_indices([c.weight for c in comps], sample + 1)
+        comp, pool_sample = comps[int(index[sample])], int(sample_index[sample])
+    manifest = read_manifest(comp.pool.path)
+    total = int(manifest["num_records"])
+    if total == 0:
+        raise CatalogError(f"pool {comp.pool.name} has no records")
+    epoch, record = divmod(pool_sample, total)
+    where = locate_pool(manifest, sample=record)
+    return {
+        "run": run.pk,
+        "sample": sample,
+        "pool_id": comp.pool_id,
+        "pool": comp.pool.name,
+        "pool_path": comp.pool.path,
+        "stage": comp.stage,
+        "epoch": epoch,
+        "record": record,
+        **{k: v for k, v in where.items() if k not in ("sample",)},
+    }
+
+
+def _segments(run: TrainingRun) -> list[RunSegment]:
+    """The versions the run read, in order (``RunSegment`` rows, or for a run that never
+    switched one unsaved segment: its version from sample 0). One query."""
+    rows = list(
+        RunSegment.objects.filter(run_id=run.pk).select_related("mixture_version").order_by("index")
+    )
+    return rows or [
+        RunSegment(
+            run=run, index=0, mixture_version=run.mixture_version, first_sample=0, first_step=1
+        )
+    ]
