@@ -8,8 +8,9 @@ placed, the next sequence minimizes::
 
     sum_f lambda_f * sum_{v in f} [(T_v + [v in s]) - tau_v (S + 1)]^2
 
-Sequences here are pool records, all seq_len + 1 tokens long, so DESIGN's token counts
-(T_j, c_sj, S + L) are sequence counts times a constant and the objective is the same.
+Sequences here are pool records, all seq_len + 1 tokens long, so the same objective over
+token counts (T_v and S in tokens, S + L after a sequence of L tokens) is this one times a
+constant: counting sequences is exact.
 
 Decomposition. Expanding the squares, every term that does not depend on the candidate is
 the same for all candidates, and what remains is additive over families::
@@ -220,7 +221,7 @@ def _diversity_numpy(
     """The greedy diversity order of M sequences as a permutation of ``range(M)``.
 
     ``families``: F arrays of M labels (any hashable dtype). ``weights``: lambda per family
-    (default 1 each; DESIGN's lambda is the weight of the length-bin family).
+    (default 1 each; lambda_f of the objective in the module docstring).
     """
     codes, cards = _encode(families)
     m, nf = codes.shape
@@ -333,7 +334,7 @@ def diversity_order(
     """The greedy diversity order of M sequences as a permutation of ``range(M)``.
 
     ``families``: F arrays of M labels (any hashable dtype). ``weights``: lambda per family
-    (default 1 each; DESIGN's lambda is the weight of the length-bin family). Runs the
+    (default 1 each; lambda_f of the objective in the module docstring). Runs the
     compiled kernel (best-first enumeration over the families' values kept sorted by
     insertion sort, an exact scan of the live classes when few remain); without a C
     compiler, the numpy branch and bound (same objective, slower).

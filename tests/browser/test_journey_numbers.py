@@ -22,7 +22,8 @@ CELLS = """() => Array.from(document.querySelectorAll('main td:not(.id), main dd
 def test_it_writes_numbers_for_people_and_shows_the_ids_the_api_needs(
     page, live_server, login, screenshot, stack
 ):
-    from webapp.catalog import services
+    from webapp.catalog.services.flags import flag_create
+    from webapp.catalog.services.runs import run_progress_record, run_register
     from webapp.catalog.models import Mixture, Pool, Source
     from webapp.jobs.models import Job
     from webapp.ops.demo import demo_load
@@ -32,10 +33,10 @@ def test_it_writes_numbers_for_people_and_shows_the_ids_the_api_needs(
               log=lambda _m: None)  # fmt: skip
     mixture = Mixture.objects.get(name="demo")
     version = mixture.versions.get()
-    run = services.run_register(name="stdlib-lm", mixture_version_id=version.pk)
-    services.run_progress_record(run_id=run.pk, step=300, consumed_samples=600)
+    run = run_register(name="stdlib-lm", mixture_version_id=version.pk)
+    run_progress_record(run_id=run.pk, step=300, consumed_samples=600)
     reference = Source.objects.get(name="demo-reference")
-    flag = services.flag_create(reason="a licence to check", source_id=reference.pk,
+    flag = flag_create(reason="a licence to check", source_id=reference.pk,
                                 document_ids=[0, 1, 2])  # fmt: skip
     login("ada", superuser=True)
 
