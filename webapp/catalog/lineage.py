@@ -1,4 +1,4 @@
-"""Document-level lineage read from the Parquet files beside artifacts (DESIGN §5): which
+"""Document-level lineage read from the Parquet files beside artifacts: which
 documents of a tokenized source a pool holds. Used by taint propagation and audit
 selectors; rows never store per-document data."""
 

@@ -3,8 +3,9 @@ versions, training runs with their progress, flags and the taint they cause.
 
 Built artifacts (tokenized sources, pools, mixture versions) are immutable: once READY their
 fields are not edited (services refuse; ``save`` refuses too), a new row supersedes them.
-Per-document data stays in Parquet beside each artifact (DESIGN §5); rows hold counts,
-fingerprints, parameters, parents and the manifest path.
+Per-document data stays in Parquet beside each artifact (the documents sidecars, see
+``shardcore.props``); rows hold counts, fingerprints, parameters, parents and the manifest
+path.
 """
 
 from __future__ import annotations
