@@ -45,12 +45,13 @@ import numpy as np
 from shardcore import atomic, blend, verify
 from shardcore import manifest as mf
 from shardcore.errors import InputError, ManifestError
+from shardcore.order import ORDERINGS
 
 KIND = "mixture"
 SCHEDULE_DIR = "schedule"
 POOL_FILE = f"{SCHEDULE_DIR}/pool.npy"
 RECORD_FILE = f"{SCHEDULE_DIR}/record.npy"
-ORDERS = ("blend", "diversity", "random")
+ORDERS = tuple(ORDERINGS)  # the names of shardcore.order
 LENGTH_FAMILY = "length"
 
 
@@ -483,15 +484,9 @@ def plan_epochs(
         per_stage.append((name, counts))
     total = int(taken.sum())
     out = []
+    _check_repetitions(spec, pools, taken)
     for i, p in enumerate(pools):
         epochs = taken[i] / p.num_records
-        if epochs > spec.max_repetitions:
-            raise InputError(
-                f"max_repetitions: pool {p.key!r} would be read {epochs:.2f} times "
-                f"({int(taken[i])} samples from {p.num_records} records), above "
-                f"max_repetitions={spec.max_repetitions:g}; add data, lower its weight or "
-                f"the budget, or raise max_repetitions"
-            )
         out.append(
             {
                 "pool": p.key,
@@ -636,15 +631,21 @@ def build_schedule(
             }
         )
         start += n
+    _check_repetitions(spec, pools, consumed)
+    return pool_idx, record, facts
+
+
+def _check_repetitions(spec: MixtureSpec, pools: list[PoolInfo], samples: np.ndarray) -> None:
+    """Refuse a schedule that reads a pool more than ``spec.max_repetitions`` times."""
     for i, p in enumerate(pools):
-        epochs = consumed[i] / p.num_records
+        epochs = samples[i] / p.num_records
         if epochs > spec.max_repetitions:
             raise InputError(
                 f"max_repetitions: pool {p.key!r} would be read {epochs:.2f} times "
-                f"({int(consumed[i])} samples from {p.num_records} records), above "
-                f"max_repetitions={spec.max_repetitions:g}"
+                f"({int(samples[i])} samples from {p.num_records} records), above "
+                f"max_repetitions={spec.max_repetitions:g}; add data, lower its weight or "
+                f"the budget, or raise max_repetitions"
             )
-    return pool_idx, record, facts
 
 
 def _save_npy(path: Path, arr: np.ndarray) -> None:
