@@ -55,12 +55,13 @@ import numpy as np
 from shardcore import atomic, blend, verify
 from shardcore import manifest as mf
 from shardcore.errors import InputError, ManifestError
+from shardcore.order import ORDERINGS
 
 KIND = "mixture"
 SCHEDULE_DIR = "schedule"
 POOL_FILE = f"{SCHEDULE_DIR}/pool.npy"
 RECORD_FILE = f"{SCHEDULE_DIR}/record.npy"
-ORDERS = ("blend", "diversity", "random")
+ORDERS = tuple(ORDERINGS)  # the names of shardcore.order
 LENGTH_FAMILY = "length"
 
 
@@ -576,17 +577,9 @@ def plan_epochs(
         per_stage.append((name, counts))
     total = int(taken.sum())
     out = []
+    _check_repetitions(spec, pools, taken + read, read)
     for i, p in enumerate(pools):
         epochs = taken[i] / p.num_records
-        passes = (taken[i] + read[i]) / p.num_records
-        if passes > spec.max_repetitions:
-            before = f", after the {int(read[i])} the run read before" if read[i] else ""
-            raise InputError(
-                f"max_repetitions: pool {p.key!r} would be read {passes:.2f} times "
-                f"({int(taken[i])} samples from {p.num_records} records{before}), above "
-                f"max_repetitions={spec.max_repetitions:g}; add data, lower its weight or "
-                f"the budget, or raise max_repetitions"
-            )
         out.append(
             {
                 "pool": p.key,
@@ -733,16 +726,25 @@ def build_schedule(
             }
         )
         start += n
+    _check_repetitions(spec, pools, consumed, read)  # consumed counts what was read before
+    return pool_idx, record, facts
+
+
+def _check_repetitions(
+    spec: MixtureSpec, pools: list[PoolInfo], samples: np.ndarray, before: np.ndarray
+) -> None:
+    """Refuse a schedule that reads a pool more than ``spec.max_repetitions`` times;
+    ``samples`` counts, for a continued run, the ``before`` records it read already."""
     for i, p in enumerate(pools):
-        epochs = consumed[i] / p.num_records
+        epochs = samples[i] / p.num_records
         if epochs > spec.max_repetitions:
             raise InputError(
                 f"max_repetitions: pool {p.key!r} would be read {epochs:.2f} times "
-                f"({int(consumed[i] - read[i])} samples from {p.num_records} records, "
-                f"{int(read[i])} read before), above "
-                f"max_repetitions={spec.max_repetitions:g}"
+                f"({int(samples[i] - before[i])} samples from {p.num_records} records"
+                f"{f', after the {int(before[i])} the run read before' if before[i] else ''}), "
+                f"above max_repetitions={spec.max_repetitions:g}; add data, lower its weight "
+                f"or the budget, or raise max_repetitions"
             )
-    return pool_idx, record, facts
 
 
 def _save_npy(path: Path, arr: np.ndarray) -> None:
