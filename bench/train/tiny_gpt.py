@@ -38,6 +38,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
+from shardcore import atomic  # noqa: E402
 from shardcore import manifest as mf  # noqa: E402
 from shardcore.loader import ShardyardIterableDataset, ShardyardLoader  # noqa: E402
 from shardcore.pool import Pool  # noqa: E402
@@ -209,11 +210,9 @@ def _lr(cfg: Config, step: int) -> float:
 
 def _save(out: Path, state: dict[str, Any]) -> None:
     """Checkpoint atomically: a crash mid-write leaves the previous checkpoint."""
-    tmp = out / (CHECKPOINT + ".tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, out / CHECKPOINT)
-    (out / (HISTORY + ".tmp")).write_text(json.dumps(state["history"]))
-    os.replace(out / (HISTORY + ".tmp"), out / HISTORY)
+    with atomic.atomic_open(out / CHECKPOINT) as f:
+        torch.save(state, f)
+    atomic.write_text(out / HISTORY, json.dumps(state["history"]))
 
 
 def train(

@@ -161,13 +161,18 @@ def job_progress_json(*, job_id: int) -> dict:
 # --- lineage ----------------------------------------------------------------------------
 
 
-def lineage_figure(lineage: dict) -> dict:
-    """``catalog.version_lineage`` drawn, each node linked to the page that shows it."""
+def lineage_figure(lineage: dict, *, plot_px: int = charts.LINEAGE_PLOT_PX) -> dict:
+    """``catalog.version_lineage`` drawn, each node linked to the page that shows it;
+    ``plot_px``: the narrowest the chart is drawn on its page (labels fit it)."""
     nodes = [{**n, "url": page_url(n["kind"], n["ref"]) or ""} for n in lineage["nodes"]]
-    return charts.lineage_graph(nodes, lineage["edges"])
+    return charts.lineage_graph(nodes, lineage["edges"], plot_px=plot_px)
 
 
 # --- runs -------------------------------------------------------------------------------
+
+
+# The run page draws its lineage across the page (a 1,280 px window leaves this much).
+RUN_LINEAGE_PX = 900
 
 
 def run_detail(*, run_id: int) -> dict:
@@ -198,7 +203,7 @@ def run_detail(*, run_id: int) -> dict:
             ],
             total_tokens=run.mixture_version.token_budget,
         ),
-        "lineage_figure": lineage_figure(detail["lineage"]),
+        "lineage_figure": lineage_figure(detail["lineage"], plot_px=RUN_LINEAGE_PX),
         "tainted": detail["tainted"],
         "num_reports": len(detail["progress"]),
         "flag_reads": catalog.run_flag_reads(run=run),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django import forms
 
+from shardcore.shuffle import SHUFFLES
 from webapp.roles import ROLES
 
 ROLE_CHOICES = [(r, r) for r in ROLES]
@@ -90,9 +91,7 @@ class PoolBuildForm(forms.Form):
     filter = forms.CharField(
         max_length=2000, required=False, help_text="a DuckDB expression, e.g. kind = 'prose'"
     )
-    shuffle = forms.ChoiceField(
-        choices=[(s, s) for s in ("exact", "grid", "local", "buffer")], initial="exact"
-    )
+    shuffle = forms.ChoiceField(choices=[(s, s) for s in SHUFFLES], initial="exact")
     seed = forms.IntegerField(min_value=0, initial=0)
     val_fraction = forms.FloatField(
         min_value=0.0, max_value=0.5, initial=0.0, label="Validation fraction"
