@@ -45,12 +45,13 @@ import numpy as np
 from shardcore import atomic, blend, verify
 from shardcore import manifest as mf
 from shardcore.errors import InputError, ManifestError
+from shardcore.order import ORDERINGS
 
 KIND = "mixture"
 SCHEDULE_DIR = "schedule"
 POOL_FILE = f"{SCHEDULE_DIR}/pool.npy"
 RECORD_FILE = f"{SCHEDULE_DIR}/record.npy"
-ORDERS = ("blend", "diversity", "random")
+ORDERS = tuple(ORDERINGS)  # the names of shardcore.order
 LENGTH_FAMILY = "length"
 
 

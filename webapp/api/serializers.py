@@ -3,6 +3,8 @@ serializers whose validated data goes to one service."""
 
 from rest_framework import serializers
 
+from shardcore.order import ORDERINGS
+from shardcore.shuffle import SHUFFLES
 from webapp.catalog.models import (
     Flag,
     Mixture,
@@ -239,7 +241,7 @@ class PoolBuildSerializer(serializers.Serializer):
     )
     seq_len = serializers.IntegerField(min_value=1, max_value=1 << 20)
     filter = serializers.CharField(max_length=10000, required=False, allow_blank=True)
-    shuffle = serializers.ChoiceField(choices=["exact", "grid", "local", "buffer"], default="exact")
+    shuffle = serializers.ChoiceField(choices=list(SHUFFLES), default="exact")
     seed = serializers.IntegerField(min_value=0, max_value=2**62, default=0)
     val_fraction = serializers.FloatField(min_value=0.0, max_value=0.5, default=0.0)
 
@@ -265,7 +267,7 @@ class MixtureVersionCreateSerializer(serializers.Serializer):
     description = serializers.CharField(max_length=10000, required=False, allow_blank=True)
     tokens = serializers.IntegerField(min_value=1, max_value=2**62)
     seed = serializers.IntegerField(min_value=0, max_value=2**62, default=0)
-    order = serializers.ChoiceField(choices=["blend", "diversity", "random"], default="blend")
+    order = serializers.ChoiceField(choices=list(ORDERINGS), default="blend")
     max_repetitions = serializers.FloatField(min_value=0.01, max_value=1e6, default=4.0)
     order_options = serializers.DictField(
         required=False,

@@ -70,7 +70,7 @@ def pool_properties(*, pool: Pool) -> list[str]:
 # --- shuffle quality --------------------------------------------------------------------
 
 QUALITY_MAX_DOCUMENTS = 1_000_000  # beyond this a pool is not measured (no report)
-SHUFFLES_COMPARED = ("exact", "grid", "local", "buffer")
+SHUFFLES_COMPARED = tuple(SHUFFLES)
 
 
 def pool_quality(*, pool, by: str = "") -> dict:
