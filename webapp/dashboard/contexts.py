@@ -20,7 +20,6 @@ from webapp.catalog.errors import CatalogError
 from webapp.catalog.selectors import NotFound
 from webapp.catalog.services.runs import run_mixture_proposal, run_resume_position
 from webapp.dashboard import charts
-from webapp.dashboard.services import version_quality_compute
 from webapp.jobs import selectors as jobs
 from webapp.jobs.models import Job, UnitState
 from webapp.links import page_url
@@ -441,7 +440,7 @@ def mixture_version_detail(*, version_id: int) -> dict:
     built (yet): the planned shares by weight, with nothing on the x axis."""
     detail = catalog.mixture_version_detail(version_id=version_id)
     version, components, schedule = detail["version"], detail["components"], detail["schedule"]
-    quality = version_quality(version=version, names=schedule["names"] if schedule else {})
+    quality = version_quality(detail["quality"], names=schedule["names"] if schedule else {})
     if schedule is not None:
         rows = schedule["pools"]
         composition = charts.schedule_composition(
@@ -472,14 +471,10 @@ def mixture_version_detail(*, version_id: int) -> dict:
     }
 
 
-def version_quality(*, version, names: dict[str, str]) -> dict:
-    """The version's schedule quality as its build recorded it (``params["quality"]``),
-    else measured from its files (cached by fingerprint: a built schedule never changes);
-    series named by the pools' catalog names (``names``: schedule key -> name); reshaped
-    for the charts, with every stage's verdict under ``stages``."""
-    report = (version.params or {}).get("quality")
-    if report is None and version.path and version.status == "ready":
-        report = version_quality_compute(version=version)
+def version_quality(report: dict, *, names: dict[str, str]) -> dict:
+    """A version's schedule quality (``catalog.mixture_version_detail``'s ``quality``)
+    with series named by the pools' catalog names (``names``: schedule key -> name),
+    reshaped for the charts, with every stage's verdict under ``stages``."""
     if not report or report.get("error"):
         return {"error": (report or {}).get("error", "")}
     report = {**report}

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from django.core.cache import cache
 from django.db.models import Count, Max
 
-from shardcore.errors import ManifestError
+from shardcore import quality
+from shardcore.errors import ManifestError, ShardcoreError
 from shardcore.manifest import read_manifest
 from webapp.catalog import builder
 from webapp.catalog.models import ArtifactStatus, Export, Mixture, MixtureVersion, Pool
@@ -40,7 +42,8 @@ def mixture_version_detail(*, version_id: int) -> dict:
     """A version: its ``components`` (by stage and weight), its ``lineage``
     (``lineage.version_lineage``), whether it is ``tainted``, its newest 50 ``runs``
     (marked ``tainted``), its ``exports`` and whether a materialized copy is ready or under
-    way, and its ``schedule`` (``version_schedule``; None when not built)."""
+    way, its ``schedule`` (``version_schedule``; None when not built) and its
+    ``quality`` (``version_quality``)."""
     version = get_or_not_found(
         MixtureVersion.objects.select_related("mixture", "job", "created_by"),
         "mixture version",
@@ -61,6 +64,7 @@ def mixture_version_detail(*, version_id: int) -> dict:
             e.format == "materialized" and e.status in ("ready", "building") for e in exports
         ),
         "schedule": version_schedule(version=version, components=components),
+        "quality": version_quality(version=version),
     }
 
 
@@ -82,6 +86,25 @@ def version_schedule(*, version: MixtureVersion, components) -> dict | None:
         for p in manifest["pools"]
     ]
     return {"pools": pools, "stages": manifest.get("stages") or [], "names": names}
+
+
+def version_quality(*, version: MixtureVersion) -> dict:
+    """The version's schedule quality by pool (``shardcore.quality.mixture_quality``) as
+    its build recorded it (``params["quality"]``), else measured from its files (cached by
+    fingerprint: a built schedule never changes); ``{"error": ...}`` when it cannot be
+    measured; empty for a version not built."""
+    report = (version.params or {}).get("quality")
+    if report is not None or not version.path or version.status != ArtifactStatus.READY:
+        return report or {}
+    key = f"dash:version-quality:v1:{version.pk}:{version.fingerprint}"
+    report = cache.get(key)
+    if report is None:
+        try:
+            report = quality.mixture_quality(version.path, by="pool")
+        except (ShardcoreError, OSError, ValueError) as exc:
+            report = {"error": f"no quality measured: {exc}"}
+        cache.set(key, report, timeout=7 * 24 * 3600)
+    return report
 
 
 def mixture_version_diff(*, a_id: int, b_id: int) -> dict:
