@@ -307,3 +307,40 @@ def test_the_bumps_script_reports_both_shuffles_and_the_pool_page_overlays_them(
     for shuffle in ("local", "exact"):
         cumulative = read_manifest(data[f"pool/both-{shuffle}"])["cumulative_records"]
         assert {round(c / 8, 3) for c in cumulative[1:-1]} <= xs
+
+
+def test_static_against_adaptive_switches_at_the_proposal_in_the_library(data, tmp_path):
+    """bench/train/adapt.py at a small size: both runs read the same samples up to the
+    switch, the adaptive one then reads the version built by the proposal's weights,
+    continuing the skewed mixture at its position."""
+    from bench.train.adapt import run
+    from bench.train.tiny_gpt import Config
+    from shardcore.adapt import propose_weights
+
+    cfg = Config(steps=20, eval_every=10, warmup=5, d_model=64, vocab=1024, eval_records=16)
+    root = Path(data["mixture"]).parents[1]  # prepare()'s directory: its artifacts are reused
+    result = run(root, tmp_path / "adapt", cfg, max_kb=200, adapt_at=10, eta=4.0)
+    continued = tmp_path / "adapt" / "mixtures" / "skewed-continued"
+    assert result["switches"] == [{"step": 10, "sample": 80, "path": str(continued)}]
+    skewed = read_manifest(tmp_path / "adapt" / "mixtures" / "skewed")
+    assert read_manifest(continued)["continues"] == {
+        "mixture": skewed["fingerprint"], "sample": 80
+    }  # fmt: skip
+    first, last = result["val"][0], result["val"][-1]
+    assert first["step"] == 10 and first["static"] == first["adaptive"]  # the same run so far
+    assert last["step"] == 20 and last["static"] != last["adaptive"]
+    (proposal,) = result["proposal"]
+    pools = proposal["pools"]
+    assert {k: v["loss"] for k, v in pools.items()} == first["adaptive"]
+    want = propose_weights(
+        result["skew"], first["adaptive"], {k: v["reference_loss"] for k, v in pools.items()},
+        eta=4.0,
+    )  # fmt: skip
+    assert {k: v["proposed"] for k, v in pools.items()} == pytest.approx(
+        {k: v["proposed"] for k, v in want.items()}
+    )
+    # The continued version holds the proposed shares (within one sample of its blend).
+    cont = read_manifest(continued)
+    shares = {Path(p["key"]).name: p["samples"] / cont["num_samples"] for p in cont["pools"]}
+    assert shares == pytest.approx({k: v["proposed"] for k, v in pools.items()},
+                                   abs=2 / cont["num_samples"])  # fmt: skip
