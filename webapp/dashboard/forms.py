@@ -5,6 +5,7 @@ from __future__ import annotations
 from django import forms
 
 from shardcore.shuffle import SHUFFLES
+from webapp.catalog.models import ArtifactStatus, TokenizedSource
 from webapp.roles import ROLES
 
 ROLE_CHOICES = [(r, r) for r in ROLES]
@@ -98,8 +99,6 @@ class PoolBuildForm(forms.Form):
     )
 
     def __init__(self, *args, **kwargs):
-        from webapp.catalog.models import ArtifactStatus, TokenizedSource
-
         super().__init__(*args, **kwargs)
         self.fields["tokenized_ids"].queryset = (
             TokenizedSource.objects.filter(status=ArtifactStatus.READY)
@@ -107,7 +106,7 @@ class PoolBuildForm(forms.Form):
             .order_by("source__name", "-pk")
         )
         self.fields["tokenized_ids"].label_from_instance = lambda t: (
-            f"{t.source.name} · {t.tokenizer.spec} · {t.num_tokens} tokens (#{t.pk})"
+            f"{t.source.name} · {t.tokenizer.spec} · {t.num_tokens:,} tokens (#{t.pk})"
         )
 
     def clean_tokenized_ids(self) -> list[int]:
