@@ -22,9 +22,9 @@ CELLS = """() => Array.from(document.querySelectorAll('main td:not(.id), main dd
 def test_it_writes_numbers_for_people_and_shows_the_ids_the_api_needs(
     page, live_server, login, screenshot, stack
 ):
+    from webapp.catalog.models import Mixture, Pool, Source
     from webapp.catalog.services.flags import flag_create
     from webapp.catalog.services.runs import run_progress_record, run_register
-    from webapp.catalog.models import Mixture, Pool, Source
     from webapp.jobs.models import Job
     from webapp.ops.demo import demo_load
 
