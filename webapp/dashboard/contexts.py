@@ -434,11 +434,11 @@ def _curve(windows: dict) -> dict:
 # --- mixtures ---------------------------------------------------------------------------
 
 
-def mixture_version_detail(*, version_id: int) -> dict:
+def mixture_version_detail(*, version_id: int, by: str = "") -> dict:
     """The version page: ``catalog.mixture_version_detail`` with its tokens and epochs per
     pool, its composition over training, its mixing quality and its lineage charted. Not
     built (yet): the planned shares by weight, with nothing on the x axis."""
-    detail = catalog.mixture_version_detail(version_id=version_id)
+    detail = catalog.mixture_version_detail(version_id=version_id, by=by)
     version, components, schedule = detail["version"], detail["components"], detail["schedule"]
     quality = version_quality(detail["quality"], names=schedule["names"] if schedule else {})
     if schedule is not None:
@@ -464,6 +464,8 @@ def mixture_version_detail(*, version_id: int) -> dict:
         **{k: detail[k] for k in ("version", "components", "runs", "exports", "materialized")},
         "tainted": detail["tainted"],
         "quality": quality,
+        "by": "" if by == "pool" else by,
+        "properties": detail["properties"],
         "epochs_figure": charts.predicted_epochs(rows, title="Tokens and epochs per pool"),
         "heatmap_figure": composition,
         "deviation_figure": charts.window_deviation(quality.get("curve") or {}),

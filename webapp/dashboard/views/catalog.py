@@ -124,7 +124,7 @@ def mixture_detail(request, mixture_id: int):
 
 
 def mixture_version(request, version_id: int):
-    ctx = contexts.mixture_version_detail(version_id=version_id)
+    ctx = contexts.mixture_version_detail(version_id=version_id, by=request.GET.get("by", ""))
     return render(request, "dashboard/mixtures/version.html", ctx)
 
 
