@@ -1,6 +1,7 @@
 """Serializers: the JSON shapes of the API. Reads are model serializers; writes are plain
 serializers whose validated data goes to one service."""
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from shardcore.order import ORDERINGS
@@ -13,6 +14,7 @@ from webapp.catalog.models import (
     Pool,
     RunLoss,
     RunProgress,
+    RunSegment,
     Source,
     SourceFile,
     TrainingRun,
@@ -134,6 +136,44 @@ class RunSerializer(serializers.ModelSerializer):
         ]  # fmt: skip
 
 
+class RunSegmentSerializer(serializers.ModelSerializer):
+    path = serializers.CharField(source="mixture_version.path", read_only=True)
+    fingerprint = serializers.CharField(source="mixture_version.fingerprint", read_only=True)
+
+    class Meta:
+        model = RunSegment
+        fields = [
+            "index", "mixture_version", "path", "fingerprint", "first_sample", "end_sample",
+            "first_step", "created_at",
+        ]  # fmt: skip
+
+
+class RunDetailSerializer(RunSerializer):
+    """A run with its segments: the versions it read, in order, with the run's samples
+    each gave ([first_sample, end_sample); the last is open). A loader reads them as
+    ``ShardyardIterableDataset(segments)``."""
+
+    segments = serializers.SerializerMethodField()
+
+    class Meta(RunSerializer.Meta):
+        fields = [*RunSerializer.Meta.fields, "segments"]
+
+    @extend_schema_field(RunSegmentSerializer(many=True))
+    def get_segments(self, run):
+        from webapp.catalog.selectors import run_segments
+
+        return RunSegmentSerializer(run_segments(run=run), many=True).data
+
+
+class RunSwitchSerializer(serializers.Serializer):
+    weights = serializers.ListField(
+        child=serializers.JSONField(), min_length=1, max_length=10_000,
+        help_text='[{"pool": id, "weight": w}]: the new weights of the stage the run is in '
+        "(token shares, normalized)",
+    )  # fmt: skip
+    note = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+
+
 class RunRegisterSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=200)
     mixture_version = serializers.IntegerField(min_value=1)
@@ -148,6 +188,11 @@ class ProgressSerializer(serializers.Serializer):
     step = serializers.IntegerField(min_value=0, max_value=2**62)
     consumed_samples = serializers.IntegerField(min_value=0, max_value=2**62, required=False)
     consumed_tokens = serializers.IntegerField(min_value=0, max_value=2**62, required=False)
+    mixture_version = serializers.IntegerField(
+        min_value=1, required=False,
+        help_text="the version the trainer read up to this report: refused (409) if the run "
+        "switched to another before",
+    )  # fmt: skip
 
     def validate(self, attrs):
         if "consumed_samples" not in attrs and "consumed_tokens" not in attrs:

@@ -9,7 +9,7 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serial
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.authentication import SessionAuthentication
 from rest_framework.decorators import action
-from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
+from rest_framework.exceptions import APIException, NotFound, PermissionDenied, ValidationError
 from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.response import Response
 
@@ -18,7 +18,7 @@ from webapp.api import serializers as s
 from webapp.api.authentication import TokenRoleAuthentication
 from webapp.api.permissions import RolePermission
 from webapp.catalog import selectors
-from webapp.catalog.errors import CatalogError, RunPermissionError
+from webapp.catalog.errors import CatalogError, RunPermissionError, RunSwitchedError
 from webapp.catalog.models import Flag, Mixture, MixtureVersion, Pool, Source, TrainingRun
 from webapp.catalog.services.flags import flag_create
 from webapp.catalog.services.mixtures import mixture_version_save
@@ -29,6 +29,7 @@ from webapp.catalog.services.runs import (
     run_progress_record,
     run_register,
     run_resume_position,
+    run_switch,
 )
 from webapp.catalog.services.sources import source_register, source_scan
 from webapp.jobs.models import Job, JobState
@@ -48,6 +49,11 @@ class Base:
     pagination_class = Page
     # Ids are bigints: anything else is a 404 from the URL map, never a database error.
     lookup_value_regex = r"[0-9]{1,18}"
+
+
+class Conflict(APIException):
+    status_code = status.HTTP_409_CONFLICT
+    default_code = "conflict"
 
 
 def _bad(e: Exception) -> ValidationError:
@@ -325,6 +331,12 @@ ResumeSerializer = inline_serializer(
         "record": serializers.IntegerField(),
         "record_in_shard": serializers.IntegerField(),
         "token_offset": serializers.IntegerField(),
+        "mixture_version": serializers.IntegerField(
+            help_text="the version read from here on (the run's current segment)"
+        ),
+        "version_sample": serializers.IntegerField(help_text="the sample in that version"),
+        "segment": serializers.IntegerField(),
+        "segments": serializers.ListField(child=serializers.DictField()),
     },
 )
 
@@ -333,7 +345,31 @@ class RunViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     queryset = TrainingRun.objects.order_by("-created_at")
     serializer_class = s.RunSerializer
     # A trainer's token registers runs and reports progress; nothing else it may write.
+    # Switching a run's version saves a mixture version: an editor's.
     write_roles = {"create": "trainer", "progress": "trainer", "losses": "trainer"}
+
+    def get_serializer_class(self):
+        return s.RunDetailSerializer if self.action == "retrieve" else s.RunSerializer
+
+    @extend_schema(
+        request=s.RunSwitchSerializer,
+        responses={201: s.RunDetailSerializer, 400: OpenApiTypes.OBJECT, 403: OpenApiTypes.OBJECT},
+    )
+    @action(detail=True, methods=["post"])
+    def switch(self, request, pk=None):
+        """Save new weights (say, the proposal's) as a new version of the run's mixture that
+        continues from the run's resume position, and switch the run to it there. The
+        answer is the run with its segments (the versions it read and from which sample)."""
+        data = s.RunSwitchSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        v = data.validated_data
+        result = _run_write(run_switch, pk, {"weights": v["weights"], "note": v["note"]},
+                            request.user)  # fmt: skip
+        return Response(
+            {**s.RunDetailSerializer(result["run"]).data, "version": result["version"].pk,
+             "continues": result["continues"]},
+            status=status.HTTP_201_CREATED,
+        )  # fmt: skip
 
     @extend_schema(
         request=s.RunRegisterSerializer, responses={201: s.RunSerializer, 403: OpenApiTypes.OBJECT}
@@ -359,8 +395,9 @@ class RunViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     @extend_schema(
         methods=["POST"],
         request=s.ProgressSerializer,
-        responses={201: s.RunSerializer, 400: OpenApiTypes.OBJECT, 403: OpenApiTypes.OBJECT},
-    )
+        responses={201: s.RunSerializer, 400: OpenApiTypes.OBJECT, 403: OpenApiTypes.OBJECT,
+                   409: OpenApiTypes.OBJECT},
+    )  # fmt: skip
     @extend_schema(methods=["GET"], responses={200: s.RunProgressSerializer(many=True)})
     @action(detail=True, methods=["get", "post"])
     def progress(self, request, pk=None):
@@ -459,5 +496,7 @@ def _run_write(record, pk, fields: dict, actor):
         raise NotFound(f"no run {pk}") from None
     except RunPermissionError as e:
         raise PermissionDenied(str(e)) from e
+    except RunSwitchedError as e:
+        raise Conflict(str(e)) from e
     except CatalogError as e:
         raise _bad(e) from e

@@ -476,12 +476,16 @@ def loss_curves(
     """Loss curves, one line per series: ``{"name", "x": [...], "y": [...], "colour": i,
     "dash": bool}`` (dashed: an overlaid run; same colour index, same pool or source).
     ``boundaries`` are vertical dotted lines ``{"x": value, "label": text}`` (stage
-    starts, shard boundaries) with their label at the top."""
+    starts, shard boundaries, switches of version) with their label at the top; with
+    ``"colour": i`` (a pool's epoch starts) in that series colour, dashed, labelled at the
+    bottom."""
     series = [s for s in series if s["x"]]
     if not series:
         return _empty(title, empty)
     shapes, notes = [], []
     for b in boundaries:
+        coloured = b.get("colour") is not None
+        colour = PALETTE[int(b["colour"]) % len(PALETTE)] if coloured else "#555"
         shapes.append(
             {
                 "type": "line",
@@ -490,20 +494,20 @@ def loss_curves(
                 "y1": 1,
                 "x0": b["x"],
                 "x1": b["x"],
-                "line": {"color": "#555", "dash": "dot", "width": 1},
+                "line": {"color": colour, "dash": "dash" if coloured else "dot", "width": 1},
             }
         )
         if b.get("label"):
             notes.append(
                 {
                     "x": b["x"],
-                    "y": 1,
+                    "y": 0 if coloured else 1,
                     "yref": "paper",
                     "text": b["label"],
                     "showarrow": False,
                     "xanchor": "left",
                     "yanchor": "bottom",
-                    "font": {"size": 10, "color": "#555"},
+                    "font": {"size": 10, "color": colour},
                 }
             )
     layout = _layout(

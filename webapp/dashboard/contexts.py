@@ -185,9 +185,13 @@ def run_detail(*, run_id: int) -> dict:
         "tainted": detail["tainted"],
         "num_reports": len(detail["progress"]),
         "flag_reads": catalog.run_flag_reads(run=run),
+        "segments": catalog.run_segment_rows(run=run),
         **_resume_context(run),
         **run_losses(run=run, stages=stages),
     }
+
+
+EPOCH_MARKS = 40  # a pool read many times would hide the curves behind its lines
 
 
 def run_losses(*, run, stages: list[dict], overlay: bool = True) -> dict:
@@ -230,23 +234,33 @@ def run_losses(*, run, stages: list[dict], overlay: bool = True) -> dict:
             )
         return out
 
-    by_step = [
-        {"x": st["first_report_step"], "label": f"stage {st['name']}"}
-        for st in stages
-        if st["first_report_step"]
+    # Stage starts and switches of version of every version the run read, and each
+    # pool's epoch starts in its validation curve's colour (up to EPOCH_MARKS of them).
+    marks = catalog.run_loss_marks(run=run)
+    epochs = [
+        {**e, "colour": colour[("val", f"pool:{e['pool']}")]}
+        for e in marks["epochs"]
+        if ("val", f"pool:{e['pool']}") in colour
+    ][:EPOCH_MARKS]
+    by_step = [{"x": b["step"], "label": b["label"]} for b in marks["stages"] if b["step"]]
+    by_tokens = [{"x": b["tokens"], "label": b["label"]} for b in marks["stages"]]
+    epochs_by_step = [
+        {"x": e["step"], "label": e["label"], "colour": e["colour"]} for e in epochs if e["step"]
     ]
-    by_tokens = [{"x": st["tokens"], "label": f"stage {st['name']}"} for st in stages]
+    epochs_by_tokens = [
+        {"x": e["tokens"], "label": e["label"], "colour": e["colour"]} for e in epochs
+    ]
     return {
         "val_step_figure": charts.loss_curves(
             series_for("val", "step"),
             x_title="step",
-            boundaries=by_step,
+            boundaries=by_step + epochs_by_step,
             title="Validation loss per pool / source, by step",
         ),
         "val_tokens_figure": charts.loss_curves(
             series_for("val", "tokens"),
             x_title="tokens",
-            boundaries=by_tokens,
+            boundaries=by_tokens + epochs_by_tokens,
             title="Validation loss per pool / source, by tokens consumed",
         ),
         "train_figure": charts.loss_curves(
@@ -283,7 +297,12 @@ def _resume_context(run) -> dict:
     shown = ("stage", "pool", "epoch", "shard", "shard_prefix", "record_in_shard", "token_offset")
     resume = {k: position[k] for k in shown if k in position}
     snippet = loader_snippet(position)
-    if Path(run.mixture_version.path, "manifest.json").is_file():
+    segments = position.get("segments") or []
+    if len(segments) > 1:
+        # A run that switched version reads its segments, in the run's sample numbering.
+        source = [{"path": g["path"], "first_sample": g["first_sample"]} for g in segments]
+        snippet += stream_snippet(source, position["sample"])
+    elif Path(run.mixture_version.path, "manifest.json").is_file():
         snippet += stream_snippet(run.mixture_version.path, position["sample"])
     return {"resume": resume, "snippet": snippet}
 
@@ -321,7 +340,33 @@ def pool_detail(*, pool_id: int, by: str = "") -> dict:
         if quality.get("heatmap")
         else charts.position_heatmap([], [], []),
         "comparison_figure": charts.shuffle_comparison(quality.get("comparison") or {}),
+        "training_figure": _training_figure(detail["training"]),
     }
+
+
+def _training_figure(training: list[dict]) -> dict:
+    """Training loss of the runs that read this pool or another shuffle of its documents,
+    with each pool's shard boundaries in the run's colour."""
+    from webapp.dashboard import charts
+
+    colour = {p.pk: i for i, p in enumerate(dict.fromkeys(t["pool"] for t in training))}
+    series = [
+        {"name": f"{t['run'].name} ({t['pool'].name})", "x": t["steps"], "y": t["loss"],
+         "colour": colour[t["pool"].pk]}
+        for t in training
+    ]  # fmt: skip
+    bounds = {}
+    for t in training:
+        for s in t["shard_steps"]:
+            bounds.setdefault((t["pool"].pk, round(s, 3)), {"x": round(s, 3), "label": "",
+                                                           "colour": colour[t["pool"].pk]})  # fmt: skip
+    return charts.loss_curves(
+        series,
+        x_title="step",
+        boundaries=list(bounds.values()),
+        title="Training loss read in pool order; dashed: each pool's shard boundaries",
+        empty="no run has reported training loss on this pool or another shuffle of it",
+    )
 
 
 def quality_for_charts(report: dict) -> dict:
@@ -367,11 +412,11 @@ def _curve(windows: dict) -> dict:
 # --- mixtures ---------------------------------------------------------------------------
 
 
-def mixture_version_detail(*, version_id: int) -> dict:
+def mixture_version_detail(*, version_id: int, by: str = "") -> dict:
     """The version page: ``catalog.mixture_version_detail`` with its tokens and epochs per
     pool, its composition over training, its mixing quality and its lineage charted. Not
     built (yet): the planned shares by weight, with nothing on the x axis."""
-    detail = catalog.mixture_version_detail(version_id=version_id)
+    detail = catalog.mixture_version_detail(version_id=version_id, by=by)
     version, components, schedule = detail["version"], detail["components"], detail["schedule"]
     quality = version_quality(detail["quality"], names=schedule["names"] if schedule else {})
     if schedule is not None:
@@ -397,6 +442,8 @@ def mixture_version_detail(*, version_id: int) -> dict:
         **{k: detail[k] for k in ("version", "components", "runs", "exports", "materialized")},
         "tainted": detail["tainted"],
         "quality": quality,
+        "by": "" if by == "pool" else by,
+        "properties": detail["properties"],
         "epochs_figure": charts.predicted_epochs(rows, title="Tokens and epochs per pool"),
         "heatmap_figure": composition,
         "deviation_figure": charts.window_deviation(quality.get("curve") or {}),
@@ -471,19 +518,23 @@ def loader_snippet(position: dict) -> str:
     return (
         "from shardcore.pool import Pool\n"
         f"pool = Pool({position['pool_path']!r})  # {position['pool']}, stage {position['stage']}\n"
-        f"# resume at mixture sample {position['sample']}: epoch {position['epoch']} of the "
+        f"# resume at mixture sample {position.get('version_sample', position['sample'])}: "
+        f"epoch {position['epoch']} of the "
         f"pool, shard {position['shard']}, record {position['record_in_shard']} in it\n"
         f"start_record = {position['record']}\n"
         f"token_offset = {position.get('token_offset', 0)}  # tokens consumed of that record\n"
     )
 
 
-def stream_snippet(mixture_path: str, sample: int) -> str:
-    """Python that streams the mixture from ``sample`` on with ``shardcore.loader``."""
+def stream_snippet(mixture_path, sample: int) -> str:
+    """Python that streams the mixture (or a run's segments, a list) from ``sample`` on
+    with ``shardcore.loader``."""
+    path = mixture_path if isinstance(mixture_path, list) else str(mixture_path)
+    what = "the run's versions" if isinstance(path, list) else "the mixture"
     return (
-        "\n# Or stream the mixture from there, exactly, with any world size and workers:\n"
+        f"\n# Or stream {what} from there, exactly, with any world size and workers:\n"
         "from shardcore.loader import ShardyardIterableDataset, ShardyardLoader, resume_state\n"
-        f"path = {str(mixture_path)!r}\n"
+        f"path = {path!r}\n"
         "dataset = ShardyardIterableDataset(path, rank=0, world_size=1)  # your rank, world size\n"
         f"dataset.load_state_dict(resume_state(path, next_sample={int(sample)}))\n"
         "loader = ShardyardLoader(dataset, batch_size=8)  # your per-rank batch size\n"

@@ -106,7 +106,7 @@ class PoolBuildForm(forms.Form):
             .order_by("source__name", "-pk")
         )
         self.fields["tokenized_ids"].label_from_instance = lambda t: (
-            f"{t.source.name} · {t.tokenizer.spec} · {t.num_tokens} tokens (#{t.pk})"
+            f"{t.source.name} · {t.tokenizer.spec} · {t.num_tokens:,} tokens (#{t.pk})"
         )
 
     def clean_tokenized_ids(self) -> list[int]:

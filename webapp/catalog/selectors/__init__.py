@@ -15,6 +15,7 @@ from webapp.catalog.selectors.flags import (
     flag_read_text,
     flag_recent,
     run_flag_reads,
+    segment_flagged,
     tainted_runs,
 )
 from webapp.catalog.selectors.lineage import run_lineage, version_lineage
@@ -31,7 +32,15 @@ from webapp.catalog.selectors.mixtures import (
 )
 from webapp.catalog.selectors.overview import overview, overview_counts
 from webapp.catalog.selectors.pools import pool_detail, pool_list
-from webapp.catalog.selectors.runs import run_detail, run_list, run_losses, run_page
+from webapp.catalog.selectors.runs import (
+    run_detail,
+    run_list,
+    run_loss_marks,
+    run_losses,
+    run_page,
+    run_segment_rows,
+    run_segments,
+)
 from webapp.catalog.selectors.shards import artifact_shards, shard_totals
 from webapp.catalog.selectors.sources import source_detail, source_list
 
@@ -60,10 +69,14 @@ __all__ = [
     "run_flag_reads",
     "run_lineage",
     "run_list",
+    "run_loss_marks",
     "run_losses",
     "run_page",
+    "run_segment_rows",
+    "run_segments",
     "shard_totals",
     "source_detail",
+    "segment_flagged",
     "source_list",
     "tainted_runs",
     "version_lineage",

@@ -12,7 +12,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from shardcore.errors import ShardcoreError
 from webapp.catalog import selectors as catalog
 from webapp.catalog.errors import CatalogError
-from webapp.catalog.services import exports, pools, sources, tokenized
+from webapp.catalog.services import exports, pools, runs, sources, tokenized
 from webapp.dashboard import contexts
 from webapp.dashboard.forms import PoolBuildForm, SourceRegisterForm, TokenizeForm
 from webapp.roles import require_role
@@ -124,7 +124,7 @@ def mixture_detail(request, mixture_id: int):
 
 
 def mixture_version(request, version_id: int):
-    ctx = contexts.mixture_version_detail(version_id=version_id)
+    ctx = contexts.mixture_version_detail(version_id=version_id, by=request.GET.get("by", ""))
     return render(request, "dashboard/mixtures/version.html", ctx)
 
 
@@ -151,6 +151,36 @@ def run_detail(request, run_id: int):
     if reference:
         context.update(contexts.run_proposal(run=context["run"], reference=reference))
     return render(request, "dashboard/runs/detail.html", context)
+
+
+@require_POST
+def run_switch(request, run_id: int):
+    """Save the proposal against the posted reference run as a new version continuing from
+    the run's resume position, and switch the run to it. The weights are computed here
+    again from the books, never taken from the form."""
+    require_role(request.user, "editor")
+    reference = request.POST.get("reference", "")
+    back = redirect("dashboard:run", run_id=run_id)
+    if not reference.isdigit():
+        messages.error(request, "reference: give a run id")
+        return back
+    try:
+        proposal = runs.run_mixture_proposal(run_id=run_id, reference_run_id=int(reference))
+        result = runs.run_switch(
+            run_id=run_id,
+            weights={p["pool"]: p["proposed"] for p in proposal["pools"]},
+            actor=request.user,
+        )
+    except CatalogError as e:
+        messages.error(request, str(e))
+        return redirect(f"{back.url}?reference={reference}")
+    version, seg = result["version"], result["segment"]
+    messages.success(
+        request,
+        f"Saved {version} with the proposed weights; the run reads it from its sample "
+        f"{seg.first_sample:,} (step {seg.first_step:,}) on.",
+    )
+    return back
 
 
 def mixture_version_json(request, version_id: int):
