@@ -11,7 +11,7 @@ import numpy as np
 from shardcore import manifest as mf
 from shardcore import storage, units
 from shardcore.errors import InputError, ManifestError
-from shardcore.pool.io import on_network_fs
+from shardcore.pool.io import on_network_fs, release_memory
 from shardcore.pool.layout import (
     KIND,
     SPLITS,
@@ -189,6 +189,7 @@ def plan_pool(
         "bos_id": tokenizer.get("bos_id"),
     }
     meta["artifacts"] = [s["path"] for s in sources if storage.is_remote(s["path"])]
+    release_memory()  # what reading every sidecar took, before the units run
     return units.Plan(STAGE, storage.resolve(out), params, [phase1, phase2], meta)
 
 

@@ -1,15 +1,12 @@
 """Page contexts: the catalog's read model (``webapp.catalog.selectors``), the jobs' and
 the workers' reads, turned into what each template shows, with links and charts
-(``webapp.dashboard.charts``); and the users page. The queries are the read models';
-each page runs a bounded number of them."""
+(``webapp.dashboard.charts``). The queries are the read models'; each page runs a
+bounded number of them."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
-from django.db.models import Prefetch
 from django.http import Http404
 from django.urls import reverse
 from django.utils import timezone
@@ -20,30 +17,10 @@ from webapp.catalog.errors import CatalogError
 from webapp.catalog.selectors import NotFound
 from webapp.catalog.services.runs import run_mixture_proposal, run_resume_position
 from webapp.dashboard import charts
-from webapp.dashboard.services import version_quality_compute
 from webapp.jobs import selectors as jobs
 from webapp.jobs.models import Job, UnitState
 from webapp.links import page_url
 from webapp.ops import selectors as ops
-from webapp.roles import ROLES, role_from_groups
-
-
-def user_list() -> list[dict]:
-    """Every user with their role and token, in two queries."""
-    User = get_user_model()
-    users = (
-        User.objects.order_by("username")
-        .select_related("auth_token")
-        .prefetch_related(
-            Prefetch("groups", queryset=Group.objects.filter(name__in=ROLES), to_attr="roles")
-        )
-    )
-    out = []
-    for u in users:
-        role = role_from_groups([g.name for g in u.roles], is_superuser=u.is_superuser)
-        token = getattr(u, "auth_token", None)
-        out.append({"user": u, "role": role, "token_created": token.created if token else None})
-    return out
 
 
 def overview() -> dict:
@@ -162,13 +139,18 @@ def job_progress_json(*, job_id: int) -> dict:
 # --- lineage ----------------------------------------------------------------------------
 
 
-def lineage_figure(lineage: dict) -> dict:
-    """``catalog.version_lineage`` drawn, each node linked to the page that shows it."""
+def lineage_figure(lineage: dict, *, plot_px: int = charts.LINEAGE_PLOT_PX) -> dict:
+    """``catalog.version_lineage`` drawn, each node linked to the page that shows it;
+    ``plot_px``: the narrowest the chart is drawn on its page (labels fit it)."""
     nodes = [{**n, "url": page_url(n["kind"], n["ref"]) or ""} for n in lineage["nodes"]]
-    return charts.lineage_graph(nodes, lineage["edges"])
+    return charts.lineage_graph(nodes, lineage["edges"], plot_px=plot_px)
 
 
 # --- runs -------------------------------------------------------------------------------
+
+
+# The run page draws its lineage across the page (a 1,280 px window leaves this much).
+RUN_LINEAGE_PX = 900
 
 
 def run_detail(*, run_id: int) -> dict:
@@ -199,13 +181,17 @@ def run_detail(*, run_id: int) -> dict:
             ],
             total_tokens=run.mixture_version.token_budget,
         ),
-        "lineage_figure": lineage_figure(detail["lineage"]),
+        "lineage_figure": lineage_figure(detail["lineage"], plot_px=RUN_LINEAGE_PX),
         "tainted": detail["tainted"],
         "num_reports": len(detail["progress"]),
         "flag_reads": catalog.run_flag_reads(run=run),
+        "segments": catalog.run_segment_rows(run=run),
         **_resume_context(run),
         **run_losses(run=run, stages=stages),
     }
+
+
+EPOCH_MARKS = 40  # a pool read many times would hide the curves behind its lines
 
 
 def run_losses(*, run, stages: list[dict], overlay: bool = True) -> dict:
@@ -248,23 +234,33 @@ def run_losses(*, run, stages: list[dict], overlay: bool = True) -> dict:
             )
         return out
 
-    by_step = [
-        {"x": st["first_report_step"], "label": f"stage {st['name']}"}
-        for st in stages
-        if st["first_report_step"]
+    # Stage starts and switches of version of every version the run read, and each
+    # pool's epoch starts in its validation curve's colour (up to EPOCH_MARKS of them).
+    marks = catalog.run_loss_marks(run=run)
+    epochs = [
+        {**e, "colour": colour[("val", f"pool:{e['pool']}")]}
+        for e in marks["epochs"]
+        if ("val", f"pool:{e['pool']}") in colour
+    ][:EPOCH_MARKS]
+    by_step = [{"x": b["step"], "label": b["label"]} for b in marks["stages"] if b["step"]]
+    by_tokens = [{"x": b["tokens"], "label": b["label"]} for b in marks["stages"]]
+    epochs_by_step = [
+        {"x": e["step"], "label": e["label"], "colour": e["colour"]} for e in epochs if e["step"]
     ]
-    by_tokens = [{"x": st["tokens"], "label": f"stage {st['name']}"} for st in stages]
+    epochs_by_tokens = [
+        {"x": e["tokens"], "label": e["label"], "colour": e["colour"]} for e in epochs
+    ]
     return {
         "val_step_figure": charts.loss_curves(
             series_for("val", "step"),
             x_title="step",
-            boundaries=by_step,
+            boundaries=by_step + epochs_by_step,
             title="Validation loss per pool / source, by step",
         ),
         "val_tokens_figure": charts.loss_curves(
             series_for("val", "tokens"),
             x_title="tokens",
-            boundaries=by_tokens,
+            boundaries=by_tokens + epochs_by_tokens,
             title="Validation loss per pool / source, by tokens consumed",
         ),
         "train_figure": charts.loss_curves(
@@ -301,7 +297,12 @@ def _resume_context(run) -> dict:
     shown = ("stage", "pool", "epoch", "shard", "shard_prefix", "record_in_shard", "token_offset")
     resume = {k: position[k] for k in shown if k in position}
     snippet = loader_snippet(position)
-    if Path(run.mixture_version.path, "manifest.json").is_file():
+    segments = position.get("segments") or []
+    if len(segments) > 1:
+        # A run that switched version reads its segments, in the run's sample numbering.
+        source = [{"path": g["path"], "first_sample": g["first_sample"]} for g in segments]
+        snippet += stream_snippet(source, position["sample"])
+    elif Path(run.mixture_version.path, "manifest.json").is_file():
         snippet += stream_snippet(run.mixture_version.path, position["sample"])
     return {"resume": resume, "snippet": snippet}
 
@@ -339,7 +340,31 @@ def pool_detail(*, pool_id: int, by: str = "") -> dict:
         if quality.get("heatmap")
         else charts.position_heatmap([], [], []),
         "comparison_figure": charts.shuffle_comparison(quality.get("comparison") or {}),
+        "training_figure": _training_figure(detail["training"]),
     }
+
+
+def _training_figure(training: list[dict]) -> dict:
+    """Training loss of the runs that read this pool or another shuffle of its documents,
+    with each pool's shard boundaries in the run's colour."""
+    colour = {p.pk: i for i, p in enumerate(dict.fromkeys(t["pool"] for t in training))}
+    series = [
+        {"name": f"{t['run'].name} ({t['pool'].name})", "x": t["steps"], "y": t["loss"],
+         "colour": colour[t["pool"].pk]}
+        for t in training
+    ]  # fmt: skip
+    bounds = {}
+    for t in training:
+        for s in t["shard_steps"]:
+            bounds.setdefault((t["pool"].pk, round(s, 3)), {"x": round(s, 3), "label": "",
+                                                           "colour": colour[t["pool"].pk]})  # fmt: skip
+    return charts.loss_curves(
+        series,
+        x_title="step",
+        boundaries=list(bounds.values()),
+        title="Training loss read in pool order; dashed: each pool's shard boundaries",
+        empty="no run has reported training loss on this pool or another shuffle of it",
+    )
 
 
 def quality_for_charts(report: dict) -> dict:
@@ -385,13 +410,13 @@ def _curve(windows: dict) -> dict:
 # --- mixtures ---------------------------------------------------------------------------
 
 
-def mixture_version_detail(*, version_id: int) -> dict:
+def mixture_version_detail(*, version_id: int, by: str = "") -> dict:
     """The version page: ``catalog.mixture_version_detail`` with its tokens and epochs per
     pool, its composition over training, its mixing quality and its lineage charted. Not
     built (yet): the planned shares by weight, with nothing on the x axis."""
-    detail = catalog.mixture_version_detail(version_id=version_id)
+    detail = catalog.mixture_version_detail(version_id=version_id, by=by)
     version, components, schedule = detail["version"], detail["components"], detail["schedule"]
-    quality = version_quality(version=version, names=schedule["names"] if schedule else {})
+    quality = version_quality(detail["quality"], names=schedule["names"] if schedule else {})
     if schedule is not None:
         rows = schedule["pools"]
         composition = charts.schedule_composition(
@@ -415,6 +440,8 @@ def mixture_version_detail(*, version_id: int) -> dict:
         **{k: detail[k] for k in ("version", "components", "runs", "exports", "materialized")},
         "tainted": detail["tainted"],
         "quality": quality,
+        "by": "" if by == "pool" else by,
+        "properties": detail["properties"],
         "epochs_figure": charts.predicted_epochs(rows, title="Tokens and epochs per pool"),
         "heatmap_figure": composition,
         "deviation_figure": charts.window_deviation(quality.get("curve") or {}),
@@ -422,14 +449,10 @@ def mixture_version_detail(*, version_id: int) -> dict:
     }
 
 
-def version_quality(*, version, names: dict[str, str]) -> dict:
-    """The version's schedule quality as its build recorded it (``params["quality"]``),
-    else measured from its files (cached by fingerprint: a built schedule never changes);
-    series named by the pools' catalog names (``names``: schedule key -> name); reshaped
-    for the charts, with every stage's verdict under ``stages``."""
-    report = (version.params or {}).get("quality")
-    if report is None and version.path and version.status == "ready":
-        report = version_quality_compute(version=version)
+def version_quality(report: dict, *, names: dict[str, str]) -> dict:
+    """A version's schedule quality (``catalog.mixture_version_detail``'s ``quality``)
+    with series named by the pools' catalog names (``names``: schedule key -> name),
+    reshaped for the charts, with every stage's verdict under ``stages``."""
     if not report or report.get("error"):
         return {"error": (report or {}).get("error", "")}
     report = {**report}
@@ -493,19 +516,23 @@ def loader_snippet(position: dict) -> str:
     return (
         "from shardcore.pool import Pool\n"
         f"pool = Pool({position['pool_path']!r})  # {position['pool']}, stage {position['stage']}\n"
-        f"# resume at mixture sample {position['sample']}: epoch {position['epoch']} of the "
+        f"# resume at mixture sample {position.get('version_sample', position['sample'])}: "
+        f"epoch {position['epoch']} of the "
         f"pool, shard {position['shard']}, record {position['record_in_shard']} in it\n"
         f"start_record = {position['record']}\n"
         f"token_offset = {position.get('token_offset', 0)}  # tokens consumed of that record\n"
     )
 
 
-def stream_snippet(mixture_path: str, sample: int) -> str:
-    """Python that streams the mixture from ``sample`` on with ``shardcore.loader``."""
+def stream_snippet(mixture_path, sample: int) -> str:
+    """Python that streams the mixture (or a run's segments, a list) from ``sample`` on
+    with ``shardcore.loader``."""
+    path = mixture_path if isinstance(mixture_path, list) else str(mixture_path)
+    what = "the run's versions" if isinstance(path, list) else "the mixture"
     return (
-        "\n# Or stream the mixture from there, exactly, with any world size and workers:\n"
+        f"\n# Or stream {what} from there, exactly, with any world size and workers:\n"
         "from shardcore.loader import ShardyardIterableDataset, ShardyardLoader, resume_state\n"
-        f"path = {str(mixture_path)!r}\n"
+        f"path = {path!r}\n"
         "dataset = ShardyardIterableDataset(path, rank=0, world_size=1)  # your rank, world size\n"
         f"dataset.load_state_dict(resume_state(path, next_sample={int(sample)}))\n"
         "loader = ShardyardLoader(dataset, batch_size=8)  # your per-rank batch size\n"

@@ -6,14 +6,17 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from django.core.cache import cache
 from django.db.models import Count, Max
 
-from shardcore.errors import ManifestError
+from shardcore import quality
+from shardcore.errors import ManifestError, ShardcoreError
 from shardcore.manifest import read_manifest
 from webapp.catalog import builder
 from webapp.catalog.models import ArtifactStatus, Export, Mixture, MixtureVersion, Pool
 from webapp.catalog.selectors.common import NotFound, get_or_not_found, runs_with_taint
 from webapp.catalog.selectors.lineage import version_lineage
+from webapp.catalog.selectors.pools import pool_properties
 from webapp.paging import page_of
 
 BUILDER_POOLS = 500
@@ -36,11 +39,13 @@ def mixture_detail(*, mixture_id: int) -> dict:
     return {"mixture": mixture, "versions": versions}
 
 
-def mixture_version_detail(*, version_id: int) -> dict:
+def mixture_version_detail(*, version_id: int, by: str = "") -> dict:
     """A version: its ``components`` (by stage and weight), its ``lineage``
     (``lineage.version_lineage``), whether it is ``tainted``, its newest 50 ``runs``
     (marked ``tainted``), its ``exports`` and whether a materialized copy is ready or under
-    way, and its ``schedule`` (``version_schedule``; None when not built)."""
+    way, its ``schedule`` (``version_schedule``; None when not built), its ``quality``
+    (``version_quality``, samples labelled by pool or by the property ``by``) and the
+    ``properties`` every one of its pools has (what ``by`` may be)."""
     version = get_or_not_found(
         MixtureVersion.objects.select_related("mixture", "job", "created_by"),
         "mixture version",
@@ -49,6 +54,12 @@ def mixture_version_detail(*, version_id: int) -> dict:
     lineage = version_lineage(version=version)
     exports = list(version.exports.order_by("format", "-created_at"))
     components = lineage["components"]
+    properties = version_properties(components=components)
+    if by and by != "pool" and by not in properties:
+        report = {"error": f"not every pool of this version has the property {by!r}; "
+                           f"choose pool or one of {', '.join(properties) or 'none'}"}  # fmt: skip
+    else:
+        report = version_quality(version=version, by=by)
     return {
         "version": version,
         "components": components,
@@ -61,7 +72,19 @@ def mixture_version_detail(*, version_id: int) -> dict:
             e.format == "materialized" and e.status in ("ready", "building") for e in exports
         ),
         "schedule": version_schedule(version=version, components=components),
+        "quality": report,
+        "properties": properties,
     }
+
+
+def version_properties(*, components) -> list[str]:
+    """The document properties every pool of the version has (a sample is labelled by its
+    record's main document), in the first pool's order."""
+    pools = list({c.pool_id: c.pool for c in components}.values())
+    if not pools:
+        return []
+    common = set.intersection(*(set(pool_properties(pool=p)) for p in pools))
+    return [name for name in pool_properties(pool=pools[0]) if name in common]
 
 
 def version_schedule(*, version: MixtureVersion, components) -> dict | None:
@@ -82,6 +105,27 @@ def version_schedule(*, version: MixtureVersion, components) -> dict | None:
         for p in manifest["pools"]
     ]
     return {"pools": pools, "stages": manifest.get("stages") or [], "names": names}
+
+
+def version_quality(*, version: MixtureVersion, by: str = "") -> dict:
+    """The version's schedule quality (``shardcore.quality.mixture_quality``), samples
+    labelled by pool as its build recorded it (``params["quality"]``), or by the property
+    ``by``, else measured from its files (cached by fingerprint: a built schedule never
+    changes); ``{"error": ...}`` when it cannot be measured; empty for a version not
+    built."""
+    by = "" if by == "pool" else by
+    report = None if by else (version.params or {}).get("quality")
+    if report is not None or not version.path or version.status != ArtifactStatus.READY:
+        return report or {}
+    key = f"dash:version-quality:v2:{version.pk}:{version.fingerprint}:{by}"
+    report = cache.get(key)
+    if report is None:
+        try:
+            report = quality.mixture_quality(version.path, by=by or "pool")
+        except (ShardcoreError, OSError, ValueError) as exc:
+            report = {"error": f"no quality measured: {exc}"}
+        cache.set(key, report, timeout=7 * 24 * 3600)
+    return report
 
 
 def mixture_version_diff(*, a_id: int, b_id: int) -> dict:

@@ -3,12 +3,17 @@ losses beside other runs of the same mixture, and its progress reports."""
 
 from __future__ import annotations
 
+import bisect
+import os
+from pathlib import Path
+
 from django.db.models import Count
 
 from shardcore.errors import ShardcoreError
 from shardcore.lineage import step_of_sample
 from shardcore.manifest import read_manifest
-from webapp.catalog.models import RunLoss, RunProgress, TrainingRun
+from shardcore.mixture import Mixture
+from webapp.catalog.models import MixtureComponent, RunLoss, RunProgress, RunSegment, TrainingRun
 from webapp.catalog.selectors.common import get_or_not_found
 from webapp.catalog.selectors.lineage import version_lineage
 from webapp.paging import paged
@@ -143,3 +148,111 @@ def progress_reports(runs: list[TrainingRun]) -> dict[int, list[tuple[int, int]]
         if r.consumed_samples and r.pk not in out:
             out[r.pk] = [(r.last_step, r.consumed_samples)]
     return out
+
+
+def run_segments(*, run: TrainingRun) -> list[RunSegment]:
+    """The mixture versions the run read, in order (``RunSegment`` rows, the version
+    loaded): the recorded segments, or for a run that never switched one unsaved segment,
+    its version from sample 0 on. One query."""
+    rows = list(
+        RunSegment.objects.filter(run_id=run.pk)
+        .select_related("mixture_version__mixture")
+        .order_by("index")
+    )
+    if rows:
+        return rows
+    return [
+        RunSegment(
+            run=run, index=0, mixture_version=run.mixture_version, first_sample=0, first_step=1
+        )
+    ]
+
+
+def runs_segments(runs: list[TrainingRun]) -> dict[int, list[RunSegment]]:
+    """``run_segments`` of each of ``runs`` (with ``mixture_version`` loaded): one query."""
+    recorded: dict[int, list[RunSegment]] = {}
+    for g in RunSegment.objects.filter(run__in=runs).select_related("mixture_version"):
+        recorded.setdefault(g.run_id, []).append(g)
+    return {
+        r.pk: sorted(recorded.get(r.pk, []), key=lambda g: g.index)
+        or [RunSegment(run=r, index=0, mixture_version=r.mixture_version, first_sample=0)]
+        for r in runs
+    }
+
+
+def run_segment_rows(*, run: TrainingRun) -> list[dict]:
+    """The versions the run read, in order, with the run's samples and steps each gave
+    (the lineage of a switch); a run that never switched has one row."""
+    rows = []
+    for g in run_segments(run=run):
+        end = g.end_sample
+        rows.append(
+            {
+                "segment": g,
+                "version": g.mixture_version,
+                "samples": f"[{g.first_sample:,}, {'…' if end is None else f'{end:,}'})",
+                "steps": f"{g.first_step:,} – {'…' if end is None else _step_at(run, end)}",
+            }
+        )
+    return rows
+
+
+def _step_at(run: TrainingRun, sample: int) -> int | None:
+    """The step whose progress report reached ``sample`` consumed samples (None if none)."""
+    return (
+        RunProgress.objects.filter(run=run, consumed_samples__gte=sample)
+        .order_by("step")
+        .values_list("step", flat=True)
+        .first()
+    )
+
+
+def run_loss_marks(*, run: TrainingRun) -> dict[str, list[dict]]:
+    """What the loss charts mark, in the run's samples: ``stages``, where each stage after
+    the first of each version it read starts, and where it switched version; ``epochs``,
+    where each pool's next pass over its records starts (``Mixture.epoch_starts``). Each
+    with its tokens (sample x seq_len) and the first step whose progress report had
+    consumed it (None before the run got there)."""
+    reports = list(
+        RunProgress.objects.filter(run=run).order_by("step").values_list("step", "consumed_samples")
+    )
+    consumed = [c for _, c in reports]
+
+    def at(sample: int, seq_len: int) -> dict:
+        i = bisect.bisect_left(consumed, sample)
+        step = reports[i][0] if i < len(reports) else None
+        return {"sample": sample, "tokens": sample * seq_len, "step": step}
+
+    segments = run_segments(run=run)
+    pools = {
+        os.path.abspath(c.pool.path): c.pool
+        for c in MixtureComponent.objects.filter(
+            version__in=[g.mixture_version_id for g in segments]
+        ).select_related("pool")
+    }
+    stages, epochs = [], []
+    for g in segments:
+        try:
+            manifest = read_manifest(g.mixture_version.path)
+        except (ShardcoreError, OSError, ValueError):
+            continue
+        seq_len = int(manifest.get("seq_len") or 0)
+        stop = None if g.end_sample is None else g.end_sample - g.first_sample
+        if g.index:
+            stages.append({"label": f"switch to v{g.mixture_version.number}",
+                           **at(g.first_sample, seq_len)})  # fmt: skip
+        for st in manifest.get("stages", [])[1:]:
+            if stop is None or st["first_sample"] < stop:
+                stages.append({"label": f"stage {st['name']}",
+                               **at(g.first_sample + st["first_sample"], seq_len)})  # fmt: skip
+        try:
+            mix = Mixture(g.mixture_version.path)
+        except (ShardcoreError, OSError, ValueError):
+            continue  # no schedule to read epochs from
+        for e in mix.epoch_starts(stop):
+            pool = pools.get(os.path.abspath(mix.pools[e["pool"]]["path"]))
+            name = pool.name if pool else Path(mix.pools[e["pool"]]["path"]).name
+            epochs.append({"label": f"{name} epoch {e['epoch'] + 1}",
+                           "pool": pool.pk if pool else None,
+                           **at(g.first_sample + e["sample"], seq_len)})  # fmt: skip
+    return {"stages": stages, "epochs": epochs}

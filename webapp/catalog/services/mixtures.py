@@ -74,6 +74,7 @@ def mixture_version_create(
     max_repetitions: float = 4.0,
     order_options: dict[str, Any] | None = None,
     note: str = "",
+    continues: dict[str, Any] | None = None,
     created_by=None,
 ) -> MixtureVersion:
     """A new immutable version, its schedule built by ``shardcore.mixture.build_mixture``
@@ -81,7 +82,9 @@ def mixture_version_create(
     pool). ``components`` are {"pool": id, "weight": w, "stage": s}: weights are token
     shares within their stage (normalized); stage "" or "main" is the main stage, any other
     stage needs its token count in ``stages`` ([{"name", "tokens"}], in training order).
-    Versions are never edited: changing a weight means creating the next version."""
+    Versions are never edited: changing a weight means creating the next version.
+    ``continues`` (``shardcore.mixture.continuation``) builds a version that a run switches
+    to mid-training (``runs.run_switch``)."""
     from shardcore.errors import ShardcoreError
     from shardcore.manifest import file_entries
     from shardcore.mixture import MixtureSpec, build_mixture
@@ -130,6 +133,8 @@ def mixture_version_create(
             if name in by_stage
         ],
     }
+    if continues is not None:
+        spec_dict["continues"] = continues
     try:
         spec = MixtureSpec.from_dict(spec_dict)
     except ShardcoreError as exc:

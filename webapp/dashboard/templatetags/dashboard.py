@@ -24,6 +24,7 @@ def plot(figure: dict, height: int = 380):
     """A plotly figure (a dict from dashboard.charts) as a div plus its JSON; charts.js draws
     every such div with the locally served plotly.js."""
     element_id = f"fig-{next(_ids)}"
+    height = (figure.get("layout") or {}).get("height") or height  # a figure may need more
     return format_html(
         '<div class="chart" data-figure="{}" style="height:{}px"></div>{}',
         element_id,

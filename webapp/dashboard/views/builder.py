@@ -5,8 +5,12 @@ import json
 from django.contrib import messages
 from django.http import JsonResponse
 from django.shortcuts import render
+from django.urls import reverse
 from django.views.decorators.http import require_POST
 
+from shardcore.errors import ShardcoreError
+from webapp.catalog.errors import CatalogError
+from webapp.catalog.services.mixtures import mixture_version_save
 from webapp.dashboard import contexts
 from webapp.roles import require_role
 
@@ -32,10 +36,6 @@ def mixture_predict(request):
 
 @require_POST
 def mixture_save(request):
-    from shardcore.errors import ShardcoreError
-    from webapp.catalog.errors import CatalogError
-    from webapp.catalog.services.mixtures import mixture_version_save
-
     require_role(request.user, "editor")
     payload = _payload(request)
     prediction = contexts.mixture_predict(payload=payload)
@@ -56,6 +56,5 @@ def mixture_save(request):
         messages.info(request, f"Nothing changed: {version} holds this draft already.")
     else:
         messages.success(request, f"Saved {version}.")
-    from django.urls import reverse
 
     return JsonResponse({"url": reverse("dashboard:mixture_version", args=[version.pk])})
