@@ -350,3 +350,54 @@ def test_static_against_adaptive_switches_at_the_proposal_in_the_library(data, t
     shares = {Path(p["key"]).name: p["samples"] / cont["num_samples"] for p in cont["pools"]}
     assert shares == pytest.approx({k: v["proposed"] for k, v in pools.items()},
                                    abs=2 / cont["num_samples"])  # fmt: skip
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_trainer_that_read_past_a_switch_goes_back_to_it(
+    data, tmp_path, live_server, django_user_model, settings
+):
+    """The switch is saved while the loop runs: its next progress report, which read the
+    old version past the switch, is refused (409), and it goes back to its checkpoint at the
+    switch and reads on in the new version. The books hold each step once, as trained."""
+    import time
+
+    from webapp.catalog.models import RunSegment
+    from webapp.catalog.services.runs import run_switch
+
+    settings.DATA_ROOT = tmp_path / "data"
+    version, pools = _two_pool_catalog(data)
+    editor = django_user_model.objects.create_user(username="editor", password="pw-123456789")
+    editor.groups.add(Group.objects.get_or_create(name="editor")[0])
+    env = {**os.environ, "SHARDYARD_TOKEN": Token.objects.create(user=editor).key}
+    cmd = [sys.executable, str(SCRIPT), "--data", data["mixture"], "--out", str(tmp_path / "r"),
+           *SMALL, "--steps", "100", "--eval-every", "10", "--warmup", "5", "--server",
+           live_server.url, "--mixture-version", str(version.pk), "--run-name", "live"]  # fmt: skip
+    trainer = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=env)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 300
+        while not RunProgress.objects.filter(run__name="live").exists():
+            assert trainer.poll() is None and time.monotonic() < deadline, trainer.stderr.read()
+            time.sleep(0.05)
+        run = TrainingRun.objects.get(name="live")
+        switched = run_switch(run_id=run.pk, weights={pools[0].pk: 0.8, pools[1].pk: 0.2})
+        out, err = trainer.communicate(timeout=600)
+    finally:
+        trainer.kill()
+    assert trainer.returncode == 0, err[-3000:]
+    at = switched["segment"].first_sample
+    assert at < 800  # the switch came before the run's end
+    assert "back to the last checkpoint" in out  # a report past the switch was refused
+    run.refresh_from_db()
+    segs = [(g.first_sample, g.end_sample) for g in RunSegment.objects.filter(run=run)]
+    assert segs == [(0, at), (at, None)] and (run.last_step, run.consumed_samples) == (100, 800)
+    history = json.loads((tmp_path / "r" / "history.json").read_text())
+    books = list(RunLoss.objects.filter(run=run, split="train").values_list("step", "loss"))
+    assert books == [tuple(x) for x in history["train"]] and len(books) == 100
+    # The loop read the new version from the switch on: its loader's state says so.
+    ckpt = torch.load(tmp_path / "r" / "checkpoint.pt", weights_only=False)
+    new = read_manifest(switched["version"].path)["fingerprint"]
+    assert ckpt["loader"]["segments"] == [
+        {"fingerprint": read_manifest(data["mixture"])["fingerprint"], "first_sample": 0},
+        {"fingerprint": new, "first_sample": at},
+    ]

@@ -347,8 +347,6 @@ def pool_detail(*, pool_id: int, by: str = "") -> dict:
 def _training_figure(training: list[dict]) -> dict:
     """Training loss of the runs that read this pool or another shuffle of its documents,
     with each pool's shard boundaries in the run's colour."""
-    from webapp.dashboard import charts
-
     colour = {p.pk: i for i, p in enumerate(dict.fromkeys(t["pool"] for t in training))}
     series = [
         {"name": f"{t['run'].name} ({t['pool'].name})", "x": t["steps"], "y": t["loss"],
