@@ -10,7 +10,7 @@ Exactness: the arrays must equal megatron-core's byte for byte, so the floating-
 operations are the same (one rounded multiply, one rounded subtract, no fused multiply-add,
 strict ``>`` scanning from d = 0). Trade-off: the schedule is inherently sequential (each
 pick changes one count that the next pick reads), so it cannot be vectorized across samples
-in numpy. We compile a small C kernel of our own (below) with the system C compiler on first
+in numpy. We compile a small C kernel of our own (below, by ``shardcore.kernels``) on first
 use, into the cache directory, and call it through ctypes. For up to 32 pools it evaluates
 all errors in AVX2 registers, reduces them with a max tree and finds the first maximal pool
 with a bit scan, which removes the data-dependent branches of the scalar loop; above 32
@@ -25,20 +25,12 @@ int64.
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import os
-import shutil
-import subprocess
-import sys
-import tempfile
-import warnings
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
 import numpy as np
 
-from shardcore import atomic
 from shardcore.errors import InputError
+from shardcore.kernels import compile_kernel
 
 MAX_POOLS = int(np.iinfo(np.int16).max)
 _CHUNK = 1 << 22  # samples per kernel call: bounded latency for progress callbacks
@@ -179,66 +171,6 @@ int sy_blend(const double *w, int32_t D, int64_t start, int64_t n, int64_t *coun
     return 0;
 }
 """
-# -ffp-contract=off: a fused multiply-add would round once instead of twice and break parity.
-_CFLAGS = ["-O3", "-ffp-contract=off", "-fno-fast-math", "-fPIC", "-shared"]
-
-_kernels: dict[str, ctypes.CDLL | None] = {}
-
-
-def cache_dir() -> Path:
-    """Where compiled helpers live: $SHARDYARD_CACHE, else $SHARDYARD_DATA/cache, else
-    ~/.cache/shardyard."""
-    if os.environ.get("SHARDYARD_CACHE"):
-        return Path(os.environ["SHARDYARD_CACHE"]).expanduser()
-    if os.environ.get("SHARDYARD_DATA"):
-        return Path(os.environ["SHARDYARD_DATA"]).expanduser() / "cache"
-    return Path("~/.cache/shardyard").expanduser()
-
-
-def compile_kernel(name: str, source: str, flags: Sequence[str] = _CFLAGS) -> ctypes.CDLL | None:
-    """Compile C ``source`` of our own (once per source version) with the system compiler
-    into the cache directory and load it; None (with one warning) if that is impossible."""
-    if name in _kernels:
-        return _kernels[name]
-    key = hashlib.sha256((source + " ".join(flags) + sys.platform).encode()).hexdigest()[:16]
-    lib: ctypes.CDLL | None = None
-    errors = []
-    # The cache directory first; a read-only one falls back to the system temp directory.
-    for directory in (cache_dir(), Path(tempfile.gettempdir()) / "shardyard-cache"):
-        try:
-            lib = ctypes.CDLL(str(_build(name, source, flags, directory / f"{name}-{key}.so")))
-            break
-        except OSError as exc:
-            errors.append(f"{directory}: {exc}")
-    if lib is None:
-        warnings.warn(
-            f"shardcore: compiled {name} kernel unavailable ({'; '.join(errors)}); "
-            "using the slow path",
-            RuntimeWarning,
-            stacklevel=3,
-        )
-    _kernels[name] = lib
-    return lib
-
-
-def _build(name: str, source: str, flags: Sequence[str], target: Path) -> Path:
-    """Compile ``source`` to ``target`` unless it is there; raises OSError on failure."""
-    if target.exists():
-        return target
-    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        raise OSError("no C compiler (cc/gcc) on PATH")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
-        src = Path(tmp) / f"{name}.c"
-        src.write_text(source)
-        with atomic.atomic_path(target) as out:  # concurrent first uses are safe
-            proc = subprocess.run(
-                [cc, *flags, "-o", str(out), str(src)], capture_output=True, text=True
-            )
-            if proc.returncode != 0:
-                raise OSError(f"{cc} failed: {proc.stderr.strip()[:500]}")
-    return target
 
 
 def _load_kernel() -> ctypes.CDLL | None:

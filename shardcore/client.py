@@ -14,6 +14,7 @@ repeating a bad request cannot fix it. Progress reports are idempotent on the se
     client.report_progress(run["id"], step=step, consumed_samples=samples_seen)
     position = client.resume_position(run["id"])
     client.report_losses(run["id"], step=step, val={pool_id: 2.31}, train=[(step, 2.4)])
+    client.switch(run["id"], weights={pool_id: 0.7, other_id: 0.3})  # an editor's token
 """
 
 from __future__ import annotations
@@ -41,6 +42,11 @@ class ShardyardHTTPError(ShardyardError):
         self.status = status
         self.body = body
         super().__init__(f"{method} {url} answered {status}: {body}")
+
+
+class ShardyardSwitched(ShardyardHTTPError):
+    """A progress report read a version the run had switched away from before that
+    position (409): resume from the checkpoint at the switch and read the run's segments."""
 
 
 class ShardyardUnavailable(ShardyardError):
@@ -85,8 +91,13 @@ class ShardyardClient:
         step: int,
         consumed_samples: int | None = None,
         consumed_tokens: int | None = None,
+        mixture_version: int | None = None,
     ) -> dict:
-        """Record that the run consumed this many samples (or tokens) by ``step``."""
+        """Record that the run consumed this many samples (or tokens) by ``step``. With
+        ``mixture_version`` (the version read up to here), a run that switched version
+        before this position answers ``ShardyardSwitched`` (HTTP 409): resume from the
+        checkpoint at the switch and read ``segments``. The answer's ``mixture_version`` is
+        the version the run reads next: another one means it switched at this position."""
         if consumed_samples is None and consumed_tokens is None:
             raise ValueError("give consumed_samples or consumed_tokens")
         body: dict[str, Any] = {"step": step}
@@ -94,7 +105,72 @@ class ShardyardClient:
             body["consumed_samples"] = consumed_samples
         if consumed_tokens is not None:
             body["consumed_tokens"] = consumed_tokens
+        if mixture_version is not None:
+            body["mixture_version"] = int(mixture_version)
         return self.request("POST", f"api/runs/{int(run_id)}/progress/", body)
+
+    def run(self, run_id: int) -> dict:
+        """The run, with ``segments``: the versions it read in order, each with its
+        ``path`` and the run's ``first_sample`` where it starts (what
+        ``shardcore.loader.ShardyardIterableDataset`` reads)."""
+        return self.request("GET", f"api/runs/{int(run_id)}/")
+
+    def segments(self, run_id: int) -> list[dict]:
+        """The run's segments (see ``run``)."""
+        return self.run(run_id)["segments"]
+
+    def switch(
+        self,
+        run_id: int,
+        *,
+        weights: Mapping[int, float] | Iterable[Mapping[str, Any]],
+        note: str = "",
+        wait: float = 3600.0,
+    ) -> dict:
+        """Save ``weights`` (``{pool_id: weight}``; e.g. a proposal's ``proposed``) as a
+        new version of the run's mixture that continues from the run's resume position,
+        and switch the run to it there (an editor's token). The server builds the version
+        by a job: this waits until it is built (at most ``wait`` seconds), so the new
+        segment can be read at once. Returns the run with its ``segments``, the new
+        ``version`` and where it ``continues``."""
+        if isinstance(weights, Mapping):
+            weights = [{"pool": int(p), "weight": float(w)} for p, w in weights.items()]
+        body = {"weights": [dict(w) for w in weights], "note": note}
+        answer = self.request("POST", f"api/runs/{int(run_id)}/switch/", body)
+        self.wait_version(int(answer["version"]), timeout=wait)
+        return answer
+
+    def wait_version(self, version_id: int, *, timeout: float = 3600.0) -> dict:
+        """The mixture version once its build job has recorded it (``status`` "ready"),
+        polling ``GET /api/mixture-versions/{id}/``; a failed build raises
+        ``ShardyardError`` with the job's error, and so does a build still running after
+        ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        delay = 0.5
+        while True:
+            version = self.request("GET", f"api/mixture-versions/{int(version_id)}/")
+            if version["status"] == "ready":
+                return version
+            if version["status"] != "building":
+                job = self.request("GET", f"api/jobs/{int(version['job'])}/")
+                raise ShardyardError(
+                    f"mixture version {version_id} {version['status']}: {job.get('error') or '?'}"
+                )
+            if time.monotonic() > deadline:
+                raise ShardyardError(
+                    f"mixture version {version_id} still building after {timeout:g}s"
+                )
+            self._sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+    def proposal(
+        self, run_id: int, *, reference: int, eta: float = 1.0, smoothing: float = 1e-3
+    ) -> dict:
+        """The next stage's weights for the run's pools against a reference run's losses
+        (``GET /api/runs/{id}/proposal/``)."""
+        query = urllib.parse.urlencode({"reference": int(reference), "eta": eta,
+                                        "smoothing": smoothing})  # fmt: skip
+        return self.request("GET", f"api/runs/{int(run_id)}/proposal/?{query}")
 
     def resume_position(self, run_id: int) -> dict:
         """Where the run's last report leaves the data: stage, pool, shard, record, offset."""
@@ -143,6 +219,8 @@ class ShardyardClient:
                     return json.loads(raw) if raw else None
             except urllib.error.HTTPError as e:
                 payload = _decode(e.read())
+                if e.code == 409 and path.rstrip("/").endswith("progress"):
+                    raise ShardyardSwitched(method, url, e.code, payload) from None
                 if e.code not in RETRY_STATUSES:
                     raise ShardyardHTTPError(method, url, e.code, payload) from None
                 last = f"status {e.code}: {payload}"

@@ -10,6 +10,8 @@ what a run actually read when, not only which pools it could have read:
    arrays, vectorized per shard;
 2. ``first_sample``: the first training sample of a mixture whose (pool, record) is such
    a record, scanning the schedule's memory-mapped arrays in chunks (bounded memory);
+   (``flagged_samples``: how many samples of a range read one, for a run that read only
+   that range of the mixture before or after switching version);
 3. ``step_of_sample``: the step that read sample k, from the run's progress reports (step,
    consumed samples): the first report past k bounds it, and when the samples per step are
    constant between the two reports around k, the step is exact.
@@ -82,6 +84,41 @@ def first_sample(
         if found.size:
             return a + int(found[0])
     return None
+
+
+def flagged_samples(
+    mixture_dir: str | os.PathLike,
+    records: Mapping[int, np.ndarray],
+    *,
+    start: int = 0,
+    stop: int | None = None,
+) -> tuple[int, int | None]:
+    """How many training samples in [``start``, ``stop``) read a flagged record, and the
+    first of them (None if none): a run that read only that range of the mixture (before
+    it switched version, or after) read exactly these."""
+    from shardcore.mixture import POOL_FILE, RECORD_FILE
+
+    pools = np.load(os.path.join(mixture_dir, POOL_FILE), mmap_mode="r")
+    recs = np.load(os.path.join(mixture_dir, RECORD_FILE), mmap_mode="r")
+    stop = int(pools.size) if stop is None else min(int(stop), int(pools.size))
+    masks = {int(p): np.asarray(m, dtype=bool) for p, m in records.items() if np.any(m)}
+    count, first = 0, None
+    if not masks:
+        return 0, None
+    for a in range(int(start), stop, _CHUNK):
+        b = min(a + _CHUNK, stop)
+        p = np.asarray(pools[a:b])
+        r = np.asarray(recs[a:b])
+        hit = np.zeros(p.size, dtype=bool)
+        for i, mask in masks.items():
+            sel = p == i
+            if sel.any():
+                hit[sel] = mask[r[sel]]
+        found = np.flatnonzero(hit)
+        if found.size and first is None:
+            first = a + int(found[0])
+        count += int(found.size)
+    return count, first
 
 
 def step_of_sample(sample: int, reports: Iterable[tuple[int, int]]) -> dict[str, Any]:

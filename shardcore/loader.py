@@ -32,6 +32,17 @@ the training loop received, with or without workers. Read through a plain DataLo
 a plain DataLoader with workers, the main process cannot know what was consumed: then
 ``state_dict()`` without ``consumed=`` raises instead of returning the start (a silent
 replay). torch is imported only when the torch classes are first used.
+
+A run that switches mixture version mid-training reads *segments*: ``[{"path",
+"first_sample"}, ...]`` (what the server's run answers as ``segments``), version j giving
+the run's samples [first_j, first_{j+1}), its own sample 0 at first_j (a version built to
+continue the previous one at that sample, ``shardcore.mixture.continuation``). Give the
+list in place of a path. The state then records every segment (fingerprint and first
+sample) with the position; a state saved before a switch loads into the dataset that
+knows the switch when its position is at or before the switch (it read nothing of the old
+version past it), and ``switch(path, at_sample)`` adds a segment to a running loader,
+taking effect at its next iteration. Sample k of the stream is the same whether the run
+was read straight through or resumed on either side of a switch.
 """
 
 from __future__ import annotations
@@ -184,6 +195,142 @@ class Samples:
                 return
 
 
+class Segments:
+    """A run's samples across the mixture versions it switched between: segment j is the
+    version at ``path`` read from the run's sample ``first_sample`` (its own sample 0) up to
+    the next segment's first sample; the last is read to its end. Checked when opened:
+    segments start at 0 and in order, none is longer than its version, all share a
+    seq_len, and a version built to continue another (``continues`` in its manifest)
+    follows that mixture at the sample it continues from."""
+
+    kind = "run"
+    # Each version reads its own remote shards through its cache; no prefetch across them.
+    cache = None
+    remote = False
+
+    def __init__(self, segments: list[Any], **cache: Any):
+        self.segments = [_segment(s, i) for i, s in enumerate(segments)]
+        if not self.segments:
+            raise InputError("segments: give at least one (path, first_sample)")
+        self.path = self.segments[-1]["path"]
+        self._cache_args = cache
+        self._parts = [Samples(s["path"], **cache) for s in self.segments]
+        self.firsts = [s["first_sample"] for s in self.segments]
+        if self.firsts[0] != 0:
+            raise InputError(f"segments[0].first_sample: the run starts at 0, not {self.firsts[0]}")
+        for j in range(1, len(self.segments)):
+            prev, part = self._parts[j - 1], self._parts[j]
+            length = self.firsts[j] - self.firsts[j - 1]
+            if length <= 0:
+                raise InputError(
+                    f"segments[{j}].first_sample: {self.firsts[j]} does not follow "
+                    f"segments[{j - 1}]'s {self.firsts[j - 1]}"
+                )
+            if length > len(prev):
+                raise InputError(
+                    f"segments[{j}].first_sample: segment {j - 1} would read {length} samples "
+                    f"of {prev.path}, which has {len(prev)}"
+                )
+            if part.seq_len != prev.seq_len:
+                raise InputError(
+                    f"segments[{j}]: seq_len {part.seq_len} differs from {prev.seq_len}"
+                )
+            cont = part.manifest.get("continues")
+            if cont is not None and (
+                cont.get("mixture") != prev.fingerprint or int(cont.get("sample", -1)) != length
+            ):
+                raise InputError(
+                    f"segments[{j}]: {part.path} continues mixture {cont.get('mixture')} at its "
+                    f"sample {cont.get('sample')}, but follows {prev.fingerprint} after "
+                    f"{length} samples"
+                )
+        self.seq_len = self._parts[0].seq_len
+        self.num_samples = self.firsts[-1] + len(self._parts[-1])
+        self.keys = [
+            {"fingerprint": part.fingerprint, "first_sample": first}
+            for part, first in zip(self._parts, self.firsts, strict=True)
+        ]
+        self.fingerprint = mf.fingerprint("run", parents=[], params={"segments": self.keys})
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"segments": self.segments, "cache": self._cache_args}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["segments"], **state.get("cache", {}))
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+    def locate(self, k: int) -> tuple[int, int]:
+        """(segment, the version's own sample) of the run's sample k."""
+        j = int(np.searchsorted(self.firsts, int(k), side="right")) - 1
+        return j, int(k) - self.firsts[j]
+
+    def __getitem__(self, k: int) -> np.ndarray:
+        if not 0 <= int(k) < self.num_samples:
+            raise IndexError(f"run sample {k} out of range [0, {self.num_samples})")
+        j, i = self.locate(k)
+        return self._parts[j][i]
+
+
+def _segment(s: Any, i: int) -> dict[str, Any]:
+    if isinstance(s, dict):
+        if "path" not in s or "first_sample" not in s:
+            raise InputError(f"segments[{i}]: needs path and first_sample")
+        path, first = s["path"], s["first_sample"]
+    else:
+        try:
+            path, first = s
+        except (TypeError, ValueError):
+            raise InputError(f"segments[{i}]: give (path, first_sample)") from None
+    if isinstance(first, bool) or not isinstance(first, int | np.integer):
+        raise InputError(f"segments[{i}].first_sample: {first!r} is not an integer")
+    return {"path": os.fspath(path), "first_sample": int(first)}
+
+
+def open_samples(path: Any, **cache: Any) -> Samples | Segments:
+    """``Samples`` of an artifact path, or ``Segments`` of a run's list of segments
+    (``cache``: ``Samples``' cache settings, for remote artifacts)."""
+    if isinstance(path, list | tuple):
+        return Segments(list(path), **cache)
+    return Samples(path, **cache)
+
+
+def _keys(source: Samples | Segments) -> list[dict[str, Any]]:
+    if isinstance(source, Segments):
+        return source.keys
+    return [{"fingerprint": source.fingerprint, "first_sample": 0}]
+
+
+class PoolReader:
+    """Sequential and random access to the records of a pool."""
+
+    def __init__(self, path: str | os.PathLike):
+        from shardcore.pool import Pool
+
+        self.pool = Pool(path)
+        self.seq_len = self.pool.seq_len
+        self.num_records = self.pool.num_records
+
+    def __len__(self) -> int:
+        return self.num_records
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        return self.pool.record(int(i))
+
+    def read(self, start: int, stop: int) -> np.ndarray:
+        """Records [start, stop): shape (stop - start, seq_len + 1)."""
+        return self.pool.records(start, stop)
+
+    def iter_batches(self, batch_size: int, *, start: int = 0) -> Iterator[np.ndarray]:
+        """Consecutive batches of ``batch_size`` records from ``start`` (the last may be
+        shorter): views into the shards where a batch does not cross a shard."""
+        if batch_size < 1:
+            raise InputError(f"batch_size must be >= 1, got {batch_size}")
+        for first in range(start, self.num_records, batch_size):
+            yield self.pool.records(first, min(first + batch_size, self.num_records))
+
+
 def sample_order(num_records: int, seed: int | None, epoch: int) -> np.ndarray | None:
     """The samples of one epoch in stream order (None: the artifact's own order)."""
     if seed is None:
@@ -212,11 +359,19 @@ class _Stream:
             raise InputError(f"rank {rank} is outside world_size {world_size}")
         if batch_size < 1:
             raise InputError(f"batch_size must be >= 1, got {batch_size}")
-        self.path = os.fspath(path)
-        self.source = Samples(path, cache_dir=cache_dir, cache_limit=cache_limit, prefetch=prefetch)
+        self.source = open_samples(
+            path, cache_dir=cache_dir, cache_limit=cache_limit, prefetch=prefetch
+        )
+        self.path = self.source.path
+        if seed is not None and isinstance(self.source, Segments):
+            raise InputError(
+                "seed: a run's segments are read in their own order (a permutation would mix "
+                "versions across the switch)"
+            )
         self.rank, self.world_size, self.seed = rank, world_size, seed
         self.batch_size = batch_size
         n = len(self.source)
+        self._whole = num_samples is None  # one pass over whatever the source holds
         self.num_samples = n if num_samples is None else int(num_samples)
         if n == 0 and self.num_samples:
             raise InputError(f"{self.path}: the {self.source.kind} has no samples")
@@ -290,7 +445,7 @@ class _Stream:
             consumed = self.consumed
         if int(consumed) < 0:
             raise InputError(f"consumed must be >= 0, got {consumed}")
-        return {
+        state = {
             "version": STATE_VERSION,
             "next_sample": self.start_sample + int(consumed) * self.world_size,
             "seed": self.seed,
@@ -298,6 +453,9 @@ class _Stream:
             "kind": self.source.kind,
             "fingerprint": self.source.fingerprint,
         }
+        if isinstance(self.source, Segments):
+            state["segments"] = [dict(k) for k in self.source.keys]
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume at ``state``'s next sample, with this object's rank and world size."""
@@ -305,29 +463,69 @@ class _Stream:
             raise InputError(
                 f"loader state version {state.get('version')!r} is not {STATE_VERSION}"
             )
-        fp = self.source.fingerprint
         theirs = state.get("fingerprint", state.get("pool"))
-        if theirs != fp:
-            raise InputError(
-                f"loader state is for {state.get('kind', 'pool')} {theirs}, "
-                f"this is {self.source.kind} {fp}"
-            )
         if int(state["next_sample"]) < 0:
             raise InputError(f"loader state: next_sample {state['next_sample']} is negative")
+        mine = _keys(self.source)
+        read = state.get("segments") or [{"fingerprint": theirs, "first_sample": 0}]
+        if len(read) > len(mine) or any(
+            (a["fingerprint"], int(a["first_sample"])) != (b["fingerprint"], b["first_sample"])
+            for a, b in zip(read, mine, strict=False)
+        ):
+            raise InputError(
+                f"loader state is for {state.get('kind', 'pool')} {theirs}, "
+                f"this is {self.source.kind} {self.source.fingerprint}"
+            )
+        switched = len(mine) > len(read)
+        if switched and int(state["next_sample"]) > mine[len(read)]["first_sample"]:
+            raise InputError(
+                f"loader state: it read up to sample {state['next_sample']} of "
+                f"{read[-1]['fingerprint']}, past the switch to {mine[len(read)]['fingerprint']} "
+                f"at sample {mine[len(read)]['first_sample']}; resume from a checkpoint at or "
+                "before the switch"
+            )
         self.start_sample = int(state["next_sample"])
         self.seed = state.get("seed")
-        self.num_samples = int(state.get("num_samples", self.num_samples))
+        if not (switched and self._whole):
+            # A state saved before a switch describes the shorter run: keep this length.
+            self.num_samples = int(state.get("num_samples", self.num_samples))
         self.consumed = 0
+
+    def switch(self, path: str | os.PathLike, at_sample: int | None = None) -> None:
+        """From the run's sample ``at_sample`` (default: the position now, after what the
+        training loop received) read the version at ``path`` instead, from its sample 0 (a
+        version built to continue this one there). Takes effect at the loader's next
+        iteration: break out at a checkpoint, switch, iterate again."""
+        position = self.state_dict()["next_sample"]
+        at = position if at_sample is None else int(at_sample)
+        if at < position:
+            raise InputError(
+                f"switch at sample {at}: this loader has read up to sample {position}; "
+                f"resume from a checkpoint at or before sample {at}, then switch"
+            )
+        if isinstance(self.source, Segments):
+            segments = [s for s in self.source.segments if s["first_sample"] < at]
+        else:
+            segments = [{"path": self.source.path, "first_sample": 0}]
+        self.source = Segments(
+            [*segments, {"path": os.fspath(path), "first_sample": at}],
+            **self.source._cache_args,
+        )
+        self.path = self.source.path
+        if self._whole:
+            self.num_samples = len(self.source)
+        self.start_sample, self.consumed = position, 0
+        self._orders = {}
 
 
 def resume_state(path: str | os.PathLike, next_sample: int) -> dict[str, Any]:
-    """The loader state that resumes the artifact at ``path`` at global sample
-    ``next_sample`` in its own order (e.g. a run's consumed samples, as the server
-    reports them), for ``ShardyardIterableDataset.load_state_dict``."""
-    source = Samples(path)
+    """The loader state that resumes the artifact at ``path`` (or a run's segments) at
+    global sample ``next_sample`` in its own order (e.g. a run's consumed samples, as the
+    server reports them), for ``ShardyardIterableDataset.load_state_dict``."""
+    source = open_samples(path)
     if int(next_sample) < 0:
         raise InputError(f"next_sample must be >= 0, got {next_sample}")
-    return {
+    state = {
         "version": STATE_VERSION,
         "next_sample": int(next_sample),
         "seed": None,
@@ -335,6 +533,9 @@ def resume_state(path: str | os.PathLike, next_sample: int) -> dict[str, Any]:
         "kind": source.kind,
         "fingerprint": source.fingerprint,
     }
+    if isinstance(source, Segments):
+        state["segments"] = [dict(k) for k in source.keys]
+    return state
 
 
 def _make_classes():
@@ -347,7 +548,7 @@ def _make_classes():
         Give the DataLoader the same ``batch_size`` (``ShardyardLoader`` does it). See the
         module docstring for the order."""
 
-        def __init__(self, path: str | os.PathLike, **kwargs: Any):
+        def __init__(self, path: str | os.PathLike | list, **kwargs: Any):
             IterableDataset.__init__(self)
             _Stream.__init__(self, path, **kwargs)
 

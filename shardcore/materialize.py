@@ -7,7 +7,7 @@ Stage "materialize" of the unit-of-work protocol: one phase, one unit per output
 pools (grouped by pool, so each pool is read through one memmap) and writes
 ``shards/mix-XXXXX.bin/.idx`` (one sequence of seq_len + 1 tokens per sample). Finalize
 writes the manifest (kind "materialized": seq_len, shards, cumulative_records, checksums),
-the same fields a pool has, so ``shardcore.resume.locate_pool`` resumes in it. Trade-off:
+the same fields a pool has, so ``shardcore.locate.locate_pool`` resumes in it. Trade-off:
 it copies every token once (the mixture itself copies nothing), in exchange for purely
 sequential reads.
 """

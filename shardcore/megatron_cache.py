@@ -463,15 +463,16 @@ def write_cache(
         _save_npy(cache / f"{base}-shuffle_index.npy", shuffle)
         atomic.write_text(cache / f"{base}-description.txt", desc)  # last: the set is complete
         files.append(base)
+    record = {
+        "keys_via": keys.via,
+        "blended": None,
+        "gpt": [h for _, h in keys.gpt],
+        "size": keys.size,
+        "train_samples": total,
+        "files": files,
+    }
     if keys.blended is None:  # one prefix, per split: its GPTDataset is the whole order
-        return {
-            "keys_via": keys.via,
-            "blended": None,
-            "gpt": [h for _, h in keys.gpt],
-            "size": keys.size,
-            "train_samples": total,
-            "files": files,
-        }
+        return record
     desc, md5 = keys.blended
     base = f"{md5}-BlendedDataset-train"
     dataset_index = np.empty(keys.size, dtype=np.int16)
@@ -485,14 +486,7 @@ def write_cache(
     _save_npy(cache / f"{base}-dataset_sample_index.npy", sample_index)
     atomic.write_text(cache / f"{base}-description.txt", desc)
     files.append(base)
-    return {
-        "keys_via": keys.via,
-        "blended": md5,
-        "gpt": [h for _, h in keys.gpt],
-        "size": keys.size,
-        "train_samples": total,
-        "files": files,
-    }
+    return {**record, "blended": md5}
 
 
 # --------------------------------------------------------------------------- mixtures

@@ -28,6 +28,16 @@ order); ``max_repetitions`` caps the epochs. The optional ``diversity`` ordering
 permutes each stage's samples (``shardcore.order``). The schedule is written as two .npy
 arrays, ``schedule/pool.npy`` (int16) and ``schedule/record.npy`` (int64), then the
 manifest (kind "mixture"), the commit point.
+
+Continuing a run. A mixture may continue another at one of its samples (``continues``,
+from ``continuation(previous, sample)``): a run that read the previous mixture's samples
+[0, sample) switches to this one, whose sample 0 is the run's sample ``sample``. Each pool
+the two share is read on from where the previous schedule left it at that sample (the
+records the run has not read yet in the current epoch, then the same seeded permutations
+for later epochs), so nothing the run read is read again before its turn; a pool new in
+this mixture starts at its first record. ``max_repetitions`` counts what the run read
+before too. The previous mixture is named by fingerprint, so a continuation is only ever
+exact against the schedule it was computed from.
 """
 
 from __future__ import annotations
@@ -45,12 +55,13 @@ import numpy as np
 from shardcore import atomic, blend, units, verify
 from shardcore import manifest as mf
 from shardcore.errors import InputError, ManifestError
+from shardcore.order import ORDERINGS
 
 KIND = "mixture"
 SCHEDULE_DIR = "schedule"
 POOL_FILE = f"{SCHEDULE_DIR}/pool.npy"
 RECORD_FILE = f"{SCHEDULE_DIR}/record.npy"
-ORDERS = ("blend", "diversity", "random")
+ORDERS = tuple(ORDERINGS)  # the names of shardcore.order
 LENGTH_FAMILY = "length"
 
 
@@ -120,13 +131,15 @@ class MixtureSpec:
     # Samples per optimizer step: when set, every stage is a whole number of global
     # batches, so each stage starts exactly at a step (nanotron's start_training_step).
     global_batch_size: int | None = None
+    # Where a run switches to this mixture from another (see ``continuation``).
+    continues: dict[str, Any] | None = None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, base_dir: str | None = None) -> MixtureSpec:
         if not isinstance(data, Mapping):
             raise InputError("mixture spec: expected an object at the top level")
         known = {"components", "tokens", "seed", "order", "stages", "max_repetitions"}
-        known |= {"global_batch_size"}
+        known |= {"global_batch_size", "continues"}
         unknown = set(data) - known - {"order_options", "base_dir"}
         if unknown:
             raise InputError(f"mixture spec: unknown field(s) {sorted(unknown)}")
@@ -167,6 +180,7 @@ class MixtureSpec:
                 if data.get("global_batch_size") is None
                 else _as_int(data["global_batch_size"], "global_batch_size")
             ),
+            continues=(None if data.get("continues") is None else _continues(data["continues"])),
         )
         spec.validate()
         return spec
@@ -212,6 +226,8 @@ class MixtureSpec:
             out["order_options"] = self.order_options
         if self.global_batch_size is not None:
             out["global_batch_size"] = self.global_batch_size
+        if self.continues is not None:
+            out["continues"] = self.continues
         return out
 
     def validate(self) -> None:
@@ -249,6 +265,40 @@ class MixtureSpec:
         if "://" in pool or os.path.isabs(pool) or self.base_dir is None:
             return os.path.abspath(pool) if "://" not in pool else pool
         return os.path.abspath(os.path.join(self.base_dir, pool))
+
+
+def _continues(data: Any) -> dict[str, Any]:
+    """A spec's ``continues`` checked field by field: ``{"mixture": fingerprint, "sample":
+    n, "pools": [{"path", "read", "epoch_key": [seed, index]}]}``."""
+    if not isinstance(data, Mapping):
+        raise InputError("continues: expected an object")
+    unknown = set(data) - {"mixture", "sample", "pools"}
+    if unknown:
+        raise InputError(f"continues: unknown field(s) {sorted(unknown)}")
+    if not isinstance(data.get("mixture"), str) or not data["mixture"]:
+        raise InputError("continues.mixture: the fingerprint of the mixture it continues")
+    sample = _as_int(data.get("sample"), "continues.sample")
+    if sample < 0:
+        raise InputError(f"continues.sample: must be >= 0, got {sample}")
+    pools = []
+    for i, p in enumerate(_as_list(data.get("pools", []), "continues.pools")):
+        where = f"continues.pools[{i}]"
+        if not isinstance(p, Mapping) or set(p) != {"path", "read", "epoch_key"}:
+            raise InputError(f"{where}: needs exactly path, read and epoch_key")
+        read = _as_int(p["read"], f"{where}.read")
+        if read < 0:
+            raise InputError(f"{where}.read: must be >= 0, got {read}")
+        key = _as_list(p["epoch_key"], f"{where}.epoch_key")
+        if len(key) != 2:
+            raise InputError(f"{where}.epoch_key: two integers (seed, pool index)")
+        pools.append(
+            {
+                "path": str(p["path"]),
+                "read": read,
+                "epoch_key": [_as_int(k, f"{where}.epoch_key") for k in key],
+            }
+        )
+    return {"mixture": data["mixture"], "sample": sample, "pools": pools}
 
 
 def _as_list(value: Any, where: str) -> list:
@@ -432,6 +482,49 @@ def _stage_weights(spec: MixtureSpec, pools: list[PoolInfo]) -> list[tuple[str, 
     return out
 
 
+def _continued(spec: MixtureSpec, pools: list[PoolInfo]) -> tuple[np.ndarray, list[list[int]]]:
+    """Per pool: the records a continued run already read of it (0 for a new pool) and the
+    key of its epoch permutations, [seed, pool index] of the mixture that first read it."""
+    read = np.zeros(len(pools), dtype=np.int64)
+    keys = [[int(spec.seed), i] for i in range(len(pools))]
+    if spec.continues is None:
+        return read, keys
+    by_path = {os.path.abspath(p["path"]): p for p in spec.continues["pools"]}
+    for i, p in enumerate(pools):
+        prev = by_path.get(os.path.abspath(p.path))
+        if prev is not None:
+            read[i] = int(prev["read"])
+            keys[i] = [int(k) for k in prev["epoch_key"]]
+    return read, keys
+
+
+def continuation(previous: str | os.PathLike, sample: int) -> dict[str, Any]:
+    """The ``continues`` of a mixture that a run switches to after reading samples
+    [0, ``sample``) of the mixture at ``previous``: per pool of it, how many of its records
+    the run has read by then (what the previous schedule took before ``sample``, plus what
+    it continued from) and the key of its epoch permutations. One pass over the int16
+    pool column of the schedule prefix."""
+    prev = Mixture(previous)
+    sample = int(sample)
+    if not 0 <= sample <= prev.num_samples:
+        raise InputError(
+            f"continue at sample {sample}: {prev.path} has samples [0, {prev.num_samples}]"
+        )
+    counts = np.bincount(
+        np.asarray(prev.pool_index[:sample], dtype=np.int64), minlength=len(prev.pools)
+    )
+    out = []
+    for i, p in enumerate(prev.pools):
+        out.append(
+            {
+                "path": os.path.abspath(p["path"]),
+                "read": int(p.get("first_read", 0)) + int(counts[i]),
+                "epoch_key": list(p.get("epoch_key", [int(prev.manifest["spec"]["seed"]), i])),
+            }
+        )
+    return {"mixture": str(prev.manifest["fingerprint"]), "sample": sample, "pools": out}
+
+
 def _expected_counts(weights: np.ndarray, n: int) -> np.ndarray:
     """The blend's per-pool counts after n samples, without building it: each count is
     w*n rounded by largest remainder (the blend is never more than one sample behind)."""
@@ -464,6 +557,7 @@ def plan_epochs(
         pools = _pools_from_manifests(spec, pools)
     seq_len = int(pools[0].manifest["seq_len"])
     taken = np.zeros(len(pools), dtype=np.int64)
+    read, _ = _continued(spec, pools)
     per_stage = []
     for name, n, w in _stage_weights(spec, pools):
         if exact:
@@ -483,15 +577,9 @@ def plan_epochs(
         per_stage.append((name, counts))
     total = int(taken.sum())
     out = []
+    _check_repetitions(spec, pools, taken + read, read)
     for i, p in enumerate(pools):
         epochs = taken[i] / p.num_records
-        if epochs > spec.max_repetitions:
-            raise InputError(
-                f"max_repetitions: pool {p.key!r} would be read {epochs:.2f} times "
-                f"({int(taken[i])} samples from {p.num_records} records), above "
-                f"max_repetitions={spec.max_repetitions:g}; add data, lower its weight or "
-                f"the budget, or raise max_repetitions"
-            )
         out.append(
             {
                 "pool": p.key,
@@ -586,7 +674,8 @@ def build_schedule(
     total = sum(n for _, n, _ in stages)
     pool_idx = np.empty(total, dtype=np.int16)
     record = np.empty(total, dtype=np.int64)
-    consumed = np.zeros(len(pools), dtype=np.int64)
+    read, keys = _continued(spec, pools)
+    consumed = read.copy()  # per pool: the next position in its read order
     facts = []
     start = 0
     seq_len = int(pools[0].manifest["seq_len"])
@@ -609,7 +698,8 @@ def build_schedule(
         for i in used.tolist():
             sel = pools_here == i
             order_in_pool = consumed[i] + si[sel]
-            recs[sel] = _records_for(spec.seed, i, pools[i].num_records, order_in_pool)
+            seed, key = keys[i]
+            recs[sel] = _records_for(seed, key, pools[i].num_records, order_in_pool)
         consumed += counts
         if spec.order != "blend":
             from shardcore.order import get_ordering
@@ -636,15 +726,25 @@ def build_schedule(
             }
         )
         start += n
+    _check_repetitions(spec, pools, consumed, read)  # consumed counts what was read before
+    return pool_idx, record, facts
+
+
+def _check_repetitions(
+    spec: MixtureSpec, pools: list[PoolInfo], samples: np.ndarray, before: np.ndarray
+) -> None:
+    """Refuse a schedule that reads a pool more than ``spec.max_repetitions`` times;
+    ``samples`` counts, for a continued run, the ``before`` records it read already."""
     for i, p in enumerate(pools):
-        epochs = consumed[i] / p.num_records
+        epochs = samples[i] / p.num_records
         if epochs > spec.max_repetitions:
             raise InputError(
                 f"max_repetitions: pool {p.key!r} would be read {epochs:.2f} times "
-                f"({int(consumed[i])} samples from {p.num_records} records), above "
-                f"max_repetitions={spec.max_repetitions:g}"
+                f"({int(samples[i] - before[i])} samples from {p.num_records} records"
+                f"{f', after the {int(before[i])} the run read before' if before[i] else ''}), "
+                f"above max_repetitions={spec.max_repetitions:g}; add data, lower its weight "
+                f"or the budget, or raise max_repetitions"
             )
-    return pool_idx, record, facts
 
 
 def _save_npy(path: Path, arr: np.ndarray) -> None:
@@ -703,6 +803,7 @@ def _manifest_write(
         "contents": [mf.content_digest(p.manifest) for p in pools],
     }
     counts = built["pool_samples"]
+    read, keys = _continued(spec, pools)
     manifest = {
         "kind": KIND,
         "fingerprint": mf.fingerprint(
@@ -725,12 +826,21 @@ def _manifest_write(
                 "samples": int(counts[i]),
                 "tokens": int(counts[i]) * seq_len,
                 "epochs": float(counts[i] / p.num_records),
+                # Continued runs: records read before this mixture, and the permutations'
+                # key (both needed to continue this mixture in turn).
+                **(
+                    {"first_read": int(read[i]), "epoch_key": keys[i]}
+                    if spec.continues is not None
+                    else {}
+                ),
             }
             for i, p in enumerate(pools)
         ],
         "stages": built["stages"],
         "files": files,
     }
+    if spec.continues is not None:
+        manifest["continues"] = {k: spec.continues[k] for k in ("mixture", "sample")}
     mf.write_manifest(out, manifest)
     return mf.read_manifest(out)
 
@@ -805,6 +915,24 @@ class Mixture:
 
         p, r = self.sample(i)
         return PoolReader(self.pools[p]["path"]).record(r)
+
+    def epoch_starts(self, stop: int | None = None) -> list[dict[str, int]]:
+        """Where a pool's epoch starts among samples [0, ``stop``): ``{"pool": index,
+        "epoch": e, "sample": s}`` for each e >= 1 (counting, for a continued pool, the
+        records the run read before), sample s being the first of the e-th pass over the
+        pool's records. One pass over the int16 pool column."""
+        stop = self.num_samples if stop is None else min(int(stop), self.num_samples)
+        pidx = np.asarray(self.pool_index[:stop])
+        out = []
+        for i, p in enumerate(self.pools):
+            n, before = int(p["num_records"]), int(p.get("first_read", 0))
+            where = np.flatnonzero(pidx == i)
+            # The j-th sample of the pool here is its (before + j)-th read overall.
+            first = (-before) % n
+            for j in range(first, where.size, n):
+                if before + j > 0:
+                    out.append({"pool": i, "epoch": (before + j) // n, "sample": int(where[j])})
+        return sorted(out, key=lambda e: (e["sample"], e["pool"]))
 
     def labels(self, property: str) -> np.ndarray:
         """Per sample: ``"pool"`` its pool key, ``"stage"`` its stage name, else the

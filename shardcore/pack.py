@@ -91,10 +91,12 @@ def plan_packing(lengths: np.ndarray, seq_len: int) -> Packing:
     total = int(lengths.sum())
     records = -(-total // width)
     end = records * width
-    cuts = [starts[lengths > 0], np.arange(0, end, width, dtype=np.int64)]
+    # Segment starts: every document start and every record start (both ascending), and
+    # the padding's start; merged in one pass instead of sorted.
+    bounds = np.arange(0, end, width, dtype=np.int64)
     if end > total:
-        cuts.append(np.array([total], dtype=np.int64))
-    pos = np.unique(np.concatenate(cuts)) if records else np.zeros(0, np.int64)
+        bounds = np.append(bounds, total)
+    pos = _merge_sorted(starts[lengths > 0], bounds) if records else np.zeros(0, np.int64)
     doc = np.searchsorted(starts, pos, side="right") - 1
     in_docs = pos < total
     doc = np.where(in_docs, doc, -1)
@@ -110,6 +112,21 @@ def plan_packing(lengths: np.ndarray, seq_len: int) -> Packing:
         seg_doc_offset=np.asarray(doc_offset, dtype=np.int64),
     )
     return Packing(seq_len, total, records, end - total, seg)
+
+
+def _merge_sorted(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The sorted union of two strictly ascending int64 arrays."""
+    if not a.size:
+        return b
+    at = np.searchsorted(a, b)
+    b = b[(at == a.size) | (a[np.minimum(at, a.size - 1)] != b)]
+    out = np.empty(a.size + b.size, dtype=np.int64)
+    where_b = np.searchsorted(a, b) + np.arange(b.size)
+    keep = np.ones(out.size, dtype=bool)
+    keep[where_b] = False
+    out[where_b] = b
+    out[keep] = a
+    return out
 
 
 def pad_stream(tokens: np.ndarray, packing: Packing, pad_id: int) -> np.ndarray:

@@ -313,9 +313,10 @@ def sample_shuffle_reference(
     }
 
 
-# Per stage (a longer stage is measured on its start): about a second per measurement of
-# 100,000 samples, and a build measures the schedule once and the reference `trials` times.
-MIXTURE_QUALITY_SAMPLES = 200_000
+# Per stage (a longer stage is measured on its start): a version's build measures the
+# schedule once and the reference `trials` times, about 4 s in all for 65,536 samples of
+# four pools on a loaded core; windows up to 16,384 samples.
+MIXTURE_QUALITY_SAMPLES = 1 << 16
 
 
 def mixture_quality(

@@ -122,8 +122,11 @@ _UNKNOWN_COLUMN = re.compile(r'Referenced column "([^"]+)" not found')
 
 
 def read_sidecar(path: str | os.PathLike) -> pa.Table:
+    # ParquetFile, not pq.read_table: the latter goes through pyarrow.dataset, whose import
+    # (pandas with it) costs a pool unit about 0.4 CPU-s.
     try:
-        return pq.read_table(path)
+        with pq.ParquetFile(path) as f:
+            return f.read()
     except (OSError, pa.ArrowException) as exc:
         raise InputError(f"{path}: cannot read document sidecar: {exc}") from exc
 

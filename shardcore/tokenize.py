@@ -39,6 +39,7 @@ import numpy as np
 import xxhash
 
 from shardcore import atomic, units
+from shardcore.encoders import DEFAULT_ENGINE, DEFAULT_TOKENIZER, check_engine, load_tokenizer
 from shardcore.errors import InputError
 from shardcore.formats import IndexedWriter, token_dtype
 from shardcore.manifest import fingerprint, write_manifest
@@ -50,7 +51,6 @@ from shardcore.readers import (
     source_format,
     splittable,
 )
-from shardcore.tokenizers import DEFAULT_ENGINE, DEFAULT_TOKENIZER, check_engine, load_tokenizer
 
 STAGE = "tokenize"
 KIND = "tokenized"

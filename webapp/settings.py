@@ -186,6 +186,8 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         "data_folder_out": str(BROKER_DIR / "out"),
         "processed_folder": str(BROKER_DIR / "processed"),
         "store_processed": False,
+        # kombu's exchange tables (``<exchange>.exchange``); its default is ./control.
+        "control_folder": str(BROKER_DIR / "control"),
     }
 elif not CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
     raise ConfigError(f"CELERY_BROKER_URL={CELERY_BROKER_URL!r}: use redis:// or filesystem://")

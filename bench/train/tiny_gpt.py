@@ -38,6 +38,7 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from torch import nn  # noqa: E402
 
+from shardcore import atomic  # noqa: E402
 from shardcore import manifest as mf  # noqa: E402
 from shardcore.loader import ShardyardIterableDataset, ShardyardLoader  # noqa: E402
 from shardcore.pool import Pool  # noqa: E402
@@ -64,9 +65,16 @@ class Config:
 # --- data --------------------------------------------------------------------------
 
 
-def train_pools(data: str | os.PathLike) -> list[dict[str, Any]]:
+def train_pools(data: str | os.PathLike | list) -> list[dict[str, Any]]:
     """The training pools an artifact reads: ``{"key", "path"}`` for a mixture's pools, or
-    the pool itself."""
+    the pool itself; for a run's segments (the versions it switched between), every pool
+    any of them reads, once."""
+    if isinstance(data, list):
+        out: dict[str, dict[str, Any]] = {}
+        for seg in data:
+            for p in train_pools(seg["path"]):
+                out.setdefault(os.path.realpath(p["path"]), p)
+        return list(out.values())
     manifest = mf.read_manifest(data)
     if manifest.get("kind") == "mixture":
         return [{"key": p["key"], "path": p["path"]} for p in manifest["pools"]]
@@ -209,30 +217,47 @@ def _lr(cfg: Config, step: int) -> float:
 
 def _save(out: Path, state: dict[str, Any]) -> None:
     """Checkpoint atomically: a crash mid-write leaves the previous checkpoint."""
-    tmp = out / (CHECKPOINT + ".tmp")
-    torch.save(state, tmp)
-    os.replace(tmp, out / CHECKPOINT)
-    (out / (HISTORY + ".tmp")).write_text(json.dumps(state["history"]))
-    os.replace(out / (HISTORY + ".tmp"), out / HISTORY)
+    with atomic.atomic_open(out / CHECKPOINT) as f:
+        torch.save(state, f)
+    atomic.write_text(out / HISTORY, json.dumps(state["history"]))
 
 
 def train(
-    data: str | os.PathLike,
+    data: str | os.PathLike | list,
     out: str | os.PathLike,
     cfg: Config,
     *,
     stop_at: int | None = None,
     reporter: Reporter | None = None,
+    adapt: Adapter | None = None,
     log=print,
 ) -> dict[str, Any]:
     """Train (or resume from ``out``'s checkpoint) up to ``cfg.steps`` steps, or stop after
-    ``stop_at`` (a checkpoint, as if the job were preempted). Returns the history: training
-    loss per step, validation losses per evaluation, samples read."""
+    ``stop_at`` (a checkpoint, as if the job were preempted). ``data`` is a pool, a mixture
+    or a run's segments; with a ``reporter`` the server's segments win (the run may have
+    switched version while it was stopped). At a checkpoint the run may switch version:
+    ``adapt`` (or the server's answer) gives the version that continues from here, and the
+    loader reads it from the next step on. Returns the history: training loss per step,
+    validation losses per evaluation, samples read, the switches."""
     torch.set_num_threads(1)  # one thread: the same steps give the same bits on a rerun
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    pools = train_pools(data)
+    t0 = time.process_time()
+    while True:
+        if reporter is not None:
+            data = reporter.data(data)
+        history, action = _train(data, out, cfg, stop_at, reporter, adapt, log)
+        if action != "rollback":
+            break
+        log("the run switched version before this position: back to the last checkpoint")
+    history["cpu_seconds"] = history.get("cpu_seconds", 0.0) + time.process_time() - t0
+    return history
+
+
+def _train(data, out: Path, cfg: Config, stop_at, reporter, adapt, log):
     ckpt = torch.load(out / CHECKPOINT, weights_only=False) if (out / CHECKPOINT).exists() else None
+    if ckpt is not None and ckpt.get("segments") and not isinstance(data, list):
+        data = ckpt["segments"]  # it switched version before it stopped
     if ckpt is not None:
         saved = Config(**ckpt["config"])
         if (saved.vocab, saved.d_model, saved.n_layer, saved.batch_size) != (
@@ -241,7 +266,7 @@ def train(
             raise SystemExit(f"{out / CHECKPOINT}: trained with {saved}, not {cfg}")
         kept = ckpt["vocab"]
     else:
-        kept = build_vocab(pools, cfg.vocab)
+        kept = build_vocab(train_pools(data), cfg.vocab)
     vmap = VocabMap(kept, cfg.vocab)
     dataset = ShardyardIterableDataset(data, num_samples=cfg.steps * cfg.batch_size)
     seq_len = len(dataset.tokens(0)) - 1
@@ -249,22 +274,26 @@ def train(
     torch.manual_seed(cfg.seed)
     model = GPT(cfg, seq_len)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.1)
-    history: dict[str, Any] = {"train": [], "val": [], "samples": []}
+    history: dict[str, Any] = {"train": [], "val": [], "samples": [], "switches": []}
     step = 0
     if ckpt is not None:
         model.load_state_dict(ckpt["model"])
         opt.load_state_dict(ckpt["optimizer"])
         loader.load_state_dict(ckpt["loader"])
         step, history = ckpt["step"], ckpt["history"]
+        history.setdefault("switches", [])
         log(f"resumed at step {step}, sample {ckpt['loader']['next_sample']}")
-    evals = val_sets(pools, cfg.eval_records)
+    evals = val_sets(train_pools(data), cfg.eval_records)
     n_params = sum(p.numel() for p in model.parameters())
     log(f"{n_params:,} parameters, seq_len {seq_len}, {len(evals)} validation set(s)")
     if reporter is not None:
-        reporter.start(pools)
+        reporter.start(train_pools(data))
     unreported: list[tuple[int, float]] = []
+    segments_read = data if isinstance(data, list) else None
 
-    def checkpoint() -> None:
+    def checkpoint() -> Any:
+        """Report (the server may answer that the run switched), save, and maybe switch:
+        None, ``"rollback"`` (nothing saved) or the segments to read from here on."""
         state = {
             "model": model.state_dict(),
             "optimizer": opt.state_dict(),
@@ -273,78 +302,148 @@ def train(
             "vocab": kept,
             "config": asdict(cfg),
             "history": history,
+            "segments": segments_read,
         }
+        position = state["loader"]["next_sample"]
+        action = None
+        if reporter is not None:
+            action = reporter.progress(step, position)
+            if action == "rollback":
+                return action
         _save(out, state)
         if reporter is not None:
-            reporter.checkpoint(step, state["loader"]["next_sample"], unreported, history)
+            reporter.losses(step, unreported, history)
         unreported.clear()
+        if action is None and adapt is not None:
+            action = adapt(step, position, history)
+        return action
 
-    t0 = time.process_time()
-    for batch in loader:
-        for group in opt.param_groups:
-            group["lr"] = _lr(cfg, step)
-        loss = model.loss(vmap(batch["tokens"]))
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        step += 1
-        value = float(loss.detach())
-        history["train"].append([step, value])
-        history["samples"].append([step, int(batch["sample"][-1]) + 1])
-        unreported.append((step, value))
-        if step % cfg.eval_every == 0 or step == cfg.steps:
-            scores = [
-                {
-                    "pool": e["pool"]["key"],
-                    "source": e["source"],
-                    "loss": evaluate(model, vmap, e["records"]),
-                }
-                for e in evals
-            ]
-            history["val"].append({"step": step, "losses": scores})
-            shown = ", ".join(
-                f"{Path(s['pool']).name}{'/' + s['source'] if s['source'] else ''} {s['loss']:.3f}"
-                for s in scores
-            )
-            log(f"step {step}: train {value:.3f}; val {shown}")
-        if step % cfg.eval_every == 0 or step == cfg.steps or step == stop_at:
-            checkpoint()
-        if step == stop_at:
-            break
-    history["cpu_seconds"] = history.get("cpu_seconds", 0.0) + time.process_time() - t0
-    return history
+    while True:
+        action = None
+        for batch in loader:
+            for group in opt.param_groups:
+                group["lr"] = _lr(cfg, step)
+            loss = model.loss(vmap(batch["tokens"]))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            step += 1
+            value = float(loss.detach())
+            history["train"].append([step, value])
+            history["samples"].append([step, int(batch["sample"][-1]) + 1])
+            unreported.append((step, value))
+            if step % cfg.eval_every == 0 or step == cfg.steps:
+                scores = [
+                    {
+                        "pool": e["pool"]["key"],
+                        "source": e["source"],
+                        "loss": evaluate(model, vmap, e["records"]),
+                    }
+                    for e in evals
+                ]
+                history["val"].append({"step": step, "losses": scores})
+                shown = ", ".join(
+                    f"{Path(s['pool']).name}{'/' + s['source'] if s['source'] else ''} "
+                    f"{s['loss']:.3f}"
+                    for s in scores
+                )
+                log(f"step {step}: train {value:.3f}; val {shown}")
+            if step % cfg.eval_every == 0 or step == cfg.steps or step == stop_at:
+                action = checkpoint()
+            if action is not None or step == stop_at:
+                break
+        if action is None or action == "rollback":
+            return history, action
+        # Switch at this position: the loader reads the new version from the next step.
+        segments = segments_read = action
+        dataset.switch(segments[-1]["path"], segments[-1]["first_sample"])
+        history["switches"].append({"step": step, "sample": segments[-1]["first_sample"],
+                                    "path": segments[-1]["path"]})  # fmt: skip
+        evals = val_sets(train_pools(segments), cfg.eval_records)
+        if reporter is not None:
+            reporter.start(train_pools(segments))
+        log(f"step {step}: switched to {segments[-1]['path']} at sample {position_of(loader)}")
+        _save(out, {**torch.load(out / CHECKPOINT, weights_only=False), "segments": segments,
+                    "loader": loader.state_dict(), "history": history})  # fmt: skip
+
+
+def position_of(loader) -> int:
+    return int(loader.state_dict()["next_sample"])
+
+
+Adapter = Any  # (step, next sample, history) -> None or the run's segments from here on
 
 
 class Reporter:
-    """Tells a Shardyard server what the loop does: registers the run, and at each
-    checkpoint reports its progress (the loader's position), the training losses since the
-    last checkpoint and the validation losses of the last evaluation."""
+    """Tells a Shardyard server what the loop does: registers the run, reads its segments
+    (the versions it reads, which change when it switches), and at each checkpoint reports
+    its progress (the loader's position, with the version read up to it), the training
+    losses since the last checkpoint and the validation losses of the last evaluation."""
 
     def __init__(self, client, *, mixture_version: int, run_name: str):
         self.client = client
         self.version = mixture_version
         self.run = client.register_run(mixture_version=mixture_version, name=run_name)
         self.pool_ids: dict[str, int] = {}
+        self.segments: list[dict[str, Any]] = []
+
+    def data(self, data):
+        """What to read: ``data`` while the run reads one version; once it switched, the
+        server's segments (each version's directory as the server recorded it)."""
+        self.segments = self.client.segments(self.run["id"])
+        if len(self.segments) == 1:
+            return data
+        return [{"path": g["path"], "first_sample": g["first_sample"]} for g in self.segments]
+
+    def reading(self, position: int) -> int:
+        """The version the run read its samples up to ``position`` from."""
+        last = max(position - 1, 0)
+        return next(
+            g["mixture_version"]
+            for g in reversed(self.segments)
+            if g["first_sample"] <= last or g is self.segments[0]
+        )
 
     def start(self, pools: list[dict[str, Any]]) -> None:
         """Map the data's pools to the server's pool ids by their directories."""
-        version = self.client.request("GET", f"api/mixture-versions/{self.version}/")
+        versions = {self.version} | {g["mixture_version"] for g in self.segments}
         by_path = {}
-        for c in version["components"]:
-            row = self.client.request("GET", f"api/pools/{c['pool']}/")
-            by_path[os.path.realpath(row["path"])] = row["id"]
+        for v in sorted(versions):
+            version = self.client.request("GET", f"api/mixture-versions/{v}/")
+            for c in version["components"]:
+                row = self.client.request("GET", f"api/pools/{c['pool']}/")
+                by_path[os.path.realpath(row["path"])] = row["id"]
         for p in pools:
             pid = by_path.get(os.path.realpath(p["path"]))
             if pid is None:
                 raise SystemExit(
-                    f"pool {p['path']} is not a pool of mixture version {self.version} on the server"
+                    f"pool {p['path']} is not a pool of the run's mixture versions on the server"
                 )
             self.pool_ids[p["key"]] = pid
 
-    def checkpoint(self, step: int, next_sample: int, train, history) -> None:
+    def progress(self, step: int, next_sample: int):
+        """Report the position: None, ``"rollback"`` if the run switched version before
+        it (the server refuses the report), or the segments if it switched right here."""
+        from shardcore.client import ShardyardSwitched
+
+        read = self.reading(next_sample)
+        try:
+            answer = self.client.report_progress(
+                self.run["id"], step=step, consumed_samples=next_sample, mixture_version=read
+            )
+        except ShardyardSwitched:
+            return "rollback"
+        if answer["mixture_version"] == read:
+            return None
+        return self._switched()
+
+    def _switched(self) -> list[dict[str, Any]]:
+        self.segments = self.client.segments(self.run["id"])
+        return [{"path": g["path"], "first_sample": g["first_sample"]} for g in self.segments]
+
+    def losses(self, step: int, train, history) -> None:
         run_id = self.run["id"]
-        self.client.report_progress(run_id, step=step, consumed_samples=next_sample)
         last = history["val"][-1] if history["val"] else None
         val = []
         if last is not None and last["step"] == step:
@@ -356,6 +455,20 @@ class Reporter:
             self.client.report_losses(
                 run_id, step=step if val else None, val=val, train=list(train)
             )
+
+    def adapter(self, *, at_step: int, reference: int, eta: float = 1.0):
+        """At checkpoint ``at_step``: the proposal against run ``reference`` (DoReMi's
+        rule, on the server) saved as the version the run switches to here."""
+
+        def adapt(step: int, next_sample: int, history) -> list[dict[str, Any]] | None:
+            if step != at_step:
+                return None
+            proposal = self.client.proposal(self.run["id"], reference=reference, eta=eta)
+            weights = {p["pool"]: p["proposed"] for p in proposal["pools"]}
+            self.client.switch(self.run["id"], weights=weights)
+            return self._switched()
+
+        return adapt
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -370,9 +483,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--server", help="Shardyard URL; the token is in $SHARDYARD_TOKEN")
     ap.add_argument("--mixture-version", type=int, help="the server's id of --data")
     ap.add_argument("--run-name", help="the run's name on the server")
+    ap.add_argument("--adapt-at", type=int, help="at this checkpoint step, switch the run to "
+                    "the proposed weights (needs --reference and an editor's token)")  # fmt: skip
+    ap.add_argument("--reference", type=int, help="the reference run's id for the proposal")
+    ap.add_argument("--eta", type=float, default=1.0, help="the proposal's step size")
     args = ap.parse_args(argv)
     cfg = Config(**{k: getattr(args, k) for k in Config.__dataclass_fields__})
-    reporter = None
+    reporter = adapt = None
     if args.server:
         from shardcore.client import ShardyardClient
 
@@ -380,7 +497,14 @@ def main(argv: list[str] | None = None) -> int:
             ap.error("--server needs --mixture-version and --run-name")
         client = ShardyardClient(args.server, os.environ["SHARDYARD_TOKEN"])
         reporter = Reporter(client, mixture_version=args.mixture_version, run_name=args.run_name)
-    history = train(args.data, args.out, cfg, stop_at=args.stop_at, reporter=reporter)
+        if args.adapt_at:
+            if not args.reference:
+                ap.error("--adapt-at needs --reference")
+            adapt = reporter.adapter(at_step=args.adapt_at, reference=args.reference,
+                                     eta=args.eta)  # fmt: skip
+    elif args.adapt_at:
+        ap.error("--adapt-at needs --server (the proposal and the new version are the server's)")
+    history = train(args.data, args.out, cfg, stop_at=args.stop_at, reporter=reporter, adapt=adapt)
     last = history["train"][-1] if history["train"] else None
     print(json.dumps({"step": last and last[0], "train_loss": last and last[1],
                       "cpu_seconds": round(history["cpu_seconds"], 2)}))  # fmt: skip

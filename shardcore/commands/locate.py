@@ -26,7 +26,7 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from shardcore.errors import ShardcoreError
-    from shardcore.mixlocate import locate_any
+    from shardcore.locate import locate_any
 
     try:
         answer = locate_any(args.pool, sample=args.sample, tokens=args.tokens)

@@ -8,8 +8,9 @@ placed, the next sequence minimizes::
 
     sum_f lambda_f * sum_{v in f} [(T_v + [v in s]) - tau_v (S + 1)]^2
 
-Sequences here are pool records, all seq_len + 1 tokens long, so DESIGN's token counts
-(T_j, c_sj, S + L) are sequence counts times a constant and the objective is the same.
+Sequences here are pool records, all seq_len + 1 tokens long, so the same objective over
+token counts (T_v and S in tokens, S + L after a sequence of L tokens) is this one times a
+constant: counting sequences is exact.
 
 Decomposition. Expanding the squares, every term that does not depend on the candidate is
 the same for all candidates, and what remains is additive over families::
@@ -37,11 +38,12 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
-from shardcore.blend import compile_kernel
 from shardcore.errors import InputError
+from shardcore.kernels import compile_kernel
 
 _C_SOURCE = r"""
 #include <stdint.h>
@@ -210,18 +212,23 @@ def _encode(families: Sequence[np.ndarray]) -> tuple[np.ndarray, list[int]]:
     return np.stack(codes, axis=1), cards
 
 
-def _diversity_numpy(
-    families: Sequence[np.ndarray],
-    *,
-    weights: Sequence[float] | None = None,
-    seed: int = 0,
-    progress: Callable[[int, int], None] | None = None,
-) -> np.ndarray:
-    """The greedy diversity order of M sequences as a permutation of ``range(M)``.
+@dataclass(frozen=True)
+class _Classes:
+    """Sequences grouped by class (their tuple of family values), as both branches need."""
 
-    ``families``: F arrays of M labels (any hashable dtype). ``weights``: lambda per family
-    (default 1 each; DESIGN's lambda is the weight of the length-bin family).
-    """
+    m: int  # sequences
+    cards: list[int]  # values per family
+    lam: np.ndarray  # lambda per family
+    members: np.ndarray  # sequences by class, in a seeded random order inside each class
+    class_size: np.ndarray  # sequences per class
+    class_vals: np.ndarray  # (classes, families): each class's value of each family
+    tau: np.ndarray  # each value's global share times its family's lambda
+
+
+def _classes(
+    families: Sequence[np.ndarray], weights: Sequence[float] | None, seed: int
+) -> _Classes | None:
+    """Validate ``weights`` and group the sequences by class; None when there are none."""
     codes, cards = _encode(families)
     m, nf = codes.shape
     lam = np.ones(nf) if weights is None else np.asarray(weights, dtype=np.float64)
@@ -230,23 +237,39 @@ def _diversity_numpy(
     if (~np.isfinite(lam) | (lam < 0)).any():
         raise InputError(f"weights: lambda must be finite and >= 0, got {lam.tolist()}")
     if m == 0:
-        return np.zeros(0, dtype=np.int64)
-    # Classes: distinct value tuples; members of a class in a seeded random order.
-    radix = np.cumprod([1, *cards[:-1]]).astype(np.int64)
+        return None
     if float(np.prod([float(c) for c in cards])) >= 2.0**62:
         raise InputError("families: too many distinct value combinations to index")
+    radix = np.cumprod([1, *cards[:-1]]).astype(np.int64)
     class_keys, class_of = np.unique(codes @ radix, return_inverse=True)
-    num_classes = class_keys.size
-    rng = np.random.default_rng(seed)
-    perm = rng.permutation(m)
-    members = perm[np.argsort(class_of[perm], kind="stable")]
-    class_size = np.bincount(class_of, minlength=num_classes)
-    class_vals = np.stack([(class_keys // radix[f]) % cards[f] for f in range(nf)], axis=1)
-
-    offsets = np.r_[0, np.cumsum(cards)].astype(np.int64)
+    perm = np.random.default_rng(seed).permutation(m)
     share = np.concatenate([np.bincount(codes[:, f], minlength=cards[f]) / m for f in range(nf)])
-    lam_all = np.concatenate([np.full(cards[f], lam[f]) for f in range(nf)])
-    tau = share * lam_all  # pre-scaled by lambda: term_v = lam*T_v - lam*tau_v*(S+1)
+    return _Classes(
+        m=m,
+        cards=cards,
+        lam=lam,
+        members=perm[np.argsort(class_of[perm], kind="stable")],
+        class_size=np.bincount(class_of, minlength=class_keys.size).astype(np.int64),
+        class_vals=np.stack([(class_keys // radix[f]) % cards[f] for f in range(nf)], axis=1),
+        tau=share * np.repeat(lam, cards),
+    )
+
+
+def _diversity_numpy(
+    families: Sequence[np.ndarray],
+    *,
+    weights: Sequence[float] | None = None,
+    seed: int = 0,
+    progress: Callable[[int, int], None] | None = None,
+) -> np.ndarray:
+    """``diversity_order`` by numpy branch and bound (same arguments, same order)."""
+    k = _classes(families, weights, seed)
+    if k is None:
+        return np.zeros(0, dtype=np.int64)
+    m, nf, cards, lam = k.m, len(k.cards), k.cards, k.lam
+    members, class_size, class_vals = k.members, k.class_size, k.class_vals
+    offsets = np.r_[0, np.cumsum(cards)].astype(np.int64)
+    tau = k.tau  # pre-scaled by lambda: term_v = lam*T_v - lam*tau_v*(S+1)
     placed = np.zeros(int(offsets[-1]), dtype=np.float64)  # lam * T_v
     class_flat = class_vals + offsets[:-1][None, :]  # each class's value slots in `term`
 
@@ -333,7 +356,7 @@ def diversity_order(
     """The greedy diversity order of M sequences as a permutation of ``range(M)``.
 
     ``families``: F arrays of M labels (any hashable dtype). ``weights``: lambda per family
-    (default 1 each; DESIGN's lambda is the weight of the length-bin family). Runs the
+    (default 1 each; lambda_f of the objective in the module docstring). Runs the
     compiled kernel (best-first enumeration over the families' values kept sorted by
     insertion sort, an exact scan of the live classes when few remain); without a C
     compiler, the numpy branch and bound (same objective, slower).
@@ -341,32 +364,17 @@ def diversity_order(
     lib = _kernel()
     if lib is None or len(families) > _MAX_FAMILIES:
         return _diversity_numpy(families, weights=weights, seed=seed, progress=progress)
-    codes, cards = _encode(families)
-    m, nf = codes.shape
-    lam = np.ones(nf) if weights is None else np.asarray(weights, dtype=np.float64)
-    if lam.shape != (nf,):
-        raise InputError(f"weights: need {nf} values (one per family), got {lam.size}")
-    if (~np.isfinite(lam) | (lam < 0)).any():
-        raise InputError(f"weights: lambda must be finite and >= 0, got {lam.tolist()}")
-    if m == 0:
+    k = _classes(families, weights, seed)
+    if k is None:
         return np.zeros(0, dtype=np.int64)
-    if float(np.prod([float(c) for c in cards])) >= 2.0**62:
-        raise InputError("families: too many distinct value combinations to index")
-    radix = np.cumprod([1, *cards[:-1]]).astype(np.int64)
-    class_keys, class_of = np.unique(codes @ radix, return_inverse=True)
-    rng = np.random.default_rng(seed)
-    perm = rng.permutation(m)
-    members = np.ascontiguousarray(perm[np.argsort(class_of[perm], kind="stable")], np.int64)
-    class_size = np.bincount(class_of, minlength=class_keys.size).astype(np.int64)
-    class_vals = np.ascontiguousarray(
-        np.stack([(class_keys // radix[f]) % cards[f] for f in range(nf)], axis=1), np.int64
-    )
-    share = np.concatenate([np.bincount(codes[:, f], minlength=cards[f]) / m for f in range(nf)])
-    tau = np.ascontiguousarray(share * np.repeat(lam, cards), np.float64)
+    m = k.m
     out = np.empty(m, dtype=np.int64)
     rc = lib.sy_diversity(
-        nf, np.asarray(cards, np.int64), tau, np.ascontiguousarray(lam), class_keys.size,
-        class_vals, class_size, members, m, _BUDGET, out,
+        len(k.cards), np.asarray(k.cards, np.int64), np.ascontiguousarray(k.tau, np.float64),
+        np.ascontiguousarray(k.lam), k.class_size.size,
+        np.ascontiguousarray(k.class_vals, np.int64),
+        np.ascontiguousarray(k.class_size, np.int64),
+        np.ascontiguousarray(k.members, np.int64), m, _BUDGET, out,
     )  # fmt: skip
     if rc != 0:
         raise MemoryError(f"shardcore.order.diversity: kernel failed with code {rc}")

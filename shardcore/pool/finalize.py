@@ -77,7 +77,8 @@ def _finalize_split(plan: units.Plan, split: str, buckets: list[tuple[int, dict]
             num_docs += st["documents"]
             num_tokens += st["tokens"]
             padding += st["padding"]
-            table = pq.read_table(out_dir / f"{prefix}.docs.parquet")
+            with pq.ParquetFile(out_dir / f"{prefix}.docs.parquet") as f:
+                table = f.read()
             src = table.column(SOURCE_COL).to_numpy()
             table = table.append_column(SOURCE_FP_COL, fps.take(pa.array(src)))
             if writer is None:

@@ -3,6 +3,7 @@ reads with an in-memory gather, and checksummed file entries."""
 
 from __future__ import annotations
 
+import ctypes
 import mmap
 import os
 from pathlib import Path
@@ -38,9 +39,9 @@ def on_network_fs(path: str) -> bool:
     return fstype in _NETWORK_FS or fstype.startswith("fuse")
 
 
-# A document part of at least this many tokens is copied as one slice (one memcpy); shorter
-# ones are gathered together through one index array per source. Measured on 167,000
-# documents of ~300 tokens: a slice copy costs about what an index of 64 tokens does
+# Without the compiled copy loop, a document part of at least this many tokens is copied as
+# one slice (one memcpy); shorter ones together through one index array. Measured on
+# 167,000 documents of ~300 tokens: a slice copy costs about what an index of 64 tokens does
 # (building the index is most of a gather's cost), so all-index gathering took 3x the CPU
 # of slices, and a threshold of 64 beat 256 by ~10%.
 SLICE_TOKENS = 64
@@ -55,8 +56,6 @@ def write_all(f, arr: np.ndarray) -> None:
 
 def _load_sync_file_range():
     try:
-        import ctypes
-
         fn = ctypes.CDLL(None, use_errno=True).sync_file_range
     except (OSError, AttributeError):  # not Linux / not glibc: no early writeback
         return None
@@ -83,14 +82,57 @@ _GAP_BYTES = 16 << 10
 def read_spans(
     path: Path, offsets: np.ndarray, nbytes: np.ndarray, out: np.ndarray, *, span: int
 ) -> None:
-    """Read the byte ranges ``[offsets[k], offsets[k] + nbytes[k])`` (ascending) of ``path``
-    back to back into ``out``, with positioned reads of at most ``span`` bytes through a
-    scratch buffer (a range longer than that is read straight into ``out``) (no memory map: its fault-around
-    would map, and count in RSS, far more than the documents). Read-ahead is turned off
-    for the file: the reads say exactly what is needed."""
+    """Read the byte ranges ``[offsets[k], offsets[k] + nbytes[k])`` (ascending, not
+    overlapping) of ``path`` back to back into ``out``. Ranges closer than _GAP_BYTES are
+    read together, at most ``span`` bytes at a time, through a scratch buffer (a range
+    longer than that is read straight into ``out``); no memory map: its fault-around would
+    map, and count in RSS, far more than the documents. Read-ahead is turned off for the
+    file: the reads say exactly what is needed. The loop over the ranges (one positioned
+    read per group, one memcpy per range) is compiled, so a bucket of a million small
+    documents costs system calls, not Python."""
+    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+    nbytes = np.ascontiguousarray(nbytes, dtype=np.int64)
+    ends = offsets + nbytes
+    if offsets.size and (
+        int(offsets.min()) < 0 or int(nbytes.min()) < 0 or (offsets[1:] < ends[:-1]).any()
+    ):
+        raise ValueError(f"{path}: ranges must be ascending and not overlap")
+    if int(nbytes.sum()) > out.nbytes or not out.flags.c_contiguous:
+        raise ValueError(f"{path}: ranges do not fit the output array")
+    lib = _copy_kernel()
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if hasattr(os, "posix_fadvise"):
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+        if lib is None:
+            _read_spans_py(fd, path, offsets, nbytes, out, span)
+            return
+        scratch = np.empty(span, dtype=np.uint8)
+        where = np.zeros(1, dtype=np.int64)
+        rc = lib.sy_read_ranges(
+            fd,
+            offsets.ctypes.data,
+            nbytes.ctypes.data,
+            offsets.size,
+            out.ctypes.data,
+            scratch.ctypes.data,
+            span,
+            _GAP_BYTES,
+            where.ctypes.data,
+        )
+    finally:
+        os.close(fd)
+    if rc < 0:
+        raise ManifestError(f"{path}: ends before offset {int(where[0])}; changed since pass 1?")
+    if rc > 0:
+        raise OSError(rc, f"{path}: {os.strerror(rc)} reading at offset {int(where[0])}")
+
+
+def _read_spans_py(
+    fd: int, path: Path, offsets: np.ndarray, nbytes: np.ndarray, out: np.ndarray, span: int
+) -> None:
+    """``read_spans`` without a C compiler: the same reads, looped in Python."""
     dst = memoryview(out).cast("B")
-    offsets = np.asarray(offsets, dtype=np.int64)
-    nbytes = np.asarray(nbytes, dtype=np.int64)
     # Gather whole tokens, not bytes, when every range is token-aligned (always, for
     # IndexedDataset pointers): an index per token is itemsize times fewer than per byte.
     unit = out.dtype.itemsize
@@ -102,54 +144,169 @@ def read_spans(
     breaks = np.flatnonzero(offsets[1:] - ends[:-1] > _GAP_BYTES) + 1
     bounds = [0, *breaks.tolist(), offsets.size]
     scratch = None
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        if hasattr(os, "posix_fadvise"):
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
-        at = 0
-        for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
-            while lo < hi:
-                # The longest prefix of the run within one span (at least one range).
-                stop = lo + 1
-                limit = int(offsets[lo]) + span
-                stop = max(stop, int(np.searchsorted(ends[lo:hi], limit, side="right")) + lo)
-                first, last = int(offsets[lo]), int(ends[stop - 1])
-                want = int(nbytes[lo:stop].sum())
-                if last - first == want:  # contiguous: straight into place
-                    _pread_into(fd, dst[at : at + want], first, path)
-                else:
-                    if scratch is None or scratch.nbytes < last - first:
-                        scratch = np.empty(span, dtype=np.uint8)
-                    _pread_into(fd, memoryview(scratch)[: last - first], first, path)
-                    gather(
-                        scratch[: last - first].view(gather_dtype),
-                        (offsets[lo:stop] - first) // unit,
-                        nbytes[lo:stop] // unit,
-                        np.frombuffer(dst[at : at + want], dtype=gather_dtype),
-                    )
-                at += want
-                lo = stop
-    finally:
-        os.close(fd)
+    at = 0
+    for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+        while lo < hi:
+            # The longest prefix of the run within one span (at least one range).
+            stop = lo + 1
+            limit = int(offsets[lo]) + span
+            stop = max(stop, int(np.searchsorted(ends[lo:hi], limit, side="right")) + lo)
+            first, last = int(offsets[lo]), int(ends[stop - 1])
+            want = int(nbytes[lo:stop].sum())
+            if last - first == want:  # contiguous: straight into place
+                _pread_into(fd, dst[at : at + want], first, path)
+            else:
+                if scratch is None or scratch.nbytes < last - first:
+                    scratch = np.empty(span, dtype=np.uint8)
+                _pread_into(fd, memoryview(scratch)[: last - first], first, path)
+                gather(
+                    scratch[: last - first].view(gather_dtype),
+                    (offsets[lo:stop] - first) // unit,
+                    nbytes[lo:stop] // unit,
+                    np.frombuffer(dst[at : at + want], dtype=gather_dtype),
+                )
+            at += want
+            lo = stop
 
 
 def gather(src: np.ndarray, starts: np.ndarray, lengths: np.ndarray, out: np.ndarray) -> None:
-    """``out`` = the ranges ``src[starts[k] : starts[k] + lengths[k]]`` back to back. Ranges
-    of at least SLICE_TOKENS items are copied as slices (one memcpy each: under 1 us per
-    range, cheaper than an index of that many items); the shorter ones together through
-    one index array."""
-    ends = np.cumsum(lengths)
-    at = ends - lengths
-    long = lengths >= SLICE_TOKENS
-    for d, s, m in zip(
-        at[long].tolist(), starts[long].tolist(), lengths[long].tolist(), strict=True
+    """``out`` = the ranges ``src[starts[k] : starts[k] + lengths[k]]`` back to back."""
+    at = np.zeros(lengths.size, dtype=np.int64)
+    if lengths.size > 1:
+        np.cumsum(lengths[:-1], out=at[1:])
+    copy_ranges(out, at, src, starts, lengths)
+
+
+def copy_ranges(
+    dst: np.ndarray, dst_at: np.ndarray, src: np.ndarray, src_at: np.ndarray, n: np.ndarray
+) -> None:
+    """``dst[dst_at[k] : dst_at[k] + n[k]] = src[src_at[k] : src_at[k] + n[k]]`` for every k
+    (items of one dtype; ranges checked against both arrays first). One call of a compiled
+    loop of memcpy over all ranges, whatever their number and size: per-document work at
+    array speed. Without a C compiler: slices for ranges of at least SLICE_TOKENS items
+    and one index array for the shorter ones (same bytes)."""
+    dst_at = np.ascontiguousarray(dst_at, dtype=np.int64)
+    src_at = np.ascontiguousarray(src_at, dtype=np.int64)
+    n = np.ascontiguousarray(n, dtype=np.int64)
+    if not n.size:
+        return
+    if src.dtype.itemsize != dst.dtype.itemsize or not (
+        dst.flags.c_contiguous and src.flags.c_contiguous and dst.flags.writeable
     ):
-        out[d : d + m] = src[s : s + m]
-    short = ~long
+        raise ValueError("copy_ranges needs contiguous arrays of one item size")
+    if (
+        int(n.min()) < 0
+        or int(dst_at.min()) < 0
+        or int(src_at.min()) < 0
+        or int((dst_at + n).max()) > dst.size
+        or int((src_at + n).max()) > src.size
+    ):
+        raise ValueError("copy_ranges: a range is outside its array")
+    lib = _copy_kernel()
+    if lib is None:
+        _copy_ranges_py(dst, dst_at, src, src_at, n)
+    else:
+        lib.sy_copy_ranges(
+            dst.ctypes.data,
+            dst_at.ctypes.data,
+            src.ctypes.data,
+            src_at.ctypes.data,
+            n.ctypes.data,
+            n.size,
+            dst.dtype.itemsize,
+        )
+
+
+def _copy_ranges_py(
+    dst: np.ndarray, dst_at: np.ndarray, src: np.ndarray, src_at: np.ndarray, n: np.ndarray
+) -> None:
+    """``copy_ranges`` without a C compiler (same bytes)."""
+    long = n >= SLICE_TOKENS
+    for d, s, m in zip(dst_at[long].tolist(), src_at[long].tolist(), n[long].tolist(), strict=True):
+        dst[d : d + m] = src[s : s + m]
+    short = ~long & (n > 0)
     if short.any():
-        out[pack.ranges(at[short], lengths[short])] = src[
-            pack.ranges(starts[short], lengths[short])
-        ]
+        dst[pack.ranges(dst_at[short], n[short])] = src[pack.ranges(src_at[short], n[short])]
+
+
+_COPY_SOURCE = r"""
+#include <errno.h>
+#include <stdint.h>
+#include <string.h>
+#include <unistd.h>
+
+void sy_copy_ranges(char *dst, const int64_t *dst_at, const char *src, const int64_t *src_at,
+                    const int64_t *n, int64_t count, int64_t itemsize) {
+    for (int64_t k = 0; k < count; ++k)
+        memcpy(dst + dst_at[k] * itemsize, src + src_at[k] * itemsize,
+               (size_t)(n[k] * itemsize));
+}
+
+/* 0, or -1 at end of file, or errno; *where is the offset that failed. */
+static int read_full(int fd, char *buf, int64_t n, int64_t off, int64_t *where) {
+    while (n > 0) {
+        ssize_t r = pread(fd, buf, (size_t)n, (off_t)off);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            *where = off;
+            return errno;
+        }
+        if (r == 0) {
+            *where = off;
+            return -1;
+        }
+        buf += r;
+        n -= r;
+        off += r;
+    }
+    return 0;
+}
+
+/* The ranges [off[k], off[k] + len[k]) (ascending, not overlapping) back to back into dst:
+   ranges less than gap bytes apart are read with one pread of at most span bytes into
+   scratch, then copied out; a lone or contiguous group is read straight into dst. */
+int sy_read_ranges(int fd, const int64_t *off, const int64_t *len, int64_t count, char *dst,
+                   char *scratch, int64_t span, int64_t gap, int64_t *where) {
+    int64_t at = 0, lo = 0;
+    while (lo < count) {
+        int64_t first = off[lo], last = off[lo] + len[lo], want = len[lo], stop = lo + 1;
+        while (stop < count && off[stop] - last <= gap && off[stop] + len[stop] - first <= span) {
+            last = off[stop] + len[stop];
+            want += len[stop];
+            ++stop;
+        }
+        int rc;
+        if (last - first == want) {
+            rc = read_full(fd, dst + at, want, first, where);
+            if (rc) return rc;
+            at += want;
+        } else {
+            rc = read_full(fd, scratch, last - first, first, where);
+            if (rc) return rc;
+            for (int64_t k = lo; k < stop; ++k) {
+                memcpy(dst + at, scratch + (off[k] - first), (size_t)len[k]);
+                at += len[k];
+            }
+        }
+        lo = stop;
+    }
+    return 0;
+}
+"""
+
+
+def _copy_kernel():
+    from shardcore.blend import compile_kernel
+
+    lib = compile_kernel("copy_ranges", _COPY_SOURCE, ["-O2", "-fPIC", "-shared"])
+    if lib is not None and not getattr(lib, "_sy_typed", False):
+        p, i64 = ctypes.c_void_p, ctypes.c_int64
+        lib.sy_copy_ranges.argtypes = [p, p, p, p, p, i64, i64]
+        lib.sy_copy_ranges.restype = None
+        lib.sy_read_ranges.argtypes = [ctypes.c_int, p, p, i64, p, p, i64, i64, p]
+        lib.sy_read_ranges.restype = ctypes.c_int
+        lib._sy_typed = True
+    return lib
 
 
 def _pread_into(fd: int, view: memoryview, offset: int, path: Path) -> None:
@@ -158,27 +315,6 @@ def _pread_into(fd: int, view: memoryview, offset: int, path: Path) -> None:
         if n == 0:
             raise ManifestError(f"{path}: ends before offset {offset}; changed since pass 1?")
         view, offset = view[n:], offset + n
-
-
-def _staged_sources(
-    parts: list[tuple], lengths: np.ndarray, dtype: np.dtype
-) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
-    """The "tokens" staging: the bucket's slice of every pass-1 tokens file, read sequentially
-    straight into one array (the bucket's memory)."""
-    bucket_tokens = np.empty(int(lengths.sum()), dtype=dtype)
-    at = 0
-    for _, _, path, t0, t1 in parts:
-        with open(path, "rb") as f:
-            f.seek(t0 * dtype.itemsize)
-            view = memoryview(bucket_tokens[at : at + t1 - t0]).cast("B")
-            if f.readinto(view) != view.nbytes:
-                raise ManifestError(f"{path}: shorter than its offsets say")
-        at += t1 - t0
-    if at != bucket_tokens.size:
-        raise ManifestError(f"{parts[0][2].parent}: pass-1 offsets disagree with n_tokens")
-    starts = np.zeros(lengths.size, dtype=np.int64)
-    np.cumsum(lengths[:-1], out=starts[1:])
-    return [bucket_tokens], np.zeros(lengths.size, dtype=np.int64), starts
 
 
 def file_entry(path: Path, rel: str) -> dict[str, Any]:

@@ -11,7 +11,7 @@ import numpy as np
 from shardcore import atomic, pack, units
 from shardcore.errors import ManifestError
 from shardcore.formats import bin_path, encode_idx, idx_path, read_idx
-from shardcore.pool.io import SLICE_TOKENS, read_spans, start_writeback, write_all
+from shardcore.pool.io import copy_ranges, read_spans, start_writeback, write_all
 from shardcore.pool.layout import (
     KEY_COL,
     ROW_COL,
@@ -67,22 +67,12 @@ class Documents:
         src_at = self.starts[lo:hi] + (at - first)
         dst_at = at - w0
         src = self.src[lo:hi]
-        long = n >= SLICE_TOKENS
-        for k, d, s, m in zip(
-            src[long].tolist(),
-            dst_at[long].tolist(),
-            src_at[long].tolist(),
-            n[long].tolist(),
-            strict=True,
-        ):
-            view[d : d + m] = self.sources[k][s : s + m]
-        short = ~long & (n > 0)
-        if short.any():
-            for k in np.unique(src[short]).tolist():
-                sel = short & (src == k)
-                view[pack.ranges(dst_at[sel], n[sel])] = self.sources[k][
-                    pack.ranges(src_at[sel], n[sel])
-                ]
+        if len(self.sources) == 1:
+            copy_ranges(view, dst_at, self.sources[0], src_at, n)
+            return
+        for k in np.unique(src).tolist():
+            sel = src == k
+            copy_ranges(view, dst_at[sel], self.sources[k], src_at[sel], n[sel])
 
 
 def _write_records(
@@ -207,19 +197,25 @@ def _gather_sources(
 def _staged_sources(
     parts: list[tuple], lengths: np.ndarray, dtype: np.dtype
 ) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
-    """The "tokens" staging: the bucket's slice of every pass-1 tokens file, read sequentially
-    straight into one array (the bucket's memory)."""
-    bucket_tokens = np.empty(int(lengths.sum()), dtype=dtype)
-    at = 0
-    for _, _, path, t0, t1 in parts:
-        with open(path, "rb") as f:
-            f.seek(t0 * dtype.itemsize)
-            view = memoryview(bucket_tokens[at : at + t1 - t0]).cast("B")
-            if f.readinto(view) != view.nbytes:
-                raise ManifestError(f"{path}: shorter than its offsets say")
-        at += t1 - t0
-    if at != bucket_tokens.size:
-        raise ManifestError(f"{parts[0][2].parent}: pass-1 offsets disagree with n_tokens")
-    starts = np.zeros(lengths.size, dtype=np.int64)
-    np.cumsum(lengths[:-1], out=starts[1:])
-    return [bucket_tokens], np.zeros(lengths.size, dtype=np.int64), starts
+    """The "tokens" staging: the bucket's slice of every pass-1 tokens file, memory-mapped
+    read-only; the window copies read the documents from there (no bucket-sized copy)."""
+    sources = []
+    src = np.empty(lengths.size, dtype=np.int64)
+    starts = np.empty(lengths.size, dtype=np.int64)
+    d = 0
+    for k, (_, n, path, t0, t1) in enumerate(parts):
+        if Path(path).stat().st_size < t1 * dtype.itemsize:
+            raise ManifestError(f"{path}: shorter than its offsets say")
+        part = lengths[d : d + n]
+        if int(part.sum()) != t1 - t0:
+            raise ManifestError(f"{path}: pass-1 offsets disagree with n_tokens")
+        sources.append(
+            np.memmap(path, dtype=dtype, mode="r", offset=t0 * dtype.itemsize, shape=(t1 - t0,))
+            if t1 > t0
+            else np.zeros(0, dtype=dtype)
+        )
+        src[d : d + n] = k
+        starts[d] = 0
+        np.cumsum(part[:-1], out=starts[d + 1 : d + n])
+        d += n
+    return sources, src, starts

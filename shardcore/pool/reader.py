@@ -217,6 +217,6 @@ class PoolReader:
         return props.as_text_if_nested(col).to_numpy(zero_copy_only=False)
 
     def locate(self, sample: int | None = None, tokens: int | None = None) -> dict[str, int]:
-        from shardcore.resume import locate_pool
+        from shardcore.locate import locate_pool
 
         return locate_pool(self.manifest, sample=sample, tokens=tokens)

@@ -1,4 +1,5 @@
-"""Exact global shuffle in two passes, with bounded memory (DESIGN §4).
+"""Exact global shuffle in two passes, with bounded memory (``shardyard pool --shuffle
+exact``, the default; the passes run as the pool's units, ``shardcore.pool``).
 
 Algorithm: pass 1, every input shard independently draws for each of its documents a
 bucket in [0, K) i.i.d. uniformly (generator seeded by (seed, shard)); pass 2, every bucket

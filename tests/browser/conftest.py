@@ -52,12 +52,15 @@ def page(chromium):
 
 
 @pytest.fixture
-def screenshot(page):
-    """``screenshot("journey-name")`` saves the current page for the README."""
+def screenshot(page, tmp_path):
+    """``screenshot("journey-name")`` takes the current page: into tests/browser/screenshots
+    (the README's pictures) when SHARDYARD_SCREENSHOTS=1, else into the test's temporary
+    directory, so that an ordinary run leaves the checkout as it was."""
 
     def take(name: str) -> Path:
-        SCREENSHOTS.mkdir(exist_ok=True)
-        path = SCREENSHOTS / f"{name}.png"
+        folder = SCREENSHOTS if os.environ.get("SHARDYARD_SCREENSHOTS") == "1" else tmp_path
+        folder.mkdir(exist_ok=True)
+        path = folder / f"{name}.png"
         page.screenshot(path=str(path), full_page=True)
         return path
 

@@ -52,4 +52,4 @@ def test_it_registers_a_source_and_watches_its_tokenize_job_finish_live(
 
     page.goto(f"{live_server.url}/sources/{source.pk}/")
     row = page.locator("table", has_text="Tokenizer").locator("tr").nth(1).inner_text()
-    assert "ready" in row and str(tokens) in row
+    assert "ready" in row and f"{tokens:,}" in row

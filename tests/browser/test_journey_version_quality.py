@@ -84,3 +84,25 @@ def test_it_shows_the_quality_verdict_measured_at_build(
     assert page.locator("#quality-stages li").nth(1).inner_text() == (
         "anneal: one pool only (code-middle): nothing to mix."
     )
+
+    # Label the samples by a document property instead: the choice lists what every pool
+    # has, the series are its values, the verdicts are measured for it.
+    page.goto(f"{live_server.url}/mixtures/versions/{version.pk}/")
+    options = page.locator("#quality-by select option").all_inner_texts()
+    assert options[0] == "pool" and "package" in options
+    page.select_option("#quality-by select", "package")
+    page.click("#quality-by button")
+    page.wait_for_url("**?by=package")
+    by_package = quality.mixture_quality(version.path, by="package")
+    stages = page.locator("#quality-stages li").all_inner_texts()
+    assert stages == [f"{s['name']}: {s['verdict']['text']}." for s in by_package["stages"]]
+    assert "the package of each sample's main document" in page.inner_text("#version-quality")
+    names = {t["name"] for t in chart.evaluate(FIGURE)["data"]}
+    windows = by_package["windows"]
+    top = max(zip(windows["share"], windows["labels"], strict=True))[1]
+    assert top in names and "code-early" not in names
+    # A property not every pool has is refused with the choices, not measured.
+    page.goto(f"{live_server.url}/mixtures/versions/{version.pk}/?by=nonexistent")
+    assert "not every pool of this version has the property 'nonexistent'" in page.inner_text(
+        "#version-quality"
+    )

@@ -42,7 +42,7 @@ def login(client, users):
 
 
 def write_pool_manifest(pool, records_per_shard: list[int]) -> None:
-    """The part of a pool manifest that resume positions read (shardcore.resume)."""
+    """The part of a pool manifest that resume positions read (shardcore.locate)."""
     from pathlib import Path
 
     from shardcore.manifest import write_manifest

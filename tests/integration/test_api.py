@@ -207,7 +207,10 @@ def test_it_answers_audit_queries(api, catalog):
     body = api("viewer").get("/api/audit/?source=wiki").json()
     assert body["mixture_versions"] == [catalog["version"].pk]
     assert [r["name"] for r in body["runs"]] == ["olmo-tiny-a"]
-    assert api("viewer").get("/api/audit/?source=missing").status_code == 404
+    missing = api("viewer").get("/api/audit/?source=missing")
+    assert missing.status_code == 404 and missing.json() == {"detail": "no source named 'missing'"}
+    missing = api("viewer").get("/api/flags/999/taints/")
+    assert missing.status_code == 404 and missing.json() == {"detail": "no flag 999"}
     assert api("viewer").get("/api/audit/").status_code == 400
 
 

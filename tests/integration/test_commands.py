@@ -64,7 +64,7 @@ def test_it_builds_materializes_exports_and_resumes_a_staged_mixture(
     from megatron.core.datasets.utils import get_blend_from_list
 
     from shardcore.export import megatron_blend
-    from shardcore.mixlocate import locate_mixture
+    from shardcore.locate import locate_mixture
     from webapp.catalog.models import ArtifactStatus, Export, MixtureVersion
 
     settings.SOURCE_ROOTS, settings.DATA_ROOT = [tmp_path / "src"], tmp_path / "data"

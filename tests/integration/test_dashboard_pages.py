@@ -116,7 +116,11 @@ def test_it_shows_what_a_flag_taints(login, catalog):
 
 def test_it_answers_404_for_a_missing_object(login, catalog):
     c = login("viewer")
-    for path in ("/sources/999/", "/pools/999/", "/runs/999/", "/jobs/999/", "/audit/flags/999/"):
+    for path in (
+        "/sources/999/", "/pools/999/", "/runs/999/", "/jobs/999/", "/audit/flags/999/",
+        "/mixtures/999/", "/mixtures/versions/999/", "/mixtures/versions/999/version.json",
+        f"/mixtures/versions/{catalog['version'].pk}/diff/999/", "/exports/999/download/",
+    ):  # fmt: skip
         assert c.get(path).status_code == 404, path
 
 

@@ -94,6 +94,9 @@ def test_it_serves_pages_and_runs_tasks_with_sqlite_and_the_filesystem_broker(
         )
         assert ping.returncode == 0, ping.stderr + (tmp_path / "runstack.log").read_text()
         assert "answered via filesystem" in ping.stdout
+        # kombu's exchange tables live with the broker's folders, not in the working directory.
+        control = tmp_path / "data" / "broker" / "control"
+        assert {p.name for p in control.iterdir()} >= {"embedded-test.exchange"}
         assert (tmp_path / "data" / "shardyard.sqlite3").exists()
 
         # The demo loads in the background through the same worker: sources, pools, mixture.

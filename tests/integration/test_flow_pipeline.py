@@ -2,7 +2,7 @@
 validation slice), mixed into a version (its schedule built by shardcore), materialized by a
 job spread over two workers, exported for trainers (megatron-core parses the Megatron
 export back into the version's weights and prefixes), a registered run reporting progress,
-and its resume position equal to ``shardcore.mixlocate.locate_mixture``. A flag on a source
+and its resume position equal to ``shardcore.locate.locate_mixture``. A flag on a source
 then taints the materialized copy with everything else downstream."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 import yaml
 
+from shardcore.locate import locate_mixture
 from shardcore.manifest import files_by_path, read_manifest
-from shardcore.mixlocate import locate_mixture
 from shardcore.mixture import Mixture
 from shardcore.pool import PoolReader
 from tests.integration.test_jobs_workers import catalog_env, stdlib_docs, wait_job, write_jsonl
@@ -193,7 +193,7 @@ def test_it_goes_from_a_source_to_a_materialized_mixture_and_a_resumable_run(
     assert position["pool_id"] == pools[0].pk and position["epoch"] == passes
     assert run_resume_position(run_id=run.pk, sample=0)["epoch"] == 0
     lineage = selectors.run_lineage(run_id=run.pk)
-    assert {s.name for s in lineage.sources} == {"prose", "code"}
+    assert {s.name for s in lineage["sources"]} == {"prose", "code"}
 
     # A flag on one source reaches the materialized copy (it holds the tokens), not the
     # configs (they name the pools' files, which are tainted themselves).

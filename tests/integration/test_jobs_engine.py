@@ -205,6 +205,54 @@ def test_it_ignores_a_late_failure_from_a_worker_whose_claim_was_taken_over(eage
     assert job.state == JobState.FAILED and "broken on purpose" in job.error
 
 
+def test_a_worker_cut_off_while_it_holds_the_job_row_lets_go_of_it_after_a_lease(
+    postgres, eager, held, tmp_path, settings
+):
+    import threading
+    import time
+
+    from django.db import DatabaseError, connection, transaction
+
+    settings.SHARDYARD_UNIT_LEASE = 1
+    job = services.job_create(plan=_plan(tmp_path / "out", n=1), recorder=RECORDER)
+    holding, outcome = threading.Event(), []
+
+    def cut_off_mid_completion():
+        # A completion that takes the job row, then hears nothing more from its worker
+        # (as when the worker's host drops off the network), for longer than the lease.
+        try:
+            with transaction.atomic():
+                services.lock_holder_guard()
+                Job.objects.select_for_update().get(pk=job.pk)
+                holding.set()
+                time.sleep(3)
+            outcome.append("committed")
+        except DatabaseError as exc:
+            outcome.append(str(exc))
+        finally:
+            connection.close()
+
+    worker = threading.Thread(target=cut_off_mid_completion)
+    worker.start()
+    assert holding.wait(30)
+    with pytest.raises(DatabaseError, match="could not obtain lock"), transaction.atomic():
+        Job.objects.select_for_update(nowait=True).get(pk=job.pk)
+
+    def free():
+        try:
+            with transaction.atomic():
+                return Job.objects.select_for_update(nowait=True).get(pk=job.pk)
+        except DatabaseError:
+            return None
+
+    deadline = time.monotonic() + 2.5  # the holder sleeps 3 s; the lease is 1 s
+    while not free():
+        assert time.monotonic() < deadline, "the row stayed locked past the lease"
+        time.sleep(0.1)
+    worker.join()
+    assert outcome and "idle-in-transaction timeout" in outcome[0], outcome
+
+
 def test_it_refuses_to_retry_a_succeeded_job(eager, tmp_path):
     job = services.job_create(plan=_plan(tmp_path / "out", n=1))
     with pytest.raises(services.JobError, match="nothing to retry"):

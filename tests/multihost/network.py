@@ -33,13 +33,13 @@ def require_namespaces() -> None:
     """Skip (fail under SHARDYARD_REQUIRE_SERVICES=1) unless this process may create
     network namespaces and links: root, or CAP_NET_ADMIN and CAP_SYS_ADMIN."""
     if not Path(IP).exists():
-        unavailable("network namespaces", "iproute2's `ip` is not installed")
+        unavailable("creating network namespaces", "iproute2's `ip` is not installed")
     probe = f"sy{uuid.uuid4().hex[:8]}probe"
     made = _ip("netns", "add", probe, check=False)
     if made.returncode != 0:
         who = "root" if os.geteuid() == 0 else f"uid {os.geteuid()} (not root)"
         unavailable(
-            "network namespaces",
+            "creating network namespaces",
             f"`ip netns add` failed as {who}: {made.stderr.strip()}; "
             "the test needs root or CAP_NET_ADMIN + CAP_SYS_ADMIN",
         )

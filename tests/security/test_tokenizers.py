@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from shardcore.tokenizers import load_tokenizer
+from shardcore.encoders import load_tokenizer
 from tests.unit.test_tokenizers import _train_hf
 from tests.unit.tokenize_fixtures import stdlib_records
 from webapp.catalog.models import TokenizedSource, Tokenizer

@@ -28,6 +28,8 @@ RULES = (
                       "webapp.api"), "every app may ask for a role"),
     ("webapp.links", ("webapp.catalog", "webapp.jobs", "webapp.ops", "webapp.dashboard",
                       "webapp.api"), "every app may link to a page"),
+    ("webapp.paging", ("webapp.catalog", "webapp.jobs", "webapp.ops", "webapp.dashboard",
+                       "webapp.api"), "every app may page a list"),
 )  # fmt: skip
 
 

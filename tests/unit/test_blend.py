@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from shardcore import blend
+from shardcore import blend, kernels
 from shardcore.errors import InputError
 
 helpers_cpp = pytest.importorskip("megatron.core.datasets.helpers_cpp")
@@ -123,8 +123,8 @@ def test_it_falls_back_when_no_compiler_exists(monkeypatch, tmp_path):
     monkeypatch.setenv("SHARDYARD_CACHE", str(tmp_path / "cache"))
     (tmp_path / "tmp").mkdir()
     monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
-    monkeypatch.setattr(blend.tempfile, "tempdir", None)
-    monkeypatch.setattr(blend, "_kernels", {})
+    monkeypatch.setattr(kernels.tempfile, "tempdir", None)
+    monkeypatch.setattr(kernels, "_kernels", {})
     weights = blend.normalize([0.6, 0.3, 0.1])
     with pytest.warns(RuntimeWarning, match="kernel unavailable"):
         via_megatron = blend.build_blending_indices(weights, 2000, normalized=False)

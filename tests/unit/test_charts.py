@@ -162,4 +162,19 @@ def test_it_lays_lineage_out_in_columns_and_highlights_taint():
     # run->mv, mv->pool:1, mv->pool:2 (touches a tainted node), pool:1->src:1: 4 segments.
     assert red_edges[0]["x"].count(None) == 4
     assert fig["layout"]["xaxis"]["ticktext"] == ["run", "mixture version", "pool", "source"]
+    assert fig["layout"]["xaxis"]["range"] == [-0.5, 3.5]  # room for the edge columns' labels
     json.dumps(fig)
+
+
+def test_it_shortens_lineage_labels_to_their_column_and_grows_with_the_longest_column():
+    nodes = [{"id": "run:1", "kind": "run", "label": "a run with a very long name indeed"}]
+    nodes += [{"id": f"pool:{i}", "kind": "pool", "label": f"pool {i}"} for i in range(20)]
+    edges = [("run:1", f"pool:{i}") for i in range(20)]
+    fig = charts.lineage_graph(nodes, edges)
+    trace = next(t for t in fig["data"] if t.get("name") == "clean")
+    run = trace["hovertext"].index("a run with a very long name indeed")
+    chars = int((charts.LINEAGE_PLOT_PX / 2 - 12) / charts.LINEAGE_CHAR_PX)
+    assert trace["text"][run] == "a run with a very long name indeed"[: chars - 1] + "…"
+    assert trace["text"][1:] == [f"pool {i}" for i in range(20)]  # short ones stay whole
+    # 20 nodes in one column: a row of LINEAGE_ROW_PX each, beyond the minimum height.
+    assert fig["layout"]["height"] == 110 + charts.LINEAGE_ROW_PX * 21 > charts.LINEAGE_MIN_HEIGHT

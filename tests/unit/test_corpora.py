@@ -12,9 +12,9 @@ import pyarrow as pa
 import pytest
 
 from shardcore.cli import main
+from shardcore.encoders import load_tokenizer
 from shardcore.pool import Pool
 from shardcore.tokenized import TokenizedSource
-from shardcore.tokenizers import load_tokenizer
 from tests.support import corpora
 
 SEQ = 64

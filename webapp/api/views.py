@@ -9,17 +9,32 @@ from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serial
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.authentication import SessionAuthentication
 from rest_framework.decorators import action
-from rest_framework.exceptions import NotFound, PermissionDenied, ValidationError
+from rest_framework.exceptions import APIException, NotFound, PermissionDenied, ValidationError
 from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.response import Response
 from rest_framework.reverse import reverse
 
+from shardcore.errors import ShardcoreError
 from webapp.api import serializers as s
 from webapp.api.authentication import TokenRoleAuthentication
 from webapp.api.permissions import RolePermission
 from webapp.catalog import selectors
+from webapp.catalog.errors import CatalogError, RunPermissionError, RunSwitchedError
 from webapp.catalog.models import Flag, Mixture, MixtureVersion, Pool, Source, TrainingRun
-from webapp.jobs.models import Job
+from webapp.catalog.services.flags import flag_create
+from webapp.catalog.services.mixtures import mixture_version_save
+from webapp.catalog.services.pools import pool_build
+from webapp.catalog.services.runs import (
+    run_losses_record,
+    run_mixture_proposal,
+    run_progress_record,
+    run_register,
+    run_resume_position,
+    run_switch,
+)
+from webapp.catalog.services.sources import source_register, source_scan
+from webapp.jobs.models import Job, JobState
+from webapp.jobs.services import JobError, job_cancel, job_retry
 from webapp.links import page_url
 
 
@@ -37,9 +52,26 @@ class Base:
     lookup_value_regex = r"[0-9]{1,18}"
 
 
+class Conflict(APIException):
+    status_code = status.HTTP_409_CONFLICT
+    default_code = "conflict"
+
+
 def _bad(e: Exception) -> ValidationError:
     """A service's refusal (CatalogError, JobError) as a 400 with its message."""
     return ValidationError({"detail": str(e)})
+
+
+def _created(request, given, service, shown) -> Response:
+    """Validate the request with serializer ``given``, call ``service`` with its fields
+    and the user, and answer the new row as ``shown`` (201); a refusal is a 400."""
+    data = given(data=request.data)
+    data.is_valid(raise_exception=True)
+    try:
+        row = service(**data.validated_data, created_by=request.user)
+    except (CatalogError, ShardcoreError) as e:
+        raise _bad(e) from e
+    return Response(shown(row).data, status=status.HTTP_201_CREATED)
 
 
 class SourceViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
@@ -48,23 +80,11 @@ class SourceViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet
 
     @extend_schema(request=s.SourceRegisterSerializer, responses={201: s.SourceSerializer})
     def create(self, request):
-        from webapp.catalog.errors import CatalogError
-        from webapp.catalog.services.sources import source_register
-
-        data = s.SourceRegisterSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
-        try:
-            source = source_register(**data.validated_data, created_by=request.user)
-        except CatalogError as e:
-            raise _bad(e) from e
-        return Response(s.SourceSerializer(source).data, status=status.HTTP_201_CREATED)
+        return _created(request, s.SourceRegisterSerializer, source_register, s.SourceSerializer)
 
     @extend_schema(request=None, responses={200: s.SourceSerializer})
     @action(detail=True, methods=["post"])
     def scan(self, request, pk=None):
-        from webapp.catalog.errors import CatalogError
-        from webapp.catalog.services.sources import source_scan
-
         source = get_object_or_404(Source, pk=pk)
         try:
             source = source_scan(source_id=source.pk)
@@ -87,17 +107,8 @@ class PoolViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     @extend_schema(request=s.PoolBuildSerializer, responses={201: s.PoolSerializer})
     def create(self, request):
         """Start a pool build job; the pool is ``building`` until the job records it."""
-        from shardcore.errors import ShardcoreError
-        from webapp.catalog.errors import CatalogError
-        from webapp.catalog.services.pools import pool_build
 
-        data = s.PoolBuildSerializer(data=request.data)
-        data.is_valid(raise_exception=True)
-        try:
-            pool = pool_build(**data.validated_data, created_by=request.user)
-        except (CatalogError, ShardcoreError) as e:
-            raise _bad(e) from e
-        return Response(s.PoolSerializer(pool).data, status=status.HTTP_201_CREATED)
+        return _created(request, s.PoolBuildSerializer, pool_build, s.PoolSerializer)
 
 
 class MixtureViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
@@ -115,8 +126,6 @@ class MixtureViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSe
         "failed", the job's ``error`` saying why). The same draft saved again answers the
         version that holds it (200). A draft that cannot be built is refused (400) with
         the reason."""
-        from webapp.catalog.errors import CatalogError
-        from webapp.catalog.services.mixtures import mixture_version_save
 
         data = s.MixtureVersionCreateSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -158,8 +167,6 @@ class JobViewSet(Base, viewsets.ReadOnlyModelViewSet):
             qs = qs.defer("plan", "bad_input", "log_tail")
             state = self.request.query_params.get("state")
             if state:
-                from webapp.jobs.models import JobState
-
                 if state not in JobState.values:
                     raise ValidationError(
                         {"state": f"unknown state; one of {', '.join(JobState.values)}"}
@@ -181,8 +188,6 @@ class JobViewSet(Base, viewsets.ReadOnlyModelViewSet):
         return self.get_paginated_response(s.JobUnitSerializer(page, many=True).data)
 
     def _act(self, pk, fn):
-        from webapp.jobs.services import JobError
-
         get_object_or_404(Job.objects.only("id"), pk=pk)
         try:
             job = fn(job_id=int(pk))
@@ -193,15 +198,11 @@ class JobViewSet(Base, viewsets.ReadOnlyModelViewSet):
     @extend_schema(request=None, responses={200: s.JobSerializer})
     @action(detail=True, methods=["post"])
     def cancel(self, request, pk=None):
-        from webapp.jobs.services import job_cancel
-
         return self._act(pk, job_cancel)
 
     @extend_schema(request=None, responses={200: s.JobSerializer})
     @action(detail=True, methods=["post"])
     def retry(self, request, pk=None):
-        from webapp.jobs.services import job_retry
-
         return self._act(pk, job_retry)
 
 
@@ -211,9 +212,6 @@ class FlagViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
 
     @extend_schema(request=s.FlagCreateSerializer, responses={201: s.FlagSerializer})
     def create(self, request):
-        from webapp.catalog.errors import CatalogError
-        from webapp.catalog.services.flags import flag_create
-
         data = s.FlagCreateSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         v = data.validated_data
@@ -337,6 +335,12 @@ ResumeSerializer = inline_serializer(
         "record": serializers.IntegerField(),
         "record_in_shard": serializers.IntegerField(),
         "token_offset": serializers.IntegerField(),
+        "mixture_version": serializers.IntegerField(
+            help_text="the version read from here on (the run's current segment)"
+        ),
+        "version_sample": serializers.IntegerField(help_text="the sample in that version"),
+        "segment": serializers.IntegerField(),
+        "segments": serializers.ListField(child=serializers.DictField()),
     },
 )
 
@@ -345,15 +349,36 @@ class RunViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     queryset = TrainingRun.objects.order_by("-created_at")
     serializer_class = s.RunSerializer
     # A trainer's token registers runs and reports progress; nothing else it may write.
+    # Switching a run's version saves a mixture version: an editor's.
     write_roles = {"create": "trainer", "progress": "trainer", "losses": "trainer"}
+
+    def get_serializer_class(self):
+        return s.RunDetailSerializer if self.action == "retrieve" else s.RunSerializer
+
+    @extend_schema(
+        request=s.RunSwitchSerializer,
+        responses={201: s.RunDetailSerializer, 400: OpenApiTypes.OBJECT, 403: OpenApiTypes.OBJECT},
+    )
+    @action(detail=True, methods=["post"])
+    def switch(self, request, pk=None):
+        """Save new weights (say, the proposal's) as a new version of the run's mixture that
+        continues from the run's resume position, and switch the run to it there. The
+        answer is the run with its segments (the versions it read and from which sample)."""
+        data = s.RunSwitchSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        v = data.validated_data
+        result = _run_write(run_switch, pk, {"weights": v["weights"], "note": v["note"]},
+                            request.user)  # fmt: skip
+        return Response(
+            {**s.RunDetailSerializer(result["run"]).data, "version": result["version"].pk,
+             "continues": result["continues"]},
+            status=status.HTTP_201_CREATED,
+        )  # fmt: skip
 
     @extend_schema(
         request=s.RunRegisterSerializer, responses={201: s.RunSerializer, 403: OpenApiTypes.OBJECT}
     )
     def create(self, request):
-        from webapp.catalog.errors import CatalogError, RunPermissionError
-        from webapp.catalog.services.runs import run_register
-
         data = s.RunRegisterSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         v = data.validated_data
@@ -374,13 +399,12 @@ class RunViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     @extend_schema(
         methods=["POST"],
         request=s.ProgressSerializer,
-        responses={201: s.RunSerializer, 400: OpenApiTypes.OBJECT, 403: OpenApiTypes.OBJECT},
-    )
+        responses={201: s.RunSerializer, 400: OpenApiTypes.OBJECT, 403: OpenApiTypes.OBJECT,
+                   409: OpenApiTypes.OBJECT},
+    )  # fmt: skip
     @extend_schema(methods=["GET"], responses={200: s.RunProgressSerializer(many=True)})
     @action(detail=True, methods=["get", "post"])
     def progress(self, request, pk=None):
-        from webapp.catalog.services.runs import run_progress_record
-
         if request.method == "GET":
             run = get_object_or_404(TrainingRun.objects.only("id"), pk=pk)
             page = self.paginate_queryset(run.progress.order_by("step"))
@@ -411,7 +435,6 @@ class RunViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     def losses(self, request, pk=None):
         """Validation loss per pool (and per source) at checkpoints, and training loss per
         step: POST records them (a trainer's token), GET lists them in step order."""
-        from webapp.catalog.services.runs import run_losses_record
 
         if request.method == "GET":
             run = get_object_or_404(TrainingRun.objects.only("id"), pk=pk)
@@ -437,8 +460,6 @@ class RunViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     def proposal(self, request, pk=None):
         """The next stage's weights for this run's pools, from its validation losses
         against a reference run's (DoReMi's exponentiated excess loss; shardcore.adapt)."""
-        from webapp.catalog.errors import CatalogError
-        from webapp.catalog.services.runs import run_mixture_proposal
 
         get_object_or_404(TrainingRun.objects.only("id"), pk=pk)
         q = s.ProposalQuerySerializer(data=request.query_params)
@@ -461,10 +482,6 @@ class RunViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     @extend_schema(responses={200: ResumeSerializer, 409: OpenApiTypes.OBJECT})
     @action(detail=True, methods=["get"])
     def resume(self, request, pk=None):
-        from shardcore.errors import ShardcoreError
-        from webapp.catalog.errors import CatalogError
-        from webapp.catalog.services.runs import run_resume_position
-
         run = get_object_or_404(TrainingRun.objects.only("id", "last_step"), pk=pk)
         try:
             position = run_resume_position(run_id=run.pk)
@@ -476,7 +493,6 @@ class RunViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
 def _run_write(record, pk, fields: dict, actor):
     """A trainer's write to its run (progress, losses), with the service's refusals as
     HTTP: no such run 404, not the run's owner 403, bad input 400."""
-    from webapp.catalog.errors import CatalogError, RunPermissionError
 
     try:
         return record(run_id=int(pk), **fields, actor=actor)
@@ -484,5 +500,7 @@ def _run_write(record, pk, fields: dict, actor):
         raise NotFound(f"no run {pk}") from None
     except RunPermissionError as e:
         raise PermissionDenied(str(e)) from e
+    except RunSwitchedError as e:
+        raise Conflict(str(e)) from e
     except CatalogError as e:
         raise _bad(e) from e

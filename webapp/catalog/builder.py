@@ -14,6 +14,9 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from shardcore.errors import InputError
+from shardcore.mixture import MixtureSpec, PoolInfo, plan_epochs
+
 MAIN = "main"
 
 
@@ -142,9 +145,6 @@ def predict(spec: Mapping[str, Any], pools: Mapping[int, Mapping[str, Any]]) -> 
     """Predicted samples, tokens and epochs per pool, repetition warnings, and stage
     composition. ``pools`` maps pool id -> {"name", "num_records", "seq_len", "path"}.
     Returns ``{"error": message}`` when the spec cannot be planned."""
-    from shardcore.errors import InputError
-    from shardcore.mixture import MixtureSpec, PoolInfo, plan_epochs
-
     try:
         # Plan without the cap, then warn: the page shows the numbers that break it.
         parsed = MixtureSpec.from_dict({**spec, "max_repetitions": math.inf})

@@ -1,21 +1,19 @@
-"""Document-level lineage read from the Parquet files beside artifacts (DESIGN §5): which
+"""Document-level lineage read from the Parquet files beside artifacts: which
 documents of a tokenized source a pool holds. Used by taint propagation and audit
 selectors; rows never store per-document data."""
 
 from __future__ import annotations
 
 import numpy as np
+import pyarrow.compute as pc
 
-from webapp.catalog.models import Pool, TokenizedSource
+from shardcore.pool import SOURCE_FP_COL, PoolReader
+from webapp.catalog.models import Flag, Pool, TokenizedSource
 
 
 def pool_document_ids(*, pool: Pool, tokenized: TokenizedSource) -> np.ndarray:
     """The document ids (indices within the tokenized source) that ``pool`` holds, read
     from its ``documents.parquet`` (the pool's own split: train or val)."""
-    import pyarrow.compute as pc
-
-    from shardcore.pool import SOURCE_FP_COL, PoolReader
-
     table = PoolReader(pool.path).documents
     if SOURCE_FP_COL not in table.column_names or "doc_id" not in table.column_names:
         return np.zeros(0, dtype=np.int64)
@@ -37,8 +35,6 @@ def flag_document_ids(*, flag, tokenized: TokenizedSource) -> set[int] | None:
     """The flagged document indices within ``tokenized``; None means all of them (a flag
     on the whole source). A file's documents are the id range the tokenize stage recorded
     in ``params["file_ranges"]``."""
-    from webapp.catalog.models import Flag
-
     if flag.target == Flag.Target.SOURCE:
         return None
     if flag.target == Flag.Target.FILE:
@@ -53,8 +49,6 @@ def pool_document_rows(
 ) -> np.ndarray:
     """Rows of the pool's ``documents.parquet`` (pool document indices) that are
     ``doc_ids`` of ``tokenized`` (None: every document of it)."""
-    from shardcore.pool import SOURCE_FP_COL, PoolReader
-
     table = PoolReader(pool.path).documents
     if SOURCE_FP_COL not in table.column_names or "doc_id" not in table.column_names:
         return np.zeros(0, dtype=np.int64)

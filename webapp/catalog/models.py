@@ -3,8 +3,9 @@ versions, training runs with their progress, flags and the taint they cause.
 
 Built artifacts (tokenized sources, pools, mixture versions) are immutable: once READY their
 fields are not edited (services refuse; ``save`` refuses too), a new row supersedes them.
-Per-document data stays in Parquet beside each artifact (DESIGN §5); rows hold counts,
-fingerprints, parameters, parents and the manifest path.
+Per-document data stays in Parquet beside each artifact (the documents sidecars, see
+``shardcore.props``); rows hold counts, fingerprints, parameters, parents and the manifest
+path.
 """
 
 from __future__ import annotations
@@ -344,6 +345,40 @@ class TrainingRun(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class RunSegment(models.Model):
+    """A stretch of a run read from one mixture version: the run's samples [first_sample,
+    end_sample) are the version's samples [0, end_sample - first_sample). Recorded when
+    a run switches version mid-training (the new version continues the old one at the
+    run's resume position, ``shardcore.mixture.continuation``): the old segment is closed
+    at that sample, the new one is open (``end_sample`` None) and is the run's
+    ``mixture_version``. A run that never switched has no rows: it reads its version
+    from sample 0."""
+
+    run = models.ForeignKey(TrainingRun, related_name="segments", on_delete=models.CASCADE)
+    index = models.PositiveIntegerField()  # 0, 1, ... in training order
+    mixture_version = models.ForeignKey(
+        MixtureVersion, related_name="run_segments", on_delete=models.PROTECT
+    )
+    first_sample = models.BigIntegerField()
+    end_sample = models.BigIntegerField(null=True, blank=True)
+    # The first step that reads it: 1 for the first, the switch's step + 1 after.
+    first_step = models.BigIntegerField(default=1)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["run", "index"], name="run_segment_index"),
+        ]
+        ordering = ["run", "index"]
+
+    def __str__(self) -> str:
+        end = "" if self.end_sample is None else self.end_sample
+        return f"{self.run_id}[{self.first_sample}:{end}] <- {self.mixture_version_id}"
 
 
 class RunProgress(models.Model):

@@ -476,12 +476,16 @@ def loss_curves(
     """Loss curves, one line per series: ``{"name", "x": [...], "y": [...], "colour": i,
     "dash": bool}`` (dashed: an overlaid run; same colour index, same pool or source).
     ``boundaries`` are vertical dotted lines ``{"x": value, "label": text}`` (stage
-    starts, shard boundaries) with their label at the top."""
+    starts, shard boundaries, switches of version) with their label at the top; with
+    ``"colour": i`` (a pool's epoch starts) in that series colour, dashed, labelled at the
+    bottom."""
     series = [s for s in series if s["x"]]
     if not series:
         return _empty(title, empty)
     shapes, notes = [], []
     for b in boundaries:
+        coloured = b.get("colour") is not None
+        colour = PALETTE[int(b["colour"]) % len(PALETTE)] if coloured else "#555"
         shapes.append(
             {
                 "type": "line",
@@ -490,20 +494,20 @@ def loss_curves(
                 "y1": 1,
                 "x0": b["x"],
                 "x1": b["x"],
-                "line": {"color": "#555", "dash": "dot", "width": 1},
+                "line": {"color": colour, "dash": "dash" if coloured else "dot", "width": 1},
             }
         )
         if b.get("label"):
             notes.append(
                 {
                     "x": b["x"],
-                    "y": 1,
+                    "y": 0 if coloured else 1,
                     "yref": "paper",
                     "text": b["label"],
                     "showarrow": False,
                     "xanchor": "left",
                     "yanchor": "bottom",
-                    "font": {"size": 10, "color": "#555"},
+                    "font": {"size": 10, "color": colour},
                 }
             )
     layout = _layout(
@@ -555,16 +559,43 @@ def lineage_layout(
     return pos
 
 
+# Lineage labels: the narrowest plot a page gives the chart (half a page), the width of a
+# 10 px character, and the room a column's neighbours leave; a label that does not fit is
+# shortened with an ellipsis and shown whole on hover.
+LINEAGE_PLOT_PX = 420
+LINEAGE_CHAR_PX = 6.5
+LINEAGE_ROW_PX = 34  # a marker and its label above it
+LINEAGE_MIN_HEIGHT = 400
+
+
+def _shorten(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: max(1, limit - 1)] + "…"
+
+
 def lineage_graph(
-    nodes: Sequence[Mapping], edges: Sequence[tuple[str, str]], *, title: str = "Lineage"
+    nodes: Sequence[Mapping],
+    edges: Sequence[tuple[str, str]],
+    *,
+    title: str = "Lineage",
+    plot_px: int = LINEAGE_PLOT_PX,
 ) -> dict:
     """Run -> mixture version -> pools -> tokenized sources -> sources, as a layered graph.
     Nodes: ``{"id", "kind", "label", "tainted": bool, "url": optional}``; edges are pairs of
-    node ids. Tainted nodes and edges into them are red, so a flag's reach is visible."""
+    node ids. Tainted nodes and edges into them are red, so a flag's reach is visible.
+
+    Labels never overlap: each is at most as wide as its column (shortened with an
+    ellipsis, the whole label on hover), the columns have half a column of margin at the
+    edges, and the figure grows tall enough for its longest column. ``plot_px``: the
+    narrowest the page draws the plot."""
     if not nodes:
         return _empty(title, "no lineage recorded")
     pos = lineage_layout(nodes, edges)
     tainted = {n["id"] for n in nodes if n.get("tainted")}
+    kinds = [k for k in LINEAGE_KINDS if any(n["kind"] == k for n in nodes)]
+    kinds += sorted({n["kind"] for n in nodes} - set(LINEAGE_KINDS))
+    per_column = max(sum(1 for n in nodes if n["kind"] == k) for k in kinds)
+    chars = max(6, int((plot_px / len(kinds) - 12) / LINEAGE_CHAR_PX))
+    height = max(LINEAGE_MIN_HEIGHT, 110 + LINEAGE_ROW_PX * (per_column + 1))
     data: list[dict] = []
     for clean in (True, False):
         xs: list[float | None] = []
@@ -592,6 +623,7 @@ def lineage_graph(
         group = [n for n in nodes if (n["id"] in tainted) != clean]
         if not group:
             continue
+        labels = [str(n.get("label", n["id"])) for n in group]
         data.append(
             {
                 "type": "scatter",
@@ -599,23 +631,24 @@ def lineage_graph(
                 "name": "clean" if clean else "tainted",
                 "x": [pos[n["id"]][0] for n in group],
                 "y": [pos[n["id"]][1] for n in group],
-                "text": [str(n.get("label", n["id"])) for n in group],
+                "text": [_shorten(t, chars) for t in labels],
+                "hovertext": labels,
                 "customdata": [n.get("url", "") for n in group],
                 "textposition": "top center",
-                "hovertemplate": "%{text}<extra></extra>",
+                "textfont": {"size": 10},
+                "hovertemplate": "%{hovertext}<extra></extra>",
                 "marker": {
-                    "size": 16,
+                    "size": 14,
                     "color": PALETTE[0] if clean else TAINT,
                     "symbol": "circle" if clean else "x",
                 },
             }
         )
-    kinds = [k for k in LINEAGE_KINDS if any(n["kind"] == k for n in nodes)]
-    kinds += sorted({n["kind"] for n in nodes} - set(LINEAGE_KINDS))
     return {
         "data": data,
         "layout": _layout(
             title,
+            height=height,
             xaxis={
                 "tickmode": "array",
                 "tickvals": list(range(len(kinds))),
@@ -623,9 +656,12 @@ def lineage_graph(
                 "showgrid": False,
                 "zeroline": False,
                 "side": "top",
+                "range": [-0.5, len(kinds) - 0.5],
+                "fixedrange": True,
             },
-            yaxis={"visible": False, "range": [-0.05, 1.05]},
+            yaxis={"visible": False, "range": [-0.05, 1.05], "fixedrange": True},
             hovermode="closest",
+            margin={"l": 10, "r": 10, "t": 70, "b": 50},
         ),
     }
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from django import forms
 
+from shardcore.shuffle import SHUFFLES
+from webapp.catalog.models import ArtifactStatus, TokenizedSource
 from webapp.roles import ROLES
 
 ROLE_CHOICES = [(r, r) for r in ROLES]
@@ -90,17 +92,13 @@ class PoolBuildForm(forms.Form):
     filter = forms.CharField(
         max_length=2000, required=False, help_text="a DuckDB expression, e.g. kind = 'prose'"
     )
-    shuffle = forms.ChoiceField(
-        choices=[(s, s) for s in ("exact", "grid", "local", "buffer")], initial="exact"
-    )
+    shuffle = forms.ChoiceField(choices=[(s, s) for s in SHUFFLES], initial="exact")
     seed = forms.IntegerField(min_value=0, initial=0)
     val_fraction = forms.FloatField(
         min_value=0.0, max_value=0.5, initial=0.0, label="Validation fraction"
     )
 
     def __init__(self, *args, **kwargs):
-        from webapp.catalog.models import ArtifactStatus, TokenizedSource
-
         super().__init__(*args, **kwargs)
         self.fields["tokenized_ids"].queryset = (
             TokenizedSource.objects.filter(status=ArtifactStatus.READY)
@@ -108,7 +106,7 @@ class PoolBuildForm(forms.Form):
             .order_by("source__name", "-pk")
         )
         self.fields["tokenized_ids"].label_from_instance = lambda t: (
-            f"{t.source.name} · {t.tokenizer.spec} · {t.num_tokens} tokens (#{t.pk})"
+            f"{t.source.name} · {t.tokenizer.spec} · {t.num_tokens:,} tokens (#{t.pk})"
         )
 
     def clean_tokenized_ids(self) -> list[int]:

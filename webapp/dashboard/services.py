@@ -50,21 +50,3 @@ def token_revoke(*, user) -> bool:
     """Delete the user's token. Returns whether there was one."""
     deleted, _ = Token.objects.filter(user=user).delete()
     return deleted > 0
-
-
-# --- mixing quality ---------------------------------------------------------------------
-
-
-def version_quality_compute(*, version) -> dict:
-    """A built version's schedule quality measured from its files (for versions whose
-    build did not record one), cached by fingerprint."""
-    from django.core.cache import cache
-
-    from webapp.catalog.services.mixtures import schedule_quality
-
-    key = f"dash:version-quality:v1:{version.pk}:{version.fingerprint}"
-    cached = cache.get(key)
-    if cached is None:
-        cached = schedule_quality(path=version.path)
-        cache.set(key, cached, timeout=7 * 24 * 3600)
-    return cached

@@ -47,6 +47,7 @@ urlpatterns = [
     path("jobs/<int:job_id>/retry/", jobs.job_retry, name="job_retry"),
     path("runs/", catalog.run_list, name="runs"),
     path("runs/<int:run_id>/", catalog.run_detail, name="run"),
+    path("runs/<int:run_id>/switch/", catalog.run_switch, name="run_switch"),
     path("audit/", audit.audit, name="audit"),
     path("audit/flags/", audit.flag_create, name="flag_create"),
     path("audit/flags/<int:flag_id>/", audit.flag_detail, name="flag"),

@@ -1,4 +1,4 @@
-"""Reads for jobs: the jobs list and a job's page (progress, units, failures, bad input),
+"""Reads for jobs: a page of jobs and a job's page (progress, units, failures, bad input),
 each in a fixed number of queries whatever the number of units."""
 
 from __future__ import annotations
@@ -7,23 +7,29 @@ from dataclasses import dataclass
 
 from django.db.models import Count, QuerySet
 
-from webapp.jobs.models import ACTIVE_JOB_STATES, Job, JobUnit, UnitState
+from webapp.jobs.models import ACTIVE_JOB_STATES, Job, JobState, JobUnit, UnitState
+from webapp.paging import page_of
 
 
-def job_list(
-    *, state: str | None = None, kind: str | None = None, limit: int = 50
-) -> QuerySet[Job]:
-    """Newest first, without the plan (it can hold thousands of units)."""
-    qs = Job.objects.defer("plan").order_by("-created_at")
-    if state:
+def job_page(*, state: str = "", page=1) -> dict:
+    """A page of jobs, newest first, without the plan (it can hold thousands of units):
+    ``state`` "running" (any active state), a job state, or anything else for all; with
+    the ``state`` and the ``states`` to choose from."""
+    qs = Job.objects.defer("plan", "bad_input", "log_tail").order_by("-created_at")
+    if state == "running":
+        qs = qs.filter(state__in=ACTIVE_JOB_STATES)
+    elif state in JobState.values:
         qs = qs.filter(state=state)
-    if kind:
-        qs = qs.filter(kind=kind)
-    return qs[:limit]
+    return {**page_of(qs, page), "state": state, "states": ["running", *JobState.values]}
 
 
-def job_active_count() -> int:
-    return Job.objects.filter(state__in=ACTIVE_JOB_STATES).count()
+def job_running(*, limit: int = 10) -> list[Job]:
+    """The newest active jobs, without their plans."""
+    return list(
+        Job.objects.filter(state__in=ACTIVE_JOB_STATES)
+        .defer("plan", "bad_input", "log_tail")
+        .order_by("-created_at")[:limit]
+    )
 
 
 @dataclass

@@ -327,12 +327,26 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
+def lock_holder_guard() -> None:
+    """Inside a transaction that locks the job row: should this worker's host drop off the
+    network mid-transaction, Postgres ends the session (and lets go of the lock) once it
+    has been idle in the transaction for a lease, instead of keeping the job's other
+    completions waiting until TCP gives up on the connection (hours)."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT set_config('idle_in_transaction_session_timeout', %s, true)",
+                [f"{int(unit_lease().total_seconds() * 1000)}ms"],
+            )
+
+
 def _unit_succeed(unit: JobUnit, stats: dict[str, Any], *, db_errors: list[str] = ()) -> None:
     now = timezone.now()
     retried = (
         f"recorded after {len(db_errors)} database error(s) ({db_errors[-1]})" if db_errors else ""
     )
     with transaction.atomic():
+        lock_holder_guard()
         job = Job.objects.select_for_update().get(pk=unit.job_id)
         done = (
             JobUnit.objects.filter(pk=unit.pk, state=UnitState.RUNNING, attempts=unit.attempts)
@@ -372,6 +386,7 @@ def _unit_succeed(unit: JobUnit, stats: dict[str, Any], *, db_errors: list[str] 
 def _unit_fail(unit: JobUnit, error: str, trace: str) -> None:
     now = timezone.now()
     with transaction.atomic():
+        lock_holder_guard()
         job = Job.objects.select_for_update().get(pk=unit.job_id)
         # Only the claim's owner records its failure: a worker cut off past its lease
         # whose unit runs again elsewhere (attempts moved on) fails nothing.

@@ -1,8 +1,13 @@
 """Reads for the ops app."""
 
-from django.db.models import QuerySet
+from datetime import timedelta
 
-from webapp.ops.models import Heartbeat
+from django.conf import settings
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from webapp.jobs.models import JobUnit, UnitState
+from webapp.ops.models import Heartbeat, WorkerBeat
 
 
 def heartbeat_recent(*, limit: int = 10) -> QuerySet[Heartbeat]:
@@ -12,14 +17,6 @@ def heartbeat_recent(*, limit: int = 10) -> QuerySet[Heartbeat]:
 def workers_live(*, within_seconds: int | None = None) -> list[dict]:
     """The workers that signed in lately, newest first, each with the units it is running
     now (``JobUnit.worker`` is the same name@host) and whether it is still beating."""
-    from datetime import timedelta
-
-    from django.conf import settings
-    from django.utils import timezone
-
-    from webapp.jobs.models import JobUnit, UnitState
-    from webapp.ops.models import WorkerBeat
-
     interval = max(float(getattr(settings, "SHARDYARD_WORKER_BEAT", 10)), 1.0)
     now = timezone.now()
     horizon = now - timedelta(seconds=within_seconds or 24 * 3600)

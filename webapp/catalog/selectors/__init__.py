@@ -1,71 +1,83 @@
 """The catalog's read model: one module per entity, each read returning plain data (dicts
-and dataclasses of rows) in a fixed number of queries whatever the number of shards, runs
-or files (tests assert the counts). No HTTP here: a missing row raises ``NotFound``, which
+of values and the rows they read) in a fixed number of queries whatever the number of
+shards, runs or files (tests assert the counts). No HTTP here: a missing row raises ``NotFound``, which
 pages and the API answer with 404; pages turn the data into contexts and charts
 (``webapp.dashboard``), the API into JSON (``webapp.api``). Reads never write: the
-services are ``webapp.catalog.services``."""
+services are ``webapp.catalog.services``.
 
-from webapp.catalog.selectors.audit import AUDIT_RUNS, audit_search
-from webapp.catalog.selectors.common import NotFound, page_of, paged, runs_with_taint
+The names below are the read model's surface; each module documents the rest."""
+
+from webapp.catalog.selectors.audit import audit_search
+from webapp.catalog.selectors.common import NotFound
 from webapp.catalog.selectors.flags import (
-    TAINT_TARGETS,
     flag_detail,
     flag_first_sample,
-    flag_read,
     flag_read_text,
     flag_recent,
-    flag_run_reads,
     run_flag_reads,
-    taint_describe,
+    segment_flagged,
     tainted_runs,
 )
-from webapp.catalog.selectors.mixtures import builder_pools, mixture_draft_predict, mixture_names
-from webapp.catalog.selectors.overview import overview_counts
-from webapp.catalog.selectors.pools import pool_detail, pool_list, pool_properties, pool_quality
+from webapp.catalog.selectors.lineage import run_lineage, version_lineage
+from webapp.catalog.selectors.mixtures import (
+    builder_pools,
+    export_file,
+    mixture_detail,
+    mixture_draft_predict,
+    mixture_list,
+    mixture_names,
+    mixture_version_detail,
+    mixture_version_diff,
+    mixture_version_document,
+)
+from webapp.catalog.selectors.overview import overview, overview_counts
+from webapp.catalog.selectors.pools import pool_detail, pool_list
 from webapp.catalog.selectors.runs import (
-    RunLineage,
-    progress_reports,
-    run_lineage,
+    run_detail,
     run_list,
-    run_progress_reports,
+    run_loss_marks,
+    run_losses,
+    run_page,
+    run_segment_rows,
+    run_segments,
 )
 from webapp.catalog.selectors.shards import artifact_shards, shard_totals
-from webapp.catalog.selectors.sources import source_detail, source_list, source_runs, source_stats
+from webapp.catalog.selectors.sources import source_detail, source_list
 
 __all__ = [
-    "AUDIT_RUNS",
-    "TAINT_TARGETS",
     "NotFound",
-    "RunLineage",
     "artifact_shards",
     "audit_search",
     "builder_pools",
+    "export_file",
     "flag_detail",
     "flag_first_sample",
-    "flag_read",
     "flag_read_text",
     "flag_recent",
-    "flag_run_reads",
+    "mixture_detail",
     "mixture_draft_predict",
+    "mixture_list",
     "mixture_names",
+    "mixture_version_detail",
+    "mixture_version_diff",
+    "mixture_version_document",
+    "overview",
     "overview_counts",
-    "page_of",
-    "paged",
     "pool_detail",
     "pool_list",
-    "pool_properties",
-    "pool_quality",
-    "progress_reports",
+    "run_detail",
     "run_flag_reads",
     "run_lineage",
     "run_list",
-    "run_progress_reports",
-    "runs_with_taint",
+    "run_loss_marks",
+    "run_losses",
+    "run_page",
+    "run_segment_rows",
+    "run_segments",
     "shard_totals",
     "source_detail",
+    "segment_flagged",
     "source_list",
-    "source_runs",
-    "source_stats",
-    "taint_describe",
     "tainted_runs",
+    "version_lineage",
 ]

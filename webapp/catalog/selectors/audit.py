@@ -62,7 +62,7 @@ def audit_search(*, source: str, file_path: str = "", document_id: int | None = 
     }
 
 
-def audit_document_ids(
+def _document_ids(
     *, tokenized: TokenizedSource, file_path: str | None = None, document_ids=None
 ) -> set[int]:
     """The documents of ``tokenized`` an audit asks about: ``document_ids``, or the
@@ -83,9 +83,9 @@ def _pool_holds(
         if ts.source_id != source_id:
             continue
         if document_id is not None:
-            ids = audit_document_ids(tokenized=ts, document_ids=[document_id])
+            ids = _document_ids(tokenized=ts, document_ids=[document_id])
         else:
-            ids = audit_document_ids(tokenized=ts, file_path=file.path)
+            ids = _document_ids(tokenized=ts, file_path=file.path)
         if not ids:
             continue
         try:

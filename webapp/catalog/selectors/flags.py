@@ -17,12 +17,13 @@ from webapp.catalog.models import (
     MixtureComponent,
     MixtureVersion,
     Pool,
+    RunSegment,
     Taint,
     TokenizedSource,
     TrainingRun,
 )
 from webapp.catalog.selectors.common import get_or_not_found
-from webapp.catalog.selectors.runs import progress_reports
+from webapp.catalog.selectors.runs import progress_reports, run_segments, runs_segments
 
 # Every relation taint_describe reads, fetched with the taint.
 TAINT_TARGETS = (
@@ -141,19 +142,20 @@ def tainted_runs() -> QuerySet[TrainingRun]:
 
 # --- per-step lineage -------------------------------------------------------------------
 
-# (flag, mixture version) -> first training sample holding a flagged document (None:
-# none). Both rows are immutable once written, so the answer never changes.
+# (flag, mixture version) -> per pool index of the version's manifest, which records hold
+# a flagged document; the first flagged sample; flagged samples in a prefix. The rows are
+# immutable once written, so the answers never change.
+_FLAGGED_RECORDS: dict[tuple[int, int], dict] = {}
 _FIRST_FLAGGED: dict[tuple[int, int], int | None] = {}
+_FLAGGED_COUNTS: dict[tuple[int, int, int | None], int] = {}
 
 
-def flag_first_sample(*, flag: Flag, version: MixtureVersion) -> int | None:
-    """The first training sample of ``version`` whose record holds a document ``flag``
-    names: the flag's documents -> their rows in each pool of the version
-    (``documents.parquet``) -> the records holding them (segment arrays) -> the first
-    sample of the schedule reading one (``shardcore.lineage``)."""
+def _flagged_masks(*, flag: Flag, version: MixtureVersion) -> dict:
+    """The flag's documents -> their rows in each pool of the version
+    (``documents.parquet``) -> per pool, the records holding them (segment arrays)."""
     key = (flag.pk, version.pk)
-    if key in _FIRST_FLAGGED:
-        return _FIRST_FLAGGED[key]
+    if key in _FLAGGED_RECORDS:
+        return _FLAGGED_RECORDS[key]
     manifest = read_manifest(version.path)
     index = {p.get("fingerprint"): i for i, p in enumerate(manifest["pools"])}
     pools = Pool.objects.filter(components__version=version).distinct()
@@ -175,24 +177,72 @@ def flag_first_sample(*, flag: Flag, version: MixtureVersion) -> int | None:
             masks[index[pool.fingerprint]] = core.flagged_records(
                 manifest["pools"][index[pool.fingerprint]]["path"], np.concatenate(rows)
             )
-    first = core.first_sample(version.path, masks)
-    _FIRST_FLAGGED[key] = first
-    return first
+    _FLAGGED_RECORDS[key] = masks
+    return masks
 
 
-def flag_read(*, flag: Flag, version: MixtureVersion, reports: list[tuple[int, int]]) -> dict:
-    """When a run of ``version`` with progress ``reports`` ((step, consumed samples))
-    first read a document ``flag`` names: ``{flag, first_sample, read, step, exact,
-    after_step, by_step}``; ``read: False`` with the run's current ``consumed_samples`` and
-    ``step``; ``never: True`` when no sample of the version reads one; ``error`` when the
-    version has no readable schedule. Assumes the trainer reads in Shardyard's order."""
+def flag_first_sample(*, flag: Flag, version: MixtureVersion) -> int | None:
+    """The first training sample of ``version`` whose record holds a document ``flag``
+    names: the flag's documents -> their rows in each pool of the version
+    (``documents.parquet``) -> the records holding them (segment arrays) -> the first
+    sample of the schedule reading one (``shardcore.lineage``)."""
+    key = (flag.pk, version.pk)
+    if key not in _FIRST_FLAGGED:
+        masks = _flagged_masks(flag=flag, version=version)
+        _FIRST_FLAGGED[key] = core.first_sample(version.path, masks)
+    return _FIRST_FLAGGED[key]
+
+
+def segment_flagged(*, flag: Flag, segment: RunSegment) -> dict:
+    """What one segment of a run holds of ``flag``'s documents: the version's samples the
+    run reads there ([0, its length); an open segment reads to the version's end), how
+    many of them read a flagged record, and the first, in the run's sample numbering
+    (None: none)."""
+    version = segment.mixture_version
+    stop = None if segment.end_sample is None else segment.end_sample - segment.first_sample
+    first = flag_first_sample(flag=flag, version=version)
+    if first is None or (stop is not None and first >= stop):
+        return {"version": version.pk, "flagged_samples": 0, "first_sample": None}
+    key = (flag.pk, version.pk, stop)
+    if key not in _FLAGGED_COUNTS:
+        _FLAGGED_COUNTS[key] = core.flagged_samples(
+            version.path, _flagged_masks(flag=flag, version=version), stop=stop
+        )[0]
+    return {
+        "version": version.pk,
+        "flagged_samples": _FLAGGED_COUNTS[key],
+        "first_sample": segment.first_sample + first,
+    }
+
+
+def flag_read(
+    *,
+    flag: Flag,
+    version: MixtureVersion | None = None,
+    reports: list[tuple[int, int]],
+    segments: list[RunSegment] | None = None,
+) -> dict:
+    """When a run of ``version`` (or of ``segments``, the versions a run switched between)
+    with progress ``reports`` ((step, consumed samples)) first read a document ``flag``
+    names: ``{flag, first_sample, read, step, exact, after_step, by_step, segments}``;
+    ``read: False`` with the run's current ``consumed_samples`` and ``step``; ``never:
+    True`` when no sample the run reads holds one; ``error`` when a version has no
+    readable schedule. ``segments`` says per segment how many of the samples it reads are
+    flagged and the first (run numbering). Assumes the trainer reads in Shardyard's order."""
+    if segments is None:
+        segments = [RunSegment(mixture_version=version, index=0, first_sample=0, first_step=1)]
     row: dict[str, Any] = {"flag": flag, "first_sample": None, "read": False, "never": False}
     try:
-        first = flag_first_sample(flag=flag, version=version)
+        parts = [segment_flagged(flag=flag, segment=g) for g in segments]
     except (ShardcoreError, OSError, KeyError, ValueError) as e:
         return {**row, "error": f"no schedule to read: {e}"}
-    if first is None:
+    for g, part in zip(segments, parts, strict=True):
+        part.update(segment=g.index, from_sample=g.first_sample, to_sample=g.end_sample)
+    row["segments"] = parts
+    firsts = [p["first_sample"] for p in parts if p["first_sample"] is not None]
+    if not firsts:
         return {**row, "never": True}
+    first = min(firsts)
     return {**row, "first_sample": first, **core.step_of_sample(first, reports)}
 
 
@@ -220,18 +270,21 @@ def run_flag_reads(*, run: TrainingRun, flag_ids: list[int] | None = None) -> li
     if flag_ids is not None:
         taints = taints.filter(flag_id__in=flag_ids)
     reports = progress_reports([run]).get(run.pk, [])
-    version = run.mixture_version
+    segments = run_segments(run=run)
     rows = [
-        flag_read(flag=t.flag, version=version, reports=reports) for t in taints.order_by("flag_id")
+        flag_read(flag=t.flag, reports=reports, segments=segments)
+        for t in taints.order_by("flag_id")
     ]
     return [{**r, "text": flag_read_text(r)} for r in rows]
 
 
 def flag_run_reads(*, flag: Flag, runs: list[TrainingRun]) -> dict[int, dict]:
-    """``flag_read`` for each of ``runs`` (with ``mixture_version`` loaded): one query
-    for all their reports, one schedule scan per mixture version."""
+    """``flag_read`` for each of ``runs`` (with ``mixture_version`` loaded), over the
+    versions each read: one query for all their reports, one for their segments, one
+    schedule scan per mixture version."""
     reports = progress_reports(runs)
+    segments = runs_segments(runs)
     return {
-        r.pk: flag_read(flag=flag, version=r.mixture_version, reports=reports.get(r.pk, []))
+        r.pk: flag_read(flag=flag, reports=reports.get(r.pk, []), segments=segments[r.pk])
         for r in runs
     }

@@ -1,11 +1,221 @@
-"""Mixtures and their versions: the builder's pools and its prediction for a draft."""
+"""Mixtures and their versions: a page of mixtures, a mixture's versions, a version with
+its components, built schedule, runs and exports, two versions side by side, a version as
+a JSON document, an export's file; the builder's pools and its prediction for a draft."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from django.core.cache import cache
+from django.db.models import Count, Max
+
+from shardcore import quality
+from shardcore.errors import ManifestError, ShardcoreError
+from shardcore.manifest import read_manifest
 from webapp.catalog import builder
-from webapp.catalog.models import ArtifactStatus, Mixture, Pool
+from webapp.catalog.models import ArtifactStatus, Export, Mixture, MixtureVersion, Pool
+from webapp.catalog.selectors.common import NotFound, get_or_not_found, runs_with_taint
+from webapp.catalog.selectors.lineage import version_lineage
+from webapp.catalog.selectors.pools import pool_properties
+from webapp.paging import page_of
 
 BUILDER_POOLS = 500
+
+
+def mixture_list(*, page=1) -> dict:
+    """A page of mixtures by name, each with ``num_versions`` and its ``latest`` number."""
+    qs = Mixture.objects.annotate(
+        num_versions=Count("versions"), latest=Max("versions__number")
+    ).order_by("name")
+    return page_of(qs, page)
+
+
+def mixture_detail(*, mixture_id: int) -> dict:
+    """A mixture and its newest 50 versions, each with ``num_runs``."""
+    mixture = get_or_not_found(Mixture.objects.all(), "mixture", pk=mixture_id)
+    versions = list(
+        mixture.versions.annotate(num_runs=Count("runs")).defer("params").order_by("-number")[:50]
+    )
+    return {"mixture": mixture, "versions": versions}
+
+
+def mixture_version_detail(*, version_id: int, by: str = "") -> dict:
+    """A version: its ``components`` (by stage and weight), its ``lineage``
+    (``lineage.version_lineage``), whether it is ``tainted``, its newest 50 ``runs``
+    (marked ``tainted``), its ``exports`` and whether a materialized copy is ready or under
+    way, its ``schedule`` (``version_schedule``; None when not built), its ``quality``
+    (``version_quality``, samples labelled by pool or by the property ``by``) and the
+    ``properties`` every one of its pools has (what ``by`` may be)."""
+    version = get_or_not_found(
+        MixtureVersion.objects.select_related("mixture", "job", "created_by"),
+        "mixture version",
+        pk=version_id,
+    )
+    lineage = version_lineage(version=version)
+    exports = list(version.exports.order_by("format", "-created_at"))
+    components = lineage["components"]
+    properties = version_properties(components=components)
+    if by and by != "pool" and by not in properties:
+        report = {"error": f"not every pool of this version has the property {by!r}; "
+                           f"choose pool or one of {', '.join(properties) or 'none'}"}  # fmt: skip
+    else:
+        report = version_quality(version=version, by=by)
+    return {
+        "version": version,
+        "components": components,
+        "lineage": lineage,
+        "tainted": f"mv:{version.pk}" in lineage["tainted"],
+        "runs": runs_with_taint(list(version.runs.order_by("-created_at")[:50])),
+        "exports": exports,
+        # One materialized copy per version: the Launch button goes once one is under way.
+        "materialized": any(
+            e.format == "materialized" and e.status in ("ready", "building") for e in exports
+        ),
+        "schedule": version_schedule(version=version, components=components),
+        "quality": report,
+        "properties": properties,
+    }
+
+
+def version_properties(*, components) -> list[str]:
+    """The document properties every pool of the version has (a sample is labelled by its
+    record's main document), in the first pool's order."""
+    pools = list({c.pool_id: c.pool for c in components}.values())
+    if not pools:
+        return []
+    common = set.intersection(*(set(pool_properties(pool=p)) for p in pools))
+    return [name for name in pool_properties(pool=pools[0]) if name in common]
+
+
+def version_schedule(*, version: MixtureVersion, components) -> dict | None:
+    """The version's built schedule (its manifest): ``pools``, per pool in the manifest's
+    order its catalog ``pool`` name, ``tokens`` and ``epochs``; ``stages`` (place, length
+    and samples per pool); ``names``, the schedule's pool keys -> catalog names. None when
+    the schedule is not built."""
+    if not version.path:
+        return None
+    try:
+        manifest = read_manifest(version.path)
+    except (ManifestError, OSError):
+        return None
+    by_path = {c.pool.path: c.pool.name for c in components}
+    names = {p["key"]: by_path.get(p["path"], p["key"]) for p in manifest["pools"]}
+    pools = [
+        {"pool": names[p["key"]], "tokens": int(p["tokens"]), "epochs": float(p["epochs"])}
+        for p in manifest["pools"]
+    ]
+    return {"pools": pools, "stages": manifest.get("stages") or [], "names": names}
+
+
+def version_quality(*, version: MixtureVersion, by: str = "") -> dict:
+    """The version's schedule quality (``shardcore.quality.mixture_quality``), samples
+    labelled by pool as its build recorded it (``params["quality"]``), or by the property
+    ``by``, else measured from its files (cached by fingerprint: a built schedule never
+    changes); ``{"error": ...}`` when it cannot be measured; empty for a version not
+    built."""
+    by = "" if by == "pool" else by
+    report = None if by else (version.params or {}).get("quality")
+    if report is not None or not version.path or version.status != ArtifactStatus.READY:
+        return report or {}
+    key = f"dash:version-quality:v2:{version.pk}:{version.fingerprint}:{by}"
+    report = cache.get(key)
+    if report is None:
+        try:
+            report = quality.mixture_quality(version.path, by=by or "pool")
+        except (ShardcoreError, OSError, ValueError) as exc:
+            report = {"error": f"no quality measured: {exc}"}
+        cache.set(key, report, timeout=7 * 24 * 3600)
+    return report
+
+
+def mixture_version_diff(*, a_id: int, b_id: int) -> dict:
+    """Two versions side by side: ``settings`` (label, a, b) and ``rows``, per (stage,
+    pool), the share of its stage, the tokens and epochs each built schedule gives it and
+    the ``change`` (added, removed, changed, same)."""
+    a, b = (
+        get_or_not_found(MixtureVersion.objects.select_related("mixture"), "mixture version", pk=pk)
+        for pk in (a_id, b_id)
+    )
+    fa, fb = _diff_facts(a), _diff_facts(b)
+    rows = []
+    for key in sorted(set(fa) | set(fb), key=lambda k: (k[0] != "main", k)):
+        x, y = fa.get(key), fb.get(key)
+        change = "added" if x is None else "removed" if y is None else (
+            "changed" if abs(x["share"] - y["share"]) > 1e-9 or x["tokens"] != y["tokens"]
+            else "same"
+        )  # fmt: skip
+        rows.append({"stage": key[0], "pool": key[1], "a": x, "b": y, "change": change,
+                     "pool_id": (x or y)["pool_id"]})  # fmt: skip
+    settings_rows = [
+        (label, getattr(a, f), getattr(b, f))
+        for label, f in (("token budget", "token_budget"), ("samples", "num_samples"),
+                         ("seed", "seed"), ("fingerprint", "fingerprint"))
+    ]  # fmt: skip
+    settings_rows.append(("order", a.params.get("order", "blend") if a.params else "blend",
+                          b.params.get("order", "blend") if b.params else "blend"))  # fmt: skip
+    return {"a": a, "b": b, "rows": rows, "settings": settings_rows}
+
+
+def _diff_facts(v: MixtureVersion) -> dict:
+    comps = list(v.components.select_related("pool").order_by("id"))
+    built = version_schedule(version=v, components=comps)
+    tokens = {r["pool"]: r for r in built["pools"]} if built else {}
+    stage_weight: dict[str, float] = {}
+    for c in comps:
+        stage_weight[c.stage or "main"] = stage_weight.get(c.stage or "main", 0) + c.weight
+    out = {}
+    for c in comps:
+        stage = c.stage or "main"
+        row = tokens.get(c.pool.name, {})
+        out[(stage, c.pool.name)] = {
+            "share": c.weight / (stage_weight[stage] or 1),
+            "tokens": row.get("tokens"),
+            "epochs": row.get("epochs"),
+            "pool_id": c.pool_id,
+        }
+    return out
+
+
+def mixture_version_document(*, version_id: int) -> dict:
+    """A mixture version as a self-contained JSON document (the "JSON" export)."""
+    v = get_or_not_found(
+        MixtureVersion.objects.select_related("mixture"), "mixture version", pk=version_id
+    )
+    comps = v.components.select_related("pool").order_by("stage", "id")
+    return {
+        "mixture": v.mixture.name,
+        "number": v.number,
+        "fingerprint": v.fingerprint,
+        "token_budget": v.token_budget,
+        "seed": v.seed,
+        "num_samples": v.num_samples,
+        "status": v.status,
+        "params": v.params,
+        "components": [
+            {
+                "pool": c.pool.name,
+                "pool_id": c.pool_id,
+                "pool_fingerprint": c.pool.fingerprint,
+                "pool_path": c.pool.path,
+                "weight": c.weight,
+                "stage": c.stage,
+                "epochs": c.epochs,
+            }
+            for c in comps
+        ],
+    }
+
+
+def export_file(*, export_id: int) -> Path:
+    """The file of a ready export; NotFound for anything else (a materialized copy is a
+    directory of shards and is read in place, not downloaded)."""
+    export = get_or_not_found(
+        Export.objects.filter(status=ArtifactStatus.READY), "ready export", pk=export_id
+    )
+    path = Path(export.path)
+    if not path.is_file():
+        raise NotFound(f"export {export.pk} is not a downloadable file")
+    return path
 
 
 def builder_pools() -> list[dict]:

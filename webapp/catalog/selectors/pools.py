@@ -8,14 +8,23 @@ import logging
 import numpy as np
 import pyarrow.parquet as pq
 from django.core.cache import cache
+from django.db.models import Count
 
 from shardcore import props, quality
 from shardcore.errors import ShardcoreError
 from shardcore.pool import PoolReader
 from shardcore.shuffle import SHUFFLES
-from webapp.catalog.models import MixtureVersion, Pool, TokenizedSource
-from webapp.catalog.selectors.common import get_or_not_found, page_of
+from webapp.catalog.models import (
+    MixtureComponent,
+    MixtureVersion,
+    Pool,
+    RunLoss,
+    TokenizedSource,
+    TrainingRun,
+)
+from webapp.catalog.selectors.common import get_or_not_found
 from webapp.catalog.selectors.shards import artifact_shards, shard_totals
+from webapp.paging import page_of
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +62,70 @@ def pool_detail(*, pool_id: int, by: str = "") -> dict:
         "versions": versions,
         "taints": list(pool.taints.select_related("flag")[:20]),
         "quality": pool_quality(pool=pool, by=by),
+        "training": pool_training(pool=pool),
     }
+
+
+TRAINING_RUNS = 6
+TRAINING_POINTS = 5000
+
+
+def pool_training(*, pool: Pool) -> list[dict]:
+    """Training loss of the runs that read this pool, or another pool of the same
+    documents (the same tokenized sources and seq_len, another shuffle), alone and in
+    pool order (their version's only component; the newest TRAINING_RUNS): per run its
+    pool, its training loss per step and where each shard of its pool starts, in steps
+    (records / samples per step, from the run's latest progress report). The loss bumps
+    of a shard-local shuffle show against the exact shuffle. A bounded number of queries."""
+    parents = sorted(pool.parents.values_list("pk", flat=True))
+    siblings = [
+        p
+        for p in Pool.objects.filter(
+            parents__in=parents, seq_len=pool.seq_len, split=Pool.Split.TRAIN
+        ).distinct()
+        if sorted(p.parents.values_list("pk", flat=True)) == parents
+    ]
+    alone = (
+        MixtureComponent.objects.filter(pool__in=siblings)
+        .values("version_id")
+        .annotate(n=Count("id"))
+    )
+    single = {
+        c.version_id: c.pool
+        for c in MixtureComponent.objects.filter(
+            version_id__in=[v["version_id"] for v in alone if v["n"] == 1]
+        ).select_related("pool")
+    }
+    runs = list(
+        TrainingRun.objects.filter(mixture_version_id__in=list(single), losses__split="train")
+        .distinct()
+        .order_by("-created_at")[:TRAINING_RUNS]
+    )
+    losses: dict[int, list[tuple[int, float]]] = {}
+    for run_id, step, loss in (
+        RunLoss.objects.filter(run__in=runs, split="train")
+        .order_by("run_id", "step")
+        .values_list("run_id", "step", "loss")[: TRAINING_POINTS * max(len(runs), 1)]
+    ):
+        losses.setdefault(run_id, []).append((step, loss))
+    out = []
+    for run in runs:
+        p = single[run.mixture_version_id]
+        per_step = run.consumed_samples / run.last_step if run.last_step else 0
+        try:
+            cumulative = PoolReader(p.path).manifest["cumulative_records"]
+        except (ShardcoreError, OSError, KeyError):
+            cumulative = []
+        out.append(
+            {
+                "run": run,
+                "pool": p,
+                "steps": [s for s, _ in losses.get(run.pk, [])],
+                "loss": [x for _, x in losses.get(run.pk, [])],
+                "shard_steps": [c / per_step for c in cumulative[1:-1]] if per_step else [],
+            }
+        )
+    return out
 
 
 def pool_properties(*, pool: Pool) -> list[str]:
@@ -69,7 +141,7 @@ def pool_properties(*, pool: Pool) -> list[str]:
 # --- shuffle quality --------------------------------------------------------------------
 
 QUALITY_MAX_DOCUMENTS = 1_000_000  # beyond this a pool is not measured (no report)
-SHUFFLES_COMPARED = ("exact", "grid", "local", "buffer")
+SHUFFLES_COMPARED = tuple(SHUFFLES)
 
 
 def pool_quality(*, pool, by: str = "") -> dict:

@@ -1,16 +1,18 @@
 """Sources: a page of sources; a source with its files, bad files, tokenized versions,
-flags and the composition of its newest tokenized version; the runs that used it."""
+flags and the composition of its newest tokenized version (the runs that used it:
+``audit.audit_search``)."""
 
 from __future__ import annotations
 
 import logging
 
 from django.core.cache import cache
-from django.db.models import Count, QuerySet
+from django.db.models import Count
 
 from shardcore.tokenized import property_stats
-from webapp.catalog.models import ArtifactStatus, Source, TokenizedSource, TrainingRun
-from webapp.catalog.selectors.common import get_or_not_found, page_of
+from webapp.catalog.models import ArtifactStatus, Source, TokenizedSource
+from webapp.catalog.selectors.common import get_or_not_found
+from webapp.paging import page_of
 
 log = logging.getLogger(__name__)
 
@@ -71,13 +73,3 @@ def source_stats(*, tokenized: TokenizedSource | None, metadata_fields) -> dict:
         return empty
     cache.set(key, stats, timeout=24 * 3600)
     return stats
-
-
-def source_runs(*, source_id: int) -> QuerySet[TrainingRun]:
-    """Which runs used this source (through any tokenized source, pool and version)."""
-    return (
-        TrainingRun.objects.filter(mixture_version__components__pool__parents__source_id=source_id)
-        .select_related("mixture_version__mixture")
-        .distinct()
-        .order_by("-created_at")
-    )

@@ -14,6 +14,7 @@ from webapp.catalog.models import (
     Flag,
     MixtureVersion,
     Pool,
+    RunSegment,
     Source,
     SourceFile,
     Taint,
@@ -95,8 +96,7 @@ def flag_propagate(*, flag_id: int) -> int:
                 hit_versions[version.pk] = n
                 taints.append(Taint(flag=flag, mixture_version=version, documents=n))
     if hit_versions:
-        for run in TrainingRun.objects.filter(mixture_version__in=list(hit_versions)):
-            taints.append(Taint(flag=flag, run=run, documents=hit_versions[run.mixture_version_id]))
+        taints += _run_taints(flag, hit_versions)
         # A materialized copy holds the tokens itself (configs only name the pools' files).
         for export in Export.objects.filter(
             version__in=list(hit_versions),
@@ -110,6 +110,38 @@ def flag_propagate(*, flag_id: int) -> int:
         Taint.objects.filter(flag=flag).delete()
         Taint.objects.bulk_create(taints)
     return len(taints)
+
+
+def _run_taints(flag: Flag, hit_versions: dict[int, int]) -> list[Taint]:
+    """The runs that read a flagged document of a tainted version. A run that never
+    switched reads its whole version (tainted as its version is); a run that switched
+    read only a stretch of each earlier version, tainted when a flagged sample lies in
+    it (``shardcore.lineage`` over the schedule), and its current version from the switch
+    to the end. ``documents``: the most a tainted version of the run holds."""
+    from webapp.catalog.selectors import segment_flagged
+
+    hit = list(hit_versions)
+    out: dict[int, Taint] = {}
+    switched = set(
+        RunSegment.objects.filter(mixture_version__in=hit).values_list("run_id", flat=True)
+    ) | set(
+        RunSegment.objects.filter(run__mixture_version__in=hit).values_list("run_id", flat=True)
+    )
+    for run in TrainingRun.objects.filter(mixture_version__in=hit).exclude(pk__in=switched):
+        out[run.pk] = Taint(flag=flag, run=run, documents=hit_versions[run.mixture_version_id])
+    segments = RunSegment.objects.filter(run_id__in=switched, mixture_version__in=hit)
+    for g in segments.select_related("mixture_version", "run"):
+        if (
+            g.end_sample is not None
+            and segment_flagged(flag=flag, segment=g)["first_sample"] is None
+        ):
+            continue  # the run stopped reading this version before its first flagged sample
+        n = hit_versions[g.mixture_version_id]
+        if g.run_id in out:
+            out[g.run_id].documents = max(out[g.run_id].documents, n)
+        else:
+            out[g.run_id] = Taint(flag=flag, run=g.run, documents=n)
+    return list(out.values())
 
 
 def taint_refresh(*, source_ids: Iterable[int] | None = None) -> int:

@@ -79,12 +79,15 @@ def mixture_version_create(
     max_repetitions: float = 4.0,
     order_options: dict[str, Any] | None = None,
     note: str = "",
+    continues: dict[str, Any] | None = None,
     created_by=None,
 ) -> MixtureVersion:
     """``mixture_version_build`` from a list of components: {"pool": id, "weight": w,
     "stage": s}, weights being token shares within their stage (normalized); stage "" or
     "main" is the main stage, any other stage needs its token count in ``stages``
-    ([{"name", "tokens"}], in training order)."""
+    ([{"name", "tokens"}], in training order). ``continues``
+    (``shardcore.mixture.continuation``) makes a version that a run switches to
+    mid-training (``runs.run_switch``)."""
     from shardcore.errors import ShardcoreError
     from shardcore.mixture import MixtureSpec
 
@@ -117,6 +120,7 @@ def mixture_version_create(
                     for name, tokens in stage_tokens.items()
                     if name in by_stage
                 ],
+                **({} if continues is None else {"continues": continues}),
             }
         )
     except ShardcoreError as exc:
@@ -262,6 +266,10 @@ def mixture_version_build(
 
 
 MAIN = "main"
+
+
+def _stage_name(stage: str | None) -> str:
+    return stage or MAIN
 
 
 def _pool_id(key: str) -> int:

@@ -11,7 +11,7 @@ import numpy as np
 from django.db import transaction
 from django.utils import timezone
 
-from webapp.catalog.errors import CatalogError, RunPermissionError
+from webapp.catalog.errors import CatalogError, RunPermissionError, RunSwitchedError
 from webapp.catalog.models import (
     ArtifactStatus,
     MixtureComponent,
@@ -19,6 +19,7 @@ from webapp.catalog.models import (
     Pool,
     RunLoss,
     RunProgress,
+    RunSegment,
     Source,
     Taint,
     TrainingRun,
@@ -26,7 +27,13 @@ from webapp.catalog.models import (
 from webapp.catalog.services.common import (
     checked_name,
 )
-from webapp.catalog.services.mixtures import version_built
+from webapp.catalog.services.flags import taint_refresh
+from webapp.catalog.services.mixtures import (
+    _stage_name,
+    mixture_version_create,
+    version_built,
+    version_source_ids,
+)
 
 
 def run_register(
@@ -75,7 +82,11 @@ def run_register(
         )
         if not created and created_by is not None and not may_write_run(created_by, run):
             raise RunPermissionError(f"run {name!r} exists already and belongs to another user")
-        if not created and run.mixture_version_id != version.pk:
+        if (
+            not created
+            and run.mixture_version_id != version.pk
+            and not run.segments.filter(mixture_version=version).exists()
+        ):
             raise CatalogError(
                 f"run {name!r} exists already, on mixture version {run.mixture_version_id}"
             )
@@ -101,6 +112,7 @@ def run_progress_record(
     step: int,
     consumed_samples: int | None = None,
     consumed_tokens: int | None = None,
+    mixture_version: int | None = None,
     actor=None,
 ) -> TrainingRun:
     """Record the run's position at ``step`` (``POST /api/runs/{id}/progress/``, called by
@@ -113,6 +125,11 @@ def run_progress_record(
     fewer samples than an earlier one, an earlier step never more); anything else is a
     CatalogError naming the field, never recorded. ``actor`` (the API's user) must own the
     run, belong to its team or be an admin (RunPermissionError); None is an operator.
+    After a switch of version the run's samples go on counting from where it switched: a
+    report is bounded by the current segment's first sample plus its version's size.
+    ``mixture_version``, the version the trainer read up to this report, is checked
+    against the run's segments: a report that read the old version past the switch is
+    refused with RunSwitchedError.
 
     At most three statements: one locks the run and reads everything the checks need
     (the version's seq_len and size, the actor's team membership, whether the step is
@@ -144,6 +161,12 @@ def run_progress_record(
                 version_budget=F("mixture_version__token_budget"),
                 in_team=Exists(member),
                 step_recorded=Exists(RunProgress.objects.filter(run_id=OuterRef("pk"), step=step)),
+                # The run's sample where its current version starts (None: it never switched).
+                segment_start=Subquery(
+                    RunSegment.objects.filter(
+                        run_id=OuterRef("pk"), end_sample__isnull=True
+                    ).values("first_sample")[:1]
+                ),
             )
             .get(pk=run_id)
         )
@@ -156,7 +179,10 @@ def run_progress_record(
             seq_len=run.version_seq_len or 0,
             num_samples=run.version_samples or 0,
             token_budget=run.version_budget or 0,
+            first_sample=run.segment_start or 0,
         )
+        if mixture_version is not None:
+            _read_version_check(run, mixture_version, consumed_samples)
         if run.step_recorded:
             return run
         now = timezone.now()
@@ -182,6 +208,41 @@ def run_progress_record(
     return run
 
 
+def _read_version_check(run: TrainingRun, version_id: int, samples: int) -> None:
+    """Refuse a report whose trainer read ``version_id`` up to ``samples`` where the run's
+    segments say another version (it switched before)."""
+    segments = _segments(run)
+    last = max(samples - 1, 0)
+    here = next(g for g in reversed(segments) if g.first_sample <= last or g is segments[0])
+    starts_here = any(
+        g.first_sample == samples and g.mixture_version_id == version_id for g in segments
+    )
+    if here.mixture_version_id == version_id or starts_here:
+        return
+    if not any(g.mixture_version_id == version_id for g in segments):
+        raise CatalogError(
+            f"mixture_version: run {run.name} never read mixture version {version_id}; "
+            f"it reads {', '.join(str(g.mixture_version_id) for g in segments)}"
+        )
+    raise RunSwitchedError(
+        f"mixture_version: run {run.name} switched to mixture version "
+        f"{here.mixture_version_id} at sample {here.first_sample} (after step "
+        f"{here.first_step - 1}); this report read version {version_id} up to sample "
+        f"{samples}. Resume from the checkpoint at step {here.first_step - 1} and read the "
+        f"run's segments (GET /api/runs/{run.pk}/)"
+    )
+
+
+def _segment_start(run_id: int) -> int:
+    """The run's sample where its current version starts (0 unless it switched)."""
+    return (
+        RunSegment.objects.filter(run_id=run_id, end_sample__isnull=True)
+        .values_list("first_sample", flat=True)
+        .first()
+        or 0
+    )
+
+
 BIGINT_MAX = 2**63 - 1
 
 
@@ -194,14 +255,22 @@ def _progress_check(
     seq_len: int,
     num_samples: int,
     token_budget: int,
+    first_sample: int = 0,
 ) -> tuple[int, int]:
     """(consumed samples, consumed tokens) of a report, or CatalogError naming the field."""
-    # The version's size bounds every count: its schedule's samples, else its budget.
+    # The version's size bounds every count: its schedule's samples, else its budget,
+    # after the samples the run read before it switched to this version.
     limit = num_samples or (-(-token_budget // seq_len) if seq_len and token_budget else 0)
     known = bool(limit)
+    limit += first_sample if known else 0
     if not known:
         limit = BIGINT_MAX // max(seq_len, 1)
     what = f"mixture version {run.mixture_version_id} ({limit} samples)" if known else "a bigint"
+    if known and first_sample:
+        what = (
+            f"the run's {limit} samples ({first_sample} before it switched to mixture "
+            f"version {run.mixture_version_id}, then its {limit - first_sample})"
+        )
     if step > limit:
         raise CatalogError(
             f"step: {step} is beyond {what}; a step reads at least one sample of the version"
@@ -295,6 +364,8 @@ def run_losses_record(
     limit = version.num_samples or (
         -(-version.token_budget // seq_len) if seq_len and version.token_budget else 0
     )
+    if limit:
+        limit += _segment_start(run.pk)  # after a switch, the samples read before it
 
     def check_step(value: int, where: str) -> int:
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -314,8 +385,16 @@ def run_losses_record(
             raise CatalogError(f"{where}: {value} is not a finite loss >= 0")
         return value
 
-    # The pools a validation loss may name: the version's pools and their held-out slices.
-    comps = list(MixtureComponent.objects.filter(version=version).select_related("pool__val_pool"))
+    # The pools a validation loss may name: the pools of the versions the run read (its
+    # current one, and before a switch the earlier ones) and their held-out slices.
+    read = {version.pk} | set(
+        RunSegment.objects.filter(run=run).values_list("mixture_version", flat=True)
+    )
+    comps = list(
+        MixtureComponent.objects.filter(version__in=read)
+        .select_related("pool__val_pool")
+        .order_by("version_id", "id")
+    )
     by_id: dict[int, Pool] = {}
     for c in comps:
         by_id[c.pool.pk] = c.pool
@@ -333,7 +412,7 @@ def run_losses_record(
             raise CatalogError(f"{where}: give an object with pool and loss")
         pool_id = entry.get("pool")
         if isinstance(pool_id, bool) or not isinstance(pool_id, int) or pool_id not in by_id:
-            names = ", ".join(f"{c.pool.name} ({c.pool.pk})" for c in comps)
+            names = ", ".join(dict.fromkeys(f"{c.pool.name} ({c.pool.pk})" for c in comps))
             raise CatalogError(
                 f"{where}.pool: {pool_id!r} is not read by mixture version {version.pk}; "
                 f"its pools: {names}"
@@ -450,31 +529,154 @@ def run_mixture_proposal(
     }
 
 
+def _switch_weights(weights) -> dict[int, float]:
+    """``{pool id: weight}`` or ``[{"pool", "weight"}]`` -> {pool id: weight > 0}."""
+    pairs = (
+        list(weights.items())
+        if isinstance(weights, dict)
+        else [(w.get("pool"), w.get("weight")) for w in weights or [] if isinstance(w, dict)]
+    )
+    if not pairs:
+        raise CatalogError("weights: give the new weight of each pool")
+    out: dict[int, float] = {}
+    for i, (pool, weight) in enumerate(pairs):
+        try:
+            pool, weight = int(pool), float(weight)
+        except (TypeError, ValueError):
+            raise CatalogError(
+                f"weights[{i}]: {pool!r}: {weight!r} is not a pool id and a weight"
+            ) from None
+        if not (np.isfinite(weight) and weight > 0):
+            raise CatalogError(f"weights[{i}].weight: {weight} is not positive")
+        if pool in out:
+            raise CatalogError(f"weights[{i}].pool: pool {pool} is given twice")
+        out[pool] = weight
+    return out
+
+
+def run_switch(*, run_id: int, weights, note: str = "", actor=None) -> dict[str, Any]:
+    """Save new weights (say, the proposal) as a new version of the run's mixture that
+    continues from the run's resume position, and switch the run to it there.
+
+    The switch sample is the run's resume position (its last report's consumed samples).
+    The new version continues the version the run read up to it
+    (``shardcore.mixture.continuation``: each shared pool reads on from where the run left
+    it): its main stage is the rest of the stage the run is in, with ``weights``, then the
+    later stages of the old version unchanged; its budget is what the old version had left.
+    Its sample 0 is the run's switch sample. The run's segments record the switch (the old
+    version closed at that sample, the new one open from it, from the next step on), the
+    run reads the new version from then on, and the taint of both versions is refreshed.
+    A second switch before the run read anything of the first replaces it. Built through
+    ``mixture_version_create``. Saving a version needs the editor role."""
+    from shardcore.errors import ShardcoreError
+    from shardcore.manifest import read_manifest
+    from shardcore.mixture import continuation
+    from webapp.roles import has_role
+
+    if actor is not None and not has_role(actor, "editor"):
+        raise RunPermissionError("saving a version a run switches to needs the editor role")
+    weights = _switch_weights(weights)
+    with transaction.atomic():
+        run = TrainingRun.objects.select_for_update().get(pk=run_id)
+        segments = _segments(run)
+        at = int(run.consumed_samples)
+        kept = [g for g in segments if g.first_sample < at]
+        base = kept[-1] if kept else segments[0]
+        local = at - base.first_sample if kept else 0
+        version = base.mixture_version
+        if not version_built(version):
+            raise CatalogError(f"{version} has no built schedule to continue from")
+        if local >= version.num_samples:
+            raise CatalogError(
+                f"run {run.name} has read all {version.num_samples} samples of {version}: "
+                "nothing left to switch"
+            )
+        manifest = read_manifest(version.path)
+        seq_len = int(manifest["seq_len"])
+        stages = manifest["stages"]
+        k = max(i for i, st in enumerate(stages) if st["first_sample"] <= local)
+        later = stages[k + 1 :]
+        comps = MixtureComponent.objects.filter(version=version)
+        components = [{"pool": p, "weight": w, "stage": ""} for p, w in weights.items()]
+        for st in later:
+            components += [
+                {"pool": c.pool_id, "weight": c.weight, "stage": st["name"]}
+                for c in comps
+                if _stage_name(c.stage) == st["name"]
+            ]
+        spec = (version.params or {}).get("spec") or manifest["spec"]
+        try:
+            cont = continuation(version.path, local)
+        except ShardcoreError as exc:
+            raise CatalogError(f"run {run.name}: {exc}") from exc
+        new = mixture_version_create(
+            mixture_id=version.mixture_id,
+            components=components,
+            token_budget=(version.num_samples - local) * seq_len,
+            seed=version.seed,
+            stages=[{"name": st["name"], "tokens": st["num_samples"] * seq_len} for st in later],
+            order=spec.get("order", "blend"),
+            max_repetitions=float(spec.get("max_repetitions", 4.0)),
+            order_options=spec.get("order_options") or {},
+            note=note
+            or f"continues {version} for run {run.name} at its sample {at} (step {run.last_step})",
+            continues=cont,
+            created_by=actor,
+        )
+        RunSegment.objects.filter(run=run, first_sample__gte=at).delete()
+        if kept and kept[-1].pk is not None:
+            RunSegment.objects.filter(pk=kept[-1].pk).update(end_sample=at)
+        elif kept:
+            RunSegment.objects.create(
+                run=run, index=0, mixture_version=version, first_sample=0, end_sample=at,
+                first_step=1,
+            )  # fmt: skip
+        segment = RunSegment.objects.create(
+            run=run,
+            index=len(kept),
+            mixture_version=new,
+            first_sample=at,
+            first_step=run.last_step + 1,
+            created_by=actor,
+        )
+        run.mixture_version = new
+        run.save(update_fields=["mixture_version"])
+        taint_refresh(source_ids=set(version_source_ids(version)) | set(version_source_ids(new)))
+    return {
+        "run": run,
+        "version": new,
+        "segment": segment,
+        "continues": {"version": version.pk, "sample": local},
+    }
+
+
 def run_resume_position(*, run_id: int, sample: int | None = None) -> dict[str, Any]:
-    """Where the run continues: ``shardcore.mixlocate.locate_mixture`` on the version's
+    """Where the run continues: ``shardcore.locate.locate_mixture`` on the version's
     schedule (stage, pool, shard, record, token offset; the same answer as ``shardyard
     locate``), plus the pool's catalog row and the epoch of the pool being read. Nothing is
     scanned for pools read at most once. ``sample`` defaults to the run's consumed
     position: its consumed tokens when they agree with its consumed samples (then the
     token offset into the next sample is exact), else its consumed samples."""
     from shardcore.errors import ShardcoreError
-
-    run = TrainingRun.objects.select_related("mixture_version").get(pk=run_id)
-    version = run.mixture_version
-    if not version_built(version):
-        return _resume_by_blend(run, sample)
-    from shardcore.mixlocate import locate_mixture
+    from shardcore.locate import locate_mixture
     from shardcore.mixture import Mixture
 
+    run = TrainingRun.objects.select_related("mixture_version").get(pk=run_id)
+    segments = _segments(run)
+    at = run.consumed_samples if sample is None else int(sample)
+    # The segment the next sample belongs to (a run switched at its position reads the
+    # new version next); its version's own sample numbering.
+    segment = next(g for g in reversed(segments) if g.first_sample <= at or g is segments[0])
+    version, first = segment.mixture_version, segment.first_sample
+    if len(segments) == 1 and not version_built(version):
+        return _resume_by_blend(run, sample)
     try:
         mix = Mixture(version.path)
         seq_len = mix.seq_len
         if sample is None and run.consumed_tokens // seq_len == run.consumed_samples:
-            where = locate_mixture(version.path, tokens=run.consumed_tokens)
+            where = locate_mixture(version.path, tokens=run.consumed_tokens - first * seq_len)
         else:
-            where = locate_mixture(
-                version.path, sample=run.consumed_samples if sample is None else sample
-            )
+            where = locate_mixture(version.path, sample=at - first)
     except ShardcoreError as exc:
         raise CatalogError(f"run {run.name}: {exc}") from exc
     pool_info = mix.pools[where["pool"]]
@@ -484,13 +686,26 @@ def run_resume_position(*, run_id: int, sample: int | None = None) -> dict[str, 
     }
     pool = pools.get(os.path.abspath(where["pool_path"]))
     epoch = 0
-    if pool_info["epochs"] > 1:
+    if pool_info["epochs"] > 1 or pool_info.get("first_read"):
         # Repeated pools: the epoch is how often this pool was read before the sample.
         # One vectorized pass over the int16 schedule prefix (2 bytes per sample).
         before = int(np.count_nonzero(mix.pool_index[: where["sample"]] == where["pool"]))
-        epoch = before // int(pool_info["num_records"])
+        epoch = (int(pool_info.get("first_read", 0)) + before) // int(pool_info["num_records"])
     return {
         **where,
+        "sample": first + where["sample"],
+        "mixture_version": version.pk,
+        "version_sample": where["sample"],
+        "segment": segment.index,
+        "segments": [
+            {
+                "version": g.mixture_version_id,
+                "path": g.mixture_version.path,
+                "first_sample": g.first_sample,
+                "end_sample": g.end_sample,
+            }
+            for g in segments
+        ],  # fmt: skip
         "run": run.pk,
         "pool": pool.name if pool else where["pool_key"],
         "pool_index": where["pool"],
@@ -504,8 +719,8 @@ def _resume_by_blend(run: TrainingRun, sample: int | None) -> dict[str, Any]:
     """Resume in a version without a schedule on disk: Megatron's blend over the
     components' weights, then ``locate_pool`` in the pool read."""
     from shardcore.blend import build_blending_indices
+    from shardcore.locate import locate_pool
     from shardcore.manifest import read_manifest
-    from shardcore.resume import locate_pool
 
     sample = int(run.consumed_samples if sample is None else sample)
     comps = list(
@@ -537,3 +752,16 @@ def _resume_by_blend(run: TrainingRun, sample: int | None) -> dict[str, Any]:
         "record": record,
         **{k: v for k, v in where.items() if k not in ("sample",)},
     }
+
+
+def _segments(run: TrainingRun) -> list[RunSegment]:
+    """The versions the run read, in order (``RunSegment`` rows, or for a run that never
+    switched one unsaved segment: its version from sample 0). One query."""
+    rows = list(
+        RunSegment.objects.filter(run_id=run.pk).select_related("mixture_version").order_by("index")
+    )
+    return rows or [
+        RunSegment(
+            run=run, index=0, mixture_version=run.mixture_version, first_sample=0, first_step=1
+        )
+    ]

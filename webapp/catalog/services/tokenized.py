@@ -28,7 +28,7 @@ from webapp.catalog.services.sources import source_file_urls
 
 
 def _tokenizer_facts(spec: str) -> dict[str, Any]:
-    from shardcore.tokenizers import load_tokenizer
+    from shardcore.encoders import load_tokenizer
 
     tok = load_tokenizer(spec, "reference")  # the facts only: the fast engine is not needed
     return {"fingerprint": tok.fingerprint, "vocab_size": tok.vocab_size, "eos_id": tok.eos_id}
@@ -69,9 +69,9 @@ def tokenized_source_build(
 ) -> TokenizedSource:
     """Start a tokenize job over the source's files; returns the BUILDING artifact row
     (its ``job`` shows progress). The job's recorder fills it in when the manifest exists."""
+    from shardcore.encoders import DEFAULT_TOKENIZER
     from shardcore.errors import InputError
     from shardcore.tokenize import plan_tokenize
-    from shardcore.tokenizers import DEFAULT_TOKENIZER
     from webapp.jobs.services import job_create
 
     source = Source.objects.get(pk=source_id)

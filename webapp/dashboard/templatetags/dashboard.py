@@ -24,6 +24,7 @@ def plot(figure: dict, height: int = 380):
     """A plotly figure (a dict from dashboard.charts) as a div plus its JSON; charts.js draws
     every such div with the locally served plotly.js."""
     element_id = f"fig-{next(_ids)}"
+    height = (figure.get("layout") or {}).get("height") or height  # a figure may need more
     return format_html(
         '<div class="chart" data-figure="{}" style="height:{}px"></div>{}',
         element_id,
@@ -68,3 +69,49 @@ def percent1(fraction) -> str:
 def next_of(items, index: int):
     """``items[index + 1]`` (the next row of a list: versions are listed newest first)."""
     return items[int(index) + 1]
+
+
+# What a page's object is called in the API (its route), and the client call that needs its id.
+_API_ROUTES = {
+    "source": ("sources", None),
+    "pool": ("pools", "client.report_losses(run_id, step=step, val={{{pk}: loss}})"),
+    "mixture": ("mixtures", None),
+    "version": ("mixture-versions", 'client.register_run(mixture_version={pk}, name="my-run")'),
+    "run": ("runs", "client.resume_position({pk})"),
+    "job": ("jobs", None),
+    "flag": ("flags", None),
+}
+
+
+@register.simple_tag
+def api_ref(kind: str, pk: int):
+    """The ids the API needs, copyable: the object's id, its API URL and, where a training
+    loop uses the id, the ``shardcore.client`` call (copy.js wires the buttons)."""
+    route, client = _API_ROUTES[kind]
+    pk = int(pk)
+    parts = [
+        format_html(
+            '<span class="muted">{} id</span> <code id="api-id">{}</code> '
+            '<button type="button" class="small" data-copy="#api-id">Copy id</button>',
+            kind,
+            pk,
+        ),
+        format_html(
+            '<span class="muted">API</span> <code id="api-url">GET /api/{}/{}/</code> '
+            '<button type="button" class="small" data-copy="#api-url">Copy</button>',
+            route,
+            pk,
+        ),
+    ]
+    if client:
+        parts.append(
+            format_html(
+                '<span class="muted">client</span> <code id="api-client">{}</code> '
+                '<button type="button" class="small" data-copy="#api-client">Copy</button>',
+                client.format(pk=pk),
+            )
+        )
+    return format_html(
+        '<p class="api-ref" id="api-ref">{}</p>',
+        format_html(" · ".join(["{}"] * len(parts)), *parts),
+    )

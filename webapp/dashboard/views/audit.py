@@ -4,8 +4,12 @@ from django.contrib import messages
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
+from webapp.catalog import selectors as catalog
+from webapp.catalog.errors import CatalogError
+from webapp.catalog.services import flags
 from webapp.dashboard import contexts
 from webapp.dashboard.forms import AuditForm, FlagForm
+from webapp.roles import require_role
 
 
 def audit(request):
@@ -16,23 +20,19 @@ def audit(request):
     return render(
         request,
         "dashboard/audit/search.html",
-        {"form": form, "result": result, "flags": contexts.flag_recent()},
+        {"form": form, "result": result, "flags": catalog.flag_recent()},
     )
 
 
 @require_POST
 def flag_create(request):
-    from webapp.catalog.errors import CatalogError
-    from webapp.catalog.services.flags import flag_create
-    from webapp.roles import require_role
-
     require_role(request.user, "editor")
     form = FlagForm(request.POST)
     if not form.is_valid():
         messages.error(request, form.errors.as_text())
         return redirect("dashboard:audit")
     try:
-        flag = flag_create(**form.cleaned_data, created_by=request.user)
+        flag = flags.flag_create(**form.cleaned_data, created_by=request.user)
     except CatalogError as e:
         messages.error(request, str(e))
         return redirect("dashboard:audit")

@@ -5,8 +5,11 @@ import json
 from django.contrib import messages
 from django.http import JsonResponse
 from django.shortcuts import render
+from django.urls import reverse
 from django.views.decorators.http import require_POST
 
+from webapp.catalog.errors import CatalogError
+from webapp.catalog.services.mixtures import mixture_version_save
 from webapp.dashboard import contexts
 from webapp.roles import require_role
 
@@ -34,11 +37,6 @@ def mixture_predict(request):
 def mixture_save(request):
     """Save the draft: its version is built by a job, whose progress the version page
     shows until the schedule is recorded."""
-    from django.urls import reverse
-
-    from webapp.catalog.errors import CatalogError
-    from webapp.catalog.services.mixtures import mixture_version_save
-
     require_role(request.user, "editor")
     payload = _payload(request)
     name = str(payload.get("name") or "").strip()

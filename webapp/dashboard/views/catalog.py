@@ -3,20 +3,33 @@
 from pathlib import Path
 
 from django.contrib import messages
+from django.http import FileResponse, Http404, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_http_methods, require_POST
 
+from shardcore.errors import ShardcoreError
 from webapp.catalog import selectors as catalog
+from webapp.catalog.errors import CatalogError
+from webapp.catalog.services import exports, pools, runs, sources, tokenized
 from webapp.dashboard import contexts
 from webapp.dashboard.forms import PoolBuildForm, SourceRegisterForm, TokenizeForm
 from webapp.roles import require_role
 
 
-def _form_again(request, template: str, ctx: dict, form):
-    """The page again with the user's input and the error beside the form (400), instead
-    of a redirect that would lose what they typed."""
+def _create(request, form, service, template: str, listed):
+    """``service`` called with a valid ``form``'s fields and the user: ``(row, None)``; on
+    bad input or a refusal, ``(None, the list page again)`` with the user's input and the
+    error beside the form (400), instead of a redirect that would lose what they typed."""
+    require_role(request.user, "editor")
+    if form.is_valid():
+        try:
+            return service(**form.cleaned_data, created_by=request.user), None
+        except (CatalogError, ShardcoreError) as e:
+            form.add_error(None, str(e))
     messages.error(request, "Not saved: see the form below.")
-    return render(request, template, {**ctx, "form": form}, status=400)
+    return None, render(request, template, {**listed(), "form": form}, status=400)
 
 
 def source_list(request):
@@ -26,30 +39,21 @@ def source_list(request):
 
 @require_POST
 def source_register(request):
-    from webapp.catalog.errors import CatalogError
-    from webapp.catalog.services.sources import source_register
-
-    require_role(request.user, "editor")
-    form = SourceRegisterForm(request.POST)
-    if not form.is_valid():
-        return _form_again(request, "dashboard/sources/list.html", catalog.source_list(), form)
-    try:
-        source = source_register(**form.cleaned_data, created_by=request.user)
-    except CatalogError as e:
-        form.add_error(None, str(e))
-        return _form_again(request, "dashboard/sources/list.html", catalog.source_list(), form)
+    source, again = _create(
+        request, SourceRegisterForm(request.POST), sources.source_register,
+        "dashboard/sources/list.html", catalog.source_list,
+    )  # fmt: skip
+    if again:
+        return again
     messages.success(request, f"Registered {source.name}: {source.num_files} file(s).")
     return redirect("dashboard:source", source_id=source.pk)
 
 
 @require_POST
 def source_scan(request, source_id: int):
-    from webapp.catalog.errors import CatalogError
-    from webapp.catalog.services.sources import source_scan
-
     require_role(request.user, "editor")
     try:
-        source = source_scan(source_id=source_id)
+        source = sources.source_scan(source_id=source_id)
     except CatalogError as e:
         messages.error(request, str(e))
     else:
@@ -66,16 +70,13 @@ def source_detail(request, source_id: int):
 
 @require_POST
 def source_tokenize(request, source_id: int):
-    from webapp.catalog.errors import CatalogError
-    from webapp.catalog.services.tokenized import tokenized_source_build
-
     require_role(request.user, "editor")
     form = TokenizeForm(request.POST)
     if not form.is_valid():
         messages.error(request, form.errors.as_text())
         return redirect("dashboard:source", source_id=source_id)
     try:
-        ts = tokenized_source_build(
+        ts = tokenized.tokenized_source_build(
             source_id=source_id,
             tokenizer=form.cleaned_data["tokenizer"],
             engine=form.cleaned_data["engine"],
@@ -95,19 +96,12 @@ def pool_list(request):
 
 @require_POST
 def pool_build(request):
-    from shardcore.errors import ShardcoreError
-    from webapp.catalog.errors import CatalogError
-    from webapp.catalog.services.pools import pool_build
-
-    require_role(request.user, "editor")
-    form = PoolBuildForm(request.POST)
-    if not form.is_valid():
-        return _form_again(request, "dashboard/pools/list.html", catalog.pool_list(), form)
-    try:
-        pool = pool_build(**form.cleaned_data, created_by=request.user)
-    except (CatalogError, ShardcoreError) as e:
-        form.add_error(None, str(e))
-        return _form_again(request, "dashboard/pools/list.html", catalog.pool_list(), form)
+    pool, again = _create(
+        request, PoolBuildForm(request.POST), pools.pool_build,
+        "dashboard/pools/list.html", catalog.pool_list,
+    )  # fmt: skip
+    if again:
+        return again
     messages.success(request, f"Building pool {pool.name}.")
     return redirect("dashboard:job", job_id=pool.job_id)
 
@@ -118,31 +112,27 @@ def pool_detail(request, pool_id: int):
 
 
 def mixture_list(request):
-    ctx = contexts.mixture_page(page=request.GET.get("page", 1))
-    from django.urls import reverse
+    ctx = catalog.mixture_list(page=request.GET.get("page", 1))
 
     ctx["builder_url"] = reverse("dashboard:mixture_builder")
     return render(request, "dashboard/mixtures/list.html", ctx)
 
 
 def mixture_detail(request, mixture_id: int):
-    ctx = contexts.mixture_detail(mixture_id=mixture_id)
+    ctx = catalog.mixture_detail(mixture_id=mixture_id)
     return render(request, "dashboard/mixtures/detail.html", ctx)
 
 
 def mixture_version(request, version_id: int):
-    ctx = contexts.mixture_version_detail(version_id=version_id)
+    ctx = contexts.mixture_version_detail(version_id=version_id, by=request.GET.get("by", ""))
     return render(request, "dashboard/mixtures/version.html", ctx)
 
 
 @require_POST
 def mixture_version_materialize(request, version_id: int):
-    from webapp.catalog.errors import CatalogError
-    from webapp.catalog.services.exports import mixture_version_materialize
-
     require_role(request.user, "editor")
     try:
-        job = mixture_version_materialize(version_id=version_id, created_by=request.user)
+        job = exports.mixture_version_materialize(version_id=version_id, created_by=request.user)
     except CatalogError as e:
         messages.error(request, str(e))
         return redirect("dashboard:mixture_version", version_id=version_id)
@@ -151,7 +141,7 @@ def mixture_version_materialize(request, version_id: int):
 
 
 def run_list(request):
-    ctx = contexts.run_page(page=request.GET.get("page", 1))
+    ctx = catalog.run_page(page=request.GET.get("page", 1))
     return render(request, "dashboard/runs/list.html", ctx)
 
 
@@ -163,11 +153,38 @@ def run_detail(request, run_id: int):
     return render(request, "dashboard/runs/detail.html", context)
 
 
-def mixture_version_json(request, version_id: int):
-    from django.http import JsonResponse
-    from django.utils.http import content_disposition_header
+@require_POST
+def run_switch(request, run_id: int):
+    """Save the proposal against the posted reference run as a new version continuing from
+    the run's resume position, and switch the run to it. The weights are computed here
+    again from the books, never taken from the form."""
+    require_role(request.user, "editor")
+    reference = request.POST.get("reference", "")
+    back = redirect("dashboard:run", run_id=run_id)
+    if not reference.isdigit():
+        messages.error(request, "reference: give a run id")
+        return back
+    try:
+        proposal = runs.run_mixture_proposal(run_id=run_id, reference_run_id=int(reference))
+        result = runs.run_switch(
+            run_id=run_id,
+            weights={p["pool"]: p["proposed"] for p in proposal["pools"]},
+            actor=request.user,
+        )
+    except CatalogError as e:
+        messages.error(request, str(e))
+        return redirect(f"{back.url}?reference={reference}")
+    version, seg = result["version"], result["segment"]
+    messages.success(
+        request,
+        f"Saved {version} with the proposed weights; the run reads it from its sample "
+        f"{seg.first_sample:,} (step {seg.first_step:,}) on.",
+    )
+    return back
 
-    doc = contexts.mixture_version_document(version_id=version_id)
+
+def mixture_version_json(request, version_id: int):
+    doc = catalog.mixture_version_document(version_id=version_id)
     resp = JsonResponse(doc, json_dumps_params={"indent": 2})
     # Quoted by Django (RFC 6266): a name can never add a header or a parameter.
     resp["Content-Disposition"] = content_disposition_header(
@@ -177,9 +194,7 @@ def mixture_version_json(request, version_id: int):
 
 
 def export_download(request, export_id: int):
-    from django.http import FileResponse
-
-    path = contexts.export_file(export_id=export_id)
+    path = catalog.export_file(export_id=export_id)
     return FileResponse(open(path, "rb"), as_attachment=True, filename=path.name)
 
 
@@ -189,33 +204,23 @@ def mixture_version_export(request, version_id: int, fmt: str):
     recorded file, or the same text computed in memory when none was recorded. An editor's
     POST writes it once under the version's exports/ and records it (it then lists on the
     version page)."""
-    from django.http import FileResponse, Http404, HttpResponse
-    from django.utils.http import content_disposition_header
-
-    from webapp.catalog.errors import CatalogError
-    from webapp.catalog.services.exports import (
-        EXPORT_WRITES_FILES,
-        mixture_version_export,
-        mixture_version_export_find,
-        mixture_version_export_render,
-    )
 
     try:
         if request.method == "POST":
             require_role(request.user, "editor")
-            export = mixture_version_export(version_id=version_id, fmt=fmt)
+            export = exports.mixture_version_export(version_id=version_id, fmt=fmt)
             path, version = Path(export.path), export.version
         else:
-            _fmt, version, path, export = mixture_version_export_find(
+            _fmt, version, path, export = exports.mixture_version_export_find(
                 version_id=version_id, fmt=fmt
             )
-            if export is None and _fmt in EXPORT_WRITES_FILES:
+            if export is None and _fmt in exports.EXPORT_WRITES_FILES:
                 raise CatalogError(
                     f"{version} has no {_fmt} export yet: an editor writes it (Export button, "
                     "or manage.py catalog export)"
                 )
             if export is None:
-                text = mixture_version_export_render(version_id=version_id, fmt=fmt)
+                text = exports.mixture_version_export_render(version_id=version_id, fmt=fmt)
                 resp = HttpResponse(text, content_type="text/plain; charset=utf-8")
                 resp["Content-Disposition"] = content_disposition_header(
                     True, f"{version.mixture.name}-v{version.number}-{path.name}"
@@ -231,5 +236,5 @@ def mixture_version_diff(request, a_id: int, b_id: int):
     return render(
         request,
         "dashboard/mixtures/diff.html",
-        contexts.mixture_version_diff(a_id=a_id, b_id=b_id),
+        catalog.mixture_version_diff(a_id=a_id, b_id=b_id),
     )

@@ -6,11 +6,14 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from webapp.dashboard import contexts
+from webapp.jobs import selectors as jobs
+from webapp.jobs import services as job_services
+from webapp.jobs.services import JobError
 from webapp.roles import require_role
 
 
 def job_list(request):
-    ctx = contexts.job_page(state=request.GET.get("state", ""), page=request.GET.get("page", 1))
+    ctx = jobs.job_page(state=request.GET.get("state", ""), page=request.GET.get("page", 1))
     return render(request, "dashboard/jobs/list.html", ctx)
 
 
@@ -23,8 +26,6 @@ def job_progress(request, job_id: int):
 
 
 def _act(request, job_id: int, action, done: str):
-    from webapp.jobs.services import JobError
-
     require_role(request.user, "editor")
     try:
         action(job_id=job_id)
@@ -37,13 +38,13 @@ def _act(request, job_id: int, action, done: str):
 
 @require_POST
 def job_cancel(request, job_id: int):
-    from webapp.jobs.services import job_cancel
-
-    return _act(request, job_id, job_cancel, "Cancelled: remaining units will not run.")
+    return _act(
+        request, job_id, job_services.job_cancel, "Cancelled: remaining units will not run."
+    )
 
 
 @require_POST
 def job_retry(request, job_id: int):
-    from webapp.jobs.services import job_retry
-
-    return _act(request, job_id, job_retry, "Retrying the failed and unfinished units.")
+    return _act(
+        request, job_id, job_services.job_retry, "Retrying the failed and unfinished units."
+    )

@@ -16,15 +16,15 @@
     if (state) { state.textContent = p.state; state.className = "badge " + p.state; }
     const bar = field("bar");
     if (bar) bar.style.width = Math.round(100 * p.progress) + "%";
-    set("units_done", p.units_done); set("units_total", p.units_total);
+    set("units_done", fmt(p.units_done)); set("units_total", fmt(p.units_total));
     ["documents", "tokens", "bytes", "bad_lines"].forEach((k) => set(k, fmt(p[k])));
     set("throughput", p.tokens_per_second ? fmt(Math.round(p.tokens_per_second)) + " tokens/s" : "–");
-    set("eta", p.eta_seconds === null ? "–" : Math.round(p.eta_seconds) + " s");
+    set("eta", p.eta_seconds === null ? "–" : fmt(Math.round(p.eta_seconds)) + " s");
     set("error", p.error || "");
     set("log_tail", p.log_tail || "");
     const counts = field("unit_counts");
     if (counts) counts.innerHTML = Object.entries(p.unit_counts).map(([s, n]) =>
-      '<tr><td><span class="badge ' + esc(s) + '">' + esc(s) + "</span></td><td>" + n + "</td></tr>").join("");
+      '<tr><td><span class="badge ' + esc(s) + '">' + esc(s) + "</span></td><td>" + fmt(n) + "</td></tr>").join("");
     const units = field("units");
     if (units) units.innerHTML = "<tr><th>Unit</th><th>Phase</th><th>State</th><th>Attempts</th><th>Worker</th><th>Heartbeat</th><th>Last event</th></tr>" +
       p.units.map((u) => "<tr><td><code>" + esc(u.unit_id) + "</code></td><td>" + u.phase +

@@ -7,6 +7,8 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
+from shardcore.order import ORDERINGS
+
 
 class Command(BaseCommand):
     help = (
@@ -43,7 +45,7 @@ class Command(BaseCommand):
         p.add_argument("--token-budget", type=int, required=True)
         p.add_argument("--seed", type=int, default=0)
         p.add_argument("--stages", help='JSON: [{"name": "anneal", "tokens": 100000}]')
-        p.add_argument("--order", default="blend", choices=["blend", "diversity", "random"])
+        p.add_argument("--order", default="blend", choices=list(ORDERINGS))
         p.add_argument("--max-repetitions", type=float, default=4.0)
         p = sub.add_parser("materialize", help="start a job writing a version as shards")
         p.add_argument("version_id", type=int)

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from shardcore.errors import InputError
+from shardcore.locate import cyclic_shard_order, locate_pool
 from shardcore.pool import Pool, build_pool
-from shardcore.resume import cyclic_shard_order, locate_pool
 from tests.unit import pool_fixtures as pf
 
 

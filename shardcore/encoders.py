@@ -1,4 +1,6 @@
-"""Tokenizers by spec string, with a fingerprint of what they are.
+"""Encoders: the tokenizers a tokenize stage loads by spec string, with a fingerprint of
+what they are (``shardcore.tokenize`` is the stage, ``shardcore.tokenized`` reads its
+output).
 
 Two families, one small interface (``spec``, ``fingerprint``, ``vocab_size``, ``eos_id``,
 ``bos_id``, ``encode_batch``, ``encode_batch_arrays``, ``decode``):

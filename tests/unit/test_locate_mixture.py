@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from shardcore.errors import InputError
-from shardcore.mixlocate import locate_any, locate_mixture
+from shardcore.locate import locate_any, locate_mixture
 from shardcore.mixture import Mixture, MixtureSpec, build_mixture
 from shardcore.pool import Pool
 from tests.unit import mix_fixtures

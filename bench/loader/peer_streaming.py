@@ -1,0 +1,70 @@
+"""mosaicml-streaming's side of bench/loader/stream.py, run with the peer's own virtual
+environment (bench/.venv-streaming): writes records as MDS shards to S3, or reads them back
+through StreamingDataset's S3 path and local cache. Prints one JSON line. Not a test.
+
+    python peer_streaming.py write RECORDS.npy LOCAL_DIR s3://bucket/prefix SIZE_LIMIT
+    python peer_streaming.py read s3://bucket/prefix CACHE_DIR CACHE_LIMIT
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+import time
+import types
+
+
+def _streaming_base():
+    # The package's __init__ also imports its vision and multimodal datasets, which need a
+    # torchvision built for the installed torch (PyPI has none for CPU torch); the reader
+    # and writer live in streaming.base, imported here without them.
+    spec = importlib.util.find_spec("streaming")
+    pkg = types.ModuleType("streaming")
+    pkg.__path__ = list(spec.submodule_search_locations)
+    sys.modules["streaming"] = pkg
+    import streaming.base as base
+
+    return base
+
+
+def write(records: str, local: str, remote: str, size_limit: str) -> dict:
+    import numpy as np
+
+    base = _streaming_base()
+    rows = np.load(records, mmap_mode="r")
+    t = time.perf_counter()
+    columns = {"tokens": f"ndarray:int32:{rows.shape[1]}"}
+    with base.MDSWriter(out=(local, remote), columns=columns, size_limit=int(size_limit)) as w:
+        for row in rows:
+            w.write({"tokens": np.ascontiguousarray(row, dtype=np.int32)})
+    return {"samples": int(rows.shape[0]), "seconds": time.perf_counter() - t}
+
+
+def read(remote: str, cache: str, cache_limit: str) -> dict:
+    import numpy as np
+    import xxhash
+
+    base = _streaming_base()
+    t = time.perf_counter()
+    dataset = base.StreamingDataset(
+        remote=remote, local=cache, shuffle=False, batch_size=1, cache_limit=cache_limit
+    )
+    digest = xxhash.xxh3_128()
+    samples = tokens = 0
+    for sample in dataset:
+        row = np.asarray(sample["tokens"], dtype=np.int64)
+        digest.update(row.tobytes())
+        samples += 1
+        tokens += row.size
+    return {
+        "seconds": time.perf_counter() - t,
+        "samples": samples,
+        "tokens": tokens,
+        "digest": digest.hexdigest(),
+    }
+
+
+if __name__ == "__main__":
+    command, *args = sys.argv[1:]
+    print(json.dumps({"write": write, "read": read}[command](*args)))

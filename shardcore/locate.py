@@ -1,0 +1,150 @@
+"""Resume positions: a sample or token count -> where it lives in a pool, a materialized
+mixture or a mixture, computed, never scanned.
+
+A sample is one record of ``seq_len + 1`` tokens (inputs plus the shifted target); a
+trainer that consumed T tokens consumed T // seq_len samples and is ``T % seq_len`` tokens
+into the next.
+
+- In a pool or a materialized mixture (``locate_pool``): one binary search over the
+  manifest's ``cumulative_records`` (``bisect`` on the list as stored: no array
+  conversion, no scan) gives the shard; the record in it is a subtraction.
+- In a mixture (``locate_mixture``): the stage is a binary search over the stages' first
+  samples (a handful); (pool, record) of the sample are one read each from the schedule's
+  memory-mapped ``.npy`` arrays; the shard within the pool is ``locate_pool``.
+
+Either way the answer costs O(log shards), whatever the position and the size.
+``locate_any`` dispatches on the artifact's kind; ``cyclic_shard_order`` is the order in
+which a streaming reader that resumes at shard k visits the shards: k, k+1, ..., then
+wraps around (C, D, E, A, B).
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from shardcore import manifest as mf
+from shardcore.errors import InputError
+
+__all__ = ["cyclic_shard_order", "locate_any", "locate_mixture", "locate_pool"]
+
+
+def _position(
+    seq_len: int, total: int, what: str, sample: int | None, tokens: int | None
+) -> tuple[int, int]:
+    """(sample, token offset in it) of a position given as a sample or a token count,
+    checked against the ``total`` samples of ``what`` ("pool", "mixture")."""
+    if (sample is None) == (tokens is None):
+        raise InputError("locate needs exactly one of sample or tokens")
+    offset = 0
+    if tokens is not None:
+        tokens = int(tokens)
+        if tokens < 0:
+            raise InputError(f"token position must be >= 0, got {tokens}")
+        sample, offset = divmod(tokens, seq_len)
+    sample = int(sample)
+    if not 0 <= sample < total:
+        where = f"token {tokens} (sample {sample})" if tokens is not None else f"sample {sample}"
+        raise InputError(f"{where} is outside the {what}'s {total} samples")
+    return sample, offset
+
+
+def locate_pool(
+    manifest: dict[str, Any], *, sample: int | None = None, tokens: int | None = None
+) -> dict[str, int | str]:
+    """Where sample ``sample`` (or the token at training position ``tokens``) lives in a
+    pool or a materialized mixture: ``{shard, shard_prefix, record, record_in_shard,
+    token_offset}``."""
+    cumulative = manifest["cumulative_records"]
+    sample, offset = _position(
+        int(manifest["seq_len"]), int(cumulative[-1]), "pool", sample, tokens
+    )
+    shard = bisect.bisect_right(cumulative, sample) - 1
+    return {
+        "shard": shard,
+        "shard_prefix": manifest["shards"][shard]["prefix"],
+        "record": sample,
+        "record_in_shard": sample - int(cumulative[shard]),
+        "token_offset": offset,
+    }
+
+
+_pool_manifests: dict[str, dict[str, Any]] = {}
+
+
+def _pool_manifest(path: str) -> dict[str, Any]:
+    if path not in _pool_manifests:
+        _pool_manifests[path] = mf.read_manifest(path)
+    return _pool_manifests[path]
+
+
+def locate_mixture(
+    path_or_manifest: str | os.PathLike | dict[str, Any],
+    *,
+    sample: int | None = None,
+    tokens: int | None = None,
+    mixture_dir: str | os.PathLike | None = None,
+) -> dict[str, Any]:
+    """Where training sample ``sample`` (or training token ``tokens``) of a mixture lives:
+    ``{stage, sample, pool, pool_key, pool_path, shard, shard_prefix, record,
+    record_in_shard, token_offset}``. With a manifest dict, pass ``mixture_dir`` too."""
+    from shardcore.mixture import KIND, POOL_FILE, RECORD_FILE
+
+    if isinstance(path_or_manifest, dict):
+        manifest = path_or_manifest
+        if mixture_dir is None:
+            raise InputError("locate_mixture: a manifest needs mixture_dir (its directory)")
+        root = Path(mixture_dir)
+    else:
+        root = Path(path_or_manifest)
+        manifest = mf.read_manifest(root)
+    if manifest.get("kind") != KIND:
+        raise InputError(f"{root}: not a mixture (kind {manifest.get('kind')!r})")
+    sample, offset = _position(
+        int(manifest["seq_len"]), int(manifest["num_samples"]), "mixture", sample, tokens
+    )
+    stages = manifest["stages"]
+    k = bisect.bisect_right([s["first_sample"] for s in stages], sample) - 1
+    pool_idx = int(np.load(root / POOL_FILE, mmap_mode="r")[sample])
+    record = int(np.load(root / RECORD_FILE, mmap_mode="r")[sample])
+    pool = manifest["pools"][pool_idx]
+    where = locate_pool(_pool_manifest(pool["path"]), sample=record)
+    return {
+        "stage": stages[k]["name"],
+        "sample": sample,
+        "pool": pool_idx,
+        "pool_key": pool["key"],
+        "pool_path": pool["path"],
+        "shard": where["shard"],
+        "shard_prefix": where["shard_prefix"],
+        "record": record,
+        "record_in_shard": where["record_in_shard"],
+        "token_offset": offset,
+    }
+
+
+def locate_any(
+    path: str | os.PathLike, *, sample: int | None = None, tokens: int | None = None
+) -> dict[str, Any]:
+    """Locate in whatever artifact ``path`` is: a mixture (schedule lookup), or a pool or a
+    materialized mixture (both have shards and cumulative record counts)."""
+    from shardcore.mixture import KIND
+
+    manifest = mf.read_manifest(path)
+    kind = manifest.get("kind")
+    if kind == KIND:
+        return locate_mixture(manifest, sample=sample, tokens=tokens, mixture_dir=path)
+    if kind in ("pool", "materialized"):
+        return dict(locate_pool(manifest, sample=sample, tokens=tokens))
+    raise InputError(f"{path}: a {kind!r} artifact is not a pool or a mixture: nothing to locate")
+
+
+def cyclic_shard_order(num_shards: int, start_shard: int) -> np.ndarray:
+    """Shards in the order a streaming reader resuming at ``start_shard`` visits them."""
+    if num_shards < 0 or not (0 <= start_shard < max(num_shards, 1)):
+        raise InputError(f"start shard {start_shard} outside [0, {num_shards})")
+    return (np.arange(num_shards, dtype=np.int64) + start_shard) % max(num_shards, 1)

