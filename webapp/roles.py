@@ -5,11 +5,15 @@ what a trainer can, a trainer what a viewer can. Any signed-in user is at least 
 A trainer is the least privilege a training job's token needs: it reads like a viewer and
 may register runs and report their progress, nothing else (no sources, pools, flags or
 jobs). Which runs a user may write is ``may_write_run``: its owner's, its team's (a group
-the user belongs to), or any for an admin."""
+the user belongs to), or any for an admin. ``user_roles`` lists every user with their
+role (the users page)."""
 
 from __future__ import annotations
 
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
 from django.core.exceptions import PermissionDenied
+from django.db.models import Prefetch
 
 ROLES = ("viewer", "trainer", "editor", "admin")
 _RANK = {name: i for i, name in enumerate(ROLES)}
@@ -62,3 +66,22 @@ def require_role(user, role: str) -> None:
     """Raise PermissionDenied (403 in pages and in the API) unless ``user`` has ``role``."""
     if not has_role(user, role):
         raise PermissionDenied(f"this needs the {role} role")
+
+
+def user_roles() -> list[dict]:
+    """Every user with their role and when their API token was issued (None: no token),
+    by user name, in two queries."""
+    users = (
+        get_user_model()
+        .objects.order_by("username")
+        .select_related("auth_token")
+        .prefetch_related(
+            Prefetch("groups", queryset=Group.objects.filter(name__in=ROLES), to_attr="roles")
+        )
+    )
+    out = []
+    for u in users:
+        role = role_from_groups([g.name for g in u.roles], is_superuser=u.is_superuser)
+        token = getattr(u, "auth_token", None)
+        out.append({"user": u, "role": role, "token_created": token.created if token else None})
+    return out

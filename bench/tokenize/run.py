@@ -1,7 +1,8 @@
 """Benchmark: tokenizing real multilingual text, side by side with the raw engines, in one run.
 
     .venv/bin/python bench/tokenize/run.py [--size-mb 120] [--workers 2] [--rounds 2]
-                                           [--long-gb 2]
+                                           [--long-gb 2] [--long-workers 1,2] [--long-only]
+                                           [--max-load 0.5]
 
 Corpus: CPython's library sources and docs (.py/.rst/.txt/.md) interleaved with real
 non-English text (CPython's CJK codec test texts, every gettext catalog's translations
@@ -23,8 +24,12 @@ hits them alike (ratios within a round; the median round is reported with the ra
 Raw loops take their texts from the pipeline's own reader, so the strings are the same.
 Identity: the shards of engine auto and engine reference must have the same checksums (the
 whole corpus through both), checked every round. The stage breakdown comes from the CPU
-each unit records per stage. With --long-gb, one more pipeline run (auto, --workers
-workers) over the corpus repeated to that size: peak RSS per worker.
+each unit records per stage. With --long-gb, one more pipeline run (engine auto) per
+worker count in --long-workers over the corpus repeated to that size: peak RSS per worker,
+and the scaling from one worker to two, as wall time (meaningful on an idle machine only)
+and as CPU per token (how much work the second worker adds: on a loaded machine the only
+comparable number). --long-only skips the rounds. --max-load waits before every case until
+the 1-minute load average is under it (for a run on an idle machine).
 """
 
 from __future__ import annotations
@@ -239,7 +244,12 @@ def case_pipeline(data: Path, workers: int, engine: str, tokenizer: str, out_dir
     }
 
 
+_MAX_LOAD = 0.0
+
+
 def _sub(args: list[str]) -> dict:
+    while _MAX_LOAD and os.getloadavg()[0] >= _MAX_LOAD:
+        time.sleep(5)
     r = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True)
     if r.returncode:
         raise SystemExit(f"case {args} failed:\n{r.stderr[-3000:]}")
@@ -286,8 +296,13 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--long-gb", type=float, default=0.0)
+    ap.add_argument("--long-workers", default=None, help="worker counts of the long run (1,2)")
+    ap.add_argument("--long-only", action="store_true", help="only the long run(s)")
+    ap.add_argument("--max-load", type=float, default=0.0, help="wait until the load is under")
     ap.add_argument("--data", default="/tmp/shardyard-bench-tokenize")
     a = ap.parse_args()
+    global _MAX_LOAD
+    _MAX_LOAD = a.max_load
     data = Path(a.data)
     if a.case == "raw":
         print(json.dumps(case_raw(data, a.engine)))
@@ -301,7 +316,7 @@ def main() -> None:
     print(f"corpus: {info}", file=sys.stderr)
     d = ["--data", str(data)]
     rounds = []
-    for i in range(a.rounds):
+    for i in range(0 if a.long_only else a.rounds):
         load0 = os.getloadavg()[0]
         r = {}
         for key, (_, args) in CASES.items():
@@ -316,10 +331,15 @@ def main() -> None:
             raise SystemExit("engine auto and engine reference wrote different shards")
         r["load"] = (load0, os.getloadavg()[0])
         rounds.append(r)
-    long = None
+    longs = []
     if a.long_gb:
-        long = run_long(data, a.long_gb, a.workers, info)
-    report(rounds, info, a.workers, long)
+        counts = a.long_workers or str(a.workers)
+        longs = [run_long(data, a.long_gb, int(w), info) for w in counts.split(",")]
+    if rounds:
+        report(rounds, info, a.workers, longs)
+    else:
+        print(f"Machine: {machine()}")
+        report_long(longs)
 
 
 def run_long(data: Path, gb: float, workers: int, info: dict) -> dict:
@@ -338,13 +358,42 @@ def run_long(data: Path, gb: float, workers: int, info: dict) -> dict:
         ["--case", "pipe", "--data", str(big), "--engine", "auto", "--workers", str(workers)]
     )
     res["text_gb"] = reps * info["text_bytes"] / 1e9
+    res["workers"] = workers
+    res["load"] = os.getloadavg()[0]
     res.pop("checksums")
     print(f"long: {json.dumps(res)}", file=sys.stderr)
     shutil.rmtree(big / f"out-auto-{workers}", ignore_errors=True)
     return res
 
 
-def report(rounds: list[dict], info: dict, w: int, long: dict | None) -> None:
+def report_long(longs: list[dict]) -> None:
+    """The long runs: one row per worker count, and the scaling against one worker."""
+    if not longs:
+        return
+    print(
+        "\n| long run | workers | text GB | tokens | wall s | CPU s | tokens per CPU-s | "
+        "peak RSS per worker | engine reloads | load at end |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in longs:
+        print(
+            f"| engine auto | {r['workers']} | {r['text_gb']:.2f} | {r['tokens']:,} | "
+            f"{r['seconds']:.0f} | {r['cpu']:.1f} | {r['tokens'] / r['cpu'] / 1e6:.2f} M | "
+            f"{r['rss_mb']:.0f} MB | {r['engine'].get('reloads', 'n/a')} | {r['load']:.1f} |"
+        )
+    one = next((r for r in longs if r["workers"] == 1), None)
+    for r in longs:
+        if one is not None and r is not one:
+            print(
+                f"- {r['workers']} workers vs 1: wall {one['seconds'] / r['seconds']:.2f}x "
+                f"(meaningful on an idle machine only); CPU per token "
+                f"{(r['cpu'] / r['tokens']) / (one['cpu'] / one['tokens']):.2f}x of one "
+                f"worker's, so on {r['workers']} idle cores the wall speed-up is at most "
+                f"{r['workers'] * (one['cpu'] / one['tokens']) / (r['cpu'] / r['tokens']):.2f}x"
+            )
+
+
+def report(rounds: list[dict], info: dict, w: int, longs: list[dict]) -> None:
     def med(f):
         vals = [f(r) for r in rounds]
         return _median(vals), min(vals), max(vals)
@@ -405,17 +454,11 @@ def report(rounds: list[dict], info: dict, w: int, long: dict | None) -> None:
         f"outside units (start-up, imports, tokenizer load and probe, plan, index, "
         f"finalize) {rest:.2f} s ({rest / tot:.0%})"
     )
-    if long:
-        print(
-            f"- long run: {long['text_gb']:.2f} GB of text, {long['tokens']:,} tokens, "
-            f"{w} workers, {long['seconds']:.0f} s wall, {long['cpu']:.0f} CPU-s, peak RSS "
-            f"per worker {long['rss_mb']:.0f} MB, engine reloads "
-            f"{long['engine'].get('reloads', 'n/a')}"
-        )
     secs = "; ".join(
         ", ".join(f"{k} {r[k]['seconds']:.1f}/{r[k]['cpu']:.1f}" for k in CASES) for r in rounds
     )
     print(f"- wall s / CPU s per round: {secs}")
+    report_long(longs)
 
 
 if __name__ == "__main__":

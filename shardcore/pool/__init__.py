@@ -41,6 +41,7 @@ from __future__ import annotations
 
 from shardcore import units, verify
 from shardcore.pool.finalize import finalize_pool
+from shardcore.pool.io import release_memory
 from shardcore.pool.layout import (
     DOCUMENTS_NAME,
     KEY_COL,
@@ -95,9 +96,12 @@ __all__ = [
 
 
 def run_unit(plan: units.Plan, unit: dict) -> dict:
-    if "input" in unit:
-        return run_assign(plan, unit)
-    return run_bucket(plan, unit)
+    try:
+        if "input" in unit:
+            return run_assign(plan, unit)
+        return run_bucket(plan, unit)
+    finally:
+        release_memory()
 
 
 units.register_stage(STAGE, run_unit=run_unit, finalize=finalize_pool)

@@ -18,6 +18,9 @@ from shardcore.pool.layout import (
     SOURCE_FP_COL,
     SPLITS,
     VAL_DIR,
+    arrow_array,
+    arrow_strings,
+    as_numpy,
     shard_prefix,
     split_dir,
 )
@@ -57,7 +60,7 @@ def _finalize_split(plan: units.Plan, split: str, buckets: list[tuple[int, dict]
     num_docs = num_tokens = padding = 0
     with atomic.atomic_path(out_dir / DOCUMENTS_NAME) as tmp_docs:
         writer = None
-        fps = pa.array([s["fingerprint"] for s in meta["sources"]])
+        fps = arrow_strings([s["fingerprint"] for s in meta["sources"]])
         for b, st in buckets:
             if not st["records"]:
                 continue
@@ -79,8 +82,8 @@ def _finalize_split(plan: units.Plan, split: str, buckets: list[tuple[int, dict]
             padding += st["padding"]
             with pq.ParquetFile(out_dir / f"{prefix}.docs.parquet") as f:
                 table = f.read()
-            src = table.column(SOURCE_COL).to_numpy()
-            table = table.append_column(SOURCE_FP_COL, fps.take(pa.array(src)))
+            src = as_numpy(table.column(SOURCE_COL))
+            table = table.append_column(SOURCE_FP_COL, fps.take(arrow_array(src)))
             if writer is None:
                 writer = pq.ParquetWriter(tmp_docs, table.schema)
             writer.write_table(table.cast(writer.schema))

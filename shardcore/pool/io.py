@@ -74,6 +74,30 @@ def start_writeback(fd: int, offset: int, nbytes: int) -> None:
         _sync_file_range(fd, offset, nbytes, _SYNC_FILE_RANGE_WRITE)
 
 
+def _load_malloc_trim():
+    try:
+        fn = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):  # not glibc
+        return None
+    fn.argtypes = [ctypes.c_size_t]
+    return fn
+
+
+_malloc_trim = _load_malloc_trim()
+
+
+def release_memory() -> None:
+    """Give the memory a finished unit freed back to the system: a worker runs unit after
+    unit, and the C heap (numpy's temporaries) and Arrow's allocator otherwise keep what
+    the largest unit needed (measured: 20-45 MB per worker on ~1 KB documents)."""
+    import sys
+
+    if "pyarrow" in sys.modules:
+        sys.modules["pyarrow"].default_memory_pool().release_unused()
+    if _malloc_trim is not None:
+        _malloc_trim(0)
+
+
 # Documents closer than this in a file are read with one read (through a scratch buffer)
 # rather than one read each: a system call costs about as much as copying 16 KiB.
 _GAP_BYTES = 16 << 10

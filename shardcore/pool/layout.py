@@ -55,7 +55,47 @@ def val_seed(seed: int) -> int:
 def column(table: pa.Table, name: str, where: str) -> np.ndarray:
     if name not in table.column_names:
         raise ManifestError(f"{where}: sidecar has no column {name!r}")
-    return table.column(name).to_numpy()
+    return as_numpy(table.column(name))
+
+
+def as_numpy(col: pa.ChunkedArray) -> np.ndarray:
+    """A column as one numpy array; integers without nulls straight from the Arrow buffer
+    (read-only): pyarrow's ``to_numpy`` imports pandas on first use, which costs a pool
+    process about 0.4 CPU-s and 40 MB."""
+    import pyarrow as pa
+
+    arr = col.combine_chunks()
+    if pa.types.is_integer(arr.type) and arr.null_count == 0:
+        dtype = np.dtype(str(arr.type))
+        if not len(arr):
+            return np.zeros(0, dtype=dtype)
+        return np.frombuffer(
+            arr.buffers()[1], dtype=dtype, count=len(arr), offset=arr.offset * dtype.itemsize
+        )
+    return arr.to_numpy(zero_copy_only=False)
+
+
+def arrow_array(values: np.ndarray) -> pa.Array:
+    """A numpy array of numbers as an Arrow array (no nulls), sharing its memory; built
+    from buffers because ``pa.array`` imports pandas on first use."""
+    import pyarrow as pa
+
+    values = np.ascontiguousarray(values)
+    return pa.Array.from_buffers(
+        pa.from_numpy_dtype(values.dtype), values.size, [None, pa.py_buffer(values)]
+    )
+
+
+def arrow_strings(values: list[str]) -> pa.Array:
+    """A list of str as an Arrow string array (built from buffers, as ``arrow_array``)."""
+    import pyarrow as pa
+
+    data = [v.encode() for v in values]
+    offsets = np.zeros(len(data) + 1, dtype=np.int32)
+    np.cumsum([len(d) for d in data], out=offsets[1:])
+    return pa.Array.from_buffers(
+        pa.string(), len(data), [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(data))]
+    )
 
 
 def chunk_tokens(plan: units.Plan) -> int:

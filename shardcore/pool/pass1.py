@@ -19,6 +19,7 @@ from shardcore.pool.layout import (
     SHARD_COL,
     SOURCE_COL,
     SPLITS,
+    arrow_array,
     chunk_tokens,
     column,
     pass1_paths,
@@ -95,11 +96,11 @@ def run_assign(plan: units.Plan, unit: dict) -> dict:
     # With "references" staging, the metadata below is all pass 2 needs: each document's
     # input row (ROW_COL) and length, grouped by bucket.
 
-    docs = table.take(pa.array(order))
-    docs = docs.append_column(SOURCE_COL, pa.array(np.full(rows.size, spec["source"], np.int32)))
-    docs = docs.append_column(SHARD_COL, pa.array(np.full(rows.size, spec["shard"], np.int32)))
-    docs = docs.append_column(ROW_COL, pa.array(rows_o))
-    docs = docs.append_column(KEY_COL, pa.array(key[order]))
+    docs = table.take(arrow_array(order))
+    docs = docs.append_column(SOURCE_COL, arrow_array(np.full(rows.size, spec["source"], np.int32)))
+    docs = docs.append_column(SHARD_COL, arrow_array(np.full(rows.size, spec["shard"], np.int32)))
+    docs = docs.append_column(ROW_COL, arrow_array(rows_o))
+    docs = docs.append_column(KEY_COL, arrow_array(key[order]))
     # The metadata and offsets are small: durable, so that this unit's completion marker
     # never points at files a crash could have lost.
     with (

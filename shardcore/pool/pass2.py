@@ -15,6 +15,8 @@ from shardcore.pool.io import copy_ranges, read_spans, start_writeback, write_al
 from shardcore.pool.layout import (
     KEY_COL,
     ROW_COL,
+    arrow_array,
+    as_numpy,
     chunk_tokens,
     pass1_paths,
     shard_prefix,
@@ -122,16 +124,16 @@ def run_bucket(plan: units.Plan, unit: dict) -> dict:
         return {"records": 0, "documents": 0, "tokens": 0, "padding": 0}
     docs = pa.concat_tables(tables, promote_options="default")
     del tables
-    lengths = docs.column("n_tokens").to_numpy().astype(np.int64)
+    lengths = as_numpy(docs.column("n_tokens")).astype(np.int64)
     if staging_of(plan) == "references":
         sources, src, starts = _gather_sources(
-            meta, parts, docs.column(ROW_COL).to_numpy(), lengths, dtype, chunk_tokens(plan)
+            meta, parts, as_numpy(docs.column(ROW_COL)), lengths, dtype, chunk_tokens(plan)
         )
     else:
         sources, src, starts = _staged_sources(parts, lengths, dtype)
-    keys = docs.column(KEY_COL).to_numpy()
+    keys = as_numpy(docs.column(KEY_COL))
     order = np.asarray(module.order_bucket(keys, info["seed"], b, **params["shuffle_options"]))
-    docs = docs.take(pa.array(order)).drop_columns([KEY_COL])
+    docs = docs.take(arrow_array(order)).drop_columns([KEY_COL])
     bos = params["bos"]
     stream = Documents(
         sources, src[order], starts[order], lengths[order], head=meta["bos_id"] if bos else None
@@ -141,6 +143,7 @@ def run_bucket(plan: units.Plan, unit: dict) -> dict:
     prefix = split_dir(plan.out, split) / shard_prefix(b)
     width = params["seq_len"] + 1
     records = _write_records(prefix, stream, width, dtype, chunk_tokens(plan), meta["pad_id"])
+    del stream, sources  # the bucket's tokens: freed before the sidecars are written
     if records != packing.num_records:
         raise ManifestError(
             f"{prefix}: wrote {records} records, packing planned {packing.num_records}"

@@ -11,7 +11,7 @@ import numpy as np
 from shardcore import manifest as mf
 from shardcore import units
 from shardcore.errors import InputError, ManifestError
-from shardcore.pool.io import on_network_fs
+from shardcore.pool.io import on_network_fs, release_memory
 from shardcore.pool.layout import (
     KIND,
     SPLITS,
@@ -180,6 +180,7 @@ def plan_pool(
         "pad_id": int(tokenizer["eos_id"]),
         "bos_id": tokenizer.get("bos_id"),
     }
+    release_memory()  # what reading every sidecar took, before the units run
     return units.Plan(STAGE, os.path.abspath(out), params, [phase1, phase2], meta)
 
 

@@ -59,6 +59,10 @@ def test_it_shows_the_quality_verdict_measured_at_build(
     login("ada", superuser=True)
 
     page.goto(f"{live_server.url}/mixtures/versions/{version.pk}/")
+    shares = [r.locator("td").all_inner_texts()[:3]
+              for r in page.locator("table", has_text="Share of stage").locator("tr").all()[1:]]  # fmt: skip
+    assert sorted(shares) == [["anneal", "code-early", "20.0%"], ["anneal", "code-late", "80.0%"],
+                              ["main", "code-early", "60.0%"], ["main", "code-late", "40.0%"]]  # fmt: skip
     stages = page.locator("#quality-stages li").all_inner_texts()
     main_text = recorded["stages"][0]["verdict"]["text"]
     assert re.fullmatch(

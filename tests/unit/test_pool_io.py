@@ -37,7 +37,7 @@ def _sliced(src: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndar
 
 
 @pytest.mark.parametrize("compiled", [True, False])
-def test_copy_ranges_writes_what_slices_do(compiled):
+def test_it_copies_ranges_as_slices_do(compiled):
     src = _text_tokens()
     rng = np.random.default_rng(5)
     starts, lengths = _ranges(rng, src.size, 400, max_len=300)
@@ -53,7 +53,7 @@ def test_copy_ranges_writes_what_slices_do(compiled):
     assert not dst[dst_at[-1] + lengths[-1] :].any()
 
 
-def test_copy_ranges_refuses_a_range_outside_either_array():
+def test_it_refuses_a_copy_range_outside_either_array():
     src = _text_tokens()
     dst = np.zeros(100, dtype=np.int32)
     with pytest.raises(ValueError, match="outside its array"):
@@ -66,7 +66,7 @@ def test_copy_ranges_refuses_a_range_outside_either_array():
 
 @pytest.mark.parametrize("compiled", [True, False])
 @pytest.mark.parametrize("max_len", [40, 9000])  # gaps mostly under / over _GAP_BYTES
-def test_read_spans_reads_what_slices_do(tmp_path, compiled, max_len):
+def test_it_reads_spans_as_slices_do(tmp_path, compiled, max_len):
     src = _text_tokens()
     path = tmp_path / "text.bin"
     src.tofile(path)
@@ -85,7 +85,7 @@ def test_read_spans_reads_what_slices_do(tmp_path, compiled, max_len):
     assert np.array_equal(out, _sliced(src, starts, lengths))
 
 
-def test_read_spans_names_a_file_shorter_than_its_ranges(tmp_path):
+def test_it_names_a_file_shorter_than_the_spans_it_reads(tmp_path):
     src = _text_tokens()
     path = tmp_path / "text.bin"
     src[:1000].tofile(path)

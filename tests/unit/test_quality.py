@@ -167,3 +167,15 @@ def test_it_measures_each_stage_of_a_schedule_against_random_permutations_of_its
         sizes, quality.window_deviation(codes, sizes)["max_all"], ref["mean"]
     )
     assert not sorted_verdict["ok"] and sorted_verdict["ratio"] > 2
+
+
+def test_it_says_when_an_order_is_more_even_than_a_perfect_shuffle():
+    sizes = [2, 4, 8, 16]
+    v = quality.verdict(sizes, [0.5, 0.2, 0.05, 0.01], [0.5, 0.35, 0.25, 0.18])
+    assert v["ok"] and v["ratio"] == 1.0
+    assert v["text"] == (
+        "within 1.00x of a perfect shuffle at windows of 2 samples and more; "
+        "more even than one at 16 samples (0.06x)"
+    )
+    plain = quality.verdict(sizes, [0.5, 0.35, 0.25, 0.18], [0.5, 0.35, 0.25, 0.18])
+    assert plain["text"] == "within 1.00x of a perfect shuffle at windows of 2 samples and more"

@@ -18,12 +18,13 @@ def _flip(path: Path, offset: int) -> None:
     path.write_bytes(bytes(data))
 
 
-def test_it_verifies_a_mixture_and_its_materialized_copy(tmp_path, capsys):
+def _mixture_and_copy(tmp_path: Path, *, samples: int, seed: int) -> tuple[dict, Path, Path]:
+    """Pools of real text, a mixture of them and its materialized copy."""
     pools = mix_fixtures.build_pools(tmp_path, seq_len=64)
     spec = MixtureSpec.from_dict(
         {
-            "tokens": 64 * 500,
-            "seed": 2,
+            "tokens": 64 * samples,
+            "seed": seed,
             "components": [{"pool": str(p), "weight": 1.0} for p in pools.values()],
         }
     )
@@ -31,6 +32,11 @@ def test_it_verifies_a_mixture_and_its_materialized_copy(tmp_path, capsys):
     build_mixture(spec, mixture)
     copy = tmp_path / "copy"
     materialize(str(mixture), str(copy))
+    return pools, mixture, copy
+
+
+def test_it_verifies_a_mixture_and_its_materialized_copy(tmp_path, capsys):
+    _, mixture, copy = _mixture_and_copy(tmp_path, samples=500, seed=2)
 
     for artifact in (mixture, copy):
         report = verify(artifact)
@@ -55,18 +61,7 @@ def test_every_kind_lists_its_files_and_a_mapping_written_before_still_reads(tmp
 
     from shardcore import manifest as mf
 
-    pools = mix_fixtures.build_pools(tmp_path, seq_len=64)
-    spec = MixtureSpec.from_dict(
-        {
-            "tokens": 64 * 300,
-            "seed": 3,
-            "components": [{"pool": str(p), "weight": 1.0} for p in pools.values()],
-        }
-    )
-    mixture = tmp_path / "mixture"
-    build_mixture(spec, mixture)
-    copy = tmp_path / "copy"
-    materialize(str(mixture), str(copy))
+    pools, mixture, copy = _mixture_and_copy(tmp_path, samples=300, seed=3)
     for artifact in (*pools.values(), mixture, copy):
         files = mf.read_manifest(artifact)["files"]
         assert isinstance(files, list) and files, artifact

@@ -1,15 +1,12 @@
 """Page contexts: the catalog's read model (``webapp.catalog.selectors``), the jobs' and
 the workers' reads, turned into what each template shows, with links and charts
-(``webapp.dashboard.charts``); and the users page. The queries are the read models';
-each page runs a bounded number of them."""
+(``webapp.dashboard.charts``). The queries are the read models'; each page runs a
+bounded number of them."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
-from django.db.models import Prefetch
 from django.http import Http404
 from django.urls import reverse
 from django.utils import timezone
@@ -24,25 +21,6 @@ from webapp.jobs import selectors as jobs
 from webapp.jobs.models import Job, UnitState
 from webapp.links import page_url
 from webapp.ops import selectors as ops
-from webapp.roles import ROLES, role_from_groups
-
-
-def user_list() -> list[dict]:
-    """Every user with their role and token, in two queries."""
-    User = get_user_model()
-    users = (
-        User.objects.order_by("username")
-        .select_related("auth_token")
-        .prefetch_related(
-            Prefetch("groups", queryset=Group.objects.filter(name__in=ROLES), to_attr="roles")
-        )
-    )
-    out = []
-    for u in users:
-        role = role_from_groups([g.name for g in u.roles], is_superuser=u.is_superuser)
-        token = getattr(u, "auth_token", None)
-        out.append({"user": u, "role": role, "token_created": token.created if token else None})
-    return out
 
 
 def overview() -> dict:
@@ -369,8 +347,6 @@ def pool_detail(*, pool_id: int, by: str = "") -> dict:
 def _training_figure(training: list[dict]) -> dict:
     """Training loss of the runs that read this pool or another shuffle of its documents,
     with each pool's shard boundaries in the run's colour."""
-    from webapp.dashboard import charts
-
     colour = {p.pk: i for i, p in enumerate(dict.fromkeys(t["pool"] for t in training))}
     series = [
         {"name": f"{t['run'].name} ({t['pool'].name})", "x": t["steps"], "y": t["loss"],

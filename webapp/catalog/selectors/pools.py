@@ -72,7 +72,7 @@ TRAINING_POINTS = 5000
 
 def pool_training(*, pool: Pool) -> list[dict]:
     """Training loss of the runs that read this pool, or another pool of the same
-    documents (the same tokenized sources and seq_len, another shuffle), alone and in
+    documents (the same tokenized sources, filter and seq_len: another shuffle), alone and in
     pool order (their version's only component; the newest TRAINING_RUNS): per run its
     pool, its training loss per step and where each shard of its pool starts, in steps
     (records / samples per step, from the run's latest progress report). The loss bumps
@@ -81,7 +81,7 @@ def pool_training(*, pool: Pool) -> list[dict]:
     siblings = [
         p
         for p in Pool.objects.filter(
-            parents__in=parents, seq_len=pool.seq_len, split=Pool.Split.TRAIN
+            parents__in=parents, seq_len=pool.seq_len, filter=pool.filter, split=Pool.Split.TRAIN
         ).distinct()
         if sorted(p.parents.values_list("pk", flat=True)) == parents
     ]

@@ -7,9 +7,9 @@ from django.core.exceptions import ValidationError
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
-from webapp.dashboard import contexts, services
+from webapp.dashboard import services
 from webapp.dashboard.forms import RoleForm, UserCreateForm
-from webapp.roles import require_role
+from webapp.roles import require_role, user_roles
 
 
 def user_list(request):
@@ -17,7 +17,7 @@ def user_list(request):
     return render(
         request,
         "dashboard/users/list.html",
-        {"rows": contexts.user_list(), "form": UserCreateForm(), "role_form": RoleForm()},
+        {"rows": user_roles(), "form": UserCreateForm(), "role_form": RoleForm()},
     )
 
 
