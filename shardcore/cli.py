@@ -61,11 +61,9 @@ def size_arg(text: str) -> int:
 def check_new_artifact(out, workers: int = 1) -> None:
     """Refuse to build into a finished artifact (artifacts are immutable) or with fewer
     than one worker, before any work starts."""
-    from pathlib import Path
+    from shardcore.manifest import is_complete
 
-    from shardcore.manifest import MANIFEST_NAME
-
-    if (Path(out) / MANIFEST_NAME).exists():
+    if is_complete(out):
         raise CLIError(f"{out} already holds a finished artifact; choose another --out")
     if workers < 1:
         raise CLIError("--workers must be at least 1")

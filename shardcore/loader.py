@@ -408,13 +408,14 @@ class _Stream:
         last = None
         for k in self.samples(worker, workers):
             i = self.index_of(k)
-            if self.source.cache is not None or self.source.remote:
+            tokens = self.source[i]  # opens the shard first: the prefetch looks past it
+            if self.source.cache is not None:
                 where = self.source.shard_of(i)
                 if where != last:
                     last = where
                     ahead = itertools.islice(self.samples(worker, workers, after=k), _LOOKAHEAD)
                     self.source.prefetch(self.index_of(a) for a in ahead)
-            yield k, self.source[i]
+            yield k, tokens
 
     def index_of(self, k: int) -> int:
         """The artifact's sample read as stream sample k."""

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from shardcore import manifest as mf
-from shardcore import units, verify
+from shardcore import storage, units, verify
 from shardcore.errors import InputError, ManifestError
 from shardcore.formats import IndexedWriter
 from shardcore.mixture import Mixture
@@ -49,9 +49,11 @@ def plan_materialize(
         {"id": f"shard-{k:05d}", "shard": k, "start": a, "stop": min(n, a + per_shard)}
         for k, a in enumerate(range(0, n, per_shard))
     ]
-    params = {"mixture": str(Path(mixture).resolve()), "shard_bytes": int(shard_bytes)}
-    meta = {"fingerprint": mix.manifest["fingerprint"]}
-    return units.Plan(STAGE, str(Path(out).resolve()), params, [phase], meta)
+    mixture = storage.resolve(mixture)
+    params = {"mixture": mixture, "shard_bytes": int(shard_bytes)}
+    # The pools are read through the mixture's manifest (Pool copies remote ones).
+    meta = {"fingerprint": mix.manifest["fingerprint"], "artifacts": [mixture]}
+    return units.Plan(STAGE, storage.resolve(out), params, [phase], meta)
 
 
 def _run_unit(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
@@ -111,7 +113,11 @@ def _finalize(plan: units.Plan, stats: list[dict[str, Any]]) -> dict[str, Any]:
     m = mix.manifest
     manifest = {
         "kind": KIND,
-        "fingerprint": mf.fingerprint(KIND, parents=[m["fingerprint"]], params=plan.params),
+        # The mixture by its fingerprint (a parent), not its location: the same copy
+        # made from a mixture on disk or on object storage has one fingerprint.
+        "fingerprint": mf.fingerprint(
+            KIND, parents=[m["fingerprint"]], params={"shard_bytes": plan.params["shard_bytes"]}
+        ),
         "parents": [m["fingerprint"]],
         "mixture": plan.params["mixture"],
         "tokenizer": m.get("tokenizer"),

@@ -52,7 +52,7 @@ from typing import Any
 
 import numpy as np
 
-from shardcore import atomic, blend, units, verify
+from shardcore import atomic, blend, storage, units, verify
 from shardcore import manifest as mf
 from shardcore.errors import InputError, ManifestError
 from shardcore.order import ORDERINGS
@@ -263,8 +263,8 @@ class MixtureSpec:
 
     def resolve(self, pool: str) -> str:
         if "://" in pool or os.path.isabs(pool) or self.base_dir is None:
-            return os.path.abspath(pool) if "://" not in pool else pool
-        return os.path.abspath(os.path.join(self.base_dir, pool))
+            return storage.resolve(pool)
+        return storage.resolve(storage.join(self.base_dir, pool))
 
 
 def _continues(data: Any) -> dict[str, Any]:
@@ -761,7 +761,17 @@ def build_mixture(
 ) -> dict[str, Any]:
     """Build the mixture's schedule in ``out`` and return its manifest. ``progress(stage,
     done, total)`` reports blend progress. Rebuilding the same spec over the same pools
-    gives the same bytes and fingerprint."""
+    gives the same bytes and fingerprint. ``out`` may be ``s3://bucket/prefix``: the
+    schedule is built in a local work directory and uploaded, the manifest last."""
+    if storage.is_remote(out):
+        import shutil
+
+        work = units.work_dir(os.fspath(out))
+        shutil.rmtree(work, ignore_errors=True)
+        manifest = build_mixture(spec, work, progress=progress)
+        storage.publish_directory(work, out)
+        shutil.rmtree(work, ignore_errors=True)
+        return manifest
     if not isinstance(spec, MixtureSpec):
         spec = MixtureSpec.from_dict(spec)
     spec.validate()
@@ -881,7 +891,8 @@ class Mixture:
     """A built mixture: ``sample(i) -> (pool index, record)`` by memmap, O(1)."""
 
     def __init__(self, path: str | os.PathLike):
-        self.path = Path(path)
+        # A mixture on object storage is read from a checked local copy.
+        self.path = Path(storage.local_artifact(path))
         self.manifest = mf.read_manifest(self.path)
         if self.manifest.get("kind") != KIND:
             raise ManifestError(f"{self.path}: not a mixture (kind {self.manifest.get('kind')!r})")

@@ -244,13 +244,13 @@ class _MultipartWriter(io.RawIOBase):
 class S3Store(Store):
     """A prefix of an S3 bucket, through boto3 (one client per process and thread)."""
 
-    def __init__(self, url: str, *, part_size: int = PART_SIZE):
+    def __init__(self, url: str, *, part_size: int | None = None):
         self.url = resolve(url)
         rest = self.url[len("s3://") :]
         self.bucket, _, self.prefix = rest.partition("/")
         if not self.bucket:
             raise ValueError(f"{url}: no bucket in the URL")
-        self.part_size = int(part_size)
+        self.part_size = int(part_size or PART_SIZE)
         self._local = threading.local()
 
     def __getstate__(self) -> dict[str, Any]:
@@ -355,10 +355,24 @@ class S3Store(Store):
     def delete(self, key: str) -> None:
         self.client.delete_object(Bucket=self.bucket, Key=self._key(key))
 
+    def _uploads(self) -> list[dict[str, Any]]:
+        prefix = f"{self.prefix}/" if self.prefix else ""
+        found = self.client.list_multipart_uploads(Bucket=self.bucket, Prefix=prefix)
+        return list(found.get("Uploads", []))
+
     def multipart_uploads(self) -> list[str]:
-        """Keys with a multipart upload started and neither completed nor aborted."""
-        found = self.client.list_multipart_uploads(Bucket=self.bucket, Prefix=self.prefix)
-        return [u["Key"] for u in found.get("Uploads", [])]
+        """Keys with a multipart upload started and neither completed nor aborted (a
+        writer that died mid-upload): invisible, but their parts take space."""
+        return [u["Key"] for u in self._uploads()]
+
+    def abort_uploads(self) -> int:
+        """Abort every unfinished multipart upload under the prefix; returns how many."""
+        uploads = self._uploads()
+        for u in uploads:
+            self.client.abort_multipart_upload(
+                Bucket=self.bucket, Key=u["Key"], UploadId=u["UploadId"]
+            )
+        return len(uploads)
 
 
 def open_store(url: str | os.PathLike) -> Store:

@@ -98,12 +98,18 @@ class ShardCache:
 
     def usage(self) -> int:
         """Bytes of finished files in the directory."""
-        if not self.directory.exists():
-            return 0
-        return sum(p.stat().st_size for p in self._files())
+        total = 0
+        for p in self._files():
+            try:
+                total += p.stat().st_size
+            except OSError:
+                continue  # evicted meanwhile (by a prefetch or another process)
+        return total
 
     def _files(self) -> list[Path]:
         out = []
+        if not self.directory.exists():
+            return out
         for p in self.directory.rglob("*"):
             if p.name.startswith(".") and p.name.endswith(".tmp"):
                 continue
@@ -228,7 +234,7 @@ class RemoteRecords:
         self.cache = cache
         self.content = xxhash.xxh3_64_hexdigest(
             str(self.manifest.get("fingerprint")).encode()
-            + storage._digest_of(self.manifest).encode()
+            + mf.content_digest(self.manifest).encode()
         )
         self.cumulative = np.asarray(self.manifest["cumulative_records"], dtype=np.int64)
         self.width = int(self.manifest["seq_len"]) + 1

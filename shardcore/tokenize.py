@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 import xxhash
 
-from shardcore import atomic, units
+from shardcore import atomic, storage, units
 from shardcore.encoders import DEFAULT_ENGINE, DEFAULT_TOKENIZER, check_engine, load_tokenizer
 from shardcore.errors import InputError
 from shardcore.formats import IndexedWriter, token_dtype
@@ -190,7 +190,7 @@ def plan_tokenize(
         "total_bytes": sum(f["size"] or 0 for f in files),
         "storage_options": storage_options,
     }
-    return units.Plan(STAGE, os.path.abspath(out), params, [phase1, index, phase3], meta)
+    return units.Plan(STAGE, storage.resolve(out), params, [phase1, index, phase3], meta)
 
 
 def tokenize(

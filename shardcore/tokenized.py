@@ -27,7 +27,10 @@ class TokenizedSource:
     """A finished tokenized source directory (its manifest must exist)."""
 
     def __init__(self, path: str | os.PathLike):
-        self.path = Path(path)
+        from shardcore import storage
+
+        # A tokenized source on object storage is read from a checked local copy.
+        self.path = Path(storage.local_artifact(path))
         self.manifest: dict[str, Any] = read_manifest(self.path)
         if self.manifest.get("kind") != KIND:
             raise ManifestError(

@@ -16,19 +16,37 @@ A unit's stats are a JSON object for its stage's ``finalize``; the names in ``Un
 mean the same in every stage, and they are all a runner (the job engine, a progress bar)
 reads: a job's documents, tokens, bytes and bad input are the sums of its units' (see
 ``counts``). A stage that has nothing to count under a name leaves it out.
+
+The output may be an object-store prefix (``s3://bucket/prefix``): the plan, the markers
+and the artifact then live there, and each unit (and ``finalize``) works in a local
+*work directory* that mirrors the prefix (``$SHARDYARD_CACHE/work/<hash of the URL>``):
+it first downloads the files earlier units wrote that it lacks (on one host: none), runs
+the stage's code unchanged on local files, uploads the files it wrote (each object
+appears whole, see ``shardcore.storage``), and only then writes its marker to the store.
+``finalize`` uploads the last files, the manifest last, deletes the objects the stage
+removed (its scratch), and removes the work directory. A unit interrupted anywhere before
+its marker runs again and rewrites the same keys with the same bytes; a prefix without
+its manifest is never read as an artifact. Input artifacts on the store (a plan lists
+them in ``meta["artifacts"]``) are read from checked local copies
+(``shardcore.storage.local_artifact``): in ``run_unit`` every path under an input's URL
+is rewritten to its copy; ``finalize`` sees the URLs, which is what manifests record.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import shutil
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypedDict
 
-from shardcore import atomic
+import xxhash
+
+from shardcore import atomic, storage
 
 MARKER_DIR = "_units"
 PLAN_NAME = "_plan.json"
@@ -94,13 +112,20 @@ class Plan:
         return sum(len(p) for p in self.phases)
 
 
-def save_plan(plan: Plan) -> Path:
+def save_plan(plan: Plan) -> Path | str:
+    text = json.dumps(plan.to_json(), indent=1, sort_keys=True)
+    if storage.is_remote(plan.out):
+        store = storage.open_store(plan.out)
+        store.put_bytes(PLAN_NAME, text.encode())
+        return store.location(PLAN_NAME)
     out = Path(plan.out)
     out.mkdir(parents=True, exist_ok=True)
-    return atomic.write_text(out / PLAN_NAME, json.dumps(plan.to_json(), indent=1, sort_keys=True))
+    return atomic.write_text(out / PLAN_NAME, text)
 
 
 def load_plan(out: str | os.PathLike) -> Plan:
+    if storage.is_remote(out):
+        return Plan.from_json(json.loads(storage.open_store(out).read_bytes(PLAN_NAME)))
     return Plan.from_json(json.loads((Path(out) / PLAN_NAME).read_text()))
 
 
@@ -108,8 +133,17 @@ def marker_path(out: str | os.PathLike, unit_id: str) -> Path:
     return Path(out) / MARKER_DIR / f"{unit_id}.done.json"
 
 
+def _marker_key(unit_id: str) -> str:
+    return f"{MARKER_DIR}/{unit_id}.done.json"
+
+
 def unit_result(out: str | os.PathLike, unit_id: str) -> dict[str, Any] | None:
     """The recorded stats of a finished unit, or None if it has not finished."""
+    if storage.is_remote(out):
+        try:
+            return json.loads(storage.open_store(out).read_bytes(_marker_key(unit_id)))
+        except FileNotFoundError:
+            return None
     path = marker_path(out, unit_id)
     if not path.exists():
         return None
@@ -118,9 +152,99 @@ def unit_result(out: str | os.PathLike, unit_id: str) -> dict[str, Any] | None:
 
 def mark_done(out: str | os.PathLike, unit_id: str, stats: dict[str, Any]) -> None:
     """Record a unit as finished (after its files are renamed into place)."""
+    text = json.dumps(stats, sort_keys=True, default=str)
+    if storage.is_remote(out):
+        storage.open_store(out).put_bytes(_marker_key(unit_id), text.encode())
+        return
     path = marker_path(out, unit_id)
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic.write_text(path, json.dumps(stats, sort_keys=True, default=str))
+    atomic.write_text(path, text)
+
+
+# ------------------------------------------------------------ outputs on object storage
+
+
+def work_dir(out: str) -> Path:
+    """The local directory that mirrors the remote output ``out`` while a stage runs."""
+    key = xxhash.xxh3_64_hexdigest(storage.resolve(out).encode())
+    return storage.cache_root() / "work" / key
+
+
+def _artifact_file(rel: str) -> bool:
+    """A file of the artifact (not bookkeeping, not a temporary)."""
+    name = rel.rsplit("/", 1)[-1]
+    return not (rel == PLAN_NAME or rel.startswith(f"{MARKER_DIR}/") or name.endswith(".tmp"))
+
+
+def _snapshot(work: Path) -> dict[str, tuple[int, int]]:
+    out = {}
+    for p in work.rglob("*"):
+        rel = p.relative_to(work).as_posix()
+        if not _artifact_file(rel):
+            continue
+        try:
+            st = p.stat()
+        except OSError:
+            continue  # a concurrent unit's temporary, renamed meanwhile
+        if not p.is_dir():
+            out[rel] = (st.st_size, st.st_mtime_ns)
+    return out
+
+
+def _pull(store: storage.Store, work: Path) -> dict[str, int]:
+    """Download the objects (and markers) of the prefix the work directory lacks; returns
+    the sizes of the objects listed."""
+    from shardcore.manifest import MANIFEST_NAME
+
+    sizes = store.sizes()
+    for key, size in sizes.items():
+        if key in (PLAN_NAME, MANIFEST_NAME):
+            continue
+        local = work / key
+        if not local.exists() or local.stat().st_size != size:
+            store.get_file(key, local)
+    return sizes
+
+
+def _push(
+    store: storage.Store,
+    work: Path,
+    before: dict[str, tuple[int, int]],
+    remote: dict[str, int],
+    *,
+    skip: tuple[str, ...] = (),
+) -> None:
+    """Upload the work directory's files that are new, changed, or absent from the store."""
+    for rel, state in sorted(_snapshot(work).items()):
+        if rel in skip:
+            continue
+        if before.get(rel) != state or remote.get(rel) != state[0]:
+            store.put_file(rel, work / rel)
+
+
+def _localize(value: Any, mapping: dict[str, str]) -> Any:
+    if isinstance(value, str):
+        for url, local in mapping.items():
+            if value == url or value.startswith(url + "/"):
+                return local + value[len(url) :]
+        return value
+    if isinstance(value, list):
+        return [_localize(v, mapping) for v in value]
+    if isinstance(value, dict):
+        return {k: _localize(v, mapping) for k, v in value.items()}
+    return value
+
+
+def with_local_inputs(plan: Plan) -> Plan:
+    """The plan with every path under a remote input artifact (``meta["artifacts"]``)
+    pointing into that artifact's checked local copy."""
+    urls = [u for u in plan.meta.get("artifacts", []) if storage.is_remote(u)]
+    if not urls:
+        return plan
+    mapping = {storage.resolve(u): storage.local_artifact(u) for u in urls}
+    return dataclasses.replace(
+        plan, params=_localize(plan.params, mapping), meta=_localize(plan.meta, mapping)
+    )
 
 
 # stage name -> (run_unit(plan, unit) -> stats, finalize(plan, [stats...]) -> manifest)
@@ -154,8 +278,19 @@ def run_unit(plan: Plan, unit_id: str) -> dict[str, Any]:
     if done is not None:
         return done
     runner, _ = _stage(plan.stage)
-    stats = runner(plan, plan.unit(unit_id))
-    mark_done(plan.out, unit_id, stats)
+    if not storage.is_remote(plan.out):
+        stats = runner(with_local_inputs(plan), plan.unit(unit_id))
+        mark_done(plan.out, unit_id, stats)
+        return stats
+    store, work = storage.open_store(plan.out), work_dir(plan.out)
+    work.mkdir(parents=True, exist_ok=True)
+    remote = _pull(store, work)
+    before = _snapshot(work)
+    local = dataclasses.replace(with_local_inputs(plan), out=str(work))
+    stats = runner(local, local.unit(unit_id))
+    _push(store, work, before, remote)
+    mark_done(work, unit_id, stats)  # later units and finalize on this host read it here
+    mark_done(plan.out, unit_id, stats)  # the commit point of the unit
     return stats
 
 
@@ -174,7 +309,24 @@ def finalize(plan: Plan) -> dict[str, Any]:
         raise RuntimeError(
             f"{plan.out}: cannot finalize, {len(missing)} unit(s) unfinished: {missing[:5]}"
         )
-    return finisher(plan, stats)
+    if not storage.is_remote(plan.out):
+        return finisher(plan, stats)
+    from shardcore.manifest import MANIFEST_NAME
+
+    store, work = storage.open_store(plan.out), work_dir(plan.out)
+    work.mkdir(parents=True, exist_ok=True)
+    remote = _pull(store, work)
+    before = _snapshot(work)
+    manifest = finisher(dataclasses.replace(plan, out=str(work)), stats)
+    _push(store, work, before, remote, skip=(MANIFEST_NAME,))
+    store.put_file(MANIFEST_NAME, work / MANIFEST_NAME)  # the commit point, last
+    for key in remote:  # what the stage removed (its scratch) goes from the store too
+        if _artifact_file(key) and key != MANIFEST_NAME and not (work / key).exists():
+            store.delete(key)
+    if isinstance(store, storage.S3Store):
+        store.abort_uploads()  # parts of uploads whose writer died: every unit is done
+    shutil.rmtree(work, ignore_errors=True)
+    return manifest
 
 
 def _run_unit_by_id(plan_json: dict, unit_id: str) -> dict:

@@ -220,7 +220,13 @@ def check_files_read(root: str | os.PathLike, manifest: dict[str, Any], relpaths
 def verify(directory: str | os.PathLike, *, content: bool = True) -> Report:
     """Re-read every file of the artifact at ``directory`` and check it against the
     manifest; ``content`` also runs the kind's own checks. Never raises for corruption:
-    every finding is a Problem in the report."""
+    every finding is a Problem in the report. An artifact on object storage
+    (``s3://``) is downloaded as it is (unchecked) into a scratch directory of the cache,
+    verified there, and the scratch removed: the report names the URL."""
+    from shardcore import storage
+
+    if storage.is_remote(directory):
+        return _verify_remote(storage.resolve(directory), content=content)
     root = Path(directory)
     try:
         manifest = read_manifest(root)
@@ -247,6 +253,32 @@ def verify(directory: str | os.PathLike, *, content: bool = True) -> Report:
         if check is not None:
             problems += check(root, manifest)
     return Report(str(root), kind, len(entries), nbytes, problems)
+
+
+def _verify_remote(url: str, *, content: bool) -> Report:
+    import dataclasses
+    import shutil
+    import uuid
+
+    from shardcore import storage
+
+    try:
+        manifest = storage.read_manifest(url)
+    except ManifestError as exc:
+        return Report(url, "?", 0, 0, [Problem("manifest.json", None, str(exc))])
+    store = storage.open_store(url)
+    scratch = storage.cache_root() / "verify" / uuid.uuid4().hex
+    try:
+        present = store.sizes()
+        for entry in file_entries(manifest):
+            rel = str(entry.get("path"))
+            if rel in present:  # a missing object is reported by the local check
+                store.get_file(rel, scratch / rel)
+        store.get_file("manifest.json", scratch / "manifest.json")
+        report = verify(scratch, content=content)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return dataclasses.replace(report, directory=url)
 
 
 def _check_tokenized(root: Path, manifest: dict[str, Any]) -> list[Problem]:

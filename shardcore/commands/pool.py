@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from shardcore.cli import CLIError, check_new_artifact, size_arg
 
@@ -68,12 +67,12 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
 def run(args: argparse.Namespace) -> int:
     import numpy as np
 
-    from shardcore import units
+    from shardcore import storage, units
     from shardcore.errors import ShardcoreError
     from shardcore.pool import plan_pool
     from shardcore.progress import Progress
 
-    out = Path(args.out)
+    out = storage.resolve(args.out)
     check_new_artifact(out, args.workers)
     options = {}
     if args.grid_columns is not None:
@@ -134,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
             f"{totals['documents']} documents in {totals['shards']} shards "
             f"(padding {waste:.3%})"
             + (
-                f"; validation: {totals['val']['num_records']} records in {out / 'val'}"
+                f"; validation: {totals['val']['num_records']} records in {storage.join(out, 'val')}"
                 if totals["val"]
                 else ""
             ),

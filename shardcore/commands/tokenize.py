@@ -65,12 +65,12 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from shardcore import units
+    from shardcore import storage, units
     from shardcore.errors import InputError, ShardcoreError
     from shardcore.progress import Progress
     from shardcore.tokenize import plan_tokenize
 
-    out = Path(args.out)
+    out = storage.resolve(args.out)
     check_new_artifact(out, args.workers)
     try:
         plan = plan_tokenize(
@@ -87,8 +87,11 @@ def run(args: argparse.Namespace) -> int:
         )
     except (InputError, OSError) as exc:
         raise CLIError(str(exc)) from None
-    old = out / units.PLAN_NAME
-    if old.exists() and json.loads(old.read_text()) != json.loads(json.dumps(plan.to_json())):
+    try:
+        old = units.load_plan(out).to_json()
+    except FileNotFoundError:
+        old = None
+    if old is not None and old != json.loads(json.dumps(plan.to_json())):
         raise CLIError(
             f"{out} holds an unfinished build with other inputs or parameters; remove it or choose another --out"
         )

@@ -22,10 +22,12 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from shardcore import storage
     from shardcore.cli import CLIError
     from shardcore.verify import verify
 
-    if not Path(args.directory).exists():  # a usage error (2), not corruption (1)
+    # A usage error (2), not corruption (1).
+    if not storage.is_remote(args.directory) and not Path(args.directory).exists():
         raise CLIError(f"{args.directory}: no such file or directory")
     report = verify(args.directory, content=not args.files_only)
     if report.ok:

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from shardcore import manifest as mf
-from shardcore import units
+from shardcore import storage, units
 from shardcore.errors import InputError, ManifestError
 from shardcore.pool.io import on_network_fs, release_memory
 from shardcore.pool.layout import (
@@ -80,7 +80,7 @@ def plan_pool(
     sources, inputs, loaded = [], [], []
     tokenizer = dtype = None
     for path in tokenized:
-        path = os.path.abspath(path)
+        path = storage.resolve(path)
         data = _load_tokenized(path)
         if tokenizer is None:
             tokenizer, dtype = data["tokenizer"], data["dtype"]
@@ -90,10 +90,17 @@ def plan_pool(
                 f"source's {tokenizer.get('spec')!r}; a pool has one tokenizer"
             )
         loaded.append((path, data))
+    # Inputs on object storage are planned (and later read by the units) from checked
+    # local copies; the plan names them by URL (meta["artifacts"], see shardcore.units).
+    local = {path: storage.local_artifact(path) for path, _ in loaded}
     # One type for each property over every input, so that a filter reads a property
     # absent from one source as NULL there and every pass writes the same schema.
     props_type = select.sidecars_props_type(
-        [f"{os.path.join(p, sh['prefix'])}.docs.parquet" for p, d in loaded for sh in d["shards"]]
+        [
+            f"{os.path.join(local[p], sh['prefix'])}.docs.parquet"
+            for p, d in loaded
+            for sh in d["shards"]
+        ]
     )
     for s, (path, data) in enumerate(loaded):
         # "content": what the input's bytes are (its checksums), for the fingerprint and for
@@ -102,9 +109,10 @@ def plan_pool(
             {"path": path, "fingerprint": data["fingerprint"], "content": mf.content_digest(data)}
         )
         for j, shard in enumerate(data["shards"]):
-            prefix = os.path.join(path, shard["prefix"])
+            prefix = storage.join(path, shard["prefix"])
             sidecar = f"{prefix}.docs.parquet"
-            rows, table = select.select_shard(sidecar, filter, props_type)
+            local_sidecar = f"{os.path.join(local[path], shard['prefix'])}.docs.parquet"
+            rows, table = select.select_shard(local_sidecar, filter, props_type)
             is_val = val_mask(data["fingerprint"], column(table, "doc_id", sidecar), val_fraction)
             n_tokens = column(table, "n_tokens", sidecar).astype(np.int64) + int(bos)
             inputs.append(
@@ -180,8 +188,9 @@ def plan_pool(
         "pad_id": int(tokenizer["eos_id"]),
         "bos_id": tokenizer.get("bos_id"),
     }
+    meta["artifacts"] = [s["path"] for s in sources if storage.is_remote(s["path"])]
     release_memory()  # what reading every sidecar took, before the units run
-    return units.Plan(STAGE, os.path.abspath(out), params, [phase1, phase2], meta)
+    return units.Plan(STAGE, storage.resolve(out), params, [phase1, phase2], meta)
 
 
 def build_pool(

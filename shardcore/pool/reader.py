@@ -79,7 +79,10 @@ class PoolReader:
     0..num_records-1 in pool order across shards."""
 
     def __init__(self, path: str | os.PathLike):
-        self.path = Path(path)
+        from shardcore import storage
+
+        # A pool on object storage is read from a checked local copy.
+        self.path = Path(storage.local_artifact(path))
         self.manifest = mf.read_manifest(self.path)
         if self.manifest.get("kind") != KIND:
             raise ManifestError(f"{self.path}: not a pool (kind {self.manifest.get('kind')!r})")

@@ -77,10 +77,12 @@ PINNED = {
             "fingerprint": "bf4ac18619ef58979abc70b30a8afa09",
             "manifest": "eb1161888c095eba2bd8a1d01fb4a222",
         },
+        # A materialized copy's fingerprint names its mixture by fingerprint, not by path
+        # (the same copy on disk and on object storage has one): pinned since that change.
         "mixes/prose-code-flat": {
             "files": "aadafa7f562ce4f97162e542e59e0d4d",
-            "fingerprint": "aaf71fd3cf10283aa0a0e77caebc4b5e",
-            "manifest": "468e94941ccb21cc7704657abea962b3",
+            "fingerprint": "8b7be3412772d4da92a2859b5932dd9f",
+            "manifest": "a97ffcd94b09776968a7793feb4edf33",
         },
         "pools/code": {
             "files": "d74d740396aaa180c03e9d9191abdccb",
@@ -143,7 +145,7 @@ PINNED = {
         "mixes/prose-code/schedule/pool.npy": "c343bb26c7d720ac4e6666a44141f1b210d90005be61ed05d2f63be1db958962",
         "mixes/prose-code/schedule/record.npy": "9cb493aaf7c5a6ce2bf7deea99442de7210296138ff35ce85109a27623ee17c7",
         "nanotron.yaml": "48003b3d5007df6322757b290cbc08753328da351ff9653a07577a31877d472c",
-        "olmo-exact.yaml": "9913d06e751bfcafcb58d7135b7b52bb0c27d15ca4af80b172f89ccd1834fb9c",
+        "olmo-exact.yaml": "b9b28db409e6fc39a4655bd8521a197b9790bfab070dd07e09ba370696ed102b",  # names the copy's fingerprint
         "olmo.yaml": "7447d5c759af2cfe79bbe2545350143e77d60dc0bb49b0a09885c76d1a7c6451",
         "pools/code/documents.parquet": "d0d6a69624636c743186bf359a881a588536c9213684499889386a40d2921324",
         "pools/code/shards/pool-00000.bin": "2e7aa7a62dde7c085bd91f2de832c1bc40f9cbc35a7b17ca669b1e2be80a4875",

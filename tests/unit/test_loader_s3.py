@@ -31,7 +31,12 @@ def local(tmp_path_factory):
     root = tmp_path_factory.mktemp("stream")
     src = pf.write_tokenized(root / "src", pf.corpus("prose", 500), shard_docs=120)
     build_pool([str(src)], str(root / "pool"), seq_len=SEQ, memory=1 << 20, shard_size=12_000)
-    pools = mix_fixtures.build_pools(root / "mixpools", seq_len=SEQ)
+    code = mix_fixtures.tokenized_code(root / "code")
+    pools = {}
+    for name, expr in mix_fixtures.POOL_FILTERS.items():
+        pools[name] = root / f"pool-{name}"
+        build_pool([str(code)], str(pools[name]), seq_len=SEQ, seed=3, filter=expr,
+                   memory=1 << 20, shard_size=8_000)  # fmt: skip
     return root, pools
 
 
@@ -160,3 +165,37 @@ def test_it_resumes_exactly_after_the_cache_is_thrown_away(remote, tmp_path, art
     _, everything = _read(url, world_size=1, cache_dir=tmp_path / "cold")
     assert resumed == [s for s in everything if s[0] >= state["next_sample"]]
     assert [k for k, _ in head] == [k for k, _ in full[: len(head)]]
+
+
+@pytest.mark.parametrize("artifact", ["pool", "mix"])
+def test_it_prefetches_the_next_shards_in_reading_order(remote, tmp_path, artifact):
+    from shardcore.loader import ShardyardIterableDataset
+
+    ds = ShardyardIterableDataset(
+        f"{remote}/{artifact}", cache_dir=tmp_path / "cache", cache_limit="1GB", prefetch=2
+    )
+    src = ds.source
+    # The shards the stream reads, in order of first use (the schedule's order for a mixture).
+    order = []
+    for k in range(len(src)):
+        records, shard = src.shard_of(ds.index_of(k))
+        if (records.path, shard) not in order:
+            order.append((records.path, shard))
+    assert len(order) > 3
+    it = iter(ds)
+    next(it)  # opens the first shard and queues the next two
+    src.cache.wait()
+    cached = {p.relative_to(src.cache.directory).parts[1:] for p in src.cache._files()}
+    cached = {"/".join(parts) for parts in cached}
+
+    def files(path, shard):
+        records = next(r for r in _all_records(src) if r.path == path)
+        prefix = records.manifest["shards"][shard]["prefix"]
+        return {f"{prefix}.idx", f"{prefix}.bin"}
+
+    want = set().union(*(files(p, s) for p, s in order[:3]))
+    assert cached == want  # the open shard and the next two, nothing else
+
+
+def _all_records(src):
+    return [src._records_] if src.kind != "mixture" else list(src._pools.values())

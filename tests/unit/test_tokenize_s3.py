@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -17,50 +13,14 @@ from shardcore.tokenized import TokenizedSource
 from tests.unit.tokenize_fixtures import stdlib_records, write_jsonl, write_parquet
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def s3_endpoint():
-    server = Path(sys.executable).parent / "moto_server"
-    port = _free_port()
-    proc = subprocess.Popen(
-        [str(server), "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), 0.2).close()
-            break
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                raise RuntimeError(f"moto_server did not start on port {port}") from None
-            time.sleep(0.1)
-    yield f"http://127.0.0.1:{port}"
-    proc.terminate()
-    proc.wait(timeout=10)
-
-
 @pytest.fixture
-def s3(s3_endpoint, monkeypatch):
-    # Environment, not storage options: spawned worker processes inherit it.
-    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_endpoint)
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+def s3(s3_bucket, moto_server):
+    """(an s3fs file system on moto's server, the bucket name); the environment holds the
+    endpoint and credentials, which spawned worker processes inherit."""
     import s3fs
 
-    s3fs.S3FileSystem.clear_instance_cache()
-    fs = s3fs.S3FileSystem(client_kwargs={"endpoint_url": s3_endpoint})
-    bucket = f"src-{time.monotonic_ns()}"
-    fs.mkdir(bucket)
-    return fs, bucket
+    fs = s3fs.S3FileSystem(client_kwargs={"endpoint_url": moto_server.endpoint})
+    return fs, s3_bucket.removeprefix("s3://")
 
 
 def test_it_tokenizes_s3_sources_like_local_files(tmp_path, s3):

@@ -1,0 +1,265 @@
+"""The whole pipeline with every artifact on S3 (moto's server, reached over HTTP):
+tokenize -> pool -> mix -> materialize -> verify -> stream with resume gives the artifacts,
+fingerprints and samples of the same run on local disk; a run killed in the middle of an
+upload leaves nothing that reads as complete, and its rerun loses and duplicates nothing."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from shardcore import manifest as mf
+from shardcore import storage, units
+from shardcore.errors import ManifestError
+from shardcore.loader import Samples
+from shardcore.materialize import materialize, plan_materialize
+from shardcore.mixture import MixtureSpec, build_mixture
+from shardcore.pool import build_pool
+from shardcore.tokenize import tokenize
+from shardcore.verify import verify
+from tests.support.s3 import apply_env
+from tests.unit.tokenize_fixtures import stdlib_records, write_jsonl, write_parquet
+
+SEQ = 63
+SPEC = {
+    "tokens": SEQ * 257,
+    "seed": 3,
+    "components": [{"pool": "pools/all", "weight": 2}, {"pool": "pools/public", "weight": 1}],
+}
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    root = tmp_path_factory.mktemp("corpus")
+    recs = stdlib_records(60)
+    return [
+        str(write_jsonl(root / "a.jsonl", recs[:30])),
+        str(write_jsonl(root / "b.jsonl.zst", recs[30:45], "zstd")),
+        str(write_parquet(root / "c.parquet", recs[45:])),
+    ]
+
+
+def _pipeline(root: str, corpus: list[str]) -> dict[str, dict]:
+    """Every stage with its output under ``root`` (a directory or an s3:// prefix), with
+    two worker processes where a stage has units."""
+    at = lambda rel: storage.join(root, rel)  # noqa: E731
+    out = {"tok": tokenize(corpus, at("tok"), workers=2, shard_size=60_000, unit_bytes=40_000)}
+    for name, filt in (("all", None), ("public", "meta.private = false")):
+        out[name] = build_pool(
+            [at("tok")],
+            at(f"pools/{name}"),
+            seq_len=SEQ,
+            filter=filt,
+            memory=1 << 20,
+            shard_size=16_000,
+            val_fraction=0.05,
+            workers=2,
+        )
+    out["mix"] = build_mixture(MixtureSpec.from_dict(SPEC, base_dir=root), at("mix"))
+    out["flat"] = materialize(at("mix"), at("flat"), workers=2, shard_bytes=8_000)
+    return out
+
+
+def _stream(path, *, world_size, rank, state=None, steps=None, **cache):
+    from shardcore.loader import ShardyardIterableDataset, ShardyardLoader
+
+    ds = ShardyardIterableDataset(path, rank=rank, world_size=world_size, **cache)
+    if state is not None:
+        ds.load_state_dict(state)
+    loader = ShardyardLoader(ds, batch_size=4)
+    got = []
+    for step, batch in enumerate(loader):
+        got += zip(batch["sample"].tolist(), batch["tokens"].numpy().tolist(), strict=True)
+        if step + 1 == steps:
+            break
+    return loader, got
+
+
+def test_every_stage_runs_on_s3_with_the_bytes_and_fingerprints_of_a_local_run(
+    corpus, s3_bucket, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("SHARDYARD_CACHE", str(tmp_path / "cache"))
+    local = _pipeline(str(tmp_path / "disk"), corpus)
+    remote = _pipeline(f"{s3_bucket}/data", corpus)
+    for name in local:
+        assert remote[name]["fingerprint"] == local[name]["fingerprint"], name
+        assert mf.content_digest(remote[name]) == mf.content_digest(local[name]), name
+    store = storage.open_store(f"{s3_bucket}/data")
+    for rel in ("tok", "pools/all", "pools/public", "pools/all/val", "mix", "flat"):
+        url = f"{s3_bucket}/data/{rel}"
+        # Equal but for where the inputs are (a manifest records its inputs' locations).
+        ours = json.dumps(mf.read_manifest(url), sort_keys=True)
+        theirs = json.dumps(mf.read_manifest(tmp_path / "disk" / rel), sort_keys=True)
+        assert ours.replace(f"{s3_bucket}/data", str(tmp_path / "disk")) == theirs, rel
+        report = verify(url)
+        assert report.ok and report.directory == url and report.files_checked > 0, report
+    # The same files as on disk (the artifact's, its markers and plan): no scratch left,
+    # no temporaries, nothing twice.
+    for rel in ("tok", "pools/all", "mix", "flat"):
+        ours = storage.open_store(f"{s3_bucket}/data/{rel}").list()
+        theirs = storage.open_store(tmp_path / "disk" / rel).list()
+        assert ours == theirs, rel
+    assert store.multipart_uploads() == []
+    assert not (tmp_path / "cache" / "work").exists() or not any(
+        (tmp_path / "cache" / "work").iterdir()
+    )  # every work directory removed after its upload
+
+    # Stream the mixture and its materialized copy from S3, resume on a cold cache.
+    for rel in ("mix", "flat"):
+        url = f"{s3_bucket}/data/{rel}"
+        _, want = _stream(tmp_path / "disk" / rel, world_size=1, rank=0)
+        loader, head = _stream(url, world_size=2, rank=0, steps=6, cache_dir=tmp_path / "c1")
+        state = loader.state_dict()
+        assert head == [w for w in want if w[0] % 2 == 0][: len(head)]
+        tail = []
+        for rank in range(3):  # another world size, a cache that never saw the artifact
+            tail += _stream(url, world_size=3, rank=rank, state=state, cache_dir=tmp_path / "c2")[1]
+        assert sorted(tail) == [w for w in want if w[0] >= state["next_sample"]]
+
+
+_KILL_MID_UPLOAD = """
+import os, sys
+from shardcore import storage, units
+from shardcore.materialize import plan_materialize
+
+plan = plan_materialize(sys.argv[1], sys.argv[2], shard_bytes=int(sys.argv[3]))
+units.save_plan(plan)
+ids = [u["id"] for u in plan.phases[0]]
+for unit_id in ids[:3]:
+    units.run_unit(plan, unit_id)
+# The fourth unit dies in the middle of uploading a file: one part sent, never completed.
+storage.PART_SIZE = 4096
+send = storage._MultipartWriter._send
+
+def send_then_die(self, part):
+    send(self, part)
+    os._exit(9)
+
+storage._MultipartWriter._send = send_then_die
+units.run_unit(plan, ids[3])
+"""
+
+
+def test_a_run_killed_mid_upload_leaves_nothing_complete_and_reruns_exactly(
+    corpus, moto_server, tmp_path, monkeypatch
+):
+    apply_env(moto_server, monkeypatch)
+    monkeypatch.setenv("SHARDYARD_CACHE", str(tmp_path / "cache"))
+    bucket = f"s3://{moto_server.new_bucket()}"
+    disk = tmp_path / "disk"
+    tokenize(corpus, str(disk / "tok"), shard_size=60_000)
+    for name, filt in (("all", None), ("public", "meta.private = false")):
+        build_pool([str(disk / "tok")], str(disk / "pools" / name), seq_len=SEQ, filter=filt,
+                   memory=1 << 20, shard_size=16_000)  # fmt: skip
+    build_mixture(MixtureSpec.from_dict(SPEC, base_dir=str(disk)), disk / "mix")
+    storage.publish_directory(disk / "mix", f"{bucket}/mix")
+    want = materialize(disk / "mix", disk / "flat", shard_bytes=8_000)
+    out = f"{bucket}/flat"
+    store = storage.open_store(out)
+
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(_KILL_MID_UPLOAD), f"{bucket}/mix", out, "8000"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 9, done.stderr
+    # The killed upload is pending on the server, invisible; the three units before it are
+    # recorded; nothing reads as an artifact.
+    assert len(store.multipart_uploads()) == 1
+    pending = store.multipart_uploads()[0].removeprefix(f"{store.prefix}/")
+    assert not store.exists(pending)
+    markers = [k for k in store.list() if k.startswith(units.MARKER_DIR)]
+    assert len(markers) == 3
+    assert not mf.is_complete(out)
+    with pytest.raises(ManifestError, match="build did not finish"):
+        Samples(out)
+    assert not verify(out).ok
+
+    # The rerun (another process, a cold work directory) finishes the job.
+    import shutil
+
+    shutil.rmtree(tmp_path / "cache")
+    plan = plan_materialize(f"{bucket}/mix", out, shard_bytes=8_000)
+    got = units.run_local(plan, workers=2)
+    assert got["fingerprint"] == want["fingerprint"]
+    assert mf.content_digest(got) == mf.content_digest(want)
+    assert store.list() == storage.open_store(disk / "flat").list()
+    assert store.multipart_uploads() == []
+    assert verify(out).ok
+
+
+def test_it_runs_the_readme_s3_commands(s3_bucket, tmp_path, monkeypatch):
+    """The README's object-storage block, command by command, on a bucket of moto's
+    server (its endpoint set as the block's first line sets it)."""
+    import re
+    import shlex
+    from pathlib import Path
+
+    from shardcore.demo import build_demo_corpus
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("## Object storage\n", 1)[1].split("\n## ", 1)[0]
+    (block,) = re.findall(r"```sh\n(.*?)```", section, flags=re.S)
+    lines = [ln.split("  #")[0].strip() for ln in block.splitlines() if ln.strip()]
+    assert lines[0].startswith("export AWS_ENDPOINT_URL=")
+    build_demo_corpus(tmp_path / "corpus", max_bytes_per_source=300_000)
+    monkeypatch.setenv("SHARDYARD_CACHE", str(tmp_path / "cache"))
+    for line in lines[1:]:
+        argv = shlex.split(line.replace("s3://corpus", s3_bucket))
+        argv[0] = str(Path(sys.executable).parent / argv[0])
+        done = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, f"{line}\n{done.stdout}\n{done.stderr}"
+    flat = mf.read_manifest(f"{s3_bucket}/mixes/prose-flat")
+    assert flat["kind"] == "materialized" and flat["num_records"] > 0
+    assert "ok: materialized" in done.stdout
+
+
+def test_units_on_hosts_that_share_only_the_bucket_build_the_local_bytes(
+    corpus, s3_bucket, tmp_path, monkeypatch
+):
+    """Each unit runs with its own local disk (a cache directory of its own, as on another
+    host): it fetches what earlier phases wrote elsewhere from the bucket."""
+    from shardcore.pool import plan_pool
+    from shardcore.tokenize import plan_tokenize
+
+    disk = tmp_path / "disk"
+    want_tok = tokenize(corpus, str(disk / "tok"), shard_size=60_000, unit_bytes=40_000)
+    want_pool = build_pool([str(disk / "tok")], str(disk / "pool"), seq_len=SEQ,
+                           memory=1 << 20, shard_size=16_000, val_fraction=0.05)  # fmt: skip
+
+    def on_hosts(plan) -> dict:
+        units.save_plan(plan)
+        n = 0
+        for phase in plan.phases:
+            for unit in phase:
+                n += 1
+                monkeypatch.setenv("SHARDYARD_CACHE", str(tmp_path / f"host-{n % 3}"))
+                units.run_unit(plan, unit["id"])
+        monkeypatch.setenv("SHARDYARD_CACHE", str(tmp_path / "host-final"))
+        return units.finalize(plan)
+
+    tok = on_hosts(plan_tokenize(corpus, f"{s3_bucket}/tok", shard_size=60_000, unit_bytes=40_000))
+    assert len(plan_tokenize(corpus, "x", unit_bytes=40_000).phases[0]) > 1
+    pool = on_hosts(
+        plan_pool(
+            [f"{s3_bucket}/tok"],
+            f"{s3_bucket}/pool",
+            seq_len=SEQ,
+            memory=1 << 20,
+            shard_size=16_000,
+            val_fraction=0.05,
+        )  # fmt: skip
+    )
+    for got, want in ((tok, want_tok), (pool, want_pool)):
+        assert got["fingerprint"] == want["fingerprint"]
+        assert mf.content_digest(got) == mf.content_digest(want)
+    for rel in ("tok", "pool"):
+        assert storage.open_store(f"{s3_bucket}/{rel}").list() == (
+            storage.open_store(disk / rel).list()
+        )
+    assert verify(f"{s3_bucket}/pool").ok
