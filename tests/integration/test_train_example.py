@@ -159,8 +159,10 @@ def _catalog(data, mix_dir) -> tuple[MixtureVersion, Pool]:
 
 @pytest.mark.django_db(transaction=True)
 def test_an_adaptive_run_switches_to_the_proposal_and_resumes_exactly_after_it(
-    data, tmp_path, live_server, django_user_model, settings
+    data, tmp_path, live_server, django_user_model, settings, jobs_inline
 ):
+    # The server builds the version the run switches to by a job: here jobs run in the
+    # server's process (jobs_inline), the client waits for it.
     from shardcore.adapt import propose_weights
     from webapp.catalog.models import RunSegment
 
@@ -201,7 +203,7 @@ def test_an_adaptive_run_switches_to_the_proposal_and_resumes_exactly_after_it(
         return dict(rows.values_list("pool_id", "loss"))
 
     want = propose_weights({p.pk: 0.5 for p in pools}, at_10(run), at_10(ref), eta=0.5)
-    got = dict(run.mixture_version.components.filter(stage="").values_list("pool_id", "weight"))
+    got = dict(run.mixture_version.components.filter(stage="main").values_list("pool_id", "weight"))
     assert got == pytest.approx({p: v["proposed"] for p, v in want.items()})
     assert got[pools[0].pk] > 0.6 > 0.4 > got[pools[1].pk]  # toward module code
     # Preempted after the switch and resumed: the same steps, bit for bit, the same books.
@@ -354,7 +356,7 @@ def test_static_against_adaptive_switches_at_the_proposal_in_the_library(data, t
 
 @pytest.mark.django_db(transaction=True)
 def test_a_trainer_that_read_past_a_switch_goes_back_to_it(
-    data, tmp_path, live_server, django_user_model, settings
+    data, tmp_path, live_server, django_user_model, settings, jobs_inline
 ):
     """The switch is saved while the loop runs: its next progress report, which read the
     old version past the switch, is refused (409), and it goes back to its checkpoint at the
