@@ -1,4 +1,5 @@
-"""What every benchmark report states about the process and the machine it ran on."""
+"""What the benchmark scripts share: the machine, the process's CPU and peak memory for their
+reports, and text cut into batches for the engines they time."""
 
 from __future__ import annotations
 
@@ -35,3 +36,18 @@ def cpu_seconds() -> float:
     """User plus system CPU seconds of this process so far."""
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
+
+
+def text_batches(texts: list[str], chars: int) -> list[list[str]]:
+    """``texts`` in order, cut into batches of at least ``chars`` characters (the last
+    batch: what is left)."""
+    out, cur, n = [], [], 0
+    for t in texts:
+        cur.append(t)
+        n += len(t)
+        if n >= chars:
+            out.append(cur)
+            cur, n = [], 0
+    if cur:
+        out.append(cur)
+    return out

