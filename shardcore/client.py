@@ -125,15 +125,43 @@ class ShardyardClient:
         *,
         weights: Mapping[int, float] | Iterable[Mapping[str, Any]],
         note: str = "",
+        wait: float = 3600.0,
     ) -> dict:
         """Save ``weights`` (``{pool_id: weight}``; e.g. a proposal's ``proposed``) as a
         new version of the run's mixture that continues from the run's resume position,
-        and switch the run to it there (an editor's token). Returns the run with its
-        ``segments``, the new ``version`` and where it ``continues``."""
+        and switch the run to it there (an editor's token). The server builds the version
+        by a job: this waits until it is built (at most ``wait`` seconds), so the new
+        segment can be read at once. Returns the run with its ``segments``, the new
+        ``version`` and where it ``continues``."""
         if isinstance(weights, Mapping):
             weights = [{"pool": int(p), "weight": float(w)} for p, w in weights.items()]
         body = {"weights": [dict(w) for w in weights], "note": note}
-        return self.request("POST", f"api/runs/{int(run_id)}/switch/", body)
+        answer = self.request("POST", f"api/runs/{int(run_id)}/switch/", body)
+        self.wait_version(int(answer["version"]), timeout=wait)
+        return answer
+
+    def wait_version(self, version_id: int, *, timeout: float = 3600.0) -> dict:
+        """The mixture version once its build job has recorded it (``status`` "ready"),
+        polling ``GET /api/mixture-versions/{id}/``; a failed build raises
+        ``ShardyardError`` with the job's error, and so does a build still running after
+        ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        delay = 0.5
+        while True:
+            version = self.request("GET", f"api/mixture-versions/{int(version_id)}/")
+            if version["status"] == "ready":
+                return version
+            if version["status"] != "building":
+                job = self.request("GET", f"api/jobs/{int(version['job'])}/")
+                raise ShardyardError(
+                    f"mixture version {version_id} {version['status']}: {job.get('error') or '?'}"
+                )
+            if time.monotonic() > deadline:
+                raise ShardyardError(
+                    f"mixture version {version_id} still building after {timeout:g}s"
+                )
+            self._sleep(delay)
+            delay = min(delay * 2, 5.0)
 
     def proposal(
         self, run_id: int, *, reference: int, eta: float = 1.0, smoothing: float = 1e-3

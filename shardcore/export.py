@@ -70,6 +70,7 @@ def megatron_blend(
 
 def megatron_data_args(mixture_dir: str | os.PathLike, stage: str | None = None) -> str:
     """The ``w1 prefix1 w2 prefix2 ...`` list, as for a ``--data-args-path`` file."""
+    _refuse_remote(mixture_dir, "megatron")
     weights, prefixes = megatron_blend(mixture_dir, stage)
     return " ".join(f"{float(w)!r} {p}" for w, p in zip(weights, prefixes, strict=True))
 
@@ -103,9 +104,28 @@ def _json(manifest: dict[str, Any], mixture_dir: str | os.PathLike, **_: Any) ->
     return json.dumps(out, indent=1, sort_keys=True)
 
 
+def _refuse_remote(path: str | os.PathLike, fmt: str, materialized: Any = None) -> None:
+    """Trainer configs name local files (the trainers memory-map the shards): refuse an
+    artifact, or a mixture whose pools, are on object storage, naming it."""
+    from shardcore import storage
+
+    locations = [os.fspath(path)] + ([os.fspath(materialized)] if materialized else [])
+    manifest = mf.read_manifest(path)
+    locations += [str(p.get("path")) for p in manifest.get("pools") or []]
+    for where in locations:
+        if storage.is_remote(where):
+            raise InputError(
+                f"{where}: on object storage; a {fmt} export names local shard files, so "
+                "copy the artifact (and a mixture's pools) to local or shared storage and "
+                "export there, or stream it with shardcore.loader"
+            )
+
+
 def export(mixture_dir: str | os.PathLike, fmt: str, **options: Any) -> str:
     """The mixture in format ``fmt`` (megatron, olmo, nanotron, json) as text."""
     writers = {"olmo": _olmo, "nanotron": _nanotron, "json": _json}
+    if fmt in ("megatron", "olmo", "nanotron"):
+        _refuse_remote(mixture_dir, fmt, options.get("materialized"))
     if fmt == "megatron":
         # Also reads materialized mixtures; ``out`` (a directory) gets the index cache.
         from shardcore.megatron_cache import export_megatron

@@ -92,15 +92,17 @@ def locate_mixture(
     """Where training sample ``sample`` (or training token ``tokens``) of a mixture lives:
     ``{stage, sample, pool, pool_key, pool_path, shard, shard_prefix, record,
     record_in_shard, token_offset}``. With a manifest dict, pass ``mixture_dir`` too."""
+    from shardcore import storage
     from shardcore.mixture import KIND, POOL_FILE, RECORD_FILE
 
+    # A mixture on object storage: its schedule is read from a checked local copy.
     if isinstance(path_or_manifest, dict):
         manifest = path_or_manifest
         if mixture_dir is None:
             raise InputError("locate_mixture: a manifest needs mixture_dir (its directory)")
-        root = Path(mixture_dir)
+        root = Path(storage.local_artifact(mixture_dir))
     else:
-        root = Path(path_or_manifest)
+        root = Path(storage.local_artifact(path_or_manifest))
         manifest = mf.read_manifest(root)
     if manifest.get("kind") != KIND:
         raise InputError(f"{root}: not a mixture (kind {manifest.get('kind')!r})")

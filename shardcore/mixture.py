@@ -52,7 +52,7 @@ from typing import Any
 
 import numpy as np
 
-from shardcore import atomic, blend, storage, verify
+from shardcore import atomic, blend, storage, units, verify
 from shardcore import manifest as mf
 from shardcore.errors import InputError, ManifestError
 from shardcore.order import ORDERINGS
@@ -766,8 +766,6 @@ def build_mixture(
     if storage.is_remote(out):
         import shutil
 
-        from shardcore import units
-
         work = units.work_dir(os.fspath(out))
         shutil.rmtree(work, ignore_errors=True)
         manifest = build_mixture(spec, work, progress=progress)
@@ -777,13 +775,34 @@ def build_mixture(
     if not isinstance(spec, MixtureSpec):
         spec = MixtureSpec.from_dict(spec)
     spec.validate()
+    built = _schedule_write(spec, Path(out), progress=progress)
+    return _manifest_write(spec, load_pools(spec), Path(out), built)
+
+
+def _schedule_write(
+    spec: MixtureSpec, out: Path, *, progress: Callable[[str, int, int], None] | None = None
+) -> dict[str, Any]:
+    """Write the schedule arrays into ``out``; returns what the manifest needs besides
+    them: samples and tokens, samples per pool (in ``load_pools`` order), per-stage facts."""
     pools = load_pools(spec)
     plan_epochs(spec, pools)  # fail fast on repetitions and tiny budgets, before any work
     pool_idx, record, stages = build_schedule(spec, pools, progress=progress)
-    out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     _save_npy(out / POOL_FILE, pool_idx)
     _save_npy(out / RECORD_FILE, record)
+    seq_len = int(pools[0].manifest["seq_len"])
+    return {
+        "samples": int(pool_idx.size),
+        "tokens": int(pool_idx.size) * seq_len,
+        "pool_samples": np.bincount(pool_idx, minlength=len(pools)).tolist(),
+        "stages": stages,
+    }
+
+
+def _manifest_write(
+    spec: MixtureSpec, pools: list[PoolInfo], out: Path, built: dict[str, Any]
+) -> dict[str, Any]:
+    """Write the manifest of the schedule in ``out`` (the commit point) and read it back."""
     seq_len = int(pools[0].manifest["seq_len"])
     # Block checksums let ``shardyard verify`` name the corrupt byte range.
     files = [verify.file_entry(out, rel) for rel in (POOL_FILE, RECORD_FILE)]
@@ -793,7 +812,7 @@ def build_mixture(
         # The pools' bytes (checksums), not only what they were built from.
         "contents": [mf.content_digest(p.manifest) for p in pools],
     }
-    counts = np.bincount(pool_idx, minlength=len(pools))
+    counts = built["pool_samples"]
     read, keys = _continued(spec, pools)
     manifest = {
         "kind": KIND,
@@ -805,8 +824,8 @@ def build_mixture(
         "tokenizer": pools[0].manifest.get("tokenizer"),
         "dtype": pools[0].manifest.get("dtype"),
         "seq_len": seq_len,
-        "num_samples": int(pool_idx.size),
-        "num_tokens": int(pool_idx.size) * seq_len,
+        "num_samples": int(built["samples"]),
+        "num_tokens": int(built["samples"]) * seq_len,
         "order": spec.order,
         "pools": [
             {
@@ -827,13 +846,42 @@ def build_mixture(
             }
             for i, p in enumerate(pools)
         ],
-        "stages": stages,
+        "stages": built["stages"],
         "files": files,
     }
     if spec.continues is not None:
         manifest["continues"] = {k: spec.continues[k] for k in ("mixture", "sample")}
     mf.write_manifest(out, manifest)
     return mf.read_manifest(out)
+
+
+# Stage "mixture" of the unit-of-work protocol, for a service that builds schedules as jobs:
+# one unit writes the schedule arrays (one blend over the whole budget, which does not
+# split), finalize writes the manifest. The bytes are those of ``build_mixture``.
+STAGE = "mixture"
+SCHEDULE_UNIT = "schedule"
+
+
+def plan_mixture(spec: MixtureSpec | Mapping[str, Any], out: str | os.PathLike) -> units.Plan:
+    """The plan of a schedule build into ``out``; pool paths must be absolute (or URLs).
+    Checks the spec itself, not its pools (the unit reads them)."""
+    if not isinstance(spec, MixtureSpec):
+        spec = MixtureSpec.from_dict(spec)
+    spec.validate()
+    params = {"spec": spec.to_dict()}
+    return units.Plan(STAGE, str(Path(out).resolve()), params, [[{"id": SCHEDULE_UNIT}]])
+
+
+def _run_unit(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
+    return _schedule_write(MixtureSpec.from_dict(plan.params["spec"]), Path(plan.out))
+
+
+def _finalize(plan: units.Plan, stats: list[dict[str, Any]]) -> dict[str, Any]:
+    spec = MixtureSpec.from_dict(plan.params["spec"])
+    return _manifest_write(spec, load_pools(spec), Path(plan.out), stats[0])
+
+
+units.register_stage(STAGE, run_unit=_run_unit, finalize=_finalize)
 
 
 # --------------------------------------------------------------------------- reading

@@ -89,3 +89,18 @@ def s3_bucket(moto_server, monkeypatch) -> str:
     except ImportError:
         pass
     return f"s3://{moto_server.new_bucket()}"
+
+
+@pytest.fixture
+def jobs_inline(django_capture_on_commit_callbacks):
+    """``with jobs_inline(): ...``: the jobs queued inside the block (a mixture version's
+    build, a materialization) run in this process as their transaction commits, through
+    the real engine (Celery's eager mode). The worker path is covered by
+    test_flow_pipeline and test_jobs_*."""
+    from workers.celery import app
+
+    app.conf.task_always_eager = True
+    try:
+        yield lambda: django_capture_on_commit_callbacks(execute=True)
+    finally:
+        app.conf.task_always_eager = False

@@ -143,7 +143,15 @@ def _database() -> dict:
         Path(db["NAME"]).parent.mkdir(parents=True, exist_ok=True)
         # A file, not memory, for the test database too: worker subprocesses must see it.
         db["TEST"] = {"NAME": str(Path(db["NAME"]).with_suffix(".test.sqlite3"))}
-        db.setdefault("OPTIONS", {})["timeout"] = 30
+        # Every transaction takes the write lock when it begins (IMMEDIATE): a transaction
+        # that read first and writes later would otherwise fail at once with "database is
+        # locked" while a worker writes, instead of waiting its turn. WAL lets pages read
+        # while a worker writes.
+        db.setdefault("OPTIONS", {}).update(
+            timeout=30,
+            transaction_mode="IMMEDIATE",
+            init_command="PRAGMA journal_mode=WAL;",
+        )
     return db
 
 

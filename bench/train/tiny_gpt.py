@@ -391,7 +391,7 @@ class Reporter:
     def data(self, data):
         """What to read: ``data`` while the run reads one version; once it switched, the
         server's segments (each version's directory as the server recorded it)."""
-        self.segments = self.client.segments(self.run["id"])
+        self.segments = self._built_segments()
         if len(self.segments) == 1:
             return data
         return [{"path": g["path"], "first_sample": g["first_sample"]} for g in self.segments]
@@ -438,8 +438,15 @@ class Reporter:
             return None
         return self._switched()
 
+    def _built_segments(self) -> list[dict[str, Any]]:
+        """The run's segments once the version the last one reads is built (the server
+        builds a switch's version by a job)."""
+        segments = self.client.segments(self.run["id"])
+        self.client.wait_version(segments[-1]["mixture_version"])
+        return segments
+
     def _switched(self) -> list[dict[str, Any]]:
-        self.segments = self.client.segments(self.run["id"])
+        self.segments = self._built_segments()
         return [{"path": g["path"], "first_sample": g["first_sample"]} for g in self.segments]
 
     def losses(self, step: int, train, history) -> None:

@@ -15,9 +15,10 @@ pytestmark = [pytest.mark.browser, pytest.mark.services, pytest.mark.django_db(t
 
 
 @pytest.fixture
-def version(tmp_path, settings):
+def version(tmp_path, settings, jobs_inline):
     """Two real pools of stdlib module code (by package) and a first version reading them
-    half and half, built by the catalog's service."""
+    half and half, built by the catalog's service (its jobs, and the switch's, run in this
+    process: jobs_inline)."""
     from webapp.catalog.models import ArtifactStatus, Pool, Source, TokenizedSource, Tokenizer
     from webapp.catalog.services.mixtures import mixture_get_or_create, mixture_version_create
 
@@ -45,6 +46,7 @@ def version(tmp_path, settings):
                     {"pool": pools["late"].pk, "weight": 0.5}],
         token_budget=64 * 400, max_repetitions=50,
     )  # fmt: skip
+    v1.refresh_from_db()
     return {"version": v1, "pools": pools}
 
 

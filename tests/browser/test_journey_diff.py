@@ -9,7 +9,9 @@ from shardcore.manifest import read_manifest
 pytestmark = [pytest.mark.browser, pytest.mark.services, pytest.mark.django_db(transaction=True)]
 
 
-def test_it_compares_two_versions_side_by_side(page, live_server, login, screenshot, tmp_path):
+def test_it_compares_two_versions_side_by_side(
+    page, live_server, login, screenshot, tmp_path, jobs_inline
+):
     from shardcore.pool import PoolReader
     from tests.unit import mix_fixtures
     from webapp.catalog.models import ArtifactStatus, Pool
@@ -24,18 +26,19 @@ def test_it_compares_two_versions_side_by_side(page, live_server, login, screens
             num_records=m["num_records"], num_tokens=m["num_tokens"],
         )  # fmt: skip
     mixture = mixture_get_or_create(name="code-mix")
-    v1 = mixture_version_create(
-        mixture_id=mixture.pk, token_budget=64 * 2000, seed=1,
-        components=[{"pool": pools["early"].pk, "weight": 0.5},
-                    {"pool": pools["late"].pk, "weight": 0.5}],
-    )  # fmt: skip
-    v2 = mixture_version_create(
-        mixture_id=mixture.pk, token_budget=64 * 2000, seed=1,
-        components=[{"pool": pools["early"].pk, "weight": 0.25},
-                    {"pool": pools["late"].pk, "weight": 0.75},
-                    {"pool": pools["middle"].pk, "weight": 1.0, "stage": "anneal"}],
-        stages=[{"name": "anneal", "tokens": 64 * 200}],
-    )  # fmt: skip
+    with jobs_inline():  # built in this process
+        v1 = mixture_version_create(
+            mixture_id=mixture.pk, token_budget=64 * 2000, seed=1,
+            components=[{"pool": pools["early"].pk, "weight": 0.5},
+                        {"pool": pools["late"].pk, "weight": 0.5}],
+        )  # fmt: skip
+        v2 = mixture_version_create(
+            mixture_id=mixture.pk, token_budget=64 * 2000, seed=1,
+            components=[{"pool": pools["early"].pk, "weight": 0.25},
+                        {"pool": pools["late"].pk, "weight": 0.75},
+                        {"pool": pools["middle"].pk, "weight": 1.0, "stage": "anneal"}],
+            stages=[{"name": "anneal", "tokens": 64 * 200}],
+        )  # fmt: skip
     login("ada", superuser=True)
     page.goto(f"{live_server.url}/mixtures/{mixture.pk}/")
     page.click("a.diff")

@@ -25,6 +25,7 @@ def test_it_counts_a_pool_read_in_two_stages_once(page, live_server, login, scre
                     {"pool": prose.pk, "weight": 1.0, "stage": "anneal"}],
         stages=[{"name": "anneal", "tokens": 64 * 100}],
     )  # fmt: skip
+    stack.wait_job(version.job_id)
     assert version.components.count() == 2
     run_register(name="twice-lm", mixture_version_id=version.pk)
     login("ada", superuser=True)

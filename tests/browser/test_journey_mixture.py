@@ -61,6 +61,9 @@ def test_it_builds_a_mixture_by_typing_weights_launches_it_and_downloads_megatro
 
     page.click("#save")
     page.wait_for_url("**/mixtures/versions/*/")
+    # The page follows the build job, then shows the built version (it reloads when the
+    # job ends).
+    page.wait_for_function("() => !document.getElementById('job')", timeout=120_000)
     assert "english-prose v1" in page.locator("h1").inner_text()
     version_url = page.url
     from webapp.catalog.models import MixtureVersion

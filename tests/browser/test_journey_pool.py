@@ -39,7 +39,7 @@ def test_it_builds_a_pool_in_the_browser_and_shows_its_quality_charts(
     expected_docs = docstrings.num_documents + reference.num_documents
     assert pool.num_documents == expected_docs and pool.num_records > 100
     facts = page.locator("dl.facts").first.inner_text()
-    assert f"{pool.num_records} × 256 tokens" in facts and "lang = 'en'" in facts
+    assert f"{pool.num_records:,} × 256 tokens" in facts and "lang = 'en'" in facts
 
     quality = page.locator(".card", has_text="Shuffle quality")
     quality.locator(".js-plotly-plot").first.wait_for()
@@ -54,6 +54,11 @@ def test_it_builds_a_pool_in_the_browser_and_shows_its_quality_charts(
     # the same documents, packed alike.
     verdict = page.inner_text("#quality-verdict")
     assert "of a perfect shuffle" in verdict and "labels: tokenized source" in verdict
+    # Measured by the build (recorded with the pool when its job succeeded), shown as is.
+    recorded = pool.params["quality"]
+    text = recorded["verdict"]["text"]
+    assert verdict == f"{text[0].upper()}{text[1:]} (labels: {recorded['label']})."
+    assert "per_batch" not in recorded["batches"]
     title = deviation.evaluate("(el) => el.layout.title.text")
     assert title == "Window deviation vs window size"
     # Shares of a window deviate by at most 1; the ideal bound shrinks as windows grow.

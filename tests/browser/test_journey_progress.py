@@ -13,7 +13,7 @@ FIGURE = "(el) => ({data: el.data, layout: el.layout})"
 
 
 def test_it_plots_progress_by_step_with_the_stage_boundary(
-    page, live_server, login, screenshot, tmp_path
+    page, live_server, login, screenshot, tmp_path, jobs_inline
 ):
     from shardcore.pool import Pool as PoolReader
     from tests.unit import mix_fixtures
@@ -30,13 +30,15 @@ def test_it_plots_progress_by_step_with_the_stage_boundary(
             num_records=m["num_records"], num_tokens=m["num_tokens"],
         )  # fmt: skip
     mixture = mixture_get_or_create(name="annealed")
-    version = mixture_version_create(
-        mixture_id=mixture.pk, token_budget=64 * 2000, seed=1,
-        components=[{"pool": pools["early"].pk, "weight": 0.5},
-                    {"pool": pools["late"].pk, "weight": 0.5},
-                    {"pool": pools["middle"].pk, "weight": 1.0, "stage": "anneal"}],
-        stages=[{"name": "anneal", "tokens": 64 * 300}],
-    )  # fmt: skip
+    with jobs_inline():  # built in this process
+        version = mixture_version_create(
+            mixture_id=mixture.pk, token_budget=64 * 2000, seed=1,
+            components=[{"pool": pools["early"].pk, "weight": 0.5},
+                        {"pool": pools["late"].pk, "weight": 0.5},
+                        {"pool": pools["middle"].pk, "weight": 1.0, "stage": "anneal"}],
+            stages=[{"name": "anneal", "tokens": 64 * 300}],
+        )  # fmt: skip
+    version.refresh_from_db()
     anneal = read_manifest(version.path)["stages"][1]
     first = anneal["first_sample"]
     assert anneal["name"] == "anneal" and first == 1700

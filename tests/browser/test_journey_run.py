@@ -26,6 +26,8 @@ def test_it_shows_a_client_registered_run_resume_position_and_its_taint_after_a_
         components=[{"pool": prose.pk, "weight": 0.7}, {"pool": docs.pk, "weight": 0.3}],
         token_budget=100_000,
     )
+    stack.wait_job(version.job_id)
+    version.refresh_from_db()
     login("ada", superuser=True)
 
     page.click("nav >> text=Users")

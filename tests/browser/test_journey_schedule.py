@@ -68,6 +68,9 @@ def test_it_previews_and_shows_stages_in_schedule_order_and_width(
     page.wait_for_function("() => !document.getElementById('save').disabled")
     page.click("#save")
     page.wait_for_url("**/mixtures/versions/*/")
+    # The page follows the build job, then shows the built version (it reloads when the
+    # job ends).
+    page.wait_for_function("() => !document.getElementById('job')", timeout=120_000)
     from webapp.catalog.models import MixtureVersion
 
     version = MixtureVersion.objects.get(mixture__name="staged")

@@ -13,7 +13,7 @@ FIGURE = "(el) => ({data: el.data, annotations: (el.layout.annotations || []).ma
 
 
 def test_it_shows_the_quality_verdict_measured_at_build(
-    page, live_server, login, screenshot, tmp_path
+    page, live_server, login, screenshot, tmp_path, jobs_inline
 ):
     from shardcore import quality
     from shardcore.pool import Pool as PoolReader
@@ -30,23 +30,25 @@ def test_it_shows_the_quality_verdict_measured_at_build(
             num_records=m["num_records"], num_tokens=m["num_tokens"],
         )  # fmt: skip
     mixture = mixture_get_or_create(name="mixed-code")
-    version = mixture_version_create(
-        mixture_id=mixture.pk, token_budget=64 * 4000, seed=2, order="diversity",
-        components=[{"pool": pools["early"].pk, "weight": 0.6},
-                    {"pool": pools["late"].pk, "weight": 0.4},
-                    {"pool": pools["early"].pk, "weight": 0.2, "stage": "anneal"},
-                    {"pool": pools["late"].pk, "weight": 0.8, "stage": "anneal"}],
-        stages=[{"name": "anneal", "tokens": 64 * 400}],
-        max_repetitions=100,
-    )  # fmt: skip
-    mixture_version_create(
-        mixture_id=mixture.pk, token_budget=64 * 4000, seed=2,
-        components=[{"pool": pools["early"].pk, "weight": 0.6},
-                    {"pool": pools["late"].pk, "weight": 0.4},
-                    {"pool": pools["middle"].pk, "weight": 1.0, "stage": "anneal"}],
-        stages=[{"name": "anneal", "tokens": 64 * 400}],
-        max_repetitions=100,
-    )  # fmt: skip
+    with jobs_inline():  # built in this process
+        version = mixture_version_create(
+            mixture_id=mixture.pk, token_budget=64 * 4000, seed=2, order="diversity",
+            components=[{"pool": pools["early"].pk, "weight": 0.6},
+                        {"pool": pools["late"].pk, "weight": 0.4},
+                        {"pool": pools["early"].pk, "weight": 0.2, "stage": "anneal"},
+                        {"pool": pools["late"].pk, "weight": 0.8, "stage": "anneal"}],
+            stages=[{"name": "anneal", "tokens": 64 * 400}],
+            max_repetitions=100,
+        )  # fmt: skip
+        mixture_version_create(
+            mixture_id=mixture.pk, token_budget=64 * 4000, seed=2,
+            components=[{"pool": pools["early"].pk, "weight": 0.6},
+                        {"pool": pools["late"].pk, "weight": 0.4},
+                        {"pool": pools["middle"].pk, "weight": 1.0, "stage": "anneal"}],
+            stages=[{"name": "anneal", "tokens": 64 * 400}],
+            max_repetitions=100,
+        )  # fmt: skip
+    version.refresh_from_db()
     # Recorded by the build, before anything was materialized or trained.
     recorded = version.params["quality"]
     assert not version.exports.exists() and not version.runs.exists()

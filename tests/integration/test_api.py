@@ -235,17 +235,27 @@ def test_it_answers_404_for_progress_of_a_missing_run(api, catalog):
     assert resp.status_code == 404
 
 
-def test_it_creates_a_mixture_version_from_a_draft(api, catalog):
+def test_it_creates_a_mixture_version_from_a_draft(api, catalog, jobs_inline):
     c = api("editor")
     draft = {
         "name": "wiki-api",
         "tokens": 2048 * 50,
         "rows": [{"pool": catalog["pool"].pk, "weight": 1.0}],
     }
-    resp = c.post("/api/mixtures/", draft, format="json")
-    assert resp.status_code == 201, resp.content
-    assert resp.json()["number"] == 1
-    assert resp.json()["components"][0]["pool_name"] == "wiki-2048"
+    with jobs_inline():
+        resp = c.post("/api/mixtures/", draft, format="json")
+    # Accepted: the version exists, building, with its job; Location is where to poll.
+    assert resp.status_code == 202, resp.content
+    body = resp.json()
+    assert (body["number"], body["status"]) == (1, "building") and body["job"]
+    assert body["components"][0]["pool_name"] == "wiki-2048"
+    assert resp["Location"].endswith(f"/api/mixture-versions/{body['id']}/")
+    built = c.get(resp["Location"]).json()
+    assert built["status"] == "ready", c.get(f"/api/jobs/{body['job']}/").json()["error"]
+    assert (built["num_samples"], built["components"][0]["epochs"]) == (50, 50 / 40)
+    assert c.get(f"/api/jobs/{body['job']}/").json()["state"] == "succeeded"
+    again = c.post("/api/mixtures/", draft, format="json")
+    assert (again.status_code, again.json()["id"]) == (200, body["id"])
     too_much = {**draft, "tokens": 2048 * 1000}  # 1000 samples from 40 records: 25 epochs
     resp = c.post("/api/mixtures/", too_much, format="json")
     assert resp.status_code == 400

@@ -69,6 +69,8 @@ def test_it_builds_every_real_schema_through_a_worker(
         token_budget=SEQ * 60,
         seed=2,
     )
+    assert wait_job(version.job_id).state == JobState.SUCCEEDED
+    version.refresh_from_db()
     assert version.status == ArtifactStatus.READY and version.num_samples == 60
     assert verify(version.path).ok
     for fmt in ("megatron", "json"):

@@ -80,6 +80,8 @@ def test_it_saves_the_next_immutable_version(login, catalog):
 
 
 def test_it_flattens_nested_groups_into_shares():
+    from shardcore.mixture import MixtureSpec, flatten
+
     spec = builder.spec_from_rows(
         rows=[
             {"pool": 1, "weight": 0.8, "group": "prose", "group_weight": 0.7},
@@ -94,8 +96,12 @@ def test_it_flattens_nested_groups_into_shares():
         "name": "prose", "weight": 0.7,
         "components": [{"pool": "1", "weight": 0.8}, {"pool": "2", "weight": 0.2}],
     }  # fmt: skip
-    comps = builder.version_components(spec)
-    shares = {(c["stage"], c["pool"]): round(c["weight"], 6) for c in comps}
+    parsed = MixtureSpec.from_dict(spec)
+    shares = {
+        (stage, int(pool)): round(share, 6)
+        for stage, comps in parsed.stage_components()
+        for pool, share in flatten(comps)
+    }
     assert shares == {("main", 1): 0.56, ("main", 2): 0.14, ("main", 3): 0.3, ("anneal", 1): 1.0}
 
 
@@ -160,7 +166,9 @@ def stdlib_pools(tmp_path, settings):
     return out
 
 
-def test_it_saves_the_anneal_stage_and_the_diversity_order_into_the_schedule(login, stdlib_pools):
+def test_it_saves_the_anneal_stage_and_the_diversity_order_into_the_schedule(
+    login, stdlib_pools, jobs_inline
+):
     from shardcore.mixture import Mixture
     from webapp.catalog.models import MixtureVersion
 
@@ -177,9 +185,12 @@ def test_it_saves_the_anneal_stage_and_the_diversity_order_into_the_schedule(log
         ],
         "stages": [{"name": "anneal", "tokens": 32 * 500}],
     }
-    resp = login("editor").post("/mixtures/new/save/", draft, content_type="application/json")
+    with jobs_inline():
+        resp = login("editor").post("/mixtures/new/save/", draft, content_type="application/json")
     assert resp.status_code == 200, resp.content
     version = MixtureVersion.objects.get(mixture__name="stdlib-anneal")
+    assert resp.json() == {"url": f"/mixtures/versions/{version.pk}/", "job": version.job_id}
+    assert version.status == "ready", version.job.error
     mix = Mixture(version.path)
     manifest = mix.manifest
     assert manifest["order"] == "diversity"
@@ -226,3 +237,58 @@ def test_it_refuses_a_budget_whose_schedule_would_not_fit_before_allocating(logi
     resp = c.post("/mixtures/new/save/", draft, content_type="application/json")
     assert resp.status_code == 400
     assert "SHARDYARD_MAX_SCHEDULE_SAMPLES" in resp.json()["error"]
+
+
+def test_it_shows_the_build_job_on_the_version_page_until_the_schedule_is_recorded(
+    login, stdlib_pools, jobs_inline
+):
+    from webapp.catalog.models import MixtureVersion
+
+    c = login("editor")
+    draft = {"name": "stdlib-wait", "tokens": 32 * 300,
+             "rows": [{"pool": stdlib_pools["early"].pk, "weight": 1}]}  # fmt: skip
+    url = c.post("/mixtures/new/save/", draft, content_type="application/json").json()["url"]
+    version = MixtureVersion.objects.get(mixture__name="stdlib-wait")
+    assert version.status == "building" and version.job.state == "queued"
+    page = c.get(url).content.decode()
+    assert "Building the schedule" in page and f"/jobs/{version.job_id}/progress.json" in page
+    # The job runs (here in this process): the page is the built version.
+    from webapp.jobs.services import _send_units
+
+    with jobs_inline():
+        _send_units(version.job_id, list(version.job.units.values_list("pk", flat=True)))
+    version.refresh_from_db()
+    assert version.status == "ready" and version.num_samples == 300
+    page = c.get(url).content.decode()
+    assert "Building the schedule" not in page and "300" in page
+
+
+def test_it_shows_why_a_build_failed_and_a_save_of_the_same_draft_runs_it_again(
+    login, stdlib_pools, jobs_inline, tmp_path
+):
+    import shutil
+
+    from webapp.catalog.models import MixtureVersion
+
+    c = login("editor")
+    pool = stdlib_pools["late"]
+    draft = {"name": "stdlib-gone", "tokens": 32 * 300, "rows": [{"pool": pool.pk, "weight": 1}]}
+    # The pool's files are moved away after the request checked the catalog: the worker
+    # cannot read them, and the job says so.
+    kept = tmp_path / "kept"
+    shutil.move(pool.path, kept)
+    with jobs_inline():
+        url = c.post("/mixtures/new/save/", draft, content_type="application/json").json()["url"]
+    version = MixtureVersion.objects.get(mixture__name="stdlib-gone")
+    assert (version.status, version.job.state) == ("failed", "failed")
+    page = c.get(url).content.decode()
+    assert "The build failed" in page and "unknown pool" in version.job.error
+    assert "unknown pool" in page
+    # Saved again once the files are back: the same version is built, no second one.
+    shutil.move(kept, pool.path)
+    with jobs_inline():
+        again = c.post("/mixtures/new/save/", draft, content_type="application/json").json()
+    assert again["url"] == url
+    version.refresh_from_db()
+    assert version.status == "ready", version.job.error
+    assert MixtureVersion.objects.filter(mixture__name="stdlib-gone").count() == 1

@@ -98,7 +98,11 @@ def test_it_goes_from_a_source_to_a_materialized_mixture_and_a_resumable_run(
         token_budget=300_000,
         seed=1,
     )
-    assert version.number == 1 and version.status == ArtifactStatus.READY
+    assert version.number == 1 and version.status == ArtifactStatus.BUILDING
+    # Built by a job like every other stage.
+    assert wait_job(version.job_id).state == JobState.SUCCEEDED
+    version.refresh_from_db()
+    assert version.status == ArtifactStatus.READY
     mix = Mixture(version.path)
     assert Path(version.manifest_path) == Path(version.path) / "manifest.json"
     assert version.fingerprint == mix.manifest["fingerprint"]

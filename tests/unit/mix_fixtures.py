@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from shardcore.mixture import build_mixture
 from shardcore.pool import Pool, build_pool
 from tests.unit import pool_fixtures
 
@@ -36,6 +37,45 @@ def build_pools(root: Path, *, seq_len: int = 64, n_docs: int = 300) -> dict[str
             build_pool([str(src)], str(out), seq_len=seq_len, seed=3, filter=expr)
         pools[name] = out
     return pools
+
+
+def staged_mixture(
+    root: Path,
+    out: Path,
+    *,
+    seq_len: int,
+    shard_size: int,
+    tokens: int,
+    anneal_tokens: int,
+    **spec,
+) -> Path:
+    """A two-stage mixture built in ``out``: the pool ``early`` and a pool of several shards
+    (``root/sharded``, ``shard_size`` bytes a shard, so that shares split over prefixes)
+    weighted 2:1, then ``late`` alone in the stage ``anneal``. ``spec`` adds top-level
+    fields (seed, global_batch_size)."""
+    pools = build_pools(root, seq_len=seq_len)
+    sharded = Path(root) / "sharded"
+    build_pool([str(tokenized_code(root))], str(sharded), seq_len=seq_len, seed=1,
+               shard_size=shard_size)  # fmt: skip
+    build_mixture(
+        {
+            "tokens": tokens,
+            **spec,
+            "components": [
+                {"pool": str(pools["early"]), "weight": 2},
+                {"pool": str(sharded), "weight": 1},
+            ],
+            "stages": [
+                {
+                    "name": "anneal",
+                    "tokens": anneal_tokens,
+                    "components": [{"pool": str(pools["late"]), "weight": 1}],
+                }
+            ],
+        },
+        out,
+    )
+    return Path(out)
 
 
 def length_bins(pool: Pool) -> np.ndarray:

@@ -15,8 +15,7 @@ from shardcore.errors import InputError
 from shardcore.export import export, megatron_blend, megatron_data_args
 from shardcore.locate import locate_any
 from shardcore.materialize import materialize
-from shardcore.mixture import Mixture, MixtureSpec, build_mixture
-from shardcore.pool import build_pool
+from shardcore.mixture import Mixture
 from tests.unit import mix_fixtures
 
 SEQ = 32
@@ -25,28 +24,10 @@ SEQ = 32
 @pytest.fixture(scope="module")
 def mixture(tmp_path_factory):
     root = tmp_path_factory.mktemp("export")
-    pools = mix_fixtures.build_pools(root, seq_len=SEQ)
-    # A pool with several shards, so that shares split over prefixes.
-    src = mix_fixtures.tokenized_code(root)
-    build_pool([str(src)], str(root / "sharded"), seq_len=SEQ, seed=1, shard_size=200_000)
-    spec = MixtureSpec.from_dict(
-        {
-            "tokens": SEQ * 6000,
-            "components": [
-                {"pool": str(pools["early"]), "weight": 2},
-                {"pool": str(root / "sharded"), "weight": 1},
-            ],
-            "stages": [
-                {
-                    "name": "anneal",
-                    "tokens": SEQ * 600,
-                    "components": [{"pool": str(pools["late"]), "weight": 1}],
-                }
-            ],
-        }
-    )
-    build_mixture(spec, root / "mixture")
-    return root / "mixture"
+    return mix_fixtures.staged_mixture(
+        root, root / "mixture", seq_len=SEQ, shard_size=200_000, tokens=SEQ * 6000,
+        anneal_tokens=SEQ * 600,
+    )  # fmt: skip
 
 
 def test_it_exports_a_data_path_megatron_parses_into_our_blend(mixture):

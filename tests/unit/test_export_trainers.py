@@ -16,8 +16,8 @@ import yaml
 from shardcore.errors import InputError
 from shardcore.export import export
 from shardcore.materialize import materialize
-from shardcore.mixture import Mixture, build_mixture
-from shardcore.pool import Pool, build_pool
+from shardcore.mixture import Mixture
+from shardcore.pool import Pool
 from tests.unit import mix_fixtures
 
 SEQ = 32
@@ -29,27 +29,11 @@ def root(tmp_path_factory):
     """Two pools (one of several shards), a two-stage mixture on whole global batches of
     GBS samples, and its materialized copy: real stdlib code, real tokenizer."""
     root = tmp_path_factory.mktemp("trainers")
-    pools = mix_fixtures.build_pools(root, seq_len=SEQ)
-    src = mix_fixtures.tokenized_code(root)
-    build_pool([str(src)], str(root / "sharded"), seq_len=SEQ, seed=1, shard_size=100_000)
+    mix_fixtures.staged_mixture(
+        root, root / "mix", seq_len=SEQ, shard_size=100_000, tokens=SEQ * 1001,
+        anneal_tokens=SEQ * 101, seed=2, global_batch_size=GBS,
+    )  # fmt: skip
     assert Pool(root / "sharded").num_shards > 2
-    spec = {
-        "tokens": SEQ * 1001,
-        "seed": 2,
-        "global_batch_size": GBS,
-        "components": [
-            {"pool": str(pools["early"]), "weight": 2},
-            {"pool": str(root / "sharded"), "weight": 1},
-        ],
-        "stages": [
-            {
-                "name": "anneal",
-                "tokens": SEQ * 101,
-                "components": [{"pool": str(pools["late"]), "weight": 1}],
-            }
-        ],
-    }
-    build_mixture(spec, root / "mix")
     materialize(root / "mix", root / "flat", shard_bytes=50_000)
     return root
 

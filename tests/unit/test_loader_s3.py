@@ -199,3 +199,21 @@ def test_it_prefetches_the_next_shards_in_reading_order(remote, tmp_path, artifa
 
 def _all_records(src):
     return [src._records_] if src.kind != "mixture" else list(src._pools.values())
+
+
+def test_locate_reads_s3_artifacts_and_trainer_exports_refuse_them_by_name(local, remote):
+    from shardcore.export import export, megatron_data_args
+    from shardcore.locate import locate_any
+
+    root = local[0]
+    for rel, disk in (
+        ("mix", root / "mix-of-s3"),
+        ("flat", root / "flat"),
+        ("pool", root / "pool"),
+    ):
+        assert locate_any(f"{remote}/{rel}", sample=17) == locate_any(disk, sample=17), rel
+    for fmt in ("megatron", "olmo", "nanotron"):
+        with pytest.raises(InputError, match=rf"{remote}/mix: on object storage; a {fmt} export"):
+            export(f"{remote}/mix", fmt, global_batch_size=2)
+    with pytest.raises(InputError, match=rf"{remote}/pools/early: on object storage"):
+        megatron_data_args(root / "mix-of-s3")  # a local mixture of pools on S3

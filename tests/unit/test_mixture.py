@@ -251,3 +251,27 @@ def test_it_keeps_every_window_of_a_blended_mixture_within_the_blend_tolerance(p
     counts[1:] = np.cumsum(np.eye(weights.size, dtype=np.int64)[shuffled], axis=0)
     in_window = counts[4096:] - counts[:-4096]
     assert np.abs(in_window - weights * 4096).max() > tolerance
+
+
+def test_it_builds_the_same_bytes_as_a_plan_of_units_and_a_rerun_writes_nothing(pools, tmp_path):
+    from shardcore import units
+    from shardcore.mixture import plan_mixture
+
+    spec = _spec(
+        pools,
+        64_000,
+        stages=[{"name": "anneal", "tokens": 6400, "components": [{"pool": str(pools["late"]), "weight": 1}]}],
+    )  # fmt: skip
+    direct = build_mixture(spec, tmp_path / "direct")
+    plan = plan_mixture(spec, tmp_path / "job")
+    assert [[u["id"] for u in phase] for phase in plan.phases] == [["schedule"]]
+    # Through JSON, as a job stores it.
+    by_units = units.run_local(units.Plan.from_json(json.loads(json.dumps(plan.to_json()))))
+    assert by_units == direct  # same fingerprint, counts, stages and file checksums
+    for name in ("schedule/pool.npy", "schedule/record.npy"):
+        assert (tmp_path / "job" / name).read_bytes() == (tmp_path / "direct" / name).read_bytes()
+    # An interrupted job run again: the finished unit answers its recorded stats.
+    before = (tmp_path / "job" / "schedule/pool.npy").stat().st_mtime_ns
+    stats = units.run_unit(plan, "schedule")
+    assert stats["samples"] == direct["num_samples"] and stats["tokens"] == direct["num_tokens"]
+    assert (tmp_path / "job" / "schedule/pool.npy").stat().st_mtime_ns == before

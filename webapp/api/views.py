@@ -12,6 +12,7 @@ from rest_framework.decorators import action
 from rest_framework.exceptions import APIException, NotFound, PermissionDenied, ValidationError
 from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.response import Response
+from rest_framework.reverse import reverse
 
 from shardcore.errors import ShardcoreError
 from webapp.api import serializers as s
@@ -116,30 +117,33 @@ class MixtureViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSe
 
     @extend_schema(
         request=s.MixtureVersionCreateSerializer,
-        responses={201: s.MixtureVersionSerializer, 200: s.MixtureVersionSerializer},
+        responses={202: s.MixtureVersionSerializer, 200: s.MixtureVersionSerializer},
     )
     def create(self, request):
         """Save a draft as the next immutable version of the named mixture (created when
-        new); refused with the planner's reason when it cannot be planned."""
+        new). Its schedule is built by a job: 202 Accepted with the version ("building",
+        its ``job``) and its address in ``Location``; poll it until it is "ready" (or
+        "failed", the job's ``error`` saying why). The same draft saved again answers the
+        version that holds it (200). A draft that cannot be built is refused (400) with
+        the reason."""
 
         data = s.MixtureVersionCreateSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         v = data.validated_data
-        prediction = selectors.mixture_draft_predict(payload=v)
-        if prediction["error"] or prediction.get("save_error"):
-            raise ValidationError({"detail": prediction["error"] or prediction["save_error"]})
         try:
             version = mixture_version_save(
                 name=v["name"],
+                draft=v,
                 description=v.get("description", ""),
-                spec=prediction["spec"],
                 created_by=request.user,
             )
-        except (CatalogError, ShardcoreError, ValueError) as e:
+        except CatalogError as e:
             raise _bad(e) from e
-        # The same draft saved again answers the version that holds it (200), not a copy.
-        code = status.HTTP_200_OK if getattr(version, "existed", False) else status.HTTP_201_CREATED
-        return Response(s.MixtureVersionSerializer(version).data, status=code)
+        body = s.MixtureVersionSerializer(version).data
+        if getattr(version, "existed", False):
+            return Response(body, status=status.HTTP_200_OK)
+        location = reverse("mixture-version-detail", args=[version.pk], request=request)
+        return Response(body, status=status.HTTP_202_ACCEPTED, headers={"Location": location})
 
 
 class MixtureVersionViewSet(Base, viewsets.ReadOnlyModelViewSet):

@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from shardcore.errors import InputError
-from shardcore.mixture import MixtureSpec, PoolInfo, flatten, plan_epochs
+from shardcore.mixture import MixtureSpec, PoolInfo, plan_epochs
 
 MAIN = "main"
 
@@ -85,6 +85,25 @@ def spec_from_rows(
         "order_options": order_options,
         "stages": later,
     }
+
+
+def spec_from_draft(draft: Mapping[str, Any]) -> dict[str, Any]:
+    """``spec_from_rows`` of a draft as the page and the API send it: ``rows``,
+    ``stages``, ``tokens``, ``seed``, ``order``, ``max_repetitions``, ``order_options``."""
+    try:
+        return spec_from_rows(
+            rows=draft.get("rows") or [],
+            stages=draft.get("stages") or [],
+            tokens=int(draft.get("tokens") or 0),
+            seed=int(draft.get("seed") or 0),
+            order=str(draft.get("order") or "blend"),
+            max_repetitions=float(draft.get("max_repetitions") or 4),
+            order_options=draft.get("order_options"),
+        )
+    except (TypeError, ValueError) as exc:
+        if isinstance(exc, BuilderError):
+            raise
+        raise BuilderError(str(exc)) from None
 
 
 def _order_options(options: Any) -> dict[str, Any]:
@@ -212,14 +231,3 @@ def _leaf_keys(comps) -> list[str]:
         else:
             out += _leaf_keys(c.components)
     return out
-
-
-def version_components(spec: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The spec's leaves per stage as catalog components ``{"pool", "weight", "stage"}``
-    (nested group weights multiplied out, shares summing to 1 per stage)."""
-    parsed = MixtureSpec.from_dict(spec)
-    return [
-        {"pool": int(pool), "weight": share, "stage": stage}
-        for stage, comps in parsed.stage_components()
-        for pool, share in flatten(comps, where=stage)
-    ]

@@ -10,6 +10,9 @@ path.
 
 from __future__ import annotations
 
+import operator
+from functools import reduce
+
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
@@ -460,70 +463,83 @@ class Flag(models.Model):
         return f"flag {self.pk} on {self.target} of {self.source_id}: {self.reason[:40]}"
 
 
-class Taint(models.Model):
+def _one_target(name: str, fields: tuple[str, ...]) -> models.CheckConstraint:
+    """Exactly one of ``fields`` is set, the alternatives in the order of ``fields``."""
+    return models.CheckConstraint(
+        condition=reduce(
+            operator.or_,
+            (
+                Q(
+                    **{other: None for other in fields if other != field},
+                    **{f"{field}__isnull": False},
+                )
+                for field in fields
+            ),
+        ),
+        name=name,
+    )
+
+
+def _artifact_target(related_name: str) -> type[models.Model]:
+    """An abstract model of what a taint or a corruption marks: one artifact or run (a check
+    constraint on each concrete model says exactly one), each reached back from its target
+    as ``related_name``. (A ``%(class)s`` related name would name the same accessors but
+    change every field's migration state.)"""
+
+    class ArtifactTarget(models.Model):
+        tokenized_source = models.ForeignKey(
+            TokenizedSource,
+            null=True,
+            blank=True,
+            related_name=related_name,
+            on_delete=models.CASCADE,
+        )
+        pool = models.ForeignKey(
+            Pool, null=True, blank=True, related_name=related_name, on_delete=models.CASCADE
+        )
+        mixture_version = models.ForeignKey(
+            MixtureVersion,
+            null=True,
+            blank=True,
+            related_name=related_name,
+            on_delete=models.CASCADE,
+        )
+        run = models.ForeignKey(
+            TrainingRun, null=True, blank=True, related_name=related_name, on_delete=models.CASCADE
+        )
+        # A materialized copy holds the tokens physically, apart from its version.
+        export = models.ForeignKey(
+            Export, null=True, blank=True, related_name=related_name, on_delete=models.CASCADE
+        )
+
+        class Meta:
+            abstract = True
+
+        @property
+        def target(self):
+            return (
+                self.tokenized_source
+                or self.pool
+                or self.mixture_version
+                or self.run
+                or self.export
+            )
+
+    return ArtifactTarget
+
+
+class Taint(_artifact_target("taints")):
     """``flag`` reaches this artifact or run through lineage. Exactly one target is set."""
 
     flag = models.ForeignKey(Flag, related_name="taints", on_delete=models.CASCADE)
-    tokenized_source = models.ForeignKey(
-        TokenizedSource, null=True, blank=True, related_name="taints", on_delete=models.CASCADE
-    )
-    pool = models.ForeignKey(
-        Pool, null=True, blank=True, related_name="taints", on_delete=models.CASCADE
-    )
-    mixture_version = models.ForeignKey(
-        MixtureVersion, null=True, blank=True, related_name="taints", on_delete=models.CASCADE
-    )
-    run = models.ForeignKey(
-        TrainingRun, null=True, blank=True, related_name="taints", on_delete=models.CASCADE
-    )
-    # A materialized copy holds the flagged tokens physically, apart from its version.
-    export = models.ForeignKey(
-        Export, null=True, blank=True, related_name="taints", on_delete=models.CASCADE
-    )
     documents = models.BigIntegerField(default=0)  # flagged documents inside the target
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         constraints = [
-            models.CheckConstraint(
-                condition=(
-                    Q(
-                        tokenized_source__isnull=False,
-                        pool=None,
-                        mixture_version=None,
-                        run=None,
-                        export=None,
-                    )
-                    | Q(
-                        tokenized_source=None,
-                        pool__isnull=False,
-                        mixture_version=None,
-                        run=None,
-                        export=None,
-                    )
-                    | Q(
-                        tokenized_source=None,
-                        pool=None,
-                        mixture_version__isnull=False,
-                        run=None,
-                        export=None,
-                    )
-                    | Q(
-                        tokenized_source=None,
-                        pool=None,
-                        mixture_version=None,
-                        run__isnull=False,
-                        export=None,
-                    )
-                    | Q(
-                        tokenized_source=None,
-                        pool=None,
-                        mixture_version=None,
-                        run=None,
-                        export__isnull=False,
-                    )
-                ),  # fmt: skip
-                name="taint_has_one_target",
+            _one_target(
+                "taint_has_one_target",
+                ("tokenized_source", "pool", "mixture_version", "run", "export"),
             ),
             *[
                 models.UniqueConstraint(
@@ -538,35 +554,16 @@ class Taint(models.Model):
     def __str__(self) -> str:
         return f"flag {self.flag_id} taints {self.target}"
 
-    @property
-    def target(self):
-        return self.tokenized_source or self.pool or self.mixture_version or self.run or self.export
-
 
 # --- corruption -------------------------------------------------------------------------
 
 
-class Corruption(models.Model):
+class Corruption(_artifact_target("corruptions")):
     """An artifact whose files no longer match their checksums (found by a scrub), or, with
     ``cause`` set, one built from such an artifact: marked on every page and in lineage
     like a flag's taint. Exactly one target is set. A later scrub that finds the artifact
     intact again (restored from a copy) deletes the row and what it caused."""
 
-    tokenized_source = models.ForeignKey(
-        TokenizedSource, null=True, blank=True, related_name="corruptions", on_delete=models.CASCADE
-    )
-    pool = models.ForeignKey(
-        Pool, null=True, blank=True, related_name="corruptions", on_delete=models.CASCADE
-    )
-    mixture_version = models.ForeignKey(
-        MixtureVersion, null=True, blank=True, related_name="corruptions", on_delete=models.CASCADE
-    )
-    export = models.ForeignKey(
-        Export, null=True, blank=True, related_name="corruptions", on_delete=models.CASCADE
-    )
-    run = models.ForeignKey(
-        TrainingRun, null=True, blank=True, related_name="corruptions", on_delete=models.CASCADE
-    )
     # The corrupt artifact this one was built from (None: this one's own files are bad).
     cause = models.ForeignKey(
         "self", null=True, blank=True, related_name="effects", on_delete=models.CASCADE
@@ -579,52 +576,13 @@ class Corruption(models.Model):
 
     class Meta:
         constraints = [
-            models.CheckConstraint(
-                condition=(
-                    Q(
-                        tokenized_source__isnull=False,
-                        pool=None,
-                        mixture_version=None,
-                        export=None,
-                        run=None,
-                    )
-                    | Q(
-                        tokenized_source=None,
-                        pool__isnull=False,
-                        mixture_version=None,
-                        export=None,
-                        run=None,
-                    )
-                    | Q(
-                        tokenized_source=None,
-                        pool=None,
-                        mixture_version__isnull=False,
-                        export=None,
-                        run=None,
-                    )
-                    | Q(
-                        tokenized_source=None,
-                        pool=None,
-                        mixture_version=None,
-                        export__isnull=False,
-                        run=None,
-                    )
-                    | Q(
-                        tokenized_source=None,
-                        pool=None,
-                        mixture_version=None,
-                        export=None,
-                        run__isnull=False,
-                    )
-                ),  # fmt: skip
-                name="corruption_has_one_target",
+            # The alternatives' order as the migration that created the constraint wrote it.
+            _one_target(
+                "corruption_has_one_target",
+                ("tokenized_source", "pool", "mixture_version", "export", "run"),
             ),
         ]
         ordering = ["-found_at", "id"]
 
     def __str__(self) -> str:
         return f"corruption of {self.target}: {self.problem[:60]}"
-
-    @property
-    def target(self):
-        return self.tokenized_source or self.pool or self.mixture_version or self.export or self.run

@@ -10,7 +10,14 @@ from pathlib import Path
 
 from django.conf import settings
 
-from webapp.catalog.models import ArtifactStatus, Mixture, Pool, Source, TokenizedSource
+from webapp.catalog.models import (
+    ArtifactStatus,
+    Mixture,
+    MixtureVersion,
+    Pool,
+    Source,
+    TokenizedSource,
+)
 from webapp.catalog.services.mixtures import mixture_get_or_create, mixture_version_create
 from webapp.catalog.services.pools import pool_build
 from webapp.catalog.services.sources import source_register
@@ -104,7 +111,7 @@ def demo_load(
             for n, (_p, _w, a) in MIX.items()
             if a > 0
         ]
-        mixture_version_create(
+        version = mixture_version_create(
             mixture_id=mixture.pk,
             components=components,
             token_budget=token_budget,
@@ -113,6 +120,7 @@ def demo_load(
             order="blend",
             note="The demo mixture: a main stage and a final annealing stage on prose.",
         )
+        _wait_ready(MixtureVersion, [version.pk], wait, log)
     log("demo ready")
     return mixture
 

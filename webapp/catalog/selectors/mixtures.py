@@ -237,16 +237,8 @@ def mixture_draft_predict(*, payload: dict) -> dict:
     ``save_error`` says why it cannot be saved (a pool repeated beyond the cap: the build
     would fail); ``error`` alone when the rows do not make a spec or cannot be planned."""
     try:
-        spec = builder.spec_from_rows(
-            rows=payload.get("rows") or [],
-            stages=payload.get("stages") or [],
-            tokens=int(payload.get("tokens") or 0),
-            seed=int(payload.get("seed") or 0),
-            order=str(payload.get("order") or "blend"),
-            max_repetitions=float(payload.get("max_repetitions") or 4),
-            order_options=payload.get("order_options"),
-        )
-    except (builder.BuilderError, TypeError, ValueError) as e:
+        spec = builder.spec_from_draft(payload)
+    except builder.BuilderError as e:
         return {"error": str(e)}
     ids = {int(r["pool"]) for r in payload.get("rows") or [] if str(r.get("pool", "")).isdigit()}
     pools = {

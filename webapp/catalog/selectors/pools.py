@@ -149,20 +149,32 @@ def pool_quality(*, pool, by: str = "") -> dict:
     (per record, ``shardcore.quality.report``), and every registered shuffle run on the
     same documents in the same input order, measured per document. Labels: the property
     ``by`` (or ``length``), else the tokenized source when the pool has several, else the
-    document-length bin (log2 tokens).
-    Cached by fingerprint (a built pool never changes). Empty when the files are absent."""
+    document-length bin (log2 tokens). The default labels' report is the one its build
+    recorded (``params["quality"]``) when there is one; others are measured here and
+    cached by fingerprint (a built pool never changes). Empty when the files are absent."""
+    recorded = None if by else (pool.params or {}).get("quality")
+    if recorded:  # measured by the build (``pool_quality_measure`` in the pool's recorder)
+        return recorded
     key = f"dash:pool-quality:v4:{pool.pk}:{pool.fingerprint}:{by}"
     cached = cache.get(key)
     if cached is not None:
         return cached
+    report = pool_quality_measure(pool=pool, by=by)
+    cache.set(key, report, timeout=7 * 24 * 3600)
+    return report
+
+
+def pool_quality_measure(*, pool, by: str = "") -> dict:
+    """``pool_quality`` measured from the pool's files now (no cache); empty when the files
+    cannot be read."""
     # Label documents by their source's name, in the pool manifest's source order.
     names = dict(TokenizedSource.objects.filter(pools=pool).values_list("path", "source__name"))
     try:
         report = _measure(pool.path, source_names=names, by=by)
     except Exception as e:  # noqa: BLE001 - a pool without readable files has no report
         log.info("no quality for pool %s: %s", pool.pk, e)
-        report = {}
-    cache.set(key, report, timeout=7 * 24 * 3600)
+        return {}
+    (report.get("batches") or {}).pop("per_batch", None)  # one number per batch: not kept
     return report
 
 

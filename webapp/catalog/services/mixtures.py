@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -20,11 +21,15 @@ from webapp.catalog.models import (
     TokenizedSource,
 )
 from webapp.catalog.services.common import (
+    artifact_unbuilt,
     checked_name,
     jsonable,
     refuse_corrupt,
 )
 from webapp.catalog.services.flags import taint_refresh
+
+if TYPE_CHECKING:
+    from shardcore.mixture import MixtureSpec
 
 
 def mixture_get_or_create(*, name: str, description: str = "", created_by=None) -> Mixture:
@@ -41,25 +46,25 @@ def mixture_get_or_create(*, name: str, description: str = "", created_by=None) 
         return Mixture.objects.get(name=name)
 
 
-def mixture_version_save(*, name: str, description: str, spec: dict, created_by=None):
-    """Save a builder spec (``builder.spec_from_rows``) as the next immutable version of
-    mixture ``name`` (created when new): every stage with its token count, the ordering and
-    its options, and the repetition cap go into the version's schedule."""
+def mixture_version_save(
+    *, name: str, draft: Mapping[str, Any], description: str = "", created_by=None
+) -> MixtureVersion:
+    """Save the builder's draft (its rows of pools and weights, later stages, budget, seed,
+    ordering and its options, repetition cap: ``builder.spec_from_draft``) as the next
+    version of mixture ``name`` (created when new), built by a job (``mixture_version_build``).
+    The draft is parsed once, here; a draft that cannot be built is a CatalogError that
+    says why."""
+    from shardcore.errors import ShardcoreError
+    from shardcore.mixture import MixtureSpec
+
+    try:
+        spec = MixtureSpec.from_dict(builder.spec_from_draft(draft))
+    except (builder.BuilderError, ShardcoreError) as exc:
+        raise CatalogError(str(exc)) from None
     with transaction.atomic():
         mixture = mixture_get_or_create(name=name, description=description, created_by=created_by)
-        return mixture_version_create(
-            mixture_id=mixture.pk,
-            components=builder.version_components(spec),
-            token_budget=int(spec["tokens"]),
-            seed=int(spec.get("seed", 0)),
-            stages=[
-                {"name": st["name"], "tokens": int(st["tokens"])} for st in spec.get("stages") or []
-            ],
-            order=str(spec.get("order", "blend")),
-            order_options=dict(spec.get("order_options") or {}),
-            max_repetitions=float(spec.get("max_repetitions", 4.0)),
-            note=description,
-            created_by=created_by,
+        return mixture_version_build(
+            mixture_id=mixture.pk, spec=spec, note=description, created_by=created_by
         )
 
 
@@ -77,80 +82,144 @@ def mixture_version_create(
     continues: dict[str, Any] | None = None,
     created_by=None,
 ) -> MixtureVersion:
-    """A new immutable version, its schedule built by ``shardcore.mixture.build_mixture``
-    into the version's directory and recorded (fingerprint, samples, tokens, epochs per
-    pool). ``components`` are {"pool": id, "weight": w, "stage": s}: weights are token
-    shares within their stage (normalized); stage "" or "main" is the main stage, any other
-    stage needs its token count in ``stages`` ([{"name", "tokens"}], in training order).
-    Versions are never edited: changing a weight means creating the next version.
-    ``continues`` (``shardcore.mixture.continuation``) builds a version that a run switches
-    to mid-training (``runs.run_switch``)."""
+    """``mixture_version_build`` from a list of components: {"pool": id, "weight": w,
+    "stage": s}, weights being token shares within their stage (normalized); stage "" or
+    "main" is the main stage, any other stage needs its token count in ``stages``
+    ([{"name", "tokens"}], in training order). ``continues``
+    (``shardcore.mixture.continuation``) makes a version that a run switches to
+    mid-training (``runs.run_switch``)."""
     from shardcore.errors import ShardcoreError
-    from shardcore.manifest import file_entries
-    from shardcore.mixture import MixtureSpec, build_mixture
+    from shardcore.mixture import MixtureSpec
 
-    if token_budget <= 0:
-        raise CatalogError("the token budget must be positive")
     if not components:
         raise CatalogError("a mixture version needs at least one component")
-    pools = {p.pk: p for p in Pool.objects.filter(pk__in=[c["pool"] for c in components])}
-    refuse_corrupt(pools.values())
     by_stage: dict[str, list[dict[str, Any]]] = {}
     for c in components:
-        pool = pools.get(c["pool"])
-        if pool is None:
-            raise CatalogError(f"no pool {c['pool']}")
-        if pool.status != ArtifactStatus.READY:
-            raise CatalogError(f"pool {pool.name} is {pool.status}, not ready")
-        if not float(c["weight"]) > 0:
-            raise CatalogError(f"pool {pool.name}: weight must be positive")
-        by_stage.setdefault(_stage_name(c.get("stage")), []).append(c)
-    seq_lens = {p.seq_len for p in pools.values()}
-    if len(seq_lens) != 1:
-        raise CatalogError(f"pools of one mixture share a seq_len; got {sorted(seq_lens)}")
+        by_stage.setdefault(c.get("stage") or MAIN, []).append(
+            {"pool": str(c["pool"]), "weight": c["weight"]}
+        )
     stage_tokens = {str(st["name"]): st.get("tokens") for st in stages or []}
-    unknown = set(by_stage) - {"main"} - set(stage_tokens)
+    unknown = set(by_stage) - {MAIN} - set(stage_tokens)
     if unknown:
         raise CatalogError(
             f"stage(s) {sorted(unknown)} need a token count: pass stages=[{{'name', 'tokens'}}]"
         )
-    if "main" not in by_stage:
+    if MAIN not in by_stage:
         raise CatalogError("the main stage (stage '' or 'main') needs at least one component")
-
-    def leaves(comps: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        return [{"pool": pools[c["pool"]].path, "weight": float(c["weight"])} for c in comps]
-
-    spec_dict = {
-        "tokens": int(token_budget),
-        "seed": int(seed),
-        "order": order,
-        "max_repetitions": float(max_repetitions),
-        "order_options": dict(order_options or {}),
-        "components": leaves(by_stage["main"]),
-        "stages": [
-            {"name": name, "tokens": tokens, "components": leaves(by_stage[name])}
-            for name, tokens in stage_tokens.items()
-            if name in by_stage
-        ],
-    }
-    if continues is not None:
-        spec_dict["continues"] = continues
     try:
-        spec = MixtureSpec.from_dict(spec_dict)
+        spec = MixtureSpec.from_dict(
+            {
+                "tokens": token_budget,
+                "seed": seed,
+                "order": order,
+                "max_repetitions": max_repetitions,
+                "order_options": dict(order_options or {}),
+                "components": by_stage[MAIN],
+                "stages": [
+                    {"name": name, "tokens": tokens, "components": by_stage[name]}
+                    for name, tokens in stage_tokens.items()
+                    if name in by_stage
+                ],
+                **({} if continues is None else {"continues": continues}),
+            }
+        )
     except ShardcoreError as exc:
-        raise CatalogError(f"mixture spec: {exc}") from exc
+        raise CatalogError(f"mixture spec: {exc}") from None
+    return mixture_version_build(mixture_id=mixture_id, spec=spec, note=note, created_by=created_by)
+
+
+def mixture_version_build(
+    *, mixture_id: int, spec: MixtureSpec, note: str = "", created_by=None
+) -> MixtureVersion:
+    """Queue the build of the mixture's next immutable version and return its row, which
+    is "building" until its job (stage "mixture": ``shardcore.mixture.plan_mixture``)
+    writes the schedule and ``mixture_version_record`` records it; a failed build's error
+    is the job's. ``spec`` names pools by catalog id; each stage's pools get their shares
+    (nested groups multiplied out).
+
+    The request checks what it can without reading a pool's files or allocating a schedule:
+    the pools are ready, not corrupt and share a seq_len; the budget fits a schedule
+    (``SHARDYARD_MAX_SCHEDULE_SAMPLES``), gives every pool a sample, and repeats none
+    beyond ``max_repetitions`` (from the catalog's record counts). The same content saved
+    again answers the version that holds it (``existed``), or reruns its build when that
+    failed. Versions are never edited: changing a weight means creating the next version."""
+    import math
+    from dataclasses import replace
+
+    from shardcore.errors import ShardcoreError
+    from shardcore.mixture import Component, PoolInfo, Stage, flatten, plan_epochs, plan_mixture
+    from webapp.jobs.services import job_create
+
+    leaves: dict[str, dict[int, float]] = {}  # stage -> {pool id: share}
+    keys: dict[str, int] = {}  # the spec's pool keys -> pool ids
+    try:
+        for name, comps in spec.stage_components():
+            shares = leaves.setdefault(name, {})
+            for key, share in flatten(comps, where=spec.field_of(name)):
+                keys[key] = _pool_id(key)
+                shares[keys[key]] = shares.get(keys[key], 0.0) + share
+    except ShardcoreError as exc:
+        raise CatalogError(f"mixture spec: {exc}") from None
+    ids = list(dict.fromkeys(keys.values()))
+    pools = {p.pk: p for p in Pool.objects.filter(pk__in=ids)}
+    for pk in ids:
+        pool = pools.get(pk)
+        if pool is None:
+            raise CatalogError(f"no pool {pk}")
+        if pool.status != ArtifactStatus.READY:
+            raise CatalogError(f"pool {pool.name} is {pool.status}, not ready")
+        if pool.num_records <= 0:
+            raise CatalogError(f"pool {pool.name}: empty pool (0 records)")
+    refuse_corrupt(pools.values())
+    seq_lens = {p.seq_len for p in pools.values()}
+    if len(seq_lens) != 1:
+        raise CatalogError(f"pools of one mixture share a seq_len; got {sorted(seq_lens)}")
+    facts = [
+        PoolInfo(key, pools[pk].path, {"num_records": pools[pk].num_records,
+                                       "seq_len": pools[pk].seq_len})
+        for key, pk in keys.items()
+    ]  # fmt: skip
+    try:
+        # Planned without the cap, so that a refusal names every pool beyond it.
+        planned = plan_epochs(replace(spec, max_repetitions=math.inf), facts)
+    except ShardcoreError as exc:
+        raise CatalogError(_pool_names(str(exc), pools)) from None
+    over = [pools[keys[p["pool"]]].name for p in planned if p["epochs"] > spec.max_repetitions]
+    if over:
+        raise CatalogError(
+            f"{', '.join(over)} above max_repetitions={spec.max_repetitions:g}: add data, "
+            "lower its weight or the budget, or raise max_repetitions"
+        )
+
+    # What shardcore builds: each stage's pools by path, with their shares.
+    def by_path(shares: dict[int, float]) -> list[Component]:
+        return [Component(weight=share, pool=pools[pk].path) for pk, share in shares.items()]
+
+    schedule = replace(
+        spec,
+        components=by_path(leaves[MAIN]),
+        stages=[Stage(st.name, st.tokens, by_path(leaves[st.name])) for st in spec.stages],
+        base_dir=None,
+    )
+    content = jsonable(schedule.to_dict())
     with transaction.atomic():
         mixture = Mixture.objects.select_for_update().get(pk=mixture_id)
-        latest = mixture.versions.order_by("-number").first()
-        if (
-            latest is not None
-            and latest.status == ArtifactStatus.READY
-            and (latest.params or {}).get("spec") == jsonable(spec.to_dict())
-        ):
+        latest = mixture.versions.select_related("job").order_by("-number").first()
+        if latest is not None and (latest.params or {}).get("spec") == content:
             # The same content saved again (a double click, a retried request): the version
-            # that holds it already is the answer, not an identical copy.
-            latest.existed = True
-            return latest
+            # that holds it is the answer, not an identical copy; a failed build runs again.
+            if latest.status in (ArtifactStatus.FAILED, ArtifactStatus.CANCELLED) and latest.job:
+                from webapp.jobs.services import job_retry
+
+                job_retry(job_id=latest.job_id)
+                MixtureVersion.objects.filter(pk=latest.pk).update(
+                    status=ArtifactStatus.BUILDING, finished_at=None
+                )
+                latest.refresh_from_db()
+                return latest
+            if latest.status in (ArtifactStatus.READY, ArtifactStatus.BUILDING):
+                latest.existed = True
+                return latest
         number = (latest.number if latest is not None else 0) + 1
         try:
             out = guards.data_path(
@@ -166,63 +235,95 @@ def mixture_version_create(
                 "remove it if it is a leftover of a failed save"
             )
         try:
-            manifest = build_mixture(spec, out)
-        except (ShardcoreError, OSError) as exc:
+            plan = plan_mixture(schedule, out)
+        except ShardcoreError as exc:
             raise CatalogError(f"cannot build {mixture.name} v{number}: {exc}") from exc
-        quality = schedule_quality(path=str(out))
-        epochs = {os.path.abspath(p["path"]): p for p in manifest["pools"]}
+        job = job_create(
+            plan=plan,
+            title=f"build {mixture.name} v{number}",
+            recorder="webapp.catalog.services.mixtures.mixture_version_record",
+            created_by=created_by,
+        )
         version = MixtureVersion.objects.create(
             mixture=mixture,
             number=number,
-            token_budget=token_budget,
-            seed=seed,
-            num_samples=manifest["num_samples"],
+            token_budget=spec.tokens,
+            seed=spec.seed,
             note=note,
-            params={
-                "spec": manifest["spec"],
-                "seq_len": manifest["seq_len"],
-                "stages": [
-                    {k: st[k] for k in ("name", "first_sample", "num_samples", "num_tokens")}
-                    for st in manifest["stages"]
-                ],
-                "pools": [
-                    {
-                        "pool": pk,
-                        **{
-                            k: epochs[os.path.abspath(pools[pk].path)][k]
-                            for k in ("samples", "tokens", "epochs")
-                        },
-                    }
-                    for pk in dict.fromkeys(c["pool"] for c in components)
-                ],
-                "quality": quality,
-            },  # fmt: skip
-            fingerprint=manifest["fingerprint"],
+            params={"spec": content},
             path=str(out),
-            manifest_path=str(out / "manifest.json"),
-            num_tokens=manifest["num_tokens"],
-            num_bytes=sum(f["size"] for f in file_entries(manifest)),
+            job=job,
             created_by=created_by,
         )
         MixtureComponent.objects.bulk_create(
             [
-                MixtureComponent(
-                    version=version,
-                    pool=pools[c["pool"]],
-                    weight=float(c["weight"])
-                    / sum(float(x["weight"]) for x in by_stage[_stage_name(c.get("stage"))]),
-                    stage=c.get("stage") or "",
-                    epochs=epochs[os.path.abspath(pools[c["pool"]].path)]["epochs"],
-                )
-                for c in components
+                MixtureComponent(version=version, pool=pools[pk], weight=share, stage=name)
+                for name, shares in leaves.items()
+                for pk, share in shares.items()
             ]
         )
-        # The schedule and its manifest exist: the version is built.
-        version.status = ArtifactStatus.READY
-        version.finished_at = timezone.now()
-        version.save()
-        taint_refresh(source_ids=version_source_ids(version))
     return version
+
+
+MAIN = "main"
+
+
+def _stage_name(stage: str | None) -> str:
+    return stage or MAIN
+
+
+def _pool_id(key: str) -> int:
+    try:
+        return int(key)
+    except ValueError:
+        raise CatalogError(f"components: pool {key!r} is not a pool id") from None
+
+
+def _pool_names(message: str, pools: dict[int, Pool]) -> str:
+    """A planner's message with the pools it quotes by id named instead."""
+    for pk, pool in pools.items():
+        message = message.replace(f"pool '{pk}'", f"pool {pool.name}")
+    return message
+
+
+def mixture_version_record(*, job, manifest: dict | None) -> None:
+    """Recorder of mixture jobs: the built schedule's facts become the version's (samples,
+    tokens, epochs per pool, stages, fingerprint), with the schedule's mixing quality;
+    data flagged in its pools taints it."""
+    from shardcore.manifest import file_entries
+
+    version = MixtureVersion.objects.select_for_update().get(job=job)
+    if manifest is None:
+        artifact_unbuilt(version, job=job)
+        return
+    comps = list(version.components.select_related("pool"))
+    built = {os.path.abspath(p["path"]): p for p in manifest["pools"]}
+    for c in comps:
+        c.epochs = built[os.path.abspath(c.pool.path)]["epochs"]
+    MixtureComponent.objects.bulk_update(comps, ["epochs"])
+    version.num_samples = manifest["num_samples"]
+    version.params = {
+        "spec": manifest["spec"],
+        "seq_len": manifest["seq_len"],
+        "stages": [
+            {k: st[k] for k in ("name", "first_sample", "num_samples", "num_tokens")}
+            for st in manifest["stages"]
+        ],
+        "pools": [
+            {"pool": pool.pk,
+             **{k: built[os.path.abspath(pool.path)][k] for k in ("samples", "tokens", "epochs")}}
+            for pool in dict.fromkeys(c.pool for c in comps)
+        ],
+        "quality": schedule_quality(path=version.path),
+    }  # fmt: skip
+    version.fingerprint = manifest["fingerprint"]
+    version.manifest_path = str(Path(version.path) / "manifest.json")
+    version.num_tokens = manifest["num_tokens"]
+    version.num_bytes = sum(f["size"] for f in file_entries(manifest))
+    version.status = ArtifactStatus.READY
+    version.finished_at = timezone.now()
+    version.save()
+    taint_refresh(source_ids=version_source_ids(version))
 
 
 def schedule_quality(*, path: str) -> dict[str, Any]:
@@ -236,10 +337,6 @@ def schedule_quality(*, path: str) -> dict[str, Any]:
         return quality.mixture_quality(path, by="pool")
     except (ShardcoreError, OSError, ValueError) as exc:
         return {"error": f"no quality measured: {exc}"}
-
-
-def _stage_name(stage: str | None) -> str:
-    return stage or "main"
 
 
 def version_built(version: MixtureVersion) -> bool:

@@ -16,6 +16,7 @@ from webapp.catalog.models import (
     Pool,
     TokenizedSource,
 )
+from webapp.catalog.selectors.pools import pool_quality_measure
 from webapp.catalog.services.common import (
     artifact_dir,
     artifact_unbuilt,
@@ -157,6 +158,11 @@ def _pool_fill(pool: Pool, manifest: dict) -> None:
     )
 
 
+# A pool of up to this many documents is measured by its recorder (seconds); a larger one
+# when its page is first shown (cached), not inside the transaction that records it.
+QUALITY_AT_BUILD_DOCUMENTS = 200_000
+
+
 def pool_record(*, job, manifest: dict | None) -> None:
     """Recorder of pool jobs: the train pool, its shards, and the validation pool."""
     from shardcore.manifest import read_manifest
@@ -165,6 +171,9 @@ def pool_record(*, job, manifest: dict | None) -> None:
     if manifest is None:
         artifact_unbuilt(pool, job=job)
         return
+    if manifest["documents"] <= QUALITY_AT_BUILD_DOCUMENTS:
+        # Part of the build: the page's default report, before the row is frozen READY.
+        pool.params = {**(pool.params or {}), "quality": pool_quality_measure(pool=pool)}
     _pool_fill(pool, manifest)
     if manifest.get("val"):
         val_path = Path(pool.path) / manifest["val"]["path"]
@@ -174,7 +183,7 @@ def pool_record(*, job, manifest: dict | None) -> None:
             train_pool=pool,
             filter=pool.filter,
             seq_len=pool.seq_len,
-            params=pool.params,
+            params={k: v for k, v in (pool.params or {}).items() if k != "quality"},
             path=str(val_path),
             job=job,
             created_by=pool.created_by,

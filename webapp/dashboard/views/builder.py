@@ -8,7 +8,6 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from shardcore.errors import ShardcoreError
 from webapp.catalog.errors import CatalogError
 from webapp.catalog.services.mixtures import mixture_version_save
 from webapp.dashboard import contexts
@@ -36,25 +35,26 @@ def mixture_predict(request):
 
 @require_POST
 def mixture_save(request):
+    """Save the draft: its version is built by a job, whose progress the version page
+    shows until the schedule is recorded."""
     require_role(request.user, "editor")
     payload = _payload(request)
-    prediction = contexts.mixture_predict(payload=payload)
     name = str(payload.get("name") or "").strip()
-    problem = prediction["error"] or prediction.get("save_error")
-    if problem or not name:
-        return JsonResponse({"error": problem or "give the mixture a name"}, status=400)
+    if not name:
+        return JsonResponse({"error": "give the mixture a name"}, status=400)
     try:
         version = mixture_version_save(
             name=name,
+            draft=payload,
             description=str(payload.get("description") or ""),
-            spec=prediction["spec"],
             created_by=request.user,
         )
-    except (CatalogError, ShardcoreError, ValueError) as e:
+    except CatalogError as e:
         return JsonResponse({"error": str(e)}, status=400)
     if getattr(version, "existed", False):
         messages.info(request, f"Nothing changed: {version} holds this draft already.")
     else:
-        messages.success(request, f"Saved {version}.")
-
-    return JsonResponse({"url": reverse("dashboard:mixture_version", args=[version.pk])})
+        messages.success(request, f"Saved {version}: its schedule is being built.")
+    return JsonResponse(
+        {"url": reverse("dashboard:mixture_version", args=[version.pk]), "job": version.job_id}
+    )

@@ -1,5 +1,6 @@
 // Live job page: polls the job's JSON every 2 s while it is queued or running and
-// updates the fields in place; stops once the job reaches a terminal state.
+// updates the fields in place; stops once the job reaches a terminal state (a page that
+// shows what the job builds, data-reload-when-done, then reloads to show it).
 "use strict";
 (function () {
   const root = document.getElementById("job");
@@ -41,7 +42,11 @@
   function poll() {
     fetch(url, { headers: { Accept: "application/json" }, credentials: "same-origin" })
       .then((r) => (r.ok ? r.json() : Promise.reject(r.status)))
-      .then((p) => { if (render(p)) setTimeout(poll, 2000); })
+      .then((p) => {
+        if (render(p)) setTimeout(poll, 2000);
+        // A page about what the job builds shows it once the job ends.
+        else if (root.dataset.reloadWhenDone) window.location.reload();
+      })
       .catch(() => setTimeout(poll, 10000));
   }
   if (root.dataset.active === "1") setTimeout(poll, 2000);

@@ -84,6 +84,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, action: str, **o):
         from webapp.catalog.errors import CatalogError
+        from webapp.catalog.models import ArtifactStatus
         from webapp.catalog.services import (
             exports,
             flags,
@@ -123,10 +124,15 @@ class Command(BaseCommand):
                     stages=json.loads(o["stages"]) if o["stages"] else None,
                     order=o["order"], max_repetitions=o["max_repetitions"],
                 )  # fmt: skip
-                out = (
-                    f"mixture version {v.pk}: {mixture.name} v{v.number}, {v.num_samples} "
-                    f"samples, {v.num_tokens} tokens, fingerprint {v.fingerprint}"
+                v.refresh_from_db()  # built already when jobs run as they are queued
+                out = f"mixture version {v.pk}: {mixture.name} v{v.number}, " + (
+                    _launched(v.job_id) if v.job_id else v.status
                 )
+                if v.status == ArtifactStatus.READY:
+                    out += (
+                        f", {v.num_samples} samples, {v.num_tokens} tokens, "
+                        f"fingerprint {v.fingerprint}"
+                    )
             elif action == "materialize":
                 job = exports.mixture_version_materialize(
                     version_id=o["version_id"], shard_bytes=o["shard_bytes"]
