@@ -272,14 +272,32 @@ def _stage(name: str) -> tuple[Callable[..., dict], Callable[..., dict]]:
         raise KeyError(f"unknown stage {name!r}; known: {sorted(_STAGES)}") from None
 
 
-def run_unit(plan: Plan, unit_id: str) -> dict[str, Any]:
-    """Run one unit unless it already finished; returns its stats either way."""
+class UnitSuperseded(Exception):
+    """The unit's work was done but not published: ``may_publish`` said another run of it
+    took over (its claim lapsed and the unit was given to someone else)."""
+
+
+def run_unit(
+    plan: Plan, unit_id: str, *, may_publish: Callable[[], bool] | None = None
+) -> dict[str, Any]:
+    """Run one unit unless it already finished; returns its stats either way.
+
+    ``may_publish``, when given, is asked once the work is done and before anything of it
+    is published (uploaded to an object store, or its marker written): False raises
+    UnitSuperseded and publishes nothing, so that a run whose claim was taken over (a host
+    cut off past its lease) leaves no late objects in an artifact another run finished."""
     done = unit_result(plan.out, unit_id)
     if done is not None:
         return done
     runner, _ = _stage(plan.stage)
+
+    def check() -> None:
+        if may_publish is not None and not may_publish():
+            raise UnitSuperseded(f"{plan.out}: unit {unit_id} was taken over; not published")
+
     if not storage.is_remote(plan.out):
         stats = runner(with_local_inputs(plan), plan.unit(unit_id))
+        check()
         mark_done(plan.out, unit_id, stats)
         return stats
     store, work = storage.open_store(plan.out), work_dir(plan.out)
@@ -288,6 +306,7 @@ def run_unit(plan: Plan, unit_id: str) -> dict[str, Any]:
     before = _snapshot(work)
     local = dataclasses.replace(with_local_inputs(plan), out=str(work))
     stats = runner(local, local.unit(unit_id))
+    check()
     _push(store, work, before, remote)
     mark_done(work, unit_id, stats)  # later units and finalize on this host read it here
     mark_done(plan.out, unit_id, stats)  # the commit point of the unit

@@ -17,11 +17,17 @@ from workers.celery import app
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 FAIL_ON: set[str] = set()  # unit ids whose next run raises (a permanent failure)
+TAKEN_OVER: set[str] = set()  # unit ids whose claim passes to "rescuer" while they run
 
 
 def _run_unit(plan: units.Plan, unit: dict) -> dict:
     if unit["id"] in FAIL_ON:
         raise ValueError(f"cannot read {unit['file']}: broken on purpose")
+    if unit["id"] in TAKEN_OVER:
+        # Meanwhile the claim lapsed, the sweeper queued the unit again, another claimed it.
+        row = JobUnit.objects.get(unit_id=unit["id"], state=UnitState.RUNNING)
+        JobUnit.objects.filter(pk=row.pk).update(state=UnitState.QUEUED)
+        services._claim(row.pk, "rescuer")
     out = Path(plan.out)
     if unit["phase"] == "count":
         data = Path(unit["file"]).read_bytes()
@@ -72,10 +78,12 @@ def _plan(out: Path, n: int = 4) -> units.Plan:
 def eager(transactional_db):
     app.conf.task_always_eager = True
     FAIL_ON.clear()
+    TAKEN_OVER.clear()
     RECORDED.clear()
     yield
     app.conf.task_always_eager = False
     FAIL_ON.clear()
+    TAKEN_OVER.clear()
 
 
 RECORDER = f"{__name__}.record"
@@ -251,6 +259,19 @@ def test_a_worker_cut_off_while_it_holds_the_job_row_lets_go_of_it_after_a_lease
         time.sleep(0.1)
     worker.join()
     assert outcome and "idle-in-transaction timeout" in outcome[0], outcome
+
+
+def test_a_run_whose_claim_was_taken_over_publishes_and_records_nothing(eager, held, tmp_path):
+    job = services.job_create(plan=_plan(tmp_path / "out", n=1), recorder=RECORDER)
+    unit = JobUnit.objects.get(job=job, unit_id="count-0")
+    TAKEN_OVER.add("count-0")
+
+    assert services.job_unit_execute(unit_id=unit.pk, worker="cut-off") == "skipped"
+    assert units.unit_result(str(tmp_path / "out"), "count-0") is None  # no marker
+    unit.refresh_from_db()
+    job.refresh_from_db()
+    assert (unit.state, unit.worker, unit.attempts) == (UnitState.RUNNING, "rescuer", 2)
+    assert job.units_done == 0 and job.documents == 0 and job.state == JobState.RUNNING
 
 
 def test_it_refuses_to_retry_a_succeeded_job(eager, tmp_path):

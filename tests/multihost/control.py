@@ -1,8 +1,9 @@
-"""The control host's side of the many-hosts test: registers a source and launches a
-tokenize job through the catalog's services, as the web app does, against the catalog
-and broker given by DATABASE_URL and CELERY_BROKER_URL. Prints the job as JSON.
+"""The control host's side of the many-hosts test: registers a source through the catalog's
+services, as the web app does, and launches a tokenize job of it through the job engine,
+against the catalog and broker given by DATABASE_URL and CELERY_BROKER_URL, writing the
+artifact to OUT (an s3:// prefix). Prints the job as JSON.
 
-    python -m tests.multihost.control NAME URI SHARD_SIZE UNIT_BYTES
+    python -m tests.multihost.control NAME URI SHARD_SIZE UNIT_BYTES OUT
 """
 
 from __future__ import annotations
@@ -13,20 +14,20 @@ import sys
 
 
 def main(argv: list[str]) -> int:
-    name, uri, shard_size, unit_bytes = argv
+    name, uri, shard_size, unit_bytes, out = argv
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
     import django
 
     django.setup()
+    from shardcore.tokenize import plan_tokenize
     from webapp.catalog.services.sources import source_file_urls, source_register
-    from webapp.catalog.services.tokenized import tokenized_source_build
+    from webapp.jobs.services import job_create
 
     source = source_register(name=name, uri=uri)
-    ts = tokenized_source_build(
-        source_id=source.pk, shard_size=int(shard_size), unit_bytes=int(unit_bytes)
-    )
     files = [url for _rel, url, _size in source_file_urls(source=source)]
-    print(json.dumps({"job": ts.job_id, "path": ts.path, "files": files}))
+    plan = plan_tokenize(files, out, shard_size=int(shard_size), unit_bytes=int(unit_bytes))
+    job = job_create(plan=plan, title=f"tokenize {name} into {out}")
+    print(json.dumps({"job": job.pk, "path": out, "files": files}))
     return 0
 
 

@@ -1,12 +1,13 @@
 """The service across real network boundaries, on one machine: network namespaces joined
 by a bridge. One host holds the catalog (a Postgres cluster of its own), the broker (a Redis
-server) and the object store (moto's S3 server); two hosts run one Celery worker each; a
-control host migrates the catalog and launches the job, as the web app does. One tokenize
-job of sources on S3 runs with its units spread over both workers; then one worker host's
-link is taken down while it runs a unit. Its claim lapses (no heartbeat within the lease),
-the other worker's sweeper queues the unit again, and the job finishes on the other host
-with the bytes, checksums and fingerprint of a run on one host. When the cut-off host comes
-back, its late outcome for the unit records nothing.
+server) and the object store (moto's S3 server); two hosts run one Celery worker each, each
+with its own local cache directory; a control host migrates the catalog, registers a source
+on S3 and launches a tokenize job whose artifact is written to S3. Its units run on both
+workers; then one worker host's link is taken down while it runs a unit. Its claim lapses
+(no heartbeat within the lease), the other worker's sweeper queues the unit again, and the
+job finishes on the other host with the bytes, checksums and fingerprint of a run on one
+host. When the cut-off host comes back, its late outcome for the unit records nothing and
+the artifact's objects keep their bytes.
 
 Needs root (or CAP_NET_ADMIN): skipped with the reason otherwise, failed instead under
 SHARDYARD_REQUIRE_SERVICES=1."""
@@ -33,10 +34,11 @@ from tests.support.services import ROOT, unavailable, wait_for
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
-SHARD_SIZE = 192 << 10
-UNIT_BYTES = 160 << 10
+SHARD_SIZE = 512 << 10
+UNIT_BYTES = 512 << 10
 LEASE = 4  # seconds without a heartbeat before a claim lapses (the heartbeat is 1 s)
 BUCKET = "corpus"
+OUT = f"s3://{BUCKET}/tokenized/code"
 
 
 def _postgres_bin() -> Path | None:
@@ -180,13 +182,15 @@ class Cluster:
 
     def worker(self, name: str) -> tuple[Host, object]:
         host = self.net.add_host(name)
+        # Each host works in a local directory of its own, as on separate machines.
+        env = {**self.env, "SHARDYARD_CACHE": str(self.data / f"local-disk-{name}")}
         proc = self.net.start(
             host,
             [sys.executable, "-m", "celery", "-A", "workers", "worker", "--loglevel", "INFO",
              "--concurrency", "1", "--hostname", f"{name}@{host.netns}", "-Q", "shardyard",
              "--without-gossip", "--without-mingle", "--without-heartbeat"],
             log=self.logs / f"worker-{name}.log",
-            env=self.env,
+            env=env,
             cwd=ROOT,
         )  # fmt: skip
         return host, proc
@@ -237,10 +241,30 @@ def _upload_sources(endpoint: str) -> int:
     return n
 
 
-def _artifact(path: Path) -> tuple[dict, dict[str, bytes]]:
-    manifest = json.loads((path / "manifest.json").read_text())
-    shards = {p.name: p.read_bytes() for p in sorted((path / "shards").iterdir())}
-    return manifest, shards
+def _objects(endpoint: str) -> dict[str, bytes]:
+    """Every object under the artifact's prefix, by key below it."""
+    import boto3
+
+    s3 = boto3.client(
+        "s3", endpoint_url=endpoint, aws_access_key_id="testing",
+        aws_secret_access_key="testing", region_name="us-east-1",
+    )  # fmt: skip
+    prefix = OUT.split("/", 3)[3] + "/"
+    keys = [
+        o["Key"]
+        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix)
+        for o in page.get("Contents", [])
+    ]
+    return {k[len(prefix) :]: s3.get_object(Bucket=BUCKET, Key=k)["Body"].read() for k in keys}
+
+
+def _local(path: Path) -> dict[str, bytes]:
+    return {p.relative_to(path).as_posix(): p.read_bytes() for p in path.rglob("*") if p.is_file()}
+
+
+def _artifact(files: dict[str, bytes]) -> tuple[dict, dict[str, bytes]]:
+    manifest = json.loads(files["manifest.json"])
+    return manifest, {k: v for k, v in sorted(files.items()) if k.startswith("shards/")}
 
 
 def _by_worker(units: list[dict], state: str = "succeeded") -> dict[str, int]:
@@ -268,11 +292,12 @@ def test_a_job_survives_a_worker_host_cut_off_mid_job(network, tmp_path, monkeyp
         net.run(
             cluster.ctl,
             [sys.executable, "-m", "tests.multihost.control", "code", f"s3://{BUCKET}/code/",
-             str(SHARD_SIZE), str(UNIT_BYTES)],
+             str(SHARD_SIZE), str(UNIT_BYTES), OUT],
             env=cluster.env, cwd=ROOT,
         ).strip().splitlines()[-1]
     )  # fmt: skip
-    job_id, out = launched["job"], Path(launched["path"])
+    job_id = launched["job"]
+    assert launched["path"] == OUT
 
     # Both hosts take units; then beta is frozen while it runs one and holds no open
     # transaction, its link goes down, and it runs on without a network.
@@ -319,15 +344,16 @@ def test_a_job_survives_a_worker_host_cut_off_mid_job(network, tmp_path, monkeyp
     assert "unit(s) lost: claimed by beta@" in job["log_tail"], job["log_tail"]
     # What beta finished before the cut stays beta's: nothing ran twice.
     assert beta_done and all(by_id[u]["worker"].startswith("beta@") for u in beta_done)
-    assert job["units_done"] == job["units_total"] == len(units) > 8
+    assert job["units_done"] == job["units_total"] == len(units) >= 8
     assert job["documents"] == documents
 
     # Beta comes back while it still tries to record its outcome for the stranded unit
-    # (it finished the work without a network, or failed to read its input): whatever
+    # (it finished the work, or failed to read its input or to write its output): whatever
     # it was, it records nothing.
+    stored = _objects(cluster.endpoint)
     net.reconnect(beta)
     wait_for(
-        lambda: _ended(logs / "worker-beta.log"), timeout=120, interval=0.5,
+        lambda: _ended(logs / "worker-beta.log"), timeout=150, interval=0.5,
         what="beta's late outcome for its stranded unit",
     )  # fmt: skip
     assert cluster.units(job_id) == units
@@ -346,11 +372,13 @@ def test_a_job_survives_a_worker_host_cut_off_mid_job(network, tmp_path, monkeyp
     s3fs.S3FileSystem.clear_instance_cache()
     clean = tokenize(launched["files"], str(tmp_path / "one-host"), shard_size=SHARD_SIZE,
                      unit_bytes=UNIT_BYTES)  # fmt: skip
-    one_manifest, one_shards = _artifact(tmp_path / "one-host")
-    manifest, shards = _artifact(out)
+    one_manifest, one_shards = _artifact(_local(tmp_path / "one-host"))
+    manifest, shards = _artifact(stored)
     assert manifest["fingerprint"] == one_manifest["fingerprint"] == clean["fingerprint"]
     assert manifest["files"] == one_manifest["files"]  # paths, sizes, checksums
     assert shards == one_shards
+    # Nothing beta did after its return changed, added or removed an object.
+    assert _objects(cluster.endpoint) == stored
 
 
 TASK = re.compile(

@@ -202,7 +202,8 @@ def _broker_down(job_id: int, exc: BaseException) -> None:
 
 def job_unit_execute(*, unit_id: int, worker: str) -> str:
     """Claim the unit, run it through shardcore and record the outcome. Returns
-    "skipped" (not claimable: finished, cancelled, or another delivery owns it),
+    "skipped" (not claimable: finished, cancelled, or another delivery owns it; or its claim
+    was taken over while it ran, and it published nothing),
     "succeeded" or "failed". Raises TransientUnitError after putting the unit back."""
     unit = _with_db_retry(f"claiming unit {unit_id}", lambda _errors: _claim(unit_id, worker))
     if unit is None:
@@ -213,9 +214,23 @@ def job_unit_execute(*, unit_id: int, worker: str) -> str:
             pk=unit.pk, state=UnitState.RUNNING, attempts=unit.attempts
         ).update(heartbeat_at=timezone.now())
     )
+
+    def still_ours() -> bool:
+        # Asked before the unit publishes its files: a worker whose claim lapsed (cut off
+        # past the lease) and was given to another publishes nothing late.
+        return _with_db_retry(
+            f"checking the claim of unit {unit.unit_id}",
+            lambda _errors: JobUnit.objects.filter(
+                pk=unit.pk, state=UnitState.RUNNING, attempts=unit.attempts
+            ).exists(),
+        )
+
     try:
         with beat:
-            stats = units.run_unit(plan, unit.unit_id)
+            stats = units.run_unit(plan, unit.unit_id, may_publish=still_ours)
+    except units.UnitSuperseded as exc:
+        log.info("unit %s of job %s: %s", unit.unit_id, unit.job_id, exc)
+        return "skipped"
     except _transient_errors() as exc:
         JobUnit.objects.filter(pk=unit.pk, state=UnitState.RUNNING, attempts=unit.attempts).update(
             state=UnitState.QUEUED, error=f"transient, will retry: {_describe(exc)}"
