@@ -19,23 +19,19 @@ from django.db import connection
 from shardcore.tokenize import tokenize
 from tests.integration.test_jobs_workers import (
     catalog_env,
+    killable_build,
+    killable_clean_run,
+    killable_source,
     shard_bytes,
-    stdlib_docs,
     wait_job,
-    write_jsonl,
 )
 from tests.support.services import ROOT, wait_for, worker_env
 from webapp.catalog.models import ArtifactStatus, TokenizedSource
-from webapp.catalog.services.sources import source_register
-from webapp.catalog.services.tokenized import tokenized_source_build
 from webapp.jobs import services as jobs
 from webapp.jobs.models import Job, JobState, JobUnit, UnitState
 
 pytestmark = pytest.mark.services
 __all__ = ["catalog_env"]
-
-UNIT_BYTES = 2 << 20
-SHARD = 256 << 10
 
 
 @pytest.fixture
@@ -50,25 +46,6 @@ def fast_leases(monkeypatch, settings):
         setattr(settings, name, value)
 
 
-def _source(root: Path, name: str = "heal"):
-    # Three files of real text, ~1.5 MB each: one tokenize unit per file, long enough
-    # (a few hundred ms) to be caught running.
-    d = root / name
-    for k, (n, offset) in enumerate(((50, 0), (50, 50), (57, 100))):
-        write_jsonl(d / f"part-{k}.jsonl", stdlib_docs(n, offset=offset))
-    return source_register(name=name, uri=str(d))
-
-
-def _build(source) -> TokenizedSource:
-    return tokenized_source_build(source_id=source.pk, shard_size=SHARD, unit_bytes=UNIT_BYTES)
-
-
-def _clean_run(catalog_env: Path, name: str, out: Path) -> dict[str, bytes]:
-    files = sorted(str(p) for p in (catalog_env / name).iterdir())
-    tokenize(files, str(out), shard_size=SHARD, unit_bytes=UNIT_BYTES)
-    return shard_bytes(out)
-
-
 def _job_page(client, django_user_model, job_id: int) -> str:
     user = django_user_model.objects.create_user(username="operator", password="x-12345678")
     client.force_login(user)
@@ -81,8 +58,8 @@ def test_it_requeues_a_killed_workers_unit_without_an_operator(
     postgres, redis_url, celery_workers, catalog_env, fast_leases, tmp_path, client,
     django_user_model,
 ):  # fmt: skip
-    source = _source(catalog_env)
-    ts = _build(source)
+    source = killable_source(catalog_env, "heal")
+    ts = killable_build(source)
     for attempt in range(3):
         doomed = celery_workers(f"doomed{attempt}")
         unit = wait_for(
@@ -111,7 +88,7 @@ def test_it_requeues_a_killed_workers_unit_without_an_operator(
     assert stuck.last_event.startswith(f"requeued after worker lost ({unit.worker}")
     assert "lost unit(s) requeued" in job.log_tail
     assert Job.objects.get(pk=job.pk).documents == source.num_documents  # none twice
-    assert shard_bytes(Path(ts.path)) == _clean_run(catalog_env, "heal", tmp_path / "clean")
+    assert shard_bytes(Path(ts.path)) == killable_clean_run(catalog_env, "heal", tmp_path / "clean")
     page = _job_page(client, django_user_model, job.pk)
     assert "requeued after worker lost" in page and "lost unit(s) requeued" in page
 
@@ -119,8 +96,8 @@ def test_it_requeues_a_killed_workers_unit_without_an_operator(
 def test_it_retries_recording_after_the_database_drops_the_connection(
     postgres, redis_url, celery_workers, catalog_env, fast_leases, tmp_path
 ):
-    source = _source(catalog_env, "dropped")
-    ts = _build(source)
+    source = killable_source(catalog_env, "dropped")
+    ts = killable_build(source)
     worker = celery_workers("w1")
     hit: set[tuple[int, int]] = set()
 
@@ -150,14 +127,16 @@ def test_it_retries_recording_after_the_database_drops_the_connection(
     assert "OperationalError" in retried.first().last_event
     assert "database error(s)" in job.log_tail
     assert job.documents == source.num_documents
-    assert shard_bytes(Path(ts.path)) == _clean_run(catalog_env, "dropped", tmp_path / "clean")
+    assert shard_bytes(Path(ts.path)) == killable_clean_run(
+        catalog_env, "dropped", tmp_path / "clean"
+    )
 
 
 def test_it_sends_again_units_whose_broker_message_was_lost(
     postgres, redis_url, celery_workers, catalog_env, celery_queue, fast_leases, tmp_path
 ):
-    source = _source(catalog_env, "lostmsg")
-    ts = _build(source)  # three messages wait in Redis: no worker runs yet
+    source = killable_source(catalog_env, "lostmsg")
+    ts = killable_build(source)  # three messages wait in Redis: no worker runs yet
     broker = redis.Redis.from_url(redis_url)
     assert broker.llen(celery_queue) == 3
     assert broker.delete(celery_queue) == 1  # the queue key is gone, and the messages
@@ -174,13 +153,15 @@ def test_it_sends_again_units_whose_broker_message_was_lost(
     assert not units.filter(phase__gt=0).exclude(last_event="").exists()
     assert set(units.values_list("attempts", flat=True)) == {1}
     assert "3 queued unit(s) had no message in the broker; sent again" in job.log_tail
-    assert shard_bytes(Path(ts.path)) == _clean_run(catalog_env, "lostmsg", tmp_path / "clean")
+    assert shard_bytes(Path(ts.path)) == killable_clean_run(
+        catalog_env, "lostmsg", tmp_path / "clean"
+    )
 
 
 def test_it_fails_a_launch_clearly_while_the_broker_is_down_and_retries_it(
     postgres, redis_url, celery_workers, catalog_env, celery_queue, tmp_path
 ):
-    source = _source(catalog_env, "nobroker")
+    source = killable_source(catalog_env, "nobroker")
     # The command line launches with a broker nobody listens on (port 9 discards).
     done = subprocess.run(
         [sys.executable, "manage.py", "catalog", "tokenize", str(source.pk)],
@@ -217,8 +198,8 @@ def test_it_fails_a_unit_that_loses_its_worker_every_time_instead_of_looping(
 ):
     from tests.integration.test_jobs_lease import _kill_mid_unit
 
-    source = _source(catalog_env, "doomed")
-    ts = _build(source)
+    source = killable_source(catalog_env, "doomed")
+    ts = killable_build(source)
     unit = _kill_mid_unit(celery_workers, ts.job_id)
     # Its earlier attempts were lost the same way (each one a worker killed under it).
     JobUnit.objects.filter(pk=unit.pk).update(attempts=jobs.MAX_UNIT_ATTEMPTS)

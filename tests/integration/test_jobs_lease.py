@@ -12,33 +12,20 @@ from pathlib import Path
 
 import pytest
 
-from shardcore.tokenize import tokenize
 from tests.integration.test_jobs_workers import (
     catalog_env,
+    killable_build,
+    killable_clean_run,
+    killable_source,
     shard_bytes,
-    stdlib_docs,
     wait_job,
-    write_jsonl,
 )
 from tests.support.services import ROOT, wait_for, worker_env
-from webapp.catalog.services.sources import source_register
-from webapp.catalog.services.tokenized import tokenized_source_build
 from webapp.jobs import services as jobs
 from webapp.jobs.models import Job, JobState, JobUnit, UnitState
 
 pytestmark = pytest.mark.services
 __all__ = ["catalog_env"]
-
-UNIT_BYTES = 2 << 20
-
-
-def _source(root: Path):
-    # Three files of real text, ~1.5 MB each: one tokenize unit per file, long enough
-    # (a few hundred ms) to be caught running.
-    d = root / "lease"
-    for k, (n, offset) in enumerate(((50, 0), (50, 50), (57, 100))):
-        write_jsonl(d / f"part-{k}.jsonl", stdlib_docs(n, offset=offset))
-    return source_register(name="lease", uri=str(d))
 
 
 def _kill_mid_unit(celery_workers, job_id: int) -> JobUnit:
@@ -63,17 +50,11 @@ def _lost(unit: JobUnit, lease: int = 1):
     return JobUnit.objects.filter(jobs.lost_units_q(lease_seconds=lease), pk=unit.pk).exists()
 
 
-def _clean_run(catalog_env: Path, out: Path) -> dict[str, bytes]:
-    files = sorted(str(p) for p in (catalog_env / "lease").iterdir())
-    tokenize(files, str(out), shard_size=256 << 10, unit_bytes=UNIT_BYTES)
-    return shard_bytes(out)
-
-
 def test_it_requeues_a_lost_unit_on_retry_without_the_flag(
     postgres, redis_url, celery_workers, catalog_env, settings, tmp_path
 ):
-    source = _source(catalog_env)
-    ts = tokenized_source_build(source_id=source.pk, shard_size=256 << 10, unit_bytes=UNIT_BYTES)
+    source = killable_source(catalog_env, "lease")
+    ts = killable_build(source)
     unit = _kill_mid_unit(celery_workers, ts.job_id)
 
     # Within the lease (a minute by default) the unit may still be running somewhere.
@@ -90,14 +71,16 @@ def test_it_requeues_a_lost_unit_on_retry_without_the_flag(
     assert unit.state == UnitState.SUCCEEDED and unit.attempts == 2
     assert unit.worker.startswith("rescuer@")
     assert "1 unit(s) lost: claimed by doomed" in job.log_tail
-    assert shard_bytes(Path(ts.path)) == _clean_run(catalog_env, tmp_path / "clean")
+    assert shard_bytes(Path(ts.path)) == killable_clean_run(
+        catalog_env, "lease", tmp_path / "clean"
+    )
 
 
 def test_it_reaps_lost_units_from_the_command_line(
     postgres, redis_url, celery_workers, catalog_env, celery_queue, tmp_path
 ):
-    source = _source(catalog_env)
-    ts = tokenized_source_build(source_id=source.pk, shard_size=256 << 10, unit_bytes=UNIT_BYTES)
+    source = killable_source(catalog_env, "lease")
+    ts = killable_build(source)
     unit = _kill_mid_unit(celery_workers, ts.job_id)
 
     def reap(lease: str) -> str:
@@ -124,4 +107,6 @@ def test_it_reaps_lost_units_from_the_command_line(
     assert job.state == JobState.SUCCEEDED, job.log_tail
     assert not JobUnit.objects.filter(job=job).exclude(state=UnitState.SUCCEEDED).exists()
     assert Job.objects.get(pk=job.pk).documents == source.num_documents  # none twice
-    assert shard_bytes(Path(ts.path)) == _clean_run(catalog_env, tmp_path / "clean")
+    assert shard_bytes(Path(ts.path)) == killable_clean_run(
+        catalog_env, "lease", tmp_path / "clean"
+    )

@@ -35,6 +35,33 @@ def write_jsonl(path: Path, docs: list[dict], tail: bytes = b"") -> Path:
     return path
 
 
+# Three files of real text, ~1.5 MB each, tokenized in units of 2 MiB: one unit per file,
+# long enough (a few hundred ms) to be caught running and killed.
+KILLABLE_UNIT_BYTES = 2 << 20
+KILLABLE_SHARD = 256 << 10
+
+
+def killable_source(root: Path, name: str):
+    """Registers the source ``name`` of three files under ``root``, one unit each."""
+    d = root / name
+    for k, (n, offset) in enumerate(((50, 0), (50, 50), (57, 100))):
+        write_jsonl(d / f"part-{k}.jsonl", stdlib_docs(n, offset=offset))
+    return source_register(name=name, uri=str(d))
+
+
+def killable_build(source):
+    return tokenized_source_build(
+        source_id=source.pk, shard_size=KILLABLE_SHARD, unit_bytes=KILLABLE_UNIT_BYTES
+    )
+
+
+def killable_clean_run(root: Path, name: str, out: Path) -> dict[str, bytes]:
+    """The shards of the source ``name`` tokenized in this process, nothing killed."""
+    files = sorted(str(p) for p in (root / name).iterdir())
+    tokenize(files, str(out), shard_size=KILLABLE_SHARD, unit_bytes=KILLABLE_UNIT_BYTES)
+    return shard_bytes(out)
+
+
 @pytest.fixture
 def catalog_env(tmp_path, settings, monkeypatch):
     """Source roots and data root for this process and for worker subprocesses."""
