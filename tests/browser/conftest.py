@@ -136,6 +136,24 @@ class Stack:
 
 
 @pytest.fixture
+def code_pools(transactional_db, tmp_path) -> dict:
+    """The pools of ``tests.unit.mix_fixtures`` (CPython stdlib code, 64-token records) as
+    READY catalog pools ``code-early``, ``code-middle`` and ``code-late``, by short name."""
+    from shardcore.pool import PoolReader
+    from tests.unit import mix_fixtures
+    from webapp.catalog.models import ArtifactStatus, Pool
+
+    pools = {}
+    for name, path in mix_fixtures.build_pools(tmp_path, seq_len=64).items():
+        m = PoolReader(path).manifest
+        pools[name] = Pool.objects.create(
+            name=f"code-{name}", seq_len=64, path=str(path), status=ArtifactStatus.READY,
+            num_records=m["num_records"], num_tokens=m["num_tokens"],
+        )  # fmt: skip
+    return pools
+
+
+@pytest.fixture
 def stack(transactional_db, redis_url, celery_workers, settings, monkeypatch, tmp_path):
     """Source and data roots for the live server (this process) and for the worker
     subprocess, which ``stack.start_worker()`` starts (once per test)."""

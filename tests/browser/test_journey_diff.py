@@ -10,21 +10,11 @@ pytestmark = [pytest.mark.browser, pytest.mark.services, pytest.mark.django_db(t
 
 
 def test_it_compares_two_versions_side_by_side(
-    page, live_server, login, screenshot, tmp_path, jobs_inline
+    page, live_server, login, screenshot, jobs_inline, code_pools
 ):
-    from shardcore.pool import PoolReader
-    from tests.unit import mix_fixtures
-    from webapp.catalog.models import ArtifactStatus, Pool
     from webapp.catalog.services.mixtures import mixture_get_or_create, mixture_version_create
 
-    paths = mix_fixtures.build_pools(tmp_path, seq_len=64)
-    pools = {}
-    for name, path in paths.items():
-        m = PoolReader(path).manifest
-        pools[name] = Pool.objects.create(
-            name=f"code-{name}", seq_len=64, path=str(path), status=ArtifactStatus.READY,
-            num_records=m["num_records"], num_tokens=m["num_tokens"],
-        )  # fmt: skip
+    pools = code_pools
     mixture = mixture_get_or_create(name="code-mix")
     with jobs_inline():  # built in this process
         v1 = mixture_version_create(
@@ -49,7 +39,7 @@ def test_it_compares_two_versions_side_by_side(
         cells = tr.locator("td").all_inner_texts()
         rows[(cells[0], cells[1])] = cells[2:]
     tokens = {v: {p["path"]: p["tokens"] for p in read_manifest(v.path)["pools"]} for v in (v1, v2)}
-    early, late = str(paths["early"]), str(paths["late"])
+    early, late = pools["early"].path, pools["late"].path
     assert rows[("main", "code-early")] == [
         "50.0%", "25.0%", f"{tokens[v1][early]:,}", f"{tokens[v2][early]:,}",
         rows[("main", "code-early")][4], rows[("main", "code-early")][5], "changed",

@@ -13,22 +13,12 @@ FIGURE = "(el) => ({data: el.data, annotations: (el.layout.annotations || []).ma
 
 
 def test_it_shows_the_quality_verdict_measured_at_build(
-    page, live_server, login, screenshot, tmp_path, jobs_inline
+    page, live_server, login, screenshot, jobs_inline, code_pools
 ):
     from shardcore import quality
-    from shardcore.pool import Pool as PoolReader
-    from tests.unit import mix_fixtures
-    from webapp.catalog.models import ArtifactStatus, Pool
     from webapp.catalog.services.mixtures import mixture_get_or_create, mixture_version_create
 
-    paths = mix_fixtures.build_pools(tmp_path, seq_len=64)
-    pools = {}
-    for name, path in paths.items():
-        m = PoolReader(path).manifest
-        pools[name] = Pool.objects.create(
-            name=f"code-{name}", seq_len=64, path=str(path), status=ArtifactStatus.READY,
-            num_records=m["num_records"], num_tokens=m["num_tokens"],
-        )  # fmt: skip
+    pools = code_pools
     mixture = mixture_get_or_create(name="mixed-code")
     with jobs_inline():  # built in this process
         version = mixture_version_create(
