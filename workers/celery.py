@@ -3,6 +3,7 @@ so the broker is Redis in production and the filesystem transport in ``make run`
 """
 
 import os
+import sys
 from pathlib import Path
 
 from celery import Celery
@@ -22,6 +23,17 @@ def ensure_broker_dirs() -> None:
     if settings.CELERY_BROKER_URL.startswith("filesystem://"):
         for key in ("data_folder_in", "data_folder_out", "processed_folder", "control_folder"):
             Path(settings.CELERY_BROKER_TRANSPORT_OPTIONS[key]).mkdir(parents=True, exist_ok=True)
+
+
+def worker_command(
+    *, hostname: str, concurrency: int = 1, options: tuple[str, ...] = ()
+) -> list[str]:
+    """The command line that starts one Celery worker of this app with this interpreter
+    (``options``: more ``celery worker`` flags, e.g. ``-Q`` and a queue)."""
+    return [
+        sys.executable, "-m", "celery", "-A", "workers", "worker", "--loglevel", "INFO",
+        "--concurrency", str(concurrency), "--hostname", hostname, *options,
+    ]  # fmt: skip
 
 
 @worker_ready.connect

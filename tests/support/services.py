@@ -5,12 +5,13 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from workers.celery import worker_command
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -75,25 +76,17 @@ class WorkerProcess:
         log_path = log_dir / f"worker-{name}.log"
         log = open(log_path, "wb")
         proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "workers",
-                "worker",
-                "--loglevel",
-                "INFO",
-                "--concurrency",
-                str(concurrency),
-                "--hostname",
-                f"{name}@%h",
-                "-Q",
-                queue,
-                "--without-gossip",
-                "--without-mingle",
-                "--without-heartbeat",
-            ],
+            worker_command(
+                hostname=f"{name}@%h",
+                concurrency=concurrency,
+                options=(
+                    "-Q",
+                    queue,
+                    "--without-gossip",
+                    "--without-mingle",
+                    "--without-heartbeat",
+                ),
+            ),
             cwd=ROOT,
             env=worker_env(SHARDYARD_QUEUE=queue),
             stdout=log,

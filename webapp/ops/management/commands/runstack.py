@@ -15,7 +15,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
 from webapp.env import env_bool, env_int
-from workers.celery import ensure_broker_dirs
+from workers.celery import ensure_broker_dirs, worker_command
 
 
 class Command(BaseCommand):
@@ -40,22 +40,7 @@ class Command(BaseCommand):
         call_command("ensure_admin")
         python = sys.executable
         procs = [
-            subprocess.Popen(
-                [
-                    python,
-                    "-m",
-                    "celery",
-                    "-A",
-                    "workers",
-                    "worker",
-                    "--loglevel",
-                    "INFO",
-                    "--concurrency",
-                    str(concurrency),
-                    "--hostname",
-                    "embedded@%h",
-                ],
-            ),
+            subprocess.Popen(worker_command(hostname="embedded@%h", concurrency=concurrency)),
             subprocess.Popen(
                 [python, "manage.py", "runserver", "--noreload", f"{host}:{port}"],
                 cwd=settings.BASE_DIR,
