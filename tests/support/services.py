@@ -65,6 +65,19 @@ def worker_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def catalog_roots(tmp_path: Path, settings, monkeypatch) -> tuple[Path, Path]:
+    """A fresh source root and data root under ``tmp_path``, set for this process (Django
+    settings) and for the worker subprocesses it starts (their environment)."""
+    root, data = tmp_path / "sources", tmp_path / "data"
+    root.mkdir()
+    data.mkdir()
+    settings.SOURCE_ROOTS = [root]
+    settings.DATA_ROOT = data
+    monkeypatch.setenv("SHARDYARD_SOURCE_ROOTS", str(root))
+    monkeypatch.setenv("SHARDYARD_DATA", str(data))
+    return root, data
+
+
 @dataclass
 class WorkerProcess:
     name: str
