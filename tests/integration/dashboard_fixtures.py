@@ -38,6 +38,31 @@ def users(django_user_model, settings):
 
 
 @pytest.fixture
+def stdlib_pools(tmp_path, settings):
+    """Three ready catalog pools over real pools of CPython standard-library modules
+    (tokenized with tiktoken and built by shardcore), split by package name, inside the data
+    root."""
+    from shardcore.pool import PoolReader
+    from tests.unit import mix_fixtures
+    from webapp.catalog.models import ArtifactStatus, Pool
+
+    settings.DATA_ROOT = tmp_path / "data"
+    (tmp_path / "data").mkdir()
+    out = {}
+    for name, path in mix_fixtures.build_pools(tmp_path / "data" / "built", seq_len=32).items():
+        reader = PoolReader(path)
+        out[name] = Pool.objects.create(
+            name=f"stdlib-{name}",
+            status=ArtifactStatus.READY,
+            path=str(path),
+            seq_len=32,
+            num_records=reader.num_records,
+            fingerprint=reader.manifest["fingerprint"],
+        )
+    return out
+
+
+@pytest.fixture
 def login(client, users):
     def as_role(role: str):
         client.force_login(users[role])

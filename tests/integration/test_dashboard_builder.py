@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from tests.integration.dashboard_fixtures import catalog, login, users  # noqa: F401
+from tests.integration.dashboard_fixtures import catalog, login, stdlib_pools, users  # noqa: F401
 from webapp.catalog import builder
 
 pytestmark = pytest.mark.django_db
@@ -141,29 +141,6 @@ def test_it_refuses_to_save_a_version_that_repeats_a_pool_beyond_the_cap(login, 
     assert resp.status_code == 400
     assert "above max_repetitions=2" in resp.json()["error"]
     assert not MixtureVersion.objects.filter(mixture__name="too-much").exists()
-
-
-@pytest.fixture
-def stdlib_pools(tmp_path, settings):
-    """Three ready catalog pools over real pools of CPython standard-library modules
-    (tokenized with tiktoken, built by shardcore), split by package name."""
-    from shardcore.pool import PoolReader
-    from tests.unit import mix_fixtures
-    from webapp.catalog.models import ArtifactStatus, Pool
-
-    settings.DATA_ROOT = tmp_path / "data"
-    out = {}
-    for name, path in mix_fixtures.build_pools(tmp_path / "built", seq_len=32).items():
-        reader = PoolReader(path)
-        out[name] = Pool.objects.create(
-            name=f"stdlib-{name}",
-            status=ArtifactStatus.READY,
-            path=str(path),
-            seq_len=32,
-            num_records=reader.num_records,
-            fingerprint=reader.manifest["fingerprint"],
-        )
-    return out
 
 
 def test_it_saves_the_anneal_stage_and_the_diversity_order_into_the_schedule(

@@ -11,7 +11,12 @@ from django.contrib.auth.models import Group
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from tests.integration.dashboard_fixtures import PASSWORD, catalog, role_users  # noqa: F401
+from tests.integration.dashboard_fixtures import (  # noqa: F401
+    PASSWORD,
+    catalog,
+    role_users,
+    stdlib_pools,
+)
 
 ROLES = ("viewer", "trainer", "editor", "admin")
 
@@ -65,30 +70,6 @@ def roots(tmp_path, settings):
     root.mkdir(exist_ok=True)
     settings.SOURCE_ROOTS = [root]
     return root
-
-
-@pytest.fixture
-def stdlib_pools(tmp_path, settings):
-    """Three ready catalog pools over real pools of CPython standard-library modules
-    (tokenized with tiktoken and built by shardcore), split by package name."""
-    from shardcore.pool import PoolReader
-    from tests.unit import mix_fixtures
-    from webapp.catalog.models import ArtifactStatus, Pool
-
-    settings.DATA_ROOT = tmp_path / "data"
-    (tmp_path / "data").mkdir()
-    out = {}
-    for name, path in mix_fixtures.build_pools(tmp_path / "data" / "built", seq_len=32).items():
-        reader = PoolReader(path)
-        out[name] = Pool.objects.create(
-            name=f"stdlib-{name}",
-            status=ArtifactStatus.READY,
-            path=str(path),
-            seq_len=32,
-            num_records=reader.num_records,
-            fingerprint=reader.manifest["fingerprint"],
-        )
-    return out
 
 
 def tree_digest(root) -> dict[str, str]:
