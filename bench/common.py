@@ -1,11 +1,13 @@
 """What the benchmark scripts share: the machine, the process's CPU and peak memory for their
-reports, and text cut into batches for the engines they time."""
+reports, real text and text cut into batches for the engines they time."""
 
 from __future__ import annotations
 
 import os
 import platform
 import resource
+import sysconfig
+from collections.abc import Iterator
 from pathlib import Path
 
 
@@ -51,3 +53,15 @@ def text_batches(texts: list[str], chars: int) -> list[list[str]]:
     if cur:
         out.append(cur)
     return out
+
+
+def stdlib_texts() -> Iterator[str]:
+    """The text of each .py, .rst, .txt and .md file of this interpreter's standard library
+    that reads as UTF-8, in path order."""
+    lib = Path(sysconfig.get_paths()["stdlib"])
+    for p in sorted(lib.rglob("*")):
+        if p.suffix in (".py", ".rst", ".txt", ".md") and p.is_file():
+            try:
+                yield p.read_text(encoding="utf-8")
+            except (UnicodeDecodeError, OSError):
+                continue

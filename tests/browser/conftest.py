@@ -157,11 +157,5 @@ def code_pools(transactional_db, tmp_path) -> dict:
 def stack(transactional_db, redis_url, celery_workers, settings, monkeypatch, tmp_path):
     """Source and data roots for the live server (this process) and for the worker
     subprocess, which ``stack.start_worker()`` starts (once per test)."""
-    root, data = tmp_path / "sources", tmp_path / "data"
-    root.mkdir()
-    data.mkdir()
-    settings.SOURCE_ROOTS = [root]
-    settings.DATA_ROOT = data
-    monkeypatch.setenv("SHARDYARD_SOURCE_ROOTS", str(root))
-    monkeypatch.setenv("SHARDYARD_DATA", str(data))
+    root, data = services.catalog_roots(tmp_path, settings, monkeypatch)
     return Stack(root=root, data=data, start_worker=lambda: celery_workers("browser"))

@@ -20,16 +20,21 @@ TEXTS = [
 ]
 
 
-@pytest.fixture
-def users(django_user_model, settings):
-    # The default hasher costs ~0.3 s per password: too slow for three users per test.
+def role_users(django_user_model, settings, roles) -> dict:
+    """One user per role, named after it, with ``PASSWORD``: {role: user}."""
+    # The default hasher costs ~0.3 s per password: too slow for several users per test.
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     out = {}
-    for role in ("viewer", "editor", "admin"):
+    for role in roles:
         user = django_user_model.objects.create_user(username=role, password=PASSWORD)
         user.groups.add(Group.objects.get_or_create(name=role)[0])  # flushed by live_server tests
         out[role] = user
     return out
+
+
+@pytest.fixture
+def users(django_user_model, settings):
+    return role_users(django_user_model, settings, ("viewer", "editor", "admin"))
 
 
 @pytest.fixture

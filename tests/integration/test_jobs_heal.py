@@ -8,8 +8,6 @@ SHARDYARD_UNIT_LEASE, SHARDYARD_SWEEP_INTERVAL)."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -25,7 +23,7 @@ from tests.integration.test_jobs_workers import (
     shard_bytes,
     wait_job,
 )
-from tests.support.services import ROOT, wait_for, worker_env
+from tests.support.services import manage, wait_for
 from webapp.catalog.models import ArtifactStatus, TokenizedSource
 from webapp.jobs import services as jobs
 from webapp.jobs.models import Job, JobState, JobUnit, UnitState
@@ -163,14 +161,10 @@ def test_it_fails_a_launch_clearly_while_the_broker_is_down_and_retries_it(
 ):
     source = killable_source(catalog_env, "nobroker")
     # The command line launches with a broker nobody listens on (port 9 discards).
-    done = subprocess.run(
-        [sys.executable, "manage.py", "catalog", "tokenize", str(source.pk)],
-        cwd=ROOT,
-        env=worker_env(SHARDYARD_QUEUE=celery_queue, CELERY_BROKER_URL="redis://127.0.0.1:9/0"),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = manage(
+        "catalog", "tokenize", str(source.pk),
+        SHARDYARD_QUEUE=celery_queue, CELERY_BROKER_URL="redis://127.0.0.1:9/0",
+    )  # fmt: skip
     assert done.returncode != 0
     assert (
         "failed at launch" in done.stderr and "redis://127.0.0.1:9/0 is unreachable" in done.stderr

@@ -6,8 +6,6 @@ clean run. Real ``celery worker`` subprocesses, Redis and Postgres; the lease is
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,7 +18,7 @@ from tests.integration.test_jobs_workers import (
     shard_bytes,
     wait_job,
 )
-from tests.support.services import ROOT, wait_for, worker_env
+from tests.support.services import manage, wait_for
 from webapp.jobs import services as jobs
 from webapp.jobs.models import Job, JobState, JobUnit, UnitState
 
@@ -84,14 +82,7 @@ def test_it_reaps_lost_units_from_the_command_line(
     unit = _kill_mid_unit(celery_workers, ts.job_id)
 
     def reap(lease: str) -> str:
-        done = subprocess.run(
-            [sys.executable, "manage.py", "catalog", "jobs-reap", "--lease", lease],
-            cwd=ROOT,
-            env=worker_env(SHARDYARD_QUEUE=celery_queue),
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        done = manage("catalog", "jobs-reap", "--lease", lease, SHARDYARD_QUEUE=celery_queue)
         assert done.returncode == 0, done.stderr
         return done.stdout.strip()
 

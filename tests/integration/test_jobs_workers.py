@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from shardcore.tokenize import tokenize
-from tests.support.services import wait_for
+from tests.support.services import catalog_roots, wait_for
 from webapp.catalog.models import ArtifactStatus, Shard, SourceFile, TokenizedSource
 from webapp.catalog.services.sources import source_register
 from webapp.catalog.services.tokenized import tokenized_source_build
@@ -65,14 +65,7 @@ def killable_clean_run(root: Path, name: str, out: Path) -> dict[str, bytes]:
 @pytest.fixture
 def catalog_env(tmp_path, settings, monkeypatch):
     """Source roots and data root for this process and for worker subprocesses."""
-    root = tmp_path / "sources"
-    data = tmp_path / "data"
-    root.mkdir()
-    data.mkdir()
-    settings.SOURCE_ROOTS = [root]
-    settings.DATA_ROOT = data
-    monkeypatch.setenv("SHARDYARD_SOURCE_ROOTS", str(root))
-    monkeypatch.setenv("SHARDYARD_DATA", str(data))
+    root, _ = catalog_roots(tmp_path, settings, monkeypatch)
     return root
 
 

@@ -9,12 +9,11 @@ import json
 from pathlib import Path
 
 import pytest
-from django.contrib.auth.models import Group
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from shardcore.manifest import write_manifest
-from tests.integration.dashboard_fixtures import PASSWORD, catalog  # noqa: F401
+from tests.integration.dashboard_fixtures import catalog, role_users  # noqa: F401
 from webapp.catalog.models import (
     ArtifactStatus,
     Pool,
@@ -33,13 +32,7 @@ def _postgres(postgres):
 
 @pytest.fixture
 def users(django_user_model, settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-    out = {}
-    for role in ("viewer", "trainer", "editor", "admin"):
-        user = django_user_model.objects.create_user(username=role, password=PASSWORD)
-        user.groups.add(Group.objects.get_or_create(name=role)[0])
-        out[role] = user
-    return out
+    return role_users(django_user_model, settings, ("viewer", "trainer", "editor", "admin"))
 
 
 @pytest.fixture

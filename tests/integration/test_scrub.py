@@ -195,20 +195,10 @@ def test_it_fails_a_pool_build_on_a_corrupt_tokenized_shard_and_marks_older_pool
 def test_it_scrubs_on_demand_from_the_command_line_and_finds_a_clean_catalog_clean(
     postgres, redis_url, celery_workers, catalog_env, celery_queue
 ):
-    import subprocess
-    import sys
-
-    from tests.support.services import ROOT, worker_env
+    from tests.support.services import manage
 
     ts, pool, version, run = _catalog(catalog_env, celery_workers)
-    done = subprocess.run(
-        [sys.executable, "manage.py", "catalog", "scrub"],
-        cwd=ROOT,
-        env=worker_env(SHARDYARD_QUEUE=celery_queue),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = manage("catalog", "scrub", SHARDYARD_QUEUE=celery_queue)
     assert done.returncode == 0, done.stderr
     job_id = int(done.stdout.split("job ")[1].split()[0])
     worker = celery_workers("w1")

@@ -11,7 +11,7 @@ from django.contrib.auth.models import Group
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from tests.integration.dashboard_fixtures import PASSWORD, catalog  # noqa: F401
+from tests.integration.dashboard_fixtures import PASSWORD, catalog, role_users  # noqa: F401
 
 ROLES = ("viewer", "trainer", "editor", "admin")
 
@@ -24,12 +24,7 @@ def _postgres(postgres):
 
 @pytest.fixture
 def users(django_user_model, settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-    out = {}
-    for role in ROLES:
-        user = django_user_model.objects.create_user(username=role, password=PASSWORD)
-        user.groups.add(Group.objects.get_or_create(name=role)[0])
-        out[role] = user
+    out = role_users(django_user_model, settings, ROLES)
     # A second editor: runs of one editor are not another's.
     other = django_user_model.objects.create_user(username="editor2", password=PASSWORD)
     other.groups.add(Group.objects.get(name="editor"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,6 +64,32 @@ def worker_env(**extra: str) -> dict[str, str]:
     env.setdefault("SECRET_KEY", "shardyard-test-key")
     env.update(extra)
     return env
+
+
+def manage(*args: str, **env: str) -> subprocess.CompletedProcess:
+    """``manage.py args`` run as an operator runs it: a subprocess with the workers'
+    environment (plus ``env``), its output captured as text."""
+    return subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=worker_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def catalog_roots(tmp_path: Path, settings, monkeypatch) -> tuple[Path, Path]:
+    """A fresh source root and data root under ``tmp_path``, set for this process (Django
+    settings) and for the worker subprocesses it starts (their environment)."""
+    root, data = tmp_path / "sources", tmp_path / "data"
+    root.mkdir()
+    data.mkdir()
+    settings.SOURCE_ROOTS = [root]
+    settings.DATA_ROOT = data
+    monkeypatch.setenv("SHARDYARD_SOURCE_ROOTS", str(root))
+    monkeypatch.setenv("SHARDYARD_DATA", str(data))
+    return root, data
 
 
 @dataclass

@@ -72,29 +72,23 @@ def flag_propagate(*, flag_id: int) -> int:
     Idempotent: called on flag creation and whenever a new artifact or run is recorded."""
     flag = Flag.objects.select_related("source", "source_file").get(pk=flag_id)
     taints: list[Taint] = []
-    tokenized = list(TokenizedSource.objects.filter(source=flag.source))
-    hit_tokenized: dict[int, int] = {}
-    for ts in tokenized:
-        n = _flagged_docs_in_tokenized(flag, ts)
-        if n:
-            hit_tokenized[ts.pk] = n
-            taints.append(Taint(flag=flag, tokenized_source=ts, documents=n))
+    hit_tokenized = _taint_hits(
+        flag, TokenizedSource.objects.filter(source=flag.source), "tokenized_source",
+        lambda ts: _flagged_docs_in_tokenized(flag, ts), taints,
+    )  # fmt: skip
     hit_pools: dict[int, int] = {}
     if hit_tokenized:
-        pools = Pool.objects.filter(parents__in=list(hit_tokenized)).distinct()
-        for pool in pools:
-            n = _flagged_docs_in_pool(flag, pool, hit_tokenized)
-            if n:
-                hit_pools[pool.pk] = n
-                taints.append(Taint(flag=flag, pool=pool, documents=n))
+        hit_pools = _taint_hits(
+            flag, Pool.objects.filter(parents__in=list(hit_tokenized)).distinct(), "pool",
+            lambda pool: _flagged_docs_in_pool(flag, pool, hit_tokenized), taints,
+        )  # fmt: skip
     hit_versions: dict[int, int] = {}
     if hit_pools:
-        versions = MixtureVersion.objects.filter(components__pool__in=list(hit_pools)).distinct()
-        for version in versions:
-            n = _flagged_docs_in_version(flag, version, hit_pools)
-            if n:
-                hit_versions[version.pk] = n
-                taints.append(Taint(flag=flag, mixture_version=version, documents=n))
+        hit_versions = _taint_hits(
+            flag, MixtureVersion.objects.filter(components__pool__in=list(hit_pools)).distinct(),
+            "mixture_version", lambda version: _flagged_docs_in_version(flag, version, hit_pools),
+            taints,
+        )  # fmt: skip
     if hit_versions:
         taints += _run_taints(flag, hit_versions)
         # A materialized copy holds the tokens itself (configs only name the pools' files).
@@ -110,6 +104,18 @@ def flag_propagate(*, flag_id: int) -> int:
         Taint.objects.filter(flag=flag).delete()
         Taint.objects.bulk_create(taints)
     return len(taints)
+
+
+def _taint_hits(flag: Flag, rows, field: str, count, taints: list[Taint]) -> dict[int, int]:
+    """Appends to ``taints`` one taint of ``flag`` (on ``field``) per row of ``rows`` that
+    holds ``count(row)`` > 0 flagged documents; returns {row id: flagged documents} of those."""
+    hit: dict[int, int] = {}
+    for row in rows:
+        n = count(row)
+        if n:
+            hit[row.pk] = n
+            taints.append(Taint(flag=flag, documents=n, **{field: row}))
+    return hit
 
 
 def _run_taints(flag: Flag, hit_versions: dict[int, int]) -> list[Taint]:
