@@ -1,8 +1,10 @@
 # ruff: noqa: F811 - pytest fixtures are imported by name and used as arguments
 """Journey: two training loops report validation loss per pool and per source with
 ``shardcore.client``; the run page's per-source chart (plotly in Chromium) holds exactly
-the reported values; the proposal against the other run is saved as a new version that
-continues from the run's resume position, and the run page lists the versions it read."""
+the reported values; the proposal against the other run, shown on the run page and in the
+mixture builder beside the current weights, is saved from the builder as a new version
+that continues from the run's resume position, and the run page lists the versions it
+read."""
 
 import pytest
 from rest_framework.authtoken.models import Token
@@ -91,7 +93,32 @@ def test_it_reads_per_source_losses_and_saves_the_proposal_as_a_version(
     assert row[:5] == ["code-early", "4.2000", "3.7000", "0.5000", "0.5000"]
     assert float(row[5]) > 0.6
     screenshot("12-run-proposal-save")
-    page.click("#save-proposal button")
+    # The run page's card links the same proposal in the mixture builder.
+    assert page.locator("#proposal-in-builder").count() == 1
+
+    # The builder proposes from a run of the mixture: the same read as the run page's card
+    # and the API's proposal, the current version's weights beside the proposed ones.
+    page.goto(f"{live_server.url}/mixtures/new/")
+    page.select_option("#propose select[name=run]", label="code-by-package / tiny-a")
+    with page.expect_navigation():
+        page.click("#propose form[method=get] button")
+    page.select_option("#propose select[name=reference]", label="tiny-ref")
+    with page.expect_navigation():
+        page.click("#propose form[method=get] button")
+    api = client.proposal(runs["tiny-a"], reference=runs["tiny-ref"])
+    assert page.locator("#propose .rule").inner_text() == api["rule"] == "doremi-excess-loss"
+    table = page.locator("#propose table tr").all()[1:]
+    shown = {c[0]: (c[4], c[5]) for c in (r.inner_text().split("\t") for r in table)}
+    assert shown == {
+        p["name"]: (f"{p['weight']:.4f}", f"{p['proposed']:.4f}") for p in api["pools"]
+    }
+    assert shown["code-early"][0] == shown["code-late"][0] == "0.5000"
+    assert float(shown["code-early"][1]) > 0.6
+    screenshot("12b-builder-proposal")
+    save = page.locator("#propose #save-proposal button")
+    assert save.inner_text() == "Save as a new version continuing run tiny-a from sample 80"
+    with page.expect_navigation(url=f"{live_server.url}/runs/{runs['tiny-a']}/"):
+        save.click()
     page.wait_for_selector("#segments tr.segment >> nth=1")
     rows = [r.inner_text().split("\t") for r in page.locator("#segments tr.segment").all()]
     v2 = f"code-by-package v{version['version'].number + 1}"

@@ -287,6 +287,38 @@ def run_proposal(*, run, reference: str) -> dict:
         return {"proposal_error": str(e)}
 
 
+def builder_proposal(*, run: str, reference: str) -> dict:
+    """The builder's "Propose from run": the runs that reported validation loss
+    (``propose_runs``: id, "mixture / run"), the chosen run (``proposal_run``), the other
+    runs of its mixture to compare against (``propose_references``) and the run page's
+    proposal (``run_proposal``) against the chosen reference, else the first of them."""
+    runs = catalog.runs_with_val_losses(limit=200)
+    out: dict = {
+        "propose_runs": [(r.pk, f"{r.mixture_version.mixture.name} / {r.name}") for r in runs],
+        "propose_references": [],
+    }
+    if not run:
+        return out
+    chosen = next((r for r in runs if str(r.pk) == run), None)
+    if chosen is None:
+        return {**out, "proposal_error": f"run: no run {run} with a validation loss"}
+    mixture = chosen.mixture_version.mixture_id
+    references = [
+        (r.pk, r.name)
+        for r in runs
+        if r.mixture_version.mixture_id == mixture and r.pk != chosen.pk
+    ]
+    out.update(proposal_run=chosen, propose_references=references)
+    if not reference:
+        if not references:
+            return {
+                **out,
+                "proposal_error": f"reference: no other run of {chosen.mixture_version.mixture.name} reported validation loss",
+            }
+        reference = str(references[0][0])
+    return {**out, **run_proposal(run=chosen, reference=reference)}
+
+
 def _resume_context(run) -> dict:
     if not run.last_reported_at and not run.consumed_samples:
         return {"resume": None}

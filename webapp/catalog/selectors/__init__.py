@@ -40,6 +40,7 @@ from webapp.catalog.selectors.runs import (
     run_page,
     run_segment_rows,
     run_segments,
+    runs_with_val_losses,
 )
 from webapp.catalog.selectors.shards import artifact_shards, shard_totals
 from webapp.catalog.selectors.sources import source_detail, source_list
@@ -74,6 +75,7 @@ __all__ = [
     "run_page",
     "run_segment_rows",
     "run_segments",
+    "runs_with_val_losses",
     "shard_totals",
     "source_detail",
     "segment_flagged",

@@ -67,6 +67,19 @@ def run_detail(*, run_id: int) -> dict:
     }
 
 
+def runs_with_val_losses(*, mixture_id: int | None = None, limit: int = 50) -> list[TrainingRun]:
+    """Up to ``limit`` runs that reported a validation loss (of the mixture ``mixture_id``
+    when given), by mixture and run name, with their version and mixture: one query."""
+    runs = TrainingRun.objects.filter(losses__split="val")
+    if mixture_id is not None:
+        runs = runs.filter(mixture_version__mixture_id=mixture_id)
+    return list(
+        runs.select_related("mixture_version__mixture")
+        .distinct()
+        .order_by("mixture_version__mixture__name", "name")[:limit]
+    )
+
+
 def run_stages(*, run: TrainingRun) -> list[dict]:
     """Where each stage after the first starts, from the version's built schedule:
     ``name``, its first ``sample`` and its start in ``tokens``; ``step``, the step at
@@ -124,8 +137,9 @@ def run_losses(*, run: TrainingRun, overlay: bool = True) -> dict:
     )  # fmt: skip
     references = [
         (r.pk, r.name)
-        for r in same_mixture.filter(losses__split="val").distinct().order_by("name")[:50]
-    ]
+        for r in runs_with_val_losses(mixture_id=run.mixture_version.mixture_id, limit=51)
+        if r.pk != run.pk
+    ][:50]
     return {"runs": runs, "rows": rows, "references": references}
 
 

@@ -15,8 +15,16 @@ from webapp.roles import require_role
 
 
 def mixture_builder(request):
+    """The builder; with ``?run=`` (and ``reference=``) also the run's proposal of next
+    weights, which saves as a version continuing the run (the run page's switch)."""
     require_role(request.user, "editor")
-    return render(request, "dashboard/mixtures/builder.html", contexts.builder_context())
+    context = contexts.builder_context()
+    context.update(
+        contexts.builder_proposal(
+            run=request.GET.get("run", ""), reference=request.GET.get("reference", "")
+        )
+    )
+    return render(request, "dashboard/mixtures/builder.html", context)
 
 
 def _payload(request) -> dict:
