@@ -20,7 +20,7 @@ what a run actually read when, not only which pools it could have read:
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -65,24 +65,9 @@ def first_sample(
     """The first training sample (from ``start``) whose record is flagged, ``records``
     mapping a pool's index in the mixture manifest to its per-record mask; None if no
     sample of the mixture reads one."""
-    from shardcore.mixture import POOL_FILE, RECORD_FILE
-
-    pools = np.load(os.path.join(mixture_dir, POOL_FILE), mmap_mode="r")
-    recs = np.load(os.path.join(mixture_dir, RECORD_FILE), mmap_mode="r")
-    masks = {int(p): np.asarray(m, dtype=bool) for p, m in records.items() if np.any(m)}
-    if not masks:
-        return None
-    for a in range(int(start), int(pools.size), _CHUNK):
-        p = np.asarray(pools[a : a + _CHUNK])
-        r = np.asarray(recs[a : a + _CHUNK])
-        hit = np.zeros(p.size, dtype=bool)
-        for i, mask in masks.items():
-            sel = p == i
-            if sel.any():
-                hit[sel] = mask[r[sel]]
-        found = np.flatnonzero(hit)
+    for found in _flagged_chunks(mixture_dir, records, start, None):
         if found.size:
-            return a + int(found[0])
+            return int(found[0])
     return None
 
 
@@ -96,15 +81,31 @@ def flagged_samples(
     """How many training samples in [``start``, ``stop``) read a flagged record, and the
     first of them (None if none): a run that read only that range of the mixture (before
     it switched version, or after) read exactly these."""
+    count, first = 0, None
+    for found in _flagged_chunks(mixture_dir, records, start, stop):
+        if found.size and first is None:
+            first = int(found[0])
+        count += int(found.size)
+    return count, first
+
+
+def _flagged_chunks(
+    mixture_dir: str | os.PathLike,
+    records: Mapping[int, np.ndarray],
+    start: int,
+    stop: int | None,
+) -> Iterator[np.ndarray]:
+    """The schedule in [``start``, ``stop``) (None: its end) read ``_CHUNK`` samples at a
+    time: per chunk, the samples (indices in the schedule) whose record is flagged. Nothing
+    when no record is."""
     from shardcore.mixture import POOL_FILE, RECORD_FILE
 
     pools = np.load(os.path.join(mixture_dir, POOL_FILE), mmap_mode="r")
     recs = np.load(os.path.join(mixture_dir, RECORD_FILE), mmap_mode="r")
     stop = int(pools.size) if stop is None else min(int(stop), int(pools.size))
     masks = {int(p): np.asarray(m, dtype=bool) for p, m in records.items() if np.any(m)}
-    count, first = 0, None
     if not masks:
-        return 0, None
+        return
     for a in range(int(start), stop, _CHUNK):
         b = min(a + _CHUNK, stop)
         p = np.asarray(pools[a:b])
@@ -114,11 +115,7 @@ def flagged_samples(
             sel = p == i
             if sel.any():
                 hit[sel] = mask[r[sel]]
-        found = np.flatnonzero(hit)
-        if found.size and first is None:
-            first = a + int(found[0])
-        count += int(found.size)
-    return count, first
+        yield a + np.flatnonzero(hit)
 
 
 def step_of_sample(sample: int, reports: Iterable[tuple[int, int]]) -> dict[str, Any]:
