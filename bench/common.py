@@ -11,18 +11,28 @@ from collections.abc import Iterator
 from pathlib import Path
 
 
-def machine() -> str:
-    """CPU model, cores, memory and Python version, for a report's header."""
-    cpu = "unknown CPU"
+def cpu_model() -> str:
+    """The CPU's model name from /proc/cpuinfo ("unknown CPU" where it has none)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+                return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return f"{cpu}, {os.cpu_count()} cores, {mem:.0f} GiB RAM, Python {platform.python_version()}"
+    return "unknown CPU"
+
+
+def memory_gib() -> float:
+    """The machine's physical memory in GiB."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+
+
+def machine() -> str:
+    """CPU model, cores, memory and Python version, for a report's header."""
+    return (
+        f"{cpu_model()}, {os.cpu_count()} cores, {memory_gib():.0f} GiB RAM, "
+        f"Python {platform.python_version()}"
+    )
 
 
 def peak_rss_mb() -> float:

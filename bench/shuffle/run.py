@@ -42,6 +42,7 @@ import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 import pyarrow.parquet as pq  # noqa: E402
 
+from bench.common import cpu_model, memory_gib  # noqa: E402
 from shardcore import demo  # noqa: E402
 from shardcore import manifest as mf  # noqa: E402
 from shardcore.formats import IndexedWriter  # noqa: E402
@@ -192,17 +193,9 @@ if __name__ == "__main__":
 
 
 def describe_machine() -> str:
-    cpu = "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     return (
-        f"{os.cpu_count()} vCPU {cpu}, {mem:.0f} GiB RAM, {platform.system()} {platform.release()}, "
+        f"{os.cpu_count()} vCPU {cpu_model()}, {memory_gib():.0f} GiB RAM, "
+        f"{platform.system()} {platform.release()}, "
         f"Python {platform.python_version()}"
     )
 
