@@ -43,17 +43,24 @@ def write(records: str, local: str, remote: str, size_limit: str) -> dict:
 
 def read(remote: str, cache: str, cache_limit: str) -> dict:
     import numpy as np
-    import xxhash
 
     base = _streaming_base()
     t = time.perf_counter()
     dataset = base.StreamingDataset(
         remote=remote, local=cache, shuffle=False, batch_size=1, cache_limit=cache_limit
     )
+    return read_all((np.asarray(sample["tokens"], dtype=np.int64) for sample in dataset), t)
+
+
+def read_all(rows, t: float) -> dict:
+    """Reads ``rows`` (token arrays, in order) to the end: seconds since ``t``, samples,
+    tokens and the xxh3-128 of every row's bytes in order, the answer both sides give.
+    Needs numpy and xxhash only, so that either environment can run it."""
+    import xxhash
+
     digest = xxhash.xxh3_128()
     samples = tokens = 0
-    for sample in dataset:
-        row = np.asarray(sample["tokens"], dtype=np.int64)
+    for row in rows:
         digest.update(row.tobytes())
         samples += 1
         tokens += row.size

@@ -29,7 +29,8 @@ ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
-import xxhash  # noqa: E402
+
+from bench.loader.peer_streaming import read_all  # noqa: E402
 
 PEER_VENV = ROOT / "bench" / ".venv-streaming"
 PEER = "mosaicml-streaming==0.13.0"
@@ -106,19 +107,7 @@ def read_ours(url: str, cache: Path, cache_limit: int) -> dict:
 
     t = time.perf_counter()
     dataset = ShardyardIterableDataset(url, cache_dir=cache, cache_limit=cache_limit, prefetch=2)
-    digest = xxhash.xxh3_128()
-    samples = tokens = 0
-    for sample in dataset:
-        row = sample["tokens"].numpy()
-        digest.update(row.tobytes())
-        samples += 1
-        tokens += row.size
-    return {
-        "seconds": time.perf_counter() - t,
-        "samples": samples,
-        "tokens": tokens,
-        "digest": digest.hexdigest(),
-    }
+    return read_all((sample["tokens"].numpy() for sample in dataset), t)
 
 
 def read_peer(python: Path, env: dict, url: str, cache: Path, cache_limit: int) -> dict:
