@@ -17,6 +17,7 @@ from django.db import connection
 from shardcore.tokenize import tokenize
 from tests.integration.test_jobs_workers import (
     catalog_env,
+    kill_mid_unit,
     killable_build,
     killable_clean_run,
     killable_source,
@@ -58,20 +59,8 @@ def test_it_requeues_a_killed_workers_unit_without_an_operator(
 ):  # fmt: skip
     source = killable_source(catalog_env, "heal")
     ts = killable_build(source)
-    for attempt in range(3):
-        doomed = celery_workers(f"doomed{attempt}")
-        unit = wait_for(
-            lambda: JobUnit.objects.filter(job_id=ts.job_id, state=UnitState.RUNNING).first(),
-            timeout=120,
-            interval=0.005,
-            what="a unit running",
-        )
-        doomed.kill()
-        stuck = JobUnit.objects.get(pk=unit.pk)
-        if stuck.state == UnitState.RUNNING and stuck.attempts == unit.attempts:
-            break
-    else:
-        raise AssertionError("every unit finished before its worker was killed")
+    stuck = kill_mid_unit(celery_workers, ts.job_id)
+    attempts, doomed = stuck.attempts, stuck.worker
 
     # Nobody calls retry or reap: the surviving worker's sweeper finds the unit's
     # heartbeat older than the lease and queues it again.
@@ -81,9 +70,9 @@ def test_it_requeues_a_killed_workers_unit_without_an_operator(
     assert job.state == JobState.SUCCEEDED, job.log_tail + rescuer.log()
     stuck.refresh_from_db()
     assert stuck.state == UnitState.SUCCEEDED
-    assert stuck.attempts == unit.attempts + 1
+    assert stuck.attempts == attempts + 1
     assert stuck.worker.startswith("rescuer@")
-    assert stuck.last_event.startswith(f"requeued after worker lost ({unit.worker}")
+    assert stuck.last_event.startswith(f"requeued after worker lost ({doomed}")
     assert "lost unit(s) requeued" in job.log_tail
     assert Job.objects.get(pk=job.pk).documents == source.num_documents  # none twice
     assert shard_bytes(Path(ts.path)) == killable_clean_run(catalog_env, "heal", tmp_path / "clean")
@@ -190,11 +179,9 @@ def test_it_fails_a_launch_clearly_while_the_broker_is_down_and_retries_it(
 def test_it_fails_a_unit_that_loses_its_worker_every_time_instead_of_looping(
     postgres, redis_url, celery_workers, catalog_env, fast_leases
 ):
-    from tests.integration.test_jobs_lease import _kill_mid_unit
-
     source = killable_source(catalog_env, "doomed")
     ts = killable_build(source)
-    unit = _kill_mid_unit(celery_workers, ts.job_id)
+    unit = kill_mid_unit(celery_workers, ts.job_id)
     # Its earlier attempts were lost the same way (each one a worker killed under it).
     JobUnit.objects.filter(pk=unit.pk).update(attempts=jobs.MAX_UNIT_ATTEMPTS)
 

@@ -12,6 +12,7 @@ import pytest
 
 from tests.integration.test_jobs_workers import (
     catalog_env,
+    kill_mid_unit,
     killable_build,
     killable_clean_run,
     killable_source,
@@ -26,24 +27,6 @@ pytestmark = pytest.mark.services
 __all__ = ["catalog_env"]
 
 
-def _kill_mid_unit(celery_workers, job_id: int) -> JobUnit:
-    """Start a worker, SIGKILL it while it runs a unit; returns that unit, left running.
-    A unit can finish between seeing it running and the kill: then try again on the next."""
-    for attempt in range(3):
-        worker = celery_workers(f"doomed{attempt}")
-        unit = wait_for(
-            lambda: JobUnit.objects.filter(job_id=job_id, state=UnitState.RUNNING).first(),
-            timeout=120,
-            interval=0.005,
-            what="a unit running",
-        )
-        worker.kill()
-        stuck = JobUnit.objects.get(pk=unit.pk)
-        if stuck.state == UnitState.RUNNING and stuck.attempts == unit.attempts:
-            return stuck
-    raise AssertionError("every unit finished before its worker was killed")
-
-
 def _lost(unit: JobUnit, lease: int = 1):
     return JobUnit.objects.filter(jobs.lost_units_q(lease_seconds=lease), pk=unit.pk).exists()
 
@@ -53,7 +36,7 @@ def test_it_requeues_a_lost_unit_on_retry_without_the_flag(
 ):
     source = killable_source(catalog_env, "lease")
     ts = killable_build(source)
-    unit = _kill_mid_unit(celery_workers, ts.job_id)
+    unit = kill_mid_unit(celery_workers, ts.job_id)
 
     # Within the lease (a minute by default) the unit may still be running somewhere.
     with pytest.raises(jobs.JobError, match="none of its units is lost"):
@@ -79,7 +62,7 @@ def test_it_reaps_lost_units_from_the_command_line(
 ):
     source = killable_source(catalog_env, "lease")
     ts = killable_build(source)
-    unit = _kill_mid_unit(celery_workers, ts.job_id)
+    unit = kill_mid_unit(celery_workers, ts.job_id)
 
     def reap(lease: str) -> str:
         done = manage("catalog", "jobs-reap", "--lease", lease, SHARDYARD_QUEUE=celery_queue)

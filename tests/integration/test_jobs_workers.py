@@ -62,6 +62,24 @@ def killable_clean_run(root: Path, name: str, out: Path) -> dict[str, bytes]:
     return shard_bytes(out)
 
 
+def kill_mid_unit(celery_workers, job_id: int) -> JobUnit:
+    """Start a worker, SIGKILL it while it runs a unit; returns that unit, left running.
+    A unit can finish between seeing it running and the kill: then try again on the next."""
+    for attempt in range(3):
+        worker = celery_workers(f"doomed{attempt}")
+        unit = wait_for(
+            lambda: JobUnit.objects.filter(job_id=job_id, state=UnitState.RUNNING).first(),
+            timeout=120,
+            interval=0.005,
+            what="a unit running",
+        )
+        worker.kill()
+        stuck = JobUnit.objects.get(pk=unit.pk)
+        if stuck.state == UnitState.RUNNING and stuck.attempts == unit.attempts:
+            return stuck
+    raise AssertionError("every unit finished before its worker was killed")
+
+
 @pytest.fixture
 def catalog_env(tmp_path, settings, monkeypatch):
     """Source roots and data root for this process and for worker subprocesses."""
