@@ -49,10 +49,8 @@ EXERCISED_ELSEWHERE = {
     "manage.py catalog scrub": ("tests/integration/test_scrub.py", '"catalog", "scrub"'),
     "manage.py migrate": ("tests/integration/test_embedded_stack.py", '"manage.py", "runstack"'),
     "docker compose up": ("tests/unit/test_compose.py", "def test_workers_scale"),
-    "celery -A workers worker": (
-        "tests/support/services.py",
-        '"workers",\n                "worker"',
-    ),
+    # The test workers start with the command line workers.celery.worker_command spells.
+    "celery -A workers worker": ("tests/support/services.py", "worker_command("),
     # The object-storage block runs against moto's server there.
     "export AWS_ENDPOINT_URL=": (
         "tests/unit/test_s3_pipeline.py",
