@@ -178,11 +178,17 @@ class PoolReader:
 
         return pq.read_table(self.path / DOCUMENTS_NAME)
 
-    def main_documents(self) -> np.ndarray:
-        """Per record, the pool document contributing most of its tokens."""
-        parts = []
+    def main_documents(self, limit: int | None = None) -> np.ndarray:
+        """Per record, the pool document contributing most of its tokens (of the first
+        ``limit`` records only, reading only the shards they are in, when given)."""
+        parts, n = [], 0
         for shard, info in enumerate(self.manifest["shards"]):
+            if limit is not None and n >= limit:
+                break
             local = self.segments(shard).main_document()
+            if limit is not None:
+                local = local[: limit - n]
+            n += len(local)
             parts.append(np.where(local >= 0, local + info["first_document"], -1))
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 

@@ -140,7 +140,9 @@ def pool_properties(*, pool: Pool) -> list[str]:
 
 # --- shuffle quality --------------------------------------------------------------------
 
-QUALITY_MAX_DOCUMENTS = 1_000_000  # beyond this a pool is not measured (no report)
+# A pool's quality is measured on the first this many records of its order (every record
+# of a smaller pool): the same cost for every pool size, like a version's per stage.
+QUALITY_RECORDS = 1 << 16
 SHUFFLES_COMPARED = tuple(SHUFFLES)
 
 
@@ -151,11 +153,13 @@ def pool_quality(*, pool, by: str = "") -> dict:
     ``by`` (or ``length``), else the tokenized source when the pool has several, else the
     document-length bin (log2 tokens). The default labels' report is the one its build
     recorded (``params["quality"]``) when there is one; others are measured here and
-    cached by fingerprint (a built pool never changes). Empty when the files are absent."""
+    cached by fingerprint (a built pool never changes). Either is measured on the first
+    ``QUALITY_RECORDS`` records (``measured`` of ``records``). Empty when the files are
+    absent."""
     recorded = None if by else (pool.params or {}).get("quality")
     if recorded:  # measured by the build (``pool_quality_measure`` in the pool's recorder)
         return recorded
-    key = f"dash:pool-quality:v4:{pool.pk}:{pool.fingerprint}:{by}"
+    key = f"dash:pool-quality:v5:{pool.pk}:{pool.fingerprint}:{QUALITY_RECORDS}:{by}"
     cached = cache.get(key)
     if cached is not None:
         return cached
@@ -182,8 +186,12 @@ def _measure(path: str, *, source_names: dict[str, str] | None = None, by: str =
 
     reader = PoolReader(path)
     docs = reader.documents
-    if docs.num_rows > QUALITY_MAX_DOCUMENTS or docs.num_rows < 8:
+    if docs.num_rows < 8:
         return {}
+    # The first QUALITY_RECORDS records, and the documents packed into them: pool documents
+    # are numbered in record order, so they are the first ``n_docs``.
+    record_docs = reader.main_documents(limit=QUALITY_RECORDS)
+    n_docs = int(record_docs.max()) + 1 if len(record_docs) < reader.num_records else docs.num_rows
     source = docs.column("source").to_numpy(zero_copy_only=False)
     n_tokens = docs.column("n_tokens").to_numpy(zero_copy_only=False)
     by_source = len(np.unique(source)) > 1
@@ -197,23 +205,28 @@ def _measure(path: str, *, source_names: dict[str, str] | None = None, by: str =
         doc_labels = names[source] if len(names) > int(source.max()) else source.astype(str)
         label = "tokenized source"
     else:
-        bins = np.floor(np.log2(np.maximum(n_tokens, 1))).astype(int)
-        doc_labels = np.array([f"{2**b:,}-{2 ** (b + 1) - 1:,} tokens" for b in bins.tolist()])
+        bins, inverse = np.unique(
+            np.floor(np.log2(np.maximum(n_tokens, 1))).astype(int), return_inverse=True
+        )
+        bin_names = np.array([f"{2**b:,}-{2 ** (b + 1) - 1:,} tokens" for b in bins.tolist()])
+        doc_labels = bin_names[inverse]
         label = "document length (tokens)"
-    record_docs = reader.main_documents()
     report = quality.report(doc_labels[record_docs[record_docs >= 0]], batch_size=256)
     report["label"] = label
+    report["records"], report["measured"] = reader.num_records, len(record_docs)
     # The reference: uniform random permutations of the same documents, packed alike.
     windows = report["windows"]
     bos = int(bool(reader.manifest.get("params", {}).get("bos")))
     ref = quality.document_shuffle_reference(
-        doc_labels, n_tokens.astype(np.int64) + bos, int(reader.manifest["seq_len"]),
+        doc_labels[:n_docs], n_tokens[:n_docs].astype(np.int64) + bos,
+        int(reader.manifest["seq_len"]),
         windows["window_sizes"], trials=8, seed=1234,
     )  # fmt: skip
     report["reference"] = ref
     report["verdict"] = quality.verdict(windows["window_sizes"], windows["max_all"], ref["mean"])
     # The same documents in input order (source, input shard, row): what every shuffle
-    # reads; input shards give the per-shard counts the shuffles plan with.
+    # reads; input shards give the per-shard counts the shuffles plan with. Each is
+    # measured on as many documents as the pool's measured records hold: its first.
     shard = docs.column("source_shard").to_numpy(zero_copy_only=False)
     row = docs.column("source_row").to_numpy(zero_copy_only=False)
     order = np.lexsort((row, shard, source))
@@ -226,6 +239,6 @@ def _measure(path: str, *, source_names: dict[str, str] | None = None, by: str =
         module = SHUFFLES[name]
         buckets = module.num_buckets(counts, max(2, len(counts)))
         perm = module.permutation(counts, 1234, buckets)
-        by_shuffle[name] = {"windows": quality.window_deviation(labels_in[perm])}
+        by_shuffle[name] = {"windows": quality.window_deviation(labels_in[perm[:n_docs]])}
     report["by_shuffle"] = by_shuffle
     return report

@@ -158,11 +158,6 @@ def _pool_fill(pool: Pool, manifest: dict) -> None:
     )
 
 
-# A pool of up to this many documents is measured by its recorder (seconds); a larger one
-# when its page is first shown (cached), not inside the transaction that records it.
-QUALITY_AT_BUILD_DOCUMENTS = 200_000
-
-
 def pool_record(*, job, manifest: dict | None) -> None:
     """Recorder of pool jobs: the train pool, its shards, and the validation pool."""
     from shardcore.manifest import read_manifest
@@ -171,9 +166,9 @@ def pool_record(*, job, manifest: dict | None) -> None:
     if manifest is None:
         artifact_unbuilt(pool, job=job)
         return
-    if manifest["documents"] <= QUALITY_AT_BUILD_DOCUMENTS:
-        # Part of the build: the page's default report, before the row is frozen READY.
-        pool.params = {**(pool.params or {}), "quality": pool_quality_measure(pool=pool)}
+    # Part of the build, for every pool (on its first records, a bounded cost): the page's
+    # default report, before the row is frozen READY.
+    pool.params = {**(pool.params or {}), "quality": pool_quality_measure(pool=pool)}
     _pool_fill(pool, manifest)
     if manifest.get("val"):
         val_path = Path(pool.path) / manifest["val"]["path"]
