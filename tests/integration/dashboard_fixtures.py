@@ -227,3 +227,33 @@ def catalog(tmp_path, users):
         "job": job,
         "flag": flag,
     }
+
+
+def stdlib_code_pool(root, *, name: str = "p"):
+    """(source, tokenized source, pool) built through the catalog from 24 standard-library
+    modules written as one JSONL file under ``root/code``: several tokenized shards and
+    pool shards of 64-token records. ``root`` must be a source root."""
+    import sysconfig
+    from pathlib import Path
+
+    from webapp.catalog.models import ArtifactStatus
+    from webapp.catalog.services.pools import pool_build
+    from webapp.catalog.services.sources import source_register
+    from webapp.catalog.services.tokenized import tokenized_source_build
+
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    files = sorted(p for p in stdlib.glob("*.py") if p.stat().st_size > 3000)[:24]
+    (root / "code").mkdir()
+    (root / "code" / "mods.jsonl").write_text(
+        "".join(json.dumps({"text": p.read_text(errors="replace")}) + "\n" for p in files)
+    )
+    source = source_register(name="code", uri=str(root / "code"))
+    ts = tokenized_source_build(source_id=source.pk, shard_size=64 << 10)
+    ts.refresh_from_db()
+    assert ts.status == ArtifactStatus.READY
+    pool = pool_build(
+        name=name, tokenized_ids=[ts.pk], seq_len=64, memory=1 << 20, shard_size=40 << 10
+    )
+    pool.refresh_from_db()
+    assert pool.status == ArtifactStatus.READY
+    return source, ts, pool

@@ -7,7 +7,6 @@ segments; the product computes it vectorized."""
 
 from __future__ import annotations
 
-import json
 import sysconfig
 from pathlib import Path
 
@@ -18,13 +17,9 @@ from rest_framework.test import APIClient
 
 from shardcore.mixture import Mixture
 from shardcore.pool import SOURCE_FP_COL, PoolReader
-from tests.integration.dashboard_fixtures import login, users  # noqa: F401
-from webapp.catalog.models import ArtifactStatus
+from tests.integration.dashboard_fixtures import login, stdlib_code_pool, users  # noqa: F401
 from webapp.catalog.services.mixtures import mixture_get_or_create, mixture_version_create
-from webapp.catalog.services.pools import pool_build
 from webapp.catalog.services.runs import run_register
-from webapp.catalog.services.sources import source_register
-from webapp.catalog.services.tokenized import tokenized_source_build
 from workers.celery import app
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
@@ -41,21 +36,8 @@ def world(django_db_setup, django_db_blocker, tmp_path_factory):
     old = settings.SOURCE_ROOTS, settings.DATA_ROOT
     settings.SOURCE_ROOTS, settings.DATA_ROOT = [tmp], tmp / "data"
     app.conf.task_always_eager = True
-    files = sorted(p for p in STDLIB.glob("*.py") if p.stat().st_size > 3000)[:24]
-    (tmp / "code").mkdir()
-    (tmp / "code" / "mods.jsonl").write_text(
-        "".join(json.dumps({"text": p.read_text(errors="replace")}) + "\n" for p in files)
-    )
     with django_db_blocker.unblock():
-        source = source_register(name="code", uri=str(tmp / "code"))
-        ts = tokenized_source_build(source_id=source.pk, shard_size=64 << 10)
-        ts.refresh_from_db()
-        assert ts.status == ArtifactStatus.READY
-        pool = pool_build(
-            name="p", tokenized_ids=[ts.pk], seq_len=64, memory=1 << 20, shard_size=40 << 10
-        )
-        pool.refresh_from_db()
-        assert pool.status == ArtifactStatus.READY
+        source, ts, pool = stdlib_code_pool(tmp)
         mix = mixture_get_or_create(name="m")
         version = mixture_version_create(
             mixture_id=mix.pk,

@@ -6,7 +6,6 @@ prefix."""
 
 from __future__ import annotations
 
-import json
 import sysconfig
 from pathlib import Path
 
@@ -15,12 +14,8 @@ import pytest
 
 from shardcore import quality
 from shardcore.pool import PoolReader
-from tests.integration.dashboard_fixtures import login, users  # noqa: F401
-from webapp.catalog.models import ArtifactStatus
+from tests.integration.dashboard_fixtures import login, stdlib_code_pool, users  # noqa: F401
 from webapp.catalog.selectors import pools as pool_selectors
-from webapp.catalog.services.pools import pool_build
-from webapp.catalog.services.sources import source_register
-from webapp.catalog.services.tokenized import tokenized_source_build
 from workers.celery import app
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
@@ -43,20 +38,7 @@ def test_a_pool_larger_than_the_limit_is_measured_by_its_build_on_its_first_reco
     cache.clear()
     monkeypatch.setattr(pool_selectors, "QUALITY_RECORDS", LIMIT)
     settings.SOURCE_ROOTS, settings.DATA_ROOT = [tmp_path], tmp_path / "data"
-    files = sorted(p for p in STDLIB.glob("*.py") if p.stat().st_size > 3000)[:24]
-    (tmp_path / "code").mkdir()
-    (tmp_path / "code" / "mods.jsonl").write_text(
-        "".join(json.dumps({"text": p.read_text(errors="replace")}) + "\n" for p in files)
-    )
-    source = source_register(name="code", uri=str(tmp_path / "code"))
-    ts = tokenized_source_build(source_id=source.pk, shard_size=64 << 10)
-    ts.refresh_from_db()
-    assert ts.status == ArtifactStatus.READY
-    pool = pool_build(
-        name="p", tokenized_ids=[ts.pk], seq_len=64, memory=1 << 20, shard_size=40 << 10
-    )
-    pool.refresh_from_db()
-    assert pool.status == ArtifactStatus.READY
+    _source, _ts, pool = stdlib_code_pool(tmp_path)
     reader = PoolReader(pool.path)
     assert reader.num_records > 4 * LIMIT and len(reader.manifest["shards"]) > 1
 
