@@ -215,15 +215,20 @@ def job_unit_execute(*, unit_id: int, worker: str) -> str:
         ).update(heartbeat_at=timezone.now())
     )
 
+    # Database errors the unit's own queries survived, for the record of its success.
+    survived: list[str] = []
+
     def still_ours() -> bool:
         # Asked before the unit publishes its files: a worker whose claim lapsed (cut off
         # past the lease) and was given to another publishes nothing late.
-        return _with_db_retry(
-            f"checking the claim of unit {unit.unit_id}",
-            lambda _errors: JobUnit.objects.filter(
+        def check(errors: list[str]) -> bool:
+            owned = JobUnit.objects.filter(
                 pk=unit.pk, state=UnitState.RUNNING, attempts=unit.attempts
-            ).exists(),
-        )
+            ).exists()
+            survived.extend(errors)
+            return owned
+
+        return _with_db_retry(f"checking the claim of unit {unit.unit_id}", check)
 
     try:
         with beat:
@@ -246,7 +251,7 @@ def job_unit_execute(*, unit_id: int, worker: str) -> str:
         return "failed"
     _with_db_retry(
         f"recording unit {unit.unit_id}",
-        lambda errors: _unit_succeed(unit, stats, db_errors=errors),
+        lambda errors: _unit_succeed(unit, stats, db_errors=survived + errors),
     )
     return "succeeded"
 
