@@ -13,11 +13,10 @@ key (the caller's name for it), whether it is intact, what was checked, and the 
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from typing import Any
 
 from shardcore import manifest as mf
-from shardcore import units, verify
+from shardcore import storage, units, verify
 
 STAGE = "scrub"
 KIND = "scrub"
@@ -31,7 +30,7 @@ def plan_scrub(artifacts: list[dict[str, str]], out: str | os.PathLike) -> units
         {"id": f"check-{i:05d}", "key": str(a["key"]), "path": str(a["path"])}
         for i, a in enumerate(artifacts)
     ]
-    return units.Plan(STAGE, str(Path(out).resolve()), {}, [phase], {})
+    return units.Plan(STAGE, storage.resolve(out), {}, [phase], {})
 
 
 def _run_unit(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:

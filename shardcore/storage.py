@@ -444,6 +444,24 @@ def open_store(url: str | os.PathLike) -> Store:
     return LocalStore(url)
 
 
+def exists(url: str | os.PathLike) -> bool:
+    """Whether ``url`` names anything: a local file or directory; on S3 an object, or a
+    prefix with at least one object below it (one request each, whatever the prefix holds)."""
+    if not is_remote(url):
+        return os.path.exists(resolve(url))
+    store = S3Store(os.fspath(url))
+    if store.prefix:
+        try:
+            store.client.head_object(Bucket=store.bucket, Key=store.prefix)
+            return True
+        except Exception as exc:
+            if not store._missing(exc):
+                raise
+    below = f"{store.prefix}/" if store.prefix else ""
+    page = store.client.list_objects_v2(Bucket=store.bucket, Prefix=below, MaxKeys=1)
+    return bool(page.get("KeyCount"))
+
+
 def read_manifest(url: str | os.PathLike) -> dict[str, Any]:
     """The manifest of the artifact at ``url``, local or remote (as manifest.read_manifest)."""
     from shardcore import manifest as mf

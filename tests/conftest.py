@@ -92,6 +92,19 @@ def s3_bucket(moto_server, monkeypatch) -> str:
 
 
 @pytest.fixture
+def s3_data_root(s3_bucket, settings, monkeypatch, tmp_path) -> str:
+    """The catalog's data root on a fresh bucket of the moto server (``s3://bucket/data``),
+    for this process (Django settings) and the workers it starts (their environment), with
+    a local SHARDYARD_HOME and SHARDYARD_CACHE of the test's own; returns the root URL."""
+    root = f"{s3_bucket}/data"
+    settings.DATA_ROOT = root
+    monkeypatch.setenv("SHARDYARD_DATA", root)
+    monkeypatch.setenv("SHARDYARD_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("SHARDYARD_CACHE", str(tmp_path / "cache"))
+    return root
+
+
+@pytest.fixture
 def jobs_inline(django_capture_on_commit_callbacks):
     """``with jobs_inline(): ...``: the jobs queued inside the block (a mixture version's
     build, a materialization) run in this process as their transaction commits, through

@@ -1,6 +1,6 @@
 """The one settings module. Every value that differs between machines comes from the
 environment (see README "Configuration"); defaults give the embedded setup of ``make run``:
-SQLite and Celery's filesystem broker under ``SHARDYARD_DATA``, no Redis or Postgres needed.
+SQLite and Celery's filesystem broker under ``SHARDYARD_DATA`` (``SHARDYARD_HOME``), no Redis or Postgres needed.
 """
 
 from __future__ import annotations
@@ -16,11 +16,25 @@ from webapp.env import ConfigError, env_bool, env_int, env_list, env_paths, env_
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 DEBUG = env_bool("DEBUG", False)
-DATA_ROOT = Path(env_str("SHARDYARD_DATA", str(BASE_DIR / "data"))).expanduser().resolve()
+_DATA = env_str("SHARDYARD_DATA", str(BASE_DIR / "data")).strip()
+# Where artifacts are written: a local directory (a Path), or an s3:// prefix (a string) on
+# any S3-compatible store, credentials and endpoint from the usual AWS variables.
+DATA_ROOT: Path | str
+if "://" in _DATA and not _DATA.startswith("file://"):
+    if not _DATA.lower().startswith("s3://") or not _DATA[5:].strip("/"):
+        raise ConfigError(f"SHARDYARD_DATA: {_DATA!r}: give a directory or s3://bucket/prefix")
+    DATA_ROOT = "s3://" + _DATA[5:].strip("/")
+    _HOME_DEFAULT = BASE_DIR / "data"
+else:
+    DATA_ROOT = Path(_DATA.removeprefix("file://")).expanduser().resolve()
+    _HOME_DEFAULT = DATA_ROOT
+# What must stay on a local file system whatever the data root: the SQLite file, the
+# filesystem broker, static files and the default source and tokenizer roots.
+HOME_ROOT = Path(env_str("SHARDYARD_HOME", str(_HOME_DEFAULT))).expanduser().resolve()
 # Sources may only be registered from below these directories (or from s3:// URIs).
-SOURCE_ROOTS = env_paths("SHARDYARD_SOURCE_ROOTS", [DATA_ROOT / "sources"])
+SOURCE_ROOTS = env_paths("SHARDYARD_SOURCE_ROOTS", [HOME_ROOT / "sources"])
 # hf:<path> tokenizers may only be loaded from below these directories.
-TOKENIZER_ROOTS = env_paths("SHARDYARD_TOKENIZER_ROOTS", [DATA_ROOT / "tokenizers"])
+TOKENIZER_ROOTS = env_paths("SHARDYARD_TOKENIZER_ROOTS", [HOME_ROOT / "tokenizers"])
 # Planning a job from user input (reading sidecars through a filter, loading a tokenizer)
 # runs in a child process with these limits, never in the web process itself.
 PLAN_SECONDS = env_int("SHARDYARD_PLAN_SECONDS", 20, minimum=1)
@@ -132,7 +146,7 @@ TEMPLATES = [
 
 
 def _database() -> dict:
-    url = env_str("DATABASE_URL", f"sqlite:///{DATA_ROOT / 'shardyard.sqlite3'}")
+    url = env_str("DATABASE_URL", f"sqlite:///{HOME_ROOT / 'shardyard.sqlite3'}")
     scheme = urlparse(url).scheme
     if scheme not in {"sqlite", "postgres", "postgresql", "pgsql"}:
         raise ConfigError(
@@ -171,7 +185,7 @@ USE_I18N = False
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = DATA_ROOT / "staticfiles"
+STATIC_ROOT = HOME_ROOT / "staticfiles"
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # whitenoise warns on every request otherwise
 # plotly.js comes from the installed plotly package, served as static/plotly/plotly.min.js:
 # pages work offline and the JS always matches the Python figure format.
@@ -186,7 +200,7 @@ WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = DEBUG
 
 # --- Celery -----------------------------------------------------------------------------
-BROKER_DIR = DATA_ROOT / "broker"
+BROKER_DIR = HOME_ROOT / "broker"
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "filesystem://")
 if CELERY_BROKER_URL.startswith("filesystem://"):
     CELERY_BROKER_TRANSPORT_OPTIONS = {

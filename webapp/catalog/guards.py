@@ -5,8 +5,9 @@ commands) applies the same rules:
   and download file names are built from them, so a name is a short token of letters,
   digits, ``.``, ``_`` and ``-`` (never a path, never ``..``, no control characters, no
   quotes).
-- ``data_path``: an artifact path below the data root, built from validated parts and
-  checked again after resolving symlinks.
+- ``data_path``: an artifact location below the data root (a local directory or an
+  ``s3://`` prefix), built from validated parts and checked again (after resolving
+  symlinks, locally).
 - ``uri_normalize``: the one parser of source locations. Its canonical form is what the
   catalog stores and what ``uri_is_remote`` reads, so the roots check and the reader never
   disagree about whether a location is remote (``S3://`` is ``s3://``).
@@ -19,6 +20,8 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from django.conf import settings
+
+from shardcore import storage
 
 NAME_MAX = 100
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
@@ -48,29 +51,39 @@ def name_check(name, *, field: str = "name", max_length: int = NAME_MAX) -> str:
     return name
 
 
-def data_root() -> Path:
-    return Path(settings.DATA_ROOT).resolve()
+def data_root() -> str:
+    """Where artifacts are written: a resolved local directory, or an ``s3://`` prefix."""
+    root = str(settings.DATA_ROOT)
+    return storage.resolve(root) if storage.is_remote(root) else str(Path(root).resolve())
 
 
-def under_data_root(path: str | Path) -> Path:
-    """``path`` resolved, or GuardError when it lies outside the data root."""
+def under_data_root(path: str | Path) -> str:
+    """``path`` resolved, or GuardError when it lies outside the data root. On object
+    storage a location is under the root when its key starts with the root's prefix and
+    holds no ``.`` or ``..`` segment (there are no symlinks to follow)."""
     root = data_root()
+    if storage.is_remote(root):
+        text = str(path)
+        rest = text[len(root) :]
+        if text != root and not (text.startswith(root) and rest.startswith("/")):
+            raise GuardError(f"{path} is outside the data root {root}")
+        if any(seg in (".", "..", "") for seg in rest.strip("/").split("/")) and rest:
+            raise GuardError(f"{path}: a location below {root} has no empty, '.' or '..' part")
+        return text
     resolved = Path(path).resolve()
-    if resolved != root and not resolved.is_relative_to(root):
+    if resolved != Path(root) and not resolved.is_relative_to(root):
         raise GuardError(f"{path} resolves to {resolved}, outside the data root {root}")
-    return resolved
+    return str(resolved)
 
 
-def data_path(*parts: str) -> Path:
-    """``DATA_ROOT/part/part...`` for parts that are single path components, checked to
-    resolve under the data root. An absolute or dotted part is refused, never joined
-    (``Path(root) / "/abs"`` would be ``/abs``)."""
+def data_path(*parts: str) -> str:
+    """``<data root>/part/part...`` for parts that are single path components, checked to
+    stay under the data root (resolving symlinks when it is local). An absolute or dotted
+    part is refused, never joined (``Path(root) / "/abs"`` would be ``/abs``)."""
     for part in parts:
         if not part or "/" in part or "\\" in part or part in (".", "..") or "\0" in part:
             raise GuardError(f"{part!r} is not a single path component")
-    path = data_root().joinpath(*parts)
-    under_data_root(path)
-    return path
+    return under_data_root(storage.join(data_root(), *parts))
 
 
 def uri_normalize(uri: str) -> tuple[str, str]:

@@ -5,12 +5,12 @@ of an artifact's shards and of a build that did not finish."""
 from __future__ import annotations
 
 import uuid
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.utils import timezone
 
+from shardcore import storage
 from webapp.catalog import guards
 from webapp.catalog.errors import CatalogError
 from webapp.catalog.models import ArtifactStatus, MixtureVersion, Pool, Shard, TokenizedSource
@@ -46,9 +46,10 @@ def limited(fn, /, *args, what: str, **kwargs):
         raise CatalogError(f"{exc} (SHARDYARD_PLAN_SECONDS / SHARDYARD_PLAN_MEMORY_MB)") from None
 
 
-def artifact_dir(kind: str, name: str) -> Path:
+def artifact_dir(kind: str, name: str) -> str:
     # A fresh directory per build: a rebuild never writes into a finished artifact. The
-    # name was validated (guards.name_check); data_path checks it stays under the root.
+    # name was validated (guards.name_check); data_path checks it stays under the root,
+    # a local directory or an s3:// prefix.
     try:
         return guards.data_path(
             kind, f"{checked_name(name, f'{kind} name')}-{uuid.uuid4().hex[:10]}"
@@ -92,7 +93,7 @@ def artifact_unbuilt(artifact, *, job: Job) -> None:
     artifact.save()
 
 
-def shards_record(*, owner: dict[str, Any], out: Path, manifest: dict[str, Any], shards) -> None:
+def shards_record(*, owner: dict[str, Any], out: str, manifest: dict[str, Any], shards) -> None:
     """The Shard rows of a built artifact. ``owner`` names it (``{"pool": pool}``);
     ``shards`` give each shard's ``index``, ``prefix`` (relative to ``out``), ``records``,
     ``documents`` and ``tokens``; size and checksum are its .bin's manifest entry."""
@@ -104,7 +105,7 @@ def shards_record(*, owner: dict[str, Any], out: Path, manifest: dict[str, Any],
             Shard(
                 **owner,
                 index=sh["index"],
-                prefix=str(out / sh["prefix"]),
+                prefix=storage.join(out, sh["prefix"]),
                 num_records=sh["records"],
                 num_documents=sh["documents"],
                 num_tokens=sh["tokens"],

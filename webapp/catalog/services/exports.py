@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any
 from django.db import transaction
 from django.utils import timezone
 
+from shardcore import storage
+from shardcore.manifest import MANIFEST_NAME
 from webapp.catalog.errors import CatalogError
 from webapp.catalog.models import (
     ArtifactStatus,
@@ -60,6 +62,12 @@ def mixture_version_export(
     )
     if existing is not None:
         return existing
+    if storage.is_remote(version.path):
+        raise CatalogError(
+            f"mixture version {version} is on object storage ({version.path}): its {fmt} "
+            "description is read as it is rendered, not written beside it; materialize the "
+            "version and stream it with shardcore.loader, or export from a local copy"
+        )
     text = mixture_version_export_render(
         version_id=version_id, fmt=fmt, global_batch_size=global_batch_size
     )
@@ -88,6 +96,13 @@ def _export_target(
         known = ", ".join(sorted({*EXPORT_FORMATS, "olmo"}))
         raise CatalogError(f"unknown export format {fmt!r}; known: {known}")
     version = built_version(version_id)
+    if storage.is_remote(version.path) and fmt != Export.Format.JSON:
+        # Trainer configs name local shard files that the trainer memory-maps.
+        raise CatalogError(
+            f"mixture version {version} is on object storage ({version.path}): a {fmt} "
+            "config names local shard files; materialize the version and stream it with "
+            "shardcore.loader, or export from a local copy"
+        )
     core_fmt, name = EXPORT_FORMATS[fmt]
     options: dict[str, Any] = {}
     if fmt == Export.Format.MEGATRON:
@@ -177,7 +192,7 @@ def mixture_version_materialize(
                                f"{current.path})")  # fmt: skip
         if current is not None and current.job is not None:
             return current.job
-        out = Path(version.path) / "materialized" / uuid.uuid4().hex[:10]
+        out = storage.join(version.path, "materialized", uuid.uuid4().hex[:10])
         try:
             plan = plan_materialize(version.path, out, shard_bytes=shard_bytes)
         except (ShardcoreError, OSError) as exc:
@@ -188,9 +203,7 @@ def mixture_version_materialize(
             recorder="webapp.catalog.services.exports.mixture_materialized_record",
             created_by=created_by,
         )
-        Export.objects.create(
-            version=version, format=Export.Format.MATERIALIZED, path=str(out), job=job
-        )
+        Export.objects.create(version=version, format=Export.Format.MATERIALIZED, path=out, job=job)
     return job
 
 
@@ -203,7 +216,7 @@ def mixture_materialized_record(*, job, manifest: dict | None) -> None:
     if manifest is None:
         artifact_unbuilt(export, job=job)
         return
-    out = Path(export.path)
+    out = export.path
     # A materialized copy counts samples, not documents.
     shards_record(
         owner={"export": export},
@@ -215,7 +228,7 @@ def mixture_materialized_record(*, job, manifest: dict | None) -> None:
         ),
     )
     export.fingerprint = manifest["fingerprint"]
-    export.manifest_path = str(out / "manifest.json")
+    export.manifest_path = storage.join(out, MANIFEST_NAME)
     export.num_records = manifest["num_records"]
     export.num_tokens = manifest["num_tokens"]
     export.num_bytes = sum(f["size"] for f in file_entries(manifest))

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from shardcore import storage
+from shardcore.manifest import MANIFEST_NAME
 from webapp.catalog import builder, guards
 from webapp.catalog.errors import CatalogError
 from webapp.catalog.models import (
@@ -227,7 +227,7 @@ def mixture_version_build(
             )
         except guards.GuardError as exc:
             raise CatalogError(f"mixture {mixture.pk}: {exc}") from None
-        if out.exists():
+        if storage.exists(out):
             # A version's files are immutable: never build over a directory that exists
             # (a leftover of a save that failed after writing, or someone else's files).
             raise CatalogError(
@@ -297,9 +297,9 @@ def mixture_version_record(*, job, manifest: dict | None) -> None:
         artifact_unbuilt(version, job=job)
         return
     comps = list(version.components.select_related("pool"))
-    built = {os.path.abspath(p["path"]): p for p in manifest["pools"]}
+    built = {storage.resolve(p["path"]): p for p in manifest["pools"]}
     for c in comps:
-        c.epochs = built[os.path.abspath(c.pool.path)]["epochs"]
+        c.epochs = built[storage.resolve(c.pool.path)]["epochs"]
     MixtureComponent.objects.bulk_update(comps, ["epochs"])
     version.num_samples = manifest["num_samples"]
     version.params = {
@@ -311,13 +311,13 @@ def mixture_version_record(*, job, manifest: dict | None) -> None:
         ],
         "pools": [
             {"pool": pool.pk,
-             **{k: built[os.path.abspath(pool.path)][k] for k in ("samples", "tokens", "epochs")}}
+             **{k: built[storage.resolve(pool.path)][k] for k in ("samples", "tokens", "epochs")}}
             for pool in dict.fromkeys(c.pool for c in comps)
         ],
         "quality": schedule_quality(path=version.path),
     }  # fmt: skip
     version.fingerprint = manifest["fingerprint"]
-    version.manifest_path = str(Path(version.path) / "manifest.json")
+    version.manifest_path = storage.join(version.path, MANIFEST_NAME)
     version.num_tokens = manifest["num_tokens"]
     version.num_bytes = sum(f["size"] for f in file_entries(manifest))
     version.status = ArtifactStatus.READY
@@ -342,7 +342,7 @@ def schedule_quality(*, path: str) -> dict[str, Any]:
 def version_built(version: MixtureVersion) -> bool:
     """Whether the version has a schedule on disk (versions recorded before schedules were
     built, or rows made by hand, have none)."""
-    return bool(version.manifest_path) and Path(version.manifest_path).exists()
+    return bool(version.manifest_path) and storage.exists(version.manifest_path)
 
 
 def version_source_ids(version: MixtureVersion) -> list[int]:

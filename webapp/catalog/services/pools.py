@@ -4,12 +4,13 @@ the train pool and its held-out validation pool."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
+from shardcore import storage
+from shardcore.manifest import MANIFEST_NAME
 from webapp.catalog.errors import CatalogError
 from webapp.catalog.models import (
     ArtifactStatus,
@@ -74,7 +75,7 @@ def pool_build(
         plan = limited(
             plan_pool,
             [t.path for t in parents],
-            str(out),
+            out,
             seq_len=seq_len,
             filter=filter,
             shuffle=shuffle,
@@ -145,14 +146,14 @@ def _pool_fill(pool: Pool, manifest: dict) -> None:
     pool.num_records = manifest["num_records"]
     pool.num_tokens = manifest["num_tokens"]
     pool.num_documents = manifest["documents"]
-    pool.manifest_path = str(Path(pool.path) / "manifest.json")
+    pool.manifest_path = storage.join(pool.path, MANIFEST_NAME)
     pool.num_bytes = sum(f["size"] for f in file_entries(manifest))
     pool.status = ArtifactStatus.READY
     pool.finished_at = timezone.now()
     pool.save()
     shards_record(
         owner={"pool": pool},
-        out=Path(pool.path),
+        out=pool.path,
         manifest=manifest,
         shards=({**sh, "index": i} for i, sh in enumerate(manifest["shards"])),
     )
@@ -171,7 +172,7 @@ def pool_record(*, job, manifest: dict | None) -> None:
     pool.params = {**(pool.params or {}), "quality": pool_quality_measure(pool=pool)}
     _pool_fill(pool, manifest)
     if manifest.get("val"):
-        val_path = Path(pool.path) / manifest["val"]["path"]
+        val_path = storage.join(pool.path, manifest["val"]["path"])
         val = Pool(
             name=f"{pool.name}-val",
             split=Pool.Split.VAL,
@@ -179,7 +180,7 @@ def pool_record(*, job, manifest: dict | None) -> None:
             filter=pool.filter,
             seq_len=pool.seq_len,
             params={k: v for k, v in (pool.params or {}).items() if k != "quality"},
-            path=str(val_path),
+            path=val_path,
             job=job,
             created_by=pool.created_by,
         )

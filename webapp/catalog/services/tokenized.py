@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
+from shardcore import storage
+from shardcore.manifest import MANIFEST_NAME
 from webapp.catalog import guards
 from webapp.catalog.errors import CatalogError
 from webapp.catalog.models import (
@@ -87,7 +88,7 @@ def tokenized_source_build(
         plan = limited(
             plan_tokenize,
             [url for _rel, url, _size in files],
-            str(out),
+            out,
             tokenizer=tok.spec,
             engine=engine,
             text_field=source.text_field,
@@ -114,7 +115,7 @@ def tokenized_source_build(
             source=source,
             tokenizer=tok,
             params=plan.params,
-            path=str(out),
+            path=out,
             job=job,
             created_by=created_by,
         )
@@ -152,7 +153,7 @@ def tokenized_source_record(*, job, manifest: dict | None) -> None:
         rel = rel_of.get(entry["file"], entry["file"])
         file_ranges[rel] = [first, first + entry["documents"]]
         first += entry["documents"]
-    out = Path(ts.path)
+    out = ts.path
     # One sequence per document: a tokenized shard's records are its documents.
     shards_record(
         owner={"tokenized_source": ts},
@@ -186,7 +187,7 @@ def tokenized_source_record(*, job, manifest: dict | None) -> None:
     ts.num_documents = totals["documents"]
     ts.num_tokens = totals["tokens"]
     ts.num_bytes = sum(s.num_bytes for s in ts.shards.all())
-    ts.manifest_path = str(out / "manifest.json")
+    ts.manifest_path = storage.join(out, MANIFEST_NAME)
     ts.supersedes = (
         TokenizedSource.objects.filter(
             source=source, tokenizer=ts.tokenizer, status=ArtifactStatus.READY

@@ -32,7 +32,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, host, port, concurrency, no_demo, **options):
-        settings.DATA_ROOT.mkdir(parents=True, exist_ok=True)
+        settings.HOME_ROOT.mkdir(parents=True, exist_ok=True)
         for root in settings.SOURCE_ROOTS:
             root.mkdir(parents=True, exist_ok=True)
         ensure_broker_dirs()
