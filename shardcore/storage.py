@@ -79,6 +79,16 @@ log = logging.getLogger(__name__)
 
 PART_SIZE = 16 << 20  # multipart part size; S3 allows 5 MiB..5 GiB and 10,000 parts
 _COPY = 8 << 20
+_CONNECTIONS = 32  # per client: the threads of a process share one
+_client_lock = threading.Lock()
+
+
+def _new_client_lock() -> None:
+    global _client_lock
+    _client_lock = threading.Lock()  # a fork may copy it held by a thread it leaves behind
+
+
+os.register_at_fork(after_in_child=_new_client_lock)
 DEFAULT_ARTIFACT_CACHE_LIMIT = 64 << 30
 _UNLIMITED = ("none", "unlimited")
 
@@ -303,8 +313,42 @@ class _MultipartWriter(io.RawIOBase):
             )
 
 
+# What a client is made from; a client made before one of them changes is not reused.
+_CLIENT_ENV = (
+    "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN", "AWS_DEFAULT_REGION", "AWS_REGION", "AWS_PROFILE",
+    "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE",
+)  # fmt: skip
+_clients: dict[tuple, Any] = {}
+
+
+def _shared_client():
+    """The process's S3 client for the current AWS environment: creating one costs tens of
+    milliseconds of CPU, so every store and thread of the process shares it."""
+    key = (os.getpid(), *(os.environ.get(k) for k in _CLIENT_ENV))
+    client = _clients.get(key)
+    if client is None:
+        with _client_lock:
+            client = _clients.get(key)
+            if client is None:
+                import boto3
+                from botocore.config import Config
+
+                config = Config(
+                    retries={"max_attempts": 8, "mode": "standard"},
+                    max_pool_connections=_CONNECTIONS,
+                )
+                client = boto3.session.Session().client("s3", config=config)
+                if len(_clients) > 16:  # environments a long test run went through
+                    _clients.clear()
+                _clients[key] = client
+    return client
+
+
 class S3Store(Store):
-    """A prefix of an S3 bucket, through boto3 (one client per process and thread)."""
+    """A prefix of an S3 bucket, through boto3: one client per process and AWS environment,
+    shared by its stores and threads (boto3's clients are thread-safe) with a pool of
+    connections for them."""
 
     def __init__(self, url: str, *, part_size: int | None = None):
         self.url = resolve(url)
@@ -313,7 +357,8 @@ class S3Store(Store):
         if not self.bucket:
             raise ValueError(f"{url}: no bucket in the URL")
         self.part_size = int(part_size or PART_SIZE)
-        self._local = threading.local()
+        self._client: Any = None
+        self._client_pid = 0
 
     def __getstate__(self) -> dict[str, Any]:
         return {"url": self.url, "part_size": self.part_size}
@@ -325,15 +370,10 @@ class S3Store(Store):
     def client(self):
         # boto3 clients are not safe to share across forked processes: one per pid.
         pid = os.getpid()
-        if getattr(self._local, "pid", None) != pid:
-            import boto3
-            from botocore.config import Config
-
-            self._local.client = boto3.session.Session().client(
-                "s3", config=Config(retries={"max_attempts": 8, "mode": "standard"})
-            )
-            self._local.pid = pid
-        return self._local.client
+        if self._client_pid != pid:
+            self._client = _shared_client()
+            self._client_pid = pid
+        return self._client
 
     def _key(self, key: str) -> str:
         return f"{self.prefix}/{key}" if self.prefix else key
@@ -478,13 +518,17 @@ def _digest_of(manifest: dict[str, Any]) -> str:
     return mf.content_digest(manifest)
 
 
-def download_checked(store: Store, entry: dict[str, Any], dest: Path) -> None:
+def download_checked(
+    store: Store, entry: dict[str, Any], dest: Path, *, sync_rename: bool = True
+) -> None:
     """Download one manifest-listed file, checking its size and xxh3 as it streams; a
-    mismatch names the object and leaves nothing at ``dest``."""
+    mismatch names the object and leaves nothing at ``dest``. The bytes are synced before
+    the rename; ``sync_rename=False`` leaves the rename itself unsynced (a cache: after a
+    crash the file is whole or absent)."""
     rel = str(entry["path"])
     dest.parent.mkdir(parents=True, exist_ok=True)
     h, size = xxhash.xxh3_64(), 0
-    with store.open(rel) as src, atomic.atomic_open(dest) as dst:
+    with store.open(rel) as src, atomic.atomic_open(dest, durable=sync_rename) as dst:
         while chunk := src.read(_COPY):
             h.update(chunk)
             size += len(chunk)
@@ -498,6 +542,9 @@ def download_checked(store: Store, entry: dict[str, Any], dest: Path) -> None:
                 f"{store.location(rel)}: checksum {h.hexdigest()} differs from the manifest's "
                 f"{entry['xxh3']}"
             )
+        if not sync_rename:
+            dst.flush()
+            getattr(os, "fdatasync", os.fsync)(dst.fileno())
 
 
 def _manifest_bytes(store: Store) -> bytes:
