@@ -7,6 +7,7 @@ from rest_framework import serializers
 from shardcore.order import ORDERINGS
 from shardcore.shuffle import SHUFFLES
 from webapp.catalog.models import (
+    Export,
     Flag,
     Mixture,
     MixtureComponent,
@@ -17,6 +18,7 @@ from webapp.catalog.models import (
     RunSegment,
     Source,
     SourceFile,
+    TokenizedSource,
     TrainingRun,
 )
 from webapp.jobs.models import Job, JobUnit
@@ -47,6 +49,28 @@ class SourceRegisterSerializer(serializers.Serializer):
     )
     description = serializers.CharField(allow_blank=True, default="", max_length=10000)
     scan = serializers.BooleanField(default=True)
+
+
+class TokenizeSerializer(serializers.Serializer):
+    tokenizer = serializers.CharField(
+        max_length=1000, required=False, allow_null=True, default=None,
+        help_text='"tiktoken:<encoding>" or "hf:<path>"; default: the catalog\'s tokenizer',
+    )  # fmt: skip
+    engine = serializers.ChoiceField(
+        choices=["auto", "reference", "gigatoken", "tiktoken", "tokenizers"], default="auto"
+    )
+
+
+class TokenizedSourceSerializer(serializers.ModelSerializer):
+    tokenizer = serializers.CharField(source="tokenizer.spec", read_only=True)
+
+    class Meta:
+        model = TokenizedSource
+        fields = [
+            "id", "source", "tokenizer", "status", "fingerprint", "params", "path",
+            "manifest_path", "num_documents", "num_tokens", "num_bytes", "supersedes", "job",
+            "created_at", "finished_at",
+        ]  # fmt: skip
 
 
 class PoolSerializer(serializers.ModelSerializer):
@@ -80,6 +104,31 @@ class MixtureVersionSerializer(serializers.ModelSerializer):
             "seed", "num_samples", "params", "path", "manifest_path", "note", "components",
             "job", "created_at", "finished_at",
         ]  # fmt: skip
+
+
+class ExportSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Export
+        fields = [
+            "id", "version", "format", "status", "path", "manifest_path", "fingerprint",
+            "num_records", "num_tokens", "num_bytes", "checksum", "job", "created_at",
+            "finished_at",
+        ]  # fmt: skip
+
+
+class ExportCreateSerializer(serializers.Serializer):
+    format = serializers.ChoiceField(choices=["megatron", "olmo", "olmo-core", "nanotron", "json"])
+    global_batch_size = serializers.IntegerField(
+        min_value=1, max_value=1 << 30, required=False, allow_null=True, default=None,
+        help_text="nanotron and OLMo-core: samples per step",
+    )  # fmt: skip
+
+
+class MaterializeSerializer(serializers.Serializer):
+    shard_bytes = serializers.IntegerField(
+        min_value=1 << 10, max_value=1 << 40, default=64 << 20,
+        help_text="bytes of tokens per output shard",
+    )  # fmt: skip
 
 
 class MixtureSerializer(serializers.ModelSerializer):

@@ -21,6 +21,7 @@ from webapp.api.permissions import RolePermission
 from webapp.catalog import selectors
 from webapp.catalog.errors import CatalogError, RunPermissionError, RunSwitchedError
 from webapp.catalog.models import Flag, Mixture, MixtureVersion, Pool, Source, TrainingRun
+from webapp.catalog.services.exports import mixture_version_export, mixture_version_materialize
 from webapp.catalog.services.flags import flag_create
 from webapp.catalog.services.mixtures import mixture_version_save
 from webapp.catalog.services.pools import pool_build
@@ -33,6 +34,7 @@ from webapp.catalog.services.runs import (
     run_switch,
 )
 from webapp.catalog.services.sources import source_register, source_scan
+from webapp.catalog.services.tokenized import tokenized_source_build
 from webapp.jobs.models import Job, JobState
 from webapp.jobs.services import JobError, job_cancel, job_retry
 from webapp.links import page_url
@@ -74,6 +76,12 @@ def _created(request, given, service, shown) -> Response:
     return Response(shown(row).data, status=status.HTTP_201_CREATED)
 
 
+def _accepted(request, body: dict, job_id: int) -> Response:
+    """202 Accepted with ``body``, the address of the job doing the work in ``Location``."""
+    location = reverse("job-detail", args=[job_id], request=request)
+    return Response(body, status=status.HTTP_202_ACCEPTED, headers={"Location": location})
+
+
 class SourceViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     queryset = Source.objects.order_by("name")
     serializer_class = s.SourceSerializer
@@ -91,6 +99,23 @@ class SourceViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet
         except CatalogError as e:
             raise _bad(e) from e
         return Response(s.SourceSerializer(source).data)
+
+    @extend_schema(request=s.TokenizeSerializer, responses={202: s.TokenizedSourceSerializer})
+    @action(detail=True, methods=["post"])
+    def tokenize(self, request, pk=None):
+        """Start a tokenize job over the source's files: 202 Accepted with the tokenized
+        source ("building", its ``job``), the job's address in ``Location``; poll the job
+        until it succeeds (the tokenized source is then "ready") or fails."""
+        source = get_object_or_404(Source.objects.only("id"), pk=pk)
+        data = s.TokenizeSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        try:
+            ts = tokenized_source_build(
+                source_id=source.pk, **data.validated_data, created_by=request.user
+            )
+        except (CatalogError, ShardcoreError) as e:
+            raise _bad(e) from e
+        return _accepted(request, s.TokenizedSourceSerializer(ts).data, ts.job_id)
 
     @extend_schema(responses={200: s.SourceFileSerializer(many=True)})
     @action(detail=True, methods=["get"])
@@ -153,6 +178,49 @@ class MixtureVersionViewSet(Base, viewsets.ReadOnlyModelViewSet):
         .order_by("-created_at")
     )
     serializer_class = s.MixtureVersionSerializer
+
+    @extend_schema(request=s.MaterializeSerializer, responses={202: s.JobSerializer})
+    @action(detail=True, methods=["post"])
+    def materialize(self, request, pk=None):
+        """Start a job writing the version's samples as shards in schedule order (its
+        materialized copy, beside the version): 202 Accepted with the job, its address in
+        ``Location``. While one is building, asking again answers its job; a version
+        materialized already is refused (400)."""
+        version = get_object_or_404(MixtureVersion.objects.only("id"), pk=pk)
+        data = s.MaterializeSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        try:
+            job = mixture_version_materialize(
+                version_id=version.pk, **data.validated_data, created_by=request.user
+            )
+        except (CatalogError, ShardcoreError) as e:
+            raise _bad(e) from e
+        return _accepted(request, s.JobSerializer(job).data, job.pk)
+
+    @extend_schema(methods=["GET"], responses={200: s.ExportSerializer(many=True)})
+    @extend_schema(
+        methods=["POST"], request=s.ExportCreateSerializer, responses={201: s.ExportSerializer}
+    )
+    @action(detail=True, methods=["get", "post"])
+    def exports(self, request, pk=None):
+        """GET: the version's materialized copy and trainer configs. POST: write the
+        version as a trainer config (megatron, olmo-core, nanotron, json) beside it and
+        record it (the same request again answers the recorded one). A version on object
+        storage has no config file beside local shards: refused (400) with what to do."""
+        version = get_object_or_404(MixtureVersion.objects.only("id"), pk=pk)
+        if request.method == "GET":
+            page = self.paginate_queryset(version.exports.order_by("created_at", "id"))
+            return self.get_paginated_response(s.ExportSerializer(page, many=True).data)
+        data = s.ExportCreateSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        v = data.validated_data
+        try:
+            export = mixture_version_export(
+                version_id=version.pk, fmt=v["format"], global_batch_size=v["global_batch_size"]
+            )
+        except (CatalogError, ShardcoreError) as e:
+            raise _bad(e) from e
+        return Response(s.ExportSerializer(export).data, status=status.HTTP_201_CREATED)
 
 
 class JobViewSet(Base, viewsets.ReadOnlyModelViewSet):

@@ -62,6 +62,12 @@ def mixture_version_export(
     )
     if existing is not None:
         return existing
+    if storage.is_remote(version.path):
+        raise CatalogError(
+            f"mixture version {version} is on object storage ({version.path}): its {fmt} "
+            "description is read as it is rendered, not written beside it; materialize the "
+            "version and stream it with shardcore.loader, or export from a local copy"
+        )
     text = mixture_version_export_render(
         version_id=version_id, fmt=fmt, global_batch_size=global_batch_size
     )
@@ -90,6 +96,13 @@ def _export_target(
         known = ", ".join(sorted({*EXPORT_FORMATS, "olmo"}))
         raise CatalogError(f"unknown export format {fmt!r}; known: {known}")
     version = built_version(version_id)
+    if storage.is_remote(version.path) and fmt != Export.Format.JSON:
+        # Trainer configs name local shard files that the trainer memory-maps.
+        raise CatalogError(
+            f"mixture version {version} is on object storage ({version.path}): a {fmt} "
+            "config names local shard files; materialize the version and stream it with "
+            "shardcore.loader, or export from a local copy"
+        )
     core_fmt, name = EXPORT_FORMATS[fmt]
     options: dict[str, Any] = {}
     if fmt == Export.Format.MEGATRON:
