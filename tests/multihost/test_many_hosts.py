@@ -372,7 +372,6 @@ def test_a_job_survives_a_worker_host_cut_off_mid_job(network, tmp_path, monkeyp
     )
     job_id, out = launched["job"], launched["path"]
     assert out.startswith(f"{DATA_ROOT}/tokenized/code-"), launched
-    assert cluster.artifact("tokenizedsource", launched["id"])["status"] == "building"
 
     # Both hosts take units; then beta is frozen while it runs one and holds no open
     # transaction, its link goes down, and it runs on without a network.
