@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from shardcore import manifest as mf
+from shardcore import storage
 from shardcore.errors import InputError
 
 _CHUNK = 1 << 22
@@ -36,6 +37,7 @@ def flagged_records(pool_path: str | os.PathLike, doc_rows: np.ndarray) -> np.nd
     (pool document indices, i.e. rows of ``documents.parquet``)."""
     from shardcore.pack import load_segments
 
+    pool_path = storage.local_artifact(pool_path)  # a checked local copy of a remote pool
     manifest = mf.read_manifest(pool_path)
     if manifest.get("kind") != "pool":
         raise InputError(f"{pool_path}: not a pool (kind {manifest.get('kind')!r})")
@@ -100,6 +102,7 @@ def _flagged_chunks(
     when no record is."""
     from shardcore.mixture import POOL_FILE, RECORD_FILE
 
+    mixture_dir = storage.local_artifact(mixture_dir)  # the schedule, checked, when remote
     pools = np.load(os.path.join(mixture_dir, POOL_FILE), mmap_mode="r")
     recs = np.load(os.path.join(mixture_dir, RECORD_FILE), mmap_mode="r")
     stop = int(pools.size) if stop is None else min(int(stop), int(pools.size))

@@ -869,7 +869,8 @@ def plan_mixture(spec: MixtureSpec | Mapping[str, Any], out: str | os.PathLike) 
         spec = MixtureSpec.from_dict(spec)
     spec.validate()
     params = {"spec": spec.to_dict()}
-    return units.Plan(STAGE, str(Path(out).resolve()), params, [[{"id": SCHEDULE_UNIT}]])
+    where = storage.resolve(out) if storage.is_remote(out) else str(Path(out).resolve())
+    return units.Plan(STAGE, where, params, [[{"id": SCHEDULE_UNIT}]])
 
 
 def _run_unit(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:

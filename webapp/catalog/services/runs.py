@@ -3,14 +3,13 @@ weights proposed from the losses, and where a run resumes."""
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 from django.db import transaction
 from django.utils import timezone
 
+from shardcore import storage
 from webapp.catalog.errors import CatalogError, RunPermissionError, RunSwitchedError
 from webapp.catalog.models import (
     ArtifactStatus,
@@ -681,10 +680,10 @@ def run_resume_position(*, run_id: int, sample: int | None = None) -> dict[str, 
         raise CatalogError(f"run {run.name}: {exc}") from exc
     pool_info = mix.pools[where["pool"]]
     pools = {
-        os.path.abspath(c.pool.path): c.pool
+        storage.resolve(c.pool.path): c.pool
         for c in MixtureComponent.objects.filter(version=version).select_related("pool")
     }
-    pool = pools.get(os.path.abspath(where["pool_path"]))
+    pool = pools.get(storage.resolve(where["pool_path"]))
     epoch = 0
     if pool_info["epochs"] > 1 or pool_info.get("first_read"):
         # Repeated pools: the epoch is how often this pool was read before the sample.
@@ -711,7 +710,7 @@ def run_resume_position(*, run_id: int, sample: int | None = None) -> dict[str, 
         "pool_index": where["pool"],
         "pool_id": pool.pk if pool else None,
         "epoch": epoch,
-        "shard_path": str(Path(where["pool_path"]) / where["shard_prefix"]),
+        "shard_path": storage.join(where["pool_path"], where["shard_prefix"]),
     }
 
 
