@@ -135,9 +135,11 @@ class Samples:
 
             local = self.path
             if self.remote:
-                # The schedule (about 9 bytes a sample) is copied whole, beside the shards.
+                # The schedule (about 9 bytes a sample) is copied whole, beside the shards,
+                # and stays in use (never evicted) while this object lives.
                 directory, _, _ = streaming.cache_settings(**self._cache_args)
-                local = storage.local_artifact(self.path, cache_dir=directory / "artifacts")
+                self._schedule = storage.artifact_copy(self.path, cache_dir=directory / "artifacts")
+                local = self._schedule.path
             self._mixture = Mixture(local)
             self._pools: dict[int, Any] = {}
             self.num_samples = self._mixture.num_samples

@@ -863,14 +863,14 @@ SCHEDULE_UNIT = "schedule"
 
 
 def plan_mixture(spec: MixtureSpec | Mapping[str, Any], out: str | os.PathLike) -> units.Plan:
-    """The plan of a schedule build into ``out``; pool paths must be absolute (or URLs).
-    Checks the spec itself, not its pools (the unit reads them)."""
+    """The plan of a schedule build into ``out`` (a directory or an ``s3://`` prefix); pool
+    paths must be absolute (or URLs). Checks the spec itself, not its pools (the unit reads
+    them)."""
     if not isinstance(spec, MixtureSpec):
         spec = MixtureSpec.from_dict(spec)
     spec.validate()
     params = {"spec": spec.to_dict()}
-    where = storage.resolve(out) if storage.is_remote(out) else str(Path(out).resolve())
-    return units.Plan(STAGE, where, params, [[{"id": SCHEDULE_UNIT}]])
+    return units.Plan(STAGE, storage.resolve(out), params, [[{"id": SCHEDULE_UNIT}]])
 
 
 def _run_unit(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:

@@ -18,17 +18,53 @@ S3-compatible server is reached through ``AWS_ENDPOINT_URL``: botocore reads the
 ``local_artifact(url)`` returns a local directory holding a finished remote artifact: every
 file its manifest lists, checked against the manifest's checksums as it is downloaded, then
 the manifest last (so an interrupted download is never taken for a copy). Copies live in
-the cache directory (``SHARDYARD_CACHE``), named by the artifact's URL and content digest;
-a rebuilt artifact at the same URL gets a new copy.
+``$SHARDYARD_CACHE/artifacts/<key>/``, named by the artifact's URL and content digest; a
+rebuilt artifact at the same URL gets a new copy.
+
+That directory holds at most ``SHARDYARD_ARTIFACT_CACHE_LIMIT`` bytes (default 64GiB;
+``none`` for no limit), evicting whole copies, least recently used first:
+
+- **In use.** Each copy has a lock file beside it, ``<key>.lock``. A process using a copy
+  holds a shared ``flock`` on it: ``artifact_copy(url)`` returns a ``LocalCopy`` that holds
+  it until ``close()`` (or until it is garbage-collected), and ``local_artifact(url)``
+  holds it until the innermost ``artifact_scope()`` block of the thread exits (a unit's run
+  is one), or outside any such block until the process exits. An evicting process takes
+  the lock exclusively without waiting (``LOCK_NB``): a copy that any process on the host
+  holds (its forked children included, which share the lock) is skipped, never deleted.
+  Evicting renames the copy aside and unlinks its lock file while holding the exclusive
+  lock; a process that opened the lock file before that checks, once it holds its shared
+  lock, that the file is still the one at that name, and otherwise starts over (and
+  downloads the copy again). The kernel drops the locks of a killed process, so a crash
+  pins nothing.
+- **Recency.** Every use touches the lock file; its modification time orders eviction.
+- **Room.** Before a download, under ``.evict.lock`` (one evicting process at a time per
+  directory), unused copies are evicted, oldest first, until the copies present, the
+  downloads other processes have under way (each writes its copy's full size into its lock
+  file) and the new copy fit the limit. Copies other processes hold cannot be evicted: the
+  directory then exceeds the limit by them until they are released and a later download
+  evicts them. A copy larger than the limit by itself is refused before anything is
+  downloaded, with the numbers (``ArtifactCacheError``).
+- **Downloads.** Every file appears by atomic rename after its size and xxh3 are checked,
+  the manifest last. Processes fetching the same copy take turns on ``<key>.fetch``
+  (exclusive ``flock``): the second finds the first's copy finished, or, after a download
+  that was killed, keeps the files it checked and renamed into place, deletes its
+  temporaries and fetches the rest.
+
+The lock files need a local filesystem (``flock`` is per host): share the cache between
+processes of one host, not between hosts.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import io
+import logging
 import os
 import shutil
 import threading
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -36,10 +72,46 @@ from typing import IO, Any
 import xxhash
 
 from shardcore import atomic
-from shardcore.errors import CorruptDataError, ManifestError
+from shardcore.errors import CorruptDataError, InputError, ManifestError
+from shardcore.sizes import parse_size
+
+log = logging.getLogger(__name__)
 
 PART_SIZE = 16 << 20  # multipart part size; S3 allows 5 MiB..5 GiB and 10,000 parts
 _COPY = 8 << 20
+_CONNECTIONS = 32  # per client: the threads of a process share one
+_client_lock = threading.Lock()
+
+
+def _new_client_lock() -> None:
+    global _client_lock
+    _client_lock = threading.Lock()  # a fork may copy it held by a thread it leaves behind
+
+
+os.register_at_fork(after_in_child=_new_client_lock)
+DEFAULT_ARTIFACT_CACHE_LIMIT = 64 << 30
+_UNLIMITED = ("none", "unlimited")
+
+
+class ArtifactCacheError(InputError):
+    """A remote artifact's local copy cannot fit the artifact cache's limit by itself."""
+
+
+def artifact_cache_limit(value: int | str | None = None) -> int | None:
+    """The artifact cache's limit in bytes (None: unlimited): ``value`` where given, else
+    ``SHARDYARD_ARTIFACT_CACHE_LIMIT``, else 64GiB. ``none`` (or ``unlimited``) lifts it."""
+    name = "artifact cache limit"
+    if value is None:
+        value = os.environ.get("SHARDYARD_ARTIFACT_CACHE_LIMIT") or None
+        name = "SHARDYARD_ARTIFACT_CACHE_LIMIT"
+    if value is None:
+        return DEFAULT_ARTIFACT_CACHE_LIMIT
+    if isinstance(value, str) and value.strip().lower() in _UNLIMITED:
+        return None
+    limit = parse_size(value, name=name)
+    if limit <= 0:
+        raise InputError(f"{name}: must be a positive size or none (no limit), got {value!r}")
+    return limit
 
 
 def is_remote(url: str | os.PathLike) -> bool:
@@ -241,8 +313,42 @@ class _MultipartWriter(io.RawIOBase):
             )
 
 
+# What a client is made from; a client made before one of them changes is not reused.
+_CLIENT_ENV = (
+    "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN", "AWS_DEFAULT_REGION", "AWS_REGION", "AWS_PROFILE",
+    "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE",
+)  # fmt: skip
+_clients: dict[tuple, Any] = {}
+
+
+def _shared_client():
+    """The process's S3 client for the current AWS environment: creating one costs tens of
+    milliseconds of CPU, so every store and thread of the process shares it."""
+    key = (os.getpid(), *(os.environ.get(k) for k in _CLIENT_ENV))
+    client = _clients.get(key)
+    if client is None:
+        with _client_lock:
+            client = _clients.get(key)
+            if client is None:
+                import boto3
+                from botocore.config import Config
+
+                config = Config(
+                    retries={"max_attempts": 8, "mode": "standard"},
+                    max_pool_connections=_CONNECTIONS,
+                )
+                client = boto3.session.Session().client("s3", config=config)
+                if len(_clients) > 16:  # environments a long test run went through
+                    _clients.clear()
+                _clients[key] = client
+    return client
+
+
 class S3Store(Store):
-    """A prefix of an S3 bucket, through boto3 (one client per process and thread)."""
+    """A prefix of an S3 bucket, through boto3: one client per process and AWS environment,
+    shared by its stores and threads (boto3's clients are thread-safe) with a pool of
+    connections for them."""
 
     def __init__(self, url: str, *, part_size: int | None = None):
         self.url = resolve(url)
@@ -251,7 +357,8 @@ class S3Store(Store):
         if not self.bucket:
             raise ValueError(f"{url}: no bucket in the URL")
         self.part_size = int(part_size or PART_SIZE)
-        self._local = threading.local()
+        self._client: Any = None
+        self._client_pid = 0
 
     def __getstate__(self) -> dict[str, Any]:
         return {"url": self.url, "part_size": self.part_size}
@@ -263,15 +370,10 @@ class S3Store(Store):
     def client(self):
         # boto3 clients are not safe to share across forked processes: one per pid.
         pid = os.getpid()
-        if getattr(self._local, "pid", None) != pid:
-            import boto3
-            from botocore.config import Config
-
-            self._local.client = boto3.session.Session().client(
-                "s3", config=Config(retries={"max_attempts": 8, "mode": "standard"})
-            )
-            self._local.pid = pid
-        return self._local.client
+        if self._client_pid != pid:
+            self._client = _shared_client()
+            self._client_pid = pid
+        return self._client
 
     def _key(self, key: str) -> str:
         return f"{self.prefix}/{key}" if self.prefix else key
@@ -407,15 +509,7 @@ def read_manifest(url: str | os.PathLike) -> dict[str, Any]:
     if not is_remote(url):
         return mf.read_manifest(url)
     store = open_store(url)
-    try:
-        data = store.read_bytes(mf.MANIFEST_NAME)
-    except FileNotFoundError:
-        if store.list():
-            raise ManifestError(
-                f"{store.url}: no {mf.MANIFEST_NAME} (not an artifact, or its build did not finish)"
-            ) from None
-        raise ManifestError(f"{store.url}: no such artifact") from None
-    return mf.parse_manifest(data, store.location(mf.MANIFEST_NAME))
+    return mf.parse_manifest(_manifest_bytes(store), store.location(mf.MANIFEST_NAME))
 
 
 def _digest_of(manifest: dict[str, Any]) -> str:
@@ -424,13 +518,17 @@ def _digest_of(manifest: dict[str, Any]) -> str:
     return mf.content_digest(manifest)
 
 
-def download_checked(store: Store, entry: dict[str, Any], dest: Path) -> None:
+def download_checked(
+    store: Store, entry: dict[str, Any], dest: Path, *, sync_rename: bool = True
+) -> None:
     """Download one manifest-listed file, checking its size and xxh3 as it streams; a
-    mismatch names the object and leaves nothing at ``dest``."""
+    mismatch names the object and leaves nothing at ``dest``. The bytes are synced before
+    the rename; ``sync_rename=False`` leaves the rename itself unsynced (a cache: after a
+    crash the file is whole or absent)."""
     rel = str(entry["path"])
     dest.parent.mkdir(parents=True, exist_ok=True)
     h, size = xxhash.xxh3_64(), 0
-    with store.open(rel) as src, atomic.atomic_open(dest) as dst:
+    with store.open(rel) as src, atomic.atomic_open(dest, durable=sync_rename) as dst:
         while chunk := src.read(_COPY):
             h.update(chunk)
             size += len(chunk)
@@ -444,30 +542,291 @@ def download_checked(store: Store, entry: dict[str, Any], dest: Path) -> None:
                 f"{store.location(rel)}: checksum {h.hexdigest()} differs from the manifest's "
                 f"{entry['xxh3']}"
             )
+        if not sync_rename:
+            dst.flush()
+            getattr(os, "fdatasync", os.fsync)(dst.fileno())
 
 
-def local_artifact(url: str | os.PathLike, *, cache_dir: str | os.PathLike | None = None) -> str:
-    """A local directory holding the finished artifact at ``url`` (``url`` itself when it
-    is local). See the module docstring."""
+def _manifest_bytes(store: Store) -> bytes:
     from shardcore import manifest as mf
 
-    if not is_remote(url):
-        return os.fspath(url)
+    try:
+        return store.read_bytes(mf.MANIFEST_NAME)
+    except FileNotFoundError:
+        if store.list():
+            raise ManifestError(
+                f"{store.url}: no {mf.MANIFEST_NAME} (not an artifact, or its build did not finish)"
+            ) from None
+        raise ManifestError(f"{store.url}: no such artifact") from None
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    """True if ``path`` still names the file open as ``fd`` (not unlinked or replaced)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return False
+    mine = os.fstat(fd)
+    return (st.st_dev, st.st_ino) == (mine.st_dev, mine.st_ino)
+
+
+def _lock(path: Path, how: int) -> int | None:
+    """An fd of the file at ``path`` (created if absent) holding ``flock(how)``, checked to
+    still be the file at that name once locked; None if ``how`` has LOCK_NB and another
+    holder conflicts, or if the file was unlinked meanwhile and LOCK_NB was given."""
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, how)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                return None
+            raise
+        if _same_file(fd, path):
+            return fd
+        os.close(fd)  # evicted between our open and our lock: the name is a new file now
+        if how & fcntl.LOCK_NB:
+            return None
+
+
+@contextlib.contextmanager
+def _locked(path: Path, how: int) -> Iterator[int]:
+    fd = _lock(path, how)
+    assert fd is not None
+    try:
+        yield fd
+    finally:
+        os.close(fd)
+
+
+class LocalCopy:
+    """A finished local copy of a remote artifact, in use (never evicted) until ``close()``.
+    ``os.fspath(copy)`` and ``copy.path`` are its directory."""
+
+    def __init__(self, path: Path, fd: int):
+        self.path = str(path)
+        self._fd: int | None = fd
+
+    def __fspath__(self) -> str:
+        return self.path
+
+    def __repr__(self) -> str:
+        return f"LocalCopy({self.path!r}{'' if self._fd is not None else ', closed'})"
+
+    def close(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+
+    def __enter__(self) -> LocalCopy:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
+
+
+def _tree_bytes(path: Path) -> int:
+    total = 0
+    for dirpath, _dirs, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(dirpath, name)).st_size
+    return total
+
+
+def _reserved(lock: Path) -> int:
+    """The full size a downloading process wrote into a copy's lock file (0 if none)."""
+    try:
+        return int(lock.read_bytes().strip() or 0)
+    except (OSError, ValueError):
+        return 0
+
+
+def _evict(root: Path, key: str) -> bool:
+    """Delete copy ``key`` unless a process holds it; True if it was deleted."""
+    lock = root / f"{key}.lock"
+    fd = _lock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    if fd is None:
+        return False
+    aside = root / f".evicted-{key}-{uuid.uuid4().hex[:8]}"
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            os.rename(root / key, aside)
+        (root / f"{key}.fetch").unlink(missing_ok=True)
+        lock.unlink(missing_ok=True)
+    finally:
+        os.close(fd)
+    shutil.rmtree(aside, ignore_errors=True)
+    return True
+
+
+def _make_room(root: Path, key: str, size: int, limit: int) -> None:
+    """Evict unused copies, least recently used first, until the copies present, the other
+    processes' downloads under way and ``size`` bytes of copy ``key`` fit ``limit``. Call
+    holding ``.evict.lock``."""
+    for p in root.glob(".evicted-*"):  # an eviction killed before it finished
+        shutil.rmtree(p, ignore_errors=True)
+    keys = set()
+    for p in root.iterdir():
+        if p.name.startswith("."):
+            continue
+        name = p.name.removesuffix(".lock").removesuffix(".fetch")
+        keys.add(name)
+    keys.discard(key)
+    used = max(size, _tree_bytes(root / key))
+    candidates = []
+    for k in keys:
+        lock, copy = root / f"{k}.lock", root / k
+        have = _tree_bytes(copy)
+        try:
+            recent = lock.stat().st_mtime_ns
+        except FileNotFoundError:  # never used by a process that locks: the copy's own time
+            try:
+                recent = copy.stat().st_mtime_ns
+            except FileNotFoundError:
+                continue
+        probe = _lock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if probe is None:  # in use; if being downloaded, count its full size
+            complete = (copy / "manifest.json").exists()
+            used += have if complete else max(have, _reserved(lock))
+            continue
+        os.close(probe)
+        used += have
+        candidates.append((recent, k, have))
+    candidates.sort()
+    for _, k, have in candidates:
+        if used <= limit:
+            break
+        if _evict(root, k):
+            used -= have
+    if used > limit:
+        log.warning(
+            "%s: %d bytes of artifact copies in use by processes on this host exceed the "
+            "limit of %d bytes (SHARDYARD_ARTIFACT_CACHE_LIMIT); they are evicted once released",
+            root,
+            used,
+            limit,
+        )
+
+
+def artifact_copy(
+    url: str | os.PathLike,
+    *,
+    cache_dir: str | os.PathLike | None = None,
+    limit: int | str | None = None,
+) -> LocalCopy:
+    """A finished, checked local copy of the remote artifact at ``url``, held in use until
+    it is closed (see the module docstring). ``cache_dir`` defaults to
+    ``$SHARDYARD_CACHE/artifacts``, ``limit`` to ``SHARDYARD_ARTIFACT_CACHE_LIMIT``."""
+    from shardcore import manifest as mf
+
     url = resolve(url)
-    manifest = read_manifest(url)
+    if not is_remote(url):
+        raise ValueError(f"{url}: a local artifact is read where it is, not copied")
+    store = open_store(url)
+    data = _manifest_bytes(store)
+    manifest = mf.parse_manifest(data, store.location(mf.MANIFEST_NAME))
+    entries = mf.file_entries(manifest)
+    size = sum(int(e.get("size") or 0) for e in entries) + len(data)
+    bound = artifact_cache_limit(limit)
     key = xxhash.xxh3_64_hexdigest(f"{url}\0{_digest_of(manifest)}".encode())
     root = Path(cache_dir) if cache_dir is not None else cache_root() / "artifacts"
     local = root / key
-    if (local / mf.MANIFEST_NAME).exists():
-        return str(local)
-    local.mkdir(parents=True, exist_ok=True)
-    store = open_store(url)
-    for entry in mf.file_entries(manifest):
-        dest = local / str(entry["path"])
-        if not dest.exists():
-            download_checked(store, entry, dest)
-    atomic.write_bytes(local / mf.MANIFEST_NAME, store.read_bytes(mf.MANIFEST_NAME))
-    return str(local)
+    root.mkdir(parents=True, exist_ok=True)
+    fd = _lock(root / f"{key}.lock", fcntl.LOCK_SH)
+    assert fd is not None
+    try:
+        os.utime(fd)  # most recently used
+        if not (local / mf.MANIFEST_NAME).exists():
+            if bound is not None and size > bound:
+                raise ArtifactCacheError(
+                    f"{url}: its local copy needs {size} bytes ({len(entries)} files and the "
+                    f"manifest), more than the artifact cache limit of {bound} bytes in {root}; "
+                    "raise SHARDYARD_ARTIFACT_CACHE_LIMIT (or set it to none)"
+                )
+            _download(store, entries, data, root, key, fd, size, bound)
+    except BaseException:
+        os.close(fd)
+        raise
+    return LocalCopy(local, fd)
+
+
+def _download(store, entries, data, root: Path, key: str, fd: int, size: int, bound) -> None:
+    from shardcore import manifest as mf
+
+    local = root / key
+    with _locked(root / f"{key}.fetch", fcntl.LOCK_EX):
+        if (local / mf.MANIFEST_NAME).exists():  # another process finished it meanwhile
+            return
+        local.mkdir(parents=True, exist_ok=True)
+        # Fetchers of this copy take turns, so temporaries here are a killed download's.
+        for dirpath, _dirs, files in os.walk(local):
+            for name in files:
+                if name.startswith(".") and name.endswith(".tmp"):
+                    os.unlink(os.path.join(dirpath, name))
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(size).encode(), 0)  # counted by other processes making room
+        if bound is not None:
+            with _locked(root / ".evict.lock", fcntl.LOCK_EX):
+                _make_room(root, key, size, bound)
+        for entry in entries:
+            dest = local / str(entry["path"])
+            if not dest.exists():
+                download_checked(store, entry, dest)
+        atomic.write_bytes(local / mf.MANIFEST_NAME, data)
+        os.ftruncate(fd, 0)
+
+
+class _Scope(threading.local):
+    def __init__(self) -> None:
+        self.stack: list[list[LocalCopy]] = []
+
+
+_scope = _Scope()
+_process_copies: dict[str, LocalCopy] = {}
+_process_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def artifact_scope() -> Iterator[None]:
+    """Copies that ``local_artifact`` returns in this thread inside the block stay in use
+    until it exits (then they may be evicted)."""
+    held: list[LocalCopy] = []
+    _scope.stack.append(held)
+    try:
+        yield
+    finally:
+        _scope.stack.pop()
+        for copy in held:
+            copy.close()
+
+
+def local_artifact(
+    url: str | os.PathLike,
+    *,
+    cache_dir: str | os.PathLike | None = None,
+    limit: int | str | None = None,
+) -> str:
+    """A local directory holding the finished artifact at ``url`` (``url`` itself when it
+    is local), in use until the innermost ``artifact_scope()`` exits, or outside one until
+    the process exits. See the module docstring."""
+    if not is_remote(url):
+        return os.fspath(url)
+    copy = artifact_copy(url, cache_dir=cache_dir, limit=limit)
+    if _scope.stack:
+        _scope.stack[-1].append(copy)
+        return copy.path
+    with _process_lock:
+        if copy.path in _process_copies:
+            copy.close()  # already held for the process
+        else:
+            _process_copies[copy.path] = copy
+    return copy.path
 
 
 def publish_directory(local: str | os.PathLike, url: str | os.PathLike) -> None:

@@ -6,8 +6,16 @@ checked against the artifact manifest's size and xxh3 as it streams in, and then
 local disk through np.memmap like a local shard. The cache directory holds at most
 ``limit`` bytes: before a download, the least recently used shards are deleted until the
 new one fits, never the shards this process has open (the one being read and those
-prefetched for the next samples). A background thread prefetches the next ``prefetch``
-shards in the order the stream will read them, so reading rarely waits for the network.
+prefetched for the next samples). Background threads prefetch the next ``prefetch`` shards
+in the order the stream will read them, so reading rarely waits for the network.
+
+Downloads run on a pool of threads (two per prefetched shard: a shard's ``.idx`` and
+``.bin`` come in at once, and the next shards beside them) sharing one S3 client and its
+connections. A file is downloaded once per process: a read that needs a file a prefetch is
+downloading waits for that download instead of starting another. Each file is checked as
+it streams in (one xxh3 pass over the bytes received), its bytes are synced to disk, and it
+is renamed into place; the rename is not synced, so after a crash a cached file is whole or
+absent, never torn.
 
 Trade-offs: whole-shard fetches (not ranged reads per sample) because training reads every
 record of a shard and S3 charges per request; the limit must hold the open shards (the
@@ -81,8 +89,10 @@ class ShardCache:
         self._lock = threading.RLock()
         self._pinned: dict[Path, int] = {}
         self._reserved = 0  # bytes of downloads under way
-        self._inflight: dict[str, Future] = {}
+        self._downloading: dict[Path, Future] = {}  # file -> its download under way
+        self._inflight: dict[str, list[Future]] = {}  # prefetched shard -> its downloads
         self._pool: ThreadPoolExecutor | None = None
+        self._pool_pid = 0
         self.downloads = 0  # files downloaded by this process (for tests and benchmarks)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -161,6 +171,53 @@ class ShardCache:
                 break
         return True
 
+    def _executor(self) -> ThreadPoolExecutor:
+        # Threads do not survive a fork (a DataLoader worker): a new pool in each process.
+        if self._pool is None or self._pool_pid != os.getpid():
+            workers = max(2, 2 * self.prefetch_depth)
+            self._pool = ThreadPoolExecutor(workers, thread_name_prefix="shardyard-fetch")
+            self._pool_pid = os.getpid()
+            self._downloading, self._inflight, self._reserved = {}, {}, 0
+        return self._pool
+
+    def _download(self, store: storage.Store, entry: dict[str, Any], path: Path) -> None:
+        try:
+            if not path.exists():
+                storage.download_checked(store, entry, path, sync_rename=False)
+                with self._lock:
+                    self.downloads += 1
+        finally:
+            with self._lock:
+                self._reserved -= int(entry["size"])
+                self._downloading.pop(path, None)
+
+    def _start(
+        self, store: storage.Store, content: str, entries: list[dict[str, Any]], strict: bool
+    ) -> tuple[list[Path], list[Future]] | None:
+        """Make room, pin the files and start the downloads of those absent (joining the
+        ones under way); None if a non-strict call found no room."""
+        paths = [self.local_path(store.url, str(e["path"]), content) for e in entries]
+        with self._lock:
+            pool = self._executor()
+            missing = [
+                (e, p)
+                for e, p in zip(entries, paths, strict=True)
+                if p not in self._downloading and not p.exists()
+            ]
+            need = sum(int(e["size"]) for e, _ in missing)
+            if missing and not self._make_room(need, set(paths), strict=strict):
+                return None
+            for p in paths:
+                if p.exists():
+                    with contextlib.suppress(OSError):
+                        os.utime(p)  # most recently used
+                self._pinned[p] = self._pinned.get(p, 0) + 1
+            self._reserved += need
+            for e, p in missing:
+                self._downloading[p] = pool.submit(self._download, store, e, p)
+            futures = [self._downloading[p] for p in paths if p in self._downloading]
+        return paths, futures
+
     def fetch(
         self,
         store: storage.Store,
@@ -173,54 +230,66 @@ class ShardCache:
         ``store``), downloading the absent ones after making room. A read (not
         ``prefetching``) pins the files: ``unpin`` them when done. A prefetch that would
         have to evict an open shard does nothing and returns None."""
-        paths = [self.local_path(store.url, str(e["path"]), content) for e in entries]
-        with self._lock:
-            missing = [(e, p) for e, p in zip(entries, paths, strict=True) if not p.exists()]
-            need = sum(int(e["size"]) for e, _ in missing)
-            if missing and not self._make_room(need, set(paths), strict=not prefetching):
+        for attempt in (1, 2):
+            started = self._start(store, content, entries, strict=not prefetching)
+            if started is None:
                 return None
-            for p in paths:
-                if p.exists():
-                    os.utime(p)  # most recently used
-            self._reserved += need
-            for p in paths:
-                self._pinned[p] = self._pinned.get(p, 0) + 1
-        try:
-            for e, p in missing:
-                if not p.exists():
-                    storage.download_checked(store, e, p)
-                    self.downloads += 1
-        finally:
-            with self._lock:
-                self._reserved -= need
-                if prefetching:
-                    self.unpin(paths)
-        return paths
+            paths, futures = started
+            try:
+                for f in futures:
+                    f.result()
+            except Exception:
+                self.unpin(paths)
+                # A read that joined a prefetch's failed download tries once itself, and
+                # reports its own error.
+                if prefetching or attempt == 2:
+                    raise
+                continue
+            if prefetching:
+                self.unpin(paths)
+            return paths
+        raise AssertionError("unreachable")
 
     def prefetch(self, store: storage.Store, content: str, entries: list[dict[str, Any]]) -> None:
-        """Fetch in the background (at most ``prefetch`` shards queued at a time)."""
+        """Fetch in the background (at most ``prefetch`` shards under way at a time)."""
         if not self.prefetch_depth:
             return
         key = f"{store.url}\0{entries[0]['path']}"
         with self._lock:
-            self._inflight = {k: f for k, f in self._inflight.items() if not f.done()}
+            self._executor()
+            self._inflight = {
+                k: fs for k, fs in self._inflight.items() if not all(f.done() for f in fs)
+            }
             if key in self._inflight or len(self._inflight) >= self.prefetch_depth:
                 return
-            if all(self.local_path(store.url, str(e["path"]), content).exists() for e in entries):
+            started = self._start(store, content, entries, strict=False)
+            if started is None:
                 return
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(1, thread_name_prefix="shardyard-prefetch")
-            self._inflight[key] = self._pool.submit(self._prefetch_one, store, content, entries)
+            paths, futures = started
+            if not futures:
+                self.unpin(paths)
+                return
+            self._inflight[key] = futures
+            # Unpinned once every file is in; a failed download is retried (and reported)
+            # by the read that needs it.
+            left = [len(futures)]
 
-    def _prefetch_one(self, store, content, entries) -> None:
-        # On failure the read that needs the shard fetches it again and reports the error.
-        with contextlib.suppress(Exception):
-            self.fetch(store, content, entries, prefetching=True)
+            def done(_: Future) -> None:
+                with self._lock:
+                    left[0] -= 1
+                    if left[0] == 0:
+                        self.unpin(paths)
+
+            for f in futures:
+                f.add_done_callback(done)
 
     def wait(self) -> None:
         """Block until queued prefetches finish."""
-        for f in list(self._inflight.values()):
-            f.result()
+        with self._lock:
+            futures = [f for fs in self._inflight.values() for f in fs]
+        for f in futures:
+            with contextlib.suppress(Exception):
+                f.result()
 
 
 class RemoteRecords:

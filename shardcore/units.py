@@ -285,7 +285,13 @@ def run_unit(
     ``may_publish``, when given, is asked once the work is done and before anything of it
     is published (uploaded to an object store, or its marker written): False raises
     UnitSuperseded and publishes nothing, so that a run whose claim was taken over (a host
-    cut off past its lease) leaves no late objects in an artifact another run finished."""
+    cut off past its lease) leaves no late objects in an artifact another run finished.
+    The local copies of its remote inputs are in use (never evicted) until it returns."""
+    with storage.artifact_scope():
+        return _run_unit(plan, unit_id, may_publish)
+
+
+def _run_unit(plan: Plan, unit_id: str, may_publish: Callable[[], bool] | None) -> dict[str, Any]:
     done = unit_result(plan.out, unit_id)
     if done is not None:
         return done

@@ -144,6 +144,9 @@ def main() -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     python = ensure_peer_venv()
+    # Imported before any clock starts, as the peer's process imports it before its own.
+    import torch  # noqa: F401
+
     pool = build_pool(out, args.text_mb, args.seq_len, args.shard_size)
     from shardcore import manifest as mf
     from shardcore import storage

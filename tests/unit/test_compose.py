@@ -1,5 +1,6 @@
 """docker-compose.yml holds together: every host reaches the same Postgres, Redis and MinIO
-(with its bucket made before any app container starts), and workers scale with
+(with its bucket made before any app container starts), the catalog's data root is on that
+bucket while what stays local is each container's own, and workers scale with
 ``docker compose up --scale worker=N``."""
 
 from __future__ import annotations
@@ -75,3 +76,25 @@ def test_the_bucket_is_made_once_minio_answers_and_before_the_app_starts():
         if app == "worker":
             deps = SERVICES["web"]["depends_on"]
         assert deps["minio-bucket"] == {"condition": "service_completed_successfully"}
+
+
+def _mounts(service: str) -> list[str]:
+    """Where the service's volumes are mounted in its containers."""
+    return [v.split(":")[1] for v in SERVICES[service].get("volumes") or []]
+
+
+def test_artifacts_go_to_the_bucket_and_what_stays_local_is_each_containers_own():
+    bucket = re.search(r"store/([a-z0-9.-]+)", SERVICES["minio-bucket"]["entrypoint"]).group(1)
+    for app in ("web", "worker"):
+        env = _env(app)
+        data = urlparse(env["SHARDYARD_DATA"])
+        assert (data.scheme, data.hostname) == ("s3", bucket), env["SHARDYARD_DATA"]
+        assert data.path.strip("/"), "the data root is a prefix of the bucket"
+        # SHARDYARD_HOME and the cache are on no shared volume: with --scale, each worker
+        # container keeps its own; the sources' directory is the one volume they share.
+        for local in (env["SHARDYARD_HOME"], env["SHARDYARD_CACHE"]):
+            assert local.startswith("/")
+            assert not any(
+                local == m or local.startswith(m.rstrip("/") + "/") for m in _mounts(app)
+            ), (app, local)
+        assert env["SHARDYARD_SOURCE_ROOTS"] in _mounts(app)

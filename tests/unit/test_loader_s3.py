@@ -217,3 +217,22 @@ def test_locate_reads_s3_artifacts_and_trainer_exports_refuse_them_by_name(local
             export(f"{remote}/mix", fmt, global_batch_size=2)
     with pytest.raises(InputError, match=rf"{remote}/pools/early: on object storage"):
         megatron_data_args(root / "mix-of-s3")  # a local mixture of pools on S3
+
+
+def test_each_shard_file_is_downloaded_once_while_prefetches_run_beside_the_reads(
+    local, remote, tmp_path
+):
+    from shardcore.loader import ShardyardIterableDataset
+
+    ds = ShardyardIterableDataset(
+        f"{remote}/pool", cache_dir=tmp_path / "cache", cache_limit="1GB", prefetch=3
+    )
+    want = Samples(local[0] / "pool")
+    for item in ds:
+        assert np.array_equal(item["tokens"].numpy(), want[item["sample"]])
+    cache = ds.source.cache
+    cache.wait()
+    shards = len(ds.source._records_.manifest["shards"])
+    # A read that needs a file a prefetch is fetching waits for it: no file twice.
+    assert cache.downloads == 2 * shards
+    assert len(cache._files()) == 2 * shards

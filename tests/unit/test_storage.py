@@ -4,13 +4,19 @@ server) the same way, and never shows a partial object under its final name."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from shardcore import manifest as mf
 from shardcore import storage, verify
-from shardcore.errors import CorruptDataError, ManifestError
+from shardcore.errors import CorruptDataError, InputError, ManifestError
 
 TEXT = (
     b"Return a new array of bytes. The bytearray class is a mutable sequence of integers "
@@ -119,3 +125,192 @@ def test_it_names_locations_the_same_way_for_both_kinds(tmp_path):
     assert not storage.is_remote(tmp_path) and storage.is_remote("s3://b/k")
     with pytest.raises(ValueError, match="unsupported storage scheme 'gs'"):
         storage.resolve("gs://bucket/x")
+
+
+# --------------------------------------------------------------------------- artifact cache
+
+
+def _blob(s3_bucket, tmp_path, name, *, files=3, size=4000):
+    """An artifact of ``files`` files of ``size`` random bytes on the bucket; its URL."""
+    rng = np.random.default_rng(int.from_bytes(name.encode(), "little"))
+    work = tmp_path / "blobs" / name
+    work.mkdir(parents=True)
+    rels = [f"part-{i}.bin" for i in range(files)]
+    for rel in rels:
+        (work / rel).write_bytes(rng.integers(0, 256, size, dtype=np.uint8).tobytes())
+    manifest = {
+        "format_version": mf.FORMAT_VERSION,
+        "kind": "test",
+        "files": [verify.file_entry(work, rel) for rel in rels],
+    }
+    (work / mf.MANIFEST_NAME).write_text(json.dumps(manifest))
+    url = f"{s3_bucket}/{name}"
+    storage.publish_directory(work, url)
+    return url
+
+
+def _copy_bytes(url):
+    """What a copy of ``url`` takes in the cache: its files and its manifest."""
+    store = storage.open_store(url)
+    return sum(store.sizes().values())
+
+
+def _cached(cache):
+    """The copies (keys) present and complete in the cache directory."""
+    return {p.parent.name for p in cache.glob(f"*/{mf.MANIFEST_NAME}")}
+
+
+def _key(url, cache):
+    with storage.artifact_copy(url, cache_dir=cache, limit="none") as copy:
+        return os.path.basename(copy.path)
+
+
+# A process that takes a copy, says so, and holds it until its stdin closes; with "kill",
+# one that is killed (SIGKILL) halfway through writing the second file of its download.
+_HOLD = """
+import os, signal, sys
+from pathlib import Path
+from shardcore import atomic, storage
+
+url, cache, mode = sys.argv[1:4]
+if mode == "kill":
+    real, seen = storage.download_checked, []
+
+    def download_checked(store, entry, dest):
+        seen.append(dest)
+        if len(seen) < 2:
+            return real(store, entry, dest)
+        data = store.read_bytes(entry["path"])
+        with open(atomic.temp_path(dest), "wb") as f:
+            f.write(data[: len(data) // 2])
+            f.flush()
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    storage.download_checked = download_checked
+copy = storage.artifact_copy(url, cache_dir=cache)
+print(copy.path, flush=True)
+sys.stdin.read()
+"""
+
+
+def _holder(url, cache, mode="hold", limit="none"):
+    env = {**os.environ, "SHARDYARD_ARTIFACT_CACHE_LIMIT": str(limit)}
+    return subprocess.Popen(
+        [sys.executable, "-c", _HOLD, url, str(cache), mode],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+
+
+def test_the_artifact_cache_limit_is_read_from_the_environment(monkeypatch):
+    monkeypatch.delenv("SHARDYARD_ARTIFACT_CACHE_LIMIT", raising=False)
+    assert storage.artifact_cache_limit() == 64 << 30
+    monkeypatch.setenv("SHARDYARD_ARTIFACT_CACHE_LIMIT", "1.5GiB")
+    assert storage.artifact_cache_limit() == 3 << 29
+    monkeypatch.setenv("SHARDYARD_ARTIFACT_CACHE_LIMIT", "None")
+    assert storage.artifact_cache_limit() is None
+    assert storage.artifact_cache_limit("20kB") == 20_000
+    monkeypatch.setenv("SHARDYARD_ARTIFACT_CACHE_LIMIT", "lots")
+    with pytest.raises(InputError, match="SHARDYARD_ARTIFACT_CACHE_LIMIT: not a size: 'lots'"):
+        storage.artifact_cache_limit()
+    with pytest.raises(InputError, match="must be a positive size or none"):
+        storage.artifact_cache_limit("0")
+
+
+def test_the_least_recently_used_copies_are_evicted_to_make_room(s3_bucket, tmp_path):
+    cache = tmp_path / "cache"
+    a, b, c = (_blob(s3_bucket, tmp_path, n) for n in "abc")
+    one = _copy_bytes(a)
+    keys = {u: _key(u, tmp_path / "keys") for u in (a, b, c)}
+    limit = 2 * one + one // 2  # two copies fit, three do not
+    storage.artifact_copy(a, cache_dir=cache, limit=limit).close()
+    time.sleep(0.05)  # distinct modification times, whatever the filesystem's clock
+    storage.artifact_copy(b, cache_dir=cache, limit=limit).close()
+    time.sleep(0.05)
+    with storage.artifact_copy(a, cache_dir=cache, limit=limit) as copy:  # a is used again
+        assert verify.verify(copy.path).ok
+    time.sleep(0.05)
+    storage.artifact_copy(c, cache_dir=cache, limit=limit).close()
+    assert _cached(cache) == {keys[a], keys[c]}  # b, the least recently used, went
+    assert not (cache / f"{keys[b]}.lock").exists()
+    time.sleep(0.05)
+    local = storage.local_artifact(b, cache_dir=cache, limit=limit)  # fetched again
+    assert verify.verify(local).ok
+    assert _cached(cache) == {keys[c], keys[b]}
+    assert sum(p.stat().st_size for p in cache.rglob("*") if p.is_file()) <= limit
+
+
+def test_a_copy_another_process_holds_is_never_evicted(s3_bucket, tmp_path):
+    cache = tmp_path / "cache"
+    a, b, c = (_blob(s3_bucket, tmp_path, n) for n in "abc")
+    keys = {u: _key(u, tmp_path / "keys") for u in (a, b, c)}
+    limit = 2 * _copy_bytes(a) + _copy_bytes(a) // 2
+    holder = _holder(a, cache)  # takes a first: the least recently used
+    try:
+        assert holder.stdout.readline().strip() == str(cache / keys[a])
+        time.sleep(0.05)
+        storage.artifact_copy(b, cache_dir=cache, limit=limit).close()
+        time.sleep(0.05)
+        storage.artifact_copy(c, cache_dir=cache, limit=limit).close()
+        assert _cached(cache) == {keys[a], keys[c]}  # b went, not the older a, held
+        with storage.artifact_scope():
+            storage.local_artifact(b, cache_dir=cache, limit=limit)  # c goes
+            # Every other copy is in use: the directory goes over the limit for now.
+            storage.local_artifact(c, cache_dir=cache, limit=limit)
+            assert _cached(cache) == {keys[a], keys[b], keys[c]}
+            assert verify.verify(cache / keys[a]).ok
+    finally:
+        holder.stdin.close()
+        assert holder.wait(timeout=60) == 0
+    # Released by both: the next download evicts the least recently used (a).
+    _blob(s3_bucket, tmp_path, "d")
+    storage.artifact_copy(f"{s3_bucket}/d", cache_dir=cache, limit=limit).close()
+    assert keys[a] not in _cached(cache) and len(_cached(cache)) == 2
+
+
+def test_a_copy_larger_than_the_limit_is_refused_with_the_numbers(s3_bucket, tmp_path):
+    url = _blob(s3_bucket, tmp_path, "big", files=2, size=10_000)
+    size = _copy_bytes(url)
+    with pytest.raises(
+        storage.ArtifactCacheError,
+        match=rf"{url}: its local copy needs {size} bytes \(2 files and the manifest\), more "
+        rf"than the artifact cache limit of 15000 bytes in .*SHARDYARD_ARTIFACT_CACHE_LIMIT",
+    ):
+        storage.local_artifact(url, cache_dir=tmp_path / "cache", limit="15kB")
+    assert not list((tmp_path / "cache").glob("*/*"))  # nothing downloaded
+
+
+def test_a_killed_download_is_finished_by_the_next_run(s3_bucket, tmp_path):
+    cache = tmp_path / "cache"
+    url = _blob(s3_bucket, tmp_path, "killed", files=3, size=50_000)
+    holder = _holder(url, cache, mode="kill")
+    assert holder.wait(timeout=60) == -signal.SIGKILL
+    (copy,) = [p for p in cache.iterdir() if p.is_dir()]
+    assert not (copy / mf.MANIFEST_NAME).exists()
+    left = sorted(p.name for p in copy.iterdir())
+    assert left[0].startswith(".part-1.bin.") and left[0].endswith(".tmp")
+    assert left[1:] == ["part-0.bin"]
+    first = (copy / "part-0.bin").stat().st_ino
+    local = storage.local_artifact(url, cache_dir=cache, limit="1MB")
+    assert local == str(copy) and verify.verify(local).ok
+    assert sorted(p.name for p in copy.iterdir()) == [
+        mf.MANIFEST_NAME, "part-0.bin", "part-1.bin", "part-2.bin"
+    ]  # fmt: skip
+    assert (copy / "part-0.bin").stat().st_ino == first  # kept, not fetched again
+
+
+def test_two_processes_fetching_one_copy_share_it(s3_bucket, tmp_path):
+    cache = tmp_path / "cache"
+    url = _blob(s3_bucket, tmp_path, "shared", files=6, size=200_000)
+    holders = [_holder(url, cache, limit="10MB") for _ in range(2)]
+    try:
+        paths = {h.stdout.readline().strip() for h in holders}
+    finally:
+        for h in holders:
+            h.stdin.close()
+            h.wait(timeout=60)
+    (path,) = paths
+    assert verify.verify(path).ok
+    assert not [p for p in Path(path).iterdir() if p.name.endswith(".tmp")]
