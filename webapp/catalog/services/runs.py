@@ -568,7 +568,6 @@ def run_switch(*, run_id: int, weights, note: str = "", actor=None) -> dict[str,
     A second switch before the run read anything of the first replaces it. Built through
     ``mixture_version_create``. Saving a version needs the editor role."""
     from shardcore.errors import ShardcoreError
-    from shardcore.manifest import read_manifest
     from shardcore.mixture import continuation
     from webapp.roles import has_role
 
@@ -590,7 +589,7 @@ def run_switch(*, run_id: int, weights, note: str = "", actor=None) -> dict[str,
                 f"run {run.name} has read all {version.num_samples} samples of {version}: "
                 "nothing left to switch"
             )
-        manifest = read_manifest(version.path)
+        manifest = storage.read_manifest(version.path)
         seq_len = int(manifest["seq_len"])
         stages = manifest["stages"]
         k = max(i for i, st in enumerate(stages) if st["first_sample"] <= local)
@@ -719,7 +718,6 @@ def _resume_by_blend(run: TrainingRun, sample: int | None) -> dict[str, Any]:
     components' weights, then ``locate_pool`` in the pool read."""
     from shardcore.blend import build_blending_indices
     from shardcore.locate import locate_pool
-    from shardcore.manifest import read_manifest
 
     sample = int(run.consumed_samples if sample is None else sample)
     comps = list(
@@ -734,7 +732,7 @@ def _resume_by_blend(run: TrainingRun, sample: int | None) -> dict[str, Any]:
     else:
         index, sample_index = build_blending_indices([c.weight for c in comps], sample + 1)
         comp, pool_sample = comps[int(index[sample])], int(sample_index[sample])
-    manifest = read_manifest(comp.pool.path)
+    manifest = storage.read_manifest(comp.pool.path)
     total = int(manifest["num_records"])
     if total == 0:
         raise CatalogError(f"pool {comp.pool.name} has no records")
