@@ -7,6 +7,7 @@ root and nothing written under the local SHARDYARD_HOME."""
 from __future__ import annotations
 
 import itertools
+import json
 
 import pytest
 from rest_framework.authtoken.models import Token
@@ -258,15 +259,24 @@ def test_it_builds_streams_and_scrubs_every_artifact_on_an_s3_data_root(
     assert where["shard_path"].startswith(f"{s3_data_root}/pools/")
 
     # Trainer configs name local shard files: refused with what to do, nothing written.
-    for fmt in ("megatron", "olmo-core", "nanotron", "json"):
-        resp = editor.post(f"/api/mixture-versions/{version['id']}/exports/", {"format": fmt},
-                           format="json")  # fmt: skip
+    exports = f"/api/mixture-versions/{version['id']}/exports/"
+    for fmt in ("megatron", "olmo-core", "nanotron"):
+        resp = editor.post(exports, {"format": fmt}, format="json")
         assert resp.status_code == 400, resp.content
         detail = resp.json()["detail"]
-        assert f"blend-s3 v{version['number']}" in detail and "materialize" in detail, detail
-        assert "local copy" in detail, detail
-    assert [e["format"] for e in _ok(editor.get(f"/api/mixture-versions/{version['id']}/exports/"), 200)["results"]] == ["materialized"]  # fmt: skip
-    assert not any(k.startswith("exports/") for k in _keys(moto_server, version["path"]))
+        assert f"mixture version blend-s3 v{version['number']} is on object storage" in detail
+        assert "materialize" in detail and "local copy" in detail, detail
+    # The JSON description is written beside the version, on the bucket, once.
+    plain = _ok(editor.post(exports, {"format": "json"}, format="json"), 201)
+    assert plain["path"] == f"{version['path']}/exports/mixture.json"
+    assert _ok(editor.post(exports, {"format": "json"}, format="json"), 201)["id"] == plain["id"]
+    assert _keys(moto_server, f"{version['path']}/exports") == {"mixture.json"}
+    bucket, _, key = plain["path"].removeprefix("s3://").partition("/")
+    body = moto_server.client().get_object(Bucket=bucket, Key=key)["Body"].read()
+    assert plain["num_bytes"] == len(body)
+    assert json.loads(body)["num_samples"] == version["num_samples"]
+    listed = _ok(editor.get(exports), 200)["results"]
+    assert [e["format"] for e in listed] == ["materialized", "json"]
 
     # The run switches to new weights: a version continuing it, built on the bucket.
     switched = _ok(editor.post(f"/api/runs/{run['id']}/switch/", {"weights": [
