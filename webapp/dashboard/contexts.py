@@ -5,13 +5,13 @@ bounded number of them."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from django.http import Http404
 from django.urls import reverse
 from django.utils import timezone
 
+from shardcore import storage
 from shardcore.errors import ShardcoreError
+from shardcore.manifest import MANIFEST_NAME
 from webapp.catalog import selectors as catalog
 from webapp.catalog.errors import CatalogError
 from webapp.catalog.selectors import NotFound
@@ -334,7 +334,7 @@ def _resume_context(run) -> dict:
         # A run that switched version reads its segments, in the run's sample numbering.
         source = [{"path": g["path"], "first_sample": g["first_sample"]} for g in segments]
         snippet += stream_snippet(source, position["sample"])
-    elif Path(run.mixture_version.path, "manifest.json").is_file():
+    elif storage.exists(storage.join(run.mixture_version.path, MANIFEST_NAME)):
         snippet += stream_snippet(run.mixture_version.path, position["sample"])
     return {"resume": resume, "snippet": snippet}
 

@@ -4,14 +4,14 @@ a JSON document, an export's file; the builder's pools and its prediction for a 
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
 
 from django.core.cache import cache
 from django.db.models import Count, Max
 
-from shardcore import quality
+from shardcore import quality, storage
 from shardcore.errors import ManifestError, ShardcoreError
-from shardcore.manifest import read_manifest
+from shardcore.storage import read_manifest
 from webapp.catalog import builder
 from webapp.catalog.models import ArtifactStatus, Export, Mixture, MixtureVersion, Pool
 from webapp.catalog.selectors.common import NotFound, get_or_not_found, runs_with_taint
@@ -98,8 +98,8 @@ def version_schedule(*, version: MixtureVersion, components) -> dict | None:
         manifest = read_manifest(version.path)
     except (ManifestError, OSError):
         return None
-    by_path = {c.pool.path: c.pool.name for c in components}
-    names = {p["key"]: by_path.get(p["path"], p["key"]) for p in manifest["pools"]}
+    by_path = {storage.resolve(c.pool.path): c.pool.name for c in components}
+    names = {p["key"]: by_path.get(storage.resolve(p["path"]), p["key"]) for p in manifest["pools"]}
     pools = [
         {"pool": names[p["key"]], "tokens": int(p["tokens"]), "epochs": float(p["epochs"])}
         for p in manifest["pools"]
@@ -206,16 +206,30 @@ def mixture_version_document(*, version_id: int) -> dict:
     }
 
 
-def export_file(*, export_id: int) -> Path:
-    """The file of a ready export; NotFound for anything else (a materialized copy is a
-    directory of shards and is read in place, not downloaded)."""
+def export_file(*, export_id: int) -> str:
+    """Where the file of a ready export is stored: a local path, or an ``s3://`` URL when
+    the data root is on object storage; NotFound for anything else (a materialized copy is
+    a directory of shards and is read in place, not downloaded)."""
     export = get_or_not_found(
         Export.objects.filter(status=ArtifactStatus.READY), "ready export", pk=export_id
     )
-    path = Path(export.path)
-    if not path.is_file():
+    if not stored_file_exists(export.path):
         raise NotFound(f"export {export.pk} is not a downloadable file")
-    return path
+    return export.path
+
+
+def stored_file_exists(location: str) -> bool:
+    """Whether ``location`` is a file: a local file (not a directory), or an object of its
+    own on object storage (a prefix with objects below it is a directory, not a file)."""
+    if not location:
+        return False
+    if not storage.is_remote(location):
+        return os.path.isfile(location)
+    url = storage.resolve(location)
+    if "/" not in url.removeprefix("s3://"):
+        return False  # a bucket
+    parent, _, name = url.rpartition("/")
+    return storage.open_store(parent).exists(name)
 
 
 def builder_pools() -> list[dict]:

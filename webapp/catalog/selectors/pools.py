@@ -10,9 +10,9 @@ import pyarrow.parquet as pq
 from django.core.cache import cache
 from django.db.models import Count
 
-from shardcore import props, quality
+from shardcore import props, quality, storage
 from shardcore.errors import ShardcoreError
-from shardcore.pool import PoolReader
+from shardcore.pool import DOCUMENTS_NAME, PoolReader
 from shardcore.shuffle import SHUFFLES
 from webapp.catalog.models import (
     MixtureComponent,
@@ -113,7 +113,7 @@ def pool_training(*, pool: Pool) -> list[dict]:
         p = single[run.mixture_version_id]
         per_step = run.consumed_samples / run.last_step if run.last_step else 0
         try:
-            cumulative = PoolReader(p.path).manifest["cumulative_records"]
+            cumulative = storage.read_manifest(p.path)["cumulative_records"]
         except (ShardcoreError, OSError, KeyError):
             cumulative = []
         out.append(
@@ -130,9 +130,15 @@ def pool_training(*, pool: Pool) -> list[dict]:
 
 def pool_properties(*, pool: Pool) -> list[str]:
     """What the quality charts can label documents by: the pool's properties (nested ones
-    as dotted paths), read from its documents table's schema only."""
+    as dotted paths), read from its documents table's schema only (on object storage, the
+    file's footer by byte ranges)."""
     try:
-        schema = pq.read_schema(f"{pool.path}/documents.parquet")
+        if storage.is_remote(pool.path):
+            schema = pq.read_schema(
+                storage.RangeFile(storage.open_store(pool.path), DOCUMENTS_NAME)
+            )
+        else:
+            schema = pq.read_schema(f"{pool.path}/{DOCUMENTS_NAME}")
     except (OSError, ShardcoreError, ValueError):
         return []
     return props.names(props.props_type(schema))[:50]

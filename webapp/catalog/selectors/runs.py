@@ -4,15 +4,14 @@ losses beside other runs of the same mixture, and its progress reports."""
 from __future__ import annotations
 
 import bisect
-import os
-from pathlib import Path
 
 from django.db.models import Count
 
+from shardcore import storage
 from shardcore.errors import ShardcoreError
 from shardcore.lineage import step_of_sample
-from shardcore.manifest import read_manifest
 from shardcore.mixture import Mixture
+from shardcore.storage import read_manifest
 from webapp.catalog.models import MixtureComponent, RunLoss, RunProgress, RunSegment, TrainingRun
 from webapp.catalog.selectors.common import get_or_not_found
 from webapp.catalog.selectors.lineage import version_lineage
@@ -239,7 +238,7 @@ def run_loss_marks(*, run: TrainingRun) -> dict[str, list[dict]]:
 
     segments = run_segments(run=run)
     pools = {
-        os.path.abspath(c.pool.path): c.pool
+        storage.resolve(c.pool.path): c.pool
         for c in MixtureComponent.objects.filter(
             version__in=[g.mixture_version_id for g in segments]
         ).select_related("pool")
@@ -264,8 +263,9 @@ def run_loss_marks(*, run: TrainingRun) -> dict[str, list[dict]]:
         except (ShardcoreError, OSError, ValueError):
             continue  # no schedule to read epochs from
         for e in mix.epoch_starts(stop):
-            pool = pools.get(os.path.abspath(mix.pools[e["pool"]]["path"]))
-            name = pool.name if pool else Path(mix.pools[e["pool"]]["path"]).name
+            pool = pools.get(storage.resolve(mix.pools[e["pool"]]["path"]))
+            where = storage.resolve(mix.pools[e["pool"]]["path"])
+            name = pool.name if pool else where.rsplit("/", 1)[-1]  # the pool's directory
             epochs.append({"label": f"{name} epoch {e['epoch'] + 1}",
                            "pool": pool.pk if pool else None,
                            **at(g.first_sample + e["sample"], seq_len)})  # fmt: skip

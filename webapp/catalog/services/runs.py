@@ -3,14 +3,13 @@ weights proposed from the losses, and where a run resumes."""
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 from django.db import transaction
 from django.utils import timezone
 
+from shardcore import storage
 from webapp.catalog.errors import CatalogError, RunPermissionError, RunSwitchedError
 from webapp.catalog.models import (
     ArtifactStatus,
@@ -569,7 +568,6 @@ def run_switch(*, run_id: int, weights, note: str = "", actor=None) -> dict[str,
     A second switch before the run read anything of the first replaces it. Built through
     ``mixture_version_create``. Saving a version needs the editor role."""
     from shardcore.errors import ShardcoreError
-    from shardcore.manifest import read_manifest
     from shardcore.mixture import continuation
     from webapp.roles import has_role
 
@@ -591,7 +589,7 @@ def run_switch(*, run_id: int, weights, note: str = "", actor=None) -> dict[str,
                 f"run {run.name} has read all {version.num_samples} samples of {version}: "
                 "nothing left to switch"
             )
-        manifest = read_manifest(version.path)
+        manifest = storage.read_manifest(version.path)
         seq_len = int(manifest["seq_len"])
         stages = manifest["stages"]
         k = max(i for i, st in enumerate(stages) if st["first_sample"] <= local)
@@ -681,10 +679,10 @@ def run_resume_position(*, run_id: int, sample: int | None = None) -> dict[str, 
         raise CatalogError(f"run {run.name}: {exc}") from exc
     pool_info = mix.pools[where["pool"]]
     pools = {
-        os.path.abspath(c.pool.path): c.pool
+        storage.resolve(c.pool.path): c.pool
         for c in MixtureComponent.objects.filter(version=version).select_related("pool")
     }
-    pool = pools.get(os.path.abspath(where["pool_path"]))
+    pool = pools.get(storage.resolve(where["pool_path"]))
     epoch = 0
     if pool_info["epochs"] > 1 or pool_info.get("first_read"):
         # Repeated pools: the epoch is how often this pool was read before the sample.
@@ -711,7 +709,7 @@ def run_resume_position(*, run_id: int, sample: int | None = None) -> dict[str, 
         "pool_index": where["pool"],
         "pool_id": pool.pk if pool else None,
         "epoch": epoch,
-        "shard_path": str(Path(where["pool_path"]) / where["shard_prefix"]),
+        "shard_path": storage.join(where["pool_path"], where["shard_prefix"]),
     }
 
 
@@ -720,7 +718,6 @@ def _resume_by_blend(run: TrainingRun, sample: int | None) -> dict[str, Any]:
     components' weights, then ``locate_pool`` in the pool read."""
     from shardcore.blend import build_blending_indices
     from shardcore.locate import locate_pool
-    from shardcore.manifest import read_manifest
 
     sample = int(run.consumed_samples if sample is None else sample)
     comps = list(
@@ -735,7 +732,7 @@ def _resume_by_blend(run: TrainingRun, sample: int | None) -> dict[str, Any]:
     else:
         index, sample_index = build_blending_indices([c.weight for c in comps], sample + 1)
         comp, pool_sample = comps[int(index[sample])], int(sample_index[sample])
-    manifest = read_manifest(comp.pool.path)
+    manifest = storage.read_manifest(comp.pool.path)
     total = int(manifest["num_records"])
     if total == 0:
         raise CatalogError(f"pool {comp.pool.name} has no records")

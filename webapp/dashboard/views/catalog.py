@@ -9,6 +9,7 @@ from django.urls import reverse
 from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_http_methods, require_POST
 
+from shardcore import storage
 from shardcore.errors import ShardcoreError
 from webapp.catalog import selectors as catalog
 from webapp.catalog.errors import CatalogError
@@ -193,9 +194,23 @@ def mixture_version_json(request, version_id: int):
     return resp
 
 
+def stored_file_response(location: str, filename: str) -> FileResponse:
+    """A stored file as a download named ``filename``: a local file, or an object on
+    object storage streamed through the store (never copied to the web host), with the same
+    headers (type from the name, length, attachment)."""
+    if not storage.is_remote(location):
+        return FileResponse(open(location, "rb"), as_attachment=True, filename=filename)
+    parent, _, key = storage.resolve(location).rpartition("/")
+    store = storage.open_store(parent)
+    size = store.size(key)
+    resp = FileResponse(store.open(key), as_attachment=True, filename=filename)
+    resp["Content-Length"] = str(size)
+    return resp
+
+
 def export_download(request, export_id: int):
-    path = catalog.export_file(export_id=export_id)
-    return FileResponse(open(path, "rb"), as_attachment=True, filename=path.name)
+    location = catalog.export_file(export_id=export_id)
+    return stored_file_response(location, storage.resolve(location).rsplit("/", 1)[-1])
 
 
 @require_http_methods(["GET", "HEAD", "POST"])
@@ -210,6 +225,7 @@ def mixture_version_export(request, version_id: int, fmt: str):
             require_role(request.user, "editor")
             export = exports.mixture_version_export(version_id=version_id, fmt=fmt)
             path, version = Path(export.path), export.version
+            location = export.path
         else:
             _fmt, version, path, export = exports.mixture_version_export_find(
                 version_id=version_id, fmt=fmt
@@ -226,10 +242,11 @@ def mixture_version_export(request, version_id: int, fmt: str):
                     True, f"{version.mixture.name}-v{version.number}-{path.name}"
                 )
                 return resp
+            location = export.path
     except CatalogError as e:
         raise Http404(str(e)) from e
     name = f"{version.mixture.name}-v{version.number}-{path.name}"
-    return FileResponse(open(path, "rb"), as_attachment=True, filename=name)
+    return stored_file_response(location, name)
 
 
 def mixture_version_diff(request, a_id: int, b_id: int):

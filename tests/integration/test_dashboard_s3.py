@@ -1,0 +1,348 @@
+# ruff: noqa: F811 - pytest fixtures are imported by name and used as arguments
+"""The dashboard on an s3:// data root: a catalog built through the services on a bucket of
+the local S3 server (a source of standard-library code, tokenized, a pool, a mixture
+version, its materialized copy, a run with progress, a flag), then every detail page of it
+read through the test client. What each page says (records, tokens, quality verdicts,
+composition, the resume position, lineage) equals what shardcore reads from the artifacts
+on the bucket; locations are the s3:// URLs, snippets stream them as pasted, and downloads
+answer the objects' bytes."""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import sysconfig
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from shardcore import props, quality, storage
+from shardcore.locate import locate_mixture
+from shardcore.mixture import Mixture
+from shardcore.pool import PoolReader
+from shardcore.tokenized import TokenizedSource, property_stats
+from tests.integration.dashboard_fixtures import login, users  # noqa: F401
+from tests.support.s3 import apply_env
+from workers.celery import app
+
+STDLIB = Path(sysconfig.get_paths()["stdlib"])
+GBS = 4  # samples per step the run reports with
+STEPS = 9
+
+
+def _thousands(n: int) -> str:
+    return f"{int(n):,}"
+
+
+def stdlib_code_source(root: Path):
+    """``root/code/mods.jsonl``: 24 standard-library modules, each with its name and a
+    ``size`` property (small or large), registered as a source with that property."""
+    from webapp.catalog.services.sources import source_register
+
+    files = sorted(p for p in STDLIB.glob("*.py") if p.stat().st_size > 3000)[:24]
+    (root / "code").mkdir()
+    rows = []
+    for p in files:
+        text = p.read_text(errors="replace")
+        rows.append(
+            {"text": text, "module": p.stem, "size": "large" if len(text) > 20000 else "small"}
+        )
+    (root / "code" / "mods.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return source_register(name="code", uri=str(root / "code"), metadata_fields=["size"])
+
+
+@pytest.fixture(scope="module")
+def world(django_db_setup, django_db_blocker, moto_server, tmp_path_factory):
+    """The catalog, built once for the module through the services (jobs run eagerly in
+    this process) on ``s3://<fresh bucket>/data``."""
+    from django.conf import settings
+
+    from webapp.catalog.models import ArtifactStatus, Export
+    from webapp.catalog.services.exports import mixture_version_materialize
+    from webapp.catalog.services.flags import flag_create
+    from webapp.catalog.services.mixtures import mixture_get_or_create, mixture_version_create
+    from webapp.catalog.services.pools import pool_build
+    from webapp.catalog.services.runs import run_progress_record, run_register
+    from webapp.catalog.services.tokenized import tokenized_source_build
+
+    tmp = tmp_path_factory.mktemp("s3pages")
+    patch = pytest.MonkeyPatch()
+    apply_env(moto_server, patch)
+    root = f"s3://{moto_server.new_bucket()}/data"
+    patch.setenv("SHARDYARD_DATA", root)
+    patch.setenv("SHARDYARD_HOME", str(tmp / "home"))
+    patch.setenv("SHARDYARD_CACHE", str(tmp / "cache"))
+    old = settings.SOURCE_ROOTS, settings.DATA_ROOT
+    settings.SOURCE_ROOTS, settings.DATA_ROOT = [tmp], root
+    app.conf.task_always_eager = True
+    try:
+        with django_db_blocker.unblock():
+            from django.core.cache import cache
+
+            cache.clear()
+            source = stdlib_code_source(tmp)
+            ts = tokenized_source_build(source_id=source.pk, shard_size=64 << 10)
+            ts.refresh_from_db()
+            assert ts.status == ArtifactStatus.READY, ts.job.error
+            pool = pool_build(
+                name="code", tokenized_ids=[ts.pk], seq_len=64, memory=1 << 20, shard_size=40 << 10
+            )
+            pool.refresh_from_db()
+            assert pool.status == ArtifactStatus.READY, pool.job.error
+            mix = mixture_get_or_create(name="m")
+            version = mixture_version_create(
+                mixture_id=mix.pk,
+                components=[{"pool": pool.pk, "weight": 1.0}],
+                token_budget=64 * (pool.num_records // 2),  # half the pool: some never read
+            )
+            version.refresh_from_db()
+            assert version.status == ArtifactStatus.READY, version.job.error
+            mixture_version_materialize(version_id=version.pk, shard_bytes=8 << 10)
+            copy = Export.objects.get(version=version, format=Export.Format.MATERIALIZED)
+            assert copy.status == ArtifactStatus.READY, copy.job.error
+            run = run_register(name="r", mixture_version_id=version.pk)
+            for step in range(1, STEPS + 1):
+                run_progress_record(run_id=run.pk, step=step, consumed_samples=step * GBS)
+            run.refresh_from_db()
+            # A document first read after the run's position: "not yet" at a known sample.
+            first = _first_sample_by_doc(version.path, pool.path)
+            doc, sample = next(
+                (d, s) for d, s in sorted(first.items(), key=lambda x: x[1]) if s > STEPS * GBS
+            )
+            flag = flag_create(reason="pii", source_id=source.pk, document_ids=[doc])
+        yield {
+            "root": root,
+            "source": source,
+            "ts": ts,
+            "pool": pool,
+            "mixture": mix,
+            "version": version,
+            "copy": copy,
+            "run": run,
+            "flag": flag,
+            "flag_sample": sample,
+        }
+    finally:
+        app.conf.task_always_eager = False
+        settings.SOURCE_ROOTS, settings.DATA_ROOT = old
+        with django_db_blocker.unblock():
+            from django.core.management import call_command
+
+            call_command("flush", interactive=False, verbosity=0)
+        patch.undo()
+
+
+def _first_sample_by_doc(version_path: str, pool_path: str) -> dict[int, int]:
+    """Per source document id: the first sample whose record holds any of its tokens, read
+    sample by sample from the schedule and the pool's segments."""
+    mix = Mixture(version_path)
+    pool = PoolReader(pool_path)
+    doc_ids = pool.documents.column("doc_id").to_numpy()
+    first: dict[int, int] = {}
+    for i in range(mix.num_samples):
+        _, record = mix.sample(i)
+        for row in pool.boundaries(record)["doc"]:
+            if row >= 0:
+                first.setdefault(int(doc_ids[row]), i)
+    return first
+
+
+def _page(client, url: str):
+    resp = client.get(url)
+    assert resp.status_code == 200, (url, resp.status_code)
+    return resp, resp.content.decode()
+
+
+def test_every_artifact_lives_on_the_bucket(world):
+    root = world["root"]
+    for row in (world["ts"], world["pool"], world["version"], world["copy"]):
+        assert row.path.startswith(f"{root}/"), row.path
+        assert storage.exists(storage.join(row.path, "manifest.json"))
+
+
+def test_the_source_page_charts_the_composition_read_from_the_tokenized_source(world, login):
+    ts = world["ts"]
+    resp, body = _page(login("viewer"), f"/sources/{world['source'].pk}/")
+    on_bucket = TokenizedSource(ts.path)
+    assert on_bucket.manifest["fingerprint"] == ts.fingerprint
+    stats = property_stats(ts.path, ["size"])
+    fig = resp.context["composition_figure"]
+    by_measure = {t["name"]: dict(zip(t["x"], t["customdata"], strict=True)) for t in fig["data"]}
+    for value, counts in stats["by_property"]["size"].items():
+        for measure in ("documents", "bytes", "tokens"):
+            assert by_measure[measure][f"size={value}"] == counts[measure]
+    assert sum(v["documents"] for v in stats["by_property"]["size"].values()) == 24
+    lengths = resp.context["length_figure"]["data"][0]
+    assert sum(lengths["y"]) == 24 == sum(stats["counts"])
+    assert f"<dd>{_thousands(24)}</dd>" in body
+
+
+def test_the_pool_page_says_what_the_pool_on_the_bucket_holds(world, login):
+    pool = world["pool"]
+    reader = PoolReader(pool.path)
+    manifest = storage.read_manifest(pool.path)
+    client = login("viewer")
+    resp, body = _page(client, f"/pools/{pool.pk}/")
+    assert f"{_thousands(reader.num_records)} × 64 tokens" in body
+    assert f"<dd>{_thousands(manifest['num_tokens'])}</dd>" in body
+    assert f"<dd>{_thousands(manifest['documents'])}</dd>" in body
+    assert resp.context["totals"]["shards"] == len(manifest["shards"])
+    assert f"<code>{pool.path}</code>" in body and pool.path.startswith("s3://")
+    # Properties come from the documents table on the bucket (its footer, by ranges).
+    schema = pq.read_schema(Path(reader.path) / "documents.parquet")  # the checked copy's
+    assert resp.context["properties"] == props.names(props.props_type(schema))
+    assert {"module", "size"} <= set(resp.context["properties"])
+
+    # The verdict, measured here from the pool's documents: labels by length bin.
+    docs = reader.documents
+    main = reader.main_documents()
+    bins = np.floor(np.log2(np.maximum(docs.column("n_tokens").to_numpy(), 1)))
+    labels = np.array([f"{2 ** int(b):,}-{2 ** (int(b) + 1) - 1:,} tokens" for b in bins])
+    expected = quality.report(labels[main[main >= 0]], batch_size=256)
+    shown = resp.context["quality"]
+    assert shown["report"]["windows"] == expected["windows"]
+    text = html.unescape(re.search(r'id="quality-verdict"[^>]*><strong>(.*?)</strong>', body)[1])
+    assert text.lower() == shown["verdict"]["text"].lower()
+    assert "(labels: document length (tokens))" in body
+
+    # Another labelling, measured on demand from the bucket: the property's values.
+    resp, body = _page(client, f"/pools/{pool.pk}/?by=size")
+    report = resp.context["quality"]["report"]
+    assert report["label"] == "size"
+    values = reader.document_values("size")
+    by_size = np.array([str(v) for v in values.tolist()])
+    assert report["windows"] == quality.report(by_size[main[main >= 0]], batch_size=256)["windows"]
+
+
+def test_the_version_page_says_what_the_schedule_on_the_bucket_holds(world, login):
+    version, copy = world["version"], world["copy"]
+    manifest = storage.read_manifest(version.path)
+    resp, body = _page(login("viewer"), f"/mixtures/versions/{version.pk}/")
+    assert f"<dt>Samples</dt><dd>{_thousands(manifest['num_samples'])}</dd>" in body
+    (comp,) = resp.context["components"]
+    assert comp.epochs == pytest.approx(manifest["pools"][0]["epochs"])
+    assert f"<td>{manifest['pools'][0]['epochs']:.2f}</td>" in body
+    bars = resp.context["epochs_figure"]["data"][0]
+    assert list(bars["x"]) == [world["pool"].name]
+    # Quality per stage as its build recorded it, the same as measured here.
+    measured = quality.mixture_quality(version.path, by="pool")
+    shown = resp.context["quality"]
+    named = {world["pool"].path: world["pool"].name}  # the page names pools as the catalog does
+    texts = [st["verdict"]["text"] for st in measured["stages"]]
+    for path, name in named.items():
+        texts = [t.replace(path, name) for t in texts]
+    assert [st["verdict"]["text"] for st in shown["stages"]] == texts
+    for text in texts:
+        assert html.escape(text) in body
+    # Where the copy is, and a snippet that streams it from the bucket as shown.
+    location = html.unescape(re.search(r'data-field="location">([^<]*)<', body)[1])
+    assert location == copy.path and location.startswith(f"{world['root']}/")
+    assert f'href="/exports/{copy.pk}/' not in body  # a directory: no download link
+    snippet = html.unescape(re.search(r'data-field="snippet">(.*?)</pre>', body, re.S)[1])
+    assert f"ShardyardIterableDataset({copy.path!r}" in snippet
+    scope = {"RANK": 0, "WORLD_SIZE": 1}
+    exec(compile(snippet.replace("num_workers=2", "num_workers=0"), "snippet", "exec"), scope)
+    batch = next(iter(scope["loader"]))
+    mix = Mixture(version.path)
+    for k, row in zip(batch["sample"].tolist(), batch["tokens"].numpy(), strict=True):
+        np.testing.assert_array_equal(row, mix.tokens(k))
+
+
+def test_the_run_page_says_where_it_resumes_and_its_snippet_streams_from_there(world, login):
+    run, version = world["run"], world["version"]
+    resp, body = _page(login("viewer"), f"/runs/{run.pk}/")
+    where = locate_mixture(version.path, sample=STEPS * GBS)
+    resume = resp.context["resume"]
+    for key in ("stage", "shard", "shard_prefix", "record_in_shard", "token_offset"):
+        assert resume[key] == where[key], key
+    assert resume["pool"] == world["pool"].name
+    assert f"<dd><code>{where['record_in_shard']}</code></dd>" in body
+    snippet = html.unescape(re.search(r'<pre id="loader-snippet">(.*?)</pre>', body, re.S)[1])
+    assert f"Pool({where['pool_path']!r})" in snippet and where["pool_path"].startswith("s3://")
+    assert f"start_record = {where['record']}" in snippet
+    # The stream part, pasted: the mixture on the bucket from the run's next sample.
+    assert f"path = {version.path!r}" in snippet
+    stream = snippet[snippet.index("from shardcore.loader") :]
+    scope: dict = {}
+    exec(compile(stream, "snippet", "exec"), scope)
+    batch = next(iter(scope["loader"]))
+    assert batch["sample"].tolist() == list(range(STEPS * GBS, STEPS * GBS + 8))
+    mix = Mixture(version.path)
+    for k, row in zip(batch["sample"].tolist(), batch["tokens"].numpy(), strict=True):
+        np.testing.assert_array_equal(row, mix.tokens(k))
+    # The pool that the position names, read at that record: the same tokens.
+    pool = PoolReader(where["pool_path"])
+    np.testing.assert_array_equal(pool.record(where["record"]), mix.tokens(STEPS * GBS))
+    # Lineage: the flag's documents are first read after the run's position.
+    sample = world["flag_sample"]
+    assert f"not yet: the first flagged sample is {sample}" in body
+
+
+def test_the_flag_page_counts_what_the_artifacts_on_the_bucket_hold(world, login):
+    flag = world["flag"]
+    _resp, body = _page(login("viewer"), f"/audit/flags/{flag.pk}/")
+    assert "1 tokenized source, 1 pool, 1 mixture version" in body
+    assert "holding 1 flagged document" in body
+
+
+def test_the_mixture_and_list_pages_answer(world, login):
+    client = login("viewer")
+    for url in ("/", "/sources/", "/pools/", "/mixtures/", "/runs/", "/jobs/"):
+        _page(client, url)
+    _resp, body = _page(client, f"/mixtures/{world['mixture'].pk}/")
+    assert f"{_thousands(world['version'].num_samples)}" in body
+
+
+def test_downloads_answer_the_objects_bytes(world, login):
+    """A recorded export stored on the bucket downloads as its object's bytes (streamed
+    through the store, with its length and name); a config never recorded is rendered."""
+    from shardcore.export import export as render
+    from webapp.catalog.models import Export
+
+    version = world["version"]
+    text = render(version.path, "json").encode()
+    location = storage.join(version.path, "exports", "mixture.json")
+    storage.open_store(version.path).put_bytes("exports/mixture.json", text)
+    export = Export.objects.create(
+        version=version, format=Export.Format.JSON, path=location, status="ready",
+        num_bytes=len(text),
+    )  # fmt: skip
+    client = login("viewer")
+    resp = client.get(f"/exports/{export.pk}/download/")
+    assert resp.status_code == 200
+    assert b"".join(resp.streaming_content) == text
+    assert resp["Content-Length"] == str(len(text))
+    assert 'filename="mixture.json"' in resp["Content-Disposition"]
+    assert resp["Content-Type"] == "application/json"
+
+    resp = client.get(f"/mixtures/versions/{version.pk}/export/json/")
+    assert resp.status_code == 200
+    assert resp.content == text
+    assert 'filename="m-v1-mixture.json"' in resp["Content-Disposition"]
+
+    # The materialized copy is a prefix of shards, not a file: no download.
+    assert client.get(f"/exports/{world['copy'].pk}/download/").status_code == 404
+    # An export whose object is gone is not found, not a server error.
+    storage.open_store(version.path).delete("exports/mixture.json")
+    assert client.get(f"/exports/{export.pk}/download/").status_code == 404
+    export.delete()
+
+
+def test_the_api_reads_the_same_artifacts(world, users):
+    from rest_framework.authtoken.models import Token
+    from rest_framework.test import APIClient
+
+    api = APIClient()
+    token = Token.objects.get_or_create(user=users["viewer"])[0].key
+    api.credentials(HTTP_AUTHORIZATION=f"Token {token}")
+    pool = api.get(f"/api/pools/{world['pool'].pk}/").json()
+    assert pool["path"] == world["pool"].path
+    assert pool["num_records"] == PoolReader(world["pool"].path).num_records
+    where = locate_mixture(world["version"].path, sample=STEPS * GBS)
+    resume = api.get(f"/api/runs/{world['run'].pk}/resume/").json()
+    assert resume["pool_path"] == where["pool_path"]
+    assert resume["record"] == where["record"]
+    assert resume["shard_path"] == storage.join(where["pool_path"], where["shard_prefix"])
