@@ -6,6 +6,9 @@ root and nothing written under the local SHARDYARD_HOME."""
 
 from __future__ import annotations
 
+import itertools
+import json
+
 import pytest
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
@@ -13,7 +16,7 @@ from rest_framework.test import APIClient
 from shardcore.manifest import MANIFEST_NAME
 from tests.integration.dashboard_fixtures import users  # noqa: F401
 from tests.integration.test_jobs_workers import stdlib_docs, write_jsonl
-from tests.support.services import wait_for
+from tests.support.services import manage, wait_for
 
 pytestmark = pytest.mark.services
 
@@ -30,10 +33,11 @@ def editor(users):  # noqa: F811 - the fixture imported above
 
 @pytest.fixture
 def source_root(tmp_path, settings, monkeypatch):
-    """A local source root (apart from SHARDYARD_HOME) holding two files of real text."""
+    """A local source root (apart from SHARDYARD_HOME) with two sources of real text."""
     root = tmp_path / "sources"
-    write_jsonl(root / "code" / "a.jsonl", stdlib_docs(25))
-    write_jsonl(root / "code" / "b.jsonl", stdlib_docs(20, offset=40))
+    write_jsonl(root / "prose" / "a.jsonl", stdlib_docs(20))
+    write_jsonl(root / "prose" / "b.jsonl", stdlib_docs(15, offset=20))
+    write_jsonl(root / "code" / "c.jsonl", stdlib_docs(25, offset=40))
     settings.SOURCE_ROOTS = [root]
     monkeypatch.setenv("SHARDYARD_SOURCE_ROOTS", str(root))
     return root
@@ -55,22 +59,54 @@ def _job_done(api: APIClient, job_id: int) -> dict:
 
 
 def _build(api: APIClient, root, tag: str) -> dict:
-    """Source, tokenized source and pool (with a validation slice) through the API."""
-    src = _ok(api.post("/api/sources/", {"name": f"code-{tag}", "uri": str(root / "code")}), 201)
-    resp = api.post(f"/api/sources/{src['id']}/tokenize/", {}, format="json")
-    ts = _ok(resp, 202)
-    assert resp["Location"].endswith(f"/api/jobs/{ts['job']}/")
-    _job_done(api, ts["job"])
-    pool = _ok(
-        api.post("/api/pools/", {"name": f"p-{tag}", "tokenized_ids": [ts["id"]],
-                                 "seq_len": SEQ, "val_fraction": 0.2, "seed": 3}, format="json"),
-        201,
-    )  # fmt: skip
-    _job_done(api, pool["job"])
-    pool = _ok(api.get(f"/api/pools/{pool['id']}/"), 200)
-    val = _ok(api.get("/api/pools/"), 200)["results"]
-    val = next((p for p in val if p["train_pool"] == pool["id"]), None)
-    return {"source": src, "tokenized": ts["id"], "pool": pool, "val": val}
+    """Two sources tokenized and pooled (prose with a validation slice), a mixture version
+    of both pools and its materialized copy, all through the API."""
+    out: dict = {"tokenized": {}, "pools": {}}
+    for name in ("prose", "code"):
+        src = _ok(
+            api.post("/api/sources/", {"name": f"{name}-{tag}", "uri": str(root / name)}), 201
+        )
+        resp = api.post(f"/api/sources/{src['id']}/tokenize/", {}, format="json")
+        ts = _ok(resp, 202)
+        assert ts["status"] == "building"
+        assert resp["Location"].endswith(f"/api/jobs/{ts['job']}/")
+        _job_done(api, ts["job"])
+        out["tokenized"][name] = ts["id"]
+        out[f"{name}_source"] = src["id"]
+    for name, val in (("prose", 0.2), ("code", 0.0)):
+        pool = _ok(
+            api.post("/api/pools/", {"name": f"{name}-{tag}", "seq_len": SEQ, "val_fraction": val,
+                                     "tokenized_ids": [out["tokenized"][name]], "seed": 3},
+                     format="json"),
+            201,
+        )  # fmt: skip
+        _job_done(api, pool["job"])
+        out["pools"][name] = _ok(api.get(f"/api/pools/{pool['id']}/"), 200)
+    pools = _ok(api.get("/api/pools/?limit=500"), 200)["results"]
+    out["val"] = next((p for p in pools if p["train_pool"] == out["pools"]["prose"]["id"]), None)
+
+    draft = {"name": f"blend-{tag}", "tokens": 200_000, "seed": 1,
+             "rows": [{"pool": out["pools"]["prose"]["id"], "weight": 0.7},
+                      {"pool": out["pools"]["code"]["id"], "weight": 0.3}]}  # fmt: skip
+    resp = api.post("/api/mixtures/", draft, format="json")
+    version = _ok(resp, 202)
+    assert version["status"] == "building"
+
+    def ready():
+        v = _ok(api.get(resp["Location"]), 200)
+        assert v["status"] != "failed", _ok(api.get(f"/api/jobs/{v['job']}/"), 200)["error"]
+        return v if v["status"] == "ready" else None
+
+    out["version"] = wait_for(ready, timeout=240, interval=0.3, what="the version")
+    resp = api.post(
+        f"/api/mixture-versions/{version['id']}/materialize/", {"shard_bytes": 64 << 10}, "json"
+    )
+    job = _ok(resp, 202)
+    assert resp["Location"].endswith(f"/api/jobs/{job['id']}/")
+    _job_done(api, job["id"])
+    exports = _ok(api.get(f"/api/mixture-versions/{version['id']}/exports/"), 200)["results"]
+    out["copy"] = next(e for e in exports if e["format"] == "materialized")
+    return out
 
 
 def _keys(moto_server, url: str) -> set[str]:
@@ -104,47 +140,176 @@ def _on_bucket(moto_server, root: str, row: dict) -> set[str]:
     return keys
 
 
+def _checksums(manifest: dict) -> dict[str, str]:
+    return {f["path"]: f["xxh3"] for f in manifest["files"]}
+
+
 def _files_below(path) -> list[str]:
     return sorted(str(p.relative_to(path)) for p in path.rglob("*") if p.is_file())
 
 
-def test_it_builds_every_artifact_on_an_s3_data_root(
+def _stream(url: str, cache, *, resume_at: int | None = None) -> list[bytes]:
+    """Every sample of the artifact at ``url`` through ``shardcore.loader``; with
+    ``resume_at``, read that many, save the state, and read the rest in a new loader
+    resumed from it."""
+    from shardcore.loader import ShardyardIterableDataset
+
+    def tokens(items) -> list[bytes]:
+        return [item["tokens"].numpy().tobytes() for item in items]
+
+    first = ShardyardIterableDataset(url, cache_dir=cache)
+    if resume_at is None:
+        return tokens(first)
+    head = tokens(itertools.islice(iter(first), resume_at))
+    state = first.state_dict()
+    assert state["next_sample"] == resume_at
+    again = ShardyardIterableDataset(url, cache_dir=cache)
+    again.load_state_dict(state)
+    return head + tokens(again)
+
+
+def test_it_builds_streams_and_scrubs_every_artifact_on_an_s3_data_root(
     postgres, redis_url, celery_workers, s3_data_root, moto_server, source_root, editor,
     settings, tmp_path,
 ):  # fmt: skip
-    from webapp.catalog.models import Shard, TokenizedSource
+    from shardcore import storage
+    from shardcore.mixture import Mixture
+    from webapp.catalog.models import Corruption, Export, MixtureVersion, TokenizedSource
 
     home = tmp_path / "home"
     celery_workers("left"), celery_workers("right")
 
     s3 = _build(editor, source_root, "s3")
-    ts = TokenizedSource.objects.get(pk=s3["tokenized"])
     fields = ("status", "path", "manifest_path", "fingerprint")
-    _on_bucket(moto_server, s3_data_root, {k: getattr(ts, k) for k in fields})
-    assert ts.path.startswith(f"{s3_data_root}/tokenized/")
-    assert ts.shards.count() >= 1
-    assert all(s.prefix.startswith(f"{ts.path}/") for s in ts.shards.all())
-    _on_bucket(moto_server, s3_data_root, s3["pool"])
-    assert s3["pool"]["path"].startswith(f"{s3_data_root}/pools/")
+    for pk in s3["tokenized"].values():
+        ts = TokenizedSource.objects.get(pk=pk)
+        assert ts.path.startswith(f"{s3_data_root}/tokenized/")
+        _on_bucket(moto_server, s3_data_root, {k: getattr(ts, k) for k in fields})
+        assert ts.shards.count() >= 1
+        assert all(sh.prefix.startswith(f"{ts.path}/") for sh in ts.shards.all())
+    for pool in s3["pools"].values():
+        assert pool["path"].startswith(f"{s3_data_root}/pools/")
+        _on_bucket(moto_server, s3_data_root, pool)
+        # The shuffle quality is measured on the bucket's pool, as on a local one.
+        assert pool["params"]["quality"], pool["params"]
     assert s3["val"] is not None, "no document held out"
     _on_bucket(moto_server, s3_data_root, s3["val"])
-    assert s3["val"]["path"].startswith(f"{s3['pool']['path']}/")
-    for shard in Shard.objects.filter(pool_id=s3["pool"]["id"]):
-        assert shard.prefix.startswith(f"{s3['pool']['path']}/")
-    # The shuffle quality is measured on the bucket's pool, as on a local one.
-    assert s3["pool"]["params"]["quality"], s3["pool"]["params"]
+    assert s3["val"]["path"].startswith(f"{s3['pools']['prose']['path']}/")
+    version = s3["version"]
+    assert version["path"].startswith(f"{s3_data_root}/mixtures/")
+    assert MANIFEST_NAME in _keys(moto_server, version["path"])
+    assert version["manifest_path"] == f"{version['path']}/{MANIFEST_NAME}"
+    mix = Mixture(version["path"])
+    assert version["fingerprint"] == mix.manifest["fingerprint"]
+    assert version["num_samples"] == mix.num_samples == -(-200_000 // SEQ)
+    by_pool = {c["pool"]: c["epochs"] for c in version["components"]}
+    for p in mix.pools:
+        pool = next(q for q in s3["pools"].values() if q["path"] == p["path"])
+        assert by_pool[pool["id"]] == pytest.approx(p["epochs"])
+    copy = s3["copy"]
+    assert copy["path"].startswith(f"{version['path']}/materialized/")
+    keys = _on_bucket(moto_server, s3_data_root, copy)
+    assert len([k for k in keys if k.endswith(".bin")]) > 2
+    assert Export.objects.get(pk=copy["id"]).shards.count() > 2
 
     # The same inputs on a local data root: the same fingerprints.
     local = tmp_path / "local-data"
     local.mkdir()
     settings.DATA_ROOT = local
     here = _build(editor, source_root, "local")
-    assert here["pool"]["path"].startswith(f"{local}/")
-    assert TokenizedSource.objects.get(pk=here["tokenized"]).fingerprint == ts.fingerprint
-    for kind in ("pool", "val"):
-        assert here[kind]["fingerprint"] == s3[kind]["fingerprint"]
-        assert here[kind]["num_records"] == s3[kind]["num_records"]
-    assert here["pool"]["params"]["quality"] == s3["pool"]["params"]["quality"]
-
+    settings.DATA_ROOT = s3_data_root
+    assert here["version"]["path"].startswith(f"{local}/")
+    for name in ("prose", "code"):
+        pair = TokenizedSource.objects.filter(
+            pk__in=[s3["tokenized"][name], here["tokenized"][name]]
+        )
+        assert len({ts.fingerprint for ts in pair}) == 1
+        assert here["pools"][name]["fingerprint"] == s3["pools"][name]["fingerprint"]
+        assert here["pools"][name]["params"]["quality"] == s3["pools"][name]["params"]["quality"]
+    assert here["val"]["fingerprint"] == s3["val"]["fingerprint"]
+    # A version's fingerprint covers its spec, which names its pools by location (so does
+    # its copy's): the two builds hold the same bytes from pools of the same fingerprints.
+    for kind in ("version", "copy"):
+        ours, theirs = (storage.read_manifest(b[kind]["path"]) for b in (s3, here))
+        assert _checksums(ours) == _checksums(theirs), kind
+        assert ours["num_tokens"] == theirs["num_tokens"] > 0
+    ours, theirs = (storage.read_manifest(b["version"]["path"]) for b in (s3, here))
+    assert ours["parents"] == theirs["parents"]
+    assert ours["stages"] == theirs["stages"]
     # Nothing artifact-like under the local home: it holds what stays local, no data.
     assert not home.exists() or _files_below(home) == [], _files_below(home)
+
+    # Streamed from the bucket, resumed in the middle: the samples of a straight read,
+    # which are the local build's, and the materialized copy holds them in that order.
+    cache = tmp_path / "stream"
+    straight = _stream(here["version"]["path"], cache)
+    assert len(straight) == version["num_samples"]
+    assert _stream(version["path"], cache, resume_at=len(straight) // 2 + 7) == straight
+    assert _stream(copy["path"], cache, resume_at=len(straight) // 3) == straight
+
+    # A run on the bucket's version resumes where the schedule says, in the pool's shard.
+    run = _ok(editor.post("/api/runs/", {"name": "r-s3", "mixture_version": version["id"]},
+                          format="json"), 201)  # fmt: skip
+    _ok(editor.post(f"/api/runs/{run['id']}/progress/", {"step": 5, "consumed_samples": 700},
+                    format="json"), 201)  # fmt: skip
+    where = _ok(editor.get(f"/api/runs/{run['id']}/resume/"), 200)
+    assert where["sample"] == 700
+    assert where["pool_id"] in {p["id"] for p in s3["pools"].values()}
+    assert where["shard_path"] == f"{where['pool_path']}/{where['shard_prefix']}"
+    assert where["shard_path"].startswith(f"{s3_data_root}/pools/")
+
+    # Trainer configs name local shard files: refused with what to do, nothing written.
+    exports = f"/api/mixture-versions/{version['id']}/exports/"
+    for fmt in ("megatron", "olmo-core", "nanotron"):
+        resp = editor.post(exports, {"format": fmt}, format="json")
+        assert resp.status_code == 400, resp.content
+        detail = resp.json()["detail"]
+        assert f"mixture version blend-s3 v{version['number']} is on object storage" in detail
+        assert "materialize" in detail and "local copy" in detail, detail
+    # The JSON description is written beside the version, on the bucket, once.
+    plain = _ok(editor.post(exports, {"format": "json"}, format="json"), 201)
+    assert plain["path"] == f"{version['path']}/exports/mixture.json"
+    assert _ok(editor.post(exports, {"format": "json"}, format="json"), 201)["id"] == plain["id"]
+    assert _keys(moto_server, f"{version['path']}/exports") == {"mixture.json"}
+    bucket, _, key = plain["path"].removeprefix("s3://").partition("/")
+    body = moto_server.client().get_object(Bucket=bucket, Key=key)["Body"].read()
+    assert plain["num_bytes"] == len(body)
+    assert json.loads(body)["num_samples"] == version["num_samples"]
+    listed = _ok(editor.get(exports), 200)["results"]
+    assert [e["format"] for e in listed] == ["materialized", "json"]
+
+    # The run switches to new weights: a version continuing it, built on the bucket.
+    switched = _ok(editor.post(f"/api/runs/{run['id']}/switch/", {"weights": [
+        {"pool": s3["pools"]["prose"]["id"], "weight": 0.2},
+        {"pool": s3["pools"]["code"]["id"], "weight": 0.8}]}, format="json"), 201)  # fmt: skip
+    new = MixtureVersion.objects.get(pk=switched["version"])
+    if new.job_id:
+        _job_done(editor, new.job_id)
+    new.refresh_from_db()
+    assert new.status == "ready" and new.path.startswith(f"{s3_data_root}/mixtures/")
+    assert MANIFEST_NAME in _keys(moto_server, new.path)
+
+    # A flag on the code source taints its pool, both versions, the copy and the run.
+    flag = _ok(editor.post("/api/flags/", {"source": s3["code_source"], "reason": "pii"},
+                           format="json"), 201)  # fmt: skip
+    taints = _ok(editor.get(f"/api/flags/{flag['id']}/taints/"), 200)["taints"]
+    labels = " | ".join(t["label"] for t in taints)
+    assert "materialized copy" in labels and "r-s3" in labels, labels
+
+    # The scrub verifies the bucket's artifacts; one overwritten shard object is named.
+    bucket, _, prefix = s3["pools"]["code"]["path"].removeprefix("s3://").partition("/")
+    shard = sorted(
+        k for k in _keys(moto_server, s3["pools"]["code"]["path"]) if k.endswith(".bin")
+    )[0]
+    client = moto_server.client()
+    body = client.get_object(Bucket=bucket, Key=f"{prefix}/{shard}")["Body"].read()
+    client.put_object(Bucket=bucket, Key=f"{prefix}/{shard}", Body=bytes(b ^ 0xFF for b in body))
+    done = manage("catalog", "scrub")
+    assert done.returncode == 0, done.stderr
+    job_id = int(done.stdout.split("job ")[1].split()[0])
+    _job_done(editor, job_id)
+    bad = Corruption.objects.get(cause=None)
+    assert bad.pool_id == s3["pools"]["code"]["id"], bad.problem
+    assert shard in bad.problem, bad.problem
+    # Everything else on the bucket (and the local build) verified intact.
+    assert not Corruption.objects.filter(cause=None).exclude(pk=bad.pk).exists()

@@ -53,44 +53,51 @@ def mixture_version_export(
 ) -> Export:
     """Write the version as a trainer config (megatron, olmo / olmo-core, nanotron, json)
     under ``<version>/exports/`` and record it. An export is a function of the built
-    schedule, so asking again for the same file returns its ready row."""
+    schedule, so asking again for the same file returns its ready row. A version on object
+    storage gets its JSON description there; trainer configs, which name local shard
+    files, are refused (``_export_target``)."""
+    import xxhash
+
     from shardcore import atomic
     from shardcore.manifest import file_checksum
 
-    fmt, version, path, existing = mixture_version_export_find(
+    fmt, version, where, existing = mixture_version_export_find(
         version_id=version_id, fmt=fmt, global_batch_size=global_batch_size
     )
     if existing is not None:
         return existing
-    if storage.is_remote(version.path):
-        raise CatalogError(
-            f"mixture version {version} is on object storage ({version.path}): its {fmt} "
-            "description is read as it is rendered, not written beside it; materialize the "
-            "version and stream it with shardcore.loader, or export from a local copy"
-        )
     text = mixture_version_export_render(
         version_id=version_id, fmt=fmt, global_batch_size=global_batch_size
     )
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic.write_text(path, text)
+    if storage.is_remote(where):
+        data = text.encode()
+        folder, _, name = where.rpartition("/")
+        storage.open_store(folder).put_bytes(name, data)
+        size, checksum = len(data), xxhash.xxh3_64(data).hexdigest()
+    else:
+        path = Path(where)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic.write_text(path, text)
+        size, checksum = path.stat().st_size, file_checksum(path)
     return Export.objects.create(
         version=version,
         format=fmt,
-        path=str(path),
+        path=where,
         status=ArtifactStatus.READY,
         fingerprint=version.fingerprint,
         num_records=version.num_samples,
         num_tokens=version.num_tokens,
-        num_bytes=path.stat().st_size,
-        checksum=file_checksum(path),
+        num_bytes=size,
+        checksum=checksum,
         finished_at=timezone.now(),
     )
 
 
 def _export_target(
     version_id: int, fmt: str, global_batch_size: int | None
-) -> tuple[str, MixtureVersion, str, Path, dict[str, Any]]:
-    """(catalog format, version, shardcore format, file path, export options)."""
+) -> tuple[str, MixtureVersion, str, str, dict[str, Any]]:
+    """(catalog format, version, shardcore format, where its file is written: a path, or
+    an s3:// URL beside a version on object storage, export options)."""
     fmt = {"olmo": Export.Format.OLMO_CORE}.get(fmt, fmt)
     if fmt not in EXPORT_FORMATS:
         known = ", ".join(sorted({*EXPORT_FORMATS, "olmo"}))
@@ -128,7 +135,11 @@ def _export_target(
             name = "olmo-core-materialized.yaml"
         if global_batch_size:
             name = name.replace(".yaml", f"-gbs{int(global_batch_size)}.yaml")
-    return fmt, version, core_fmt, Path(version.path) / "exports" / name, options
+    if storage.is_remote(version.path):
+        where = storage.join(version.path, "exports", name)
+    else:
+        where = str(Path(version.path) / "exports" / name)
+    return fmt, version, core_fmt, where, options
 
 
 # Formats whose export writes files beside the config (Megatron: data-args files and the
@@ -139,15 +150,23 @@ EXPORT_WRITES_FILES = {Export.Format.MEGATRON, Export.Format.NANOTRON}
 
 def mixture_version_export_find(
     *, version_id: int, fmt: str, global_batch_size: int | None = None
-) -> tuple[str, MixtureVersion, Path, Export | None]:
-    """(catalog format, version, file path, its ready Export row or None). Reads only."""
-    fmt, version, _core, path, _options = _export_target(version_id, fmt, global_batch_size)
+) -> tuple[str, MixtureVersion, str, Export | None]:
+    """(catalog format, version, where its file is (a path or an s3:// URL), its ready
+    Export row or None). Reads only."""
+    fmt, version, _core, where, _options = _export_target(version_id, fmt, global_batch_size)
     existing = Export.objects.filter(
-        version=version, format=fmt, path=str(path), status=ArtifactStatus.READY
+        version=version, format=fmt, path=where, status=ArtifactStatus.READY
     ).first()
-    if existing is not None and not path.is_file():
+    if existing is not None and not _stored_file(where):
         existing = None
-    return fmt, version, path, existing
+    return fmt, version, where, existing
+
+
+def _stored_file(where: str) -> bool:
+    if not storage.is_remote(where):
+        return Path(where).is_file()
+    folder, _, name = storage.resolve(where).rpartition("/")
+    return storage.open_store(folder).exists(name)
 
 
 def mixture_version_export_render(

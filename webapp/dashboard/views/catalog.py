@@ -239,13 +239,13 @@ def mixture_version_export(request, version_id: int, fmt: str):
                 text = exports.mixture_version_export_render(version_id=version_id, fmt=fmt)
                 resp = HttpResponse(text, content_type="text/plain; charset=utf-8")
                 resp["Content-Disposition"] = content_disposition_header(
-                    True, f"{version.mixture.name}-v{version.number}-{path.name}"
+                    True, f"{version.mixture.name}-v{version.number}-{Path(path).name}"
                 )
                 return resp
             location = export.path
     except CatalogError as e:
         raise Http404(str(e)) from e
-    name = f"{version.mixture.name}-v{version.number}-{path.name}"
+    name = f"{version.mixture.name}-v{version.number}-{Path(path).name}"
     return stored_file_response(location, name)
 
 
