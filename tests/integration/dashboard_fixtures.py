@@ -257,3 +257,65 @@ def stdlib_code_pool(root, *, name: str = "p"):
     pool.refresh_from_db()
     assert pool.status == ArtifactStatus.READY
     return source, ts, pool
+
+
+def stdlib_code_source(root):
+    """``root/code/mods.jsonl``: 24 standard-library modules, each with its ``module`` name
+    and a ``size`` property (small or large), registered as source ``code`` with them.
+    ``root`` must be a source root."""
+    import sysconfig
+    from pathlib import Path
+
+    from webapp.catalog.services.sources import source_register
+
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    files = sorted(p for p in stdlib.glob("*.py") if p.stat().st_size > 3000)[:24]
+    (root / "code").mkdir()
+    rows = []
+    for p in files:
+        text = p.read_text(errors="replace")
+        rows.append({"text": text, "module": p.stem,
+                     "size": "large" if len(text) > 20000 else "small"})  # fmt: skip
+    (root / "code" / "mods.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return source_register(name="code", uri=str(root / "code"), metadata_fields=["module", "size"])
+
+
+def catalog_world(root, *, steps: int, samples_per_step: int) -> dict:
+    """A catalog built through the services in the data root, wherever it is (a directory
+    or an s3:// prefix), with jobs running in this process (eager): the source of
+    ``stdlib_code_source`` tokenized, pool ``code`` of 64-token records, mixture ``m`` v1
+    reading half of it, its materialized copy, and run ``r`` that reported ``steps`` steps
+    of ``samples_per_step`` samples. ``root`` must be a source root."""
+    from webapp.catalog.models import ArtifactStatus, Export
+    from webapp.catalog.services.exports import mixture_version_materialize
+    from webapp.catalog.services.mixtures import mixture_get_or_create, mixture_version_create
+    from webapp.catalog.services.pools import pool_build
+    from webapp.catalog.services.runs import run_progress_record, run_register
+    from webapp.catalog.services.tokenized import tokenized_source_build
+
+    source = stdlib_code_source(root)
+    ts = tokenized_source_build(source_id=source.pk, shard_size=64 << 10)
+    ts.refresh_from_db()
+    assert ts.status == ArtifactStatus.READY, ts.job.error
+    pool = pool_build(
+        name="code", tokenized_ids=[ts.pk], seq_len=64, memory=1 << 20, shard_size=40 << 10
+    )
+    pool.refresh_from_db()
+    assert pool.status == ArtifactStatus.READY, pool.job.error
+    mixture = mixture_get_or_create(name="m")
+    version = mixture_version_create(
+        mixture_id=mixture.pk,
+        components=[{"pool": pool.pk, "weight": 1.0}],
+        token_budget=64 * (pool.num_records // 2),  # half the pool: some data never read
+    )
+    version.refresh_from_db()
+    assert version.status == ArtifactStatus.READY, version.job.error
+    mixture_version_materialize(version_id=version.pk, shard_bytes=8 << 10)
+    copy = Export.objects.get(version=version, format=Export.Format.MATERIALIZED)
+    assert copy.status == ArtifactStatus.READY, copy.job.error
+    run = run_register(name="r", mixture_version_id=version.pk)
+    for step in range(1, steps + 1):
+        run_progress_record(run_id=run.pk, step=step, consumed_samples=step * samples_per_step)
+    run.refresh_from_db()
+    return {"source": source, "ts": ts, "pool": pool, "mixture": mixture, "version": version,
+            "copy": copy, "run": run}  # fmt: skip

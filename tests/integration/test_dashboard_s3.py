@@ -10,9 +10,7 @@ answer the objects' bytes."""
 from __future__ import annotations
 
 import html
-import json
 import re
-import sysconfig
 from pathlib import Path
 
 import numpy as np
@@ -24,11 +22,10 @@ from shardcore.locate import locate_mixture
 from shardcore.mixture import Mixture
 from shardcore.pool import PoolReader
 from shardcore.tokenized import TokenizedSource, property_stats
-from tests.integration.dashboard_fixtures import login, users  # noqa: F401
+from tests.integration.dashboard_fixtures import catalog_world, login, users  # noqa: F401
 from tests.support.s3 import apply_env
 from workers.celery import app
 
-STDLIB = Path(sysconfig.get_paths()["stdlib"])
 GBS = 4  # samples per step the run reports with
 STEPS = 9
 
@@ -37,36 +34,13 @@ def _thousands(n: int) -> str:
     return f"{int(n):,}"
 
 
-def stdlib_code_source(root: Path):
-    """``root/code/mods.jsonl``: 24 standard-library modules, each with its name and a
-    ``size`` property (small or large), registered as a source with that property."""
-    from webapp.catalog.services.sources import source_register
-
-    files = sorted(p for p in STDLIB.glob("*.py") if p.stat().st_size > 3000)[:24]
-    (root / "code").mkdir()
-    rows = []
-    for p in files:
-        text = p.read_text(errors="replace")
-        rows.append(
-            {"text": text, "module": p.stem, "size": "large" if len(text) > 20000 else "small"}
-        )
-    (root / "code" / "mods.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return source_register(name="code", uri=str(root / "code"), metadata_fields=["size"])
-
-
 @pytest.fixture(scope="module")
 def world(django_db_setup, django_db_blocker, moto_server, tmp_path_factory):
     """The catalog, built once for the module through the services (jobs run eagerly in
     this process) on ``s3://<fresh bucket>/data``."""
     from django.conf import settings
 
-    from webapp.catalog.models import ArtifactStatus, Export
-    from webapp.catalog.services.exports import mixture_version_materialize
     from webapp.catalog.services.flags import flag_create
-    from webapp.catalog.services.mixtures import mixture_get_or_create, mixture_version_create
-    from webapp.catalog.services.pools import pool_build
-    from webapp.catalog.services.runs import run_progress_record, run_register
-    from webapp.catalog.services.tokenized import tokenized_source_build
 
     tmp = tmp_path_factory.mktemp("s3pages")
     patch = pytest.MonkeyPatch()
@@ -83,45 +57,16 @@ def world(django_db_setup, django_db_blocker, moto_server, tmp_path_factory):
             from django.core.cache import cache
 
             cache.clear()
-            source = stdlib_code_source(tmp)
-            ts = tokenized_source_build(source_id=source.pk, shard_size=64 << 10)
-            ts.refresh_from_db()
-            assert ts.status == ArtifactStatus.READY, ts.job.error
-            pool = pool_build(
-                name="code", tokenized_ids=[ts.pk], seq_len=64, memory=1 << 20, shard_size=40 << 10
-            )
-            pool.refresh_from_db()
-            assert pool.status == ArtifactStatus.READY, pool.job.error
-            mix = mixture_get_or_create(name="m")
-            version = mixture_version_create(
-                mixture_id=mix.pk,
-                components=[{"pool": pool.pk, "weight": 1.0}],
-                token_budget=64 * (pool.num_records // 2),  # half the pool: some never read
-            )
-            version.refresh_from_db()
-            assert version.status == ArtifactStatus.READY, version.job.error
-            mixture_version_materialize(version_id=version.pk, shard_bytes=8 << 10)
-            copy = Export.objects.get(version=version, format=Export.Format.MATERIALIZED)
-            assert copy.status == ArtifactStatus.READY, copy.job.error
-            run = run_register(name="r", mixture_version_id=version.pk)
-            for step in range(1, STEPS + 1):
-                run_progress_record(run_id=run.pk, step=step, consumed_samples=step * GBS)
-            run.refresh_from_db()
+            built = catalog_world(tmp, steps=STEPS, samples_per_step=GBS)
             # A document first read after the run's position: "not yet" at a known sample.
-            first = _first_sample_by_doc(version.path, pool.path)
+            first = _first_sample_by_doc(built["version"].path, built["pool"].path)
             doc, sample = next(
                 (d, s) for d, s in sorted(first.items(), key=lambda x: x[1]) if s > STEPS * GBS
             )
-            flag = flag_create(reason="pii", source_id=source.pk, document_ids=[doc])
+            flag = flag_create(reason="pii", source_id=built["source"].pk, document_ids=[doc])
         yield {
+            **built,
             "root": root,
-            "source": source,
-            "ts": ts,
-            "pool": pool,
-            "mixture": mix,
-            "version": version,
-            "copy": copy,
-            "run": run,
             "flag": flag,
             "flag_sample": sample,
         }
@@ -190,7 +135,8 @@ def test_the_pool_page_says_what_the_pool_on_the_bucket_holds(world, login):
     assert f"<dd>{_thousands(manifest['num_tokens'])}</dd>" in body
     assert f"<dd>{_thousands(manifest['documents'])}</dd>" in body
     assert resp.context["totals"]["shards"] == len(manifest["shards"])
-    assert f"<code>{pool.path}</code>" in body and pool.path.startswith("s3://")
+    assert f'<code id="pool-location">{pool.path}</code>' in body
+    assert pool.path.startswith(f"{world['root']}/")
     # Properties come from the documents table on the bucket (its footer, by ranges).
     schema = pq.read_schema(Path(reader.path) / "documents.parquet")  # the checked copy's
     assert resp.context["properties"] == props.names(props.props_type(schema))
