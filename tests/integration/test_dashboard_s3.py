@@ -224,9 +224,13 @@ def test_the_run_page_says_where_it_resumes_and_its_snippet_streams_from_there(w
     mix = Mixture(version.path)
     for k, row in zip(batch["sample"].tolist(), batch["tokens"].numpy(), strict=True):
         np.testing.assert_array_equal(row, mix.tokens(k))
-    # The pool that the position names, read at that record: the same tokens.
-    pool = PoolReader(where["pool_path"])
-    np.testing.assert_array_equal(pool.record(where["record"]), mix.tokens(STEPS * GBS))
+    # The pool part, pasted: the pool on the bucket, at the record the run reads next.
+    assert "a pool on object storage opens from a checked local copy" in snippet
+    scope = {}
+    exec(compile(snippet[: snippet.index("\n# Or stream")], "snippet", "exec"), scope)
+    record = scope["pool"].record(scope["start_record"])
+    np.testing.assert_array_equal(record, mix.tokens(STEPS * GBS))
+    assert scope["token_offset"] == 0
     # Lineage: the flag's documents are first read after the run's position.
     sample = world["flag_sample"]
     assert f"not yet: the first flagged sample is {sample}" in body
