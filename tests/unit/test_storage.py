@@ -314,3 +314,16 @@ def test_two_processes_fetching_one_copy_share_it(s3_bucket, tmp_path):
     (path,) = paths
     assert verify.verify(path).ok
     assert not [p for p in Path(path).iterdir() if p.name.endswith(".tmp")]
+
+
+def test_the_cache_is_the_services_local_home_unless_set(monkeypatch, tmp_path):
+    for name in ("SHARDYARD_CACHE", "SHARDYARD_HOME"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("SHARDYARD_DATA", str(tmp_path / "data"))
+    assert storage.cache_root() == tmp_path / "data" / "cache"
+    monkeypatch.setenv("SHARDYARD_DATA", "s3://bucket/data")
+    assert storage.cache_root() == Path("~/.cache/shardyard").expanduser()
+    monkeypatch.setenv("SHARDYARD_HOME", str(tmp_path / "home"))
+    assert storage.cache_root() == tmp_path / "home" / "cache"
+    monkeypatch.setenv("SHARDYARD_CACHE", str(tmp_path / "cache"))
+    assert storage.cache_root() == tmp_path / "cache"
