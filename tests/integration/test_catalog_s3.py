@@ -296,6 +296,20 @@ def test_it_builds_streams_and_scrubs_every_artifact_on_an_s3_data_root(
     labels = " | ".join(t["label"] for t in taints)
     assert "materialized copy" in labels and "r-s3" in labels, labels
 
+    # A version never builds over objects already below its prefix (someone else's, or
+    # a failed save's): the draft is refused and they stay as they were.
+    bucket, _, prefix = s3_data_root.removeprefix("s3://").partition("/")
+    squat = f"{prefix}/mixtures/blend-s3/v{new.number + 1}/keep.txt"
+    moto_server.client().put_object(Bucket=bucket, Key=squat, Body=b"not yours")
+    draft = {"name": "blend-s3", "tokens": 100_000,
+             "rows": [{"pool": p["id"], "weight": 1.0} for p in s3["pools"].values()]}  # fmt: skip
+    refused = editor.post("/api/mixtures/", draft, format="json")
+    assert refused.status_code == 400, refused.content
+    assert "exists already" in refused.json()["detail"]
+    kept = moto_server.client().get_object(Bucket=bucket, Key=squat)["Body"].read()
+    assert kept == b"not yours"
+    assert MixtureVersion.objects.filter(mixture__name="blend-s3").count() == 2
+
     # The scrub verifies the bucket's artifacts; one overwritten shard object is named.
     bucket, _, prefix = s3["pools"]["code"]["path"].removeprefix("s3://").partition("/")
     shard = sorted(
@@ -313,3 +327,21 @@ def test_it_builds_streams_and_scrubs_every_artifact_on_an_s3_data_root(
     assert shard in bad.problem, bad.problem
     # Everything else on the bucket (and the local build) verified intact.
     assert not Corruption.objects.filter(cause=None).exclude(pk=bad.pk).exists()
+
+
+def test_it_keeps_artifact_locations_under_an_s3_data_root(settings):
+    """Locations below an s3:// data root are built from single validated components and
+    checked to stay below its prefix (no sibling prefix, no empty, '.' or '..' segment)."""
+    from webapp.catalog import guards
+
+    settings.DATA_ROOT = "s3://bucket/data"
+    assert guards.data_root() == "s3://bucket/data"
+    assert guards.data_path("pools", "p-1") == "s3://bucket/data/pools/p-1"
+    for part in ("..", ".", "a/b", "/abs", "", "a\\b"):
+        with pytest.raises(guards.GuardError):
+            guards.data_path("pools", part)
+    assert guards.under_data_root("s3://bucket/data") == "s3://bucket/data"
+    for outside in ("s3://bucket/data-other/x", "s3://bucket/data/../x", "s3://bucket/data//x",
+                    "s3://other/data/x", "s3://bucket/dat", "/tmp/data/x"):  # fmt: skip
+        with pytest.raises(guards.GuardError):
+            guards.under_data_root(outside)

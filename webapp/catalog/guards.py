@@ -67,7 +67,7 @@ def under_data_root(path: str | Path) -> str:
         rest = text[len(root) :]
         if text != root and not (text.startswith(root) and rest.startswith("/")):
             raise GuardError(f"{path} is outside the data root {root}")
-        if any(seg in (".", "..", "") for seg in rest.strip("/").split("/")) and rest:
+        if rest and any(seg in (".", "..", "") for seg in rest[1:].split("/")):
             raise GuardError(f"{path}: a location below {root} has no empty, '.' or '..' part")
         return text
     resolved = Path(path).resolve()
