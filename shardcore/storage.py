@@ -142,10 +142,13 @@ def join(base: str | os.PathLike, *parts: str) -> str:
 
 
 def cache_root() -> Path:
-    """The local cache: $SHARDYARD_CACHE, else $SHARDYARD_DATA/cache when the data root is
-    local, else ~/.cache/shardyard."""
+    """The local cache: $SHARDYARD_CACHE, else $SHARDYARD_HOME/cache (the service's local
+    directory), else $SHARDYARD_DATA/cache when the data root is local, else
+    ~/.cache/shardyard."""
     if os.environ.get("SHARDYARD_CACHE"):
         return Path(os.environ["SHARDYARD_CACHE"]).expanduser()
+    if os.environ.get("SHARDYARD_HOME"):
+        return Path(os.environ["SHARDYARD_HOME"]).expanduser() / "cache"
     data = os.environ.get("SHARDYARD_DATA")
     if data and not is_remote(data):
         return Path(data).expanduser() / "cache"

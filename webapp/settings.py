@@ -122,6 +122,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.LoginRequiredMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "webapp.dashboard.middleware.NotFoundMiddleware",
+    "webapp.dashboard.middleware.ArtifactScopeMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 

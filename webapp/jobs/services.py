@@ -40,7 +40,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from shardcore import units
+from shardcore import storage, units
 from webapp.jobs.models import ACTIVE_JOB_STATES, Job, JobState, JobUnit, UnitState
 
 log = logging.getLogger(__name__)
@@ -488,9 +488,12 @@ def _job_fail(job_id: int, error: str) -> str:
 
 
 def _record(job: Job, manifest: dict | None) -> None:
-    """Call the job's recorder (a catalog service) inside the caller's transaction."""
+    """Call the job's recorder (a catalog service) inside the caller's transaction. The
+    checked local copies of remote artifacts it reads (a pool's quality, a schedule's) are
+    released when it returns, so a long-lived worker never pins them in its cache."""
     if job.recorder:
-        import_string(job.recorder)(job=job, manifest=manifest)
+        with storage.artifact_scope():
+            import_string(job.recorder)(job=job, manifest=manifest)
 
 
 # --- operator actions -------------------------------------------------------------------
