@@ -10,6 +10,7 @@ answer the objects' bytes."""
 from __future__ import annotations
 
 import html
+import json
 import re
 from pathlib import Path
 
@@ -173,6 +174,10 @@ def test_the_version_page_says_what_the_schedule_on_the_bucket_holds(world, logi
     assert f"<td>{manifest['pools'][0]['epochs']:.2f}</td>" in body
     bars = resp.context["epochs_figure"]["data"][0]
     assert list(bars["x"]) == [world["pool"].name]
+    # Composition over training: the schedule's stages, one pool read in all of them.
+    (trace,) = resp.context["heatmap_figure"]["data"]
+    assert trace["name"] == world["pool"].name and set(trace["y"]) == {1.0}
+    assert len(trace["x"]) == len(manifest["stages"])
     # Quality per stage as its build recorded it, the same as measured here.
     measured = quality.mixture_quality(version.path, by="pool")
     shown = resp.context["quality"]
@@ -219,9 +224,13 @@ def test_the_run_page_says_where_it_resumes_and_its_snippet_streams_from_there(w
     mix = Mixture(version.path)
     for k, row in zip(batch["sample"].tolist(), batch["tokens"].numpy(), strict=True):
         np.testing.assert_array_equal(row, mix.tokens(k))
-    # The pool that the position names, read at that record: the same tokens.
-    pool = PoolReader(where["pool_path"])
-    np.testing.assert_array_equal(pool.record(where["record"]), mix.tokens(STEPS * GBS))
+    # The pool part, pasted: the pool on the bucket, at the record the run reads next.
+    assert "a pool on object storage opens from a checked local copy" in snippet
+    scope = {}
+    exec(compile(snippet[: snippet.index("\n# Or stream")], "snippet", "exec"), scope)
+    record = scope["pool"].record(scope["start_record"])
+    np.testing.assert_array_equal(record, mix.tokens(STEPS * GBS))
+    assert scope["token_offset"] == 0
     # Lineage: the flag's documents are first read after the run's position.
     sample = world["flag_sample"]
     assert f"not yet: the first flagged sample is {sample}" in body
@@ -234,12 +243,48 @@ def test_the_flag_page_counts_what_the_artifacts_on_the_bucket_hold(world, login
     assert "holding 1 flagged document" in body
 
 
-def test_the_mixture_and_list_pages_answer(world, login):
+def test_the_version_quality_by_a_property_is_measured_from_the_bucket(world, login):
+    version = world["version"]
+    resp, body = _page(login("viewer"), f"/mixtures/versions/{version.pk}/?by=size")
+    assert {"module", "size"} <= set(resp.context["properties"])
+    measured = quality.mixture_quality(version.path, by="size")
+    shown = resp.context["quality"]
+    assert [st["verdict"]["text"] for st in shown["stages"]] == [
+        st["verdict"]["text"] for st in measured["stages"]
+    ]
+    assert "Labels: the size of each sample's main document" in body
+
+
+def test_the_other_pages_of_the_catalog_answer(world, login):
+    from webapp.catalog.selectors import mixture_version_document
+
     client = login("viewer")
-    for url in ("/", "/sources/", "/pools/", "/mixtures/", "/runs/", "/jobs/"):
+    version = world["version"]
+    for url in ("/", "/sources/", "/pools/", "/mixtures/", "/runs/", "/jobs/", "/audit/"):
         _page(client, url)
     _resp, body = _page(client, f"/mixtures/{world['mixture'].pk}/")
-    assert f"{_thousands(world['version'].num_samples)}" in body
+    assert _thousands(version.num_samples) in body
+    _resp, body = _page(client, f"/mixtures/versions/{version.pk}/diff/{version.pk}/")
+    assert world["pool"].name in body
+    for job in (world["ts"].job, world["pool"].job, version.job, world["copy"].job):
+        _resp, body = _page(client, f"/jobs/{job.pk}/")
+        assert "succeeded" in body
+    doc = client.get(f"/mixtures/versions/{version.pk}/version.json").json()
+    assert doc == json.loads(json.dumps(mixture_version_document(version_id=version.pk)))
+    assert doc["components"][0]["pool_path"] == world["pool"].path
+    # The audit of the flagged document: the pool on the bucket holds it.
+    flag = world["flag"]
+    url = f"/audit/?source=code&document_id={flag.document_ids[0]}"
+    resp, body = _page(client, url)
+    assert [p.pk for p in resp.context["result"]["pools"]] == [world["pool"].pk]
+    assert f"In 1 pool(s), 1 mixture version(s), {_thousands(1)} run(s)." in body
+    # The builder offers the pool, and predicts from the catalog's records of it.
+    editor = login("editor")
+    assert world["pool"].name in _page(editor, "/mixtures/new/")[1]
+    draft = {"name": "m2", "tokens": 64 * 100,
+             "rows": [{"stage": "main", "pool": world["pool"].pk, "weight": 1}]}  # fmt: skip
+    predicted = editor.post("/mixtures/new/predict.json", draft, "application/json").json()
+    assert predicted["error"] is None and predicted["rows"][0]["samples"] == 100
 
 
 def test_downloads_answer_the_objects_bytes(world, login):
@@ -292,3 +337,6 @@ def test_the_api_reads_the_same_artifacts(world, users):
     assert resume["pool_path"] == where["pool_path"]
     assert resume["record"] == where["record"]
     assert resume["shard_path"] == storage.join(where["pool_path"], where["shard_prefix"])
+    # Lineage: when the run first reads the flagged document (not yet, at a known sample).
+    (row,) = api.get(f"/api/runs/{world['run'].pk}/flags/").json()
+    assert (row["first_sample"], row["read"]) == (world["flag_sample"], False)

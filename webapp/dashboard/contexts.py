@@ -545,9 +545,11 @@ def _taint_summary(counts: dict[str, int], documents: int) -> str:
 
 def loader_snippet(position: dict) -> str:
     """Python a trainer pastes to continue exactly where the report left off."""
+    remote = storage.is_remote(position["pool_path"])
     return (
         "from shardcore.pool import Pool\n"
-        f"pool = Pool({position['pool_path']!r})  # {position['pool']}, stage {position['stage']}\n"
+        + ("# a pool on object storage opens from a checked local copy of it\n" if remote else "")
+        + f"pool = Pool({position['pool_path']!r})  # {position['pool']}, stage {position['stage']}\n"
         f"# resume at mixture sample {position.get('version_sample', position['sample'])}: "
         f"epoch {position['epoch']} of the "
         f"pool, shard {position['shard']}, record {position['record_in_shard']} in it\n"
