@@ -87,9 +87,33 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:  # a path that cannot be read or written: name it, no traceback
         where = exc.filename or ""
         return _fail(args.command, f"{where}: {exc.strerror or exc}" if where else str(exc))
+    except Exception as exc:
+        message = _storage_error(exc)
+        if message is None:
+            raise
+        return _fail(args.command, message)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+
+
+def _storage_error(exc: Exception) -> str | None:
+    """The one line for an object store's refusal (no such bucket, denied, no credentials,
+    an endpoint that does not answer), naming the bucket when the store does; None for any
+    other exception."""
+    if type(exc).__module__.split(".")[0] not in ("botocore", "boto3"):
+        return None
+    error = getattr(exc, "response", {}).get("Error", {})
+    bucket = error.get("BucketName")
+    if bucket:
+        message = error.get("Message") or error.get("Code") or str(exc)
+        return f"s3://{bucket}: {message}"
+    hint = ""
+    if "credentials" in str(exc).lower():
+        hint = " (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or ~/.aws)"
+    elif "endpoint" in str(exc).lower():
+        hint = " (check AWS_ENDPOINT_URL)"
+    return f"object storage: {exc}{hint}"
 
 
 def _fail(command: str, message: str) -> int:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from pathlib import Path
 
 import pytest
 from rest_framework.authtoken.models import Token
@@ -16,7 +17,7 @@ from rest_framework.test import APIClient
 from shardcore.manifest import MANIFEST_NAME
 from tests.integration.dashboard_fixtures import users  # noqa: F401
 from tests.integration.test_jobs_workers import stdlib_docs, write_jsonl
-from tests.support.services import manage, wait_for
+from tests.support.services import ROOT, manage, wait_for
 
 pytestmark = pytest.mark.services
 
@@ -238,6 +239,8 @@ def test_it_builds_streams_and_scrubs_every_artifact_on_an_s3_data_root(
     assert ours["stages"] == theirs["stages"]
     # Nothing artifact-like under the local home: it holds what stays local, no data.
     assert not home.exists() or _files_below(home) == [], _files_below(home)
+    # Nor a URL taken for a relative path, where the web process and the workers run.
+    assert not (ROOT / "s3:").exists() and not (Path.cwd() / "s3:").exists()
 
     # Streamed from the bucket, resumed in the middle: the samples of a straight read,
     # which are the local build's, and the materialized copy holds them in that order.
@@ -277,6 +280,10 @@ def test_it_builds_streams_and_scrubs_every_artifact_on_an_s3_data_root(
     assert json.loads(body)["num_samples"] == version["num_samples"]
     listed = _ok(editor.get(exports), 200)["results"]
     assert [e["format"] for e in listed] == ["materialized", "json"]
+    # The operator's command says the same.
+    refused = manage("catalog", "export", str(version["id"]), "olmo")
+    assert refused.returncode == 1
+    assert "is on object storage" in refused.stderr and "local copy" in refused.stderr
 
     # The run switches to new weights: a version continuing it, built on the bucket.
     switched = _ok(editor.post(f"/api/runs/{run['id']}/switch/", {"weights": [

@@ -84,3 +84,40 @@ def test_it_builds_an_empty_pool_only_when_asked(work, capsys):
     assert main(args) == 2
     assert main([*args, "--allow-empty"]) == 0
     assert json.loads(capsys.readouterr().out)["documents"] == 0
+
+
+S3_CASES = [
+    # (name, argv with {w} for the work directory and {b} for a bucket that does not exist)
+    ("tokenize into", "tokenize {w}/src --out s3://{b}/tok"),
+    ("pool from", "pool s3://{b}/tok --out s3://{b}/pool --seq-len 8"),
+    ("verify", "verify s3://{b}/pool"),
+    ("mix", "mix --component s3://{b}/pool:1 --tokens 100 --out s3://{b}/mix"),
+    ("materialize", "materialize s3://{b}/mix --out s3://{b}/flat"),
+]
+
+
+@pytest.mark.parametrize("name,argv", S3_CASES, ids=[c[0] for c in S3_CASES])
+def test_a_bucket_that_does_not_exist_is_named_in_one_line(work, s3_bucket, capsys, name, argv):
+    missing = s3_bucket.removeprefix("s3://") + "-missing"
+    code = main(argv.format(w=work, b=missing).split())
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "Traceback" not in err
+    (line,) = err.strip().splitlines()
+    assert line.startswith("shardyard ") and f"s3://{missing}:" in line, line
+    assert "does not exist" in line, line
+
+
+def test_missing_credentials_are_one_line_naming_the_variables(
+    work, s3_bucket, capsys, monkeypatch, tmp_path
+):
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    code = main(["verify", f"{s3_bucket}/pool"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    (line,) = err.strip().splitlines()
+    assert "credentials" in line and "AWS_ACCESS_KEY_ID" in line, line
