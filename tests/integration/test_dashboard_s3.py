@@ -136,6 +136,9 @@ def test_the_pool_page_says_what_the_pool_on_the_bucket_holds(world, login):
     assert f"<dd>{_thousands(manifest['num_tokens'])}</dd>" in body
     assert f"<dd>{_thousands(manifest['documents'])}</dd>" in body
     assert resp.context["totals"]["shards"] == len(manifest["shards"])
+    # Its sources by their s3:// locations: what the page names the quality's labels by
+    # when a pool has several.
+    assert [src["path"] for src in manifest["sources"]] == [world["ts"].path]
     assert f'<code id="pool-location">{pool.path}</code>' in body
     assert pool.path.startswith(f"{world['root']}/")
     # Properties come from the documents table on the bucket (its footer, by ranges).
