@@ -125,3 +125,20 @@ def test_it_builds_materializes_exports_and_resumes_a_staged_mixture(
     assert {k: position[k] for k in expected if k != "pool"} == {
         k: v for k, v in expected.items() if k != "pool"
     }
+
+
+@pytest.mark.parametrize(
+    "args,line",
+    [
+        (["tokenize", "999"], "no source 999"),
+        (["source-scan", "999"], "no source 999"),
+        (["run-resume", "999"], "no training run 999"),
+        (["run-progress", "999", "1", "1"], "no training run 999"),
+        (["job-cancel", "999"], "no job 999"),
+        (["job-retry", "999"], "no job 999"),
+    ],
+)
+def test_an_id_that_names_nothing_is_one_line_naming_it(db, args, line):
+    with pytest.raises(CommandError) as raised:
+        _call(*args)
+    assert str(raised.value) == line

@@ -4,7 +4,9 @@ subcommand per service (what the pages do, scriptable). Errors print one line an
 from __future__ import annotations
 
 import json
+import re
 
+from django.core.exceptions import ObjectDoesNotExist
 from django.core.management.base import BaseCommand, CommandError
 
 from shardcore.order import ORDERINGS
@@ -181,7 +183,17 @@ class Command(BaseCommand):
                 )
         except (CatalogError, jobs.JobError, ValueError) as exc:
             raise CommandError(str(exc)) from exc
+        except ObjectDoesNotExist as exc:  # an id that names no row: say which, no traceback
+            raise CommandError(_missing(exc, o)) from exc
         self.stdout.write(out)
+
+
+def _missing(exc: ObjectDoesNotExist, options: dict) -> str:
+    """'no training run 999' for the model whose lookup failed and the id it was given."""
+    model = type(exc).__qualname__.split(".")[0]
+    name = re.sub(r"(?<!^)(?=[A-Z])", " ", model).lower()
+    ids = [str(v) for k, v in options.items() if k.endswith("_id") and v is not None]
+    return f"no {name} {', '.join(ids)}".strip()
 
 
 def _launched(job_id: int) -> str:
