@@ -93,6 +93,40 @@ class TokenizedSource:
         return f"<TokenizedSource {self.path} docs={self.num_documents} shards={len(self._shard_meta)}>"
 
 
+def read_documents(path: str | os.PathLike, columns: list[str] | None = None):
+    """``TokenizedSource(path).documents(columns)``, without the token shards: on object
+    storage only the sidecars are read, each checked against the manifest's size and xxh3
+    (a corrupt one is refused by name), never a copy of the whole artifact."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import xxhash
+
+    from shardcore import props, storage
+    from shardcore.errors import CorruptDataError
+    from shardcore.manifest import files_by_path
+
+    if not storage.is_remote(path):
+        return TokenizedSource(path).documents(columns)
+    manifest = storage.read_manifest(path)
+    if manifest.get("kind") != KIND:
+        raise ManifestError(f"{path}: kind {manifest.get('kind')!r}, expected {KIND!r}")
+    store, entries = storage.open_store(path), files_by_path(manifest)
+    tables = []
+    for shard in manifest["shards"]:
+        rel = f"{shard['prefix']}.docs.parquet"
+        data, entry = store.read_bytes(rel), entries.get(rel, {})
+        if entry.get("size") is not None and len(data) != int(entry["size"]):
+            raise CorruptDataError(
+                f"{store.location(rel)}: {len(data)} bytes, the manifest says {entry['size']}"
+            )
+        if entry.get("xxh3") and xxhash.xxh3_64_hexdigest(data) != entry["xxh3"]:
+            raise CorruptDataError(f"{store.location(rel)}: checksum differs from the manifest's")
+        tables.append(pq.read_table(pa.BufferReader(data), columns=columns))
+    if not tables:
+        return pa.table({"doc_id": pa.array([], pa.int64())})
+    return props.concat(tables)
+
+
 def property_stats(
     path: str | os.PathLike, fields: list[str] | None = None, *, top: int = 30
 ) -> dict[str, Any]:
@@ -107,7 +141,7 @@ def property_stats(
 
     from shardcore import props
 
-    table = TokenizedSource(path).documents()
+    table = read_documents(path)
     if fields is None or not list(fields):
         fields = [f.name for f in props.props_type(table.schema)] if table.num_rows else []
     n_tokens = table.column("n_tokens").combine_chunks().cast(pa.int64())

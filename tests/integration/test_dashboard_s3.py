@@ -112,18 +112,44 @@ def test_every_artifact_lives_on_the_bucket(world):
 def test_the_source_page_charts_the_composition_read_from_the_tokenized_source(world, login):
     ts = world["ts"]
     resp, body = _page(login("viewer"), f"/sources/{world['source'].pk}/")
+    # Counted here from the checked copy of the whole tokenized source on the bucket.
     on_bucket = TokenizedSource(ts.path)
     assert on_bucket.manifest["fingerprint"] == ts.fingerprint
-    stats = property_stats(ts.path, ["size"])
+    docs = on_bucket.documents()
+    size = np.array(docs.column("props").combine_chunks().field("size").to_pylist())
+    n_tokens, n_bytes = (docs.column(c).to_numpy() for c in ("n_tokens", "n_bytes"))
     fig = resp.context["composition_figure"]
     by_measure = {t["name"]: dict(zip(t["x"], t["customdata"], strict=True)) for t in fig["data"]}
-    for value, counts in stats["by_property"]["size"].items():
-        for measure in ("documents", "bytes", "tokens"):
-            assert by_measure[measure][f"size={value}"] == counts[measure]
-    assert sum(v["documents"] for v in stats["by_property"]["size"].values()) == 24
+    for value in ("small", "large"):
+        sel = size == value
+        assert by_measure["documents"][f"size={value}"] == int(sel.sum()) > 0
+        assert by_measure["tokens"][f"size={value}"] == int(n_tokens[sel].sum())
+        assert by_measure["bytes"][f"size={value}"] == int(n_bytes[sel].sum())
     lengths = resp.context["length_figure"]["data"][0]
-    assert sum(lengths["y"]) == 24 == sum(stats["counts"])
+    assert sum(lengths["y"]) == 24 == docs.num_rows
     assert f"<dd>{_thousands(24)}</dd>" in body
+
+
+def test_a_tokenized_source_on_the_bucket_is_described_from_its_sidecars_alone(world):
+    """What the source page reads: the sidecars, checked, never the token shards; a
+    corrupt sidecar is refused by name."""
+    from shardcore.errors import CorruptDataError
+    from shardcore.tokenized import read_documents
+
+    ts = world["ts"]
+    assert read_documents(ts.path).equals(TokenizedSource(ts.path).documents())
+    stats = property_stats(ts.path, ["size"])
+    assert sum(v["documents"] for v in stats["by_property"]["size"].values()) == 24
+    # A copy of it with one sidecar overwritten by other bytes of the same size.
+    source, copy = storage.open_store(ts.path), storage.open_store(f"{world['root']}/bad-copy")
+    for key in source.list():
+        copy.put_bytes(key, source.read_bytes(key))
+    sidecar = next(k for k in copy.list() if k.endswith(".docs.parquet"))
+    data = bytearray(copy.read_bytes(sidecar))
+    data[len(data) // 2] ^= 0xFF
+    copy.put_bytes(sidecar, bytes(data))
+    with pytest.raises(CorruptDataError, match=sidecar):
+        read_documents(copy.url)
 
 
 def test_the_pool_page_says_what_the_pool_on_the_bucket_holds(world, login):

@@ -131,17 +131,25 @@ def pool_training(*, pool: Pool) -> list[dict]:
 def pool_properties(*, pool: Pool) -> list[str]:
     """What the quality charts can label documents by: the pool's properties (nested ones
     as dotted paths), read from its documents table's schema only (on object storage, the
-    file's footer by byte ranges)."""
-    try:
-        if storage.is_remote(pool.path):
-            schema = pq.read_schema(
-                storage.RangeFile(storage.open_store(pool.path), DOCUMENTS_NAME)
-            )
-        else:
+    file's footer by byte ranges, kept in the cache)."""
+    if not storage.is_remote(pool.path):
+        try:
             schema = pq.read_schema(f"{pool.path}/{DOCUMENTS_NAME}")
-    except (OSError, ShardcoreError, ValueError):
-        return []
-    return props.names(props.props_type(schema))[:50]
+        except (OSError, ShardcoreError, ValueError):
+            return []
+        return props.names(props.props_type(schema))[:50]
+    # A built pool never changes: its properties are kept by location and fingerprint.
+    key = f"dash:pool-properties:v1:{pool.path}:{pool.fingerprint}"
+    names = cache.get(key)
+    if names is None:
+        try:
+            store = storage.open_store(pool.path)
+            schema = pq.read_schema(storage.RangeFile(store, DOCUMENTS_NAME))
+        except (OSError, ShardcoreError, ValueError):
+            return []
+        names = props.names(props.props_type(schema))[:50]
+        cache.set(key, names, timeout=7 * 24 * 3600)
+    return names
 
 
 # --- shuffle quality --------------------------------------------------------------------
