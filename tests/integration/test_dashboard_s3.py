@@ -373,3 +373,16 @@ def test_the_api_reads_the_same_artifacts(world, users):
     # Lineage: when the run first reads the flagged document (not yet, at a known sample).
     (row,) = api.get(f"/api/runs/{world['run'].pk}/flags/").json()
     assert (row["first_sample"], row["read"]) == (world["flag_sample"], False)
+
+
+def test_the_version_page_offers_only_the_configs_a_version_on_the_bucket_has(world, login):
+    """Megatron-LM, OLMo-core and nanotron configs name local shard files and are refused
+    for a version on object storage: the page offers JSON only, and says why."""
+    version = world["version"]
+    for role in ("viewer", "editor"):
+        _, body = _page(login(role), f"/mixtures/versions/{version.pk}/")
+        configs = re.search(r'<p id="trainer-configs">(.*?)</p>', body, re.S)[1]
+        assert f"/mixtures/versions/{version.pk}/export/json/" in configs
+        for fmt in ("megatron", "olmo", "nanotron"):
+            assert f"/export/{fmt}/" not in body
+        assert "object storage" in configs
