@@ -510,6 +510,16 @@ class RangeFile(io.RawIOBase):
         return len(data)
 
 
+def is_store_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is the object store failing to answer (unreachable endpoint, refused
+    credentials, a missing bucket...), as opposed to an artifact's own problem."""
+    try:
+        from botocore.exceptions import BotoCoreError, ClientError
+    except ImportError:  # no S3 client installed: nothing can have come from one
+        return False
+    return isinstance(exc, (BotoCoreError, ClientError))
+
+
 def open_store(url: str | os.PathLike) -> Store:
     """The store rooted at ``url``: a local directory, or ``s3://bucket/prefix``."""
     if is_remote(url):

@@ -317,36 +317,40 @@ def test_the_other_pages_of_the_catalog_answer(world, login):
 
 
 def test_downloads_answer_the_objects_bytes(world, login):
-    """A recorded export stored on the bucket downloads as its object's bytes (streamed
-    through the store, with its length and name), from its own link and the version's."""
+    """An export an editor writes from the version page lands on the bucket and downloads
+    as its object's bytes (streamed through the store, with its length and name), from its
+    own link and the version's."""
     from shardcore.export import export as render
     from webapp.catalog.models import Export
 
     version = world["version"]
-    text = render(version.path, "json").encode()
-    location = storage.join(version.path, "exports", "mixture.json")
-    storage.open_store(version.path).put_bytes("exports/mixture.json", text)
-    export = Export.objects.create(
-        version=version, format=Export.Format.JSON, path=location, status="ready",
-        num_bytes=len(text),
-    )  # fmt: skip
+    resp = login("editor").post(f"/mixtures/versions/{version.pk}/export/json/")
+    assert resp.status_code == 200
+    written = b"".join(resp.streaming_content)
+    export = Export.objects.get(version=version, format=Export.Format.JSON)
+    assert export.path.startswith(f"{version.path}/exports/")
+    parent, _, name = export.path.rpartition("/")
+    stored = storage.open_store(parent)
+    assert written == stored.read_bytes(name) == render(version.path, "json").encode()
+
     client = login("viewer")
     resp = client.get(f"/exports/{export.pk}/download/")
     assert resp.status_code == 200
-    assert b"".join(resp.streaming_content) == text
-    assert resp["Content-Length"] == str(len(text))
-    assert 'filename="mixture.json"' in resp["Content-Disposition"]
+    assert b"".join(resp.streaming_content) == written
+    assert resp["Content-Length"] == str(len(written))
+    assert f'filename="{name}"' in resp["Content-Disposition"]
     assert resp["Content-Type"] == "application/json"
-
     resp = client.get(f"/mixtures/versions/{version.pk}/export/json/")
     assert resp.status_code == 200
-    assert b"".join(resp.streaming_content) == text  # the recorded object
-    assert 'filename="m-v1-mixture.json"' in resp["Content-Disposition"]
+    assert b"".join(resp.streaming_content) == written  # the recorded object
+    assert f'filename="m-v1-{name}"' in resp["Content-Disposition"]
+    body = client.get(f"/mixtures/versions/{version.pk}/").content.decode()
+    assert f'href="/exports/{export.pk}/download/"' in body
 
     # The materialized copy is a prefix of shards, not a file: no download.
     assert client.get(f"/exports/{world['copy'].pk}/download/").status_code == 404
     # An export whose object is gone is not found, not a server error.
-    storage.open_store(version.path).delete("exports/mixture.json")
+    stored.delete(name)
     assert client.get(f"/exports/{export.pk}/download/").status_code == 404
     export.delete()
 

@@ -1,10 +1,14 @@
 """Request-wide rules of the pages and the API: a read of the catalog that finds no row
 (``webapp.catalog.selectors.NotFound``) is a 404 page, whichever view asked; the checked
-local copies of remote artifacts a request reads are in use only while it runs."""
+local copies of remote artifacts a request reads are in use only while it runs; an object
+store that does not answer is a 503 that says so, never a traceback."""
 
 from __future__ import annotations
 
-from django.http import Http404
+import os
+
+from django.http import Http404, JsonResponse
+from django.shortcuts import render
 
 from shardcore import storage
 from webapp.catalog.selectors import NotFound
@@ -22,6 +26,18 @@ class ArtifactScopeMiddleware:
     def __call__(self, request):
         with storage.artifact_scope():
             return self.get_response(request)
+
+    def process_exception(self, request, exception):
+        if not storage.is_store_error(exception):
+            return None
+        endpoint = os.environ.get("AWS_ENDPOINT_URL") or "AWS S3"
+        detail = (
+            f"the object store ({endpoint}) did not answer: {exception}. Check that it is "
+            "reachable, the bucket exists and the AWS_* credentials are right"
+        )
+        if request.path.startswith("/api/"):
+            return JsonResponse({"detail": detail}, status=503)
+        return render(request, "503.html", {"detail": detail}, status=503)
 
 
 class NotFoundMiddleware:

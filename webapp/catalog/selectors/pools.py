@@ -190,6 +190,8 @@ def pool_quality_measure(*, pool, by: str = "") -> dict:
     try:
         report = _measure(pool.path, source_names=names, by=by)
     except Exception as e:  # noqa: BLE001 - a pool without readable files has no report
+        if storage.is_store_error(e):
+            raise  # the object store did not answer: say so (a 503), not "no report"
         log.info("no quality for pool %s: %s", pool.pk, e)
         return {}
     (report.get("batches") or {}).pop("per_batch", None)  # one number per batch: not kept
