@@ -669,8 +669,10 @@ class LocalCopy:
         self.close()
 
     def __del__(self) -> None:
-        with contextlib.suppress(Exception):
+        try:  # noqa: SIM105 - contextlib may be gone at interpreter exit
             self.close()
+        except Exception:
+            pass
 
 
 def _tree_bytes(path: Path) -> int:

@@ -236,3 +236,24 @@ def test_each_shard_file_is_downloaded_once_while_prefetches_run_beside_the_read
     # A read that needs a file a prefetch is fetching waits for it: no file twice.
     assert cache.downloads == 2 * shards
     assert len(cache._files()) == 2 * shards
+
+
+def test_a_process_that_streams_a_mixture_exits_without_a_word(remote, tmp_path):
+    """The mixture's pools are read from local copies the process holds until it exits;
+    releasing them at exit prints nothing (no 'Exception ignored' from a finalizer)."""
+    import os
+    import subprocess
+    import sys
+
+    script = (
+        "from shardcore.loader import ShardyardIterableDataset\n"
+        f"ds = ShardyardIterableDataset({remote + '/mix'!r}, rank=0, world_size=1)\n"
+        "print(next(iter(ds))['sample'])\n"
+    )
+    env = {**os.environ, "SHARDYARD_CACHE": str(tmp_path / "cache")}
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["0"]
+    assert "Exception ignored" not in done.stderr and "Traceback" not in done.stderr, done.stderr
