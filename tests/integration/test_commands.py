@@ -142,3 +142,21 @@ def test_an_id_that_names_nothing_is_one_line_naming_it(db, args, line):
     with pytest.raises(CommandError) as raised:
         _call(*args)
     assert str(raised.value) == line
+
+
+def test_a_data_root_on_a_bucket_that_does_not_exist_is_one_line(
+    db, tmp_path, settings, s3_bucket, moto_server, monkeypatch
+):
+    settings.SOURCE_ROOTS = [tmp_path]
+    docs = [{"text": p.read_text()} for p in sorted(STDLIB.glob("*.py"))[:3]]
+    (tmp_path / "a.jsonl").write_text("".join(json.dumps(d) + "\n" for d in docs))
+    _call("source-register", "std", str(tmp_path))
+    root = f"{s3_bucket}-missing/data"
+    settings.DATA_ROOT = root
+    monkeypatch.setenv("SHARDYARD_DATA", root)
+    monkeypatch.setenv("SHARDYARD_CACHE", str(tmp_path / "cache"))
+    with pytest.raises(CommandError) as raised:
+        _call("tokenize", str(Source.objects.get(name="std").pk))
+    line = str(raised.value)
+    assert line.startswith(f"the object store ({moto_server.endpoint}) did not answer")
+    assert "NoSuchBucket" in line and "the bucket exists" in line

@@ -4,6 +4,7 @@ subcommand per service (what the pages do, scriptable). Errors print one line an
 from __future__ import annotations
 
 import json
+import os
 import re
 
 from django.core.exceptions import ObjectDoesNotExist
@@ -185,6 +186,16 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from exc
         except ObjectDoesNotExist as exc:  # an id that names no row: say which, no traceback
             raise CommandError(_missing(exc, o)) from exc
+        except Exception as exc:
+            from shardcore import storage
+
+            if not storage.is_store_error(exc):
+                raise
+            endpoint = os.environ.get("AWS_ENDPOINT_URL") or "AWS S3"
+            raise CommandError(
+                f"the object store ({endpoint}) did not answer: {exc}. Check that it is "
+                "reachable, the bucket exists and the AWS_* credentials are right"
+            ) from exc
         self.stdout.write(out)
 
 
