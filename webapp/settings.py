@@ -267,6 +267,12 @@ LOGGING = {
     "disable_existing_loggers": False,
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    # boto's notes on where it found the credentials and the endpoint, once per process:
+    # not worth a line beside every command's answer (LOG_LEVEL=DEBUG shows them).
+    "loggers": {
+        name: {"level": "DEBUG" if env_str("LOG_LEVEL", "INFO") == "DEBUG" else "WARNING"}
+        for name in ("botocore.credentials", "botocore.configprovider")
+    },
 }
 
 # One queue name per deployment; tests use their own so that they never meet a running stack.

@@ -41,3 +41,18 @@ def test_it_refuses_an_unknown_database_scheme(tmp_path):
     out = _load_settings(SHARDYARD_DATA=str(tmp_path), SECRET_KEY="x", DATABASE_URL="mysql://x@y/z")
     assert out.returncode != 0
     assert "DATABASE_URL scheme 'mysql' is not supported" in out.stderr
+
+
+def test_boto_notes_where_it_found_credentials_only_at_debug(tmp_path):
+    code = (
+        "import django, logging, os; os.environ['DJANGO_SETTINGS_MODULE']='webapp.settings'; "
+        "django.setup(); print(*(logging.getLogger(n).isEnabledFor(logging.INFO) "
+        "for n in ('botocore.credentials', 'botocore.configprovider', 'shardcore')))"
+    )
+    for level, want in (("INFO", "False False True"), ("DEBUG", "True True True")):
+        env = {**os.environ, "SHARDYARD_DATA": str(tmp_path), "SECRET_KEY": "x" * 40}
+        env["LOG_LEVEL"] = level
+        out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env,
+                             capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.split() == want.split()
