@@ -93,6 +93,10 @@ DEFAULT_ARTIFACT_CACHE_LIMIT = 64 << 30
 _UNLIMITED = ("none", "unlimited")
 
 
+class LocationError(InputError, ValueError):
+    """A location that names no place on a store (``s3://`` without a bucket)."""
+
+
 class ArtifactCacheError(InputError):
     """A remote artifact's local copy cannot fit the artifact cache's limit by itself."""
 
@@ -358,7 +362,7 @@ class S3Store(Store):
         rest = self.url[len("s3://") :]
         self.bucket, _, self.prefix = rest.partition("/")
         if not self.bucket:
-            raise ValueError(f"{url}: no bucket in the URL")
+            raise LocationError(f"{url}: no bucket in the URL")
         self.part_size = int(part_size or PART_SIZE)
         self._client: Any = None
         self._client_pid = 0

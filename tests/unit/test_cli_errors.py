@@ -96,6 +96,14 @@ S3_CASES = [
 ]
 
 
+@pytest.mark.parametrize("argv", ["verify s3://", "tokenize {w}/src --out s3://"])
+def test_an_s3_url_without_a_bucket_is_one_line(work, capsys, argv):
+    assert main(argv.format(w=work).split()) == 2
+    err = capsys.readouterr().err
+    (line,) = err.strip().splitlines()
+    assert line.endswith("error: s3://: no bucket in the URL"), err
+
+
 @pytest.mark.parametrize("name,argv", S3_CASES, ids=[c[0] for c in S3_CASES])
 def test_a_bucket_that_does_not_exist_is_named_in_one_line(work, s3_bucket, capsys, name, argv):
     missing = s3_bucket.removeprefix("s3://") + "-missing"
