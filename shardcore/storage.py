@@ -130,7 +130,7 @@ def resolve(url: str | os.PathLike) -> str:
     if is_remote(text):
         scheme, rest = text.split("://", 1)
         if scheme != "s3":
-            raise ValueError(f"{text}: unsupported storage scheme {scheme!r} (local or s3://)")
+            raise LocationError(f"{text}: unsupported storage scheme {scheme!r} (local or s3://)")
         return f"s3://{rest.strip('/')}"
     if text.startswith("file://"):
         text = text[len("file://") :]

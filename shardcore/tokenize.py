@@ -75,7 +75,10 @@ def _expand(inputs: list[str], storage_options: dict) -> list[dict[str, Any]]:
         raise InputError("no input files given")
     found: list[dict[str, Any]] = []
     for inp in inputs:
-        fs, path = fsspec.core.url_to_fs(inp, **storage_options)
+        try:
+            fs, path = fsspec.core.url_to_fs(inp, **storage_options)
+        except (ImportError, ValueError) as exc:  # a scheme no installed file system reads
+            raise InputError(f"{inp}: cannot be read ({exc}); give a local path or s3://") from exc
         local = "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,))
 
         def name(p: str, fs=fs, local=local) -> str:
