@@ -115,7 +115,7 @@ def _refuse_remote(path: str | os.PathLike, fmt: str, materialized: Any = None) 
     for where in locations:
         if storage.is_remote(where):
             raise InputError(
-                f"{where}: on object storage; a {fmt} export names local shard files, so "
+                f"{where}: on object storage; the {fmt} export names local shard files, so "
                 "copy the artifact (and a mixture's pools) to local or shared storage and "
                 "export there, or stream it with shardcore.loader"
             )

@@ -213,7 +213,7 @@ def test_locate_reads_s3_artifacts_and_trainer_exports_refuse_them_by_name(local
     ):
         assert locate_any(f"{remote}/{rel}", sample=17) == locate_any(disk, sample=17), rel
     for fmt in ("megatron", "olmo", "nanotron"):
-        with pytest.raises(InputError, match=rf"{remote}/mix: on object storage; a {fmt} export"):
+        with pytest.raises(InputError, match=rf"{remote}/mix: on object storage; the {fmt} export"):
             export(f"{remote}/mix", fmt, global_batch_size=2)
     with pytest.raises(InputError, match=rf"{remote}/pools/early: on object storage"):
         megatron_data_args(root / "mix-of-s3")  # a local mixture of pools on S3

@@ -106,7 +106,7 @@ def _export_target(
     if storage.is_remote(version.path) and fmt != Export.Format.JSON:
         # Trainer configs name local shard files that the trainer memory-maps.
         raise CatalogError(
-            f"mixture version {version} is on object storage ({version.path}): a {fmt} "
+            f"mixture version {version} is on object storage ({version.path}): the {fmt} "
             "config names local shard files; materialize the version and stream it with "
             "shardcore.loader, or export from a local copy"
         )
