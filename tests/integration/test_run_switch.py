@@ -73,9 +73,9 @@ def world(django_db_setup, django_db_blocker, tmp_path_factory):
     app.conf.task_always_eager = False
     settings.SOURCE_ROOTS, settings.DATA_ROOT = old
     with django_db_blocker.unblock():
-        from django.core.management import call_command
+        from tests.support.services import flush_database
 
-        call_command("flush", interactive=False, verbosity=0)
+        flush_database()
 
 
 def _api(user) -> APIClient:

@@ -79,6 +79,20 @@ def manage(*args: str, **env: str) -> subprocess.CompletedProcess:
     )
 
 
+def flush_database() -> None:
+    """Empty the test database after a world built outside a test's transaction (a
+    module-scoped fixture), and put back the rows the migrations made (the role groups), so
+    that later tests see the database a migration leaves."""
+    from django.contrib.auth.models import Group
+    from django.core.management import call_command
+
+    from webapp.roles import ROLES
+
+    call_command("flush", interactive=False, verbosity=0)
+    for name in ROLES:
+        Group.objects.get_or_create(name=name)
+
+
 def catalog_roots(tmp_path: Path, settings, monkeypatch) -> tuple[Path, Path]:
     """A fresh source root and data root under ``tmp_path``, set for this process (Django
     settings) and for the worker subprocesses it starts (their environment)."""
