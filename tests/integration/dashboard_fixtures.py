@@ -319,3 +319,22 @@ def catalog_world(root, *, steps: int, samples_per_step: int) -> dict:
     run.refresh_from_db()
     return {"source": source, "ts": ts, "pool": pool, "mixture": mixture, "version": version,
             "copy": copy, "run": run}  # fmt: skip
+
+
+def first_sample_by_doc(version_path: str, pool_path: str) -> dict[int, int]:
+    """Per source document id: the first sample of the version whose record holds any of
+    its tokens, read sample by sample from the schedule and the pool's segments (documents
+    never read are absent). Computed from shardcore's readers, independently of the pages."""
+    from shardcore.mixture import Mixture
+    from shardcore.pool import PoolReader
+
+    mix = Mixture(version_path)
+    pool = PoolReader(pool_path)
+    doc_ids = pool.documents.column("doc_id").to_numpy()
+    first: dict[int, int] = {}
+    for i in range(mix.num_samples):
+        _, record = mix.sample(i)
+        for row in pool.boundaries(record)["doc"]:
+            if row >= 0:
+                first.setdefault(int(doc_ids[row]), i)
+    return first

@@ -23,7 +23,12 @@ from shardcore.locate import locate_mixture
 from shardcore.mixture import Mixture
 from shardcore.pool import PoolReader
 from shardcore.tokenized import TokenizedSource, property_stats
-from tests.integration.dashboard_fixtures import catalog_world, login, users  # noqa: F401
+from tests.integration.dashboard_fixtures import (  # noqa: F401
+    catalog_world,
+    first_sample_by_doc,
+    login,
+    users,
+)
 from tests.support.s3 import apply_env
 from workers.celery import app
 
@@ -60,7 +65,7 @@ def world(django_db_setup, django_db_blocker, moto_server, tmp_path_factory):
             cache.clear()
             built = catalog_world(tmp, steps=STEPS, samples_per_step=GBS)
             # A document first read after the run's position: "not yet" at a known sample.
-            first = _first_sample_by_doc(built["version"].path, built["pool"].path)
+            first = first_sample_by_doc(built["version"].path, built["pool"].path)
             doc, sample = next(
                 (d, s) for d, s in sorted(first.items(), key=lambda x: x[1]) if s > STEPS * GBS
             )
@@ -79,21 +84,6 @@ def world(django_db_setup, django_db_blocker, moto_server, tmp_path_factory):
 
             flush_database()
         patch.undo()
-
-
-def _first_sample_by_doc(version_path: str, pool_path: str) -> dict[int, int]:
-    """Per source document id: the first sample whose record holds any of its tokens, read
-    sample by sample from the schedule and the pool's segments."""
-    mix = Mixture(version_path)
-    pool = PoolReader(pool_path)
-    doc_ids = pool.documents.column("doc_id").to_numpy()
-    first: dict[int, int] = {}
-    for i in range(mix.num_samples):
-        _, record = mix.sample(i)
-        for row in pool.boundaries(record)["doc"]:
-            if row >= 0:
-                first.setdefault(int(doc_ids[row]), i)
-    return first
 
 
 def _page(client, url: str):

@@ -17,7 +17,12 @@ from rest_framework.test import APIClient
 
 from shardcore.mixture import Mixture
 from shardcore.pool import SOURCE_FP_COL, PoolReader
-from tests.integration.dashboard_fixtures import login, stdlib_code_pool, users  # noqa: F401
+from tests.integration.dashboard_fixtures import (  # noqa: F401
+    first_sample_by_doc,
+    login,
+    stdlib_code_pool,
+    users,
+)
 from webapp.catalog.services.mixtures import mixture_get_or_create, mixture_version_create
 from webapp.catalog.services.runs import run_register
 from workers.celery import app
@@ -60,16 +65,10 @@ def _first_sample_by_doc(world) -> dict[int, int]:
     tokens, sample by sample (documents never read are absent)."""
     mix = Mixture(world["version"].path)
     assert len(mix.pools) == 1
-    pool = PoolReader(mix.pools[0]["path"])
-    doc_ids = pool.documents.column("doc_id").to_numpy()
-    assert set(pool.documents.column(SOURCE_FP_COL).to_pylist()) == {world["ts"].fingerprint}
-    first: dict[int, int] = {}
-    for i in range(mix.num_samples):
-        _, record = mix.sample(i)
-        for row in pool.boundaries(record)["doc"]:
-            if row >= 0:
-                first.setdefault(int(doc_ids[row]), i)
-    return first
+    pool_path = mix.pools[0]["path"]
+    documents = PoolReader(pool_path).documents
+    assert set(documents.column(SOURCE_FP_COL).to_pylist()) == {world["ts"].fingerprint}
+    return first_sample_by_doc(world["version"].path, pool_path)
 
 
 def _api(user) -> APIClient:
