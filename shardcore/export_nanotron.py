@@ -1,25 +1,32 @@
-"""The nanotron export: ``data_stages`` whose dataset folders nanotron's reader opens, and
-stage boundaries on whole global batches.
+"""The nanotron export: ``data_stages`` whose dataset folders datatrove's reader opens, stage
+boundaries on whole global batches, and one YAML document per launch.
 
-nanotron's Nanoset reads each dataset folder with datatrove's ``DatatroveFolderDataset``:
-the folder's ``*.ds`` files in name order, each a flat token array cut into items of
-seq_len + 1 tokens (``token_size`` 2 reads uint16, 4 reads uint32), document ends for
-position ids from ``<file>.ds.index`` (uint64 token offsets), and ``NanosetDatasetsArgs``
-reads the tokenizer name and token size from the first line of a ``*.metadata`` file
-(``name|token_size``). A pool shard's ``.bin`` is exactly such an array (records of
-seq_len + 1 tokens back to back; int32 reads as uint32, ids being non-negative), so the
-export makes one *view* folder per pool: for each shard, ``pool-XXXXX.ds`` a symbolic link
-to its ``.bin`` (never a copy), ``pool-XXXXX.ds.index`` the shard's document ends
-(computed from the pool's segment arrays: a few bytes per document) and
-``pool-XXXXX.ds.metadata``. Item i of a view folder is record i of the pool.
+What nanotron's main branch does with it (read in its code, measured where it runs on a CPU
+machine by ``bench/nanotron/measure.py``; results in bench/README.md, "nanotron"):
 
-nanotron's sequence_length is our seq_len: it reads seq_len + 1 tokens per sample and
-shifts inside, the same convention as ours. ``start_training_step`` of a stage is
-``first_sample / global_batch_size + 1``; the export refuses a stage that does not start
-on a whole global batch (build the mixture with ``global_batch_size`` in its spec, which
-rounds every stage to whole batches). The Nanoset blends its folders with its own
-weighted index and seeded shuffle: the shares and the stage boundaries are Shardyard's,
-the order within a stage is nanotron's.
+- Its ``run_train.py`` builds a data loader for the *last* stage of ``data_stages`` only and
+  switches stages on a resume at ``start_training_step``. A fresh run with every stage in
+  its config has no loader for the first stage, so the export writes one document per launch:
+  launch k lists stages 1..k with ``train_steps`` at the end of stage k; launch k > 1 resumes
+  from launch k-1's final checkpoint. ``start_training_step`` of a stage is
+  ``first_sample / global_batch_size + 1`` (steps count from 1).
+- Its reader (``TokenizedBytesFolderDataset``) subclasses datatrove's
+  ``DatatroveFolderDataset``: each folder's ``*.ds`` files in name order (``shuffle_files``
+  is false by default), each a flat token array cut into items of seq_len + 1 tokens
+  (``token_size`` 2 reads uint16, 4 reads uint32), document ends for position ids from
+  ``<file>.ds.index``. A pool shard's ``.bin`` is such an array, so the export makes one
+  *view* folder per pool: ``pool-XXXXX.ds`` a symbolic link to the shard's ``.bin`` (never a
+  copy), ``pool-XXXXX.ds.index`` the shard's document ends (uint64 token offsets, from the
+  pool's segment arrays) and ``pool-XXXXX.ds.metadata`` (``tokenizer|token_size``, which
+  ``NanosetDatasetsArgs`` checks against ``tokenizer_name``). Read with datatrove's reader,
+  item i of a view is record i of the pool. nanotron's subclass passes datatrove arguments no
+  datatrove release accepts, so on a released datatrove nanotron cannot build the dataset.
+- It blends a stage's folders with Megatron's greedy blending index (no shuffle; the seed is
+  unused): the shares and the stage boundaries are Shardyard's, the order of samples within
+  a stage is nanotron's.
+- ``tokenizer_name`` is handed to transformers' ``AutoTokenizer`` (and becomes the trainer's
+  tokenizer when the config names none): an ``hf:`` pool's path or name works; a
+  ``tiktoken:`` pool needs ``tokenizer=`` naming a Hugging Face tokenizer with the same ids.
 """
 
 from __future__ import annotations
@@ -48,11 +55,25 @@ def token_size(dtype: str) -> int:
     return dt.itemsize
 
 
-def tokenizer_name(manifest: dict[str, Any]) -> str:
-    """The name written in ``.ds.metadata``: an ``hf:`` tokenizer's path or name (what
-    nanotron hands to AutoTokenizer), else our tokenizer spec."""
+def tokenizer_name(manifest: dict[str, Any], tokenizer: str | None = None) -> str:
+    """The ``tokenizer_name`` written in the config and in ``.ds.metadata``: ``tokenizer``
+    when given, else an ``hf:`` tokenizer's path or name (what nanotron hands to
+    AutoTokenizer), else our tokenizer spec (which AutoTokenizer cannot load)."""
+    if tokenizer is not None:
+        if not str(tokenizer).strip() or "|" in str(tokenizer) or "\n" in str(tokenizer):
+            raise InputError(
+                f"tokenizer: {tokenizer!r} is not a Hugging Face tokenizer name or directory "
+                "(datatrove's .ds.metadata line is 'name|token_size')"
+            )
+        return str(tokenizer)
     spec = str((manifest.get("tokenizer") or {}).get("spec") or "unknown")
     return spec[3:] if spec.startswith("hf:") else spec
+
+
+def loads_with_auto_tokenizer(name: str) -> bool:
+    """Whether ``name`` can name a tokenizer for transformers' AutoTokenizer: our own
+    ``tiktoken:`` specs (and unknown ones) cannot."""
+    return not (name.startswith("tiktoken:") or name == "unknown")
 
 
 def document_ends(segments, width: int) -> np.ndarray:
@@ -68,20 +89,22 @@ def document_ends(segments, width: int) -> np.ndarray:
     return ends[last].astype(np.uint64)
 
 
-def pool_view(pool_path: str | os.PathLike, dest: str | os.PathLike) -> Path:
+def pool_view(
+    pool_path: str | os.PathLike, dest: str | os.PathLike, *, tokenizer: str | None = None
+) -> Path:
     """A datatrove folder for a pool at ``dest`` (links, index and metadata files), made
-    once: an existing complete view of the same pool is kept."""
+    once: an existing complete view of the same pool and tokenizer name is kept."""
     from shardcore.pack import load_segments
 
     pool_path, dest = Path(pool_path).resolve(), Path(dest)
     manifest = mf.read_manifest(pool_path)
     if manifest.get("kind") != "pool":
         raise InputError(f"{pool_path}: not a pool (kind {manifest.get('kind')!r})")
-    marker = dest / ".pool"
-    if marker.is_file() and marker.read_text() == manifest["fingerprint"]:
-        return dest
     size = token_size(manifest["dtype"])
-    name = tokenizer_name(manifest)
+    name = tokenizer_name(manifest, tokenizer)
+    marker, stamp = dest / ".pool", f"{manifest['fingerprint']}|{name}"
+    if marker.is_file() and marker.read_text() == stamp:
+        return dest
     width = int(manifest["seq_len"]) + 1
     dest.parent.mkdir(parents=True, exist_ok=True)
     with atomic.atomic_path(dest) as tmp:
@@ -93,10 +116,49 @@ def pool_view(pool_path: str | os.PathLike, dest: str | os.PathLike) -> Path:
             seg = load_segments(pool_path / f"{shard['prefix']}.segments.npz")
             document_ends(seg, width).tofile(tmp / f"{base}.ds.index")
             (tmp / f"{base}.ds.metadata").write_text(f"{name}|{size}\n{tokens}\n{tokens}\n")
-        (tmp / ".pool").write_text(manifest["fingerprint"])
+        (tmp / ".pool").write_text(stamp)
         if dest.exists():
             shutil.rmtree(dest)
     return dest
+
+
+def nanotron_reads(mixture_dir: str | os.PathLike) -> list[dict[str, Any]]:
+    """Per stage, how many samples nanotron's main branch reads as the schedule records,
+    and the first (stage-relative) that differs, or None.
+
+    nanotron blends a stage's folders with Megatron's greedy blending index (the one
+    ``shardcore.blend`` reproduces; measured equal in bench/nanotron) and reads each folder's
+    items in order from the samples its earlier stages took from it. So sample j of a stage
+    equals ours when the mixture's ordering is ``blend`` and our record is that sequential
+    position: not after a pool rolls over into a new epoch (a fresh permutation for us, past
+    the view's end for nanotron), nor when the mixture continues an earlier one."""
+    mixture_dir = Path(mixture_dir)
+    manifest = mf.read_manifest(mixture_dir)
+    pool = np.load(mixture_dir / "schedule" / "pool.npy", mmap_mode="r")
+    record = np.load(mixture_dir / "schedule" / "record.npy", mmap_mode="r")
+    blend_order = manifest["spec"].get("order", "blend") == "blend"
+    taken = np.zeros(len(manifest["pools"]), dtype=np.int64)  # per pool, by earlier stages
+    out = []
+    for st in manifest["stages"]:
+        a, n = int(st["first_sample"]), int(st["num_samples"])
+        p, r = np.asarray(pool[a : a + n]), np.asarray(record[a : a + n])
+        equal = np.zeros(n, dtype=bool)
+        for i in np.unique(p).tolist():
+            sel = np.flatnonzero(p == i)
+            equal[sel] = r[sel] == taken[i] + np.arange(sel.size)
+            taken[i] += sel.size
+        if not blend_order:
+            equal[:] = False
+        bad = np.flatnonzero(~equal)
+        out.append(
+            {
+                "stage": st["name"],
+                "samples": n,
+                "equal": int(equal.sum()),
+                "first_difference": int(bad[0]) if bad.size else None,
+            }
+        )
+    return out
 
 
 def _slug(text: str) -> str:
@@ -108,10 +170,14 @@ def nanotron_config(
     *,
     global_batch_size: int | None = None,
     views_dir: str | os.PathLike | None = None,
+    tokenizer: str | None = None,
     **_: Any,
 ) -> str:
-    """nanotron ``tokens`` and ``data_stages`` for a mixture; writes the pools' view
-    folders under ``views_dir`` (default: ``<mixture>/exports/nanotron``)."""
+    """nanotron ``tokens`` and ``data_stages`` for a mixture, one YAML document per launch
+    (launch k: stages 1..k, ``train_steps`` at the end of stage k); writes the pools' view
+    folders under ``views_dir`` (default: ``<mixture>/exports/nanotron``). ``tokenizer``: the
+    Hugging Face tokenizer (hub name or local directory) nanotron loads for a pool tokenized
+    with tiktoken; it must give the same ids."""
     mixture_dir = Path(mixture_dir).resolve()
     manifest = mf.read_manifest(mixture_dir)
     if manifest.get("kind") != "mixture":
@@ -129,14 +195,16 @@ def nanotron_config(
                 f"in its spec (shardyard mix --global-batch-size {gbs}), which rounds every "
                 f"stage to whole batches"
             )
+    name = tokenizer_name(manifest, tokenizer)
     views = Path(views_dir) if views_dir is not None else mixture_dir / VIEWS_DIR
     folders = {}
     for i, pool in enumerate(manifest["pools"]):
-        folders[i] = str(pool_view(pool["path"], views / f"{i:03d}-{_slug(pool['key'])}"))
+        dest = views / f"{i:03d}-{_slug(pool['key'])}"
+        folders[i] = str(pool_view(pool["path"], dest, tokenizer=tokenizer))
     seq_len = int(manifest["seq_len"])
     size = token_size(manifest["dtype"])
     tok = manifest.get("tokenizer") or {}
-    stages = []
+    stages, ends = [], []
     for st in manifest["stages"]:
         used = [(i, w) for i, w in enumerate(st["weights"]) if w > 0]
         stages.append(
@@ -147,7 +215,7 @@ def nanotron_config(
                     "dataset": {
                         "dataset_folder": [folders[i] for i, _ in used],
                         "dataset_weights": [float(w) for _, w in used],
-                        "tokenizer_name": tokenizer_name(manifest),
+                        "tokenizer_name": name,
                         "vocab_size": tok.get("vocab_size"),
                         "token_size_in_bytes": size,
                     },
@@ -156,25 +224,68 @@ def nanotron_config(
                 },
             }
         )
+        ends.append((int(st["first_sample"]) + int(st["num_samples"])) // gbs)
     steps = int(manifest["num_samples"]) // gbs
+    n = len(stages)
     head = [
-        f"# nanotron data for mixture {manifest['fingerprint']}: paste `tokens` and",
-        "# `data_stages` into the trainer config (NanosetDatasetsArgs, DatasetStageArgs).",
+        f"# nanotron data for mixture {manifest['fingerprint']}, for nanotron's main branch",
+        "# (run_train.py; nanotron 0.4 on PyPI has no data_stages). Paste one document's",
+        "# `tokens` and `data_stages` into the trainer config per launch.",
         f"# Global batch {gbs} samples = micro_batch_size x batch_accumulation_per_replica x",
         f"# data-parallel size. {manifest['num_samples']} samples = {steps} steps.",
         f"# sequence_length {seq_len}: nanotron reads seq_len + 1 = {seq_len + 1} tokens per",
         "# sample, as Shardyard's records hold.",
-        "# Each dataset_folder is a view of a pool (links to its shards, no copy): item i is",
-        "# record i of the pool. Stage boundaries are Shardyard's, on whole global batches;",
-        "# the order inside a stage is the Nanoset's (its own blend and seeded shuffle).",
+        "# Stages: run_train.py builds a loader for the last stage of its config only, so",
+        f"# there is one document per launch ({n} here); launch k > 1 resumes from launch",
+        "# k-1's final checkpoint (checkpoints.resume_checkpoint_path) and starts stage k at",
+        "# its start_training_step = first sample / global batch + 1.",
+        "# Each dataset_folder is a view of a pool (links to its shards, no copy); datatrove's",
+        "# reader gives item i = record i of the pool. Within a stage nanotron orders samples",
+        "# itself (Megatron's greedy blend of the folders): the shares and the stage",
+        "# boundaries are Shardyard's, the order is not (see bench/README.md, nanotron).",
+        "# NOT RUNNABLE AS IS: nanotron main's reader passes datatrove arguments that no",
+        "# datatrove release accepts (TypeError on datatrove 0.10.1), and its training loop",
+        "# asserts 'Only S3 paths are supported for consumption stats' for local folders.",
     ]
-    body = {
-        "tokens": {
-            "sequence_length": seq_len,
-            "train_steps": steps,
-            "micro_batch_size": gbs,
-            "batch_accumulation_per_replica": 1,
-        },
-        "data_stages": stages,
-    }
-    return "\n".join(head) + "\n" + yaml.safe_dump(body, sort_keys=False)
+    if not loads_with_auto_tokenizer(name):
+        head += [
+            f"# tokenizer_name {name!r}: nanotron loads it with transformers' AutoTokenizer,",
+            "# which cannot; export with --nanotron-tokenizer NAME_OR_DIR naming a Hugging",
+            "# Face tokenizer that gives the same ids (and len(tokenizer) == vocab_size).",
+        ]
+    reads = nanotron_reads(mixture_dir)
+    order = manifest["spec"].get("order", "blend")
+    docs = []
+    for k in range(n):
+        when = (
+            "a fresh run"
+            if k == 0
+            else f"resume from launch {k}'s final checkpoint (step {ends[k - 1]})"
+        )
+        body = {
+            "tokens": {
+                "sequence_length": seq_len,
+                "train_steps": ends[k],
+                "micro_batch_size": gbs,
+                "batch_accumulation_per_replica": 1,
+            },
+            "data_stages": stages[: k + 1],
+        }
+        rd = reads[k]
+        if order != "blend":
+            exact = f"# not in Shardyard's order: the mixture's ordering {order!r} permutes it"
+        elif rd["first_difference"] is None:
+            exact = f"# all {rd['samples']} samples in Shardyard's order"
+        else:
+            exact = (
+                f"# samples 0..{rd['first_difference'] - 1} of {rd['samples']} in Shardyard's "
+                f"order; {rd['samples'] - rd['equal']} differ from sample "
+                f"{rd['first_difference']} on (a pool rolls over into a new epoch or the "
+                "mixture continues an earlier one)"
+            )
+        docs.append(
+            f"# launch {k + 1} of {n}: {when}; steps {stages[k]['start_training_step']}"
+            f"..{ends[k]} read stage {stages[k]['name']!r}\n{exact}\n"
+            + yaml.safe_dump(body, sort_keys=False)
+        )
+    return "\n".join(head) + "\n" + "---\n".join(docs)

@@ -31,6 +31,12 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
     )
     p.add_argument("--work-dir", help="olmo: OLMo-core's dataset and data loader work_dir")
     p.add_argument("--views-dir", help="nanotron: where the pools' datatrove view folders go")
+    p.add_argument(
+        "--nanotron-tokenizer",
+        metavar="NAME_OR_DIR",
+        help="nanotron: the Hugging Face tokenizer nanotron loads (hub name or local directory, "
+        "same ids as the pools'); default: an hf: pool's own",
+    )
     p.add_argument("--stage", help="megatron: write only this stage's --data-args-path list")
     p.add_argument(
         "--out",
@@ -96,6 +102,8 @@ def run(args: argparse.Namespace) -> int:
                 options.update(materialized=args.materialized, work_dir=args.work_dir)
             if args.format == "nanotron" and args.views_dir:
                 options["views_dir"] = args.views_dir
+            if args.format == "nanotron" and args.nanotron_tokenizer:
+                options["tokenizer"] = args.nanotron_tokenizer
             text = export(args.mixture, args.format, **options)
     except ShardcoreError as exc:
         raise CLIError(str(exc)) from None
