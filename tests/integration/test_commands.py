@@ -107,7 +107,7 @@ def test_it_builds_materializes_exports_and_resumes_a_staged_mixture(
         .split(": ")[1]
         .strip()
     )
-    anneal = yaml.safe_load(nano.read_text())["data_stages"][1]
+    anneal = list(yaml.safe_load_all(nano.read_text()))[-1]["data_stages"][1]
     assert anneal["start_training_step"] == version.params["stages"][1]["first_sample"] // 4 + 1
     with pytest.raises(CommandError, match="not whole global batches of 8"):
         _call("export", str(version.pk), "nanotron", "--global-batch-size", "8")

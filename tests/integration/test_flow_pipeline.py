@@ -161,7 +161,8 @@ def test_it_goes_from_a_source_to_a_materialized_mixture_and_a_resumable_run(
         Path(f"{s.prefix}.bin").resolve() for s in flat.shards.order_by("index")
     ]
     nano = mixture_version_export(version_id=version.pk, fmt="nanotron")
-    assert yaml.safe_load(Path(nano.path).read_text())["data_stages"][0]["name"] == "main"
+    nano_launches = list(yaml.safe_load_all(Path(nano.path).read_text()))
+    assert [s["name"] for s in nano_launches[-1]["data_stages"]] == ["main", "anneal"]
     plain = mixture_version_export(version_id=version.pk, fmt="json")
     assert json.loads(Path(plain.path).read_text())["num_samples"] == version.num_samples
     for e in (megatron, olmo, nano, plain):

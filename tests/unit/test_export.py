@@ -58,8 +58,8 @@ def test_it_exports_olmo_and_nanotron_configs(mixture):
     assert ratios == pytest.approx([2 / 3, 1 / 3])
     assert main["requested_tokens"] == (6000 - 600) * (SEQ + 1)  # OLMo-core's instances
     assert all(p.endswith(".bin") for s in main["source_list"]["sources"] for p in s["paths"])
-    nano = yaml.safe_load(export(mixture, "nanotron", global_batch_size=100))
-    stages = nano["data_stages"]
+    nano = list(yaml.safe_load_all(export(mixture, "nanotron", global_batch_size=100)))
+    stages = nano[-1]["data_stages"]  # one document per launch; the last lists every stage
     assert [s["name"] for s in stages] == ["main", "anneal"]
     assert stages[1]["start_training_step"] == 5400 // 100 + 1
     assert stages[0]["data"]["dataset"]["dataset_weights"] == pytest.approx([2 / 3, 1 / 3])

