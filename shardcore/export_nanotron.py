@@ -31,6 +31,7 @@ machine by ``bench/nanotron/measure.py``; results in bench/README.md, "nanotron"
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -89,11 +90,22 @@ def document_ends(segments, width: int) -> np.ndarray:
     return ends[last].astype(np.uint64)
 
 
+REPEATS = "repeats"  # sorts after the shards' "pool-XXXXX": read after epoch 0
+
+
 def pool_view(
-    pool_path: str | os.PathLike, dest: str | os.PathLike, *, tokenizer: str | None = None
+    pool_path: str | os.PathLike,
+    dest: str | os.PathLike,
+    *,
+    tokenizer: str | None = None,
+    repeats: np.ndarray | None = None,
 ) -> Path:
     """A datatrove folder for a pool at ``dest`` (links, index and metadata files), made
-    once: an existing complete view of the same pool and tokenizer name is kept."""
+    once: an existing complete view of the same pool, tokenizer name and repeats is kept.
+
+    ``repeats``: records a mixture reads after the pool's first epoch, in its order; they
+    are copied into ``repeats.ds`` (the only copy the export makes), so that item
+    ``num_records + k`` of the view is ``repeats[k]``."""
     from shardcore.pack import load_segments
 
     pool_path, dest = Path(pool_path).resolve(), Path(dest)
@@ -102,24 +114,74 @@ def pool_view(
         raise InputError(f"{pool_path}: not a pool (kind {manifest.get('kind')!r})")
     size = token_size(manifest["dtype"])
     name = tokenizer_name(manifest, tokenizer)
-    marker, stamp = dest / ".pool", f"{manifest['fingerprint']}|{name}"
+    repeats = np.asarray(repeats if repeats is not None else [], dtype=np.int64)
+    digest = hashlib.sha256(repeats.tobytes()).hexdigest()[:16] if repeats.size else "-"
+    marker, stamp = dest / ".pool", f"{manifest['fingerprint']}|{name}|{digest}"
     if marker.is_file() and marker.read_text() == stamp:
         return dest
     width = int(manifest["seq_len"]) + 1
+    bases = [Path(shard["prefix"]).name for shard in manifest["shards"]]
+    if repeats.size and max(bases) >= REPEATS:
+        raise InputError(f"{pool_path}: shard names sort after {REPEATS!r}")
     dest.parent.mkdir(parents=True, exist_ok=True)
     with atomic.atomic_path(dest) as tmp:
         tmp.mkdir()
-        for shard in manifest["shards"]:
-            base = Path(shard["prefix"]).name
+        for base, shard in zip(bases, manifest["shards"], strict=True):
             tokens = int(shard["records"]) * width
             os.symlink(pool_path / f"{shard['prefix']}.bin", tmp / f"{base}.ds")
             seg = load_segments(pool_path / f"{shard['prefix']}.segments.npz")
             document_ends(seg, width).tofile(tmp / f"{base}.ds.index")
             (tmp / f"{base}.ds.metadata").write_text(f"{name}|{size}\n{tokens}\n{tokens}\n")
+        if repeats.size:
+            _write_repeats(pool_path, manifest, repeats, tmp / f"{REPEATS}.ds")
+            tokens = int(repeats.size) * width
+            (tmp / f"{REPEATS}.ds.metadata").write_text(f"{name}|{size}\n{tokens}\n{tokens}\n")
         (tmp / ".pool").write_text(stamp)
         if dest.exists():
             shutil.rmtree(dest)
     return dest
+
+
+def _write_repeats(pool_path: Path, manifest: dict, repeats: np.ndarray, out: Path) -> None:
+    """``repeats``' records back to back as uint16/uint32 (``out``) and their segment ends
+    (``out.index``): every segment ends a document there, the next record being another."""
+    from shardcore.pack import load_segments
+
+    width = int(manifest["seq_len"]) + 1
+    dtype = np.dtype(manifest["dtype"])
+    cumulative = np.asarray(manifest["cumulative_records"], dtype=np.int64)
+    shard_of = np.searchsorted(cumulative, repeats, side="right") - 1
+    rows = np.empty((repeats.size, width), dtype=dtype)
+    ends: list[np.ndarray] = [np.empty(0, dtype=np.int64)] * repeats.size
+    for k, shard in enumerate(manifest["shards"]):
+        here = np.flatnonzero(shard_of == k)
+        if not here.size:
+            continue
+        local = repeats[here] - cumulative[k]
+        data = np.memmap(pool_path / f"{shard['prefix']}.bin", dtype=dtype, mode="r")
+        rows[here] = data.reshape(-1, width)[local]
+        seg = load_segments(pool_path / f"{shard['prefix']}.segments.npz")
+        off = np.asarray(seg.seg_record_offsets, dtype=np.int64)
+        seg_end = seg.seg_start.astype(np.int64) + seg.seg_length
+        for j, r in zip(here.tolist(), local.tolist(), strict=True):
+            ends[j] = j * width + seg_end[off[r] : off[r + 1]]
+    rows.astype(np.uint16 if dtype.itemsize == 2 else np.uint32).tofile(out)
+    np.concatenate(ends).astype(np.uint64).tofile(f"{out}.index")
+
+
+def pool_reads(mixture_dir: str | os.PathLike) -> list[np.ndarray]:
+    """Per pool of a mixture, the records it reads, in schedule order."""
+    mixture_dir = Path(mixture_dir)
+    pool = np.load(mixture_dir / "schedule" / "pool.npy", mmap_mode="r")
+    record = np.load(mixture_dir / "schedule" / "record.npy", mmap_mode="r")
+    npools = len(mf.read_manifest(mixture_dir)["pools"])
+    return [np.asarray(record[np.flatnonzero(pool == i)]) for i in range(npools)]
+
+
+def view_items(num_records: int, reads: np.ndarray) -> np.ndarray:
+    """The records of a pool's view, item by item: the pool in order, then the records the
+    mixture reads after them (its repeats)."""
+    return np.concatenate([np.arange(num_records, dtype=np.int64), reads[num_records:]])
 
 
 def nanotron_reads(mixture_dir: str | os.PathLike) -> list[dict[str, Any]]:
@@ -128,27 +190,38 @@ def nanotron_reads(mixture_dir: str | os.PathLike) -> list[dict[str, Any]]:
 
     nanotron blends a stage's folders with Megatron's greedy blending index (the one
     ``shardcore.blend`` reproduces; measured equal in bench/nanotron) and reads each folder's
-    items in order from the samples its earlier stages took from it. So sample j of a stage
-    equals ours when the mixture's ordering is ``blend`` and our record is that sequential
-    position: not after a pool rolls over into a new epoch (a fresh permutation for us, past
-    the view's end for nanotron), nor when the mixture continues an earlier one."""
+    items in order from the samples its earlier stages took from it; item k of a view is
+    ``view_items(...)[k]``. Our ``blend`` ordering is that index; ``diversity`` and
+    ``random`` permute a stage, and a mixture that continues an earlier one starts inside
+    its pools."""
+    from shardcore import blend
+
     mixture_dir = Path(mixture_dir)
     manifest = mf.read_manifest(mixture_dir)
     pool = np.load(mixture_dir / "schedule" / "pool.npy", mmap_mode="r")
     record = np.load(mixture_dir / "schedule" / "record.npy", mmap_mode="r")
-    blend_order = manifest["spec"].get("order", "blend") == "blend"
+    items = [
+        view_items(int(p["num_records"]), reads)
+        for p, reads in zip(manifest["pools"], pool_reads(mixture_dir), strict=True)
+    ]
     taken = np.zeros(len(manifest["pools"]), dtype=np.int64)  # per pool, by earlier stages
     out = []
     for st in manifest["stages"]:
         a, n = int(st["first_sample"]), int(st["num_samples"])
-        p, r = np.asarray(pool[a : a + n]), np.asarray(record[a : a + n])
-        equal = np.zeros(n, dtype=bool)
-        for i in np.unique(p).tolist():
-            sel = np.flatnonzero(p == i)
-            equal[sel] = r[sel] == taken[i] + np.arange(sel.size)
+        w = np.asarray(st["weights"], dtype=np.float64)
+        used = np.flatnonzero(w > 0)
+        di, si = blend.build_blending_indices(w[used], n)
+        theirs_pool = used[np.asarray(di, dtype=np.int64)]
+        theirs_record = np.full(n, -1, dtype=np.int64)
+        for i in used.tolist():
+            sel = np.flatnonzero(theirs_pool == i)
+            at = taken[i] + np.asarray(si, dtype=np.int64)[sel]
+            inside = at < items[i].size
+            theirs_record[sel[inside]] = items[i][at[inside]]
             taken[i] += sel.size
-        if not blend_order:
-            equal[:] = False
+        equal = (np.asarray(pool[a : a + n]) == theirs_pool) & (
+            np.asarray(record[a : a + n]) == theirs_record
+        )
         bad = np.flatnonzero(~equal)
         out.append(
             {
@@ -198,9 +271,10 @@ def nanotron_config(
     name = tokenizer_name(manifest, tokenizer)
     views = Path(views_dir) if views_dir is not None else mixture_dir / VIEWS_DIR
     folders = {}
-    for i, pool in enumerate(manifest["pools"]):
+    for i, (pool, reads) in enumerate(zip(manifest["pools"], pool_reads(mixture_dir), strict=True)):
         dest = views / f"{i:03d}-{_slug(pool['key'])}"
-        folders[i] = str(pool_view(pool["path"], dest, tokenizer=tokenizer))
+        repeats = reads[int(pool["num_records"]) :]
+        folders[i] = str(pool_view(pool["path"], dest, tokenizer=tokenizer, repeats=repeats))
     seq_len = int(manifest["seq_len"])
     size = token_size(manifest["dtype"])
     tok = manifest.get("tokenizer") or {}
@@ -272,16 +346,14 @@ def nanotron_config(
             "data_stages": stages[: k + 1],
         }
         rd = reads[k]
-        if order != "blend":
-            exact = f"# not in Shardyard's order: the mixture's ordering {order!r} permutes it"
-        elif rd["first_difference"] is None:
-            exact = f"# all {rd['samples']} samples in Shardyard's order"
+        why = "continues an earlier mixture" if order == "blend" else f"is ordered {order!r}"
+        if rd["first_difference"] is None:
+            exact = f"# in Shardyard's order: all {rd['samples']} samples (as the schedule)"
         else:
             exact = (
-                f"# samples 0..{rd['first_difference'] - 1} of {rd['samples']} in Shardyard's "
-                f"order; {rd['samples'] - rd['equal']} differ from sample "
-                f"{rd['first_difference']} on (a pool rolls over into a new epoch or the "
-                "mixture continues an earlier one)"
+                f"# NOT in Shardyard's order from sample {rd['first_difference']} of the stage "
+                f"on: {rd['equal']} of {rd['samples']} samples equal (the mixture {why}; "
+                "nanotron reads its own greedy blend of the pools in order)"
             )
         docs.append(
             f"# launch {k + 1} of {n}: {when}; steps {stages[k]['start_training_step']}"

@@ -107,7 +107,7 @@ def build(root: Path, seq_len: int, gbs: int) -> Path:
 
 def compare(mix, report: dict, out: Path) -> list[dict]:
     """Per launch: nanotron's samples against the mixture's, for the stage it trains."""
-    from shardcore.export_nanotron import nanotron_reads
+    from shardcore.export_nanotron import nanotron_reads, pool_reads, view_items
 
     stages = {s["name"]: s for s in mix.manifest["stages"]}
     predicted = {r["stage"]: r for r in nanotron_reads(mix.path)}
@@ -125,9 +125,12 @@ def compare(mix, report: dict, out: Path) -> list[dict]:
         pool_of = np.array([int(os.path.basename(f)[:3]) for f in res["folders"]])
         theirs = np.stack([pool_of[folder], item], 1)
         ours = np.array([mix.sample(first + j) for j in range(n)], dtype=np.int64)
-        # Datatrove's reader: item i of a view is record i of the pool, when it is in range.
-        sizes = np.array([p["num_records"] for p in mix.pools], dtype=np.int64)
-        theirs[:, 1] %= sizes[theirs[:, 0]]
+        # Item i of a view: record i of the pool, then the mixture's repeats (a copy).
+        items = [
+            view_items(int(p["num_records"]), reads)
+            for p, reads in zip(mix.pools, pool_reads(mix.path), strict=True)
+        ]
+        theirs[:, 1] = [items[p][i] if i < items[p].size else -1 for p, i in theirs.tolist()]
         equal = sum(
             np.array_equal(tokens[j], mix.tokens(first + j)) for j in range(min(n, len(tokens)))
         )

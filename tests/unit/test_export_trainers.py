@@ -153,43 +153,76 @@ def test_nanotron_export_is_one_document_per_launch_with_stages_on_their_steps(r
     assert f"# launch 2 of 2: resume from launch 1's final checkpoint (step {main_end})" in text
 
 
-def test_nanotron_export_says_how_many_samples_nanotron_reads_in_our_order(root, tmp_path):
-    from shardcore.export_nanotron import nanotron_reads
-
-    mix = Mixture(root / "mix")
-    reads = nanotron_reads(root / "mix")
-    # Recomputed here from the schedule: the greedy blend our "blend" order shares with
-    # nanotron, then each pool's records in order from what earlier stages took.
+def _nanotron_order(mix: Mixture, stage: dict, taken: np.ndarray) -> list:
+    """(pool, view item) per sample of ``stage`` as nanotron's main branch reads them: the
+    greedy blend of the stage's weights (Megatron's, measured equal to nanotron's helper in
+    bench/nanotron), each view's items in order from what earlier stages took."""
     from shardcore import blend
 
-    taken = np.zeros(len(mix.pools), dtype=np.int64)
-    for st, rd in zip(mix.manifest["stages"], reads, strict=True):
-        w = np.asarray(st["weights"])
-        used = np.flatnonzero(w > 0)
-        di, si = blend.build_blending_indices(w[used], st["num_samples"])
-        theirs = [(int(used[d]), int(taken[used[d]] + s)) for d, s in zip(di, si, strict=True)]
-        ours = [mix.sample(st["first_sample"] + j) for j in range(st["num_samples"])]
-        equal = [tuple(map(int, o)) == t for o, t in zip(ours, theirs, strict=True)]
-        taken += np.bincount(used[di], minlength=len(mix.pools))
-        assert rd["equal"] == sum(equal) and rd["samples"] == len(equal)
-        assert rd["first_difference"] == (equal.index(False) if not all(equal) else None)
-    assert [r["first_difference"] for r in reads] == [None, None]
-    text = export(root / "mix", "nanotron", views_dir=tmp_path / "views")
-    assert f"# all {reads[0]['samples']} samples in Shardyard's order" in text
-    # A pool that rolls over: its second epoch is a fresh permutation for us, past the
-    # view's end for nanotron.
+    w = np.asarray(stage["weights"])
+    used = np.flatnonzero(w > 0)
+    di, si = blend.build_blending_indices(w[used], stage["num_samples"])
+    out = [(int(used[d]), int(taken[used[d]] + s)) for d, s in zip(di, si, strict=True)]
+    taken += np.bincount(used[di], minlength=len(mix.pools))
+    return out
+
+
+def _view_tokens(folder: str) -> tuple[np.ndarray, list]:
+    """Every item of a view folder as datatrove's reader reads it, and its position ids."""
+    from datatrove.utils.dataset import DatatroveFolderDataset
+
+    reader = DatatroveFolderDataset(
+        folder, seq_len=SEQ, filename_pattern="*.ds", recursive=False, token_size=4,
+        shuffle=False, return_positions=True,
+    )  # fmt: skip
+    items = [reader[i] for i in range(len(reader))]
+    return np.stack([x["input_ids"].numpy() for x in items]), [x["positions"] for x in items]
+
+
+def test_nanotron_reads_in_our_order_and_the_export_says_when_it_does_not(root, tmp_path):
+    from shardcore.export_nanotron import nanotron_reads
     from shardcore.mixture import build_mixture
 
     early = Pool(root / "pool-early")
     n = early.num_records
-    build_mixture(
-        {"tokens": SEQ * (n + 40), "seed": 5, "components": [{"pool": str(early.path), "weight": 1}]},
-        tmp_path / "again",
-    )  # fmt: skip
-    (rd,) = nanotron_reads(tmp_path / "again")
-    assert (rd["equal"], rd["first_difference"]) == (n, n)
-    text = export(tmp_path / "again", "nanotron", views_dir=tmp_path / "views2")
-    assert f"# samples 0..{n - 1} of {rd['samples']} in Shardyard's order; 40 differ" in text
+    cases = {}
+    for order in ("blend", "random"):
+        # One pool read past its end: its second epoch is a fresh permutation of its records.
+        spec = {"tokens": SEQ * (n + 64), "seed": 5, "order": order}
+        spec["components"] = [{"pool": str(early.path), "weight": 1}]
+        build_mixture(spec, tmp_path / order)
+        text = export(tmp_path / order, "nanotron", views_dir=tmp_path / f"views-{order}")
+        (doc,) = yaml.safe_load_all(text)
+        (folder,) = doc["data_stages"][0]["data"]["dataset"]["dataset_folder"]
+        view, positions = _view_tokens(folder)  # read back with datatrove
+        mix = Mixture(tmp_path / order)
+        (stage,) = mix.manifest["stages"]
+        theirs = _nanotron_order(mix, stage, np.zeros(1, dtype=np.int64))
+        ours = early.records(0, n)[np.asarray(mix.record_index)]  # the schedule's samples
+        equal = [np.array_equal(view[k], ours[j]) for j, (_, k) in enumerate(theirs)]
+        (rd,) = nanotron_reads(tmp_path / order)
+        assert (rd["samples"], rd["equal"]) == (len(equal), sum(equal))
+        assert rd["first_difference"] == (None if all(equal) else equal.index(False))
+        cases[order] = (rd, text)
+        # The repeats' copy: position ids restart where each of the record's segments starts.
+        repeats = np.asarray(mix.record_index)[n:]
+        assert len(view) == n + len(repeats)
+        for k, r in enumerate(repeats):
+            np.testing.assert_array_equal(view[n + k], early.record(int(r)))
+            starts = set(early.boundaries(int(r))["start"].tolist()) | {0}
+            assert set(np.flatnonzero(positions[n + k].numpy() == 0).tolist()) == starts
+    rd, text = cases["blend"]
+    assert rd["equal"] == rd["samples"] > n  # the repeats too, from the view's copy
+    assert f"# in Shardyard's order: all {rd['samples']} samples" in text
+    rd, text = cases["random"]
+    assert rd["equal"] < rd["samples"]
+    assert f"# NOT in Shardyard's order from sample {rd['first_difference']} of" in text
+    assert "(the mixture is ordered 'random';" in text
+    # The staged mixture: every sample of both stages, as bench/nanotron measured.
+    mix = Mixture(root / "mix")
+    assert [(r["equal"], r["first_difference"]) for r in nanotron_reads(root / "mix")] == [
+        (s["num_samples"], None) for s in mix.manifest["stages"]
+    ]
 
 
 def test_nanotron_tokenizer_is_one_auto_tokenizer_loads_or_the_export_says_why(root, tmp_path):
