@@ -18,12 +18,17 @@ machine by ``bench/nanotron/measure.py``; results in bench/README.md, "nanotron"
   *view* folder per pool: ``pool-XXXXX.ds`` a symbolic link to the shard's ``.bin`` (never a
   copy), ``pool-XXXXX.ds.index`` the shard's document ends (uint64 token offsets, from the
   pool's segment arrays) and ``pool-XXXXX.ds.metadata`` (``tokenizer|token_size``, which
-  ``NanosetDatasetsArgs`` checks against ``tokenizer_name``). Read with datatrove's reader,
-  item i of a view is record i of the pool. nanotron's subclass passes datatrove arguments no
-  datatrove release accepts, so on a released datatrove nanotron cannot build the dataset.
-- It blends a stage's folders with Megatron's greedy blending index (no shuffle; the seed is
-  unused): the shares and the stage boundaries are Shardyard's, the order of samples within
-  a stage is nanotron's.
+  ``NanosetDatasetsArgs`` checks against ``tokenizer_name``); a pool the mixture reads past
+  its end also gets ``repeats.ds``, a copy of the records it reads after its first epoch,
+  in the mixture's order. Read with datatrove's reader, item i of a view is record i of the
+  pool, then the repeats. nanotron's subclass passes datatrove an ``eos_token_id`` (and
+  more) that no datatrove release accepts: on a released datatrove nanotron cannot build
+  the dataset (measured TypeError on 0.10.1).
+- It blends a stage's folders with Megatron's greedy blending index, the one our ``blend``
+  ordering uses, and reads each folder in order from what its earlier stages took: for a
+  ``blend``-ordered mixture every sample is Shardyard's (measured with nanotron's
+  ``BlendableDataset`` and sampler, datatrove's reader in place of nanotron's);
+  ``nanotron_reads`` counts, per stage, the samples that are, for any mixture.
 - ``tokenizer_name`` is handed to transformers' ``AutoTokenizer`` (and becomes the trainer's
   tokenizer when the config names none): an ``hf:`` pool's path or name works; a
   ``tiktoken:`` pool needs ``tokenizer=`` naming a Hugging Face tokenizer with the same ids.
@@ -313,13 +318,15 @@ def nanotron_config(
         f"# there is one document per launch ({n} here); launch k > 1 resumes from launch",
         "# k-1's final checkpoint (checkpoints.resume_checkpoint_path) and starts stage k at",
         "# its start_training_step = first sample / global batch + 1.",
-        "# Each dataset_folder is a view of a pool (links to its shards, no copy); datatrove's",
-        "# reader gives item i = record i of the pool. Within a stage nanotron orders samples",
-        "# itself (Megatron's greedy blend of the folders): the shares and the stage",
-        "# boundaries are Shardyard's, the order is not (see bench/README.md, nanotron).",
+        "# Each dataset_folder is a view of a pool (links to its shards, plus a copy of the",
+        "# records read after its first epoch); datatrove's reader gives item i = record i,",
+        "# then those repeats. nanotron blends a stage's folders with Megatron's greedy",
+        "# blending index and reads each in order: per launch below, how many samples that",
+        "# gives in Shardyard's order (measured equal: bench/README.md, nanotron).",
         "# NOT RUNNABLE AS IS: nanotron main's reader passes datatrove arguments that no",
         "# datatrove release accepts (TypeError on datatrove 0.10.1), and its training loop",
-        "# asserts 'Only S3 paths are supported for consumption stats' for local folders.",
+        "# asserts 'Only S3 paths are supported for consumption stats' for local folders",
+        "# (a pool read again in a later stage continues only through that tracking).",
     ]
     if not loads_with_auto_tokenizer(name):
         head += [

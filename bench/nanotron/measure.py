@@ -96,13 +96,26 @@ def write_stubs(where: Path) -> None:
         (d / "__init__.py").write_text(TRITON_STUB if name.startswith("triton") else STUB)
 
 
-def build(root: Path, seq_len: int, gbs: int) -> Path:
+def build(root: Path, seq_len: int, gbs: int) -> dict[str, Path]:
+    """Two mixtures of the same pools: "staged" (main: early 2 + sharded 1, anneal: late)
+    and "shared" (the anneal also reads sharded, continuing where main left it)."""
+    from shardcore.mixture import build_mixture
     from tests.unit import mix_fixtures
 
-    return mix_fixtures.staged_mixture(
-        root, root / "mix", seq_len=seq_len, shard_size=200_000, tokens=seq_len * 12_000,
+    staged = mix_fixtures.staged_mixture(
+        root, root / "staged", seq_len=seq_len, shard_size=200_000, tokens=seq_len * 12_000,
         anneal_tokens=seq_len * 1_500, seed=2, global_batch_size=gbs,
     )  # fmt: skip
+    spec = {
+        "tokens": seq_len * 12_000, "seed": 2, "global_batch_size": gbs,
+        "components": [{"pool": str(root / "pool-early"), "weight": 2},
+                       {"pool": str(root / "sharded"), "weight": 1}],
+        "stages": [{"name": "anneal", "tokens": seq_len * 3_000,
+                    "components": [{"pool": str(root / "pool-late"), "weight": 1},
+                                   {"pool": str(root / "sharded"), "weight": 1}]}],
+    }  # fmt: skip
+    build_mixture(spec, root / "shared")
+    return {"staged": staged, "shared": root / "shared"}
 
 
 def compare(mix, report: dict, out: Path) -> list[dict]:
@@ -185,26 +198,26 @@ def main() -> int:
     python = ensure_venv(args.venv, args.nanotron_src)
     work = args.work or Path(tempfile.mkdtemp(prefix="bench-nanotron-"))
     write_stubs(args.venv / "stubs")
-    mix_dir = build(work, args.seq_len, args.global_batch_size)
-    text = export(mix_dir, "nanotron", views_dir=work / "views")
-    (work / "nanotron.yaml").write_text(text)
-    out = work / "peer"
-    out.mkdir(exist_ok=True)
-    env = {**os.environ, "PATH": f"{python.parent}:{os.environ['PATH']}", "PYTHONPATH": ""}
-    subprocess.run(
-        [python, HERE / "peer.py", work / "nanotron.yaml", args.nanotron_src, out,
-         args.venv / "stubs"],
-        check=True, env=env, cwd=out,
-    )  # fmt: skip
-    report = json.loads((out / "peer.json").read_text())
-    mix = Mixture(mix_dir)
     print(f"# machine: {machine()}")
-    print(f"# peer: {report['versions']}; nanotron source {args.nanotron_src}")
-    print(f"# mixture: {mix.num_samples} samples of {mix.seq_len + 1} tokens, stages "
-          + ", ".join(f"{s['name']} [{s['first_sample']}, +{s['num_samples']})"
-                      for s in mix.manifest["stages"]))  # fmt: skip
-    for row in compare(mix, report, out):
-        print(json.dumps(row))
+    for name, mix_dir in build(work, args.seq_len, args.global_batch_size).items():
+        text = export(mix_dir, "nanotron", views_dir=work / f"views-{name}")
+        (work / f"{name}.yaml").write_text(text)
+        out = work / f"peer-{name}"
+        out.mkdir(exist_ok=True)
+        env = {**os.environ, "PATH": f"{python.parent}:{os.environ['PATH']}", "PYTHONPATH": ""}
+        subprocess.run(
+            [python, HERE / "peer.py", work / f"{name}.yaml", args.nanotron_src, out,
+             args.venv / "stubs"],
+            check=True, env=env, cwd=out,
+        )  # fmt: skip
+        report = json.loads((out / "peer.json").read_text())
+        mix = Mixture(mix_dir)
+        print(f"# {name}: peer {report['versions']}; nanotron source {args.nanotron_src}")
+        print(f"# {name}: {mix.num_samples} samples of {mix.seq_len + 1} tokens, stages "
+              + ", ".join(f"{s['name']} [{s['first_sample']}, +{s['num_samples']})"
+                          for s in mix.manifest["stages"]))  # fmt: skip
+        for row in compare(mix, report, out):
+            print(json.dumps({"mixture": name, **row}))
     return 0
 
 
