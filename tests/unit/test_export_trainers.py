@@ -243,6 +243,15 @@ def test_nanotron_tokenizer_is_one_auto_tokenizer_loads_or_the_export_says_why(r
             assert open(os.path.join(folder, meta)).readline().strip() == f"{hf_dir}|4"
     with pytest.raises(InputError, match="tokenizer: 'a|b' is not a Hugging Face tokenizer"):
         export(root / "mix", "nanotron", views_dir=tmp_path / "c", tokenizer="a|b")
+    # The command line's option.
+    from shardcore.cli import main
+
+    out = tmp_path / "nanotron.yaml"
+    argv = ["export", str(root / "mix"), "--format", "nanotron", "--views-dir",
+            str(tmp_path / "d"), "--nanotron-tokenizer", "org/tok", "--out", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    docs = list(yaml.safe_load_all(out.read_text()))
+    assert {s["data"]["dataset"]["tokenizer_name"] for s in docs[-1]["data_stages"]} == {"org/tok"}
 
 
 def test_datatrove_reads_every_item_of_the_views_equal_to_the_pool_records(root, tmp_path):
