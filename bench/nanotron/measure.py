@@ -118,6 +118,49 @@ def build(root: Path, seq_len: int, gbs: int) -> dict[str, Path]:
     return {"staged": staged, "shared": root / "shared"}
 
 
+# cl100k_base's special tokens by id; the ids between them are unused (reserved here), so
+# that the converted tokenizer has as many entries as the pools' vocabulary (100,277).
+CL100K_SPECIAL = {
+    100257: "<|endoftext|>",
+    100258: "<|fim_prefix|>",
+    100259: "<|fim_middle|>",
+    100260: "<|fim_suffix|>",
+    100276: "<|endofprompt|>",
+}
+# cl100k's original split pattern. tiktoken's newer spelling (possessive quantifiers,
+# "\s++$") gave the same ids on only 257 of 500 texts once converted: the tokenizers
+# library's regex engine reads "$" as the end of any line.
+CL100K_PATTERN = (
+    r"""(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"""
+    r"""|\s*[\r\n]+|\s+(?!\S)|\s+"""
+)
+
+
+def hf_cl100k(out: Path, docs: int) -> dict:
+    """A Hugging Face tokenizer directory converted from tiktoken's cl100k_base file with
+    transformers' TikTokenConverter, and how many of ``docs`` standard library texts it
+    encodes to the same ids as the pools' tokenizer."""
+    import tiktoken_ext
+    from transformers import PreTrainedTokenizerFast
+    from transformers.convert_slow_tokenizer import TikTokenConverter
+
+    from bench.common import stdlib_texts
+    from shardcore.encoders import DEFAULT_TOKENIZER, load_tokenizer
+
+    bpe = Path(list(tiktoken_ext.__path__)[0]) / "data" / "cl100k_base.tiktoken"
+    extra = [CL100K_SPECIAL.get(i, f"<|reserved_{i}|>") for i in range(100256, 100277)]
+    conv = TikTokenConverter(
+        vocab_file=str(bpe), pattern=CL100K_PATTERN, extra_special_tokens=extra
+    )
+    fast = PreTrainedTokenizerFast(tokenizer_object=conv.converted(), eos_token="<|endoftext|>")
+    fast.save_pretrained(out)
+    ours = load_tokenizer(DEFAULT_TOKENIZER)
+    texts = [t for _, t in zip(range(docs), stdlib_texts(), strict=False)]
+    theirs = fast(texts, add_special_tokens=False)["input_ids"]
+    same = sum(list(a) == list(b) for a, b in zip(ours.encode_batch(texts), theirs, strict=True))
+    return {"dir": str(out), "docs": len(texts), "same_ids": same, "len": len(fast)}
+
+
 def compare(mix, report: dict, out: Path) -> list[dict]:
     """Per launch: nanotron's samples against the mixture's, for the stage it trains."""
     from shardcore.export_nanotron import nanotron_reads, pool_reads, view_items
@@ -165,11 +208,13 @@ def compare(mix, report: dict, out: Path) -> list[dict]:
                 "shares_ours": {p: round(float((ours[:, 0] == p).mean()), 4) for p in pools},
                 "shares_nanotron": {p: round(float((theirs[:, 0] == p).mean()), 4) for p in pools},
                 **{
-                    x: res[x]
+                    x: res.get(x)
                     for x in (
                         "config",
                         "tokenizer_name_or_path",
                         "auto_tokenizer",
+                        "tokenizer_len",
+                        "model_vocab_size",
                         "nanotron_reader",
                         "nanoset",
                         "consumption_stats",
@@ -191,6 +236,7 @@ def main() -> int:
     ap.add_argument("--work", type=Path, help="scratch directory (default: a temporary one)")
     ap.add_argument("--seq-len", type=int, default=64)
     ap.add_argument("--global-batch-size", type=int, default=16)
+    ap.add_argument("--tokenizer-docs", type=int, default=500, help="texts to compare ids on")
     args = ap.parse_args()
     from shardcore.export import export
     from shardcore.mixture import Mixture
@@ -199,8 +245,13 @@ def main() -> int:
     work = args.work or Path(tempfile.mkdtemp(prefix="bench-nanotron-"))
     write_stubs(args.venv / "stubs")
     print(f"# machine: {machine()}")
-    for name, mix_dir in build(work, args.seq_len, args.global_batch_size).items():
-        text = export(mix_dir, "nanotron", views_dir=work / f"views-{name}")
+    mixtures = build(work, args.seq_len, args.global_batch_size)
+    hf = hf_cl100k(work / "hf-cl100k", args.tokenizer_docs)
+    print(f"# hf-cl100k: {json.dumps(hf)}")
+    mixtures["staged+hf"] = mixtures["staged"]
+    for name, mix_dir in mixtures.items():
+        tokenizer = hf["dir"] if name.endswith("+hf") else None
+        text = export(mix_dir, "nanotron", views_dir=work / f"views-{name}", tokenizer=tokenizer)
         (work / f"{name}.yaml").write_text(text)
         out = work / f"peer-{name}"
         out.mkdir(exist_ok=True)

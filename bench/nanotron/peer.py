@@ -88,6 +88,9 @@ def main() -> int:
         res["auto_tokenizer"] = error_of(
             AutoTokenizer.from_pretrained, config.tokenizer.tokenizer_name_or_path
         )
+        if res["auto_tokenizer"] is None:  # run_train.py asserts it equals the model's
+            tok = AutoTokenizer.from_pretrained(config.tokenizer.tokenizer_name_or_path)
+            res["tokenizer_len"] = len(tok)
         stage = config.data_stages[-1]  # run_train.py: "we assume we train on last stage"
         ds = stage.data.dataset
         seq, gbs = config.tokens.sequence_length, config.global_batch_size
