@@ -1,9 +1,9 @@
 """OLMo-core and nanotron read exactly what Shardyard records, proven with the trainers'
 own code: ai2-olmo-core's config classes, dataset and data loader; datatrove's reader (the
-one nanotron's Nanoset opens its dataset folders with). nanotron 0.4, the release on PyPI,
-cannot import its config module (a circular import between ``nanotron.logging`` and
-``nanotron.config.config``) and predates ``data_stages``, so its dataclasses are not
-loaded here; the export follows the field names of nanotron's main branch."""
+one nanotron's readers subclass; nanotron's own blend is measured in bench/nanotron).
+nanotron 0.4, the release on PyPI, cannot import its config module (a circular import
+between ``nanotron.logging`` and ``nanotron.config.config``) and predates ``data_stages``,
+so its dataclasses are not loaded here; the export follows nanotron's main branch."""
 
 from __future__ import annotations
 
