@@ -108,13 +108,13 @@ def test_the_source_page_charts_the_composition_read_from_the_tokenized_source(w
     docs = on_bucket.documents()
     size = np.array(docs.column("props").combine_chunks().field("size").to_pylist())
     n_tokens, n_bytes = (docs.column(c).to_numpy() for c in ("n_tokens", "n_bytes"))
-    fig = resp.context["composition_figure"]
+    fig = dict(resp.context["composition_figures"])["size"]
     by_measure = {t["name"]: dict(zip(t["x"], t["customdata"], strict=True)) for t in fig["data"]}
     for value in ("small", "large"):
         sel = size == value
-        assert by_measure["documents"][f"size={value}"] == int(sel.sum()) > 0
-        assert by_measure["tokens"][f"size={value}"] == int(n_tokens[sel].sum())
-        assert by_measure["bytes"][f"size={value}"] == int(n_bytes[sel].sum())
+        assert by_measure["documents"][value] == int(sel.sum()) > 0
+        assert by_measure["tokens"][value] == int(n_tokens[sel].sum())
+        assert by_measure["bytes"][value] == int(n_bytes[sel].sum())
     lengths = resp.context["length_figure"]["data"][0]
     assert sum(lengths["y"]) == 24 == docs.num_rows
     assert f"<dd>{_thousands(24)}</dd>" in body

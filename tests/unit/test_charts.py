@@ -7,28 +7,45 @@ import pytest
 from webapp.dashboard import charts
 
 
-def test_it_computes_shares_per_property_for_each_measure():
-    fig = charts.composition_bars(
-        {
-            "language": {
-                "en": {"documents": 3, "bytes": 900, "tokens": 200},
-                "de": {"documents": 1, "bytes": 100, "tokens": 50},
-            },
-            "license": {"cc-by": {"documents": 4, "bytes": 1000, "tokens": 250}},
-        }
+def test_it_computes_shares_per_property_for_each_measure_one_chart_per_property():
+    figs = dict(
+        charts.composition_by_property(
+            {
+                "language": {
+                    "en": {"documents": 3, "bytes": 900, "tokens": 200},
+                    "de": {"documents": 1, "bytes": 100, "tokens": 50},
+                },
+                "license": {"cc-by": {"documents": 4, "bytes": 1000, "tokens": 250}},
+            }
+        )
     )
-    by_name = {t["name"]: t for t in fig["data"]}
-    assert by_name["documents"]["x"] == ["language=en", "language=de", "license=cc-by"]
-    assert by_name["documents"]["y"] == [0.75, 0.25, 1.0]
-    assert by_name["bytes"]["y"] == [0.9, 0.1, 1.0]
-    assert by_name["tokens"]["customdata"] == [200, 50, 250]
-    json.dumps(fig)
+    assert list(figs) == ["language", "license"]
+    by_name = {t["name"]: t for t in figs["language"]["data"]}
+    assert by_name["documents"]["x"] == ["en", "de"]
+    assert by_name["documents"]["y"] == [0.75, 0.25]
+    assert by_name["bytes"]["y"] == [0.9, 0.1]
+    assert by_name["tokens"]["customdata"] == [200, 50]
+    assert figs["language"]["layout"]["xaxis"]["title"]["text"] == "language"
+    assert {t["name"]: t["x"] for t in figs["license"]["data"]}["documents"] == ["cc-by"]
+    json.dumps(figs)
+
+
+def test_it_shows_the_largest_values_of_a_property_and_groups_the_rest():
+    # 233 file paths, as the demo's "path" property has: the top 12 by documents, then
+    # one bar for the other 221, so that no axis holds hundreds of labels.
+    paths = {f"Lib/m{i:03}.py": {"documents": 1000 - i, "bytes": 10, "tokens": 5}
+             for i in range(233)}  # fmt: skip
+    fig = charts.composition_bars(paths, prop="path")
+    docs = next(t for t in fig["data"] if t["name"] == "documents")
+    assert docs["x"] == [f"Lib/m{i:03}.py" for i in range(12)] + ["221 other values"]
+    assert docs["customdata"][-1] == sum(1000 - i for i in range(12, 233))
+    assert sum(docs["y"]) == pytest.approx(1.0)
 
 
 def test_it_draws_an_empty_composition_with_a_message():
-    fig = charts.composition_bars({})
+    fig = charts.composition_bars({}, prop="lang")
     assert fig["data"] == []
-    assert fig["layout"]["annotations"][0]["text"] == "no properties recorded"
+    assert fig["layout"]["annotations"][0]["text"] == "no values of lang recorded"
 
 
 def test_it_places_length_bins_at_geometric_centres_on_a_log_axis():

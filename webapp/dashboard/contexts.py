@@ -348,9 +348,7 @@ def source_detail(*, source_id: int) -> dict:
     stats = detail.pop("stats")
     return {
         **detail,
-        "composition_figure": charts.composition_bars(
-            stats["by_property"], title="Documents, bytes and tokens by property"
-        ),
+        "composition_figures": charts.composition_by_property(stats["by_property"]),
         "length_figure": charts.length_histogram(
             stats["edges"], stats["counts"], title="Document length (tokens)", unit="tokens"
         ),

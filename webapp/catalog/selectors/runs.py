@@ -3,8 +3,6 @@ losses beside other runs of the same mixture, and its progress reports."""
 
 from __future__ import annotations
 
-import bisect
-
 from django.db.models import Count
 
 from shardcore import storage
@@ -224,16 +222,17 @@ def run_loss_marks(*, run: TrainingRun) -> dict[str, list[dict]]:
     """What the loss charts mark, in the run's samples: ``stages``, where each stage after
     the first of each version it read starts, and where it switched version; ``epochs``,
     where each pool's next pass over its records starts (``Mixture.epoch_starts``). Each
-    with its tokens (sample x seq_len) and the first step whose progress report had
-    consumed it (None before the run got there)."""
+    with its tokens (sample x seq_len) and the step that read it (``step_of_sample``:
+    exact between two reports at a constant rate; None before the run got there)."""
     reports = list(
         RunProgress.objects.filter(run=run).order_by("step").values_list("step", "consumed_samples")
     )
-    consumed = [c for _, c in reports]
 
     def at(sample: int, seq_len: int) -> dict:
-        i = bisect.bisect_left(consumed, sample)
-        step = reports[i][0] if i < len(reports) else None
+        # The step that read the sample, as the progress chart and run_stages say it
+        # (exact between two reports), not the next reported step.
+        read = step_of_sample(sample, reports)
+        step = read["step"] if read["read"] else None
         return {"sample": sample, "tokens": sample * seq_len, "step": step}
 
     segments = run_segments(run=run)
