@@ -64,6 +64,21 @@ def run_detail(*, run_id: int) -> dict:
     }
 
 
+def run_budget(*, run: TrainingRun, segments: list[RunSegment] | None = None) -> int:
+    """The run's token budget: the tokens of the samples it read from the versions it
+    switched away from, plus the budget of the version it reads now (which holds what was
+    left at the switch), not that version's budget alone."""
+    segments = segments if segments is not None else run_segments(run=run)
+    start = segments[-1].first_sample if segments else 0
+    seq_len = max(
+        MixtureComponent.objects.filter(version_id=run.mixture_version_id).values_list(
+            "pool__seq_len", flat=True
+        ),
+        default=0,
+    )
+    return start * seq_len + int(run.mixture_version.token_budget)
+
+
 def runs_with_val_losses(*, mixture_id: int | None = None, limit: int = 50) -> list[TrainingRun]:
     """Up to ``limit`` runs that reported a validation loss (of the mixture ``mixture_id``
     when given), by mixture and run name, with their version and mixture: one query."""
@@ -92,9 +107,11 @@ def run_stages(*, run: TrainingRun) -> list[dict]:
         return []
     seq_len = int(manifest.get("seq_len") or 0)
     reports = run_progress_reports(run=run)
+    # The version's samples count from where the run switched to it (0 if it never did).
+    offset = run_segments(run=run)[-1].first_sample
     out = []
     for st in stages:
-        first = int(st["first_sample"])
+        first = offset + int(st["first_sample"])
         read = step_of_sample(first, reports)
         past = [step for step, consumed in reports if consumed >= first]
         out.append(
