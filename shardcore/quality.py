@@ -280,12 +280,18 @@ def verdict(
         }
     ratio = max(ratios[start:])
     best = min(range(start, len(ratios)), key=lambda i: ratios[i])
+    # Below 1x the order deviates less than a shuffle does: "better than", not "within".
+    where = f"at windows of {window_sizes[start]:,} samples and more"
+    head = (
+        f"better than a perfect shuffle {where} (at most {ratio:.2f}x its deviation)"
+        if ratio < 0.995
+        else f"within {ratio:.2f}x of a perfect shuffle {where}"
+    )
     return {
         "ok": start == 0,
         "from_window": int(window_sizes[start]),
         "ratio": ratio,
-        "text": f"within {ratio:.2f}x of a perfect shuffle at windows of "
-        f"{window_sizes[start]:,} samples and more"
+        "text": head
         + ("" if start == 0 else f" ({max(ratios[:start]):.1f}x at smaller windows)")
         # An ordering that spreads values on purpose (a blend, diversity) beats a shuffle.
         + (

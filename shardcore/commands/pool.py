@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     import numpy as np
 
     from shardcore import storage, units
-    from shardcore.errors import ShardcoreError
+    from shardcore.errors import EmptySelectionError, ShardcoreError
     from shardcore.pool import plan_pool
     from shardcore.progress import Progress
 
@@ -109,6 +109,8 @@ def run(args: argparse.Namespace) -> int:
 
         manifest = units.run_local(plan, workers=args.workers, on_unit_done=on_unit_done)
         progress.close()
+    except EmptySelectionError as exc:
+        raise CLIError(f"{exc}; pass --allow-empty to build an empty pool") from None
     except ShardcoreError as exc:
         raise CLIError(str(exc)) from None
     totals = {

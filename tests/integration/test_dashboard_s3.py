@@ -148,7 +148,7 @@ def test_the_pool_page_says_what_the_pool_on_the_bucket_holds(world, login):
     manifest = storage.read_manifest(pool.path)
     client = login("viewer")
     resp, body = _page(client, f"/pools/{pool.pk}/")
-    assert f"{_thousands(reader.num_records)} × 64 tokens" in body
+    assert f"{_thousands(reader.num_records)} × 65 tokens (sequence length 64 + 1)" in body
     assert f"<dd>{_thousands(manifest['num_tokens'])}</dd>" in body
     assert f"<dd>{_thousands(manifest['documents'])}</dd>" in body
     assert resp.context["totals"]["shards"] == len(manifest["shards"])
