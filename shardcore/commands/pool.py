@@ -131,11 +131,11 @@ def run(args: argparse.Namespace) -> int:
     else:
         waste = totals["padding_tokens"] / max(1, totals["records"] * (args.seq_len + 1))
         print(
-            f"{out}: {totals['records']} records of {args.seq_len + 1} tokens from "
-            f"{totals['documents']} documents in {totals['shards']} shards "
+            f"{out}: {totals['records']:,} records of {args.seq_len + 1:,} tokens from "
+            f"{totals['documents']:,} documents in {totals['shards']:,} shards "
             f"(padding {waste:.3%})"
             + (
-                f"; validation: {totals['val']['num_records']} records in {storage.join(out, 'val')}"
+                f"; validation: {totals['val']['num_records']:,} records in {storage.join(out, 'val')}"
                 if totals["val"]
                 else ""
             ),

@@ -89,7 +89,8 @@ def test_it_builds_every_real_schema_through_a_worker(
     bars = figures["source"]["data"]
     documents = dict(zip(bars[0]["x"], bars[0]["customdata"], strict=True))
     assert documents["stdlib-docstrings"] == len(corpus.records())
-    metadata = dict(zip(*(figures["metadata"]["data"][0][k] for k in ("x", "customdata"))))
+    meta_bars = figures["metadata"]["data"][0]
+    metadata = dict(zip(meta_bars["x"], meta_bars["customdata"], strict=True))
     assert {m["metadata"]["path"] for m in corpus.records()} >= {
         json.loads(k)["path"] for k in metadata if not k.endswith("other values")
     }

@@ -296,7 +296,7 @@ def test_the_other_pages_of_the_catalog_answer(world, login):
     url = f"/audit/?source=code&document_id={flag.document_ids[0]}"
     resp, body = _page(client, url)
     assert [p.pk for p in resp.context["result"]["pools"]] == [world["pool"].pk]
-    assert f"In 1 pool(s), 1 mixture version(s), {_thousands(1)} run(s)." in body
+    assert f">{world['pool'].name}</a>; 1 mixture version; 1 run." in body and "In 1 pool: " in body
     # The builder offers the pool, and predicts from the catalog's records of it.
     editor = login("editor")
     assert world["pool"].name in _page(editor, "/mixtures/new/")[1]

@@ -143,6 +143,7 @@ def test_it_plots_progress_by_step_with_stage_starts_and_the_budget_line():
     assert shapes[0]["y0"] == 8192
     assert [s["x0"] for s in shapes if s.get("yref") == "paper"] == [1]
     assert [a["text"] for a in fig["layout"]["annotations"]] == [
+        "budget: 8,192 tokens",  # the dashed line says what it is
         "anneal from step 1",
         "cooldown from 6,144 tokens (not reached)",
     ]

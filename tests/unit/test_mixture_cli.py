@@ -27,7 +27,7 @@ def test_it_mixes_exports_measures_and_materializes(pools, tmp_path, capsys):
          "--out", str(out)]
     )  # fmt: skip
     assert rc == 0
-    assert "5000 samples" in capsys.readouterr().out
+    assert "5,000 samples" in capsys.readouterr().out
     assert main(["export", str(out), "--format", "megatron"]) == 0
     text = capsys.readouterr().out
     line = next(x for x in text.splitlines() if "--data-path" in x)
@@ -49,7 +49,7 @@ def test_it_mixes_exports_measures_and_materializes(pools, tmp_path, capsys):
     assert main(["quality", str(pools["late"]), "--by", "package", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["windows"]["num_samples"] > 0
     assert main(["materialize", str(out), "--out", str(tmp_path / "flat")]) == 0
-    assert "materialized 5000 samples" in capsys.readouterr().out
+    assert "materialized 5,000 samples" in capsys.readouterr().out
     argv = ["export", str(tmp_path / "flat"), "--format", "megatron", "--out", str(meg / "f")]
     assert main(argv) == 0
     assert "materialized mixture" in capsys.readouterr().out

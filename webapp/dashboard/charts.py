@@ -274,6 +274,11 @@ def position_heatmap(
             raise ValueError(f"a row has {len(row)} shares for {len(positions)} positions")
     if not categories or not positions:
         return _empty(title, "no composition recorded")
+    # Rows in the labels' natural order ("2" before "10", "128-255" before "1,024-2,047"),
+    # top to bottom.
+    order = sorted(range(len(categories)), key=lambda i: _natural(str(categories[i])))
+    categories = [categories[i] for i in order]
+    shares = [shares[i] for i in order]
     return {
         "data": [
             {
@@ -290,7 +295,7 @@ def position_heatmap(
         "layout": _layout(
             title,
             xaxis={"title": {"text": "training position"}, "tickformat": ".0%"},
-            yaxis={"automargin": True},
+            yaxis={"automargin": True, "type": "category", "autorange": "reversed"},
         ),
     }
 
@@ -401,6 +406,19 @@ def predicted_epochs(
                     "line": {"color": TAINT, "dash": "dot", "width": 1},
                 }
             ],
+            annotations=[
+                {
+                    "xref": "paper",
+                    "x": 1,
+                    "xanchor": "right",
+                    "yref": "y2",
+                    "y": warn_epochs,
+                    "yanchor": "bottom",
+                    "text": f"{warn_epochs:g} epochs: repeats beyond are worth less",
+                    "showarrow": False,
+                    "font": {"size": 10, "color": TAINT},
+                }
+            ],
         ),
     }
 
@@ -430,6 +448,18 @@ def progress_by_step(
                 "y0": total_tokens,
                 "y1": total_tokens,
                 "line": {"color": "#000", "dash": "dash", "width": 1},
+            }
+        )
+        notes.append(
+            {
+                "x": 1,
+                "xref": "paper",
+                "xanchor": "right",
+                "y": total_tokens,
+                "yanchor": "bottom",
+                "text": f"budget: {total_tokens:,} tokens",
+                "showarrow": False,
+                "font": {"size": 10},
             }
         )
     for st in stages:

@@ -37,7 +37,7 @@ def overview() -> dict:
             ("ready pools", n["pools"], reverse("dashboard:pools")),
             ("mixtures", n["mixtures"], reverse("dashboard:mixtures")),
             ("mixture versions", n["mixture_versions"], reverse("dashboard:mixtures")),
-            ("active jobs", n["active_jobs"], reverse("dashboard:jobs") + "?state=running"),
+            ("active jobs", n["active_jobs"], reverse("dashboard:jobs") + "?state=active"),
             ("training runs", n["runs"], reverse("dashboard:runs")),
             ("tainted runs", n["tainted_runs"], reverse("dashboard:audit")),
             ("flags", n["flags"], reverse("dashboard:audit")),
@@ -510,7 +510,8 @@ def version_quality(report: dict, *, names: dict[str, str]) -> dict:
         if "value" in verdict:  # one pool only: its catalog name
             value = names.get(verdict["value"], verdict["value"])
             verdict = {**verdict, "text": f"one {report['label']} only ({value}): nothing to mix"}
-        out["stages"].append({**st, "verdict": verdict})
+        labels = [{**r, "label": names.get(r["label"], r["label"])} for r in st.get("labels") or []]
+        out["stages"].append({**st, "verdict": verdict, "labels": labels})
     return out
 
 
