@@ -100,19 +100,25 @@ def version_schedule(*, version: MixtureVersion, components) -> dict | None:
         return None
     by_path = {storage.resolve(c.pool.path): c.pool.name for c in components}
     names = {p["key"]: by_path.get(storage.resolve(p["path"]), p["key"]) for p in manifest["pools"]}
+    stages = manifest.get("stages") or []
     pools = [
         {
             "pool": names[p["key"]],
             "tokens": int(p["tokens"]),
             "epochs": float(p["epochs"]),
             "samples": int(p.get("samples") or 0),
-            "stage_samples": dict(p.get("stages") or {}),
+            # Samples of the pool in each stage (the stage's ``samples_per_pool``).
+            "stage_samples": {
+                str(st["name"]): int(st["samples_per_pool"][i])
+                for st in stages
+                if i < len(st.get("samples_per_pool") or [])
+            },
         }
-        for p in manifest["pools"]
+        for i, p in enumerate(manifest["pools"])
     ]
     return {
         "pools": pools,
-        "stages": manifest.get("stages") or [],
+        "stages": stages,
         "names": names,
         "seq_len": int(manifest.get("seq_len") or 0),
     }

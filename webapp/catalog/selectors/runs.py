@@ -65,18 +65,12 @@ def run_detail(*, run_id: int) -> dict:
 
 
 def run_budget(*, run: TrainingRun, segments: list[RunSegment] | None = None) -> int:
-    """The run's token budget: the tokens of the samples it read from the versions it
-    switched away from, plus the budget of the version it reads now (which holds what was
-    left at the switch), not that version's budget alone."""
+    """The run's token budget: the budget of the first version it read. A switch saves a
+    version whose budget is what the old one had left (``run_switch``), so the version the
+    run reads now holds only the rest, never the run's whole budget."""
     segments = segments if segments is not None else run_segments(run=run)
-    start = segments[-1].first_sample if segments else 0
-    seq_len = max(
-        MixtureComponent.objects.filter(version_id=run.mixture_version_id).values_list(
-            "pool__seq_len", flat=True
-        ),
-        default=0,
-    )
-    return start * seq_len + int(run.mixture_version.token_budget)
+    first = segments[0].mixture_version if segments else run.mixture_version
+    return int(first.token_budget)
 
 
 def runs_with_val_losses(*, mixture_id: int | None = None, limit: int = 50) -> list[TrainingRun]:
