@@ -328,7 +328,7 @@ def test_it_measures_a_pool_by_the_property_a_person_chooses(login, catalog, tmp
 
     from tests.unit import mix_fixtures
     from webapp.catalog.models import Pool
-    from webapp.dashboard.charts import colour_of
+    from webapp.dashboard.charts import colours_of
 
     cache.clear()
     built = mix_fixtures.build_pools(tmp_path / "built", seq_len=32)["early"]
@@ -346,9 +346,10 @@ def test_it_measures_a_pool_by_the_property_a_person_chooses(login, catalog, tmp
     named = {t["name"] for t in traces} - {"worst label"}
     named = {n for n in named if not n.startswith(("perfect shuffle", "i.i.d."))}
     assert named and named <= packages
+    colours = colours_of(named)  # one colour each, fixed by the set of labels
     for t in traces:
         if t["name"] in named:
-            assert t["line"]["color"] == colour_of(t["name"])
+            assert t["line"]["color"] == colours[t["name"]]
     page = c.get(f"/pools/{catalog['pool'].pk}/?by=length")
     names = [t["name"] for t in page.context["deviation_figure"]["data"]]
     bins = [n for n in names if n.endswith(" tokens")]

@@ -196,3 +196,76 @@ def test_it_shortens_lineage_labels_to_their_column_and_grows_with_the_longest_c
     assert trace["text"][1:] == [f"pool {i}" for i in range(20)]  # short ones stay whole
     # 20 nodes in one column: a row of LINEAGE_ROW_PX each, beyond the minimum height.
     assert fig["layout"]["height"] == 110 + charts.LINEAGE_ROW_PX * 21 > charts.LINEAGE_MIN_HEIGHT
+
+
+# --- what a newcomer read wrong on the pages (the journey: test_journey_fixes) -----------
+
+
+def test_it_gives_each_pool_of_a_page_its_own_colour():
+    # crc32 sends demo-tests and demo-docstrings to the same palette entry.
+    pools = ["demo-code", "demo-tests", "demo-docstrings", "demo-reference"]
+    assert charts.colour_of("demo-tests") == charts.colour_of("demo-docstrings")
+    colours = charts.colours_of(pools)
+    assert len(set(colours.values())) == 4
+    assert colours == charts.colours_of(list(reversed(pools)))  # the same set, the same colours
+    fig = charts.schedule_composition(
+        [{"name": "main", "first_token": 0, "num_tokens": 1000, "samples_per_pool": [1, 2, 3, 4]}],
+        pools,
+    )
+    assert len({t["marker"]["color"] for t in fig["data"]}) == 4
+    curve = {"window_sizes": [2, 4], "deviations": {p: [0.1, 0.05] for p in pools}}
+    lines = [t["line"]["color"] for t in charts.window_deviation(curve)["data"]]
+    assert sorted(lines) == sorted(colours.values())
+
+
+def test_legends_sit_below_the_axis_titles_which_push_the_margins():
+    figures = [
+        charts.window_deviation({"window_sizes": [2, 4], "deviations": {"a": [0.1, 0.05]}}),
+        charts.predicted_epochs([{"pool": "a", "tokens": 10, "epochs": 1.0}]),
+        charts.schedule_composition(
+            [{"name": "main", "first_token": 0, "num_tokens": 10, "samples_per_pool": [1]}], ["a"]
+        ),
+        charts.shuffle_comparison({"exact": {"window_sizes": [2], "deviations": {"a": [0.1]}}}),
+    ]
+    for fig in figures:
+        layout = fig["layout"]
+        # At the bottom of the whole figure (container), not at a fraction of the plot
+        # where plotly also draws the x axis's title.
+        assert layout["legend"]["yref"] == "container" and layout["legend"]["y"] == 0
+        axes = [v for k, v in layout.items() if k.startswith(("xaxis", "yaxis"))]
+        assert axes and all(a["automargin"] is True for a in axes)
+
+
+def test_token_ticks_are_human_numbers():
+    assert [charts.human_number(n) for n in (0, 512, 900_096, 999_999, 1_000_096, 2_011_136)] == [
+        "0", "512", "900k", "1M", "1M", "2.01M",
+    ]  # fmt: skip
+    fig = charts.schedule_composition(
+        [
+            {"name": "main", "first_token": 0, "num_tokens": 900_096, "samples_per_pool": [3]},
+            {"name": "anneal", "first_token": 900_096, "num_tokens": 100_000,
+             "samples_per_pool": [1]},
+        ],
+        ["a"],
+    )  # fmt: skip
+    axis = fig["layout"]["xaxis"]
+    assert axis["tickvals"] == [0, 900_096, 1_000_096]
+    assert axis["ticktext"] == ["0", "900k", "1M"]  # never "900.096k"
+
+
+def test_heatmap_rows_are_in_the_labels_natural_order():
+    fig = charts.position_heatmap(
+        [0.25, 0.75], ["10", "2", "1,024-2,047", "128-255"], [[1, 1], [2, 2], [3, 3], [4, 4]]
+    )
+    heat = fig["data"][0]
+    assert heat["y"] == ["2", "10", "128-255", "1,024-2,047"]
+    assert heat["z"] == [[2, 2], [1, 1], [4, 4], [3, 3]]  # each row keeps its shares
+    assert fig["layout"]["yaxis"]["autorange"] == "reversed"  # first row on top
+
+
+def test_the_epochs_warning_line_and_the_budget_line_are_labelled():
+    fig = charts.predicted_epochs([{"pool": "a", "tokens": 10, "epochs": 5.0}])
+    (note,) = fig["layout"]["annotations"]
+    assert note["text"] == "4 epochs: repeats beyond are worth less" and note["y"] == 4
+    progress = charts.progress_by_step([{"step": 1, "tokens": 10}], total_tokens=100_000)
+    assert progress["layout"]["annotations"][0]["text"] == "budget: 100,000 tokens"

@@ -191,3 +191,20 @@ def test_it_says_better_than_a_perfect_shuffle_when_every_ratio_is_below_one():
         "deviation); more even than one at 16 samples (0.28x)"
     )
     assert "within" not in v["text"]
+
+
+def test_each_label_gets_its_own_verdict():
+    # Two pools: the worst label's verdict alone said nothing of each pool's own.
+    rng = np.random.default_rng(0)
+    labels = rng.permutation(np.array(["a"] * 300 + ["b"] * 100))
+    sizes = [2, 4, 8, 16, 32]
+    windows = quality.window_deviation(labels, sizes)
+    ref = quality.sample_shuffle_reference(labels, sizes, trials=4)
+    assert ref["labels"] == ["a", "b"] and np.shape(ref["mean_by_label"]) == (5, 2)
+    rows = quality.label_verdicts(windows, ref)
+    assert [r["label"] for r in rows] == ["a", "b"]  # largest share first
+    assert [round(r["share"], 2) for r in rows] == [0.75, 0.25]
+    for j, r in enumerate(rows):
+        mine = [row[j] for row in windows["max"]]
+        want = quality.verdict(sizes, mine, [row[j] for row in ref["mean_by_label"]])
+        assert r["verdict"] == want

@@ -262,8 +262,10 @@ def run_loss_marks(*, run: TrainingRun) -> dict[str, list[dict]]:
         seq_len = int(manifest.get("seq_len") or 0)
         stop = None if g.end_sample is None else g.end_sample - g.first_sample
         if g.index:
+            # The switch is between two steps: marked at the last step of the old version
+            # (the segment records the new one's first step).
             stages.append({"label": f"switch to v{g.mixture_version.number}",
-                           **at(g.first_sample, seq_len)})  # fmt: skip
+                           **at(g.first_sample, seq_len), "step": g.first_step - 1})  # fmt: skip
         for st in manifest.get("stages", [])[1:]:
             if stop is None or st["first_sample"] < stop:
                 stages.append({"label": f"stage {st['name']}",
