@@ -265,6 +265,7 @@ def test_it_fixes_what_a_newcomer_found(
     with page.expect_response(lambda r: "predict" in r.url):
         page.click("#save")
     page.wait_for_timeout(600)  # any later prediction has answered too
+    assert "web mix!" in page.inner_text("#builder")  # the reason is on the page
     reason = page.inner_text("#save-error")
     assert reason.startswith("Not saved: ") and "web mix!" in reason, reason
     page.fill("[name=name]", "web-mix")
