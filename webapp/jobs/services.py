@@ -387,9 +387,9 @@ def _unit_succeed(unit: JobUnit, stats: dict[str, Any], *, db_errors: list[str] 
             job.bad_input = merge_bad_input(job.bad_input, bad)
         _log(
             job,
-            f"unit {unit.unit_id} done on {unit.worker}: {counts['documents']} docs, "
-            f"{counts['tokens']} tokens, {counts['bytes']} bytes"
-            + (f", {counts['bad_lines']} bad lines" if counts["bad_lines"] else "")
+            f"unit {unit.unit_id} done on {unit.worker}: {counts['documents']:,} docs, "
+            f"{counts['tokens']:,} tokens, {counts['bytes']:,} bytes"
+            + (f", {counts['bad_lines']:,} bad lines" if counts["bad_lines"] else "")
             + (f"; {retried}" if retried else ""),
         )
         if job.state == JobState.RUNNING and job.phase == unit.phase:

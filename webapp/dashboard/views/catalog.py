@@ -63,7 +63,10 @@ def source_register(request):
     )  # fmt: skip
     if again:
         return again
-    messages.success(request, f"Registered {source.name}: {source.num_files} file(s).")
+    messages.success(
+        request,
+        f"Registered {source.name}: {source.num_files:,} file(s), {source.num_documents:,} documents.",
+    )
     return redirect("dashboard:source", source_id=source.pk)
 
 
@@ -75,7 +78,10 @@ def source_scan(request, source_id: int):
     except CatalogError as e:
         messages.error(request, str(e))
     else:
-        messages.success(request, f"Scanned {source.name}: {source.num_files} file(s).")
+        messages.success(
+            request,
+            f"Scanned {source.name}: {source.num_files:,} file(s), {source.num_documents:,} documents.",
+        )
     return redirect("dashboard:source", source_id=source_id)
 
 
