@@ -265,6 +265,7 @@ def test_heatmap_rows_are_in_the_labels_natural_order():
 
 def test_the_epochs_warning_line_and_the_budget_line_are_labelled():
     fig = charts.predicted_epochs([{"pool": "a", "tokens": 10, "epochs": 5.0}])
+    assert fig["layout"]["yaxis2"]["tickmode"] == "auto"  # round epochs, not "2.43"
     (note,) = fig["layout"]["annotations"]
     assert note["text"] == "4 epochs: repeats beyond are worth less" and note["y"] == 4
     progress = charts.progress_by_step([{"step": 1, "tokens": 10}], total_tokens=100_000)

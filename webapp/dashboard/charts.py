@@ -393,6 +393,9 @@ def predicted_epochs(
                 "overlaying": "y",
                 "side": "right",
                 "rangemode": "tozero",
+                # Its own round ticks (1, 2, 3), not the tokens axis's lines ("2.43").
+                "tickmode": "auto",
+                "showgrid": False,
             },
             shapes=[
                 {
