@@ -268,7 +268,10 @@ def test_it_fixes_what_a_newcomer_found(
     assert "web mix!" in page.inner_text("#builder")  # the reason is on the page
     reason = page.inner_text("#save-error")
     assert reason.startswith("Not saved: ") and "web mix!" in reason, reason
-    page.fill("[name=name]", "web-mix")
+    page.fill("[name=seed]", "1")  # another field: the reason stays
+    page.wait_for_timeout(600)
+    assert page.inner_text("#save-error") == reason
+    page.fill("[name=name]", "web-mix")  # the field it names: cleared
     assert page.inner_text("#save-error") == ""
 
 

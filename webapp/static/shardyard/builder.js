@@ -96,7 +96,8 @@
   // the user edits the field it names (any field when it names none) or saves again.
   const saveError = document.getElementById("save-error");
   function showSaveError(message) {
-    const m = /^([a-z_]+)(?:\[\d+\])?(?:\.[a-z_]+)?:/.exec(message);
+    // "mixture name: ...", "tokens: ...", "rows[2].weight: ...": the field it is about.
+    const m = /^(?:[a-z]+ )?([a-z_]+)(?:\[\d+\])?(?:\.[a-z_]+)?:/.exec(message);
     saveError.dataset.field = m && root.querySelector("[name=" + m[1] + "]") ? m[1] : "";
     saveError.textContent = "Not saved: " + message;
   }
