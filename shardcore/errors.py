@@ -17,6 +17,11 @@ class InputError(ShardcoreError):
     """Bad user input: a source line, a parameter, a filter expression."""
 
 
+class EmptySelectionError(InputError):
+    """A filter selects no document; what to do about it is the caller's to say (a flag
+    on the command line, a field in a form)."""
+
+
 class CorruptDataError(FormatError):
     """Bytes read from an artifact do not match its manifest's checksums (names the file
     and the byte range of the first bad block)."""

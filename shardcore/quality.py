@@ -280,12 +280,18 @@ def verdict(
         }
     ratio = max(ratios[start:])
     best = min(range(start, len(ratios)), key=lambda i: ratios[i])
+    # Below 1x the order deviates less than a shuffle does: "better than", not "within".
+    where = f"at windows of {window_sizes[start]:,} samples and more"
+    head = (
+        f"better than a perfect shuffle {where} (at most {ratio:.2f}x its deviation)"
+        if ratio < 0.995
+        else f"within {ratio:.2f}x of a perfect shuffle {where}"
+    )
     return {
         "ok": start == 0,
         "from_window": int(window_sizes[start]),
         "ratio": ratio,
-        "text": f"within {ratio:.2f}x of a perfect shuffle at windows of "
-        f"{window_sizes[start]:,} samples and more"
+        "text": head
         + ("" if start == 0 else f" ({max(ratios[:start]):.1f}x at smaller windows)")
         # An ordering that spreads values on purpose (a blend, diversity) beats a shuffle.
         + (
@@ -306,21 +312,50 @@ def sample_shuffle_reference(
     """What a perfect sample-level shuffle reaches on these samples: ``trials`` uniformly
     random permutations of them, measured like the schedule (``max_all`` per window size).
     A mixture's schedule orders samples (records), not documents, so this is its
-    reference. Returns ``{"window_sizes", "mean", "lo", "hi", "trials"}``."""
+    reference. Returns ``{"window_sizes", "mean", "lo", "hi", "trials", "labels",
+    "mean_by_label"}`` (the last: per window size, each label's mean max deviation, in
+    ``labels`` order)."""
     arr = np.asarray(labels)
     rng = np.random.default_rng(seed)
-    runs = [
-        window_deviation(arr[rng.permutation(arr.size)], window_sizes)["max_all"]
+    measured = [
+        window_deviation(arr[rng.permutation(arr.size)], window_sizes)
         for _ in range(max(1, trials))
     ]
-    out = np.asarray(runs, dtype=np.float64)
+    out = np.asarray([m["max_all"] for m in measured], dtype=np.float64)
+    by_label = np.asarray([m["max"] for m in measured], dtype=np.float64)
     return {
         "window_sizes": [int(n) for n in window_sizes],
         "mean": out.mean(axis=0).tolist(),
         "lo": out.min(axis=0).tolist(),
         "hi": out.max(axis=0).tolist(),
         "trials": int(out.shape[0]),
+        "labels": [str(x) for x in measured[0]["labels"]],
+        "mean_by_label": by_label.mean(axis=0).tolist(),
     }
+
+
+def label_verdicts(windows: dict[str, Any], reference: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each label's own verdict (``verdict`` of its max deviation against what a perfect
+    shuffle reaches for that label), largest share first: ``[{"label", "share",
+    "verdict"}]``. The worst label's verdict alone hides a label that mixes well."""
+    if not reference.get("mean_by_label"):
+        return []
+    sizes = windows["window_sizes"]
+    ref = np.asarray(reference["mean_by_label"], dtype=np.float64)
+    col = {label: j for j, label in enumerate(reference["labels"])}
+    mx = np.asarray(windows["max"], dtype=np.float64)
+    out = []
+    for j, label in enumerate(windows["labels"]):
+        if str(label) not in col:
+            continue
+        out.append(
+            {
+                "label": str(label),
+                "share": float(windows["share"][j]),
+                "verdict": verdict(sizes, mx[:, j].tolist(), ref[:, col[str(label)]].tolist()),
+            }
+        )
+    return sorted(out, key=lambda r: -r["share"])
 
 
 # Per stage (a longer stage is measured on its start): a version's build measures the
@@ -377,7 +412,7 @@ def mixture_quality(
         rep["verdict"] = verdict(sizes, rep["windows"]["max_all"], ref["mean"])
         out["stages"].append(
             {"name": st["name"], "num_samples": n, "measured": int(seg.size),
-             "verdict": rep["verdict"]}
+             "verdict": rep["verdict"], "labels": label_verdicts(rep["windows"], ref)}
         )  # fmt: skip
         if i == 0:
             out.update(rep)

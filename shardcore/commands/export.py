@@ -109,6 +109,9 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError(str(exc)) from None
     if args.out:
         atomic.write_text(args.out, text)
+        # Say what was written, so that a quiet success is not mistaken for nothing done.
+        print(f"wrote the {args.format} export of {args.mixture} to {args.out} "
+              f"({len(text.encode()):,} bytes)")  # fmt: skip
     else:
         print(text, end="")
     return 0

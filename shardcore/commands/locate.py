@@ -38,7 +38,8 @@ def run(args: argparse.Namespace) -> int:
     if "stage" in answer:
         print(f"stage {answer['stage']}, pool {answer['pool']} ({answer.get('pool_path', '')})")
     print(
-        f"shard {answer['shard']} ({answer['shard_prefix']}), record {answer['record']} "
-        f"(record {answer['record_in_shard']} of the shard), token offset {answer['token_offset']}"
+        f"shard {answer['shard']} ({answer['shard_prefix']}), record {answer['record']:,} "
+        f"(record {answer['record_in_shard']:,} of the shard), token offset "
+        f"{answer['token_offset']:,}"
     )
     return 0

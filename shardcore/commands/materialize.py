@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
     except ShardcoreError as exc:
         raise CLIError(str(exc)) from None
     print(
-        f"materialized {manifest['num_records']} samples in {len(manifest['shards'])} "
+        f"materialized {manifest['num_records']:,} samples in {len(manifest['shards']):,} "
         f"shard(s) -> {args.out}"
     )
     return 0

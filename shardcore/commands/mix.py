@@ -84,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
         plan = plan_epochs(spec)
         for row in plan:
             print(
-                f"{row['pool']}: {row['samples']} samples, {row['tokens']} tokens, "
+                f"{row['pool']}: {row['samples']:,} samples, {row['tokens']:,} tokens, "
                 f"{row['epochs']:.3f} epochs, share {row['share']:.4f}"
             )
         if args.plan_only:
@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(manifest, indent=1, sort_keys=True))
     else:
         print(
-            f"mixture {manifest['fingerprint']}: {manifest['num_samples']} samples, "
-            f"{manifest['num_tokens']} tokens, {len(manifest['stages'])} stage(s) -> {args.out}"
+            f"mixture {manifest['fingerprint']}: {manifest['num_samples']:,} samples, "
+            f"{manifest['num_tokens']:,} tokens, {len(manifest['stages'])} stage(s) -> {args.out}"
         )
     return 0

@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     import numpy as np
 
     from shardcore import storage, units
-    from shardcore.errors import ShardcoreError
+    from shardcore.errors import EmptySelectionError, ShardcoreError
     from shardcore.pool import plan_pool
     from shardcore.progress import Progress
 
@@ -109,6 +109,8 @@ def run(args: argparse.Namespace) -> int:
 
         manifest = units.run_local(plan, workers=args.workers, on_unit_done=on_unit_done)
         progress.close()
+    except EmptySelectionError as exc:
+        raise CLIError(f"{exc}; pass --allow-empty to build an empty pool") from None
     except ShardcoreError as exc:
         raise CLIError(str(exc)) from None
     totals = {
@@ -129,11 +131,11 @@ def run(args: argparse.Namespace) -> int:
     else:
         waste = totals["padding_tokens"] / max(1, totals["records"] * (args.seq_len + 1))
         print(
-            f"{out}: {totals['records']} records of {args.seq_len + 1} tokens from "
-            f"{totals['documents']} documents in {totals['shards']} shards "
+            f"{out}: {totals['records']:,} records of {args.seq_len + 1:,} tokens from "
+            f"{totals['documents']:,} documents in {totals['shards']:,} shards "
             f"(padding {waste:.3%})"
             + (
-                f"; validation: {totals['val']['num_records']} records in {storage.join(out, 'val')}"
+                f"; validation: {totals['val']['num_records']:,} records in {storage.join(out, 'val')}"
                 if totals["val"]
                 else ""
             ),

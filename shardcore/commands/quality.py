@@ -51,7 +51,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(report))
         return 0
     w = report["windows"]
-    print(f"{w['num_samples']} samples, {len(w['labels'])} values of {args.by!r}")
+    print(f"{w['num_samples']:,} samples, {len(w['labels']):,} values of {args.by!r}")
     print(f"{'window':>8} {'max dev':>10} {'p99 dev':>10} {'ideal':>10} {'max/ideal':>10}")
     for n, mx, p99, ideal in zip(
         w["window_sizes"], w["max_all"], w["p99_all"], w["ideal_all"], strict=True

@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     report = verify(args.directory, content=not args.files_only)
     if report.ok:
         print(
-            f"ok: {report.kind} at {report.directory}: {report.files_checked} files, "
+            f"ok: {report.kind} at {report.directory}: {report.files_checked:,} files, "
             f"{report.bytes_checked / 1e6:.1f} MB verified"
         )
         return 0

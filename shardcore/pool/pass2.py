@@ -4,6 +4,7 @@ records and write one durable output shard."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -158,7 +159,20 @@ def run_bucket(plan: units.Plan, unit: dict) -> dict:
         "documents": int(docs.num_rows),
         "tokens": packing.num_tokens,
         "padding": packing.padding,
+        "bytes": _written_bytes(prefix, records * width * dtype.itemsize),
     }
+
+
+def _written_bytes(prefix, tokens_bytes: int) -> int:
+    """The bytes of the shard's files (tokens, index, boundaries, sidecar): what the job
+    page counts as written. The token bytes alone where the files cannot be sized."""
+    total = 0
+    for suffix in (".bin", ".idx", ".segments.npz", ".docs.parquet"):
+        try:
+            total += os.path.getsize(f"{prefix}{suffix}")
+        except OSError:
+            return tokens_bytes
+    return total
 
 
 def _gather_sources(

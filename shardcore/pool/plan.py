@@ -10,7 +10,7 @@ import numpy as np
 
 from shardcore import manifest as mf
 from shardcore import storage, units
-from shardcore.errors import InputError, ManifestError
+from shardcore.errors import EmptySelectionError, InputError, ManifestError
 from shardcore.pool.io import on_network_fs, release_memory
 from shardcore.pool.layout import (
     KIND,
@@ -141,10 +141,9 @@ def plan_pool(
     }
     if not allow_empty and not any(sum(i["docs"]) for i in inputs):
         total = sum(int(sh["documents"]) for _, d in loaded for sh in d["shards"])
-        raise InputError(
-            f"filter {filter!r} selects none of the {total} documents of "
-            f"{len(loaded)} tokenized source(s); an empty pool is built only when allowed "
-            "(--allow-empty)"
+        raise EmptySelectionError(
+            f"filter {filter!r} selects none of the {total:,} documents of "
+            f"{len(loaded)} tokenized source(s)"
         )
     parents = [s["fingerprint"] for s in sources]
     contents = [s["content"] for s in sources]

@@ -39,7 +39,10 @@ def test_it_builds_a_pool_in_the_browser_and_shows_its_quality_charts(
     expected_docs = docstrings.num_documents + reference.num_documents
     assert pool.num_documents == expected_docs and pool.num_records > 100
     facts = page.locator("dl.facts").first.inner_text()
-    assert f"{pool.num_records:,} × 256 tokens" in facts and "lang = 'en'" in facts
+    assert (
+        f"{pool.num_records:,} × 257 tokens (sequence length 256 + 1)" in facts
+        and "lang = 'en'" in facts
+    )
 
     quality = page.locator(".card", has_text="Shuffle quality")
     quality.locator(".js-plotly-plot").first.wait_for()

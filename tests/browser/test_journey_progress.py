@@ -50,7 +50,7 @@ def test_it_plots_progress_by_step_with_the_stage_boundary(
     boundary = first // 8 + 1
     assert boundary == 213
     notes = [a["text"] for a in layout["annotations"]]
-    assert notes == [f"anneal from step {boundary:,}"]
+    assert notes == ["budget: 128,000 tokens", f"anneal from step {boundary:,}"]
     vertical = [s for s in layout["shapes"] if s.get("yref") == "paper"]
     assert [(s["x0"], s["x1"]) for s in vertical] == [(boundary, boundary)]
     horizontal = sorted(s["y0"] for s in layout["shapes"] if s.get("xref") == "paper")
@@ -64,6 +64,7 @@ def test_it_plots_progress_by_step_with_the_stage_boundary(
     chart.wait_for()
     layout = chart.evaluate(FIGURE)["layout"]
     assert [a["text"] for a in layout["annotations"]] == [
-        f"anneal from {first * 64:,} tokens (not reached)"
+        "budget: 128,000 tokens",
+        f"anneal from {first * 64:,} tokens (not reached)",
     ]
     assert not [s for s in layout["shapes"] if s.get("yref") == "paper"]

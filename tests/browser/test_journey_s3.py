@@ -46,7 +46,7 @@ def test_the_pool_and_version_pages_of_a_catalog_on_object_storage(
     page.click("table >> text=code")
     assert "ready" in page.locator("h1").inner_text()
     facts = page.locator("dl.facts").first.inner_text()
-    assert f"{manifest['num_records']:,} × 64 tokens" in facts
+    assert f"{manifest['num_records']:,} × 65 tokens (sequence length 64 + 1)" in facts
     assert f"{manifest['num_tokens']:,}" in facts and f"{manifest['documents']:,}" in facts
     location = page.inner_text("#pool-location")
     assert location == pool.path and location.startswith(f"{s3_data_root}/pools/")

@@ -18,7 +18,12 @@ def test_it_registers_a_source_and_watches_its_tokenize_job_finish_live(
     page.fill("#id_metadata_fields", "kind, lang, package")
     page.click("text=Register and scan")
 
-    assert page.locator(".msg").first.inner_text() == "Registered docstrings: 1 file(s)."
+    from webapp.catalog.models import Source as Registered
+
+    n = Registered.objects.get(name="docstrings").num_documents
+    assert page.locator(".msg").first.inner_text() == (
+        f"Registered docstrings: 1 file(s), {n:,} documents."
+    )
     facts = page.locator("dl.facts").inner_text()
     assert "scanned" in page.locator("h1").inner_text()
     from webapp.catalog.models import Source

@@ -177,7 +177,7 @@ def test_it_cancels_a_job_for_an_editor(api, catalog):
     assert resp.json()["state"] == "cancelled"
     again = api("editor").post(f"/api/jobs/{catalog['job'].pk}/cancel/")
     assert again.status_code == 400
-    assert "only queued or running jobs cancel" in again.json()["detail"]
+    assert "only a queued or running job can be cancelled" in again.json()["detail"]
 
 
 def test_it_flags_a_file_and_lists_what_it_taints(api, catalog):

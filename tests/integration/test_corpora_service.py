@@ -85,23 +85,24 @@ def test_it_builds_every_real_schema_through_a_worker(
     corpus, source, _ = built["dolma"]
     page = client.get(f"/sources/{source.pk}/")
     assert page.status_code == 200
-    bars = page.context["composition_figure"]["data"]
+    figures = dict(page.context["composition_figures"])  # one chart per property
+    bars = figures["source"]["data"]
     documents = dict(zip(bars[0]["x"], bars[0]["customdata"], strict=True))
-    assert documents["source=stdlib-docstrings"] == len(corpus.records())
+    assert documents["stdlib-docstrings"] == len(corpus.records())
+    meta_bars = figures["metadata"]["data"][0]
+    metadata = dict(zip(meta_bars["x"], meta_bars["customdata"], strict=True))
     assert {m["metadata"]["path"] for m in corpus.records()} >= {
-        json.loads(k.split("=", 1)[1])["path"] for k in documents if k.startswith("metadata=")
+        json.loads(k)["path"] for k in metadata if not k.endswith("other values")
     }
     nbytes = dict(zip(bars[1]["x"], bars[1]["customdata"], strict=True))
-    assert nbytes["source=stdlib-docstrings"] == sum(
-        len(r["text"].encode()) for r in corpus.records()
-    )
+    assert nbytes["stdlib-docstrings"] == sum(len(r["text"].encode()) for r in corpus.records())
     lengths = page.context["length_figure"]["data"][0]
     assert sum(lengths["y"]) == len(corpus.records())
 
     corpus, source, _ = built["the-stack"]
     page = client.get(f"/sources/{source.pk}/")
-    bars = page.context["composition_figure"]["data"]
+    bars = dict(page.context["composition_figures"])["lang"]["data"]
     documents = dict(zip(bars[0]["x"], bars[0]["customdata"], strict=True))
     langs = [r["lang"] for r in corpus.records()]
-    assert documents["lang=Python"] == langs.count("Python")
-    assert documents["lang=Text"] == langs.count("Text")
+    assert documents["Python"] == langs.count("Python")
+    assert documents["Text"] == langs.count("Text")

@@ -65,7 +65,7 @@ def test_it_lets_an_editor_register_a_source_and_flag_a_file(login, catalog, set
          "metadata_fields": "language"},
         follow=True,
     )  # fmt: skip
-    assert "Registered wiki-copy: 1 file(s)." in resp.content.decode()
+    assert "Registered wiki-copy: 1 file(s), " in resp.content.decode()
     resp = c.post(
         "/audit/flags/",
         {"source_id": catalog["source"].pk, "file_path": "part-0.jsonl", "reason": "opt-out"},

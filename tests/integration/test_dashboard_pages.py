@@ -1,6 +1,8 @@
 # ruff: noqa: F811 - pytest fixtures are imported by name and used as arguments
 """Every dashboard page renders for a viewer, with the catalog's real content on it."""
 
+import re
+
 import pytest
 
 from tests.integration.dashboard_fixtures import catalog, login, users  # noqa: F401
@@ -70,8 +72,11 @@ def test_it_downloads_a_mixture_version_as_json(login, catalog):
 
 def test_it_lists_jobs_filtered_by_state(login, catalog):
     c = login("viewer")
-    assert "tokenize wiki" in c.get("/jobs/?state=running").content.decode()
+    assert "tokenize wiki" in c.get("/jobs/?state=active").content.decode()
     assert "tokenize wiki" not in c.get("/jobs/?state=failed").content.decode()
+    # Each state once in the filter: "active" (queued or running), then the job states.
+    states = c.get("/jobs/").context["states"]
+    assert states == ["active", "queued", "running", "succeeded", "failed", "cancelled"]
 
 
 def test_it_shows_a_job_and_its_live_progress_document(login, catalog):
@@ -98,7 +103,9 @@ def test_it_shows_runs_with_progress_and_taint(login, catalog):
 
 def test_it_audits_a_source_down_to_runs(login, catalog):
     body = login("viewer").get("/audit/?source=wiki").content.decode()
-    assert "1 pool(s), 1 mixture version(s), 1 run(s)" in body
+    assert re.search(
+        r"In 1 pool: <a href=\"/pools/\d+/\">[\w-]+</a>; 1 mixture version; 1 run\.", body
+    )
     assert "olmo-tiny-a" in body
     assert "Flag this" not in body  # viewers cannot flag
 
@@ -133,7 +140,9 @@ def test_it_audits_a_file_and_keeps_pools_it_cannot_clear(login, catalog):
         params={"file_ranges": {"part-0.jsonl": [0, 3]}}
     )
     body = login("viewer").get("/audit/?source=wiki&file_path=part-0.jsonl").content.decode()
-    assert "1 pool(s), 1 mixture version(s), 1 run(s)" in body
+    assert re.search(
+        r"In 1 pool: <a href=\"/pools/\d+/\">[\w-]+</a>; 1 mixture version; 1 run\.", body
+    )
     body = login("viewer").get("/audit/?source=wiki&file_path=other.jsonl").content.decode()
     assert "has no file" in body
 
@@ -319,7 +328,7 @@ def test_it_measures_a_pool_by_the_property_a_person_chooses(login, catalog, tmp
 
     from tests.unit import mix_fixtures
     from webapp.catalog.models import Pool
-    from webapp.dashboard.charts import colour_of
+    from webapp.dashboard.charts import colours_of
 
     cache.clear()
     built = mix_fixtures.build_pools(tmp_path / "built", seq_len=32)["early"]
@@ -337,9 +346,10 @@ def test_it_measures_a_pool_by_the_property_a_person_chooses(login, catalog, tmp
     named = {t["name"] for t in traces} - {"worst label"}
     named = {n for n in named if not n.startswith(("perfect shuffle", "i.i.d."))}
     assert named and named <= packages
+    colours = colours_of(named)  # one colour each, fixed by the set of labels
     for t in traces:
         if t["name"] in named:
-            assert t["line"]["color"] == colour_of(t["name"])
+            assert t["line"]["color"] == colours[t["name"]]
     page = c.get(f"/pools/{catalog['pool'].pk}/?by=length")
     names = [t["name"] for t in page.context["deviation_figure"]["data"]]
     bins = [n for n in names if n.endswith(" tokens")]

@@ -49,7 +49,7 @@ def test_it_loads_the_demo_through_tokenize_pool_and_mixture(
     # Every chart of the demo's source and pool pages, and the version's composition and
     # epochs, has data: an empty chart is a bug (a library upgrade once emptied them all).
     client = login("viewer")
-    pages = [(f"/sources/{s.pk}/", ("composition_figure", "length_figure"))
+    pages = [(f"/sources/{s.pk}/", ("length_figure",))
              for s in Source.objects.all()]  # fmt: skip
     pages += [(f"/pools/{p.pk}/", ("deviation_figure",)) for p in pools]
     pages += [(f"/mixtures/versions/{version.pk}/", ("epochs_figure", "heatmap_figure"))]
@@ -58,6 +58,8 @@ def test_it_loads_the_demo_through_tokenize_pool_and_mixture(
         assert page.status_code == 200, url
         for name in figures:
             assert page.context[name]["data"], f"{url}: {name} is empty"
+        for prop, figure in page.context.get("composition_figures", []):
+            assert figure["data"], f"{url}: the composition by {prop} is empty"
 
     jobs = Job.objects.count()
     call_command(*argv)

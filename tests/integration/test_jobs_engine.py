@@ -276,7 +276,9 @@ def test_a_run_whose_claim_was_taken_over_publishes_and_records_nothing(eager, h
 
 def test_it_refuses_to_retry_a_succeeded_job(eager, tmp_path):
     job = services.job_create(plan=_plan(tmp_path / "out", n=1))
-    with pytest.raises(services.JobError, match="nothing to retry"):
+    with pytest.raises(
+        services.JobError, match="has already succeeded: it has no failed unit to retry"
+    ):
         services.job_retry(job_id=job.pk)
 
 

@@ -7,28 +7,45 @@ import pytest
 from webapp.dashboard import charts
 
 
-def test_it_computes_shares_per_property_for_each_measure():
-    fig = charts.composition_bars(
-        {
-            "language": {
-                "en": {"documents": 3, "bytes": 900, "tokens": 200},
-                "de": {"documents": 1, "bytes": 100, "tokens": 50},
-            },
-            "license": {"cc-by": {"documents": 4, "bytes": 1000, "tokens": 250}},
-        }
+def test_it_computes_shares_per_property_for_each_measure_one_chart_per_property():
+    figs = dict(
+        charts.composition_by_property(
+            {
+                "language": {
+                    "en": {"documents": 3, "bytes": 900, "tokens": 200},
+                    "de": {"documents": 1, "bytes": 100, "tokens": 50},
+                },
+                "license": {"cc-by": {"documents": 4, "bytes": 1000, "tokens": 250}},
+            }
+        )
     )
-    by_name = {t["name"]: t for t in fig["data"]}
-    assert by_name["documents"]["x"] == ["language=en", "language=de", "license=cc-by"]
-    assert by_name["documents"]["y"] == [0.75, 0.25, 1.0]
-    assert by_name["bytes"]["y"] == [0.9, 0.1, 1.0]
-    assert by_name["tokens"]["customdata"] == [200, 50, 250]
-    json.dumps(fig)
+    assert list(figs) == ["language", "license"]
+    by_name = {t["name"]: t for t in figs["language"]["data"]}
+    assert by_name["documents"]["x"] == ["en", "de"]
+    assert by_name["documents"]["y"] == [0.75, 0.25]
+    assert by_name["bytes"]["y"] == [0.9, 0.1]
+    assert by_name["tokens"]["customdata"] == [200, 50]
+    assert figs["language"]["layout"]["xaxis"]["title"]["text"] == "language"
+    assert {t["name"]: t["x"] for t in figs["license"]["data"]}["documents"] == ["cc-by"]
+    json.dumps(figs)
+
+
+def test_it_shows_the_largest_values_of_a_property_and_groups_the_rest():
+    # 233 file paths, as the demo's "path" property has: the top 12 by documents, then
+    # one bar for the other 221, so that no axis holds hundreds of labels.
+    paths = {f"Lib/m{i:03}.py": {"documents": 1000 - i, "bytes": 10, "tokens": 5}
+             for i in range(233)}  # fmt: skip
+    fig = charts.composition_bars(paths, prop="path")
+    docs = next(t for t in fig["data"] if t["name"] == "documents")
+    assert docs["x"] == [f"Lib/m{i:03}.py" for i in range(12)] + ["221 other values"]
+    assert docs["customdata"][-1] == sum(1000 - i for i in range(12, 233))
+    assert sum(docs["y"]) == pytest.approx(1.0)
 
 
 def test_it_draws_an_empty_composition_with_a_message():
-    fig = charts.composition_bars({})
+    fig = charts.composition_bars({}, prop="lang")
     assert fig["data"] == []
-    assert fig["layout"]["annotations"][0]["text"] == "no properties recorded"
+    assert fig["layout"]["annotations"][0]["text"] == "no values of lang recorded"
 
 
 def test_it_places_length_bins_at_geometric_centres_on_a_log_axis():
@@ -126,6 +143,7 @@ def test_it_plots_progress_by_step_with_stage_starts_and_the_budget_line():
     assert shapes[0]["y0"] == 8192
     assert [s["x0"] for s in shapes if s.get("yref") == "paper"] == [1]
     assert [a["text"] for a in fig["layout"]["annotations"]] == [
+        "budget: 8,192 tokens",  # the dashed line says what it is
         "anneal from step 1",
         "cooldown from 6,144 tokens (not reached)",
     ]
@@ -178,3 +196,77 @@ def test_it_shortens_lineage_labels_to_their_column_and_grows_with_the_longest_c
     assert trace["text"][1:] == [f"pool {i}" for i in range(20)]  # short ones stay whole
     # 20 nodes in one column: a row of LINEAGE_ROW_PX each, beyond the minimum height.
     assert fig["layout"]["height"] == 110 + charts.LINEAGE_ROW_PX * 21 > charts.LINEAGE_MIN_HEIGHT
+
+
+# --- what a newcomer read wrong on the pages (the journey: test_journey_fixes) -----------
+
+
+def test_it_gives_each_pool_of_a_page_its_own_colour():
+    # crc32 sends demo-tests and demo-docstrings to the same palette entry.
+    pools = ["demo-code", "demo-tests", "demo-docstrings", "demo-reference"]
+    assert charts.colour_of("demo-tests") == charts.colour_of("demo-docstrings")
+    colours = charts.colours_of(pools)
+    assert len(set(colours.values())) == 4
+    assert colours == charts.colours_of(list(reversed(pools)))  # the same set, the same colours
+    fig = charts.schedule_composition(
+        [{"name": "main", "first_token": 0, "num_tokens": 1000, "samples_per_pool": [1, 2, 3, 4]}],
+        pools,
+    )
+    assert len({t["marker"]["color"] for t in fig["data"]}) == 4
+    curve = {"window_sizes": [2, 4], "deviations": {p: [0.1, 0.05] for p in pools}}
+    lines = [t["line"]["color"] for t in charts.window_deviation(curve)["data"]]
+    assert sorted(lines) == sorted(colours.values())
+
+
+def test_legends_sit_below_the_axis_titles_which_push_the_margins():
+    figures = [
+        charts.window_deviation({"window_sizes": [2, 4], "deviations": {"a": [0.1, 0.05]}}),
+        charts.predicted_epochs([{"pool": "a", "tokens": 10, "epochs": 1.0}]),
+        charts.schedule_composition(
+            [{"name": "main", "first_token": 0, "num_tokens": 10, "samples_per_pool": [1]}], ["a"]
+        ),
+        charts.shuffle_comparison({"exact": {"window_sizes": [2], "deviations": {"a": [0.1]}}}),
+    ]
+    for fig in figures:
+        layout = fig["layout"]
+        # At the bottom of the whole figure (container), not at a fraction of the plot
+        # where plotly also draws the x axis's title.
+        assert layout["legend"]["yref"] == "container" and layout["legend"]["y"] == 0
+        axes = [v for k, v in layout.items() if k.startswith(("xaxis", "yaxis"))]
+        assert axes and all(a["automargin"] is True for a in axes)
+
+
+def test_token_ticks_are_human_numbers():
+    assert [charts.human_number(n) for n in (0, 512, 900_096, 999_999, 1_000_096, 2_011_136)] == [
+        "0", "512", "900k", "1M", "1M", "2.01M",
+    ]  # fmt: skip
+    fig = charts.schedule_composition(
+        [
+            {"name": "main", "first_token": 0, "num_tokens": 900_096, "samples_per_pool": [3]},
+            {"name": "anneal", "first_token": 900_096, "num_tokens": 100_000,
+             "samples_per_pool": [1]},
+        ],
+        ["a"],
+    )  # fmt: skip
+    axis = fig["layout"]["xaxis"]
+    assert axis["tickvals"] == [0, 900_096, 1_000_096]
+    assert axis["ticktext"] == ["0", "900k", "1M"]  # never "900.096k"
+
+
+def test_heatmap_rows_are_in_the_labels_natural_order():
+    fig = charts.position_heatmap(
+        [0.25, 0.75], ["10", "2", "1,024-2,047", "128-255"], [[1, 1], [2, 2], [3, 3], [4, 4]]
+    )
+    heat = fig["data"][0]
+    assert heat["y"] == ["2", "10", "128-255", "1,024-2,047"]
+    assert heat["z"] == [[2, 2], [1, 1], [4, 4], [3, 3]]  # each row keeps its shares
+    assert fig["layout"]["yaxis"]["autorange"] == "reversed"  # first row on top
+
+
+def test_the_epochs_warning_line_and_the_budget_line_are_labelled():
+    fig = charts.predicted_epochs([{"pool": "a", "tokens": 10, "epochs": 5.0}])
+    assert fig["layout"]["yaxis2"]["tickmode"] == "auto"  # round epochs, not "2.43"
+    (note,) = fig["layout"]["annotations"]
+    assert note["text"] == "4 epochs: repeats beyond are worth less" and note["y"] == 4
+    progress = charts.progress_by_step([{"step": 1, "tokens": 10}], total_tokens=100_000)
+    assert progress["layout"]["annotations"][0]["text"] == "budget: 100,000 tokens"

@@ -27,7 +27,7 @@ def test_it_mixes_exports_measures_and_materializes(pools, tmp_path, capsys):
          "--out", str(out)]
     )  # fmt: skip
     assert rc == 0
-    assert "5000 samples" in capsys.readouterr().out
+    assert "5,000 samples" in capsys.readouterr().out
     assert main(["export", str(out), "--format", "megatron"]) == 0
     text = capsys.readouterr().out
     line = next(x for x in text.splitlines() if "--data-path" in x)
@@ -49,7 +49,7 @@ def test_it_mixes_exports_measures_and_materializes(pools, tmp_path, capsys):
     assert main(["quality", str(pools["late"]), "--by", "package", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["windows"]["num_samples"] > 0
     assert main(["materialize", str(out), "--out", str(tmp_path / "flat")]) == 0
-    assert "materialized 5000 samples" in capsys.readouterr().out
+    assert "materialized 5,000 samples" in capsys.readouterr().out
     argv = ["export", str(tmp_path / "flat"), "--format", "megatron", "--out", str(meg / "f")]
     assert main(argv) == 0
     assert "materialized mixture" in capsys.readouterr().out
@@ -87,3 +87,23 @@ def test_it_reads_a_spec_file_and_reports_user_errors(pools, tmp_path, capsys):
     rc = main(["mix", "--component", "nowhere:1", "--tokens", "1000", "--out", str(tmp_path / "x")])
     assert rc == 2
     assert "unknown pool" in capsys.readouterr().err
+
+
+def test_export_out_says_what_it_wrote_and_counts_have_separators(pools, tmp_path, capsys):
+    # A pool of the 300 stdlib modules: thousands of 65-token records, written "7,015".
+    src = mix_fixtures.tokenized_code(tmp_path)
+    assert main(["pool", str(src), "--out", str(tmp_path / "p"), "--seq-len", "64",
+                 "--quiet"]) == 0  # fmt: skip
+    line = capsys.readouterr().out
+    records = json.loads((tmp_path / "p" / "manifest.json").read_text())["num_records"]
+    assert records >= 1000 and f"{records:,} records of 65 tokens from 300 documents" in line
+
+    mix = tmp_path / "mix"
+    assert main(["mix", "--component", f"{pools['early']}:1", "--tokens", str(SEQ * 2000),
+                 "--out", str(mix)]) == 0  # fmt: skip
+    assert "2,000 samples" in capsys.readouterr().out
+    out = tmp_path / "olmo.yaml"
+    assert main(["export", str(mix), "--format", "olmo", "--out", str(out)]) == 0
+    said = capsys.readouterr().out
+    size = out.stat().st_size
+    assert said == f"wrote the olmo export of {mix} to {out} ({size:,} bytes)\n"

@@ -179,3 +179,32 @@ def test_it_says_when_an_order_is_more_even_than_a_perfect_shuffle():
     )
     plain = quality.verdict(sizes, [0.5, 0.35, 0.25, 0.18], [0.5, 0.35, 0.25, 0.18])
     assert plain["text"] == "within 1.00x of a perfect shuffle at windows of 2 samples and more"
+
+
+def test_it_says_better_than_a_perfect_shuffle_when_every_ratio_is_below_one():
+    # A blend deviates 0.65x as much as a shuffle at worst: "within 0.65x" read as worse.
+    sizes = [2, 4, 8, 16]
+    v = quality.verdict(sizes, [0.26, 0.2, 0.1, 0.05], [0.4, 0.35, 0.25, 0.18])
+    assert v["ok"] and v["ratio"] == pytest.approx(0.65)
+    assert v["text"] == (
+        "better than a perfect shuffle at windows of 2 samples and more (at most 0.65x its "
+        "deviation); more even than one at 16 samples (0.28x)"
+    )
+    assert "within" not in v["text"]
+
+
+def test_each_label_gets_its_own_verdict():
+    # Two pools: the worst label's verdict alone said nothing of each pool's own.
+    rng = np.random.default_rng(0)
+    labels = rng.permutation(np.array(["a"] * 300 + ["b"] * 100))
+    sizes = [2, 4, 8, 16, 32]
+    windows = quality.window_deviation(labels, sizes)
+    ref = quality.sample_shuffle_reference(labels, sizes, trials=4)
+    assert ref["labels"] == ["a", "b"] and np.shape(ref["mean_by_label"]) == (5, 2)
+    rows = quality.label_verdicts(windows, ref)
+    assert [r["label"] for r in rows] == ["a", "b"]  # largest share first
+    assert [round(r["share"], 2) for r in rows] == [0.75, 0.25]
+    for j, r in enumerate(rows):
+        mine = [row[j] for row in windows["max"]]
+        want = quality.verdict(sizes, mine, [row[j] for row in ref["mean_by_label"]])
+        assert r["verdict"] == want

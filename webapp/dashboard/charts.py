@@ -28,13 +28,26 @@ MEASURES = ("documents", "bytes", "tokens")
 
 
 def _layout(title: str, **extra) -> dict:
+    # The legend sits above the plot, under the title: below it, it would print over the
+    # x axis's title (plotly places that title without regard to a legend).
     layout = {
         "title": {"text": title},
         "margin": {"l": 60, "r": 20, "t": 50, "b": 50},
-        "legend": {"orientation": "h", "y": -0.2},
+        "legend": {"orientation": "h", "x": 0, "xanchor": "left", "y": 0, "yanchor": "bottom",
+                   "yref": "container"},
         "template": "plotly_white",
-    }
+    }  # fmt: skip
     layout.update(extra)
+    _fit_axes(layout)
+    return layout
+
+
+def _fit_axes(layout: dict) -> dict:
+    """Axes push the margins to fit their tick labels and titles (automargin), so that a
+    title never prints over ticks or over the legend below the plot."""
+    for key, axis in layout.items():
+        if key.startswith(("xaxis", "yaxis")) and isinstance(axis, dict):
+            axis.setdefault("automargin", True)
     return layout
 
 
@@ -50,36 +63,49 @@ def _empty(title: str, message: str) -> dict:
     }
 
 
-def composition_bars(
-    by_property: Mapping[str, Mapping[str, Mapping[str, int]]], *, title: str = "Composition"
-) -> dict:
-    """Share of documents, bytes and tokens per property value.
+# A property with many values (file paths) shows its largest; the rest are one bar.
+TOP_VALUES = 12
 
-    ``by_property`` is ``{"language": {"en": {"documents": 10, "bytes": 900, "tokens": 250},
-    ...}, "license": {...}}``. Shares are per property (each property's values sum to 1 for
-    each measure), so the three measures share one axis and a language skewed to long
-    documents shows as a bytes bar taller than its documents bar.
+
+def composition_bars(
+    values: Mapping[str, Mapping[str, int]],
+    *,
+    prop: str,
+    title: str | None = None,
+    top: int = TOP_VALUES,
+) -> dict:
+    """Share of documents, bytes and tokens per value of one property: its ``top`` values
+    by documents, then the others as one bar ("k other values").
+
+    ``values`` is ``{"en": {"documents": 10, "bytes": 900, "tokens": 250}, ...}``. Shares
+    are of the property's totals for each measure, so the three measures share one axis
+    and a value skewed to long documents shows as a bytes bar taller than its documents
+    bar. One chart per property: values of different properties never share an axis.
     """
-    labels: list[str] = []
-    shares: dict[str, list[float]] = {m: [] for m in MEASURES}
-    counts: dict[str, list[int]] = {m: [] for m in MEASURES}
-    for prop in sorted(by_property):
-        values = by_property[prop]
-        totals = {m: sum(int(v.get(m, 0) or 0) for v in values.values()) for m in MEASURES}
-        for value in sorted(values, key=lambda k: -int(values[k].get("documents", 0) or 0)):
-            labels.append(f"{prop}={value}")
-            for m in MEASURES:
-                n = int(values[value].get(m, 0) or 0)
-                counts[m].append(n)
-                shares[m].append(n / totals[m] if totals[m] else 0.0)
-    if not labels:
-        return _empty(title, "no properties recorded")
+    title = title or f"Documents, bytes and tokens by {prop}"
+    if not values:
+        return _empty(title, f"no values of {prop} recorded")
+
+    def n(v: Mapping, m: str) -> int:
+        return int(v.get(m, 0) or 0)
+
+    totals = {m: sum(n(v, m) for v in values.values()) for m in MEASURES}
+    ranked = sorted(values, key=lambda k: (-n(values[k], "documents"), str(k)))
+    shown, rest = ranked[:top], ranked[top:]
+    if len(rest) == 1:  # one bar either way: name it
+        shown, rest = ranked, []
+    labels = [str(v) for v in shown]
+    counts = {m: [n(values[v], m) for v in shown] for m in MEASURES}
+    if rest:
+        labels.append(f"{len(rest):,} other values")
+        for m in MEASURES:
+            counts[m].append(sum(n(values[v], m) for v in rest))
     data = [
         {
             "type": "bar",
             "name": m,
             "x": labels,
-            "y": shares[m],
+            "y": [c / totals[m] if totals[m] else 0.0 for c in counts[m]],
             "customdata": counts[m],
             "hovertemplate": "%{x}<br>" + m + ": %{customdata:,} (%{y:.1%})<extra></extra>",
             "marker": {"color": PALETTE[i]},
@@ -89,9 +115,22 @@ def composition_bars(
     return {
         "data": data,
         "layout": _layout(
-            title, barmode="group", yaxis={"title": {"text": "share"}, "tickformat": ".0%"}
+            title,
+            barmode="group",
+            xaxis={"title": {"text": prop}, "type": "category"},
+            yaxis={"title": {"text": "share"}, "tickformat": ".0%"},
         ),
     }
+
+
+def composition_by_property(
+    by_property: Mapping[str, Mapping[str, Mapping[str, int]]], *, top: int = TOP_VALUES
+) -> list[tuple[str, dict]]:
+    """``composition_bars`` of each property, by property name: ``[(prop, figure)]``."""
+    return [
+        (prop, composition_bars(by_property[prop], prop=prop, top=top))
+        for prop in sorted(by_property)
+    ]
 
 
 def length_histogram(
@@ -146,6 +185,7 @@ def _deviation_traces(
 ) -> list[dict]:
     sizes = list(curve["window_sizes"])
     traces = []
+    colours = colours_of([n for n in curve["deviations"] if n != "worst label"])
     for name in sorted(curve["deviations"], key=_natural):
         traces.append(
             {
@@ -157,7 +197,7 @@ def _deviation_traces(
                 "x": sizes,
                 "y": list(curve["deviations"][name]),
                 # A value keeps its colour on every chart; the worst label is drawn dark.
-                "line": {"color": "#222" if name == "worst label" else colour_of(name)},
+                "line": {"color": "#222" if name == "worst label" else colours[name]},
                 "hovertemplate": f"{name}<br>window %{{x:,}}: {stat} %{{y:.3g}}<extra></extra>",
                 **({"xaxis": f"x{axis}", "yaxis": f"y{axis}"} if axis else {}),
             }
@@ -234,6 +274,11 @@ def position_heatmap(
             raise ValueError(f"a row has {len(row)} shares for {len(positions)} positions")
     if not categories or not positions:
         return _empty(title, "no composition recorded")
+    # Rows in the labels' natural order ("2" before "10", "128-255" before "1,024-2,047"),
+    # top to bottom.
+    order = sorted(range(len(categories)), key=lambda i: _natural(str(categories[i])))
+    categories = [categories[i] for i in order]
+    shares = [shares[i] for i in order]
     return {
         "data": [
             {
@@ -250,7 +295,7 @@ def position_heatmap(
         "layout": _layout(
             title,
             xaxis={"title": {"text": "training position"}, "tickformat": ".0%"},
-            yaxis={"automargin": True},
+            yaxis={"automargin": True, "type": "category", "autorange": "reversed"},
         ),
     }
 
@@ -302,7 +347,7 @@ def shuffle_comparison(
         if t.get("xaxis") == "x1":
             t["xaxis"], t["yaxis"] = "x", "y"
     layout["annotations"] = annotations
-    return {"data": data, "layout": layout}
+    return {"data": data, "layout": _fit_axes(layout)}
 
 
 def predicted_epochs(
@@ -348,6 +393,9 @@ def predicted_epochs(
                 "overlaying": "y",
                 "side": "right",
                 "rangemode": "tozero",
+                # Its own round ticks (1, 2, 3), not the tokens axis's lines ("2.43").
+                "tickmode": "auto",
+                "showgrid": False,
             },
             shapes=[
                 {
@@ -359,6 +407,19 @@ def predicted_epochs(
                     "y0": warn_epochs,
                     "y1": warn_epochs,
                     "line": {"color": TAINT, "dash": "dot", "width": 1},
+                }
+            ],
+            annotations=[
+                {
+                    "xref": "paper",
+                    "x": 1,
+                    "xanchor": "right",
+                    "yref": "y2",
+                    "y": warn_epochs,
+                    "yanchor": "bottom",
+                    "text": f"{warn_epochs:g} epochs: repeats beyond are worth less",
+                    "showarrow": False,
+                    "font": {"size": 10, "color": TAINT},
                 }
             ],
         ),
@@ -390,6 +451,18 @@ def progress_by_step(
                 "y0": total_tokens,
                 "y1": total_tokens,
                 "line": {"color": "#000", "dash": "dash", "width": 1},
+            }
+        )
+        notes.append(
+            {
+                "x": 1,
+                "xref": "paper",
+                "xanchor": "right",
+                "y": total_tokens,
+                "yanchor": "bottom",
+                "text": f"budget: {total_tokens:,} tokens",
+                "showarrow": False,
+                "font": {"size": 10},
             }
         )
     for st in stages:
@@ -674,6 +747,34 @@ def colour_of(label: str) -> str:
     return PALETTE[zlib.crc32(str(label).encode()) % len(PALETTE)]
 
 
+def human_number(n: float) -> str:
+    """``n`` in at most three significant digits with a k, M, B or T suffix: 0, 512,
+    900k, 1M, 2.01M, 15T."""
+    n = float(f"{float(n):.3g}")  # rounded first: 999,999 is 1M, not 1e+03k
+    for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if abs(n) >= scale:
+            return f"{n / scale:g}{suffix}"
+    return f"{n:g}"
+
+
+def colours_of(labels: Sequence[str]) -> dict[str, str]:
+    """A distinct colour for each of ``labels`` (up to the palette's size): each keeps
+    ``colour_of`` its text unless another label of the set took it first (in sorted
+    order), then it takes the next free colour. The same set gets the same colours on
+    every chart of a page."""
+    out: dict[str, str] = {}
+    taken: set[str] = set()
+    for label in sorted({str(x) for x in labels}):
+        start = PALETTE.index(colour_of(label))
+        free = [PALETTE[(start + i) % len(PALETTE)] for i in range(len(PALETTE))]
+        colour = next((c for c in free if c not in taken), free[0])
+        out[label] = colour
+        taken.add(colour)
+        if len(taken) == len(PALETTE):
+            taken.clear()
+    return out
+
+
 def schedule_composition(
     stages: Sequence[Mapping], pools: Sequence[str], *, title: str = "Composition of the schedule"
 ) -> dict:
@@ -689,6 +790,7 @@ def schedule_composition(
     centres = [int(s["first_token"]) + int(s["num_tokens"]) / 2 for s in stages]
     widths = [int(s["num_tokens"]) for s in stages]
     names = [str(s["name"]) for s in stages]
+    colours = colours_of(pools)
     data = []
     for j, pool in enumerate(pools):
         shares, samples = [], []
@@ -707,7 +809,7 @@ def schedule_composition(
                 "y": shares,
                 "width": widths,
                 "customdata": [[n, k] for n, k in zip(names, samples, strict=True)],
-                "marker": {"color": colour_of(pool), "line": {"color": "#fff", "width": 1}},
+                "marker": {"color": colours[str(pool)], "line": {"color": "#fff", "width": 1}},
                 "hovertemplate": f"{pool}<br>stage %{{customdata[0]}}: %{{y:.1%}} "
                 "(%{customdata[1]:,} samples)<extra></extra>",
             }
@@ -721,8 +823,11 @@ def schedule_composition(
             title,
             barmode="stack",
             bargap=0,
+            # Ticks at the stage edges, in three significant digits: plotly's own ticks
+            # on the bar centres read "900.096k".
             xaxis={"title": {"text": "training position (tokens)"}, "range": [0, edges[-1]],
-                   "tickformat": "~s"},
+                   "tickmode": "array", "tickvals": edges,
+                   "ticktext": [human_number(e) for e in edges]},
             yaxis={"title": {"text": "share of the stage's samples"}, "tickformat": ".0%",
                    "range": [0, 1.12]},
             annotations=[

@@ -14,6 +14,7 @@ from shardcore.errors import ShardcoreError
 from shardcore.manifest import MANIFEST_NAME
 from webapp.catalog import selectors as catalog
 from webapp.catalog.errors import CatalogError
+from webapp.catalog.models import ArtifactStatus
 from webapp.catalog.selectors import NotFound
 from webapp.catalog.services.runs import run_mixture_proposal, run_resume_position
 from webapp.dashboard import charts
@@ -36,7 +37,7 @@ def overview() -> dict:
             ("ready pools", n["pools"], reverse("dashboard:pools")),
             ("mixtures", n["mixtures"], reverse("dashboard:mixtures")),
             ("mixture versions", n["mixture_versions"], reverse("dashboard:mixtures")),
-            ("active jobs", n["active_jobs"], reverse("dashboard:jobs") + "?state=running"),
+            ("active jobs", n["active_jobs"], reverse("dashboard:jobs") + "?state=active"),
             ("training runs", n["runs"], reverse("dashboard:runs")),
             ("tainted runs", n["tainted_runs"], reverse("dashboard:audit")),
             ("flags", n["flags"], reverse("dashboard:audit")),
@@ -158,9 +159,12 @@ def run_detail(*, run_id: int) -> dict:
     when it first read each flag's documents, and where it resumes."""
     detail = catalog.run_detail(run_id=run_id)
     run, stages = detail["run"], detail["stages"]
+    segments = catalog.run_segment_rows(run=run)
+    budget = catalog.run_budget(run=run, segments=[r["segment"] for r in segments])
     return {
         "run": run,
         "version": detail["version"],
+        "budget": budget,
         "progress_figure": charts.progress_by_step(
             [
                 {
@@ -179,13 +183,13 @@ def run_detail(*, run_id: int) -> dict:
                 }
                 for st in stages
             ],
-            total_tokens=run.mixture_version.token_budget,
+            total_tokens=budget,
         ),
         "lineage_figure": lineage_figure(detail["lineage"], plot_px=RUN_LINEAGE_PX),
         "tainted": detail["tainted"],
         "num_reports": len(detail["progress"]),
         "flag_reads": catalog.run_flag_reads(run=run),
-        "segments": catalog.run_segment_rows(run=run),
+        "segments": segments,
         **_resume_context(run),
         **run_losses(run=run, stages=stages),
     }
@@ -322,6 +326,15 @@ def builder_proposal(*, run: str, reference: str) -> dict:
 def _resume_context(run) -> dict:
     if not run.last_reported_at and not run.consumed_samples:
         return {"resume": None}
+    version = run.mixture_version
+    if version.status != ArtifactStatus.READY:
+        # Being built (after a switch) or failed: say so, never a file path on the server.
+        job = f" (job #{version.job_id})" if version.job_id else ""
+        doing = {
+            ArtifactStatus.BUILDING: f"its schedule is being built{job}; the resume position "
+            "shows here once it is ready",
+        }.get(version.status, f"it is {version.status}{job}")
+        return {"resume": None, "resume_error": f"{version}: {doing}."}
     try:
         position = run_resume_position(run_id=run.pk)
     except (CatalogError, ShardcoreError, OSError) as e:
@@ -348,9 +361,7 @@ def source_detail(*, source_id: int) -> dict:
     stats = detail.pop("stats")
     return {
         **detail,
-        "composition_figure": charts.composition_bars(
-            stats["by_property"], title="Documents, bytes and tokens by property"
-        ),
+        "composition_figures": charts.composition_by_property(stats["by_property"]),
         "length_figure": charts.length_histogram(
             stats["edges"], stats["counts"], title="Document length (tokens)", unit="tokens"
         ),
@@ -499,7 +510,8 @@ def version_quality(report: dict, *, names: dict[str, str]) -> dict:
         if "value" in verdict:  # one pool only: its catalog name
             value = names.get(verdict["value"], verdict["value"])
             verdict = {**verdict, "text": f"one {report['label']} only ({value}): nothing to mix"}
-        out["stages"].append({**st, "verdict": verdict})
+        labels = [{**r, "label": names.get(r["label"], r["label"])} for r in st.get("labels") or []]
+        out["stages"].append({**st, "verdict": verdict, "labels": labels})
     return out
 
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from django import forms
+from django.db.models import Count
 
+from shardcore.encoders import DEFAULT_TOKENIZER
 from shardcore.shuffle import SHUFFLES
-from webapp.catalog.models import ArtifactStatus, TokenizedSource
+from webapp.catalog.models import ArtifactStatus, Pool, TokenizedSource
 from webapp.roles import ROLES
 
 ROLE_CHOICES = [(r, r) for r in ROLES]
@@ -63,7 +65,9 @@ class TokenizeForm(forms.Form):
     tokenizer = forms.CharField(
         max_length=200,
         required=False,
-        help_text="tiktoken:<encoding> or hf:<path>; empty for the default",
+        widget=forms.TextInput(attrs={"placeholder": DEFAULT_TOKENIZER}),
+        help_text=f"tiktoken:<encoding> or hf:<path>; empty for the default, "
+        f"{DEFAULT_TOKENIZER} (works offline)",
     )
     engine = forms.ChoiceField(
         choices=[
@@ -88,7 +92,12 @@ class PoolBuildForm(forms.Form):
     tokenized_ids = forms.ModelMultipleChoiceField(
         queryset=None, label="Tokenized sources", widget=forms.SelectMultiple(attrs={"size": 4})
     )
-    seq_len = forms.IntegerField(min_value=1, initial=2048, label="Sequence length")
+    seq_len = forms.IntegerField(
+        min_value=1,
+        initial=512,
+        label="Sequence length",
+        help_text="tokens trained on per sample (records hold one more)",
+    )
     filter = forms.CharField(
         max_length=2000, required=False, help_text="a DuckDB expression, e.g. kind = 'prose'"
     )
@@ -105,6 +114,16 @@ class PoolBuildForm(forms.Form):
             .select_related("source", "tokenizer")
             .order_by("source__name", "-pk")
         )
+        # The sequence length most pools have (the demo's 512 on a fresh install).
+        common = (
+            Pool.objects.values("seq_len")
+            .annotate(n=Count("pk"))
+            .order_by("-n", "-seq_len")
+            .values_list("seq_len", flat=True)
+            .first()
+        )
+        if common:
+            self.fields["seq_len"].initial = common
         self.fields["tokenized_ids"].label_from_instance = lambda t: (
             f"{t.source.name} · {t.tokenizer.spec} · {t.num_tokens:,} tokens (#{t.pk})"
         )

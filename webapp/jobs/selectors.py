@@ -13,14 +13,14 @@ from webapp.paging import page_of
 
 def job_page(*, state: str = "", page=1) -> dict:
     """A page of jobs, newest first, without the plan (it can hold thousands of units):
-    ``state`` "running" (any active state), a job state, or anything else for all; with
-    the ``state`` and the ``states`` to choose from."""
+    ``state`` "active" (queued or running), a job state, or anything else for all; with
+    the ``state`` and the ``states`` to choose from, each once."""
     qs = Job.objects.defer("plan", "bad_input", "log_tail").order_by("-created_at")
-    if state == "running":
+    if state == "active":
         qs = qs.filter(state__in=ACTIVE_JOB_STATES)
     elif state in JobState.values:
         qs = qs.filter(state=state)
-    return {**page_of(qs, page), "state": state, "states": ["running", *JobState.values]}
+    return {**page_of(qs, page), "state": state, "states": ["active", *JobState.values]}
 
 
 def job_running(*, limit: int = 10) -> list[Job]:

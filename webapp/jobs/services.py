@@ -387,9 +387,9 @@ def _unit_succeed(unit: JobUnit, stats: dict[str, Any], *, db_errors: list[str] 
             job.bad_input = merge_bad_input(job.bad_input, bad)
         _log(
             job,
-            f"unit {unit.unit_id} done on {unit.worker}: {counts['documents']} docs, "
-            f"{counts['tokens']} tokens, {counts['bytes']} bytes"
-            + (f", {counts['bad_lines']} bad lines" if counts["bad_lines"] else "")
+            f"unit {unit.unit_id} done on {unit.worker}: {counts['documents']:,} docs, "
+            f"{counts['tokens']:,} tokens, {counts['bytes']:,} bytes"
+            + (f", {counts['bad_lines']:,} bad lines" if counts["bad_lines"] else "")
             + (f"; {retried}" if retried else ""),
         )
         if job.state == JobState.RUNNING and job.phase == unit.phase:
@@ -505,7 +505,10 @@ def job_cancel(*, job_id: int) -> Job:
     with transaction.atomic():
         job = Job.objects.select_for_update().get(pk=job_id)
         if job.state not in ACTIVE_JOB_STATES:
-            raise JobError(f"job {job.pk} is {job.state}; only queued or running jobs cancel")
+            raise JobError(
+                f"job {job.pk} has finished ({job.state}); only a queued or running job can "
+                "be cancelled"
+            )
         n = JobUnit.objects.filter(job=job, state__in=[UnitState.PENDING, UnitState.QUEUED]).update(
             state=UnitState.CANCELLED
         )
@@ -554,7 +557,7 @@ def job_retry(
     with transaction.atomic():
         job = Job.objects.select_for_update().get(pk=job_id)
         if job.state == JobState.SUCCEEDED:
-            raise JobError(f"job {job.pk} succeeded; nothing to retry")
+            raise JobError(f"job {job.pk} has already succeeded: it has no failed unit to retry")
         lost = list(
             JobUnit.objects.filter(lost_units_q(lease_seconds=lease_seconds), job=job)
             .order_by("id")

@@ -33,6 +33,7 @@ from webapp.catalog.selectors.mixtures import (
 from webapp.catalog.selectors.overview import overview, overview_counts
 from webapp.catalog.selectors.pools import pool_detail, pool_list
 from webapp.catalog.selectors.runs import (
+    run_budget,
     run_detail,
     run_list,
     run_loss_marks,
@@ -66,6 +67,7 @@ __all__ = [
     "overview_counts",
     "pool_detail",
     "pool_list",
+    "run_budget",
     "run_detail",
     "run_flag_reads",
     "run_lineage",

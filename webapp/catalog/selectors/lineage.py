@@ -36,6 +36,18 @@ def version_lineage(*, version: MixtureVersion, run: TrainingRun | None = None) 
         )
         .order_by("stage", "-weight")
     )
+    # In schedule order: main first, then the later stages as the version runs them.
+    later = [
+        st.get("name") for st in ((version.params or {}).get("spec") or {}).get("stages") or []
+    ]
+    comps.sort(
+        key=lambda c: (
+            0
+            if c.stage in ("", "main")
+            else 1 + (later.index(c.stage) if c.stage in later else len(later)),
+            -c.weight,
+        )
+    )
     pools = {c.pool_id: c.pool for c in comps}
     tokenized = {ts.pk: ts for p in pools.values() for ts in p.parents.all()}
     sources = {ts.source_id: ts.source for ts in tokenized.values()}

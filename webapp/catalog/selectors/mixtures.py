@@ -100,11 +100,28 @@ def version_schedule(*, version: MixtureVersion, components) -> dict | None:
         return None
     by_path = {storage.resolve(c.pool.path): c.pool.name for c in components}
     names = {p["key"]: by_path.get(storage.resolve(p["path"]), p["key"]) for p in manifest["pools"]}
+    stages = manifest.get("stages") or []
     pools = [
-        {"pool": names[p["key"]], "tokens": int(p["tokens"]), "epochs": float(p["epochs"])}
-        for p in manifest["pools"]
+        {
+            "pool": names[p["key"]],
+            "tokens": int(p["tokens"]),
+            "epochs": float(p["epochs"]),
+            "samples": int(p.get("samples") or 0),
+            # Samples of the pool in each stage (the stage's ``samples_per_pool``).
+            "stage_samples": {
+                str(st["name"]): int(st["samples_per_pool"][i])
+                for st in stages
+                if i < len(st.get("samples_per_pool") or [])
+            },
+        }
+        for i, p in enumerate(manifest["pools"])
     ]
-    return {"pools": pools, "stages": manifest.get("stages") or [], "names": names}
+    return {
+        "pools": pools,
+        "stages": stages,
+        "names": names,
+        "seq_len": int(manifest.get("seq_len") or 0),
+    }
 
 
 def version_quality(*, version: MixtureVersion, by: str = "") -> dict:
@@ -130,8 +147,8 @@ def version_quality(*, version: MixtureVersion, by: str = "") -> dict:
 
 def mixture_version_diff(*, a_id: int, b_id: int) -> dict:
     """Two versions side by side: ``settings`` (label, a, b) and ``rows``, per (stage,
-    pool), the share of its stage, the tokens and epochs each built schedule gives it and
-    the ``change`` (added, removed, changed, same)."""
+    pool), the share of its stage, the tokens and epochs each built schedule gives it in
+    that stage and the ``change`` (added, removed, changed, same)."""
     a, b = (
         get_or_not_found(MixtureVersion.objects.select_related("mixture"), "mixture version", pk=pk)
         for pk in (a_id, b_id)
@@ -166,11 +183,18 @@ def _diff_facts(v: MixtureVersion) -> dict:
     out = {}
     for c in comps:
         stage = c.stage or "main"
-        row = tokens.get(c.pool.name, {})
+        row = tokens.get(c.pool.name)
+        n = epochs = None
+        if row is not None:
+            # What the pool gives this stage, not the whole version: the stage's samples
+            # of it, and that part of its epochs.
+            samples = int(row["stage_samples"].get(stage, 0))
+            n = samples * built["seq_len"]
+            epochs = row["epochs"] * samples / row["samples"] if row["samples"] else 0.0
         out[(stage, c.pool.name)] = {
             "share": c.weight / (stage_weight[stage] or 1),
-            "tokens": row.get("tokens"),
-            "epochs": row.get("epochs"),
+            "tokens": n,
+            "epochs": epochs,
             "pool_id": c.pool_id,
         }
     return out

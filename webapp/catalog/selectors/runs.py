@@ -3,8 +3,6 @@ losses beside other runs of the same mixture, and its progress reports."""
 
 from __future__ import annotations
 
-import bisect
-
 from django.db.models import Count
 
 from shardcore import storage
@@ -66,6 +64,15 @@ def run_detail(*, run_id: int) -> dict:
     }
 
 
+def run_budget(*, run: TrainingRun, segments: list[RunSegment] | None = None) -> int:
+    """The run's token budget: the budget of the first version it read. A switch saves a
+    version whose budget is what the old one had left (``run_switch``), so the version the
+    run reads now holds only the rest, never the run's whole budget."""
+    segments = segments if segments is not None else run_segments(run=run)
+    first = segments[0].mixture_version if segments else run.mixture_version
+    return int(first.token_budget)
+
+
 def runs_with_val_losses(*, mixture_id: int | None = None, limit: int = 50) -> list[TrainingRun]:
     """Up to ``limit`` runs that reported a validation loss (of the mixture ``mixture_id``
     when given), by mixture and run name, with their version and mixture: one query."""
@@ -94,9 +101,11 @@ def run_stages(*, run: TrainingRun) -> list[dict]:
         return []
     seq_len = int(manifest.get("seq_len") or 0)
     reports = run_progress_reports(run=run)
+    # The version's samples count from where the run switched to it (0 if it never did).
+    offset = run_segments(run=run)[-1].first_sample
     out = []
     for st in stages:
-        first = int(st["first_sample"])
+        first = offset + int(st["first_sample"])
         read = step_of_sample(first, reports)
         past = [step for step, consumed in reports if consumed >= first]
         out.append(
@@ -224,16 +233,17 @@ def run_loss_marks(*, run: TrainingRun) -> dict[str, list[dict]]:
     """What the loss charts mark, in the run's samples: ``stages``, where each stage after
     the first of each version it read starts, and where it switched version; ``epochs``,
     where each pool's next pass over its records starts (``Mixture.epoch_starts``). Each
-    with its tokens (sample x seq_len) and the first step whose progress report had
-    consumed it (None before the run got there)."""
+    with its tokens (sample x seq_len) and the step that read it (``step_of_sample``:
+    exact between two reports at a constant rate; None before the run got there)."""
     reports = list(
         RunProgress.objects.filter(run=run).order_by("step").values_list("step", "consumed_samples")
     )
-    consumed = [c for _, c in reports]
 
     def at(sample: int, seq_len: int) -> dict:
-        i = bisect.bisect_left(consumed, sample)
-        step = reports[i][0] if i < len(reports) else None
+        # The step that read the sample, as the progress chart and run_stages say it
+        # (exact between two reports), not the next reported step.
+        read = step_of_sample(sample, reports)
+        step = read["step"] if read["read"] else None
         return {"sample": sample, "tokens": sample * seq_len, "step": step}
 
     segments = run_segments(run=run)
@@ -252,8 +262,10 @@ def run_loss_marks(*, run: TrainingRun) -> dict[str, list[dict]]:
         seq_len = int(manifest.get("seq_len") or 0)
         stop = None if g.end_sample is None else g.end_sample - g.first_sample
         if g.index:
+            # The switch is between two steps: marked at the last step of the old version
+            # (the segment records the new one's first step).
             stages.append({"label": f"switch to v{g.mixture_version.number}",
-                           **at(g.first_sample, seq_len)})  # fmt: skip
+                           **at(g.first_sample, seq_len), "step": g.first_step - 1})  # fmt: skip
         for st in manifest.get("stages", [])[1:]:
             if stop is None or st["first_sample"] < stop:
                 stages.append({"label": f"stage {st['name']}",

@@ -44,7 +44,7 @@ def pool_build(
 ) -> Pool:
     """Start a pool job over ready tokenized sources; returns the BUILDING train pool (its
     validation pool is recorded beside it when the job succeeds)."""
-    from shardcore.errors import InputError
+    from shardcore.errors import EmptySelectionError, InputError
     from shardcore.pool import plan_pool
     from shardcore.select import filter_parse
     from webapp.jobs.services import job_create
@@ -85,6 +85,11 @@ def pool_build(
             shard_size=shard_size,
             what=f"planning pool {name!r}",
         )
+    except EmptySelectionError as exc:
+        raise CatalogError(
+            f"filter: {exc}: change the filter so that it selects some documents, or "
+            "leave it empty to take them all"
+        ) from exc
     except (InputError, ValueError) as exc:
         raise CatalogError(f"cannot build pool {name!r}: {exc}") from exc
     with transaction.atomic():

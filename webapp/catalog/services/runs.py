@@ -28,6 +28,7 @@ from webapp.catalog.services.common import (
 )
 from webapp.catalog.services.flags import taint_refresh
 from webapp.catalog.services.mixtures import (
+    MAIN,
     _stage_name,
     mixture_version_create,
     version_built,
@@ -480,9 +481,14 @@ def run_mixture_proposal(
     ref = TrainingRun.objects.filter(pk=reference_run_id).first()
     if ref is None:
         raise CatalogError(f"reference: no run {reference_run_id}")
-    comps = list(
-        MixtureComponent.objects.filter(version=run.mixture_version).select_related("pool")
-    )
+    # The stage the run is in: its weights are the ones a switch replaces; the pools of
+    # other stages (an anneal's, while the run is in main) keep theirs.
+    stage = _stage_at(run.mixture_version, int(run.consumed_samples) - _segment_start(run.pk))
+    comps = [
+        c
+        for c in MixtureComponent.objects.filter(version=run.mixture_version).select_related("pool")
+        if _stage_name(c.stage) == stage
+    ]
     weights: dict[int, float] = {}
     for c in comps:
         weights[c.pool_id] = weights.get(c.pool_id, 0.0) + c.weight
@@ -522,10 +528,21 @@ def run_mixture_proposal(
         "smoothing": smoothing,
         "run": run.pk,
         "reference": ref.pk,
+        "stage": stage,
         "step": step,
         "reference_step": ref_step,
         "pools": [{"pool": p, "name": names[p], **v} for p, v in proposal.items()],
     }
+
+
+def _stage_at(version: MixtureVersion, sample: int) -> str:
+    """The name of the stage of ``version`` that holds its sample ``sample`` (its last
+    stage past the end; "main" while the version has no built schedule)."""
+    if not version_built(version):
+        return MAIN
+    stages = storage.read_manifest(version.path)["stages"]
+    inside = [st["name"] for st in stages if st["first_sample"] <= max(sample, 0)]
+    return inside[-1] if inside else MAIN
 
 
 def _switch_weights(weights) -> dict[int, float]:

@@ -28,9 +28,26 @@ def _create(request, form, service, template: str, listed):
         try:
             return service(**form.cleaned_data, created_by=request.user), None
         except (CatalogError, ShardcoreError) as e:
-            form.add_error(None, str(e))
+            form.add_error(_error_field(form, str(e)), str(e))
     messages.error(request, "Not saved: see the form below.")
     return None, render(request, template, {**listed(), "form": form}, status=400)
+
+
+def _error_field(form, message: str) -> str | None:
+    """The form field a service's refusal is about, so that it shows at that field: the
+    field its message starts with ("filter: ...", "source name: ..."), the one whose value
+    it starts with ("/data/x: no such file or directory"), the name for a name taken;
+    None (above the form) when it names none."""
+    head = message.split(":", 1)[0].strip()
+    for name in form.fields:
+        if head in (name, name.replace("_", " ")) or head.endswith(" " + name):
+            return name
+    for name, value in form.cleaned_data.items():
+        if isinstance(value, str) and value.strip() and message.startswith(value.strip()):
+            return name
+    if "name" in form.fields and " named " in message and "already exists" in message:
+        return "name"
+    return None
 
 
 def source_list(request):
@@ -46,7 +63,10 @@ def source_register(request):
     )  # fmt: skip
     if again:
         return again
-    messages.success(request, f"Registered {source.name}: {source.num_files} file(s).")
+    messages.success(
+        request,
+        f"Registered {source.name}: {source.num_files:,} file(s), {source.num_documents:,} documents.",
+    )
     return redirect("dashboard:source", source_id=source.pk)
 
 
@@ -58,7 +78,10 @@ def source_scan(request, source_id: int):
     except CatalogError as e:
         messages.error(request, str(e))
     else:
-        messages.success(request, f"Scanned {source.name}: {source.num_files} file(s).")
+        messages.success(
+            request,
+            f"Scanned {source.name}: {source.num_files:,} file(s), {source.num_documents:,} documents.",
+        )
     return redirect("dashboard:source", source_id=source_id)
 
 

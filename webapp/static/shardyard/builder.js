@@ -81,16 +81,32 @@
     if (opt && opt.dataset.tokens) budget.value = opt.dataset.tokens;
   }
   rows.addEventListener("change", (e) => { if (e.target.dataset.k === "pool") defaultBudget(); });
-  let timer = null, seq = 0;
+  // Requests are numbered: a response older than the latest request of its kind is
+  // dropped, so a slow prediction never paints over a newer one.
+  let timer = null, seq = 0, saveSeq = 0;
   function refresh() {
     clearTimeout(timer);
     timer = setTimeout(() => {
       const mine = ++seq;
       post(root.dataset.predictUrl, draft()).then((p) => { if (mine === seq) show(p); })
-        .catch(() => show({ error: "prediction failed; retrying on the next change" }));
+        .catch(() => { if (mine === seq) show({ error: "prediction failed; retrying on the next change" }); });
     }, 250);
   }
-  root.addEventListener("input", refresh);
+  // A refused Save keeps its reason beside the button (predictions never touch it) until
+  // the user edits the field it names (any field when it names none) or saves again.
+  const saveError = document.getElementById("save-error");
+  function showSaveError(message) {
+    // "mixture name: ...", "tokens: ...", "rows[2].weight: ...": the field it is about.
+    const m = /^(?:[a-z]+ )?([a-z_]+)(?:\[\d+\])?(?:\.[a-z_]+)?:/.exec(message);
+    saveError.dataset.field = m && root.querySelector("[name=" + m[1] + "]") ? m[1] : "";
+    saveError.textContent = "Not saved: " + message;
+  }
+  function editedSaveError(e) {
+    if (!saveError.textContent) return;
+    const field = saveError.dataset.field;
+    if (!field || (e.target.name || e.target.dataset.k) === field) saveError.textContent = "";
+  }
+  root.addEventListener("input", (e) => { editedSaveError(e); refresh(); });
   root.addEventListener("change", refresh);
   root.addEventListener("click", (e) => {
     const t = e.target;
@@ -101,10 +117,13 @@
     refresh();
   });
   document.getElementById("save").addEventListener("click", () => {
+    const mine = ++saveSeq;
+    saveError.textContent = "";
     post(root.dataset.saveUrl, draft()).then((r) => {
+      if (mine !== saveSeq) return;
       if (r.url) window.location = r.url;
-      else document.getElementById("error").textContent = r.error || "could not save";
-    });
+      else showSaveError(r.error || "could not save");
+    }).catch(() => { if (mine === saveSeq) showSaveError("the server did not answer; try again"); });
   });
   if (poolOptions.trim()) { addRow(); defaultBudget(); }
   refresh();

@@ -32,9 +32,11 @@
         u.attempts + "</td><td>" + esc(u.worker) + "</td><td>" +
         (u.heartbeat_age === null ? "" : u.heartbeat_age + " s ago") + "</td><td>" +
         esc(u.last_event || "") + "</td></tr>").join("");
-    document.querySelectorAll("button[data-when=active]").forEach((b) => { b.disabled = !p.is_active; });
+    // Only what applies is shown: Cancel while the job runs, Retry once it ended without
+    // succeeding (a succeeded job has nothing to retry or cancel).
+    document.querySelectorAll("button[data-when=active]").forEach((b) => { b.hidden = !p.is_active; });
     document.querySelectorAll("button[data-when=retryable]").forEach((b) => {
-      b.disabled = p.is_active || p.state === "succeeded";
+      b.hidden = p.is_active || p.state === "succeeded";
     });
     return p.is_active;
   }
