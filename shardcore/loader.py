@@ -14,10 +14,14 @@ the pool-only reader with batch iteration.
   artifact's own order (a pool's shuffled records, a mixture's schedule), or with a
   ``seed`` a permutation seeded by (seed, epoch);
 * data-parallel rank r of ``world_size`` takes k = start + r, start + r + world_size, ...;
+  not given, rank and world size are torch.distributed's when it is initialized, else the
+  RANK and WORLD_SIZE environment variables (torchrun's), else 0 of 1; given ones that
+  disagree with those are refused (``check_rank=False`` when data-parallel ranks are not
+  process ranks, as under tensor or pipeline parallelism);
 * within a rank, DataLoader workers take the rank's samples in blocks of ``batch_size``
   round-robin (block t to worker t % workers), which is the order in which a DataLoader
-  with that ``batch_size`` and W workers returns them: the loader's output on a rank is
-  the rank's samples in order, whatever W.
+  with that ``batch_size`` and W workers returns them (it asks worker t % W for batch t):
+  the loader's output on a rank is the rank's samples in order, whatever W.
 
 All ranks consume in lockstep, so the position is one number: after each rank consumed c
 samples, the next unseen sample is ``start_sample + c * world_size``. Resuming there with
@@ -29,9 +33,16 @@ it hands out in the main process and writes the count into its dataset, so
 ``loader.state_dict()`` and ``dataset.state_dict()`` are the position after the last batch
 the training loop received, with or without workers. Read through a plain DataLoader with
 ``num_workers=0``, the dataset counts what it yielded itself (the same thing). Read through
-a plain DataLoader with workers, the main process cannot know what was consumed: then
-``state_dict()`` without ``consumed=`` raises instead of returning the start (a silent
-replay). torch is imported only when the torch classes are first used.
+a plain DataLoader with workers, the main process cannot see what was consumed, and a count
+would not say which samples: a worker returns whole batches, so a DataLoader whose
+``batch_size`` is not the dataset's returns the samples out of stream order (with 2 workers
+and batches of 8 over blocks of 1: samples 0-15, then 16, 18, ..., 30), and no single
+position is exact. So DataLoader workers refuse a dataset made without ``batch_size``; the
+state is taken from the last batch the loop received, ``state_dict(received=batch)``,
+checked to be one whole block of the dataset's split (any other batch size is refused,
+naming the one to give); ``state_dict()``, and with two or more workers
+``state_dict(consumed=n)``, are refused.
+torch is imported only when the torch classes are first used.
 
 A run that switches mixture version mid-training reads *segments*: ``[{"path",
 "first_sample"}, ...]`` (what the server's run answers as ``segments``), version j giving
@@ -50,6 +61,7 @@ from __future__ import annotations
 import itertools
 import multiprocessing
 import os
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -333,6 +345,76 @@ class PoolReader:
             yield self.pool.records(first, min(first + batch_size, self.num_records))
 
 
+def _integer(name: str, value: Any, *, minimum: int = 0) -> int:
+    """``value`` as an int >= ``minimum``, or an InputError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise InputError(f"{name}: {value!r} is not an integer")
+    if value < minimum:
+        raise InputError(f"{name} must be >= {minimum}, got {value}")
+    return int(value)
+
+
+def detect_rank() -> tuple[int, int, str] | None:
+    """(rank, world size, where from) of this process: torch.distributed's when it is
+    initialized, else the RANK and WORLD_SIZE environment variables (what torchrun,
+    torch.distributed.launch, accelerate and deepspeed set), else None. torch is not
+    imported here: a process that never imported it cannot have initialized it."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return int(dist.get_rank()), int(dist.get_world_size()), "torch.distributed"
+    rank, world = os.environ.get("RANK"), os.environ.get("WORLD_SIZE")
+    if rank is None and world is None:
+        if os.environ.get("LOCAL_RANK") is not None:
+            raise InputError(
+                "the environment sets LOCAL_RANK but not RANK and WORLD_SIZE, so the "
+                "data-parallel rank is unknown: set both, or pass rank= and world_size="
+            )
+        return None
+    if rank is None or world is None:
+        have, missing = ("RANK", "WORLD_SIZE") if world is None else ("WORLD_SIZE", "RANK")
+        raise InputError(
+            f"the environment sets {have} but not {missing}: set both, or pass rank= and "
+            "world_size="
+        )
+    values = []
+    for name, text in (("RANK", rank), ("WORLD_SIZE", world)):
+        try:
+            values.append(int(text))
+        except ValueError:
+            raise InputError(f"the environment's {name}={text!r} is not an integer") from None
+    if values[1] < 1 or not 0 <= values[0] < values[1]:
+        raise InputError(f"the environment's RANK={values[0]} is outside WORLD_SIZE={values[1]}")
+    return values[0], values[1], "the environment (RANK, WORLD_SIZE)"
+
+
+def resolve_rank(
+    rank: int | None, world_size: int | None, *, check: bool = True
+) -> tuple[int, int]:
+    """The data-parallel (rank, world_size): the given ones, checked against
+    ``detect_rank()`` when ``check``; when neither is given, the detected ones (or 0 of 1
+    in a process that is not distributed)."""
+    if (rank is None) != (world_size is None):
+        raise InputError(
+            "rank and world_size: give both or neither (neither: torch.distributed's, or "
+            "the RANK and WORLD_SIZE environment variables)"
+        )
+    detected = detect_rank()
+    if rank is None:
+        return (0, 1) if detected is None else detected[:2]
+    world = _integer("world_size", world_size, minimum=1)
+    rank = _integer("rank", rank)
+    if rank >= world:
+        raise InputError(f"rank {rank} is outside world_size {world}")
+    if check and detected is not None and (rank, world) != detected[:2]:
+        raise InputError(
+            f"rank={rank}, world_size={world} disagree with {detected[2]}: rank "
+            f"{detected[0]} of {detected[1]}. Leave them out to use those; when the "
+            "data-parallel ranks are not the process ranks (tensor or pipeline "
+            "parallelism), pass check_rank=False"
+        )
+    return rank, world
+
+
 def sample_order(num_records: int, seed: int | None, epoch: int) -> np.ndarray | None:
     """The samples of one epoch in stream order (None: the artifact's own order)."""
     if seed is None:
@@ -347,20 +429,27 @@ class _Stream:
         self,
         path: str | os.PathLike,
         *,
-        rank: int = 0,
-        world_size: int = 1,
+        rank: int | None = None,
+        world_size: int | None = None,
         seed: int | None = None,
         start_sample: int = 0,
         num_samples: int | None = None,
-        batch_size: int = 1,
+        batch_size: int | None = None,
+        check_rank: bool = True,
         cache_dir: str | os.PathLike | None = None,
         cache_limit: int | str | None = None,
         prefetch: int | None = None,
     ):
-        if world_size < 1 or not 0 <= rank < world_size:
-            raise InputError(f"rank {rank} is outside world_size {world_size}")
-        if batch_size < 1:
-            raise InputError(f"batch_size must be >= 1, got {batch_size}")
+        self._rank_given = rank is not None or world_size is not None
+        self.check_rank = bool(check_rank)
+        rank, world_size = resolve_rank(rank, world_size, check=self.check_rank)
+        if batch_size is not None:
+            batch_size = _integer("batch_size", batch_size, minimum=1)
+        if seed is not None:
+            seed = _integer("seed", seed)
+        start_sample = _integer("start_sample", start_sample)
+        if num_samples is not None:
+            num_samples = _integer("num_samples", num_samples)
         self.source = open_samples(
             path, cache_dir=cache_dir, cache_limit=cache_limit, prefetch=prefetch
         )
@@ -371,34 +460,54 @@ class _Stream:
                 "versions across the switch)"
             )
         self.rank, self.world_size, self.seed = rank, world_size, seed
+        # Samples per DataLoader batch: the block each worker takes in turn (None: not
+        # given, which DataLoader workers refuse; ShardyardLoader sets it).
         self.batch_size = batch_size
         n = len(self.source)
         self._whole = num_samples is None  # one pass over whatever the source holds
-        self.num_samples = n if num_samples is None else int(num_samples)
+        self.num_samples = n if num_samples is None else num_samples
         if n == 0 and self.num_samples:
             raise InputError(f"{self.path}: the {self.source.kind} has no samples")
-        if start_sample < 0:
-            raise InputError(f"start_sample must be >= 0, got {start_sample}")
-        self.start_sample = int(start_sample)
+        self.start_sample = start_sample
         self.consumed = 0  # samples of this rank the training loop received
         self._tracked = False  # ``consumed`` is set by a ShardyardLoader
-        # Set by any DataLoader worker that iterates this dataset: the main process then
-        # does not see what was consumed. A shared byte survives the pickling to workers.
-        self._in_workers = multiprocessing.get_context().RawValue("b", 0)
+        self._batched = False  # yield whole batches (ShardyardLoader without a collate_fn)
+        self._drop_last = False
+        # The number of DataLoader workers that iterated this dataset (0: none), written by
+        # the workers: the main process then does not see what was consumed. Shared memory
+        # survives the pickling to workers.
+        self._workers = multiprocessing.get_context().RawValue("i", 0)
         self._orders: dict[int, np.ndarray | None] = {}
+
+    def check_world(self) -> None:
+        """Refuses to read when torch.distributed, initialized since this dataset was
+        made, says another rank or world size than the one it reads for."""
+        if not self.check_rank:
+            return
+        detected = detect_rank()
+        if detected is None or detected[:2] == (self.rank, self.world_size):
+            return
+        how = "given" if self._rank_given else "detected when the dataset was made"
+        raise InputError(
+            f"this dataset reads for rank {self.rank} of {self.world_size} ({how}), but "
+            f"{detected[2]} says rank {detected[0]} of {detected[1]}: make the dataset after "
+            "init_process_group, or pass check_rank=False when the data-parallel ranks are "
+            "not the process ranks"
+        )
 
     def samples(
         self, worker: int = 0, workers: int = 1, *, after: int | None = None
     ) -> Iterator[int]:
         """Global sample indices of this rank and worker, in order (those after stream
         sample ``after`` when given)."""
+        block = self.batch_size or 1
         k = self.start_sample + self.rank
         j = 0
         if after is not None and after >= k:
             j = (after - k) // self.world_size + 1
             k += j * self.world_size
         while k < self.num_samples:
-            if (j // self.batch_size) % workers == worker:
+            if (j // block) % workers == worker:
                 yield k
             k += self.world_size
             j += 1
@@ -434,23 +543,39 @@ class _Stream:
     def tokens(self, k: int) -> np.ndarray:
         return self.source[self.index_of(k)]
 
-    def state_dict(self, consumed: int | None = None) -> dict[str, Any]:
-        """The position after this rank consumed ``consumed`` samples; by default the
-        samples the training loop received (see the module docstring)."""
-        if consumed is None:
-            if self._in_workers.value and not self._tracked:
+    def state_dict(self, consumed: int | None = None, *, received: Any = None) -> dict[str, Any]:
+        """The position after what this rank's training loop received: by default what a
+        ``ShardyardLoader`` (or reading without workers) counted; ``received=`` the last
+        batch the loop received (the batch dict, or its ``"sample"`` indices), the way to
+        checkpoint a plain DataLoader with workers; ``consumed=`` a count of samples, exact
+        only when no two DataLoader workers read the dataset (see the module docstring)."""
+        workers = self._workers.value
+        if received is not None:
+            if consumed is not None:
+                raise InputError("state_dict: give consumed= or received=, not both")
+            consumed = self._consumed_through(received, workers)
+        elif consumed is None:
+            if workers and not self._tracked:
                 raise InputError(
-                    "loader state: this dataset was read by DataLoader workers, so the main "
-                    "process does not know what was consumed; read it through "
-                    "shardcore.loader.ShardyardLoader (tracks consumption) or pass "
-                    "state_dict(consumed=samples this rank received)"
+                    f"loader state: {workers} DataLoader worker(s) read this dataset, so the "
+                    "main process does not know what the loop received: pass the last batch "
+                    "the loop received, state_dict(received=batch), or read through "
+                    "shardcore.loader.ShardyardLoader (it counts)"
                 )
             consumed = self.consumed
-        if int(consumed) < 0:
-            raise InputError(f"consumed must be >= 0, got {consumed}")
+        else:
+            consumed = _integer("consumed", consumed)
+            if workers > 1 and not self._tracked:
+                raise InputError(
+                    f"state_dict(consumed={consumed}): {workers} DataLoader workers read this "
+                    "dataset and return its samples in the order of their batches, which a "
+                    "count does not pin down: pass the last batch the loop received, "
+                    "state_dict(received=batch), or read through "
+                    "shardcore.loader.ShardyardLoader (it counts)"
+                )
         state = {
             "version": STATE_VERSION,
-            "next_sample": self.start_sample + int(consumed) * self.world_size,
+            "next_sample": self.start_sample + consumed * self.world_size,
             "seed": self.seed,
             "num_samples": self.num_samples,
             "kind": self.source.kind,
@@ -460,15 +585,64 @@ class _Stream:
             state["segments"] = [dict(k) for k in self.source.keys]
         return state
 
+    def _consumed_through(self, received: Any, workers: int) -> int:
+        """This rank's samples the loop received, from the last batch it received:
+        checked to be a batch this dataset's split returns as a whole, in order."""
+        samples = received.get("sample") if isinstance(received, dict) else received
+        if samples is None:
+            raise InputError('state_dict(received=): the batch has no "sample" field')
+        samples = samples.tolist() if hasattr(samples, "tolist") else samples
+        if isinstance(samples, int):
+            samples = [samples]
+        try:
+            ks = [_integer("sample", k) for k in samples]
+        except (InputError, TypeError):
+            raise InputError(
+                'state_dict(received=): give the last batch (a dict with "sample") or its '
+                f"sample indices, not {type(received).__name__}"
+            ) from None
+        if not ks:
+            raise InputError("state_dict(received=): the batch is empty")
+        first = self.start_sample + self.rank
+        js = [(k - first) // self.world_size for k in ks]
+        if any(k < first or (k - first) % self.world_size for k in ks):
+            raise InputError(
+                f"state_dict(received=): samples {ks[:4]}... are not this rank's: rank "
+                f"{self.rank} of {self.world_size} reads {first}, {first + self.world_size}, ..."
+            )
+        block = self.batch_size or 1
+        last = max(js)
+        end = self.start_sample + (last + 1) * self.world_size + self.rank >= self.num_samples
+        if workers > 1 and len(js) != block and not end:
+            raise InputError(
+                f"state_dict(received=): the batch has {len(js)} samples, but this dataset "
+                f"gives its {workers} DataLoader workers blocks of batch_size={block}, so a "
+                "DataLoader with another batch size returns them out of order and no position "
+                "is exact: give the dataset the DataLoader's batch_size "
+                f"(ShardyardIterableDataset(..., batch_size={len(js)})) and restart from the "
+                "last checkpoint, or read it through shardcore.loader.ShardyardLoader"
+            )
+        if js != list(range(js[0], js[0] + len(js))) or (workers > 1 and js[0] % block):
+            raise InputError(
+                f"state_dict(received=): samples {ks[:4]}... are not one batch of this "
+                "rank's samples in order: give the last batch as the DataLoader returned it"
+            )
+        return js[-1] + 1
+
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Resume at ``state``'s next sample, with this object's rank and world size."""
+        """Resume at ``state``'s next sample, with this object's rank and world size (any
+        world size and number of workers: the position is one global sample)."""
+        if not isinstance(state, dict):
+            raise InputError(f"loader state: a dict from state_dict(), not {type(state).__name__}")
+        for key in ("next_sample", "fingerprint"):
+            if key not in state and not (key == "fingerprint" and "pool" in state):
+                raise InputError(f"loader state: no {key!r} (not a state_dict() of this loader)")
         if state.get("version") not in (1, STATE_VERSION):
             raise InputError(
                 f"loader state version {state.get('version')!r} is not {STATE_VERSION}"
             )
         theirs = state.get("fingerprint", state.get("pool"))
-        if int(state["next_sample"]) < 0:
-            raise InputError(f"loader state: next_sample {state['next_sample']} is negative")
+        _integer("loader state: next_sample", state["next_sample"])
         mine = _keys(self.source)
         read = state.get("segments") or [{"fingerprint": theirs, "first_sample": 0}]
         if len(read) > len(mine) or any(
@@ -548,8 +722,9 @@ def _make_classes():
     class ShardyardIterableDataset(IterableDataset, _Stream):
         """Samples of a pool, mixture or materialized mixture for one data-parallel rank,
         as dicts ``{"tokens": LongTensor of seq_len + 1, "sample": global stream index}``.
-        Give the DataLoader the same ``batch_size`` (``ShardyardLoader`` does it). See the
-        module docstring for the order."""
+        ``rank``/``world_size`` default to torch.distributed's (or RANK/WORLD_SIZE). Read
+        by a plain DataLoader with workers, it needs the DataLoader's ``batch_size``
+        (``ShardyardLoader`` sets it). See the module docstring for the order."""
 
         def __init__(self, path: str | os.PathLike | list, **kwargs: Any):
             IterableDataset.__init__(self)
@@ -558,31 +733,95 @@ def _make_classes():
         def __iter__(self) -> Iterator[dict[str, Any]]:
             info = get_worker_info()
             worker, workers = (info.id, info.num_workers) if info else (0, 1)
+            self.check_world()  # a forked worker sees its parent's torch.distributed
             if info is not None:
-                self._in_workers.value = 1
-            elif not self._tracked:
-                self.consumed = 0  # a new pass starts again at start_sample
+                self._workers.value = workers
+                if workers > 1 and self.batch_size is None and not self._tracked:
+                    raise InputError(
+                        f"ShardyardIterableDataset read by {workers} DataLoader workers "
+                        "without batch_size: each worker returns whole batches, so the "
+                        "dataset must split its samples in blocks of the DataLoader's "
+                        "batch_size to keep the order and resume exactly. Give "
+                        "ShardyardIterableDataset(..., batch_size=<the DataLoader's>), or read "
+                        "it through shardcore.loader.ShardyardLoader (it sets it)"
+                    )
+            else:
+                if not self._tracked:
+                    self.consumed = 0  # a new pass starts again at start_sample
+            if self._batched:
+                yield from self._batches(worker, workers)
+                return
             for k, row in self.read(worker, workers):
                 tokens = np.asarray(row, dtype=np.int64)
                 if info is None and not self._tracked:
                     self.consumed += 1
                 yield {"tokens": torch.from_numpy(tokens), "sample": k}
 
+        def _batches(self, worker: int, workers: int) -> Iterator[dict[str, Any]]:
+            # Whole batches, each one array filled row by row from the shards' memory
+            # maps: no per-sample tensor, no collation, one buffer per batch sent to the
+            # main process.
+            block = self.batch_size or 1
+            rows = self.read(worker, workers)
+            while True:
+                head = list(itertools.islice(rows, block))
+                if not head or (len(head) < block and self._drop_last):
+                    return
+                tokens = np.empty((len(head), self.source.seq_len + 1), dtype=np.int64)
+                for r, (_, row) in enumerate(head):
+                    tokens[r] = row
+                yield {
+                    "tokens": torch.from_numpy(tokens),
+                    "sample": torch.tensor([k for k, _ in head], dtype=torch.int64),
+                }
+
     class ShardyardLoader(DataLoader):
         """A ``DataLoader`` over a ``ShardyardIterableDataset`` that counts the samples
         of each batch it returns, so that ``state_dict()`` is the position after the last
-        batch the training loop received, with any number of workers."""
+        batch the training loop received, with any number of workers. Without a
+        ``collate_fn`` the dataset builds each batch itself (one array, no per-sample
+        collation); the batches are the same either way."""
 
         def __init__(self, dataset: ShardyardIterableDataset, batch_size: int = 1, **kwargs):
             if not isinstance(dataset, _Stream):
-                raise InputError("ShardyardLoader reads a ShardyardIterableDataset")
-            dataset.batch_size = int(batch_size)
+                raise InputError(
+                    f"ShardyardLoader reads a ShardyardIterableDataset, not "
+                    f"{type(dataset).__name__}"
+                )
+            batch_size = _integer("ShardyardLoader batch_size", batch_size, minimum=1)
+            for name in ("sampler", "batch_sampler"):
+                if kwargs.get(name) is not None:
+                    raise InputError(
+                        f"ShardyardLoader {name}=: the dataset's order is the sampler; give "
+                        "seed= to the dataset for a seeded permutation"
+                    )
+            if kwargs.get("shuffle"):
+                raise InputError(
+                    "ShardyardLoader shuffle=True: the dataset's order is fixed so that it "
+                    "resumes exactly; give seed= to the dataset for a seeded permutation"
+                )
+            if kwargs.get("in_order") is False:
+                raise InputError(
+                    "ShardyardLoader in_order=False: batches out of order have no exact "
+                    "resume position"
+                )
+            dataset.batch_size = batch_size
             dataset._tracked = True
-            super().__init__(dataset, batch_size=batch_size, **kwargs)
+            dataset._batched = kwargs.get("collate_fn") is None
+            dataset._drop_last = bool(kwargs.get("drop_last", False))
+            if dataset._batched:
+                kwargs.pop("drop_last", None)
+                super().__init__(dataset, batch_size=None, **kwargs)
+                # What the training loop asked for (the DataLoader itself does not batch).
+                object.__setattr__(self, "batch_size", batch_size)
+                object.__setattr__(self, "drop_last", dataset._drop_last)
+            else:
+                super().__init__(dataset, batch_size=batch_size, **kwargs)
 
         def __iter__(self):
             ds = self.dataset
             ds.consumed = 0  # a new pass starts again at the dataset's start_sample
+            ds.check_world()
             for batch in super().__iter__():
                 ds.consumed += len(batch["sample"])
                 yield batch
@@ -593,6 +832,11 @@ def _make_classes():
         def load_state_dict(self, state: dict[str, Any]) -> None:
             self.dataset.load_state_dict(state)
 
+    # Module-level names, so that pickle finds them (through this module's __getattr__)
+    # when DataLoader workers start by spawn or forkserver (Python 3.14's default).
+    for cls in (ShardyardIterableDataset, ShardyardLoader):
+        cls.__qualname__ = cls.__name__
+        cls.__module__ = __name__
     return {
         "ShardyardIterableDataset": ShardyardIterableDataset,
         "PoolIterableDataset": ShardyardIterableDataset,
