@@ -85,20 +85,62 @@ class _Records:
         self.manifest = manifest if manifest is not None else mf.read_manifest(path)
         self.cumulative = np.asarray(self.manifest["cumulative_records"], dtype=np.int64)
         self.width = int(self.manifest["seq_len"]) + 1
-        self._readers: dict[int, IndexedReader] = {}
+        self._rows: dict[int, np.ndarray] = {}
+        # The shard read last, as (first record, end, rows): reads in order skip the search.
+        self._last: tuple[int, int, np.ndarray] = (0, 0, np.zeros((0, self.width)))
 
     def __len__(self) -> int:
         return int(self.cumulative[-1])
 
-    def __getitem__(self, i: int) -> np.ndarray:
+    def shard_rows(self, shard: int) -> np.ndarray:
+        """Shard ``shard``'s records as a (records, seq_len + 1) array over its memory map
+        (a plain ndarray view: indexing a np.memmap costs several times more)."""
+        if shard not in self._rows:
+            prefix = self.manifest["shards"][shard]["prefix"]
+            tokens = IndexedReader(os.path.join(self.path, prefix)).tokens
+            count = int(self.cumulative[shard + 1] - self.cumulative[shard])
+            if tokens.size != count * self.width:
+                raise InputError(
+                    f"{self.path}/{prefix}: {tokens.size} tokens, the manifest says {count} "
+                    f"records of {self.width}"
+                )
+            self._rows[shard] = np.ndarray(
+                (count, self.width), dtype=tokens.dtype, buffer=tokens, offset=0
+            )
+        return self._rows[shard]
+
+    def locate(self, i: int) -> tuple[int, int, np.ndarray]:
+        """(first record, end, rows) of the shard holding record i."""
+        first, end, rows = self._last
+        if first <= i < end:
+            return self._last
         if not 0 <= i < len(self):
             raise IndexError(f"{self.path}: record {i} out of range [0, {len(self)})")
         shard = int(np.searchsorted(self.cumulative, i, side="right")) - 1
-        if shard not in self._readers:
-            prefix = self.manifest["shards"][shard]["prefix"]
-            self._readers[shard] = IndexedReader(os.path.join(self.path, prefix))
-        r = i - int(self.cumulative[shard])
-        return self._readers[shard].tokens[r * self.width : (r + 1) * self.width]
+        first, end = int(self.cumulative[shard]), int(self.cumulative[shard + 1])
+        self._last = (first, end, self.shard_rows(shard))
+        return self._last
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        first, end, rows = self._last
+        if first <= i < end:
+            return rows[i - first]
+        first, _, rows = self.locate(i)
+        return rows[i - first]
+
+    def gather(self, indices: list[int], out: np.ndarray) -> None:
+        """Records ``indices`` into the rows of ``out`` (converting the dtype): one copy
+        when they are evenly spaced in one shard (a rank's batch in the artifact's order),
+        else row by row."""
+        a, b, n = indices[0], indices[-1], len(indices)
+        step = (b - a) // (n - 1) if n > 1 else 1
+        first, end, rows = self.locate(a)
+        even = n < 3 or all(y - x == step for x, y in zip(indices, indices[1:], strict=False))
+        if step > 0 and b < end and a + step * (n - 1) == b and even:
+            out[:] = rows[a - first : b - first + 1 : step]
+            return
+        for r, i in enumerate(indices):
+            out[r] = self[i]
 
 
 class Samples:
@@ -180,6 +222,14 @@ class Samples:
             return self._records_[i]
         p, r = self._mixture.sample(i)
         return self._pool(p)[r]
+
+    def gather(self, indices: list[int], out: np.ndarray) -> None:
+        """Samples ``indices`` into the rows of ``out``."""
+        if self.kind != "mixture" and isinstance(self._records_, _Records):
+            self._records_.gather(indices, out)
+            return
+        for r, i in enumerate(indices):
+            out[r] = self[i]
 
     def shard_of(self, i: int) -> tuple[Any, int]:
         """(records, shard) holding sample i."""
@@ -531,6 +581,8 @@ class _Stream:
     def index_of(self, k: int) -> int:
         """The artifact's sample read as stream sample k."""
         n = len(self.source)
+        if k < n and self.seed is None:
+            return k
         epoch, i = divmod(k, n)
         if epoch not in self._orders:
             self._orders = {epoch: sample_order(n, self.seed, epoch)}
@@ -751,28 +803,41 @@ def _make_classes():
             if self._batched:
                 yield from self._batches(worker, workers)
                 return
+            count = info is None and not self._tracked
             for k, row in self.read(worker, workers):
-                tokens = np.asarray(row, dtype=np.int64)
-                if info is None and not self._tracked:
+                if count:
                     self.consumed += 1
-                yield {"tokens": torch.from_numpy(tokens), "sample": k}
+                yield {"tokens": torch.from_numpy(row.astype(np.int64)), "sample": k}
 
         def _batches(self, worker: int, workers: int) -> Iterator[dict[str, Any]]:
-            # Whole batches, each one array filled row by row from the shards' memory
-            # maps: no per-sample tensor, no collation, one buffer per batch sent to the
-            # main process.
+            # Whole batches, each one int64 array filled from the shards' memory maps (one
+            # copy for a batch of evenly spaced records in a shard): no per-sample tensor,
+            # no collation, one buffer per batch sent to the main process.
             block = self.batch_size or 1
-            rows = self.read(worker, workers)
+            width = self.source.seq_len + 1
+            # Remote shards are read sample by sample, which queues their prefetch.
+            direct = isinstance(self.source, Samples) and self.source.cache is None
+            if direct:
+                ks_of = self.samples(worker, workers)
+            else:
+                rows = self.read(worker, workers)
             while True:
-                head = list(itertools.islice(rows, block))
-                if not head or (len(head) < block and self._drop_last):
+                if direct:
+                    ks = list(itertools.islice(ks_of, block))
+                else:
+                    pairs = list(itertools.islice(rows, block))
+                    ks = [k for k, _ in pairs]
+                if not ks or (len(ks) < block and self._drop_last):
                     return
-                tokens = np.empty((len(head), self.source.seq_len + 1), dtype=np.int64)
-                for r, (_, row) in enumerate(head):
-                    tokens[r] = row
+                tokens = np.empty((len(ks), width), dtype=np.int64)
+                if direct:
+                    self.source.gather([self.index_of(k) for k in ks], tokens)
+                else:
+                    for r, (_, row) in enumerate(pairs):
+                        tokens[r] = row
                 yield {
                     "tokens": torch.from_numpy(tokens),
-                    "sample": torch.tensor([k for k, _ in head], dtype=torch.int64),
+                    "sample": torch.tensor(ks, dtype=torch.int64),
                 }
 
     class ShardyardLoader(DataLoader):

@@ -389,17 +389,22 @@ def test_bad_states_and_counts_are_named(mixture_path, state, match):
         ds.state_dict(consumed=-1)
 
 
-def test_the_loader_builds_the_batches_a_collating_dataloader_builds(mixture_path):
-    """ShardyardLoader's own batches (no collate_fn) equal torch's collation of samples;
-    drop_last drops the same short batch; the position after a pass is the same."""
+@pytest.mark.parametrize("kind,world_size", [("mixture", 2), ("materialized", 3)])
+def test_the_loader_builds_the_batches_a_collating_dataloader_builds(
+    mixture_path, kind, world_size
+):
+    """ShardyardLoader's own batches (no collate_fn; a materialized copy's evenly spaced
+    records copied a shard slice at a time) equal torch's collation of samples; drop_last
+    drops the same short batch; the position after a pass is the same."""
     from torch.utils.data import default_collate
 
     from shardcore.loader import ShardyardIterableDataset, ShardyardLoader
 
+    path = mixture_path if kind == "mixture" else mixture_path.parent / "flat"
     for drop_last in (False, True):
         runs = []
         for collate in (None, default_collate):
-            ds = ShardyardIterableDataset(mixture_path, rank=1, world_size=2)
+            ds = ShardyardIterableDataset(path, rank=1, world_size=world_size)
             loader = ShardyardLoader(
                 ds, batch_size=5, num_workers=2, drop_last=drop_last, collate_fn=collate
             )
