@@ -74,6 +74,7 @@ from shardcore.formats import IndexedReader
 
 STATE_VERSION = 2
 _LOOKAHEAD = 4096  # stream samples scanned for the next shards to prefetch
+_TRANSFER = 1 << 20  # bytes of batches a DataLoader worker hands over at a time
 KINDS = ("pool", "materialized", "mixture")
 
 
@@ -521,8 +522,10 @@ class _Stream:
         self.start_sample = start_sample
         self.consumed = 0  # samples of this rank the training loop received
         self._tracked = False  # ``consumed`` is set by a ShardyardLoader
-        self._batched = False  # yield whole batches (ShardyardLoader without a collate_fn)
-        self._drop_last = False
+        # ShardyardLoader without a collate_fn: the dataset yields runs of ``_group``
+        # whole batches, which the loader splits in the main process.
+        self._batched = False
+        self._group = 1
         # The number of DataLoader workers that iterated this dataset (0: none), written by
         # the workers: the main process then does not see what was consumed. Shared memory
         # survives the pickling to workers.
@@ -550,7 +553,7 @@ class _Stream:
     ) -> Iterator[int]:
         """Global sample indices of this rank and worker, in order (those after stream
         sample ``after`` when given)."""
-        block = self.batch_size or 1
+        block = (self.batch_size or 1) * self._group
         k = self.start_sample + self.rank
         j = 0
         if after is not None and after >= k:
@@ -810,12 +813,12 @@ def _make_classes():
                 yield {"tokens": torch.from_numpy(row.astype(np.int64)), "sample": k}
 
         def _batches(self, worker: int, workers: int) -> Iterator[dict[str, Any]]:
-            # Whole batches: the tokens and the sample indices are two views of one int64
-            # buffer, filled from the shards' memory maps (one copy for a batch of evenly
-            # spaced records in a shard). No per-sample tensor, no collation, and one
-            # shared-memory segment per batch on its way to the main process (two tensors
-            # would cost two, which halves the batches a worker delivers per second).
-            block = self.batch_size or 1
+            # Runs of ``_group`` whole batches (one block of the split): the tokens and the
+            # sample indices are two views of one int64 buffer, filled from the shards'
+            # memory maps (one copy for evenly spaced records in a shard). No per-sample
+            # tensor and no collation; one shared-memory segment (a file descriptor passed
+            # over a socket, the dear part of a worker's transfer) per run of batches.
+            block = (self.batch_size or 1) * self._group
             width = self.source.seq_len + 1
             # Remote shards are read sample by sample, which queues their prefetch.
             direct = isinstance(self.source, Samples) and self.source.cache is None
@@ -830,7 +833,7 @@ def _make_classes():
                     pairs = list(itertools.islice(rows, block))
                     ks = [k for k, _ in pairs]
                 n = len(ks)
-                if not n or (n < block and self._drop_last):
+                if not n:
                     return
                 buffer = torch.empty(n * width + n, dtype=torch.int64)
                 flat = buffer.numpy()
@@ -847,8 +850,10 @@ def _make_classes():
         """A ``DataLoader`` over a ``ShardyardIterableDataset`` that counts the samples
         of each batch it returns, so that ``state_dict()`` is the position after the last
         batch the training loop received, with any number of workers. Without a
-        ``collate_fn`` the dataset builds each batch itself (one array, no per-sample
-        collation); the batches are the same either way."""
+        ``collate_fn`` the dataset builds the batches itself (no per-sample collation), a
+        worker several consecutive batches at a time (about 1 MiB, one transfer), which
+        this loader hands out one by one as views of that buffer; the batches are the
+        same either way."""
 
         def __init__(self, dataset: ShardyardIterableDataset, batch_size: int = 1, **kwargs):
             if not isinstance(dataset, _Stream):
@@ -876,23 +881,39 @@ def _make_classes():
             dataset.batch_size = batch_size
             dataset._tracked = True
             dataset._batched = kwargs.get("collate_fn") is None
-            dataset._drop_last = bool(kwargs.get("drop_last", False))
+            self._drop = bool(kwargs.get("drop_last", False))
             if dataset._batched:
+                # Batches per transfer from a worker: about _TRANSFER bytes, so that the
+                # fixed cost of a transfer is paid once for several batches.
+                width = dataset.source.seq_len + 1
+                workers = int(kwargs.get("num_workers", 0))
+                dataset._group = max(1, _TRANSFER // (batch_size * width * 8)) if workers else 1
                 kwargs.pop("drop_last", None)
                 super().__init__(dataset, batch_size=None, **kwargs)
                 # What the training loop asked for (the DataLoader itself does not batch).
                 object.__setattr__(self, "batch_size", batch_size)
-                object.__setattr__(self, "drop_last", dataset._drop_last)
+                object.__setattr__(self, "drop_last", self._drop)
             else:
+                dataset._group = 1
                 super().__init__(dataset, batch_size=batch_size, **kwargs)
 
         def __iter__(self):
             ds = self.dataset
             ds.consumed = 0  # a new pass starts again at the dataset's start_sample
             ds.check_world()
-            for batch in super().__iter__():
-                ds.consumed += len(batch["sample"])
-                yield batch
+            size = ds.batch_size
+            for item in super().__iter__():
+                if not ds._batched:
+                    ds.consumed += len(item["sample"])
+                    yield item
+                    continue
+                tokens, samples = item["tokens"], item["sample"]
+                n = len(samples)
+                for i in range(0, n, size):
+                    if self._drop and n - i < size:
+                        break  # only the stream's last batch can be short
+                    ds.consumed += min(size, n - i)
+                    yield {"tokens": tokens[i : i + size], "sample": samples[i : i + size]}
 
         def state_dict(self) -> dict[str, Any]:
             return self.dataset.state_dict()

@@ -7,7 +7,7 @@ StreamingDataLoader with workers. Prints one JSON line. Not a test.
     python peer_streaming.py write RECORDS.npy LOCAL_DIR s3://bucket/prefix SIZE_LIMIT
     python peer_streaming.py read s3://bucket/prefix CACHE_DIR CACHE_LIMIT
     python peer_streaming.py write RECORDS.npy LOCAL_DIR - SIZE_LIMIT   # local only
-    python peer_streaming.py read-local DIR SEQ_LEN WORKERS BATCH  # WORKERS -1: no DataLoader
+    python peer_streaming.py read-local DIR SEQ_LEN WORKERS BATCH PASSES  # -1: no DataLoader
 """
 
 from __future__ import annotations
@@ -57,23 +57,23 @@ def read(remote: str, cache: str, cache_limit: str) -> dict:
     return read_all((np.asarray(sample["tokens"], dtype=np.int64) for sample in dataset), t)
 
 
-def read_local(directory: str, seq_len: str, workers: str, batch: str) -> dict:
+def read_local(directory: str, seq_len: str, workers: str, batch: str, passes: str) -> dict:
     import sys
     from pathlib import Path
 
     import torch  # noqa: F401  (imported before the clock, as in every contender)
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from consume import consume
+    from consume import consume, passes_over
 
     base = _streaming_base()
     t = time.perf_counter()
     dataset = base.StreamingDataset(local=directory, shuffle=False, batch_size=int(batch))
-    rows = (sample["tokens"] for sample in dataset)
     if int(workers) < 0:
+        rows = (sample["tokens"] for sample in passes_over(dataset, int(passes)))
         return consume(rows, t, int(seq_len))
     loader = base.StreamingDataLoader(dataset, batch_size=int(batch), num_workers=int(workers))
-    return consume((b["tokens"] for b in loader), t, int(seq_len))
+    return consume((b["tokens"] for b in passes_over(loader, int(passes))), t, int(seq_len))
 
 
 def read_all(rows, t: float) -> dict:

@@ -390,15 +390,20 @@ def test_bad_states_and_counts_are_named(mixture_path, state, match):
 
 
 @pytest.mark.parametrize("kind,world_size", [("mixture", 2), ("materialized", 3)])
+@pytest.mark.parametrize("group", [1, 3])
 def test_the_loader_builds_the_batches_a_collating_dataloader_builds(
-    mixture_path, kind, world_size
+    mixture_path, kind, world_size, group, monkeypatch
 ):
     """ShardyardLoader's own batches (no collate_fn; a materialized copy's evenly spaced
-    records copied a shard slice at a time) equal torch's collation of samples; drop_last
-    drops the same short batch; the position after a pass is the same."""
+    records copied a shard slice at a time; ``group`` batches a worker transfer) equal
+    torch's collation of samples; drop_last drops the same short batch; the position after
+    a pass is the same."""
     from torch.utils.data import default_collate
 
+    import shardcore.loader
     from shardcore.loader import ShardyardIterableDataset, ShardyardLoader
+
+    monkeypatch.setattr(shardcore.loader, "_TRANSFER", group * 5 * (MIX_SEQ + 1) * 8)
 
     path = mixture_path if kind == "mixture" else mixture_path.parent / "flat"
     for drop_last in (False, True):
@@ -531,3 +536,33 @@ def test_the_readme_plain_dataloader_script_resumes_exactly(mixture_path, tmp_pa
     scope: dict = {}
     exec(compile(script, "README.md", "exec"), scope)
     assert scope["checkpoint"]["data"]["next_sample"] == 24
+
+
+def test_a_checkpoint_between_the_batches_of_one_worker_transfer_resumes_exactly(
+    mixture_path, monkeypatch
+):
+    """Workers hand over 4 batches at a time: a state taken after batch 6 (inside the
+    second transfer) resumes at the next sample; both runs together are one epoch."""
+    import shardcore.loader
+    from shardcore.loader import ShardyardIterableDataset, ShardyardLoader
+
+    monkeypatch.setattr(shardcore.loader, "_TRANSFER", 4 * BATCH * (MIX_SEQ + 1) * 8)
+    ds = ShardyardIterableDataset(mixture_path, rank=0, world_size=2)
+    loader = ShardyardLoader(ds, batch_size=BATCH, num_workers=2)
+    assert ds._group == 4
+    seen = []
+    for step, batch in enumerate(loader):
+        seen += batch["sample"].tolist()
+        if step == 5:
+            break
+    assert seen == list(range(0, 2 * 6 * BATCH, 2))  # rank 0's samples in order
+    state = loader.state_dict()
+    assert state["next_sample"] == 2 * 6 * BATCH
+    for r in range(2):
+        resumed = ShardyardIterableDataset(mixture_path, rank=r, world_size=2)
+        resumed.load_state_dict(state)
+        seen += [k for b in ShardyardLoader(resumed, batch_size=BATCH, num_workers=2)
+                 for k in b["sample"].tolist()]  # fmt: skip
+    n = Mixture(mixture_path).num_samples
+    rank1_head = list(range(1, 2 * 6 * BATCH, 2))  # rank 1 read these before the stop
+    assert sorted(seen + rank1_head) == list(range(n))
