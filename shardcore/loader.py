@@ -75,6 +75,7 @@ from shardcore.formats import IndexedReader
 STATE_VERSION = 2
 _LOOKAHEAD = 4096  # stream samples scanned for the next shards to prefetch
 _TRANSFER = 1 << 20  # bytes of batches a DataLoader worker hands over at a time
+_ROWS = 64  # samples read and converted at a time when iterating sample by sample
 KINDS = ("pool", "materialized", "mixture")
 
 
@@ -807,10 +808,23 @@ def _make_classes():
                 yield from self._batches(worker, workers)
                 return
             count = info is None and not self._tracked
-            for k, row in self.read(worker, workers):
-                if count:
-                    self.consumed += 1
-                yield {"tokens": torch.from_numpy(row.astype(np.int64)), "sample": k}
+            if not (isinstance(self.source, Samples) and self.source.cache is None):
+                for k, row in self.read(worker, workers):
+                    if count:
+                        self.consumed += 1
+                    yield {"tokens": torch.from_numpy(row.astype(np.int64)), "sample": k}
+                return
+            # Local shards: _ROWS samples converted to int64 at a time (one copy for evenly
+            # spaced records of a shard), each sample a row of that array.
+            width = self.source.seq_len + 1
+            ks_of = self.samples(worker, workers)
+            while ks := list(itertools.islice(ks_of, _ROWS)):
+                rows = np.empty((len(ks), width), dtype=np.int64)
+                self.source.gather([self.index_of(k) for k in ks], rows)
+                for k, row in zip(ks, rows, strict=True):
+                    if count:
+                        self.consumed += 1
+                    yield {"tokens": torch.from_numpy(row), "sample": k}
 
         def _batches(self, worker: int, workers: int) -> Iterator[dict[str, Any]]:
             # Runs of ``_group`` whole batches (one block of the split): the tokens and the
