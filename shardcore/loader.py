@@ -391,8 +391,8 @@ class PoolReader:
     def iter_batches(self, batch_size: int, *, start: int = 0) -> Iterator[np.ndarray]:
         """Consecutive batches of ``batch_size`` records from ``start`` (the last may be
         shorter): views into the shards where a batch does not cross a shard."""
-        if batch_size < 1:
-            raise InputError(f"batch_size must be >= 1, got {batch_size}")
+        batch_size = _integer("batch_size", batch_size, minimum=1)
+        start = _integer("start", start)
         for first in range(start, self.num_records, batch_size):
             yield self.pool.records(first, min(first + batch_size, self.num_records))
 
@@ -718,10 +718,13 @@ class _Stream:
                 "before the switch"
             )
         self.start_sample = int(state["next_sample"])
-        self.seed = state.get("seed")
+        seed = state.get("seed")
+        self.seed = None if seed is None else _integer("loader state: seed", seed)
         if not (switched and self._whole):
             # A state saved before a switch describes the shorter run: keep this length.
-            self.num_samples = int(state.get("num_samples", self.num_samples))
+            self.num_samples = _integer(
+                "loader state: num_samples", state.get("num_samples", self.num_samples)
+            )
         self.consumed = 0
 
     def switch(self, path: str | os.PathLike, at_sample: int | None = None) -> None:

@@ -168,7 +168,7 @@ def main() -> int:
         f"{args.shard_size / 2**20:.0f} MiB), in the page cache. Each cell: the median of "
         f"{args.repeat} fresh processes, samples per second from making the dataset to the "
         f"last sample of {args.passes} passes (epochs; each starts its workers anew); every "
-        "run read every record once a pass, one digest for all ({digests.pop()[:16]}).",
+        f"run read every record once a pass, one digest for all ({digests.pop()[:16]}).",
         "",
         f"| read | Shardyard | {PEERS['litdata']['label']} | {PEERS['streaming']['label']} "
         "| Shardyard / litdata | Shardyard / streaming |",

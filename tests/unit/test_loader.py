@@ -377,6 +377,8 @@ def test_bad_loader_arguments_are_named(mixture_path, kwargs, match):
         ({}, "no 'next_sample'"),
         ({"next_sample": -1, "fingerprint": "f", "version": 2}, "next_sample must be >= 0"),
         ({"next_sample": 0, "fingerprint": "f", "version": 9}, "version 9 is not 2"),
+        ({"next_sample": "3", "fingerprint": "f", "version": 2}, "next_sample: '3' is not"),
+        (None, "a dict from state_dict"),
     ],
 )
 def test_bad_states_and_counts_are_named(mixture_path, state, match):
@@ -387,6 +389,11 @@ def test_bad_states_and_counts_are_named(mixture_path, state, match):
         ds.load_state_dict(state)
     with pytest.raises(InputError, match="consumed must be >= 0, got -1"):
         ds.state_dict(consumed=-1)
+    good = ds.state_dict()
+    with pytest.raises(InputError, match="loader state: seed: 'x' is not an integer"):
+        ds.load_state_dict({**good, "seed": "x"})
+    with pytest.raises(InputError, match="batch_size: None is not an integer"):
+        next(PoolReader(Mixture(mixture_path).pools[0]["path"]).iter_batches(None))
 
 
 @pytest.mark.parametrize("kind,world_size", [("mixture", 2), ("materialized", 3)])
