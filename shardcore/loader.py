@@ -22,6 +22,8 @@ the pool-only reader with batch iteration.
   round-robin (block t to worker t % workers), which is the order in which a DataLoader
   with that ``batch_size`` and W workers returns them (it asks worker t % W for batch t):
   the loader's output on a rank is the rank's samples in order, whatever W.
+  ``ShardyardLoader`` makes the blocks runs of several batches (about 1 MiB, one transfer
+  from a worker) and hands them out one batch at a time, in the same order.
 
 All ranks consume in lockstep, so the position is one number: after each rank consumed c
 samples, the next unseen sample is ``start_sample + c * world_size``. Resuming there with
