@@ -452,9 +452,10 @@ def resolve_rank(
             "rank and world_size: give both or neither (neither: torch.distributed's, or "
             "the RANK and WORLD_SIZE environment variables)"
         )
-    detected = detect_rank()
     if rank is None:
+        detected = detect_rank()
         return (0, 1) if detected is None else detected[:2]
+    detected = detect_rank() if check else None
     world = _integer("world_size", world_size, minimum=1)
     rank = _integer("rank", rank)
     if rank >= world:

@@ -447,6 +447,8 @@ def test_rank_and_world_size_come_from_the_environment(mixture_path, monkeypatch
     monkeypatch.setenv("RANK", "one")
     with pytest.raises(InputError, match="RANK='one' is not an integer"):
         ShardyardIterableDataset(mixture_path)
+    # Given ranks that are not checked do not read the environment.
+    ShardyardIterableDataset(mixture_path, rank=1, world_size=2, check_rank=False)
     monkeypatch.delenv("RANK")
     with pytest.raises(InputError, match="sets WORLD_SIZE but not RANK"):
         ShardyardIterableDataset(mixture_path)
