@@ -7,9 +7,9 @@ equal. Not a test.
     .venv/bin/python bench/loader/stream.py [--text-mb 20] [--out /tmp/shardyard-bench-stream]
 
 mosaicml-streaming 0.13 pins numpy<2.2 and more; it runs in a virtual environment of its
-own, bench/.venv-streaming (created on first use: the package without its dependencies,
-then only what its S3 reader imports, with this environment's torch build), never in the
-project's.
+own, bench/.venv-streaming (created on first use by ``loaders.ensure_venv``: the package
+without its dependencies, then only what its reader imports; this environment's torch is
+seen through a .pth file), never in the project's.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -32,30 +33,12 @@ import numpy as np  # noqa: E402
 
 from bench.loader.peer_streaming import read_all  # noqa: E402
 
-PEER_VENV = ROOT / "bench" / ".venv-streaming"
-PEER = "mosaicml-streaming==0.13.0"
-# What streaming.base imports (reader, writer, S3 download, compression, its DataLoader).
-PEER_MODULES = [
-    "numpy<2.2", "boto3", "xxhash<4", "zstd", "brotli", "python-snappy", "tqdm", "catalogue",
-    "pillow", "transformers<5",
-]  # fmt: skip
-
 
 def ensure_peer_venv() -> Path:
-    python = PEER_VENV / "bin" / "python"
-    if python.exists():
-        return python
-    import torch
+    """mosaicml-streaming's environment, shared with bench/loader/loaders.py."""
+    from bench.loader.loaders import ensure_venv
 
-    base = Path(sys.base_prefix) / "bin" / "python3"
-    subprocess.run([str(base), "-m", "venv", str(PEER_VENV)], check=True)
-    pip = [str(python), "-m", "pip", "install", "-q"]
-    subprocess.run([*pip, "--no-deps", PEER], check=True)
-    # The same torch build as the project's (CPU), not PyPI's default CUDA one.
-    if subprocess.run([*pip, f"torch=={torch.__version__}"]).returncode != 0:
-        subprocess.run([*pip, f"torch=={torch.__version__.split('+')[0]}"], check=True)
-    subprocess.run([*pip, *PEER_MODULES], check=True)
-    return python
+    return ensure_venv("streaming")
 
 
 def build_pool(out: Path, text_mb: int, seq_len: int, shard_size: int) -> Path:
@@ -234,13 +217,19 @@ def main() -> int:
         )
     text = "\n".join(lines)
     print(text)
-    Path(args.results).write_text(
-        "# Loader: a pool streamed from S3, beside mosaicml-streaming\n\n"
+    heading = "# Loader: a pool streamed from S3, beside mosaicml-streaming"
+    section = (
+        f"{heading}\n\n"
         f"`bench/loader/stream.py`, {time.strftime('%Y-%m-%d')}, moto's S3 server on this "
         f"machine ({os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the end). "
         + text
         + "\n"
     )
+    results = Path(args.results)
+    old = results.read_text() if results.exists() else ""
+    # This script's section replaces its previous one; the other sections stay.
+    rest = re.sub(rf"{re.escape(heading)}\n.*?(?=^# |\Z)", "", old, flags=re.S | re.M)
+    results.write_text((rest.rstrip() + "\n\n" if rest.strip() else "") + section)
     return 0
 
 

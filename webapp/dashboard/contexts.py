@@ -579,7 +579,8 @@ def stream_snippet(mixture_path, sample: int) -> str:
         f"\n# Or stream {what} from there, exactly, with any world size and workers:\n"
         "from shardcore.loader import ShardyardIterableDataset, ShardyardLoader, resume_state\n"
         f"path = {path!r}\n"
-        "dataset = ShardyardIterableDataset(path, rank=0, world_size=1)  # your rank, world size\n"
+        "# rank and world size: torch.distributed's, or torchrun's RANK and WORLD_SIZE\n"
+        "dataset = ShardyardIterableDataset(path)\n"
         f"dataset.load_state_dict(resume_state(path, next_sample={int(sample)}))\n"
         "loader = ShardyardLoader(dataset, batch_size=8)  # your per-rank batch size\n"
     )
