@@ -1218,9 +1218,15 @@ def check_trainer_args(export_dir: str | os.PathLike, argv: str | Sequence[str])
     if per_split:
         if "--split" in args:
             problems.append("--split: the export is per split (no --split)")
-    else:
-        # Megatron-LM's own default split keeps 3.1% of every prefix for validation and test.
+    elif "--split" in args or "--data-path" in args:
+        # With --data-path, Megatron-LM's default split keeps 3.1% of every prefix for
+        # validation and test.
         differs("--split", args.get("--split", "969, 30, 1"), want["split"])
+    else:
+        problems.append(
+            f"--split: missing; with --data-args-path megatron-core refuses a blend without a "
+            f"split (give --split {want['split']})"
+        )
     differs(
         "--mid-level-dataset-surplus",
         number("--mid-level-dataset-surplus", MEGATRON_DEFAULT_SURPLUS, float),

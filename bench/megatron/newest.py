@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -47,7 +48,10 @@ def ensure_venv(venv: Path, version: str) -> Path:
     if not candidates:
         raise SystemExit("no Python 3.12 under pyenv; megatron-core >= 0.17 needs it")
     subprocess.run([str(candidates[-1] / "bin" / "python"), "-m", "venv", str(venv)], check=True)
-    subprocess.run([str(python), "-m", "pip", "install", f"megatron-core=={version}"], check=True)
+    subprocess.run(
+        [str(python), "-m", "pip", "install", f"megatron-core=={version}", "transformers"],
+        check=True,
+    )
     return python
 
 
@@ -95,12 +99,47 @@ def setup(work: Path) -> list[dict]:
     out = []
     for name, artifact in (("mixture", mixture), ("materialized", work / "flat")):
         d = work / f"export-{name}"
+        shutil.rmtree(d, ignore_errors=True)  # and what a control run of megatron-core built
         text = export(artifact, "megatron", out=d)
         lines = [x for x in text.splitlines() if x.startswith("--seq-length")]
         record = json.loads((d / "export.json").read_text())
         out.append({"export": name, "lines": lines, "expected": str(expected),
                     "prefixes": len(record["stages"][-1]["keys"][0]["gpt"])})  # fmt: skip
     return out
+
+
+def identity_jobs(work: Path, vocab: int) -> list[dict]:
+    """Tokenizer argument lines and the identity Shardyard keys for megatron-core 0.18-0.19
+    (``TrainerTokenizer.identity("core-0.18")``), to hold against what 0.19 builds."""
+    import shlex
+
+    from shardcore import megatron_cache as mc
+
+    hf = work / "hf-tokenizer"
+    if not (hf / "tokenizer.json").exists():
+        from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+        tok = Tokenizer(models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["</s>"], show_progress=False)
+        tok.train_from_iterator(["def f(x):\n    return x + 1\n"] * 20, trainer)
+        hf.mkdir(parents=True, exist_ok=True)
+        tok.save(str(hf / "tokenizer.json"))
+        (hf / "tokenizer_config.json").write_text(json.dumps({"eos_token": "</s>"}))
+    lines = [
+        f"--tokenizer-type NullTokenizer --vocab-size {vocab}",
+        f"--tokenizer-type NullTokenizer --vocab-size {vocab} --null-tokenizer-eod-id 5",
+        f"--tokenizer-type NullTokenizer --vocab-size {vocab} --null-tokenizer-pad-id 7",
+        f"--tokenizer-type HuggingFaceTokenizer --tokenizer-model {hf}",
+        f"--tokenizer-type HuggingFaceTokenizer --tokenizer-model {hf} --trust-remote-code "
+        "--tokenizer-hf-no-use-fast --tokenizer-hf-no-include-special-tokens",
+    ]
+    jobs = []
+    for line in lines:
+        tok, problems = mc._tokenizer_of_argv(mc._flags(shlex.split(line)))
+        assert not problems, problems
+        jobs.append({"line": f"--seq-length {SEQ} {line}", "want": tok.identity("core-0.18")})
+    return jobs
 
 
 def child(spec_path: str) -> None:
@@ -154,8 +193,18 @@ def child(spec_path: str) -> None:
                     "build_s": round(build_s, 3), "tokenizer": dict(tok.unique_identifiers),
                 })  # fmt: skip
     td.destroy_process_group()
+    identities = []
+    for job in spec["identities"]:
+        try:
+            got = dict(
+                megatron_lm.build_tokenizer(megatron_lm.parse(job["line"])).unique_identifiers
+            )
+        except ImportError as exc:  # a HuggingFace tokenizer needs transformers
+            got = f"not built: {exc}"
+        identities.append({"line": job["line"], "want": job["want"], "got": got})
     print(json.dumps({"megatron_core": version("megatron-core"), "torch": version("torch"),
-                      "python": sys.version.split()[0], "results": results}))  # fmt: skip
+                      "python": sys.version.split()[0], "results": results,
+                      "identities": identities}))  # fmt: skip
 
 
 def main() -> None:
@@ -172,8 +221,11 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     python = ensure_venv(Path(args.venv), args.version)
     jobs = setup(work)
+    from shardcore.mixture import Mixture
+
+    vocab = int(Mixture(work / "mixture").manifest["tokenizer"]["vocab_size"])
     spec = work / "jobs.json"
-    spec.write_text(json.dumps({"jobs": jobs}))
+    spec.write_text(json.dumps({"jobs": jobs, "identities": identity_jobs(work, vocab)}))
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.run([str(python), __file__, "--child", str(spec)], capture_output=True,
                           text=True, env=env)  # fmt: skip
@@ -193,6 +245,13 @@ def main() -> None:
         else:
             ok &= r["index_builds"] == 0 and r["samples_equal"] == r["samples"]
     print("tokenizer identity built:", json.dumps(report["results"][0]["tokenizer"]))
+    print("tokenizer identities, Shardyard's (megatron-core 0.18-0.19 build) vs built:")
+    for r in report["identities"]:
+        same = r["want"] == r["got"]
+        ok &= same or str(r["got"]).startswith("not built")
+        print(f"  {'equal' if same else 'DIFFERENT'}: {r['line'].split(' ', 2)[2]}")
+        if not same:
+            print(f"    want {json.dumps(r['want'])}\n    got  {json.dumps(r['got'])}")
     print("EXACT" if ok else "NOT EXACT")
     sys.exit(0 if ok else 1)
 

@@ -398,7 +398,7 @@ def test_it_checks_the_trainers_arguments_against_the_export(built, tmp_path, ca
     main_line = lines[0]
     for old, new, says in (
         ("--seed 1234", "--seed 1", "--seed 1 differs"),
-        ("--split 100,0,0", "", "--split 969, 30, 1 differs"),  # Megatron-LM's default
+        ("--split 100,0,0", "", "--split: missing"),  # megatron-core refuses the blend
         ("--vocab-size ", "--vocab-size 1", "--vocab-size"),
         ("--train-samples ", "--train-samples 1", "--train-samples"),
         ("--data-cache-path ", "--data-cache-path /elsewhere ", "--data-cache-path"),
@@ -406,6 +406,14 @@ def test_it_checks_the_trainers_arguments_against_the_export(built, tmp_path, ca
     ):
         problems = mc.check_trainer_args(out, main_line.replace(old, new, 1))
         assert any(says in p for p in problems), (old, problems)
+    # The list inline: without --split, Megatron-LM's default split keeps part of each prefix.
+    stage_file = out / "data-args-main.txt"
+    inline = main_line.replace(
+        f"--data-args-path {stage_file}", "--data-path " + " ".join(stage_file.read_text().split())
+    )
+    assert mc.check_trainer_args(out, inline) == []
+    problems = mc.check_trainer_args(out, inline.replace("--split 100,0,0", ""))
+    assert any("--split 969, 30, 1 differs" in p for p in problems), problems
     argv = ["export", str(root / "mixture"), "--format", "megatron", "--out", str(out)]
     assert main([*argv, "--check-trainer-args", main_line]) == 0
     assert "exact" in capsys.readouterr().out
