@@ -35,8 +35,15 @@ that prefix's GPTDataset alone, without a BlendedDataset.
 
 The keys come from megatron-core's own code when it is installed (its ``GPTDatasetConfig``,
 ``GPTDataset`` / ``BlendedDataset`` description code, ``normalize`` and sizing), else from a
-replica of megatron-core 0.16's, which a test holds equal to the real one. Tested with
-megatron-core 0.16.0 (``TESTED_MEGATRON_CORE``).
+replica of megatron-core 0.16's, which a test holds equal to the real one (the
+descriptions are the same through 0.19 but for the tokenizer identity).
+
+The tokenizer identity in every key depends on the megatron-core release and on
+``--legacy-tokenizer`` (``BUILDS``), so the cache is keyed for each identity the supported
+releases build from the printed tokenizer arguments, the index arrays written once and
+hard-linked under the other keys. Checked, every sample equal and no index built, with
+``TESTED_MEGATRON_CORE``: 0.16.0 in the tests (with and without --legacy-tokenizer),
+0.17.1, 0.18.2 and 0.19.2 by bench/megatron/newest.py (Python 3.12).
 """
 
 from __future__ import annotations
@@ -61,7 +68,7 @@ from shardcore.errors import InputError
 # megatron-core versions whose tokenizer builds the export keys the cache for (``BUILDS``),
 # and the releases the tests and bench/megatron/newest.py ran the printed command against.
 SUPPORTED_MEGATRON_CORE = "0.16.x-0.19.x"
-TESTED_MEGATRON_CORE = ("0.16.0", "0.19.2")
+TESTED_MEGATRON_CORE = ("0.16.0", "0.17.1", "0.18.2", "0.19.2")
 # Megatron-LM's defaults for the arguments that key the cache.
 MEGATRON_DEFAULT_SEED = 1234
 MEGATRON_DEFAULT_SURPLUS = 0.005
@@ -997,9 +1004,10 @@ def _text(
         for _, names in identities:
             lines += [f"#   - {BUILDS[b]}" for b in names]
         lines += [
-            f"# Checked with megatron-core {' and '.join(TESTED_MEGATRON_CORE)}: every sample "
+            f"# Checked with megatron-core {', '.join(TESTED_MEGATRON_CORE)}: every sample "
             "equal, no index built",
-            "#   (0.16.0 with and without --legacy-tokenizer; 0.19.2 by bench/megatron/newest.py).",
+            "#   (0.16.0 with and without --legacy-tokenizer; 0.17.1, 0.18.2, 0.19.2 by",
+            "#   bench/megatron/newest.py).",
         ]
         builds = {b for _, names in identities for b in names}
         if "legacy-0.16" in builds and builds != {"legacy-0.16"}:

@@ -3,12 +3,14 @@ printed command equal to Shardyard's schedule, no index built. Not a test (it ne
 Python 3.12 virtual environment; see bench/README.md).
 
     .venv/bin/python bench/megatron/newest.py [--venv /work/venv312] [--version 0.19.2]
-        [--workdir /tmp/bench-megatron-newest]
+        [--also 0.17.1,0.18.2] [--workdir /tmp/bench-megatron-newest]
 
 megatron-core 0.17 and later need Python >= 3.12 and the project's environment is 3.11, so
 the check runs in a separate virtual environment: ``--venv`` (created with pyenv's 3.12 and
-``pip install megatron-core==VERSION`` when missing; PyPI has no CPU torch for 3.12, so pip
-takes the CUDA build, about 5.5 GB installed, which runs on the CPU).
+``pip install megatron-core==VERSION transformers`` when missing; PyPI has no CPU torch for
+3.12, so pip takes the CUDA build, about 5.5 GB installed, which runs on the CPU). Each
+``--also`` release is installed alone (``pip --target``) beside the venv and put ahead of
+the venv's megatron-core on the path.
 
 Setup, in this (project) environment: the unit tests' two-pool, multi-shard, two-stage
 mixture of real text (CPython's standard library, cl100k tokenizer), its materialized copy,
@@ -60,7 +62,6 @@ def setup(work: Path) -> list[dict]:
     and the expected samples file."""
     import numpy as np
 
-    from shardcore.export import export
     from shardcore.materialize import materialize
     from shardcore.mixture import Mixture, MixtureSpec, build_mixture
     from shardcore.pool import build_pool
@@ -96,6 +97,16 @@ def setup(work: Path) -> list[dict]:
     mix = Mixture(mixture)
     expected = work / "expected.npy"
     np.save(expected, np.stack([mix.tokens(i) for i in range(mix.num_samples)]))
+    return exports(work)
+
+
+def exports(work: Path) -> list[dict]:
+    """Fresh exports of the mixture and its copy (a control's megatron-core build left in a
+    cache directory would otherwise be loaded by the next run)."""
+    from shardcore.export import export
+
+    expected = work / "expected.npy"
+    mixture = work / "mixture"
     out = []
     for name, artifact in (("mixture", mixture), ("materialized", work / "flat")):
         d = work / f"export-{name}"
@@ -138,7 +149,8 @@ def identity_jobs(work: Path, vocab: int) -> list[dict]:
     for line in lines:
         tok, problems = mc._tokenizer_of_argv(mc._flags(shlex.split(line)))
         assert not problems, problems
-        jobs.append({"line": f"--seq-length {SEQ} {line}", "want": tok.identity("core-0.18")})
+        want = {b: tok.identity(b) for b in ("core-0.17", "core-0.18")}
+        jobs.append({"line": f"--seq-length {SEQ} {line}", "want": want})
     return jobs
 
 
@@ -194,14 +206,18 @@ def child(spec_path: str) -> None:
                 })  # fmt: skip
     td.destroy_process_group()
     identities = []
+    build = "core-0.17" if megatron_lm.core_version() < (0, 18) else "core-0.18"
     for job in spec["identities"]:
+        want = job["want"][build]
         try:
             got = dict(
                 megatron_lm.build_tokenizer(megatron_lm.parse(job["line"])).unique_identifiers
             )
         except ImportError as exc:  # a HuggingFace tokenizer needs transformers
             got = f"not built: {exc}"
-        identities.append({"line": job["line"], "want": job["want"], "got": got})
+        except SystemExit:  # argparse: an argument this release does not have
+            got = None
+        identities.append({"line": job["line"], "want": want, "got": got, "build": build})
     print(json.dumps({"megatron_core": version("megatron-core"), "torch": version("torch"),
                       "python": sys.version.split()[0], "results": results,
                       "identities": identities}))  # fmt: skip
@@ -211,6 +227,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--venv", default="/work/venv312")
     ap.add_argument("--version", default="0.19.2")
+    ap.add_argument(
+        "--also",
+        default="0.17.1,0.18.2",
+        help="older 3.12-only releases to check too (pip --target beside the venv)",
+    )
     ap.add_argument("--workdir", default="/tmp/bench-megatron-newest")
     ap.add_argument("--child")
     args = ap.parse_args()
@@ -224,18 +245,34 @@ def main() -> None:
     from shardcore.mixture import Mixture
 
     vocab = int(Mixture(work / "mixture").manifest["tokenizer"]["vocab_size"])
-    spec = work / "jobs.json"
-    spec.write_text(json.dumps({"jobs": jobs, "identities": identity_jobs(work, vocab)}))
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    proc = subprocess.run([str(python), __file__, "--child", str(spec)], capture_output=True,
-                          text=True, env=env)  # fmt: skip
-    if proc.returncode != 0:
-        raise SystemExit(f"child failed:\n{proc.stdout}\n{proc.stderr[-4000:]}")
-    report = json.loads(proc.stdout.strip().splitlines()[-1])
-    print(f"megatron-core {report['megatron_core']} (torch {report['torch']}, "
-          f"Python {report['python']}), {jobs[0]['prefixes']} prefixes in the last stage")  # fmt: skip
+    idents = identity_jobs(work, vocab)
     ok = True
-    for r in report["results"]:
+    for v in [args.version, *[x for x in args.also.split(",") if x]]:
+        path = [str(ROOT)]
+        if v != args.version:  # megatron-core alone, ahead of the venv's on the path
+            extra = Path(f"{args.venv}-extra") / f"mc-{v}"
+            if not (extra / "megatron").exists():
+                subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "--target",
+                                str(extra), f"megatron-core=={v}"], check=True)  # fmt: skip
+            path.insert(0, str(extra))
+        jobs = exports(work)
+        spec = work / "jobs.json"
+        spec.write_text(json.dumps({"jobs": jobs, "identities": idents}))
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(path))
+        proc = subprocess.run([str(python), __file__, "--child", str(spec)], capture_output=True,
+                              text=True, env=env)  # fmt: skip
+        if proc.returncode != 0:
+            raise SystemExit(f"child failed:\n{proc.stdout}\n{proc.stderr[-4000:]}")
+        ok &= report(json.loads(proc.stdout.strip().splitlines()[-1]), jobs)
+    print("EXACT" if ok else "NOT EXACT")
+    sys.exit(0 if ok else 1)
+
+
+def report(rep: dict, jobs: list[dict]) -> bool:
+    print(f"megatron-core {rep['megatron_core']} (torch {rep['torch']}, "
+          f"Python {rep['python']}), {jobs[0]['prefixes']} prefixes in the last stage")  # fmt: skip
+    ok = True
+    for r in rep["results"]:
         what = "control --seed 1235" if r["control"] else "printed line"
         print(f"  {r['export']:12s} stage {r['stage']} {what:20s} samples equal "
               f"{r['samples_equal']:>6} / {r['samples']:<6} index builds {r['index_builds']:>3}"
@@ -244,16 +281,18 @@ def main() -> None:
             ok &= r["index_builds"] > 0 and r["samples_equal"] < r["samples"] // 10
         else:
             ok &= r["index_builds"] == 0 and r["samples_equal"] == r["samples"]
-    print("tokenizer identity built:", json.dumps(report["results"][0]["tokenizer"]))
-    print("tokenizer identities, Shardyard's (megatron-core 0.18-0.19 build) vs built:")
-    for r in report["identities"]:
+    print("  tokenizer identity built:", json.dumps(rep["results"][0]["tokenizer"]))
+    print(f"  tokenizer identities, Shardyard's ({rep['identities'][0]['build']}) vs built:")
+    for r in rep["identities"]:
         same = r["want"] == r["got"]
         ok &= same or str(r["got"]).startswith("not built")
-        print(f"  {'equal' if same else 'DIFFERENT'}: {r['line'].split(' ', 2)[2]}")
+        said = "equal" if same else "DIFFERENT"
+        if r["want"] is None and r["got"] is None:
+            said = "refused by both (an argument this release does not have)"
+        print(f"    {said}: {r['line'].split(' ', 2)[2]}")
         if not same:
-            print(f"    want {json.dumps(r['want'])}\n    got  {json.dumps(r['got'])}")
-    print("EXACT" if ok else "NOT EXACT")
-    sys.exit(0 if ok else 1)
+            print(f"      want {json.dumps(r['want'])}\n      got  {json.dumps(r['got'])}")
+    return ok
 
 
 if __name__ == "__main__":
