@@ -1139,6 +1139,12 @@ def _check_tokenizer(record: Mapping[str, Any], args: Mapping[str, str | None]) 
     """Why the dataset tokenizer Megatron-LM builds from ``args`` would miss the cache: on
     every supported megatron-core release that takes these arguments, the identity it builds
     must be one the export keyed (``record["identities"]``)."""
+    if "identities" not in record:  # written before the cache was keyed per release
+        return [
+            "the export's cache is keyed for Megatron-LM's legacy tokenizer only and names no "
+            "release: export again (shardyard export --format megatron --out DIR) to key it "
+            f"for megatron-core {SUPPORTED_MEGATRON_CORE}"
+        ]
     want = record["arguments"]["tokenizer"]
     keyed = [json.dumps(i["tokenizer"], sort_keys=True) for i in record["identities"]]
     keyed_builds = {b for i in record["identities"] for b in i["builds"]}
