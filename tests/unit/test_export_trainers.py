@@ -130,6 +130,8 @@ def test_olmo_core_selects_each_stages_samples_per_pool_from_the_shares_export(r
     off by a sample or two)."""
     from olmo_core.data.numpy_dataset import NumpyFSLDatasetConfig
 
+    from shardcore import manifest as mf
+    from shardcore.export_olmo import _shard_paths
     from shardcore.mixture import build_mixture
     from shardcore.pool import build_pool
 
@@ -148,10 +150,11 @@ def test_olmo_core_selects_each_stages_samples_per_pool_from_the_shares_export(r
     )  # fmt: skip
     mix = Mixture(tmp_path / "mix")
     owner = {}
-    for p, pool in enumerate(mix.pools):
-        records = Pool(pool["path"])
-        for r in range(records.num_records):
-            owner.setdefault(records.record(r).tobytes(), set()).add(p)
+    dtype = np.dtype(mix.manifest["dtype"])
+    for p, pool in enumerate(mix.pools):  # every record of the pool, shard file by file
+        for path in _shard_paths(pool["path"], mf.read_manifest(pool["path"])):
+            for row in np.fromfile(path, dtype=dtype).reshape(-1, SEQ + 1):
+                owner.setdefault(row.tobytes(), set()).add(p)
     docs = list(yaml.safe_load_all(export(mix.path, "olmo", global_batch_size=GBS)))
     pidx = np.asarray(mix.pool_index)
     for doc, st in zip(docs, mix.manifest["stages"], strict=True):
@@ -165,7 +168,7 @@ def test_olmo_core_selects_each_stages_samples_per_pool_from_the_shares_export(r
         assert len(dataset) == n
         got = np.zeros(len(mix.pools), dtype=np.int64)
         for i in range(len(dataset)):
-            found = owner[dataset[i]["input_ids"].numpy().astype(mix.tokens(0).dtype).tobytes()]
+            found = owner[dataset[i]["input_ids"].numpy().astype(dtype).tobytes()]
             assert len(found) == 1
             got[next(iter(found))] += 1
         assert got.tolist() == want.tolist(), st["name"]
