@@ -171,6 +171,124 @@ def olmo_config(
     return "\n".join(head) + "\n" + yaml.safe_dump(body, sort_keys=False)
 
 
+# --------------------------------------------------------------------------- shares
+
+
+def _olmo_allocation(
+    sources: list[list[int]],
+    needed: list[int],
+    requested_tokens: int,
+    batch_tokens: int,
+    record: int,
+) -> list[int]:
+    """Instances per source that OLMo-core 3.0's ``SourceMixtureDatasetConfig.build``
+    selects, given each source's path token counts and its ``int(requested_tokens *
+    target_ratio)`` (the same float operations, so the same numbers): per path
+    ``ceil(tokens * take_ratio)`` (a take ratio above 1 in chunks of at most 1), floored to
+    whole instances, then topped up to ``ceil(requested / batch) * batch / record``
+    instances across all paths of all sources (an even base, then largest remainders)."""
+    paths: list[tuple[int, int, int]] = []  # (source, tokens, max tokens)
+    for s, (tokens, need) in enumerate(zip(sources, needed, strict=True)):
+        take = need / sum(tokens)
+        chunks = []
+        if take > 1:
+            remaining = take
+            while remaining > 0:
+                chunk = min(1.0, remaining)
+                chunks.append(chunk)
+                remaining -= chunk
+        else:
+            chunks = [take]
+        for chunk in chunks:
+            paths += [(s, int(math.ceil(a * chunk)), a) for a in tokens]
+    steps = math.ceil(requested_tokens / batch_tokens)
+    requested = steps * (batch_tokens // record)
+    inst, rem = [], []
+    for _, tokens, cap in paths:
+        base = min(tokens // record, cap // record)
+        inst.append(base)
+        rem.append((tokens % record) / record if base < cap // record else 0.0)
+    more = requested - sum(inst)
+    if more > 0:
+        eligible = [i for i in range(len(inst)) if inst[i] < paths[i][2] // record]
+        if eligible:
+            base, _ = divmod(more, len(eligible))
+            if base:
+                for i in eligible:
+                    inst[i] += min(base, paths[i][2] // record - inst[i])
+            more = requested - sum(inst)
+            if more > 0:
+                cands = [(rem[i], i) for i in eligible if inst[i] < paths[i][2] // record]
+                cands.sort(reverse=True)
+                for _, i in cands[:more]:
+                    inst[i] += 1
+    out = [0] * len(sources)
+    for (s, _, _), n in zip(paths, inst, strict=True):
+        out[s] += n
+    return out
+
+
+def _ratio(tokens: int, requested: int) -> float:
+    """A float r with ``int(requested * r) == tokens`` (OLMo-core's needed tokens)."""
+    r = tokens / requested
+    for _ in range(64):
+        got = int(requested * r)
+        if got == tokens:
+            return r
+        r = math.nextafter(r, math.inf if got < tokens else -math.inf)
+    raise InputError(f"target_ratio: no float gives {tokens} of {requested} tokens")
+
+
+def exact_shares(
+    sources: list[list[int]], counts: list[int], record: int, batch_tokens: int
+) -> tuple[list[float], list[int]]:
+    """Target ratios (summing to 1 within OLMo-core's check) under which OLMo-core selects
+    exactly ``counts`` instances per source, and the counts it then selects (equal to
+    ``counts`` when a search over moves of needed tokens between sources finds them)."""
+    requested = sum(counts) * record
+    needed = [c * record for c in counts]
+
+    def run(need: list[int]) -> list[int]:
+        return _olmo_allocation(sources, need, requested, batch_tokens, record)
+
+    def error(got: list[int]) -> int:
+        return sum(abs(g - c) for g, c in zip(got, counts, strict=True))
+
+    got = run(needed)
+    # Move needed tokens from one source to another (their sum stays the requested total,
+    # so the ratios keep summing to 1) while that brings the counts closer: a bounded
+    # search (at most 2,000 moves per pair and round).
+    span = 4 * record * max(len(t) for t in sources)
+    step = max(1, span // 2000)
+    for _ in range(4 * len(sources)):
+        if error(got) == 0:
+            break
+        best = (error(got), needed, got)
+        for i in range(len(sources)):
+            for j in range(len(sources)):
+                if i == j or not (got[i] > counts[i] or got[j] < counts[j]):
+                    continue
+                for delta in range(1, span, step):
+                    if needed[i] - delta <= 0:
+                        break
+                    trial = list(needed)
+                    trial[i] -= delta
+                    trial[j] += delta
+                    t_got = run(trial)
+                    if error(t_got) < best[0]:
+                        best = (error(t_got), trial, t_got)
+                        if best[0] == 0:
+                            break
+                if best[0] == 0:
+                    break
+            if best[0] == 0:
+                break
+        if best[0] == error(got):
+            break
+        _, needed, got = best
+    return [_ratio(n, requested) for n in needed], got
+
+
 def _shares(
     manifest: dict[str, Any],
     tokenizer: dict[str, Any],
@@ -179,25 +297,31 @@ def _shares(
     gbs: int,
 ) -> str:
     record = int(manifest["seq_len"]) + 1
+    itemsize = np.dtype(dtype).itemsize
     docs = []
     for st in manifest["stages"]:
-        sources = []
-        for pool, share in zip(manifest["pools"], st["weights"], strict=True):
-            if share <= 0:
+        sources, counts, path_tokens = [], [], []
+        for p, pool in enumerate(manifest["pools"]):
+            n = int(st["samples_per_pool"][p])
+            if n <= 0:
                 continue
-            pm = mf.read_manifest(pool["path"])
+            paths = _shard_paths(pool["path"], mf.read_manifest(pool["path"]))
             sources.append(
-                {
-                    "_CLASS_": SOURCE_CLASS,
-                    "source_name": str(pool["key"]),
-                    "target_ratio": float(share),
-                    "paths": _shard_paths(pool["path"], pm),
-                    "max_repetition_ratio": max(1.0, math.ceil(pool["epochs"] * 100) / 100),
-                }
+                {"_CLASS_": SOURCE_CLASS, "source_name": str(pool["key"]), "paths": paths}
             )
-        total = sum(s["target_ratio"] for s in sources)
-        for s in sources:
-            s["target_ratio"] = s["target_ratio"] / total
+            counts.append(n)
+            # OLMo-core counts a path's tokens from its size.
+            path_tokens.append([os.path.getsize(x) // itemsize for x in paths])
+        # The schedule's samples per pool in this stage, as OLMo-core's selection rounds them.
+        ratios, got = exact_shares(path_tokens, counts, record, gbs * record)
+        requested = sum(counts) * record
+        for src, r, tokens in zip(sources, ratios, path_tokens, strict=True):
+            src["target_ratio"] = r
+            # Room for the tokens the ratio asks of the pool (repeated if more than it has).
+            src["max_repetition_ratio"] = max(
+                1.0, math.ceil(int(requested * r) * 100 / sum(tokens)) / 100 + 0.01
+            )
+        exact_counts = got == counts
         head = [
             f"# OLMo-core (ai2-olmo-core 3.0) data for stage {st['name']} of mixture "
             f"{manifest['fingerprint']}.",
@@ -206,6 +330,9 @@ def _shares(
             "# mixture and export with materialized=DIR (CLI: --materialized DIR).",
             f"# samples [{st['first_sample']}, {st['first_sample'] + st['num_samples']}) of the "
             f"mixture; sequence_length {record} = seq_len + 1 (OLMo-core shifts inside).",
+            "# target_ratio: the stage's samples per pool, set so that OLMo-core's rounding "
+            + ("selects exactly" if exact_counts else f"selects {got} (not exactly {counts}) of")
+            + " them.",
         ]
         body = {
             "dataset": {
@@ -229,6 +356,10 @@ def _shares(
                 "fingerprint": manifest["fingerprint"],
                 "stage": st["name"],
                 "num_samples": int(st["num_samples"]),
+                "samples_per_source": dict(
+                    zip((x["source_name"] for x in sources), got, strict=True)
+                ),
+                "samples_per_source_exact": exact_counts,
                 "seq_len": record - 1,
                 "samples_per_step": gbs,
             },

@@ -35,8 +35,15 @@ that prefix's GPTDataset alone, without a BlendedDataset.
 
 The keys come from megatron-core's own code when it is installed (its ``GPTDatasetConfig``,
 ``GPTDataset`` / ``BlendedDataset`` description code, ``normalize`` and sizing), else from a
-replica of megatron-core 0.16's, which a test holds equal to the real one. Tested with
-megatron-core 0.16.0 (``TESTED_MEGATRON_CORE``).
+replica of megatron-core 0.16's, which a test holds equal to the real one (the
+descriptions are the same through 0.19 but for the tokenizer identity).
+
+The tokenizer identity in every key depends on the megatron-core release and on
+``--legacy-tokenizer`` (``BUILDS``), so the cache is keyed for each identity the supported
+releases build from the printed tokenizer arguments, the index arrays written once and
+hard-linked under the other keys. Checked, every sample equal and no index built, with
+``TESTED_MEGATRON_CORE``: 0.16.0 in the tests (with and without --legacy-tokenizer),
+0.17.1, 0.18.2 and 0.19.2 by bench/megatron/newest.py (Python 3.12).
 """
 
 from __future__ import annotations
@@ -49,7 +56,7 @@ import os
 import re
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +65,10 @@ import numpy as np
 from shardcore import atomic
 from shardcore.errors import InputError
 
-TESTED_MEGATRON_CORE = ("0.16.0",)
+# megatron-core versions whose tokenizer builds the export keys the cache for (``BUILDS``),
+# and the releases the tests and bench/megatron/newest.py ran the printed command against.
+SUPPORTED_MEGATRON_CORE = "0.16.x-0.19.x"
+TESTED_MEGATRON_CORE = ("0.16.0", "0.17.1", "0.18.2", "0.19.2")
 # Megatron-LM's defaults for the arguments that key the cache.
 MEGATRON_DEFAULT_SEED = 1234
 MEGATRON_DEFAULT_SURPLUS = 0.005
@@ -70,12 +80,121 @@ MAX_PREFIXES = 32766  # BlendedDataset: len(datasets) < 32767 (int16 dataset ind
 CACHE_DIR = "cache"
 
 
-# --------------------------------------------------------------------------- arguments
+# --------------------------------------------------------------------------- tokenizer
+
+# How Megatron-LM's pretrain_gpt.py builds the dataset's tokenizer, whose identity
+# (``unique_identifiers``) is part of every cache key. From 0.16 it calls megatron-core's
+# ``build_tokenizer`` unless ``--legacy-tokenizer`` is given (0.16 only: 0.17 removed the
+# flag); the identity that builds differs between releases.
+BUILDS: dict[str, str] = {
+    "legacy-0.16": "megatron-core 0.16.x with --legacy-tokenizer (Megatron-LM's legacy tokenizers)",
+    "core-0.16": "megatron-core 0.16.x (megatron.core.tokenizers.text.utils.build_tokenizer)",
+    "core-0.17": "megatron-core 0.17.x (megatron.core.tokenizers.utils.build_tokenizer)",
+    "core-0.18": "megatron-core 0.18.x-0.19.x (NullTokenizer identity with eod_id, pad_id)",
+}
+CORE_BUILDS = ("core-0.16", "core-0.17", "core-0.18")
+BUILD_CHOICES = {"all": tuple(BUILDS), "default": CORE_BUILDS, "legacy": ("legacy-0.16",)}
+DEFAULT_TEXT = "megatron.core.tokenizers.text.models.default_tokenizer.DefaultTokenizerText"
+TOKENIZER_TYPES = ("NullTokenizer", "HuggingFaceTokenizer")
+# Megatron-LM arguments that change a HuggingFace tokenizer's identity and that the export
+# does not model (a NullTokenizer ignores them).
+UNMODELED_HF_FLAGS = (
+    "--tokenizer-special-tokens", "--vocab-file", "--merge-file", "--tokenizer-metadata",
+    "--chat-template",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class TrainerTokenizer:
+    """The trainer's tokenizer as Megatron-LM arguments (only those that enter the dataset
+    tokenizer's identity), and the identity each megatron-core build gives it."""
+
+    type: str  # --tokenizer-type: NullTokenizer or HuggingFaceTokenizer
+    vocab_size: int | None = None  # --vocab-size (NullTokenizer)
+    model: str | None = None  # --tokenizer-model (HuggingFaceTokenizer), as written
+    eod_id: int | None = None  # --null-tokenizer-eod-id (0.18+)
+    pad_id: int = -1  # --null-tokenizer-pad-id (0.18+; -1 is its default)
+    trust_remote_code: bool = False  # --trust-remote-code
+    hf_use_fast: bool = False  # --tokenizer-hf-use-fast (0.16, 0.17: deprecated, no effect)
+    hf_include_special: bool = False  # --tokenizer-hf-include-special-tokens (idem)
+    hf_no_use_fast: bool = False  # --tokenizer-hf-no-use-fast (0.17+)
+    hf_no_include_special: bool = False  # --tokenizer-hf-no-include-special-tokens (0.17+)
+
+    def cli(self) -> str:
+        """The Megatron-LM arguments that build this tokenizer."""
+        if self.type == "NullTokenizer":
+            parts = [f"--tokenizer-type NullTokenizer --vocab-size {self.vocab_size}"]
+            if self.eod_id is not None:
+                parts.append(f"--null-tokenizer-eod-id {self.eod_id}")
+            if self.pad_id != -1:
+                parts.append(f"--null-tokenizer-pad-id {self.pad_id}")
+            return " ".join(parts)
+        parts = [f"--tokenizer-type HuggingFaceTokenizer --tokenizer-model {self.model}"]
+        for flag, on in (
+            ("--trust-remote-code", self.trust_remote_code),
+            ("--tokenizer-hf-use-fast", self.hf_use_fast),
+            ("--tokenizer-hf-include-special-tokens", self.hf_include_special),
+            ("--tokenizer-hf-no-use-fast", self.hf_no_use_fast),
+            ("--tokenizer-hf-no-include-special-tokens", self.hf_no_include_special),
+        ):
+            if on:
+                parts.append(flag)
+        return " ".join(parts)
+
+    def identity(self, build: str) -> dict[str, Any] | None:
+        """The ``unique_identifiers`` of the tokenizer megatron-core ``build`` (a ``BUILDS``
+        key) makes from these arguments; None when that release does not take them (an
+        argument it does not have)."""
+        new_null = self.eod_id is not None or self.pad_id != -1  # 0.18+ arguments
+        old_hf = self.hf_use_fast or self.hf_include_special  # removed in 0.18
+        new_hf = self.hf_no_use_fast or self.hf_no_include_special  # added in 0.17
+        if self.type == "NullTokenizer":
+            vocab = str(self.vocab_size)
+            if build == "core-0.18":
+                ids: dict[str, Any] = {
+                    "class": DEFAULT_TEXT, "tokenizer_path": None, "vocab_size": vocab
+                }  # fmt: skip
+                if self.eod_id is not None:
+                    ids["eod_id"] = str(self.eod_id)
+                ids["pad_id"] = str(self.pad_id)
+                return ids
+            if new_null:
+                return None
+            if build == "legacy-0.16":
+                return _legacy_identity("_NullTokenizer", [None], {"vocab_size": self.vocab_size})
+            return {"class": DEFAULT_TEXT, "tokenizer_path": None, "vocab_size": vocab}
+        if new_null:
+            return None
+        if build == "legacy-0.16":
+            return None if new_hf else _legacy_identity("_HuggingFaceTokenizer", [self.model], {})
+        ids = {"class": DEFAULT_TEXT, "tokenizer_path": self.model}
+        if build == "core-0.18":
+            if old_hf:
+                return None
+            ids["chat_template"] = "None"
+        if build == "core-0.16":
+            if new_hf:
+                return None
+            use_fast, include = self.hf_use_fast, self.hf_include_special
+        else:
+            use_fast, include = not self.hf_no_use_fast, not self.hf_no_include_special
+        ids.update(
+            {
+                "vocab_file": "None",
+                "merges_file": "None",
+                "additional_special_tokens": "[]",
+                "use_fast": str(use_fast),
+                "trust_remote_code": str(self.trust_remote_code),
+                "include_special_tokens": str(include),
+            }
+        )
+        return ids
 
 
 @dataclass(frozen=True)
 class MegatronArgs:
-    """The trainer arguments the cache is keyed for, with Megatron-LM's defaults."""
+    """The trainer arguments one cache key set is computed for, with Megatron-LM's
+    defaults; ``tokenizer`` is the dataset tokenizer's megatron ``unique_identifiers``."""
 
     seed: int = MEGATRON_DEFAULT_SEED
     seq_length: int | None = None  # None: the mixture's seq_len
@@ -101,7 +220,7 @@ def _legacy_identity(cls_name: str, paths: Sequence[Any], options: Mapping[str, 
     installed, else as it does (class name, path list, options as strings)."""
     try:
         from megatron.core.datasets.megatron_tokenizer import MegatronLegacyTokenizer
-    except Exception:  # not installed: megatron-core 0.16's rule
+    except Exception:  # not installed, or a release without it: megatron-core 0.16's rule
         ids: dict[str, Any] = {"class": cls_name, "tokenizer_path": list(paths)}
         ids.update({k: str(v) for k, v in options.items()})
         return ids
@@ -120,20 +239,66 @@ def _legacy_identity(cls_name: str, paths: Sequence[Any], options: Mapping[str, 
         log.setLevel(level)
 
 
-def tokenizer_identity(
+def _from_identity(ids: Mapping[str, Any]) -> tuple[TrainerTokenizer, str]:
+    """(the arguments, the build) that make megatron ``unique_identifiers`` ``ids``."""
+    cls = ids.get("class")
+    path = ids.get("tokenizer_path")
+    if cls in ("_NullTokenizer", "_HuggingFaceTokenizer"):
+        path = path[0] if isinstance(path, list) and len(path) == 1 else None
+    candidates: list[TrainerTokenizer] = []
+    if cls in ("_NullTokenizer", DEFAULT_TEXT) and path is None and "vocab_size" in ids:
+        try:
+            vocab = int(ids["vocab_size"])
+            eod = None if ids.get("eod_id") is None else int(ids["eod_id"])
+            pad = int(ids.get("pad_id", -1))
+        except (TypeError, ValueError):
+            vocab = None
+        if vocab is not None:
+            candidates.append(TrainerTokenizer("NullTokenizer", vocab, eod_id=eod, pad_id=pad))
+    elif cls in ("_HuggingFaceTokenizer", DEFAULT_TEXT) and isinstance(path, str):
+        for bits in range(32):  # every combination of the HF flags, fewest first
+            flags = [bool(bits >> k & 1) for k in range(5)]
+            candidates.append(
+                TrainerTokenizer(
+                    "HuggingFaceTokenizer",
+                    model=path,
+                    trust_remote_code=flags[0],
+                    hf_use_fast=flags[1],
+                    hf_include_special=flags[2],
+                    hf_no_use_fast=flags[3],
+                    hf_no_include_special=flags[4],
+                )
+            )
+        candidates.sort(key=lambda t: t.cli().count("--"))
+    want = json.dumps(dict(ids), sort_keys=True)
+    for tok in candidates:
+        for build in BUILDS:
+            got = tok.identity(build)
+            if got is not None and json.dumps(got, sort_keys=True) == want:
+                return tok, build
+    raise InputError(
+        f"--megatron-tokenizer: the identity {json.dumps(dict(ids))} is none that Megatron-LM "
+        f"builds from a NullTokenizer or HuggingFaceTokenizer on megatron-core "
+        f"{SUPPORTED_MEGATRON_CORE}, so no command line would read the cache; give "
+        "NullTokenizer:VOCAB or HuggingFaceTokenizer:PATH"
+    )
+
+
+def trainer_tokenizer(
     spec: str | Mapping[str, Any] | None, mixture_tokenizer: Mapping[str, Any] | None
-) -> tuple[dict[str, Any], str]:
-    """(megatron ``unique_identifiers``, Megatron-LM arguments) of the trainer's tokenizer.
+) -> tuple[TrainerTokenizer, str | None]:
+    """(the trainer's tokenizer arguments, the build a JSON identity names or None).
 
     ``spec``: ``NullTokenizer:VOCAB`` (``--tokenizer-type NullTokenizer --vocab-size VOCAB``),
     ``HuggingFaceTokenizer:PATH`` (``--tokenizer-model PATH``), or a JSON object: the
-    tokenizer's ``unique_identifiers`` as megatron-core serializes them (any other
-    tokenizer). Default: the mixture's tokenizer, ``hf:PATH`` as HuggingFaceTokenizer PATH,
+    tokenizer's ``unique_identifiers`` as megatron-core serializes them, which must be one
+    that some supported release builds from Megatron-LM arguments (those arguments are then
+    printed). Default: the mixture's tokenizer, ``hf:PATH`` as HuggingFaceTokenizer PATH,
     anything else as NullTokenizer of its vocabulary size (samples are pre-tokenized; only
     the EOD id, used by ``--eod-mask-loss`` and the reset options, depends on the tokenizer).
     """
     if isinstance(spec, Mapping):
-        return dict(spec), ""
+        return _from_identity(spec)
     if spec is None:
         tok = dict(mixture_tokenizer or {})
         name = str(tok.get("spec") or "")
@@ -151,33 +316,74 @@ def tokenizer_identity(
         try:
             ids = json.loads(spec, object_pairs_hook=OrderedDict)
         except json.JSONDecodeError as exc:
-            raise InputError(f"tokenizer: not a JSON object: {exc}") from None
+            raise InputError(f"--megatron-tokenizer: not a JSON object: {exc}") from None
         if not isinstance(ids, Mapping) or "class" not in ids:
-            raise InputError("tokenizer: the JSON identity needs at least a 'class' field")
-        return dict(ids), ""
+            raise InputError("--megatron-tokenizer: the JSON identity needs a 'class' field")
+        return _from_identity(ids)
     kind, _, arg = spec.partition(":")
     if kind == "NullTokenizer":
         try:
             vocab = int(arg)
         except ValueError:
             raise InputError(
-                f"tokenizer: NullTokenizer needs a vocabulary size, got {arg!r}"
+                f"--megatron-tokenizer: NullTokenizer needs a vocabulary size, got {arg!r}"
             ) from None
-        return (
-            _legacy_identity("_NullTokenizer", [None], {"vocab_size": vocab}),
-            f"--tokenizer-type NullTokenizer --vocab-size {vocab}",
-        )
+        return TrainerTokenizer("NullTokenizer", vocab), None
     if kind == "HuggingFaceTokenizer":
-        if not arg:
-            raise InputError("tokenizer: HuggingFaceTokenizer needs a path or name")
-        return (
-            _legacy_identity("_HuggingFaceTokenizer", [arg], {}),
-            f"--tokenizer-type HuggingFaceTokenizer --tokenizer-model {arg}",
-        )
+        if not arg or any(c.isspace() for c in arg):
+            raise InputError(
+                f"--megatron-tokenizer: HuggingFaceTokenizer needs a path or name without "
+                f"spaces, got {arg!r}"
+            )
+        return TrainerTokenizer("HuggingFaceTokenizer", model=arg), None
     raise InputError(
-        f"tokenizer: unknown {spec!r}; give NullTokenizer:VOCAB, HuggingFaceTokenizer:PATH "
-        "or the tokenizer's unique_identifiers as a JSON object"
+        f"--megatron-tokenizer: unknown {spec!r}; give NullTokenizer:VOCAB, "
+        "HuggingFaceTokenizer:PATH or the tokenizer's unique_identifiers as a JSON object"
     )
+
+
+def tokenizer_identity(
+    spec: str | Mapping[str, Any] | None,
+    mixture_tokenizer: Mapping[str, Any] | None,
+    build: str = "legacy-0.16",
+) -> tuple[dict[str, Any], str]:
+    """(megatron ``unique_identifiers``, Megatron-LM arguments) of the trainer's tokenizer
+    as ``build`` makes it (a JSON ``spec``: its own identity and build)."""
+    tok, named = trainer_tokenizer(spec, mixture_tokenizer)
+    ids = tok.identity(named or build)
+    if ids is None:
+        raise InputError(f"--megatron-tokenizer: {BUILDS[build]} does not take {tok.cli()}")
+    return ids, tok.cli() + (" --legacy-tokenizer" if (named or build) == "legacy-0.16" else "")
+
+
+def tokenizer_builds(
+    tok: TrainerTokenizer, choice: str = "all", named: str | None = None
+) -> list[tuple[dict[str, Any], list[str]]]:
+    """The distinct identities (with the builds that make each) to key the cache for:
+    every build of ``BUILD_CHOICES[choice]`` that takes ``tok``'s arguments, and ``named``
+    (the build of a JSON identity) in any case."""
+    if choice not in BUILD_CHOICES:
+        raise InputError(
+            f"--megatron-tokenizer-build: {choice!r} is not one of {sorted(BUILD_CHOICES)}"
+        )
+    builds = [b for b in BUILDS if b in BUILD_CHOICES[choice] or b == named]
+    out: list[tuple[dict[str, Any], list[str]]] = []
+    for b in builds:
+        ids = tok.identity(b)
+        if ids is None:
+            continue
+        for known, names in out:
+            if known == ids:
+                names.append(b)
+                break
+        else:
+            out.append((ids, [b]))
+    if not out:
+        raise InputError(
+            f"--megatron-tokenizer-build {choice}: no such megatron-core release takes "
+            f"{tok.cli()} ({', '.join(BUILDS[b] for b in BUILD_CHOICES[choice])})"
+        )
+    return out
 
 
 # --------------------------------------------------------------------------- keys
@@ -192,6 +398,12 @@ class CacheKeys:
     num_samples: list[int]  # per prefix: samples megatron-core asks of its GPTDataset
     size: int  # samples of the BlendedDataset
     via: str  # "megatron-core X" or "replica of megatron-core 0.16"
+
+
+def _supported(version: str) -> bool:
+    """Whether megatron-core ``version`` is one whose tokenizer builds ``BUILDS`` knows."""
+    m = re.match(r"(\d+)\.(\d+)", version)
+    return bool(m) and (0, 16) <= (int(m[1]), int(m[2])) <= (0, 19)
 
 
 def megatron_core_version() -> str | None:
@@ -412,6 +624,20 @@ def gpt_indices(
     return docs, sample, shuffle
 
 
+def _link(src: Path, dst: Path) -> None:
+    """``dst`` as a hard link to ``src`` (the same index arrays under another key), a copy
+    where the file system has no hard links; replaced atomically."""
+    tmp = dst.with_name(f".{dst.name}.{os.getpid()}.tmp")
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(src, tmp)
+    except OSError:
+        import shutil
+
+        shutil.copyfile(src, tmp)
+    os.replace(tmp, dst)
+
+
 def write_cache(
     cache_dir: str | os.PathLike,
     prefixes: Sequence[str],
@@ -421,12 +647,15 @@ def write_cache(
     seq_len: int,
     args: MegatronArgs,
     *,
+    identities: Sequence[Mapping[str, Any]] | None = None,
     use_megatron: bool | None = None,
 ) -> dict[str, Any]:
     """Write megatron-core's indices so that, trained with ``args`` and ``--train-samples
     len(prefix_of_sample)`` on the blend (``weights``, ``prefixes``), Megatron's sample i is
-    sequence ``record_of_sample[i]`` of prefix ``prefix_of_sample[i]``. Returns what was
-    written (hashes, files, how the keys were computed)."""
+    sequence ``record_of_sample[i]`` of prefix ``prefix_of_sample[i]``. ``identities``: the
+    tokenizer identities to key the indices for (default ``args.tokenizer``); the indices do
+    not depend on it, so the first key set holds the arrays and the others hard links to
+    them. Returns what was written (hashes per identity, files, how keys were computed)."""
     d = np.asarray(prefix_of_sample)
     rec = np.asarray(record_of_sample)
     total = int(d.size)
@@ -440,7 +669,17 @@ def write_cache(
     for p in prefixes:
         if any(c.isspace() for c in p):
             raise InputError(f"prefix {p!r}: Megatron splits data-args on whitespace")
-    keys = cache_keys(prefixes, weights, total, args, seq_len, use_megatron=use_megatron)
+    idents = [dict(i) for i in identities] if identities else [dict(args.tokenizer)]
+    key_sets = [
+        cache_keys(
+            prefixes, weights, total, replace(args, tokenizer=ids), seq_len,
+            use_megatron=use_megatron,
+        )
+        for ids in idents
+    ]  # fmt: skip
+    first = key_sets[0]
+    if any((k.num_samples, k.size) != (first.num_samples, first.size) for k in key_sets):
+        raise RuntimeError("megatron-core sized the blend differently per tokenizer")
     cache = Path(cache_dir)
     cache.mkdir(parents=True, exist_ok=True)
     d16 = d.astype(np.int16)
@@ -450,43 +689,61 @@ def write_cache(
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
     rank = np.empty(total, dtype=np.int64)
     rank[order] = np.arange(total, dtype=np.int64) - np.repeat(starts, counts)
-    files = []
+    names = {}
     for k in range(len(prefixes)):
-        desc, md5 = keys.gpt[k]
-        base = f"{md5}-GPTDataset-train"
         mine = rec[order[starts[k] : starts[k] + counts[k]]]
         if mine.size == 0:  # listed for the key only: any record serves as padding
             mine = np.zeros(1, dtype=np.int64)
-        docs, sample, shuffle = gpt_indices(mine, keys.num_samples[k], seq_len)
-        _save_npy(cache / f"{base}-document_index.npy", docs)
-        _save_npy(cache / f"{base}-sample_index.npy", sample)
-        _save_npy(cache / f"{base}-shuffle_index.npy", shuffle)
-        atomic.write_text(cache / f"{base}-description.txt", desc)  # last: the set is complete
-        files.append(base)
-    record = {
-        "keys_via": keys.via,
-        "blended": None,
-        "gpt": [h for _, h in keys.gpt],
-        "size": keys.size,
+        arrays = gpt_indices(mine, first.num_samples[k], seq_len)
+        names[k] = list(
+            zip(("document_index", "sample_index", "shuffle_index"), arrays, strict=True)
+        )
+    blend_arrays = []
+    if first.blended is not None:
+        dataset_index = np.empty(first.size, dtype=np.int16)
+        sample_index = np.empty(first.size, dtype=np.int64)
+        dataset_index[:total] = d16
+        sample_index[:total] = rank
+        tail = np.arange(total, first.size) % total  # past train_samples: never read
+        dataset_index[total:] = d16[tail]
+        sample_index[total:] = rank[tail]
+        blend_arrays = [("dataset_index", dataset_index), ("dataset_sample_index", sample_index)]
+
+    def index_sets(keys: CacheKeys) -> list[tuple[tuple[str, str], str, list]]:
+        out = [(keys.gpt[k], "GPTDataset", names[k]) for k in range(len(prefixes))]
+        if keys.blended is not None:
+            out.append((keys.blended, "BlendedDataset", blend_arrays))
+        return out
+
+    first_bases = [f"{md5}-{cls}-train" for (_, md5), cls, _ in index_sets(first)]
+    written = []
+    for n, (ids, keys) in enumerate(zip(idents, key_sets, strict=True)):
+        files = []
+        for j, ((desc, md5), cls, arrays) in enumerate(index_sets(keys)):
+            base = f"{md5}-{cls}-train"
+            for suffix, arr in arrays:
+                path = cache / f"{base}-{suffix}.npy"
+                if n == 0:
+                    _save_npy(path, arr)
+                elif first_bases[j] != base:  # the first identity's arrays, under this key
+                    _link(cache / f"{first_bases[j]}-{suffix}.npy", path)
+            # The description last: megatron-core then finds a complete set.
+            atomic.write_text(cache / f"{base}-description.txt", desc)
+            files.append(base)
+        written.append(
+            {
+                "tokenizer": ids,
+                "gpt": [h for _, h in keys.gpt],
+                "blended": None if keys.blended is None else keys.blended[1],
+                "files": files,
+            }
+        )
+    return {
+        "keys_via": first.via,
+        "size": first.size,
         "train_samples": total,
-        "files": files,
+        "keys": written,
     }
-    if keys.blended is None:  # one prefix, per split: its GPTDataset is the whole order
-        return record
-    desc, md5 = keys.blended
-    base = f"{md5}-BlendedDataset-train"
-    dataset_index = np.empty(keys.size, dtype=np.int16)
-    sample_index = np.empty(keys.size, dtype=np.int64)
-    dataset_index[:total] = d16
-    sample_index[:total] = rank
-    tail = np.arange(total, keys.size) % total  # past train_samples: never read
-    dataset_index[total:] = d16[tail]
-    sample_index[total:] = rank[tail]
-    _save_npy(cache / f"{base}-dataset_index.npy", dataset_index)
-    _save_npy(cache / f"{base}-dataset_sample_index.npy", sample_index)
-    atomic.write_text(cache / f"{base}-description.txt", desc)
-    files.append(base)
-    return {**record, "blended": md5}
 
 
 # --------------------------------------------------------------------------- mixtures
@@ -619,6 +876,7 @@ def export_megatron(
     split: str = DEFAULT_SPLIT,
     per_split: bool = False,
     tokenizer: str | Mapping[str, Any] | None = None,
+    tokenizer_build: str = "all",
     mid_level_dataset_surplus: float = MEGATRON_DEFAULT_SURPLUS,
     use_megatron: bool | None = None,
     **_: Any,
@@ -627,16 +885,21 @@ def export_megatron(
     stage data-args files and megatron-core's index cache (``out/cache``) keyed for these
     arguments, and the text as ``out/megatron.txt``. Returns the text. ``per_split``: per
     stage a ``--per-split-data-args-path`` JSON file instead (train: the stage's list,
-    valid: the pools' validation slices) and no ``--split``."""
+    valid: the pools' validation slices) and no ``--split``. ``tokenizer_build``: the
+    cache is keyed for the tokenizer identity of every build in ``BUILD_CHOICES[...]``
+    ("all": megatron-core 0.16.x with and without --legacy-tokenizer and 0.17.x-0.19.x;
+    "default": without --legacy-tokenizer; "legacy": 0.16.x with --legacy-tokenizer only)."""
     manifest, blends = stage_blends(path)
     seq_len = int(manifest["seq_len"])
-    ids, tok_args = tokenizer_identity(tokenizer, manifest.get("tokenizer"))
+    tok, named = trainer_tokenizer(tokenizer, manifest.get("tokenizer"))
+    identities = tokenizer_builds(tok, tokenizer_build, named)
+    legacy_only = all(b == "legacy-0.16" for _, names in identities for b in names)
     args = MegatronArgs(
         seed=int(seed),
         seq_length=int(seq_length) if seq_length else None,
         split=None if per_split else str(split),
-        tokenizer=ids,
-        tokenizer_args=tok_args,
+        tokenizer=identities[0][0],
+        tokenizer_args=tok.cli() + (" --legacy-tokenizer" if legacy_only else ""),
         mid_level_dataset_surplus=float(mid_level_dataset_surplus),
     )
     trainer_seq = args.seq_length or seq_len
@@ -672,10 +935,13 @@ def export_megatron(
                     b.record_of_sample,
                     seq_len,
                     args,
+                    identities=[ids for ids, _ in identities],
                     use_megatron=use_megatron,
                 )
                 written.append({"stage": b.name, "data_args": str(name), **info})
-    text = _text(manifest, path, blends, args, seq_len, out_dir, cache, problems, written)
+    text = _text(
+        manifest, path, blends, args, seq_len, out_dir, cache, problems, written, identities
+    )
     if out_dir is not None:
         atomic.write_text(out_dir / "megatron.txt", text)
         record = {
@@ -686,19 +952,25 @@ def export_megatron(
                 "seq_length": trainer_seq,
                 "split": args.split,
                 "per_split": args.split is None,
-                "tokenizer": args.tokenizer,
+                "tokenizer": asdict(tok),
+                "legacy_tokenizer": legacy_only,
+                "tokenizer_build": tokenizer_build,
                 "mid_level_dataset_surplus": args.mid_level_dataset_surplus,
             },
+            "identities": [{"tokenizer": ids, "builds": names} for ids, names in identities],
             "exact": not problems,
             "problems": problems,
             "stages": written,
+            "supported_megatron_core": SUPPORTED_MEGATRON_CORE,
             "tested_megatron_core": list(TESTED_MEGATRON_CORE),
         }
         atomic.write_text(out_dir / "export.json", json.dumps(record, indent=1, sort_keys=True))
     return text
 
 
-def _text(manifest, path, blends, args, seq_len, out_dir, cache, problems, written) -> str:
+def _text(
+    manifest, path, blends, args, seq_len, out_dir, cache, problems, written, identities
+) -> str:
     what = "materialized mixture" if manifest.get("kind") == "materialized" else "mixture"
     lines = [
         f"# Megatron-LM arguments for {what} {manifest.get('fingerprint')} "
@@ -725,11 +997,30 @@ def _text(manifest, path, blends, args, seq_len, out_dir, cache, problems, writt
         installed = megatron_core_version()
         lines += [
             f"# Index cache: {cache} (megatron-core's GPTDataset and BlendedDataset indices;",
-            f"#   keys computed by {via}; tested with megatron-core "
-            f"{', '.join(TESTED_MEGATRON_CORE)}).",
+            f"#   keys computed by {via}).",
+            "# Keyed for the dataset tokenizer that Megatron-LM's pretrain_gpt.py builds from",
+            "# the tokenizer arguments below, on each of (one set of index arrays, hard-linked):",
         ]
-        if installed and installed not in TESTED_MEGATRON_CORE:
-            lines += [f"# WARNING: megatron-core {installed} is installed and untested here."]
+        for _, names in identities:
+            lines += [f"#   - {BUILDS[b]}" for b in names]
+        lines += [
+            f"# Checked with megatron-core {', '.join(TESTED_MEGATRON_CORE)}: every sample "
+            "equal, no index built",
+            "#   (0.16.0 with and without --legacy-tokenizer; 0.17.1, 0.18.2, 0.19.2 by",
+            "#   bench/megatron/newest.py).",
+        ]
+        builds = {b for _, names in identities for b in names}
+        if "legacy-0.16" in builds and builds != {"legacy-0.16"}:
+            lines += ["# On megatron-core 0.16.x, adding --legacy-tokenizer reads the same cache."]
+        elif builds == {"legacy-0.16"}:
+            lines += ["# Keyed for --legacy-tokenizer only: megatron-core 0.16.x, which has it."]
+        else:
+            lines += ["# Not keyed for --legacy-tokenizer: run without it."]
+        if installed and not _supported(installed):
+            lines += [
+                f"# WARNING: megatron-core {installed} is installed; the keys are known for "
+                f"{SUPPORTED_MEGATRON_CORE} only."
+            ]
         lines += [
             "# With exactly the arguments below, megatron-core loads these indices instead of",
             "# building its own, and sample i of Megatron's training data is the mixture's",
@@ -800,6 +1091,115 @@ def _flags(argv: Sequence[str]) -> dict[str, str | None]:
     return out
 
 
+def _tokenizer_of_argv(args: Mapping[str, str | None]) -> tuple[TrainerTokenizer | None, list]:
+    """The trainer's tokenizer arguments in Megatron-LM arguments ``args`` (``_flags``)."""
+    problems = []
+    kind = args.get("--tokenizer-type")
+    if kind not in TOKENIZER_TYPES:
+        return None, [
+            f"--tokenizer-type {kind}: the export's cache is keyed for a "
+            f"{' or '.join(TOKENIZER_TYPES)}"
+            if kind
+            else "--tokenizer-type: missing"
+        ]
+
+    def integer(flag: str, default: int | None) -> int | None:
+        value = args.get(flag)
+        if value is None:
+            return default
+        try:
+            return int(value)
+        except ValueError:
+            problems.append(f"{flag} {value!r} is not a whole number")
+            return default
+
+    tok = TrainerTokenizer(
+        str(kind),
+        vocab_size=integer("--vocab-size", None) if kind == "NullTokenizer" else None,
+        model=args.get("--tokenizer-model") if kind == "HuggingFaceTokenizer" else None,
+        eod_id=integer("--null-tokenizer-eod-id", None) if kind == "NullTokenizer" else None,
+        pad_id=integer("--null-tokenizer-pad-id", -1) if kind == "NullTokenizer" else -1,
+        trust_remote_code="--trust-remote-code" in args,
+        hf_use_fast="--tokenizer-hf-use-fast" in args,
+        hf_include_special="--tokenizer-hf-include-special-tokens" in args,
+        hf_no_use_fast="--tokenizer-hf-no-use-fast" in args,
+        hf_no_include_special="--tokenizer-hf-no-include-special-tokens" in args,
+    )
+    if kind == "HuggingFaceTokenizer":
+        problems += [
+            f"{flag}: changes the tokenizer's identity in ways the export does not model; the "
+            "cache is keyed without it"
+            for flag in UNMODELED_HF_FLAGS
+            if flag in args
+        ]
+    return tok, problems
+
+
+def _check_tokenizer(record: Mapping[str, Any], args: Mapping[str, str | None]) -> list[str]:
+    """Why the dataset tokenizer Megatron-LM builds from ``args`` would miss the cache: on
+    every supported megatron-core release that takes these arguments, the identity it builds
+    must be one the export keyed (``record["identities"]``)."""
+    if "identities" not in record:  # written before the cache was keyed per release
+        return [
+            "the export's cache is keyed for Megatron-LM's legacy tokenizer only and names no "
+            "release: export again (shardyard export --format megatron --out DIR) to key it "
+            f"for megatron-core {SUPPORTED_MEGATRON_CORE}"
+        ]
+    want = record["arguments"]["tokenizer"]
+    keyed = [json.dumps(i["tokenizer"], sort_keys=True) for i in record["identities"]]
+    keyed_builds = {b for i in record["identities"] for b in i["builds"]}
+    tok, problems = _tokenizer_of_argv(args)
+    if tok is None:
+        return problems
+    # Name the argument that differs from the export's tokenizer first.
+    for flag, got, expected in (
+        ("--tokenizer-type", tok.type, want["type"]),
+        ("--vocab-size", tok.vocab_size, want["vocab_size"]),
+        ("--tokenizer-model", tok.model, want["model"]),
+        ("--null-tokenizer-eod-id", tok.eod_id, want["eod_id"]),
+        ("--null-tokenizer-pad-id", tok.pad_id, want["pad_id"]),
+        ("--trust-remote-code", tok.trust_remote_code, want["trust_remote_code"]),
+    ):
+        if got != expected:
+            note = ""
+            if (
+                flag == "--tokenizer-model"
+                and got
+                and expected
+                and (os.path.abspath(got) == os.path.abspath(expected))
+            ):
+                note = " (the key holds the path as written)"
+            problems.append(f"{flag} {got} differs from the export's {expected}{note}")
+    if problems:
+        return problems
+    legacy = "--legacy-tokenizer" in args
+    if legacy and "legacy-0.16" not in keyed_builds:
+        return [
+            "--legacy-tokenizer: the export's cache is keyed only for megatron-core's "
+            "build_tokenizer (pretrain_gpt's default); run without --legacy-tokenizer, or "
+            "export with --megatron-tokenizer-build all or legacy"
+        ]
+    if not legacy and not keyed_builds & set(CORE_BUILDS):
+        return [
+            "--legacy-tokenizer: missing; the export's cache is keyed only for Megatron-LM's "
+            "legacy tokenizer (megatron-core 0.16.x run with --legacy-tokenizer); without it "
+            "pretrain_gpt builds megatron-core's tokenizer, whose identity has no cache entry"
+        ]
+    builds = ["legacy-0.16"] if legacy else list(CORE_BUILDS)
+    taken = [(b, tok.identity(b)) for b in builds if tok.identity(b) is not None]
+    if not taken:
+        return [f"{tok.cli()}: no supported megatron-core release ({SUPPORTED_MEGATRON_CORE}) "
+                "takes these tokenizer arguments"]  # fmt: skip
+    for b, ids in taken:
+        if json.dumps(ids, sort_keys=True) not in keyed:
+            problems.append(
+                f"tokenizer ({tok.cli()}{' --legacy-tokenizer' if legacy else ''}): "
+                f"{BUILDS[b]} builds the identity {json.dumps(ids)}, which the export's cache "
+                "has no entry for"
+            )
+    return problems
+
+
 def check_trainer_args(export_dir: str | os.PathLike, argv: str | Sequence[str]) -> list[str]:
     """Why Megatron-LM run with ``argv`` would not read the export in ``export_dir`` in
     Shardyard's order; an empty list when it does (every keyed argument matches a stage)."""
@@ -832,21 +1232,21 @@ def check_trainer_args(export_dir: str | os.PathLike, argv: str | Sequence[str])
     if per_split:
         if "--split" in args:
             problems.append("--split: the export is per split (no --split)")
-    else:
-        # Megatron-LM's own default split keeps 3.1% of every prefix for validation and test.
+    elif "--split" in args or "--data-path" in args:
+        # With --data-path, Megatron-LM's default split keeps 3.1% of every prefix for
+        # validation and test.
         differs("--split", args.get("--split", "969, 30, 1"), want["split"])
+    else:
+        problems.append(
+            f"--split: missing; with --data-args-path megatron-core refuses a blend without a "
+            f"split (give --split {want['split']})"
+        )
     differs(
         "--mid-level-dataset-surplus",
         number("--mid-level-dataset-surplus", MEGATRON_DEFAULT_SURPLUS, float),
         want["mid_level_dataset_surplus"],
     )
-    tok = want["tokenizer"]
-    if tok.get("class") == "_NullTokenizer":
-        differs("--tokenizer-type", args.get("--tokenizer-type"), "NullTokenizer")
-        differs("--vocab-size", args.get("--vocab-size"), tok.get("vocab_size"))
-    elif tok.get("class") == "_HuggingFaceTokenizer":
-        differs("--tokenizer-type", args.get("--tokenizer-type"), "HuggingFaceTokenizer")
-        differs("--tokenizer-model", args.get("--tokenizer-model"), tok["tokenizer_path"][0])
+    problems += _check_tokenizer(record, args)
     cache = str(Path(export_dir).resolve() / CACHE_DIR)
     got_cache = args.get("--data-cache-path")
     differs("--data-cache-path", str(Path(got_cache).resolve()) if got_cache else None, cache)

@@ -59,6 +59,15 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
         "unique_identifiers as JSON (default: from the mixture's tokenizer)",
     )
     g.add_argument(
+        "--megatron-tokenizer-build",
+        choices=sorted(mc.BUILD_CHOICES),
+        default="all",
+        help="which of Megatron-LM's tokenizer builds to key the cache for: all (default: "
+        f"megatron-core {mc.SUPPORTED_MEGATRON_CORE}, with and without --legacy-tokenizer), "
+        "default (pretrain_gpt's default, megatron-core's build_tokenizer) or legacy "
+        "(--legacy-tokenizer, megatron-core 0.16.x)",
+    )
+    g.add_argument(
         "--mid-level-dataset-surplus",
         type=float,
         default=mc.MEGATRON_DEFAULT_SURPLUS,
@@ -92,6 +101,7 @@ def run(args: argparse.Namespace) -> int:
                 split=args.split,
                 per_split=args.per_split,
                 tokenizer=args.megatron_tokenizer,
+                tokenizer_build=args.megatron_tokenizer_build,
                 mid_level_dataset_surplus=args.mid_level_dataset_surplus,
             )
             print(text, end="")  # megatron.txt in --out holds the same text

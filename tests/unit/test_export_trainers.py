@@ -111,11 +111,67 @@ def test_olmo_core_loads_and_builds_the_shares_only_export(root, tmp_path):
     assert all(d["shardyard"]["exact"] is False for d in docs)
     config = NumpyFSLDatasetConfig.from_dict(docs[0]["dataset"])
     ratios = [s.target_ratio for s in config.source_mixture_config.source_list.sources]
-    assert ratios == pytest.approx([2 / 3, 1 / 3])
+    first = mix.manifest["stages"][0]
+    counts = [c for c in first["samples_per_pool"] if c]
+    # The stage's samples per pool (2:1 up to the schedule's rounding), as shares.
+    assert ratios == pytest.approx([c / sum(counts) for c in counts], abs=1e-3)
+    assert list(docs[0]["shardyard"]["samples_per_source"].values()) == counts
     config.work_dir = str(tmp_path)
     dataset = config.build()
     dataset.prepare()
     assert len(dataset) >= mix.manifest["stages"][0]["num_samples"]
+
+
+def test_olmo_core_selects_each_stages_samples_per_pool_from_the_shares_export(root, tmp_path):
+    """Shares only, two pools in both stages: OLMo-core 3.0 builds each stage's dataset
+    from the export and every instance it reads is a record of one pool (found by its
+    tokens); per stage, the instances from each pool are the schedule's samples from it,
+    and their sum the stage's samples (OLMo-core's own rounding of the shares used to be
+    off by a sample or two)."""
+    from olmo_core.data.numpy_dataset import NumpyFSLDatasetConfig
+
+    from shardcore import manifest as mf
+    from shardcore.export_olmo import _shard_paths
+    from shardcore.mixture import build_mixture
+    from shardcore.pool import build_pool
+
+    src = mix_fixtures.tokenized_code(tmp_path)
+    pools = {}
+    for name, expr in (("a", "package < 'e'"), ("b", "package >= 'e'")):
+        pools[name] = tmp_path / f"pool-{name}"
+        build_pool([str(src)], str(pools[name]), seq_len=SEQ, seed=5, filter=expr,
+                   shard_size=150_000, val_fraction=0.05)  # fmt: skip
+        assert Pool(pools[name]).num_shards > 2
+    both = [{"pool": str(pools["a"]), "weight": 2}, {"pool": str(pools["b"]), "weight": 1}]
+    build_mixture(
+        {"tokens": SEQ * 16_608, "seed": 11, "global_batch_size": GBS, "components": both,
+         "stages": [{"name": "anneal", "tokens": SEQ * 2_936, "components": both}]},
+        tmp_path / "mix",
+    )  # fmt: skip
+    mix = Mixture(tmp_path / "mix")
+    owner = {}
+    dtype = np.dtype(mix.manifest["dtype"])
+    for p, pool in enumerate(mix.pools):  # every record of the pool, shard file by file
+        for path in _shard_paths(pool["path"], mf.read_manifest(pool["path"])):
+            for row in np.fromfile(path, dtype=dtype).reshape(-1, SEQ + 1):
+                owner.setdefault(row.tobytes(), set()).add(p)
+    docs = list(yaml.safe_load_all(export(mix.path, "olmo", global_batch_size=GBS)))
+    pidx = np.asarray(mix.pool_index)
+    for doc, st in zip(docs, mix.manifest["stages"], strict=True):
+        assert doc["shardyard"]["samples_per_source_exact"] is True
+        config = NumpyFSLDatasetConfig.from_dict(doc["dataset"])
+        config.work_dir = str(tmp_path / "work")
+        dataset = config.build()
+        dataset.prepare()
+        a, n = st["first_sample"], st["num_samples"]
+        want = np.bincount(pidx[a : a + n], minlength=len(mix.pools))
+        assert len(dataset) == n
+        got = np.zeros(len(mix.pools), dtype=np.int64)
+        for i in range(len(dataset)):
+            found = owner[dataset[i]["input_ids"].numpy().astype(dtype).tobytes()]
+            assert len(found) == 1
+            got[next(iter(found))] += 1
+        assert got.tolist() == want.tolist(), st["name"]
 
 
 def test_olmo_export_refuses_a_copy_of_another_mixture(root, tmp_path):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +21,7 @@ from shardcore.export import export, megatron_data_args
 from shardcore.materialize import materialize
 from shardcore.mixture import Mixture, MixtureSpec, build_mixture
 from shardcore.pool import build_pool
-from tests.unit import mix_fixtures
+from tests.unit import megatron_lm, mix_fixtures
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("megatron.core.datasets.gpt_dataset")
@@ -154,66 +155,121 @@ def _sample(ds, i: int) -> np.ndarray:
     return np.concatenate([item["tokens"].numpy(), item["labels"].numpy()[-1:]])
 
 
-def _check_exact(tmp_path, monkeypatch, artifact: Path, mixture: Path, pool_dirs: list[Path]):
+def _stage_lines(text: str) -> list[str]:
+    """The printed command line of each stage (the lines that start with the arguments)."""
+    return [x for x in text.splitlines() if x.startswith("--seq-length")]
+
+
+_SCHEDULES: dict[str, np.ndarray] = {}
+
+
+def _schedule_tokens(mixture: Path) -> np.ndarray:
+    """Every sample of the mixture (``Mixture.tokens``), computed once per module."""
+    if str(mixture) not in _SCHEDULES:
+        mix = Mixture(mixture)
+        _SCHEDULES[str(mixture)] = np.stack([mix.tokens(i) for i in range(mix.num_samples)])
+    return _SCHEDULES[str(mixture)]
+
+
+def _check_exact(tmp_path, monkeypatch, artifact: Path, mixture: Path, pool_dirs: list[Path],
+                 legacy: bool = False, **options):  # fmt: skip
+    """Run every stage's printed command line as pretrain_gpt.py builds its dataset (the
+    tokenizer from megatron-core's build_tokenizer on those arguments, or with
+    ``--legacy-tokenizer`` appended, Megatron-LM's legacy one): every sample is the
+    mixture's, and megatron-core builds no index and writes no file."""
     mix = Mixture(mixture)
-    vocab = int(mix.manifest["tokenizer"]["vocab_size"])
-    tok = _tokenizer(vocab)
     out = tmp_path / "export"
-    text = export(
-        artifact, "megatron", out=out, seed=SEED, tokenizer=json.dumps(tok.unique_identifiers)
-    )
+    text = export(artifact, "megatron", out=out, seed=SEED, **options)
     assert "ORDER NOT GUARANTEED" not in text
+    assert (out / "megatron.txt").read_text() == text
     record = json.loads((out / "export.json").read_text())
     assert record["exact"] and record["stages"][0]["keys_via"].startswith("megatron-core 0.16")
     stages = mix.manifest["stages"]
     assert [s["name"] for s in stages] == ["main", "anneal"]
+    lines = _stage_lines(text)
+    assert len(lines) == len(stages)
     calls = BuildCalls(monkeypatch)
     before = _snapshot(out, *pool_dirs)
-    for st in stages:
+    identities = set()
+    for st, line in zip(stages, lines, strict=True):
         end = st["first_sample"] + st["num_samples"]
         args_file = out / f"data-args-{st['name']}.txt"
-        assert f"--data-args-path {args_file} --train-samples {end}" in text
-        ds = _build(args_file, end, out / "cache", tok)
+        assert f"--data-args-path {args_file} --train-samples {end}" in line
+        if legacy and "--legacy-tokenizer" not in line:
+            line += " --legacy-tokenizer"
+        ds, valid, test, tok = megatron_lm.build_datasets(line)
+        identities.add(json.dumps(tok.unique_identifiers))
         assert calls.total == 0, f"megatron-core built indices: {calls.calls}"
-        assert len(ds) >= end
+        assert valid is None and test is None and len(ds) >= end
         # Stage k's data covers every sample up to its end: a resume at any step is exact.
-        for i in range(end):
-            got = _sample(ds, i)
-            want = mix.tokens(i)
-            assert np.array_equal(got, want), f"stage {st['name']}: sample {i} differs"
+        want = _schedule_tokens(mixture)
+        same = sum(np.array_equal(_sample(ds, i), want[i]) for i in range(end))
+        assert same == end, f"stage {st['name']}: {same} of {end} samples equal"
     assert _snapshot(out, *pool_dirs) == before  # nothing written: no cache, no pool files
-    return out, tok
+    (ids,) = identities
+    assert ("_NullTokenizer" in ids) == legacy
+    return out, text
 
 
-def test_megatron_reads_the_mixture_exactly_from_the_cache(built, dist, tmp_path, monkeypatch):
+@pytest.mark.parametrize("legacy", [False, True], ids=["default-tokenizer", "legacy-tokenizer"])
+def test_megatron_reads_the_mixture_exactly_from_the_cache(
+    built, dist, tmp_path, monkeypatch, legacy
+):
     root, pools = built
     assert all(Mixture(root / "mixture").pools) and all(
         len(json.loads((p / "manifest.json").read_text())["shards"]) >= 3 for p in pools.values()
     )
-    _check_exact(tmp_path, monkeypatch, root / "mixture", root / "mixture", list(pools.values()))
+    _check_exact(
+        tmp_path, monkeypatch, root / "mixture", root / "mixture", list(pools.values()), legacy
+    )
 
 
-def test_megatron_reads_the_materialized_copy_exactly(built, dist, tmp_path, monkeypatch):
+@pytest.mark.parametrize("legacy", [False, True], ids=["default-tokenizer", "legacy-tokenizer"])
+def test_megatron_reads_the_materialized_copy_exactly(built, dist, tmp_path, monkeypatch, legacy):
     root, pools = built
     flat = root / "flat"
     assert len(json.loads((flat / "manifest.json").read_text())["shards"]) >= 3
-    _check_exact(tmp_path, monkeypatch, flat, root / "mixture", [flat, *pools.values()])
+    _check_exact(tmp_path, monkeypatch, flat, root / "mixture", [flat, *pools.values()], legacy)
+
+
+def test_each_tokenizer_build_shares_one_set_of_index_arrays(built, tmp_path):
+    root, _ = built
+    out = tmp_path / "export"
+    export(root / "mixture", "megatron", out=out)
+    record = json.loads((out / "export.json").read_text())
+    builds = [b for i in record["identities"] for b in i["builds"]]
+    assert builds == list(mc.BUILDS) and len(record["identities"]) == 3
+    for stage in record["stages"]:
+        bases = [k["files"] for k in stage["keys"]]
+        assert len(bases) == 3 and len({b[0] for b in bases}) == 3
+        for suffix in ("document_index", "sample_index", "shuffle_index"):
+            inodes = {(out / "cache" / f"{b[0]}-{suffix}.npy").stat().st_ino for b in bases}
+            assert len(inodes) == 1  # hard links of one file
+    text = (out / "megatron.txt").read_text()
+    assert "megatron-core 0.18.x-0.19.x" in text and "0.16.0, 0.17.1, 0.18.2, 0.19.2" in text
 
 
 def test_other_trainer_arguments_miss_the_cache_and_reorder(built, dist, tmp_path, monkeypatch):
-    """The negative control: another --seed is another key, megatron-core builds its own
-    indices (the counters see it) and its samples are not ours."""
+    """The negative control: the printed line with another --seed is another key,
+    megatron-core builds its own indices (the counters see it) and its samples are not
+    ours; the same for the line with --legacy-tokenizer when the cache is keyed for
+    megatron-core's tokenizer only."""
     root, pools = built
     mix = Mixture(root / "mixture")
-    tok = _tokenizer(int(mix.manifest["tokenizer"]["vocab_size"]))
     out = tmp_path / "export"
-    export(root / "mixture", "megatron", out=out, tokenizer=json.dumps(tok.unique_identifiers))
-    calls = BuildCalls(monkeypatch)
+    text = export(root / "mixture", "megatron", out=out, tokenizer_build="default")
+    line = _stage_lines(text)[0]
     end = mix.manifest["stages"][0]["num_samples"]
-    ds = _build(out / "data-args-main.txt", end, out / "cache", tok, seed=SEED + 1)
-    assert calls.calls.get("build_sample_idx", 0) > 0 and calls.calls.get("build_blending_indices")
-    same = sum(np.array_equal(_sample(ds, i), mix.tokens(i)) for i in range(200))
-    assert same < 20
+    for changed in (line.replace(f"--seed {SEED}", f"--seed {SEED + 1}"),
+                    line + " --legacy-tokenizer"):  # fmt: skip
+        assert changed != line
+        calls = BuildCalls(monkeypatch)
+        ds = megatron_lm.build_datasets(changed)[0]
+        assert calls.calls.get("build_sample_idx", 0) > 0
+        assert calls.calls.get("build_blending_indices")
+        same = sum(np.array_equal(_sample(ds, i), mix.tokens(i)) for i in range(min(end, 200)))
+        assert same < 20
+        monkeypatch.undo()
 
 
 def test_keys_of_the_replica_equal_megatron_cores(built):
@@ -233,16 +289,79 @@ def test_keys_of_the_replica_equal_megatron_cores(built):
                     assert (core.blended is None) == (split is None and n == 1)
 
 
-def test_legacy_tokenizer_identity_is_megatron_lms(monkeypatch):
-    ids, cli = mc.tokenizer_identity("NullTokenizer:50304", None)
-    assert ids == {"class": "_NullTokenizer", "tokenizer_path": [None], "vocab_size": "50304"}
-    assert cli == "--tokenizer-type NullTokenizer --vocab-size 50304"
-    ids, _ = mc.tokenizer_identity(None, {"spec": "hf:/m/tok", "vocab_size": 5})
-    assert ids == {"class": "_HuggingFaceTokenizer", "tokenizer_path": ["/m/tok"]}
-    ids, _ = mc.tokenizer_identity(None, {"spec": "tiktoken:cl100k_base", "vocab_size": 100277})
-    assert ids["vocab_size"] == "100277"
-    with pytest.raises(InputError, match="tokenizer: unknown"):
-        mc.tokenizer_identity("SentencePiece:x", None)
+@pytest.fixture(scope="module")
+def hf_dir(tmp_path_factory) -> Path:
+    """A real (tiny) HuggingFace tokenizer directory, as --tokenizer-model names one."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["</s>"], show_progress=False)
+    tok.train_from_iterator(["def f(x):\n    return x + 1\n"] * 20, trainer)
+    d = tmp_path_factory.mktemp("hf")
+    tok.save(str(d / "tokenizer.json"))
+    (d / "tokenizer_config.json").write_text(json.dumps({"eos_token": "</s>"}))
+    return d
+
+
+def test_tokenizer_identities_are_the_ones_megatron_core_builds(hf_dir):
+    """Shardyard's identity for each 0.16 build equals the tokenizer megatron-core 0.16
+    builds from the same printed arguments, for both tokenizer types and with
+    --trust-remote-code (0.17-0.19: bench/megatron/newest.py)."""
+    forms = [
+        ("NullTokenizer:50304", ""),
+        (f"HuggingFaceTokenizer:{hf_dir}", ""),
+        (f"HuggingFaceTokenizer:{hf_dir}", " --trust-remote-code --tokenizer-hf-use-fast"),
+    ]
+    for spec, extra in forms:
+        tok, named = mc.trainer_tokenizer(spec, None)
+        assert named is None
+        if extra:
+            tok = mc._tokenizer_of_argv(mc._flags(shlex.split(tok.cli() + extra)))[0]
+        line = f"--seq-length {SEQ} --split 100,0,0 {tok.cli()}"
+        assert tok.cli().endswith(extra)
+        real = megatron_lm.build_tokenizer(megatron_lm.parse(line))
+        assert tok.identity("core-0.16") == dict(real.unique_identifiers), spec
+        if "NullTokenizer" in spec:  # the legacy HF class needs Megatron-LM's code
+            legacy = megatron_lm.build_tokenizer(megatron_lm.parse(line + " --legacy-tokenizer"))
+            assert tok.identity("legacy-0.16") == dict(legacy.unique_identifiers)
+
+
+def test_every_megatron_tokenizer_form_prints_a_complete_runnable_command(
+    built, dist, tmp_path, hf_dir
+):
+    """NullTokenizer:VOCAB, HuggingFaceTokenizer:PATH and each JSON identity (0.16 legacy,
+    0.16 default, 0.18+ default) print the arguments that build that tokenizer: the
+    printed line parses as Megatron-LM's arguments and megatron-core builds its tokenizer
+    and dataset from it, loading the cache."""
+    root, _ = built
+    vocab = int(Mixture(root / "mixture").manifest["tokenizer"]["vocab_size"])
+    null = mc.TrainerTokenizer("NullTokenizer", vocab)
+    forms = [
+        f"NullTokenizer:{vocab}",
+        f"HuggingFaceTokenizer:{hf_dir}",
+        *(json.dumps(null.identity(b)) for b in ("legacy-0.16", "core-0.16", "core-0.18")),
+        json.dumps(
+            mc.TrainerTokenizer("HuggingFaceTokenizer", model=str(hf_dir)).identity("core-0.16")
+        ),  # fmt: skip
+    ]
+    for n, form in enumerate(forms):
+        out = tmp_path / f"export{n}"
+        text = export(root / "mixture", "megatron", out=out, tokenizer=form)
+        line = _stage_lines(text)[0]
+        assert "--tokenizer-type " in line and mc.check_trainer_args(out, line) == []
+        args = megatron_lm.parse(line)
+        assert args.tokenizer_type in ("NullTokenizer", "HuggingFaceTokenizer")
+        ds, _, _, tok = megatron_lm.build_datasets(line)
+        keyed = [i["tokenizer"] for i in json.loads((out / "export.json").read_text())[
+            "identities"]]  # fmt: skip
+        assert dict(tok.unique_identifiers) in keyed
+        if form.startswith("{"):
+            assert json.loads(form) in keyed
+    with pytest.raises(InputError, match="--megatron-tokenizer: the identity"):
+        export(root / "mixture", "megatron", out=tmp_path / "x", tokenizer='{"class": "Mine"}')
+    with pytest.raises(InputError, match="--megatron-tokenizer: unknown"):
+        mc.trainer_tokenizer("SentencePiece:x", None)
 
 
 def test_a_partial_train_split_or_other_seq_length_says_order_not_guaranteed(built, tmp_path):
@@ -291,7 +410,7 @@ def test_it_checks_the_trainers_arguments_against_the_export(built, tmp_path, ca
     main_line = lines[0]
     for old, new, says in (
         ("--seed 1234", "--seed 1", "--seed 1 differs"),
-        ("--split 100,0,0", "", "--split 969, 30, 1 differs"),  # Megatron-LM's default
+        ("--split 100,0,0", "", "--split: missing"),  # megatron-core refuses the blend
         ("--vocab-size ", "--vocab-size 1", "--vocab-size"),
         ("--train-samples ", "--train-samples 1", "--train-samples"),
         ("--data-cache-path ", "--data-cache-path /elsewhere ", "--data-cache-path"),
@@ -299,12 +418,52 @@ def test_it_checks_the_trainers_arguments_against_the_export(built, tmp_path, ca
     ):
         problems = mc.check_trainer_args(out, main_line.replace(old, new, 1))
         assert any(says in p for p in problems), (old, problems)
+    # The list inline: without --split, Megatron-LM's default split keeps part of each prefix.
+    stage_file = out / "data-args-main.txt"
+    inline = main_line.replace(
+        f"--data-args-path {stage_file}", "--data-path " + " ".join(stage_file.read_text().split())
+    )
+    assert mc.check_trainer_args(out, inline) == []
+    problems = mc.check_trainer_args(out, inline.replace("--split 100,0,0", ""))
+    assert any("--split 969, 30, 1 differs" in p for p in problems), problems
     argv = ["export", str(root / "mixture"), "--format", "megatron", "--out", str(out)]
     assert main([*argv, "--check-trainer-args", main_line]) == 0
     assert "exact" in capsys.readouterr().out
     assert main([*argv, "--check-trainer-args", main_line.replace("--seed 1234", "")]) == 0
     assert main([*argv, "--check-trainer-args", main_line.replace("--seed 1234", "--seed 9")]) == 1
     assert "ORDER NOT GUARANTEED" in capsys.readouterr().out
+    # Keyed for every build (the default): with and without --legacy-tokenizer.
+    assert main([*argv, "--check-trainer-args", main_line + " --legacy-tokenizer"]) == 0
+    capsys.readouterr()
+    # An identity no build of the export has: a 0.18+ pad id.
+    assert main([*argv, "--check-trainer-args", main_line + " --null-tokenizer-pad-id 0"]) == 1
+    assert "--null-tokenizer-pad-id 0 differs" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("build", ["legacy", "default"])
+def test_check_trainer_args_refuses_the_other_tokenizer_build(built, tmp_path, capsys, build):
+    """Keyed only for the legacy tokenizer, the check refuses the line without
+    --legacy-tokenizer (pretrain_gpt would build megatron-core's tokenizer); keyed only for
+    megatron-core's, it refuses the line with it; both naming --legacy-tokenizer. Through
+    the command line, exit status 1."""
+    from shardcore.cli import main
+
+    root, _ = built
+    out = tmp_path / "export"
+    argv = ["export", str(root / "mixture"), "--format", "megatron", "--out", str(out)]
+    assert main([*argv, "--megatron-tokenizer-build", build]) == 0
+    line = _stage_lines(capsys.readouterr().out)[0]
+    assert ("--legacy-tokenizer" in line) == (build == "legacy")
+    builds = json.loads((out / "export.json").read_text())["identities"]
+    assert [b for i in builds for b in i["builds"]] == list(mc.BUILD_CHOICES[build])
+    assert main([*argv, "--check-trainer-args", line]) == 0
+    assert "exact" in capsys.readouterr().out
+    other = line.replace(" --legacy-tokenizer", "") if build == "legacy" else (
+        line + " --legacy-tokenizer")  # fmt: skip
+    assert main([*argv, "--check-trainer-args", other]) == 1
+    said = capsys.readouterr().out
+    assert "ORDER NOT GUARANTEED" in said and "--legacy-tokenizer" in said
+    assert ("missing" in said) == (build == "legacy")
 
 
 def test_megatron_reads_it_exactly_per_split_with_the_pools_validation(
