@@ -55,7 +55,7 @@ def big(db):
     Taint.objects.bulk_create([Taint(flag=flag, run=r) for r in runs[:1000]])
     job = Job.objects.create(kind="tokenize", plan={}, output_dir="/o", units_total=4000)
     JobUnit.objects.bulk_create(
-        [JobUnit(job=job, unit_id=f"u{i}", phase=0, state="succeeded") for i in range(4000)]
+        [JobUnit(job=job, unit_id=f"u{i}", index=i, phase=0, state="succeeded") for i in range(4000)]
     )
     return {"source": sources[0], "tokenized": tokenized[0], "pool": pool, "run": runs[0],
             "flag": flag, "job": job}  # fmt: skip
