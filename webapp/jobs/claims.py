@@ -15,6 +15,7 @@ A failure is rare and ends the job: it locks the job row like the operator's act
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import traceback
@@ -35,6 +36,7 @@ from webapp.jobs.common import (
     log_line,
     record,
     transient_errors,
+    unit_lease,
     with_db_retry,
 )
 from webapp.jobs.models import ACTIVE_JOB_STATES, Job, JobState, JobUnit, UnitState
@@ -100,10 +102,61 @@ def job_unit_execute(*, unit_id: int, worker: str) -> str:
     return "succeeded"
 
 
+_CLAIMED = (
+    "id", "job_id", "unit_id", "index", "phase", "spec", "state", "attempts", "bad_lines",
+    "error", "worker", "started_at", "finished_at", "heartbeat_at", "queued_at", "last_event",
+)  # fmt: skip
+# One statement, its own transaction: the unit if it is queued and its job active, and the
+# job's few fields a worker needs. Committed asynchronously (see _ASYNC_COMMIT).
+_CLAIM_SQL = (
+    "WITH c AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true))"
+    " UPDATE {unit} AS u SET state = %s, attempts = u.attempts + 1, worker = %s,"
+    " started_at = %s, heartbeat_at = %s, finished_at = NULL, error = ''"
+    " FROM {job} AS j, c WHERE u.id = %s AND u.state = %s AND j.id = u.job_id"
+    " AND j.state = ANY(%s) RETURNING "
+    + ", ".join(f"u.{name}" for name in _CLAIMED)
+    + ", j.state, j.created_at, j.num_phases"
+)
+
+
 def claim(unit_id: int, worker: str) -> JobUnit | None:
     """Take a queued unit of an active job for ``worker``: its row (spec included) with its
-    job (without the plan, the log or the bad input), or None when it is not claimable."""
+    job (only its state, creation time and number of phases), or None when it is not
+    claimable. On Postgres one UPDATE ... RETURNING, committed asynchronously: a claim lost
+    in a server crash leaves the unit queued, its next message (the sweep resends it) runs
+    it again and the first run's success records nothing (its claim is not there)."""
     now = timezone.now()
+    if connection.vendor != "postgresql":
+        return _claim_orm(unit_id, worker, now)
+    sql = _CLAIM_SQL.format(unit=JobUnit._meta.db_table, job=Job._meta.db_table)
+    params = [
+        UnitState.RUNNING.value, worker, now, now, unit_id, UnitState.QUEUED.value,
+        [s.value for s in ACTIVE_JOB_STATES],
+    ]  # fmt: skip
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    values = dict(zip(_CLAIMED, row, strict=False))
+    if isinstance(values["spec"], str):
+        values["spec"] = json.loads(values["spec"])
+    unit = JobUnit(**values)
+    unit._state.adding, unit._state.db = False, connection.alias
+    job_state, created_at, num_phases = row[len(_CLAIMED) :]
+    unit.job = Job.from_db(
+        connection.alias,
+        ["id", "state", "created_at", "num_phases"],
+        [unit.job_id, job_state, created_at, num_phases],
+    )
+    if job_state == JobState.QUEUED:
+        Job.objects.filter(pk=unit.job_id, state=JobState.QUEUED).update(
+            state=JobState.RUNNING, started_at=now
+        )
+    return unit
+
+
+def _claim_orm(unit_id: int, worker: str, now) -> JobUnit | None:
     with transaction.atomic():
         claimed = JobUnit.objects.filter(
             pk=unit_id, state=UnitState.QUEUED, job__state__in=ACTIVE_JOB_STATES
@@ -120,7 +173,7 @@ def claim(unit_id: int, worker: str) -> JobUnit | None:
             return None
         unit = (
             JobUnit.objects.select_related("job")
-            .defer("stats", "job__plan", "job__log_tail", "job__bad_input")
+            .only(*_CLAIMED, "job__id", "job__state", "job__created_at", "job__num_phases")
             .get(pk=unit_id)
         )
         if unit.job.state == JobState.QUEUED:
@@ -186,6 +239,27 @@ _SUCCEED_SQL = (
 )
 
 
+def _short_transaction() -> None:
+    """A success's transaction on Postgres: committed asynchronously (a success lost in a
+    server crash leaves its unit running; the lease requeues it and the rerun finds the
+    unit's completion marker and records it again, counters included, since they commit
+    together), and ended by the server should its worker vanish while it holds the job's
+    row (as ``lock_holder_guard``)."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT set_config('idle_in_transaction_session_timeout', %s, true),"
+                " set_config('synchronous_commit', 'off', true)",
+                [f"{int(unit_lease().total_seconds() * 1000)}ms"],
+            )
+
+
+def _durable_commit() -> None:
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT set_config('synchronous_commit', 'on', true)")
+
+
 def unit_succeed(unit: JobUnit, stats: dict[str, Any], *, db_errors: list[str] = ()) -> None:
     """Record a unit's success (see the module docstring): the job's counters in place,
     then the unit's row, in one short transaction; the last unit of a phase starts the
@@ -206,7 +280,7 @@ def unit_succeed(unit: JobUnit, stats: dict[str, Any], *, db_errors: list[str] =
     ]
     with transaction.atomic():
         # From here the job's row is locked until the commit, two statements later.
-        lock_holder_guard()
+        _short_transaction()
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
             row = cursor.fetchone()
@@ -225,6 +299,8 @@ def unit_succeed(unit: JobUnit, stats: dict[str, Any], *, db_errors: list[str] =
         if not advance and not retried:
             return
         job = Job.objects.select_for_update().get(pk=unit.job_id)  # held already: no wait
+        if advance:
+            _durable_commit()  # it sends the next phase's messages: they must find it
         if retried:
             log_line(job, f"unit {unit.unit_id} done on {unit.worker}; {retried}")
         if advance:
