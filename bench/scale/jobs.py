@@ -37,6 +37,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.common import cpu_seconds
 from bench.scale.common import (
     fit_power,
     machine,
@@ -135,6 +136,15 @@ def _samples(job_id: int, n: int, k: int, seed: int) -> list[list[int]]:
     return [pks[i::k] for i in range(k)]
 
 
+def _process_cpu(pid: int) -> float:
+    """User + system CPU seconds of a local process (here: the worker's Postgres backend)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")  # a server on another host
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def worker_main(args: argparse.Namespace) -> None:
     """A worker process: claim + success over one sample, execute over another; prints one
     JSON line with the timings and its memory."""
@@ -146,8 +156,12 @@ def worker_main(args: argparse.Namespace) -> None:
     todo = json.loads(Path(args.worker).read_text())
     name = f"bench@{os.getpid()}"
     connection.ensure_connection()
+    with connection.cursor() as cur:
+        cur.execute("SELECT pg_backend_pid()")
+        backend = cur.fetchone()[0]
     base = rss_mb()
     claim_ms, succeed_ms = [], []
+    cpu0, server0 = cpu_seconds(), _process_cpu(backend)
     t_start = time.perf_counter()
     for pk in todo["claim"]:
         t0 = time.perf_counter()
@@ -160,6 +174,7 @@ def worker_main(args: argparse.Namespace) -> None:
         claim_ms.append((t1 - t0) * 1000)
         succeed_ms.append((t2 - t1) * 1000)
     wall = time.perf_counter() - t_start
+    cpu, server = cpu_seconds() - cpu0, _process_cpu(backend) - server0
     execute_ms = []
     for pk in todo["execute"]:
         t0 = time.perf_counter()
@@ -173,6 +188,10 @@ def worker_main(args: argparse.Namespace) -> None:
                 "succeed_ms": succeed_ms,
                 "execute_ms": execute_ms,
                 "claim_wall_s": wall,
+                # CPU of this process and of its Postgres backend over the claim loop: the
+                # cost without the wait for a CPU on a loaded machine.
+                "client_cpu_ms": cpu * 1000 / max(1, len(claim_ms)),
+                "server_cpu_ms": server * 1000 / max(1, len(claim_ms)),
                 "rss_base_mb": base,
                 "rss_peak_mb": peak_rss_mb(),
             }
@@ -233,6 +252,9 @@ def measure(n: int, args: argparse.Namespace, work: Path) -> dict:
         "claim_succeed": summarize_ms(both),
         "execute": summarize_ms(execute) if execute else None,
         "throughput_per_s": len(both) / max(r["claim_wall_s"] for r in results),
+        "client_cpu_ms": sum(r["client_cpu_ms"] for r in results) / k,
+        "server_cpu_ms": sum(r["server_cpu_ms"] for r in results) / k,
+        "load_avg": os.getloadavg()[0],
         "rss_base_mb": max(r["rss_base_mb"] for r in results),
         "rss_peak_mb": max(r["rss_peak_mb"] for r in results),
     }
@@ -247,9 +269,11 @@ def report(rows: list[dict], args: argparse.Namespace) -> str:
             "claim ms (mean)",
             "success ms (mean)",
             "claim + success ms (mean / p50 / p95)",
+            "CPU ms (worker + Postgres)",
             "execute ms (mean)",
             "units/s" + (f" ({args.workers} workers)" if args.workers > 1 else ""),
             "worker RSS MB (start / peak)",
+            "load avg",
         ],
         [
             [
@@ -259,9 +283,11 @@ def report(rows: list[dict], args: argparse.Namespace) -> str:
                 r["succeed"]["mean"],
                 f"{r['claim_succeed']['mean']:.2f} / {r['claim_succeed']['p50']:.2f} / "
                 f"{r['claim_succeed']['p95']:.2f}",
+                f"{r['client_cpu_ms']:.2f} + {r['server_cpu_ms']:.2f}",
                 r["execute"]["mean"] if r["execute"] else "-",
                 r["throughput_per_s"],
                 f"{r['rss_base_mb']:.0f} / {r['rss_peak_mb']:.0f}",
+                r["load_avg"],
             ]
             for r in rows
         ],
@@ -269,6 +295,7 @@ def report(rows: list[dict], args: argparse.Namespace) -> str:
     lines = [f"Machine: {machine()}", "", table, ""]
     if len(rows) >= 2:
         cost = fit_power(sizes, [r["claim_succeed"]["mean"] for r in rows])
+        cpu = fit_power(sizes, [r["client_cpu_ms"] + r["server_cpu_ms"] for r in rows])
         rss = fit_power(sizes, [r["rss_peak_mb"] for r in rows])
         create = fit_power(sizes, [r["create_s"] for r in rows])
         lines.append(
@@ -278,6 +305,11 @@ def report(rows: list[dict], args: argparse.Namespace) -> str:
             + f" (target <= {TARGET_MS:g} ms at 1M: "
             + ("met" if cost.at(1_000_000) <= TARGET_MS else "NOT met")
             + ")."
+        )
+        lines.append(
+            f"Fit, CPU per unit (worker + its Postgres backend): slope {cpu.slope:+.3f}; "
+            + "; ".join(f"{s:,} units: {cpu.at(s):.2f} ms" for s in EXTRAPOLATE_TO)
+            + "."
         )
         lines.append(
             f"Fit, worker peak RSS: slope {rss.slope:+.3f}; "

@@ -2,14 +2,16 @@
 
 A claim is ``UPDATE ... WHERE state = 'queued'`` that must change exactly one row; the unit
 row then carries all the unit needs (its spec; the plan's header is cached per worker
-process, see ``dispatch.job_plan``). A success is two in-place UPDATEs in one short
-transaction: the job's counters (``units_done = units_done + 1, tokens = tokens + n, ...,
+process, see ``dispatch.job_plan``). A success is one statement on Postgres (its own transaction):
+the job's counters in place (``units_done = units_done + 1, tokens = tokens + n, ...,
 phase_left = phase_left - 1``, returning the units left in the phase) provided the unit is
 still ``state = 'running' AND attempts = <claimed attempt>`` (a duplicate or stale delivery
-records nothing), then the unit's row; the success that takes the phase to 0 starts the
-next phase. Nothing reads or
-rewrites the plan, no success waits on a lock held longer than that UPDATE's commit, and
-no success counts rows: a unit costs the same in a job of a thousand units or a million.
+records nothing), and the unit's row. The success that takes the phase to 0 then starts the
+next phase (``phase_advance``; the sweep does it should that worker die first). Nothing
+reads or rewrites the plan, the job's row is locked for one statement, and no success
+counts rows: a unit costs the same in a job of a thousand units or a million. Claims and
+successes commit asynchronously: what a crash of the database server loses of them, the
+lease heals (see ``claim`` and ``_SUCCEED_SQL``).
 A failure is rare and ends the job: it locks the job row like the operator's actions do.
 """
 
@@ -36,7 +38,6 @@ from webapp.jobs.common import (
     log_line,
     record,
     transient_errors,
-    unit_lease,
     with_db_retry,
 )
 from webapp.jobs.models import ACTIVE_JOB_STATES, Job, JobState, JobUnit, UnitState
@@ -106,16 +107,20 @@ _CLAIMED = (
     "id", "job_id", "unit_id", "index", "phase", "spec", "state", "attempts", "bad_lines",
     "error", "worker", "started_at", "finished_at", "heartbeat_at", "queued_at", "last_event",
 )  # fmt: skip
-# One statement, its own transaction: the unit if it is queued and its job active, and the
-# job's few fields a worker needs. Committed asynchronously (see _ASYNC_COMMIT).
+# One statement, its own transaction (a dropped connection cannot leave half a claim):
+# the unit if it is queued and its job active, with the job's few fields a worker needs;
+# a job's first claim also marks the job running. Committed asynchronously (see claim).
 _CLAIM_SQL = (
-    "WITH c AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true))"
-    " UPDATE {unit} AS u SET state = %s, attempts = u.attempts + 1, worker = %s,"
+    "WITH c AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),"
+    " claimed AS (UPDATE {unit} AS u SET state = %s, attempts = u.attempts + 1, worker = %s,"
     " started_at = %s, heartbeat_at = %s, finished_at = NULL, error = ''"
     " FROM {job} AS j, c WHERE u.id = %s AND u.state = %s AND j.id = u.job_id"
     " AND j.state = ANY(%s) RETURNING "
     + ", ".join(f"u.{name}" for name in _CLAIMED)
-    + ", j.state, j.created_at, j.num_phases"
+    + ", j.state AS job_state, j.created_at AS job_created_at, j.num_phases),"
+    " s AS (UPDATE {job} SET state = %s, started_at = %s WHERE state = %s"
+    " AND id IN (SELECT job_id FROM claimed WHERE job_state = %s))"
+    " SELECT * FROM claimed"
 )
 
 
@@ -132,6 +137,7 @@ def claim(unit_id: int, worker: str) -> JobUnit | None:
     params = [
         UnitState.RUNNING.value, worker, now, now, unit_id, UnitState.QUEUED.value,
         [s.value for s in ACTIVE_JOB_STATES],
+        JobState.RUNNING.value, now, JobState.QUEUED.value, JobState.QUEUED.value,
     ]  # fmt: skip
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
@@ -143,16 +149,12 @@ def claim(unit_id: int, worker: str) -> JobUnit | None:
         values["spec"] = json.loads(values["spec"])
     unit = JobUnit(**values)
     unit._state.adding, unit._state.db = False, connection.alias
-    job_state, created_at, num_phases = row[len(_CLAIMED) :]
+    _job_state, created_at, num_phases = row[len(_CLAIMED) :]
     unit.job = Job.from_db(
         connection.alias,
         ["id", "state", "created_at", "num_phases"],
-        [unit.job_id, job_state, created_at, num_phases],
+        [unit.job_id, JobState.RUNNING.value, created_at, num_phases],  # running now
     )
-    if job_state == JobState.QUEUED:
-        Job.objects.filter(pk=unit.job_id, state=JobState.QUEUED).update(
-            state=JobState.RUNNING, started_at=now
-        )
     return unit
 
 
@@ -227,86 +229,93 @@ def job_unit_give_up(*, unit_id: int, reason: str) -> None:
 
 
 _COUNT = "{0} = {0} + %s"
-# The job's counters, in place, if the unit is still this claim's (its row cannot change
-# meanwhile: requeueing or failing a unit takes the job row first, as this does).
-_SUCCEED_SQL = (
-    "UPDATE {job} SET units_done = units_done + 1, "
+_JOB_COUNTS = (
+    "units_done = units_done + 1, "
     + ", ".join(_COUNT.format(name) for name in units.COUNT_NAMES)
     + ", phase_left = CASE WHEN phase = %s AND phase_left > 0 THEN phase_left - 1"
     " ELSE phase_left END"
-    " WHERE id = %s AND EXISTS (SELECT 1 FROM {unit} WHERE id = %s AND state = %s"
-    " AND attempts = %s) RETURNING state, phase, phase_left"
+)
+# The job's counters in place if the unit is still this claim's, then the unit's row: one
+# statement, its own transaction, committed asynchronously (a success lost in a server
+# crash leaves its unit running; the lease requeues it, the rerun finds the unit's
+# completion marker and records it again, counters included since they commit together).
+# The job row is locked for this statement only: no worker can leave it locked.
+_SUCCEED_SQL = (
+    "WITH c AS MATERIALIZED (SELECT set_config('synchronous_commit', 'off', true)),"
+    " j AS (UPDATE {job} SET " + _JOB_COUNTS + " FROM c WHERE id = %s AND EXISTS"
+    " (SELECT 1 FROM {unit} WHERE id = %s AND state = %s AND attempts = %s)"
+    " RETURNING state, phase, phase_left),"
+    " u AS (UPDATE {unit} SET state = %s, stats = %s, bad_lines = %s, finished_at = %s,"
+    " error = '', last_event = COALESCE(%s, last_event) WHERE id = %s AND EXISTS"
+    " (SELECT 1 FROM j) RETURNING 1)"
+    " SELECT state, phase, phase_left FROM j"
+)
+# Elsewhere (SQLite): the same two updates in a transaction.
+_COUNTS_SQL = (
+    "UPDATE {job} SET " + _JOB_COUNTS + " WHERE id = %s AND EXISTS (SELECT 1 FROM {unit}"
+    " WHERE id = %s AND state = %s AND attempts = %s) RETURNING state, phase, phase_left"
 )
 
 
-def _short_transaction() -> None:
-    """A success's transaction on Postgres: committed asynchronously (a success lost in a
-    server crash leaves its unit running; the lease requeues it and the rerun finds the
-    unit's completion marker and records it again, counters included, since they commit
-    together), and ended by the server should its worker vanish while it holds the job's
-    row (as ``lock_holder_guard``)."""
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT set_config('idle_in_transaction_session_timeout', %s, true),"
-                " set_config('synchronous_commit', 'off', true)",
-                [f"{int(unit_lease().total_seconds() * 1000)}ms"],
-            )
-
-
-def _durable_commit() -> None:
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT set_config('synchronous_commit', 'on', true)")
-
-
 def unit_succeed(unit: JobUnit, stats: dict[str, Any], *, db_errors: list[str] = ()) -> None:
-    """Record a unit's success (see the module docstring): the job's counters in place,
-    then the unit's row, in one short transaction; the last unit of a phase starts the
+    """Record a unit's success (see the module docstring): the job's counters in place and
+    the unit's row, in one statement on Postgres; the last unit of a phase then starts the
     next one. A duplicate or stale completion changes nothing."""
     now = timezone.now()
     counts = units.counts(stats)
     retried = (
         f"recorded after {len(db_errors)} database error(s) ({db_errors[-1]})" if db_errors else ""
     )
-    sql = _SUCCEED_SQL.format(job=Job._meta.db_table, unit=JobUnit._meta.db_table)
-    params = [
-        *(counts[name] for name in units.COUNT_NAMES),
-        unit.phase,
-        unit.job_id,
-        unit.pk,
-        UnitState.RUNNING.value,
-        unit.attempts,
-    ]
-    with transaction.atomic():
-        # From here the job's row is locked until the commit, two statements later.
-        _short_transaction()
+    tables = {"job": Job._meta.db_table, "unit": JobUnit._meta.db_table}
+    claimed = [unit.pk, UnitState.RUNNING.value, unit.attempts]
+    params = [*(counts[name] for name in units.COUNT_NAMES), unit.phase, unit.job_id, *claimed]
+    if connection.vendor == "postgresql":
+        params += [
+            UnitState.SUCCEEDED.value, json.dumps(stats), counts["bad_lines"], now,
+            retried[:300] or None, unit.pk,
+        ]  # fmt: skip
         with connection.cursor() as cursor:
-            cursor.execute(sql, params)
+            cursor.execute(_SUCCEED_SQL.format(**tables), params)
             row = cursor.fetchone()
-        if row is None:
-            return  # a retry took this unit over; its own run records the outcome
-        state, phase, left = row
-        JobUnit.objects.filter(pk=unit.pk).update(
-            state=UnitState.SUCCEEDED,
-            stats=stats,
-            bad_lines=counts["bad_lines"],
-            finished_at=now,
-            error="",
-            **({"last_event": retried[:300]} if retried else {}),
-        )
-        advance = state == JobState.RUNNING and phase == unit.phase and left == 0
-        if not advance and not retried:
-            return
-        job = Job.objects.select_for_update().get(pk=unit.job_id)  # held already: no wait
-        if advance:
-            _durable_commit()  # it sends the next phase's messages: they must find it
-        if retried:
+    else:
+        with transaction.atomic():
+            with connection.cursor() as cursor:
+                cursor.execute(_COUNTS_SQL.format(**tables), params)
+                row = cursor.fetchone()
+            if row is not None:
+                JobUnit.objects.filter(pk=unit.pk).update(
+                    state=UnitState.SUCCEEDED,
+                    stats=stats,
+                    bad_lines=counts["bad_lines"],
+                    finished_at=now,
+                    error="",
+                    **({"last_event": retried[:300]} if retried else {}),
+                )
+    if row is None:
+        return  # a retry took this unit over; its own run records the outcome
+    state, phase, left = row
+    if retried:
+        with transaction.atomic():
+            job = Job.objects.select_for_update().get(pk=unit.job_id)
             log_line(job, f"unit {unit.unit_id} done on {unit.worker}; {retried}")
-        if advance:
-            log_line(job, f"phase {unit.phase + 1}/{job.num_phases} done")
-            dispatch.phase_start(job, unit.phase + 1)
+            job.save(update_fields=["log_tail"])
+    if state == JobState.RUNNING and phase == unit.phase and left == 0:
+        phase_advance(job_id=unit.job_id, phase=phase)
+
+
+def phase_advance(*, job_id: int, phase: int) -> bool:
+    """Start the phase after ``phase`` if every unit of ``phase`` succeeded and the job is
+    still running in it; True when this call started it. Called by the success that took
+    the phase's count to 0, and by the sweep for a job whose advance was lost (its worker
+    died, or its connection dropped, between that success and this)."""
+    with transaction.atomic():
+        job = Job.objects.select_for_update().get(pk=job_id)
+        if not (job.state == JobState.RUNNING and job.phase == phase and job.phase_left == 0):
+            return False
+        log_line(job, f"phase {phase + 1}/{job.num_phases} done")
+        dispatch.phase_start(job, phase + 1)
         job.save()
+    return True
 
 
 def unit_fail(unit: JobUnit, error: str, trace: str) -> None:

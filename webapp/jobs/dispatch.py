@@ -51,7 +51,8 @@ def job_create(
             recorder=recorder,
             created_by=created_by,
         )
-        units_insert(job_id=job.pk, phases=plan.phases)
+        # The first phase is written queued: phase_start then finds nothing to change.
+        units_insert(job_id=job.pk, phases=plan.phases, queued_phase=0)
         log_line(job, f"created: {plan.num_units} unit(s) in {len(plan.phases)} phase(s)")
         phase_start(job, 0)
         job.save()
@@ -64,9 +65,12 @@ _UNIT_COLUMNS = (
 )  # fmt: skip
 
 
-def units_insert(*, job_id: int, phases: Sequence[Sequence[dict[str, Any]]]) -> int:
-    """Write one PENDING row per unit of ``phases`` (in plan order) for the job; returns the
-    number written. Postgres takes them through COPY, other databases in batches."""
+def units_insert(
+    *, job_id: int, phases: Sequence[Sequence[dict[str, Any]]], queued_phase: int | None = None
+) -> int:
+    """Write one row per unit of ``phases`` (in plan order) for the job, PENDING (QUEUED in
+    ``queued_phase``); returns the number written. Postgres takes them through COPY (a
+    million rows in seconds), other databases in batches."""
     rows = (
         (job_id, str(spec["id"]), index, phase, spec)
         for index, (phase, spec) in enumerate(
@@ -79,14 +83,16 @@ def units_insert(*, job_id: int, phases: Sequence[Sequence[dict[str, Any]]]) -> 
         sql = f"COPY {table} ({', '.join(_UNIT_COLUMNS)}) FROM STDIN"
         with connection.cursor() as cursor, cursor.cursor.copy(sql) as copy:
             for job, uid, index, phase, spec in rows:
-                copy.write_row(
-                    (job, uid, index, phase, json.dumps(spec), UnitState.PENDING, 0, 0, "", "", "")
-                )
+                state = UnitState.QUEUED if phase == queued_phase else UnitState.PENDING
+                copy.write_row((job, uid, index, phase, json.dumps(spec), state, 0, 0, "", "", ""))
                 n += 1
         return n
     batch: list[JobUnit] = []
     for job, uid, index, phase, spec in rows:
-        batch.append(JobUnit(job_id=job, unit_id=uid, index=index, phase=phase, spec=spec))
+        state = UnitState.QUEUED if phase == queued_phase else UnitState.PENDING
+        batch.append(
+            JobUnit(job_id=job, unit_id=uid, index=index, phase=phase, spec=spec, state=state)
+        )
         n += 1
         if len(batch) >= 2000:
             JobUnit.objects.bulk_create(batch)
@@ -207,20 +213,25 @@ def enqueue_units(job_id: int, phase: int, unit_ids: list[int] | None = None) ->
         ids = JobUnit.objects.filter(job_id=job_id, phase=phase, state=UnitState.QUEUED)
         if unit_ids is not None:
             ids = ids.filter(pk__in=unit_ids)
-        send_units(job_id, list(ids.order_by("index").values_list("pk", flat=True)))
+        ids.update(queued_at=timezone.now())  # one UPDATE, not one per chunk of ids
+        _send(job_id, list(ids.order_by("index").values_list("pk", flat=True)))
 
     transaction.on_commit(send)
 
 
 def send_units(job_id: int, pks: list[int]) -> bool:
     """Send one task per unit; on a broker error, fail the job (readable, retryable)."""
-    from workers.tasks import job_unit_run
-
     if not pks:
         return True
     now = timezone.now()
     for i in range(0, len(pks), SEND_CHUNK):
         JobUnit.objects.filter(pk__in=pks[i : i + SEND_CHUNK]).update(queued_at=now)
+    return _send(job_id, pks)
+
+
+def _send(job_id: int, pks: list[int]) -> bool:
+    from workers.tasks import job_unit_run
+
     try:
         for pk in pks:
             job_unit_run.apply_async(kwargs={"unit_id": pk})

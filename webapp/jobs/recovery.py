@@ -20,7 +20,7 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from webapp.jobs import dispatch
+from webapp.jobs import claims, dispatch
 from webapp.jobs.common import JobError, log_line, record, unit_lease
 from webapp.jobs.models import ACTIVE_JOB_STATES, Job, JobState, JobUnit, UnitState
 
@@ -171,7 +171,7 @@ def job_retry(
 
 def job_reap(*, lease_seconds: int | None = None) -> list[Job]:
     """Queue again the lost work of every active job: units (and finalize steps) claimed
-    longer ago than the lease. For cron or an operator after losing a worker host; returns
+    longer ago than the lease, and the start of a phase after a complete one. For cron or an operator after losing a worker host; returns
     the jobs it touched. Idempotent: a second run finds nothing lost."""
     cutoff = timezone.now() - unit_lease(lease_seconds)
     job_ids = set(
@@ -191,6 +191,18 @@ def job_reap(*, lease_seconds: int | None = None) -> list[Job]:
             reaped.append(job_retry(job_id=job_id, lease_seconds=lease_seconds))
         except JobError:
             continue  # it finished or was cancelled meanwhile, or its work came back
+    # A phase whose units all succeeded but whose next phase was never started: the
+    # worker of its last success died (or lost its connection) before starting it.
+    stalled = Job.objects.filter(
+        state=JobState.RUNNING, phase__lt=F("num_phases"), phase_left=0
+    ).values_list("pk", "phase")
+    for job_id, phase in stalled:
+        if claims.phase_advance(job_id=job_id, phase=phase):
+            with transaction.atomic():
+                job = Job.objects.select_for_update().get(pk=job_id)
+                log_line(job, f"phase {phase + 1} was complete; the sweep started what follows")
+                job.save(update_fields=["log_tail"])
+            reaped.append(job)
     return reaped
 
 
