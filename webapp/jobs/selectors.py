@@ -47,7 +47,7 @@ class JobDetail:
 
 def job_detail(*, job_id: int, units_limit: int = 200, units_offset: int = 0) -> JobDetail:
     """Four queries: the job, unit counts by state, ``units_limit`` units in plan order
-    from ``units_offset`` (the (job, index) index: any page costs the same) and the failed
+    from position ``units_offset`` (the (job, index) index: any page costs the same) and the failed
     units (up to ``units_limit``); a fifth while an active job has bad input."""
     job = Job.objects.defer("plan").get(pk=job_id)
     if job.is_active and job.bad_lines:
@@ -61,7 +61,9 @@ def job_detail(*, job_id: int, units_limit: int = 200, units_offset: int = 0) ->
     )
     # Without their specs and stats (JSON that can be large): the page shows neither.
     shown = JobUnit.objects.filter(job_id=job_id).defer("spec", "stats").order_by("index")
-    units = list(shown[units_offset : units_offset + units_limit])
+    # Positions are dense (0..units_total-1): a page starts at an index, not at an OFFSET
+    # the database would have to count through.
+    units = list(shown.filter(index__gte=units_offset)[:units_limit])
     failed = list(shown.filter(state=UnitState.FAILED)[:units_limit])
     return JobDetail(
         job=job,
