@@ -260,6 +260,163 @@ def measure(n: int, args: argparse.Namespace, work: Path) -> dict:
     }
 
 
+# The engine at another commit (``--old-engine REV``), run from an archive of that commit
+# against a database of its own. Written against what every version of the engine has:
+# ``services.job_create``, ``services._claim`` and ``services._unit_succeed``.
+OLD_ENGINE_SCRIPT = r"""
+import json, os, random, sys, tempfile, time
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
+import django
+django.setup()
+from shardcore import units
+from webapp.jobs import services
+from webapp.jobs.models import Job, JobUnit
+from workers import tasks
+
+mode, n, sample, stats = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), json.loads(sys.argv[4])
+units.register_stage("scale-noop", run_unit=lambda p, u: dict(stats), finalize=lambda p, s: {})
+if mode == "create":
+    tasks.job_unit_run.apply_async = tasks.job_finalize.apply_async = lambda *a, **k: None
+    specs = [{"id": f"u{i:08d}", "file": f"/data/in/part-{i // 64:06d}.jsonl.zst",
+              "start": (i % 64) * 64_000_000, "end": (i % 64 + 1) * 64_000_000,
+              "bytes": 64_000_000} for i in range(n)]
+    plan = units.Plan(stage="scale-noop", out=tempfile.mkdtemp(prefix="scale-old-"),
+                      params={"seq_len": 2048}, phases=[specs])
+    t0 = time.perf_counter()
+    job = services.job_create(plan=plan)
+    print(json.dumps({"job": job.pk, "create_s": time.perf_counter() - t0}))
+    sys.exit()
+job_id = int(sys.argv[5])
+pks = list(JobUnit.objects.filter(job_id=job_id).order_by("id").values_list("pk", flat=True))
+pks = random.Random(n).sample(pks, min(sample, len(pks)))
+claim_ms, succeed_ms = [], []
+for pk in pks:
+    t0 = time.perf_counter()
+    unit = services._claim(pk, "bench-old")
+    t1 = time.perf_counter()
+    services._unit_succeed(unit, dict(stats))
+    claim_ms.append((t1 - t0) * 1000)
+    succeed_ms.append((time.perf_counter() - t1) * 1000)
+peak = next(int(l.split()[1]) / 1024 for l in open("/proc/self/status") if l.startswith("VmHWM"))
+JobUnit.objects.filter(job_id=job_id).delete()
+Job.objects.filter(pk=job_id).delete()
+print(json.dumps({"claim_ms": claim_ms, "succeed_ms": succeed_ms, "rss_peak_mb": peak}))
+"""
+
+
+def _database_url(name: str) -> str:
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(os.environ["DATABASE_URL"])
+    return urlunsplit(parts._replace(path=f"/{name}"))
+
+
+def old_engine(rev: str, sizes: list[int], sample: int) -> list[dict]:
+    """Claim + success per unit of the engine at commit ``rev``, from an archive of it run
+    against a fresh database (dropped afterwards)."""
+    import subprocess
+
+    import psycopg
+    from django.db import connection
+
+    root = Path(__file__).resolve().parents[2]
+    db = f"{connection.settings_dict['NAME']}_old_engine"
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="scale-old-engine-") as tmp:
+        archive = subprocess.run(
+            ["git", "-C", str(root), "archive", rev], check=True, capture_output=True
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive, check=True)
+        admin = _database_url("postgres")
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{db}"')
+            conn.execute(f'CREATE DATABASE "{db}"')
+        env = {
+            **os.environ,
+            "PYTHONPATH": tmp,
+            "DATABASE_URL": _database_url(db),
+            "SHARDYARD_DATA": str(Path(tmp) / "data"),
+        }
+        try:
+            subprocess.run(
+                [sys.executable, "manage.py", "migrate", "-v0"],
+                cwd=tmp, env=env, check=True, capture_output=True,
+            )  # fmt: skip
+
+            def script(*argv: object) -> dict:
+                proc = subprocess.run(
+                    [sys.executable, "-c", OLD_ENGINE_SCRIPT, *map(str, argv)],
+                    cwd=tmp, env=env, capture_output=True, text=True,
+                )  # fmt: skip
+                if proc.returncode != 0:
+                    raise RuntimeError(f"the engine at {rev} failed:\n{proc.stderr[-3000:]}")
+                return json.loads(proc.stdout.strip().splitlines()[-1])
+
+            for n in sizes:
+                made = script("create", n, sample, json.dumps(STATS))
+                got = script("work", n, sample, json.dumps(STATS), made["job"])
+                both = [c + s for c, s in zip(got["claim_ms"], got["succeed_ms"], strict=True)]
+                rows.append(
+                    {
+                        "units": n,
+                        "create_s": made["create_s"],
+                        "claim": summarize_ms(got["claim_ms"]),
+                        "succeed": summarize_ms(got["succeed_ms"]),
+                        "claim_succeed": summarize_ms(both),
+                        "rss_peak_mb": got["rss_peak_mb"],
+                    }
+                )
+                print(
+                    f"{n:>9,} units, engine at {rev}: claim + success "
+                    f"{rows[-1]['claim_succeed']['mean']:.2f} ms",
+                    file=sys.stderr,
+                )
+        finally:
+            with psycopg.connect(admin, autocommit=True) as conn:
+                conn.execute(f'DROP DATABASE IF EXISTS "{db}"')
+    return rows
+
+
+def report_old(old: list[dict], new: list[dict], rev: str) -> str:
+    """The engine at ``rev`` beside this one, at the sizes both measured."""
+    by_size = {r["units"]: r for r in new}
+    table = markdown_table(
+        [
+            "units",
+            f"engine at {rev}: claim + success ms (mean / p50)",
+            f"worker peak RSS MB at {rev}",
+            "this engine: claim + success ms (mean / p50)",
+            "ratio (old / new, mean)",
+        ],
+        [
+            [
+                r["units"],
+                f"{r['claim_succeed']['mean']:.2f} / {r['claim_succeed']['p50']:.2f}",
+                r["rss_peak_mb"],
+                (
+                    f"{by_size[r['units']]['claim_succeed']['mean']:.2f} / "
+                    f"{by_size[r['units']]['claim_succeed']['p50']:.2f}"
+                )
+                if r["units"] in by_size
+                else "-",
+                (r["claim_succeed"]["mean"] / by_size[r["units"]]["claim_succeed"]["mean"])
+                if r["units"] in by_size
+                else "-",
+            ]
+            for r in old
+        ],
+    )
+    lines = [table, ""]
+    if len(old) >= 2:
+        fit = fit_power([r["units"] for r in old], [r["claim_succeed"]["mean"] for r in old])
+        lines.append(
+            f"Fit, engine at {rev}: slope {fit.slope:+.3f}; "
+            + "; ".join(f"{s:,} units: {fit.at(s):,.0f} ms" for s in EXTRAPOLATE_TO)
+            + "."
+        )
+    return "\n".join(lines)
+
+
 def report(rows: list[dict], args: argparse.Namespace) -> str:
     sizes = [r["units"] for r in rows]
     table = markdown_table(
@@ -332,6 +489,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--workers", type=int, default=1, help="worker processes at once")
     p.add_argument("--out", default="", help="directory for results.json and results.md")
     p.add_argument("--keep", action="store_true", help="keep the jobs (default: delete)")
+    p.add_argument(
+        "--old-engine", default="", metavar="REV", help="also measure the engine at this commit"
+    )
+    p.add_argument("--old-sizes", default="1000,10000,100000")
+    p.add_argument("--old-sample", type=int, default=200)
     p.add_argument("--worker", default="", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
@@ -358,7 +520,13 @@ def main(argv: list[str] | None = None) -> None:
                 file=sys.stderr,
             )
     text = report(rows, args)
-    (out / "results.json").write_text(json.dumps({"machine": machine(), "rows": rows}, indent=1))
+    old = []
+    if args.old_engine:
+        sizes_old = [int(s) for s in args.old_sizes.split(",") if s.strip()]
+        old = old_engine(args.old_engine, sizes_old, args.old_sample)
+        text += "\n\n" + report_old(old, rows, args.old_engine)
+    results = {"machine": machine(), "rows": rows, "old_engine": args.old_engine, "old": old}
+    (out / "results.json").write_text(json.dumps(results, indent=1))
     (out / "results.md").write_text(text + "\n")
     print(text)
     print(f"\n(results in {out})", file=sys.stderr)
