@@ -2,17 +2,17 @@
 
 A claim is ``UPDATE ... WHERE state = 'queued'`` that must change exactly one row; the unit
 row then carries all the unit needs (its spec; the plan's header is cached per worker
-process, see ``dispatch.job_plan``). A success is one statement on Postgres (its own transaction):
-the job's counters in place (``units_done = units_done + 1, tokens = tokens + n, ...,
-phase_left = phase_left - 1``, returning the units left in the phase) provided the unit is
-still ``state = 'running' AND attempts = <claimed attempt>`` (a duplicate or stale delivery
-records nothing), and the unit's row. The success that takes the phase to 0 then starts the
-next phase (``phase_advance``; the sweep does it should that worker die first). Nothing
-reads or rewrites the plan, the job's row is locked for one statement, and no success
-counts rows: a unit costs the same in a job of a thousand units or a million. Claims and
-successes commit asynchronously: what a crash of the database server loses of them, the
-lease heals (see ``claim`` and ``_SUCCEED_SQL``).
-A failure is rare and ends the job: it locks the job row like the operator's actions do.
+process, see ``dispatch.job_plan``). A success is one statement on Postgres (its own
+transaction): the job's counters in place (``units_done = units_done + 1, tokens = tokens +
+n, ..., phase_left = phase_left - 1``, returning the units left in the phase) provided the
+unit is still ``state = 'running' AND attempts = <claimed attempt>`` (a duplicate or stale
+delivery records nothing), and the unit's row. The success that takes the phase to 0 then
+starts the next phase (``phase_advance``; the sweep does it should that worker die first).
+Nothing reads or rewrites the plan, the job's row is locked for one statement, and no
+success counts rows: a unit costs the same in a job of a thousand units or a million.
+Claims and successes commit asynchronously: what a crash of the database server loses of
+them, the lease heals (see ``claim`` and ``_SUCCEED_SQL``). A failure is rare and ends the
+job: it locks the job row like the operator's actions do.
 """
 
 from __future__ import annotations
