@@ -96,9 +96,18 @@ class Plan:
             "meta": self.meta,
         }
 
+    def header(self) -> dict[str, Any]:
+        """``to_json`` without the units: what a runner keeps apart from the units' specs
+        (a job engine stores each unit's spec on its own)."""
+        return {"stage": self.stage, "out": self.out, "params": self.params, "meta": self.meta}
+
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Plan:
-        return cls(data["stage"], data["out"], data["params"], data["phases"], data.get("meta", {}))
+        """A plan from ``to_json`` (or a ``header`` with the phases given separately: any
+        sequence of sequences, e.g. one that loads the units' specs when first read)."""
+        return cls(
+            data["stage"], data["out"], data["params"], data.get("phases", []), data.get("meta", {})
+        )
 
     def unit(self, unit_id: str) -> dict[str, Any]:
         for phase in self.phases:
@@ -278,9 +287,17 @@ class UnitSuperseded(Exception):
 
 
 def run_unit(
-    plan: Plan, unit_id: str, *, may_publish: Callable[[], bool] | None = None
+    plan: Plan,
+    unit_id: str,
+    *,
+    may_publish: Callable[[], bool] | None = None,
+    unit: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Run one unit unless it already finished; returns its stats either way.
+
+    ``unit`` is the unit's spec when the caller has it (a job engine keeps each unit's spec
+    in its own row): then ``plan.phases`` is not searched, and need not be loaded at all
+    unless the stage itself reads it.
 
     ``may_publish``, when given, is asked once the work is done and before anything of it
     is published (uploaded to an object store, or its marker written): False raises
@@ -288,10 +305,15 @@ def run_unit(
     cut off past its lease) leaves no late objects in an artifact another run finished.
     The local copies of its remote inputs are in use (never evicted) until it returns."""
     with storage.artifact_scope():
-        return _run_unit(plan, unit_id, may_publish)
+        return _run_unit(plan, unit_id, may_publish, unit)
 
 
-def _run_unit(plan: Plan, unit_id: str, may_publish: Callable[[], bool] | None) -> dict[str, Any]:
+def _run_unit(
+    plan: Plan,
+    unit_id: str,
+    may_publish: Callable[[], bool] | None,
+    unit: dict[str, Any] | None,
+) -> dict[str, Any]:
     done = unit_result(plan.out, unit_id)
     if done is not None:
         return done
@@ -302,7 +324,7 @@ def _run_unit(plan: Plan, unit_id: str, may_publish: Callable[[], bool] | None) 
             raise UnitSuperseded(f"{plan.out}: unit {unit_id} was taken over; not published")
 
     if not storage.is_remote(plan.out):
-        stats = runner(with_local_inputs(plan), plan.unit(unit_id))
+        stats = runner(with_local_inputs(plan), unit if unit is not None else plan.unit(unit_id))
         check()
         mark_done(plan.out, unit_id, stats)
         return stats
@@ -311,7 +333,7 @@ def _run_unit(plan: Plan, unit_id: str, may_publish: Callable[[], bool] | None) 
     remote = _pull(store, work)
     before = _snapshot(work)
     local = dataclasses.replace(with_local_inputs(plan), out=str(work))
-    stats = runner(local, local.unit(unit_id))
+    stats = runner(local, unit if unit is not None else local.unit(unit_id))
     check()
     _push(store, work, before, remote)
     mark_done(work, unit_id, stats)  # later units and finalize on this host read it here

@@ -166,7 +166,7 @@ def seed(args, workdir: Path) -> dict:
         batch_size=5_000,
     )  # fmt: skip
     JobUnit.objects.bulk_create(
-        [JobUnit(job=j, unit_id=f"part-{k:04d}", phase=0, state="succeeded")
+        [JobUnit(job=j, unit_id=f"part-{k:04d}", index=k, phase=0, state="succeeded")
          for j in jobs for k in range(10)],
         batch_size=10_000,
     )  # fmt: skip

@@ -200,16 +200,17 @@ def catalog(tmp_path, users):
     )
     JobUnit.objects.bulk_create(
         [
-            JobUnit(job=job, unit_id="part-0.jsonl", phase=0, state=UnitState.SUCCEEDED),
+            JobUnit(job=job, unit_id="part-0.jsonl", index=0, phase=0, state=UnitState.SUCCEEDED),
             JobUnit(
                 job=job,
                 unit_id="part-1.jsonl",
+                index=1,
                 phase=0,
                 state=UnitState.RUNNING,
                 worker="w1@host",
                 started_at=now,  # within the lease: its worker is alive
             ),
-            JobUnit(job=job, unit_id="part-2.jsonl", phase=0, state=UnitState.QUEUED),
+            JobUnit(job=job, unit_id="part-2.jsonl", index=2, phase=0, state=UnitState.QUEUED),
         ]
     )
     flag = Flag.objects.create(

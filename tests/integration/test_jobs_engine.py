@@ -308,3 +308,27 @@ def test_it_queues_the_first_phase_after_commit(eager, held, tmp_path):
     assert Job.objects.get(pk=job.pk).state == JobState.QUEUED
     assert JobUnit.objects.filter(job=job, state=UnitState.QUEUED).count() == 2
     assert JobUnit.objects.filter(job=job, state=UnitState.PENDING).count() == 1
+
+
+def test_the_sweep_starts_the_next_phase_when_the_last_success_did_not(
+    eager, held, tmp_path, monkeypatch
+):
+    from webapp.jobs import claims
+
+    job = services.job_create(plan=_plan(tmp_path / "out", n=2), recorder=RECORDER)
+    # The worker of the phase's last success dies before it starts the next phase.
+    with monkeypatch.context() as patched:
+        patched.setattr(claims, "phase_advance", lambda **_: False)
+        for unit in JobUnit.objects.filter(job=job, phase=0):
+            assert services.job_unit_execute(unit_id=unit.pk, worker="w") == "succeeded"
+    job.refresh_from_db()
+    assert (job.phase, job.phase_left, job.units_done) == (0, 0, 2)
+    held.clear()
+
+    assert [j.pk for j in services.job_reap()] == [job.pk]
+    job.refresh_from_db()
+    summer = JobUnit.objects.get(job=job, unit_id="sum")
+    assert (job.phase, job.phase_left, summer.state) == (1, 1, UnitState.QUEUED)
+    assert held == [("workers.job_unit_run", {"unit_id": summer.pk})]
+    assert "the sweep started what follows" in job.log_tail
+    assert services.job_reap() == []  # nothing stalled any more

@@ -55,7 +55,10 @@ def big(db):
     Taint.objects.bulk_create([Taint(flag=flag, run=r) for r in runs[:1000]])
     job = Job.objects.create(kind="tokenize", plan={}, output_dir="/o", units_total=4000)
     JobUnit.objects.bulk_create(
-        [JobUnit(job=job, unit_id=f"u{i}", phase=0, state="succeeded") for i in range(4000)]
+        [
+            JobUnit(job=job, unit_id=f"u{i}", index=i, phase=0, state="succeeded")
+            for i in range(4000)
+        ]
     )
     return {"source": sources[0], "tokenized": tokenized[0], "pool": pool, "run": runs[0],
             "flag": flag, "job": job}  # fmt: skip
@@ -103,3 +106,23 @@ def test_it_shows_a_flag_and_a_job_in_bounded_queries(big, django_assert_max_num
     with django_assert_max_num_queries(4):
         detail = job_selectors.job_detail(job_id=big["job"].pk)
         assert detail.unit_states == {"succeeded": 4000} and len(detail.units) == 200
+
+
+def test_it_pages_a_jobs_units_from_any_position(big, client, django_user_model):
+    job = big["job"]
+    with_bad = JobUnit.objects.filter(job=job, index__in=[3, 3990])
+    with_bad.update(bad_lines=1, stats={"bad_input": {"f": {"empty": {"count": 1}}}})
+    Job.objects.filter(pk=job.pk).update(state="running", bad_lines=2)
+
+    detail = job_selectors.job_detail(job_id=job.pk, units_limit=50, units_offset=3950)
+    assert [u.index for u in detail.units] == list(range(3950, 4000))
+    # While the job runs, its bad input is summed from its units that refused some.
+    assert detail.job.bad_input == {"f": {"empty": {"count": 2, "samples": []}}}
+
+    client.force_login(django_user_model.objects.create_user("viewer", password="x"))
+    page = client.get(f"/jobs/{job.pk}/?units_from=3900").content.decode()
+    assert "Units 3,901 to 4,000 of 4,000" in page and "?units_from=3700" in page
+    assert "u3900" in page and "u3899" not in page
+    polled = client.get(f"/jobs/{job.pk}/progress.json?units_from=3999").json()
+    assert [u["unit_id"] for u in polled["units"]] == ["u3999"]
+    assert client.get(f"/jobs/{job.pk}/?units_from=nope").status_code == 200

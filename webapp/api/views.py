@@ -252,7 +252,7 @@ class JobViewSet(Base, viewsets.ReadOnlyModelViewSet):
     @action(detail=True, methods=["get"])
     def units(self, request, pk=None):
         job = get_object_or_404(Job.objects.only("id"), pk=pk)
-        page = self.paginate_queryset(job.units.order_by("phase", "id"))
+        page = self.paginate_queryset(job.units.defer("spec", "stats").order_by("index"))
         return self.get_paginated_response(s.JobUnitSerializer(page, many=True).data)
 
     def _act(self, pk, fn):

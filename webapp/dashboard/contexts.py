@@ -56,11 +56,17 @@ def taint_link(row: dict) -> dict:
 UNITS_SHOWN = 200
 
 
-def job_detail(*, job_id: int) -> dict:
+def job_detail(*, job_id: int, units_from=0) -> dict:
     """The job page: ``webapp.jobs.selectors.job_detail`` (the job, unit counts by state,
-    the first units in plan order, failed units: four queries) shaped for the template."""
+    ``UNITS_SHOWN`` units in plan order from position ``units_from`` (a query-string value:
+    anything but a sane integer is 0), failed units: four queries) shaped for the
+    template."""
     try:
-        detail = jobs.job_detail(job_id=job_id, units_limit=UNITS_SHOWN)
+        units_from = max(0, min(int(str(units_from or 0)), 2**31 - 1))
+    except ValueError:
+        units_from = 0
+    try:
+        detail = jobs.job_detail(job_id=job_id, units_limit=UNITS_SHOWN, units_offset=units_from)
     except Job.DoesNotExist:
         raise Http404(f"no job {job_id}") from None
     job = detail.job
@@ -70,6 +76,12 @@ def job_detail(*, job_id: int) -> dict:
         "unit_counts": {s: detail.unit_states.get(s, 0) for s in UnitState.values},
         "units": detail.units,
         "units_truncated": job.units_total > len(detail.units),
+        "units_from": units_from,
+        "units_to": units_from + len(detail.units),
+        "units_prev": max(0, units_from - UNITS_SHOWN) if units_from else None,
+        "units_next": (
+            units_from + UNITS_SHOWN if units_from + UNITS_SHOWN < job.units_total else None
+        ),
         "failed_units": detail.failed_units,
         "eta_seconds": eta.total_seconds() if eta is not None else None,
         "timeline_figure": charts.unit_timeline(_timeline_rows(detail.units)),
@@ -91,9 +103,9 @@ def _timeline_rows(units) -> list[dict]:
     ]
 
 
-def job_progress_json(*, job_id: int) -> dict:
+def job_progress_json(*, job_id: int, units_from=0) -> dict:
     """The JSON document the job page polls (plain types only)."""
-    p = job_detail(job_id=job_id)
+    p = job_detail(job_id=job_id, units_from=units_from)
     job = p["job"]
     now = timezone.now()
     return {

@@ -1,5 +1,10 @@
 """Jobs: one row per run of a shardcore stage, one ``JobUnit`` row per unit of its plan.
 
+The plan lives in both, split so that no unit's work grows with the job: the Job row keeps
+the plan's header (stage, output, params, meta: ``plan`` without ``phases``) and the
+counters, each ``JobUnit`` row its own unit's spec, state, lease and outcome. A claim reads
+one unit row; a success updates that row and adds to the job's counters in place.
+
 The jobs app is generic over stages (tokenize, pool, materialize...): it knows a
 ``shardcore.units.Plan`` and nothing about the artifact it builds. The catalog app creates a
 job with a *recorder* (dotted path of a catalog service) that the engine calls when the job
@@ -42,11 +47,16 @@ class Job(models.Model):
     kind = models.CharField(max_length=40)  # the shardcore stage name, e.g. "tokenize"
     title = models.CharField(max_length=300, blank=True)
     state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.QUEUED)
-    plan = models.JSONField()  # shardcore.units.Plan.to_json()
+    # shardcore.units.Plan.to_json() without "phases": each unit's spec is its JobUnit row.
+    plan = models.JSONField()
     output_dir = models.CharField(max_length=1000)
     # Index of the phase being run; == number of phases while finalize runs.
     phase = models.PositiveIntegerField(default=0)
     num_phases = models.PositiveIntegerField(default=1)
+    # Units of the current phase not succeeded yet: set when the phase starts (or is
+    # retried), decremented in place by each success; the success that takes it to 0
+    # starts the next phase. No unit counts the rows of its phase.
+    phase_left = models.PositiveIntegerField(default=0)
     # Set by the finalize claim and renewed by its heartbeat, like a unit's heartbeat_at.
     finalize_claimed_at = models.DateTimeField(null=True, blank=True)
     finalize_queued_at = models.DateTimeField(null=True, blank=True)
@@ -59,7 +69,8 @@ class Job(models.Model):
     tokens = models.BigIntegerField(default=0)
     bytes = models.BigIntegerField(default=0)
     bad_lines = models.BigIntegerField(default=0)
-    # {file: {reason: {"count": n, "samples": [...]}}} summed over finished units.
+    # {file: {reason: {"count": n, "samples": [...]}}} summed over the units' stats when the
+    # job ends (webapp.jobs.selectors.job_bad_input sums them while it runs).
     bad_input = models.JSONField(default=dict, blank=True)
     error = models.TextField(blank=True)
     log_tail = models.TextField(blank=True)
@@ -117,10 +128,16 @@ class Job(models.Model):
 class JobUnit(models.Model):
     job = models.ForeignKey(Job, related_name="units", on_delete=models.CASCADE)
     unit_id = models.CharField(max_length=200)  # the unit's "id" in the plan
+    # Position in the plan (phases in order, units in order): pages list units by it.
+    index = models.PositiveIntegerField()
     phase = models.PositiveIntegerField()
+    # The unit's dict in the plan: all its run needs besides the job's plan header.
+    spec = models.JSONField(default=dict)
     state = models.CharField(max_length=16, choices=UnitState.choices, default=UnitState.PENDING)
     attempts = models.PositiveIntegerField(default=0)
     stats = models.JSONField(null=True, blank=True)
+    # The bad_lines of its stats: the job's bad input is summed over the units that have any.
+    bad_lines = models.BigIntegerField(default=0)
     error = models.TextField(blank=True)
     worker = models.CharField(max_length=200, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -137,11 +154,24 @@ class JobUnit(models.Model):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["job", "unit_id"], name="jobunit_unique_per_job")
+            models.UniqueConstraint(fields=["job", "unit_id"], name="jobunit_unique_per_job"),
+            # Pages of a job's units in plan order.
+            models.UniqueConstraint(fields=["job", "index"], name="jobunit_index_per_job"),
         ]
-        # Phase completion counts units of (job, phase) by state.
-        indexes = [models.Index(fields=["job", "phase", "state"])]
-        ordering = ["phase", "id"]
+        indexes = [
+            # Phase starts and retries select the units of (job, phase) by state.
+            models.Index(fields=["job", "phase", "state"]),
+            # The sweep's lost units and the workers page read only the running units,
+            # a few rows however many units the jobs hold.
+            models.Index(
+                fields=["job"], name="jobunit_running", condition=models.Q(state="running")
+            ),
+            # The job's bad input sums the units that refused input.
+            models.Index(
+                fields=["job"], name="jobunit_bad_input", condition=models.Q(bad_lines__gt=0)
+            ),
+        ]
+        ordering = ["job", "index"]
 
     def __str__(self) -> str:
         return f"{self.job_id}/{self.unit_id} ({self.state})"

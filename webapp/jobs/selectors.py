@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from django.db.models import Count, QuerySet
 
+from webapp.jobs.common import bad_input_sum
 from webapp.jobs.models import ACTIVE_JOB_STATES, Job, JobState, JobUnit, UnitState
 from webapp.paging import page_of
 
@@ -32,6 +33,9 @@ def job_running(*, limit: int = 10) -> list[Job]:
     )
 
 
+BAD_INPUT_UNITS = 500  # units whose bad input the page of a running job sums
+
+
 @dataclass
 class JobDetail:
     job: Job
@@ -41,20 +45,26 @@ class JobDetail:
     workers: list[str]
 
 
-def job_detail(*, job_id: int, units_limit: int = 200) -> JobDetail:
-    """Four queries: the job, unit counts by state, the first ``units_limit`` units in
-    plan order and the failed units (up to ``units_limit``)."""
+def job_detail(*, job_id: int, units_limit: int = 200, units_offset: int = 0) -> JobDetail:
+    """Four queries: the job, unit counts by state, ``units_limit`` units in plan order
+    from position ``units_offset`` (the (job, index) index: any page costs the same) and the failed
+    units (up to ``units_limit``); a fifth while an active job has bad input."""
     job = Job.objects.defer("plan").get(pk=job_id)
+    if job.is_active and job.bad_lines:
+        # Summed when the job ends; while it runs, from the first units that refused input.
+        job.bad_input = bad_input_sum(job_id=job_id, limit=BAD_INPUT_UNITS)
     states = dict(
         JobUnit.objects.filter(job_id=job_id)
         .values_list("state")
         .annotate(n=Count("id"))
         .values_list("state", "n")
     )
-    units = list(JobUnit.objects.filter(job_id=job_id).order_by("phase", "id")[:units_limit])
-    failed = list(
-        JobUnit.objects.filter(job_id=job_id, state=UnitState.FAILED).order_by("id")[:units_limit]
-    )
+    # Without their specs and stats (JSON that can be large): the page shows neither.
+    shown = JobUnit.objects.filter(job_id=job_id).defer("spec", "stats").order_by("index")
+    # Positions are dense (0..units_total-1): a page starts at an index, not at an OFFSET
+    # the database would have to count through.
+    units = list(shown.filter(index__gte=units_offset)[:units_limit])
+    failed = list(shown.filter(state=UnitState.FAILED)[:units_limit])
     return JobDetail(
         job=job,
         units=units,
@@ -65,5 +75,5 @@ def job_detail(*, job_id: int, units_limit: int = 200) -> JobDetail:
 
 
 def job_units(*, job_id: int, state: str | None = None) -> QuerySet[JobUnit]:
-    qs = JobUnit.objects.filter(job_id=job_id).order_by("phase", "id")
+    qs = JobUnit.objects.filter(job_id=job_id).defer("spec", "stats").order_by("index")
     return qs.filter(state=state) if state else qs

@@ -18,11 +18,13 @@ def job_list(request):
 
 
 def job_detail(request, job_id: int):
-    return render(request, "dashboard/jobs/detail.html", contexts.job_detail(job_id=job_id))
+    ctx = contexts.job_detail(job_id=job_id, units_from=request.GET.get("units_from", 0))
+    return render(request, "dashboard/jobs/detail.html", ctx)
 
 
 def job_progress(request, job_id: int):
-    return JsonResponse(contexts.job_progress_json(job_id=job_id))
+    units_from = request.GET.get("units_from", 0)
+    return JsonResponse(contexts.job_progress_json(job_id=job_id, units_from=units_from))
 
 
 def _act(request, job_id: int, action, done: str):

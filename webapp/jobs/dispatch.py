@@ -1,0 +1,266 @@
+"""Creating a job and sending its work: the job row and one unit row per unit of its plan,
+the phases in order, one task message per unit and one for finalize.
+
+The plan is split when the job is created: its header (stage, output, params, meta) goes in
+the Job row, each unit's spec in its own ``JobUnit`` row (written with COPY on Postgres: a
+million units take seconds). ``job_plan`` puts a plan back together for a worker: the header,
+cached per process for the job's life, and ``UnitSpecs`` as its phases, which reads the
+units' specs from the database only if a stage asks for them (finalize does; most units
+never do). So a unit's claim reads its own row and no more, whatever the job's size.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from django.conf import settings
+from django.db import connection, transaction
+from django.utils import timezone
+
+from shardcore import units
+from webapp.jobs.common import describe, job_fail, log_line, with_db_retry
+from webapp.jobs.models import Job, JobUnit, UnitState
+
+log = logging.getLogger("webapp.jobs.services")
+
+SEND_CHUNK = 5000  # unit rows stamped as sent per UPDATE
+
+
+def job_create(
+    *,
+    plan: units.Plan,
+    title: str = "",
+    recorder: str = "",
+    created_by=None,
+) -> Job:
+    """Save the plan next to the output, create the job and its units, and enqueue the
+    first phase once the surrounding transaction commits."""
+    units.save_plan(plan)
+    with transaction.atomic():
+        job = Job.objects.create(
+            kind=plan.stage,
+            title=title or f"{plan.stage} {plan.out}",
+            plan=plan.header(),
+            output_dir=str(plan.out),
+            num_phases=len(plan.phases),
+            units_total=plan.num_units,
+            recorder=recorder,
+            created_by=created_by,
+        )
+        # The first phase is written queued: phase_start then finds nothing to change.
+        units_insert(job_id=job.pk, phases=plan.phases, queued_phase=0)
+        log_line(job, f"created: {plan.num_units} unit(s) in {len(plan.phases)} phase(s)")
+        phase_start(job, 0)
+        job.save()
+    return job
+
+
+_UNIT_COLUMNS = (
+    "job_id", "unit_id", "index", "phase", "spec", "state", "attempts", "bad_lines",
+    "error", "worker", "last_event",
+)  # fmt: skip
+
+
+def units_insert(
+    *, job_id: int, phases: Sequence[Sequence[dict[str, Any]]], queued_phase: int | None = None
+) -> int:
+    """Write one row per unit of ``phases`` (in plan order) for the job, PENDING (QUEUED in
+    ``queued_phase``); returns the number written. Postgres takes them through COPY (a
+    million rows in seconds), other databases in batches."""
+    rows = (
+        (job_id, str(spec["id"]), index, phase, spec)
+        for index, (phase, spec) in enumerate(
+            (p, s) for p, specs in enumerate(phases) for s in specs
+        )
+    )
+    n = 0
+    if connection.vendor == "postgresql":
+        table = JobUnit._meta.db_table
+        sql = f"COPY {table} ({', '.join(_UNIT_COLUMNS)}) FROM STDIN"
+        with connection.cursor() as cursor, cursor.cursor.copy(sql) as copy:
+            for job, uid, index, phase, spec in rows:
+                state = UnitState.QUEUED if phase == queued_phase else UnitState.PENDING
+                copy.write_row((job, uid, index, phase, json.dumps(spec), state, 0, 0, "", "", ""))
+                n += 1
+        return n
+    batch: list[JobUnit] = []
+    for job, uid, index, phase, spec in rows:
+        state = UnitState.QUEUED if phase == queued_phase else UnitState.PENDING
+        batch.append(
+            JobUnit(job_id=job, unit_id=uid, index=index, phase=phase, spec=spec, state=state)
+        )
+        n += 1
+        if len(batch) >= 2000:
+            JobUnit.objects.bulk_create(batch)
+            batch = []
+    JobUnit.objects.bulk_create(batch)
+    return n
+
+
+def phase_start(job: Job, phase: int) -> None:
+    """Queue the units of ``phase`` that have not succeeded (skipping phases with nothing
+    left to do), or finalize after the last one. Counts the phase's units left once, here,
+    for the successes to count down. The caller holds the job row and saves it."""
+    while phase < job.num_phases:
+        in_phase = JobUnit.objects.filter(job=job, phase=phase)
+        in_phase.filter(state=UnitState.PENDING).update(state=UnitState.QUEUED)
+        left = in_phase.exclude(state=UnitState.SUCCEEDED).count()
+        if left:
+            job.phase = phase
+            job.phase_left = left
+            log_line(job, f"phase {phase + 1}/{job.num_phases} queued")
+            enqueue_units(job.pk, phase)
+            return
+        phase += 1
+    job.phase = job.num_phases
+    job.phase_left = 0
+    job.finalize_claimed_at = None
+    log_line(job, "all units done; finalizing")
+    enqueue_finalize(job.pk)
+
+
+# --- the plan, put back together for a worker -------------------------------------------
+
+
+class UnitSpecs(Sequence):
+    """A job's phases (lists of unit specs in plan order), read from its unit rows on first
+    use: ``Plan.phases`` for a stage that reads them (finalize, or a unit that reads an
+    earlier phase's results); a unit that reads only its own spec never loads them."""
+
+    def __init__(self, job_id: int, num_phases: int):
+        self._job_id, self._num_phases = job_id, num_phases
+        self._phases: list[list[dict[str, Any]]] | None = None
+
+    def _load(self) -> list[list[dict[str, Any]]]:
+        if self._phases is None:
+            # Read while the unit runs: a dropped connection is retried, not a unit failure.
+            self._phases = with_db_retry(f"reading the units of job {self._job_id}", self._read)
+        return self._phases
+
+    def _read(self, _errors: list[str]) -> list[list[dict[str, Any]]]:
+        phases: list[list[dict[str, Any]]] = [[] for _ in range(self._num_phases)]
+        specs = (
+            JobUnit.objects.filter(job_id=self._job_id)
+            .order_by("index")
+            .values_list("phase", "spec")
+        )
+        for phase, spec in specs.iterator(chunk_size=5000):
+            phases[phase].append(spec)
+        return phases
+
+    def __len__(self) -> int:
+        return self._num_phases
+
+    def __getitem__(self, i):
+        return self._load()[i]
+
+    def __iter__(self) -> Iterator[list[dict[str, Any]]]:
+        return iter(self._load())
+
+
+_PLANS: OrderedDict[tuple[int, Any], units.Plan] = OrderedDict()
+_PLANS_KEPT = 4  # jobs whose plan header a worker process keeps
+
+
+def job_plan(job: Job) -> units.Plan:
+    """The job's plan: its header (read once per process for the job; ``created_at`` tells
+    a new job that reuses an id apart) with ``UnitSpecs`` as its phases."""
+    key = (job.pk, job.created_at)
+    plan = _PLANS.get(key)
+    if plan is None:
+        header, num_phases = Job.objects.filter(pk=job.pk).values_list("plan", "num_phases").get()
+        plan = units.Plan.from_json({**header, "phases": UnitSpecs(job.pk, num_phases)})
+        _PLANS[key] = plan
+        while len(_PLANS) > _PLANS_KEPT:
+            _PLANS.popitem(last=False)
+    else:
+        _PLANS.move_to_end(key)
+    return plan
+
+
+def job_plan_forget(job_id: int) -> None:
+    """Drop a job's cached plan (its units' specs, when loaded, can be large)."""
+    for key in [k for k in _PLANS if k[0] == job_id]:
+        del _PLANS[key]
+
+
+# --- task messages ----------------------------------------------------------------------
+
+
+def _broker_errors() -> tuple[type[BaseException], ...]:
+    import kombu.exceptions
+    import redis.exceptions
+
+    return (kombu.exceptions.OperationalError, redis.exceptions.ConnectionError, OSError)
+
+
+def _broker_name() -> str:
+    """The broker's address without credentials, for error messages."""
+    url = settings.CELERY_BROKER_URL
+    scheme, _, rest = url.partition("://")
+    return f"{scheme}://{rest.rsplit('@', 1)[-1]}" if rest else url
+
+
+def enqueue_units(job_id: int, phase: int, unit_ids: list[int] | None = None) -> None:
+    """Once the transaction commits, send a message for each queued unit of the phase (or of
+    ``unit_ids`` among them)."""
+
+    def send() -> None:
+        ids = JobUnit.objects.filter(job_id=job_id, phase=phase, state=UnitState.QUEUED)
+        if unit_ids is not None:
+            ids = ids.filter(pk__in=unit_ids)
+        ids.update(queued_at=timezone.now())  # one UPDATE, not one per chunk of ids
+        _send(job_id, list(ids.order_by("index").values_list("pk", flat=True)))
+
+    transaction.on_commit(send)
+
+
+def send_units(job_id: int, pks: list[int]) -> bool:
+    """Send one task per unit; on a broker error, fail the job (readable, retryable)."""
+    if not pks:
+        return True
+    now = timezone.now()
+    for i in range(0, len(pks), SEND_CHUNK):
+        JobUnit.objects.filter(pk__in=pks[i : i + SEND_CHUNK]).update(queued_at=now)
+    return _send(job_id, pks)
+
+
+def _send(job_id: int, pks: list[int]) -> bool:
+    from workers.tasks import job_unit_run
+
+    try:
+        for pk in pks:
+            job_unit_run.apply_async(kwargs={"unit_id": pk})
+    except _broker_errors() as exc:
+        _broker_down(job_id, exc)
+        return False
+    return True
+
+
+def enqueue_finalize(job_id: int) -> None:
+    transaction.on_commit(lambda: send_finalize(job_id))
+
+
+def send_finalize(job_id: int) -> bool:
+    from workers.tasks import job_finalize
+
+    Job.objects.filter(pk=job_id).update(finalize_queued_at=timezone.now())
+    try:
+        job_finalize.apply_async(kwargs={"job_id": job_id})
+    except _broker_errors() as exc:
+        _broker_down(job_id, exc)
+        return False
+    return True
+
+
+def _broker_down(job_id: int, exc: BaseException) -> None:
+    log.error("job %s: the broker refused its tasks: %s", job_id, exc)
+    job_fail(
+        job_id,
+        f"could not queue the job's tasks: the broker {_broker_name()} is unreachable "
+        f"({describe(exc)}). Nothing ran; Retry once the broker is back.",
+    )
