@@ -113,6 +113,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "webapp.security.ContentSecurityPolicyMiddleware",
+    # Unmatched addresses under /api/ (an id above 2^63) answer JSON, not an HTML page.
+    "webapp.api.middleware.ApiNotFoundMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -255,11 +257,19 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "webapp.api.exceptions.exception_handler",
+    # JSON bodies nested deeper than webapp.api.parsers.MAX_DEPTH are a 400, not a 500.
+    "DEFAULT_PARSER_CLASSES": [
+        "webapp.api.parsers.JSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Shardyard API",
     "DESCRIPTION": "Sources, pools, mixtures, jobs, training runs and lineage.",
     "VERSION": "0.1.0",
+    # The schema lists every operation and field: for signed-in users and tokens only.
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
 }
 
 LOGGING = {
