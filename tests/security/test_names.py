@@ -124,3 +124,73 @@ def test_the_management_command_checks_names_too(catalog, roots, args):
         call_command("catalog", *args)
     assert counts == (Source.objects.count(), Pool.objects.count(), Mixture.objects.count(),
                       TrainingRun.objects.count())  # fmt: skip
+
+
+# --- Item: duplicate pool names (two "demo-code") -------------------------------------
+
+
+def _pool_body(tokenized, name, **extra):
+    return {"name": name, "tokenized_ids": [tokenized.pk], "seq_len": 64, **extra}
+
+
+def test_a_pool_name_names_one_pool(api, page, tokenized):
+    c = api("editor")
+    first = c.post("/api/pools/", _pool_body(tokenized, "demo-code"), format="json")
+    assert first.status_code == 201, first.content
+    # Other parameters under the same name: refused, naming the field and the pool.
+    again = c.post("/api/pools/", _pool_body(tokenized, "demo-code", seed=3), format="json")
+    assert again.status_code == 400
+    detail = again.json()["detail"]
+    assert detail.startswith("pool name:") and "'demo-code' exists already" in detail
+    assert f"pool {first.json()['id']}" in detail
+    # The pool form says so too, beside what the user typed.
+    form = page("editor").post("/pools/build/", {**_pool_body(tokenized, "demo-code", seed=4),
+                                                 "shuffle": "exact", "val_fraction": "0"})  # fmt: skip
+    assert form.status_code == 400
+    assert "exists already" in form.content.decode().replace("&#x27;", "'")
+    assert Pool.objects.filter(name="demo-code").count() == 1
+    # A failed build frees its name.
+    Pool.objects.filter(name="demo-code").update(status="failed")
+    retry = c.post("/api/pools/", _pool_body(tokenized, "demo-code", seed=3), format="json")
+    assert retry.status_code == 201, retry.content
+
+
+def test_the_database_refuses_a_second_pool_of_a_name(catalog):
+    from django.db import IntegrityError, transaction
+
+    pool = catalog["pool"]
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Pool.objects.create(name=pool.name, status="ready", path="/elsewhere", seq_len=64)
+    # Another split (the held-out slice "<name>-val" is a val pool) or a failed build: fine.
+    Pool.objects.create(name=pool.name, split="val", status="ready", path="/v", seq_len=64)
+    Pool.objects.create(name=pool.name, status="failed", path="/f", seq_len=64)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_migration_renames_later_pools_of_a_taken_name(catalog):
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+
+    pool = catalog["pool"]  # wiki-2048
+    executor = MigrationExecutor(connection)
+    latest = executor.loader.graph.leaf_nodes("catalog")
+    executor.migrate([("catalog", "0008_run_progress_once_per_step")])
+    try:
+        with connection.cursor() as cur:
+            for status in ("ready", "failed", "building"):
+                cur.execute(
+                    "INSERT INTO catalog_pool (name, split, status, path, filter, seq_len, "
+                    "num_records, fingerprint, params, manifest_path, num_documents, "
+                    "num_tokens, num_bytes, created_at) VALUES (%s, 'train', %s, '/p', '', 64, "
+                    "0, '', '{}', '', 0, 0, 0, now()) RETURNING id",
+                    [pool.name, status],
+                )
+        executor = MigrationExecutor(connection)
+        executor.migrate(latest)
+    finally:
+        executor = MigrationExecutor(connection)
+        executor.migrate(executor.loader.graph.leaf_nodes())
+    rows = list(Pool.objects.order_by("pk").values_list("pk", "name", "status"))
+    assert rows[0] == (pool.pk, "wiki-2048", "ready")  # the first keeps its name
+    (r1, n1, _), (r2, n2, s2), (r3, n3, _) = rows[1:]
+    assert (n1, n2, s2, n3) == (f"wiki-2048-{r1}", "wiki-2048", "failed", f"wiki-2048-{r3}")
