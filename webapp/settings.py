@@ -59,6 +59,21 @@ if not DEBUG and (
         f"SECRET_KEY={_secret!r} is a placeholder from an example; set a long random value "
         "(python -c 'import secrets; print(secrets.token_urlsafe(50))') or DEBUG=1"
     )
+# Django signs sessions, CSRF tokens and password-reset links with it: a short or repetitive
+# key can be guessed. The test suite's processes (SHARDYARD_TESTING, set by its pytest
+# plugin, tests/support/testing.py) use a short throwaway key.
+SECRET_KEY_MIN_LENGTH, SECRET_KEY_MIN_DISTINCT = 32, 10
+if (
+    not DEBUG
+    and not env_bool("SHARDYARD_TESTING", False)
+    and (len(_secret) < SECRET_KEY_MIN_LENGTH or len(set(_secret)) < SECRET_KEY_MIN_DISTINCT)
+):
+    raise ConfigError(
+        f"SECRET_KEY is too weak ({len(_secret)} characters, {len(set(_secret))} distinct): "
+        f"with DEBUG=0 it needs at least {SECRET_KEY_MIN_LENGTH} characters and "
+        f"{SECRET_KEY_MIN_DISTINCT} distinct ones; set a long random value "
+        "(python -c 'import secrets; print(secrets.token_urlsafe(50))')"
+    )
 SECRET_KEY = _secret
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
@@ -88,8 +103,11 @@ DEFAULT_CSP = (
 CSP_POLICY = (
     env_str("SHARDYARD_CSP_POLICY", DEFAULT_CSP) if env_bool("SHARDYARD_CSP", False) else ""
 )
-# Failed logins per user name or client address within the window, before a 429.
+# Failed logins within the window before a 429: per user name from one client address,
+# and per client address over all user names (never per user name from everywhere: that
+# would let anyone lock a named user out).
 LOGIN_ATTEMPTS = env_int("SHARDYARD_LOGIN_ATTEMPTS", 5, minimum=1)
+LOGIN_ADDRESS_ATTEMPTS = env_int("SHARDYARD_LOGIN_ADDRESS_ATTEMPTS", 20, minimum=1)
 LOGIN_WINDOW = env_int("SHARDYARD_LOGIN_WINDOW", 900, minimum=1)
 AUTHENTICATION_BACKENDS = ["webapp.dashboard.throttle.ThrottledModelBackend"]
 
