@@ -103,7 +103,7 @@ def _storage_error(exc: Exception) -> str | None:
     other exception."""
     if type(exc).__module__.split(".")[0] not in ("botocore", "boto3"):
         return None
-    error = getattr(exc, "response", {}).get("Error", {})
+    error = (getattr(exc, "response", None) or {}).get("Error", {})
     bucket = error.get("BucketName")
     if bucket:
         message = error.get("Message") or error.get("Code") or str(exc)

@@ -73,6 +73,7 @@ def _expand(inputs: list[str], storage_options: dict) -> list[dict[str, Any]]:
 
     if not inputs:
         raise InputError("no input files given")
+    storage.s3fs_defaults()  # bounded timeouts for s3:// inputs
     found: list[dict[str, Any]] = []
     for inp in inputs:
         try:

@@ -112,7 +112,10 @@ def _list_files(uri: str) -> list[tuple[str, str, int]]:
     if guards.uri_is_remote(uri):
         import fsspec
 
+        from shardcore.storage import s3fs_defaults
+
         scheme, uri = guards.uri_normalize(uri)
+        s3fs_defaults()  # a store that stops answering is an error, not a hang
         try:
             fs, root = fsspec.core.url_to_fs(uri)
             if fs.isfile(root):
