@@ -11,7 +11,7 @@ from urllib.parse import urlparse
 
 import dj_database_url
 
-from webapp.env import ConfigError, env_bool, env_int, env_list, env_paths, env_str
+from webapp.env import ConfigError, env_bool, env_int, env_list, env_paths, env_roots, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -31,8 +31,10 @@ else:
 # What must stay on a local file system whatever the data root: the SQLite file, the
 # filesystem broker, static files and the default source and tokenizer roots.
 HOME_ROOT = Path(env_str("SHARDYARD_HOME", str(_HOME_DEFAULT))).expanduser().resolve()
-# Sources may only be registered from below these directories (or from s3:// URIs).
-SOURCE_ROOTS = env_paths("SHARDYARD_SOURCE_ROOTS", [HOME_ROOT / "sources"])
+# Sources may only be registered from below these roots: local directories (Paths) and
+# s3://bucket/prefix locations (strings). No s3:// root unless configured: the service's
+# credentials may read buckets that editors must not register.
+SOURCE_ROOTS = env_roots("SHARDYARD_SOURCE_ROOTS", [HOME_ROOT / "sources"])
 # hf:<path> tokenizers may only be loaded from below these directories.
 TOKENIZER_ROOTS = env_paths("SHARDYARD_TOKENIZER_ROOTS", [HOME_ROOT / "tokenizers"])
 # Planning a job from user input (reading sidecars through a filter, loading a tokenizer)

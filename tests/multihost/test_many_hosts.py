@@ -132,6 +132,7 @@ class Cluster:
             DATABASE_URL=f"postgresql://postgres@{addr}:5432/shardyard",
             CELERY_BROKER_URL=f"redis://{addr}:6379/0",
             SHARDYARD_DATA=DATA_ROOT,
+            SHARDYARD_SOURCE_ROOTS=f"s3://{BUCKET}",  # the sources' bucket
             AWS_ENDPOINT_URL=self.endpoint,
             AWS_ACCESS_KEY_ID="testing",
             AWS_SECRET_ACCESS_KEY="testing",
