@@ -6,6 +6,8 @@ place: 469 samples became 235 while the catalog still said 469), names with CR/L
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
@@ -194,3 +196,48 @@ def test_the_migration_renames_later_pools_of_a_taken_name(catalog):
     assert rows[0] == (pool.pk, "wiki-2048", "ready")  # the first keeps its name
     (r1, n1, _), (r2, n2, s2), (r3, n3, _) = rows[1:]
     assert (n1, n2, s2, n3) == (f"wiki-2048-{r1}", "wiki-2048", "failed", f"wiki-2048-{r3}")
+
+
+# --- Item: numeric parameters of a pool (seq_len 99999999999 started a job that died) ---
+
+
+def test_an_out_of_range_sequence_length_starts_nothing(api, page, tokenized):
+    from webapp.jobs.models import Job
+
+    jobs = Job.objects.count()
+    resp = api("editor").post("/api/pools/", _pool_body(tokenized, "huge", seq_len=99999999999),
+                              format="json")  # fmt: skip
+    assert resp.status_code == 400
+    assert "seq_len" in resp.json() and "1048576" in resp.json()["seq_len"][0]
+    form = page("editor").post("/pools/build/", {**_pool_body(tokenized, "huge",
+                                                               seq_len=99999999999),
+                                                 "shuffle": "exact", "val_fraction": "0"})  # fmt: skip
+    assert form.status_code == 400
+    assert form.context["form"].errors["seq_len"] == [
+        "Ensure this value is less than or equal to 1048576."
+    ]
+    assert "less than or equal to 1048576" in form.content.decode()
+    assert Job.objects.count() == jobs and not Pool.objects.filter(name="huge").exists()
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("seq_len", 99999999999, "seq_len: 99999999999 is outside the allowed range [1, 1048576]"),
+        ("memory", 1024, "memory: 1024 is outside the allowed range [1048576, "),
+        ("val_fraction", 1.5, "val_fraction: 1.5 is outside the allowed range [0, 1)"),
+        ("seed", -1, "seed: -1 is outside the allowed range [0, 9223372036854775807]"),
+    ],
+)
+def test_the_service_refuses_what_the_library_refuses(db, tokenized, field, value, message):
+    """Whatever the entry (a management command, a script), the library's check names the
+    parameter and its range before a job exists."""
+    from webapp.catalog.errors import CatalogError
+    from webapp.catalog.services.pools import pool_build
+    from webapp.jobs.models import Job
+
+    jobs = Job.objects.count()
+    kwargs = {"name": "svc", "tokenized_ids": [tokenized.pk], "seq_len": 64, field: value}
+    with pytest.raises(CatalogError, match=re.escape(message)):
+        pool_build(**kwargs)
+    assert Job.objects.count() == jobs and not Pool.objects.filter(name="svc").exists()

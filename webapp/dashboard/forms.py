@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django import forms
 
+from shardcore import limits
 from shardcore.shuffle import SHUFFLES
 from webapp.catalog.models import ArtifactStatus, TokenizedSource
 from webapp.roles import ROLES
@@ -88,12 +89,15 @@ class PoolBuildForm(forms.Form):
     tokenized_ids = forms.ModelMultipleChoiceField(
         queryset=None, label="Tokenized sources", widget=forms.SelectMultiple(attrs={"size": 4})
     )
-    seq_len = forms.IntegerField(min_value=1, initial=2048, label="Sequence length")
+    # The library's ranges (shardcore.limits), checked again where the pool is planned.
+    seq_len = forms.IntegerField(
+        min_value=1, max_value=limits.MAX_SEQ_LEN, initial=2048, label="Sequence length"
+    )
     filter = forms.CharField(
         max_length=2000, required=False, help_text="a DuckDB expression, e.g. kind = 'prose'"
     )
     shuffle = forms.ChoiceField(choices=[(s, s) for s in SHUFFLES], initial="exact")
-    seed = forms.IntegerField(min_value=0, initial=0)
+    seed = forms.IntegerField(min_value=0, max_value=limits.MAX_SEED, initial=0)
     val_fraction = forms.FloatField(
         min_value=0.0, max_value=0.5, initial=0.0, label="Validation fraction"
     )
