@@ -180,7 +180,7 @@ def test_example_secret_keys_are_refused_in_production(tmp_path):
 # trainer's own script reads in the README's example.
 NOT_SETTINGS = {"DJANGO_SETTINGS_MODULE", "SHARDYARD_TOKEN"}
 _READ = re.compile(
-    r"""(?:env_(?:str|bool|int|list|paths)\(|os\.environ\.get\(|os\.getenv\(|os\.environ\[)"""
+    r"""(?:env_(?:str|bool|int|list|paths|roots)\(|os\.environ\.get\(|os\.getenv\(|os\.environ\[)"""
     r"""\s*["']([A-Z][A-Z0-9_]+)["']"""
 )
 
