@@ -241,3 +241,25 @@ def test_the_service_refuses_what_the_library_refuses(db, tokenized, field, valu
     with pytest.raises(CatalogError, match=re.escape(message)):
         pool_build(**kwargs)
     assert Job.objects.count() == jobs and not Pool.objects.filter(name="svc").exists()
+
+
+def test_a_retried_build_whose_name_was_taken_meanwhile_gets_a_name_of_its_own(
+    db, tokenized, jobs_inline
+):
+    """A failed build frees its name; if its job is retried and succeeds after another
+    pool took the name, the recorder names it ``<name>-<id>`` instead of failing."""
+    from shardcore.manifest import read_manifest
+    from webapp.catalog.services.pools import pool_build, pool_record
+
+    with jobs_inline():
+        first = pool_build(name="edge", tokenized_ids=[tokenized.pk], seq_len=64)
+    first.refresh_from_db()
+    Pool.objects.filter(pk=first.pk).update(status="failed")  # its build failed
+    with jobs_inline():
+        second = pool_build(name="edge", tokenized_ids=[tokenized.pk], seq_len=64, seed=2)
+    second.refresh_from_db()
+    assert second.status == "ready"
+    pool_record(job=first.job, manifest=read_manifest(first.path))  # the retry succeeded
+    first.refresh_from_db()
+    assert (first.name, first.status) == (f"edge-{first.pk}", "ready")
+    assert Pool.objects.get(pk=second.pk).name == "edge"

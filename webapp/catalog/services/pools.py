@@ -187,6 +187,16 @@ def pool_record(*, job, manifest: dict | None) -> None:
     if manifest is None:
         artifact_unbuilt(pool, job=job)
         return
+    dead = [ArtifactStatus.FAILED, ArtifactStatus.CANCELLED]
+    if (
+        Pool.objects.filter(name=pool.name, split=Pool.Split.TRAIN)
+        .exclude(pk=pool.pk)
+        .exclude(status__in=dead)
+        .exists()
+    ):
+        # A failed build's name was taken by another pool before this build was retried
+        # and succeeded: this one keeps a name of its own (pool_unique_name).
+        pool.name = f"{pool.name}-{pool.pk}"
     # Part of the build, for every pool (on its first records, a bounded cost): the page's
     # default report, before the row is frozen READY.
     pool.params = {**(pool.params or {}), "quality": pool_quality_measure(pool=pool)}
