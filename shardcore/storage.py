@@ -378,7 +378,11 @@ def s3fs_defaults() -> None:
             "retries": {"total_max_attempts": limits["max_attempts"], "mode": "standard"},
         },
     )
-    conf.setdefault("retries", limits["max_attempts"])
+    # s3fs retries a failed call in a loop of its own (5 times) around botocore's attempts:
+    # a class attribute, not a constructor argument.
+    import s3fs
+
+    s3fs.S3FileSystem.retries = limits["max_attempts"]
 
 
 # --- Fail fast: one store that stopped answering costs a request one timeout, not one each.

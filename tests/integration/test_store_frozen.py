@@ -149,3 +149,18 @@ def test_the_bounds_have_defaults_and_refuse_bad_values(monkeypatch):
         with pytest.raises(storage.InputError, match=name):
             storage.s3_limits()
         monkeypatch.delenv(name)
+
+
+def test_registering_a_source_on_a_frozen_store_answers_in_bounded_time(frozen, users, settings):
+    """Sources are listed through s3fs, which retries in a loop of its own: bounded too."""
+    import s3fs
+
+    s3fs.S3FileSystem.clear_instance_cache()
+    settings.SOURCE_ROOTS = ["s3://frozen"]
+    api = APIClient()
+    api.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=users['editor']).key}")
+    resp = _bounded(lambda: api.post("/api/sources/", {"name": "cold", "uri": "s3://frozen/src"},
+                                     format="json"))  # fmt: skip
+    assert resp.status_code in (400, 503), resp.content
+    assert frozen.accepted >= 1
+    s3fs.S3FileSystem.clear_instance_cache()
