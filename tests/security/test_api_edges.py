@@ -112,3 +112,10 @@ def test_the_owner_with_the_trainer_role_and_its_team_may_switch(api, users, cat
     run.save()
     assert _switch(api("editor2"), run).status_code == 400
     assert _switch(api("viewer"), run).status_code == 403
+
+
+@pytest.mark.parametrize("path", ["/mixtures/new/predict.json", "/mixtures/new/save/"])
+def test_the_builders_json_endpoints_take_a_deep_body_without_a_500(page, catalog, path):
+    resp = page("editor").generic("POST", path, _nested(100_000), content_type="application/json")
+    assert resp.status_code < 500, resp.content[:300]
+    assert MixtureVersion.objects.count() == 1  # the fixture's
