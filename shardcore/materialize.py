@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
+from shardcore import limits, storage, units, verify
 from shardcore import manifest as mf
-from shardcore import storage, units, verify
-from shardcore.errors import InputError, ManifestError
+from shardcore.errors import ManifestError
 from shardcore.formats import IndexedWriter
 from shardcore.mixture import Mixture
 
@@ -38,9 +38,8 @@ def shard_prefix(k: int) -> str:
 def plan_materialize(
     mixture: str | os.PathLike, out: str | os.PathLike, *, shard_bytes: int = 64 << 20
 ) -> units.Plan:
+    shard_bytes = limits.size("shard_bytes", shard_bytes)
     mix = Mixture(mixture)
-    if shard_bytes < 1:
-        raise InputError(f"shard_bytes: must be positive, got {shard_bytes}")
     itemsize = np.dtype(mix.manifest["dtype"]).itemsize
     per_sample = (mix.seq_len + 1) * itemsize
     per_shard = max(1, shard_bytes // per_sample)

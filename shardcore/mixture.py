@@ -52,7 +52,7 @@ from typing import Any
 
 import numpy as np
 
-from shardcore import atomic, blend, storage, units, verify
+from shardcore import atomic, blend, limits, storage, units, verify
 from shardcore import manifest as mf
 from shardcore.errors import InputError, ManifestError
 from shardcore.order import ORDERINGS
@@ -231,18 +231,24 @@ class MixtureSpec:
         return out
 
     def validate(self) -> None:
-        """Checks that need no pool: positive weights and budget, known ordering."""
+        """Checks that need no pool: every number within its range (``shardcore.limits``),
+        positive weights and budget, known ordering."""
         if self.tokens <= 0:
             raise InputError(f"tokens: the budget must be positive, got {self.tokens}")
+        self.tokens = limits.tokens("tokens", self.tokens)
+        self.seed = limits.seed(self.seed)
         if self.order not in ORDERS:
             raise InputError(f"order: unknown ordering {self.order!r}; known: {list(ORDERS)}")
-        if not self.max_repetitions > 0:
-            raise InputError(f"max_repetitions: must be > 0, got {self.max_repetitions}")
-        if self.global_batch_size is not None and self.global_batch_size < 1:
-            raise InputError(f"global_batch_size: must be >= 1, got {self.global_batch_size}")
+        if self.max_repetitions != math.inf:  # inf: no cap (the builder's predictions)
+            self.max_repetitions = limits.check_float(
+                "max_repetitions", self.max_repetitions, 0.0, limits.MAX_REPETITIONS, low_open=True
+            )
+        if self.global_batch_size is not None:
+            self.global_batch_size = limits.check_int(
+                "global_batch_size", self.global_batch_size, 1, limits.MAX_BATCH
+            )
         for i, st in enumerate(self.stages):
-            if st.tokens <= 0:
-                raise InputError(f"stages[{i}].tokens: must be positive, got {st.tokens}")
+            st.tokens = limits.tokens(f"stages[{i}].tokens", st.tokens)
         if sum(s.tokens for s in self.stages) >= self.tokens:
             raise InputError(
                 f"stages: their {sum(s.tokens for s in self.stages)} tokens leave nothing of "
@@ -330,6 +336,7 @@ def flatten(components: list[Component], *, where: str = "components") -> list[t
         for i, c in enumerate(comps):
             if not (math.isfinite(c.weight) and c.weight > 0):
                 raise InputError(f"{path}[{i}].weight: {c.weight!r} is not positive")
+            limits.weight(f"{path}[{i}].weight", c.weight)
         total = sum(c.weight for c in comps)
         for i, c in enumerate(comps):
             s = share * c.weight / total

@@ -321,6 +321,10 @@ def read_segment(
         raise ValueError(f"txt_mode must be 'file' or 'line', got {txt_mode!r}")
     if (start or end is not None) and not splittable(url, txt_mode):
         raise ValueError(f"{url}: a {fmt}/{comp} file can only be read whole")
+    if "://" in url:
+        from shardcore.storage import s3fs_defaults
+
+        s3fs_defaults()  # bounded timeouts: a store that stops answering is an error
     try:
         f = fsspec.open(url, "rb", **(storage_options or {})).open()
     except Exception as exc:  # any backend error: missing, permission, network

@@ -320,11 +320,136 @@ class _MultipartWriter(io.RawIOBase):
             )
 
 
+# Bounds on every request to the object store, so that a store that stops answering is an
+# error after attempts x timeout (20 s by default, below gunicorn's 30 s worker timeout: a
+# page answers 503 naming the endpoint), never a hang. botocore's own defaults (60 s
+# timeouts, and 8 attempts as configured before) held a request for minutes.
+S3_LIMIT_VARIABLES = ("SHARDYARD_S3_CONNECT_TIMEOUT", "SHARDYARD_S3_READ_TIMEOUT",
+                      "SHARDYARD_S3_ATTEMPTS")  # fmt: skip
+
+
+def _env_number(name: str, text: str | None, default: float, low: float, high: float, what: str):
+    text = (text or "").strip()
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        raise InputError(f"{name}={text!r} is not a number of {what}") from None
+    if not low <= value <= high:
+        raise InputError(f"{name}={text}: {what} must be in [{low:g}, {high:g}]")
+    return value
+
+
+def s3_limits() -> dict[str, Any]:
+    """``{"connect_timeout", "read_timeout", "max_attempts"}`` of S3 requests, from
+    ``SHARDYARD_S3_CONNECT_TIMEOUT`` (default 5 s), ``SHARDYARD_S3_READ_TIMEOUT`` (10 s) and
+    ``SHARDYARD_S3_ATTEMPTS`` (2: the first try and one retry); a bad value is an
+    InputError naming it."""
+    attempts = _env_number("SHARDYARD_S3_ATTEMPTS", os.environ.get("SHARDYARD_S3_ATTEMPTS"),
+                           2, 1, 20, "tries per request")  # fmt: skip
+    if attempts != int(attempts):
+        raise InputError(f"SHARDYARD_S3_ATTEMPTS={attempts:g}: a whole number of tries")
+    return {
+        "connect_timeout": _env_number(
+            "SHARDYARD_S3_CONNECT_TIMEOUT", os.environ.get("SHARDYARD_S3_CONNECT_TIMEOUT"),
+            5.0, 0.01, 3600, "seconds to wait for a connection",
+        ),
+        "read_timeout": _env_number(
+            "SHARDYARD_S3_READ_TIMEOUT", os.environ.get("SHARDYARD_S3_READ_TIMEOUT"),
+            10.0, 0.01, 3600, "seconds to wait for bytes of an answer",
+        ),
+        "max_attempts": int(attempts),
+    }  # fmt: skip
+
+
+def s3fs_defaults() -> None:
+    """The same bounds for s3fs (sources listed and read through fsspec): fsspec's config
+    for the "s3" protocol, unless the process set its own."""
+    import fsspec.config
+
+    limits = s3_limits()
+    conf = fsspec.config.conf.setdefault("s3", {})
+    conf.setdefault(
+        "config_kwargs",
+        {
+            "connect_timeout": limits["connect_timeout"],
+            "read_timeout": limits["read_timeout"],
+            "retries": {"total_max_attempts": limits["max_attempts"], "mode": "standard"},
+        },
+    )
+    # s3fs retries a failed call in a loop of its own (5 times) around botocore's attempts:
+    # a class attribute, not a constructor argument.
+    import s3fs
+
+    s3fs.S3FileSystem.retries = limits["max_attempts"]
+
+
+# --- Fail fast: one store that stopped answering costs a request one timeout, not one each.
+_fail = threading.local()
+_OFF = object()
+_unanswered: type | None = None
+
+
+def _unanswered_error() -> type:
+    """``StoreUnanswered``: a botocore error (``is_store_error``), neither an OSError nor a
+    transient error that botocore retries: what a fail-fast scope raises at once."""
+    global _unanswered
+    if _unanswered is None:
+        from botocore.exceptions import BotoCoreError
+
+        class StoreUnanswered(BotoCoreError):
+            fmt = "{error} (earlier in this request; not tried again)"
+
+        _unanswered = StoreUnanswered
+    return _unanswered
+
+
+@contextlib.contextmanager
+def fail_fast() -> Iterator[None]:
+    """Inside the block (a web request), once an S3 request of this thread times out or
+    cannot connect, every later S3 request of the thread fails at once (``StoreUnanswered``)
+    instead of waiting out its own timeouts; ``store_failure()`` says what failed, even
+    when the caller caught it (a timeout is an OSError, which readers often catch)."""
+    previous = getattr(_fail, "error", _OFF)
+    _fail.error = None
+    try:
+        yield
+    finally:
+        _fail.error = previous
+
+
+def store_failure() -> BaseException | None:
+    """The first S3 request of the innermost ``fail_fast()`` block that did not answer."""
+    error = getattr(_fail, "error", _OFF)
+    return None if error is _OFF else error
+
+
+def _before_send(**kwargs) -> None:
+    error = getattr(_fail, "error", _OFF)
+    if error is not _OFF and error is not None:
+        raise _unanswered_error()(error=str(error))
+
+
+def _after_attempt(caught_exception=None, **kwargs) -> None:
+    from botocore.exceptions import (
+        ConnectionClosedError,
+        ConnectTimeoutError,
+        EndpointConnectionError,
+        ReadTimeoutError,
+    )
+
+    unanswered = (ConnectTimeoutError, ReadTimeoutError, EndpointConnectionError,
+                  ConnectionClosedError)  # fmt: skip
+    if getattr(_fail, "error", _OFF) is None and isinstance(caught_exception, unanswered):
+        _fail.error = caught_exception
+
+
 # What a client is made from; a client made before one of them changes is not reused.
 _CLIENT_ENV = (
     "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
     "AWS_SESSION_TOKEN", "AWS_DEFAULT_REGION", "AWS_REGION", "AWS_PROFILE",
-    "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE",
+    "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE", *S3_LIMIT_VARIABLES,
 )  # fmt: skip
 _clients: dict[tuple, Any] = {}
 
@@ -341,11 +466,16 @@ def _shared_client():
                 import boto3
                 from botocore.config import Config
 
+                limits = s3_limits()
                 config = Config(
-                    retries={"max_attempts": 8, "mode": "standard"},
+                    retries={"total_max_attempts": limits["max_attempts"], "mode": "standard"},
+                    connect_timeout=limits["connect_timeout"],
+                    read_timeout=limits["read_timeout"],
                     max_pool_connections=_CONNECTIONS,
                 )
                 client = boto3.session.Session().client("s3", config=config)
+                client.meta.events.register("before-send.s3", _before_send)
+                client.meta.events.register_first("needs-retry.s3", _after_attempt)
                 if len(_clients) > 16:  # environments a long test run went through
                     _clients.clear()
                 _clients[key] = client
@@ -386,7 +516,7 @@ class S3Store(Store):
         return f"{self.prefix}/{key}" if self.prefix else key
 
     def _missing(self, exc: Exception) -> bool:
-        code = str(getattr(exc, "response", {}).get("Error", {}).get("Code", ""))
+        code = str((getattr(exc, "response", None) or {}).get("Error", {}).get("Code", ""))
         return code in ("404", "NoSuchKey", "NotFound")
 
     def exists(self, key: str) -> bool:

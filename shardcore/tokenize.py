@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 import xxhash
 
-from shardcore import atomic, storage, units
+from shardcore import atomic, limits, storage, units
 from shardcore.encoders import DEFAULT_ENGINE, DEFAULT_TOKENIZER, check_engine, load_tokenizer
 from shardcore.errors import InputError
 from shardcore.formats import IndexedWriter, token_dtype
@@ -73,6 +73,7 @@ def _expand(inputs: list[str], storage_options: dict) -> list[dict[str, Any]]:
 
     if not inputs:
         raise InputError("no input files given")
+    storage.s3fs_defaults()  # bounded timeouts for s3:// inputs
     found: list[dict[str, Any]] = []
     for inp in inputs:
         try:
@@ -146,10 +147,8 @@ def plan_tokenize(
     """Plan the tokenization of ``inputs`` into the directory ``out`` (stage "tokenize")."""
     if txt_mode not in ("file", "line"):
         raise InputError(f"txt_mode must be 'file' or 'line', got {txt_mode!r}")
-    if shard_size < 1024:
-        raise InputError(f"shard_size {shard_size} bytes is too small (minimum 1 KB)")
-    if unit_bytes < 1:
-        raise InputError(f"unit_bytes must be positive, got {unit_bytes}")
+    shard_size = limits.size("shard_size", shard_size, 1024)
+    unit_bytes = limits.size("unit_bytes", unit_bytes)
     storage_options = dict(storage_options or {})
     # Planning needs the tokenizer's facts only: the fast engine is loaded here just when it
     # was required (so that an unavailable one fails now); "auto" never fails.

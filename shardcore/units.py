@@ -394,6 +394,9 @@ def run_local(
     Within a phase, units that give their size (``"bytes"``) are submitted largest first,
     so a big unit never starts last and leaves the other workers idle at the end of the
     phase (the output does not depend on the order)."""
+    from shardcore import limits
+
+    workers = limits.workers(workers)  # before the plan is saved: nothing written on refusal
     save_plan(plan)
     if workers <= 1 or max((len(p) for p in plan.phases), default=0) <= 1:
         for phase in plan.phases:

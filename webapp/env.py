@@ -77,3 +77,40 @@ def env_paths(name: str, default: list[Path]) -> list[Path]:
             raise ConfigError(f"{name}: {item!r} is not an absolute path")
         out.append(path.resolve())
     return out
+
+
+def env_roots(name: str, default: list[Path]) -> list[Path | str]:
+    """Allowed roots separated by ``os.pathsep`` (``:``): absolute directories (Paths) and
+    ``s3://bucket`` or ``s3://bucket/prefix`` locations (strings, scheme lower-cased, no
+    trailing slash). ``s3://`` contains the separator: an item ``s3`` (any case) followed
+    by one that starts with ``//`` is one location."""
+    value = os.environ.get(name)
+    if value is None or value.strip() == "":
+        return list(default)
+    items = [item.strip() for item in value.split(os.pathsep)]
+    out: list[Path | str] = []
+    i = 0
+    while i < len(items):
+        item = items[i]
+        i += 1
+        if not item:
+            continue
+        if item.lower() == "s3" and i < len(items) and items[i].startswith("//"):
+            raw = items[i][2:].strip()
+            i += 1
+            rest = raw.rstrip("/")
+            if (
+                not rest
+                or raw.startswith("/")
+                or any(part in ("", ".", "..") for part in rest.split("/"))
+            ):
+                raise ConfigError(f"{name}: 's3://{rest}' is not s3://bucket or s3://bucket/prefix")
+            out.append(f"s3://{rest}")
+            continue
+        if "://" in item or item.lower() in ("s3", "file", "http", "https"):
+            raise ConfigError(f"{name}: {item!r}: give absolute directories or s3://bucket/prefix")
+        path = Path(item).expanduser()
+        if not path.is_absolute():
+            raise ConfigError(f"{name}: {item!r} is not an absolute path")
+        out.append(path.resolve())
+    return out

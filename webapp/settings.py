@@ -11,7 +11,7 @@ from urllib.parse import urlparse
 
 import dj_database_url
 
-from webapp.env import ConfigError, env_bool, env_int, env_list, env_paths, env_str
+from webapp.env import ConfigError, env_bool, env_int, env_list, env_paths, env_roots, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -31,8 +31,10 @@ else:
 # What must stay on a local file system whatever the data root: the SQLite file, the
 # filesystem broker, static files and the default source and tokenizer roots.
 HOME_ROOT = Path(env_str("SHARDYARD_HOME", str(_HOME_DEFAULT))).expanduser().resolve()
-# Sources may only be registered from below these directories (or from s3:// URIs).
-SOURCE_ROOTS = env_paths("SHARDYARD_SOURCE_ROOTS", [HOME_ROOT / "sources"])
+# Sources may only be registered from below these roots: local directories (Paths) and
+# s3://bucket/prefix locations (strings). No s3:// root unless configured: the service's
+# credentials may read buckets that editors must not register.
+SOURCE_ROOTS = env_roots("SHARDYARD_SOURCE_ROOTS", [HOME_ROOT / "sources"])
 # hf:<path> tokenizers may only be loaded from below these directories.
 TOKENIZER_ROOTS = env_paths("SHARDYARD_TOKENIZER_ROOTS", [HOME_ROOT / "tokenizers"])
 # Planning a job from user input (reading sidecars through a filter, loading a tokenizer)
@@ -58,6 +60,21 @@ if not DEBUG and (
     raise ConfigError(
         f"SECRET_KEY={_secret!r} is a placeholder from an example; set a long random value "
         "(python -c 'import secrets; print(secrets.token_urlsafe(50))') or DEBUG=1"
+    )
+# Django signs sessions, CSRF tokens and password-reset links with it: a short or repetitive
+# key can be guessed. The test suite's processes (SHARDYARD_TESTING, set by its pytest
+# plugin, tests/support/testing.py) use a short throwaway key.
+SECRET_KEY_MIN_LENGTH, SECRET_KEY_MIN_DISTINCT = 32, 10
+if (
+    not DEBUG
+    and not env_bool("SHARDYARD_TESTING", False)
+    and (len(_secret) < SECRET_KEY_MIN_LENGTH or len(set(_secret)) < SECRET_KEY_MIN_DISTINCT)
+):
+    raise ConfigError(
+        f"SECRET_KEY is too weak ({len(_secret)} characters, {len(set(_secret))} distinct): "
+        f"with DEBUG=0 it needs at least {SECRET_KEY_MIN_LENGTH} characters and "
+        f"{SECRET_KEY_MIN_DISTINCT} distinct ones; set a long random value "
+        "(python -c 'import secrets; print(secrets.token_urlsafe(50))')"
     )
 SECRET_KEY = _secret
 
@@ -88,8 +105,11 @@ DEFAULT_CSP = (
 CSP_POLICY = (
     env_str("SHARDYARD_CSP_POLICY", DEFAULT_CSP) if env_bool("SHARDYARD_CSP", False) else ""
 )
-# Failed logins per user name or client address within the window, before a 429.
+# Failed logins within the window before a 429: per user name from one client address,
+# and per client address over all user names (never per user name from everywhere: that
+# would let anyone lock a named user out).
 LOGIN_ATTEMPTS = env_int("SHARDYARD_LOGIN_ATTEMPTS", 5, minimum=1)
+LOGIN_ADDRESS_ATTEMPTS = env_int("SHARDYARD_LOGIN_ADDRESS_ATTEMPTS", 20, minimum=1)
 LOGIN_WINDOW = env_int("SHARDYARD_LOGIN_WINDOW", 900, minimum=1)
 AUTHENTICATION_BACKENDS = ["webapp.dashboard.throttle.ThrottledModelBackend"]
 
@@ -113,6 +133,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "webapp.security.ContentSecurityPolicyMiddleware",
+    # Unmatched addresses under /api/ (an id above 2^63) answer JSON, not an HTML page.
+    "webapp.api.middleware.ApiNotFoundMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -255,11 +277,19 @@ REST_FRAMEWORK = {
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "webapp.api.exceptions.exception_handler",
+    # JSON bodies nested deeper than webapp.api.parsers.MAX_DEPTH are a 400, not a 500.
+    "DEFAULT_PARSER_CLASSES": [
+        "webapp.api.parsers.JSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Shardyard API",
     "DESCRIPTION": "Sources, pools, mixtures, jobs, training runs and lineage.",
     "VERSION": "0.1.0",
+    # The schema lists every operation and field: for signed-in users and tokens only.
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.IsAuthenticated"],
 }
 
 LOGGING = {

@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from shardcore import limits, storage, units
 from shardcore import manifest as mf
-from shardcore import storage, units
 from shardcore.errors import EmptySelectionError, InputError, ManifestError
 from shardcore.pool.io import on_network_fs, release_memory
 from shardcore.pool.layout import (
@@ -68,15 +68,16 @@ def plan_pool(
         raise InputError(f"staging must be auto, {' or '.join(STAGINGS)}; got {staging!r}")
     if not tokenized:
         raise InputError("a pool needs at least one tokenized source")
-    if seq_len < 1:
-        raise InputError(f"seq_len must be >= 1, got {seq_len}")
-    if not 0.0 <= val_fraction < 1.0:
-        raise InputError(f"val_fraction must be in [0, 1), got {val_fraction}")
-    if memory < (1 << 20):
-        raise InputError(f"memory budget {memory} bytes is below the 1 MiB minimum")
-    if shard_size < 1:
-        raise InputError(f"shard_size must be positive, got {shard_size}")
+    # Every number is checked before anything is read or written (shardcore.limits).
+    seq_len = limits.seq_len(seq_len)
+    seed = limits.seed(seed)
+    val_fraction = limits.check_float("val_fraction", val_fraction, 0.0, 1.0, high_open=True)
+    memory = limits.size("memory", memory, limits.MIN_MEMORY)
+    shard_size = limits.size("shard_size", shard_size)
     options = dict(shuffle_options or {})
+    for key, value in options.items():
+        if isinstance(value, int | float):  # bool too: refused as not an integer
+            options[key] = limits.check_int(f"shuffle_options.{key}", value, 1, limits.MAX_COUNT)
     sources, inputs, loaded = [], [], []
     tokenizer = dtype = None
     for path in tokenized:

@@ -112,7 +112,8 @@ def test_it_refuses_a_symlinked_file_inside_a_source_that_leads_out(db, roots, t
     assert not Source.objects.filter(name="src").exists()  # refused before any row
 
 
-def test_it_accepts_an_s3_uri_without_touching_the_network(db, roots):
+def test_it_accepts_an_s3_uri_without_touching_the_network(db, roots, settings):
+    settings.SOURCE_ROOTS = [roots, "s3://corpus"]
     source = source_register(name="remote", uri="s3://corpus/web/", scan=False)
 
     assert source.uri == "s3://corpus/web"

@@ -177,7 +177,7 @@ def test_it_serves_the_app_with_gunicorn_as_the_readme_says(db, tmp_path):
 def test_it_lists_exactly_the_environment_variables_the_code_reads():
     read = set()
     pattern = re.compile(
-        r"""(?:env_(?:str|bool|int|list|paths)\(|os\.environ\.get\(|os\.environ\[)\s*"([A-Z_]+)\""""
+        r"""(?:env_(?:str|bool|int|list|paths|roots)\(|os\.environ\.get\(|os\.environ\[)\s*"([A-Z][A-Z0-9_]*)\""""
     )
     for directory in ("webapp", "workers", "shardcore"):
         for path in (ROOT / directory).rglob("*.py"):

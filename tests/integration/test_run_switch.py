@@ -167,6 +167,24 @@ def test_the_switch_saves_a_continuing_version_and_records_the_segments(
     assert refused.status_code == 403
 
 
+def test_the_runs_owner_with_the_trainer_role_switches_it(world, users, db, jobs_inline):
+    """A training job's token (the trainer role) switches the run it registered; an editor
+    who does not own the run may not (the owner got 403 and any editor 201 before)."""
+    from django.contrib.auth.models import Group
+
+    trainer = users["admin"].__class__.objects.create_user(username="trainer-own", password="x")
+    trainer.groups.add(Group.objects.get_or_create(name="trainer")[0])
+    run, answer = _switched_run(world, _api(trainer), "trainer-owned", jobs_inline)
+    assert run.created_by_id == trainer.pk and run.mixture_version_id == answer["version"]
+    assert [s["first_sample"] for s in answer["segments"]] == [0, C]
+    weights = [{"pool": world["alpha"]["pool"].pk, "weight": 1}]
+    refused = _api(users["editor"]).post(f"/api/runs/{run.pk}/switch/", {"weights": weights},
+                                         "json")  # fmt: skip
+    assert refused.status_code == 403
+    assert "belongs to another user" in refused.json()["detail"]
+    assert TrainingRun.objects.get(pk=run.pk).mixture_version_id == answer["version"]
+
+
 def test_resume_is_exact_across_the_switch(world, users, db, jobs_inline):
     editor = _api(users["editor"])
     run, answer = _switched_run(world, editor, "resumed", jobs_inline)

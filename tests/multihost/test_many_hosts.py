@@ -128,10 +128,11 @@ class Cluster:
         self.env.update(
             PYTHONPATH=str(ROOT),
             DJANGO_SETTINGS_MODULE="webapp.settings",
-            SECRET_KEY="shardyard-test-key",
+            SECRET_KEY="shardyard-multihost-test-key-7d1c9e04b2a6f853",
             DATABASE_URL=f"postgresql://postgres@{addr}:5432/shardyard",
             CELERY_BROKER_URL=f"redis://{addr}:6379/0",
             SHARDYARD_DATA=DATA_ROOT,
+            SHARDYARD_SOURCE_ROOTS=f"s3://{BUCKET}",  # the sources' bucket
             AWS_ENDPOINT_URL=self.endpoint,
             AWS_ACCESS_KEY_ID="testing",
             AWS_SECRET_ACCESS_KEY="testing",

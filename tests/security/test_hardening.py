@@ -33,25 +33,39 @@ def _login(username, password, address="10.0.0.1", path="/accounts/login/"):
     return c, resp
 
 
-def test_logins_are_throttled_per_user_name(users, limits):
-    for i in range(5):
-        _c, resp = _login("editor", "wrong", address=f"10.0.1.{i}")
+def test_logins_are_throttled_per_client_and_user_name(users, limits):
+    """Five wrong passwords for a name from one address throttle that address for that
+    name; the real user from another address signs in (before, the name was locked out
+    from everywhere for 15 minutes, the admin's included)."""
+    for _ in range(5):
+        _c, resp = _login("editor", "wrong", address="10.0.1.1")
         assert resp.status_code == 200  # the form again, with its error
-    c, resp = _login("editor", PASSWORD, address="10.0.1.99")
+    c, resp = _login("editor", PASSWORD, address="10.0.1.1")
     assert resp.status_code == 429
     assert resp["Retry-After"] == "900"
     assert "Too many failed logins" in resp.content.decode()
     assert "_auth_user_id" not in c.session
-    # The admin's login form goes through the same backend: refused too.
-    c, resp = _login("editor", PASSWORD, address="10.0.1.98", path="/admin/login/")
+    # The admin's login form goes through the same backend: refused too, from there.
+    c, resp = _login("editor", PASSWORD, address="10.0.1.1", path="/admin/login/")
     assert "_auth_user_id" not in c.session
-    # Another user is not affected.
-    c, resp = _login("viewer", PASSWORD, address="10.0.1.97")
+    # The real user, from their own address: signed in.
+    c, resp = _login("editor", PASSWORD, address="10.0.1.99")
+    assert resp.status_code == 302 and "_auth_user_id" in c.session
+    # Another user from the throttled address is not affected.
+    c, resp = _login("viewer", PASSWORD, address="10.0.1.1")
+    assert resp.status_code == 302 and "_auth_user_id" in c.session
+
+
+def test_wrong_passwords_from_many_addresses_never_lock_a_name_out(users, limits):
+    for i in range(40):
+        _login("admin", "wrong", address=f"10.0.4.{i}")
+    c, resp = _login("admin", PASSWORD, address="10.0.4.200")
     assert resp.status_code == 302 and "_auth_user_id" in c.session
 
 
 def test_logins_are_throttled_per_address(users, limits):
-    for i in range(5):
+    limits.LOGIN_ADDRESS_ATTEMPTS = 20
+    for i in range(20):  # a spray over many names from one address
         _login(f"nobody{i}", "wrong", address="10.0.2.1")
     c, resp = _login("viewer", PASSWORD, address="10.0.2.1")
     assert resp.status_code == 429
@@ -60,13 +74,13 @@ def test_logins_are_throttled_per_address(users, limits):
 
 
 def test_a_successful_login_clears_its_failures(users, limits):
-    for i in range(4):
-        _login("editor", "wrong", address=f"10.0.3.{i}")
-    assert _login("editor", PASSWORD, address="10.0.3.50")[1].status_code == 302
-    assert not LoginFailure.objects.filter(username="editor").exists()
-    for i in range(4):
-        _login("editor", "wrong", address=f"10.0.3.{10 + i}")
-    assert _login("editor", PASSWORD, address="10.0.3.51")[1].status_code == 302
+    for _ in range(4):
+        _login("editor", "wrong", address="10.0.3.1")
+    assert _login("editor", PASSWORD, address="10.0.3.1")[1].status_code == 302
+    assert not LoginFailure.objects.filter(username="editor", address="10.0.3.1").exists()
+    for _ in range(4):
+        _login("editor", "wrong", address="10.0.3.1")
+    assert _login("editor", PASSWORD, address="10.0.3.1")[1].status_code == 302
 
 
 def test_headers_follow_the_switches(client, users, settings):
@@ -128,6 +142,28 @@ def test_the_environment_switches_set_the_settings(tmp_path):
     assert out.stdout.split() == ["False", "False", "0", "False", "5"]
 
 
+def test_short_or_repetitive_secret_keys_are_refused_in_production(tmp_path):
+    """A one-character SECRET_KEY was accepted with DEBUG=0. Outside the test suite
+    (no SHARDYARD_TESTING), a key under 32 characters or with under 10 distinct ones stops
+    the process with a message naming SECRET_KEY; DEBUG=1 and a generated key start."""
+    import secrets
+
+    for key in ("x", "shardyard-ci-key", "k" * 40, "abababababababababababababababab"):
+        out = _settings_process(SHARDYARD_DATA=str(tmp_path), SECRET_KEY=key,
+                                SHARDYARD_TESTING="0")  # fmt: skip
+        assert out.returncode != 0, key
+        assert "SECRET_KEY is too weak" in out.stderr, out.stderr[-500:]
+        assert _settings_process(SHARDYARD_DATA=str(tmp_path), SECRET_KEY=key, DEBUG="1",
+                                 SHARDYARD_TESTING="0").returncode == 0  # fmt: skip
+    good = secrets.token_urlsafe(50)
+    out = _settings_process(SHARDYARD_DATA=str(tmp_path), SECRET_KEY=good, SHARDYARD_TESTING="0")
+    assert out.returncode == 0, out.stderr
+    # The test suite's own processes keep their short throwaway key (CI's included).
+    out = _settings_process(SHARDYARD_DATA=str(tmp_path), SECRET_KEY="shardyard-ci-key",
+                            SHARDYARD_TESTING="1")  # fmt: skip
+    assert out.returncode == 0, out.stderr
+
+
 def test_example_secret_keys_are_refused_in_production(tmp_path):
     compose = (ROOT / "docker-compose.yml").read_text()
     example = re.search(r"SECRET_KEY: \$\{SECRET_KEY:-([^}]+)\}", compose).group(1)
@@ -144,7 +180,7 @@ def test_example_secret_keys_are_refused_in_production(tmp_path):
 # trainer's own script reads in the README's example.
 NOT_SETTINGS = {"DJANGO_SETTINGS_MODULE", "SHARDYARD_TOKEN"}
 _READ = re.compile(
-    r"""(?:env_(?:str|bool|int|list|paths)\(|os\.environ\.get\(|os\.getenv\(|os\.environ\[)"""
+    r"""(?:env_(?:str|bool|int|list|paths|roots)\(|os\.environ\.get\(|os\.getenv\(|os\.environ\[)"""
     r"""\s*["']([A-Z][A-Z0-9_]+)["']"""
 )
 

@@ -146,8 +146,10 @@ def test_a_pool_build_three_times_makes_one_pool(api, tokenized):
     assert len(ids) == 1
     assert Pool.objects.filter(name="thrice").count() == 1
     assert Job.objects.filter(kind="pool").count() == 1
-    # Other parameters are another pool.
-    other = c.post("/api/pools/", {**body, "seed": 1}, format="json")
+    # Other parameters are another pool, which needs a name of its own.
+    taken = c.post("/api/pools/", {**body, "seed": 1}, format="json")
+    assert taken.status_code == 400 and "pool name" in taken.json()["detail"]
+    other = c.post("/api/pools/", {**body, "seed": 1, "name": "thrice-1"}, format="json")
     assert other.status_code == 201 and other.json()["id"] not in ids
 
 

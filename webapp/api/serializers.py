@@ -4,6 +4,7 @@ serializers whose validated data goes to one service."""
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from shardcore import limits
 from shardcore.order import ORDERINGS
 from shardcore.shuffle import SHUFFLES
 from webapp.catalog.models import (
@@ -333,7 +334,7 @@ class PoolBuildSerializer(serializers.Serializer):
     tokenized_ids = serializers.ListField(
         child=serializers.IntegerField(min_value=1, max_value=2**62), min_length=1, max_length=1000
     )
-    seq_len = serializers.IntegerField(min_value=1, max_value=1 << 20)
+    seq_len = serializers.IntegerField(min_value=1, max_value=limits.MAX_SEQ_LEN)
     filter = serializers.CharField(max_length=10000, required=False, allow_blank=True)
     shuffle = serializers.ChoiceField(choices=list(SHUFFLES), default="exact")
     seed = serializers.IntegerField(min_value=0, max_value=2**62, default=0)

@@ -416,9 +416,11 @@ ResumeSerializer = inline_serializer(
 class RunViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     queryset = TrainingRun.objects.order_by("-created_at")
     serializer_class = s.RunSerializer
-    # A trainer's token registers runs and reports progress; nothing else it may write.
-    # Switching a run's version saves a mixture version: an editor's.
-    write_roles = {"create": "trainer", "progress": "trainer", "losses": "trainer"}
+    # A trainer's token registers runs, reports their progress and losses, and switches
+    # them to new weights; the service checks the run is the user's (its owner, its team
+    # or an admin). Nothing else a trainer may write.
+    write_roles = {"create": "trainer", "progress": "trainer", "losses": "trainer",
+                   "switch": "trainer"}  # fmt: skip
 
     def get_serializer_class(self):
         return s.RunDetailSerializer if self.action == "retrieve" else s.RunSerializer

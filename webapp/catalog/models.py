@@ -179,6 +179,15 @@ class Pool(Artifact):
 
     class Meta:
         indexes = [models.Index(fields=["split", "-created_at"])]
+        constraints = [
+            # A pool's name names one pool of its split (its held-out slice is
+            # "<name>-val"); a build that failed or was cancelled frees its name.
+            models.UniqueConstraint(
+                fields=["name", "split"],
+                condition=~Q(status__in=[ArtifactStatus.FAILED, ArtifactStatus.CANCELLED]),
+                name="pool_unique_name",
+            )
+        ]
 
     def __str__(self) -> str:
         return f"{self.name} ({self.split})"
@@ -392,6 +401,11 @@ class RunProgress(models.Model):
     reported_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
+        # One report per step, enforced by the database: of concurrent reports of a step,
+        # the first to insert wins (the service inserts with ON CONFLICT DO NOTHING).
+        constraints = [
+            models.UniqueConstraint(fields=["run", "step"], name="run_progress_once_per_step")
+        ]
         # The run page charts progress in step order.
         indexes = [models.Index(fields=["run", "step"])]
         ordering = ["run", "step"]

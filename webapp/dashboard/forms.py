@@ -5,6 +5,7 @@ from __future__ import annotations
 from django import forms
 from django.db.models import Count
 
+from shardcore import limits
 from shardcore.encoders import DEFAULT_TOKENIZER
 from shardcore.shuffle import SHUFFLES
 from webapp.catalog.models import ArtifactStatus, Pool, TokenizedSource
@@ -92,8 +93,10 @@ class PoolBuildForm(forms.Form):
     tokenized_ids = forms.ModelMultipleChoiceField(
         queryset=None, label="Tokenized sources", widget=forms.SelectMultiple(attrs={"size": 4})
     )
+    # The library's ranges (shardcore.limits), checked again where the pool is planned.
     seq_len = forms.IntegerField(
         min_value=1,
+        max_value=limits.MAX_SEQ_LEN,
         initial=512,
         label="Sequence length",
         help_text="tokens trained on per sample (records hold one more)",
@@ -102,7 +105,7 @@ class PoolBuildForm(forms.Form):
         max_length=2000, required=False, help_text="a DuckDB expression, e.g. kind = 'prose'"
     )
     shuffle = forms.ChoiceField(choices=[(s, s) for s in SHUFFLES], initial="exact")
-    seed = forms.IntegerField(min_value=0, initial=0)
+    seed = forms.IntegerField(min_value=0, max_value=limits.MAX_SEED, initial=0)
     val_fraction = forms.FloatField(
         min_value=0.0, max_value=0.5, initial=0.0, label="Validation fraction"
     )

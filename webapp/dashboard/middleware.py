@@ -18,18 +18,31 @@ class ArtifactScopeMiddleware:
     """A request that reads an artifact on object storage reads it from a checked local
     copy (``shardcore.storage.local_artifact``); the copy is released when the request ends,
     so a long-running web process never keeps copies from eviction
-    (``SHARDYARD_ARTIFACT_CACHE_LIMIT``)."""
+    (``SHARDYARD_ARTIFACT_CACHE_LIMIT``).
+
+    A store that stops answering costs a request one bounded wait
+    (``SHARDYARD_S3_*_TIMEOUT`` x ``SHARDYARD_S3_ATTEMPTS``): after it, the request's
+    other reads fail at once (``shardcore.storage.fail_fast``), and a read-only request
+    that met it answers 503 naming the endpoint even where a reader caught the error and
+    rendered without the data."""
 
     def __init__(self, get_response):
         self.get_response = get_response
 
     def __call__(self, request):
-        with storage.artifact_scope():
-            return self.get_response(request)
+        with storage.artifact_scope(), storage.fail_fast():
+            response = self.get_response(request)
+            failure = storage.store_failure()
+        if failure is not None and request.method in ("GET", "HEAD") and response.status_code < 500:
+            return self._unavailable(request, failure)
+        return response
 
     def process_exception(self, request, exception):
         if not storage.is_store_error(exception):
             return None
+        return self._unavailable(request, exception)
+
+    def _unavailable(self, request, exception):
         endpoint = os.environ.get("AWS_ENDPOINT_URL") or "AWS S3"
         detail = (
             f"the object store ({endpoint}) did not answer: {exception}. Check that it is "

@@ -9,7 +9,7 @@ class LoginFailure(models.Model):
     at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
-        # The throttle counts recent failures per user name and per address.
+        # The throttle counts recent failures per address (and user name from it).
         indexes = [models.Index(fields=["username", "at"]), models.Index(fields=["address", "at"])]
 
     def __str__(self) -> str:

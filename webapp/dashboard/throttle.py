@@ -1,9 +1,12 @@
-"""Login throttling: after ``settings.LOGIN_ATTEMPTS`` failed logins for one user name, or
-from one client address, within ``settings.LOGIN_WINDOW`` seconds, further attempts are
-refused without checking the password (429 on the login page; the admin's login, which
-goes through the same authentication backend, simply fails). Failures are rows in the
-database, so every web process (gunicorn workers, hosts) counts the same attempts. A
-successful login clears its user name's failures.
+"""Login throttling by client: after ``settings.LOGIN_ATTEMPTS`` failed logins for one user
+name from one client address, or ``settings.LOGIN_ADDRESS_ATTEMPTS`` from one client address
+over any user names, within ``settings.LOGIN_WINDOW`` seconds, further attempts from that
+client (for that name) are refused without checking the password (429 on the login page;
+the admin's login, which goes through the same authentication backend, simply fails).
+Failures never lock a user name out from everywhere: whoever guesses a name's password
+from one address slows down that address only, and the real user signs in from theirs.
+Failures are rows in the database, so every web process (gunicorn workers, hosts) counts
+the same attempts. A successful login clears its user name's failures from its address.
 """
 
 from __future__ import annotations
@@ -14,7 +17,6 @@ from django.conf import settings
 from django.contrib.auth.backends import ModelBackend
 from django.contrib.auth.signals import user_logged_in, user_login_failed
 from django.core.exceptions import PermissionDenied
-from django.db.models import Q
 from django.dispatch import receiver
 from django.utils import timezone
 
@@ -28,14 +30,15 @@ def client_address(request) -> str:
 
 
 def login_throttled(*, username: str, address: str) -> bool:
-    """Whether this user name or this address used up its failed attempts."""
+    """Whether this address used up its failed attempts for this user name, or for all
+    user names together."""
     from webapp.dashboard.models import LoginFailure
 
     since = timezone.now() - timedelta(seconds=settings.LOGIN_WINDOW)
-    recent = LoginFailure.objects.filter(at__gte=since)
-    by_name = recent.filter(username=username[:150]).count() if username else 0
-    by_address = recent.filter(address=address).count() if address else 0
-    return max(by_name, by_address) >= settings.LOGIN_ATTEMPTS
+    recent = LoginFailure.objects.filter(at__gte=since, address=address)
+    if recent.count() >= settings.LOGIN_ADDRESS_ATTEMPTS:
+        return True
+    return recent.filter(username=username[:150]).count() >= settings.LOGIN_ATTEMPTS
 
 
 def login_failure_record(*, username: str, address: str) -> None:
@@ -69,4 +72,6 @@ def _on_failure(sender, credentials, request=None, **kwargs):
 def _on_success(sender, request, user, **kwargs):
     from webapp.dashboard.models import LoginFailure
 
-    LoginFailure.objects.filter(Q(username=user.get_username())).delete()
+    LoginFailure.objects.filter(
+        username=user.get_username(), address=client_address(request)
+    ).delete()

@@ -49,7 +49,7 @@ def demo_load(
     """Register, tokenize, pool and mix the demo corpus; returns the demo mixture."""
     from shardcore.demo import build_demo_corpus
 
-    root = Path(settings.SOURCE_ROOTS[0]) / "demo"
+    root = next(Path(r) for r in settings.SOURCE_ROOTS if not isinstance(r, str)) / "demo"
     if not (root / "reference" / "reference.parquet").exists():
         log(f"writing the demo corpus (the CPython standard library) to {root} ...")
         build_demo_corpus(root, max_bytes_per_source=max_bytes_per_source)

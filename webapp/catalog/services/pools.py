@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from shardcore import storage
@@ -68,6 +68,7 @@ def pool_build(
     running = _pool_building(parents, same)
     if running is not None:
         return running  # a launch while the same one runs answers the running one
+    _name_free(name)
     out = artifact_dir("pools", name)
     try:
         # Reading every sidecar through the filter: in a child process with time and
@@ -99,23 +100,42 @@ def pool_build(
         running = _pool_building(parents, same)
         if running is not None:
             return running
+        _name_free(name)
         job = job_create(
             plan=plan,
             title=f"pool {name}",
             recorder="webapp.catalog.services.pools.pool_record",
             created_by=created_by,
         )
-        pool = Pool.objects.create(
-            name=name,
-            filter=filter or "",
-            seq_len=seq_len,
-            params=plan.params,
-            path=str(out),
-            job=job,
-            created_by=created_by,
-        )
+        try:
+            with transaction.atomic():
+                pool = Pool.objects.create(
+                    name=name,
+                    filter=filter or "",
+                    seq_len=seq_len,
+                    params=plan.params,
+                    path=str(out),
+                    job=job,
+                    created_by=created_by,
+                )
+        except IntegrityError:  # a concurrent build of another pool took the name
+            raise CatalogError(_name_taken(name)) from None
         pool.parents.set(parents)
     return pool
+
+
+def _name_taken(name: str, pool: Pool | None = None) -> str:
+    which = f" (pool {pool.pk}, {pool.status})" if pool is not None else ""
+    return f"pool name: a pool named {name!r} exists already{which}; choose another name"
+
+
+def _name_free(name: str) -> None:
+    """Refuse a train pool name that another train pool holds (unless its build failed or
+    was cancelled); the constraint ``pool_unique_name`` backs it."""
+    dead = [ArtifactStatus.FAILED, ArtifactStatus.CANCELLED]
+    taken = Pool.objects.filter(name=name, split=Pool.Split.TRAIN).exclude(status__in=dead).first()
+    if taken is not None:
+        raise CatalogError(_name_taken(name, taken))
 
 
 def _pool_building(parents: list[TokenizedSource], same: dict[str, Any]) -> Pool | None:
@@ -172,6 +192,16 @@ def pool_record(*, job, manifest: dict | None) -> None:
     if manifest is None:
         artifact_unbuilt(pool, job=job)
         return
+    dead = [ArtifactStatus.FAILED, ArtifactStatus.CANCELLED]
+    if (
+        Pool.objects.filter(name=pool.name, split=Pool.Split.TRAIN)
+        .exclude(pk=pool.pk)
+        .exclude(status__in=dead)
+        .exists()
+    ):
+        # A failed build's name was taken by another pool before this build was retried
+        # and succeeded: this one keeps a name of its own (pool_unique_name).
+        pool.name = f"{pool.name}-{pool.pk}"
     # Part of the build, for every pool (on its first records, a bounded cost): the page's
     # default report, before the row is frozen READY.
     pool.params = {**(pool.params or {}), "quality": pool_quality_measure(pool=pool)}

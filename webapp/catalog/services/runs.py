@@ -116,8 +116,11 @@ def run_progress_record(
     actor=None,
 ) -> TrainingRun:
     """Record the run's position at ``step`` (``POST /api/runs/{id}/progress/``, called by
-    every training step): one row per step, a retried step records nothing, the run never
-    moves backwards, a registered run becomes running. Samples, or only tokens: a sample is
+    every training step): one row per step, the run never moves backwards, a registered
+    run becomes running. The first report of a step wins: a retried (or concurrent)
+    report of a recorded step records nothing and answers the run as it is, whatever
+    counts it gives (a unique constraint on (run, step) enforces it: the report is
+    inserted with ON CONFLICT DO NOTHING). Samples, or only tokens: a sample is
     one record of ``seq_len`` trained tokens. Raises TrainingRun.DoesNotExist.
 
     A report is bounded by the run's mixture version (no step, sample or token beyond its
@@ -132,8 +135,8 @@ def run_progress_record(
     refused with RunSwitchedError.
 
     At most three statements: one locks the run and reads everything the checks need
-    (the version's seq_len and size, the actor's team membership, whether the step is
-    recorded), then the report is inserted and the run moved forward."""
+    (the version's seq_len and size, the actor's team membership), then the report is
+    inserted unless its step is recorded, and the run moved forward if it was."""
     from django.contrib.auth import get_user_model
     from django.db.models import Exists, F, Max, OuterRef, Subquery
 
@@ -151,8 +154,9 @@ def run_progress_record(
         .values("m")
     )
     with transaction.atomic():
-        # Reports of one run are serialized by the lock, so the "step recorded?" read
-        # below sees every committed report.
+        # Reports of one run are serialized by the lock. Whether the step is recorded is
+        # not read here: this statement's snapshot predates the lock it may wait for, so
+        # it could miss the report that held the lock. The insert below decides.
         run = (
             TrainingRun.objects.select_for_update(of=("self",))
             .annotate(
@@ -160,7 +164,6 @@ def run_progress_record(
                 version_samples=F("mixture_version__num_samples"),
                 version_budget=F("mixture_version__token_budget"),
                 in_team=Exists(member),
-                step_recorded=Exists(RunProgress.objects.filter(run_id=OuterRef("pk"), step=step)),
                 # The run's sample where its current version starts (None: it never switched).
                 segment_start=Subquery(
                     RunSegment.objects.filter(
@@ -183,15 +186,9 @@ def run_progress_record(
         )
         if mixture_version is not None:
             _read_version_check(run, mixture_version, consumed_samples)
-        if run.step_recorded:
-            return run
         now = timezone.now()
-        RunProgress.objects.create(
-            run_id=run_id,
-            step=step,
-            consumed_samples=consumed_samples,
-            consumed_tokens=consumed_tokens,
-        )
+        if not _progress_insert(run_id, step, consumed_samples, consumed_tokens, now):
+            return run  # the step was recorded: the first report wins
         if step >= run.last_step:
             # A new report at or after the last step moves the run forward.
             run.last_step, run.last_reported_at = step, now
@@ -206,6 +203,21 @@ def run_progress_record(
                 state=run.state,
             )
     return run
+
+
+def _progress_insert(run_id: int, step: int, samples: int, tokens: int, at) -> bool:
+    """Insert the report of ``step`` unless one is recorded (INSERT ... ON CONFLICT DO
+    NOTHING on the (run, step) constraint, in Postgres and SQLite alike); whether it was."""
+    from django.db import connection
+
+    table = connection.ops.quote_name(RunProgress._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} (run_id, step, consumed_samples, consumed_tokens, reported_at)"
+            " VALUES (%s, %s, %s, %s, %s) ON CONFLICT (run_id, step) DO NOTHING RETURNING id",
+            [run_id, step, samples, tokens, connection.ops.adapt_datetimefield_value(at)],
+        )
+        return cursor.fetchone() is not None
 
 
 def _read_version_check(run: TrainingRun, version_id: int, samples: int) -> None:
@@ -583,16 +595,21 @@ def run_switch(*, run_id: int, weights, note: str = "", actor=None) -> dict[str,
     version closed at that sample, the new one open from it, from the next step on), the
     run reads the new version from then on, and the taint of both versions is refreshed.
     A second switch before the run read anything of the first replaces it. Built through
-    ``mixture_version_create``. Saving a version needs the editor role."""
+    ``mixture_version_create``. Only whoever may write the run switches it
+    (``webapp.roles.may_write_run``: its owner, a member of its team, or an admin;
+    RunPermissionError otherwise); ``actor=None`` is an operator."""
     from shardcore.errors import ShardcoreError
     from shardcore.mixture import continuation
-    from webapp.roles import has_role
+    from webapp.roles import may_write_run
 
-    if actor is not None and not has_role(actor, "editor"):
-        raise RunPermissionError("saving a version a run switches to needs the editor role")
     weights = _switch_weights(weights)
     with transaction.atomic():
         run = TrainingRun.objects.select_for_update().get(pk=run_id)
+        if actor is not None and not may_write_run(actor, run):
+            raise RunPermissionError(
+                f"run {run.name} belongs to another user: only its owner, its team or an "
+                "admin may switch it"
+            )
         segments = _segments(run)
         at = int(run.consumed_samples)
         kept = [g for g in segments if g.first_sample < at]

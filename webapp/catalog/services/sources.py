@@ -26,16 +26,25 @@ from webapp.catalog.services.common import (
 def source_location_check(*, uri: str) -> str:
     """The canonical location of a source, or SourcePathError. Every location goes through
     ``guards.uri_normalize`` (one parser: ``S3://`` is ``s3://``). Local paths must lie
-    below one of ``settings.SOURCE_ROOTS`` after resolving symlinks; ``..`` is refused
-    outright (even when it would resolve inside a root), and so is any scheme but s3://."""
+    below one of the local ``settings.SOURCE_ROOTS`` after resolving symlinks; ``..`` is
+    refused outright (even when it would resolve inside a root), and so is any scheme but
+    s3://. An s3:// location must lie below one of the s3:// roots (none by default): the
+    service's credentials may read buckets that editors must not register."""
     try:
         scheme, location = guards.uri_normalize(uri)
     except guards.GuardError as exc:
         msg = str(exc)
         if "is not supported" in msg:
-            msg += f"; use a local path under {_roots_text()} or an s3:// URI"
+            msg += f"; use a local path or an s3:// location under {_roots_text()}"
         raise SourcePathError(msg) from None
     if scheme != "file":
+        s3_roots = _s3_roots()
+        if not any(location == r or location.startswith(r + "/") for r in s3_roots):
+            allowed = ", ".join(s3_roots) or "none configured"
+            raise SourcePathError(
+                f"uri: {location} is outside the s3:// source roots ({allowed}); an operator "
+                "adds s3://bucket/prefix to SHARDYARD_SOURCE_ROOTS"
+            )
         return location
     path = Path(location)
     if not path.is_absolute():
@@ -52,11 +61,22 @@ def source_location_check(*, uri: str) -> str:
 
 
 def _roots() -> list[Path]:
-    return [Path(r).resolve() for r in settings.SOURCE_ROOTS]
+    """The local source roots."""
+    return [Path(r).resolve() for r in settings.SOURCE_ROOTS if not _is_s3_root(r)]
+
+
+def _s3_roots() -> list[str]:
+    """The s3:// source roots, canonical (``guards.uri_normalize``), no trailing slash."""
+    return [guards.uri_normalize(str(r))[1] for r in settings.SOURCE_ROOTS if _is_s3_root(r)]
+
+
+def _is_s3_root(root) -> bool:
+    return isinstance(root, str) and root.lower().startswith("s3://")
 
 
 def _roots_text() -> str:
-    return ", ".join(str(r) for r in _roots()) or "(none configured: SHARDYARD_SOURCE_ROOTS)"
+    roots = [str(r) for r in _roots()] + _s3_roots()
+    return ", ".join(roots) or "(none configured: SHARDYARD_SOURCE_ROOTS)"
 
 
 def _under_roots(path: Path) -> bool:
@@ -112,7 +132,10 @@ def _list_files(uri: str) -> list[tuple[str, str, int]]:
     if guards.uri_is_remote(uri):
         import fsspec
 
+        from shardcore.storage import s3fs_defaults
+
         scheme, uri = guards.uri_normalize(uri)
+        s3fs_defaults()  # a store that stops answering is an error, not a hang
         try:
             fs, root = fsspec.core.url_to_fs(uri)
             if fs.isfile(root):

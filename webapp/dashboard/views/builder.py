@@ -30,7 +30,7 @@ def mixture_builder(request):
 def _payload(request) -> dict:
     try:
         data = json.loads(request.body or b"{}")
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: a body nested thousands deep
         return {}
     return data if isinstance(data, dict) else {}
 

@@ -181,8 +181,9 @@ def run_detail(request, run_id: int):
 def run_switch(request, run_id: int):
     """Save the proposal against the posted reference run as a new version continuing from
     the run's resume position, and switch the run to it. The weights are computed here
-    again from the books, never taken from the form."""
-    require_role(request.user, "editor")
+    again from the books, never taken from the form. The service checks the run is the
+    user's (owner, team or admin)."""
+    require_role(request.user, "trainer")
     reference = request.POST.get("reference", "")
     back = redirect("dashboard:run", run_id=run_id)
     if not reference.isdigit():

@@ -34,7 +34,8 @@ class Command(BaseCommand):
     def handle(self, *args, host, port, concurrency, no_demo, **options):
         settings.HOME_ROOT.mkdir(parents=True, exist_ok=True)
         for root in settings.SOURCE_ROOTS:
-            root.mkdir(parents=True, exist_ok=True)
+            if not isinstance(root, str):  # s3:// roots are strings
+                root.mkdir(parents=True, exist_ok=True)
         ensure_broker_dirs()
         call_command("migrate", interactive=False, verbosity=0)
         call_command("ensure_admin")
