@@ -59,6 +59,7 @@ from shardcore.pool.layout import (
     shard_prefix,
     val_mask,
 )
+from shardcore.pool.merge import run_merge
 from shardcore.pool.pass1 import run_assign
 from shardcore.pool.pass2 import run_bucket
 from shardcore.pool.plan import build_pool, plan_pool
@@ -99,6 +100,8 @@ def run_unit(plan: units.Plan, unit: dict) -> dict:
     try:
         if "input" in unit:
             return run_assign(plan, unit)
+        if "group" in unit:
+            return run_merge(plan, unit)
         return run_bucket(plan, unit)
     finally:
         release_memory()

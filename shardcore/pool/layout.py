@@ -26,6 +26,17 @@ SPLITS = ("train", "val")
 # Metadata columns added to each document's sidecar properties.
 SOURCE_COL, SHARD_COL, ROW_COL, KEY_COL = "source", "source_shard", "source_row", "__key"
 SOURCE_FP_COL = "source_fingerprint"
+# Columns of pass 1's and the merge's files only (dropped before pass 2 writes a sidecar):
+# each document's global bucket, the input it came from, and the byte offset of its tokens
+# (in the input's .bin with "references" staging, in the staged tokens file with "tokens").
+BUCKET_COL, INPUT_COL, OFFSET_COL = "__bucket", "__input", "__offset"
+SCRATCH_COLS = (KEY_COL, BUCKET_COL, INPUT_COL, OFFSET_COL)
+# Schema metadata of a pass-1 file: the first row of every bucket group (int64[G + 1]) and,
+# with "tokens" staging, the first byte of every group in the staged tokens file.
+GROUP_ROWS, GROUP_BYTES = b"group_rows", b"group_bytes"
+# Files per directory of the scratch and unit files: a directory of millions of entries
+# makes every create and lookup in it slow on most file systems (and listings huge).
+FANOUT = 1000
 STAGINGS = ("references", "tokens")
 _MIN_CHUNK_TOKENS = 1 << 14
 _MAX_CHUNK_TOKENS = 1 << 22
@@ -102,13 +113,42 @@ def chunk_tokens(plan: units.Plan) -> int:
     return int(min(_MAX_CHUNK_TOKENS, max(_MIN_CHUNK_TOKENS, plan.params["memory"] // 128)))
 
 
-def pass1_paths(out: str, i: int) -> tuple[Path, Path, Path]:
-    base = Path(out) / PASS1_DIR / f"in-{i:05d}"
-    return (
-        base.with_name(base.name + ".tokens"),
-        base.with_name(base.name + ".docs.arrow"),
-        base.with_name(base.name + ".offsets.npy"),
-    )
+def fanned(kind: str, i: int) -> str:
+    """``kind/<i // FANOUT>/kind-<i>``: the relative name of scratch file ``i`` of a kind,
+    FANOUT per directory."""
+    return f"{kind}/{i // FANOUT:04d}/{kind}-{i:07d}"
+
+
+def pass1_rel(i: int) -> tuple[str, str]:
+    """Pass 1's files of input ``i``, relative to the pool: its documents grouped by bucket
+    (Arrow IPC, with the group offsets in the schema metadata) and, with "tokens" staging,
+    their tokens in the same order."""
+    base = f"{PASS1_DIR}/{fanned('in', i)}"
+    return f"{base}.tokens", f"{base}.arrow"
+
+
+def group_rel(g: int) -> tuple[str, str]:
+    """The merge's files of bucket group ``g``: its documents sorted by bucket (then input,
+    then input row) and, with "tokens" staging, their tokens in input order."""
+    base = f"{PASS1_DIR}/{fanned('group', g)}"
+    return f"{base}.tokens", f"{base}.arrow"
+
+
+def pass1_paths(out: str, i: int) -> tuple[Path, Path]:
+    return tuple(Path(out) / rel for rel in pass1_rel(i))
+
+
+def group_paths(out: str, g: int) -> tuple[Path, Path]:
+    return tuple(Path(out) / rel for rel in group_rel(g))
+
+
+def num_groups(plan: units.Plan) -> int:
+    total = sum(plan.meta["splits"][s]["num_buckets"] for s in SPLITS)
+    return -(-total // group_buckets(plan)) if total else 0
+
+
+def group_buckets(plan: units.Plan) -> int:
+    return int(plan.meta["group_buckets"])
 
 
 def staging_of(plan: units.Plan) -> str:
