@@ -40,7 +40,7 @@ Pool directory::
 from __future__ import annotations
 
 from shardcore import units, verify
-from shardcore.pool.finalize import finalize_pool
+from shardcore.pool.finalize import finalize_pool, finalize_reads
 from shardcore.pool.io import release_memory
 from shardcore.pool.layout import (
     DOCUMENTS_NAME,
@@ -56,7 +56,11 @@ from shardcore.pool.layout import (
     STAGE,
     STAGINGS,
     VAL_DIR,
+    group_buckets,
+    group_rel,
+    pass1_rel,
     shard_prefix,
+    staging_of,
     val_mask,
 )
 from shardcore.pool.merge import run_merge
@@ -107,5 +111,26 @@ def run_unit(plan: units.Plan, unit: dict) -> dict:
         release_memory()
 
 
-units.register_stage(STAGE, run_unit=run_unit, finalize=finalize_pool)
+def unit_reads(plan: units.Plan, unit: dict) -> list[str]:
+    """The pool's files a unit reads (on object storage, it fetches exactly these): pass 1
+    none (its input shard is an input artifact), a merge unit every input's pass-1 files,
+    a pass-2 unit its group's merged files."""
+    tokens = staging_of(plan) == "tokens"
+    if "input" in unit:
+        return []
+    if "group" in unit:
+        pairs = [pass1_rel(i) for i in range(len(plan.meta["inputs"]))]
+    else:
+        gb = plan.meta["splits"][unit["split"]]["first_bucket"] + unit["bucket"]
+        pairs = [group_rel(gb // group_buckets(plan))]
+    return [rel for t, d in pairs for rel in ((t, d) if tokens else (d,))]
+
+
+units.register_stage(
+    STAGE,
+    run_unit=run_unit,
+    finalize=finalize_pool,
+    reads=unit_reads,
+    finalize_reads=finalize_reads,
+)
 verify.register_check(KIND, check_pool)

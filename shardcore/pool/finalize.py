@@ -48,6 +48,18 @@ def finalize_pool(plan: units.Plan, stats: list[dict]) -> dict[str, Any]:
     return main
 
 
+def finalize_reads(plan: units.Plan, stats: list[dict]) -> list[str]:
+    """The files finalize reads (on object storage, it fetches exactly these): the
+    documents sidecar of every shard, for the pool's documents table."""
+    by_id = dict(zip([u["id"] for p in plan.phases for u in p], stats, strict=True))
+    keys = []
+    for u in plan.phases[-1]:
+        if by_id[u["id"]]["records"]:
+            base = "" if u["split"] == "train" else f"{VAL_DIR}/"
+            keys.append(f"{base}{shard_prefix(u['bucket'])}.docs.parquet")
+    return keys
+
+
 def _finalize_split(plan: units.Plan, split: str, buckets: list[tuple[int, dict]]) -> dict:
     import pyarrow as pa
     import pyarrow.parquet as pq
