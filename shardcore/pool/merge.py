@@ -74,16 +74,16 @@ def run_merge(plan: units.Plan, unit: dict) -> dict:
                     pa.concat_tables(pending, promote_options="default").combine_chunks()
                 )
                 pending = []
-        if pending:
-            combined.append(pa.concat_tables(pending, promote_options="default").combine_chunks())
-        if not combined:
+        parts = combined + pending
+        del combined, pending
+        if not parts:
             docs = None
         else:
-            docs = pa.concat_tables(combined, promote_options="default")
-            del combined, pending
+            docs = pa.concat_tables(parts, promote_options="default")  # chunked, no copy
+            del parts
             # Stable: each input's rows are sorted by bucket and the inputs come in order.
             order = np.argsort(as_numpy(docs.column(BUCKET_COL)), kind="stable")
-            docs = docs.take(arrow_array(order)).combine_chunks()
+            docs = docs.take(arrow_array(order))  # the one copy of the group
     if docs is None:
         # An empty group still has its file: pass 2 reads it without asking whether it exists.
         table, _ = read_run(pass1_paths(plan.out, 0)[1])
