@@ -5,6 +5,7 @@ output shard, checksummed as it is written."""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,7 @@ from shardcore import atomic, pack, units
 from shardcore.errors import ManifestError
 from shardcore.formats import bin_path, encode_idx, idx_path
 from shardcore.pool.io import (
+    FileDocuments,
     HashingWriter,
     bytes_entry,
     copy_ranges,
@@ -36,6 +38,10 @@ from shardcore.pool.layout import (
     split_dir,
     staging_of,
 )
+
+# Input files a pass-2 unit holds open at once (well under the usual limit of 1,024
+# descriptors); a bucket with documents from more inputs is read input by input.
+_MAX_OPEN = 256
 
 
 class Documents:
@@ -147,37 +153,45 @@ def run_bucket(plan: units.Plan, unit: dict) -> dict:
     docs = table.slice(lo, hi - lo)
     lengths = as_numpy(docs.column("n_tokens")).astype(np.int64)
     offsets = as_numpy(docs.column(OFFSET_COL))
-    chunk_bytes = chunk_tokens(plan) * dtype.itemsize
-    bucket_tokens = np.empty(int(lengths.sum()), dtype=dtype)
-    if staging_of(plan) == "references":
-        _gather(
-            meta, as_numpy(docs.column(INPUT_COL)), offsets, lengths, bucket_tokens, chunk_bytes
-        )
-    else:
-        read_spans(tokens_path, offsets, lengths * dtype.itemsize, bucket_tokens, span=chunk_bytes)
-    starts = np.zeros(lengths.size, dtype=np.int64)
-    np.cumsum(lengths[:-1], out=starts[1:])
     keys = as_numpy(docs.column(KEY_COL))
     order = np.asarray(module.order_bucket(keys, info["seed"], b, **params["shuffle_options"]))
+    bos = params["bos"]
+    head = meta["bos_id"] if bos else None
+    if staging_of(plan) == "references":
+        inputs = as_numpy(docs.column(INPUT_COL))
+        used, file = np.unique(inputs, return_inverse=True)
+        paths = [bin_path(meta["inputs"][int(i)]["prefix"]) for i in used.tolist()]
+    else:
+        paths, file = [tokens_path], np.zeros(lengths.size, dtype=np.int64)
+    if len(paths) <= _MAX_OPEN:
+        # Each document read once, straight into the output window where it goes.
+        stream = FileDocuments(
+            paths, file[order], offsets[order], lengths[order], dtype.itemsize, head=head
+        )
+    else:
+        # Documents from more inputs than this unit may hold open: the bucket is read into
+        # memory input by input (each a forward sweep), then copied out in order.
+        bucket_tokens = np.empty(int(lengths.sum()), dtype=dtype)
+        chunk_bytes = chunk_tokens(plan) * dtype.itemsize
+        _gather(meta, inputs, offsets, lengths, bucket_tokens, chunk_bytes)
+        starts = np.zeros(lengths.size, dtype=np.int64)
+        np.cumsum(lengths[:-1], out=starts[1:])
+        stream = Documents(
+            [bucket_tokens], np.zeros(lengths.size), starts[order], lengths[order], head=head
+        )
+        del bucket_tokens
     docs = docs.take(arrow_array(order)).drop_columns(list(SCRATCH_COLS))
     del table
-    bos = params["bos"]
-    stream = Documents(
-        [bucket_tokens],
-        np.zeros(lengths.size, dtype=np.int64),
-        starts[order],
-        lengths[order],
-        head=meta["bos_id"] if bos else None,
-    )
     packing = pack.plan_packing(lengths[order] + int(bos), params["seq_len"])
 
     rel = shard_prefix(b)
     prefix = split_dir(plan.out, split) / rel
     width = params["seq_len"] + 1
-    records, files = _write_records(
-        prefix, rel, stream, width, dtype, chunk_tokens(plan), meta["pad_id"]
-    )
-    del stream, bucket_tokens  # the bucket's tokens: freed before the sidecars are written
+    with stream if isinstance(stream, FileDocuments) else contextlib.nullcontext():
+        records, files = _write_records(
+            prefix, rel, stream, width, dtype, chunk_tokens(plan), meta["pad_id"]
+        )
+    del stream  # the bucket's tokens, if held: freed before the sidecars are written
     if records != packing.num_records:
         raise ManifestError(
             f"{prefix}: wrote {records} records, packing planned {packing.num_records}"

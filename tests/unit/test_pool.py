@@ -221,7 +221,7 @@ def _built_bytes(root: Path) -> dict[str, bytes]:
     }
 
 
-def test_it_writes_the_same_bytes_with_either_staging_and_any_worker_count(tmp_path):
+def test_it_writes_the_same_bytes_with_either_staging_and_any_worker_count(tmp_path, monkeypatch):
     # Prose docstrings are mostly short (gathered through an index array), code modules
     # long (copied as slices); a BOS before every document exercises the head tokens.
     src = pf.write_tokenized(
@@ -240,6 +240,13 @@ def test_it_writes_the_same_bytes_with_either_staging_and_any_worker_count(tmp_p
     first = built["references", 1]
     assert "manifest.json" in first and "val/manifest.json" in first
     assert len([k for k in first if k.endswith(".bin")]) > 3
+    # A bucket whose documents come from more inputs than a unit holds open is read into
+    # memory input by input: the same bytes.
+    from shardcore.pool import pass2
+
+    monkeypatch.setattr(pass2, "_MAX_OPEN", 1)
+    build_pool([str(src)], str(tmp_path / "few-open"), staging="references", **kwargs)
+    built["references", "one open file"] = _built_bytes(tmp_path / "few-open")
     for key, files in built.items():
         assert files == first, key
     # And each shard holds its documents, each after a BOS, then its padding (EOS).
