@@ -61,14 +61,12 @@ print(json.dumps({{"wall_s": time.perf_counter() - t, "cpu_s": time.process_time
 
 def write_pass1(out: Path, inputs: int, docs: int, doc_tokens: int, buckets: int, group: int):
     """Pass 1's files for ``inputs`` inputs sharing ``docs`` documents: per input its
-    documents sorted by bucket (Arrow IPC, group offsets in the schema metadata) and their
+    documents sorted by bucket (Arrow IPC), its group offsets (``write_groups``) and their
     tokens ("tokens" staging), as ``run_assign`` writes them."""
     import pyarrow as pa
 
     from shardcore.pool.layout import (
         BUCKET_COL,
-        GROUP_BYTES,
-        GROUP_ROWS,
         INPUT_COL,
         KEY_COL,
         OFFSET_COL,
@@ -77,6 +75,7 @@ def write_pass1(out: Path, inputs: int, docs: int, doc_tokens: int, buckets: int
         SOURCE_COL,
         arrow_array,
         pass1_paths,
+        write_groups,
     )
     from shardcore.shuffle import exact
 
@@ -105,13 +104,7 @@ def write_pass1(out: Path, inputs: int, docs: int, doc_tokens: int, buckets: int
                 OFFSET_COL: arrow_array(offsets),
             }
         )
-        table = table.replace_schema_metadata(
-            {
-                GROUP_ROWS: rows.astype("<i8").tobytes(),
-                GROUP_BYTES: (rows * doc_tokens * 4).astype("<i8").tobytes(),
-            }
-        )
-        tokens_path, docs_path = pass1_paths(str(out), i)
+        tokens_path, docs_path, groups_path = pass1_paths(str(out), i)
         docs_path.parent.mkdir(parents=True, exist_ok=True)
         with pa.OSFile(str(docs_path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as w:
             w.write_table(table)
@@ -119,6 +112,7 @@ def write_pass1(out: Path, inputs: int, docs: int, doc_tokens: int, buckets: int
             np.arange(first_doc, first_doc + n)[order, None] * 7 + np.arange(doc_tokens)
         ) % 50_000
         ids.astype(np.int32).tofile(tokens_path)
+        write_groups(groups_path, rows, rows * doc_tokens * 4)
         first_doc += n
 
 
@@ -169,6 +163,61 @@ def slope(xs: list[float], ys: list[float]) -> float:
     return math.log(ys[-1] / ys[0]) / math.log(xs[-1] / xs[0])
 
 
+def report(rows: list[dict], args) -> list[str]:
+    """The table, the fitted growth (on CPU time: on a shared machine wall time also
+    measures the wait for a CPU) and the extrapolation."""
+    xs = [r["inputs"] for r in rows]
+    budget = args.memory / 2**20
+    fit = {
+        "pass2_wall_exponent": slope(xs, [r["pass2_wall_s"] for r in rows]),
+        "pass2_cpu_exponent": slope(xs, [r["pass2_cpu_s"] for r in rows]),
+        "pass2_rss_exponent": slope(xs, [r["pass2_peak_rss_mb"] for r in rows]),
+        "merge_wall_exponent": slope(xs, [r["merge"]["wall_s"] for r in rows]),
+        "merge_cpu_exponent": slope(xs, [r["merge"]["cpu_s"] for r in rows]),
+        "merge_s_per_input": rows[-1]["merge"]["wall_s"] / xs[-1],
+        "merge_cpu_s_per_input": rows[-1]["merge"]["cpu_s"] / xs[-1],
+    }
+    # 15 T tokens at 256 MiB: 234k inputs, 894k buckets of ~11k documents (~1.2 KB each),
+    # ~100 bytes of sidecar metadata per document plus the 44 pass 1 adds: the plan's
+    # groups (an eighth of the budget) then hold 20 buckets.
+    s15, k15 = 234_000, 894_000
+    group15 = (256 << 20) // 8 // (11_200 * 144)
+    fit["extrapolated_15T"] = {
+        "merge_reads": s15 * -(-k15 // group15),
+        "merge_cpu_days": s15 * -(-k15 // group15) * fit["merge_cpu_s_per_input"] / 86400,
+        "pass2_reads_per_unit": 1,
+    }
+    lines = [
+        f"machine: {machine()}; load average {os.getloadavg()[0]:.1f}",
+        f"{args.docs:,} documents of {args.doc_tokens} tokens, {args.buckets} buckets "
+        f"({args.group} per merge group), budget {budget:.0f} MiB, tokens staging",
+        "",
+        "| inputs | docs/input | merge unit s (CPU s) | merge peak RSS MB | pass-2 unit s (CPU s) "
+        "| pass-2 docs | pass-2 RSS MB: before -> peak |",
+        "|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['inputs']:,} | {r['docs_per_input']:,.0f} | {r['merge']['wall_s']:.2f} "
+            f"({r['merge']['cpu_s']:.2f}) | "
+            f"{r['merge']['peak_rss_mb']:.0f} | {r['pass2_wall_s']:.3f} ({r['pass2_cpu_s']:.3f}) | "
+            f"{r['pass2_documents']:,} | {r['pass2_base_rss_mb']:.0f} -> "
+            f"{r['pass2_peak_rss_mb']:.0f} |"
+        )
+    lines += [
+        "",
+        f"fitted: pass-2 unit CPU ~ inputs^{fit['pass2_cpu_exponent']:.2f} (wall ~ inputs^"
+        f"{fit['pass2_wall_exponent']:.2f}), pass-2 peak RSS ~ "
+        f"inputs^{fit['pass2_rss_exponent']:.2f}; merge unit CPU ~ inputs^"
+        f"{fit['merge_cpu_exponent']:.2f} ({fit['merge_s_per_input'] * 1e6:.0f} us wall, "
+        f"{fit['merge_cpu_s_per_input'] * 1e6:.0f} us CPU per input)",
+        f"15 T tokens (234k inputs x 894k buckets, {group15} buckets per group): pass 2 reads 1 file "
+        f"per unit; the merge reads {fit['extrapolated_15T']['merge_reads']:.2e} input slices, "
+        f"~{fit['extrapolated_15T']['merge_cpu_days']:.1f} CPU-days",
+    ]
+    return lines
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--inputs", default="100,10000,100000")
@@ -179,7 +228,13 @@ def main() -> int:
     ap.add_argument("--memory", type=int, default=256 << 20)
     ap.add_argument("--pass2-units", type=int, default=4, help="pass-2 units timed per size")
     ap.add_argument("--workdir", default="/tmp/shardyard-bench-scale-pool")
+    ap.add_argument("--report", help="print the report of a results.json, measure nothing")
     args = ap.parse_args()
+    if args.report:
+        data = json.loads(Path(args.report).read_text())
+        vars(args).update({k: v for k, v in data.get("args", {}).items() if k != "report"})
+        print("\n".join(report(data["rows"], args)))
+        return 0
     root = Path(args.workdir)
     rows = []
     for inputs in [int(x) for x in args.inputs.split(",")]:
@@ -212,54 +267,11 @@ def main() -> int:
         rows.append(row)
         print(json.dumps({k: v for k, v in row.items() if k != "pass2"}), flush=True)
         shutil.rmtree(out, ignore_errors=True)
-    xs = [r["inputs"] for r in rows]
-    budget = args.memory / 2**20
-    fit = {
-        "pass2_wall_exponent": slope(xs, [r["pass2_wall_s"] for r in rows]),
-        "pass2_rss_exponent": slope(xs, [r["pass2_peak_rss_mb"] for r in rows]),
-        "merge_wall_exponent": slope(xs, [r["merge"]["wall_s"] for r in rows]),
-        "merge_s_per_input": rows[-1]["merge"]["wall_s"] / xs[-1],
-        "merge_cpu_s_per_input": rows[-1]["merge"]["cpu_s"] / xs[-1],
-    }
-    # 15 T tokens at 256 MiB: 234k inputs, 894k buckets of ~11k documents (~1.2 KB each;
-    # ~100 bytes of metadata per document: 57 buckets per merge group).
-    s15, k15, group15 = 234_000, 894_000, 57
-    fit["extrapolated_15T"] = {
-        "merge_reads": s15 * -(-k15 // group15),
-        "merge_cpu_days": s15 * -(-k15 // group15) * fit["merge_cpu_s_per_input"] / 86400,
-        "pass2_reads_per_unit": 1,
-    }
-    lines = [
-        f"machine: {machine()}; load average {os.getloadavg()[0]:.1f}",
-        f"{args.docs:,} documents of {args.doc_tokens} tokens, {args.buckets} buckets "
-        f"({args.group} per merge group), budget {budget:.0f} MiB, tokens staging",
-        "",
-        "| inputs | docs/input | merge unit s (CPU s) | merge peak RSS MB | pass-2 unit s (CPU s) "
-        "| pass-2 docs | pass-2 RSS MB: before -> peak |",
-        "|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for r in rows:
-        lines.append(
-            f"| {r['inputs']:,} | {r['docs_per_input']:,.0f} | {r['merge']['wall_s']:.2f} "
-            f"({r['merge']['cpu_s']:.2f}) | "
-            f"{r['merge']['peak_rss_mb']:.0f} | {r['pass2_wall_s']:.3f} ({r['pass2_cpu_s']:.3f}) | "
-            f"{r['pass2_documents']:,} | {r['pass2_base_rss_mb']:.0f} -> "
-            f"{r['pass2_peak_rss_mb']:.0f} |"
-        )
-    lines += [
-        "",
-        f"fitted: pass-2 time ~ inputs^{fit['pass2_wall_exponent']:.2f}, pass-2 peak RSS ~ "
-        f"inputs^{fit['pass2_rss_exponent']:.2f}; merge unit ~ inputs^"
-        f"{fit['merge_wall_exponent']:.2f} ({fit['merge_s_per_input'] * 1e6:.0f} us wall, "
-        f"{fit['merge_cpu_s_per_input'] * 1e6:.0f} us CPU per input)",
-        f"15 T tokens (234k inputs x 894k buckets, 57 buckets per group): pass 2 reads 1 file "
-        f"per unit; the merge reads {fit['extrapolated_15T']['merge_reads']:.2e} input slices, "
-        f"~{fit['extrapolated_15T']['merge_cpu_days']:.1f} CPU-days",
-    ]
+    lines = report(rows, args)
     text = "\n".join(lines)
     print(text)
     root.mkdir(parents=True, exist_ok=True)
-    (root / "results.json").write_text(json.dumps({"rows": rows, "fit": fit}, indent=1))
+    (root / "results.json").write_text(json.dumps({"rows": rows, "args": vars(args)}, indent=1))
     (root / "results.md").write_text(text + "\n")
     return 0
 

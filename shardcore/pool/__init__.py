@@ -119,11 +119,11 @@ def unit_reads(plan: units.Plan, unit: dict) -> list[str]:
     if "input" in unit:
         return []
     if "group" in unit:
-        pairs = [pass1_rel(i) for i in range(len(plan.meta["inputs"]))]
+        files = [pass1_rel(i) for i in range(len(plan.meta["inputs"]))]
     else:
         gb = plan.meta["splits"][unit["split"]]["first_bucket"] + unit["bucket"]
-        pairs = [group_rel(gb // group_buckets(plan))]
-    return [rel for t, d in pairs for rel in ((t, d) if tokens else (d,))]
+        files = [group_rel(gb // group_buckets(plan))]
+    return [rel for f in files for rel in (f if tokens else f[1:])]
 
 
 units.register_stage(

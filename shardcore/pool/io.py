@@ -471,14 +471,13 @@ def file_entry(path: Path, rel: str) -> dict[str, Any]:
     return {"path": rel, "size": size, "xxh3": whole, "block_size": block, "blocks": blocks}
 
 
-def read_run(path) -> tuple[object, dict[bytes, bytes]]:
-    """A pass-1 or merge file as an Arrow table (memory-mapped, zero-copy) and its schema
-    metadata."""
+def read_run(path):
+    """A pass-1 or merge file as an Arrow table (memory-mapped, zero-copy)."""
     import pyarrow as pa
 
     with pa.memory_map(str(path)) as src:
         table = pa.ipc.open_file(src).read_all()
-    return table, table.schema.metadata or {}
+    return table
 
 
 def write_run(path, docs) -> None:

@@ -31,9 +31,6 @@ SOURCE_FP_COL = "source_fingerprint"
 # (in the input's .bin with "references" staging, in the staged tokens file with "tokens").
 BUCKET_COL, INPUT_COL, OFFSET_COL = "__bucket", "__input", "__offset"
 SCRATCH_COLS = (KEY_COL, BUCKET_COL, INPUT_COL, OFFSET_COL)
-# Schema metadata of a pass-1 file: the first row of every bucket group (int64[G + 1]) and,
-# with "tokens" staging, the first byte of every group in the staged tokens file.
-GROUP_ROWS, GROUP_BYTES = b"group_rows", b"group_bytes"
 # Files per directory of the scratch and unit files: a directory of millions of entries
 # makes every create and lookup in it slow on most file systems (and listings huge).
 FANOUT = 1000
@@ -119,12 +116,40 @@ def fanned(kind: str, i: int) -> str:
     return f"{kind}/{i // FANOUT:04d}/{kind}-{i:07d}"
 
 
-def pass1_rel(i: int) -> tuple[str, str]:
-    """Pass 1's files of input ``i``, relative to the pool: its documents grouped by bucket
-    (Arrow IPC, with the group offsets in the schema metadata) and, with "tokens" staging,
-    their tokens in the same order."""
+def pass1_rel(i: int) -> tuple[str, str, str]:
+    """Pass 1's files of input ``i``, relative to the pool: its documents sorted by bucket
+    (Arrow IPC), where each bucket group starts in them (``.groups``, see
+    ``write_groups``) and, with "tokens" staging, their tokens in the same order."""
     base = f"{PASS1_DIR}/{fanned('in', i)}"
-    return f"{base}.tokens", f"{base}.arrow"
+    return f"{base}.tokens", f"{base}.arrow", f"{base}.groups"
+
+
+def write_groups(path: Path, rows: np.ndarray, nbytes: np.ndarray) -> None:
+    """The ``.groups`` file of an input: int64 little-endian [2, G + 1], the first row of
+    every bucket group in the ``.arrow`` file, then its first byte in the ``.tokens`` file
+    (zeros without one). Raw, so that a merge unit reads the 4 numbers of its group with
+    two 16-byte reads: a table of G entries parsed whole by each of the G merge units
+    would cost inputs x groups^2."""
+    from shardcore import atomic
+
+    atomic.write_bytes(path, np.stack([rows, nbytes]).astype("<i8").tobytes())
+
+
+def read_group(path: Path, g: int, n_groups: int) -> tuple[int, int, int, int]:
+    """Rows [r0, r1) and bytes [b0, b1) of group ``g`` in an input's pass-1 files."""
+    import os
+
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        rows = os.pread(fd, 16, 8 * g)
+        nbytes = os.pread(fd, 16, 8 * (n_groups + 1 + g))
+    finally:
+        os.close(fd)
+    if len(rows) != 16 or len(nbytes) != 16:
+        raise ManifestError(f"{path}: shorter than {n_groups} groups")
+    r0, r1 = np.frombuffer(rows, dtype="<i8").tolist()
+    b0, b1 = np.frombuffer(nbytes, dtype="<i8").tolist()
+    return r0, r1, b0, b1
 
 
 def group_rel(g: int) -> tuple[str, str]:
@@ -134,7 +159,7 @@ def group_rel(g: int) -> tuple[str, str]:
     return f"{base}.tokens", f"{base}.arrow"
 
 
-def pass1_paths(out: str, i: int) -> tuple[Path, Path]:
+def pass1_paths(out: str, i: int) -> tuple[Path, Path, Path]:
     return tuple(Path(out) / rel for rel in pass1_rel(i))
 
 

@@ -25,13 +25,13 @@ from shardcore.errors import ManifestError
 from shardcore.pool.io import read_run, write_run
 from shardcore.pool.layout import (
     BUCKET_COL,
-    GROUP_BYTES,
-    GROUP_ROWS,
     OFFSET_COL,
     arrow_array,
     as_numpy,
     group_paths,
+    num_groups,
     pass1_paths,
+    read_group,
     staging_of,
 )
 
@@ -44,6 +44,7 @@ def run_merge(plan: units.Plan, unit: dict) -> dict:
     g = unit["group"]
     tokens_out, docs_out = group_paths(plan.out, g)
     staged = staging_of(plan) == "tokens"
+    n_groups = num_groups(plan)
     combined, pending = [], []
     written = 0
     docs_out.parent.mkdir(parents=True, exist_ok=True)
@@ -53,15 +54,13 @@ def run_merge(plan: units.Plan, unit: dict) -> dict:
         else _nothing() as sink
     ):
         for i in range(len(plan.meta["inputs"])):
-            tokens_path, docs_path = pass1_paths(plan.out, i)
-            table, metadata = read_run(docs_path)
-            rows = np.frombuffer(metadata[GROUP_ROWS], dtype="<i8")
-            r0, r1 = int(rows[g]), int(rows[g + 1])
+            tokens_path, docs_path, groups_path = pass1_paths(plan.out, i)
+            r0, r1, b0, b1 = read_group(groups_path, g, n_groups)
             if r1 == r0:
-                continue
+                continue  # the input has no document in this group: its table is not opened
+            table = read_run(docs_path)
             part = table.slice(r0, r1 - r0)
             if staged:
-                b0, b1 = (int(x) for x in np.frombuffer(metadata[GROUP_BYTES], "<i8")[g : g + 2])
                 _copy_range(tokens_path, b0, b1 - b0, sink)
                 offsets = as_numpy(part.column(OFFSET_COL)) - b0 + written
                 part = part.set_column(
@@ -86,9 +85,8 @@ def run_merge(plan: units.Plan, unit: dict) -> dict:
             docs = docs.take(arrow_array(order))  # the one copy of the group
     if docs is None:
         # An empty group still has its file: pass 2 reads it without asking whether it exists.
-        table, _ = read_run(pass1_paths(plan.out, 0)[1])
-        docs = table.slice(0, 0)
-    write_run(docs_out, docs.replace_schema_metadata({}))
+        docs = read_run(pass1_paths(plan.out, 0)[1]).slice(0, 0)
+    write_run(docs_out, docs)
     return {"merged_documents": int(docs.num_rows)}
 
 

@@ -16,8 +16,6 @@ from shardcore.formats import IndexedReader
 from shardcore.pool.io import write_all, write_run
 from shardcore.pool.layout import (
     BUCKET_COL,
-    GROUP_BYTES,
-    GROUP_ROWS,
     INPUT_COL,
     KEY_COL,
     OFFSET_COL,
@@ -34,6 +32,7 @@ from shardcore.pool.layout import (
     shuffle_module,
     staging_of,
     val_mask,
+    write_groups,
 )
 from shardcore.pool.pass2 import Documents
 
@@ -85,9 +84,8 @@ def run_assign(plan: units.Plan, unit: dict) -> dict:
     group_rows = np.searchsorted(bucket_o, np.arange(n_groups + 1) * per_group, side="left")
     csum = np.concatenate([[0], np.cumsum(lengths)])
     itemsize = reader.dtype.itemsize
-    metadata = {GROUP_ROWS: group_rows.astype("<i8").tobytes()}
 
-    tokens_path, docs_path = pass1_paths(plan.out, i)
+    tokens_path, docs_path, groups_path = pass1_paths(plan.out, i)
     docs_path.parent.mkdir(parents=True, exist_ok=True)
     if staging_of(plan) == "tokens":
         # The selected tokens grouped by bucket, for the merge to copy group by group. Not
@@ -103,10 +101,11 @@ def run_assign(plan: units.Plan, unit: dict) -> dict:
                 docs_stream.fill(view, w0)
                 write_all(f, view)
         offsets = csum[:-1] * itemsize
-        metadata[GROUP_BYTES] = (csum[group_rows] * itemsize).astype("<i8").tobytes()
+        group_bytes = csum[group_rows] * itemsize
     else:
         # "references": where each document's tokens are in the input (read by pass 2).
         offsets = reader.index.pointers[rows_o].astype(np.int64)
+        group_bytes = np.zeros(group_rows.size, dtype=np.int64)
 
     docs = table.take(arrow_array(order))
     docs = docs.append_column(SOURCE_COL, arrow_array(np.full(rows.size, spec["source"], np.int32)))
@@ -116,7 +115,8 @@ def run_assign(plan: units.Plan, unit: dict) -> dict:
     docs = docs.append_column(BUCKET_COL, arrow_array(bucket_o))
     docs = docs.append_column(INPUT_COL, arrow_array(np.full(rows.size, i, np.int32)))
     docs = docs.append_column(OFFSET_COL, arrow_array(offsets))
-    write_run(docs_path, docs.replace_schema_metadata(metadata))
+    write_run(docs_path, docs)
+    write_groups(groups_path, group_rows, group_bytes)
     # Named apart from pass 2's documents/tokens: a job sums its units' documents and
     # tokens, and each document is counted once, when pass 2 writes it.
     return {

@@ -146,7 +146,7 @@ def run_bucket(plan: units.Plan, unit: dict) -> dict:
     # The bucket's documents in arrival order (input, then input row): one slice of its
     # group's merged file, whatever the number of inputs.
     tokens_path, docs_path = group_paths(plan.out, gb // group_buckets(plan))
-    table, _ = read_run(docs_path)
+    table = read_run(docs_path)
     lo, hi = (int(x) for x in np.searchsorted(as_numpy(table.column(BUCKET_COL)), [gb, gb + 1]))
     if hi == lo:
         return {"records": 0, "documents": 0, "tokens": 0, "padding": 0, "files": []}

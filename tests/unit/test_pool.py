@@ -279,8 +279,10 @@ def test_it_stages_references_or_tokens_in_pass_one(sources, tmp_path, staging):
     for unit in plan.phases[0]:
         units.run_unit(plan, unit["id"])
     staged = [p for p in (tmp_path / "p" / "_pass1").rglob("*") if p.is_file()]
-    # One metadata file per input (plus its tokens with "tokens" staging), fanned out.
-    assert len([p for p in staged if p.name.endswith(".arrow")]) == len(plan.phases[0])
+    # Per input, one metadata file and its group offsets (plus its tokens with "tokens"
+    # staging), fanned out.
+    for ext in (".arrow", ".groups"):
+        assert len([p for p in staged if p.name.endswith(ext)]) == len(plan.phases[0])
     assert all(p.parent.parent.name == "in" for p in staged)
     token_bytes = sum(p.stat().st_size for p in staged if p.name.endswith(".tokens"))
     data_bytes = sum(mf.read_manifest(s)["tokens"] for s in sources) * 4
