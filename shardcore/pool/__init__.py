@@ -1,33 +1,46 @@
 """Pools: select documents of tokenized sources, hold out a validation slice, shuffle them
 globally at document level, pack them into records of seq_len + 1 tokens, write shards.
 
-The stage ``pool`` follows the unit-of-work protocol (``shardcore.units``):
+The stage ``pool`` follows the unit-of-work protocol (``shardcore.units``), in three phases:
 
-* phase 1, one unit per input shard: select its documents (``shardcore.select``), route
+* pass 1, one unit per input shard: select its documents (``shardcore.select``), route
   each to the training or the validation pool by a hash of its identity, draw its bucket
-  (``shardcore.shuffle``), and write the shard's selected documents grouped by bucket:
-  their metadata (``_pass1/in-XXXXX.docs.arrow``, which holds each document's input row:
-  its *reference*) and bucket offsets, and, with ``staging="tokens"`` only, a copy of
-  their tokens (``.tokens``);
-* phase 2, one unit per bucket: load the bucket's documents in shard order (gathered from
-  the input shards by reference with positioned reads, or read from the staged copies),
-  order them (``order_bucket``), pack them (``shardcore.pack``) and write one output
-  shard ``shards/pool-XXXXX`` (IndexedDataset ``.bin``/``.idx``, ``.segments.npz``,
-  ``.docs.parquet``), every file fsynced before the unit is marked done;
-* finalize: ``documents.parquet``, checksums, the validation pool's manifest in ``val/``,
-  then the pool's ``manifest.json``, the commit point.
+  (``shardcore.shuffle``), and write the shard's selected documents sorted by bucket into
+  one table (``_pass1/in/NNNN/in-NNNNNNN.arrow``: their metadata, each one's bucket,
+  input and *reference*, the byte offset of its tokens), where each bucket *group* (a
+  range of consecutive buckets) starts in it (``.groups``), and, with
+  ``staging="tokens"`` only, a copy of their tokens in the same order (``.tokens``);
+* the merge, one unit per bucket group: the group's rows of every input's table, sorted
+  by bucket (then input, then input row) into one table ``_pass1/group/NNNN/...`` (and
+  the group's staged tokens into one file), so that pass 2 reads one file whatever the
+  number of inputs (``shardcore.pool.merge``);
+* pass 2, one unit per bucket: its rows of its group's table, ordered (``order_bucket``)
+  and packed (``shardcore.pack``); each document is read once, straight into the output
+  window where it goes (positioned reads from the input shards, or from the staged
+  copy), and the shard ``shards/pool-XXXXX`` (IndexedDataset ``.bin``/``.idx``,
+  ``.segments.npz``, ``.docs.parquet``) is written, checksummed as it is written, every
+  file fsynced before the unit is marked done;
+* finalize: ``documents.parquet``, the manifests from the units' checksums (the
+  validation pool's in ``val/``, then the pool's ``manifest.json``, the commit point).
+
+Total overhead: pass 1 and pass 2 open O(1) files per unit; the merge reads one row range
+of each input per group (inputs x groups reads, where pass 2 alone would make inputs x
+buckets), groups being as large as the budget allows. Scratch files are fanned out, a
+thousand per directory.
 
 Both stagings load the same tokens in the same order into the same packing code, so they
 write the same bytes. "references" writes the data once (the output) instead of twice;
 "tokens" (the default on network and FUSE file systems) turns pass 2's random reads of
-the inputs into sequential reads of a staged copy.
+the inputs into reads of a local staged copy.
 
-Memory: a pass-2 unit holds one bucket's tokens plus a bounded chunk; K (the number of
-buckets) is chosen so that a bucket is about a quarter of ``memory``, and at least enough
-buckets for shards of about ``shard_size`` bytes. A pass-1 unit reads its input shard
-through np.memmap and holds its per-document metadata plus a bounded chunk. The output
-bytes depend on the inputs and parameters only, never on the number of workers or the
-staging.
+Memory: a pass-2 unit holds its bucket's metadata and two output windows (a bucket whose
+documents come from more than 256 inputs: its tokens too, read input by input); K (the
+number of buckets) is chosen so that a bucket is about a quarter of ``memory``, and at
+least enough buckets for shards of about ``shard_size`` bytes. A merge unit holds its
+group's metadata (groups are sized to an eighth of ``memory``). A pass-1 unit reads its
+input shard through np.memmap and holds its per-document metadata plus a bounded chunk.
+The output bytes depend on the inputs and parameters only, never on the number of
+workers, the staging or the grouping.
 
 Pool directory::
 
