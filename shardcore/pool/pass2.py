@@ -157,23 +157,28 @@ def run_bucket(plan: units.Plan, unit: dict) -> dict:
     order = np.asarray(module.order_bucket(keys, info["seed"], b, **params["shuffle_options"]))
     bos = params["bos"]
     head = meta["bos_id"] if bos else None
-    if staging_of(plan) == "references":
+    references = staging_of(plan) == "references"
+    if references:
         inputs = as_numpy(docs.column(INPUT_COL))
         used, file = np.unique(inputs, return_inverse=True)
         paths = [bin_path(meta["inputs"][int(i)]["prefix"]) for i in used.tolist()]
-    else:
-        paths, file = [tokens_path], np.zeros(lengths.size, dtype=np.int64)
-    if len(paths) <= _MAX_OPEN:
+    if references and len(paths) <= _MAX_OPEN:
         # Each document read once, straight into the output window where it goes.
         stream = FileDocuments(
             paths, file[order], offsets[order], lengths[order], dtype.itemsize, head=head
         )
     else:
-        # Documents from more inputs than this unit may hold open: the bucket is read into
-        # memory input by input (each a forward sweep), then copied out in order.
+        # The bucket read into memory with few, large reads, then copied out in order:
+        # from the staged copy (each input's documents of the bucket are one range of it),
+        # or from more inputs than this unit may hold open, input by input.
         bucket_tokens = np.empty(int(lengths.sum()), dtype=dtype)
         chunk_bytes = chunk_tokens(plan) * dtype.itemsize
-        _gather(meta, inputs, offsets, lengths, bucket_tokens, chunk_bytes)
+        if references:
+            _gather(meta, inputs, offsets, lengths, bucket_tokens, chunk_bytes)
+        else:
+            read_spans(
+                tokens_path, offsets, lengths * dtype.itemsize, bucket_tokens, span=chunk_bytes
+            )
         starts = np.zeros(lengths.size, dtype=np.int64)
         np.cumsum(lengths[:-1], out=starts[1:])
         stream = Documents(
