@@ -16,6 +16,7 @@ to point into it."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import numpy as np
@@ -51,7 +52,7 @@ def run_merge(plan: units.Plan, unit: dict) -> dict:
     with (
         atomic.atomic_open(tokens_out, "wb", durable=False, buffering=0)
         if staged
-        else _nothing() as sink
+        else contextlib.nullcontext() as sink
     ):
         for i in range(len(plan.meta["inputs"])):
             tokens_path, docs_path, groups_path = pass1_paths(plan.out, i)
@@ -88,14 +89,6 @@ def run_merge(plan: units.Plan, unit: dict) -> dict:
         docs = read_run(pass1_paths(plan.out, 0)[1]).slice(0, 0)
     write_run(docs_out, docs)
     return {"merged_documents": int(docs.num_rows)}
-
-
-class _nothing:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc) -> None:
-        return None
 
 
 def _copy_range(path, offset: int, nbytes: int, sink) -> None:
