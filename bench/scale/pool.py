@@ -179,9 +179,9 @@ def report(rows: list[dict], args) -> list[str]:
     }
     # 15 T tokens at 256 MiB: 234k inputs, 894k buckets of ~11k documents (~1.2 KB each),
     # ~100 bytes of sidecar metadata per document plus the 44 pass 1 adds: the plan's
-    # groups (an eighth of the budget) then hold 20 buckets.
+    # groups (a 32nd of the budget) then hold 5 buckets.
     s15, k15 = 234_000, 894_000
-    group15 = (256 << 20) // 8 // (11_200 * 144)
+    group15 = (256 << 20) // 32 // (11_200 * 144)
     fit["extrapolated_15T"] = {
         "merge_reads": s15 * -(-k15 // group15),
         "merge_cpu_days": s15 * -(-k15 // group15) * fit["merge_cpu_s_per_input"] / 86400,

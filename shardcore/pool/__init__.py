@@ -37,7 +37,7 @@ Memory: a pass-2 unit holds its bucket's metadata and two output windows (a buck
 documents come from more than 256 inputs: its tokens too, read input by input); K (the
 number of buckets) is chosen so that a bucket is about a quarter of ``memory``, and at
 least enough buckets for shards of about ``shard_size`` bytes. A merge unit holds its
-group's metadata (groups are sized to an eighth of ``memory``). A pass-1 unit reads its
+group's metadata (groups are sized to a 32nd of ``memory``: its footprint is ~5x that). A pass-1 unit reads its
 input shard through np.memmap and holds its per-document metadata plus a bounded chunk.
 The output bytes depend on the inputs and parameters only, never on the number of
 workers, the staging or the grouping.
