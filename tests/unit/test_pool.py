@@ -247,6 +247,18 @@ def test_it_writes_the_same_bytes_with_either_staging_and_any_worker_count(tmp_p
     monkeypatch.setattr(pass2, "_MAX_OPEN", 1)
     build_pool([str(src)], str(tmp_path / "few-open"), staging="references", **kwargs)
     built["references", "one open file"] = _built_bytes(tmp_path / "few-open")
+    # Nor do the merge's grouping (one bucket per group, or every bucket in one group) and
+    # its combining of the inputs' slices in batches change a byte.
+    from shardcore.pool import merge
+    from shardcore.pool import plan as pool_plan
+
+    monkeypatch.setattr(merge, "_COMBINE_EVERY", 2)
+    for name, group in (("one bucket per group", lambda *a: 1), ("one group", lambda *a: 10**6)):
+        monkeypatch.setattr(pool_plan, "_group_buckets", group)
+        for staging in ("references", "tokens"):
+            out = tmp_path / f"{staging}-{name}"
+            build_pool([str(src)], str(out), staging=staging, **kwargs)
+            built[staging, name] = _built_bytes(out)
     for key, files in built.items():
         assert files == first, key
     # And each shard holds its documents, each after a BOS, then its padding (EOS).
