@@ -50,6 +50,8 @@ from shardcore import atomic, storage
 
 MARKER_DIR = "_units"
 PLAN_NAME = "_plan.json"
+# Top-level directories of an output that hold a stage's scratch (removed by finalize).
+SCRATCH_DIRS = ("_pass1",)
 
 
 class BadReason(TypedDict):
@@ -215,19 +217,33 @@ def _pull(store: storage.Store, work: Path) -> dict[str, int]:
     return sizes
 
 
+def _pull_keys(store: storage.Store, work: Path, keys: list[str]) -> dict[str, int]:
+    """Download exactly ``keys`` (those the work directory lacks), listing nothing; returns
+    their local sizes."""
+    sizes = {}
+    for key in keys:
+        local = work / key
+        if not local.exists():
+            store.get_file(key, local)  # atomic: a local file is a whole download
+        sizes[key] = local.stat().st_size
+    return sizes
+
+
 def _push(
     store: storage.Store,
     work: Path,
     before: dict[str, tuple[int, int]],
-    remote: dict[str, int],
+    remote: dict[str, int] | None,
     *,
     skip: tuple[str, ...] = (),
 ) -> None:
-    """Upload the work directory's files that are new, changed, or absent from the store."""
+    """Upload the work directory's files that are new, changed, or absent from the store
+    (``remote``: the store's listing; None when the unit listed nothing: then the files it
+    wrote, which are new or changed, since a unit rewrites every file it makes)."""
     for rel, state in sorted(_snapshot(work).items()):
         if rel in skip:
             continue
-        if before.get(rel) != state or remote.get(rel) != state[0]:
+        if before.get(rel) != state or (remote is not None and remote.get(rel) != state[0]):
             store.put_file(rel, work / rel)
 
 
@@ -258,6 +274,10 @@ def with_local_inputs(plan: Plan) -> Plan:
 
 # stage name -> (run_unit(plan, unit) -> stats, finalize(plan, [stats...]) -> manifest)
 _STAGES: dict[str, tuple[Callable[..., dict], Callable[..., dict]]] = {}
+# stage name -> (reads(plan, unit), finalize_reads(plan, stats)): the files of the output a
+# unit (or finalize) reads, relative to it. A stage that declares them has its units on
+# object storage fetch exactly those, and list nothing.
+_READS: dict[str, tuple[Callable[..., list[str]], Callable[..., list[str]] | None]] = {}
 
 
 def register_stage(
@@ -265,8 +285,12 @@ def register_stage(
     *,
     run_unit: Callable[[Plan, dict], dict],
     finalize: Callable[[Plan, list[dict]], dict],
+    reads: Callable[[Plan, dict], list[str]] | None = None,
+    finalize_reads: Callable[[Plan, list[dict]], list[str]] | None = None,
 ) -> None:
     _STAGES[name] = (run_unit, finalize)
+    if reads is not None:
+        _READS[name] = (reads, finalize_reads)
 
 
 def _stage(name: str) -> tuple[Callable[..., dict], Callable[..., dict]]:
@@ -330,7 +354,11 @@ def _run_unit(
         return stats
     store, work = storage.open_store(plan.out), work_dir(plan.out)
     work.mkdir(parents=True, exist_ok=True)
-    remote = _pull(store, work)
+    if plan.stage in _READS:
+        _pull_keys(store, work, _READS[plan.stage][0](plan, plan.unit(unit_id)))
+        remote = None
+    else:
+        remote = _pull(store, work)
     before = _snapshot(work)
     local = dataclasses.replace(with_local_inputs(plan), out=str(work))
     stats = runner(local, unit if unit is not None else local.unit(unit_id))
@@ -362,13 +390,24 @@ def finalize(plan: Plan) -> dict[str, Any]:
 
     store, work = storage.open_store(plan.out), work_dir(plan.out)
     work.mkdir(parents=True, exist_ok=True)
-    remote = _pull(store, work)
+    declared = _READS.get(plan.stage, (None, None))[1]
+    if declared is not None:
+        # One listing per artifact, for the scratch to delete; only what finalize reads is
+        # downloaded.
+        remote = store.sizes()
+        _pull_keys(store, work, declared(plan, stats))
+    else:
+        remote = _pull(store, work)
     before = _snapshot(work)
     manifest = finisher(dataclasses.replace(plan, out=str(work)), stats)
     _push(store, work, before, remote, skip=(MANIFEST_NAME,))
     store.put_file(MANIFEST_NAME, work / MANIFEST_NAME)  # the commit point, last
     for key in remote:  # what the stage removed (its scratch) goes from the store too
-        if _artifact_file(key) and key != MANIFEST_NAME and not (work / key).exists():
+        if not _artifact_file(key) or key == MANIFEST_NAME or (work / key).exists():
+            continue
+        # With declared reads the work directory holds only some files: what goes is the
+        # scratch (SCRATCH_DIRS), whichever host wrote it.
+        if declared is None or key.split("/", 1)[0] in SCRATCH_DIRS:
             store.delete(key)
     if isinstance(store, storage.S3Store):
         store.abort_uploads()  # parts of uploads whose writer died: every unit is done

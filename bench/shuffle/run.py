@@ -1,5 +1,14 @@
-"""Benchmark: ``shardyard pool --shuffle exact`` vs GNU shuf (and optionally an in-memory
-numpy permutation), with dd's fdatasync write rate as the physical limit. Not a test.
+"""Benchmark: ``shardyard pool --shuffle exact`` vs terashuf (the bounded-memory external
+shuffle, at the same memory budget), GNU shuf (unbounded memory) and optionally an
+in-memory numpy permutation, with dd's fdatasync write rate as the physical limit. Not a
+test.
+
+terashuf (github.com/alexandres/terashuf, one C++ file) is compiled with ``g++ -O3`` at
+bench time from ``--terashuf`` (its ``terashuf.cc``, or a built binary; default: a source
+at /tmp/terashuf/terashuf.cc or ``terashuf`` on PATH) into the work directory; where there
+is none (or no g++) its row is skipped and the reason printed. It shuffles the same text
+lines as shuf with ``MEMORY`` set to the pool's budget and its temporary files in the
+work directory.
 
     .venv/bin/python bench/shuffle/run.py --size 2GB --memory 256MB --shapes small,large
     .venv/bin/python bench/shuffle/run.py --mode quiet --rounds 3   # on an idle machine
@@ -203,6 +212,29 @@ def describe_machine() -> str:
 SHAPES = {"small": 1000, "large": 0}  # characters per document (0: whole modules)
 SHUF = "GNU shuf (text lines)"
 DD = "dd write (fdatasync)"
+TERASHUF = "terashuf (text lines, same memory)"
+
+
+def find_terashuf(spec: str | None, work: Path) -> tuple[str | None, str]:
+    """The terashuf binary to run (compiled into ``work`` from a source), or None and
+    why not."""
+    candidates = [spec] if spec else ["/tmp/terashuf/terashuf.cc", shutil.which("terashuf")]
+    for cand in candidates:
+        if not cand or not Path(cand).exists():
+            continue
+        if not cand.endswith(".cc"):
+            return cand, f"binary {cand}"
+        if not shutil.which("g++"):
+            return None, f"no g++ to compile {cand}"
+        binary = work / "terashuf"
+        out = subprocess.run(
+            ["g++", "-O3", "-std=c++11", "-o", str(binary), cand], capture_output=True, text=True
+        )
+        if out.returncode:
+            return None, f"g++ failed on {cand}: {out.stderr[-500:]}"
+        return str(binary), f"compiled from {cand} with g++ -O3"
+    where = spec or "/tmp/terashuf/terashuf.cc (github.com/alexandres/terashuf) and PATH"
+    return None, f"no terashuf source or binary (looked at {where})"
 
 
 def wait_for_quiet(max_load: float, timeout: float = 1800) -> float:
@@ -219,6 +251,14 @@ def contenders(work: Path, src: Path, lines: Path, data_bytes: int, args, memory
     dd = work / "dd.bin"
     shuf_out = work / "shuf.txt"
     yield DD, ["dd", "if=/dev/zero", f"of={dd}", "bs=8M", f"count={blocks}", "conv=fdatasync"], dd
+    if args.terashuf_bin:
+        ts_out = work / "terashuf.txt"
+        env = f"MEMORY={memory / 2**30:.6f} TMPDIR={work} SEED=0"
+        yield (
+            TERASHUF,
+            ["sh", "-c", f"{env} {args.terashuf_bin} < {lines} > {ts_out} 2>/dev/null"],
+            ts_out,
+        )
     yield SHUF, ["shuf", str(lines), "-o", str(shuf_out), "--random-source=/dev/zero"], shuf_out
     # The pool's output is durable (fdatasync before a unit is marked done); this row gives
     # shuf the same guarantee, for a like-for-like comparison.
@@ -263,6 +303,9 @@ def summarize(runs: list[dict], data_bytes: int, mode: str) -> dict[str, dict]:
         m["memory_vs_shuf"] = m["peak_rss_mb"] / shuf["peak_rss_mb"]
         m["rate_vs_dd"] = m["mb_per_s"] / dd["mb_per_s"]
         m["primary_vs_shuf"] = m["wall_vs_shuf"] if mode == "quiet" else m["cpu_vs_shuf"]
+        if TERASHUF in med:  # > 1: faster / less CPU than terashuf
+            m["wall_vs_terashuf"] = med[TERASHUF]["wall_s"] / m["wall_s"]
+            m["cpu_vs_terashuf"] = med[TERASHUF]["cpu_s"] / max(m["cpu_s"], 1e-9)
     return med
 
 
@@ -274,13 +317,19 @@ def markdown(shape: str, info: dict, med: dict[str, dict], mode: str) -> str:
         f"(primary ratio: {primary} time); load average {info['load_start']:.1f} -> "
         f"{info['load_end']:.1f}",
         "",
-        "| contender | wall s | CPU s | peak RSS MB | speed vs shuf (wall) | speed vs shuf (CPU) "
-        "| memory vs shuf | MB/s vs dd fdatasync |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        f"terashuf: {info['terashuf']}",
+        "",
+        "| contender | wall s | CPU s | peak RSS MB | speed vs terashuf (wall) | speed vs "
+        "terashuf (CPU) | speed vs shuf (wall) | speed vs shuf (CPU) | memory vs shuf "
+        "| MB/s vs dd fdatasync |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, m in med.items():
+        ts_wall = f"{m['wall_vs_terashuf']:.2f}x" if "wall_vs_terashuf" in m else "-"
+        ts_cpu = f"{m['cpu_vs_terashuf']:.2f}x" if "cpu_vs_terashuf" in m else "-"
         out.append(
             f"| {name} | {m['wall_s']:.1f} | {m['cpu_s']:.1f} | {m['peak_rss_mb']:.0f} | "
+            f"{ts_wall} | {ts_cpu} | "
             f"{m['wall_vs_shuf']:.2f}x | {m['cpu_vs_shuf']:.2f}x | {m['memory_vs_shuf']:.3f} | "
             f"{m['rate_vs_dd']:.2f} |"
         )
@@ -300,10 +349,14 @@ def main() -> int:
     ap.add_argument("--max-load", type=float, default=0.5, help="quiet mode: wait until under")
     ap.add_argument("--with-numpy", action="store_true", help="also the in-memory permutation")
     ap.add_argument("--keep", action="store_true", help="keep the outputs")
+    ap.add_argument("--terashuf", help="terashuf.cc (compiled here) or a terashuf binary")
     args = ap.parse_args()
     size, memory = parse_size(args.size), parse_size(args.memory)
     root = Path(args.workdir)
     root.mkdir(parents=True, exist_ok=True)
+    args.terashuf_bin, terashuf_note = find_terashuf(args.terashuf, root)
+    if not args.terashuf_bin:
+        print(f"terashuf skipped: {terashuf_note}", file=sys.stderr)
     report = {"machine": describe_machine(), "mode": args.mode, "shapes": {}}
     text = [f"machine: {report['machine']}\n"]
     for shape in args.shapes.split(","):
@@ -318,6 +371,7 @@ def main() -> int:
             "doc_bytes": data_bytes // max(n_docs, 1),
             "memory_mb": memory >> 20,
             "load_start": os.getloadavg()[0],
+            "terashuf": terashuf_note if args.terashuf_bin else f"skipped: {terashuf_note}",
         }
         runs = []
         for round_ in range(args.rounds):

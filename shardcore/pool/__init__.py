@@ -1,33 +1,46 @@
 """Pools: select documents of tokenized sources, hold out a validation slice, shuffle them
 globally at document level, pack them into records of seq_len + 1 tokens, write shards.
 
-The stage ``pool`` follows the unit-of-work protocol (``shardcore.units``):
+The stage ``pool`` follows the unit-of-work protocol (``shardcore.units``), in three phases:
 
-* phase 1, one unit per input shard: select its documents (``shardcore.select``), route
+* pass 1, one unit per input shard: select its documents (``shardcore.select``), route
   each to the training or the validation pool by a hash of its identity, draw its bucket
-  (``shardcore.shuffle``), and write the shard's selected documents grouped by bucket:
-  their metadata (``_pass1/in-XXXXX.docs.arrow``, which holds each document's input row:
-  its *reference*) and bucket offsets, and, with ``staging="tokens"`` only, a copy of
-  their tokens (``.tokens``);
-* phase 2, one unit per bucket: load the bucket's documents in shard order (gathered from
-  the input shards by reference with positioned reads, or read from the staged copies),
-  order them (``order_bucket``), pack them (``shardcore.pack``) and write one output
-  shard ``shards/pool-XXXXX`` (IndexedDataset ``.bin``/``.idx``, ``.segments.npz``,
-  ``.docs.parquet``), every file fsynced before the unit is marked done;
-* finalize: ``documents.parquet``, checksums, the validation pool's manifest in ``val/``,
-  then the pool's ``manifest.json``, the commit point.
+  (``shardcore.shuffle``), and write the shard's selected documents sorted by bucket into
+  one table (``_pass1/in/NNNN/in-NNNNNNN.arrow``: their metadata, each one's bucket,
+  input and *reference*, the byte offset of its tokens), where each bucket *group* (a
+  range of consecutive buckets) starts in it (``.groups``), and, with
+  ``staging="tokens"`` only, a copy of their tokens in the same order (``.tokens``);
+* the merge, one unit per bucket group: the group's rows of every input's table, sorted
+  by bucket (then input, then input row) into one table ``_pass1/group/NNNN/...`` (and
+  the group's staged tokens into one file), so that pass 2 reads one file whatever the
+  number of inputs (``shardcore.pool.merge``);
+* pass 2, one unit per bucket: its rows of its group's table, ordered (``order_bucket``)
+  and packed (``shardcore.pack``); each document is read once, straight into the output
+  window where it goes (positioned reads from the input shards, or from the staged
+  copy), and the shard ``shards/pool-XXXXX`` (IndexedDataset ``.bin``/``.idx``,
+  ``.segments.npz``, ``.docs.parquet``) is written, checksummed as it is written, every
+  file fsynced before the unit is marked done;
+* finalize: ``documents.parquet``, the manifests from the units' checksums (the
+  validation pool's in ``val/``, then the pool's ``manifest.json``, the commit point).
+
+Total overhead: pass 1 and pass 2 open O(1) files per unit; the merge reads one row range
+of each input per group (inputs x groups reads, where pass 2 alone would make inputs x
+buckets), groups being as large as the budget allows. Scratch files are fanned out, a
+thousand per directory.
 
 Both stagings load the same tokens in the same order into the same packing code, so they
 write the same bytes. "references" writes the data once (the output) instead of twice;
 "tokens" (the default on network and FUSE file systems) turns pass 2's random reads of
-the inputs into sequential reads of a staged copy.
+the inputs into reads of a local staged copy.
 
-Memory: a pass-2 unit holds one bucket's tokens plus a bounded chunk; K (the number of
-buckets) is chosen so that a bucket is about a quarter of ``memory``, and at least enough
-buckets for shards of about ``shard_size`` bytes. A pass-1 unit reads its input shard
-through np.memmap and holds its per-document metadata plus a bounded chunk. The output
-bytes depend on the inputs and parameters only, never on the number of workers or the
-staging.
+Memory: a pass-2 unit holds its bucket's metadata and two output windows (a bucket whose
+documents come from more than 256 inputs: its tokens too, read input by input); K (the
+number of buckets) is chosen so that a bucket is about a quarter of ``memory``, and at
+least enough buckets for shards of about ``shard_size`` bytes. A merge unit holds its
+group's metadata (groups are sized to a 32nd of ``memory``: its footprint is ~5x that). A pass-1 unit reads its
+input shard through np.memmap and holds its per-document metadata plus a bounded chunk.
+The output bytes depend on the inputs and parameters only, never on the number of
+workers, the staging or the grouping.
 
 Pool directory::
 
@@ -40,7 +53,7 @@ Pool directory::
 from __future__ import annotations
 
 from shardcore import units, verify
-from shardcore.pool.finalize import finalize_pool
+from shardcore.pool.finalize import finalize_pool, finalize_reads
 from shardcore.pool.io import release_memory
 from shardcore.pool.layout import (
     DOCUMENTS_NAME,
@@ -56,9 +69,14 @@ from shardcore.pool.layout import (
     STAGE,
     STAGINGS,
     VAL_DIR,
+    group_buckets,
+    group_rel,
+    pass1_rel,
     shard_prefix,
+    staging_of,
     val_mask,
 )
+from shardcore.pool.merge import run_merge
 from shardcore.pool.pass1 import run_assign
 from shardcore.pool.pass2 import run_bucket
 from shardcore.pool.plan import build_pool, plan_pool
@@ -99,10 +117,33 @@ def run_unit(plan: units.Plan, unit: dict) -> dict:
     try:
         if "input" in unit:
             return run_assign(plan, unit)
+        if "group" in unit:
+            return run_merge(plan, unit)
         return run_bucket(plan, unit)
     finally:
         release_memory()
 
 
-units.register_stage(STAGE, run_unit=run_unit, finalize=finalize_pool)
+def unit_reads(plan: units.Plan, unit: dict) -> list[str]:
+    """The pool's files a unit reads (on object storage, it fetches exactly these): pass 1
+    none (its input shard is an input artifact), a merge unit every input's pass-1 files,
+    a pass-2 unit its group's merged files."""
+    tokens = staging_of(plan) == "tokens"
+    if "input" in unit:
+        return []
+    if "group" in unit:
+        files = [pass1_rel(i) for i in range(len(plan.meta["inputs"]))]
+    else:
+        gb = plan.meta["splits"][unit["split"]]["first_bucket"] + unit["bucket"]
+        files = [group_rel(gb // group_buckets(plan))]
+    return [rel for f in files for rel in (f if tokens else f[1:])]
+
+
+units.register_stage(
+    STAGE,
+    run_unit=run_unit,
+    finalize=finalize_pool,
+    reads=unit_reads,
+    finalize_reads=finalize_reads,
+)
 verify.register_check(KIND, check_pool)

@@ -27,7 +27,7 @@ from shardcore.pool.layout import (
 
 
 def finalize_pool(plan: units.Plan, stats: list[dict]) -> dict[str, Any]:
-    phase2 = plan.phases[1]
+    phase2 = plan.phases[-1]
     by_id = dict(zip([u["id"] for p in plan.phases for u in p], stats, strict=True))
     manifests = {}
     for split in reversed(SPLITS):  # the validation pool first: the main manifest is last
@@ -46,6 +46,18 @@ def finalize_pool(plan: units.Plan, stats: list[dict]) -> dict[str, Any]:
         }
     mf.write_manifest(plan.out, main)
     return main
+
+
+def finalize_reads(plan: units.Plan, stats: list[dict]) -> list[str]:
+    """The files finalize reads (on object storage, it fetches exactly these): the
+    documents sidecar of every shard, for the pool's documents table."""
+    by_id = dict(zip([u["id"] for p in plan.phases for u in p], stats, strict=True))
+    keys = []
+    for u in plan.phases[-1]:
+        if by_id[u["id"]]["records"]:
+            base = "" if u["split"] == "train" else f"{VAL_DIR}/"
+            keys.append(f"{base}{shard_prefix(u['bucket'])}.docs.parquet")
+    return keys
 
 
 def _finalize_split(plan: units.Plan, split: str, buckets: list[tuple[int, dict]]) -> dict:
@@ -90,11 +102,7 @@ def _finalize_split(plan: units.Plan, split: str, buckets: list[tuple[int, dict]
         if writer is None:
             writer = pq.ParquetWriter(tmp_docs, pa.schema([(SOURCE_COL, pa.int32())]))
         writer.close()
-    files = []
-    for path in sorted(out_dir.rglob("*")):
-        rel = path.relative_to(out_dir).as_posix()
-        if path.is_file() and _is_artifact_file(rel):
-            files.append(file_entry(path, rel))
+    files = _file_entries(out_dir, buckets)
     manifest = {
         "kind": KIND,
         "split": split,
@@ -123,6 +131,22 @@ def _finalize_split(plan: units.Plan, split: str, buckets: list[tuple[int, dict]
     if split == "val":
         mf.write_manifest(out_dir, manifest)
     return manifest
+
+
+def _file_entries(out_dir: Path, buckets: list[tuple[int, dict]]) -> list[dict]:
+    """Every file's manifest entry, in path order: the shards' from their units' stats
+    (checksummed where they were written), ``documents.parquet``'s hashed here. Stats
+    recorded before units reported their files: every file is hashed here."""
+    if not all("files" in st for _, st in buckets):
+        files = []
+        for path in sorted(out_dir.rglob("*")):
+            rel = path.relative_to(out_dir).as_posix()
+            if path.is_file() and _is_artifact_file(rel):
+                files.append(file_entry(path, rel))
+        return files
+    files = [e for _, st in buckets for e in st["files"]]
+    files.append(file_entry(out_dir / DOCUMENTS_NAME, DOCUMENTS_NAME))
+    return sorted(files, key=lambda e: e["path"])
 
 
 def _is_artifact_file(rel: str) -> bool:

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import xxhash
 
-from shardcore import pack, verify
+from shardcore import atomic, pack, verify
 from shardcore.errors import ManifestError
 
 # File system types whose random reads cost a network round trip (NFS, SMB, object stores
@@ -286,6 +286,19 @@ static int read_full(int fd, char *buf, int64_t n, int64_t off, int64_t *where) 
     return 0;
 }
 
+/* Range k: len[k] bytes at off[k] of file fds[file[k]] to dst + dst_at[k]; any order. */
+int sy_pread_ranges(const int *fds, const int64_t *file, const int64_t *off, const int64_t *len,
+                    const int64_t *dst_at, int64_t count, char *dst, int64_t *where) {
+    for (int64_t k = 0; k < count; ++k) {
+        int rc = read_full(fds[file[k]], dst + dst_at[k], len[k], off[k], where);
+        if (rc) {
+            where[1] = k;
+            return rc;
+        }
+    }
+    return 0;
+}
+
 /* The ranges [off[k], off[k] + len[k]) (ascending, not overlapping) back to back into dst:
    ranges less than gap bytes apart are read with one pread of at most span bytes into
    scratch, then copied out; a lone or contiguous group is read straight into dst. */
@@ -329,8 +342,100 @@ def _copy_kernel():
         lib.sy_copy_ranges.restype = None
         lib.sy_read_ranges.argtypes = [ctypes.c_int, p, p, i64, p, p, i64, i64, p]
         lib.sy_read_ranges.restype = ctypes.c_int
+        lib.sy_pread_ranges.argtypes = [p, p, p, p, p, i64, p, p]
+        lib.sy_pread_ranges.restype = ctypes.c_int
         lib._sy_typed = True
     return lib
+
+
+class FileDocuments:
+    """Documents concatenated into one stream, in order, read from files: document d is
+    ``lengths[d]`` items at byte ``offsets[d]`` of ``paths[file[d]]``, preceded by the
+    token ``head`` (a BOS) if it is not None. ``fill`` reads any window of the stream
+    straight into place, one positioned read per document part (one compiled loop per
+    window): no copy of the documents is held, in any order; the page cache serves the
+    random reads. Used as a context manager (it holds the files open)."""
+
+    def __init__(
+        self,
+        paths: list,
+        file: np.ndarray,
+        offsets: np.ndarray,
+        lengths: np.ndarray,
+        itemsize: int,
+        head: int | None = None,
+    ):
+        self.paths, self.head, self.itemsize = [str(p) for p in paths], head, itemsize
+        self.file = np.ascontiguousarray(file, dtype=np.int64)
+        self.offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+        self.lengths = np.asarray(lengths, dtype=np.int64)
+        h = int(head is not None)
+        self.out_start = np.zeros(self.lengths.size, dtype=np.int64)
+        if self.lengths.size > 1:
+            np.cumsum(self.lengths[:-1] + h, out=self.out_start[1:])
+        self.out_end = self.out_start + self.lengths + h
+        self.total = int(self.out_end[-1]) if self.lengths.size else 0
+        self.fds: list[int] = []
+
+    def __enter__(self) -> FileDocuments:
+        for path in self.paths:
+            fd = os.open(path, os.O_RDONLY)
+            self.fds.append(fd)
+            if hasattr(os, "posix_fadvise"):  # the reads say exactly what is needed
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for fd in self.fds:
+            os.close(fd)
+        self.fds = []
+
+    def fill(self, view: np.ndarray, w0: int) -> None:
+        """Read stream positions [w0, w0 + view.size) into ``view`` (C-contiguous);
+        positions past the end of the stream are left as they are."""
+        w1 = w0 + view.size
+        lo = int(np.searchsorted(self.out_end, w0, side="right"))
+        hi = int(np.searchsorted(self.out_start, w1, side="left"))
+        if lo >= hi:
+            return
+        first = self.out_start[lo:hi]
+        if self.head is not None:
+            heads = first[first >= w0]
+            view[heads - w0] = self.head
+            first = first + 1
+        at = np.maximum(first, w0)
+        n = (np.minimum(first + self.lengths[lo:hi], w1) - at) * self.itemsize
+        src = self.offsets[lo:hi] + (at - first) * self.itemsize
+        dst = (at - w0) * self.itemsize
+        file = self.file[lo:hi]
+        keep = n > 0
+        if not keep.all():
+            n, src, dst, file = n[keep], src[keep], dst[keep], file[keep]
+        lib = _copy_kernel()
+        if lib is None:
+            out = memoryview(view).cast("B")
+            for f, o, m, d in zip(
+                file.tolist(), src.tolist(), n.tolist(), dst.tolist(), strict=True
+            ):
+                _pread_into(self.fds[f], out[d : d + m], o, Path(self.paths[f]))
+            return
+        fds = np.asarray(self.fds, dtype=np.intc)
+        where = np.zeros(2, dtype=np.int64)
+        rc = lib.sy_pread_ranges(
+            fds.ctypes.data,
+            file.ctypes.data,
+            src.ctypes.data,
+            n.ctypes.data,
+            dst.ctypes.data,
+            n.size,
+            view.ctypes.data,
+            where.ctypes.data,
+        )
+        if rc:
+            path = self.paths[int(file[int(where[1])])]
+            if rc < 0:
+                raise ManifestError(f"{path}: ends before offset {int(where[0])}; changed?")
+            raise OSError(rc, f"{path}: {os.strerror(rc)} reading at offset {int(where[0])}")
 
 
 def _pread_into(fd: int, view: memoryview, offset: int, path: Path) -> None:
@@ -364,3 +469,92 @@ def file_entry(path: Path, rel: str) -> dict[str, Any]:
         finally:
             view.release()
     return {"path": rel, "size": size, "xxh3": whole, "block_size": block, "blocks": blocks}
+
+
+def read_run(path):
+    """A pass-1 or merge file as an Arrow table (memory-mapped, zero-copy)."""
+    import pyarrow as pa
+
+    with pa.memory_map(str(path)) as src:
+        table = pa.ipc.open_file(src).read_all()
+    return table
+
+
+def write_run(path, docs) -> None:
+    """Write a table of documents sorted by bucket (pass 1's, the merge's) as one Arrow IPC
+    file, durable: a unit's completion marker never points at files a crash could have
+    lost."""
+    import pyarrow as pa
+
+    with (
+        atomic.atomic_path(path) as tmp,
+        pa.OSFile(str(tmp), "wb") as sink,
+        pa.ipc.new_file(sink, docs.schema) as w,
+    ):
+        w.write_table(docs, max_chunksize=1 << 20)
+
+
+def bytes_entry(data: bytes, rel: str) -> dict[str, Any]:
+    """``file_entry`` of a file whose bytes are ``data``."""
+    block = verify.block_size_for(len(data))
+    view = memoryview(data)
+    return {
+        "path": rel,
+        "size": len(data),
+        "xxh3": xxhash.xxh3_64_hexdigest(view),
+        "block_size": block,
+        "blocks": "".join(
+            xxhash.xxh3_64_hexdigest(view[i : i + block]) for i in range(0, len(data), block)
+        ),
+    }
+
+
+class HashingWriter:
+    """Writes arrays to an open unbuffered binary file in order, in a background thread,
+    starting their writeback as it goes, and computes the file's manifest entry (as
+    ``file_entry``) from the bytes written: checksums cost no second read of the output.
+    ``size`` is the file's final size (it sets the block size)."""
+
+    def __init__(self, f, size: int):
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.f, self.size, self.pos = f, size, 0
+        self.block = verify.block_size_for(size)
+        self.whole, self.current, self.filled = xxhash.xxh3_64(), xxhash.xxh3_64(), 0
+        self.blocks: list[str] = []
+        self.pool = ThreadPoolExecutor(max_workers=1)
+
+    def submit(self, arr: np.ndarray):
+        """Queue ``arr`` (left untouched until the returned future is done)."""
+        return self.pool.submit(self._write, arr)
+
+    def _write(self, arr: np.ndarray) -> None:
+        view = memoryview(arr).cast("B")
+        write_all(self.f, arr)
+        start_writeback(self.f.fileno(), self.pos, view.nbytes)
+        self.pos += view.nbytes
+        self.whole.update(view)
+        while view.nbytes:
+            take = min(self.block - self.filled, view.nbytes)
+            self.current.update(view[:take])
+            self.filled += take
+            view = view[take:]
+            if self.filled == self.block:
+                self.blocks.append(self.current.hexdigest())
+                self.current.reset()
+                self.filled = 0
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True)
+
+    def entry(self, rel: str) -> dict[str, Any]:
+        if self.pos != self.size:
+            raise ValueError(f"{rel}: wrote {self.pos} bytes, expected {self.size}")
+        blocks = self.blocks + ([self.current.hexdigest()] if self.filled else [])
+        return {
+            "path": rel,
+            "size": self.size,
+            "xxh3": self.whole.hexdigest(),
+            "block_size": self.block,
+            "blocks": "".join(blocks),
+        }

@@ -26,6 +26,14 @@ SPLITS = ("train", "val")
 # Metadata columns added to each document's sidecar properties.
 SOURCE_COL, SHARD_COL, ROW_COL, KEY_COL = "source", "source_shard", "source_row", "__key"
 SOURCE_FP_COL = "source_fingerprint"
+# Columns of pass 1's and the merge's files only (dropped before pass 2 writes a sidecar):
+# each document's global bucket, the input it came from, and the byte offset of its tokens
+# (in the input's .bin with "references" staging, in the staged tokens file with "tokens").
+BUCKET_COL, INPUT_COL, OFFSET_COL = "__bucket", "__input", "__offset"
+SCRATCH_COLS = (KEY_COL, BUCKET_COL, INPUT_COL, OFFSET_COL)
+# Files per directory of the scratch and unit files: a directory of millions of entries
+# makes every create and lookup in it slow on most file systems (and listings huge).
+FANOUT = 1000
 STAGINGS = ("references", "tokens")
 _MIN_CHUNK_TOKENS = 1 << 14
 _MAX_CHUNK_TOKENS = 1 << 22
@@ -102,13 +110,70 @@ def chunk_tokens(plan: units.Plan) -> int:
     return int(min(_MAX_CHUNK_TOKENS, max(_MIN_CHUNK_TOKENS, plan.params["memory"] // 128)))
 
 
+def fanned(kind: str, i: int) -> str:
+    """``kind/<i // FANOUT>/kind-<i>``: the relative name of scratch file ``i`` of a kind,
+    FANOUT per directory."""
+    return f"{kind}/{i // FANOUT:04d}/{kind}-{i:07d}"
+
+
+def pass1_rel(i: int) -> tuple[str, str, str]:
+    """Pass 1's files of input ``i``, relative to the pool: its documents sorted by bucket
+    (Arrow IPC), where each bucket group starts in them (``.groups``, see
+    ``write_groups``) and, with "tokens" staging, their tokens in the same order."""
+    base = f"{PASS1_DIR}/{fanned('in', i)}"
+    return f"{base}.tokens", f"{base}.arrow", f"{base}.groups"
+
+
+def write_groups(path: Path, rows: np.ndarray, nbytes: np.ndarray) -> None:
+    """The ``.groups`` file of an input: int64 little-endian [2, G + 1], the first row of
+    every bucket group in the ``.arrow`` file, then its first byte in the ``.tokens`` file
+    (zeros without one). Raw, so that a merge unit reads the 4 numbers of its group with
+    two 16-byte reads: a table of G entries parsed whole by each of the G merge units
+    would cost inputs x groups^2."""
+    from shardcore import atomic
+
+    atomic.write_bytes(path, np.stack([rows, nbytes]).astype("<i8").tobytes())
+
+
+def read_group(path: Path, g: int, n_groups: int) -> tuple[int, int, int, int]:
+    """Rows [r0, r1) and bytes [b0, b1) of group ``g`` in an input's pass-1 files."""
+    import os
+
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        rows = os.pread(fd, 16, 8 * g)
+        nbytes = os.pread(fd, 16, 8 * (n_groups + 1 + g))
+    finally:
+        os.close(fd)
+    if len(rows) != 16 or len(nbytes) != 16:
+        raise ManifestError(f"{path}: shorter than {n_groups} groups")
+    r0, r1 = np.frombuffer(rows, dtype="<i8").tolist()
+    b0, b1 = np.frombuffer(nbytes, dtype="<i8").tolist()
+    return r0, r1, b0, b1
+
+
+def group_rel(g: int) -> tuple[str, str]:
+    """The merge's files of bucket group ``g``: its documents sorted by bucket (then input,
+    then input row) and, with "tokens" staging, their tokens in input order."""
+    base = f"{PASS1_DIR}/{fanned('group', g)}"
+    return f"{base}.tokens", f"{base}.arrow"
+
+
 def pass1_paths(out: str, i: int) -> tuple[Path, Path, Path]:
-    base = Path(out) / PASS1_DIR / f"in-{i:05d}"
-    return (
-        base.with_name(base.name + ".tokens"),
-        base.with_name(base.name + ".docs.arrow"),
-        base.with_name(base.name + ".offsets.npy"),
-    )
+    return tuple(Path(out) / rel for rel in pass1_rel(i))
+
+
+def group_paths(out: str, g: int) -> tuple[Path, Path]:
+    return tuple(Path(out) / rel for rel in group_rel(g))
+
+
+def num_groups(plan: units.Plan) -> int:
+    total = sum(plan.meta["splits"][s]["num_buckets"] for s in SPLITS)
+    return -(-total // group_buckets(plan)) if total else 0
+
+
+def group_buckets(plan: units.Plan) -> int:
+    return int(plan.meta["group_buckets"])
 
 
 def staging_of(plan: units.Plan) -> str:

@@ -1,6 +1,7 @@
 """Pass 1, one unit per input shard: select its documents, route each to the training or
-the validation pool, draw its bucket, and write the shard's selected documents grouped by
-bucket (their metadata, bucket offsets, and with "tokens" staging a copy of their tokens)."""
+the validation pool, draw its bucket, and write the shard's selected documents sorted by
+bucket into one file (their metadata, where their tokens are, and the first row of every
+bucket group), with "tokens" staging also a copy of their tokens in the same order."""
 
 from __future__ import annotations
 
@@ -12,9 +13,12 @@ from shardcore import atomic, units, verify
 from shardcore import manifest as mf
 from shardcore.errors import ManifestError
 from shardcore.formats import IndexedReader
-from shardcore.pool.io import write_all
+from shardcore.pool.io import write_all, write_run
 from shardcore.pool.layout import (
+    BUCKET_COL,
+    INPUT_COL,
     KEY_COL,
+    OFFSET_COL,
     ROW_COL,
     SHARD_COL,
     SOURCE_COL,
@@ -22,16 +26,18 @@ from shardcore.pool.layout import (
     arrow_array,
     chunk_tokens,
     column,
+    group_buckets,
+    num_groups,
     pass1_paths,
     shuffle_module,
     staging_of,
     val_mask,
+    write_groups,
 )
 from shardcore.pool.pass2 import Documents
 
 
 def run_assign(plan: units.Plan, unit: dict) -> dict:
-    import pyarrow as pa
 
     from shardcore import props, select
 
@@ -67,23 +73,24 @@ def run_assign(plan: units.Plan, unit: dict) -> dict:
         b, kk = module.assign(counts, i, info["seed"], info["num_buckets"], **options)
         bucket[mask] = b + info["first_bucket"]
         key[mask] = kk
-    total_buckets = sum(meta["splits"][s]["num_buckets"] for s in SPLITS)
     order = np.argsort(bucket, kind="stable")
     rows_o = rows[order]
+    bucket_o = bucket[order]
     lengths = reader.lengths[rows_o].astype(np.int64)
     if not np.array_equal(lengths, column(table, "n_tokens", spec["sidecar"])[order]):
         raise ManifestError(f"{spec['sidecar']}: n_tokens disagrees with {spec['prefix']}.idx")
-    doc_offsets = np.searchsorted(bucket[order], np.arange(total_buckets + 1), side="left")
-    tok_offsets = np.zeros(total_buckets + 1, dtype=np.int64)
+    n_groups = num_groups(plan)
+    per_group = group_buckets(plan)
+    group_rows = np.searchsorted(bucket_o, np.arange(n_groups + 1) * per_group, side="left")
     csum = np.concatenate([[0], np.cumsum(lengths)])
-    tok_offsets[:] = csum[doc_offsets]
+    itemsize = reader.dtype.itemsize
 
-    tokens_path, docs_path, offsets_path = pass1_paths(plan.out, i)
-    tokens_path.parent.mkdir(parents=True, exist_ok=True)
+    tokens_path, docs_path, groups_path = pass1_paths(plan.out, i)
+    docs_path.parent.mkdir(parents=True, exist_ok=True)
     if staging_of(plan) == "tokens":
-        # The selected tokens grouped by bucket, for pass 2 to read sequentially. Not
+        # The selected tokens grouped by bucket, for the merge to copy group by group. Not
         # fsynced: a temporary as large as the data, deleted by finalize, usually before the
-        # kernel writes it back at all; pass 2 checks its size against the offsets.
+        # kernel writes it back at all; the merge checks its size against the offsets.
         docs_stream = Documents(
             [reader.tokens], np.zeros(rows.size), reader.starts[rows_o], lengths
         )
@@ -93,24 +100,23 @@ def run_assign(plan: units.Plan, unit: dict) -> dict:
                 view = buf[: min(buf.size, docs_stream.total - w0)]
                 docs_stream.fill(view, w0)
                 write_all(f, view)
-    # With "references" staging, the metadata below is all pass 2 needs: each document's
-    # input row (ROW_COL) and length, grouped by bucket.
+        offsets = csum[:-1] * itemsize
+        group_bytes = csum[group_rows] * itemsize
+    else:
+        # "references": where each document's tokens are in the input (read by pass 2).
+        offsets = reader.index.pointers[rows_o].astype(np.int64)
+        group_bytes = np.zeros(group_rows.size, dtype=np.int64)
 
     docs = table.take(arrow_array(order))
     docs = docs.append_column(SOURCE_COL, arrow_array(np.full(rows.size, spec["source"], np.int32)))
     docs = docs.append_column(SHARD_COL, arrow_array(np.full(rows.size, spec["shard"], np.int32)))
     docs = docs.append_column(ROW_COL, arrow_array(rows_o))
     docs = docs.append_column(KEY_COL, arrow_array(key[order]))
-    # The metadata and offsets are small: durable, so that this unit's completion marker
-    # never points at files a crash could have lost.
-    with (
-        atomic.atomic_path(docs_path) as tmp_docs,
-        pa.OSFile(str(tmp_docs), "wb") as sink,
-        pa.ipc.new_file(sink, docs.schema) as w,
-    ):
-        w.write_table(docs)
-    with atomic.atomic_open(offsets_path) as f:
-        np.save(f, np.stack([doc_offsets.astype(np.int64), tok_offsets]))
+    docs = docs.append_column(BUCKET_COL, arrow_array(bucket_o))
+    docs = docs.append_column(INPUT_COL, arrow_array(np.full(rows.size, i, np.int32)))
+    docs = docs.append_column(OFFSET_COL, arrow_array(offsets))
+    write_run(docs_path, docs)
+    write_groups(groups_path, group_rows, group_bytes)
     # Named apart from pass 2's documents/tokens: a job sums its units' documents and
     # tokens, and each document is counted once, when pass 2 writes it.
     return {

@@ -1,30 +1,47 @@
-"""Pass 2, one unit per bucket: load the bucket's documents in arrival order (gathered
-from the input shards, or read from pass 1's staged copies), order them, pack them into
-records and write one durable output shard."""
+"""Pass 2, one unit per bucket: load the bucket's documents in arrival order (their rows
+from the bucket group's merged file; their tokens gathered from the input shards, or read
+from the group's staged copy), order them, pack them into records and write one durable
+output shard, checksummed as it is written."""
 
 from __future__ import annotations
 
-import os
+import contextlib
 from pathlib import Path
 
 import numpy as np
 
 from shardcore import atomic, pack, units
 from shardcore.errors import ManifestError
-from shardcore.formats import bin_path, encode_idx, idx_path, read_idx
-from shardcore.pool.io import copy_ranges, read_spans, start_writeback, write_all
+from shardcore.formats import bin_path, encode_idx, idx_path
+from shardcore.pool.io import (
+    FileDocuments,
+    HashingWriter,
+    bytes_entry,
+    copy_ranges,
+    file_entry,
+    read_run,
+    read_spans,
+)
 from shardcore.pool.layout import (
+    BUCKET_COL,
+    INPUT_COL,
     KEY_COL,
-    ROW_COL,
+    OFFSET_COL,
+    SCRATCH_COLS,
     arrow_array,
     as_numpy,
     chunk_tokens,
-    pass1_paths,
+    group_buckets,
+    group_paths,
     shard_prefix,
     shuffle_module,
     split_dir,
     staging_of,
 )
+
+# Input files a pass-2 unit holds open at once (well under the usual limit of 1,024
+# descriptors); a bucket with documents from more inputs is read input by input.
+_MAX_OPEN = 256
 
 
 class Documents:
@@ -79,30 +96,45 @@ class Documents:
 
 
 def _write_records(
-    prefix: Path, docs: Documents, width: int, dtype: np.dtype, chunk: int, pad_id: int
-) -> int:
+    prefix: Path, rel: str, docs: Documents, width: int, dtype: np.dtype, chunk: int, pad_id: int
+) -> tuple[int, list[dict]]:
     """Write ``docs`` packed into records of ``width`` tokens (the last one padded with
     ``pad_id``) as the IndexedDataset ``prefix`` (one sequence per record; the ``.idx`` is
     ``formats.encode_idx``'s). Both files are durable (fdatasync) before they are renamed
-    into place. Returns the number of records."""
+    into place. Returns the number of records and the files' manifest entries (named
+    ``rel`` + extension), checksummed from the bytes as they are written.
+
+    Two windows alternate: while one is written (and hashed) by a background thread, the
+    next is gathered here; both the copy loop and the write release the GIL."""
     records = -(-docs.total // width)
     end = records * width
-    buf = np.empty(max(1, chunk // width) * width, dtype=dtype)
+    size = max(1, chunk // width) * width
     prefix.parent.mkdir(parents=True, exist_ok=True)
+    bufs = [np.empty(size, dtype=dtype) for _ in range(2)]
+    waiting: list = [None, None]
     with atomic.atomic_open(bin_path(prefix), "wb", buffering=0) as f:
-        for w0 in range(0, end, buf.size):
-            view = buf[: min(buf.size, end - w0)]
-            docs.fill(view, w0)
-            if w0 + view.size > docs.total:
-                view[max(0, docs.total - w0) :] = pad_id
-            write_all(f, view)
-            start_writeback(f.fileno(), w0 * dtype.itemsize, view.nbytes)
-    atomic.write_bytes(idx_path(prefix), encode_idx(dtype, np.full(records, width, dtype=np.int64)))
-    return records
+        writer = HashingWriter(f, end * dtype.itemsize)
+        try:
+            for k, w0 in enumerate(range(0, end, size)):
+                j = k % 2
+                if waiting[j] is not None:
+                    waiting[j].result()
+                view = bufs[j][: min(size, end - w0)]
+                docs.fill(view, w0)
+                if w0 + view.size > docs.total:
+                    view[max(0, docs.total - w0) :] = pad_id
+                waiting[j] = writer.submit(view)
+            for w in waiting:
+                if w is not None:
+                    w.result()  # a failed write raises here
+        finally:
+            writer.close()
+    idx = encode_idx(dtype, np.full(records, width, dtype=np.int64))
+    atomic.write_bytes(idx_path(prefix), idx)
+    return records, [writer.entry(f"{rel}.bin"), bytes_entry(idx, f"{rel}.idx")]
 
 
 def run_bucket(plan: units.Plan, unit: dict) -> dict:
-    import pyarrow as pa
     import pyarrow.parquet as pq
 
     meta, params = plan.meta, plan.params
@@ -111,40 +143,60 @@ def run_bucket(plan: units.Plan, unit: dict) -> dict:
     gb = info["first_bucket"] + b
     dtype = np.dtype(meta["dtype"])
     module = shuffle_module(params["shuffle"])
-    # The bucket's documents in arrival order: from every pass-1 file (in input order).
-    parts, tables = [], []
-    for i in range(len(meta["inputs"])):
-        tokens_path, docs_path, offsets_path = pass1_paths(plan.out, i)
-        offsets = np.load(offsets_path, mmap_mode="r")
-        d0, d1 = int(offsets[0, gb]), int(offsets[0, gb + 1])
-        if d1 > d0:
-            parts.append((i, d1 - d0, tokens_path, int(offsets[1, gb]), int(offsets[1, gb + 1])))
-            with pa.memory_map(str(docs_path)) as src:
-                tables.append(pa.ipc.open_file(src).read_all().slice(d0, d1 - d0))
-    if not tables:
-        return {"records": 0, "documents": 0, "tokens": 0, "padding": 0}
-    docs = pa.concat_tables(tables, promote_options="default")
-    del tables
+    # The bucket's documents in arrival order (input, then input row): one slice of its
+    # group's merged file, whatever the number of inputs.
+    tokens_path, docs_path = group_paths(plan.out, gb // group_buckets(plan))
+    table = read_run(docs_path)
+    lo, hi = (int(x) for x in np.searchsorted(as_numpy(table.column(BUCKET_COL)), [gb, gb + 1]))
+    if hi == lo:
+        return {"records": 0, "documents": 0, "tokens": 0, "padding": 0, "files": []}
+    docs = table.slice(lo, hi - lo)
     lengths = as_numpy(docs.column("n_tokens")).astype(np.int64)
-    if staging_of(plan) == "references":
-        sources, src, starts = _gather_sources(
-            meta, parts, as_numpy(docs.column(ROW_COL)), lengths, dtype, chunk_tokens(plan)
-        )
-    else:
-        sources, src, starts = _staged_sources(parts, lengths, dtype)
+    offsets = as_numpy(docs.column(OFFSET_COL))
     keys = as_numpy(docs.column(KEY_COL))
     order = np.asarray(module.order_bucket(keys, info["seed"], b, **params["shuffle_options"]))
-    docs = docs.take(arrow_array(order)).drop_columns([KEY_COL])
     bos = params["bos"]
-    stream = Documents(
-        sources, src[order], starts[order], lengths[order], head=meta["bos_id"] if bos else None
-    )
+    head = meta["bos_id"] if bos else None
+    references = staging_of(plan) == "references"
+    if references:
+        inputs = as_numpy(docs.column(INPUT_COL))
+        used, file = np.unique(inputs, return_inverse=True)
+        paths = [bin_path(meta["inputs"][int(i)]["prefix"]) for i in used.tolist()]
+    if references and len(paths) <= _MAX_OPEN:
+        # Each document read once, straight into the output window where it goes.
+        stream = FileDocuments(
+            paths, file[order], offsets[order], lengths[order], dtype.itemsize, head=head
+        )
+    else:
+        # The bucket read into memory with few, large reads, then copied out in order:
+        # from the staged copy (each input's documents of the bucket are one range of it),
+        # or from more inputs than this unit may hold open, input by input.
+        bucket_tokens = np.empty(int(lengths.sum()), dtype=dtype)
+        chunk_bytes = chunk_tokens(plan) * dtype.itemsize
+        if references:
+            _gather(meta, inputs, offsets, lengths, bucket_tokens, chunk_bytes)
+        else:
+            read_spans(
+                tokens_path, offsets, lengths * dtype.itemsize, bucket_tokens, span=chunk_bytes
+            )
+        starts = np.zeros(lengths.size, dtype=np.int64)
+        np.cumsum(lengths[:-1], out=starts[1:])
+        stream = Documents(
+            [bucket_tokens], np.zeros(lengths.size), starts[order], lengths[order], head=head
+        )
+        del bucket_tokens
+    docs = docs.take(arrow_array(order)).drop_columns(list(SCRATCH_COLS))
+    del table
     packing = pack.plan_packing(lengths[order] + int(bos), params["seq_len"])
 
-    prefix = split_dir(plan.out, split) / shard_prefix(b)
+    rel = shard_prefix(b)
+    prefix = split_dir(plan.out, split) / rel
     width = params["seq_len"] + 1
-    records = _write_records(prefix, stream, width, dtype, chunk_tokens(plan), meta["pad_id"])
-    del stream, sources  # the bucket's tokens: freed before the sidecars are written
+    with stream if isinstance(stream, FileDocuments) else contextlib.nullcontext():
+        records, files = _write_records(
+            prefix, rel, stream, width, dtype, chunk_tokens(plan), meta["pad_id"]
+        )
+    del stream  # the bucket's tokens, if held: freed before the sidecars are written
     if records != packing.num_records:
         raise ManifestError(
             f"{prefix}: wrote {records} records, packing planned {packing.num_records}"
@@ -152,87 +204,45 @@ def run_bucket(plan: units.Plan, unit: dict) -> dict:
     pack.save_segments(f"{prefix}.segments.npz", packing.segments)
     with atomic.atomic_path(f"{prefix}.docs.parquet") as tmp:
         pq.write_table(docs, tmp)
+    for ext in (".segments.npz", ".docs.parquet"):
+        files.append(file_entry(Path(f"{prefix}{ext}"), f"{rel}{ext}"))
     # Every rename above is durable (shardcore.atomic) before run_unit writes this unit's
-    # completion marker.
+    # completion marker. The checksums travel in the stats: finalize reads no shard.
     return {
         "records": packing.num_records,
         "documents": int(docs.num_rows),
         "tokens": packing.num_tokens,
         "padding": packing.padding,
-        "bytes": _written_bytes(prefix, records * width * dtype.itemsize),
+        # What the job page counts as written: the shard's files (tokens, index, boundaries,
+        # sidecar).
+        "bytes": sum(int(f["size"]) for f in files),
+        "files": files,
     }
 
 
-def _written_bytes(prefix, tokens_bytes: int) -> int:
-    """The bytes of the shard's files (tokens, index, boundaries, sidecar): what the job
-    page counts as written. The token bytes alone where the files cannot be sized."""
-    total = 0
-    for suffix in (".bin", ".idx", ".segments.npz", ".docs.parquet"):
-        try:
-            total += os.path.getsize(f"{prefix}{suffix}")
-        except OSError:
-            return tokens_bytes
-    return total
-
-
-def _gather_sources(
+def _gather(
     meta: dict,
-    parts: list[tuple],
-    rows: np.ndarray,
+    inputs: np.ndarray,
+    offsets: np.ndarray,
     lengths: np.ndarray,
-    dtype: np.dtype,
-    chunk: int,
-) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
-    """The "references" staging: read the bucket's documents from their input shards into one
-    array (the bucket's memory), in arrival order. Each input's documents come in
-    ascending position, so this is a forward sweep of few, large reads (``read_spans``)."""
-    bucket_tokens = np.empty(int(lengths.sum()), dtype=dtype)
-    at = d = 0
-    for i, n, *_ in parts:
-        prefix = meta["inputs"][i]["prefix"]
-        index = read_idx(idx_path(prefix))
-        r = rows[d : d + n]
-        if r.size and (
-            r.max() >= index.num_sequences or (index.lengths[r] != lengths[d : d + n]).any()
-        ):
-            raise ManifestError(f"{prefix}: changed since pass 1 (document lengths differ)")
-        size = int(lengths[d : d + n].sum())
+    out: np.ndarray,
+    chunk_bytes: int,
+) -> None:
+    """The "references" staging: read the bucket's documents from their input shards into
+    ``out`` (the bucket's memory), in arrival order. A run of documents of one input comes
+    in ascending position, so each is a forward sweep of few, large reads
+    (``read_spans``); pass 1 verified the inputs, and a shard shorter than its offsets
+    fails the read naming it."""
+    itemsize = out.dtype.itemsize
+    bounds = [0, *(np.flatnonzero(np.diff(inputs)) + 1).tolist(), inputs.size]
+    at = np.zeros(lengths.size + 1, dtype=np.int64)
+    np.cumsum(lengths, out=at[1:])
+    for d0, d1 in zip(bounds[:-1], bounds[1:], strict=True):
+        prefix = meta["inputs"][int(inputs[d0])]["prefix"]
         read_spans(
             bin_path(prefix),
-            index.pointers[r],
-            lengths[d : d + n] * dtype.itemsize,
-            bucket_tokens[at : at + size],
-            span=chunk * dtype.itemsize,
+            offsets[d0:d1],
+            lengths[d0:d1] * itemsize,
+            out[at[d0] : at[d1]],
+            span=chunk_bytes,
         )
-        at += size
-        d += n
-    starts = np.zeros(lengths.size, dtype=np.int64)
-    np.cumsum(lengths[:-1], out=starts[1:])
-    return [bucket_tokens], np.zeros(lengths.size, dtype=np.int64), starts
-
-
-def _staged_sources(
-    parts: list[tuple], lengths: np.ndarray, dtype: np.dtype
-) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
-    """The "tokens" staging: the bucket's slice of every pass-1 tokens file, memory-mapped
-    read-only; the window copies read the documents from there (no bucket-sized copy)."""
-    sources = []
-    src = np.empty(lengths.size, dtype=np.int64)
-    starts = np.empty(lengths.size, dtype=np.int64)
-    d = 0
-    for k, (_, n, path, t0, t1) in enumerate(parts):
-        if Path(path).stat().st_size < t1 * dtype.itemsize:
-            raise ManifestError(f"{path}: shorter than its offsets say")
-        part = lengths[d : d + n]
-        if int(part.sum()) != t1 - t0:
-            raise ManifestError(f"{path}: pass-1 offsets disagree with n_tokens")
-        sources.append(
-            np.memmap(path, dtype=dtype, mode="r", offset=t0 * dtype.itemsize, shape=(t1 - t0,))
-            if t1 > t0
-            else np.zeros(0, dtype=dtype)
-        )
-        src[d : d + n] = k
-        starts[d] = 0
-        np.cumsum(part[:-1], out=starts[d + 1 : d + n])
-        d += n
-    return sources, src, starts

@@ -50,8 +50,8 @@ def plan_pool(
     staging: str = "auto",
     allow_empty: bool = False,
 ) -> units.Plan:
-    """The plan of a pool build: phase 1 one unit per input shard, phase 2 one unit per
-    bucket (training buckets, then validation buckets). Reads the sidecars once to count
+    """The plan of a pool build: phase 1 one unit per input shard, then one merge unit per
+    bucket group, then one unit per bucket (training buckets, then validation buckets). Reads the sidecars once to count
     the selected documents (errors in the filter surface here, before any work).
 
     ``staging`` is what pass 1 writes for pass 2: ``"references"`` (each document's input
@@ -79,6 +79,7 @@ def plan_pool(
         if isinstance(value, int | float):  # bool too: refused as not an integer
             options[key] = limits.check_int(f"shuffle_options.{key}", value, 1, limits.MAX_COUNT)
     sources, inputs, loaded = [], [], []
+    meta_bytes = 0  # the selected documents' metadata, for sizing the merge's groups
     tokenizer = dtype = None
     for path in tokenized:
         path = storage.resolve(path)
@@ -114,6 +115,7 @@ def plan_pool(
             sidecar = f"{prefix}.docs.parquet"
             local_sidecar = f"{os.path.join(local[path], shard['prefix'])}.docs.parquet"
             rows, table = select.select_shard(local_sidecar, filter, props_type)
+            meta_bytes += int(table.nbytes)
             is_val = val_mask(data["fingerprint"], column(table, "doc_id", sidecar), val_fraction)
             n_tokens = column(table, "n_tokens", sidecar).astype(np.int64) + int(bos)
             inputs.append(
@@ -165,7 +167,9 @@ def plan_pool(
             ),
         }
         first_bucket += n_buckets
+    group = _group_buckets(inputs, first_bucket, meta_bytes, memory)
     phase1 = [{"id": f"assign-{i:05d}", "input": i} for i in range(len(inputs))]
+    merge = [{"id": f"merge-{g:05d}", "group": g} for g in range(-(-first_bucket // group))]
     phase2 = [
         {"id": f"{split}-bucket-{b:05d}", "split": split, "bucket": b}
         for split in SPLITS
@@ -174,6 +178,9 @@ def plan_pool(
     if staging == "auto":
         staging = "tokens" if any(on_network_fs(s["path"]) for s in sources) else "references"
     meta = {
+        # Not parameters either (the output bytes do not depend on them): how many
+        # consecutive buckets one merge unit gathers.
+        "group_buckets": group,
         # Not a parameter: both stagings write the same bytes (same assignment, same
         # permutation, same packing code), so the mode is kept out of the fingerprint and
         # the manifest, like the number of workers. A rebuild with the other mode is the
@@ -190,7 +197,24 @@ def plan_pool(
     }
     meta["artifacts"] = [s["path"] for s in sources if storage.is_remote(s["path"])]
     release_memory()  # what reading every sidecar took, before the units run
-    return units.Plan(STAGE, storage.resolve(out), params, [phase1, phase2], meta)
+    return units.Plan(STAGE, storage.resolve(out), params, [phase1, merge, phase2], meta)
+
+
+# Per document, the columns pass 1 adds to its sidecar row (source, source_shard,
+# source_row, and the scratch columns: key, bucket, input, offset).
+_ADDED_BYTES = 4 + 4 + 8 + 8 + 8 + 4 + 8
+
+
+def _group_buckets(inputs: list[dict], num_buckets: int, meta_bytes: int, memory: int) -> int:
+    """Buckets per merge group: as many as keep a group's metadata within a 32nd of the
+    budget (measured: a merge unit's RSS grows by about 5x the metadata's Arrow size,
+    mapped from the pass-1 files, gathered and sorted by Arrow's take). Fewer, larger groups
+    mean fewer reads of the pass-1 files (inputs x groups)."""
+    docs = sum(sum(i["docs"]) for i in inputs)
+    if not num_buckets or not docs:
+        return 1
+    per_bucket = (meta_bytes + docs * _ADDED_BYTES) / num_buckets
+    return int(max(1, min(num_buckets, (memory // 32) // max(1.0, per_bucket))))
 
 
 def build_pool(

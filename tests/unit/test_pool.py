@@ -221,7 +221,7 @@ def _built_bytes(root: Path) -> dict[str, bytes]:
     }
 
 
-def test_it_writes_the_same_bytes_with_either_staging_and_any_worker_count(tmp_path):
+def test_it_writes_the_same_bytes_with_either_staging_and_any_worker_count(tmp_path, monkeypatch):
     # Prose docstrings are mostly short (gathered through an index array), code modules
     # long (copied as slices); a BOS before every document exercises the head tokens.
     src = pf.write_tokenized(
@@ -240,6 +240,25 @@ def test_it_writes_the_same_bytes_with_either_staging_and_any_worker_count(tmp_p
     first = built["references", 1]
     assert "manifest.json" in first and "val/manifest.json" in first
     assert len([k for k in first if k.endswith(".bin")]) > 3
+    # A bucket whose documents come from more inputs than a unit holds open is read into
+    # memory input by input: the same bytes.
+    from shardcore.pool import pass2
+
+    monkeypatch.setattr(pass2, "_MAX_OPEN", 1)
+    build_pool([str(src)], str(tmp_path / "few-open"), staging="references", **kwargs)
+    built["references", "one open file"] = _built_bytes(tmp_path / "few-open")
+    # Nor do the merge's grouping (one bucket per group, or every bucket in one group) and
+    # its combining of the inputs' slices in batches change a byte.
+    from shardcore.pool import merge
+    from shardcore.pool import plan as pool_plan
+
+    monkeypatch.setattr(merge, "_COMBINE_EVERY", 2)
+    for name, group in (("one bucket per group", lambda *a: 1), ("one group", lambda *a: 10**6)):
+        monkeypatch.setattr(pool_plan, "_group_buckets", group)
+        for staging in ("references", "tokens"):
+            out = tmp_path / f"{staging}-{name}"
+            build_pool([str(src)], str(out), staging=staging, **kwargs)
+            built[staging, name] = _built_bytes(out)
     for key, files in built.items():
         assert files == first, key
     # And each shard holds its documents, each after a BOS, then its padding (EOS).
@@ -271,7 +290,12 @@ def test_it_stages_references_or_tokens_in_pass_one(sources, tmp_path, staging):
     units.save_plan(plan)
     for unit in plan.phases[0]:
         units.run_unit(plan, unit["id"])
-    staged = list((tmp_path / "p" / "_pass1").iterdir())
+    staged = [p for p in (tmp_path / "p" / "_pass1").rglob("*") if p.is_file()]
+    # Per input, one metadata file and its group offsets (plus its tokens with "tokens"
+    # staging), fanned out.
+    for ext in (".arrow", ".groups"):
+        assert len([p for p in staged if p.name.endswith(ext)]) == len(plan.phases[0])
+    assert all(p.parent.parent.name == "in" for p in staged)
     token_bytes = sum(p.stat().st_size for p in staged if p.name.endswith(".tokens"))
     data_bytes = sum(mf.read_manifest(s)["tokens"] for s in sources) * 4
     if staging == "tokens":

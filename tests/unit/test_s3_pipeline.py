@@ -269,3 +269,45 @@ def test_units_on_hosts_that_share_only_the_bucket_build_the_local_bytes(
             storage.open_store(disk / rel).list()
         )
     assert verify(f"{s3_bucket}/pool").ok
+
+
+def test_pool_units_on_s3_fetch_exactly_what_they_read_and_list_nothing(
+    corpus, s3_bucket, tmp_path, monkeypatch
+):
+    """Each pool unit on its own host downloads exactly the files it declares (a merge
+    unit every input's pass-1 file, a pass-2 unit its group's file) and never lists the
+    prefix; finalize downloads the shards' documents sidecars only."""
+    from shardcore.pool import plan_pool, unit_reads
+
+    tokenize(corpus, f"{s3_bucket}/tok", shard_size=30_000, unit_bytes=40_000)
+    plan = plan_pool([f"{s3_bucket}/tok"], f"{s3_bucket}/pool", seq_len=SEQ,
+                     memory=1 << 20, shard_size=8_000)  # fmt: skip
+    assert len(plan.phases[0]) > 1 and len(plan.phases[2]) > len(plan.phases[1])
+    got, listed = [], []
+    real_get, real_sizes = storage.S3Store.get_file, storage.S3Store.sizes
+    monkeypatch.setattr(
+        storage.S3Store,
+        "get_file",
+        lambda self, key, path: (got.append((self.prefix, key)), real_get(self, key, path))[1],
+    )
+    monkeypatch.setattr(
+        storage.S3Store,
+        "sizes",
+        lambda self, prefix="": (listed.append(self.prefix), real_sizes(self, prefix))[1],
+    )
+    units.save_plan(plan)
+    pool_prefix = storage.open_store(plan.out).prefix
+    for n, unit in enumerate(u for phase in plan.phases for u in phase):
+        monkeypatch.setenv("SHARDYARD_CACHE", str(tmp_path / f"host-{n}"))
+        got.clear()
+        units.run_unit(plan, unit["id"])
+        fetched = sorted(k for p, k in got if p == pool_prefix)
+        assert fetched == sorted(unit_reads(plan, unit)), unit["id"]
+        assert pool_prefix not in listed, unit["id"]
+    monkeypatch.setenv("SHARDYARD_CACHE", str(tmp_path / "host-final"))
+    got.clear()
+    manifest = units.finalize(plan)
+    fetched = [k for p, k in got if p == pool_prefix]
+    assert fetched and all(k.endswith(".docs.parquet") for k in fetched)
+    assert not [k for k in storage.open_store(plan.out).list() if k.startswith("_pass1/")]
+    assert manifest["num_records"] and verify(f"{s3_bucket}/pool").ok
