@@ -22,7 +22,13 @@ import numpy as np
 import xxhash
 
 from shardcore.errors import CorruptDataError, FormatError, ManifestError
-from shardcore.manifest import file_entries, files_by_path, read_manifest
+from shardcore.manifest import (
+    FilesView,
+    file_entries,
+    files_by_path,
+    read_manifest,
+    sidecar_entries,
+)
 
 MIN_BLOCK = 4096
 MAX_BLOCKS = 256
@@ -233,10 +239,15 @@ def verify(directory: str | os.PathLike, *, content: bool = True) -> Report:
     except ManifestError as exc:
         return Report(str(root), "?", 0, 0, [Problem("manifest.json", None, str(exc))])
     kind = manifest.get("kind", "?")
-    if not isinstance(manifest.get("files"), list | dict):
+    if not isinstance(manifest.get("files"), list | dict | FilesView):
         return Report(str(root), kind, 0, 0, [Problem("manifest.json", None, "no 'files' list")])
     problems: list[Problem] = []
     nbytes = 0
+    # Format 3: the shard table and the block checksums, whole, against the header.
+    for entry in sidecar_entries(manifest):
+        problems += _check_file(root, entry)
+    if problems:
+        return Report(str(root), kind, 0, 0, problems)
     entries = file_entries(manifest)
     for entry in entries:
         problems += _check_file(root, entry)
@@ -270,7 +281,7 @@ def _verify_remote(url: str, *, content: bool) -> Report:
     scratch = storage.cache_root() / "verify" / uuid.uuid4().hex
     try:
         present = store.sizes()
-        for entry in file_entries(manifest):
+        for entry in [*sidecar_entries(manifest), *file_entries(manifest)]:
             rel = str(entry.get("path"))
             if rel in present:  # a missing object is reported by the local check
                 store.get_file(rel, scratch / rel)

@@ -3,7 +3,6 @@ and ``shardyard verify``'s structural checks of a pool."""
 
 from __future__ import annotations
 
-import bisect
 import os
 from collections.abc import Iterator
 from functools import cached_property
@@ -66,7 +65,7 @@ def check_pool(root: Path, manifest: dict[str, Any]) -> list[verify.Problem]:
                 )
             )
         cumulative.append(cumulative[-1] + len(reader))
-    if cumulative != manifest.get("cumulative_records"):
+    if cumulative != [int(c) for c in manifest.get("cumulative_records", [])]:
         problems.append(
             verify.Problem("manifest.json", None, "cumulative_records disagree with the shards")
         )
@@ -86,7 +85,8 @@ class PoolReader:
         self.manifest = mf.read_manifest(self.path)
         if self.manifest.get("kind") != KIND:
             raise ManifestError(f"{self.path}: not a pool (kind {self.manifest.get('kind')!r})")
-        self.cumulative = list(self.manifest["cumulative_records"])
+        # The manifest's column (format 3: memory-mapped), searched, never copied.
+        self.cumulative = self.manifest["cumulative_records"]
         self._readers: dict[int, IndexedReader] = {}
         self._segments: dict[int, pack.Segments] = {}
 
@@ -100,7 +100,7 @@ class PoolReader:
 
     @property
     def num_shards(self) -> int:
-        return len(self.manifest["shards"])
+        return mf.num_shards(self.manifest)
 
     def __len__(self) -> int:
         return self.num_records
@@ -124,8 +124,8 @@ class PoolReader:
     def _where(self, i: int) -> tuple[int, int]:
         if not 0 <= i < self.num_records:
             raise IndexError(f"{self.path}: record {i} out of range [0, {self.num_records})")
-        shard = bisect.bisect_right(self.cumulative, i) - 1
-        return shard, i - self.cumulative[shard]
+        shard = mf.bisect_records(self.cumulative, i)
+        return shard, i - int(self.cumulative[shard])
 
     def record(self, i: int) -> np.ndarray:
         """Record ``i``: seq_len + 1 tokens (a read-only view)."""
@@ -143,7 +143,7 @@ class PoolReader:
         i = start
         while i < stop:
             shard, r = self._where(i)
-            n = min(stop - i, self.cumulative[shard + 1] - i)
+            n = min(stop - i, int(self.cumulative[shard + 1]) - i)
             tokens = self.reader(shard).tokens[r * width : (r + n) * width]
             parts.append(np.asarray(tokens).reshape(n, width))
             i += n
