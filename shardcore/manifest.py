@@ -49,6 +49,8 @@ FINGERPRINT_FORMAT = 2
 MANIFEST_NAME = "manifest.json"
 TABLE_NAME = "manifest.shards"
 BLOCKS_NAME = "manifest.blocks"
+# The manifest's files: none is listed among the artifact's files.
+MANIFEST_FILES = (MANIFEST_NAME, TABLE_NAME, BLOCKS_NAME)
 LAYOUT = "layout"
 # Keys of a manifest dict that format 3 stores in the table, not in the header.
 TABLE_KEYS = ("shards", "cumulative_records", "files")
@@ -292,7 +294,7 @@ def write_manifest_columns(
     # Block checksums: extra files first, then each suffix's files in shard order.
     block_parts, nblocks = [], 0
     extra_entries = []
-    for e in extra_files or []:
+    for e in sorted(extra_files or [], key=lambda e: str(e["path"])):
         blocks = _blocks_of(e.get("blocks") or "", f"{where}: {e['path']}")
         has = bool(e.get("block_size")) and "blocks" in e
         extra_entries.append(
@@ -399,7 +401,7 @@ def parse_manifest(
         if layout.get("has_shards"):
             parsed["shards"] = ShardsView(table)
         if "cumulative_records" in layout["table"]["columns"]:
-            parsed["cumulative_records"] = table.column("cumulative_records")
+            parsed["cumulative_records"] = RecordsColumn(table.column("cumulative_records"))
         if layout.get("has_files", True):
             parsed["files"] = FilesView(table)
     return parsed
@@ -452,6 +454,11 @@ class ShardTable:
         self.fields = list(layout.get("shard_fields") or [])
         self.suffixes = list(layout.get("suffixes") or [])
         self.extra = list(layout.get("extra_files") or [])
+        if self._local:
+            # Mapped now (a mapping costs no memory until read): the views stay readable
+            # if the directory is removed or replaced after the manifest was read.
+            self._map("table")
+            self._map("blocks")
 
     def _map(self, part: str):
         if part not in self._maps:
@@ -617,11 +624,14 @@ class ShardsView(Sequence):
 
 
 class FilesView(Sequence):
-    """``manifest["files"]`` of a format-3 manifest: the files that are no shard's first,
-    then each shard's files; entries built from the table when asked for."""
+    """``manifest["files"]`` of a format-3 manifest: entries built from the table when
+    asked for, in path order as writers list them: the other files that sort before the
+    first shard's, each shard's files (shard by shard, suffixes sorted), the rest."""
 
     def __init__(self, table: ShardTable):
         self.table = table
+        first = table.name(0) + table.suffixes[0] if table.rows and table.suffixes else None
+        self._before = sum(1 for e in table.extra if first is None or e["path"] < first)
 
     def __len__(self) -> int:
         return len(self.table.extra) + self.table.rows * len(self.table.suffixes)
@@ -633,17 +643,22 @@ class FilesView(Sequence):
         if not -n <= i < n:
             raise IndexError(f"file {i} out of range [0, {n})")
         i %= n
-        extra = len(self.table.extra)
-        if i < extra:
+        if i < self._before:
             return self.table.extra_file(i)
-        row, k = divmod(i - extra, len(self.table.suffixes))
+        in_shards = self.table.rows * len(self.table.suffixes)
+        if i - self._before >= in_shards:
+            return self.table.extra_file(i - in_shards)
+        row, k = divmod(i - self._before, len(self.table.suffixes))
         return self.table.file(row, self.table.suffixes[k])
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         return (self[i] for i in range(len(self)))
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Sequence) and [dict(e) for e in self] == [dict(e) for e in other]
+        def whole(e) -> dict:
+            return {**e, "blocks": e["blocks"]} if "blocks" in e else dict(e)
+
+        return isinstance(other, Sequence) and [whole(e) for e in self] == [whole(e) for e in other]
 
     def by_path(self) -> FilesByPath:
         return FilesByPath(self.table)
@@ -688,9 +703,43 @@ class FilesByPath(Mapping):
         return len(FilesView(self.table))
 
 
+class RecordsColumn(Sequence):
+    """``manifest["cumulative_records"]`` of a format-3 manifest: the table's int64 column
+    behaving as the list format 2 stored (items are ints, equal to a list of the same
+    numbers); ``np.asarray`` of it is the memory-mapped column itself."""
+
+    def __init__(self, values: np.ndarray):
+        self.array = values
+
+    def __len__(self) -> int:
+        return len(self.array)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return self.array[i].tolist()
+        return int(self.array[i])
+
+    def __iter__(self) -> Iterator[int]:
+        for start in range(0, len(self.array), 1 << 16):
+            yield from self.array[start : start + (1 << 16)].tolist()
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        return self.array if dtype is None else self.array.astype(dtype)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, RecordsColumn | np.ndarray):
+            return np.array_equal(self.array, np.asarray(other))
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+    def __repr__(self) -> str:
+        return f"<{len(self)} cumulative record counts>"
+
+
 def bisect_records(cumulative: Sequence[int] | np.ndarray, record: int) -> int:
     """The shard holding ``record`` given the cumulative record counts (a list or the
     table's memory-mapped column): one binary search, touching log(shards) values."""
+    if isinstance(cumulative, RecordsColumn):
+        cumulative = cumulative.array
     if isinstance(cumulative, np.ndarray):
         return int(np.searchsorted(cumulative, record, side="right")) - 1
     return bisect.bisect_right(cumulative, record) - 1
