@@ -130,6 +130,15 @@ def num_shards(manifest: dict[str, Any]) -> int:
     return len(manifest.get("shards") or [])
 
 
+def shard_column(manifest: dict[str, Any], name: str) -> np.ndarray:
+    """A per-shard number of every shard as an array (format 3: the table's column, not a
+    copy; formats 1 and 2: gathered from the list)."""
+    shards = manifest.get("shards") or []
+    if isinstance(shards, ShardsView):
+        return shards.column(name)
+    return np.asarray([sh[name] for sh in shards], dtype=np.int64)
+
+
 def sidecar_entries(manifest: dict[str, Any]) -> list[dict[str, Any]]:
     """The manifest's own files besides ``manifest.json`` (format 3: the shard table and
     the block checksums), as entries ``{"path", "size", "xxh3"}``: copied and checked
@@ -401,7 +410,7 @@ def parse_manifest(
         if layout.get("has_shards"):
             parsed["shards"] = ShardsView(table)
         if "cumulative_records" in layout["table"]["columns"]:
-            parsed["cumulative_records"] = RecordsColumn(table.column("cumulative_records"))
+            parsed["cumulative_records"] = RecordsColumn(table, "cumulative_records")
         if layout.get("has_files", True):
             parsed["files"] = FilesView(table)
     return parsed
@@ -437,9 +446,11 @@ def is_complete(directory: str | os.PathLike) -> bool:
 
 
 class ShardTable:
-    """The shard table and block checksums of a format-3 manifest, opened lazily: local
-    files are memory-mapped (checked against the header's sizes), remote ones range-read
-    column by column (each checked against its xxh3) and the checksums of one file at a
+    """The shard table and block checksums of a format-3 manifest. Local files are read
+    with positioned reads (``os.pread``) of the values asked for, and memory-mapped only
+    for a column a caller takes whole: a mapped page counts in the reader's resident set
+    once touched, and the kernel maps whole folios of cached file pages around it; remote
+    ones are range-read, a column (checked against its xxh3) or one file's checksums at a
     time."""
 
     def __init__(self, layout: dict[str, Any], source: Any, where: str):
@@ -448,42 +459,52 @@ class ShardTable:
         self.where = where
         self._source = source
         self._local = isinstance(source, str | os.PathLike)
+        self._files: dict[str, Any] = {}
         self._maps: dict[str, Any] = {}
         self._columns: dict[str, np.ndarray] = {}
+        self._specs = layout["table"]["columns"]
         self.names = layout.get("names")
         self.fields = list(layout.get("shard_fields") or [])
         self.suffixes = list(layout.get("suffixes") or [])
         self.extra = list(layout.get("extra_files") or [])
         if self._local:
-            # Mapped now (a mapping costs no memory until read): the views stay readable
-            # if the directory is removed or replaced after the manifest was read.
-            self._map("table")
-            self._map("blocks")
+            # Opened now: the views stay readable if the directory is removed or replaced
+            # after the manifest was read.
+            for part in ("table", "blocks"):
+                self._open(part)
 
-    def _map(self, part: str):
-        if part not in self._maps:
+    def _open(self, part: str):
+        if part not in self._files:
             desc = self.layout[part]
             path = Path(self._source) / desc["path"]
             try:
-                with open(path, "rb") as f:
-                    size = os.fstat(f.fileno()).st_size
-                    if size != desc["size"]:
-                        raise ManifestError(
-                            f"{path}: {size} bytes, {self.where} says {desc['size']}"
-                        )
-                    self._maps[part] = (
-                        mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
-                    )
+                f = open(path, "rb")  # noqa: SIM115 - held as long as the manifest is
             except FileNotFoundError:
                 raise ManifestError(f"{path}: missing ({self.where} lists it)") from None
+            size = os.fstat(f.fileno()).st_size
+            if size != desc["size"]:
+                f.close()
+                raise ManifestError(f"{path}: {size} bytes, {self.where} says {desc['size']}")
+            self._files[part] = f
+        return self._files[part]
+
+    def _map(self, part: str):
+        if part not in self._maps:
+            f = self._open(part)
+            size = self.layout[part]["size"]
+            self._maps[part] = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
         return self._maps[part]
 
+    def _spec(self, name: str) -> dict[str, Any]:
+        spec = self._specs.get(name)
+        if spec is None:
+            raise ManifestError(f"{self.where}: the shard table has no column {name!r}")
+        return spec
+
     def column(self, name: str) -> np.ndarray:
-        """A column of the shard table (read-only)."""
+        """A column of the shard table, whole (read-only; local: memory-mapped)."""
         if name not in self._columns:
-            spec = self.layout["table"]["columns"].get(name)
-            if spec is None:
-                raise ManifestError(f"{self.where}: the shard table has no column {name!r}")
+            spec = self._spec(name)
             if self._local:
                 self._columns[name] = formats.table_column(self._map("table"), spec, self.where)
             else:
@@ -501,23 +522,58 @@ class ShardTable:
                 self._columns[name] = formats.table_column(raw, {**spec, "offset": 0}, self.where)
         return self._columns[name]
 
+    def cells(self, name: str, lo: int, hi: int) -> np.ndarray:
+        """Values [lo, hi) of a column (local: one positioned read)."""
+        spec = self._spec(name)
+        if not 0 <= lo <= hi <= spec["length"]:
+            raise IndexError(f"{self.where}: rows [{lo}, {hi}) of column {name!r}")
+        if not self._local or name in self._columns:
+            return self.column(name)[lo:hi]
+        dtype = np.dtype(spec["dtype"])
+        raw = os.pread(
+            self._files["table"].fileno(),
+            (hi - lo) * dtype.itemsize,
+            spec["offset"] + lo * dtype.itemsize,
+        )
+        if len(raw) != (hi - lo) * dtype.itemsize:
+            raise ManifestError(f"{self.where}: the shard table ends early (column {name!r})")
+        return np.frombuffer(raw, dtype=dtype)
+
+    def cell(self, name: str, row: int):
+        """One value of a column, as a Python number."""
+        return self.cells(name, row, row + 1)[0].item()
+
+    def search(self, name: str, value: int, side: str = "left") -> int:
+        """``np.searchsorted`` of an ascending column, one positioned read per step."""
+        lo, hi = 0, int(self._spec(name)["length"])
+        if not self._local:
+            return int(np.searchsorted(self.column(name), value, side=side))
+        while lo < hi:
+            mid = (lo + hi) // 2
+            v = self.cell(name, mid)
+            if v < value or (side == "right" and v == value):
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
     def blocks(self, first: int, count: int) -> np.ndarray:
         """``count`` block checksums from ``first`` (u64)."""
         if count <= 0:
             return np.zeros(0, dtype=np.uint64)
         if self._local:
-            spec = self.layout["blocks"]["columns"]["xxh3"]
-            return formats.table_column(self._map("blocks"), spec, self.where)[
-                first : first + count
-            ]
-        raw = self._source.read_range(BLOCKS_NAME, 8 * first, 8 * (first + count))
+            raw = os.pread(self._files["blocks"].fileno(), 8 * count, 8 * first)
+        else:
+            raw = self._source.read_range(BLOCKS_NAME, 8 * first, 8 * (first + count))
+        if len(raw) != 8 * count:
+            raise ManifestError(f"{self.where}: the block checksums end early")
         return np.frombuffer(raw, dtype="<u8")
 
     def name(self, row: int) -> str:
         if self.names is not None:
-            return formats.shard_name(self.names, int(self.column("key")[row]))
-        offsets = self.column("name_offsets")
-        return bytes(self.column("name_bytes")[offsets[row] : offsets[row + 1]]).decode()
+            return formats.shard_name(self.names, int(self.cell("key", row)))
+        lo, hi = self.cells("name_offsets", row, row + 2).tolist()
+        return self.cells("name_bytes", int(lo), int(hi)).tobytes().decode()
 
     def row_of(self, prefix: str) -> int | None:
         """The row of the shard named ``prefix``, or None."""
@@ -526,11 +582,10 @@ class ShardTable:
             if m is None:
                 return None
             key = int(m.group(2))
-            keys = self.column("key")
-            i = int(np.searchsorted(keys, key))
-            if i < self.rows and int(keys[i]) == key and self.name(i) == prefix:
+            i = self.search("key", key)
+            if i < self.rows and self.cell("key", i) == key and self.name(i) == prefix:
                 return i
-            hits = np.flatnonzero(keys == key)  # keys not ascending
+            hits = np.flatnonzero(self.column("key") == key)  # keys not ascending
             for i in hits.tolist():
                 if self.name(i) == prefix:
                     return i
@@ -542,18 +597,18 @@ class ShardTable:
     def shard(self, row: int) -> dict[str, Any]:
         out: dict[str, Any] = {"prefix": self.name(row)}
         for f in self.fields:
-            out[f] = self.column(f"field.{f}")[row].item()
+            out[f] = self.cell(f"field.{f}", row)
         return out
 
     def file(self, row: int, suffix: str) -> dict[str, Any]:
         """The entry of shard ``row``'s file with ``suffix``."""
-        first = int(self.column(f"block{suffix}")[row])
-        size = int(self.column(f"size{suffix}")[row])
-        bs = int(self.column(f"block_size{suffix}")[row])
+        first = int(self.cell(f"block{suffix}", row))
+        size = int(self.cell(f"size{suffix}", row))
+        bs = int(self.cell(f"block_size{suffix}", row))
         entry = FileEntry(
             path=self.name(row) + suffix,
             size=size,
-            xxh3=f"{int(self.column(f'xxh3{suffix}')[row]):016x}",
+            xxh3=f"{int(self.cell(f'xxh3{suffix}', row)):016x}",
         )
         if first >= 0:
             entry["block_size"] = bs
@@ -705,26 +760,35 @@ class FilesByPath(Mapping):
 
 class RecordsColumn(Sequence):
     """``manifest["cumulative_records"]`` of a format-3 manifest: the table's int64 column
-    behaving as the list format 2 stored (items are ints, equal to a list of the same
-    numbers); ``np.asarray`` of it is the memory-mapped column itself."""
+    behaving as the list format 2 stored (items are ints read one at a time, equal to a
+    list of the same numbers); ``np.asarray`` of it is the whole column (memory-mapped)."""
 
-    def __init__(self, values: np.ndarray):
-        self.array = values
+    def __init__(self, table: ShardTable, name: str):
+        self.table, self.name = table, name
+        self._len = int(table._spec(name)["length"])
+
+    @property
+    def array(self) -> np.ndarray:
+        return self.table.column(self.name)
 
     def __len__(self) -> int:
-        return len(self.array)
+        return self._len
 
     def __getitem__(self, i):
         if isinstance(i, slice):
             return self.array[i].tolist()
-        return int(self.array[i])
+        if not -self._len <= i < self._len:
+            raise IndexError(f"cumulative record count {i} out of range [0, {self._len})")
+        return int(self.table.cell(self.name, int(i) % self._len))
 
     def __iter__(self) -> Iterator[int]:
-        for start in range(0, len(self.array), 1 << 16):
-            yield from self.array[start : start + (1 << 16)].tolist()
+        for start in range(0, self._len, 1 << 16):
+            yield from self.table.cells(
+                self.name, start, min(start + (1 << 16), self._len)
+            ).tolist()
 
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
-        return self.array if dtype is None else self.array.astype(dtype)
+        return self.array if dtype is None else self.array.astype(dtype, copy=False)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, RecordsColumn | np.ndarray):
@@ -739,7 +803,7 @@ def bisect_records(cumulative: Sequence[int] | np.ndarray, record: int) -> int:
     """The shard holding ``record`` given the cumulative record counts (a list or the
     table's memory-mapped column): one binary search, touching log(shards) values."""
     if isinstance(cumulative, RecordsColumn):
-        cumulative = cumulative.array
+        return cumulative.table.search(cumulative.name, record, side="right") - 1
     if isinstance(cumulative, np.ndarray):
         return int(np.searchsorted(cumulative, record, side="right")) - 1
     return bisect.bisect_right(cumulative, record) - 1
