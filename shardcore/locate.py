@@ -67,7 +67,7 @@ def locate_pool(
     shard = mf.bisect_records(cumulative, sample)
     return {
         "shard": shard,
-        "shard_prefix": manifest["shards"][shard]["prefix"],
+        "shard_prefix": mf.shard_prefix(manifest, shard),
         "record": sample,
         "record_in_shard": sample - int(cumulative[shard]),
         "token_offset": offset,

@@ -27,6 +27,7 @@ import bisect
 import json
 import mmap
 import os
+import struct
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -137,6 +138,16 @@ def shard_column(manifest: dict[str, Any], name: str) -> np.ndarray:
     if isinstance(shards, ShardsView):
         return shards.column(name)
     return np.asarray([sh[name] for sh in shards], dtype=np.int64)
+
+
+def shard_prefix(manifest: dict[str, Any], shard: int) -> str:
+    """The name (path prefix) of shard ``shard`` (format 3: from its key, one read)."""
+    shards = manifest["shards"]
+    if isinstance(shards, ShardsView):
+        if not 0 <= shard < len(shards):
+            raise IndexError(f"shard {shard} out of range [0, {len(shards)})")
+        return shards.table.name(shard)
+    return str(shards[shard]["prefix"])
 
 
 def sidecar_entries(manifest: dict[str, Any]) -> list[dict[str, Any]]:
@@ -445,6 +456,17 @@ def is_complete(directory: str | os.PathLike) -> bool:
     return (Path(directory) / MANIFEST_NAME).exists()
 
 
+# struct codes of the table's dtypes at their standard (little-endian) sizes
+_STRUCT_CODES = {
+    ("i", 8): "q",
+    ("u", 8): "Q",
+    ("i", 4): "i",
+    ("u", 4): "I",
+    ("f", 8): "d",
+    ("u", 1): "B",
+}
+
+
 class ShardTable:
     """The shard table and block checksums of a format-3 manifest. Local files are read
     with positioned reads (``os.pread``) of the values asked for, and memory-mapped only
@@ -462,6 +484,7 @@ class ShardTable:
         self._files: dict[str, Any] = {}
         self._maps: dict[str, Any] = {}
         self._columns: dict[str, np.ndarray] = {}
+        self._cell_specs: dict[str, tuple[struct.Struct, int, int]] = {}
         self._specs = layout["table"]["columns"]
         self.names = layout.get("names")
         self.fields = list(layout.get("shard_fields") or [])
@@ -540,22 +563,37 @@ class ShardTable:
         return np.frombuffer(raw, dtype=dtype)
 
     def cell(self, name: str, row: int):
-        """One value of a column, as a Python number."""
-        return self.cells(name, row, row + 1)[0].item()
+        """One value of a column, as a Python number (local: one positioned read)."""
+        if not self._local or name in self._columns:
+            return self.cells(name, row, row + 1)[0].item()
+        found = self._cell_specs.get(name)
+        if found is None:
+            spec = self._spec(name)
+            dtype = np.dtype(spec["dtype"])
+            code = _STRUCT_CODES[(dtype.kind, dtype.itemsize)]
+            found = (struct.Struct("<" + code), spec["offset"], spec["length"])
+            self._cell_specs[name] = found
+        fmt, offset, length = found
+        if not 0 <= row < length:
+            raise IndexError(f"{self.where}: row {row} of column {name!r} ({length} rows)")
+        raw = os.pread(self._files["table"].fileno(), fmt.size, offset + row * fmt.size)
+        if len(raw) != fmt.size:
+            raise ManifestError(f"{self.where}: the shard table ends early (column {name!r})")
+        return fmt.unpack(raw)[0]
 
     def search(self, name: str, value: int, side: str = "left") -> int:
         """``np.searchsorted`` of an ascending column, one positioned read per step."""
         lo, hi = 0, int(self._spec(name)["length"])
         if not self._local:
             return int(np.searchsorted(self.column(name), value, side=side))
-        while lo < hi:
+        while hi - lo > 512:  # then one read of at most 4 KB finishes the search
             mid = (lo + hi) // 2
             v = self.cell(name, mid)
             if v < value or (side == "right" and v == value):
                 lo = mid + 1
             else:
                 hi = mid
-        return lo
+        return lo + int(np.searchsorted(self.cells(name, lo, hi), value, side=side))
 
     def blocks(self, first: int, count: int) -> np.ndarray:
         """``count`` block checksums from ``first`` (u64)."""
@@ -644,6 +682,16 @@ class FileEntry(dict):
 
     def __contains__(self, key: object) -> bool:
         return dict.__contains__(self, key) or (key == "blocks" and self._blocks is not None)
+
+    def __eq__(self, other: object) -> bool:
+        if self._blocks is not None and isinstance(other, dict) and "blocks" in other:
+            self["blocks"]  # noqa: B018 - read, to compare as the entry format 2 held
+        return dict.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 class ShardsView(Sequence):
