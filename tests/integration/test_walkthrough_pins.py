@@ -2,10 +2,12 @@
 on: tokenize -> verify -> pool (filter, validation slice, two workers) -> mix -> locate ->
 export (Megatron-LM with its index cache, OLMo-core, nanotron) -> materialize -> verify.
 
-For every artifact the test pins its fingerprint, a digest of its manifest without the
-file list, and the digest of its files (path, size, xxh3: what ``verify`` checks); every
-other file the walk-through writes (exports, index caches, plans, locate and quality
-output) is pinned by its SHA-256. A refactor that changes one byte of output, a
+For every artifact the test pins its fingerprint, a digest of what its manifest says
+without the file list (format 3: the header without its layout, plus the shard table's
+shards and cumulative records), and the digest of its files (path, size, xxh3: what
+``verify`` checks); every other file the walk-through writes (exports, index caches,
+plans, locate and quality output, the manifests' shard tables and block checksums) is
+pinned by its SHA-256. A refactor that changes one byte of output, a
 fingerprint, or what a manifest says fails here, naming the file.
 
 Fingerprints hash the inputs' absolute paths and modification times, so the walk-through
@@ -184,10 +186,22 @@ def _digest(value) -> str:
 
 
 def _entries(manifest: dict) -> list[tuple]:
-    files = manifest.get("files") or []
-    if isinstance(files, dict):  # the mapping form mixtures and copies once wrote
-        files = [{"path": p, **e} for p, e in files.items()]
-    return sorted((e["path"], e["size"], e["xxh3"]) for e in files)
+    from shardcore import manifest as mf
+
+    return sorted((e["path"], e["size"], e["xxh3"]) for e in mf.file_entries(manifest))
+
+
+def _said(manifest: dict) -> dict:
+    """What a manifest says but its file list, in any format: format 3's header without
+    its layout (the table's offsets and checksums), its shards and cumulative records as
+    the lists format 2 held."""
+    from shardcore import manifest as mf
+
+    said = {k: v for k, v in manifest.items() if k not in ("files", mf.LAYOUT)}
+    for key in ("shards", "cumulative_records"):
+        if key in said:
+            said[key] = [dict(v) if isinstance(v, dict) else int(v) for v in said[key]]
+    return said
 
 
 def _sha256(path: Path) -> str:
@@ -225,12 +239,14 @@ def observe(code: Path, work: Path) -> dict:
     shutil.rmtree(work / "cache", ignore_errors=True)  # compiled kernels: not output
 
     artifacts, files = {}, {}
+    from shardcore import manifest as mf
+
     for manifest_path in sorted(work.rglob("manifest.json")):
         rel = manifest_path.parent.relative_to(work).as_posix()
-        m = json.loads(manifest_path.read_text())
+        m = mf.read_manifest(manifest_path.parent)
         artifacts[rel] = {
             "fingerprint": m["fingerprint"],
-            "manifest": _digest({k: v for k, v in m.items() if k != "files"}),
+            "manifest": _digest(_said(m)),
             "files": _digest(_entries(m)),
         }
     for f in sorted(work.rglob("*")):
