@@ -2,9 +2,10 @@
 
 Generic part (every kind): a manifest lists its files as ``file_entry`` dicts: relative
 path, size, xxh3-64 of the whole file and xxh3-64 of each block (``block_size`` bytes, at
-most ``MAX_BLOCKS`` blocks, so a 256 MB shard costs 4 KB of manifest). ``verify`` re-reads
-every file and reports a missing file, a wrong size, or the exact block range whose bytes
-changed. Kind-specific checks register with ``register_check(kind, fn)`` and run after the
+most ``MAX_BLOCKS`` blocks, so a 256 MB shard costs 2 KB of ``manifest.blocks`` in format 3,
+read per file when a reader checks it; 4 KB of hex in format 2). ``verify`` re-reads
+every file (and format 3's shard table and checksums, against the header) and reports a
+missing file, a wrong size, or the exact block range whose bytes changed. Kind-specific checks register with ``register_check(kind, fn)`` and run after the
 generic ones; the tokenized-source checks (IndexedDataset structure, EOS at every document
 end, token ids inside the vocabulary, sidecar alignment) are here, and name the shard and
 the byte offset of the first inconsistency they find.
