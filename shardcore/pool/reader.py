@@ -85,10 +85,14 @@ class PoolReader:
         self.manifest = mf.read_manifest(self.path)
         if self.manifest.get("kind") != KIND:
             raise ManifestError(f"{self.path}: not a pool (kind {self.manifest.get('kind')!r})")
-        # The manifest's column (format 3: memory-mapped), searched, never copied.
-        self.cumulative = self.manifest["cumulative_records"]
+        # The manifest's column (format 3: memory-mapped, never copied), searched per read.
+        self.cumulative = np.asarray(self.manifest["cumulative_records"], dtype=np.int64)
         self._readers: dict[int, IndexedReader] = {}
         self._segments: dict[int, pack.Segments] = {}
+
+    @cached_property
+    def _first_documents(self) -> np.ndarray:
+        return mf.shard_column(self.manifest, "first_document")
 
     @property
     def num_records(self) -> int:
@@ -110,14 +114,12 @@ class PoolReader:
 
     def reader(self, shard: int) -> IndexedReader:
         if shard not in self._readers:
-            self._readers[shard] = IndexedReader(
-                self.path / self.manifest["shards"][shard]["prefix"]
-            )
+            self._readers[shard] = IndexedReader(self.path / mf.shard_prefix(self.manifest, shard))
         return self._readers[shard]
 
     def segments(self, shard: int) -> pack.Segments:
         if shard not in self._segments:
-            prefix = self.manifest["shards"][shard]["prefix"]
+            prefix = mf.shard_prefix(self.manifest, shard)
             self._segments[shard] = pack.load_segments(self.path / f"{prefix}.segments.npz")
         return self._segments[shard]
 
@@ -168,7 +170,7 @@ class PoolReader:
         -1 for padding) and ``doc_offset`` (token offset within that document)."""
         shard, r = self._where(int(i))
         seg = self.segments(shard).of_record(r)
-        first = self.manifest["shards"][shard]["first_document"]
+        first = int(self._first_documents[shard])
         seg["doc"] = np.where(seg["doc"] >= 0, seg["doc"] + first, -1)
         return seg
 
