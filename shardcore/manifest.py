@@ -24,10 +24,12 @@ checksums as hex) still read, as plain lists.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import json
 import mmap
 import os
 import struct
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -456,6 +458,12 @@ def is_complete(directory: str | os.PathLike) -> bool:
     return (Path(directory) / MANIFEST_NAME).exists()
 
 
+def _close_all(fds: dict[str, int]) -> None:
+    for fd in fds.values():
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
 # struct codes of the table's dtypes at their standard (little-endian) sizes
 _STRUCT_CODES = {
     ("i", 8): "q",
@@ -481,7 +489,9 @@ class ShardTable:
         self.where = where
         self._source = source
         self._local = isinstance(source, str | os.PathLike)
-        self._files: dict[str, Any] = {}
+        self._files: dict[str, int] = {}
+        # The descriptors close when the table is collected (no ResourceWarning).
+        weakref.finalize(self, _close_all, self._files)
         self._maps: dict[str, Any] = {}
         self._columns: dict[str, np.ndarray] = {}
         self._cell_specs: dict[str, tuple[struct.Struct, int, int]] = {}
@@ -501,21 +511,21 @@ class ShardTable:
             desc = self.layout[part]
             path = Path(self._source) / desc["path"]
             try:
-                f = open(path, "rb")  # noqa: SIM115 - held as long as the manifest is
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
             except FileNotFoundError:
                 raise ManifestError(f"{path}: missing ({self.where} lists it)") from None
-            size = os.fstat(f.fileno()).st_size
+            size = os.fstat(fd).st_size
             if size != desc["size"]:
-                f.close()
+                os.close(fd)
                 raise ManifestError(f"{path}: {size} bytes, {self.where} says {desc['size']}")
-            self._files[part] = f
+            self._files[part] = fd
         return self._files[part]
 
     def _map(self, part: str):
         if part not in self._maps:
             f = self._open(part)
             size = self.layout[part]["size"]
-            self._maps[part] = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+            self._maps[part] = mmap.mmap(f, 0, access=mmap.ACCESS_READ) if size else b""
         return self._maps[part]
 
     def _spec(self, name: str) -> dict[str, Any]:
@@ -554,7 +564,7 @@ class ShardTable:
             return self.column(name)[lo:hi]
         dtype = np.dtype(spec["dtype"])
         raw = os.pread(
-            self._files["table"].fileno(),
+            self._files["table"],
             (hi - lo) * dtype.itemsize,
             spec["offset"] + lo * dtype.itemsize,
         )
@@ -576,7 +586,7 @@ class ShardTable:
         fmt, offset, length = found
         if not 0 <= row < length:
             raise IndexError(f"{self.where}: row {row} of column {name!r} ({length} rows)")
-        raw = os.pread(self._files["table"].fileno(), fmt.size, offset + row * fmt.size)
+        raw = os.pread(self._files["table"], fmt.size, offset + row * fmt.size)
         if len(raw) != fmt.size:
             raise ManifestError(f"{self.where}: the shard table ends early (column {name!r})")
         return fmt.unpack(raw)[0]
@@ -600,7 +610,7 @@ class ShardTable:
         if count <= 0:
             return np.zeros(0, dtype=np.uint64)
         if self._local:
-            raw = os.pread(self._files["blocks"].fileno(), 8 * count, 8 * first)
+            raw = os.pread(self._files["blocks"], 8 * count, 8 * first)
         else:
             raw = self._source.read_range(BLOCKS_NAME, 8 * first, 8 * (first + count))
         if len(raw) != 8 * count:
