@@ -23,6 +23,7 @@ file that looks complete.
 from __future__ import annotations
 
 import os
+import re
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -307,3 +308,131 @@ class IndexedReader:
             return self.tokens[0:0], lengths
         start = int(self.starts[first])
         return self.tokens[start : start + int(lengths.sum(dtype=np.int64))], lengths
+
+
+# --- Manifest tables ---------------------------------------------------------------------
+#
+# A format-3 manifest is a small JSON header (``manifest.json``, written last: the commit
+# point) plus two binary files it describes and checksums:
+#
+#     manifest.shards   the shard table: fixed-width little-endian columns, one after the
+#                       other, each starting at a multiple of TABLE_ALIGN bytes; the header
+#                       gives each column's dtype, offset and length (``rows`` values;
+#                       ``cumulative_records`` has rows + 1) and its xxh3-64.
+#     manifest.blocks   u64 little-endian xxh3-64 of every block of every shard file, the
+#                       files one after the other; a file's first block is in the table.
+#
+# Readers memory-map both (or range-read them on object storage): opening an artifact
+# parses only the header, a lookup touches the pages it reads, and verify-on-read reads
+# the <= MAX_BLOCKS checksums of one file. Shard names are not stored: ``shard_name``
+# derives them from an integer ``key`` column and the header's naming pattern (with a
+# fan-out directory level when the pattern has ``{dir}``); a table whose names follow no
+# pattern stores them as a string column (``name_offsets`` u64 + ``name_bytes`` u8).
+
+TABLE_ALIGN = 64
+
+
+def table_layout(columns: dict[str, np.ndarray]) -> tuple[dict[str, dict], int]:
+    """Where each column goes in a table file: ``{name: {dtype, offset, length}}`` in the
+    given order, and the file's size."""
+    layout, offset = {}, 0
+    for name, values in columns.items():
+        dtype = np.dtype(values.dtype).newbyteorder("<")
+        if values.ndim != 1:
+            raise FormatError(f"table column {name!r}: {values.ndim}-d, columns are 1-d")
+        layout[name] = {"dtype": dtype.str, "offset": offset, "length": int(values.size)}
+        offset += -(-values.size * dtype.itemsize // TABLE_ALIGN) * TABLE_ALIGN
+    return layout, offset
+
+
+def write_table(path: str | os.PathLike, columns: dict[str, np.ndarray]) -> dict:
+    """Write ``columns`` as a table file (atomically); its description for the header:
+    ``{"size", "xxh3", "columns": {name: {dtype, offset, length, xxh3}}}``."""
+    import xxhash
+
+    layout, size = table_layout(columns)
+    whole = xxhash.xxh3_64()
+    with atomic.atomic_open(path) as f:
+        written = 0
+        for name, values in columns.items():
+            spec = layout[name]
+            data = np.ascontiguousarray(values, dtype=np.dtype(spec["dtype"]))
+            raw = memoryview(data).cast("B")
+            spec["xxh3"] = xxhash.xxh3_64_hexdigest(raw)
+            pad = spec["offset"] - written
+            if pad:
+                whole.update(b"\0" * pad)
+                f.write(b"\0" * pad)
+            whole.update(raw)
+            f.write(raw)
+            written = spec["offset"] + len(raw)
+        if size > written:
+            whole.update(b"\0" * (size - written))
+            f.write(b"\0" * (size - written))
+    return {"size": size, "xxh3": whole.hexdigest(), "columns": layout}
+
+
+def table_column(buffer, spec: dict, where: str) -> np.ndarray:
+    """A column of a table file held in ``buffer`` (an mmap, or the column's bytes with
+    ``spec["offset"]`` 0): a read-only view, checked to fit."""
+    dtype = np.dtype(spec["dtype"])
+    end = spec["offset"] + spec["length"] * dtype.itemsize
+    if end > len(buffer):
+        raise FormatError(f"{where}: {len(buffer)} bytes, its column needs {end}")
+    return np.frombuffer(buffer, dtype=dtype, count=spec["length"], offset=spec["offset"])
+
+
+def shard_name(names: dict, key: int) -> str:
+    """The name of the shard whose key is ``key`` under a naming pattern
+    ``{"pattern": "shards/pool-{key:05d}"}`` or, fanned out,
+    ``{"pattern": "shards/{dir:04d}/pool-{key:08d}", "fanout": 1000}`` (dir = key // fanout)."""
+    fanout = int(names.get("fanout") or 0)
+    return names["pattern"].format(key=key, dir=key // fanout if fanout else 0)
+
+
+_NAME_RE = re.compile(r"^(.*?)(\d+)$")
+
+
+def infer_names(prefixes: list[str]) -> tuple[dict, np.ndarray] | None:
+    """A naming pattern and the keys that give exactly ``prefixes``, or None: names that
+    end in a zero-padded number after a common stem (flat), or ``<stem><dir>/<mid><key>``
+    with dir = key // fanout for a fan-out of 10^k or 2^k."""
+
+    if not prefixes:
+        return {"pattern": "{key}"}, np.zeros(0, dtype=np.int64)
+    m = _NAME_RE.match(prefixes[0])
+    if m is None:
+        return None
+    keys = np.zeros(len(prefixes), dtype=np.int64)
+    candidates = []
+    head, digits = m.group(1), m.group(2)
+    fan = re.match(r"^(.*?)(\d+)(/[^/]*?)$", head)
+    candidates.append(({"pattern": _escape(head) + f"{{key:0{len(digits)}d}}"}, None))
+    if fan is not None:
+        for fanout in (10, 100, 1000, 10000, 256, 1024, 4096, 65536):
+            names = {
+                "pattern": _escape(fan.group(1))
+                + f"{{dir:0{len(fan.group(2))}d}}"
+                + _escape(fan.group(3))
+                + f"{{key:0{len(digits)}d}}",
+                "fanout": fanout,
+            }
+            candidates.append((names, fanout))
+    for names, _ in candidates:
+        ok = True
+        for i, p in enumerate(prefixes):
+            mm = _NAME_RE.match(p)
+            if mm is None:
+                ok = False
+                break
+            keys[i] = int(mm.group(2))
+            if shard_name(names, int(keys[i])) != p:
+                ok = False
+                break
+        if ok:
+            return names, keys.copy()
+    return None
+
+
+def _escape(text: str) -> str:
+    return text.replace("{", "{{").replace("}", "}}")

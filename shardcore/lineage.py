@@ -47,12 +47,15 @@ def flagged_records(pool_path: str | os.PathLike, doc_rows: np.ndarray) -> np.nd
     if rows.size == 0:
         return out
     cumulative = manifest["cumulative_records"]
-    for k, shard in enumerate(manifest["shards"]):
-        first, n_docs = int(shard["first_document"]), int(shard.get("documents", 0))
-        lo, hi = np.searchsorted(rows, [first, first + n_docs]) if n_docs else (0, 0)
-        if n_docs and lo == hi:
-            continue
-        seg = load_segments(os.path.join(pool_path, f"{shard['prefix']}.segments.npz"))
+    # Only the shards that hold one of the rows are read (found in the table's columns).
+    firsts = np.asarray(mf.shard_column(manifest, "first_document"), dtype=np.int64)
+    counts = np.asarray(mf.shard_column(manifest, "documents"), dtype=np.int64)
+    holder = np.searchsorted(firsts, rows, side="right") - 1
+    inside = (holder >= 0) & (rows < firsts[np.maximum(holder, 0)] + counts[np.maximum(holder, 0)])
+    for k in np.unique(holder[inside]).tolist():
+        first = int(firsts[k])
+        prefix = mf.shard_prefix(manifest, k)
+        seg = load_segments(os.path.join(pool_path, f"{prefix}.segments.npz"))
         doc = seg.seg_doc.astype(np.int64)
         hit = (doc >= 0) & np.isin(doc + first, rows)
         if not hit.any():

@@ -6,8 +6,9 @@ trainer that consumed T tokens consumed T // seq_len samples and is ``T % seq_le
 into the next.
 
 - In a pool or a materialized mixture (``locate_pool``): one binary search over the
-  manifest's ``cumulative_records`` (``bisect`` on the list as stored: no array
-  conversion, no scan) gives the shard; the record in it is a subtraction.
+  manifest's ``cumulative_records`` (the shard table's memory-mapped column, or the list
+  of a format-2 manifest: no conversion, no scan) gives the shard; the record in it is a
+  subtraction, its name one row of the table.
 - In a mixture (``locate_mixture``): the stage is a binary search over the stages' first
   samples (a handful); (pool, record) of the sample are one read each from the schedule's
   memory-mapped ``.npy`` arrays; the shard within the pool is ``locate_pool``.
@@ -63,10 +64,10 @@ def locate_pool(
     sample, offset = _position(
         int(manifest["seq_len"]), int(cumulative[-1]), "pool", sample, tokens
     )
-    shard = bisect.bisect_right(cumulative, sample) - 1
+    shard = mf.bisect_records(cumulative, sample)
     return {
         "shard": shard,
-        "shard_prefix": manifest["shards"][shard]["prefix"],
+        "shard_prefix": mf.shard_prefix(manifest, shard),
         "record": sample,
         "record_in_shard": sample - int(cumulative[shard]),
         "token_offset": offset,

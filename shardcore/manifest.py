@@ -3,26 +3,60 @@
 An artifact is a directory of files plus ``manifest.json``. The manifest is written last,
 atomically (``shardcore.atomic``): it is the commit point, so a directory without
 one is an unfinished build, never a result. Fingerprints hash the inputs' fingerprints, the
-parameters and the format version, so the same inputs and seed name the same bytes.
+parameters and the data format version, so the same inputs and seed name the same bytes.
+
+Format 3 (written now) keeps the manifest small whatever the number of shards: the JSON
+header holds what describes the artifact (kind, fingerprint, parents, parameters,
+tokenizer, totals) and, under ``layout``, the description and xxh3 of two binary files
+written before it: the shard table (``manifest.shards``: per-shard counts, cumulative
+records, the size, xxh3 and first block checksum of each shard file, and integer keys
+from which ``shardcore.formats.shard_name`` derives the shard names) and the block
+checksums (``manifest.blocks``). Both are laid out in ``shardcore.formats``. A reader
+parses the header only and memory-maps the two files (on object storage, range-reads
+them): ``read_manifest`` returns the header as a dict whose ``shards``, ``files`` and
+``cumulative_records`` are views onto the table (``ShardsView``, ``FilesView``, a
+read-only int64 array), so ``manifest["shards"][k]`` or a binary search over
+``manifest["cumulative_records"]`` costs the pages it touches, not the artifact's size.
+Formats 1 and 2 (one JSON document with every shard and file, and each file's block
+checksums as hex) still read, as plain lists.
 """
 
 from __future__ import annotations
 
+import bisect
+import contextlib
 import json
+import mmap
 import os
+import struct
+import weakref
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import xxhash
 
-from shardcore import atomic
+from shardcore import atomic, formats
 from shardcore.errors import ManifestError
 
+# 3: the header plus the shard table and block checksums files (module docstring).
 # 2: documents sidecars keep the user's properties in the struct column ``props``
-# (shardcore.props); format 1 kept them as top-level columns. Both are read.
-FORMAT_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+# (shardcore.props); format 1 kept them as top-level columns. All three are read.
+FORMAT_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
+# The version that enters fingerprints: that of the data files. Format 3 changed how the
+# manifest is stored, not one byte of what it describes, so an artifact built again names
+# the same bytes with the same fingerprint (and a format-2 copy of it stays its equal).
+FINGERPRINT_FORMAT = 2
 MANIFEST_NAME = "manifest.json"
+TABLE_NAME = "manifest.shards"
+BLOCKS_NAME = "manifest.blocks"
+# The manifest's files: none is listed among the artifact's files.
+MANIFEST_FILES = (MANIFEST_NAME, TABLE_NAME, BLOCKS_NAME)
+LAYOUT = "layout"
+# Keys of a manifest dict that format 3 stores in the table, not in the header.
+TABLE_KEYS = ("shards", "cumulative_records", "files")
 _CHUNK = 8 << 20
 
 
@@ -31,24 +65,37 @@ def canonical_json(value: Any) -> bytes:
 
 
 def fingerprint(kind: str, *, parents: list[str] | tuple[str, ...] = (), params: Any = None) -> str:
-    """xxh3-128 of the kind, the parents' fingerprints, the parameters and FORMAT_VERSION."""
-    payload = {"kind": kind, "format": FORMAT_VERSION, "parents": list(parents), "params": params}
+    """xxh3-128 of the kind, the parents' fingerprints, the parameters and
+    FINGERPRINT_FORMAT."""
+    payload = {
+        "kind": kind,
+        "format": FINGERPRINT_FORMAT,
+        "parents": list(parents),
+        "params": params,
+    }
     return xxhash.xxh3_128_hexdigest(canonical_json(payload))
 
 
-def file_entries(manifest: dict[str, Any]) -> list[dict[str, Any]]:
-    """The artifact's files: ``manifest["files"]``, a list of entries ``{"path", "size",
-    "xxh3", "block_size", "blocks"}`` (``path`` relative to the artifact), in the order
-    written. Every kind writes this list; mixtures and materialized copies built before
-    held a mapping ``path -> entry`` instead, read here as the same list."""
+def file_entries(manifest: dict[str, Any]) -> Sequence[dict[str, Any]]:
+    """The artifact's files: ``manifest["files"]``, entries ``{"path", "size", "xxh3",
+    "block_size", "blocks"}`` (``path`` relative to the artifact), in the order written: a
+    list (formats 1 and 2) or a ``FilesView`` onto the shard table (format 3). Mixtures
+    and materialized copies built before held a mapping ``path -> entry`` instead, read
+    here as the same list."""
     entries = manifest.get("files") or []
+    if isinstance(entries, FilesView):
+        return entries
     if isinstance(entries, dict):
         return [{"path": rel, **entry} for rel, entry in sorted(entries.items())]
     return list(entries)
 
 
-def files_by_path(manifest: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """``file_entries`` keyed by relative path."""
+def files_by_path(manifest: dict[str, Any]) -> Mapping[str, dict[str, Any]]:
+    """``file_entries`` keyed by relative path (format 3: a lookup in the table, one
+    binary search per path, nothing built whole)."""
+    entries = manifest.get("files")
+    if isinstance(entries, FilesView):
+        return entries.by_path()
     return {str(e["path"]): e for e in file_entries(manifest)}
 
 
@@ -56,11 +103,78 @@ def content_digest(manifest: dict[str, Any]) -> str:
     """xxh3-128 of the manifest's file list (path, size, xxh3): what the artifact's bytes
     are, where its fingerprint says what they were built from. A stage's fingerprint
     includes its inputs' content digests, so an input whose bytes differ (a corrupted
-    shard, checksummed as it was) never gives an output the clean input's fingerprint."""
-    files = sorted(
+    shard, checksummed as it was) never gives an output the clean input's fingerprint.
+    Format 3 stores it in the header, computed the same way when it was written."""
+    layout = manifest.get(LAYOUT)
+    if layout and "content_digest" in layout:
+        return str(layout["content_digest"])
+    return _digest_of_files(
         (str(e.get("path")), e.get("size"), e.get("xxh3")) for e in file_entries(manifest)
     )
-    return xxhash.xxh3_128_hexdigest(canonical_json(files))
+
+
+def _digest_of_files(files) -> str:
+    return xxhash.xxh3_128_hexdigest(canonical_json(sorted(files)))
+
+
+def total_bytes(manifest: dict[str, Any]) -> int:
+    """The bytes of the artifact's listed files (format 3: from the header)."""
+    layout = manifest.get(LAYOUT)
+    if layout and "file_bytes" in layout:
+        return int(layout["file_bytes"])
+    return sum(int(e.get("size") or 0) for e in file_entries(manifest))
+
+
+def num_shards(manifest: dict[str, Any]) -> int:
+    """How many shards the artifact has (format 3: from the header)."""
+    layout = manifest.get(LAYOUT)
+    if layout:
+        return int(layout["table"]["rows"]) if layout.get("has_shards") else 0
+    return len(manifest.get("shards") or [])
+
+
+def shard_column(manifest: dict[str, Any], name: str) -> np.ndarray:
+    """A per-shard number of every shard as an array (format 3: the table's column, not a
+    copy; formats 1 and 2: gathered from the list)."""
+    shards = manifest.get("shards") or []
+    if isinstance(shards, ShardsView):
+        return shards.column(name)
+    return np.asarray([sh[name] for sh in shards], dtype=np.int64)
+
+
+def shard_prefix(manifest: dict[str, Any], shard: int) -> str:
+    """The name (path prefix) of shard ``shard`` (format 3: from its key, one read)."""
+    shards = manifest["shards"]
+    if isinstance(shards, ShardsView):
+        if not 0 <= shard < len(shards):
+            raise IndexError(f"shard {shard} out of range [0, {len(shards)})")
+        return shards.table.name(shard)
+    return str(shards[shard]["prefix"])
+
+
+def sidecar_entries(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """The manifest's own files besides ``manifest.json`` (format 3: the shard table and
+    the block checksums), as entries ``{"path", "size", "xxh3"}``: copied and checked
+    before the header, which is written last."""
+    layout = manifest.get(LAYOUT)
+    if not layout:
+        return []
+    return [
+        {"path": layout[part]["path"], "size": layout[part]["size"], "xxh3": layout[part]["xxh3"]}
+        for part in ("table", "blocks")
+    ]
+
+
+def _blocks_hex(values: np.ndarray) -> str:
+    """xxh3-64 values as the concatenated 16-digit hex of format 2 (``hexdigest`` is the
+    big-endian hex of the value)."""
+    return np.asarray(values, dtype=np.uint64).astype(">u8").tobytes().hex()
+
+
+def _blocks_of(hex_blocks: str, where: str) -> np.ndarray:
+    if len(hex_blocks) % 16:
+        raise ManifestError(f"{where}: block checksums are not 16-digit hex")
+    return np.frombuffer(bytes.fromhex(hex_blocks), dtype=">u8").astype(np.uint64)
 
 
 def file_checksum(path: str | os.PathLike) -> str:
@@ -73,16 +187,220 @@ def file_checksum(path: str | os.PathLike) -> str:
 
 
 def write_manifest(directory: str | os.PathLike, manifest: dict[str, Any]) -> Path:
-    """Write ``manifest.json`` atomically; this marks the artifact complete."""
-    data = {"format_version": FORMAT_VERSION, **manifest}
-    return atomic.write_bytes(
-        Path(directory) / MANIFEST_NAME,
-        json.dumps(data, indent=1, sort_keys=True, default=str).encode(),
+    """Write the manifest of the artifact at ``directory``: the shard table and the block
+    checksums, then ``manifest.json`` atomically, last; this marks the artifact complete.
+    ``manifest`` is the dict a reader gets back: ``shards`` (dicts with a ``prefix`` and
+    numbers), ``cumulative_records`` and ``files`` (entries as ``file_entries``) go to the
+    table, everything else to the header."""
+    header = {k: v for k, v in manifest.items() if k not in TABLE_KEYS and k != LAYOUT}
+    header.pop("format_version", None)
+    shards = manifest.get("shards")
+    files = list(file_entries(manifest)) if "files" in manifest else None
+    where = str(directory)
+    if shards is not None:
+        shards = list(shards)
+        prefixes = [str(sh["prefix"]) for sh in shards]
+        fields: dict[str, np.ndarray] = {}
+        for name in sorted({k for sh in shards for k in sh if k != "prefix"}):
+            values = [sh.get(name) for sh in shards]
+            if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+                raise ManifestError(
+                    f"{where}: shard field {name!r} must be a number in every shard"
+                )
+            kind = np.int64 if all(isinstance(v, int) for v in values) else np.float64
+            fields[name] = np.asarray(values, dtype=kind)
+    else:
+        prefixes, fields = [], {}
+    row_of = {p: i for i, p in enumerate(prefixes)}
+    # Files of a shard are its prefix plus a suffix; a suffix every shard has is a column.
+    per_suffix: dict[str, dict[int, dict]] = {}
+    for e in files or []:
+        rel = str(e["path"])
+        head, sep, name = rel.rpartition("/")
+        stem, dot, _ = name.partition(".")
+        row = row_of.get(f"{head}{sep}{stem}") if dot else None
+        if row is not None:
+            per_suffix.setdefault(rel[len(prefixes[row]) :], {})[row] = e
+    suffixes = sorted(s for s, rows in per_suffix.items() if len(rows) == len(prefixes))
+    in_table = {id(per_suffix[s][r]) for s in suffixes for r in range(len(prefixes))}
+    extra = [e for e in files or [] if id(e) not in in_table]
+    shard_files = {
+        sfx: _file_columns([per_suffix[sfx][r] for r in range(len(prefixes))], where)
+        for sfx in suffixes
+    }
+    return write_manifest_columns(
+        directory,
+        header,
+        prefixes=prefixes if shards is not None else None,
+        fields=fields,
+        cumulative=(
+            np.asarray(manifest["cumulative_records"], dtype=np.int64)
+            if "cumulative_records" in manifest
+            else None
+        ),
+        shard_files=shard_files,
+        extra_files=extra,
+        has_files=files is not None,
     )
 
 
-def parse_manifest(data: bytes | str, where: str) -> dict[str, Any]:
-    """A manifest from its bytes; ``where`` names it in errors."""
+def _file_columns(entries: list[dict], where: str) -> dict[str, np.ndarray]:
+    """One suffix's file entries as columns: size, xxh3, block_size and the checksums."""
+    sizes = np.asarray([int(e["size"]) for e in entries], dtype=np.uint64)
+    xxh = np.asarray([int(e["xxh3"], 16) for e in entries], dtype=np.uint64)
+    bs = np.asarray([int(e.get("block_size") or 0) for e in entries], dtype=np.uint32)
+    blocks = [_blocks_of(e.get("blocks") or "", f"{where}: {e['path']}") for e in entries]
+    counts = np.asarray([len(b) for b in blocks], dtype=np.int64)
+    has = np.asarray([bool(e.get("block_size")) and "blocks" in e for e in entries], dtype=bool)
+    return {
+        "size": sizes,
+        "xxh3": xxh,
+        "block_size": np.where(has, bs, 0).astype(np.uint32),
+        "block_count": counts,
+        "blocks": np.concatenate(blocks) if blocks else np.zeros(0, dtype=np.uint64),
+    }
+
+
+def write_manifest_columns(
+    directory: str | os.PathLike,
+    header: dict[str, Any],
+    *,
+    prefixes: list[str] | None = None,
+    keys: np.ndarray | None = None,
+    names: dict[str, Any] | None = None,
+    fields: dict[str, np.ndarray] | None = None,
+    cumulative: np.ndarray | None = None,
+    shard_files: dict[str, dict[str, np.ndarray]] | None = None,
+    extra_files: list[dict[str, Any]] | None = None,
+    has_files: bool = True,
+) -> Path:
+    """Write a format-3 manifest from columns (``write_manifest`` calls this; a writer with
+    many shards can call it directly). Shards are named by ``prefixes`` or by ``keys`` and
+    a ``names`` pattern (``formats.shard_name``); ``fields`` are per-shard numbers;
+    ``shard_files`` maps a suffix (``.bin``) to its columns ``size``, ``xxh3`` (u64),
+    ``block_size``, ``block_count`` and the concatenated checksums ``blocks``; other files
+    are ``extra_files`` entries. The table and the checksums are written first, the header
+    last."""
+    out = Path(directory)
+    where = str(out)
+    fields = dict(fields or {})
+    shard_files = dict(shard_files or {})
+    has_shards = prefixes is not None or keys is not None
+    columns: dict[str, np.ndarray] = {}
+    if prefixes is not None:
+        inferred = formats.infer_names(prefixes)
+        if inferred is not None:
+            names, keys = inferred
+        else:
+            encoded = [p.encode() for p in prefixes]
+            offsets = np.zeros(len(encoded) + 1, dtype=np.uint64)
+            np.cumsum([len(b) for b in encoded], out=offsets[1:])
+            columns["name_offsets"] = offsets
+            columns["name_bytes"] = np.frombuffer(b"".join(encoded), dtype=np.uint8)
+            names = None
+    rows = 0
+    if keys is not None:
+        keys = np.asarray(keys, dtype=np.int64)
+        columns["key"] = keys
+        rows = len(keys)
+    elif prefixes is not None:
+        rows = len(prefixes)
+    for name, values in fields.items():
+        if len(values) != rows:
+            raise ManifestError(
+                f"{where}: shard field {name!r} has {len(values)} values, {rows} shards"
+            )
+        columns[f"field.{name}"] = np.asarray(values)
+    if cumulative is not None:
+        columns["cumulative_records"] = np.asarray(cumulative, dtype=np.int64)
+    # Block checksums: extra files first, then each suffix's files in shard order.
+    block_parts, nblocks = [], 0
+    extra_entries = []
+    for e in sorted(extra_files or [], key=lambda e: str(e["path"])):
+        blocks = _blocks_of(e.get("blocks") or "", f"{where}: {e['path']}")
+        has = bool(e.get("block_size")) and "blocks" in e
+        extra_entries.append(
+            {
+                "path": str(e["path"]),
+                "size": int(e["size"]),
+                "xxh3": str(e["xxh3"]),
+                "block_size": int(e.get("block_size") or 0) if has else 0,
+                "block": nblocks if has else -1,
+                "block_count": len(blocks) if has else 0,
+            }
+        )
+        if has:
+            block_parts.append(blocks)
+            nblocks += len(blocks)
+    for sfx, cols in shard_files.items():
+        counts = np.asarray(cols["block_count"], dtype=np.int64)
+        if len(counts) != rows:
+            raise ManifestError(f"{where}: {len(counts)} {sfx} files for {rows} shards")
+        first = np.zeros(rows, dtype=np.int64)
+        if rows:
+            np.cumsum(counts[:-1], out=first[1:])
+        has = np.asarray(cols["block_size"]) > 0
+        columns[f"size{sfx}"] = np.asarray(cols["size"], dtype=np.uint64)
+        columns[f"xxh3{sfx}"] = np.asarray(cols["xxh3"], dtype=np.uint64)
+        columns[f"block_size{sfx}"] = np.asarray(cols["block_size"], dtype=np.uint32)
+        columns[f"block{sfx}"] = np.where(has, first + nblocks, -1)
+        blocks = np.asarray(cols["blocks"], dtype=np.uint64)
+        if len(blocks) != int(counts.sum()):
+            raise ManifestError(f"{where}: {sfx} block checksums do not add up to their counts")
+        block_parts.append(blocks)
+        nblocks += len(blocks)
+    out.mkdir(parents=True, exist_ok=True)
+    table = formats.write_table(out / TABLE_NAME, columns)
+    blocks_all = np.concatenate(block_parts) if block_parts else np.zeros(0, dtype=np.uint64)
+    blocks_desc = formats.write_table(out / BLOCKS_NAME, {"xxh3": blocks_all})
+    content, file_bytes = _columns_digest(
+        rows, keys, names, columns, shard_files, extra_entries, has_shards
+    )
+    layout = {
+        "table": {"path": TABLE_NAME, "rows": rows, **table},
+        "blocks": {"path": BLOCKS_NAME, "count": int(len(blocks_all)), **blocks_desc},
+        "names": names,
+        "has_shards": has_shards,
+        "has_files": has_files,
+        "shard_fields": list(fields),
+        "suffixes": list(shard_files),
+        "extra_files": extra_entries,
+        "content_digest": content,
+        "file_bytes": file_bytes,
+    }
+    data = {"format_version": FORMAT_VERSION, **header, LAYOUT: layout}
+    return atomic.write_bytes(
+        out / MANIFEST_NAME, json.dumps(data, indent=1, sort_keys=True, default=str).encode()
+    )
+
+
+def _columns_digest(rows, keys, names, columns, shard_files, extra, has_shards) -> tuple[str, int]:
+    """``content_digest`` and ``total_bytes`` of the files being written, from columns."""
+    if has_shards and names is not None:
+        prefixes = [formats.shard_name(names, int(k)) for k in keys]
+    elif has_shards:
+        offsets, raw = columns["name_offsets"], columns["name_bytes"].tobytes()
+        prefixes = [raw[offsets[i] : offsets[i + 1]].decode() for i in range(rows)]
+    else:
+        prefixes = []
+    files = [(e["path"], e["size"], e["xxh3"]) for e in extra]
+    total = sum(e["size"] for e in extra)
+    for sfx, cols in shard_files.items():
+        sizes = np.asarray(cols["size"], dtype=np.uint64)
+        total += int(sizes.sum())
+        hexes = np.asarray(cols["xxh3"], dtype=np.uint64).astype(">u8").tobytes().hex()
+        files += [
+            (p + sfx, int(size), hexes[16 * i : 16 * i + 16])
+            for i, (p, size) in enumerate(zip(prefixes, sizes.tolist(), strict=True))
+        ]
+    return _digest_of_files(files), total
+
+
+def parse_manifest(
+    data: bytes | str, where: str, *, source: str | os.PathLike | Any | None = None
+) -> dict[str, Any]:
+    """A manifest from its bytes; ``where`` names it in errors. A format-3 header needs the
+    ``source`` of its table: the artifact's local directory or its ``storage.Store``."""
     try:
         parsed = json.loads(data)
     except ValueError as exc:
@@ -93,8 +411,21 @@ def parse_manifest(data: bytes | str, where: str) -> dict[str, Any]:
     if version not in READABLE_VERSIONS:
         raise ManifestError(
             f"{where}: format_version {version!r}, this shardcore reads "
-            f"{' and '.join(map(str, READABLE_VERSIONS))}"
+            f"{', '.join(map(str, READABLE_VERSIONS))}"
         )
+    if version >= 3:
+        layout = parsed.get(LAYOUT)
+        if not isinstance(layout, dict) or "table" not in layout or "blocks" not in layout:
+            raise ManifestError(f"{where}: format 3 without its '{LAYOUT}' (table and blocks)")
+        if source is None:
+            source = str(Path(where).parent)
+        table = ShardTable(layout, source, where)
+        if layout.get("has_shards"):
+            parsed["shards"] = ShardsView(table)
+        if "cumulative_records" in layout["table"]["columns"]:
+            parsed["cumulative_records"] = RecordsColumn(table, "cumulative_records")
+        if layout.get("has_files", True):
+            parsed["files"] = FilesView(table)
     return parsed
 
 
@@ -116,7 +447,7 @@ def read_manifest(directory: str | os.PathLike) -> dict[str, Any]:
         data = path.read_bytes()
     except OSError as exc:
         raise ManifestError(f"{path}: unreadable manifest: {exc}") from exc
-    return parse_manifest(data, str(path))
+    return parse_manifest(data, str(path), source=path.parent)
 
 
 def is_complete(directory: str | os.PathLike) -> bool:
@@ -125,3 +456,412 @@ def is_complete(directory: str | os.PathLike) -> bool:
     if storage.is_remote(directory):
         return storage.open_store(directory).exists(MANIFEST_NAME)
     return (Path(directory) / MANIFEST_NAME).exists()
+
+
+def _close_all(fds: dict[str, int]) -> None:
+    for fd in fds.values():
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+# struct codes of the table's dtypes at their standard (little-endian) sizes
+_STRUCT_CODES = {
+    ("i", 8): "q",
+    ("u", 8): "Q",
+    ("i", 4): "i",
+    ("u", 4): "I",
+    ("f", 8): "d",
+    ("u", 1): "B",
+}
+
+
+class ShardTable:
+    """The shard table and block checksums of a format-3 manifest. Local files are read
+    with positioned reads (``os.pread``) of the values asked for, and memory-mapped only
+    for a column a caller takes whole: a mapped page counts in the reader's resident set
+    once touched, and the kernel maps whole folios of cached file pages around it; remote
+    ones are range-read, a column (checked against its xxh3) or one file's checksums at a
+    time."""
+
+    def __init__(self, layout: dict[str, Any], source: Any, where: str):
+        self.layout = layout
+        self.rows = int(layout["table"]["rows"])
+        self.where = where
+        self._source = source
+        self._local = isinstance(source, str | os.PathLike)
+        self._files: dict[str, int] = {}
+        # The descriptors close when the table is collected (no ResourceWarning).
+        weakref.finalize(self, _close_all, self._files)
+        self._maps: dict[str, Any] = {}
+        self._columns: dict[str, np.ndarray] = {}
+        self._cell_specs: dict[str, tuple[struct.Struct, int, int]] = {}
+        self._specs = layout["table"]["columns"]
+        self.names = layout.get("names")
+        self.fields = list(layout.get("shard_fields") or [])
+        self.suffixes = list(layout.get("suffixes") or [])
+        self.extra = list(layout.get("extra_files") or [])
+        if self._local:
+            # Opened now: the views stay readable if the directory is removed or replaced
+            # after the manifest was read.
+            for part in ("table", "blocks"):
+                self._open(part)
+
+    def _open(self, part: str):
+        if part not in self._files:
+            desc = self.layout[part]
+            path = Path(self._source) / desc["path"]
+            try:
+                fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                raise ManifestError(f"{path}: missing ({self.where} lists it)") from None
+            size = os.fstat(fd).st_size
+            if size != desc["size"]:
+                os.close(fd)
+                raise ManifestError(f"{path}: {size} bytes, {self.where} says {desc['size']}")
+            self._files[part] = fd
+        return self._files[part]
+
+    def _map(self, part: str):
+        if part not in self._maps:
+            f = self._open(part)
+            size = self.layout[part]["size"]
+            self._maps[part] = mmap.mmap(f, 0, access=mmap.ACCESS_READ) if size else b""
+        return self._maps[part]
+
+    def _spec(self, name: str) -> dict[str, Any]:
+        spec = self._specs.get(name)
+        if spec is None:
+            raise ManifestError(f"{self.where}: the shard table has no column {name!r}")
+        return spec
+
+    def column(self, name: str) -> np.ndarray:
+        """A column of the shard table, whole (read-only; local: memory-mapped)."""
+        if name not in self._columns:
+            spec = self._spec(name)
+            if self._local:
+                self._columns[name] = formats.table_column(self._map("table"), spec, self.where)
+            else:
+                nbytes = spec["length"] * np.dtype(spec["dtype"]).itemsize
+                raw = (
+                    self._source.read_range(TABLE_NAME, spec["offset"], spec["offset"] + nbytes)
+                    if nbytes
+                    else b""
+                )
+                if xxhash.xxh3_64_hexdigest(raw) != spec["xxh3"]:
+                    raise ManifestError(
+                        f"{self._source.location(TABLE_NAME)}: column {name!r} does not match "
+                        f"its checksum in {self.where}"
+                    )
+                self._columns[name] = formats.table_column(raw, {**spec, "offset": 0}, self.where)
+        return self._columns[name]
+
+    def cells(self, name: str, lo: int, hi: int) -> np.ndarray:
+        """Values [lo, hi) of a column (local: one positioned read)."""
+        spec = self._spec(name)
+        if not 0 <= lo <= hi <= spec["length"]:
+            raise IndexError(f"{self.where}: rows [{lo}, {hi}) of column {name!r}")
+        if not self._local or name in self._columns:
+            return self.column(name)[lo:hi]
+        dtype = np.dtype(spec["dtype"])
+        raw = os.pread(
+            self._files["table"],
+            (hi - lo) * dtype.itemsize,
+            spec["offset"] + lo * dtype.itemsize,
+        )
+        if len(raw) != (hi - lo) * dtype.itemsize:
+            raise ManifestError(f"{self.where}: the shard table ends early (column {name!r})")
+        return np.frombuffer(raw, dtype=dtype)
+
+    def cell(self, name: str, row: int):
+        """One value of a column, as a Python number (local: one positioned read)."""
+        if not self._local or name in self._columns:
+            return self.cells(name, row, row + 1)[0].item()
+        found = self._cell_specs.get(name)
+        if found is None:
+            spec = self._spec(name)
+            dtype = np.dtype(spec["dtype"])
+            code = _STRUCT_CODES[(dtype.kind, dtype.itemsize)]
+            found = (struct.Struct("<" + code), spec["offset"], spec["length"])
+            self._cell_specs[name] = found
+        fmt, offset, length = found
+        if not 0 <= row < length:
+            raise IndexError(f"{self.where}: row {row} of column {name!r} ({length} rows)")
+        raw = os.pread(self._files["table"], fmt.size, offset + row * fmt.size)
+        if len(raw) != fmt.size:
+            raise ManifestError(f"{self.where}: the shard table ends early (column {name!r})")
+        return fmt.unpack(raw)[0]
+
+    def search(self, name: str, value: int, side: str = "left") -> int:
+        """``np.searchsorted`` of an ascending column, one positioned read per step."""
+        lo, hi = 0, int(self._spec(name)["length"])
+        if not self._local:
+            return int(np.searchsorted(self.column(name), value, side=side))
+        while hi - lo > 512:  # then one read of at most 4 KB finishes the search
+            mid = (lo + hi) // 2
+            v = self.cell(name, mid)
+            if v < value or (side == "right" and v == value):
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo + int(np.searchsorted(self.cells(name, lo, hi), value, side=side))
+
+    def blocks(self, first: int, count: int) -> np.ndarray:
+        """``count`` block checksums from ``first`` (u64)."""
+        if count <= 0:
+            return np.zeros(0, dtype=np.uint64)
+        if self._local:
+            raw = os.pread(self._files["blocks"], 8 * count, 8 * first)
+        else:
+            raw = self._source.read_range(BLOCKS_NAME, 8 * first, 8 * (first + count))
+        if len(raw) != 8 * count:
+            raise ManifestError(f"{self.where}: the block checksums end early")
+        return np.frombuffer(raw, dtype="<u8")
+
+    def name(self, row: int) -> str:
+        if self.names is not None:
+            return formats.shard_name(self.names, int(self.cell("key", row)))
+        lo, hi = self.cells("name_offsets", row, row + 2).tolist()
+        return self.cells("name_bytes", int(lo), int(hi)).tobytes().decode()
+
+    def row_of(self, prefix: str) -> int | None:
+        """The row of the shard named ``prefix``, or None."""
+        if self.names is not None:
+            m = formats._NAME_RE.match(prefix)
+            if m is None:
+                return None
+            key = int(m.group(2))
+            i = self.search("key", key)
+            if i < self.rows and self.cell("key", i) == key and self.name(i) == prefix:
+                return i
+            hits = np.flatnonzero(self.column("key") == key)  # keys not ascending
+            for i in hits.tolist():
+                if self.name(i) == prefix:
+                    return i
+            return None
+        if not hasattr(self, "_name_rows"):
+            self._name_rows = {self.name(i): i for i in range(self.rows)}
+        return self._name_rows.get(prefix)
+
+    def shard(self, row: int) -> dict[str, Any]:
+        out: dict[str, Any] = {"prefix": self.name(row)}
+        for f in self.fields:
+            out[f] = self.cell(f"field.{f}", row)
+        return out
+
+    def file(self, row: int, suffix: str) -> dict[str, Any]:
+        """The entry of shard ``row``'s file with ``suffix``."""
+        first = int(self.cell(f"block{suffix}", row))
+        size = int(self.cell(f"size{suffix}", row))
+        bs = int(self.cell(f"block_size{suffix}", row))
+        entry = FileEntry(
+            path=self.name(row) + suffix,
+            size=size,
+            xxh3=f"{int(self.cell(f'xxh3{suffix}', row)):016x}",
+        )
+        if first >= 0:
+            entry["block_size"] = bs
+            entry._blocks = (self, first, -(-size // bs))
+        return entry
+
+    def extra_file(self, k: int) -> dict[str, Any]:
+        e = self.extra[k]
+        entry = FileEntry(path=e["path"], size=e["size"], xxh3=e["xxh3"])
+        if e["block"] >= 0:
+            entry["block_size"] = e["block_size"]
+            entry._blocks = (self, e["block"], e["block_count"])
+        return entry
+
+
+class FileEntry(dict):
+    """A file entry whose block checksums (``"blocks"``) are read when first asked for."""
+
+    _blocks: tuple[ShardTable, int, int] | None = None
+
+    def __missing__(self, key: str) -> Any:
+        if key == "blocks" and self._blocks is not None:
+            table, first, count = self._blocks
+            self["blocks"] = _blocks_hex(table.blocks(first, count))
+            return self["blocks"]
+        raise KeyError(key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        try:
+            return self[key]
+        except KeyError:
+            return default
+
+    def __contains__(self, key: object) -> bool:
+        return dict.__contains__(self, key) or (key == "blocks" and self._blocks is not None)
+
+    def __eq__(self, other: object) -> bool:
+        if self._blocks is not None and isinstance(other, dict) and "blocks" in other:
+            self["blocks"]  # noqa: B018 - read, to compare as the entry format 2 held
+        return dict.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self == other
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class ShardsView(Sequence):
+    """``manifest["shards"]`` of a format-3 manifest: each shard as a dict (``prefix`` and
+    its numbers), built from the table when asked for."""
+
+    def __init__(self, table: ShardTable):
+        self.table = table
+
+    def __len__(self) -> int:
+        return self.table.rows
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self.table.shard(k) for k in range(*i.indices(len(self)))]
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(f"shard {i} out of range [0, {n})")
+        return self.table.shard(i % n if n else i)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return (self.table.shard(i) for i in range(len(self)))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+    def column(self, name: str) -> np.ndarray:
+        """A per-shard number as an array (``records``, ``first_record``, ...)."""
+        return self.table.column(f"field.{name}")
+
+    def __repr__(self) -> str:
+        return f"<{len(self)} shards of {self.table.where}>"
+
+
+class FilesView(Sequence):
+    """``manifest["files"]`` of a format-3 manifest: entries built from the table when
+    asked for, in path order as writers list them: the other files that sort before the
+    first shard's, each shard's files (shard by shard, suffixes sorted), the rest."""
+
+    def __init__(self, table: ShardTable):
+        self.table = table
+        first = table.name(0) + table.suffixes[0] if table.rows and table.suffixes else None
+        self._before = sum(1 for e in table.extra if first is None or e["path"] < first)
+
+    def __len__(self) -> int:
+        return len(self.table.extra) + self.table.rows * len(self.table.suffixes)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(f"file {i} out of range [0, {n})")
+        i %= n
+        if i < self._before:
+            return self.table.extra_file(i)
+        in_shards = self.table.rows * len(self.table.suffixes)
+        if i - self._before >= in_shards:
+            return self.table.extra_file(i - in_shards)
+        row, k = divmod(i - self._before, len(self.table.suffixes))
+        return self.table.file(row, self.table.suffixes[k])
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        return (self[i] for i in range(len(self)))
+
+    def __eq__(self, other: object) -> bool:
+        def whole(e) -> dict:
+            return {**e, "blocks": e["blocks"]} if "blocks" in e else dict(e)
+
+        return isinstance(other, Sequence) and [whole(e) for e in self] == [whole(e) for e in other]
+
+    def by_path(self) -> FilesByPath:
+        return FilesByPath(self.table)
+
+    def __repr__(self) -> str:
+        return f"<{len(self)} files of {self.table.where}>"
+
+
+class FilesByPath(Mapping):
+    """``files_by_path`` of a format-3 manifest: an entry by relative path, found by the
+    shard's key (a binary search) and the file's suffix."""
+
+    def __init__(self, table: ShardTable):
+        self.table = table
+        self._extra = {e["path"]: k for k, e in enumerate(table.extra)}
+
+    def __getitem__(self, rel: str) -> dict[str, Any]:
+        if rel in self._extra:
+            return self.table.extra_file(self._extra[rel])
+        head, sep, name = str(rel).rpartition("/")
+        stem, dot, _ = name.partition(".")
+        if dot:
+            prefix = f"{head}{sep}{stem}"
+            suffix = str(rel)[len(prefix) :]
+            if suffix in self.table.suffixes:
+                row = self.table.row_of(prefix)
+                if row is not None:
+                    return self.table.file(row, suffix)
+        raise KeyError(rel)
+
+    def __contains__(self, rel: object) -> bool:
+        try:
+            self[rel]  # type: ignore[index]
+        except KeyError:
+            return False
+        return True
+
+    def __iter__(self) -> Iterator[str]:
+        return (e["path"] for e in FilesView(self.table))
+
+    def __len__(self) -> int:
+        return len(FilesView(self.table))
+
+
+class RecordsColumn(Sequence):
+    """``manifest["cumulative_records"]`` of a format-3 manifest: the table's int64 column
+    behaving as the list format 2 stored (items are ints read one at a time, equal to a
+    list of the same numbers); ``np.asarray`` of it is the whole column (memory-mapped)."""
+
+    def __init__(self, table: ShardTable, name: str):
+        self.table, self.name = table, name
+        self._len = int(table._spec(name)["length"])
+
+    @property
+    def array(self) -> np.ndarray:
+        return self.table.column(self.name)
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return self.array[i].tolist()
+        if not -self._len <= i < self._len:
+            raise IndexError(f"cumulative record count {i} out of range [0, {self._len})")
+        return int(self.table.cell(self.name, int(i) % self._len))
+
+    def __iter__(self) -> Iterator[int]:
+        for start in range(0, self._len, 1 << 16):
+            yield from self.table.cells(
+                self.name, start, min(start + (1 << 16), self._len)
+            ).tolist()
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        return self.array if dtype is None else self.array.astype(dtype, copy=False)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, RecordsColumn | np.ndarray):
+            return np.array_equal(self.array, np.asarray(other))
+        return isinstance(other, Sequence) and list(self) == list(other)
+
+    def __repr__(self) -> str:
+        return f"<{len(self)} cumulative record counts>"
+
+
+def bisect_records(cumulative: Sequence[int] | np.ndarray, record: int) -> int:
+    """The shard holding ``record`` given the cumulative record counts (a list or the
+    table's memory-mapped column): one binary search, touching log(shards) values."""
+    if isinstance(cumulative, RecordsColumn):
+        return cumulative.table.search(cumulative.name, record, side="right") - 1
+    if isinstance(cumulative, np.ndarray):
+        return int(np.searchsorted(cumulative, record, side="right")) - 1
+    return bisect.bisect_right(cumulative, record) - 1

@@ -686,7 +686,9 @@ def read_manifest(url: str | os.PathLike) -> dict[str, Any]:
     if not is_remote(url):
         return mf.read_manifest(url)
     store = open_store(url)
-    return mf.parse_manifest(_manifest_bytes(store), store.location(mf.MANIFEST_NAME))
+    # Format 3: the header only; the shard table and block checksums are range-read from
+    # the store when a reader asks for them.
+    return mf.parse_manifest(_manifest_bytes(store), store.location(mf.MANIFEST_NAME), source=store)
 
 
 def _digest_of(manifest: dict[str, Any]) -> str:
@@ -909,9 +911,14 @@ def artifact_copy(
         raise ValueError(f"{url}: a local artifact is read where it is, not copied")
     store = open_store(url)
     data = _manifest_bytes(store)
-    manifest = mf.parse_manifest(data, store.location(mf.MANIFEST_NAME))
-    entries = mf.file_entries(manifest)
-    size = sum(int(e.get("size") or 0) for e in entries) + len(data)
+    manifest = mf.parse_manifest(data, store.location(mf.MANIFEST_NAME), source=store)
+    # The manifest's own table files first (checked against the header), then the files.
+    entries = [*mf.sidecar_entries(manifest), *mf.file_entries(manifest)]
+    size = (
+        sum(int(e.get("size") or 0) for e in mf.sidecar_entries(manifest))
+        + mf.total_bytes(manifest)
+        + len(data)
+    )
     bound = artifact_cache_limit(limit)
     key = xxhash.xxh3_64_hexdigest(f"{url}\0{_digest_of(manifest)}".encode())
     root = Path(cache_dir) if cache_dir is not None else cache_root() / "artifacts"

@@ -307,17 +307,23 @@ class RemoteRecords:
         )
         self.cumulative = np.asarray(self.manifest["cumulative_records"], dtype=np.int64)
         self.width = int(self.manifest["seq_len"]) + 1
-        entries = mf.files_by_path(self.manifest)
-        self._entries = []
-        for shard in self.manifest["shards"]:
+        self._by_path = mf.files_by_path(self.manifest)
+        self._pairs: dict[int, list[dict[str, Any]]] = {}
+        self._readers: dict[int, tuple[IndexedReader, list[Path]]] = {}
+
+    def _entries(self, shard: int) -> list[dict[str, Any]]:
+        """The .idx and .bin entries of ``shard``, looked up when first read (the manifest
+        is never walked whole: a rank opens a pool of a million shards in constant time)."""
+        if shard not in self._pairs:
+            prefix = self.manifest["shards"][shard]["prefix"]
             pair = []
             for ext in (".idx", ".bin"):
-                rel = f"{shard['prefix']}{ext}"
-                if rel not in entries:
-                    raise ManifestError(f"{self.path}: manifest lists no {rel}")
-                pair.append(entries[rel])
-            self._entries.append(pair)
-        self._readers: dict[int, tuple[IndexedReader, list[Path]]] = {}
+                entry = self._by_path.get(f"{prefix}{ext}")
+                if entry is None:
+                    raise ManifestError(f"{self.path}: manifest lists no {prefix}{ext}")
+                pair.append(entry)
+            self._pairs[shard] = pair
+        return self._pairs[shard]
 
     def __len__(self) -> int:
         return int(self.cumulative[-1])
@@ -330,7 +336,7 @@ class RemoteRecords:
             reader, paths = self._readers.pop(shard)
             self._readers[shard] = (reader, paths)  # most recent last
             return reader
-        paths = self.cache.fetch(self.store, self.content, self._entries[shard])
+        paths = self.cache.fetch(self.store, self.content, self._entries(shard))
         if paths is None:  # only a prefetch declines; a read raises instead
             raise RuntimeError(f"{self.path}: shard {shard} could not be fetched")
         reader = IndexedReader(str(paths[0])[: -len(".idx")])
@@ -351,7 +357,7 @@ class RemoteRecords:
 
     def prefetch(self, shard: int) -> None:
         if shard not in self._readers:
-            self.cache.prefetch(self.store, self.content, self._entries[shard])
+            self.cache.prefetch(self.store, self.content, self._entries(shard))
 
     def close(self) -> None:
         for _, paths in self._readers.values():

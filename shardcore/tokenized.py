@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from shardcore import manifest as mf
 from shardcore.errors import ManifestError
 from shardcore.formats import IndexedReader
 from shardcore.manifest import read_manifest
@@ -37,7 +38,7 @@ class TokenizedSource:
                 f"{self.path}: kind {self.manifest.get('kind')!r}, expected {KIND!r}"
             )
         self._shard_meta = self.manifest["shards"]
-        counts = np.array([s["documents"] for s in self._shard_meta], dtype=np.int64)
+        counts = np.asarray(mf.shard_column(self.manifest, "documents"), dtype=np.int64)
         # first doc_id of each shard, then the total: doc d is in shard searchsorted(d) - 1
         self._first = np.concatenate([[0], np.cumsum(counts)])
 

@@ -2,9 +2,10 @@
 
 Generic part (every kind): a manifest lists its files as ``file_entry`` dicts: relative
 path, size, xxh3-64 of the whole file and xxh3-64 of each block (``block_size`` bytes, at
-most ``MAX_BLOCKS`` blocks, so a 256 MB shard costs 4 KB of manifest). ``verify`` re-reads
-every file and reports a missing file, a wrong size, or the exact block range whose bytes
-changed. Kind-specific checks register with ``register_check(kind, fn)`` and run after the
+most ``MAX_BLOCKS`` blocks, so a 256 MB shard costs 2 KB of ``manifest.blocks`` in format 3,
+read per file when a reader checks it; 4 KB of hex in format 2). ``verify`` re-reads
+every file (and format 3's shard table and checksums, against the header) and reports a
+missing file, a wrong size, or the exact block range whose bytes changed. Kind-specific checks register with ``register_check(kind, fn)`` and run after the
 generic ones; the tokenized-source checks (IndexedDataset structure, EOS at every document
 end, token ids inside the vocabulary, sidecar alignment) are here, and name the shard and
 the byte offset of the first inconsistency they find.
@@ -22,7 +23,13 @@ import numpy as np
 import xxhash
 
 from shardcore.errors import CorruptDataError, FormatError, ManifestError
-from shardcore.manifest import file_entries, files_by_path, read_manifest
+from shardcore.manifest import (
+    FilesView,
+    file_entries,
+    files_by_path,
+    read_manifest,
+    sidecar_entries,
+)
 
 MIN_BLOCK = 4096
 MAX_BLOCKS = 256
@@ -233,10 +240,15 @@ def verify(directory: str | os.PathLike, *, content: bool = True) -> Report:
     except ManifestError as exc:
         return Report(str(root), "?", 0, 0, [Problem("manifest.json", None, str(exc))])
     kind = manifest.get("kind", "?")
-    if not isinstance(manifest.get("files"), list | dict):
+    if not isinstance(manifest.get("files"), list | dict | FilesView):
         return Report(str(root), kind, 0, 0, [Problem("manifest.json", None, "no 'files' list")])
     problems: list[Problem] = []
     nbytes = 0
+    # Format 3: the shard table and the block checksums, whole, against the header.
+    for entry in sidecar_entries(manifest):
+        problems += _check_file(root, entry)
+    if problems:
+        return Report(str(root), kind, 0, 0, problems)
     entries = file_entries(manifest)
     for entry in entries:
         problems += _check_file(root, entry)
@@ -270,7 +282,7 @@ def _verify_remote(url: str, *, content: bool) -> Report:
     scratch = storage.cache_root() / "verify" / uuid.uuid4().hex
     try:
         present = store.sizes()
-        for entry in file_entries(manifest):
+        for entry in [*sidecar_entries(manifest), *file_entries(manifest)]:
             rel = str(entry.get("path"))
             if rel in present:  # a missing object is reported by the local check
                 store.get_file(rel, scratch / rel)

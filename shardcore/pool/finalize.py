@@ -153,4 +153,4 @@ def _is_artifact_file(rel: str) -> bool:
     top = rel.split("/", 1)[0]
     if top in (units.MARKER_DIR, PASS1_DIR, VAL_DIR) or rel.startswith("."):
         return False
-    return rel not in (mf.MANIFEST_NAME, units.PLAN_NAME) and not rel.endswith(".tmp")
+    return rel not in (*mf.MANIFEST_FILES, units.PLAN_NAME) and not rel.endswith(".tmp")

@@ -3,7 +3,6 @@ and ``shardyard verify``'s structural checks of a pool."""
 
 from __future__ import annotations
 
-import bisect
 import os
 from collections.abc import Iterator
 from functools import cached_property
@@ -66,7 +65,7 @@ def check_pool(root: Path, manifest: dict[str, Any]) -> list[verify.Problem]:
                 )
             )
         cumulative.append(cumulative[-1] + len(reader))
-    if cumulative != manifest.get("cumulative_records"):
+    if cumulative != [int(c) for c in manifest.get("cumulative_records", [])]:
         problems.append(
             verify.Problem("manifest.json", None, "cumulative_records disagree with the shards")
         )
@@ -86,9 +85,14 @@ class PoolReader:
         self.manifest = mf.read_manifest(self.path)
         if self.manifest.get("kind") != KIND:
             raise ManifestError(f"{self.path}: not a pool (kind {self.manifest.get('kind')!r})")
-        self.cumulative = list(self.manifest["cumulative_records"])
+        # The manifest's column (format 3: memory-mapped, never copied), searched per read.
+        self.cumulative = np.asarray(self.manifest["cumulative_records"], dtype=np.int64)
         self._readers: dict[int, IndexedReader] = {}
         self._segments: dict[int, pack.Segments] = {}
+
+    @cached_property
+    def _first_documents(self) -> np.ndarray:
+        return mf.shard_column(self.manifest, "first_document")
 
     @property
     def num_records(self) -> int:
@@ -100,7 +104,7 @@ class PoolReader:
 
     @property
     def num_shards(self) -> int:
-        return len(self.manifest["shards"])
+        return mf.num_shards(self.manifest)
 
     def __len__(self) -> int:
         return self.num_records
@@ -110,22 +114,20 @@ class PoolReader:
 
     def reader(self, shard: int) -> IndexedReader:
         if shard not in self._readers:
-            self._readers[shard] = IndexedReader(
-                self.path / self.manifest["shards"][shard]["prefix"]
-            )
+            self._readers[shard] = IndexedReader(self.path / mf.shard_prefix(self.manifest, shard))
         return self._readers[shard]
 
     def segments(self, shard: int) -> pack.Segments:
         if shard not in self._segments:
-            prefix = self.manifest["shards"][shard]["prefix"]
+            prefix = mf.shard_prefix(self.manifest, shard)
             self._segments[shard] = pack.load_segments(self.path / f"{prefix}.segments.npz")
         return self._segments[shard]
 
     def _where(self, i: int) -> tuple[int, int]:
         if not 0 <= i < self.num_records:
             raise IndexError(f"{self.path}: record {i} out of range [0, {self.num_records})")
-        shard = bisect.bisect_right(self.cumulative, i) - 1
-        return shard, i - self.cumulative[shard]
+        shard = mf.bisect_records(self.cumulative, i)
+        return shard, i - int(self.cumulative[shard])
 
     def record(self, i: int) -> np.ndarray:
         """Record ``i``: seq_len + 1 tokens (a read-only view)."""
@@ -143,7 +145,7 @@ class PoolReader:
         i = start
         while i < stop:
             shard, r = self._where(i)
-            n = min(stop - i, self.cumulative[shard + 1] - i)
+            n = min(stop - i, int(self.cumulative[shard + 1]) - i)
             tokens = self.reader(shard).tokens[r * width : (r + n) * width]
             parts.append(np.asarray(tokens).reshape(n, width))
             i += n
@@ -168,7 +170,7 @@ class PoolReader:
         -1 for padding) and ``doc_offset`` (token offset within that document)."""
         shard, r = self._where(int(i))
         seg = self.segments(shard).of_record(r)
-        first = self.manifest["shards"][shard]["first_document"]
+        first = int(self._first_documents[shard])
         seg["doc"] = np.where(seg["doc"] >= 0, seg["doc"] + first, -1)
         return seg
 

@@ -9,6 +9,7 @@ import json
 import pytest
 import tiktoken
 
+from shardcore.manifest import read_manifest
 from tests.integration.test_jobs_workers import catalog_env, shard_bytes, wait_job  # noqa: F401
 from tests.unit.tokenize_fixtures import multilingual_texts, special_token_texts
 from webapp.catalog.services.sources import source_register
@@ -45,7 +46,7 @@ def test_it_tokenizes_with_the_engine_asked_for_and_the_same_ids(
     a, b = (Path(built[e].path) for e in ("reference", "gigatoken"))
     assert shard_bytes(a) == shard_bytes(b)
     assert built["reference"].fingerprint == built["gigatoken"].fingerprint
-    manifest = json.loads((b / "manifest.json").read_text())
+    manifest = read_manifest(b)
     assert manifest["engine"]["used"] == ["gigatoken"]
     # Of the three sources that spell special tokens, only tiktoken's own spells cl100k's.
     assert manifest["engine"]["reference_documents"] == 1

@@ -2,10 +2,12 @@
 on: tokenize -> verify -> pool (filter, validation slice, two workers) -> mix -> locate ->
 export (Megatron-LM with its index cache, OLMo-core, nanotron) -> materialize -> verify.
 
-For every artifact the test pins its fingerprint, a digest of its manifest without the
-file list, and the digest of its files (path, size, xxh3: what ``verify`` checks); every
-other file the walk-through writes (exports, index caches, plans, locate and quality
-output) is pinned by its SHA-256. A refactor that changes one byte of output, a
+For every artifact the test pins its fingerprint, a digest of what its manifest says
+without the file list (format 3: the header without its layout, plus the shard table's
+shards and cumulative records), and the digest of its files (path, size, xxh3: what
+``verify`` checks); every other file the walk-through writes (exports, index caches,
+plans, locate and quality output, the manifests' shard tables and block checksums) is
+pinned by its SHA-256. A refactor that changes one byte of output, a
 fingerprint, or what a manifest says fails here, naming the file.
 
 Fingerprints hash the inputs' absolute paths and modification times, so the walk-through
@@ -69,50 +71,52 @@ COMMANDS = [
 
 PINNED_PYTHON = "3.11.7"
 # Made with the code before the library's files, sizes, formats and locate modules were
-# reorganized (behaviour unchanged): the same fingerprints and bytes after it.
+# reorganized (behaviour unchanged): the same fingerprints and bytes after it. Manifest
+# format 3 changed only the manifest digests (format_version 3; with 2 they are the
+# digests pinned before) and added each artifact's manifest.shards and manifest.blocks.
 PINNED = {
     "artifacts": {
         "mixes/prose-code": {
             "files": "0ddc16b78078a38a10e8ba44c760261a",
             "fingerprint": "bf4ac18619ef58979abc70b30a8afa09",
-            "manifest": "eb1161888c095eba2bd8a1d01fb4a222",
+            "manifest": "71e73d11808a7f3193c204d274a9bfb6",
         },
         # A materialized copy's fingerprint names its mixture by fingerprint, not by path
         # (the same copy on disk and on object storage has one): pinned since that change.
         "mixes/prose-code-flat": {
             "files": "aadafa7f562ce4f97162e542e59e0d4d",
             "fingerprint": "8b7be3412772d4da92a2859b5932dd9f",
-            "manifest": "a97ffcd94b09776968a7793feb4edf33",
+            "manifest": "334e116f4cd42428dc7e3355b3406591",
         },
         "pools/code": {
             "files": "d74d740396aaa180c03e9d9191abdccb",
             "fingerprint": "d4b5d93eb2ec5528252c09800f5d6e13",
-            "manifest": "b1887cd51b044c74c87fe3054e3a30e0",
+            "manifest": "35289a80e65ee64e16ed4413857a351f",
         },
         "pools/prose": {
             "files": "409d05735183fcfe569ad1aa98495926",
             "fingerprint": "4db65dcf5556ef057924bfcb81c447d0",
-            "manifest": "51510df14da0832bb218d006abd69d62",
+            "manifest": "b5d252969409c2cf8d6c2d4bd8da4c4e",
         },
         "pools/prose/val": {
             "files": "7a7c49d4632a759e78db86f1f5029121",
             "fingerprint": "a05476b15d5a9d32bb7b7e3e92ae42ea",
-            "manifest": "1d3eaad516294e76cceab5598436d971",
+            "manifest": "c463be6bd6f521e146abaf537c9c6680",
         },
         "tok/code": {
             "files": "b6b007e60b774837f5417af3015a8a77",
             "fingerprint": "dd4a7f6c7e812092dc74e2dc6dce9fb4",
-            "manifest": "6e6fdca2ba74c52e524e2a676dd733a2",
+            "manifest": "73a1e7dd655bd5de296e8fcb2a79a236",
         },
         "tok/docstrings": {
             "files": "7aac0118312723e234916eb640d4babc",
             "fingerprint": "641ffbe79f33737752fa200a4c38575e",
-            "manifest": "3c16a27f1e7dc699773ab2690c6dadea",
+            "manifest": "696ca0c6286c79c5b0c2da260995bc20",
         },
         "tok/reference": {
             "files": "31b44c6ac4785b69e3e6029a1dcc7cae",
             "fingerprint": "691da99d96ed068a04ee996170c452c7",
-            "manifest": "97ec962fd80f727b3719ac5c69bd6884",
+            "manifest": "46f3b68eaa301733c1e15372f61feb19",
         },
     },
     "corpus": "7415786818f8c95741a3d4bdcfb928d4",
@@ -156,6 +160,8 @@ PINNED = {
         "megatron/data-args-main.txt": "ab937197480f330c61216c2a4fc8eb294508b2a849543d8ea3f4c9ba3192ab8e",
         "megatron/export.json": "f77359253a7d4ef6614f01b508eacb6d51812681e60bca067359780aca3e00b1",
         "megatron/megatron.txt": "b6f932060e8cfed54b1eb8d359c75e3d96264b7b5452d1c477010b4928503e81",
+"mixes/prose-code-flat/manifest.blocks": "1d6ade4b63f3ea417e731b4af78354757c8c57a29c9cd5bd4fe76af1abab519a",
+        "mixes/prose-code-flat/manifest.shards": "a86ae3c1be212c9c03e42e89c6623b267f660d1272a1d53e5d8cf51c0fe4f825",
         "mixes/prose-code-flat/shards/mix-00000.bin": "221720efb94bbb9fcd5c9416df6825eb72704a7c91c19bf6447b3ef6a2b9c204",
         "mixes/prose-code-flat/shards/mix-00000.idx": "b9833e459f0ea9dc5dc13926ddcb01ed806dac667ae5cca5f8b15b59e7f1fbb1",
         "mixes/prose-code/exports/nanotron/000-prose/.pool": "31f549700b0c621ea685462596b0085fab50d196c49d8cc1e8f1def439e373a2",
@@ -164,34 +170,48 @@ PINNED = {
         "mixes/prose-code/exports/nanotron/001-code/.pool": "518feb239bc77340cd9688d399f69804d099f776528f566ce6ed6759dba07889",
         "mixes/prose-code/exports/nanotron/001-code/pool-00000.ds.index": "5db1a1fd8d16959ad7cb76a7571512fd60a9ad62915daa8726f789fc0d079962",
         "mixes/prose-code/exports/nanotron/001-code/pool-00000.ds.metadata": "43862e309ce39f85b6d134a205a6ace21d92ad02b3f3c188cc7344f61c3665ab",
+        "mixes/prose-code/manifest.blocks": "73695fb149ddad5e07c0981e70db4e58c9139bd98d58bbbf7417c10b0613bd8b",
+        "mixes/prose-code/manifest.shards": "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
         "mixes/prose-code/schedule/pool.npy": "c343bb26c7d720ac4e6666a44141f1b210d90005be61ed05d2f63be1db958962",
         "mixes/prose-code/schedule/record.npy": "9cb493aaf7c5a6ce2bf7deea99442de7210296138ff35ce85109a27623ee17c7",
         "nanotron.yaml": "eab65a79b7c533b13cbd9d0a8010aa78a8ae6f8914e9e74d9a28d7dd46e5b05a",
         "olmo-exact.yaml": "b9b28db409e6fc39a4655bd8521a197b9790bfab070dd07e09ba370696ed102b",  # names the copy's fingerprint
         "olmo.yaml": "ed13b641e9cbf28bb677083a2f12bffbf6f53d8bc8ca50dd09afa5503b26368c",
         "pools/code/documents.parquet": "d0d6a69624636c743186bf359a881a588536c9213684499889386a40d2921324",
+        "pools/code/manifest.blocks": "4772ba0e7de7fba357a39dc5fb01c8d675140e796fbfa9ed114037f03e7a29d9",
+        "pools/code/manifest.shards": "f1185cfb44c5381dd14aa358c41bd7084c218414a728792428404ee27839dd39",
         "pools/code/shards/pool-00000.bin": "2e7aa7a62dde7c085bd91f2de832c1bc40f9cbc35a7b17ca669b1e2be80a4875",
         "pools/code/shards/pool-00000.docs.parquet": "a771f429ed1298165efe69024ca3b4831424425aa53723878171cf6a935c2dc5",
         "pools/code/shards/pool-00000.idx": "c0728a1c9e721fab0fae4a665df3ac9b064b487293db0de243fffd2e0352c4ee",
         "pools/code/shards/pool-00000.segments.npz": "ec6df7327514dc0b84187f0c409dfc8c48f91727a6457b7f53d71fd08647836b",
         "pools/prose/documents.parquet": "33616d0917fb2f4850804ce5d5e6b9ea64eb24620f68cdc150747dbddfc32922",
+        "pools/prose/manifest.blocks": "5ddf6c4093a434be1ddc61227f392888f099d0adb40957e3b184115458584c06",
+        "pools/prose/manifest.shards": "8bc13577fdf8cab9694362217ab96ca098bb8be717c327505e7c65f4bd4eb8d2",
         "pools/prose/shards/pool-00000.bin": "53cf052c6d3142ccd644f880fae004119f126ce80bb275f3bd312370946173b4",
         "pools/prose/shards/pool-00000.docs.parquet": "8df75b665886558b75fdfb156ba07bfa5cc90421cf555bd8009de99b2cb7ab1e",
         "pools/prose/shards/pool-00000.idx": "09c8dce14401a43c4b6368192413ca0f1ad1ae5807d7fb48463e1ed6bedb8af9",
         "pools/prose/shards/pool-00000.segments.npz": "9643e9c2c6fdf76ee4bbc0c4128cf45c64fd3f13ec77efe9c3dab5d9acb3de9f",
         "pools/prose/val/documents.parquet": "de5d066c7b4aedec89b61be8c8e7ad89ad81c41f0a6a8889ffe5a882b75411e9",
+        "pools/prose/val/manifest.blocks": "f3fdd52e290bd5606a6d6e13ac96282733bed548d304923cec3ea87fd6c1b723",
+        "pools/prose/val/manifest.shards": "779f016b82f2262b22c1735bb1d9a195b45082f6e232e4c3971c5aaa92ca04c5",
         "pools/prose/val/shards/pool-00000.bin": "7dcca0da019264a7c886e2151c4fe98a891fd1a090f1eabd2bc838c49b6d503a",
         "pools/prose/val/shards/pool-00000.docs.parquet": "33670630fa94ea22d9c77936aff284f892ec0c7a39b7a43e07cc36e7b63ddad1",
         "pools/prose/val/shards/pool-00000.idx": "dfc577285c416471ca3178f7d7689ddd8abe027a7d0cb226f124eba3d2d7463d",
         "pools/prose/val/shards/pool-00000.segments.npz": "0c63da45d7964a1ce57bc6bce2dd0a398d2bbdc71f04a78e1c0c185fd83fa937",
         "quality-mix.txt": "e70976216e22f83d996bdd0cd941b06063fa0066066b793f578e9a57f590884f",
         "quality-prose.txt": "eba763ff7c45f0d9c774261ac9f13b5e1811ede1e93fc5cf930ffe85d726c513",
+        "tok/code/manifest.blocks": "8643c19f6e521eb2f925b5ccc198e7cdc5f57987d9f20d16e2058ce751605ea6",
+        "tok/code/manifest.shards": "1a49fbde667df994cc9fd268ca9d4f28fe675e576dfd8eb46baf9b570b1282e6",
         "tok/code/shards/shard-00000.bin": "6e165331cb131e6ed3793baaaf38321e4b971135530883eec735ab6665110911",
         "tok/code/shards/shard-00000.docs.parquet": "78fd7ca477fc832c6ebe9cd8f2c12d420913e86feda6a7f91dd5e0c370e9ddd4",
         "tok/code/shards/shard-00000.idx": "92887aab0ca76491a10afe0602b53d56ebb30146ef80ad80d8c18e66a78ca972",
+        "tok/docstrings/manifest.blocks": "f9f15b14758edf11ef86abb3abd2007b0c7665584e11bf3e59681da1e587df31",
+        "tok/docstrings/manifest.shards": "d21eb081eae1c55cf7b69ca2659e643c8d648fab9f0d310fc61770e3b4a26890",
         "tok/docstrings/shards/shard-00000.bin": "0731446a2468701403829e7c1c364a367deb673c429a0449e3c6358549c52ce8",
         "tok/docstrings/shards/shard-00000.docs.parquet": "aa0ef0a68f92f8b9e21b29f56794ad43f6cfdd31a85aa4c9059409683ec3f229",
         "tok/docstrings/shards/shard-00000.idx": "2148cdc51bee2064fe112ef391a69cbe5dedad62b0bed0a334110a36af8009d1",
+        "tok/reference/manifest.blocks": "1e4d003c136960bb32bf0d68bb149478bedb7abbc8988f711887ee3d92c2aa90",
+        "tok/reference/manifest.shards": "306582a2acf113c48e5a29d87f13060f25507b317dc3687d8f9e24fdf20382b2",
         "tok/reference/shards/shard-00000.bin": "05abd656336f9a50715cbd263a77eafc17090cd7705941cfe8cb8dd9c3a61c99",
         "tok/reference/shards/shard-00000.docs.parquet": "034f2bc0ec16e13f28e6369e86fa09831d992ed8660ea225278947db026466c4",
         "tok/reference/shards/shard-00000.idx": "76c0f1f745c3dbe9a1a847801a060eb9f1a829be6526fcd1a8547a84ba078c00",
@@ -206,10 +226,22 @@ def _digest(value) -> str:
 
 
 def _entries(manifest: dict) -> list[tuple]:
-    files = manifest.get("files") or []
-    if isinstance(files, dict):  # the mapping form mixtures and copies once wrote
-        files = [{"path": p, **e} for p, e in files.items()]
-    return sorted((e["path"], e["size"], e["xxh3"]) for e in files)
+    from shardcore import manifest as mf
+
+    return sorted((e["path"], e["size"], e["xxh3"]) for e in mf.file_entries(manifest))
+
+
+def _said(manifest: dict) -> dict:
+    """What a manifest says but its file list, in any format: format 3's header without
+    its layout (the table's offsets and checksums), its shards and cumulative records as
+    the lists format 2 held."""
+    from shardcore import manifest as mf
+
+    said = {k: v for k, v in manifest.items() if k not in ("files", mf.LAYOUT)}
+    for key in ("shards", "cumulative_records"):
+        if key in said:
+            said[key] = [dict(v) if isinstance(v, dict) else int(v) for v in said[key]]
+    return said
 
 
 def _sha256(path: Path) -> str:
@@ -247,12 +279,14 @@ def observe(code: Path, work: Path) -> dict:
     shutil.rmtree(work / "cache", ignore_errors=True)  # compiled kernels: not output
 
     artifacts, files = {}, {}
+    from shardcore import manifest as mf
+
     for manifest_path in sorted(work.rglob("manifest.json")):
         rel = manifest_path.parent.relative_to(work).as_posix()
-        m = json.loads(manifest_path.read_text())
+        m = mf.read_manifest(manifest_path.parent)
         artifacts[rel] = {
             "fingerprint": m["fingerprint"],
-            "manifest": _digest({k: v for k, v in m.items() if k != "files"}),
+            "manifest": _digest(_said(m)),
             "files": _digest(_entries(m)),
         }
     for f in sorted(work.rglob("*")):

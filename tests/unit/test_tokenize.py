@@ -13,6 +13,7 @@ import pytest
 from shardcore import units
 from shardcore.encoders import load_tokenizer
 from shardcore.errors import InputError
+from shardcore.manifest import read_manifest
 from shardcore.readers import read_segment
 from shardcore.tokenize import plan_tokenize, tokenize
 from shardcore.tokenized import TokenizedSource
@@ -42,7 +43,7 @@ def built(tmp_path_factory, records) -> tuple[Path, Path]:
 
 
 def _artifact_bytes(out: Path) -> dict[str, bytes]:
-    m = json.loads((out / "manifest.json").read_text())
+    m = read_manifest(out)
     files = {f["path"]: (out / f["path"]).read_bytes() for f in m["files"]}
     files["manifest.json"] = (out / "manifest.json").read_bytes()
     return files

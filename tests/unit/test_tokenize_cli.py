@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+from shardcore.manifest import read_manifest
 from tests.unit.tokenize_fixtures import jsonl_bytes, stdlib_records, write_jsonl
 
 
@@ -39,7 +39,7 @@ def test_it_tokenizes_verifies_and_catches_corruption_from_the_command_line(tmp_
     assert f"{tmp_path}/in/b.jsonl: empty_document: 1" in r.stdout
     assert f"{tmp_path}/in/b.jsonl:9: 'text' is empty or whitespace" in r.stdout
     assert "docs" in r.stderr and "tokens" in r.stderr and "MB/s" in r.stderr and "ETA" in r.stderr
-    m = json.loads((out / "manifest.json").read_text())
+    m = read_manifest(out)
     assert len(m["shards"]) > 2
     assert m["params"]["shard_size"] == 20_000
 

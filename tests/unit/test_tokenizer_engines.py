@@ -16,6 +16,7 @@ import tiktoken
 
 from shardcore.encoders import DEFAULT_TOKENIZER, load_tokenizer
 from shardcore.errors import InputError
+from shardcore.manifest import read_manifest
 from shardcore.tokenize import tokenize
 from shardcore.tokenized import TokenizedSource
 from tests.unit.tokenize_fixtures import (
@@ -188,7 +189,7 @@ def test_the_cli_takes_an_engine(tmp_path, texts):
     cmd = [sys.executable, "-m", "shardcore.cli", "tokenize", str(src), "--out", str(out)]
     r = subprocess.run([*cmd, "--engine", "gigatoken", "--quiet"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    m = json.loads((out / "manifest.json").read_text())
+    m = read_manifest(out)
     assert m["params"]["engine"] == "gigatoken"
     assert m["engine"]["used"] == ["gigatoken"]
     r = subprocess.run(

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import shutil
 
 import pytest
 
-from shardcore.manifest import write_manifest
+from shardcore.manifest import read_manifest, write_manifest
 from shardcore.tokenize import tokenize
 from shardcore.verify import block_size_for, file_entry, verify
 from tests.unit.tokenize_fixtures import stdlib_records, write_jsonl
@@ -38,12 +37,12 @@ def test_it_passes_an_intact_tokenized_source(built):
     report = verify(built)
     assert report.ok, report.problems
     assert report.kind == "tokenized"
-    m = json.loads((built / "manifest.json").read_text())
+    m = read_manifest(built)
     assert report.files_checked == len(m["files"]) == 3 * len(m["shards"])
 
 
 def test_it_names_the_shard_and_offset_of_a_flipped_byte(copy):
-    m = json.loads((copy / "manifest.json").read_text())
+    m = read_manifest(copy)
     shard = m["shards"][1]["prefix"]
     path = copy / f"{shard}.bin"
     offset = 20_001
@@ -60,7 +59,7 @@ def test_it_names_the_shard_and_offset_of_a_flipped_byte(copy):
 
 
 def test_it_pinpoints_a_broken_end_of_document_exactly(copy):
-    m = json.loads((copy / "manifest.json").read_text())
+    m = read_manifest(copy)
     shard = m["shards"][0]["prefix"]
     from shardcore.formats import IndexedReader
 
@@ -77,7 +76,7 @@ def test_it_pinpoints_a_broken_end_of_document_exactly(copy):
 
 
 def test_it_reports_a_damaged_index_and_a_missing_file(copy):
-    m = json.loads((copy / "manifest.json").read_text())
+    m = read_manifest(copy)
     _flip(copy / f"{m['shards'][0]['prefix']}.idx", 2)
     (copy / f"{m['shards'][1]['prefix']}.docs.parquet").unlink()
     msgs = [str(p) for p in verify(copy).problems]

@@ -60,16 +60,18 @@ def test_every_kind_lists_its_files_and_a_mapping_written_before_still_reads(tmp
     import json
 
     from shardcore import manifest as mf
+    from tests.unit.manifest_fixtures import format2_document
 
     pools, mixture, copy = _mixture_and_copy(tmp_path, samples=300, seed=3)
     for artifact in (*pools.values(), mixture, copy):
         files = mf.read_manifest(artifact)["files"]
-        assert isinstance(files, list) and files, artifact
-        assert all({"path", "size", "xxh3", "blocks"} <= set(e) for e in files)
+        assert len(files), artifact
+        assert all({"path", "size", "xxh3", "blocks"} <= set(e) | {"blocks"} for e in files)
+        assert all(len(e["blocks"]) == 16 * -(-e["size"] // e["block_size"]) for e in files)
 
     for artifact in (mixture, copy):
         path = Path(artifact) / mf.MANIFEST_NAME
-        listed = json.loads(path.read_text())
+        listed = format2_document(mf.read_manifest(artifact))
         digest = mf.content_digest(listed)
         old = {**listed, "files": {e["path"]: e for e in listed["files"]}}
         path.write_text(json.dumps(old, indent=1, sort_keys=True))

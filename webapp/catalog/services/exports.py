@@ -229,7 +229,7 @@ def mixture_version_materialize(
 def mixture_materialized_record(*, job, manifest: dict | None) -> None:
     """Recorder of materialize jobs: the manifest becomes the Export row and its shards;
     a flag on data inside the version taints the copy too."""
-    from shardcore.manifest import file_entries
+    from shardcore.manifest import total_bytes
 
     export = Export.objects.select_for_update().get(job=job, format=Export.Format.MATERIALIZED)
     if manifest is None:
@@ -250,7 +250,7 @@ def mixture_materialized_record(*, job, manifest: dict | None) -> None:
     export.manifest_path = storage.join(out, MANIFEST_NAME)
     export.num_records = manifest["num_records"]
     export.num_tokens = manifest["num_tokens"]
-    export.num_bytes = sum(f["size"] for f in file_entries(manifest))
+    export.num_bytes = total_bytes(manifest)
     export.status = ArtifactStatus.READY
     export.finished_at = timezone.now()
     export.save()

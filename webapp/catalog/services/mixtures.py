@@ -290,7 +290,7 @@ def mixture_version_record(*, job, manifest: dict | None) -> None:
     """Recorder of mixture jobs: the built schedule's facts become the version's (samples,
     tokens, epochs per pool, stages, fingerprint), with the schedule's mixing quality;
     data flagged in its pools taints it."""
-    from shardcore.manifest import file_entries
+    from shardcore.manifest import total_bytes
 
     version = MixtureVersion.objects.select_for_update().get(job=job)
     if manifest is None:
@@ -319,7 +319,7 @@ def mixture_version_record(*, job, manifest: dict | None) -> None:
     version.fingerprint = manifest["fingerprint"]
     version.manifest_path = storage.join(version.path, MANIFEST_NAME)
     version.num_tokens = manifest["num_tokens"]
-    version.num_bytes = sum(f["size"] for f in file_entries(manifest))
+    version.num_bytes = total_bytes(manifest)
     version.status = ArtifactStatus.READY
     version.finished_at = timezone.now()
     version.save()

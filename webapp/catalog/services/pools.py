@@ -165,14 +165,14 @@ def _pool_building(parents: list[TokenizedSource], same: dict[str, Any]) -> Pool
 
 
 def _pool_fill(pool: Pool, manifest: dict) -> None:
-    from shardcore.manifest import file_entries
+    from shardcore.manifest import total_bytes
 
     pool.fingerprint = manifest["fingerprint"]
     pool.num_records = manifest["num_records"]
     pool.num_tokens = manifest["num_tokens"]
     pool.num_documents = manifest["documents"]
     pool.manifest_path = storage.join(pool.path, MANIFEST_NAME)
-    pool.num_bytes = sum(f["size"] for f in file_entries(manifest))
+    pool.num_bytes = total_bytes(manifest)
     pool.status = ArtifactStatus.READY
     pool.finished_at = timezone.now()
     pool.save()
