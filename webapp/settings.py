@@ -111,6 +111,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "webapp.ops.metrics.RequestLatencyMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "webapp.security.ContentSecurityPolicyMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -274,6 +275,13 @@ LOGGING = {
         for name in ("botocore.credentials", "botocore.configprovider")
     },
 }
+
+# --- Operations (webapp.ops): probes, metrics ---------------------------------------------
+# /readyz gives the database and the broker this long (seconds) to answer.
+SHARDYARD_READY_TIMEOUT = env_int("SHARDYARD_READY_TIMEOUT", 3, minimum=1)
+# A bearer token that may read /metrics (a Prometheus server has no user); API tokens and
+# signed-in sessions may read it too. Empty: no bearer is accepted.
+SHARDYARD_METRICS_TOKEN = env_str("SHARDYARD_METRICS_TOKEN", "") or ""
 
 # One queue name per deployment; tests use their own so that they never meet a running stack.
 CELERY_TASK_DEFAULT_QUEUE = env_str("SHARDYARD_QUEUE", "shardyard")

@@ -12,6 +12,7 @@ urlpatterns = [
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("api/", include("webapp.api.urls")),
+    path("", include("webapp.ops.urls")),
     # The dashboard's overview replaces the ops overview at "/" (it shows the workers too).
     *home_urlpatterns,
     path("", include("webapp.dashboard.urls")),
