@@ -282,6 +282,13 @@ SHARDYARD_READY_TIMEOUT = env_int("SHARDYARD_READY_TIMEOUT", 3, minimum=1)
 # A bearer token that may read /metrics (a Prometheus server has no user); API tokens and
 # signed-in sessions may read it too. Empty: no bearer is accepted.
 SHARDYARD_METRICS_TOKEN = env_str("SHARDYARD_METRICS_TOKEN", "") or ""
+# Webhooks (webapp.ops.webhooks): every worker's webhook thread looks for new events and due
+# deliveries this often (seconds; 0 = this worker sends none), gives a receiver this long to
+# answer, and tries a delivery this many times, waiting BACKOFF seconds, doubling.
+SHARDYARD_WEBHOOK_POLL = env_int("SHARDYARD_WEBHOOK_POLL", 5, minimum=0)
+SHARDYARD_WEBHOOK_TIMEOUT = env_int("SHARDYARD_WEBHOOK_TIMEOUT", 5, minimum=1)
+SHARDYARD_WEBHOOK_ATTEMPTS = env_int("SHARDYARD_WEBHOOK_ATTEMPTS", 6, minimum=1)
+SHARDYARD_WEBHOOK_BACKOFF = env_int("SHARDYARD_WEBHOOK_BACKOFF", 30, minimum=1)
 
 # One queue name per deployment; tests use their own so that they never meet a running stack.
 CELERY_TASK_DEFAULT_QUEUE = env_str("SHARDYARD_QUEUE", "shardyard")
