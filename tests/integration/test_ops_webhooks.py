@@ -1,3 +1,4 @@
+# ruff: noqa: F811 - pytest fixtures are imported by name and used as arguments
 """Webhooks against a real receiver (an HTTP server in this test) and a real Celery worker:
 one signed delivery per event, tried again after the receiver answered 500; a receiver that
 never answers holds no job back (deliveries run in the workers' webhook thread, with a
@@ -15,6 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from django.db import transaction
 
+from tests.integration.dashboard_fixtures import catalog, users  # noqa: F401
 from tests.integration.test_jobs_workers import stdlib_docs, wait_job, write_jsonl
 from tests.support.services import catalog_roots, wait_for
 from webapp.catalog.services.sources import source_register
@@ -142,3 +144,35 @@ def test_each_event_arrives_signed_once_after_a_500_and_a_hung_receiver_holds_no
     assert json.loads(by_event["job.failed"][1]["body"])["data"]["error"] == second.error != ""
     for d in WebhookDelivery.objects.filter(endpoint=flaky):
         assert d.attempts == 2 and d.last_status == 200, d
+
+
+def test_taints_of_runs_and_scrub_findings_arrive_in_slack_form(db, catalog, receiver, settings):
+    """The webhook round in this process (what each worker's thread calls): a run tainted by
+    a new flag and a corrupt pool found by the scrub, each one Slack-compatible delivery."""
+    from webapp.catalog.models import Corruption, Flag, Taint
+    from webapp.ops.webhooks import webhooks_tick
+
+    settings.SHARDYARD_WEBHOOK_TIMEOUT = 2
+    endpoint = endpoint_create(url=f"{receiver.url}/chat", secret=SECRET, format="slack",
+                               events=["run.tainted", "scrub.corruption"])  # fmt: skip
+    flag = Flag.objects.create(target=Flag.Target.SOURCE, source=catalog["source"],
+                               reason="contains a leaked benchmark")  # fmt: skip
+    Taint.objects.create(flag=flag, run=catalog["run"], documents=3)
+    Corruption.objects.create(pool=catalog["pool"], problem="pool-00001.bin: byte 4096 differs")
+
+    assert webhooks_tick() == (2, 2)
+    assert webhooks_tick() == (0, 0)  # seen again, recorded and sent once
+    got = {r["event"]: json.loads(r["body"]) for r in receiver.on("/chat")}
+    assert len(receiver.on("/chat")) == 2
+    assert got["run.tainted"] == {"text": "Shardyard run olmo-tiny-a is tainted by flag "
+                                          f"{flag.pk}: contains a leaked benchmark"}  # fmt: skip
+    assert "pool-00001.bin: byte 4096 differs" in got["scrub.corruption"]["text"]
+    assert "wiki-2048" in got["scrub.corruption"]["text"]
+    assert set(
+        WebhookDelivery.objects.filter(endpoint=endpoint).values_list("state", flat=True)
+    ) == {"delivered"}
+
+
+def test_an_endpoint_names_the_events_it_does_not_know(db):
+    with pytest.raises(ValueError, match="job.exploded; choose from job.succeeded"):
+        endpoint_create(url="http://127.0.0.1:9/", secret="s", events=["job.exploded"])
