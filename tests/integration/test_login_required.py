@@ -3,7 +3,8 @@
 import pytest
 from django.urls import URLPattern, URLResolver, get_resolver
 
-PUBLIC = {"login", "logout"}
+# The probes are public; /metrics answers 401 like the API (tests/integration/test_ops_*).
+PUBLIC = {"login", "logout", "healthz", "readyz", "metrics"}
 
 
 def _page_paths():

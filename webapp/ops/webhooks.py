@@ -143,7 +143,10 @@ def events_collect(*, now=None) -> int:
         events += _corruption_events(since)
     rows = [
         WebhookDelivery(
-            endpoint=ep, event=event, key=key, payload=payload_for(ep, event, key, data),
+            endpoint=ep,
+            event=event,
+            key=key,
+            payload=payload_for(ep, event, key, data),
             next_attempt_at=now,
         )  # fmt: skip
         for event, key, happened, data in events
