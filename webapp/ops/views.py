@@ -70,3 +70,30 @@ def webhook_delete(request, pk: int):
     endpoint.delete()
     messages.success(request, f"Webhook {pk} removed.")
     return redirect("webhooks")
+
+
+def storage_page(request):
+    """Bytes held per source, artifact, owner and team; editors retire artifacts here."""
+    from webapp.ops.storage import storage_report
+
+    return render(request, "ops/storage.html", {"report": storage_report()})
+
+
+@require_POST
+def storage_retire(request, kind: str, pk: int):
+    from webapp.ops.storage import KINDS, RetireRefused, artifact_retire
+    from webapp.roles import require_role
+
+    require_role(request.user, "editor")
+    if kind not in KINDS:
+        messages.error(request, f"kind {kind!r}: choose from {', '.join(KINDS)}")
+        return redirect("storage")
+    try:
+        done = artifact_retire(kind=kind, pk=pk)
+    except RetireRefused as exc:
+        messages.error(request, str(exc))
+    except KINDS[kind].DoesNotExist as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, f"Retired {kind} {pk}: {done['bytes_freed']:,} bytes freed.")
+    return redirect("storage")
