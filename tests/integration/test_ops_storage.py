@@ -163,3 +163,47 @@ def test_the_command_names_what_reads_an_artifact(world):
         call_command("storage", "retire", "pool", str(world["pool"].pk))
     with pytest.raises(CommandError, match="pool 999999 does not exist"):
         call_command("storage", "retire", "pool", "999999")
+
+
+def test_on_s3_the_collector_removes_exactly_the_orphans_and_retire_removes_objects(
+    transactional_db, tmp_path, settings, s3_data_root, eager
+):
+    import fsspec
+
+    from tests.integration.test_jobs_workers import stdlib_docs, write_jsonl
+    from webapp.catalog.services.sources import source_register
+    from webapp.catalog.services.tokenized import tokenized_source_build
+
+    settings.SOURCE_ROOTS = [tmp_path / "src"]
+    write_jsonl(tmp_path / "src" / "code" / "a.jsonl", stdlib_docs(8))
+    source = source_register(name="code", uri=str(tmp_path / "src" / "code"))
+    ts = tokenized_source_build(source_id=source.pk)
+    ts.refresh_from_db()
+    assert ts.status == ArtifactStatus.READY and ts.path.startswith(s3_data_root), ts.path
+    fs = fsspec.filesystem("s3")
+    root = s3_data_root.removeprefix("s3://")
+    orphans = [f"{root}/pools/gone-0123456789/pool-00000.bin",
+               f"{root}/tokenized/half-written-abc/tok-000000.bin"]  # fmt: skip
+    kept = [f"{root}/cache/stream/keep.bin", f"{ts.path.removeprefix('s3://')}/extra.bin"]
+    for key in orphans + kept:
+        fs.pipe(key, b"y" * 50)
+    owned = set(fs.find(ts.path)) - set(kept)
+    assert owned
+
+    dry = storage.collect_garbage(min_age=0)
+    assert sorted(p for p, _ in dry.orphans) == sorted(orphans) and dry.bytes == 100
+    fs.invalidate_cache()
+    assert all(fs.exists(k) for k in orphans)  # the dry run removed nothing
+    assert storage.collect_garbage().orphans == []  # too young by default
+    done = storage.collect_garbage(delete=True, min_age=0)
+    assert done.removed and len(done.orphans) == 2
+    fs.invalidate_cache()
+    assert not any(fs.exists(k) for k in orphans)
+    assert all(fs.exists(k) for k in kept) and owned <= set(fs.find(ts.path))
+
+    report = {(r["kind"], r["id"]): r["bytes"] for r in storage.storage_report()["artifacts"]}
+    assert report[("tokenized", ts.pk)] == sum(fs.size(k) for k in fs.find(ts.path)) > 0
+    freed = storage.artifact_retire(kind="tokenized", pk=ts.pk)["bytes_freed"]
+    fs.invalidate_cache()
+    assert freed > 0 and fs.find(ts.path) == []
+    assert fs.exists(kept[0])  # outside the artifact: untouched
