@@ -3,8 +3,8 @@
 import pytest
 from django.urls import URLPattern, URLResolver, get_resolver
 
-# The probes are public; /metrics answers 401 like the API (tests/integration/test_ops_*).
-PUBLIC = {"login", "logout", "healthz", "readyz", "metrics"}
+# The probes are public; /metrics and /api/storage/ answer 401 like the API.
+PUBLIC = {"login", "logout", "healthz", "readyz", "metrics", "api-storage"}
 
 
 def _page_paths():
