@@ -55,7 +55,7 @@ def tree_bytes(path) -> int:
     )
 
 
-def test_the_report_counts_the_bytes_on_disk_per_artifact_owner_and_team(world, login):
+def test_the_report_counts_the_bytes_on_disk_per_artifact_owner_and_team(world, login, capsys):
     report = storage.storage_report()
     rows = {(r["kind"], r["id"]): r for r in report["artifacts"]}
     pool, ts, copy = world["pool"], world["ts"], world["copy"]
@@ -69,6 +69,9 @@ def test_the_report_counts_the_bytes_on_disk_per_artifact_owner_and_team(world, 
     assert report["by_owner"]["editor"] == rows[("pool", pool.pk)]["bytes"]
     assert report["total"] == sum(r["bytes"] for r in report["artifacts"])
     assert report["sources"][0]["bytes"] == world["source"].num_bytes > 0
+    call_command("storage", "report")
+    out = capsys.readouterr().out
+    assert f"team  pretraining: {report['by_team']['pretraining']}" in out
     # The page and the API answer the same numbers.
     page = login("viewer").get("/storage/")
     assert (

@@ -47,6 +47,9 @@ EXERCISED_ELSEWHERE = {
     "manage.py catalog run-resume": ("tests/integration/test_commands.py", '"run-resume"'),
     "manage.py catalog jobs-reap": ("tests/integration/test_jobs_lease.py", '"jobs-reap"'),
     "manage.py catalog scrub": ("tests/integration/test_scrub.py", '"catalog", "scrub"'),
+    "manage.py storage report": ("tests/integration/test_ops_storage.py", '"storage", "report"'),
+    "manage.py storage retire": ("tests/integration/test_ops_storage.py", '"storage", "retire"'),
+    "manage.py storage gc": ("tests/integration/test_ops_storage.py", '"storage", "gc"'),
     "manage.py migrate": ("tests/integration/test_embedded_stack.py", '"manage.py", "runstack"'),
     "docker compose up": ("tests/unit/test_compose.py", "def test_workers_scale"),
     # The test workers start with the command line workers.celery.worker_command spells.
