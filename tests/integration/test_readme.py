@@ -47,6 +47,7 @@ EXERCISED_ELSEWHERE = {
     "manage.py catalog run-resume": ("tests/integration/test_commands.py", '"run-resume"'),
     "manage.py catalog jobs-reap": ("tests/integration/test_jobs_lease.py", '"jobs-reap"'),
     "manage.py catalog scrub": ("tests/integration/test_scrub.py", '"catalog", "scrub"'),
+    "export SHARDYARD_OIDC_": ("tests/unit/test_oidc_settings.py", "def readme_exports"),
     "manage.py storage report": ("tests/integration/test_ops_storage.py", '"storage", "report"'),
     "manage.py storage retire": ("tests/integration/test_ops_storage.py", '"storage", "retire"'),
     "manage.py storage gc": ("tests/integration/test_ops_storage.py", '"storage", "gc"'),
