@@ -85,6 +85,12 @@ def test_the_report_counts_the_bytes_on_disk_per_artifact_owner_and_team(world, 
 
 def test_retiring_is_refused_while_read_then_removes_files_and_keeps_rows(world, login):
     pool, version, copy, run = world["pool"], world["version"], world["copy"], world["run"]
+    # From the Storage page: a viewer may not; an editor is told what reads the pool.
+    url = f"/storage/retire/pool/{pool.pk}/"
+    assert login("viewer").post(url).status_code == 403
+    page = login("editor").post(url, follow=True)
+    assert b"is read by 1 live item(s): mixture version m v1" in page.content
+    assert Pool.objects.get(pk=pool.pk).status == ArtifactStatus.READY
     with pytest.raises(
         storage.RetireRefused, match=r"read by 1 live item\(s\): mixture version m v1"
     ):
