@@ -173,6 +173,19 @@ def test_it_serves_the_app_with_gunicorn_as_the_readme_says(db, tmp_path):
             except OSError:
                 time.sleep(0.3)
         assert status == 200, proc.poll()
+        # Slow clients (requests whose headers never end) hold a thread each; the app
+        # still answers the probe beside them (a single sync worker would not).
+        slow = []
+        for _ in range(3):
+            s = socket.create_connection(("127.0.0.1", port))
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+            slow.append(s)
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=20) as r:
+                assert r.status == 200 and b'"ok"' in r.read()
+        finally:
+            for s in slow:
+                s.close()
     finally:
         proc.terminate()
         proc.wait(timeout=20)
