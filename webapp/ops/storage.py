@@ -118,6 +118,7 @@ def storage_report() -> dict:
                 owner_id = obj.version.created_by_id
             rows.append({
                 "kind": kind, "id": obj.pk, "name": _label(kind, obj), "status": obj.status,
+                "version_id": obj.version_id if kind == "export" else None,
                 "path": obj.path, "owner_id": owner_id,
                 "bytes": 0 if obj.status == ArtifactStatus.RETIRED else path_bytes(obj.path),
             })  # fmt: skip
@@ -125,8 +126,7 @@ def storage_report() -> dict:
     copies: dict[int, int] = {}
     for r in rows:
         if r["kind"] == "export":
-            version = Export.objects.filter(pk=r["id"]).values_list("version_id", flat=True)[0]
-            copies[version] = copies.get(version, 0) + r["bytes"]
+            copies[r["version_id"]] = copies.get(r["version_id"], 0) + r["bytes"]
     for r in rows:
         if r["kind"] == "version":
             r["bytes"] = max(0, r["bytes"] - copies.get(r["id"], 0))
@@ -145,7 +145,7 @@ def storage_report() -> dict:
         r["teams"] = teams
         for team in teams or ["(no team)"]:
             per_team[team] = per_team.get(team, 0) + r["bytes"]
-        del r["owner_id"]
+        del r["owner_id"], r["version_id"]
     sources = [
         {"kind": "source", "id": s.pk, "name": s.name, "path": s.uri, "bytes": s.num_bytes}
         for s in Source.objects.order_by("name")
@@ -280,16 +280,25 @@ def collect_garbage(*, delete: bool = False, min_age: float = 3600.0) -> GcRepor
                 listing.update(fs.find(top, detail=True))
         except FileNotFoundError:
             continue
-    owned = []
+    owned: set[str] = set()
     for p in _owned_paths():
         try:
-            owned.append(_norm(fs, _fs(p)[1]))
+            owned.add(_norm(fs, _fs(p)[1]))
         except Exception:  # a path on another store: never under this root
             continue
+
+    def is_owned(path: str) -> bool:
+        # The path itself or one of its directories up to the root is an owned path.
+        while len(path) > len(base):
+            if path in owned:
+                return True
+            path = path.rsplit("/", 1)[0]
+        return False
+
     now = time.time()
     for path, info in sorted(listing.items()):
         path = _norm(fs, path)
-        if any(path == o or path.startswith(o + "/") for o in owned):
+        if is_owned(path):
             report.owned_files += 1
             continue
         mtime = info.get("mtime") or info.get("LastModified") or info.get("created")
@@ -309,7 +318,7 @@ def collect_garbage(*, delete: bool = False, min_age: float = 3600.0) -> GcRepor
     return report
 
 
-def _prune_empty_dirs(fs, base: str, owned: list[str]) -> None:
+def _prune_empty_dirs(fs, base: str, owned: set[str]) -> None:
     """Local roots: remove directories the collection left empty (never an owned one)."""
     from pathlib import Path
 

@@ -141,6 +141,11 @@ def events_collect(*, now=None) -> int:
         events += _taint_events(since)
     if "scrub.corruption" in wanted:
         events += _corruption_events(since)
+    seen = set(
+        WebhookDelivery.objects.filter(endpoint__in=endpoints, created_at__gte=since).values_list(
+            "endpoint_id", "key"
+        )
+    )
     rows = [
         WebhookDelivery(
             endpoint=ep,
@@ -151,13 +156,12 @@ def events_collect(*, now=None) -> int:
         )  # fmt: skip
         for event, key, happened, data in events
         for ep in endpoints
-        if event in ep.events and happened >= ep.created_at
+        if event in ep.events and happened >= ep.created_at and (ep.pk, key) not in seen
     ]
-    if not rows:
-        return 0
-    before = WebhookDelivery.objects.count()
-    WebhookDelivery.objects.bulk_create(rows, ignore_conflicts=True)
-    return WebhookDelivery.objects.count() - before
+    if rows:
+        # Another worker may record the same ones meanwhile: the unique key keeps one.
+        WebhookDelivery.objects.bulk_create(rows, ignore_conflicts=True)
+    return len(rows)
 
 
 def _post(endpoint: WebhookEndpoint, delivery: WebhookDelivery) -> tuple[int | None, str]:
