@@ -1,6 +1,6 @@
-"""The Grafana dashboard in deploy/grafana loads as a dashboard (unique panel ids, a
-Prometheus datasource variable, a query per panel) and every metric its queries name is one
-that /metrics exports."""
+"""The Grafana dashboard in deploy/grafana loads as a dashboard (Grafana's own models read it
+without losing a field; unique panel ids, a Prometheus datasource variable, a query per
+panel) and every metric its queries name is one that /metrics exports."""
 
 from __future__ import annotations
 
@@ -13,6 +13,34 @@ from prometheus_client.parser import text_string_to_metric_families
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "shardyard.json"
 PROMQL_WORDS = {"sum", "by", "rate", "histogram_quantile", "le", "kind", "state", "queue",
                 "origin", "route", "status", "without", "avg", "max", "min", "irate"}  # fmt: skip
+
+
+def test_grafanas_own_dashboard_model_reads_it_without_losing_a_field():
+    """grafana-foundation-sdk (Grafana's generated models) parses the file into its typed
+    dashboard and writes it back: a misspelt or misplaced field would be dropped."""
+    from grafana_foundation_sdk.cog.encoder import JSONEncoder
+    from grafana_foundation_sdk.models.dashboard import Dashboard, Panel
+
+    data = json.loads(DASHBOARD.read_text())
+    dashboard = Dashboard.from_json(data)
+    assert all(isinstance(p, Panel) for p in dashboard.panels) and len(dashboard.panels) >= 10
+    written = json.loads(json.dumps(dashboard, cls=JSONEncoder))
+    assert lost(data, written) == [], "fields Grafana's model does not know"
+
+
+def lost(original, written, path="") -> list[str]:
+    """The fields of ``original`` that ``written`` dropped or changed (it may add defaults)."""
+    if isinstance(original, dict):
+        if not isinstance(written, dict):
+            return [path]
+        return [p for k, v in original.items()
+                for p in (lost(v, written[k], f"{path}/{k}") if k in written else [f"{path}/{k}"])]  # fmt: skip
+    if isinstance(original, list):
+        if not isinstance(written, list) or len(written) != len(original):
+            return [path]
+        return [p for i, (a, b) in enumerate(zip(original, written, strict=True))
+                for p in lost(a, b, f"{path}[{i}]")]  # fmt: skip
+    return [] if original == written else [path]
 
 
 def test_every_panel_queries_a_metric_the_endpoint_exports(admin_client, db):
