@@ -1,8 +1,9 @@
 """Probes for Kubernetes (or any load balancer): ``/healthz`` answers 200 while the process
 serves requests (liveness); ``/readyz`` answers 200 only when the database and the broker
 answer too (readiness), else 503 with a JSON body naming what is down. Both are public (no
-login, no token) and touch nothing but a ``SELECT 1`` and a broker ping, each bounded by
-SHARDYARD_READY_TIMEOUT seconds."""
+login, no token) and touch nothing but a ``SELECT 1`` and a broker ping (the ping bounded
+by SHARDYARD_READY_TIMEOUT seconds; the database by its driver's connect timeout, e.g.
+``?connect_timeout=3`` in DATABASE_URL)."""
 
 from __future__ import annotations
 
