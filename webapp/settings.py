@@ -12,6 +12,7 @@ from urllib.parse import urlparse
 import dj_database_url
 
 from webapp.env import ConfigError, env_bool, env_int, env_list, env_paths, env_roots, env_str
+from webapp.ops.oidc_map import parse_role_map
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -131,6 +132,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "webapp.ops.metrics.RequestLatencyMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "webapp.security.ContentSecurityPolicyMiddleware",
     # Unmatched addresses under /api/ (an id above 2^63) answer JSON, not an HTML page.
@@ -162,6 +164,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "webapp.dashboard.context_processors.corruption",
+                "webapp.ops.oidc.sso",
             ],
         },
     },
@@ -304,6 +307,47 @@ LOGGING = {
         for name in ("botocore.credentials", "botocore.configprovider")
     },
 }
+
+# --- Operations (webapp.ops): probes, metrics ---------------------------------------------
+# /readyz gives the database and the broker this long (seconds) to answer.
+SHARDYARD_READY_TIMEOUT = env_int("SHARDYARD_READY_TIMEOUT", 3, minimum=1)
+# A bearer token that may read /metrics (a Prometheus server has no user); API tokens and
+# signed-in sessions may read it too. Empty: no bearer is accepted.
+SHARDYARD_METRICS_TOKEN = env_str("SHARDYARD_METRICS_TOKEN", "") or ""
+# Webhooks (webapp.ops.webhooks): every worker's webhook thread looks for new events and due
+# deliveries this often (seconds; 0 = this worker sends none), gives a receiver this long to
+# answer, and tries a delivery this many times, waiting BACKOFF seconds, doubling.
+SHARDYARD_WEBHOOK_POLL = env_int("SHARDYARD_WEBHOOK_POLL", 5, minimum=0)
+SHARDYARD_WEBHOOK_TIMEOUT = env_int("SHARDYARD_WEBHOOK_TIMEOUT", 5, minimum=1)
+SHARDYARD_WEBHOOK_ATTEMPTS = env_int("SHARDYARD_WEBHOOK_ATTEMPTS", 6, minimum=1)
+SHARDYARD_WEBHOOK_BACKOFF = env_int("SHARDYARD_WEBHOOK_BACKOFF", 30, minimum=1)
+
+# --- Single sign-on (OpenID Connect, webapp.ops.oidc): on when a client id is given ----------
+SHARDYARD_OIDC_ENABLED = bool(env_str("SHARDYARD_OIDC_CLIENT_ID", ""))
+if SHARDYARD_OIDC_ENABLED:
+    OIDC_RP_CLIENT_ID = env_str("SHARDYARD_OIDC_CLIENT_ID")
+    OIDC_RP_CLIENT_SECRET = env_str("SHARDYARD_OIDC_CLIENT_SECRET", "")
+    # The provider's endpoints, as its /.well-known/openid-configuration lists them.
+    OIDC_OP_AUTHORIZATION_ENDPOINT = env_str("SHARDYARD_OIDC_AUTHORIZATION_ENDPOINT", "")
+    OIDC_OP_TOKEN_ENDPOINT = env_str("SHARDYARD_OIDC_TOKEN_ENDPOINT", "")
+    OIDC_OP_USER_ENDPOINT = env_str("SHARDYARD_OIDC_USER_ENDPOINT", "")
+    OIDC_OP_JWKS_ENDPOINT = env_str("SHARDYARD_OIDC_JWKS_ENDPOINT", "")
+    for _name in ("AUTHORIZATION", "TOKEN", "USER", "JWKS"):
+        if not globals()[f"OIDC_OP_{_name}_ENDPOINT"]:
+            raise ConfigError(
+                f"SHARDYARD_OIDC_{_name}_ENDPOINT must be set with SHARDYARD_OIDC_CLIENT_ID "
+                "(see the provider's /.well-known/openid-configuration)"
+            )
+    OIDC_RP_SIGN_ALGO = env_str("SHARDYARD_OIDC_SIGN_ALGO", "RS256")
+    OIDC_RP_SCOPES = env_str("SHARDYARD_OIDC_SCOPES", "openid email profile groups")
+    AUTHENTICATION_BACKENDS = [*AUTHENTICATION_BACKENDS, "webapp.ops.oidc.RoleMappingBackend"]
+SHARDYARD_OIDC_GROUPS_CLAIM = env_str("SHARDYARD_OIDC_GROUPS_CLAIM", "groups")
+try:
+    SHARDYARD_OIDC_ROLE_MAP = parse_role_map(env_str("SHARDYARD_OIDC_ROLE_MAP", "") or "")
+except ValueError as _exc:
+    raise ConfigError(str(_exc)) from None
+OIDC_CREATE_USER = True
+LOGIN_REDIRECT_URL_FAILURE = "login"
 
 # One queue name per deployment; tests use their own so that they never meet a running stack.
 CELERY_TASK_DEFAULT_QUEUE = env_str("SHARDYARD_QUEUE", "shardyard")

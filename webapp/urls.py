@@ -20,6 +20,7 @@ urlpatterns = [
         login_not_required(RedirectView.as_view(url=static("shardyard/favicon.svg"))),
     ),
     path("api/", include("webapp.api.urls")),
+    path("", include("webapp.ops.urls")),
     # The dashboard's overview replaces the ops overview at "/" (it shows the workers too).
     *home_urlpatterns,
     path("", include("webapp.dashboard.urls")),

@@ -62,3 +62,17 @@ def _stop_sweeper(**_kwargs) -> None:
     from workers import sweeper
 
     sweeper.stop()
+
+
+@worker_ready.connect
+def _start_webhooks(sender=None, **_kwargs) -> None:
+    from workers import webhooks
+
+    webhooks.start()
+
+
+@worker_shutdown.connect
+def _stop_webhooks(**_kwargs) -> None:
+    from workers import webhooks
+
+    webhooks.stop()

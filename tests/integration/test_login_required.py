@@ -3,7 +3,18 @@
 import pytest
 from django.urls import URLPattern, URLResolver, get_resolver
 
-PUBLIC = {"login", "logout"}
+# The probes and the single sign-on flow are public; /metrics and /api/storage/ answer 401
+# like the API.
+PUBLIC = {
+    "login",
+    "logout",
+    "healthz",
+    "readyz",
+    "metrics",
+    "api-storage",
+    "oidc_authentication_init",
+    "oidc_authentication_callback",
+}  # single sign-on
 
 
 def _page_paths():

@@ -47,6 +47,10 @@ EXERCISED_ELSEWHERE = {
     "manage.py catalog run-resume": ("tests/integration/test_commands.py", '"run-resume"'),
     "manage.py catalog jobs-reap": ("tests/integration/test_jobs_lease.py", '"jobs-reap"'),
     "manage.py catalog scrub": ("tests/integration/test_scrub.py", '"catalog", "scrub"'),
+    "export SHARDYARD_OIDC_": ("tests/unit/test_oidc_settings.py", "def readme_exports"),
+    "manage.py storage report": ("tests/integration/test_ops_storage.py", '"storage", "report"'),
+    "manage.py storage retire": ("tests/integration/test_ops_storage.py", '"storage", "retire"'),
+    "manage.py storage gc": ("tests/integration/test_ops_storage.py", '"storage", "gc"'),
     "manage.py migrate": ("tests/integration/test_embedded_stack.py", '"manage.py", "runstack"'),
     "docker compose up": ("tests/unit/test_compose.py", "def test_workers_scale"),
     # The test workers start with the command line workers.celery.worker_command spells.
@@ -169,6 +173,19 @@ def test_it_serves_the_app_with_gunicorn_as_the_readme_says(db, tmp_path):
             except OSError:
                 time.sleep(0.3)
         assert status == 200, proc.poll()
+        # Slow clients (requests whose headers never end) hold a thread each; the app
+        # still answers the probe beside them (a single sync worker would not).
+        slow = []
+        for _ in range(3):
+            s = socket.create_connection(("127.0.0.1", port))
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+            slow.append(s)
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=20) as r:
+                assert r.status == 200 and b'"ok"' in r.read()
+        finally:
+            for s in slow:
+                s.close()
     finally:
         proc.terminate()
         proc.wait(timeout=20)

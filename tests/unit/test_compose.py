@@ -103,3 +103,16 @@ def test_artifacts_go_to_the_bucket_and_what_stays_local_is_each_containers_own(
                 assert urlparse(root).hostname == bucket, root
             else:
                 assert root in _mounts(app), (app, root)
+
+
+def test_flower_watches_the_same_broker_with_the_workers_task_events():
+    flower, worker = SERVICES["flower"], _env("worker")
+    assert "--task-events" in SERVICES["worker"]["command"]  # Flower sees tasks only with these
+    assert "celery -A workers flower" in flower["command"] and "flower==2.2.0" in flower["command"]
+    env = {k: str(v) for k, v in flower["environment"].items()}
+    assert env["CELERY_BROKER_URL"] == worker["CELERY_BROKER_URL"]
+    assert env["DATABASE_URL"] == worker["DATABASE_URL"]
+    assert "--basic-auth=$${FLOWER_BASIC_AUTH}" in flower["command"]
+    assert flower["depends_on"]["redis"]["condition"] == "service_healthy"
+    # The web app's health check is the liveness probe, which needs no login.
+    assert "/healthz" in " ".join(SERVICES["web"]["healthcheck"]["test"])

@@ -27,6 +27,8 @@ class ArtifactStatus(models.TextChoices):
     READY = "ready"
     FAILED = "failed"
     CANCELLED = "cancelled"
+    # Its files were removed on purpose (webapp.ops.storage); the row and its lineage stay.
+    RETIRED = "retired"
 
 
 class Artifact(models.Model):

@@ -1,5 +1,6 @@
 """Worker heartbeats: the overview shows which Celery workers answered recently."""
 
+from django.conf import settings
 from django.db import models
 
 
@@ -36,3 +37,71 @@ class WorkerBeat(models.Model):
 
     def __str__(self) -> str:
         return f"{self.worker} (last seen {self.last_seen:%Y-%m-%d %H:%M:%S})"
+
+
+# --- notifications ----------------------------------------------------------------------
+
+WEBHOOK_EVENTS = ("job.succeeded", "job.failed", "run.tainted", "scrub.corruption")
+
+
+class WebhookEndpoint(models.Model):
+    """Where to tell someone about events: a URL, the shared secret its deliveries are
+    signed with (HMAC-SHA256 of the body), the events it wants, and the payload format
+    (Shardyard's JSON, or Slack's ``{"text": ...}``). Set up by a user, for themselves or
+    for a team (a group they belong to)."""
+
+    class Format(models.TextChoices):
+        JSON = "json"
+        SLACK = "slack"
+
+    url = models.URLField(max_length=1000)
+    secret = models.CharField(max_length=200)
+    events = models.JSONField(default=list)  # a subset of WEBHOOK_EVENTS
+    format = models.CharField(max_length=8, choices=Format.choices, default=Format.JSON)
+    active = models.BooleanField(default=True)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    team = models.ForeignKey(
+        "auth.Group", null=True, blank=True, on_delete=models.CASCADE, related_name="+"
+    )
+    # Only events after this moment are delivered (no flood of history on creation).
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"webhook {self.pk} -> {self.url}"
+
+
+class WebhookDelivery(models.Model):
+    """One event for one endpoint, with its attempts. ``key`` names the event's object
+    (``job:12:failed``): one delivery per event and endpoint, however often it is seen."""
+
+    class State(models.TextChoices):
+        PENDING = "pending"
+        DELIVERED = "delivered"
+        FAILED = "failed"  # gave up after SHARDYARD_WEBHOOK_ATTEMPTS attempts
+
+    endpoint = models.ForeignKey(
+        WebhookEndpoint, related_name="deliveries", on_delete=models.CASCADE
+    )
+    event = models.CharField(max_length=40)
+    key = models.CharField(max_length=200)
+    payload = models.JSONField()
+    state = models.CharField(max_length=12, choices=State.choices, default=State.PENDING)
+    attempts = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField()
+    # A drainer holds the delivery until then (its bounded request included).
+    claimed_until = models.DateTimeField(null=True, blank=True)
+    last_status = models.IntegerField(null=True, blank=True)
+    last_error = models.CharField(max_length=500, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["endpoint", "key"], name="webhook_one_per_event")
+        ]
+        indexes = [models.Index(fields=["state", "next_attempt_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.event} -> {self.endpoint_id} ({self.state})"

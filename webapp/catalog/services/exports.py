@@ -201,7 +201,9 @@ def mixture_version_materialize(
         MixtureVersion.objects.select_for_update().filter(pk=version.pk).first()
         current = (
             Export.objects.filter(version=version, format=Export.Format.MATERIALIZED)
-            .exclude(status__in=[ArtifactStatus.FAILED, ArtifactStatus.CANCELLED])
+            .exclude(
+                status__in=[ArtifactStatus.FAILED, ArtifactStatus.CANCELLED, ArtifactStatus.RETIRED]
+            )
             .select_related("job")
             .order_by("-created_at")
             .first()

@@ -1,0 +1,99 @@
+"""Operations pages: the webhooks a user set up for themselves and their teams."""
+
+from __future__ import annotations
+
+import secrets
+
+from django import forms
+from django.contrib import messages
+from django.contrib.auth.models import Group
+from django.db.models import Q
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from webapp.ops.models import WEBHOOK_EVENTS, WebhookDelivery, WebhookEndpoint
+from webapp.ops.webhooks import endpoint_create
+from webapp.roles import ROLES
+
+
+def _teams(user):
+    """The user's teams: their groups that are not role groups."""
+    return Group.objects.filter(user=user).exclude(name__in=ROLES).order_by("name")
+
+
+class WebhookForm(forms.Form):
+    url = forms.URLField(max_length=1000, label="URL", assume_scheme="https")
+    secret = forms.CharField(
+        max_length=200, required=False,
+        help_text="Shared secret for the X-Shardyard-Signature header; empty: one is generated.",
+    )  # fmt: skip
+    events = forms.MultipleChoiceField(
+        choices=[(e, e) for e in WEBHOOK_EVENTS], widget=forms.CheckboxSelectMultiple
+    )
+    format = forms.ChoiceField(choices=WebhookEndpoint.Format.choices)
+    team = forms.ModelChoiceField(queryset=Group.objects.none(), required=False,
+                                  empty_label="just me")  # fmt: skip
+
+    def __init__(self, *args, user, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["team"].queryset = _teams(user)
+
+
+def _visible(user):
+    return WebhookEndpoint.objects.filter(Q(owner=user) | Q(team__in=_teams(user)))
+
+
+def webhooks(request):
+    """List, with the last deliveries, and the form for a new one."""
+    form = WebhookForm(request.POST or None, user=request.user)
+    if request.method == "POST" and form.is_valid():
+        secret = form.cleaned_data["secret"] or secrets.token_urlsafe(24)
+        endpoint = endpoint_create(
+            url=form.cleaned_data["url"], secret=secret, events=form.cleaned_data["events"],
+            owner=request.user, team=form.cleaned_data["team"],
+            format=form.cleaned_data["format"],
+        )  # fmt: skip
+        shown = "" if form.cleaned_data["secret"] else f" Its secret (shown once): {secret}"
+        messages.success(request, f"Webhook {endpoint.pk} to {endpoint.url} added.{shown}")
+        return redirect("webhooks")
+    endpoints = list(_visible(request.user).select_related("team", "owner").order_by("-id"))
+    recent = WebhookDelivery.objects.filter(endpoint__in=endpoints).order_by("-id")[:30]
+    return render(
+        request, "ops/webhooks.html",
+        {"form": form, "endpoints": endpoints, "deliveries": recent},
+    )  # fmt: skip
+
+
+@require_POST
+def webhook_delete(request, pk: int):
+    endpoint = get_object_or_404(_visible(request.user), pk=pk)
+    endpoint.delete()
+    messages.success(request, f"Webhook {pk} removed.")
+    return redirect("webhooks")
+
+
+def storage_page(request):
+    """Bytes held per source, artifact, owner and team; editors retire artifacts here."""
+    from webapp.ops.storage import storage_report
+
+    return render(request, "ops/storage.html", {"report": storage_report()})
+
+
+@require_POST
+def storage_retire(request, kind: str, pk: int):
+    from webapp.ops.storage import KINDS, RetireRefused, artifact_retire
+    from webapp.roles import require_role
+
+    require_role(request.user, "editor")
+    if kind not in KINDS:
+        messages.error(request, f"kind {kind!r}: choose from {', '.join(KINDS)}")
+        return redirect("storage")
+    try:
+        done = artifact_retire(kind=kind, pk=pk)
+    except RetireRefused as exc:
+        messages.error(request, str(exc))
+    except KINDS[kind].DoesNotExist as exc:
+        messages.error(request, str(exc))
+    else:
+        messages.success(request, f"Retired {kind} {pk}: {done['bytes_freed']:,} bytes freed.")
+    return redirect("storage")

@@ -1,0 +1,250 @@
+"""Webhooks: events (a job succeeded or failed, a run was tainted, the scrub found a
+corrupt artifact) delivered as signed JSON to the URLs users and teams configured.
+
+Nothing here runs inside a job. Every worker runs a thread (``workers.webhooks``) that, every
+SHARDYARD_WEBHOOK_POLL seconds, calls ``webhooks_tick``:
+
+1. ``events_collect`` reads the rows that say an event happened (terminal jobs, taints of
+   runs, scrub findings) since the oldest active endpoint was made, and records one
+   ``WebhookDelivery`` per (endpoint, event): a unique key makes this idempotent, so any
+   number of workers may collect the same events.
+2. ``deliveries_drain`` claims due deliveries (a conditional UPDATE: one drainer each) and
+   POSTs them with bounded timeouts (SHARDYARD_WEBHOOK_TIMEOUT). A receiver that answers
+   anything but 2xx, or not at all, is tried again after SHARDYARD_WEBHOOK_BACKOFF seconds,
+   doubling, up to SHARDYARD_WEBHOOK_ATTEMPTS attempts.
+
+Each request carries ``X-Shardyard-Signature: sha256=<hex>``, the HMAC-SHA256 of the exact
+body with the endpoint's secret, ``X-Shardyard-Event`` and ``X-Shardyard-Delivery`` (the
+same on every retry of one delivery, so a receiver can drop duplicates)."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+from datetime import timedelta
+
+from django.conf import settings
+from django.db.models import Min, Q
+from django.utils import timezone
+
+from webapp.ops.models import WEBHOOK_EVENTS, WebhookDelivery, WebhookEndpoint
+
+log = logging.getLogger(__name__)
+
+SIGNATURE_HEADER = "X-Shardyard-Signature"
+# A new endpoint hears of events after its creation only; a worker that was down for a
+# while catches up on this much history at most.
+LOOKBACK = timedelta(days=1)
+
+
+def sign(secret: str, body: bytes) -> str:
+    """The signature header's value for ``body``."""
+    return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+
+def _iso(value) -> str | None:
+    return value.isoformat() if value else None
+
+
+def _job_events(since) -> list[tuple[str, str, object, dict]]:
+    from webapp.jobs.models import Job, JobState
+
+    out = []
+    for job in Job.objects.filter(
+        state__in=(JobState.SUCCEEDED, JobState.FAILED), finished_at__gte=since
+    ).order_by("finished_at"):
+        event = f"job.{job.state}"
+        data = {
+            "job": job.pk, "kind": job.kind, "title": job.title, "state": job.state,
+            "error": job.error[:2000], "units_total": job.units_total,
+            "units_done": job.units_done, "documents": job.documents, "tokens": job.tokens,
+            "bytes": job.bytes, "created_at": _iso(job.created_at),
+            "finished_at": _iso(job.finished_at), "page": f"/jobs/{job.pk}/",
+        }  # fmt: skip
+        out.append((event, f"job:{job.pk}:{job.state}", job.finished_at, data))
+    return out
+
+
+def _taint_events(since) -> list[tuple[str, str, object, dict]]:
+    from webapp.catalog.models import Taint
+
+    out = []
+    for taint in (
+        Taint.objects.filter(run__isnull=False, created_at__gte=since)
+        .select_related("run", "flag")
+        .order_by("created_at")
+    ):
+        data = {
+            "run": taint.run_id, "run_name": taint.run.name, "flag": taint.flag_id,
+            "reason": taint.flag.reason[:2000], "tainted_at": _iso(taint.created_at),
+            "page": f"/runs/{taint.run_id}/",
+        }  # fmt: skip
+        out.append(
+            ("run.tainted", f"run:{taint.run_id}:flag:{taint.flag_id}", taint.created_at, data)
+        )
+    return out
+
+
+def _corruption_events(since) -> list[tuple[str, str, object, dict]]:
+    from webapp.catalog.models import Corruption
+
+    out = []
+    for c in Corruption.objects.filter(cause__isnull=True, found_at__gte=since).order_by(
+        "found_at"
+    ):
+        target = c.target
+        data = {
+            "corruption": c.pk, "target": type(target).__name__ if target else None,
+            "target_id": getattr(target, "pk", None), "target_name": str(target),
+            "problem": c.problem[:2000], "scrub_job": c.job_id, "found_at": _iso(c.found_at),
+        }  # fmt: skip
+        out.append(("scrub.corruption", f"corruption:{c.pk}", c.found_at, data))
+    return out
+
+
+def _text(event: str, data: dict) -> str:
+    """The one-line summary of a Slack-compatible payload."""
+    if event.startswith("job."):
+        line = f"Shardyard job {data['job']} ({data['kind']}) {data['state']}"
+        if data.get("title"):
+            line += f": {data['title']}"
+        if data.get("error"):
+            line += f"\n{data['error'].splitlines()[0][:300]}"
+        return line
+    if event == "run.tainted":
+        return f"Shardyard run {data['run_name']} is tainted by flag {data['flag']}: {data['reason'][:300]}"
+    return f"Shardyard scrub found {data['target_name']} corrupt: {data['problem'][:300]}"
+
+
+def payload_for(endpoint: WebhookEndpoint, event: str, key: str, data: dict) -> dict:
+    if endpoint.format == WebhookEndpoint.Format.SLACK:
+        return {"text": _text(event, data)}
+    return {"event": event, "key": key, "data": data}
+
+
+def events_collect(*, now=None) -> int:
+    """Record a pending delivery for every event an active endpoint wants and has not got
+    yet. Returns how many new deliveries were recorded."""
+    now = now or timezone.now()
+    endpoints = list(WebhookEndpoint.objects.filter(active=True))
+    if not endpoints:
+        return 0
+    oldest = WebhookEndpoint.objects.filter(active=True).aggregate(t=Min("created_at"))["t"]
+    since = max(oldest, now - LOOKBACK)
+    wanted = {e for ep in endpoints for e in ep.events}
+    events = []
+    if wanted & {"job.succeeded", "job.failed"}:
+        events += _job_events(since)
+    if "run.tainted" in wanted:
+        events += _taint_events(since)
+    if "scrub.corruption" in wanted:
+        events += _corruption_events(since)
+    seen = set(
+        WebhookDelivery.objects.filter(endpoint__in=endpoints, created_at__gte=since).values_list(
+            "endpoint_id", "key"
+        )
+    )
+    rows = [
+        WebhookDelivery(
+            endpoint=ep,
+            event=event,
+            key=key,
+            payload=payload_for(ep, event, key, data),
+            next_attempt_at=now,
+        )  # fmt: skip
+        for event, key, happened, data in events
+        for ep in endpoints
+        if event in ep.events and happened >= ep.created_at and (ep.pk, key) not in seen
+    ]
+    if rows:
+        # Another worker may record the same ones meanwhile: the unique key keeps one.
+        WebhookDelivery.objects.bulk_create(rows, ignore_conflicts=True)
+    return len(rows)
+
+
+def _post(endpoint: WebhookEndpoint, delivery: WebhookDelivery) -> tuple[int | None, str]:
+    """POST one delivery; (HTTP status or None, error text)."""
+    import requests
+
+    body = json.dumps(delivery.payload, sort_keys=True, separators=(",", ":")).encode()
+    timeout = float(settings.SHARDYARD_WEBHOOK_TIMEOUT)
+    headers = {
+        "Content-Type": "application/json",
+        "User-Agent": "Shardyard-Webhook/1",
+        SIGNATURE_HEADER: sign(endpoint.secret, body),
+        "X-Shardyard-Event": delivery.event,
+        "X-Shardyard-Delivery": str(delivery.pk),
+    }
+    try:
+        response = requests.post(
+            endpoint.url, data=body, headers=headers, timeout=(min(timeout, 3.0), timeout),
+            allow_redirects=False,
+        )  # fmt: skip
+    except requests.RequestException as exc:
+        return None, f"{type(exc).__name__}: {exc}"[:500]
+    if 200 <= response.status_code < 300:
+        return response.status_code, ""
+    return response.status_code, f"answered {response.status_code}: {response.text[:200]}"
+
+
+def deliveries_drain(*, limit: int = 20) -> int:
+    """Send the due deliveries this drainer can claim; returns how many were attempted."""
+    now = timezone.now()
+    free = Q(claimed_until__isnull=True) | Q(claimed_until__lt=now)
+    due = list(
+        WebhookDelivery.objects.filter(free, state=WebhookDelivery.State.PENDING,
+                                       next_attempt_at__lte=now)
+        .order_by("next_attempt_at", "id")
+        .values_list("pk", flat=True)[:limit]
+    )  # fmt: skip
+    hold = timedelta(seconds=float(settings.SHARDYARD_WEBHOOK_TIMEOUT) * 2 + 30)
+    attempted = 0
+    for pk in due:
+        now = timezone.now()
+        claimed = (
+            WebhookDelivery.objects.filter(pk=pk, state=WebhookDelivery.State.PENDING)
+            .filter(Q(claimed_until__isnull=True) | Q(claimed_until__lt=now))
+            .update(claimed_until=now + hold)
+        )
+        if not claimed:
+            continue  # another drainer has it
+        delivery = WebhookDelivery.objects.select_related("endpoint").get(pk=pk)
+        status, error = _post(delivery.endpoint, delivery)
+        attempted += 1
+        attempts = delivery.attempts + 1
+        done = timezone.now()
+        if not error:
+            fields = {"state": WebhookDelivery.State.DELIVERED, "delivered_at": done}
+        elif attempts >= settings.SHARDYARD_WEBHOOK_ATTEMPTS:
+            fields = {"state": WebhookDelivery.State.FAILED}
+            log.warning("webhook delivery %s gave up after %d attempts: %s", pk, attempts, error)
+        else:
+            wait = min(3600.0, settings.SHARDYARD_WEBHOOK_BACKOFF * 2 ** (attempts - 1))
+            fields = {"next_attempt_at": done + timedelta(seconds=wait)}
+        WebhookDelivery.objects.filter(pk=pk).update(
+            attempts=attempts, last_status=status, last_error=error, claimed_until=None, **fields
+        )
+    return attempted
+
+
+def webhooks_tick() -> tuple[int, int]:
+    """One round of the workers' webhook thread: (deliveries recorded, attempted)."""
+    return events_collect(), deliveries_drain()
+
+
+def endpoint_create(*, url: str, secret: str, events, owner=None, team=None,
+                    format: str = WebhookEndpoint.Format.JSON) -> WebhookEndpoint:  # fmt: skip
+    """A new endpoint; the events must be among WEBHOOK_EVENTS."""
+    events = list(dict.fromkeys(events))
+    unknown = [e for e in events if e not in WEBHOOK_EVENTS]
+    if unknown or not events:
+        raise ValueError(
+            f"events: {', '.join(unknown) or 'none given'}; choose from {', '.join(WEBHOOK_EVENTS)}"
+        )
+    if format not in WebhookEndpoint.Format.values:
+        raise ValueError(f"format: {format!r}; choose json or slack")
+    return WebhookEndpoint.objects.create(
+        url=url, secret=secret, events=events, owner=owner, team=team, format=format
+    )
