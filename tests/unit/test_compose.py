@@ -5,11 +5,16 @@ bucket while what stays local is each container's own, and workers scale with
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import subprocess
 from pathlib import Path
 from urllib.parse import urlparse
 
 import yaml
+
+from tests.support.services import unavailable
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
@@ -116,3 +121,31 @@ def test_flower_watches_the_same_broker_with_the_workers_task_events():
     assert flower["depends_on"]["redis"]["condition"] == "service_healthy"
     # The web app's health check is the liveness probe, which needs no login.
     assert "/healthz" in " ".join(SERVICES["web"]["healthcheck"]["test"])
+
+
+def _compose_command() -> list[str] | None:
+    """Compose's own client: the v2 plugin (``docker compose``) or the v1 ``docker-compose``
+    (Debian's package, which .ci/run installs). Either validates without an engine."""
+    if shutil.which("docker") and (
+        subprocess.run(["docker", "compose", "version"], capture_output=True).returncode == 0
+    ):
+        return ["docker", "compose"]
+    if shutil.which("docker-compose"):
+        return ["docker-compose"]
+    return None
+
+
+def test_compose_itself_accepts_the_file():
+    command = _compose_command()
+    if command is None:
+        unavailable("docker compose", "neither the compose plugin nor docker-compose is installed")
+    env = {**os.environ, "SECRET_KEY": "a-placeholder-long-enough-to-pass-compose-validation"}
+    done = subprocess.run(
+        [*command, "-f", str(ROOT / "docker-compose.yml"), "config", "--services"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr
+    assert set(done.stdout.split()) == set(SERVICES)
