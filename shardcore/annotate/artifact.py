@@ -24,9 +24,9 @@ Corpus-level annotators (near-duplicates) write a per-shard scratch file in the 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -177,7 +177,7 @@ def _type(annotator: Annotator, name: str) -> pa.DataType:
 
 
 def _work_file(shard: int) -> str:
-    return f"work/shard-{shard:05d}.npz"
+    return f"work/shard-{shard:05d}"
 
 
 def finalize(
@@ -219,10 +219,7 @@ def finalize(
     }
     write_manifest(out, manifest)
     if annotator.corpus_level:
-        for s in p["shards"]:
-            (out / _work_file(s["index"])).unlink(missing_ok=True)
-        with contextlib.suppress(OSError):
-            (out / "work").rmdir()
+        shutil.rmtree(out / "work", ignore_errors=True)
     return read_manifest(out)
 
 
