@@ -71,11 +71,11 @@ def jaccard(a: set, b: set) -> float:
 def band_keys(sig: np.ndarray, band: int, rows: int) -> np.ndarray:
     """One uint64 per document from its ``rows`` values of band ``band`` (FNV-style fold:
     a collision only adds a candidate that the signature check refuses)."""
-    cols = sig[:, band * rows : (band + 1) * rows].astype(np.uint64)
     key = np.full(len(sig), np.uint64(0xCBF29CE484222325), dtype=np.uint64)
     with np.errstate(over="ignore"):
-        for j in range(rows):
-            key = (key ^ cols[:, j]) * _FOLD
+        for j in range(band * rows, (band + 1) * rows):  # one column at a time: 8 B/doc
+            key ^= sig[:, j]
+            key *= _FOLD
     return key
 
 
