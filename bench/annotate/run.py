@@ -22,8 +22,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-
 
 def corpus(n: int) -> list[str]:
     from tests.unit.annotate_corpus import documents
