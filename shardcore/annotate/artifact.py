@@ -207,6 +207,9 @@ def finalize(
         size = path.stat().st_size
         total_bytes += size
         files.append({"path": s["path"], "size": size, "xxh3": file_checksum(path)})
+    # every unit is done, so no writer is live: temporaries left by killed ones go
+    for stale in (out / "shards").glob(".*.tmp"):
+        stale.unlink(missing_ok=True)
     docs = sum(s["documents"] for s in p["shards"])
     manifest = {
         **p,
@@ -231,10 +234,11 @@ def annotate(
     *,
     batch_size: int = 1024,
     text_from: str = "auto",
+    workers: int = 1,
     progress=None,
 ) -> dict[str, Any]:
-    """Annotate every shard of ``tokenized`` with annotator ``name`` into ``out`` and
-    return the manifest. A finished ``out`` of the same fingerprint is returned as it is;
+    """Annotate every shard of ``tokenized`` with annotator ``name`` into ``out`` (units
+    in ``workers`` processes) and return the manifest. A finished ``out`` of the same fingerprint is returned as it is;
     a partial one is completed (finished units are skipped)."""
     annotator = create(name, params)
     out = Path(out)
@@ -246,13 +250,49 @@ def annotate(
                 f"{out} already holds a finished artifact; choose another output directory"
             )
         return m
-    for s in p["shards"]:
-        r = annotate_shard(
-            tokenized, out, annotator, s["index"], batch_size=batch_size, text_from=text_from
-        )
-        if progress is not None:
-            progress(r)
+    if workers < 1:
+        raise InputError("workers must be at least 1")
+    indices = [s["index"] for s in p["shards"]]
+    if workers == 1 or len(indices) < 2:
+        for i in indices:
+            r = annotate_shard(
+                tokenized, out, annotator, i, batch_size=batch_size, text_from=text_from
+            )
+            if progress is not None:
+                progress(r)
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        _start(out, p)  # once, before the workers race to create it
+        ctx = multiprocessing.get_context("spawn")  # no forked model or thread state
+        with ProcessPoolExecutor(min(workers, len(indices)), mp_context=ctx) as pool:
+            futures = [
+                pool.submit(
+                    _unit,
+                    str(tokenized),
+                    str(out),
+                    name,
+                    annotator.params,
+                    i,
+                    batch_size,
+                    text_from,
+                )
+                for i in indices
+            ]
+            for f in as_completed(futures):
+                r = f.result()
+                if progress is not None:
+                    progress(r)
     return finalize(tokenized, out, annotator)
+
+
+def _unit(
+    tokenized: str, out: str, name: str, params: dict, shard: int, batch_size: int, text_from: str
+):
+    return annotate_shard(
+        tokenized, out, create(name, params), shard, batch_size=batch_size, text_from=text_from
+    )
 
 
 def read_annotation(path: str | os.PathLike, columns: list[str] | None = None) -> pa.Table:

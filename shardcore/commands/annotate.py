@@ -29,6 +29,7 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
         default="auto",
         help="read text from the source files, decode the tokens, or auto (default)",
     )
+    p.add_argument("--workers", type=int, default=1, help="processes running shards at once")
     p.add_argument("--batch-size", type=int, default=1024, help="documents per annotate call")
     p.add_argument("--json", action="store_true", help="print the manifest as JSON")
     p.set_defaults(func=run)
@@ -38,6 +39,8 @@ def run(args: argparse.Namespace) -> int:
     from shardcore import annotate as registry
     from shardcore.annotate.artifact import annotate
 
+    if args.workers < 1:
+        raise CLIError("--workers must be at least 1")
     if args.batch_size < 1:
         raise CLIError("--batch-size must be at least 1")
     cls = registry.get(args.annotator)
@@ -55,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
         params,
         batch_size=args.batch_size,
         text_from=args.text_from,
+        workers=args.workers,
         progress=progress,
     )
     if args.json:

@@ -213,3 +213,55 @@ def test_personal_data_counts_planted_items_in_real_text(records):
         assert got["ipv6"] - b["ipv6"] == 1
         assert got["cards"] - b["cards"] == 1
     assert pii.luhn_ok("4539148803436467") and not pii.luhn_ok("4539148803436468")
+
+
+def test_a_killed_build_heals_to_byte_identical_output(tmp_path):
+    import signal
+    import time
+
+    records = [
+        {"text": r["text"][i : i + 1500]}
+        for r in stdlib_records(100, max_chars=60_000)
+        for i in range(0, len(r["text"]), 1500)
+    ][:500]
+    src = write_jsonl(tmp_path / "many.jsonl", records)
+    tok = tmp_path / "tok"
+    tokenize([str(src)], str(tok), shard_size=15_000)
+    assert len(TokenizedSource(tok).manifest["shards"]) >= 10
+    clean = tmp_path / "clean"
+    m = annotate(tok, clean, "pii")
+    killed = tmp_path / "killed"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "shardcore.cli", "annotate", str(tok), "--annotator",
+           "pii", "--batch-size", "16", "--out", str(killed)]  # fmt: skip
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and proc.poll() is None:
+        if len(list((killed / "shards").glob("shard-*.parquet"))) >= 2:
+            break
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the build finished before it could be killed"
+    assert not (killed / "manifest.json").exists()
+    done = len(list((killed / "shards").glob("shard-*.parquet")))
+    assert 2 <= done < len(m["shards"])
+    healed = annotate(tok, killed, "pii")
+    assert healed["fingerprint"] == m["fingerprint"]
+    _assert_same_bytes(killed, clean, m)
+
+
+def _assert_same_bytes(out: Path, clean: Path, m: dict) -> None:
+    assert (out / "manifest.json").read_bytes() == (clean / "manifest.json").read_bytes()
+    for f in m["files"]:
+        assert (out / f["path"]).read_bytes() == (clean / f["path"]).read_bytes()
+    assert sorted(p.name for p in (out / "shards").iterdir()) == sorted(
+        Path(f["path"]).name for f in m["files"]
+    )
+
+
+def test_two_worker_processes_write_the_same_bytes_as_one(tokenized, tmp_path):
+    one = annotate(tokenized, tmp_path / "one", "pii")
+    two = annotate(tokenized, tmp_path / "two", "pii", workers=2)
+    assert two["fingerprint"] == one["fingerprint"]
+    _assert_same_bytes(tmp_path / "two", tmp_path / "one", one)
