@@ -265,3 +265,23 @@ def test_two_worker_processes_write_the_same_bytes_as_one(tokenized, tmp_path):
     two = annotate(tokenized, tmp_path / "two", "pii", workers=2)
     assert two["fingerprint"] == one["fingerprint"]
     _assert_same_bytes(tmp_path / "two", tmp_path / "one", one)
+
+
+def test_an_edited_or_missing_source_is_refused_by_name_or_decoded(tmp_path, records):
+    src = write_jsonl(tmp_path / "docs.jsonl", records[:6])
+    tok = tmp_path / "tok"
+    tokenize([str(src)], str(tok))
+    ts = TokenizedSource(tok)
+    before = shard_texts(ts, 0, text_from="source")[0]
+    src.write_bytes(src.read_bytes() + b'{"text": "appended later"}\n')
+    with pytest.raises(
+        InputError, match=rf"{src}: \d+ bytes, the tokenized source's manifest recorded"
+    ):
+        shard_texts(ts, 0, text_from="source")
+    assert shard_texts(ts, 0, text_from="auto") == (before, "tokens")
+    src.unlink()
+    with pytest.raises(InputError, match=rf"{src}: source file not found"):
+        shard_texts(ts, 0, text_from="source")
+    m = annotate(tok, tmp_path / "q", "quality")  # auto: decoded from the tokens
+    assert read_annotation(tmp_path / "q").column("n_chars").to_pylist() == [len(t) for t in before]
+    assert m["totals"]["documents"] == 6
