@@ -18,7 +18,12 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
         "its documents, read from the source files (or decoded tokens), manifest last.",
     )
     p.add_argument("tokenized", metavar="TOKENIZED", help="tokenized source directory")
-    p.add_argument("--annotator", required=True, help="annotator name (--list to see them)")
+    p.add_argument(
+        "--annotator",
+        required=True,
+        help="quality, pii, lang_id, minhash, or one registered under the entry-point group "
+        "shardyard.annotators (an unknown name lists them)",
+    )
     p.add_argument(
         "--param", action="append", default=[], metavar="K=V", help="annotator parameter"
     )
