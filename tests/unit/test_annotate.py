@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -285,3 +286,30 @@ def test_an_edited_or_missing_source_is_refused_by_name_or_decoded(tmp_path, rec
     m = annotate(tok, tmp_path / "q", "quality")  # auto: decoded from the tokens
     assert read_annotation(tmp_path / "q").column("n_chars").to_pylist() == [len(t) for t in before]
     assert m["totals"]["documents"] == 6
+
+
+def test_a_misregistered_or_misbehaving_annotator_is_refused_by_name(
+    tokenized, tmp_path, monkeypatch
+):
+    site = _install_plugin(tmp_path / "site")
+    eps = next(site.glob("*.dist-info")) / "entry_points.txt"
+    eps.write_text(eps.read_text() + "wrong_name = shardyard_example_annotator:KeywordHits\n")
+    monkeypatch.syspath_prepend(str(site))
+    with pytest.raises(InputError, match="the class names itself 'keyword_hits', not 'wrong_name'"):
+        registry.get("wrong_name")
+
+    class Short(registry.Annotator):
+        name = "short"
+        defaults = {}
+
+        def fields(self):
+            return [pa.field("x", pa.int32())]
+
+        def annotate(self, texts):
+            return {"x": [1] * (len(texts) - 1)}
+
+    with pytest.raises(
+        InputError, match="annotator 'short': column 'x' has \\d+ values for \\d+ documents"
+    ):
+        annotate_shard(tokenized, tmp_path / "short", Short(), 0)
+    assert not list((tmp_path / "short" / "shards").iterdir())
