@@ -18,6 +18,7 @@ COMMANDS: dict[str, str] = {
     "export": "export",
     "quality": "quality",
     "materialize": "materialize",
+    "annotate": "annotate",
 }
 
 

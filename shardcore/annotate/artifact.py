@@ -1,0 +1,304 @@
+"""The annotation artifact: (tokenized source x annotator x parameters) -> per-document
+columns aligned with the tokenized source's documents, written beside it, never a copy
+of its text or tokens.
+
+Layout of an annotation directory::
+
+    shards/<shard name>.parquet   one per tokenized shard: ``doc_id`` then the annotator's
+                                  fields, row i = sidecar row i of that tokenized shard
+    plan.json                     the fingerprint being built (a rerun with other inputs
+                                  or parameters into the same directory is refused)
+    manifest.json                 written last: the commit point
+
+The fingerprint hashes the tokenized source's fingerprint and content digest with the
+annotator's name, version and parameters: the same inputs and parameters name the same
+bytes, and several annotations of one tokenized source never touch each other.
+
+Units are the tokenized source's shards (``annotate_shard``): each reads its documents'
+text (``shardcore.annotate.texts``), runs the annotator batch by batch and writes its
+Parquet file under a temporary name renamed into place, so a unit either finished or
+left nothing; a rerun skips finished units and a killed run heals by running again.
+Corpus-level annotators (near-duplicates) write a per-shard scratch file in the units
+(``work/``), then ``finish`` computes every shard's columns from all of them at once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from shardcore import atomic
+from shardcore.annotate import Annotator, create
+from shardcore.errors import InputError, ManifestError
+from shardcore.manifest import (
+    content_digest,
+    file_checksum,
+    fingerprint,
+    is_complete,
+    read_manifest,
+    write_manifest,
+)
+
+KIND = "annotation"
+PLAN = "plan.json"
+DOC_ID = "doc_id"
+_COMPRESSION = "zstd"
+
+
+def _shard_file(prefix: str) -> str:
+    return f"shards/{Path(prefix).name}.parquet"
+
+
+def plan(tokenized: str | os.PathLike, annotator: Annotator) -> dict[str, Any]:
+    """What annotating ``tokenized`` with ``annotator`` writes: fingerprint, parents and
+    the per-shard units (no file is touched)."""
+    from shardcore.tokenized import TokenizedSource
+
+    source = TokenizedSource(tokenized)
+    m = source.manifest
+    desc = annotator.describe()
+    parents = [str(m["fingerprint"]), content_digest(m)]
+    return {
+        "kind": KIND,
+        "fingerprint": fingerprint(KIND, parents=parents, params=desc),
+        "parents": parents,
+        "tokenized": {"path": str(source.path), "fingerprint": m["fingerprint"]},
+        "annotator": desc,
+        "shards": [
+            {
+                "index": i,
+                "path": _shard_file(s["prefix"]),
+                "documents": int(s["documents"]),
+                "first_doc_id": int(s.get("first_doc_id", source._first[i])),
+            }
+            for i, s in enumerate(m["shards"])
+        ],
+    }
+
+
+def _start(out: Path, p: dict[str, Any]) -> None:
+    """Create ``out`` for plan ``p``, or check that the build already there is the same."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "shards").mkdir(exist_ok=True)
+    path = out / PLAN
+    if path.exists():
+        theirs = json.loads(path.read_text()).get("fingerprint")
+        if theirs != p["fingerprint"]:
+            raise InputError(
+                f"{out}: holds another annotation build (fingerprint {theirs}, this one "
+                f"{p['fingerprint']}); choose another output directory"
+            )
+        return
+    atomic.write_text(path, json.dumps(p, indent=1, sort_keys=True))
+
+
+def _table(annotator: Annotator, first_doc_id: int, columns: dict[str, Any], n: int) -> pa.Table:
+    arrays = [pa.array(range(first_doc_id, first_doc_id + n), pa.int64())]
+    names = [DOC_ID]
+    for f in annotator.fields():
+        if f.name not in columns:
+            raise InputError(f"annotator {annotator.name!r} returned no column {f.name!r}")
+        values = columns[f.name]
+        arr = values if isinstance(values, pa.Array) else pa.array(values, type=f.type)
+        if len(arr) != n:
+            raise InputError(
+                f"annotator {annotator.name!r}: column {f.name!r} has {len(arr)} values "
+                f"for {n} documents"
+            )
+        arrays.append(arr.cast(f.type))
+        names.append(f.name)
+    return pa.Table.from_arrays(
+        arrays, schema=pa.schema([pa.field(DOC_ID, pa.int64()), *annotator.fields()])
+    )
+
+
+def _write_parquet(table: pa.Table, final: Path) -> None:
+    with atomic.atomic_path(final) as tmp:
+        pq.write_table(table, tmp, compression=_COMPRESSION)
+
+
+def annotate_shard(
+    tokenized: str | os.PathLike,
+    out: str | os.PathLike,
+    annotator: Annotator,
+    shard: int,
+    *,
+    batch_size: int = 1024,
+    text_from: str = "auto",
+) -> dict[str, Any]:
+    """One unit: annotate tokenized shard ``shard`` (skipped when its file exists).
+    Returns ``{"shard", "skipped", "documents", "text_from"}``."""
+    from shardcore.annotate.texts import shard_texts
+    from shardcore.tokenized import TokenizedSource
+
+    out = Path(out)
+    p = plan(tokenized, annotator)
+    _start(out, p)
+    entry = p["shards"][shard]
+    final = out / (_work_file(shard) if annotator.corpus_level else entry["path"])
+    if final.exists():
+        return {"shard": shard, "skipped": True, "documents": entry["documents"], "text_from": None}
+    source = TokenizedSource(tokenized)
+    texts, origin = shard_texts(source, shard, text_from=text_from)
+    if len(texts) != entry["documents"]:
+        raise ManifestError(
+            f"{source.path}: shard {shard} sidecar has {len(texts)} rows, "
+            f"the manifest says {entry['documents']}"
+        )
+    if annotator.corpus_level:
+        final.parent.mkdir(exist_ok=True)
+        annotator.prepare(texts, final, first_doc_id=entry["first_doc_id"])
+    else:
+        parts: dict[str, list] = {}
+        for lo in range(0, len(texts), batch_size):
+            cols = annotator.annotate(texts[lo : lo + batch_size])
+            for k, v in cols.items():
+                parts.setdefault(k, []).append(pa.array(v) if not isinstance(v, pa.Array) else v)
+        columns = {
+            k: pa.concat_arrays([a.cast(_type(annotator, k)) for a in v]) for k, v in parts.items()
+        }
+        if not texts:
+            columns = {f.name: pa.array([], f.type) for f in annotator.fields()}
+        _write_parquet(_table(annotator, entry["first_doc_id"], columns, len(texts)), final)
+    return {"shard": shard, "skipped": False, "documents": len(texts), "text_from": origin}
+
+
+def _type(annotator: Annotator, name: str) -> pa.DataType:
+    for f in annotator.fields():
+        if f.name == name:
+            return f.type
+    raise InputError(f"annotator {annotator.name!r} returned an undeclared column {name!r}")
+
+
+def _work_file(shard: int) -> str:
+    return f"work/shard-{shard:05d}"
+
+
+def finalize(
+    tokenized: str | os.PathLike, out: str | os.PathLike, annotator: Annotator
+) -> dict[str, Any]:
+    """After every unit: (corpus-level annotators) compute and write every shard's
+    columns, then write the manifest with each file's size and checksum."""
+    out = Path(out)
+    p = plan(tokenized, annotator)
+    if annotator.corpus_level:
+        pending = [s for s in p["shards"] if not (out / s["path"]).exists()]
+        if pending:
+            work = [out / _work_file(s["index"]) for s in p["shards"]]
+            missing = [str(w) for w in work if not w.exists()]
+            if missing:
+                raise ManifestError(f"{out}: unit not finished: {missing[0]}")
+            per_shard = annotator.finish(work)
+            for s, cols in zip(p["shards"], per_shard, strict=True):
+                _write_parquet(
+                    _table(annotator, s["first_doc_id"], cols, s["documents"]), out / s["path"]
+                )
+    files, total_bytes = [], 0
+    for s in p["shards"]:
+        path = out / s["path"]
+        if not path.exists():
+            raise ManifestError(f"{out}: unit {s['index']} not finished ({s['path']} missing)")
+        size = path.stat().st_size
+        total_bytes += size
+        files.append({"path": s["path"], "size": size, "xxh3": file_checksum(path)})
+    # every unit is done, so no writer is live: temporaries left by killed ones go
+    for stale in (out / "shards").glob(".*.tmp"):
+        stale.unlink(missing_ok=True)
+    docs = sum(s["documents"] for s in p["shards"])
+    manifest = {
+        **p,
+        "files": files,
+        "totals": {
+            "documents": docs,
+            "bytes": total_bytes,
+            "bytes_per_document": round(total_bytes / docs, 3) if docs else 0.0,
+        },
+    }
+    write_manifest(out, manifest)
+    if annotator.corpus_level:
+        shutil.rmtree(out / "work", ignore_errors=True)
+    return read_manifest(out)
+
+
+def annotate(
+    tokenized: str | os.PathLike,
+    out: str | os.PathLike,
+    name: str,
+    params: dict[str, Any] | None = None,
+    *,
+    batch_size: int = 1024,
+    text_from: str = "auto",
+    workers: int = 1,
+    progress=None,
+) -> dict[str, Any]:
+    """Annotate every shard of ``tokenized`` with annotator ``name`` into ``out`` (units
+    in ``workers`` processes) and return the manifest. A finished ``out`` of the same fingerprint is returned as it is;
+    a partial one is completed (finished units are skipped)."""
+    annotator = create(name, params)
+    out = Path(out)
+    p = plan(tokenized, annotator)
+    if is_complete(out):
+        m = read_manifest(out)
+        if m.get("fingerprint") != p["fingerprint"]:
+            raise InputError(
+                f"{out} already holds a finished artifact; choose another output directory"
+            )
+        return m
+    if workers < 1:
+        raise InputError("workers must be at least 1")
+    indices = [s["index"] for s in p["shards"]]
+    if workers == 1 or len(indices) < 2:
+        for i in indices:
+            r = annotate_shard(
+                tokenized, out, annotator, i, batch_size=batch_size, text_from=text_from
+            )
+            if progress is not None:
+                progress(r)
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        _start(out, p)  # once, before the workers race to create it
+        ctx = multiprocessing.get_context("spawn")  # no forked model or thread state
+        with ProcessPoolExecutor(min(workers, len(indices)), mp_context=ctx) as pool:
+            futures = [
+                pool.submit(
+                    _unit,
+                    str(tokenized),
+                    str(out),
+                    name,
+                    annotator.params,
+                    i,
+                    batch_size,
+                    text_from,
+                )
+                for i in indices
+            ]
+            for f in as_completed(futures):
+                r = f.result()
+                if progress is not None:
+                    progress(r)
+    return finalize(tokenized, out, annotator)
+
+
+def _unit(
+    tokenized: str, out: str, name: str, params: dict, shard: int, batch_size: int, text_from: str
+):
+    return annotate_shard(
+        tokenized, out, create(name, params), shard, batch_size=batch_size, text_from=text_from
+    )
+
+
+def read_annotation(path: str | os.PathLike, columns: list[str] | None = None) -> pa.Table:
+    """Every shard of a finished annotation concatenated, by doc_id."""
+    m = read_manifest(path)
+    if m.get("kind") != KIND:
+        raise ManifestError(f"{path}: kind {m.get('kind')!r}, expected {KIND!r}")
+    tables = [pq.read_table(Path(path) / s["path"], columns=columns) for s in m["shards"]]
+    return pa.concat_tables(tables) if tables else pa.table({DOC_ID: pa.array([], pa.int64())})

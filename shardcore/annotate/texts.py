@@ -1,0 +1,157 @@
+"""The text of a tokenized source's documents, read back without a copy: from the source
+files through the positions its sidecars keep, or by decoding its tokens.
+
+Each sidecar row holds the document's ``file``, ``line`` (the row number for Parquet) and
+``byte_offset`` (absolute, for plain JSONL and line-mode text; None otherwise) and its
+UTF-8 size ``n_bytes``. For a file that can be split (plain ``.jsonl``, line-mode
+``.txt``) the byte range ``[first offset, last offset]`` of a shard's documents is read
+once and matched by offset; other files (compressed, Parquet, whole-file text) are
+streamed and matched by line or row number. Every text read is checked against
+``n_bytes``: a source file edited since tokenizing is refused by ``file:line``.
+
+``text_from``: ``"source"`` (files must be readable and of the size the manifest
+recorded), ``"tokens"`` (decode the stored sequences without their EOS/BOS: exact for
+byte-level BPE tokenizers, and the only way when the sources are gone), or ``"auto"``
+(the sources when every one of the shard's files is present at its recorded size, else
+the tokens).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import fsspec
+
+from shardcore.errors import CorruptDataError, InputError
+from shardcore.readers import BadInput, read_segment, splittable
+
+TEXT_FROM = ("auto", "source", "tokens")
+
+
+def _input_sizes(manifest: dict[str, Any]) -> dict[str, int | None]:
+    return {str(i["file"]): i.get("size") for i in manifest.get("inputs", [])}
+
+
+def _file_size(url: str) -> int | None:
+    try:
+        fs, path = fsspec.core.url_to_fs(url)
+        return int(fs.size(path))
+    except (OSError, ValueError):
+        return None
+
+
+def source_problem(manifest: dict[str, Any], files: list[str]) -> str | None:
+    """Why ``files`` cannot be read as the tokenized source's inputs (missing, or a size
+    other than the manifest's), or None."""
+    sizes = _input_sizes(manifest)
+    for f in files:
+        actual = _file_size(f)
+        if actual is None:
+            return f"{f}: source file not found"
+        if sizes.get(f) is not None and actual != sizes[f]:
+            return f"{f}: {actual} bytes, the tokenized source's manifest recorded {sizes[f]}"
+    return None
+
+
+def shard_texts(source, shard: int, *, text_from: str = "auto") -> tuple[list[str], str]:
+    """(the texts of shard ``shard`` of TokenizedSource ``source`` in row order, where they
+    were read from: "source" or "tokens")."""
+    import pyarrow.parquet as pq
+
+    if text_from not in TEXT_FROM:
+        raise InputError(f"text_from must be one of {', '.join(TEXT_FROM)}, got {text_from!r}")
+    sidecar = source.sidecar_paths()[shard]
+    cols = pq.read_table(sidecar, columns=["file", "line", "byte_offset", "n_bytes"]).to_pydict()
+    if text_from != "tokens":
+        problem = source_problem(source.manifest, sorted(set(cols["file"])))
+        if problem is None:
+            return _from_source(source.manifest, cols), "source"
+        if text_from == "source":
+            raise InputError(f"{problem} (annotate with text_from='tokens' to decode instead)")
+    return _from_tokens(source, shard, len(cols["file"])), "tokens"
+
+
+def _from_source(manifest: dict[str, Any], cols: dict[str, list]) -> list[str]:
+    params = manifest.get("params", {})
+    text_field = params.get("text_field", "text")
+    txt_mode = params.get("txt_mode", "file")
+    n = len(cols["file"])
+    out: list[str | None] = [None] * n
+    # consecutive rows of one file form a group (a shard holds files in source order)
+    start = 0
+    while start < n:
+        end = start
+        while end < n and cols["file"][end] == cols["file"][start]:
+            end += 1
+        _read_group(cols, start, end, text_field, txt_mode, out)
+        start = end
+    return out  # type: ignore[return-value]
+
+
+def _read_group(cols, start: int, end: int, text_field: str, txt_mode: str, out: list) -> None:
+    url = cols["file"][start]
+    offsets = cols["byte_offset"][start:end]
+    by_offset = splittable(url, txt_mode) and all(o is not None for o in offsets)
+    if by_offset:
+        want = {o: start + k for k, o in enumerate(offsets)}
+        items = read_segment(
+            url, start=min(offsets), end=max(offsets) + 1, text_field=text_field, txt_mode=txt_mode
+        )
+        key = "byte_offset"
+    else:
+        want = {ln: start + k for k, ln in enumerate(cols["line"][start:end])}
+        items = read_segment(url, text_field=text_field, txt_mode=txt_mode)
+        key = "line"
+    found = 0
+    for item in _documents(items, url):
+        row = want.get(getattr(item, key))
+        if row is None:
+            continue
+        if len(item.text.encode("utf-8")) != cols["n_bytes"][row]:
+            raise CorruptDataError(
+                f"{url}:{cols['line'][row]}: the text has {len(item.text.encode('utf-8'))} "
+                f"bytes, the tokenized source recorded {cols['n_bytes'][row]} "
+                "(the source file changed since it was tokenized)"
+            )
+        out[row] = item.text
+        found += 1
+        if found == len(want):
+            break
+    if found != len(want):
+        missing = next(r for r in range(start, end) if out[r] is None)
+        raise CorruptDataError(
+            f"{url}:{cols['line'][missing]}: no document at this position any more "
+            "(the source file changed since it was tokenized)"
+        )
+
+
+def _documents(items, url: str) -> Iterator:
+    for item in items:
+        if isinstance(item, BadInput):  # tokenize skipped it: not one of ours
+            continue
+        yield item
+
+
+def _from_tokens(source, shard: int, n: int) -> list[str]:
+    from shardcore.encoders import load_tokenizer
+
+    info = source.tokenizer
+    tok = load_tokenizer(info["spec"])
+    eos, bos = info.get("eos_id"), info.get("bos_id")
+    reader = source.shards[shard]
+    texts = []
+    for i in range(n):
+        ids = reader[i]
+        lo, hi = 0, len(ids)
+        if (
+            bos is not None
+            and source.manifest.get("params", {}).get("bos")
+            and hi
+            and ids[0] == bos
+        ):
+            lo = 1
+        if eos is not None and hi > lo and ids[hi - 1] == eos:
+            hi -= 1
+        texts.append(tok.decode(ids[lo:hi]))
+    return texts

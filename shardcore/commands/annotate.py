@@ -1,0 +1,78 @@
+"""``shardyard annotate TOKENIZED --annotator NAME [--param k=v] --out DIR``: per-document
+columns computed from a tokenized source's text, written as an annotation artifact
+(shardcore.annotate.artifact); a rerun into the same directory completes a partial build."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from shardcore.cli import CLIError
+
+
+def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
+    p = sub.add_parser(
+        name,
+        help="compute per-document columns (language, quality, duplicates...) of a tokenized source",
+        description="Write an annotation: one Parquet file per tokenized shard, aligned with "
+        "its documents, read from the source files (or decoded tokens), manifest last.",
+    )
+    p.add_argument("tokenized", metavar="TOKENIZED", help="tokenized source directory")
+    p.add_argument(
+        "--annotator",
+        required=True,
+        help="quality, pii, lang_id, minhash, or one registered under the entry-point group "
+        "shardyard.annotators (an unknown name lists them)",
+    )
+    p.add_argument(
+        "--param", action="append", default=[], metavar="K=V", help="annotator parameter"
+    )
+    p.add_argument("--out", required=True, help="output directory of the annotation")
+    p.add_argument(
+        "--text-from",
+        choices=("auto", "source", "tokens"),
+        default="auto",
+        help="read text from the source files, decode the tokens, or auto (default)",
+    )
+    p.add_argument("--workers", type=int, default=1, help="processes running shards at once")
+    p.add_argument("--batch-size", type=int, default=1024, help="documents per annotate call")
+    p.add_argument("--json", action="store_true", help="print the manifest as JSON")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from shardcore import annotate as registry
+    from shardcore.annotate.artifact import annotate
+
+    if args.workers < 1:
+        raise CLIError("--workers must be at least 1")
+    if args.batch_size < 1:
+        raise CLIError("--batch-size must be at least 1")
+    cls = registry.get(args.annotator)
+    params = registry.parse_params(cls, args.param)
+
+    def progress(r: dict) -> None:
+        if not args.json:
+            state = "skipped (done)" if r["skipped"] else f"from {r['text_from']}"
+            print(f"shard {r['shard']}: {r['documents']:,} documents {state}", flush=True)
+
+    m = annotate(
+        args.tokenized,
+        args.out,
+        args.annotator,
+        params,
+        batch_size=args.batch_size,
+        text_from=args.text_from,
+        workers=args.workers,
+        progress=progress,
+    )
+    if args.json:
+        print(json.dumps(m))
+        return 0
+    t = m["totals"]
+    print(
+        f"{args.out}: {m['annotator']['name']} v{m['annotator']['version']}, "
+        f"{t['documents']:,} documents, {t['bytes']:,} bytes "
+        f"({t['bytes_per_document']} bytes per document), fingerprint {m['fingerprint']}"
+    )
+    return 0

@@ -1,0 +1,102 @@
+"""Near-duplicates on real documents (CPython's stdlib sources) with planted near-copies
+(a known fraction of words replaced) and exact copies, through the annotation artifact:
+recall and precision of the clusters against brute-force Jaccard over every pair."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import numpy as np
+import pytest
+
+from shardcore.annotate import create
+from shardcore.annotate.artifact import annotate, read_annotation
+from shardcore.annotate.dedup import jaccard, shingles
+from shardcore.tokenize import tokenize
+from tests.unit.tokenize_fixtures import stdlib_records, write_jsonl
+
+
+def _mutate(text: str, frac: float, rng: random.Random, vocab: list[str]) -> str:
+    words = text.split(" ")
+    for i in rng.sample(range(len(words)), max(1, int(len(words) * frac))):
+        words[i] = rng.choice(vocab)
+    return " ".join(words)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    rng = random.Random(7)
+    originals = [r["text"] for r in stdlib_records(160, start=40, max_chars=2500)]
+    vocab = sorted({w for t in originals for w in t.split()})
+    docs, planted_near, planted_exact = list(originals), [], []
+    for frac in (0.005, 0.01, 0.02):
+        for i in rng.sample(range(len(originals)), 10):
+            planted_near.append((i, len(docs), frac))
+            docs.append(_mutate(originals[i], frac, rng, vocab))
+    for i in rng.sample(range(len(originals)), 20):
+        planted_exact.append((i, len(docs)))
+        docs.append(originals[i])
+    tmp = tmp_path_factory.mktemp("dedup")
+    src = write_jsonl(tmp / "docs.jsonl", [{"text": t} for t in docs])
+    tok = tmp / "tok"
+    tokenize([str(src)], str(tok), shard_size=200_000)
+    return docs, planted_near, planted_exact, tok
+
+
+def test_it_clusters_near_and_exact_copies_like_brute_force_jaccard(corpus, tmp_path):
+    docs, planted_near, planted_exact, tok = corpus
+    m = annotate(tok, tmp_path / "mh", "minhash")
+    assert len(m["shards"]) >= 2  # clusters span shards
+    t = read_annotation(tmp_path / "mh")
+    cluster = np.asarray(t.column("dup_cluster"))
+    rank = np.asarray(t.column("dup_rank"))
+    size = np.asarray(t.column("dup_size"))
+    exact = np.asarray(t.column("exact_hash"))
+    # exact copies: all found, same exact hash, the copy ranks after its original
+    for orig, copy in planted_exact:
+        assert cluster[orig] == cluster[copy] == min(cluster[orig], orig)
+        assert exact[orig] == exact[copy]
+        assert rank[copy] > rank[orig]
+    # brute force over every pair
+    threshold = create("minhash").params["threshold"]
+    sh = [shingles(d, 5) for d in docs]
+    truth, pred = set(), set()
+    for a, b in itertools.combinations(range(len(docs)), 2):
+        if jaccard(sh[a], sh[b]) >= threshold:
+            truth.add((a, b))
+        if cluster[a] == cluster[b]:
+            pred.add((a, b))
+    hit = len(truth & pred)
+    recall, precision = hit / len(truth), hit / len(pred)
+    print(
+        f"pairs: truth {len(truth)}, predicted {len(pred)}; recall {recall:.3f}, precision {precision:.3f}"
+    )
+    assert len(truth) >= len(planted_exact) + 20
+    assert recall >= 0.9 and precision >= 0.95
+    # each cluster's size and ranks are consistent: dup_rank = 0 keeps each cluster once
+    for c in np.unique(cluster):
+        members = np.flatnonzero(cluster == c)
+        assert c == members[0] and (size[members] == len(members)).all()
+        assert sorted(rank[members]) == list(range(len(members)))
+    assert int((rank == 0).sum()) == len(np.unique(cluster))
+
+
+def test_it_stays_within_a_small_memory_budget_with_the_same_clusters(corpus, tmp_path):
+    docs, _, _, tok = corpus
+    ann = create("minhash")
+    sig, exact = ann.signatures(docs)
+    wide = ann.cluster([sig], exact)
+    assert ann.stats["passes"] == 1 and ann.stats["compactions"] == 0
+    # a budget of 1 KiB: several passes per band (16 bytes x docs > budget) and the
+    # pairs compacted whenever they outgrow it; the clusters are the same
+    tight = ann.cluster([sig[:100], sig[100:]], exact, budget_bytes=1024)
+    assert ann.stats["passes"] >= 3 and ann.stats["compactions"] >= 1
+    assert (tight == wide).all()
+
+
+def test_it_refuses_bands_that_do_not_divide_the_permutations():
+    from shardcore.errors import InputError
+
+    with pytest.raises(InputError, match="multiple of bands"):
+        create("minhash", {"num_perm": 100, "bands": 16})
