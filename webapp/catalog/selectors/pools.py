@@ -172,14 +172,22 @@ def pool_quality(*, pool, by: str = "") -> dict:
     absent."""
     recorded = None if by else (pool.params or {}).get("quality")
     # Measured by the build (``pool_quality_measure`` in the pool's recorder); a build
-    # from before per-label verdicts is measured again here, once (cached).
+    # from before per-label verdicts is measured again here, once (cached), and keeps its
+    # recorded report while its files cannot be read.
     if recorded and "label_verdicts" in recorded:
         return recorded
     key = f"dash:pool-quality:v6:{pool.pk}:{pool.fingerprint}:{QUALITY_RECORDS}:{by}"
     cached = cache.get(key)
     if cached is not None:
         return cached
-    report = pool_quality_measure(pool=pool, by=by)
+    try:
+        report = pool_quality_measure(pool=pool, by=by)
+    except Exception as e:
+        if recorded and storage.is_store_error(e):
+            return recorded
+        raise
+    if not report and recorded:
+        return recorded
     cache.set(key, report, timeout=7 * 24 * 3600)
     return report
 
