@@ -150,7 +150,9 @@ def tiktoken_offline(spec: str, encoding_name: str):
                 "into tiktoken's cache (TIKTOKEN_CACHE_DIR)"
             ) from None
         except (ValueError, KeyError) as exc:
-            raise InputError(f"tokenizer {spec!r}: unknown tiktoken encoding: {exc}") from exc
+            # tiktoken's own text goes on with its plugins and version: the first line says it.
+            said = str(exc).strip("'\"").splitlines()[0] if str(exc) else type(exc).__name__
+            raise InputError(f"tokenizer {spec!r}: unknown tiktoken encoding: {said}") from exc
         finally:
             tiktoken.load.read_file = original
 

@@ -222,8 +222,9 @@ def document_shuffle_reference(
     like the pool (``max_all`` per window size). A long document fills many consecutive
     records, so this, not the i.i.d. bound, is what a document shuffle can be held to.
 
-    Returns ``{"window_sizes", "mean", "lo", "hi", "trials"}`` (lo/hi: the spread over
-    the trials)."""
+    Returns ``{"window_sizes", "mean", "lo", "hi", "trials", "labels", "mean_by_label"}``
+    (lo/hi: the spread over the trials; the last: per window size, each label's mean max
+    deviation, in ``labels`` order, for the labels every trial's records have)."""
     from shardcore import pack
 
     labels = np.asarray(doc_labels)
@@ -232,17 +233,27 @@ def document_shuffle_reference(
         raise InputError(f"{labels.size} labels for {lengths.size} documents")
     rng = np.random.default_rng(seed)
     runs = []
+    by_label: list[dict[str, np.ndarray]] = []
     for _ in range(max(1, trials)):
         perm = rng.permutation(labels.size)
         main = pack.plan_packing(lengths[perm], seq_len).segments.main_document()
-        runs.append(window_deviation(labels[perm][main[main >= 0]], window_sizes)["max_all"])
+        measured = window_deviation(labels[perm][main[main >= 0]], window_sizes)
+        runs.append(measured["max_all"])
+        mx = np.asarray(measured["max"], dtype=np.float64)
+        by_label.append({str(x): mx[:, j] for j, x in enumerate(measured["labels"])})
     arr = np.asarray(runs, dtype=np.float64)
+    # A short document may be no record's main document in some packings: such a label
+    # has no reference of its own.
+    common = [x for x in by_label[0] if all(x in t for t in by_label)]
+    per_label = np.asarray([[t[x] for x in common] for t in by_label], dtype=np.float64)
     return {
         "window_sizes": [int(n) for n in window_sizes],
         "mean": arr.mean(axis=0).tolist(),
         "lo": arr.min(axis=0).tolist(),
         "hi": arr.max(axis=0).tolist(),
         "trials": int(arr.shape[0]),
+        "labels": common,
+        "mean_by_label": per_label.mean(axis=0).T.tolist() if common else [],
     }
 
 

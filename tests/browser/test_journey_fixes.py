@@ -28,6 +28,26 @@ FIGURE = "el => ({data: el.data, layout: el.layout})"
 HUMAN_TICK = re.compile(r"^-?\d{1,3}(\.\d{1,2})?[kMBT]?$|^0$")
 
 
+def _tick_value(text: str) -> float:
+    scale = {"k": 1e3, "M": 1e6, "B": 1e9, "T": 1e12}.get(text[-1:], 1)
+    return float(text[:-1] if scale != 1 else text) * scale
+
+
+def _log_ticks_read(chart) -> None:
+    """26: each log axis of the chart labels values that rise from left to right (bottom
+    to top), never the leading digits of plotly's minor ticks ("2 3 ... 9 10 2 3")."""
+    layout = chart.evaluate("el => el.layout")
+    for key, axis in layout.items():
+        if not (key.startswith(("xaxis", "yaxis")) and axis.get("type") == "log"):
+            continue
+        if axis.get("showticklabels") is False:
+            continue
+        name = key[0] + key[5:]  # xaxis2 -> x2
+        texts = chart.locator(f".{name}tick text").evaluate_all("ts => ts.map(t => t.textContent)")
+        values = [_tick_value(t) for t in texts]
+        assert values and values == sorted(set(values)), (key, texts)
+
+
 def _overlap(a, b) -> bool:
     return bool(a and b) and a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
 
@@ -112,6 +132,9 @@ def test_it_fixes_what_a_newcomer_found(
     assert page.inner_text("#pool-records") == (
         f"{code.num_records:,} × 129 tokens (sequence length 128 + 1)"
     )
+    # 27: each label's own verdict beside the worst label's (the document-length bins).
+    bins = page.locator("#quality-labels li").all_inner_texts()
+    assert len(bins) > 1 and all(" tokens (" in t and "perfect shuffle" in t for t in bins)
     # 27: the heat map's rows in the labels' natural order; 18: no title on a legend.
     charts = page.locator(".js-plotly-plot")
     charts.first.locator(".legend").wait_for()
@@ -122,6 +145,7 @@ def test_it_fixes_what_a_newcomer_found(
             assert rows == sorted(rows, key=_natural_key), rows
         if charts.nth(i).locator(".legend").count():
             _legend_clear(charts.nth(i))
+        _log_ticks_read(charts.nth(i))
 
     # 24: the pool's job counts the bytes it wrote; a succeeded job offers no Cancel or
     # Retry, and the API refuses both saying why.
@@ -170,6 +194,7 @@ def test_it_fixes_what_a_newcomer_found(
     assert len(set(q_colours)) == len(q_colours) == 4
     for chart in (composition, epochs, quality):
         _legend_clear(chart)
+    _log_ticks_read(quality)
     # A label's own verdict for each pool of the main stage, not only the worst label's.
     main_labels = page.locator("#quality-stages > li").first.locator(".label-verdicts li")
     texts = main_labels.all_inner_texts()

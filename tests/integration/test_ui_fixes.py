@@ -33,3 +33,19 @@ def test_the_readme_says_the_pytorch_loop_needs_torch_which_make_run_does_not_in
     # True of the lock files: the runtime lock has no torch, the Makefile pins this one.
     assert not re.search(r"^torch==", (ROOT / "requirements.lock").read_text(), flags=re.M)
     assert f"pip install -q torch=={pin.group(1)}" in (ROOT / "Makefile").read_text()
+
+
+@pytest.mark.django_db
+def test_a_pool_recorded_before_per_label_verdicts_keeps_its_report_when_its_files_are_gone(
+    tmp_path,
+):
+    """A pool built before its build recorded each label's verdict is measured again on
+    its page; when its files cannot be read, its recorded report still shows."""
+    from webapp.catalog.models import Pool
+    from webapp.catalog.selectors.pools import pool_quality
+
+    recorded = {"verdict": {"ok": True, "text": "within 1.00x of a perfect shuffle"}}
+    pool = Pool.objects.create(
+        name="old", seq_len=512, path=str(tmp_path / "gone"), params={"quality": recorded}
+    )
+    assert pool_quality(pool=pool) == recorded

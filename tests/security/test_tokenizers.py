@@ -119,7 +119,14 @@ def test_the_api_refuses_an_encoding_that_is_not_on_disk(api, catalog, tok_roots
     resp = api("editor").post(f"/api/sources/{source.pk}/tokenize/",
                               {"tokenizer": "tiktoken:r50k_base"}, format="json")  # fmt: skip
     assert resp.status_code == 400, resp.content
-    assert "is not on this machine" in resp.json()["detail"]
+    detail = resp.json()["detail"]
+    assert "is not on this machine" in detail
+    assert detail.count("tokenizer 'tiktoken:r50k_base'") == 1, detail  # named once
+    resp = api("editor").post(f"/api/sources/{source.pk}/tokenize/",
+                              {"tokenizer": "tiktoken:no_such_encoding"}, format="json")  # fmt: skip
+    detail = resp.json()["detail"]
+    assert resp.status_code == 400 and "unknown tiktoken encoding: Unknown encoding" in detail
+    assert detail.count("tokenizer 'tiktoken:") == 1 and "\n" not in detail, detail
     assert no_network == []
     assert not TokenizedSource.objects.filter(tokenizer__spec="tiktoken:r50k_base").exists()
     assert Job.objects.count() == 1  # the fixture's

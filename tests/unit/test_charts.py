@@ -270,3 +270,28 @@ def test_the_epochs_warning_line_and_the_budget_line_are_labelled():
     assert note["text"] == "4 epochs: repeats beyond are worth less" and note["y"] == 4
     progress = charts.progress_by_step([{"step": 1, "tokens": 10}], total_tokens=100_000)
     assert progress["layout"]["annotations"][0]["text"] == "budget: 100,000 tokens"
+
+
+def test_log_axes_label_round_values_not_minor_tick_digits():
+    # Left to plotly, a log axis from 2 to 64 reads "2 3 4 5 6 7 8 9 10 2 3 4 5 6".
+    curve = {
+        "window_sizes": [2, 4, 8, 16, 32, 64],
+        "deviations": {"a": [0.4, 0.3, 0.2, 0.1, 0.07, 0.05]},
+        "ideal": [0.3, 0.2, 0.1, 0.07, 0.05, 0.04],
+        "reference": {"mean": [0.5, 0.4, 0.3, 0.2, 0.1, 0.06], "lo": [0.45] * 6,
+                      "hi": [0.6] * 6, "trials": 4},
+    }  # fmt: skip
+    lay = charts.window_deviation(curve)["layout"]
+    assert lay["xaxis"]["tickmode"] == lay["yaxis"]["tickmode"] == "array"
+    assert lay["xaxis"]["ticktext"] == ["2", "5", "10", "20", "50"]
+    assert lay["yaxis"]["ticktext"] == ["0.05", "0.1", "0.2", "0.5"]  # 0.04 to 0.6
+    # The shuffles' panels share one y axis whose ticks span every panel.
+    low = {**curve, "deviations": {"a": [0.01] * 6}}
+    lay = charts.shuffle_comparison({"exact": curve, "grid": low})["layout"]
+    assert lay["yaxis"]["ticktext"][0] == "0.01" and lay["yaxis"]["ticktext"][-1] == "0.5"
+    assert lay["xaxis2"]["ticktext"] == ["2", "5", "10", "20", "50"]
+    # Over more than three decades, powers of ten only, as human numbers.
+    assert charts.log_ticks([3, 40, 25_000])["ticktext"] == ["10", "100", "1k", "10k"]
+    lengths = charts.length_histogram([10, 100, 100_000], [1, 2])["layout"]["xaxis"]
+    assert lengths["ticktext"] == ["10", "100", "1k", "10k", "100k"]
+    assert charts.log_ticks([0, 0]) == {}  # nothing positive: plotly's own ticks

@@ -208,3 +208,31 @@ def test_each_label_gets_its_own_verdict():
         mine = [row[j] for row in windows["max"]]
         want = quality.verdict(sizes, mine, [row[j] for row in ref["mean_by_label"]])
         assert r["verdict"] == want
+
+
+def test_a_pools_document_reference_gives_each_label_its_own_verdict(tmp_path):
+    """A pool's page read only the worst label's verdict: the document-level reference
+    holds each label's mean max deviation too, so each label of a two-source pool is
+    judged against what a perfect shuffle reaches for it."""
+    from shardcore.pool import Pool, build_pool
+    from tests.unit import pool_fixtures as pf
+
+    prose = pf.write_tokenized(tmp_path / "prose", pf.corpus("prose", 200), shard_docs=100)
+    code = pf.write_tokenized(tmp_path / "code", pf.corpus("code", 60), shard_docs=30)
+    build_pool([str(prose), str(code)], str(tmp_path / "pool"), seq_len=64, seed=2,
+               memory=1 << 20, shard_size=32 << 10)  # fmt: skip
+    pool = Pool(tmp_path / "pool")
+    labels = pool.documents.column("source").to_numpy()
+    lengths = pool.documents.column("n_tokens").to_numpy().astype(np.int64)
+    main = pool.main_documents()
+    windows = quality.window_deviation(labels[main[main >= 0]])
+    ref = quality.document_shuffle_reference(
+        labels, lengths, pool.manifest["seq_len"], windows["window_sizes"], trials=4, seed=1
+    )
+    assert sorted(ref["labels"]) == sorted(str(x) for x in windows["labels"])
+    assert np.shape(ref["mean_by_label"]) == (len(windows["window_sizes"]), 2)
+    # The worst label's reference is at least each label's.
+    assert np.all(np.max(ref["mean_by_label"], axis=1) <= np.asarray(ref["mean"]) + 1e-12)
+    rows = quality.label_verdicts(windows, ref)
+    assert len(rows) == 2 and rows[0]["share"] >= rows[1]["share"]
+    assert all("perfect shuffle" in r["verdict"]["text"] for r in rows)

@@ -163,7 +163,7 @@ def length_histogram(
         ],
         "layout": _layout(
             title,
-            xaxis={"type": "log", "title": {"text": unit}},
+            xaxis={"type": "log", "title": {"text": unit}, **log_ticks([*edges, *centres])},
             yaxis={"title": {"text": "documents"}},
             bargap=0.05,
         ),
@@ -252,8 +252,16 @@ def window_deviation(
         "data": _deviation_traces(curve, stat=stat),
         "layout": _layout(
             title,
-            xaxis={"type": "log", "title": {"text": "window size (samples)"}},
-            yaxis={"type": "log", "title": {"text": f"{stat} deviation"}},
+            xaxis={
+                "type": "log",
+                "title": {"text": "window size (samples)"},
+                **log_ticks(_curve_values(curve)[0]),
+            },
+            yaxis={
+                "type": "log",
+                "title": {"text": f"{stat} deviation"},
+                **log_ticks(_curve_values(curve)[1]),
+            },
         ),
     }
 
@@ -314,18 +322,22 @@ def shuffle_comparison(
     data: list[dict] = []
     layout = _layout(title)
     annotations = []
+    # The panels share one y axis: its ticks span every panel's values.
+    y_ticks = log_ticks([v for n in names for v in _curve_values(curves[n])[1]])
     for i, name in enumerate(names):
         axis = "" if i == 0 else str(i + 1)
         data += _deviation_traces(curves[name], axis=axis or "1", show_legend=i == 0, stat=stat)
         lo = i * (width + gap)
         layout[f"xaxis{axis}"] = {
             "type": "log",
+            **log_ticks(curves[name]["window_sizes"]),
             "domain": [lo, lo + width],
             "anchor": f"y{axis}",
             "title": {"text": "window"},
         }
         layout[f"yaxis{axis}"] = {
             "type": "log",
+            **y_ticks,
             "anchor": f"x{axis}",
             **({"matches": "y", "showticklabels": False} if i else {}),
             **({} if i else {"title": {"text": f"{stat} deviation"}}),
@@ -755,6 +767,39 @@ def human_number(n: float) -> str:
         if abs(n) >= scale:
             return f"{n / scale:g}{suffix}"
     return f"{n:g}"
+
+
+def log_ticks(values) -> dict:
+    """Tick settings for a log axis over ``values``: its labelled ticks at 1, 2 and 5 times
+    a power of ten within the values' range (powers of ten alone over more than three
+    decades), written as ``human_number`` does. Left to itself, plotly writes every minor
+    tick's leading digit ("2 3 4 5 6 7 8 9 10 2 3"), which reads as numbers that are not
+    there."""
+    positive = [float(v) for v in values if v is not None and math.isfinite(v) and v > 0]
+    if not positive:
+        return {}
+    lo, hi = min(positive), max(positive)
+    first, last = math.floor(math.log10(lo)), math.ceil(math.log10(hi))
+    steps = (1,) if math.log10(hi / lo) > 3 else (1, 2, 5)
+    ticks = [m * 10.0**e for e in range(first, last + 1) for m in steps]
+    inside = [t for t in ticks if lo / 1.0001 <= t <= hi * 1.0001]
+    # Fewer than two ticks inside: the nearest ones around the range give the scale.
+    if len(inside) < 2:
+        below = [t for t in ticks if t <= lo] or ticks[:1]
+        above = [t for t in ticks if t >= hi] or ticks[-1:]
+        inside = sorted({below[-1], *inside, above[0]})
+    return {"tickmode": "array", "tickvals": inside, "ticktext": [human_number(t) for t in inside]}
+
+
+def _curve_values(curve: Mapping) -> tuple[list, list]:
+    """Every window size and every deviation a window-deviation chart of ``curve`` draws."""
+    ys = [v for series in curve["deviations"].values() for v in series]
+    ref = curve.get("reference") or {}
+    for key in ("lo", "hi", "mean"):
+        ys += list(ref.get(key) or [])
+    if curve.get("ideal") is not None:
+        ys += list(curve["ideal"])
+    return list(curve["window_sizes"]), ys
 
 
 def colours_of(labels: Sequence[str]) -> dict[str, str]:

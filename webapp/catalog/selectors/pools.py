@@ -171,13 +171,23 @@ def pool_quality(*, pool, by: str = "") -> dict:
     ``QUALITY_RECORDS`` records (``measured`` of ``records``). Empty when the files are
     absent."""
     recorded = None if by else (pool.params or {}).get("quality")
-    if recorded:  # measured by the build (``pool_quality_measure`` in the pool's recorder)
+    # Measured by the build (``pool_quality_measure`` in the pool's recorder); a build
+    # from before per-label verdicts is measured again here, once (cached), and keeps its
+    # recorded report while its files cannot be read.
+    if recorded and "label_verdicts" in recorded:
         return recorded
-    key = f"dash:pool-quality:v5:{pool.pk}:{pool.fingerprint}:{QUALITY_RECORDS}:{by}"
+    key = f"dash:pool-quality:v6:{pool.pk}:{pool.fingerprint}:{QUALITY_RECORDS}:{by}"
     cached = cache.get(key)
     if cached is not None:
         return cached
-    report = pool_quality_measure(pool=pool, by=by)
+    try:
+        report = pool_quality_measure(pool=pool, by=by)
+    except Exception as e:
+        if recorded and storage.is_store_error(e):
+            return recorded
+        raise
+    if not report and recorded:
+        return recorded
     cache.set(key, report, timeout=7 * 24 * 3600)
     return report
 
@@ -240,6 +250,8 @@ def _measure(path: str, *, source_names: dict[str, str] | None = None, by: str =
     )  # fmt: skip
     report["reference"] = ref
     report["verdict"] = quality.verdict(windows["window_sizes"], windows["max_all"], ref["mean"])
+    # Each label's own verdict too: the worst label's alone hides a label that mixes well.
+    report["label_verdicts"] = quality.label_verdicts(windows, ref)
     # The same documents in input order (source, input shard, row): what every shuffle
     # reads; input shards give the per-shard counts the shuffles plan with. Each is
     # measured on as many documents as the pool's measured records hold: its first.

@@ -54,7 +54,10 @@ def tokenizer_ensure(*, spec: str) -> Tokenizer:
     try:
         facts = limited(_tokenizer_facts, spec, what=f"loading tokenizer {spec!r}")
     except (InputError, ValueError, OSError) as exc:
-        raise CatalogError(f"tokenizer {spec!r}: {exc}") from exc
+        # The library's refusals name the tokenizer already: said once.
+        said = str(exc)
+        prefix = f"tokenizer {spec!r}"
+        raise CatalogError(said if said.startswith(prefix) else f"{prefix}: {said}") from exc
     row, _ = Tokenizer.objects.get_or_create(spec=spec, defaults=facts)
     return row
 
