@@ -23,20 +23,25 @@ where q(s) depends on the record only. Scoring a record is a gather over its few
 counts (records are stored padded to the most characteristics any record has).
 
 Scaling. The exact greedy scores every unplaced record at every step: O(M) per step,
-O(M^2) in all. The bucketed greedy (``greedy_order``) keeps, per family, the records
-bucketed by their *dominant* characteristic in that family (in a seeded random order
-inside a bucket). A record helps most where its dominant characteristic is behind, so each
-step takes the ``k`` buckets with the most negative e_j of every family and scores exactly
-the first ``h`` unplaced records of each: F * k * h candidates, a few hundred, found with
-one argpartition per family, O(V + F k h) numpy work per step whatever M is. A bucket's
-placed records are dropped by a compaction each time an eighth of the remaining records
-has been placed (O(M) each, O(M log M) in all). When every candidate is refused (see
-duplicates) or no bucket is left, the step falls back to the exact scan.
+O(M^2) in all. The bucketed greedy (``greedy_order``) groups the records into classes by,
+per family, their dominant characteristic and (where records mix documents) their second
+one, in a seeded random order inside a class. A record helps most where its main
+characteristics are behind, so each step takes the ``k`` most-behind characteristics of
+every family (k / 4 for second ones), combines them into candidate classes (pruned to the
+1,024 best by the summed errors of their characteristics), looks the live ones up by
+binary search, and scores exactly the first ``h`` records of the ``classes`` most
+promising: a few hundred candidates, O(V + k^2 + classes * h) numpy work per step
+whatever M is. When no combination is live (near the end), the first records of every
+live class are scored. Against the exact greedy on 10^4 records (tests): the max window
+deviation within 1.0-1.2x of it per window size, the 99th percentile within 1.0-1.17x.
 
 Duplicates. Copies of one text (one group id per record: the same record read in several
 epochs, a near-duplicate group) are spaced: a copy of a group with k copies is refused
-while fewer than ``spacing * M / k`` records followed the group's previous copy; if every
-candidate is refused, the one whose group waited longest is taken.
+while fewer than ``spacing * R / c`` records followed the group's previous copy (R: records
+still to place, c: the group's copies still to place, so the copies left share what is
+left of the schedule evenly); if every candidate is refused, the first records of every
+live class are scored, and when all of those are refused too, the one whose group waited
+longest is taken.
 """
 
 from __future__ import annotations
@@ -259,9 +264,7 @@ def _groups(groups: np.ndarray | None, m: int, spacing: float):
     _, code = np.unique(g, return_inverse=True)
     code = code.ravel()
     copies = np.bincount(code)
-    gap = np.floor(spacing * m / copies).astype(np.int64)
-    gap[copies < 2] = 0
-    return code, gap
+    return code, copies
 
 
 class _State:
@@ -284,16 +287,16 @@ class _State:
         lf_slot = np.take_along_axis(
             np.c_[self.Lf, np.zeros(m)], self.fam[self.idx], axis=1
         )  # L_{s,f} of each slot's family
-        self.q = (
-            (self.lam_v[self.idx] * (c * c - 2.0 * lf_slot * self.tau[self.idx] * c)).sum(1)
-            + (self.Lf**2 * tau2[None, :]) @ lam
-        )
+        self.q = (self.lam_v[self.idx] * (c * c - 2.0 * lf_slot * self.tau[self.idx] * c)).sum(
+            1
+        ) + (self.Lf**2 * tau2[None, :]) @ lam
         self.T = np.zeros(v + 1)
         self.S = np.zeros(nf + 1)
         self.used = np.zeros(m, dtype=bool)
-        self.group, self.gap = _groups(groups, m, spacing)
+        self.group, self.left = _groups(groups, m, spacing)  # left: copies not placed yet
+        self.spacing = spacing
         if self.group is not None:
-            self.last = np.full(self.gap.size, -(1 << 62), dtype=np.int64)
+            self.last = np.full(self.left.size, -(1 << 62), dtype=np.int64)
 
     def error(self) -> tuple[np.ndarray, np.ndarray]:
         e = self.T - self.tau * self.S[self.fam]
@@ -310,7 +313,8 @@ class _State:
         if self.group is not None:
             g = self.group[cand]
             wait = step - self.last[g]
-            refused = wait < self.gap[g]
+            # A group's copies left share the steps left: ask for `spacing` of that gap.
+            refused = wait < self.spacing * (self.m - step) / self.left[g]
             if refused.all():
                 return -wait.astype(np.float64), True  # the longest wait wins
             s[refused] = np.inf
@@ -323,6 +327,7 @@ class _State:
         self.S[:-1] += self.Lf[r]
         if self.group is not None:
             self.last[self.group[r]] = step
+            self.left[self.group[r]] -= 1
 
 
 def greedy_exact(
@@ -330,7 +335,7 @@ def greedy_exact(
     *,
     weights: Sequence[float] | Mapping[str, float] | None = None,
     groups: np.ndarray | None = None,
-    spacing: float = 0.5,
+    spacing: float = 1.0,
 ) -> np.ndarray:
     """The exact greedy: every step scores every unplaced record (O(M) per step; for
     checking the bucketed greedy on small inputs). Ties go to the lowest record."""
@@ -345,13 +350,23 @@ def greedy_exact(
     return out
 
 
-def _dominant(ch: Characteristics, f: int) -> np.ndarray:
-    """Per record, the characteristic of family f with most of its tokens (-1: none)."""
+def _ranked(ch: Characteristics, f: int, rank: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per record, the characteristic of family f with the ``rank``-th most of its tokens
+    (0: the dominant one; -1: none) and its share of the record's tokens of f."""
     in_f = (ch.idx >= 0) & (ch.family_of[np.maximum(ch.idx, 0)] == f)
     tok = np.where(in_f, ch.val, -1.0)
-    j = np.argmax(tok, axis=1)
-    dom = ch.idx[np.arange(ch.num_records), j].astype(np.int64)
-    return np.where(in_f.any(axis=1), dom, -1)
+    order = np.argsort(-tok, axis=1, kind="stable")
+    rows = np.arange(ch.num_records)
+    if rank >= tok.shape[1]:
+        return np.full(ch.num_records, -1, dtype=np.int64), np.zeros(ch.num_records)
+    j = order[:, rank]
+    has = tok[rows, j] > 0
+    total = np.maximum(np.where(in_f, ch.val, 0.0).sum(1), 1e-300)
+    dom = np.where(has, ch.idx[rows, j].astype(np.int64), -1)
+    return dom, np.where(has, tok[rows, j] / total, 0.0)
+
+
+_MAX_COMBOS = 1024
 
 
 def greedy_order(
@@ -359,10 +374,12 @@ def greedy_order(
     *,
     weights: Sequence[float] | Mapping[str, float] | None = None,
     seed: int = 0,
-    k: int = 8,
-    h: int = 4,
+    k: int = 32,
+    h: int = 32,
+    classes: int = 16,
+    second: bool = True,
     groups: np.ndarray | None = None,
-    spacing: float = 0.5,
+    spacing: float = 1.0,
     progress: Callable[[int, int], None] | None = None,
 ) -> np.ndarray:
     """The bucketed greedy (module docstring): the order of the records as a permutation
@@ -379,32 +396,53 @@ def greedy_order(
         return out
     nf = len(ch.families)
     fam_lo = np.r_[0, np.cumsum(np.bincount(ch.family_of, minlength=nf))].astype(np.int64)
-    cards = np.diff(fam_lo) + 1  # code card_f: no token of the family
+    # Class key parts: per family its dominant characteristic and, where records mix
+    # documents of the family, its second one (code card_f: none).
+    parts = []  # (family, ranked characteristic per record, mean share of that rank)
+    for f in range(nf):
+        for rank in range(1 + int(second)):
+            d, share = _ranked(ch, f, rank)
+            if rank and not (d >= 0).any():
+                continue
+            parts.append((f, d, float(share[d >= 0].mean()) if (d >= 0).any() else 0.0))
+    cards = np.array([fam_lo[f + 1] - fam_lo[f] + 1 for f, _, _ in parts], dtype=np.int64)
     if float(np.prod(cards.astype(np.float64))) >= 2.0**62:
         raise InputError("families: too many characteristic combinations to index")
     radix = np.cumprod(np.r_[1, cards[:-1]]).astype(np.int64)
     key = np.zeros(m, dtype=np.int64)
-    for f in range(nf):
-        d = _dominant(ch, f)
-        key += np.where(d >= 0, d - fam_lo[f], cards[f] - 1) * radix[f]
+    for p, (f, d, _) in enumerate(parts):
+        key += np.where(d >= 0, d - fam_lo[f], cards[p] - 1) * radix[p]
     perm = np.random.default_rng(seed).permutation(m)
     members = perm[np.argsort(key[perm], kind="stable")]  # by class, random inside
     class_keys, start = np.unique(key[members], return_index=True)
     end = np.r_[start[1:], m].astype(np.int64)
     start = start.astype(np.int64)
-    kk = [int(min(k, c - 1)) for c in cards]
+    # Fewer values of a second characteristic: it carries less of a record's tokens.
+    kk = [int(min(k if rank == 0 else max(1, k // 4), c - 1))
+          for (rank, c) in zip([0 if p == 0 or parts[p - 1][0] != parts[p][0] else 1
+                                for p in range(len(parts))], cards, strict=True)]  # fmt: skip
     arange_h = np.arange(h)
     report_every = max(1, m // 100)
     for step in range(m):
         e, _ = st.error()
         combo = np.zeros(1, dtype=np.int64)
-        for f in range(nf):
+        est = np.zeros(1)
+        for p, (f, _, weight) in enumerate(parts):
             seg = e[fam_lo[f] : fam_lo[f + 1]]
-            n = kk[f]
+            n = kk[p]
             top = np.argpartition(seg, n - 1)[:n] if n < seg.size else np.arange(seg.size)
-            combo = (combo[:, None] + (top * radix[f])[None, :]).ravel()
+            term = np.append(seg[top], 0.0)
+            top = np.append(top, cards[p] - 1)  # records without such a characteristic
+            combo = (combo[:, None] + (top * radix[p])[None, :]).ravel()
+            est = (est[:, None] + (lam[f] * weight) * term[None, :]).ravel()
+            if combo.size > _MAX_COMBOS:  # many parts: the best partial sums
+                keep = np.argpartition(est, _MAX_COMBOS - 1)[:_MAX_COMBOS]
+                combo, est = combo[keep], est[keep]
         cls = np.minimum(np.searchsorted(class_keys, combo), class_keys.size - 1)
-        cls = cls[(class_keys[cls] == combo) & (end[cls] > start[cls])]
+        found = (class_keys[cls] == combo) & (end[cls] > start[cls])
+        cls, est = cls[found], est[found]
+        if cls.size > classes:  # the most promising live classes by their dominant terms
+            cls = cls[np.argpartition(est, classes - 1)[:classes]]
         r = -1
         for attempt in range(2):
             if attempt == 1:  # nothing live among the combinations: every live class
@@ -566,3 +604,41 @@ def min_copy_distance(groups: np.ndarray, order: np.ndarray) -> int:
     if not same.any():
         return -1
     return int(np.diff(pos)[same].min())
+
+
+def window_deviation(
+    ch: Characteristics, order: np.ndarray, window_sizes: Sequence[int], *, quantile: float = 1.0
+) -> dict[str, list[float]]:
+    """Per family and window size n: over every window of n consecutive records of
+    ``order``, the ``quantile`` (1.0: the largest) of the window's deviation, the largest
+    over the family's characteristics j of |share of j among the window's tokens of the
+    family - tau_j| (token shares, as the objective counts).
+    Dense in characteristics: O(M * V) work, for measuring, not for 10^7 records."""
+    m = ch.num_records
+    order = np.asarray(order, dtype=np.int64)
+    if order.size != m:
+        raise InputError(f"order: {order.size} positions for {m} records")
+    for n in window_sizes:
+        if not 1 <= int(n) <= m:
+            raise InputError(f"window_sizes: {n} is not in [1, {m}] (number of records)")
+    tau = ch.tau()
+    idx, val = ch.idx[order], ch.val[order].astype(np.float64)
+    out: dict[str, list[float]] = {"window_sizes": [int(n) for n in window_sizes]}
+    for f, name in enumerate(ch.families):
+        cols = np.flatnonzero(ch.family_of == f)
+        local = np.full(ch.num_characteristics + 1, -1, dtype=np.int64)
+        local[cols] = np.arange(cols.size)
+        li = local[np.where(idx >= 0, idx, -1)]
+        dense = np.zeros((m, cols.size))
+        ok = li >= 0
+        np.add.at(dense, (np.broadcast_to(np.arange(m)[:, None], li.shape)[ok], li[ok]), val[ok])
+        cum = np.vstack([np.zeros((1, cols.size)), np.cumsum(dense, axis=0)])
+        tot = cum.sum(1)
+        worst = []
+        for n in window_sizes:
+            w = cum[n:] - cum[:-n]
+            wt = np.maximum(tot[n:] - tot[:-n], 1e-300)[:, None]
+            dev = np.abs(w / wt - tau[cols][None, :]).max(1)
+            worst.append(float(np.quantile(dev, quantile)))
+        out[name] = worst
+    return out
