@@ -82,10 +82,10 @@ class Characteristics:
     def family_tokens(self) -> np.ndarray:
         """(M, F): each record's tokens counted in each family."""
         fam = np.where(self.idx >= 0, self.family_of[np.maximum(self.idx, 0)], len(self.families))
-        out = np.zeros((self.num_records, len(self.families) + 1))
-        rows = np.repeat(np.arange(self.num_records), self.idx.shape[1])
-        np.add.at(out, (rows, fam.ravel()), self.val.ravel())
-        return out[:, :-1]
+        nf1 = len(self.families) + 1
+        key = (np.arange(self.num_records, dtype=np.int64)[:, None] * nf1 + fam).ravel()
+        out = np.bincount(key, weights=self.val.ravel(), minlength=self.num_records * nf1)
+        return out.reshape(self.num_records, nf1)[:, :-1]
 
     def totals(self) -> np.ndarray:
         """(V,): tokens of each characteristic over all records."""
