@@ -428,3 +428,46 @@ def mixture_quality(
         if i == 0:
             out.update(rep)
     return out
+
+
+def recipe_quality(
+    path: str,
+    *,
+    by: str | None = None,
+    length_bins: int = 100,
+    batch_size: int = 256,
+    trials: int = 8,
+    checkpoints: int = 20,
+    seed: int = 0,
+    with_greedy: bool = False,
+) -> dict[str, Any]:
+    """The diversity recipe's measurements (``shardcore.order.recipe.recipe_report``) of a
+    pool (records in pool order) or a mixture (samples in schedule order), on token-count
+    characteristic vectors from the pools' segments: the document property ``by`` (none:
+    only length), ``length_bins`` document-length quantile bins and, for a mixture of
+    several pools, the pool. ``with_greedy`` also measures the recipe's greedy order of
+    the same records (``greedy``). Returns ``{"order": report, "greedy": report?}``."""
+    from shardcore.manifest import read_manifest
+    from shardcore.order import recipe
+
+    kind = read_manifest(path).get("kind")
+    props = [by] if by and by not in ("pool", "stage") else []
+    if kind == "pool":
+        ch = recipe.pool_characteristics([path], by=props, length_bins_count=length_bins)
+        order = np.arange(ch.num_records)
+    elif kind == "mixture":
+        from shardcore.mixture import Mixture
+
+        mix = Mixture(path)
+        paths = [p["path"] for p in mix.pools]
+        ch = recipe.pool_characteristics(paths, by=props, length_bins_count=length_bins)
+        first = np.r_[0, np.cumsum([int(p["num_records"]) for p in mix.pools])[:-1]]
+        rows = first[np.asarray(mix.pool_index).astype(np.int64)] + np.asarray(mix.record_index)
+        ch, order = ch.take(rows), np.arange(rows.size)
+    else:
+        raise InputError(f"{path}: quality needs a pool or a mixture, not a {kind!r}")
+    kw = {"batch_size": batch_size, "trials": trials, "checkpoints": checkpoints, "seed": seed}
+    out: dict[str, Any] = {"order": recipe.recipe_report(ch, order, **kw)}
+    if with_greedy:
+        out["greedy"] = recipe.recipe_report(ch, recipe.greedy_order(ch, seed=seed), **kw)
+    return out

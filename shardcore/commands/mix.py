@@ -26,7 +26,9 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
     p.add_argument("--tokens", type=int, help="token budget")
     p.add_argument("--out", required=True, help="output mixture directory")
     p.add_argument("--seed", type=int, help="seed (default 0)")
-    p.add_argument("--order", choices=["blend", "diversity", "random"], help="sample order")
+    p.add_argument(
+        "--order", choices=["blend", "diversity", "greedy_block", "random"], help="sample order"
+    )
     p.add_argument(
         "--order-by",
         action="append",

@@ -20,6 +20,17 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
     p.add_argument("--by", required=True, help="property (mixtures also: pool, stage)")
     p.add_argument("--batch-size", type=int, default=1024, help="samples per batch")
     p.add_argument("--json", action="store_true", help="print the full report as JSON")
+    p.add_argument(
+        "--recipe",
+        action="store_true",
+        help="the diversity recipe's measurements on token counts: cumulative "
+        "characteristic error and per-batch error against random orders of the same records",
+    )
+    p.add_argument("--length-bins", type=int, default=100, help="--recipe: length quantile bins")
+    p.add_argument("--trials", type=int, default=8, help="--recipe: random permutations")
+    p.add_argument(
+        "--with-greedy", action="store_true", help="--recipe: also the greedy order of the records"
+    )
     p.set_defaults(func=run)
 
 
@@ -42,6 +53,8 @@ def run(args: argparse.Namespace) -> int:
     from shardcore import quality
     from shardcore.errors import ShardcoreError
 
+    if args.recipe:
+        return _run_recipe(args)
     try:
         labels = labels_of(args.path, args.by)
         report = quality.report(labels, batch_size=args.batch_size)
@@ -63,4 +76,44 @@ def run(args: argparse.Namespace) -> int:
         f"distinct values per batch of {b['batch_size']}: worst {b['worst']}, best "
         f"{b['best']}, mean {b['mean']:.2f} (of {b['possible']} possible)"
     )
+    return 0
+
+
+def _print_recipe(name: str, rep: dict) -> None:
+    print(f"{name}: {rep['num_records']:,} records, batches of {rep['batch_size']}, "
+          f"{rep['trials']} random orders")  # fmt: skip
+    for fam, d in rep["families"].items():
+        c, b = d["cumulative"], d["batches"]
+        print(f"  {fam}: cumulative error (tokens) at {len(c['order'])} checkpoints")
+        print(f"  {'position':>12} {'order':>12} {'random min':>12} {'random mean':>12}")
+        for pos, o, lo, mean in zip(
+            rep["position"], c["order"], c["random_min"], c["random_mean"], strict=True
+        ):
+            print(f"  {pos:>12,} {o:>12.1f} {lo:>12.1f} {mean:>12.1f}")
+        verdict = "below" if c["below_all"] else "NOT below"
+        print(f"  -> {verdict} every random order at every checkpoint "
+              f"(largest ratio to the lowest random: {c['max_ratio']:.3f})")  # fmt: skip
+        claim = "holds" if b["worst_beats_best"] else "fails"
+        print(f"  per-batch error (lower: more diverse): order worst {b['order_worst']:.4f}, "
+              f"mean {b['order_mean']:.4f}; random best {b['random_best']:.4f}, mean "
+              f"{b['random_mean']:.4f} -> worst batch beats the best random batch: {claim}")  # fmt: skip
+
+
+def _run_recipe(args: argparse.Namespace) -> int:
+    from shardcore import quality
+    from shardcore.errors import ShardcoreError
+
+    try:
+        out = quality.recipe_quality(
+            args.path, by=args.by, length_bins=args.length_bins, batch_size=args.batch_size,
+            trials=args.trials, with_greedy=args.with_greedy,
+        )  # fmt: skip
+    except ShardcoreError as exc:
+        raise CLIError(str(exc)) from None
+    if args.json:
+        print(json.dumps(out))
+        return 0
+    _print_recipe("order as built", out["order"])
+    if "greedy" in out:
+        _print_recipe("greedy order of the same records", out["greedy"])
     return 0

@@ -7,6 +7,8 @@ schedule position that is trained on k-th.
 - ``blend``: the identity; the blend schedule's own interleaving (Megatron-exact).
 - ``diversity``: greedy "don't shuffle, optimize" ordering that keeps every window close to
   the global share of every characteristic (see ``shardcore.order.diversity``).
+- ``greedy_block``: the recipe's greedy on token counts (``shardcore.order.recipe``, bucketed
+  greedy), then whole global batches of ``batch_size`` samples shuffled (seeded).
 - ``random``: a seeded uniform permutation, the baseline the quality page compares against.
 """
 
@@ -18,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from shardcore.errors import InputError
+from shardcore.order import recipe
 from shardcore.order.diversity import diversity_order
 
 Ordering = Callable[..., np.ndarray]
@@ -52,9 +55,33 @@ def _diversity(
     return diversity_order([families[n] for n in names], weights=lam, seed=seed)
 
 
+def greedy_block_order(
+    families: Mapping[str, np.ndarray],
+    *,
+    seed: int = 0,
+    weights: Mapping[str, float] | None = None,
+    batch_size: int = 256,
+    groups: np.ndarray | None = None,
+    characteristics: recipe.Characteristics | None = None,
+    **_: Any,
+) -> np.ndarray:
+    """The recipe's greedy order (on ``characteristics`` when given, else one label per
+    sample and family), cut into global batches of ``batch_size`` whose order is shuffled.
+    ``groups``: one duplicate-group id per sample (copies are spaced apart)."""
+    ch = characteristics if characteristics is not None else recipe.from_labels(families)
+    if ch.num_records != _num_samples(families):
+        raise InputError(
+            f"characteristics: {ch.num_records} records for {_num_samples(families)} samples"
+        )
+    lam = {n: float(v) for n, v in (weights or {}).items() if n in ch.families}
+    order = recipe.greedy_order(ch, weights=lam, seed=seed, groups=groups)
+    return recipe.block_shuffle(order, batch_size, seed=seed)
+
+
 ORDERINGS: dict[str, Ordering] = {
     "blend": blend_order,
     "diversity": _diversity,
+    "greedy_block": greedy_block_order,
     "random": random_order,
 }
 
