@@ -18,6 +18,7 @@ urlpatterns = [
     path(
         "favicon.ico",
         login_not_required(RedirectView.as_view(url=static("shardyard/favicon.svg"))),
+        name="favicon",
     ),
     path("api/", include("webapp.api.urls")),
     path("", include("webapp.ops.urls")),

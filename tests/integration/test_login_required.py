@@ -3,13 +3,14 @@
 import pytest
 from django.urls import URLPattern, URLResolver, get_resolver
 
-# The probes and the single sign-on flow are public; /metrics and /api/storage/ answer 401
+# The probes, the icon and the single sign-on flow are public; /metrics and /api/storage/ answer 401
 # like the API.
 PUBLIC = {
     "login",
     "logout",
     "healthz",
     "readyz",
+    "favicon",
     "metrics",
     "api-storage",
     "oidc_authentication_init",

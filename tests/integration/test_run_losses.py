@@ -167,7 +167,8 @@ def test_the_run_page_plots_losses_with_stage_starts_and_overlays_runs_of_the_mi
         name="tiny-gpt-b", mixture_version=books["version"], created_by=users["trainer"]
     )
     _post(c, other, {"step": 10, "val": [{"pool": pool.pk, "source": "code", "loss": 4.5}]})
-    # A stage after "main" starting at sample 60: step 20 (80 samples) was the first past it.
+    # A stage after "main" starting at sample 60: at 4 samples a step (step 20 = 80 samples),
+    # step 16 reads samples 60-63, so the marker stands at step 16, not at the next report.
     manifest = {"kind": "mixture", "seq_len": 2048, "num_samples": 400,
                 "stages": [{"name": "main", "first_sample": 0, "num_samples": 60},
                            {"name": "anneal", "first_sample": 60, "num_samples": 340}]}  # fmt: skip
@@ -183,7 +184,7 @@ def test_the_run_page_plots_losses_with_stage_starts_and_overlays_runs_of_the_mi
         "wiki-2048 / code": ([10, 20], [4.0, 3.0], "solid"),
         "tiny-gpt-b: wiki-2048 / code": ([10], [4.5], "dash"),
     }
-    assert [s["x0"] for s in by_step["layout"]["shapes"]] == [20]
+    assert [s["x0"] for s in by_step["layout"]["shapes"]] == [16]
     by_tokens = figures["Validation loss per pool / source, by tokens consumed"]
     assert by_tokens["data"][0]["x"] == [10 * 4 * 2048, 20 * 4 * 2048]
     assert [s["x0"] for s in by_tokens["layout"]["shapes"]] == [60 * 2048]
