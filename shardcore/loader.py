@@ -43,7 +43,8 @@ position is exact. So DataLoader workers refuse a dataset made without ``batch_s
 state is taken from the last batch the loop received, ``state_dict(received=batch)``,
 checked to be one whole block of the dataset's split (any other batch size is refused,
 naming the one to give); ``state_dict()``, and with two or more workers
-``state_dict(consumed=n)``, are refused.
+``state_dict(consumed=n)``, are refused. Workers made before a ``load_state_dict()`` or
+``switch()`` (``persistent_workers=True``) hold the dataset as it was and refuse to read.
 torch is imported only when the torch classes are first used.
 
 A run that switches mixture version mid-training reads *segments*: ``[{"path",
@@ -534,6 +535,11 @@ class _Stream:
         # the workers: the main process then does not see what was consumed. Shared memory
         # survives the pickling to workers.
         self._workers = multiprocessing.get_context().RawValue("i", 0)
+        # Counts load_state_dict() and switch() calls, shared with the workers: a worker
+        # whose copy of the dataset was made before one of them (a persistent worker) would
+        # read from the old position, so it refuses to.
+        self._changes = multiprocessing.get_context().RawValue("q", 0)
+        self._copied_at = 0  # ``_changes`` when this copy was made (pickled to workers)
         self._orders: dict[int, np.ndarray | None] = {}
 
     def check_world(self) -> None:
@@ -729,6 +735,20 @@ class _Stream:
                 "loader state: num_samples", state.get("num_samples", self.num_samples)
             )
         self.consumed = 0
+        self._changed()
+
+    def _changed(self) -> None:
+        self._changes.value += 1
+        self._copied_at = self._changes.value
+
+    def _stale_workers(self) -> str:
+        return (
+            "persistent_workers=True: this DataLoader's workers hold the dataset as it was "
+            "when they started, before load_state_dict() or switch(), so they would read "
+            "from the old position and the state would not match what was read. Create a "
+            "new DataLoader after load_state_dict() or switch() (or pass "
+            "persistent_workers=False)"
+        )
 
     def switch(self, path: str | os.PathLike, at_sample: int | None = None) -> None:
         """From the run's sample ``at_sample`` (default: the position now, after what the
@@ -755,6 +775,7 @@ class _Stream:
             self.num_samples = len(self.source)
         self.start_sample, self.consumed = position, 0
         self._orders = {}
+        self._changed()
 
 
 def resume_state(path: str | os.PathLike, next_sample: int) -> dict[str, Any]:
@@ -797,6 +818,8 @@ def _make_classes():
             worker, workers = (info.id, info.num_workers) if info else (0, 1)
             self.check_world()  # a forked worker sees its parent's torch.distributed
             if info is not None:
+                if self._copied_at != self._changes.value:
+                    raise InputError(self._stale_workers())
                 self._workers.value = workers
                 if workers > 1 and self.batch_size is None and not self._tracked:
                     raise InputError(
@@ -919,6 +942,11 @@ def _make_classes():
 
         def __iter__(self):
             ds = self.dataset
+            if self.persistent_workers and self._iterator is not None:
+                if self._started_at != ds._changes.value:
+                    raise InputError(ds._stale_workers())
+            else:
+                self._started_at = ds._changes.value
             ds.consumed = 0  # a new pass starts again at the dataset's start_sample
             ds.check_world()
             size = ds.batch_size

@@ -69,6 +69,13 @@ from shardcore.errors import InputError
 # and the releases the tests and bench/megatron/newest.py ran the printed command against.
 SUPPORTED_MEGATRON_CORE = "0.16.x-0.19.x"
 TESTED_MEGATRON_CORE = ("0.16.0", "0.17.1", "0.18.2", "0.19.2")
+# The tested releases of each tokenizer build (a ``BUILDS`` key).
+TESTED_BY_BUILD = {
+    "legacy-0.16": ("0.16.0",),
+    "core-0.16": ("0.16.0",),
+    "core-0.17": ("0.17.1",),
+    "core-0.18": ("0.18.2", "0.19.2"),
+}
 # Megatron-LM's defaults for the arguments that key the cache.
 MEGATRON_DEFAULT_SEED = 1234
 MEGATRON_DEFAULT_SURPLUS = 0.005
@@ -968,6 +975,47 @@ def export_megatron(
     return text
 
 
+def _checked_lines(builds: set[str]) -> list[str]:
+    """megatron.txt's lines on the releases the keyed ``builds`` were checked with, and on
+    the supported releases whose build has no key (there the printed line misses the cache
+    or is not accepted)."""
+    if builds == set(BUILDS):
+        return [
+            f"# Checked with megatron-core {', '.join(TESTED_MEGATRON_CORE)}: every sample "
+            "equal, no index built",
+            "#   (0.16.0 with and without --legacy-tokenizer; 0.17.1, 0.18.2, 0.19.2 by",
+            "#   bench/megatron/newest.py).",
+        ]
+    checked = [v for v in TESTED_MEGATRON_CORE if any(v in TESTED_BY_BUILD[b] for b in builds)]
+    how = []
+    if "core-0.16" in builds or "legacy-0.16" in builds:
+        how.append(
+            "0.16.0 "
+            + {
+                2: "with and without --legacy-tokenizer",
+                1: "with --legacy-tokenizer"
+                if "legacy-0.16" in builds
+                else "without --legacy-tokenizer",
+            }[len(builds & {"core-0.16", "legacy-0.16"})]
+        )
+    later = [v for v in checked if v != "0.16.0"]
+    if later:
+        how.append(f"{', '.join(later)} by bench/megatron/newest.py")
+    lines = [
+        f"# Checked with megatron-core {', '.join(checked)}: every sample equal, no index built",
+        f"#   ({'; '.join(how)}).",
+    ]
+    if builds != {"legacy-0.16"}:  # (a --legacy-tokenizer line says so itself)
+        for b in CORE_BUILDS:
+            if b not in builds:
+                lines += [
+                    f"# NOT keyed for {BUILDS[b]}:",
+                    "#   there the arguments below miss the cache (megatron-core builds its own",
+                    "#   indices) or are not accepted.",
+                ]
+    return lines
+
+
 def _text(
     manifest, path, blends, args, seq_len, out_dir, cache, problems, written, identities
 ) -> str:
@@ -1003,13 +1051,8 @@ def _text(
         ]
         for _, names in identities:
             lines += [f"#   - {BUILDS[b]}" for b in names]
-        lines += [
-            f"# Checked with megatron-core {', '.join(TESTED_MEGATRON_CORE)}: every sample "
-            "equal, no index built",
-            "#   (0.16.0 with and without --legacy-tokenizer; 0.17.1, 0.18.2, 0.19.2 by",
-            "#   bench/megatron/newest.py).",
-        ]
         builds = {b for _, names in identities for b in names}
+        lines += _checked_lines(builds)
         if "legacy-0.16" in builds and builds != {"legacy-0.16"}:
             lines += ["# On megatron-core 0.16.x, adding --legacy-tokenizer reads the same cache."]
         elif builds == {"legacy-0.16"}:

@@ -575,3 +575,35 @@ def test_a_checkpoint_between_the_batches_of_one_worker_transfer_resumes_exactly
     n = Mixture(mixture_path).num_samples
     rank1_head = list(range(1, 2 * 6 * BATCH, 2))  # rank 1 read these before the stop
     assert sorted(seen + rank1_head) == list(range(n))
+
+
+@pytest.mark.parametrize("plain", [True, False])
+def test_persistent_workers_refuse_a_state_loaded_after_they_started(mixture_path, plain):
+    """Persistent workers keep the dataset they were given: a state loaded into it after
+    they started is refused (they would read from sample 0 again while the books say 24),
+    naming persistent_workers; a new DataLoader after load_state_dict resumes exactly."""
+    import torch
+
+    from shardcore.loader import ShardyardIterableDataset, ShardyardLoader
+
+    n = Mixture(mixture_path).num_samples
+    ds = ShardyardIterableDataset(mixture_path, batch_size=8)
+    make = torch.utils.data.DataLoader if plain else ShardyardLoader
+    loader = make(ds, batch_size=8, num_workers=2, persistent_workers=True)
+    seen = []
+    for step, batch in enumerate(loader):
+        seen.extend(batch["sample"].tolist())
+        if step == 2:
+            break
+    state = ds.state_dict(received=batch) if plain else loader.state_dict()
+    assert state["next_sample"] == 24
+    ds.load_state_dict(state)
+    with pytest.raises(InputError, match=r"persistent_workers=True.*Create a new DataLoader"):
+        next(iter(loader))
+    again = make(ds, batch_size=8, num_workers=2, persistent_workers=True)
+    for batch in again:
+        seen.extend(batch["sample"].tolist())
+    assert len(seen) == len(set(seen)) == n
+    assert sorted(seen) == list(range(n))
+    # Another pass without a load: the persistent workers read again from the state.
+    assert [k for b in again for k in b["sample"].tolist()] == list(range(24, n))

@@ -524,3 +524,25 @@ def test_megatron_reads_it_exactly_per_split_with_the_pools_validation(
         line = next(x for x in text.splitlines() if f"per-split-{st['name']}.json" in x)
         assert mc.check_trainer_args(out, line) == []
         assert mc.check_trainer_args(out, line + " --split 100,0,0")
+
+
+def test_megatron_txt_names_only_the_releases_its_line_was_keyed_and_checked_for(
+    built, tmp_path, hf_dir
+):
+    """A line that some supported release does not take (--tokenizer-hf-use-fast left
+    megatron-core's arguments in 0.18) is keyed for 0.16-0.17 only: megatron.txt checks it
+    with those releases and says the others are not keyed, instead of naming all four."""
+    root, _ = built
+    fast = mc.TrainerTokenizer("HuggingFaceTokenizer", model=str(hf_dir), hf_use_fast=True)
+    text = export(root / "mixture", "megatron", out=tmp_path / "fast",
+                  tokenizer=json.dumps(fast.identity("core-0.16")))  # fmt: skip
+    assert "--tokenizer-hf-use-fast" in _stage_lines(text)[0]
+    assert "# Checked with megatron-core 0.16.0, 0.17.1: every sample equal" in text
+    assert "0.18.2" not in text and "0.19.2" not in text
+    assert f"# NOT keyed for {mc.BUILDS['core-0.18']}:" in text
+    text = export(root / "mixture", "megatron", out=tmp_path / "legacy", tokenizer_build="legacy")
+    assert "# Checked with megatron-core 0.16.0: every sample equal" in text
+    assert "(0.16.0 with --legacy-tokenizer)" in text and "NOT keyed" not in text
+    text = export(root / "mixture", "megatron", out=tmp_path / "all")
+    assert "# Checked with megatron-core 0.16.0, 0.17.1, 0.18.2, 0.19.2: every sample" in text
+    assert "NOT keyed" not in text
