@@ -160,7 +160,7 @@ PINNED = {
         "megatron/data-args-main.txt": "ab937197480f330c61216c2a4fc8eb294508b2a849543d8ea3f4c9ba3192ab8e",
         "megatron/export.json": "f77359253a7d4ef6614f01b508eacb6d51812681e60bca067359780aca3e00b1",
         "megatron/megatron.txt": "b6f932060e8cfed54b1eb8d359c75e3d96264b7b5452d1c477010b4928503e81",
-"mixes/prose-code-flat/manifest.blocks": "1d6ade4b63f3ea417e731b4af78354757c8c57a29c9cd5bd4fe76af1abab519a",
+        "mixes/prose-code-flat/manifest.blocks": "1d6ade4b63f3ea417e731b4af78354757c8c57a29c9cd5bd4fe76af1abab519a",
         "mixes/prose-code-flat/manifest.shards": "a86ae3c1be212c9c03e42e89c6623b267f660d1272a1d53e5d8cf51c0fe4f825",
         "mixes/prose-code-flat/shards/mix-00000.bin": "221720efb94bbb9fcd5c9416df6825eb72704a7c91c19bf6447b3ef6a2b9c204",
         "mixes/prose-code-flat/shards/mix-00000.idx": "b9833e459f0ea9dc5dc13926ddcb01ed806dac667ae5cca5f8b15b59e7f1fbb1",
