@@ -12,6 +12,7 @@ from urllib.parse import urlparse
 import dj_database_url
 
 from webapp.env import ConfigError, env_bool, env_int, env_list, env_paths, env_roots, env_str
+from webapp.ops.netguard import parse_networks
 from webapp.ops.oidc_map import parse_role_map
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -321,6 +322,14 @@ SHARDYARD_WEBHOOK_POLL = env_int("SHARDYARD_WEBHOOK_POLL", 5, minimum=0)
 SHARDYARD_WEBHOOK_TIMEOUT = env_int("SHARDYARD_WEBHOOK_TIMEOUT", 5, minimum=1)
 SHARDYARD_WEBHOOK_ATTEMPTS = env_int("SHARDYARD_WEBHOOK_ATTEMPTS", 6, minimum=1)
 SHARDYARD_WEBHOOK_BACKOFF = env_int("SHARDYARD_WEBHOOK_BACKOFF", 30, minimum=1)
+# Webhooks reach public addresses only (webapp.ops.netguard); these CIDR networks
+# (comma-separated, e.g. "10.20.0.0/16,fd00::/8") are let through too, for internal receivers.
+try:
+    SHARDYARD_WEBHOOK_ALLOW_NETWORKS = parse_networks(
+        env_str("SHARDYARD_WEBHOOK_ALLOW_NETWORKS", "") or ""
+    )
+except ValueError as _exc:
+    raise ConfigError(str(_exc)) from None
 
 # --- Single sign-on (OpenID Connect, webapp.ops.oidc): on when a client id is given ----------
 SHARDYARD_OIDC_ENABLED = bool(env_str("SHARDYARD_OIDC_CLIENT_ID", ""))

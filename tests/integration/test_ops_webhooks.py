@@ -2,19 +2,25 @@
 """Webhooks against a real receiver (an HTTP server in this test) and a real Celery worker:
 one signed delivery per event, tried again after the receiver answered 500; a receiver that
 never answers holds no job back (deliveries run in the workers' webhook thread, with a
-bounded timeout, never in a job's task)."""
+bounded timeout, never in a job's task). The receivers listen on 127.0.0.1, which webhooks
+may reach only because these tests allow it (SHARDYARD_WEBHOOK_ALLOW_NETWORKS); without that,
+internal addresses are refused when a webhook is saved and again when it is sent."""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
 import json
+import re
+import socket
+import ssl
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from django.db import transaction
+from django.utils import timezone
 
 from tests.integration.dashboard_fixtures import catalog, users  # noqa: F401
 from tests.integration.test_jobs_workers import stdlib_docs, wait_job, write_jsonl
@@ -22,19 +28,29 @@ from tests.support.services import catalog_roots, wait_for
 from webapp.catalog.services.sources import source_register
 from webapp.catalog.services.tokenized import tokenized_source_build
 from webapp.jobs.models import Job, JobState
-from webapp.ops.models import WebhookDelivery
-from webapp.ops.webhooks import endpoint_create
+from webapp.ops.models import WebhookDelivery, WebhookEndpoint
+from webapp.ops.netguard import parse_networks
+from webapp.ops.webhooks import deliveries_drain, endpoint_create
 
 pytestmark = pytest.mark.services
 
 SECRET = "shared-secret-of-the-receiver"
+LOOPBACK = "127.0.0.0/8"
+
+
+@pytest.fixture
+def allow_loopback(settings, monkeypatch):
+    """The receivers here are on 127.0.0.1: allowed for this process and the workers it
+    starts, for this test only."""
+    monkeypatch.setenv("SHARDYARD_WEBHOOK_ALLOW_NETWORKS", LOOPBACK)
+    settings.SHARDYARD_WEBHOOK_ALLOW_NETWORKS = parse_networks(LOOPBACK)
 
 
 class Receiver:
     """``/flaky`` answers 500 to the first request of each delivery, then 200; ``/hang``
     answers nothing until the test lets it go."""
 
-    def __init__(self):
+    def __init__(self, tls: ssl.SSLContext | None = None):
         self.requests: list[dict] = []
         self.release = threading.Event()
         self.lock = threading.Lock()
@@ -50,6 +66,7 @@ class Receiver:
                     receiver.requests.append({
                         "path": self.path, "body": body, "status": status,
                         "delivery": self.headers["X-Shardyard-Delivery"],
+                        "host": self.headers["Host"],
                         "event": self.headers["X-Shardyard-Event"],
                         "signature": self.headers["X-Shardyard-Signature"],
                     })  # fmt: skip
@@ -67,7 +84,10 @@ class Receiver:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.port = self.server.server_address[1]
+        if tls is not None:
+            self.server.socket = tls.wrap_socket(self.server.socket, server_side=True)
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def on(self, path: str) -> list[dict]:
@@ -88,7 +108,7 @@ def receiver():
 
 
 def test_each_event_arrives_signed_once_after_a_500_and_a_hung_receiver_holds_no_job(
-    postgres, redis_url, celery_workers, tmp_path, settings, monkeypatch, receiver
+    postgres, redis_url, celery_workers, tmp_path, settings, monkeypatch, receiver, allow_loopback
 ):
     for name, value in (("POLL", 1), ("TIMEOUT", 2), ("BACKOFF", 1), ("ATTEMPTS", 50)):
         monkeypatch.setenv(f"SHARDYARD_WEBHOOK_{name}", str(value))  # the worker's
@@ -146,7 +166,9 @@ def test_each_event_arrives_signed_once_after_a_500_and_a_hung_receiver_holds_no
         assert d.attempts == 2 and d.last_status == 200, d
 
 
-def test_taints_of_runs_and_scrub_findings_arrive_in_slack_form(db, catalog, receiver, settings):
+def test_taints_of_runs_and_scrub_findings_arrive_in_slack_form(
+    db, catalog, receiver, settings, allow_loopback
+):
     """The webhook round in this process (what each worker's thread calls): a run tainted by
     a new flag and a corrupt pool found by the scrub, each one Slack-compatible delivery."""
     from webapp.catalog.models import Corruption, Flag, Taint
@@ -176,3 +198,138 @@ def test_taints_of_runs_and_scrub_findings_arrive_in_slack_form(db, catalog, rec
 def test_an_endpoint_names_the_events_it_does_not_know(db):
     with pytest.raises(ValueError, match="job.exploded; choose from job.succeeded"):
         endpoint_create(url="http://127.0.0.1:9/", secret="s", events=["job.exploded"])
+
+
+def _name_of_loopback() -> str:
+    """A host name other than "localhost" that this machine resolves to loopback."""
+    for name in (socket.gethostname(), "ip6-localhost", "localhost.localdomain"):
+        try:
+            infos = socket.getaddrinfo(name, 80, type=socket.SOCK_STREAM)
+        except OSError:
+            continue
+        if infos and all(i[4][0].startswith("127.") or i[4][0] == "::1" for i in infos):
+            return name
+    pytest.skip("no host name here resolves to loopback only")
+
+
+def test_internal_targets_are_refused_when_saved_unless_allowed(db, settings):
+    settings.SHARDYARD_WEBHOOK_ALLOW_NETWORKS = ()
+    refused = {
+        "http://127.0.0.1:8000/hook": "127.0.0.1 is loopback",
+        "http://localhost:6379/": "host 'localhost' resolves to 127.0.0.1: 127.0.0.1 is loopback",
+        f"http://{_name_of_loopback()}:5432/": "is loopback",
+        "http://169.254.169.254/latest/meta-data/": "169.254.169.254 is link-local",
+        "http://[::1]:8000/": "::1 is loopback",
+        "http://[::ffff:127.0.0.1]/": "loopback (it carries 127.0.0.1)",
+        "https://10.1.2.3/hook": "10.1.2.3 is private",
+        "http://192.168.0.7/": "192.168.0.7 is private",
+        "http://[fd00::5]/": "fd00::5 is private",
+        "http://0.0.0.0:5432/": "0.0.0.0 is unspecified",
+        "http://224.0.0.1/": "224.0.0.1 is multicast",
+        "ftp://8.8.8.8/hook": "scheme 'ftp': only http and https",
+    }
+    for url, why in refused.items():
+        with pytest.raises(ValueError, match="^url: .*" + re.escape(why)):
+            endpoint_create(url=url, secret="s", events=["job.failed"])
+    assert not WebhookEndpoint.objects.exists()
+    # A public address is fine; so is a name that does not resolve yet (each delivery checks).
+    endpoint_create(url="https://8.8.8.8/hook", secret="s", events=["job.failed"])
+    endpoint_create(url="https://hooks.invalid/x", secret="s", events=["job.failed"])
+
+    settings.SHARDYARD_WEBHOOK_ALLOW_NETWORKS = parse_networks("127.0.0.0/8, 10.0.0.0/8")
+    for url in ("http://127.0.0.1:8000/hook", "http://localhost:6379/", "https://10.1.2.3/hook",
+                "http://[::ffff:127.0.0.1]/"):  # fmt: skip
+        endpoint_create(url=url, secret="s", events=["job.failed"])
+    with pytest.raises(ValueError, match="169.254.169.254 is link-local"):  # still not allowed
+        endpoint_create(url="http://169.254.169.254/", secret="s", events=["job.failed"])
+    assert WebhookEndpoint.objects.count() == 6
+
+
+def test_a_target_refused_at_send_time_is_not_contacted_and_the_refusal_is_recorded(
+    db, settings, receiver, allow_loopback
+):
+    """Saved while its host was allowed; by the time it is sent the host resolves to an
+    address that is not (here the allow-list changed; a DNS answer that changed is the same
+    case): nothing is sent, the delivery says why, and it is tried again later."""
+    endpoint = endpoint_create(url=f"http://localhost:{receiver.port}/late", secret=SECRET,
+                               events=["job.failed"])  # fmt: skip
+    delivery = WebhookDelivery.objects.create(
+        endpoint=endpoint, event="job.failed", key="job:1:failed",
+        payload={"event": "job.failed", "key": "job:1:failed", "data": {}},
+        next_attempt_at=timezone.now(),
+    )  # fmt: skip
+    settings.SHARDYARD_WEBHOOK_ALLOW_NETWORKS = ()
+    assert deliveries_drain() == 1
+    delivery.refresh_from_db()
+    assert receiver.requests == []
+    assert (delivery.state, delivery.attempts, delivery.last_status) == ("pending", 1, None)
+    assert delivery.last_error.startswith(
+        "refused: host 'localhost' resolves to 127.0.0.1: 127.0.0.1 is loopback"
+    ), delivery.last_error
+
+    settings.SHARDYARD_WEBHOOK_ALLOW_NETWORKS = parse_networks(LOOPBACK)
+    WebhookDelivery.objects.filter(pk=delivery.pk).update(next_attempt_at=delivery.created_at)
+    assert deliveries_drain() == 1
+    delivery.refresh_from_db()
+    assert delivery.state == "delivered", delivery.last_error
+    # Sent to the address checked, naming the host the URL gave.
+    assert [r["host"] for r in receiver.on("/late")] == [f"localhost:{receiver.port}"]
+
+
+def test_https_goes_to_the_checked_address_with_the_name_in_tls(
+    db, settings, tmp_path, monkeypatch, allow_loopback
+):
+    """An https receiver whose certificate names "localhost" only: the request connects to
+    the address checked, sends the name in SNI and verifies the certificate against it."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder().subject_name(name).issuer_name(name)
+        .public_key(key.public_key()).serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(hours=1))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )  # fmt: skip
+    (tmp_path / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (tmp_path / "key.pem").write_bytes(key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    ))  # fmt: skip
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(tmp_path / "cert.pem", tmp_path / "key.pem")
+    sni = []
+    tls.sni_callback = lambda sock, server_name, ctx: sni.append(server_name)
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(tmp_path / "cert.pem"))
+    r = Receiver(tls=tls)
+    try:
+        by_name = endpoint_create(url=f"https://localhost:{r.port}/tls", secret=SECRET,
+                                  events=["job.failed"])  # fmt: skip
+        by_address = endpoint_create(url=f"https://127.0.0.1:{r.port}/tls", secret=SECRET,
+                                     events=["job.failed"])  # fmt: skip
+        for endpoint in (by_name, by_address):
+            WebhookDelivery.objects.create(
+                endpoint=endpoint, event="job.failed", key="job:1:failed",
+                payload={"event": "job.failed", "key": "job:1:failed", "data": {}},
+                next_attempt_at=timezone.now(),
+            )  # fmt: skip
+        assert deliveries_drain() == 2
+        ok = WebhookDelivery.objects.get(endpoint=by_name)
+        assert (ok.state, ok.last_status) == ("delivered", 200), ok.last_error
+        assert sni == ["localhost", None]  # an address in the URL: no name to send
+        assert [x["host"] for x in r.on("/tls")] == [f"localhost:{r.port}"]
+        # The certificate does not name 127.0.0.1: that one is not trusted.
+        bad = WebhookDelivery.objects.get(endpoint=by_address)
+        assert bad.state == "pending" and "doesn't match 'localhost'" in bad.last_error, bad
+        assert len(r.on("/tls")) == 1  # nothing reached the receiver from it
+    finally:
+        r.stop()

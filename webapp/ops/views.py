@@ -12,7 +12,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from webapp.ops.models import WEBHOOK_EVENTS, WebhookDelivery, WebhookEndpoint
-from webapp.ops.webhooks import endpoint_create
+from webapp.ops.webhooks import endpoint_create, url_refusal
 from webapp.roles import ROLES
 
 
@@ -37,6 +37,13 @@ class WebhookForm(forms.Form):
     def __init__(self, *args, user, **kwargs):
         super().__init__(*args, **kwargs)
         self.fields["team"].queryset = _teams(user)
+
+    def clean_url(self):
+        url = self.cleaned_data["url"]
+        why = url_refusal(url)
+        if why:
+            raise forms.ValidationError(why)
+        return url
 
 
 def _visible(user):

@@ -9,7 +9,10 @@ SHARDYARD_WEBHOOK_POLL seconds, calls ``webhooks_tick``:
    ``WebhookDelivery`` per (endpoint, event): a unique key makes this idempotent, so any
    number of workers may collect the same events.
 2. ``deliveries_drain`` claims due deliveries (a conditional UPDATE: one drainer each) and
-   POSTs them with bounded timeouts (SHARDYARD_WEBHOOK_TIMEOUT). A receiver that answers
+   POSTs them with bounded timeouts (SHARDYARD_WEBHOOK_TIMEOUT), to an address the URL's
+   host resolved to and ``netguard`` let through (never loopback, private, link-local and
+   the like unless SHARDYARD_WEBHOOK_ALLOW_NETWORKS permits it): a refused target is not
+   contacted, and the refusal is the attempt's error. A receiver that answers
    anything but 2xx, or not at all, is tried again after SHARDYARD_WEBHOOK_BACKOFF seconds,
    doubling, up to SHARDYARD_WEBHOOK_ATTEMPTS attempts.
 
@@ -23,6 +26,7 @@ import hashlib
 import hmac
 import json
 import logging
+import os
 from datetime import timedelta
 
 from django.conf import settings
@@ -30,6 +34,7 @@ from django.db.models import Min, Q
 from django.utils import timezone
 
 from webapp.ops.models import WEBHOOK_EVENTS, WebhookDelivery, WebhookEndpoint
+from webapp.ops.netguard import TargetRefused, TargetUnresolved, target_check
 
 log = logging.getLogger(__name__)
 
@@ -164,29 +169,75 @@ def events_collect(*, now=None) -> int:
     return len(rows)
 
 
+def _ca_bundle() -> str:
+    """The CA certificates an https receiver's certificate must chain to: the bundle named
+    by REQUESTS_CA_BUNDLE or SSL_CERT_FILE (an internal CA), else certifi's."""
+    import certifi
+
+    return (
+        os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("SSL_CERT_FILE") or certifi.where()
+    )
+
+
 def _post(endpoint: WebhookEndpoint, delivery: WebhookDelivery) -> tuple[int | None, str]:
-    """POST one delivery; (HTTP status or None, error text)."""
-    import requests
+    """POST one delivery; (HTTP status or None, error text).
+
+    The URL's host is resolved once and every address checked (``netguard``); the request
+    then connects to one of those addresses itself, never resolving the name again, and
+    names the host in the Host header and in TLS (SNI and the certificate's check). A
+    refused target is reported as an error without connecting; redirects are not followed
+    and no proxy is used."""
+    import urllib3
 
     body = json.dumps(delivery.payload, sort_keys=True, separators=(",", ":")).encode()
+    try:
+        target = target_check(endpoint.url, settings.SHARDYARD_WEBHOOK_ALLOW_NETWORKS)
+    except TargetRefused as exc:
+        return None, f"refused: {exc}"[:500]
     timeout = float(settings.SHARDYARD_WEBHOOK_TIMEOUT)
     headers = {
+        "Host": target.host_header,
         "Content-Type": "application/json",
         "User-Agent": "Shardyard-Webhook/1",
         SIGNATURE_HEADER: sign(endpoint.secret, body),
         "X-Shardyard-Event": delivery.event,
         "X-Shardyard-Delivery": str(delivery.pk),
     }
-    try:
-        response = requests.post(
-            endpoint.url, data=body, headers=headers, timeout=(min(timeout, 3.0), timeout),
-            allow_redirects=False,
-        )  # fmt: skip
-    except requests.RequestException as exc:
-        return None, f"{type(exc).__name__}: {exc}"[:500]
-    if 200 <= response.status_code < 300:
-        return response.status_code, ""
-    return response.status_code, f"answered {response.status_code}: {response.text[:200]}"
+    if target.userinfo:
+        headers.update(urllib3.make_headers(basic_auth=":".join(target.userinfo)))
+    limits = urllib3.Timeout(connect=min(timeout, 3.0), read=timeout)
+    error = ""
+    for ip in target.addresses[:3]:  # the next address only when this one took no connection
+        if target.scheme == "https":
+            pool = urllib3.HTTPSConnectionPool(
+                str(ip), target.port, timeout=limits, retries=False, maxsize=1,
+                server_hostname=target.host, assert_hostname=target.host,
+                cert_reqs="CERT_REQUIRED", ca_certs=_ca_bundle(),
+            )  # fmt: skip
+        else:
+            pool = urllib3.HTTPConnectionPool(
+                str(ip), target.port, timeout=limits, retries=False, maxsize=1
+            )
+        try:
+            response = pool.urlopen(
+                "POST", target.path, body=body, headers=headers, redirect=False,
+                retries=False, assert_same_host=False,
+            )  # fmt: skip
+        except (
+            urllib3.exceptions.NewConnectionError,
+            urllib3.exceptions.ConnectTimeoutError,
+        ) as exc:
+            error = f"{type(exc).__name__}: {ip}: {exc}"[:500]
+            continue
+        except urllib3.exceptions.HTTPError as exc:
+            return None, f"{type(exc).__name__}: {exc}"[:500]
+        finally:
+            pool.close()
+        if 200 <= response.status < 300:
+            return response.status, ""
+        text = response.data[:200].decode(errors="replace")
+        return response.status, f"answered {response.status}: {text}"
+    return None, error
 
 
 def deliveries_drain(*, limit: int = 20) -> int:
@@ -234,9 +285,24 @@ def webhooks_tick() -> tuple[int, int]:
     return events_collect(), deliveries_drain()
 
 
+def url_refusal(url: str) -> str | None:
+    """Why ``url`` may not be a webhook's target now (None: it may): only http and https,
+    and a host that is, or resolves to, public addresses or ones in
+    SHARDYARD_WEBHOOK_ALLOW_NETWORKS. A name that does not resolve yet is let through: each
+    delivery checks the address it connects to again."""
+    try:
+        target_check(url, settings.SHARDYARD_WEBHOOK_ALLOW_NETWORKS)
+    except TargetUnresolved:
+        return None
+    except TargetRefused as exc:
+        return str(exc)
+    return None
+
+
 def endpoint_create(*, url: str, secret: str, events, owner=None, team=None,
                     format: str = WebhookEndpoint.Format.JSON) -> WebhookEndpoint:  # fmt: skip
-    """A new endpoint; the events must be among WEBHOOK_EVENTS."""
+    """A new endpoint; the events must be among WEBHOOK_EVENTS and the URL may not point at
+    an internal address (``url_refusal``)."""
     events = list(dict.fromkeys(events))
     unknown = [e for e in events if e not in WEBHOOK_EVENTS]
     if unknown or not events:
@@ -245,6 +311,9 @@ def endpoint_create(*, url: str, secret: str, events, owner=None, team=None,
         )
     if format not in WebhookEndpoint.Format.values:
         raise ValueError(f"format: {format!r}; choose json or slack")
+    why = url_refusal(url)
+    if why:
+        raise ValueError(f"url: {why}")
     return WebhookEndpoint.objects.create(
         url=url, secret=secret, events=events, owner=owner, team=team, format=format
     )
