@@ -44,3 +44,21 @@ def test_a_webhook_needs_events_and_a_url(db, client, login):
         b"Enter a valid URL" in response.content and b"This field is required" in response.content
     )
     assert not WebhookEndpoint.objects.exists()
+
+
+def test_a_webhook_to_an_internal_address_is_refused_on_the_url_field(db, client, login):
+    login("viewer")
+    response = client.post("/notifications/", {
+        "url": "http://169.254.169.254/latest/meta-data/", "events": ["job.failed"],
+        "format": "json",
+    })  # fmt: skip
+    assert response.status_code == 200
+    errors = response.context["form"].errors
+    assert list(errors) == ["url"], errors
+    assert errors["url"][0].startswith("169.254.169.254 is link-local, not a public address")
+    assert b"169.254.169.254 is link-local" in response.content
+    response = client.post("/notifications/", {
+        "url": "ftp://hooks.example.org/x", "events": ["job.failed"], "format": "json",
+    })  # fmt: skip
+    assert "only http and https" in str(response.context["form"].errors["url"])
+    assert not WebhookEndpoint.objects.exists()

@@ -90,8 +90,8 @@ def _kind(ip: Address) -> str | None:
         ("loopback", ip.is_loopback),
         ("link-local", ip.is_link_local),
         ("multicast", ip.is_multicast),
-        ("private", ip.is_private),
         ("reserved", ip.is_reserved),
+        ("private", ip.is_private),
         ("not globally routable", not ip.is_global),
     ):
         if bad:
