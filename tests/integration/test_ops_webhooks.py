@@ -47,7 +47,7 @@ def allow_loopback(settings, monkeypatch):
 
 class Receiver:
     """``/flaky`` answers 500 to the first request of each delivery, then 200; ``/hang``
-    answers nothing until the test lets it go."""
+    answers nothing until the test lets it go; ``/moved`` redirects to ``/landing``."""
 
     def __init__(self, tls: ssl.SSLContext | None = None):
         self.requests: list[dict] = []
@@ -62,6 +62,7 @@ class Receiver:
                     seen = [r for r in receiver.requests if r["path"] == self.path
                             and r["delivery"] == self.headers["X-Shardyard-Delivery"]]  # fmt: skip
                     status = 500 if self.path == "/flaky" and not seen else 200
+                    status = 307 if self.path == "/moved" else status
                     receiver.requests.append({
                         "path": self.path, "body": body, "status": status,
                         "delivery": self.headers["X-Shardyard-Delivery"],
@@ -73,6 +74,8 @@ class Receiver:
                     receiver.release.wait(120)
                 try:
                     self.send_response(status)
+                    if status == 307:
+                        self.send_header("Location", "/landing")
                     self.end_headers()
                     self.wfile.write(b"ok" if status == 200 else b"try later")
                 except OSError:
@@ -263,6 +266,33 @@ def test_a_target_refused_at_send_time_is_not_contacted_and_the_refusal_is_recor
     assert delivery.state == "delivered", delivery.last_error
     # Sent to the address checked, naming the host the URL gave.
     assert [r["host"] for r in receiver.on("/late")] == [f"localhost:{receiver.port}"]
+
+
+def test_a_redirect_is_not_followed(db, receiver, allow_loopback):
+    endpoint = endpoint_create(url=f"{receiver.url}/moved", secret=SECRET, events=["job.failed"])
+    delivery = WebhookDelivery.objects.create(
+        endpoint=endpoint, event="job.failed", key="job:1:failed",
+        payload={"event": "job.failed", "key": "job:1:failed", "data": {}},
+        next_attempt_at=timezone.now(),
+    )  # fmt: skip
+    assert deliveries_drain() == 1
+    delivery.refresh_from_db()
+    assert (delivery.state, delivery.last_status) == ("pending", 307), delivery.last_error
+    assert delivery.last_error.startswith("answered 307")
+    assert len(receiver.on("/moved")) == 1 and receiver.on("/landing") == []
+
+
+def test_a_name_that_does_not_resolve_at_send_time_says_so(db, settings):
+    endpoint = endpoint_create(url="https://hooks.invalid/x", secret=SECRET, events=["job.failed"])
+    delivery = WebhookDelivery.objects.create(
+        endpoint=endpoint, event="job.failed", key="job:1:failed",
+        payload={"event": "job.failed", "key": "job:1:failed", "data": {}},
+        next_attempt_at=timezone.now(),
+    )  # fmt: skip
+    assert deliveries_drain() == 1
+    delivery.refresh_from_db()
+    assert (delivery.state, delivery.attempts) == ("pending", 1)
+    assert delivery.last_error.startswith("host 'hooks.invalid' does not resolve"), delivery
 
 
 def test_https_goes_to_the_checked_address_with_the_name_in_tls(

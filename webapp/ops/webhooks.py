@@ -192,6 +192,8 @@ def _post(endpoint: WebhookEndpoint, delivery: WebhookDelivery) -> tuple[int | N
     body = json.dumps(delivery.payload, sort_keys=True, separators=(",", ":")).encode()
     try:
         target = target_check(endpoint.url, settings.SHARDYARD_WEBHOOK_ALLOW_NETWORKS)
+    except TargetUnresolved as exc:
+        return None, str(exc)[:500]
     except TargetRefused as exc:
         return None, f"refused: {exc}"[:500]
     timeout = float(settings.SHARDYARD_WEBHOOK_TIMEOUT)
@@ -218,25 +220,29 @@ def _post(endpoint: WebhookEndpoint, delivery: WebhookDelivery) -> tuple[int | N
             pool = urllib3.HTTPConnectionPool(
                 str(ip), target.port, timeout=limits, retries=False, maxsize=1
             )
+        response = None
         try:
             response = pool.urlopen(
                 "POST", target.path, body=body, headers=headers, redirect=False,
-                retries=False, assert_same_host=False,
+                retries=False, assert_same_host=False, preload_content=False,
             )  # fmt: skip
+            status = response.status
+            if 200 <= status < 300:
+                return status, ""
+            # A little of the answer says why; a receiver that sends more is not read on.
+            text = response.read(200).decode(errors="replace")
+            return status, f"answered {status}: {text}"
         except (
             urllib3.exceptions.NewConnectionError,
             urllib3.exceptions.ConnectTimeoutError,
         ) as exc:
             error = f"{type(exc).__name__}: {ip}: {exc}"[:500]
-            continue
         except urllib3.exceptions.HTTPError as exc:
             return None, f"{type(exc).__name__}: {exc}"[:500]
         finally:
+            if response is not None:
+                response.close()
             pool.close()
-        if 200 <= response.status < 300:
-            return response.status, ""
-        text = response.data[:200].decode(errors="replace")
-        return response.status, f"answered {response.status}: {text}"
     return None, error
 
 
