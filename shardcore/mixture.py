@@ -14,8 +14,8 @@ Spec (JSON or YAML, or the dataclasses below)::
 "lambda": {"pool": 1, "lang": 1, "length": 0.5}}`` (characteristics and their weights).
 
 Nested groups are flattened to leaf shares (sibling weights are normalized, shares multiply
-down the tree: prose 0.7 x en 0.8 = 0.56). The first stage, "main", uses the top-level
-components; each further stage covers the tokens it names, in order, at the end of the
+down the tree: prose 0.7 x en 0.8 = 0.56). The first stage, "main" (or ``first_stage``,
+e.g. "anneal" for a run switched inside its anneal), uses the top-level components; each further stage covers the tokens it names, in order, at the end of the
 budget (e.g. annealing on other weights over the last N tokens).
 
 Building. Every pool must share the tokenizer and seq_len; a training sample is one record
@@ -111,7 +111,7 @@ class Component:
 
 @dataclass
 class Stage:
-    """A stage after "main": ``tokens`` at the end of the budget with its own components."""
+    """A stage after the first: ``tokens`` at the end of the budget with its own components."""
 
     name: str
     tokens: int
@@ -133,13 +133,15 @@ class MixtureSpec:
     global_batch_size: int | None = None
     # Where a run switches to this mixture from another (see ``continuation``).
     continues: dict[str, Any] | None = None
+    # The first stage's name: "main", or the stage a continued run was in (e.g. "anneal").
+    first_stage: str = "main"
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, base_dir: str | None = None) -> MixtureSpec:
         if not isinstance(data, Mapping):
             raise InputError("mixture spec: expected an object at the top level")
         known = {"components", "tokens", "seed", "order", "stages", "max_repetitions"}
-        known |= {"global_batch_size", "continues"}
+        known |= {"global_batch_size", "continues", "first_stage"}
         unknown = set(data) - known - {"order_options", "base_dir"}
         if unknown:
             raise InputError(f"mixture spec: unknown field(s) {sorted(unknown)}")
@@ -181,6 +183,7 @@ class MixtureSpec:
                 else _as_int(data["global_batch_size"], "global_batch_size")
             ),
             continues=(None if data.get("continues") is None else _continues(data["continues"])),
+            first_stage=data.get("first_stage", "main"),
         )
         spec.validate()
         return spec
@@ -228,6 +231,8 @@ class MixtureSpec:
             out["global_batch_size"] = self.global_batch_size
         if self.continues is not None:
             out["continues"] = self.continues
+        if self.first_stage != "main":  # only then: earlier specs keep their fingerprints
+            out["first_stage"] = self.first_stage
         return out
 
     def validate(self) -> None:
@@ -247,8 +252,18 @@ class MixtureSpec:
             self.global_batch_size = limits.check_int(
                 "global_batch_size", self.global_batch_size, 1, limits.MAX_BATCH
             )
+        if not isinstance(self.first_stage, str) or not self.first_stage.strip():
+            raise InputError(
+                f"first_stage: the first stage's name must be a non-empty string, "
+                f"got {self.first_stage!r}"
+            )
+        names = [self.first_stage] + [s.name for s in self.stages]
         for i, st in enumerate(self.stages):
             st.tokens = limits.tokens(f"stages[{i}].tokens", st.tokens)
+            if st.name in names[: i + 1]:
+                raise InputError(
+                    f"stages[{i}].name: stage {st.name!r} is named twice (stage names are unique)"
+                )
         if sum(s.tokens for s in self.stages) >= self.tokens:
             raise InputError(
                 f"stages: their {sum(s.tokens for s in self.stages)} tokens leave nothing of "
@@ -258,7 +273,7 @@ class MixtureSpec:
             flatten(comps, where=self.field_of(name))
 
     def stage_components(self) -> list[tuple[str, list[Component]]]:
-        return [("main", self.components)] + [(s.name, s.components) for s in self.stages]
+        return [(self.first_stage, self.components)] + [(s.name, s.components) for s in self.stages]
 
     def field_of(self, stage: str) -> str:
         """The spec field holding a stage's components, for error messages."""
@@ -439,7 +454,7 @@ def stage_samples(spec: MixtureSpec, seq_len: int) -> list[tuple[str, int]]:
             f"stages: they take all {total} samples of the budget ({spec.tokens} tokens, "
             f"seq_len {seq_len}), none left for the main stage"
         )
-    return [("main", main), *later]
+    return [(spec.first_stage, main), *later]
 
 
 # A schedule holds two arrays of one entry per sample (pool: 1-2 bytes, record: 8 bytes)

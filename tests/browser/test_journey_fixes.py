@@ -254,9 +254,10 @@ def test_it_fixes_what_a_newcomer_found(
     assert v2.pk != version.pk and v2.status == "building"
     comps = sorted((c.stage, c.pool.name, round(c.weight, 4))
                    for c in MixtureComponent.objects.filter(version=v2).select_related("pool"))  # fmt: skip
+    # Its only stage is the rest of the anneal, and is named so (not "main").
     assert [(s, n) for s, n, _ in comps] == [
-        ("main", "demo-docstrings"),
-        ("main", "demo-reference"),
+        ("anneal", "demo-docstrings"),
+        ("anneal", "demo-reference"),
     ]
     assert comps[1][2] == pytest.approx(proposed, abs=1e-4)
     text = page.inner_text("main")
@@ -269,6 +270,7 @@ def test_it_fixes_what_a_newcomer_found(
     page.reload()
     assert page.inner_text("#run-budget") == f"{version.token_budget:,} tokens"
     assert "being built" not in page.inner_text("main")
+    assert "stage\nanneal" in page.inner_text("#resume")  # the run reads on in the anneal
 
     # 20: the diff's per-stage rows hold each stage's tokens, not the whole version's.
     page.goto(f"{url}/mixtures/versions/{version.pk}/diff/{v2.pk}/")
@@ -281,6 +283,12 @@ def test_it_fixes_what_a_newcomer_found(
     assert docs["main"] and docs["anneal"]
     assert cells[("main", "demo-docstrings")][2] == f"{docs['main'] * 128:,}"
     assert cells[("anneal", "demo-docstrings")][2] == f"{docs['anneal'] * 128:,}"
+    # The anneal is compared with the anneal; the main stage is what v2 no longer has.
+    changes = {k: tr[-1] for k, tr in cells.items()}
+    assert {k[0] for k in changes} == {"main", "anneal"}
+    assert {v for k, v in changes.items() if k[0] == "main"} == {"removed"}
+    assert changes[("anneal", "demo-docstrings")] == changes[("anneal", "demo-reference")]
+    assert changes[("anneal", "demo-reference")] == "changed"
 
     # 2: the builder's refused Save keeps its reason after the prediction that the name
     # field's change fires answers; editing the name clears it.

@@ -167,6 +167,84 @@ def test_the_switch_saves_a_continuing_version_and_records_the_segments(
     assert refused.status_code == 403
 
 
+def test_a_switch_in_the_anneal_names_the_new_versions_stage_anneal(
+    world, users, login, db, jobs_inline, tmp_path
+):
+    """A run switched inside its anneal gets a version whose only stage is "anneal" (not
+    "main"): in its spec, its schedule, its components, the resume box, the version page,
+    the diff against the old version (anneal against anneal) and the Megatron export."""
+    import re
+
+    from django.urls import reverse
+
+    from shardcore.megatron_cache import export_megatron
+    from webapp.catalog.selectors.mixtures import mixture_version_diff
+
+    editor = _api(users["editor"])
+    alpha, beta, gamma = (world[n]["pool"] for n in ("alpha", "beta", "gamma"))
+    with jobs_inline():  # 600 samples: main [0, 400) alpha/beta, anneal [400, 600) beta/gamma
+        v1 = mixture_version_create(
+            mixture_id=mixture_get_or_create(name="mix-anneal").pk,
+            components=[{"pool": alpha.pk, "weight": 0.5}, {"pool": beta.pk, "weight": 0.5},
+                        {"pool": beta.pk, "weight": 0.5, "stage": "anneal"},
+                        {"pool": gamma.pk, "weight": 0.5, "stage": "anneal"}],
+            stages=[{"name": "anneal", "tokens": 64 * 200}], token_budget=64 * 600,
+            max_repetitions=20,
+        )  # fmt: skip
+    v1.refresh_from_db()
+    assert [st["name"] for st in Mixture(v1.path).manifest["stages"]] == ["main", "anneal"]
+    assert "first_stage" not in v1.params["spec"]  # "main" is never written: fingerprints keep
+    run_id = editor.post("/api/runs/", {"name": "annealed", "mixture_version": v1.pk},
+                         "json").json()["id"]  # fmt: skip
+    for step in (10, 100, 120):  # sample 480: inside the anneal
+        resp = editor.post(f"/api/runs/{run_id}/progress/",
+                           {"step": step, "consumed_samples": step * GBS}, "json")  # fmt: skip
+        assert resp.status_code == 201, resp.content
+    with jobs_inline():
+        resp = editor.post(f"/api/runs/{run_id}/switch/", {"weights": [
+            {"pool": beta.pk, "weight": 0.3}, {"pool": gamma.pk, "weight": 0.7}]}, "json")  # fmt: skip
+    assert resp.status_code == 201, resp.content
+    v2 = TrainingRun.objects.get(pk=run_id).mixture_version
+    assert v2.status == ArtifactStatus.READY and v2.num_samples == 600 - 480
+    # The version: its spec, schedule and components name its only stage "anneal".
+    assert v2.params["spec"]["first_stage"] == "anneal" and "stages" not in v2.params["spec"]
+    m2 = Mixture(v2.path)
+    assert [(st["name"], st["num_samples"]) for st in m2.manifest["stages"]] == [("anneal", 120)]
+    assert m2.manifest["spec"]["first_stage"] == "anneal"
+    comps = {(c.stage, c.pool_id): c.weight for c in v2.components.all()}
+    assert comps == {
+        ("anneal", beta.pk): pytest.approx(0.3),
+        ("anneal", gamma.pk): pytest.approx(0.7),
+    }
+    # The run page's resume box: the run reads on in stage anneal.
+    page = login("editor")
+    html = page.get(f"/runs/{run_id}/").content.decode()
+    box = html[html.index('id="resume"') : html.index('id="segments"')]
+    assert "<dt>stage</dt><dd><code>anneal</code></dd>" in box and ">main<" not in box
+    # The version page lists the components in stage anneal.
+    html = page.get(reverse("dashboard:mixture_version", args=[v2.pk])).content.decode()
+    assert re.findall(r"<tr><td>(\w+)</td><td><a href=\"/pools/", html) == ["anneal", "anneal"]
+    # The diff: the old main stage is removed, the anneal compared with the anneal.
+    diff = mixture_version_diff(a_id=v1.pk, b_id=v2.pk)
+    rows = [(r["stage"], r["pool"], r["change"]) for r in diff["rows"]]
+    assert rows == [("main", "p-alpha", "removed"), ("main", "p-beta", "removed"),
+                    ("anneal", "p-beta", "changed"), ("anneal", "p-gamma", "changed")]  # fmt: skip
+    shares = {r["pool"]: (r["a"]["share"], r["b"]["share"]) for r in diff["rows"][2:]}
+    assert shares == {"p-beta": (0.5, pytest.approx(0.3)), "p-gamma": (0.5, pytest.approx(0.7))}
+    html = page.get(reverse("dashboard:mixture_version_diff", args=[v1.pk, v2.pk])).content.decode()
+    assert re.findall(r'<tr data-change="(\w+)"><td>(\w+)</td>', html) == [
+        ("removed", "main"),
+        ("removed", "main"),
+        ("changed", "anneal"),
+        ("changed", "anneal"),
+    ]
+    # Megatron's export: one data-args file, named for the stage.
+    export_megatron(v2.path, tmp_path / "megatron")
+    assert sorted(p.name for p in (tmp_path / "megatron").glob("data-args-*")) == [
+        "data-args-anneal.txt"
+    ]
+
+
 def test_the_runs_owner_with_the_trainer_role_switches_it(world, users, db, jobs_inline):
     """A training job's token (the trainer role) switches the run it registered; an editor
     who does not own the run may not (the owner got 403 and any editor 201 before)."""

@@ -184,6 +184,36 @@ def test_it_switches_stages_at_the_right_token(pools, tmp_path):
     assert stages[switch - 1] == "main" and stages[switch] == "anneal"
 
 
+def test_it_names_the_first_stage_and_writes_the_name_only_when_not_main(pools, tmp_path):
+    """A continuation of a run in its anneal names its first stage "anneal"; "main" is the
+    default and is never written, so a spec without the field keeps its fingerprint."""
+    plain = _spec(pools, SEQ * 5000)
+    assert "first_stage" not in plain.to_dict()
+    assert MixtureSpec.from_dict({**plain.to_dict(), "first_stage": "main"}).to_dict() == (
+        plain.to_dict()
+    )
+    named = _spec(pools, SEQ * 5000, first_stage="anneal")
+    assert named.to_dict()["first_stage"] == "anneal"
+    assert MixtureSpec.from_dict(named.to_dict()).to_dict() == named.to_dict()
+    assert [name for name, _ in named.stage_components()] == ["anneal"]
+    a = build_mixture(plain, tmp_path / "main")
+    b = build_mixture(named, tmp_path / "anneal")
+    assert [st["name"] for st in a["stages"]] == ["main"]
+    assert [st["name"] for st in b["stages"]] == ["anneal"]
+    assert a["fingerprint"] != b["fingerprint"]
+    assert a["files"] == b["files"]  # the same schedule, only its stage's name differs
+    assert set(Mixture(tmp_path / "anneal").labels("stage").tolist()) == {"anneal"}
+    with pytest.raises(InputError, match="first_stage: .* non-empty string"):
+        _spec(pools, SEQ * 5000, first_stage="")
+    stage = {
+        "name": "anneal",
+        "tokens": SEQ * 100,
+        "components": [{"pool": str(pools["late"]), "weight": 1}],
+    }
+    with pytest.raises(InputError, match=r"stages\[0\]\.name: stage 'anneal' is named twice"):
+        _spec(pools, SEQ * 5000, first_stage="anneal", stages=[stage])
+
+
 def test_it_orders_a_mixture_for_diversity(pools, tmp_path):
     from shardcore import quality
 

@@ -17,6 +17,16 @@ from webapp.catalog.models import (
 from webapp.catalog.selectors.common import get_or_not_found
 
 
+def stage_names(v: MixtureVersion) -> list[str]:
+    """The version's stages in training order, from its spec: the first stage ("main", or
+    the stage a run was in when it switched to this version, e.g. "anneal"), then the
+    later ones."""
+    spec = (v.params or {}).get("spec") or {}
+    return [str(spec.get("first_stage") or "main")] + [
+        str(st.get("name")) for st in spec.get("stages") or []
+    ]
+
+
 def version_lineage(*, version: MixtureVersion, run: TrainingRun | None = None) -> dict:
     """``{nodes, edges, components, pools, tokenized, sources, tainted}``: each node is
     ``{id, kind, ref, label, tainted}`` where ``ref`` is the id of the entity of that kind
@@ -36,18 +46,16 @@ def version_lineage(*, version: MixtureVersion, run: TrainingRun | None = None) 
         )
         .order_by("stage", "-weight")
     )
-    # In schedule order: main first, then the later stages as the version runs them.
-    later = [
-        st.get("name") for st in ((version.params or {}).get("spec") or {}).get("stages") or []
-    ]
+    # In schedule order: the first stage ("main", or the stage a switched run was in), then
+    # the later stages as the version runs them.
+    order = stage_names(version)
     comps.sort(
         key=lambda c: (
-            0
-            if c.stage in ("", "main")
-            else 1 + (later.index(c.stage) if c.stage in later else len(later)),
+            0 if c.stage in ("", order[0]) else order.index(c.stage) if c.stage in order
+            else len(order),
             -c.weight,
         )
-    )
+    )  # fmt: skip
     pools = {c.pool_id: c.pool for c in comps}
     tokenized = {ts.pk: ts for p in pools.values() for ts in p.parents.all()}
     sources = {ts.source_id: ts.source for ts in tokenized.values()}

@@ -15,7 +15,7 @@ from shardcore.storage import read_manifest
 from webapp.catalog import builder
 from webapp.catalog.models import ArtifactStatus, Export, Mixture, MixtureVersion, Pool
 from webapp.catalog.selectors.common import NotFound, get_or_not_found, runs_with_taint
-from webapp.catalog.selectors.lineage import version_lineage
+from webapp.catalog.selectors.lineage import stage_names, version_lineage
 from webapp.catalog.selectors.pools import pool_properties
 from webapp.paging import page_of
 
@@ -154,8 +154,13 @@ def mixture_version_diff(*, a_id: int, b_id: int) -> dict:
         for pk in (a_id, b_id)
     )
     fa, fb = _diff_facts(a), _diff_facts(b)
+    # Stages in training order (a's, then any only b has), pools by name within a stage.
+    order = list(dict.fromkeys(stage_names(a) + stage_names(b)))
     rows = []
-    for key in sorted(set(fa) | set(fb), key=lambda k: (k[0] != "main", k)):
+    for key in sorted(
+        set(fa) | set(fb),
+        key=lambda k: (order.index(k[0]) if k[0] in order else len(order), k),
+    ):
         x, y = fa.get(key), fb.get(key)
         change = "added" if x is None else "removed" if y is None else (
             "changed" if abs(x["share"] - y["share"]) > 1e-9 or x["tokens"] != y["tokens"]
@@ -177,12 +182,13 @@ def _diff_facts(v: MixtureVersion) -> dict:
     comps = list(v.components.select_related("pool").order_by("id"))
     built = version_schedule(version=v, components=comps)
     tokens = {r["pool"]: r for r in built["pools"]} if built else {}
+    first = stage_names(v)[0]
     stage_weight: dict[str, float] = {}
     for c in comps:
-        stage_weight[c.stage or "main"] = stage_weight.get(c.stage or "main", 0) + c.weight
+        stage_weight[c.stage or first] = stage_weight.get(c.stage or first, 0) + c.weight
     out = {}
     for c in comps:
-        stage = c.stage or "main"
+        stage = c.stage or first
         row = tokens.get(c.pool.name)
         n = epochs = None
         if row is not None:

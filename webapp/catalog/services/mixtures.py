@@ -80,32 +80,35 @@ def mixture_version_create(
     order_options: dict[str, Any] | None = None,
     note: str = "",
     continues: dict[str, Any] | None = None,
+    first_stage: str = "",
     created_by=None,
 ) -> MixtureVersion:
     """``mixture_version_build`` from a list of components: {"pool": id, "weight": w,
     "stage": s}, weights being token shares within their stage (normalized); stage "" or
-    "main" is the main stage, any other stage needs its token count in ``stages``
-    ([{"name", "tokens"}], in training order). ``continues``
+    ``first_stage`` (default "main") is the first stage, any other stage needs its token
+    count in ``stages`` ([{"name", "tokens"}], in training order). ``continues``
     (``shardcore.mixture.continuation``) makes a version that a run switches to
-    mid-training (``runs.run_switch``)."""
+    mid-training (``runs.run_switch``), whose first stage is named after the stage the run
+    was in (``first_stage``, e.g. "anneal")."""
     from shardcore.errors import ShardcoreError
     from shardcore.mixture import MixtureSpec
 
     if not components:
         raise CatalogError("a mixture version needs at least one component")
+    first = str(first_stage or MAIN)
     by_stage: dict[str, list[dict[str, Any]]] = {}
     for c in components:
-        by_stage.setdefault(c.get("stage") or MAIN, []).append(
+        by_stage.setdefault(c.get("stage") or first, []).append(
             {"pool": str(c["pool"]), "weight": c["weight"]}
         )
     stage_tokens = {str(st["name"]): st.get("tokens") for st in stages or []}
-    unknown = set(by_stage) - {MAIN} - set(stage_tokens)
+    unknown = set(by_stage) - {first} - set(stage_tokens)
     if unknown:
         raise CatalogError(
             f"stage(s) {sorted(unknown)} need a token count: pass stages=[{{'name', 'tokens'}}]"
         )
-    if MAIN not in by_stage:
-        raise CatalogError("the main stage (stage '' or 'main') needs at least one component")
+    if first not in by_stage:
+        raise CatalogError(f"the first stage (stage '' or {first!r}) needs at least one component")
     try:
         spec = MixtureSpec.from_dict(
             {
@@ -114,7 +117,8 @@ def mixture_version_create(
                 "order": order,
                 "max_repetitions": max_repetitions,
                 "order_options": dict(order_options or {}),
-                "components": by_stage[MAIN],
+                "components": by_stage[first],
+                "first_stage": first,
                 "stages": [
                     {"name": name, "tokens": tokens, "components": by_stage[name]}
                     for name, tokens in stage_tokens.items()
@@ -197,7 +201,7 @@ def mixture_version_build(
 
     schedule = replace(
         spec,
-        components=by_path(leaves[MAIN]),
+        components=by_path(leaves[spec.first_stage]),
         stages=[Stage(st.name, st.tokens, by_path(leaves[st.name])) for st in spec.stages],
         base_dir=None,
     )

@@ -589,7 +589,8 @@ def run_switch(*, run_id: int, weights, note: str = "", actor=None) -> dict[str,
     The switch sample is the run's resume position (its last report's consumed samples).
     The new version continues the version the run read up to it
     (``shardcore.mixture.continuation``: each shared pool reads on from where the run left
-    it): its main stage is the rest of the stage the run is in, with ``weights``, then the
+    it): its first stage is the rest of the stage the run is in, named as it (e.g. "anneal")
+    and with ``weights``, then the
     later stages of the old version unchanged; its budget is what the old version had left.
     Its sample 0 is the run's switch sample. The run's segments record the switch (the old
     version closed at that sample, the new one open from it, from the next step on), the
@@ -653,6 +654,7 @@ def run_switch(*, run_id: int, weights, note: str = "", actor=None) -> dict[str,
             note=note
             or f"continues {version} for run {run.name} at its sample {at} (step {run.last_step})",
             continues=cont,
+            first_stage=stages[k]["name"],
             created_by=actor,
         )
         RunSegment.objects.filter(run=run, first_sample__gte=at).delete()
