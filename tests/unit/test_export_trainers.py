@@ -375,5 +375,7 @@ def test_a_global_batch_size_rounds_every_stage_to_whole_batches(root, tmp_path)
     )
     sizes = stage_samples(spec, 7)
     assert sizes == [("main", 144 - 16), ("s", 16)]  # ceil(1000/7)=143 -> 144; 13 -> 16
-    with pytest.raises(InputError, match="global_batch_size: must be >= 1"):
+    with pytest.raises(
+        InputError, match=r"global_batch_size: 0 is outside the allowed range \[1, "
+    ):
         MixtureSpec.from_dict({**spec.to_dict(), "global_batch_size": 0})
