@@ -393,18 +393,11 @@ class FileDocuments:
     def fill(self, view: np.ndarray, w0: int) -> None:
         """Read stream positions [w0, w0 + view.size) into ``view`` (C-contiguous);
         positions past the end of the stream are left as they are."""
-        w1 = w0 + view.size
-        lo = int(np.searchsorted(self.out_end, w0, side="right"))
-        hi = int(np.searchsorted(self.out_start, w1, side="left"))
-        if lo >= hi:
+        window = stream_window(view, w0, self.out_start, self.out_end, self.lengths, self.head)
+        if window is None:
             return
-        first = self.out_start[lo:hi]
-        if self.head is not None:
-            heads = first[first >= w0]
-            view[heads - w0] = self.head
-            first = first + 1
-        at = np.maximum(first, w0)
-        n = (np.minimum(first + self.lengths[lo:hi], w1) - at) * self.itemsize
+        lo, hi, first, at, n = window
+        n = n * self.itemsize
         src = self.offsets[lo:hi] + (at - first) * self.itemsize
         dst = (at - w0) * self.itemsize
         file = self.file[lo:hi]
@@ -444,6 +437,34 @@ def _pread_into(fd: int, view: memoryview, offset: int, path: Path) -> None:
         if n == 0:
             raise ManifestError(f"{path}: ends before offset {offset}; changed since pass 1?")
         view, offset = view[n:], offset + n
+
+
+def stream_window(
+    view: np.ndarray,
+    w0: int,
+    out_start: np.ndarray,
+    out_end: np.ndarray,
+    lengths: np.ndarray,
+    head: int | None,
+) -> tuple[int, int, np.ndarray, np.ndarray, np.ndarray] | None:
+    """The documents of a packed stream that overlap positions [w0, w0 + view.size): their
+    index range ``lo:hi``, where each one's tokens start in the stream (``first``, after its
+    ``head`` token, which is written into ``view`` here), where the copy into the window
+    starts (``at``) and how many tokens it copies (``n``). None when none overlaps. Each
+    document occupies [out_start, out_end) of the stream, ``head`` (a BOS) first if set."""
+    w1 = w0 + view.size
+    lo = int(np.searchsorted(out_end, w0, side="right"))
+    hi = int(np.searchsorted(out_start, w1, side="left"))
+    if lo >= hi:
+        return None
+    first = out_start[lo:hi]
+    if head is not None:
+        heads = first[first >= w0]
+        view[heads - w0] = head
+        first = first + 1
+    at = np.maximum(first, w0)
+    n = np.minimum(first + lengths[lo:hi], w1) - at
+    return lo, hi, first, at, n
 
 
 def file_entry(path: Path, rel: str) -> dict[str, Any]:

@@ -21,6 +21,7 @@ from shardcore.pool.io import (
     file_entry,
     read_run,
     read_spans,
+    stream_window,
 )
 from shardcore.pool.layout import (
     BUCKET_COL,
@@ -72,18 +73,10 @@ class Documents:
     def fill(self, view: np.ndarray, w0: int) -> None:
         """Copy stream positions [w0, w0 + view.size) into ``view``; positions past the
         end of the stream are left as they are."""
-        w1 = w0 + view.size
-        lo = int(np.searchsorted(self.out_end, w0, side="right"))
-        hi = int(np.searchsorted(self.out_start, w1, side="left"))
-        if lo >= hi:
+        window = stream_window(view, w0, self.out_start, self.out_end, self.lengths, self.head)
+        if window is None:
             return
-        first = self.out_start[lo:hi]
-        if self.head is not None:
-            heads = first[first >= w0]
-            view[heads - w0] = self.head
-            first = first + 1
-        at = np.maximum(first, w0)
-        n = np.minimum(first + self.lengths[lo:hi], w1) - at
+        lo, hi, first, at, n = window
         src_at = self.starts[lo:hi] + (at - first)
         dst_at = at - w0
         src = self.src[lo:hi]
