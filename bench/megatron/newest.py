@@ -160,21 +160,17 @@ def child(spec_path: str) -> None:
     import torch.distributed as td
     from megatron.core.datasets import gpt_dataset, helpers
 
+    from bench.megatron.counting import count_calls
     from tests.unit import megatron_lm
 
-    calls = {"n": 0}
-
-    def counted(fn):
-        def wrapper(*a, **k):
-            calls["n"] += 1
-            return fn(*a, **k)
-
-        return wrapper
-
-    for mod, name in ((helpers, "build_sample_idx"), (helpers, "build_blending_indices"),
-                      (gpt_dataset, "_build_document_index"),
-                      (gpt_dataset, "_build_shuffle_index")):  # fmt: skip
-        setattr(mod, name, counted(getattr(mod, name)))
+    calls = count_calls(
+        [
+            (helpers, "build_sample_idx"),
+            (helpers, "build_blending_indices"),
+            (gpt_dataset, "_build_document_index"),
+            (gpt_dataset, "_build_shuffle_index"),
+        ]
+    )
     spec = json.loads(Path(spec_path).read_text())
     store = td.FileStore(str(Path(spec_path).with_suffix(".store")), 1)
     td.init_process_group("gloo", store=store, rank=0, world_size=1)

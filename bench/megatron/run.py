@@ -42,6 +42,7 @@ sys.path.insert(0, str(ROOT))
 import numpy as np  # noqa: E402
 
 from bench.common import cpu_seconds, machine, peak_rss_mb  # noqa: E402
+from bench.megatron.counting import count_calls  # noqa: E402
 
 # --------------------------------------------------------------------------- setup
 
@@ -117,18 +118,13 @@ def child(args: argparse.Namespace) -> None:
     from megatron.core.tokenizers import MegatronTokenizer
 
     import_s, import_cpu = time.perf_counter() - t0, cpu_seconds() - c0
-    calls = {"n": 0}
-
-    def counted(fn):
-        def wrapper(*a, **k):
-            calls["n"] += 1
-            return fn(*a, **k)
-
-        return wrapper
-
-    for mod, name in ((helpers, "build_sample_idx"), (helpers, "build_blending_indices"),
-                      (gpt_dataset, "_build_document_index")):  # fmt: skip
-        setattr(mod, name, counted(getattr(mod, name)))
+    calls = count_calls(
+        [
+            (helpers, "build_sample_idx"),
+            (helpers, "build_blending_indices"),
+            (gpt_dataset, "_build_document_index"),
+        ]
+    )
     store = td.FileStore(str(Path(args.cache) / ".." / f"store-{os.getpid()}"), 1)
     td.init_process_group("gloo", store=store, rank=0, world_size=1)
     tok = MegatronTokenizer.from_pretrained(
@@ -226,9 +222,13 @@ def main() -> None:
     t, c = time.perf_counter(), cpu_seconds()
     export(mixture, "megatron", out=out, tokenizer=identity)
     export_s, export_cpu = time.perf_counter() - t, cpu_seconds() - c
-    cache_bytes = sum(p.stat().st_size for p in (out / "cache").iterdir())
+    # The cache's index arrays are hard-linked under each tokenizer build's key: count each
+    # file once.
+    inodes = {p.stat().st_ino: p.stat().st_size for p in (out / "cache").iterdir()}
+    cache_bytes = sum(inodes.values())
     record = json.loads((out / "export.json").read_text())
-    prefixes = len(record["stages"][0]["gpt"])
+    key = record["stages"][0]["keys"][0]
+    prefixes = sum(f.endswith("-GPTDataset-train") for f in key["files"])
     print(f"export (writes the cache, {prefixes} prefixes, {cache_bytes / 2**30:.2f} GiB): "
           f"{export_s:.1f} s wall, {export_cpu:.1f} s CPU", flush=True)  # fmt: skip
     common = ["--data-args", str(out / "data-args-main.txt"),
