@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -51,8 +52,12 @@ DOC_ID = "doc_id"
 _COMPRESSION = "zstd"
 
 
-def _shard_file(prefix: str) -> str:
-    return f"shards/{Path(prefix).name}.parquet"
+SUFFIX = ".parquet"
+
+
+def _shard_prefix(prefix: str) -> str:
+    """The annotation's shard for the tokenized shard ``prefix``: same name, in shards/."""
+    return f"shards/{Path(prefix).name}"
 
 
 def plan(tokenized: str | os.PathLike, annotator: Annotator) -> dict[str, Any]:
@@ -73,13 +78,19 @@ def plan(tokenized: str | os.PathLike, annotator: Annotator) -> dict[str, Any]:
         "shards": [
             {
                 "index": i,
-                "path": _shard_file(s["prefix"]),
+                "prefix": _shard_prefix(s["prefix"]),
                 "documents": int(s["documents"]),
                 "first_doc_id": int(s.get("first_doc_id", source._first[i])),
             }
             for i, s in enumerate(m["shards"])
         ],
     }
+
+
+def _path(shard: Mapping[str, Any]) -> str:
+    """The Parquet file of one of the annotation's shards, relative to the artifact: its
+    prefix (a column of the manifest's shard table) and ``SUFFIX``."""
+    return f"{shard['prefix']}{SUFFIX}"
 
 
 def _start(out: Path, p: dict[str, Any]) -> None:
@@ -141,7 +152,7 @@ def annotate_shard(
     p = plan(tokenized, annotator)
     _start(out, p)
     entry = p["shards"][shard]
-    final = out / (_work_file(shard) if annotator.corpus_level else entry["path"])
+    final = out / (_work_file(shard) if annotator.corpus_level else _path(entry))
     if final.exists():
         return {"shard": shard, "skipped": True, "documents": entry["documents"], "text_from": None}
     source = TokenizedSource(tokenized)
@@ -188,7 +199,7 @@ def finalize(
     out = Path(out)
     p = plan(tokenized, annotator)
     if annotator.corpus_level:
-        pending = [s for s in p["shards"] if not (out / s["path"]).exists()]
+        pending = [s for s in p["shards"] if not (out / _path(s)).exists()]
         if pending:
             work = [out / _work_file(s["index"]) for s in p["shards"]]
             missing = [str(w) for w in work if not w.exists()]
@@ -197,16 +208,16 @@ def finalize(
             per_shard = annotator.finish(work)
             for s, cols in zip(p["shards"], per_shard, strict=True):
                 _write_parquet(
-                    _table(annotator, s["first_doc_id"], cols, s["documents"]), out / s["path"]
+                    _table(annotator, s["first_doc_id"], cols, s["documents"]), out / _path(s)
                 )
     files, total_bytes = [], 0
     for s in p["shards"]:
-        path = out / s["path"]
+        path = out / _path(s)
         if not path.exists():
             raise ManifestError(f"{out}: unit {s['index']} not finished ({s['path']} missing)")
         size = path.stat().st_size
         total_bytes += size
-        files.append({"path": s["path"], "size": size, "xxh3": file_checksum(path)})
+        files.append({"path": _path(s), "size": size, "xxh3": file_checksum(path)})
     # every unit is done, so no writer is live: temporaries left by killed ones go
     for stale in (out / "shards").glob(".*.tmp"):
         stale.unlink(missing_ok=True)
@@ -300,5 +311,5 @@ def read_annotation(path: str | os.PathLike, columns: list[str] | None = None) -
     m = read_manifest(path)
     if m.get("kind") != KIND:
         raise ManifestError(f"{path}: kind {m.get('kind')!r}, expected {KIND!r}")
-    tables = [pq.read_table(Path(path) / s["path"], columns=columns) for s in m["shards"]]
+    tables = [pq.read_table(Path(path) / _path(s), columns=columns) for s in m["shards"]]
     return pa.concat_tables(tables) if tables else pa.table({DOC_ID: pa.array([], pa.int64())})

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Sequence
+from typing import Any
 
 from shardcore.cli import CLIError
 
@@ -67,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         progress=progress,
     )
     if args.json:
-        print(json.dumps(m))
+        print(json.dumps(m, default=_plain))
         return 0
     t = m["totals"]
     print(
@@ -76,3 +78,13 @@ def run(args: argparse.Namespace) -> int:
         f"({t['bytes_per_document']} bytes per document), fingerprint {m['fingerprint']}"
     )
     return 0
+
+
+def _plain(value: Any) -> Any:
+    """JSON for what a manifest reads lazily: its table's views as lists, numpy scalars as
+    numbers."""
+    if isinstance(value, Sequence):
+        return list(value)
+    if hasattr(value, "item"):
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not JSON")
