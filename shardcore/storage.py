@@ -363,21 +363,27 @@ def s3_limits() -> dict[str, Any]:
     }  # fmt: skip
 
 
+_s3fs_config: dict | None = None  # the config_kwargs s3fs_defaults() set last
+
+
 def s3fs_defaults() -> None:
     """The same bounds for s3fs (sources listed and read through fsspec): fsspec's config
     for the "s3" protocol, unless the process set its own."""
     import fsspec.config
 
+    global _s3fs_config
     limits = s3_limits()
     conf = fsspec.config.conf.setdefault("s3", {})
-    conf.setdefault(
-        "config_kwargs",
-        {
+    current = conf.get("config_kwargs")
+    if current is None or current is _s3fs_config:
+        # Ours (or none yet): follow the variables as they are now, so that a process whose
+        # bounds change (a test, a reconfigured worker) does not keep the first ones.
+        _s3fs_config = {
             "connect_timeout": limits["connect_timeout"],
             "read_timeout": limits["read_timeout"],
             "retries": {"total_max_attempts": limits["max_attempts"], "mode": "standard"},
-        },
-    )
+        }
+        conf["config_kwargs"] = _s3fs_config
     # s3fs retries a failed call in a loop of its own (5 times) around botocore's attempts:
     # a class attribute, not a constructor argument.
     import s3fs

@@ -108,7 +108,7 @@ def test_it_locates_in_a_mixture_from_the_command_line(mixture, capsys):
 
     assert main(["locate", str(mixture), "--sample", "11000"]) == 0
     text = capsys.readouterr().out
-    assert text.startswith("stage anneal, pool ") and f"record {answer['record']}" in text
+    assert text.startswith("stage anneal, pool ") and f"record {answer['record']:,}" in text
 
     assert main(["locate", str(mixture), "--sample", "12000"]) == 2
     assert "outside the mixture's 12000 samples" in capsys.readouterr().err

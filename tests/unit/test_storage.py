@@ -348,3 +348,20 @@ def test_the_cache_is_the_services_local_home_unless_set(monkeypatch, tmp_path):
     assert storage.cache_root() == tmp_path / "home" / "cache"
     monkeypatch.setenv("SHARDYARD_CACHE", str(tmp_path / "cache"))
     assert storage.cache_root() == tmp_path / "cache"
+
+
+def test_s3fs_bounds_follow_the_variables_unless_the_process_set_its_own(monkeypatch):
+    """The bounds s3fs gets are the variables' values at each call (a process whose bounds
+    change does not keep the first ones), and a config the process set itself is kept."""
+    import fsspec.config
+
+    monkeypatch.setattr(fsspec.config, "conf", {})
+    monkeypatch.delenv("SHARDYARD_S3_READ_TIMEOUT", raising=False)
+    storage.s3fs_defaults()
+    assert fsspec.config.conf["s3"]["config_kwargs"]["read_timeout"] == 10
+    monkeypatch.setenv("SHARDYARD_S3_READ_TIMEOUT", "1")
+    storage.s3fs_defaults()
+    assert fsspec.config.conf["s3"]["config_kwargs"]["read_timeout"] == 1
+    fsspec.config.conf["s3"]["config_kwargs"] = own = {"read_timeout": 99}
+    storage.s3fs_defaults()
+    assert fsspec.config.conf["s3"]["config_kwargs"] is own
