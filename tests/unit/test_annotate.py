@@ -68,7 +68,10 @@ def test_it_writes_columns_aligned_with_documents_and_nothing_of_the_text(
     # per tokenized shard one file, same row count as its sidecar
     ts = TokenizedSource(tokenized)
     for s, side in zip(m["shards"], ts.sidecar_paths(), strict=True):
-        assert pq.read_metadata(out / f"{s['prefix']}.parquet").num_rows == pq.read_metadata(side).num_rows
+        assert (
+            pq.read_metadata(out / f"{s['prefix']}.parquet").num_rows
+            == pq.read_metadata(side).num_rows
+        )
     # no copy of the text: doc_id and the declared numbers only (Parquet's footer, ~1 KB
     # per file and column, dominates at this size)
     assert table.column_names == ["doc_id", *(name for name, _ in quality.FIELDS)]
