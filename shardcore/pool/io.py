@@ -369,12 +369,7 @@ class FileDocuments:
         self.file = np.ascontiguousarray(file, dtype=np.int64)
         self.offsets = np.ascontiguousarray(offsets, dtype=np.int64)
         self.lengths = np.asarray(lengths, dtype=np.int64)
-        h = int(head is not None)
-        self.out_start = np.zeros(self.lengths.size, dtype=np.int64)
-        if self.lengths.size > 1:
-            np.cumsum(self.lengths[:-1] + h, out=self.out_start[1:])
-        self.out_end = self.out_start + self.lengths + h
-        self.total = int(self.out_end[-1]) if self.lengths.size else 0
+        self.out_start, self.out_end, self.total = stream_bounds(self.lengths, head)
         self.fds: list[int] = []
 
     def __enter__(self) -> FileDocuments:
@@ -437,6 +432,17 @@ def _pread_into(fd: int, view: memoryview, offset: int, path: Path) -> None:
         if n == 0:
             raise ManifestError(f"{path}: ends before offset {offset}; changed since pass 1?")
         view, offset = view[n:], offset + n
+
+
+def stream_bounds(lengths: np.ndarray, head: int | None) -> tuple[np.ndarray, np.ndarray, int]:
+    """Where each document of a packed stream starts and ends (its ``head`` token, a BOS,
+    first when set) and the stream's length, documents back to back in order."""
+    h = int(head is not None)
+    out_start = np.zeros(lengths.size, dtype=np.int64)
+    if lengths.size > 1:
+        np.cumsum(lengths[:-1] + h, out=out_start[1:])
+    out_end = out_start + lengths + h
+    return out_start, out_end, int(out_end[-1]) if lengths.size else 0
 
 
 def stream_window(

@@ -21,6 +21,7 @@ from shardcore.pool.io import (
     file_entry,
     read_run,
     read_spans,
+    stream_bounds,
     stream_window,
 )
 from shardcore.pool.layout import (
@@ -63,12 +64,7 @@ class Documents:
         self.src = np.asarray(src, dtype=np.int64)
         self.starts = np.asarray(starts, dtype=np.int64)
         self.lengths = np.asarray(lengths, dtype=np.int64)
-        h = int(head is not None)
-        self.out_start = np.zeros(self.lengths.size, dtype=np.int64)
-        if self.lengths.size > 1:
-            np.cumsum(self.lengths[:-1] + h, out=self.out_start[1:])
-        self.out_end = self.out_start + self.lengths + h
-        self.total = int(self.out_end[-1]) if self.lengths.size else 0
+        self.out_start, self.out_end, self.total = stream_bounds(self.lengths, head)
 
     def fill(self, view: np.ndarray, w0: int) -> None:
         """Copy stream positions [w0, w0 + view.size) into ``view``; positions past the
