@@ -288,11 +288,19 @@ def filter_rows(
 
 
 def select_shard(
-    sidecar: str | os.PathLike, expression: str | None, props_type: pa.DataType | None = None
+    sidecar: str | os.PathLike,
+    expression: str | None,
+    props_type: pa.DataType | None = None,
+    annotations: list[dict] | None = None,
 ) -> tuple[np.ndarray, pa.Table]:
     """The selected rows of one shard's sidecar and their metadata (in row order), the
-    properties conformed to ``props_type`` when given."""
+    properties conformed to ``props_type`` when given, with the columns of the annotation
+    files ``annotations`` joined in as ``<annotator>.<column>`` (shardcore.annotation_join)."""
     table = read_sidecar(sidecar)
+    if annotations:
+        from shardcore import annotation_join  # only pools that join annotations need it
+
+        table = annotation_join.attach(table, annotations, where=os.fspath(sidecar))
     if props_type is not None:
         table = props.with_props(table, props_type)
     rows = filter_rows(table, expression, where=os.fspath(sidecar))

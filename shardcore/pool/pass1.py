@@ -50,7 +50,10 @@ def run_assign(plan: units.Plan, unit: dict) -> dict:
     _check_input(source, spec["prefix"])
     reader = IndexedReader(spec["prefix"])
     rows, table = select.select_shard(
-        spec["sidecar"], params["filter"], props.type_from_text(meta.get("props_type"))
+        spec["sidecar"],
+        params["filter"],
+        props.type_from_text(meta.get("props_type")),
+        spec.get("annotations"),
     )
     if len(reader) != _row_count(spec["sidecar"]):
         raise ManifestError(

@@ -49,6 +49,7 @@ def plan_pool(
     shuffle_options: dict | None = None,
     staging: str = "auto",
     allow_empty: bool = False,
+    annotations: list[str] | None = None,
 ) -> units.Plan:
     """The plan of a pool build: phase 1 one unit per input shard, then one merge unit per
     bucket group, then one unit per bucket (training buckets, then validation buckets). Reads the sidecars once to count
@@ -60,8 +61,13 @@ def plan_pool(
     inputs where random reads are slow) or ``"auto"`` (references unless an input is on a
     network or FUSE file system).
 
-    A filter that selects no document is an error unless ``allow_empty``."""
-    from shardcore import props, select
+    A filter that selects no document is an error unless ``allow_empty``.
+
+    ``annotations`` (annotation directories of the inputs) are joined: the filter, the
+    pool's documents and everything that reads their properties see their columns as
+    ``<annotator>.<column>`` (``shardcore.annotation_join``); their fingerprints enter the
+    pool's."""
+    from shardcore import annotation_join, props, select
 
     module = shuffle_module(shuffle)
     if staging not in STAGINGS + ("auto",):
@@ -104,6 +110,10 @@ def plan_pool(
             for sh in d["shards"]
         ]
     )
+    joins, joined_type, joined_fps = annotation_join.shard_specs(annotations or [], loaded)
+    annotation_join.check_names(props_type, joined_type)
+    if joined_fps:
+        props_type = props.unify(props_type, joined_type)
     for s, (path, data) in enumerate(loaded):
         # "content": what the input's bytes are (its checksums), for the fingerprint and for
         # pass 1 to check that the manifest it verifies against is the one planned with.
@@ -114,7 +124,8 @@ def plan_pool(
             prefix = storage.join(path, shard["prefix"])
             sidecar = f"{prefix}.docs.parquet"
             local_sidecar = f"{os.path.join(local[path], shard['prefix'])}.docs.parquet"
-            rows, table = select.select_shard(local_sidecar, filter, props_type)
+            joined = [{**a, "path": _local_path(a["path"], annotations or [])} for a in joins[s][j]]
+            rows, table = select.select_shard(local_sidecar, filter, props_type, joined)
             meta_bytes += int(table.nbytes)
             is_val = val_mask(data["fingerprint"], column(table, "doc_id", sidecar), val_fraction)
             n_tokens = column(table, "n_tokens", sidecar).astype(np.int64) + int(bos)
@@ -126,6 +137,7 @@ def plan_pool(
                     "sidecar": sidecar,
                     "docs": [int((~is_val).sum()), int(is_val.sum())],
                     "tokens": [int(n_tokens[~is_val].sum()), int(n_tokens[is_val].sum())],
+                    **({"annotations": joins[s][j]} if joins[s][j] else {}),
                 }
             )
     if bos and tokenizer.get("bos_id") is None:
@@ -142,6 +154,8 @@ def plan_pool(
         "shard_size": int(shard_size),
         "shuffle_options": options,
     }
+    if joined_fps:  # (absent otherwise: a pool without annotations keeps its fingerprint)
+        params["annotations"] = joined_fps
     if not allow_empty and not any(sum(i["docs"]) for i in inputs):
         total = sum(int(sh["documents"]) for _, d in loaded for sh in d["shards"])
         raise EmptySelectionError(
@@ -195,9 +209,20 @@ def plan_pool(
         "pad_id": int(tokenizer["eos_id"]),
         "bos_id": tokenizer.get("bos_id"),
     }
-    meta["artifacts"] = [s["path"] for s in sources if storage.is_remote(s["path"])]
+    meta["artifacts"] = [s["path"] for s in sources if storage.is_remote(s["path"])] + [
+        storage.resolve(a) for a in annotations or [] if storage.is_remote(a)
+    ]
     release_memory()  # what reading every sidecar took, before the units run
     return units.Plan(STAGE, storage.resolve(out), params, [phase1, merge, phase2], meta)
+
+
+def _local_path(path: str, annotations: list[str]) -> str:
+    """``path`` (a file of one of ``annotations``) in its checked local copy when remote."""
+    for a in annotations:
+        url = storage.resolve(a)
+        if storage.is_remote(url) and path.startswith(url.rstrip("/") + "/"):
+            return str(storage.local_artifact(url)) + path[len(url.rstrip("/")) :]
+    return path
 
 
 # Per document, the columns pass 1 adds to its sidecar row (source, source_shard,

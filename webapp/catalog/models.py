@@ -160,6 +160,29 @@ class TokenizedSource(Artifact):
         return f"{self.source.name} x {self.tokenizer.spec} (#{self.pk})"
 
 
+class Annotation(Artifact):
+    """Per-document columns computed from a tokenized source's text by one annotator with
+    its parameters (``shardcore.annotation``), in Parquet beside nothing it copies: the
+    fingerprint names (tokenized source x annotator x parameters). A tokenized source has
+    any number; a pool names those it joins (``Pool.annotations``) and reads their columns
+    as ``<annotator>.<column>``. ``params`` holds the annotator's parameters; ``summary``
+    what its page charts, computed by the job that built it."""
+
+    tokenized_source = models.ForeignKey(
+        TokenizedSource, related_name="annotations", on_delete=models.PROTECT
+    )
+    annotator = models.CharField(max_length=100)
+    annotator_version = models.CharField(max_length=40, blank=True)
+    columns = models.JSONField(default=list, blank=True)  # [{"name", "type"}] in order
+    summary = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["tokenized_source", "annotator", "-created_at"])]
+
+    def __str__(self) -> str:
+        return f"{self.annotator} of {self.tokenized_source} (#{self.pk})"
+
+
 class Pool(Artifact):
     class Split(models.TextChoices):
         TRAIN = "train"
@@ -172,6 +195,8 @@ class Pool(Artifact):
     train_pool = models.OneToOneField(
         "self", null=True, blank=True, on_delete=models.CASCADE, related_name="val_pool"
     )
+    # The annotations whose columns the pool reads as ``<annotator>.<column>``.
+    annotations = models.ManyToManyField("Annotation", related_name="pools", blank=True)
     filter = models.TextField(blank=True)
     seq_len = models.IntegerField(default=0)
     num_records = models.BigIntegerField(default=0)

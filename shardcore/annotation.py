@@ -1,0 +1,226 @@
+"""The stage ``annotation``: an annotation artifact (``shardcore.annotate.artifact``) built
+under the unit-of-work protocol (``shardcore.units``), so that a job engine runs it as one
+unit per input shard on any number of workers or hosts, local or ``s3://``.
+
+Phase 1, one unit per shard of the tokenized source: ``annotate_shard`` (it writes the
+shard's Parquet file, or a corpus-level annotator's scratch file, under a temporary name
+renamed into place). ``finalize`` then computes the corpus-level columns when the
+annotator has any, and writes the manifest last: the commit point. A unit killed anywhere
+leaves no file of its own in place, and its rerun writes the same bytes; a finished unit
+is never run again (its marker), so a healed build is byte-identical to an undisturbed one.
+
+The output directory is the annotation; the plan names the tokenized source by path (a
+local directory or an object-store URL, listed in ``meta["artifacts"]`` so that each unit
+reads a checked local copy).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shardcore import storage, units
+from shardcore.annotate import create
+from shardcore.annotate import get as annotator_class
+from shardcore.annotate.artifact import annotate_shard, finalize, plan
+from shardcore.annotate.texts import TEXT_FROM
+from shardcore.errors import InputError
+
+STAGE = "annotation"
+
+
+def plan_annotation(
+    tokenized: str,
+    out: str,
+    *,
+    annotator: str,
+    params: dict[str, Any] | None = None,
+    text_from: str = "auto",
+    batch_size: int = 1024,
+) -> units.Plan:
+    """The plan of annotating ``tokenized`` with ``annotator`` (and its parameters) into
+    ``out``: one unit per tokenized shard. Refuses an unknown annotator or parameter here,
+    before anything is written."""
+    if text_from not in TEXT_FROM:
+        raise InputError(f"text_from must be one of {', '.join(TEXT_FROM)}; got {text_from!r}")
+    if not 1 <= int(batch_size) <= 1 << 20:
+        raise InputError(f"batch_size must be between 1 and {1 << 20}; got {batch_size}")
+    instance = create(annotator, params or {})
+    tokenized = storage.resolve(tokenized)
+    p = plan(tokenized, instance)
+    phase = [
+        {"id": f"shard-{s['index']:05d}", "shard": s["index"], "documents": s["documents"]}
+        for s in p["shards"]
+    ]
+    return units.Plan(
+        STAGE,
+        storage.resolve(out),
+        {
+            "tokenized": tokenized,
+            "annotator": instance.name,
+            "params": instance.params,
+            "text_from": text_from,
+            "batch_size": int(batch_size),
+        },
+        [phase],
+        {
+            "fingerprint": p["fingerprint"],
+            "annotator": instance.describe(),
+            "corpus_level": bool(annotator_class(annotator).corpus_level),
+            "documents": sum(s["documents"] for s in p["shards"]),
+            "artifacts": [tokenized] if storage.is_remote(tokenized) else [],
+        },
+    )
+
+
+def _annotator(plan_: units.Plan):
+    return create(plan_.params["annotator"], plan_.params["params"])
+
+
+def _run_unit(plan_: units.Plan, unit: dict) -> dict:
+    r = annotate_shard(
+        plan_.params["tokenized"],
+        plan_.out,
+        _annotator(plan_),
+        int(unit["shard"]),
+        batch_size=int(plan_.params["batch_size"]),
+        text_from=plan_.params["text_from"],
+    )
+    # Every document of the shard is annotated by this unit alone: the job sums them.
+    return {"documents": int(r["documents"]), "text_from": r["text_from"]}
+
+
+def _finalize(plan_: units.Plan, stats: list[dict]) -> dict:
+    # The tokenized source is read from its checked local copy when it is remote.
+    tokenized = plan_.params["tokenized"]
+    if storage.is_remote(tokenized):
+        tokenized = str(storage.local_artifact(tokenized))
+    return finalize(tokenized, plan_.out, _annotator(plan_))
+
+
+units.register_stage(STAGE, run_unit=_run_unit, finalize=_finalize)
+
+
+# ----------------------------------------------------------------- what a page charts
+
+HISTOGRAM_BINS = 20
+TOP_VALUES = 20
+TOP_CLUSTERS = 10
+
+
+def summarize(path: str) -> dict[str, Any]:
+    """What an annotation's page charts, from its columns (read once, by the job that built
+    it; pages read this, never the Parquet files): per column a histogram (numbers) or its
+    most frequent values (text); with ``lang`` and ``score`` columns the documents and the
+    mean confidence per language; with ``dup_cluster``/``dup_size``/``dup_rank`` the
+    duplicate rate and the largest duplicate clusters; with a ``cluster`` column the
+    cluster sizes, each with the top terms and snippets the manifest's ``clusters`` list
+    gives (``[{"id", "terms", "snippets"}]``) when the annotator writes one."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from shardcore.annotate.artifact import DOC_ID, read_annotation
+    from shardcore.manifest import read_manifest
+
+    local = storage.local_artifact(path) if storage.is_remote(path) else path
+    manifest = read_manifest(local)
+    table = read_annotation(local)
+    out: dict[str, Any] = {"documents": table.num_rows, "columns": {}}
+    for name in table.column_names:
+        if name == DOC_ID:
+            continue
+        col = table.column(name)
+        nulls = col.null_count
+        if pa.types.is_integer(col.type) or pa.types.is_floating(col.type):
+            values = np.asarray(col.drop_null().to_numpy(zero_copy_only=False), dtype=np.float64)
+            values = values[np.isfinite(values)]
+            entry: dict[str, Any] = {"kind": "number", "nulls": nulls, "count": int(values.size)}
+            if values.size:
+                entry.update(
+                    min=float(values.min()),
+                    max=float(values.max()),
+                    mean=round(float(values.mean()), 6),
+                    nonzero=int((values != 0).sum()),
+                )
+                distinct = np.unique(values)
+                if pa.types.is_integer(col.type) and distinct.size <= HISTOGRAM_BINS:
+                    entry["values"] = [
+                        [int(v), int((values == v).sum())] for v in distinct.tolist()
+                    ]
+                else:
+                    counts, edges = np.histogram(values, bins=HISTOGRAM_BINS)
+                    entry["histogram"] = {
+                        "edges": [round(float(e), 6) for e in edges],
+                        "counts": counts.astype(int).tolist(),
+                    }
+            out["columns"][name] = entry
+        elif pa.types.is_boolean(col.type):
+            true = int(pc.sum(col).as_py() or 0)
+            out["columns"][name] = {
+                "kind": "bool", "nulls": nulls, "true": true,
+                "false": table.num_rows - nulls - true,
+            }  # fmt: skip
+        else:
+            vc = pc.value_counts(col.cast(pa.string()) if not pa.types.is_string(col.type) else col)
+            pairs = sorted(
+                ((v["values"], int(v["counts"])) for v in vc.to_pylist()),
+                key=lambda x: (-x[1], str(x[0])),
+            )
+            out["columns"][name] = {
+                "kind": "text", "nulls": nulls, "distinct": len(pairs),
+                "top": [[v, c] for v, c in pairs[:TOP_VALUES]],
+            }  # fmt: skip
+    names = set(table.column_names)
+    if {"lang", "score"} <= names:
+        langs = table.group_by("lang").aggregate([("score", "mean"), ("score", "count")])
+        rows = sorted(
+            (
+                {
+                    "lang": r["lang"],
+                    "documents": int(r["score_count"]),
+                    "mean_score": round(float(r["score_mean"] or 0.0), 4),
+                }  # fmt: skip
+                for r in langs.to_pylist()
+            ),
+            key=lambda r: (-r["documents"], str(r["lang"])),
+        )
+        out["languages"] = rows
+    if {"dup_cluster", "dup_size", "dup_rank"} <= names:
+        rank = table.column("dup_rank").to_numpy(zero_copy_only=False)
+        size = table.column("dup_size").to_numpy(zero_copy_only=False)
+        cluster = table.column("dup_cluster").to_numpy(zero_copy_only=False)
+        doc = table.column(DOC_ID).to_numpy()
+        first = rank == 0
+        big = np.argsort(-size[first], kind="stable")[:TOP_CLUSTERS]
+        out["duplicates"] = {
+            "duplicate_documents": int((rank > 0).sum()),
+            "duplicate_rate": round(float((rank > 0).mean()) if rank.size else 0.0, 6),
+            "clusters_with_copies": int((first & (size > 1)).sum()),
+            "largest": [
+                {
+                    "cluster": int(cluster[first][i]),
+                    "size": int(size[first][i]),
+                    "first_doc_id": int(doc[first][i]),
+                }  # fmt: skip
+                for i in big
+                if size[first][i] > 1
+            ],
+        }
+    if "cluster" in names:
+        vc = pc.value_counts(table.column("cluster")).to_pylist()
+        described = {int(c["id"]): c for c in manifest.get("clusters") or [] if "id" in c}
+        sizes = sorted(
+            ((int(v["values"]), int(v["counts"])) for v in vc if v["values"] is not None),
+            key=lambda x: (-x[1], x[0]),
+        )
+        out["clusters"] = [
+            {
+                "cluster": c,
+                "documents": n,
+                "terms": list(described.get(c, {}).get("terms", []))[:10],
+                "snippets": [str(s)[:300] for s in described.get(c, {}).get("snippets", [])][:3],
+            }  # fmt: skip
+            for c, n in sizes[:50]
+        ]
+    out["bytes_per_document"] = manifest.get("totals", {}).get("bytes_per_document", 0.0)
+    return out
