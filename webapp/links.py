@@ -14,6 +14,7 @@ PAGES = {
     "run": "dashboard:run",
     "flag": "dashboard:flag",
     "job": "dashboard:job",
+    "annotation": "dashboard:annotation",
 }
 
 

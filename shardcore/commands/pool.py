@@ -60,6 +60,14 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
         action="store_true",
         help="build the pool even if the filter selects no document (an error otherwise)",
     )
+    p.add_argument(
+        "--annotation",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="an annotation of an input to join: its columns read as <annotator>.<column> "
+        "in --filter and in the pool's documents (repeatable)",
+    )
     p.add_argument("--json", action="store_true", help="print the manifest's totals as JSON")
     p.set_defaults(func=run)
 
@@ -94,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
             shuffle_options=options,
             staging=args.staging,
             allow_empty=args.allow_empty,
+            annotations=args.annotation,
         )
         itemsize = np.dtype(plan.meta["dtype"]).itemsize
         selected = sum(sum(i["tokens"]) for i in plan.meta["inputs"]) * itemsize

@@ -76,13 +76,16 @@ class TokenizedSourceSerializer(serializers.ModelSerializer):
 
 class PoolSerializer(serializers.ModelSerializer):
     parents = serializers.PrimaryKeyRelatedField(many=True, read_only=True)
+    # The annotations the pool joins: their columns read as <annotator>.<column>.
+    annotations = serializers.PrimaryKeyRelatedField(many=True, read_only=True)
 
     class Meta:
         model = Pool
         fields = [
             "id", "name", "split", "status", "fingerprint", "params", "path", "manifest_path",
             "filter", "seq_len", "num_records", "num_documents", "num_tokens", "num_bytes",
-            "parents", "train_pool", "supersedes", "job", "created_at", "finished_at",
+            "parents", "annotations", "train_pool", "supersedes", "job", "created_at",
+            "finished_at",
         ]  # fmt: skip
 
 
@@ -339,6 +342,12 @@ class PoolBuildSerializer(serializers.Serializer):
     shuffle = serializers.ChoiceField(choices=list(SHUFFLES), default="exact")
     seed = serializers.IntegerField(min_value=0, max_value=2**62, default=0)
     val_fraction = serializers.FloatField(min_value=0.0, max_value=0.5, default=0.0)
+    annotation_ids = serializers.ListField(
+        child=serializers.IntegerField(min_value=1, max_value=2**62),
+        required=False,
+        default=list,
+        max_length=1000,
+    )
 
 
 class MixtureRowSerializer(serializers.Serializer):

@@ -109,9 +109,29 @@ class PoolBuildForm(forms.Form):
     val_fraction = forms.FloatField(
         min_value=0.0, max_value=0.5, initial=0.0, label="Validation fraction"
     )
+    annotation_ids = forms.ModelMultipleChoiceField(
+        queryset=None,
+        required=False,
+        label="Annotations to join",
+        widget=forms.SelectMultiple(attrs={"size": 4}),
+        help_text="their columns read as <annotator>.<column> in the filter and the pool",
+    )
 
     def __init__(self, *args, **kwargs):
+        from webapp.catalog.models import Annotation
+        from webapp.catalog.services.annotations import annotation_columns
+
         super().__init__(*args, **kwargs)
+        self.fields["annotation_ids"].queryset = (
+            Annotation.objects.filter(status=ArtifactStatus.READY)
+            .select_related("tokenized_source__source")
+            .order_by("tokenized_source__source__name", "annotator", "-pk")
+        )
+        names = annotation_columns()
+        if names:
+            self.fields["filter"].help_text += (
+                "; with an annotation joined, its columns: " + ", ".join(names[:40])
+            )
         self.fields["tokenized_ids"].queryset = (
             TokenizedSource.objects.filter(status=ArtifactStatus.READY)
             .select_related("source", "tokenizer")

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from webapp.dashboard.views import audit, builder, catalog, jobs, overview, users
+from webapp.dashboard.views import annotations, audit, builder, catalog, jobs, overview, users
 
 app_name = "dashboard"
 
@@ -10,6 +10,13 @@ urlpatterns = [
     path("sources/<int:source_id>/", catalog.source_detail, name="source"),
     path("sources/<int:source_id>/scan/", catalog.source_scan, name="source_scan"),
     path("sources/<int:source_id>/tokenize/", catalog.source_tokenize, name="source_tokenize"),
+    path("tokenized/<int:tokenized_id>/annotate/", annotations.annotate, name="annotate"),
+    path("annotations/<int:annotation_id>/", annotations.annotation_detail, name="annotation"),
+    path(
+        "annotations/<int:annotation_id>/flag/",
+        annotations.annotation_flag_where,
+        name="annotation_flag_where",
+    ),
     path("pools/", catalog.pool_list, name="pools"),
     path("pools/build/", catalog.pool_build, name="pool_build"),
     path("pools/<int:pool_id>/", catalog.pool_detail, name="pool"),

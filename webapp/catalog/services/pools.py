@@ -18,6 +18,7 @@ from webapp.catalog.models import (
     TokenizedSource,
 )
 from webapp.catalog.selectors.pools import pool_quality_measure
+from webapp.catalog.services.annotations import pool_annotations
 from webapp.catalog.services.common import (
     artifact_dir,
     artifact_unbuilt,
@@ -40,10 +41,13 @@ def pool_build(
     val_fraction: float = 0.0,
     memory: int = 1 << 30,
     shard_size: int = 64 << 20,
+    annotation_ids: Iterable[int] = (),
     created_by=None,
 ) -> Pool:
     """Start a pool job over ready tokenized sources; returns the BUILDING train pool (its
-    validation pool is recorded beside it when the job succeeds)."""
+    validation pool is recorded beside it when the job succeeds). ``annotation_ids``: the
+    annotations of those sources the pool joins (their columns read as
+    ``<annotator>.<column>``)."""
     from shardcore.errors import EmptySelectionError, InputError
     from shardcore.pool import plan_pool
     from shardcore.select import filter_parse
@@ -63,8 +67,10 @@ def pool_build(
     if not_ready:
         raise CatalogError(f"tokenized source(s) {', '.join(not_ready)} are not built")
     refuse_corrupt(parents)
+    joined = pool_annotations(annotation_ids=annotation_ids, parents=parents)
     same = {"name": name, "filter": filter or "", "seq_len": seq_len, "shuffle": shuffle,
-            "seed": seed, "val_fraction": val_fraction}  # fmt: skip
+            "seed": seed, "val_fraction": val_fraction,
+            "annotations": [a.pk for a in joined]}  # fmt: skip
     running = _pool_building(parents, same)
     if running is not None:
         return running  # a launch while the same one runs answers the running one
@@ -84,6 +90,7 @@ def pool_build(
             memory=memory,
             val_fraction=val_fraction,
             shard_size=shard_size,
+            annotations=[a.path for a in joined],
             what=f"planning pool {name!r}",
         )
     except EmptySelectionError as exc:
@@ -121,6 +128,7 @@ def pool_build(
         except IntegrityError:  # a concurrent build of another pool took the name
             raise CatalogError(_name_taken(name)) from None
         pool.parents.set(parents)
+        pool.annotations.set(joined)
     return pool
 
 
@@ -159,6 +167,7 @@ def _pool_building(parents: list[TokenizedSource], same: dict[str, Any]) -> Pool
             and params.get("shuffle") == same["shuffle"]
             and params.get("seed") == same["seed"]
             and params.get("val_fraction") == same["val_fraction"]
+            and sorted(a.pk for a in pool.annotations.all()) == same["annotations"]
         ):
             return pool
     return None
@@ -221,5 +230,6 @@ def pool_record(*, job, manifest: dict | None) -> None:
         )
         val.save()
         val.parents.set(pool.parents.all())
+        val.annotations.set(pool.annotations.all())
         _pool_fill(val, read_manifest(val_path))
     taint_refresh(source_ids=pool.parents.values_list("source_id", flat=True))

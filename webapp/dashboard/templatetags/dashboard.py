@@ -80,6 +80,7 @@ _API_ROUTES = {
     "run": ("runs", "client.resume_position({pk})"),
     "job": ("jobs", None),
     "flag": ("flags", None),
+    "annotation": ("annotations", None),
 }
 
 

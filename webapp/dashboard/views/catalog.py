@@ -16,6 +16,7 @@ from webapp.catalog.errors import CatalogError
 from webapp.catalog.services import exports, pools, runs, sources, tokenized
 from webapp.dashboard import contexts
 from webapp.dashboard.forms import PoolBuildForm, SourceRegisterForm, TokenizeForm
+from webapp.dashboard.views import annotations
 from webapp.roles import require_role
 
 
@@ -88,7 +89,13 @@ def source_scan(request, source_id: int):
 def source_detail(request, source_id: int):
     ctx = contexts.source_detail(source_id=source_id)
     return render(
-        request, "dashboard/sources/detail.html", {**ctx, "tokenize_form": TokenizeForm()}
+        request,
+        "dashboard/sources/detail.html",
+        {
+            **ctx,
+            **annotations.source_annotations(ctx["tokenized"]),
+            "tokenize_form": TokenizeForm(),
+        },
     )
 
 

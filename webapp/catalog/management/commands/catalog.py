@@ -42,6 +42,19 @@ class Command(BaseCommand):
         p.add_argument("--filter")
         p.add_argument("--seed", type=int, default=0)
         p.add_argument("--val-fraction", type=float, default=0.0)
+        p.add_argument("--annotation", type=int, action="append", default=[],
+                       help="an annotation id the pool joins (repeatable)")  # fmt: skip
+        p = sub.add_parser("annotate", help="start a job annotating a tokenized source")
+        p.add_argument("tokenized_id", type=int)
+        p.add_argument("annotator")
+        p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE")
+        p.add_argument("--text-from", choices=("auto", "source", "tokens"), default="auto")
+        p = sub.add_parser(
+            "flag-where", help="flag the documents where a filter over an annotation holds"
+        )
+        p.add_argument("annotation_id", type=int)
+        p.add_argument("filter", help="e.g. 'pii.emails > 0'")
+        p.add_argument("--reason", default="")
         p = sub.add_parser("mixture-version")
         p.add_argument("mixture")
         p.add_argument("components", help='JSON: [{"pool": 1, "weight": 0.7}, ...]')
@@ -89,6 +102,7 @@ class Command(BaseCommand):
         from webapp.catalog.errors import CatalogError
         from webapp.catalog.models import ArtifactStatus
         from webapp.catalog.services import (
+            annotations,
             exports,
             flags,
             mixtures,
@@ -117,8 +131,25 @@ class Command(BaseCommand):
                 pool = pools.pool_build(
                     name=o["name"], tokenized_ids=o["tokenized_ids"], seq_len=o["seq_len"],
                     filter=o["filter"], seed=o["seed"], val_fraction=o["val_fraction"],
+                    annotation_ids=o["annotation"],
                 )  # fmt: skip
                 out = f"pool {pool.pk}: {_launched(pool.job_id)}"
+            elif action == "annotate":
+                ann = annotations.annotation_build(
+                    tokenized_id=o["tokenized_id"], annotator=o["annotator"],
+                    params="\n".join(o["param"]), text_from=o["text_from"],
+                )  # fmt: skip
+                out = f"annotation {ann.pk} ({ann.annotator}): " + (
+                    "built already" if ann.is_ready else _launched(ann.job_id)
+                )
+            elif action == "flag-where":
+                flag = annotations.annotation_flag_where(
+                    annotation_id=o["annotation_id"], filter=o["filter"], reason=o["reason"]
+                )
+                out = (
+                    f"flag {flag.pk}: {len(flag.document_ids)} document(s), "
+                    f"{flag.taints.count()} taint(s)"
+                )
             elif action == "mixture-version":
                 mixture = mixtures.mixture_get_or_create(name=o["mixture"])
                 v = mixtures.mixture_version_create(

@@ -1,0 +1,178 @@
+"""Annotations through the service on Postgres: the API starts a job that builds the
+annotation (202 with the job's address), the same parameters answer the same annotation,
+another annotation of the source leaves the first one's bytes alone, a pool joins it and
+filters on ``pii.emails``, the columns are offered as ``<annotator>.<column>``, and "flag
+the documents where pii.emails > 0" flags exactly those documents and taints what holds
+them. Jobs run in this process through the real engine (Celery's eager mode); the worker
+path, with a worker SIGKILLed mid-annotation, is test_annotations_heal."""
+
+from __future__ import annotations
+
+import json
+import sysconfig
+from io import StringIO
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from shardcore import props
+from shardcore.annotate import pii
+from shardcore.pool import PoolReader
+from tests.integration.dashboard_fixtures import login, users  # noqa: F401
+from webapp.catalog.models import Annotation, ArtifactStatus, Flag, Pool, Taint
+from webapp.catalog.selectors.pools import pool_properties
+from webapp.catalog.services.sources import source_register
+from webapp.catalog.services.tokenized import tokenized_source_build
+
+pytestmark = pytest.mark.services
+STDLIB = Path(sysconfig.get_paths()["stdlib"])
+PLANTED = "Questions: write to maintainer.{i}@python.example.org or call +44 20 7946 0{i:03d}."
+
+
+@pytest.fixture
+def eager_jobs():
+    from workers.celery import app
+
+    app.conf.task_always_eager = True
+    yield
+    app.conf.task_always_eager = False
+
+
+def _api(user) -> APIClient:
+    c = APIClient()
+    c.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.get_or_create(user=user)[0].key}")
+    return c
+
+
+@pytest.fixture
+def world(transactional_db, tmp_path, settings, eager_jobs):
+    settings.SOURCE_ROOTS, settings.DATA_ROOT = [tmp_path], tmp_path / "data"
+    files = sorted(p for p in STDLIB.glob("*.py") if p.stat().st_size > 3000)[:30]
+    texts = [p.read_text(errors="replace")[:6000] for p in files]
+    for i in range(2, len(texts), 5):  # every fifth document gets an address and a number
+        texts[i] += "\n" + PLANTED.format(i=i)
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "mods.jsonl").write_text(
+        "".join(json.dumps({"text": t}) + "\n" for t in texts)
+    )
+    source = source_register(name="code", uri=str(tmp_path / "code"))
+    ts = tokenized_source_build(source_id=source.pk, shard_size=32 << 10)
+    ts.refresh_from_db()
+    assert ts.status == ArtifactStatus.READY and ts.shards.count() > 2
+    counts = [pii.counts(t) for t in texts]
+    return {"source": source, "ts": ts, "counts": counts}
+
+
+def _ready(pk: int) -> Annotation:
+    ann = Annotation.objects.get(pk=pk)
+    assert ann.status == ArtifactStatus.READY, ann.job.log_tail
+    return ann
+
+
+def test_it_builds_joins_offers_and_flags_an_annotation(world, users, login):  # noqa: F811
+    api, ts, counts = _api(users["editor"]), world["ts"], world["counts"]
+    with_email = [i for i, c in enumerate(counts) if c["emails"] > 0]
+    assert len(with_email) >= 6
+
+    # Annotate: 202 with the job's address, built by the job's units, one per shard.
+    resp = api.post("/api/annotations/", {"tokenized_source": ts.pk, "annotator": "pii"}, "json")
+    assert resp.status_code == 202, resp.content
+    assert resp["Location"].endswith(f"/api/jobs/{resp.json()['job']}/")
+    ann = _ready(resp.json()["id"])
+    assert ann.job.units_total == ts.shards.count() and ann.job.documents == len(counts)
+    body = api.get(f"/api/annotations/{ann.pk}/").json()
+    assert body["summary"]["columns"]["emails"]["nonzero"] == len(with_email)
+    assert body["summary"]["documents"] == len(counts)
+
+    # The same source x annotator x parameters is the same annotation.
+    again = api.post("/api/annotations/", {"tokenized_source": ts.pk, "annotator": "pii"}, "json")
+    assert again.status_code == 200 and again.json()["id"] == ann.pk
+    bad = api.post(
+        "/api/annotations/",
+        {"tokenized_source": ts.pk, "annotator": "pii", "params": {"nope": 1}}, "json",
+    )  # fmt: skip
+    assert bad.status_code == 400 and "has no parameter 'nope'" in bad.json()["detail"]
+
+    # Another annotation of the source never touches the first one's files.
+    before = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in Path(ann.path).rglob("*.parquet")}
+    other = api.post(
+        "/api/annotations/",
+        {"tokenized_source": ts.pk, "annotator": "minhash", "params": {"num_perm": 64}}, "json",
+    )  # fmt: skip
+    assert other.status_code == 202, other.content
+    minhash = _ready(other.json()["id"])
+    assert minhash.path != ann.path
+    assert before == {
+        p: (p.read_bytes(), p.stat().st_mtime_ns) for p in Path(ann.path).rglob("*.parquet")
+    }
+    assert "duplicates" in minhash.summary
+
+    # The columns, offered as <annotator>.<column>.
+    cols = api.get(f"/api/annotations/columns/?tokenized_source={ts.pk}").json()["columns"]
+    assert {"pii.emails", "pii.phones", "minhash.dup_rank"} <= set(cols)
+    names = {a["name"]: a for a in api.get("/api/annotators/").json()}
+    assert [c["name"] for c in names["pii"]["columns"]] == [
+        "emails", "phones", "ipv4", "ipv6", "cards"
+    ]  # fmt: skip
+
+    # A pool joins it: the filter and the pool's documents read pii.emails.
+    resp = api.post(
+        "/api/pools/",
+        {"name": "clean", "tokenized_ids": [ts.pk], "seq_len": 64, "filter": "pii.emails = 0",
+         "annotation_ids": [ann.pk]}, "json",
+    )  # fmt: skip
+    assert resp.status_code == 201, resp.content
+    clean = Pool.objects.get(pk=resp.json()["id"])
+    assert clean.status == ArtifactStatus.READY, clean.job.log_tail
+    assert resp.json()["annotations"] == [ann.pk]
+    docs = PoolReader(clean.path).documents
+    assert sorted(docs.column("doc_id").to_pylist()) == [
+        i for i in range(len(counts)) if i not in with_email
+    ]
+    assert set(props.column(docs, "pii.emails").to_pylist()) == {0}
+    assert {"pii.emails", "pii.cards"} <= set(pool_properties(pool=clean))
+    assert clean.params["annotations"] == [ann.fingerprint]
+    resp = api.post("/api/pools/", {"name": "all", "tokenized_ids": [ts.pk], "seq_len": 64}, "json")
+    everything = Pool.objects.get(pk=resp.json()["id"])
+    assert everything.fingerprint != clean.fingerprint
+    foreign = api.post(
+        "/api/pools/",
+        {"name": "x", "tokenized_ids": [ts.pk], "seq_len": 64, "annotation_ids": [999]}, "json",
+    )  # fmt: skip
+    assert foreign.status_code == 400 and "no annotation 999" in foreign.json()["detail"]
+
+    # Flag the documents where pii.emails > 0: those documents, the pool that holds them.
+    resp = api.post(f"/api/annotations/{ann.pk}/flag-where/", {"filter": "pii.emails > 0"}, "json")
+    assert resp.status_code == 201, resp.content
+    flag = Flag.objects.get(pk=resp.json()["id"])
+    assert flag.document_ids == with_email and flag.source_id == world["source"].pk
+    assert flag.reason == f"pii.emails > 0 (annotation {ann.pk}, pii)"
+    tainted = Taint.objects.filter(flag=flag)
+    assert tainted.get(tokenized_source=ts).documents == len(with_email)
+    assert tainted.get(pool=everything).documents == len(with_email)
+    assert not tainted.filter(pool=clean).exists()  # its filter left them out
+    none = api.post(f"/api/annotations/{ann.pk}/flag-where/", {"filter": "pii.cards > 5"}, "json")
+    assert none.status_code == 400 and "holds for none of the 30 documents" in none.json()["detail"]
+    unknown = api.post(f"/api/annotations/{ann.pk}/flag-where/", {"filter": "pii.nope > 0"}, "json")
+    assert unknown.status_code == 400 and "nope" in unknown.json()["detail"]
+
+    # The command line: the same annotation, and the same refusal.
+    out = StringIO()
+    call_command("catalog", "annotate", str(ts.pk), "pii", stdout=out)
+    assert out.getvalue().strip() == f"annotation {ann.pk} (pii): built already"
+    with pytest.raises(CommandError, match="holds for none"):
+        call_command("catalog", "flag-where", str(ann.pk), "pii.ipv6 > 100")
+
+    # The pages: the source offers Annotate, the annotation charts each column.
+    page = login("editor").get(f"/sources/{world['source'].pk}/").content.decode()
+    assert f'action="/tokenized/{ts.pk}/annotate/"' in page and "<code>pii.emails</code>" in page
+    page = login("viewer").get(f"/annotations/{ann.pk}/").content.decode()
+    for name in ("emails", "phones", "ipv4", "ipv6", "cards"):
+        assert f'data-column="pii.{name}"' in page
+    page = login("viewer").get(f"/annotations/{minhash.pk}/").content.decode()
+    dup = minhash.summary["duplicates"]
+    assert f"{dup['duplicate_documents']} of {len(counts)} documents are copies" in page

@@ -1,0 +1,285 @@
+"""Writes for annotations: the annotation job (one unit per tokenized shard, manifest last)
+and its recorder, the annotations a pool joins, and "flag the documents where <filter>"
+over an annotation's columns."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from shardcore import storage
+from shardcore.manifest import MANIFEST_NAME
+from webapp.catalog.errors import CatalogError
+from webapp.catalog.models import Annotation, ArtifactStatus, Flag, TokenizedSource
+from webapp.catalog.services.common import (
+    artifact_dir,
+    artifact_unbuilt,
+    limited,
+    refuse_corrupt,
+)
+from webapp.catalog.services.flags import flag_create
+
+RECORDER = "webapp.catalog.services.annotations.annotation_record"
+
+
+def annotator_choices() -> list[dict[str, Any]]:
+    """Every registered annotator with its version, parameters (defaults) and columns: what
+    the Annotate form and the API offer."""
+    from shardcore import annotate
+
+    out = []
+    for name in annotate.names():
+        try:
+            cls = annotate.get(name)
+            columns = [
+                {"name": f.name, "type": str(f.type)} for f in cls(**{}).fields()
+            ]  # the schema of a default instance
+        except Exception as exc:  # a broken plugin is listed with its error, not hidden
+            out.append({"name": name, "error": str(exc)})
+            continue
+        out.append(
+            {
+                "name": name,
+                "version": str(cls.version),
+                "params": dict(cls.defaults),
+                "columns": columns,
+                "corpus_level": bool(cls.corpus_level),
+            }
+        )
+    return out
+
+
+def params_parse(annotator: str, params: dict[str, Any] | str | None) -> dict[str, Any]:
+    """An annotator's parameters from a dict (the API) or ``k=v`` lines (the form), each
+    converted to its default's type; an unknown annotator or parameter is a CatalogError."""
+    from shardcore import annotate
+    from shardcore.errors import InputError
+
+    try:
+        cls = annotate.get(annotator)
+    except InputError as exc:
+        raise CatalogError(f"annotator: {exc}") from None
+    if params is None or params == "":
+        return {}
+    if isinstance(params, str):
+        pairs = [p.strip() for p in params.replace(",", "\n").splitlines() if p.strip()]
+    elif isinstance(params, dict):
+        pairs = [f"{k}={_text(v)}" for k, v in params.items()]
+    else:
+        raise CatalogError("params: expected an object of parameter: value")
+    for pair in pairs:
+        key = pair.partition("=")[0].strip()
+        if key not in cls.defaults:
+            raise CatalogError(
+                f"params: annotator {annotator!r} has no parameter {key!r} "
+                f"(parameters: {', '.join(sorted(cls.defaults)) or 'none'})"
+            )
+    try:
+        return annotate.parse_params(cls, pairs)
+    except InputError as exc:
+        raise CatalogError(f"params: {str(exc).removeprefix('--param ')}") from None
+
+
+def _text(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return str(v)
+
+
+def annotation_build(
+    *,
+    tokenized_id: int,
+    annotator: str,
+    params: dict[str, Any] | str | None = None,
+    text_from: str = "auto",
+    created_by=None,
+) -> Annotation:
+    """Start an annotation job over a ready tokenized source; returns the BUILDING row (its
+    ``job`` shows progress). The same (source x annotator x parameters) already built or
+    building is answered with that row: an annotation is immutable and named by its
+    fingerprint, and building one never touches another."""
+    from shardcore.annotation import plan_annotation
+    from shardcore.errors import InputError
+    from webapp.jobs.services import job_create
+
+    ts = TokenizedSource.objects.select_related("source").get(pk=tokenized_id)
+    if ts.status != ArtifactStatus.READY:
+        raise CatalogError(f"tokenized source {ts.pk} is not built ({ts.status})")
+    refuse_corrupt([ts])
+    typed = params_parse(annotator, params)
+    out = artifact_dir("annotations", f"{ts.source.name}-{annotator}")
+    try:
+        plan = limited(
+            plan_annotation,
+            ts.path,
+            out,
+            annotator=annotator,
+            params=typed,
+            text_from=text_from,
+            what=f"planning annotation {annotator!r} of {ts}",
+        )
+    except (InputError, ValueError) as exc:
+        raise CatalogError(f"cannot annotate {ts}: {exc}") from exc
+    fingerprint = plan.meta["fingerprint"]
+    with transaction.atomic():
+        TokenizedSource.objects.select_for_update().get(pk=ts.pk)
+        same = _same(ts, fingerprint)
+        if same is not None:
+            return same
+        job = job_create(
+            plan=plan,
+            title=f"annotate {ts.source.name} (#{ts.pk}) with {annotator}",
+            recorder=RECORDER,
+            created_by=created_by,
+        )
+        return Annotation.objects.create(
+            tokenized_source=ts,
+            annotator=plan.params["annotator"],
+            annotator_version=plan.meta["annotator"]["version"],
+            columns=plan.meta["annotator"]["fields"],
+            params=plan.params["params"],
+            fingerprint=fingerprint,
+            num_documents=plan.meta["documents"],
+            path=out,
+            job=job,
+            created_by=created_by,
+        )
+
+
+def _same(ts: TokenizedSource, fingerprint: str) -> Annotation | None:
+    """The source's annotation of this fingerprint that is built, or whose job runs."""
+    from webapp.jobs.models import ACTIVE_JOB_STATES
+
+    rows = Annotation.objects.filter(tokenized_source=ts, fingerprint=fingerprint)
+    ready = rows.filter(status=ArtifactStatus.READY).order_by("-pk").first()
+    if ready is not None:
+        return ready
+    return (
+        rows.filter(status=ArtifactStatus.BUILDING, job__state__in=ACTIVE_JOB_STATES)
+        .order_by("-pk")
+        .first()
+    )
+
+
+def annotation_record(*, job, manifest: dict | None) -> None:
+    """Recorder of annotation jobs: the manifest's counts and the chart summary (computed
+    here, once, so that pages never read the Parquet files)."""
+    from shardcore.annotation import summarize
+
+    ann = Annotation.objects.select_for_update().get(job=job)
+    if manifest is None:
+        artifact_unbuilt(ann, job=job)
+        return
+    ann.fingerprint = manifest["fingerprint"]
+    ann.num_documents = manifest["totals"]["documents"]
+    ann.num_bytes = manifest["totals"]["bytes"]
+    ann.manifest_path = storage.join(ann.path, MANIFEST_NAME)
+    ann.summary = summarize(ann.path)
+    ann.status = ArtifactStatus.READY
+    ann.finished_at = timezone.now()
+    ann.save()
+
+
+def pool_annotations(
+    *, annotation_ids: Iterable[int], parents: list[TokenizedSource]
+) -> list[Annotation]:
+    """The ready annotations a pool over ``parents`` joins (each of one of them)."""
+    ids = sorted({int(getattr(i, "pk", i)) for i in annotation_ids or []})
+    if not ids:
+        return []
+    rows = list(Annotation.objects.filter(pk__in=ids).order_by("pk"))
+    missing = sorted(set(ids) - {a.pk for a in rows})
+    if missing:
+        raise CatalogError(f"annotations: no annotation {missing[0]}")
+    inputs = {t.pk for t in parents}
+    for a in rows:
+        if a.status != ArtifactStatus.READY:
+            raise CatalogError(f"annotations: annotation {a.pk} is not built ({a.status})")
+        if a.tokenized_source_id not in inputs:
+            raise CatalogError(
+                f"annotations: annotation {a.pk} ({a.annotator}) annotates tokenized source "
+                f"{a.tokenized_source_id}, which is not an input of the pool"
+            )
+    return rows
+
+
+def annotation_columns(*, tokenized_ids: Iterable[int] | None = None) -> list[str]:
+    """``<annotator>.<column>`` of every ready annotation (of the given tokenized sources):
+    the names offered wherever a property is offered."""
+    rows = Annotation.objects.filter(status=ArtifactStatus.READY)
+    if tokenized_ids is not None:
+        rows = rows.filter(tokenized_source__in=list(tokenized_ids))
+    names: list[str] = []
+    for annotator, columns in rows.values_list("annotator", "columns").order_by("annotator"):
+        for c in columns or []:
+            name = f"{annotator}.{c['name']}"
+            if name not in names:
+                names.append(name)
+    return names
+
+
+# --- flag the documents where ... --------------------------------------------------------
+
+
+def _matching(path: str, annotator: str, expression: str) -> list[int]:
+    """The doc_ids of annotation ``path`` where ``expression`` holds (its columns read as
+    ``<annotator>.<column>``, exactly as a pool that joins it reads them)."""
+    import pyarrow as pa
+
+    from shardcore import props
+    from shardcore.annotate.artifact import DOC_ID, read_annotation
+    from shardcore.select import filter_rows
+
+    local = storage.local_artifact(path) if storage.is_remote(path) else path
+    table = read_annotation(local)
+    cols = [c for c in table.column_names if c != DOC_ID]
+    inner = pa.StructArray.from_arrays([table.column(c).combine_chunks() for c in cols], cols)
+    view = pa.table(
+        {
+            DOC_ID: table.column(DOC_ID),
+            props.PROPS: pa.StructArray.from_arrays([inner], [annotator]),
+        }
+    )
+    rows = filter_rows(view, expression, where=f"annotation {path}")
+    return table.column(DOC_ID).take(pa.array(rows)).to_pylist()
+
+
+def annotation_flag_where(
+    *, annotation_id: int, filter: str, reason: str = "", created_by=None
+) -> Flag:
+    """Flag the documents of the annotation's source where ``filter`` holds over its
+    columns (``pii.emails > 0``), tainting everything downstream, runs included."""
+    from shardcore.errors import InputError
+    from shardcore.select import filter_parse
+
+    ann = Annotation.objects.select_related("tokenized_source__source").get(pk=annotation_id)
+    if ann.status != ArtifactStatus.READY:
+        raise CatalogError(f"annotation {ann.pk} is not built ({ann.status})")
+    filter = (filter or "").strip()
+    if not filter:
+        raise CatalogError("filter: say which documents, e.g. pii.emails > 0")
+    try:
+        filter_parse(filter)
+        ids = limited(
+            _matching, ann.path, ann.annotator, filter,
+            what=f"evaluating {filter!r} over annotation {ann.pk}",
+        )  # fmt: skip
+    except InputError as exc:
+        raise CatalogError(f"filter: {exc}") from None
+    if not ids:
+        raise CatalogError(
+            f"filter: {filter!r} holds for none of the {ann.num_documents:,} documents of "
+            f"annotation {ann.pk}; nothing to flag"
+        )
+    reason = reason.strip() or f"{filter} (annotation {ann.pk}, {ann.annotator})"
+    # The annotation's doc_ids are the tokenized source's document indices, which are the
+    # source's (its documents in the order they were tokenized): what a flag names.
+    return flag_create(
+        reason=reason,
+        source_id=ann.tokenized_source.source_id,
+        document_ids=ids,
+        created_by=created_by,
+    )

@@ -1,0 +1,106 @@
+"""Charts of an annotation's columns, from the summary its job computed
+(``shardcore.annotation.summarize``): a histogram or value counts per column, documents and
+mean confidence per language, the largest duplicate clusters, topic cluster sizes. Plain
+figure dicts, like ``webapp.dashboard.charts``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from webapp.dashboard.charts import PALETTE, _empty, _layout
+
+
+def column_figure(annotator: str, name: str, entry: Mapping[str, Any]) -> dict:
+    """One column: a histogram of a number, documents per value of a small-range integer or
+    of text (its most frequent values), true/false counts of a flag."""
+    title = f"{annotator}.{name}"
+    kind = entry.get("kind")
+    if kind == "number" and entry.get("values"):
+        x = [str(v) for v, _ in entry["values"]]
+        y = [c for _, c in entry["values"]]
+        return _bars(title, x, y, xtitle=title, category=True)
+    if kind == "number" and entry.get("histogram"):
+        edges, counts = entry["histogram"]["edges"], entry["histogram"]["counts"]
+        x = [(a + b) / 2 for a, b in zip(edges, edges[1:], strict=False)]
+        widths = [b - a for a, b in zip(edges, edges[1:], strict=False)]
+        fig = _bars(title, x, counts, xtitle=title)
+        fig["data"][0]["width"] = widths
+        return fig
+    if kind == "text" and entry.get("top"):
+        return _bars(
+            title, [str(v) for v, _ in entry["top"]], [c for _, c in entry["top"]],
+            xtitle=title, category=True,
+        )  # fmt: skip
+    if kind == "bool":
+        return _bars(title, ["true", "false"], [entry["true"], entry["false"]], xtitle=title,
+                     category=True)  # fmt: skip
+    return _empty(title, "no values")
+
+
+def _bars(title: str, x: list, y: list, *, xtitle: str, category: bool = False) -> dict:
+    xaxis: dict[str, Any] = {"title": {"text": xtitle}}
+    if category:
+        xaxis["type"] = "category"
+    return {
+        "data": [
+            {
+                "type": "bar",
+                "x": x,
+                "y": y,
+                "marker": {"color": PALETTE[0]},
+                "hovertemplate": "%{x}: %{y:,} documents<extra></extra>",
+            }
+        ],  # fmt: skip
+        "layout": _layout(title, xaxis=xaxis, yaxis={"title": {"text": "documents"}}),
+    }
+
+
+def languages_figure(rows: list[dict]) -> dict:
+    """Documents per language (bars) with the mean confidence of each (a line, right axis)."""
+    title = "Documents and mean confidence per language"
+    if not rows:
+        return _empty(title, "no languages")
+    langs = [str(r["lang"]) for r in rows]
+    return {
+        "data": [
+            {
+                "type": "bar",
+                "name": "documents",
+                "x": langs,
+                "y": [r["documents"] for r in rows],
+                "marker": {"color": PALETTE[0]},
+            },
+            {
+                "type": "scatter",
+                "mode": "lines+markers",
+                "name": "mean confidence",
+                "x": langs,
+                "y": [r["mean_score"] for r in rows],
+                "yaxis": "y2",
+                "marker": {"color": PALETTE[1]},
+            },
+        ],  # fmt: skip
+        "layout": _layout(
+            title,
+            xaxis={"type": "category", "title": {"text": "language"}},
+            yaxis={"title": {"text": "documents"}},
+            yaxis2={
+                "title": {"text": "confidence"},
+                "overlaying": "y",
+                "side": "right",
+                "range": [0, 1],
+            },
+        ),  # fmt: skip
+    }
+
+
+def clusters_figure(rows: list[dict], *, title: str, x_label: str = "cluster") -> dict:
+    """Sizes of the largest clusters (duplicate or topic)."""
+    if not rows:
+        return _empty(title, "no clusters")
+    key = "size" if "size" in rows[0] else "documents"
+    return _bars(
+        title, [str(r["cluster"]) for r in rows], [r[key] for r in rows], xtitle=x_label,
+        category=True,
+    )  # fmt: skip

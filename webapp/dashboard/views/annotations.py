@@ -1,0 +1,115 @@
+"""Annotations: "Annotate" on a tokenized source (annotator and parameters), the
+annotation page with a chart of each column, and "flag the documents where <filter>"."""
+
+from django.contrib import messages
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from webapp.catalog.errors import CatalogError
+from webapp.catalog.models import Annotation, TokenizedSource
+from webapp.catalog.services import annotations
+from webapp.dashboard import annotation_charts as charts
+from webapp.roles import require_role
+
+
+def source_annotations(tokenized: list[TokenizedSource]) -> dict:
+    """For the source page: the annotations of its tokenized versions listed there, the
+    ready versions one can annotate, and the annotators on offer."""
+    return {
+        "annotations": list(
+            Annotation.objects.filter(tokenized_source__in=tokenized)
+            .select_related("job")
+            .order_by("-created_at")[:100]
+        ),
+        "annotatable": [t for t in tokenized if t.is_ready],
+        "annotators": annotations.annotator_choices(),
+    }
+
+
+@require_POST
+def annotate(request, tokenized_id: int):
+    require_role(request.user, "editor")
+    ts = get_object_or_404(TokenizedSource.objects.select_related("source"), pk=tokenized_id)
+    try:
+        ann = annotations.annotation_build(
+            tokenized_id=ts.pk,
+            annotator=request.POST.get("annotator", ""),
+            params=request.POST.get("params", ""),
+            text_from=request.POST.get("text_from", "auto") or "auto",
+            created_by=request.user,
+        )
+    except CatalogError as e:
+        messages.error(request, str(e))
+        return redirect("dashboard:source", source_id=ts.source_id)
+    if ann.is_ready:
+        messages.success(request, f"Annotation {ann.pk} is built already: the same parameters.")
+        return redirect("dashboard:annotation", annotation_id=ann.pk)
+    messages.success(request, f"Annotating {ts.source.name} (#{ts.pk}) with {ann.annotator}.")
+    return redirect("dashboard:job", job_id=ann.job_id)
+
+
+def annotation_detail(request, annotation_id: int):
+    ann = get_object_or_404(
+        Annotation.objects.select_related(
+            "tokenized_source__source", "tokenized_source__tokenizer"
+        ),
+        pk=annotation_id,
+    )
+    summary = ann.summary or {}
+    columns = summary.get("columns", {})
+    figures = [
+        (name, charts.column_figure(ann.annotator, name, columns[name]), columns[name])
+        for name in [c["name"] for c in ann.columns]
+        if name in columns
+    ]
+    dup = summary.get("duplicates")
+    return render(
+        request,
+        "dashboard/annotations/detail.html",
+        {
+            "annotation": ann,
+            "summary": summary,
+            "figures": figures,
+            "names": [f"{ann.annotator}.{c['name']}" for c in ann.columns],
+            "languages_figure": charts.languages_figure(summary["languages"])
+            if summary.get("languages")
+            else None,
+            "duplicates": dup,
+            "duplicates_figure": charts.clusters_figure(
+                dup["largest"], title="Largest duplicate clusters", x_label="duplicate cluster"
+            )
+            if dup
+            else None,
+            "clusters": summary.get("clusters"),
+            "clusters_figure": charts.clusters_figure(
+                summary["clusters"][:30], title="Cluster sizes"
+            )
+            if summary.get("clusters")
+            else None,
+            "others": Annotation.objects.filter(tokenized_source=ann.tokenized_source)
+            .exclude(pk=ann.pk)
+            .order_by("-created_at")[:50],
+        },
+    )
+
+
+@require_POST
+def annotation_flag_where(request, annotation_id: int):
+    require_role(request.user, "editor")
+    ann = get_object_or_404(Annotation.objects.only("id"), pk=annotation_id)
+    try:
+        flag = annotations.annotation_flag_where(
+            annotation_id=ann.pk,
+            filter=request.POST.get("filter", ""),
+            reason=request.POST.get("reason", ""),
+            created_by=request.user,
+        )
+    except CatalogError as e:
+        messages.error(request, str(e))
+        return redirect("dashboard:annotation", annotation_id=ann.pk)
+    messages.success(
+        request,
+        f"Flag {flag.pk} recorded over {len(flag.document_ids):,} document(s); it taints "
+        f"{flag.taints.count()} item(s).",
+    )
+    return redirect("dashboard:flag", flag_id=flag.pk)
