@@ -124,7 +124,7 @@ def test_a_pii_annotation_flags_documents_and_taints_the_run_that_read_them(
     assert page.inner_text("h1 .badge") == "tainted"
     (row,) = page.locator("#flag-reads tr.tainted").all()
     cells = row.locator("td").all_inner_texts()
-    assert cells[1] == "pii.emails > 0 (annotation %d, pii)" % ann.pk
+    assert cells[1] == f"pii.emails > 0 (annotation {ann.pk}, pii)"
     assert cells[2] == str(sample)
     assert cells[3] == f"first read at step {step} (sample {sample})"
     screenshot("run-first-read-pii")
