@@ -27,6 +27,10 @@ for nested fields: ``metadata.score > 0.5``); Shardyard's per-document facts alw
 ``_doc.<name>`` (``_doc.n_tokens > 50``), and by their bare name when no input of the
 pool has a user property of that name. ``_doc`` itself is reserved in filters: a user
 property of that name is stored and round-trips, but a filter cannot name it.
+
+Annotations a pool joins are one struct property per annotator (``lang_id.lang``,
+``pii.emails``), their columns' types as the annotator declares them
+(``shardcore.annotation_join``).
 """
 
 from __future__ import annotations
