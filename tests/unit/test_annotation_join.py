@@ -148,3 +148,34 @@ def test_pool_sidecar_schema_holds_the_struct(world):
     t = props.props_type(pq.read_schema(shard))
     assert "pii" in [f.name for f in t]
     assert Path(out).exists()
+
+
+def test_quality_labels_and_diversity_families_read_annotation_columns(world, tmp_path):
+    import numpy as np
+
+    from shardcore.cli import main
+    from shardcore.mixture import Mixture, MixtureSpec, build_mixture
+
+    out = tmp_path / "pool"
+    build_pool([str(world["tok"])], str(out), seq_len=64, annotations=[str(world["ann"])])
+    reader = PoolReader(out)
+    labels = reader.record_labels("pii.emails")
+    assert labels.size == reader.manifest["num_records"]
+    emails = {i: c["emails"] for i, c in enumerate(world["counts"])}
+    main_docs = reader.documents.column("doc_id").to_numpy()[reader.main_documents()]
+    assert [int(x) for x in labels] == [emails[int(d)] for d in main_docs]
+    # `shardyard quality --by` names the column as filters do.
+    assert main(["quality", str(out), "--by", "pii.emails", "--json"]) == 0
+    spec = MixtureSpec.from_dict(
+        {
+            "tokens": 64 * reader.manifest["num_records"], "seed": 3,
+            "components": [{"pool": str(out), "weight": 1}],
+            "order": "diversity", "order_options": {"by": ["pii.emails"]},
+        }
+    )  # fmt: skip
+    build_mixture(spec, tmp_path / "mix")
+    mix = Mixture(tmp_path / "mix")
+    got = mix.labels("pii.emails")
+    assert sorted(np.asarray(got).tolist()) == sorted(
+        np.asarray(labels)[np.asarray(mix.record_index)].tolist()
+    )
