@@ -8,6 +8,7 @@ from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
+from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.reverse import reverse
 
@@ -17,6 +18,13 @@ from webapp.api.views import Base, _bad
 from webapp.catalog.errors import CatalogError
 from webapp.catalog.models import Annotation, TokenizedSource
 from webapp.catalog.services import annotations as svc
+
+
+def _id(text: str) -> int:
+    """A query parameter that names a row: an id, or a 400 saying so."""
+    if not (text.isascii() and text.isdigit() and len(text) <= 18):
+        raise ValidationError({"tokenized_source": f"not an id: {text[:40]!r}"})
+    return int(text)
 
 
 class AnnotationSerializer(serializers.ModelSerializer):
@@ -47,8 +55,8 @@ class AnnotationViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelVie
     def get_queryset(self):
         rows = Annotation.objects.order_by("-created_at")
         ts = self.request.query_params.get("tokenized_source")
-        if ts and ts.isdigit():
-            rows = rows.filter(tokenized_source_id=int(ts))
+        if ts is not None:
+            rows = rows.filter(tokenized_source_id=_id(ts))
         return rows
 
     @extend_schema(
@@ -107,7 +115,7 @@ class AnnotationViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelVie
     def columns(self, request):
         """The ``<annotator>.<column>`` names of the ready annotations (of the given
         tokenized sources): what filters, ``--by`` and quality labels accept."""
-        ids = [int(i) for i in request.query_params.getlist("tokenized_source") if i.isdigit()]
+        ids = [_id(i) for i in request.query_params.getlist("tokenized_source")]
         return Response({"columns": svc.annotation_columns(tokenized_ids=ids or None)})
 
 
