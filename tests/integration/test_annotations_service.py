@@ -173,6 +173,9 @@ def test_it_builds_joins_offers_and_flags_an_annotation(world, users, login):  #
     page = login("viewer").get(f"/annotations/{ann.pk}/").content.decode()
     for name in ("emails", "phones", "ipv4", "ipv6", "cards"):
         assert f'data-column="pii.{name}"' in page
+    page = login("viewer").get(f"/pools/{clean.pk}/").content.decode()
+    assert f'<a href="/annotations/{ann.pk}/">pii #{ann.pk}</a>' in page
+    assert '<option value="pii.emails"' in page  # the quality chart labels by it
     page = login("viewer").get(f"/annotations/{minhash.pk}/").content.decode()
     dup = minhash.summary["duplicates"]
     assert f"{dup['duplicate_documents']} of {len(counts)} documents are copies" in page
