@@ -179,3 +179,45 @@ def test_it_builds_joins_offers_and_flags_an_annotation(world, users, login):  #
     page = login("viewer").get(f"/annotations/{minhash.pk}/").content.decode()
     dup = minhash.summary["duplicates"]
     assert f"{dup['duplicate_documents']} of {len(counts)} documents are copies" in page
+
+
+def test_the_annotation_page_charts_languages_and_quality_measurements(
+    world,
+    users,  # noqa: F811
+    login,  # noqa: F811
+):
+    import re
+    from collections import Counter
+
+    from shardcore.annotate import create, quality
+    from webapp.catalog.services.annotations import annotation_build
+
+    ts = world["ts"]
+    texts = [json.loads(line)["text"] for line in (Path(ts.source.uri) / "mods.jsonl").open()]
+    lang = _ready(annotation_build(tokenized_id=ts.pk, annotator="lang_id").pk)
+    got = create("lang_id").annotate(texts)
+    want = Counter(got["lang"])
+    rows = {r["lang"]: r["documents"] for r in lang.summary["languages"]}
+    assert rows == dict(want)
+    page = login("viewer").get(f"/annotations/{lang.pk}/").content.decode()
+    shown = re.findall(
+        r'<tr class="language"><td>([^<]+)</td><td class="num">([\d,]+)</td>'
+        r'<td class="num">([\d.]+)</td>',
+        page,
+    )
+    assert [(code, int(n.replace(",", ""))) for code, n, _ in shown] == sorted(
+        want.items(), key=lambda kv: (-kv[1], kv[0])
+    )
+    top = shown[0][0]
+    scores = [s for code, s in zip(got["lang"], got["score"], strict=True) if code == top]
+    assert float(shown[0][2]) == pytest.approx(sum(scores) / len(scores), abs=1e-4)
+
+    q = _ready(annotation_build(tokenized_id=ts.pk, annotator="quality").pk)
+    page = login("viewer").get(f"/annotations/{q.pk}/").content.decode()
+    words = [quality.signals(t)["n_words"] for t in texts]
+    facts = re.search(
+        r'data-column="quality.n_words">.*?<p class="muted column-facts">([^<]*)</p>', page, re.S
+    ).group(1)
+    assert facts.startswith(f"{len(texts)} values, {sum(w > 0 for w in words)} non-zero")
+    assert f"min {min(words)}.0, max {max(words)}.0" in facts
+    assert q.summary["columns"]["n_words"]["mean"] == pytest.approx(sum(words) / len(words))
