@@ -84,12 +84,14 @@ def test_a_pii_annotation_flags_documents_and_taints_the_run_that_read_them(
     assert page.inner_text('[data-field="documents"]') == str(len(texts))
     assert page.inner_text('[data-field="units_total"]') == str(ts.shards.count())
 
-    # The annotation's page, from the source page's list.
+    # The source page lists it; the job page leads to it.
     ann = Annotation.objects.get(tokenized_source=ts, annotator="pii")
+    job_url = page.url
     page.goto(f"{live_server.url}/sources/{source.pk}/")
     rows = page.locator("tr.annotation").all_inner_texts()
     assert len(rows) == 1 and rows[0].split("\t")[:2] == [str(ann.pk), "pii v1"]
-    page.click(f"tr.annotation a:text-is('{ann.pk}')")
+    page.goto(job_url)
+    page.click("#job-annotation")
     page.wait_for_selector("#flag-where")
     assert page.inner_text("#annotation-documents") == str(len(texts))
     assert page.inner_text("#annotation-columns").split() == [

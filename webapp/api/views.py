@@ -126,7 +126,7 @@ class SourceViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet
 
 
 class PoolViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
-    queryset = Pool.objects.prefetch_related("parents").order_by("-created_at")
+    queryset = Pool.objects.prefetch_related("parents", "annotations").order_by("-created_at")
     serializer_class = s.PoolSerializer
 
     @extend_schema(request=s.PoolBuildSerializer, responses={201: s.PoolSerializer})

@@ -5,6 +5,7 @@ from django.http import JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
+from webapp.catalog.models import Annotation
 from webapp.dashboard import contexts
 from webapp.jobs import selectors as jobs
 from webapp.jobs import services as job_services
@@ -19,6 +20,8 @@ def job_list(request):
 
 def job_detail(request, job_id: int):
     ctx = contexts.job_detail(job_id=job_id, units_from=request.GET.get("units_from", 0))
+    if ctx["job"].kind == "annotation":  # the annotation it builds, to follow when done
+        ctx["annotation"] = Annotation.objects.filter(job_id=job_id).only("id").first()
     return render(request, "dashboard/jobs/detail.html", ctx)
 
 
