@@ -136,9 +136,10 @@ def summarize(path: str) -> dict[str, Any]:
             values = values[np.isfinite(values)]
             entry: dict[str, Any] = {"kind": "number", "nulls": nulls, "count": int(values.size)}
             if values.size:
+                whole = int if pa.types.is_integer(col.type) else float
                 entry.update(
-                    min=float(values.min()),
-                    max=float(values.max()),
+                    min=whole(values.min()),
+                    max=whole(values.max()),
                     mean=round(float(values.mean()), 6),
                     nonzero=int((values != 0).sum()),
                 )

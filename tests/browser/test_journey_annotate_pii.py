@@ -98,7 +98,9 @@ def test_a_pii_annotation_flags_documents_and_taints_the_run_that_read_them(
         "pii.emails", "pii.phones", "pii.ipv4", "pii.ipv6", "pii.cards"
     ]  # fmt: skip
     emails = page.inner_text('[data-column="pii.emails"] .column-facts')
+    most = max(pii.counts(t)["emails"] for t in texts)
     assert emails.startswith(f"{len(texts)} values, {len(with_email)} non-zero")
+    assert emails.endswith(f"min 0, max {most}")
     phones = page.inner_text('[data-column="pii.phones"] .column-facts')
     assert phones.startswith(f"{len(texts)} values, {with_phone} non-zero")
     screenshot("annotation-pii")
