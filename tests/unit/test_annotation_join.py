@@ -179,3 +179,20 @@ def test_quality_labels_and_diversity_families_read_annotation_columns(world, tm
     assert sorted(np.asarray(got).tolist()) == sorted(
         np.asarray(labels)[np.asarray(mix.record_index)].tolist()
     )
+
+
+def test_the_pool_command_joins_an_annotation(world, tmp_path, capsys):
+    from shardcore.cli import main
+
+    out = tmp_path / "cli-pool"
+    code = main(
+        ["pool", str(world["tok"]), "--out", str(out), "--seq-len", "64", "--quiet",
+         "--filter", "pii.emails > 0", "--annotation", str(world["ann"])]
+    )  # fmt: skip
+    assert code == 0
+    assert sorted(PoolReader(out).documents.column("doc_id").to_pylist()) == world["planted"]
+    code = main(
+        ["pool", str(world["tok"]), "--out", str(tmp_path / "no"), "--seq-len", "64",
+         "--quiet", "--filter", "pii.emails > 0"]
+    )  # fmt: skip
+    assert code != 0 and "pii" in capsys.readouterr().err  # not joined: no such property
