@@ -113,8 +113,8 @@ def summarize(path: str) -> dict[str, Any]:
     most frequent values (text); with ``lang`` and ``score`` columns the documents and the
     mean confidence per language; with ``dup_cluster``/``dup_size``/``dup_rank`` the
     duplicate rate and the largest duplicate clusters; with a ``cluster`` column the
-    cluster sizes, each with the top terms and snippets the manifest's ``clusters`` list
-    gives (``[{"id", "terms", "snippets"}]``) when the annotator writes one."""
+    cluster sizes, each with the top terms and snippets of the ``summary.json`` a
+    clustering annotator writes beside its columns (``_cluster_descriptions``)."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -209,7 +209,7 @@ def summarize(path: str) -> dict[str, Any]:
         }
     if "cluster" in names:
         vc = pc.value_counts(table.column("cluster")).to_pylist()
-        described = {int(c["id"]): c for c in manifest.get("clusters") or [] if "id" in c}
+        described = _cluster_descriptions(local)
         sizes = sorted(
             ((int(v["values"]), int(v["counts"])) for v in vc if v["values"] is not None),
             key=lambda x: (-x[1], x[0]),
@@ -218,10 +218,34 @@ def summarize(path: str) -> dict[str, Any]:
             {
                 "cluster": c,
                 "documents": n,
-                "terms": list(described.get(c, {}).get("terms", []))[:10],
-                "snippets": [str(s)[:300] for s in described.get(c, {}).get("snippets", [])][:3],
+                "terms": described.get(c, {}).get("terms", [])[:10],
+                "snippets": described.get(c, {}).get("snippets", [])[:3],
             }  # fmt: skip
             for c, n in sizes[:50]
         ]
     out["bytes_per_document"] = manifest.get("totals", {}).get("bytes_per_document", 0.0)
+    return out
+
+
+def _cluster_descriptions(path: str) -> dict[int, dict[str, list[str]]]:
+    """Per cluster id, its top terms and example snippets, from the ``summary.json`` a
+    clustering annotator writes beside its columns (``{"clusters": [{"cluster", "size",
+    "top_terms", "examples": [{"doc_id", "text", ...}]}]}``); empty when it writes none."""
+    import json
+    from pathlib import Path
+
+    summary = Path(path) / "summary.json"
+    if not summary.exists():
+        return {}
+    out: dict[int, dict[str, list[str]]] = {}
+    for c in json.loads(summary.read_text()).get("clusters") or []:
+        if not isinstance(c, dict) or not isinstance(c.get("cluster"), int):
+            continue
+        examples = c.get("examples") or []
+        out[c["cluster"]] = {
+            "terms": [str(t) for t in c.get("top_terms") or []],
+            "snippets": [
+                str(e.get("text", "") if isinstance(e, dict) else e)[:300] for e in examples
+            ],
+        }
     return out

@@ -221,3 +221,32 @@ def test_the_annotation_page_charts_languages_and_quality_measurements(
     assert facts.startswith(f"{len(texts)} values, {sum(w > 0 for w in words)} non-zero")
     assert f"min {min(words)}, max {max(words)}" in facts
     assert q.summary["columns"]["n_words"]["mean"] == pytest.approx(sum(words) / len(words))
+
+
+def test_the_annotation_page_lists_clusters_with_terms_and_snippets(
+    world,
+    login,  # noqa: F811
+    users,  # noqa: F811
+):
+    summary = {
+        "documents": 30,
+        "columns": {"cluster": {"kind": "number", "nulls": 0, "count": 30, "min": 0, "max": 1,
+                                "mean": 0.4, "nonzero": 12, "values": [[0, 18], [1, 12]]}},
+        "clusters": [
+            {"cluster": 0, "documents": 18, "terms": ["self", "return"],
+             "snippets": ["class Popen(object):"]},
+            {"cluster": 1, "documents": 12, "terms": ["msgid"], "snippets": []},
+        ],
+    }  # fmt: skip
+    ann = Annotation.objects.create(
+        tokenized_source=world["ts"], annotator="topics", annotator_version="1",
+        columns=[{"name": "cluster", "type": "int32"}], summary=summary,
+        status=ArtifactStatus.READY, path="/nowhere", num_documents=30,
+    )  # fmt: skip
+    page = login("viewer").get(f"/annotations/{ann.pk}/").content.decode()
+    assert (
+        '<tr><td>0</td><td class="num">18</td><td>self, return</td>'
+        "<td><q>class Popen(object):</q><br></td></tr>"
+    ) in page
+    assert '<tr><td>1</td><td class="num">12</td><td>msgid</td><td></td></tr>' in page
+    assert "12 non-zero, mean 0.4, min 0, max 1" in page

@@ -196,3 +196,57 @@ def test_the_pool_command_joins_an_annotation(world, tmp_path, capsys):
          "--quiet", "--filter", "pii.emails > 0"]
     )  # fmt: skip
     assert code != 0 and "pii" in capsys.readouterr().err  # not joined: no such property
+
+
+class Lengths(__import__("shardcore.annotate", fromlist=["Annotator"]).Annotator):
+    """A clustering annotator for the test: a document's cluster is its length's decade."""
+
+    name = "lengths"
+    defaults = {}
+
+    def fields(self):
+        import pyarrow as pa
+
+        return [pa.field("cluster", pa.int32()), pa.field("distance", pa.float32())]
+
+    def annotate(self, texts):
+        return {
+            "cluster": [min(len(t) // 1000, 5) for t in texts],
+            "distance": [0.0 for _ in texts],
+        }
+
+
+def test_the_summary_gives_cluster_sizes_with_their_terms_and_snippets(
+    world, tmp_path, monkeypatch
+):
+    from collections import Counter
+
+    from shardcore import annotate as registry
+
+    monkeypatch.setitem(registry.BUILTIN, "lengths", f"{__name__}:Lengths")
+    out = tmp_path / "lengths"
+    units.run_local(plan_annotation(str(world["tok"]), str(out), annotator="lengths"))
+    want = Counter(min(len(r["text"]) // 1000, 5) for r in world["records"])
+    s = summarize(str(out))
+    assert [(c["cluster"], c["documents"]) for c in s["clusters"]] == sorted(
+        want.items(), key=lambda kv: (-kv[1], kv[0])
+    )
+    assert all(c["terms"] == [] and c["snippets"] == [] for c in s["clusters"])
+    big = s["clusters"][0]["cluster"]
+    (out / "summary.json").write_text(
+        json.dumps(
+            {
+                "clusters": [
+                    {
+                        "cluster": big,
+                        "size": want[big],
+                        "top_terms": ["def", "self"],
+                        "examples": [{"doc_id": 0, "text": "import os"}],
+                    }
+                ]
+            }
+        )  # fmt: skip
+    )
+    s = summarize(str(out))
+    assert s["clusters"][0]["terms"] == ["def", "self"]
+    assert s["clusters"][0]["snippets"] == ["import os"]
