@@ -119,8 +119,17 @@ class AnnotationViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelVie
         return Response({"columns": svc.annotation_columns(tokenized_ids=ids or None)})
 
 
+class AnnotatorSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    version = serializers.CharField(required=False)
+    params = serializers.DictField(required=False)
+    columns = serializers.ListField(child=serializers.DictField(), required=False)
+    corpus_level = serializers.BooleanField(required=False)
+    error = serializers.CharField(required=False)
+
+
 class AnnotatorViewSet(Base, viewsets.ViewSet):
-    @extend_schema(responses={200: serializers.ListField(child=serializers.DictField())})
+    @extend_schema(responses={200: AnnotatorSerializer(many=True)})
     def list(self, request):
         """Every registered annotator: name, version, parameters with defaults, columns."""
         return Response(svc.annotator_choices())
