@@ -174,7 +174,7 @@ def attach(table: pa.Table, files: Sequence[dict[str, Any]], *, where: str) -> p
                 )
             arrays.append(props._field(base, field.name))
             names.append(field.name)
-    for name, arr in added:
+    for name, arr in sorted(added, key=lambda x: x[0]):  # the order of shard_specs' type
         arrays.append(arr)
         names.append(name)
     merged = pa.StructArray.from_arrays(arrays, names=names)

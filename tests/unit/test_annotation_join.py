@@ -250,3 +250,26 @@ def test_the_summary_gives_cluster_sizes_with_their_terms_and_snippets(
     s = summarize(str(out))
     assert s["clusters"][0]["terms"] == ["def", "self"]
     assert s["clusters"][0]["snippets"] == ["import os"]
+
+
+def test_a_pool_joins_two_annotators_at_once(world, tmp_path):
+    from shardcore.annotate import quality
+
+    q = tmp_path / "quality"
+    units.run_local(plan_annotation(str(world["tok"]), str(q), annotator="quality"))
+    out = tmp_path / "both"
+    # Given in either order, the pool reads both structs and names them the same way.
+    build_pool(
+        [str(world["tok"])], str(out), seq_len=64,
+        filter="pii.emails > 0 AND quality.n_words >= 200",
+        annotations=[str(q), str(world["ann"])],
+    )  # fmt: skip
+    words = [quality.signals(r["text"])["n_words"] for r in world["records"]]
+    want = [i for i in world["planted"] if words[i] >= 200]
+    docs = PoolReader(out).documents
+    assert want and sorted(docs.column("doc_id").to_pylist()) == want
+    t = props.props_type(docs.schema)
+    assert [f.name for f in t][-2:] == ["pii", "quality"]  # after the records' own
+    got = dict(zip(docs.column("doc_id").to_pylist(),
+                   props.column(docs, "quality.n_words").to_pylist(), strict=True))  # fmt: skip
+    assert got == {i: words[i] for i in want}
