@@ -176,6 +176,22 @@ def test_it_builds_joins_offers_and_flags_an_annotation(world, users, login):  #
     page = login("viewer").get(f"/pools/{clean.pk}/").content.decode()
     assert f'<a href="/annotations/{ann.pk}/">pii #{ann.pk}</a>' in page
     assert '<option value="pii.emails"' in page  # the quality chart labels by it
+    # A diversity-ordered version whose families include an annotation column.
+    from webapp.catalog.services.mixtures import mixture_get_or_create, mixture_version_create
+    from webapp.catalog.services.pools import pool_build
+
+    joined = pool_build(name="joined", tokenized_ids=[ts.pk], seq_len=64, annotation_ids=[ann])
+    joined.refresh_from_db()
+    version = mixture_version_create(
+        mixture_id=mixture_get_or_create(name="by-pii").pk,
+        components=[{"pool": joined.pk, "weight": 1.0}],
+        token_budget=64 * joined.num_records, order="diversity",
+        order_options={"by": ["pii.phones"]},
+    )  # fmt: skip
+    version.refresh_from_db()
+    assert version.status == ArtifactStatus.READY, version.job.log_tail
+    page = login("viewer").get(f"/mixtures/versions/{version.pk}/").content.decode()
+    assert '<option value="pii.phones"' in page and '<option value="pii.emails"' in page
     page = login("viewer").get(f"/annotations/{minhash.pk}/").content.decode()
     dup = minhash.summary["duplicates"]
     assert f"{dup['duplicate_documents']} of {len(counts)} documents are copies" in page
