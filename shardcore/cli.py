@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from typing import NoReturn
 
 # name -> module under shardcore.commands; each module defines add_parser() and run().
 COMMANDS: dict[str, str] = {
@@ -26,7 +27,7 @@ class _Parser(argparse.ArgumentParser):
     """Usage errors as one line (``shardyard pool: error: argument --memory: ...``), exit
     status 2; ``--help`` still shows the usage."""
 
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 

@@ -39,7 +39,7 @@ def stdlib_dir() -> Path:
 
 
 def _python_files(root: Path) -> list[Path]:
-    out = []
+    out: list[Path] = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
         out.extend(Path(dirpath) / f for f in sorted(filenames) if f.endswith(".py"))

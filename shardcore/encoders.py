@@ -62,6 +62,7 @@ _BOS_NAMES = ("<s>", "<bos>", "<|begin_of_text|>", "[CLS]")
 
 class Tokenizer(Protocol):
     spec: str
+    engine: str
     fingerprint: str
     vocab_size: int
     eos_id: int
@@ -79,6 +80,9 @@ class Tokenizer(Protocol):
 
 
 class _Base:
+    def encode_batch_arrays(self, texts: list[str]) -> list[np.ndarray]:
+        raise NotImplementedError
+
     spec: str
     fingerprint: str
     vocab_size: int
@@ -248,7 +252,7 @@ class HFTokenizer(_Base):
                 config = json.loads(cfg_file.read_text())
             except ValueError as exc:
                 raise InputError(f"tokenizer {spec!r}: {cfg_file}: invalid JSON: {exc}") from exc
-        self.eos_id = self._special(config.get("eos_token"), _EOS_NAMES)
+        self.eos_id = self._special(config.get("eos_token"), _EOS_NAMES)  # type: ignore[assignment]
         if self.eos_id is None:
             raise InputError(
                 f"tokenizer {spec!r}: no EOS token found (tokenizer_config.json has no "

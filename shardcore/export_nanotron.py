@@ -334,7 +334,7 @@ def nanotron_config(
             "# which cannot; export with --nanotron-tokenizer NAME_OR_DIR naming a Hugging",
             "# Face tokenizer that gives the same ids (and len(tokenizer) == vocab_size).",
         ]
-    reads = nanotron_reads(mixture_dir)
+    reads = nanotron_reads(mixture_dir)  # type: ignore[assignment]
     order = manifest["spec"].get("order", "blend")
     docs = []
     for k in range(n):

@@ -184,7 +184,7 @@ class Samples:
         if not storage.is_remote(path):
             return _Records(path, manifest)
         if self.cache is None:
-            directory, limit, depth = streaming.cache_settings(**self._cache_args)
+            directory, limit, depth = streaming.cache_settings(**self._cache_args)  # type: ignore[arg-type]
             self.cache = streaming.ShardCache(directory / "shards", limit, depth)
         return streaming.RemoteRecords(path, self.cache, manifest)
 
@@ -196,7 +196,7 @@ class Samples:
             if self.remote:
                 # The schedule (about 9 bytes a sample) is copied whole, beside the shards,
                 # and stays in use (never evicted) while this object lives.
-                directory, _, _ = streaming.cache_settings(**self._cache_args)
+                directory, _, _ = streaming.cache_settings(**self._cache_args)  # type: ignore[arg-type]
                 self._schedule = storage.artifact_copy(self.path, cache_dir=directory / "artifacts")
                 local = self._schedule.path
             self._mixture = Mixture(local)
@@ -211,7 +211,7 @@ class Samples:
         return {"path": self.path, "cache": self._cache_args}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["path"], **state.get("cache", {}))
+        self.__init__(state["path"], **state.get("cache", {}))  # type: ignore[misc]
 
     def __len__(self) -> int:
         return self.num_samples
@@ -325,7 +325,7 @@ class Segments:
         return {"segments": self.segments, "cache": self._cache_args}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["segments"], **state.get("cache", {}))
+        self.__init__(state["segments"], **state.get("cache", {}))  # type: ignore[misc]
 
     def __len__(self) -> int:
         return self.num_samples
@@ -811,7 +811,7 @@ def _make_classes():
 
         def __init__(self, path: str | os.PathLike | list, **kwargs: Any):
             IterableDataset.__init__(self)
-            _Stream.__init__(self, path, **kwargs)
+            _Stream.__init__(self, path, **kwargs)  # type: ignore[arg-type]
 
         def __iter__(self) -> Iterator[dict[str, Any]]:
             info = get_worker_info()
@@ -883,7 +883,7 @@ def _make_classes():
                 tokens = flat[: n * width].reshape(n, width)
                 flat[n * width :] = ks
                 if direct:
-                    self.source.gather([self.index_of(k) for k in ks], tokens)
+                    self.source.gather([self.index_of(k) for k in ks], tokens)  # type: ignore[union-attr]
                 else:
                     for r, (_, row) in enumerate(pairs):
                         tokens[r] = row
@@ -964,10 +964,10 @@ def _make_classes():
                     yield {"tokens": tokens[i : i + size], "sample": samples[i : i + size]}
 
         def state_dict(self) -> dict[str, Any]:
-            return self.dataset.state_dict()
+            return self.dataset.state_dict()  # type: ignore[attr-defined]
 
         def load_state_dict(self, state: dict[str, Any]) -> None:
-            self.dataset.load_state_dict(state)
+            self.dataset.load_state_dict(state)  # type: ignore[attr-defined]
 
     # Module-level names, so that pickle finds them (through this module's __getattr__)
     # when DataLoader workers start by spawn or forkserver (Python 3.14's default).

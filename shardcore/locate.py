@@ -47,6 +47,7 @@ def _position(
         if tokens < 0:
             raise InputError(f"token position must be >= 0, got {tokens}")
         sample, offset = divmod(tokens, seq_len)
+    assert sample is not None  # one of the two is given (checked above)
     sample = int(sample)
     if not 0 <= sample < total:
         where = f"token {tokens} (sample {sample})" if tokens is not None else f"sample {sample}"

@@ -339,7 +339,7 @@ def write_manifest_columns(
         first = np.zeros(rows, dtype=np.int64)
         if rows:
             np.cumsum(counts[:-1], out=first[1:])
-        has = np.asarray(cols["block_size"]) > 0
+        has = np.asarray(cols["block_size"]) > 0  # type: ignore[assignment]
         columns[f"size{sfx}"] = np.asarray(cols["size"], dtype=np.uint64)
         columns[f"xxh3{sfx}"] = np.asarray(cols["xxh3"], dtype=np.uint64)
         columns[f"block_size{sfx}"] = np.asarray(cols["block_size"], dtype=np.uint32)
@@ -595,7 +595,7 @@ class ShardTable:
         """``np.searchsorted`` of an ascending column, one positioned read per step."""
         lo, hi = 0, int(self._spec(name)["length"])
         if not self._local:
-            return int(np.searchsorted(self.column(name), value, side=side))
+            return int(np.searchsorted(self.column(name), value, side=side))  # type: ignore[call-overload]
         while hi - lo > 512:  # then one read of at most 4 KB finishes the search
             mid = (lo + hi) // 2
             v = self.cell(name, mid)
@@ -603,7 +603,7 @@ class ShardTable:
                 lo = mid + 1
             else:
                 hi = mid
-        return lo + int(np.searchsorted(self.cells(name, lo, hi), value, side=side))
+        return lo + int(np.searchsorted(self.cells(name, lo, hi), value, side=side))  # type: ignore[call-overload]
 
     def blocks(self, first: int, count: int) -> np.ndarray:
         """``count`` block checksums from ``first`` (u64)."""
@@ -701,7 +701,7 @@ class FileEntry(dict):
     def __ne__(self, other: object) -> bool:
         return not self == other
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None
 
 
 class ShardsView(Sequence):

@@ -56,6 +56,7 @@ processes of one host, not between hosts.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import errno
 import fcntl
@@ -427,8 +428,8 @@ def fail_fast() -> Iterator[None]:
 
 def store_failure() -> BaseException | None:
     """The first S3 request of the innermost ``fail_fast()`` block that did not answer."""
-    error = getattr(_fail, "error", _OFF)
-    return None if error is _OFF else error
+    error = getattr(_fail, "error", None)
+    return error if isinstance(error, BaseException) else None
 
 
 def _before_send(**kwargs) -> None:
@@ -507,7 +508,7 @@ class S3Store(Store):
         return {"url": self.url, "part_size": self.part_size}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["url"], part_size=state["part_size"])
+        self.__init__(state["url"], part_size=state["part_size"])  # type: ignore[misc]
 
     @property
     def client(self):
@@ -600,12 +601,12 @@ class S3Store(Store):
     def delete(self, key: str) -> None:
         self.client.delete_object(Bucket=self.bucket, Key=self._key(key))
 
-    def _uploads(self) -> list[dict[str, Any]]:
+    def _uploads(self) -> builtins.list[dict[str, Any]]:
         prefix = f"{self.prefix}/" if self.prefix else ""
         found = self.client.list_multipart_uploads(Bucket=self.bucket, Prefix=prefix)
         return list(found.get("Uploads", []))
 
-    def multipart_uploads(self) -> list[str]:
+    def multipart_uploads(self) -> builtins.list[str]:
         """Keys with a multipart upload started and neither completed nor aborted (a
         writer that died mid-upload): invisible, but their parts take space."""
         return [u["Key"] for u in self._uploads()]

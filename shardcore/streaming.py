@@ -99,7 +99,7 @@ class ShardCache:
         return {"directory": str(self.directory), "limit": self.limit, "p": self.prefetch_depth}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["directory"], state["limit"], state["p"])
+        self.__init__(state["directory"], state["limit"], state["p"])  # type: ignore[misc]
 
     def local_path(self, artifact: str, rel: str, content: str) -> Path:
         # Named by the artifact's URL and content digest: a rebuild never reads stale bytes.
@@ -117,7 +117,7 @@ class ShardCache:
         return total
 
     def _files(self) -> list[Path]:
-        out = []
+        out: list[Path] = []
         if not self.directory.exists():
             return out
         for p in self.directory.rglob("*"):
@@ -336,7 +336,7 @@ class RemoteRecords:
             reader, paths = self._readers.pop(shard)
             self._readers[shard] = (reader, paths)  # most recent last
             return reader
-        paths = self.cache.fetch(self.store, self.content, self._entries(shard))
+        paths = self.cache.fetch(self.store, self.content, self._entries(shard))  # type: ignore[assignment]
         if paths is None:  # only a prefetch declines; a read raises instead
             raise RuntimeError(f"{self.path}: shard {shard} could not be fetched")
         reader = IndexedReader(str(paths[0])[: -len(".idx")])

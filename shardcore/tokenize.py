@@ -583,7 +583,7 @@ def _run_assemble(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
                 t0 = int(starts[a] - c["tok0"])
                 t1 = int(starts[b - 1] - c["tok0"] + lengths[b - 1])
                 c0 = time.process_time()
-                w.add_file_range(Path(f"{stem}.bin"), t0, t1, lengths[a:b])
+                w.add_file_range(Path(f"{stem}.bin"), t0, t1, lengths[a:b])  # type: ignore[attr-defined]
                 cpu["copy"] += time.process_time() - c0
                 t = pq.read_table(f"{stem}.docs.parquet").slice(a, b - a)
                 line = t["line"].to_numpy() + np.int64(line_base[c["part"]])

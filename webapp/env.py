@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import overload
 
 
 class ConfigError(RuntimeError):
@@ -19,6 +20,10 @@ _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
 
 
+@overload
+def env_str(name: str, default: str, *, required: bool = False) -> str: ...
+@overload
+def env_str(name: str, default: None = None, *, required: bool = False) -> str | None: ...
 def env_str(name: str, default: str | None = None, *, required: bool = False) -> str | None:
     value = os.environ.get(name)
     if value is None or value == "":

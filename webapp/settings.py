@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 import dj_database_url
@@ -172,7 +173,7 @@ TEMPLATES = [
 ]
 
 
-def _database() -> dict:
+def _database() -> dict[str, Any]:
     url = env_str("DATABASE_URL", f"sqlite:///{HOME_ROOT / 'shardyard.sqlite3'}")
     scheme = urlparse(url).scheme
     if scheme not in {"sqlite", "postgres", "postgresql", "pgsql"}:
@@ -193,7 +194,7 @@ def _database() -> dict:
             transaction_mode="IMMEDIATE",
             init_command="PRAGMA journal_mode=WAL;",
         )
-    return db
+    return dict(db)
 
 
 DATABASES = {"default": _database()}
@@ -216,7 +217,10 @@ STATIC_ROOT = HOME_ROOT / "staticfiles"
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # whitenoise warns on every request otherwise
 # plotly.js comes from the installed plotly package, served as static/plotly/plotly.min.js:
 # pages work offline and the JS always matches the Python figure format.
-_PLOTLY_JS_DIR = Path(importlib.util.find_spec("plotly").origin).parent / "package_data"
+_PLOTLY_SPEC = importlib.util.find_spec("plotly")
+if _PLOTLY_SPEC is None or _PLOTLY_SPEC.origin is None:
+    raise ConfigError("the plotly package is not installed (pip install -r requirements.lock)")
+_PLOTLY_JS_DIR = Path(_PLOTLY_SPEC.origin).parent / "package_data"
 STATICFILES_DIRS = [BASE_DIR / "webapp" / "static", ("plotly", _PLOTLY_JS_DIR)]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},

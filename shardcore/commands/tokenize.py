@@ -109,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def report(manifest: dict, out: Path, *, as_json: bool = False, stream=None) -> None:
+def report(manifest: dict, out: str | Path, *, as_json: bool = False, stream=None) -> None:
     """The end-of-run summary: totals, shards, and every bad input reason with samples."""
     stream = stream or sys.stdout
     t = manifest["totals"]

@@ -24,7 +24,7 @@ def depth_check(value, max_depth: int = MAX_DEPTH) -> None:
     while stack:
         item, depth = stack.pop()
         if isinstance(item, dict):
-            children = item.values()
+            children = list(item.values())
         elif isinstance(item, list):
             children = item
         else:

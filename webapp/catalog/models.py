@@ -544,7 +544,7 @@ def _artifact_target(related_name: str) -> type[models.Model]:
     return ArtifactTarget
 
 
-class Taint(_artifact_target("taints")):
+class Taint(_artifact_target("taints")):  # type: ignore[misc]
     """``flag`` reaches this artifact or run through lineage. Exactly one target is set."""
 
     flag = models.ForeignKey(Flag, related_name="taints", on_delete=models.CASCADE)
@@ -574,7 +574,7 @@ class Taint(_artifact_target("taints")):
 # --- corruption -------------------------------------------------------------------------
 
 
-class Corruption(_artifact_target("corruptions")):
+class Corruption(_artifact_target("corruptions")):  # type: ignore[misc]
     """An artifact whose files no longer match their checksums (found by a scrub), or, with
     ``cause`` set, one built from such an artifact: marked on every page and in lineage
     like a flag's taint. Exactly one target is set. A later scrub that finds the artifact

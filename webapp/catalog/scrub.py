@@ -40,7 +40,7 @@ def _artifacts() -> list[dict[str, str]]:
     mixture versions and materialized copies."""
     out = []
     for kind, (_field, model) in _KINDS.items():
-        qs = model.objects.filter(status=ArtifactStatus.READY)
+        qs = model.objects.filter(status=ArtifactStatus.READY)  # type: ignore[attr-defined]
         if model is Export:
             qs = qs.filter(format=Export.Format.MATERIALIZED)
         for pk, path in qs.order_by("pk").values_list("pk", "path"):
@@ -92,7 +92,7 @@ def scrub_record(*, job, manifest: dict | None) -> None:
         if kind not in _KINDS or not pk.isdigit():
             continue
         field, model = _KINDS[kind]
-        target = model.objects.filter(pk=int(pk)).first()
+        target = model.objects.filter(pk=int(pk)).first()  # type: ignore[attr-defined]
         if target is None:
             continue  # deleted since the scrub was planned
         direct = Corruption.objects.filter(cause=None, **{field: target})

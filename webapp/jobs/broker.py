@@ -74,7 +74,7 @@ def _redis_pending(url: str, queue: str, unacked_within: float) -> Pending:
                 continue
     recent = time.time() - unacked_within
     tags = client.zrangebyscore("unacked_index", recent, "+inf")
-    for raw in client.hmget("unacked", tags) if tags else []:
+    for raw in client.hmget("unacked", tags) if tags else []:  # type: ignore[arg-type, assignment]
         if raw is None:
             continue
         try:

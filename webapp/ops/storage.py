@@ -206,9 +206,9 @@ def artifact_retire(*, kind: str, pk: int) -> dict:
         raise ValueError(f"kind {kind!r}: choose from {', '.join(KINDS)}")
     model = KINDS[kind]
     with transaction.atomic():
-        obj = model.objects.select_for_update().filter(pk=pk).first()
+        obj = model.objects.select_for_update().filter(pk=pk).first()  # type: ignore[attr-defined]
         if obj is None:
-            raise model.DoesNotExist(f"{kind} {pk} does not exist")
+            raise model.DoesNotExist(f"{kind} {pk} does not exist")  # type: ignore[attr-defined]
         if obj.status == ArtifactStatus.RETIRED:
             return {"kind": kind, "id": pk, "path": obj.path, "bytes_freed": 0}
         if obj.status == ArtifactStatus.BUILDING:
@@ -220,7 +220,7 @@ def artifact_retire(*, kind: str, pk: int) -> dict:
                 f"item(s): {'; '.join(readers)}; retire those first"
             )
         # Marked first: from now on nothing builds on it, and no scrub checks it.
-        model.objects.filter(pk=pk).update(status=ArtifactStatus.RETIRED)
+        model.objects.filter(pk=pk).update(status=ArtifactStatus.RETIRED)  # type: ignore[attr-defined]
     freed = _remove(obj.path)
     return {"kind": kind, "id": pk, "path": obj.path, "bytes_freed": freed}
 
@@ -303,7 +303,7 @@ def collect_garbage(*, delete: bool = False, min_age: float = 3600.0) -> GcRepor
             continue
         mtime = info.get("mtime") or info.get("LastModified") or info.get("created")
         if hasattr(mtime, "timestamp"):
-            mtime = mtime.timestamp()
+            mtime = mtime.timestamp()  # type: ignore[union-attr]
         if min_age > 0 and mtime is not None and now - float(mtime) < min_age:
             report.kept_young += 1
             continue

@@ -99,7 +99,7 @@ def storage_retire(request, kind: str, pk: int):
         done = artifact_retire(kind=kind, pk=pk)
     except RetireRefused as exc:
         messages.error(request, str(exc))
-    except KINDS[kind].DoesNotExist as exc:
+    except KINDS[kind].DoesNotExist as exc:  # type: ignore[attr-defined]
         messages.error(request, str(exc))
     else:
         messages.success(request, f"Retired {kind} {pk}: {done['bytes_freed']:,} bytes freed.")

@@ -217,7 +217,7 @@ def _post(endpoint: WebhookEndpoint, delivery: WebhookDelivery) -> tuple[int | N
                 cert_reqs="CERT_REQUIRED", ca_certs=_ca_bundle(),
             )  # fmt: skip
         else:
-            pool = urllib3.HTTPConnectionPool(
+            pool = urllib3.HTTPConnectionPool(  # type: ignore[assignment]  # same interface
                 str(ip), target.port, timeout=limits, retries=False, maxsize=1
             )
         response = None

@@ -323,6 +323,8 @@ def _progress_counts(samples: int | None, tokens: int | None, seq_len: int) -> t
     if samples is None:
         if not seq_len:
             raise CatalogError("the run's mixture has no seq_len: report consumed_samples")
+        if tokens is None:
+            raise CatalogError("report consumed_samples or consumed_tokens")
         return tokens // seq_len, tokens
     return samples, samples * seq_len if tokens is None else tokens
 
@@ -417,7 +419,7 @@ def run_losses_record(
     rows: list[RunLoss] = []
     seen: set[tuple[str, str, int]] = set()
     if val:
-        step = check_step(step, "step")
+        step = check_step(step, "step")  # type: ignore[arg-type]
     for i, entry in enumerate(val):
         where = f"val[{i}]"
         if not isinstance(entry, dict):
@@ -448,7 +450,7 @@ def run_losses_record(
         if ("val", series, step) in seen:
             what = f"pool {pool.name}" + (f" source {source}" if source else "")
             raise CatalogError(f"{where}: {what} is given twice at step {step}")
-        seen.add(("val", series, step))
+        seen.add(("val", series, step))  # type: ignore[arg-type]
         rows.append(
             RunLoss(run=run, split="val", step=step, pool=pool, source=source, series=series,
                     loss=loss)
@@ -457,7 +459,7 @@ def run_losses_record(
         where = f"train[{i}]"
         if not isinstance(entry, dict):
             raise CatalogError(f"{where}: give an object with step and loss")
-        s = check_step(entry.get("step"), f"{where}.step")
+        s = check_step(entry.get("step"), f"{where}.step")  # type: ignore[arg-type]
         loss = check_loss(entry.get("loss"), f"{where}.loss")
         if ("train", "", s) in seen:
             raise CatalogError(f"{where}.step: step {s} is given twice")
@@ -530,7 +532,11 @@ def run_mixture_proposal(
     ref_step = max(ref_steps)
     try:
         proposal = propose_weights(
-            weights, mine[step], theirs[ref_step], eta=eta, smoothing=smoothing
+            weights,
+            mine[step],
+            theirs[ref_step],
+            eta=eta,
+            smoothing=smoothing,
         )
     except InputError as e:
         raise CatalogError(str(e)) from e
