@@ -9,6 +9,11 @@ import importlib
 import sys
 from typing import NoReturn
 
+from shardcore import __version__, limits
+from shardcore.errors import InputError, ShardcoreError
+from shardcore.manifest import is_complete
+from shardcore.sizes import parse_size
+
 # name -> module under shardcore.commands; each module defines add_parser() and run().
 COMMANDS: dict[str, str] = {
     "tokenize": "tokenize",
@@ -32,7 +37,6 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from shardcore import __version__
 
     parser = _Parser(
         prog="shardyard",
@@ -51,8 +55,6 @@ class CLIError(Exception):
 
 def size_arg(text: str) -> int:
     """An argparse ``type`` for byte sizes (``shardcore.sizes``: MB = 10^6, MiB = 2^20)."""
-    from shardcore.errors import InputError
-    from shardcore.sizes import parse_size
 
     try:
         return parse_size(text)
@@ -63,9 +65,6 @@ def size_arg(text: str) -> int:
 def check_new_artifact(out, workers: int = 1) -> None:
     """Refuse to build into a finished artifact (artifacts are immutable) or with a number
     of workers outside ``shardcore.limits``' range, before any work starts."""
-    from shardcore import limits
-    from shardcore.errors import InputError
-    from shardcore.manifest import is_complete
 
     if is_complete(out):
         raise CLIError(f"{out} already holds a finished artifact; choose another --out")
@@ -84,7 +83,6 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 0
-    from shardcore.errors import ShardcoreError
 
     try:
         return int(args.func(args) or 0)

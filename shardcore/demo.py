@@ -27,6 +27,7 @@ import os
 import sysconfig
 from collections.abc import Iterator
 from pathlib import Path
+from pydoc_data.topics import topics
 
 import zstandard
 
@@ -106,7 +107,6 @@ def iter_docstrings() -> Iterator[dict]:
 
 
 def iter_reference() -> Iterator[dict]:
-    from pydoc_data.topics import topics
 
     for name in sorted(topics):
         yield {

@@ -35,6 +35,7 @@ vocabulary never does. Tokenizers are cached per process: workers load each spec
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import functools
 import json
@@ -205,7 +206,6 @@ class TiktokenTokenizer(_Base):
     def fast_backend(self):
         """gigatoken's BPE for this encoding, or None when its split pattern is not one
         gigatoken implements."""
-        import base64
 
         import gigatoken
 

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import xxhash
 
 from shardcore import atomic
 from shardcore.errors import FormatError
@@ -348,7 +349,6 @@ def table_layout(columns: dict[str, np.ndarray]) -> tuple[dict[str, dict], int]:
 def write_table(path: str | os.PathLike, columns: dict[str, np.ndarray]) -> dict:
     """Write ``columns`` as a table file (atomically); its description for the header:
     ``{"size", "xxh3", "columns": {name: {dtype, offset, length, xxh3}}}``."""
-    import xxhash
 
     layout, size = table_layout(columns)
     whole = xxhash.xxh3_64()

@@ -74,6 +74,8 @@ from shardcore import manifest as mf
 from shardcore import storage, streaming
 from shardcore.errors import InputError
 from shardcore.formats import IndexedReader
+from shardcore.mixture import Mixture
+from shardcore.pool import Pool
 
 STATE_VERSION = 2
 _LOOKAHEAD = 4096  # stream samples scanned for the next shards to prefetch
@@ -190,8 +192,6 @@ class Samples:
 
     def _open(self) -> None:
         if self.kind == "mixture":
-            from shardcore.mixture import Mixture
-
             local = self.path
             if self.remote:
                 # The schedule (about 9 bytes a sample) is copied whole, beside the shards,
@@ -375,7 +375,6 @@ class PoolReader:
     """Sequential and random access to the records of a pool."""
 
     def __init__(self, path: str | os.PathLike):
-        from shardcore.pool import Pool
 
         self.pool = Pool(path)
         self.seq_len = self.pool.seq_len

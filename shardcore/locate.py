@@ -29,7 +29,9 @@ from typing import Any
 import numpy as np
 
 from shardcore import manifest as mf
+from shardcore import storage
 from shardcore.errors import InputError
+from shardcore.mixture import KIND, POOL_FILE, RECORD_FILE
 
 __all__ = ["cyclic_shard_order", "locate_any", "locate_mixture", "locate_pool"]
 
@@ -94,8 +96,6 @@ def locate_mixture(
     """Where training sample ``sample`` (or training token ``tokens``) of a mixture lives:
     ``{stage, sample, pool, pool_key, pool_path, shard, shard_prefix, record,
     record_in_shard, token_offset}``. With a manifest dict, pass ``mixture_dir`` too."""
-    from shardcore import storage
-    from shardcore.mixture import KIND, POOL_FILE, RECORD_FILE
 
     # A mixture on object storage: its schedule is read from a checked local copy.
     if isinstance(path_or_manifest, dict):
@@ -136,7 +136,6 @@ def locate_any(
 ) -> dict[str, Any]:
     """Locate in whatever artifact ``path`` is: a mixture (schedule lookup), or a pool or a
     materialized mixture (both have shards and cumulative record counts)."""
-    from shardcore.mixture import KIND
 
     manifest = mf.read_manifest(path)
     kind = manifest.get("kind")

@@ -26,6 +26,7 @@ from shardcore import manifest as mf
 from shardcore.errors import ManifestError
 from shardcore.formats import IndexedWriter
 from shardcore.mixture import Mixture
+from shardcore.pool import PoolReader
 
 STAGE = "materialize"
 KIND = "materialized"
@@ -56,7 +57,6 @@ def plan_materialize(
 
 
 def _run_unit(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
-    from shardcore.pool import PoolReader
 
     mix = Mixture(plan.params["mixture"])
     a, b = int(unit["start"]), int(unit["stop"])

@@ -44,8 +44,6 @@ TOKENIZER_ROOTS = env_paths("SHARDYARD_TOKENIZER_ROOTS", [HOME_ROOT / "tokenizer
 # runs in a child process with these limits, never in the web process itself.
 PLAN_SECONDS = env_int("SHARDYARD_PLAN_SECONDS", 20, minimum=1)
 PLAN_MEMORY_MB = env_int("SHARDYARD_PLAN_MEMORY_MB", 2048, minimum=64)
-# Tests that need Postgres or Redis fail instead of skipping when this is set (CI sets it).
-REQUIRE_SERVICES = env_bool("SHARDYARD_REQUIRE_SERVICES", False)
 
 _secret = env_str("SECRET_KEY")
 if _secret is None:

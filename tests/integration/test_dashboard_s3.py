@@ -317,7 +317,7 @@ def test_downloads_answer_the_objects_bytes(world, login):
     resp = login("editor").post(f"/mixtures/versions/{version.pk}/export/json/")
     assert resp.status_code == 200
     written = b"".join(resp.streaming_content)
-    export = Export.objects.get(version=version, format=Export.Format.JSON)
+    export = Export.objects.get(version=version, format="json")
     assert export.path.startswith(f"{version.path}/exports/")
     parent, _, name = export.path.rpartition("/")
     stored = storage.open_store(parent)

@@ -16,6 +16,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from shardcore.scrub import plan_scrub
 from webapp.catalog.models import (
     ArtifactStatus,
     Corruption,
@@ -25,6 +26,9 @@ from webapp.catalog.models import (
     TokenizedSource,
     TrainingRun,
 )
+from webapp.catalog.services.common import artifact_dir
+from webapp.jobs.models import Job
+from webapp.jobs.services import job_create
 
 RECORDER = "webapp.catalog.scrub.scrub_record"
 _KINDS = {
@@ -50,9 +54,6 @@ def _artifacts() -> list[dict[str, str]]:
 
 def scrub_start(*, created_by=None):
     """Start a scrub job over every built artifact; returns the job."""
-    from shardcore.scrub import plan_scrub
-    from webapp.catalog.services.common import artifact_dir
-    from webapp.jobs.services import job_create
 
     artifacts = _artifacts()
     plan = plan_scrub(artifacts, artifact_dir("scrub", "scrub"))
@@ -67,7 +68,6 @@ def scrub_start(*, created_by=None):
 def scrub_due_start():
     """Start a scrub when one is due (see the module docstring); returns the job or None.
     Two sweepers at once may both start one: harmless, the second finds what the first did."""
-    from webapp.jobs.models import Job
 
     interval = settings.SHARDYARD_SCRUB_INTERVAL
     if not interval:

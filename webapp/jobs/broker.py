@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from django.conf import settings
+
 UNIT_TASK = "workers.job_unit_run"
 FINALIZE_TASK = "workers.job_finalize"
 
@@ -87,7 +89,6 @@ def _redis_pending(url: str, queue: str, unacked_within: float) -> Pending:
 
 
 def _filesystem_pending(queue: str) -> Pending:
-    from django.conf import settings
 
     folder = Path(settings.CELERY_BROKER_TRANSPORT_OPTIONS["data_folder_in"])
     pending = Pending()

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import InterfaceError, OperationalError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -207,7 +207,6 @@ class Heartbeat:
         self._thread.join()
 
     def _run(self) -> None:
-        from django.db import InterfaceError, OperationalError
 
         try:
             while not self._stop.wait(self._interval):

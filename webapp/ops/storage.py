@@ -17,8 +17,10 @@ from __future__ import annotations
 import contextlib
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import transaction
 
 from webapp.catalog.models import (
@@ -31,6 +33,7 @@ from webapp.catalog.models import (
     TokenizedSource,
     TrainingRun,
 )
+from webapp.jobs.models import Job
 from webapp.roles import ROLES
 
 ARTIFACT_DIRS = ("tokenized", "pools", "mixtures", "scrub")
@@ -102,7 +105,6 @@ def storage_report() -> dict:
     """Bytes held per artifact (measured on the store), per source (its registered
     files), and per owner and team (the groups of the user who built it that are not
     roles; an artifact counts in each of its owner's teams)."""
-    from django.contrib.auth import get_user_model
 
     rows = []
     querysets = {
@@ -252,7 +254,6 @@ def _owned_paths() -> list[str]:
     paths = []
     for model in (TokenizedSource, Pool, MixtureVersion, Export):
         paths += model.objects.exclude(status=ArtifactStatus.RETIRED).values_list("path", flat=True)
-    from webapp.jobs.models import Job
 
     # A job's output directory is its artifact's (retired: files gone on purpose, and the
     # artifact's row no longer owns them) or a scrub's report.
@@ -320,7 +321,6 @@ def collect_garbage(*, delete: bool = False, min_age: float = 3600.0) -> GcRepor
 
 def _prune_empty_dirs(fs, base: str, owned: set[str]) -> None:
     """Local roots: remove directories the collection left empty (never an owned one)."""
-    from pathlib import Path
 
     for sub in ARTIFACT_DIRS:
         top = Path(base) / sub

@@ -2,14 +2,26 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
+from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from shardcore import storage
-from shardcore.manifest import MANIFEST_NAME
+from shardcore import quality, storage
+from shardcore.errors import ShardcoreError
+from shardcore.manifest import MANIFEST_NAME, total_bytes
+from shardcore.mixture import (
+    Component,
+    MixtureSpec,
+    PoolInfo,
+    Stage,
+    flatten,
+    plan_epochs,
+    plan_mixture,
+)
 from webapp.catalog import builder, guards
 from webapp.catalog.errors import CatalogError
 from webapp.catalog.models import (
@@ -27,9 +39,7 @@ from webapp.catalog.services.common import (
     refuse_corrupt,
 )
 from webapp.catalog.services.flags import taint_refresh
-
-if TYPE_CHECKING:
-    from shardcore.mixture import MixtureSpec
+from webapp.jobs.services import job_create, job_retry
 
 
 def mixture_get_or_create(*, name: str, description: str = "", created_by=None) -> Mixture:
@@ -54,9 +64,6 @@ def mixture_version_save(
     version of mixture ``name`` (created when new), built by a job (``mixture_version_build``).
     The draft is parsed once, here; a draft that cannot be built is a CatalogError that
     says why."""
-    from shardcore.errors import ShardcoreError
-    from shardcore.mixture import MixtureSpec
-
     try:
         spec = MixtureSpec.from_dict(builder.spec_from_draft(draft))
     except (builder.BuilderError, ShardcoreError) as exc:
@@ -90,9 +97,6 @@ def mixture_version_create(
     (``shardcore.mixture.continuation``) makes a version that a run switches to
     mid-training (``runs.run_switch``), whose first stage is named after the stage the run
     was in (``first_stage``, e.g. "anneal")."""
-    from shardcore.errors import ShardcoreError
-    from shardcore.mixture import MixtureSpec
-
     if not components:
         raise CatalogError("a mixture version needs at least one component")
     first = str(first_stage or MAIN)
@@ -147,12 +151,6 @@ def mixture_version_build(
     beyond ``max_repetitions`` (from the catalog's record counts). The same content saved
     again answers the version that holds it (``existed``), or reruns its build when that
     failed. Versions are never edited: changing a weight means creating the next version."""
-    import math
-    from dataclasses import replace
-
-    from shardcore.errors import ShardcoreError
-    from shardcore.mixture import Component, PoolInfo, Stage, flatten, plan_epochs, plan_mixture
-    from webapp.jobs.services import job_create
 
     leaves: dict[str, dict[int, float]] = {}  # stage -> {pool id: share}
     keys: dict[str, int] = {}  # the spec's pool keys -> pool ids
@@ -213,8 +211,6 @@ def mixture_version_build(
             # The same content saved again (a double click, a retried request): the version
             # that holds it is the answer, not an identical copy; a failed build runs again.
             if latest.status in (ArtifactStatus.FAILED, ArtifactStatus.CANCELLED) and latest.job:
-                from webapp.jobs.services import job_retry
-
                 job_retry(job_id=latest.job_id)
                 MixtureVersion.objects.filter(pk=latest.pk).update(
                     status=ArtifactStatus.BUILDING, finished_at=None
@@ -294,7 +290,6 @@ def mixture_version_record(*, job, manifest: dict | None) -> None:
     """Recorder of mixture jobs: the built schedule's facts become the version's (samples,
     tokens, epochs per pool, stages, fingerprint), with the schedule's mixing quality;
     data flagged in its pools taints it."""
-    from shardcore.manifest import total_bytes
 
     version = MixtureVersion.objects.select_for_update().get(job=job)
     if manifest is None:
@@ -334,8 +329,6 @@ def schedule_quality(*, path: str) -> dict[str, Any]:
     """A built schedule's quality by pool (``shardcore.quality.mixture_quality``): per
     stage, window deviation against random permutations of the same samples and a verdict;
     ``{"error": ...}`` when it cannot be measured (the schedule itself is still good)."""
-    from shardcore import quality
-    from shardcore.errors import ShardcoreError
 
     try:
         return quality.mixture_quality(path, by="pool")

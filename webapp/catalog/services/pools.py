@@ -10,7 +10,10 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from shardcore import storage
-from shardcore.manifest import MANIFEST_NAME
+from shardcore.errors import EmptySelectionError, InputError
+from shardcore.manifest import MANIFEST_NAME, read_manifest, total_bytes
+from shardcore.pool import plan_pool
+from shardcore.select import filter_parse
 from webapp.catalog.errors import CatalogError
 from webapp.catalog.models import (
     ArtifactStatus,
@@ -27,6 +30,8 @@ from webapp.catalog.services.common import (
     shards_record,
 )
 from webapp.catalog.services.flags import taint_refresh
+from webapp.jobs.models import ACTIVE_JOB_STATES
+from webapp.jobs.services import job_create
 
 
 def pool_build(
@@ -44,10 +49,6 @@ def pool_build(
 ) -> Pool:
     """Start a pool job over ready tokenized sources; returns the BUILDING train pool (its
     validation pool is recorded beside it when the job succeeds)."""
-    from shardcore.errors import EmptySelectionError, InputError
-    from shardcore.pool import plan_pool
-    from shardcore.select import filter_parse
-    from webapp.jobs.services import job_create
 
     name = checked_name(name, "pool name")
     filter = (filter or "").strip() or None
@@ -141,7 +142,6 @@ def _name_free(name: str) -> None:
 def _pool_building(parents: list[TokenizedSource], same: dict[str, Any]) -> Pool | None:
     """A train pool over exactly ``parents`` with the same name and parameters whose job
     is still queued or running."""
-    from webapp.jobs.models import ACTIVE_JOB_STATES
 
     want = sorted(t.pk for t in parents)
     candidates = Pool.objects.filter(
@@ -165,7 +165,6 @@ def _pool_building(parents: list[TokenizedSource], same: dict[str, Any]) -> Pool
 
 
 def _pool_fill(pool: Pool, manifest: dict) -> None:
-    from shardcore.manifest import total_bytes
 
     pool.fingerprint = manifest["fingerprint"]
     pool.num_records = manifest["num_records"]
@@ -186,7 +185,6 @@ def _pool_fill(pool: Pool, manifest: dict) -> None:
 
 def pool_record(*, job, manifest: dict | None) -> None:
     """Recorder of pool jobs: the train pool, its shards, and the validation pool."""
-    from shardcore.manifest import read_manifest
 
     pool = Pool.objects.select_for_update().get(job=job, split=Pool.Split.TRAIN)
     if manifest is None:

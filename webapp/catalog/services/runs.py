@@ -6,10 +6,18 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from django.db import transaction
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.db import connection, transaction
+from django.db.models import Exists, F, Max, OuterRef, Subquery
 from django.utils import timezone
 
 from shardcore import storage
+from shardcore.adapt import RULE, propose_weights
+from shardcore.blend import build_blending_indices
+from shardcore.errors import InputError, ShardcoreError
+from shardcore.locate import locate_mixture, locate_pool
+from shardcore.mixture import Mixture, continuation
 from webapp.catalog.errors import CatalogError, RunPermissionError, RunSwitchedError
 from webapp.catalog.models import (
     ArtifactStatus,
@@ -23,6 +31,7 @@ from webapp.catalog.models import (
     Taint,
     TrainingRun,
 )
+from webapp.catalog.scrub import corruption_refresh
 from webapp.catalog.services.common import (
     checked_name,
 )
@@ -34,6 +43,7 @@ from webapp.catalog.services.mixtures import (
     version_built,
     version_source_ids,
 )
+from webapp.roles import ROLES, has_role, may_write_run, user_role
 
 
 def run_register(
@@ -49,9 +59,6 @@ def run_register(
     whoever may write the run (a trainer that retries after a lost answer gets the same
     run); anyone else's registration of a taken name is refused. A run on tainted data is
     tainted. ``created_by=None`` is an operator's command: no owner, no checks."""
-    from django.contrib.auth.models import Group
-
-    from webapp.roles import ROLES, may_write_run, user_role
 
     name = checked_name(name, "run name", max_length=200)
     version = MixtureVersion.objects.filter(pk=mixture_version_id).first()
@@ -100,8 +107,6 @@ def run_register(
                 ]
             )
             if version.corruptions.exists():
-                from webapp.catalog.scrub import corruption_refresh
-
                 corruption_refresh()
     return run
 
@@ -137,8 +142,6 @@ def run_progress_record(
     At most three statements: one locks the run and reads everything the checks need
     (the version's seq_len and size, the actor's team membership), then the report is
     inserted unless its step is recorded, and the run moved forward if it was."""
-    from django.contrib.auth import get_user_model
-    from django.db.models import Exists, F, Max, OuterRef, Subquery
 
     if consumed_samples is None and consumed_tokens is None:
         raise CatalogError("give consumed_samples or consumed_tokens")
@@ -208,7 +211,6 @@ def run_progress_record(
 def _progress_insert(run_id: int, step: int, samples: int, tokens: int, at) -> bool:
     """Insert the report of ``step`` unless one is recorded (INSERT ... ON CONFLICT DO
     NOTHING on the (run, step) constraint, in Postgres and SQLite alike); whether it was."""
-    from django.db import connection
 
     table = connection.ops.quote_name(RunProgress._meta.db_table)
     with connection.cursor() as cursor:
@@ -308,7 +310,6 @@ def _progress_check(
 
 
 def _may_write(run: TrainingRun, actor, *, in_team: bool) -> None:
-    from webapp.roles import has_role, user_role
 
     if actor is None or user_role(actor) == "admin":
         return
@@ -488,8 +489,6 @@ def run_mixture_proposal(
     latest step with a whole-pool loss for every pool of its version) against the
     reference run's at the same step, or else its latest step before it. The reference
     must have reported those pools. CatalogError says what is missing."""
-    from shardcore.adapt import RULE, propose_weights
-    from shardcore.errors import InputError
 
     run = TrainingRun.objects.select_related("mixture_version").get(pk=run_id)
     ref = TrainingRun.objects.filter(pk=reference_run_id).first()
@@ -605,9 +604,6 @@ def run_switch(*, run_id: int, weights, note: str = "", actor=None) -> dict[str,
     ``mixture_version_create``. Only whoever may write the run switches it
     (``webapp.roles.may_write_run``: its owner, a member of its team, or an admin;
     RunPermissionError otherwise); ``actor=None`` is an operator."""
-    from shardcore.errors import ShardcoreError
-    from shardcore.mixture import continuation
-    from webapp.roles import may_write_run
 
     weights = _switch_weights(weights)
     with transaction.atomic():
@@ -697,9 +693,6 @@ def run_resume_position(*, run_id: int, sample: int | None = None) -> dict[str, 
     scanned for pools read at most once. ``sample`` defaults to the run's consumed
     position: its consumed tokens when they agree with its consumed samples (then the
     token offset into the next sample is exact), else its consumed samples."""
-    from shardcore.errors import ShardcoreError
-    from shardcore.locate import locate_mixture
-    from shardcore.mixture import Mixture
 
     run = TrainingRun.objects.select_related("mixture_version").get(pk=run_id)
     segments = _segments(run)
@@ -758,8 +751,6 @@ def run_resume_position(*, run_id: int, sample: int | None = None) -> dict[str, 
 def _resume_by_blend(run: TrainingRun, sample: int | None) -> dict[str, Any]:
     """Resume in a version without a schedule on disk: Megatron's blend over the
     components' weights, then ``locate_pool`` in the pool read."""
-    from shardcore.blend import build_blending_indices
-    from shardcore.locate import locate_pool
 
     sample = int(run.consumed_samples if sample is None else sample)
     comps = list(

@@ -8,7 +8,10 @@ from django.db import transaction
 from django.utils import timezone
 
 from shardcore import storage
+from shardcore.encoders import DEFAULT_TOKENIZER, load_tokenizer
+from shardcore.errors import InputError
 from shardcore.manifest import MANIFEST_NAME
+from shardcore.tokenize import plan_tokenize
 from webapp.catalog import guards
 from webapp.catalog.errors import CatalogError
 from webapp.catalog.models import (
@@ -26,10 +29,11 @@ from webapp.catalog.services.common import (
 )
 from webapp.catalog.services.flags import taint_refresh
 from webapp.catalog.services.sources import source_file_urls
+from webapp.jobs.models import ACTIVE_JOB_STATES
+from webapp.jobs.services import job_create
 
 
 def _tokenizer_facts(spec: str) -> dict[str, Any]:
-    from shardcore.encoders import load_tokenizer
 
     tok = load_tokenizer(spec, "reference")  # the facts only: the fast engine is not needed
     return {"fingerprint": tok.fingerprint, "vocab_size": tok.vocab_size, "eos_id": tok.eos_id}
@@ -45,7 +49,6 @@ def tokenizer_spec_check(*, spec: str) -> str:
 def tokenizer_ensure(*, spec: str) -> Tokenizer:
     """The catalog row of a tokenizer spec, loading it once (in a limited child process)
     to learn its fingerprint. hf: paths only from ``settings.TOKENIZER_ROOTS``."""
-    from shardcore.errors import InputError
 
     spec = tokenizer_spec_check(spec=spec)
     existing = Tokenizer.objects.filter(spec=spec).first()
@@ -73,10 +76,6 @@ def tokenized_source_build(
 ) -> TokenizedSource:
     """Start a tokenize job over the source's files; returns the BUILDING artifact row
     (its ``job`` shows progress). The job's recorder fills it in when the manifest exists."""
-    from shardcore.encoders import DEFAULT_TOKENIZER
-    from shardcore.errors import InputError
-    from shardcore.tokenize import plan_tokenize
-    from webapp.jobs.services import job_create
 
     source = Source.objects.get(pk=source_id)
     tok = tokenizer_ensure(spec=tokenizer or DEFAULT_TOKENIZER)
@@ -126,7 +125,6 @@ def tokenized_source_build(
 
 def _tokenizing(source: Source, tok: Tokenizer) -> TokenizedSource | None:
     """The source's tokenization with ``tok`` whose job is still queued or running."""
-    from webapp.jobs.models import ACTIVE_JOB_STATES
 
     return (
         TokenizedSource.objects.filter(

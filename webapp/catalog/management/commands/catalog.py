@@ -10,7 +10,13 @@ import re
 from django.core.exceptions import ObjectDoesNotExist
 from django.core.management.base import BaseCommand, CommandError
 
+from shardcore import export as export_formats
 from shardcore.order import ORDERINGS
+from webapp.catalog.errors import CatalogError
+from webapp.catalog.models import ArtifactStatus
+from webapp.catalog.services import exports, flags, mixtures, pools, runs, sources, tokenized
+from webapp.jobs import services as jobs
+from webapp.jobs.models import Job, JobState
 
 
 class Command(BaseCommand):
@@ -55,7 +61,7 @@ class Command(BaseCommand):
         p.add_argument("--shard-bytes", type=int, default=64 << 20)
         p = sub.add_parser("export", help="write a version as a trainer config file")
         p.add_argument("version_id", type=int)
-        p.add_argument("format", choices=["megatron", "olmo", "olmo-core", "nanotron", "json"])
+        p.add_argument("format", choices=export_formats.accepted_names())
         p.add_argument("--global-batch-size", type=int, help="nanotron: samples per step")
         p = sub.add_parser("run-register")
         p.add_argument("name")
@@ -86,18 +92,6 @@ class Command(BaseCommand):
         p.add_argument("--lease", type=int, help="seconds (default: SHARDYARD_UNIT_LEASE)")
 
     def handle(self, *args, action: str, **o):
-        from webapp.catalog.errors import CatalogError
-        from webapp.catalog.models import ArtifactStatus
-        from webapp.catalog.services import (
-            exports,
-            flags,
-            mixtures,
-            pools,
-            runs,
-            sources,
-            tokenized,
-        )
-        from webapp.jobs import services as jobs
 
         try:
             if action == "source-register":
@@ -210,7 +204,6 @@ def _missing(exc: ObjectDoesNotExist, options: dict) -> str:
 def _launched(job_id: int) -> str:
     """'job N queued', or a CommandError when the launch failed (e.g. the broker is down:
     the job is failed with the reason and can be retried)."""
-    from webapp.jobs.models import Job, JobState
 
     job = Job.objects.get(pk=job_id)
     if job.state == JobState.FAILED:
