@@ -12,7 +12,7 @@ from urllib.parse import urlparse
 
 import dj_database_url
 
-from webapp.env import ConfigError, env_bool, env_int, env_list, env_paths, env_roots, env_str
+from shardcore.config import ConfigError, env_bool, env_int, env_list, env_paths, env_roots, env_str
 from webapp.ops.netguard import parse_networks
 from webapp.ops.oidc_map import parse_role_map
 

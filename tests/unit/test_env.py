@@ -2,7 +2,7 @@
 
 import pytest
 
-from webapp.env import ConfigError, env_bool, env_int, env_list, env_paths, env_str
+from shardcore.config import ConfigError, env_bool, env_int, env_list, env_paths, env_str
 
 
 def test_it_parses_booleans(monkeypatch):
