@@ -2,18 +2,24 @@
 
 Every setting Shardyard takes from the environment goes through one of these helpers, so a
 typo such as ``DEBUG=ture`` stops the process with a message naming the variable instead
-of silently meaning something else.
+of silently meaning something else. The generic readers (``env_str``, ``env_int``, ...)
+serve the service's settings (``webapp/settings.py``); the library's own variables each have
+a reader below (``cache_dir``, ``s3_limits``, ``filter_seconds``...), read when the value is
+needed, never at import, so a test or a process may set them late.
 """
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import overload
+from typing import Any, overload
+
+from shardcore.errors import InputError
+from shardcore.sizes import parse_size
 
 
-class ConfigError(RuntimeError):
-    """An environment variable has a value Shardyard cannot use."""
+class ConfigError(InputError):
+    """An environment variable has a value Shardyard cannot use (the message names it)."""
 
 
 _TRUE = {"1", "true", "yes", "on"}
@@ -119,3 +125,138 @@ def env_roots(name: str, default: list[Path]) -> list[Path | str]:
             raise ConfigError(f"{name}: {item!r} is not an absolute path")
         out.append(path.resolve())
     return out
+
+
+# --- the library's variables --------------------------------------------------------------
+
+DEFAULT_ARTIFACT_CACHE_LIMIT = 64 << 30
+DEFAULT_STREAM_CACHE_LIMIT = 8 << 30
+DEFAULT_PREFETCH = 2
+DEFAULT_MAX_SCHEDULE_SAMPLES = 1 << 30
+_UNLIMITED = {"none", "unlimited"}
+
+
+def _raw(name: str) -> str | None:
+    value = os.environ.get(name, "").strip()
+    return value or None
+
+
+def cache_dir() -> Path | None:
+    """``SHARDYARD_CACHE``: the library's local cache directory (None: not set)."""
+    value = _raw("SHARDYARD_CACHE")
+    return Path(value).expanduser() if value else None
+
+
+def home_dir() -> Path | None:
+    """``SHARDYARD_HOME``: the service's local directory (None: not set)."""
+    value = _raw("SHARDYARD_HOME")
+    return Path(value).expanduser() if value else None
+
+
+def data_root() -> str | None:
+    """``SHARDYARD_DATA``: the data root, a directory or an ``s3://`` prefix (None: not set)."""
+    return _raw("SHARDYARD_DATA")
+
+
+def artifact_cache_limit(value: int | str | None = None) -> int | None:
+    """The artifact cache's limit in bytes (None: unlimited): ``value`` where given, else
+    ``SHARDYARD_ARTIFACT_CACHE_LIMIT``, else 64GiB. ``none`` (or ``unlimited``) lifts it."""
+    name = "artifact cache limit"
+    if value is None:
+        value = _raw("SHARDYARD_ARTIFACT_CACHE_LIMIT")
+        name = "SHARDYARD_ARTIFACT_CACHE_LIMIT"
+    if value is None:
+        return DEFAULT_ARTIFACT_CACHE_LIMIT
+    if isinstance(value, str) and value.strip().lower() in _UNLIMITED:
+        return None
+    limit = parse_size(value, name=name)
+    if limit <= 0:
+        raise InputError(f"{name}: must be a positive size or none (no limit), got {value!r}")
+    return limit
+
+
+def stream_cache_limit() -> int:
+    """``SHARDYARD_STREAM_CACHE_LIMIT``: bytes of shards the loader keeps when it streams
+    from object storage (default 8GiB). The variable's former name is refused, naming it."""
+    if _raw("SHARDYARD_CACHE_LIMIT"):
+        raise ConfigError(
+            "SHARDYARD_CACHE_LIMIT is now SHARDYARD_STREAM_CACHE_LIMIT (the loader's shard "
+            "cache; SHARDYARD_ARTIFACT_CACHE_LIMIT bounds the copies of input artifacts)"
+        )
+    value = _raw("SHARDYARD_STREAM_CACHE_LIMIT")
+    if value is None:
+        return DEFAULT_STREAM_CACHE_LIMIT
+    return parse_size(value, name="SHARDYARD_STREAM_CACHE_LIMIT")
+
+
+def prefetch() -> int:
+    """``SHARDYARD_PREFETCH``: shards the loader downloads ahead (default 2)."""
+    text = _raw("SHARDYARD_PREFETCH") or str(DEFAULT_PREFETCH)
+    try:
+        return int(text)
+    except ValueError:
+        raise ConfigError(f"SHARDYARD_PREFETCH: not a number of shards: {text!r}") from None
+
+
+def _number(name: str, default: float, low: float, high: float, what: str) -> float:
+    text = _raw(name)
+    if text is None:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        raise ConfigError(f"{name}={text!r} is not a number of {what}") from None
+    if not low <= value <= high:
+        raise ConfigError(f"{name}={text}: {what} must be in [{low:g}, {high:g}]")
+    return value
+
+
+# Bounds on every request to the object store, so that a store that stops answering is an
+# error after attempts x timeout (20 s by default, below gunicorn's 30 s worker timeout: a
+# page answers 503 naming the endpoint), never a hang. botocore's own defaults (60 s
+# timeouts, and 8 attempts as configured before) held a request for minutes.
+S3_LIMIT_VARIABLES = ("SHARDYARD_S3_CONNECT_TIMEOUT", "SHARDYARD_S3_READ_TIMEOUT",
+                      "SHARDYARD_S3_ATTEMPTS")  # fmt: skip
+
+
+def s3_limits() -> dict[str, Any]:
+    """``{"connect_timeout", "read_timeout", "max_attempts"}`` of S3 requests, from
+    ``SHARDYARD_S3_CONNECT_TIMEOUT`` (default 5 s), ``SHARDYARD_S3_READ_TIMEOUT`` (10 s) and
+    ``SHARDYARD_S3_ATTEMPTS`` (2: the first try and one retry)."""
+    attempts = _number("SHARDYARD_S3_ATTEMPTS", 2, 1, 20, "tries per request")
+    if attempts != int(attempts):
+        raise ConfigError(f"SHARDYARD_S3_ATTEMPTS={attempts:g}: a whole number of tries")
+    return {
+        "connect_timeout": _number("SHARDYARD_S3_CONNECT_TIMEOUT", 5.0, 0.01, 3600,
+                                   "seconds to wait for a connection"),
+        "read_timeout": _number("SHARDYARD_S3_READ_TIMEOUT", 10.0, 0.01, 3600,
+                                "seconds to wait for bytes of an answer"),
+        "max_attempts": int(attempts),
+    }  # fmt: skip
+
+
+def filter_memory() -> str:
+    """``SHARDYARD_FILTER_MEMORY``: DuckDB's memory limit while a filter runs (512MB)."""
+    value = _raw("SHARDYARD_FILTER_MEMORY") or "512MB"
+    parse_size(value, name="SHARDYARD_FILTER_MEMORY")  # refused here, not by DuckDB
+    return value
+
+
+def filter_seconds() -> float:
+    """``SHARDYARD_FILTER_SECONDS``: a filter's time over one sidecar (300 s)."""
+    return _number("SHARDYARD_FILTER_SECONDS", 300.0, 0.001, 10**7, "seconds")
+
+
+def max_schedule_samples() -> int:
+    """``SHARDYARD_MAX_SCHEDULE_SAMPLES``: most samples a mixture's schedule may hold
+    (2^30: two arrays of about 9 bytes a sample in memory while it is built)."""
+    raw = _raw("SHARDYARD_MAX_SCHEDULE_SAMPLES")
+    if raw is None:
+        return DEFAULT_MAX_SCHEDULE_SAMPLES
+    try:
+        value = int(float(raw))
+    except ValueError:
+        raise ConfigError(f"SHARDYARD_MAX_SCHEDULE_SAMPLES={raw!r} is not a number") from None
+    if value < 1:
+        raise ConfigError(f"SHARDYARD_MAX_SCHEDULE_SAMPLES={raw!r} must be positive")
+    return value

@@ -72,9 +72,8 @@ from typing import IO, Any
 
 import xxhash
 
-from shardcore import atomic
+from shardcore import atomic, config
 from shardcore.errors import CorruptDataError, InputError, ManifestError
-from shardcore.sizes import parse_size
 
 log = logging.getLogger(__name__)
 
@@ -90,8 +89,6 @@ def _new_client_lock() -> None:
 
 
 os.register_at_fork(after_in_child=_new_client_lock)
-DEFAULT_ARTIFACT_CACHE_LIMIT = 64 << 30
-_UNLIMITED = ("none", "unlimited")
 
 
 class LocationError(InputError, ValueError):
@@ -100,23 +97,6 @@ class LocationError(InputError, ValueError):
 
 class ArtifactCacheError(InputError):
     """A remote artifact's local copy cannot fit the artifact cache's limit by itself."""
-
-
-def artifact_cache_limit(value: int | str | None = None) -> int | None:
-    """The artifact cache's limit in bytes (None: unlimited): ``value`` where given, else
-    ``SHARDYARD_ARTIFACT_CACHE_LIMIT``, else 64GiB. ``none`` (or ``unlimited``) lifts it."""
-    name = "artifact cache limit"
-    if value is None:
-        value = os.environ.get("SHARDYARD_ARTIFACT_CACHE_LIMIT") or None
-        name = "SHARDYARD_ARTIFACT_CACHE_LIMIT"
-    if value is None:
-        return DEFAULT_ARTIFACT_CACHE_LIMIT
-    if isinstance(value, str) and value.strip().lower() in _UNLIMITED:
-        return None
-    limit = parse_size(value, name=name)
-    if limit <= 0:
-        raise InputError(f"{name}: must be a positive size or none (no limit), got {value!r}")
-    return limit
 
 
 def is_remote(url: str | os.PathLike) -> bool:
@@ -150,11 +130,12 @@ def cache_root() -> Path:
     """The local cache: $SHARDYARD_CACHE, else $SHARDYARD_HOME/cache (the service's local
     directory), else $SHARDYARD_DATA/cache when the data root is local, else
     ~/.cache/shardyard."""
-    if os.environ.get("SHARDYARD_CACHE"):
-        return Path(os.environ["SHARDYARD_CACHE"]).expanduser()
-    if os.environ.get("SHARDYARD_HOME"):
-        return Path(os.environ["SHARDYARD_HOME"]).expanduser() / "cache"
-    data = os.environ.get("SHARDYARD_DATA")
+    own, home = config.cache_dir(), config.home_dir()
+    if own is not None:
+        return own
+    if home is not None:
+        return home / "cache"
+    data = config.data_root()
     if data and not is_remote(data):
         return Path(data).expanduser() / "cache"
     return Path("~/.cache/shardyard").expanduser()
@@ -321,49 +302,6 @@ class _MultipartWriter(io.RawIOBase):
             )
 
 
-# Bounds on every request to the object store, so that a store that stops answering is an
-# error after attempts x timeout (20 s by default, below gunicorn's 30 s worker timeout: a
-# page answers 503 naming the endpoint), never a hang. botocore's own defaults (60 s
-# timeouts, and 8 attempts as configured before) held a request for minutes.
-S3_LIMIT_VARIABLES = ("SHARDYARD_S3_CONNECT_TIMEOUT", "SHARDYARD_S3_READ_TIMEOUT",
-                      "SHARDYARD_S3_ATTEMPTS")  # fmt: skip
-
-
-def _env_number(name: str, text: str | None, default: float, low: float, high: float, what: str):
-    text = (text or "").strip()
-    if not text:
-        return default
-    try:
-        value = float(text)
-    except ValueError:
-        raise InputError(f"{name}={text!r} is not a number of {what}") from None
-    if not low <= value <= high:
-        raise InputError(f"{name}={text}: {what} must be in [{low:g}, {high:g}]")
-    return value
-
-
-def s3_limits() -> dict[str, Any]:
-    """``{"connect_timeout", "read_timeout", "max_attempts"}`` of S3 requests, from
-    ``SHARDYARD_S3_CONNECT_TIMEOUT`` (default 5 s), ``SHARDYARD_S3_READ_TIMEOUT`` (10 s) and
-    ``SHARDYARD_S3_ATTEMPTS`` (2: the first try and one retry); a bad value is an
-    InputError naming it."""
-    attempts = _env_number("SHARDYARD_S3_ATTEMPTS", os.environ.get("SHARDYARD_S3_ATTEMPTS"),
-                           2, 1, 20, "tries per request")  # fmt: skip
-    if attempts != int(attempts):
-        raise InputError(f"SHARDYARD_S3_ATTEMPTS={attempts:g}: a whole number of tries")
-    return {
-        "connect_timeout": _env_number(
-            "SHARDYARD_S3_CONNECT_TIMEOUT", os.environ.get("SHARDYARD_S3_CONNECT_TIMEOUT"),
-            5.0, 0.01, 3600, "seconds to wait for a connection",
-        ),
-        "read_timeout": _env_number(
-            "SHARDYARD_S3_READ_TIMEOUT", os.environ.get("SHARDYARD_S3_READ_TIMEOUT"),
-            10.0, 0.01, 3600, "seconds to wait for bytes of an answer",
-        ),
-        "max_attempts": int(attempts),
-    }  # fmt: skip
-
-
 _s3fs_config: dict | None = None  # the config_kwargs s3fs_defaults() set last
 
 
@@ -373,7 +311,7 @@ def s3fs_defaults() -> None:
     import fsspec.config
 
     global _s3fs_config
-    limits = s3_limits()
+    limits = config.s3_limits()
     conf = fsspec.config.conf.setdefault("s3", {})
     current = conf.get("config_kwargs")
     if current is None or current is _s3fs_config:
@@ -456,7 +394,7 @@ def _after_attempt(caught_exception=None, **kwargs) -> None:
 _CLIENT_ENV = (
     "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
     "AWS_SESSION_TOKEN", "AWS_DEFAULT_REGION", "AWS_REGION", "AWS_PROFILE",
-    "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE", *S3_LIMIT_VARIABLES,
+    "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE", *config.S3_LIMIT_VARIABLES,
 )  # fmt: skip
 _clients: dict[tuple, Any] = {}
 
@@ -473,14 +411,14 @@ def _shared_client():
                 import boto3
                 from botocore.config import Config
 
-                limits = s3_limits()
-                config = Config(
+                limits = config.s3_limits()
+                bounds = Config(
                     retries={"total_max_attempts": limits["max_attempts"], "mode": "standard"},
                     connect_timeout=limits["connect_timeout"],
                     read_timeout=limits["read_timeout"],
                     max_pool_connections=_CONNECTIONS,
                 )
-                client = boto3.session.Session().client("s3", config=config)
+                client = boto3.session.Session().client("s3", config=bounds)
                 client.meta.events.register("before-send.s3", _before_send)
                 client.meta.events.register_first("needs-retry.s3", _after_attempt)
                 if len(_clients) > 16:  # environments a long test run went through
@@ -926,7 +864,7 @@ def artifact_copy(
         + mf.total_bytes(manifest)
         + len(data)
     )
-    bound = artifact_cache_limit(limit)
+    bound = config.artifact_cache_limit(limit)
     key = xxhash.xxh3_64_hexdigest(f"{url}\0{_digest_of(manifest)}".encode())
     root = Path(cache_dir) if cache_dir is not None else cache_root() / "artifacts"
     local = root / key

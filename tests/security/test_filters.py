@@ -85,7 +85,7 @@ def test_the_injection_selects_nothing_twice_in_the_library_either(tokenized):
 
 
 def test_duckdb_runs_a_filter_under_a_memory_limit(monkeypatch):
-    monkeypatch.setattr(select, "FILTER_MEMORY", "1MB")
+    monkeypatch.setenv("SHARDYARD_FILTER_MEMORY", "1MB")
     n = 2_000_000
     table = pa.table({"doc_id": np.arange(n), "kind": pa.array(["prose"] * n)})
     # Sorting 2 M selected rows needs far more than 1 MB; DuckDB itself refuses.
@@ -94,7 +94,7 @@ def test_duckdb_runs_a_filter_under_a_memory_limit(monkeypatch):
 
 
 def test_a_filter_that_runs_too_long_is_interrupted(monkeypatch):
-    monkeypatch.setattr(select, "FILTER_SECONDS", 0.001)
+    monkeypatch.setenv("SHARDYARD_FILTER_SECONDS", "0.001")
     n = 3_000_000
     table = pa.table({"doc_id": np.arange(n), "kind": pa.array(["prose text"] * n)})
     with pytest.raises(

@@ -144,7 +144,9 @@ def test_a_limit_below_one_shard_is_refused_with_the_numbers(remote, tmp_path):
     from shardcore.loader import ShardyardIterableDataset
 
     ds = ShardyardIterableDataset(f"{remote}/pool", cache_dir=tmp_path / "c", cache_limit="1kB")
-    with pytest.raises(InputError, match=r"cache limit 1000 bytes .* \(SHARDYARD_CACHE_LIMIT\)"):
+    with pytest.raises(
+        InputError, match=r"cache limit 1000 bytes .* \(SHARDYARD_STREAM_CACHE_LIMIT\)"
+    ):
         next(iter(ds))
 
 

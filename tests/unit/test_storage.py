@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from shardcore import config, storage, verify
 from shardcore import manifest as mf
-from shardcore import storage, verify
 from shardcore.errors import CorruptDataError, InputError, ManifestError
 
 TEXT = (
@@ -227,17 +227,17 @@ def _holder(url, cache, mode="hold", limit="none"):
 
 def test_the_artifact_cache_limit_is_read_from_the_environment(monkeypatch):
     monkeypatch.delenv("SHARDYARD_ARTIFACT_CACHE_LIMIT", raising=False)
-    assert storage.artifact_cache_limit() == 64 << 30
+    assert config.artifact_cache_limit() == 64 << 30
     monkeypatch.setenv("SHARDYARD_ARTIFACT_CACHE_LIMIT", "1.5GiB")
-    assert storage.artifact_cache_limit() == 3 << 29
+    assert config.artifact_cache_limit() == 3 << 29
     monkeypatch.setenv("SHARDYARD_ARTIFACT_CACHE_LIMIT", "None")
-    assert storage.artifact_cache_limit() is None
-    assert storage.artifact_cache_limit("20kB") == 20_000
+    assert config.artifact_cache_limit() is None
+    assert config.artifact_cache_limit("20kB") == 20_000
     monkeypatch.setenv("SHARDYARD_ARTIFACT_CACHE_LIMIT", "lots")
     with pytest.raises(InputError, match="SHARDYARD_ARTIFACT_CACHE_LIMIT: not a size: 'lots'"):
-        storage.artifact_cache_limit()
+        config.artifact_cache_limit()
     with pytest.raises(InputError, match="must be a positive size or none"):
-        storage.artifact_cache_limit("0")
+        config.artifact_cache_limit("0")
 
 
 def test_the_least_recently_used_copies_are_evicted_to_make_room(s3_bucket, tmp_path):
