@@ -8,15 +8,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import xxhash
-from django.db import transaction
 from django.utils import timezone
 
 from shardcore import atomic, storage
-from shardcore.errors import ShardcoreError
 from shardcore.export import FORMATS, accepted_names, by_catalog_name, export
 from shardcore.manifest import MANIFEST_NAME, file_checksum, total_bytes
 from shardcore.materialize import plan_materialize
-from webapp.catalog.errors import CatalogError
+from shardcore.units import Plan
+from webapp.catalog.errors import CatalogError, refused
 from webapp.catalog.models import (
     ArtifactStatus,
     Export,
@@ -28,8 +27,8 @@ from webapp.catalog.services.common import (
     shards_record,
 )
 from webapp.catalog.services.flags import taint_refresh
+from webapp.catalog.services.launch import launch
 from webapp.catalog.services.mixtures import version_built, version_source_ids
-from webapp.jobs.services import job_create
 
 if TYPE_CHECKING:
     from webapp.jobs.models import Job
@@ -176,10 +175,8 @@ def mixture_version_export_render(
     anything (what a reader's GET serves when the export was never recorded)."""
 
     fmt, version, core_fmt, _path, options = _export_target(version_id, fmt, global_batch_size)
-    try:
+    with refused(f"cannot export {version} as {fmt}"):
         return export(version.path, core_fmt, **options)
-    except (ShardcoreError, OSError) as exc:
-        raise CatalogError(f"cannot export {version} as {fmt}: {exc}") from exc
 
 
 def mixture_version_materialize(
@@ -192,8 +189,9 @@ def mixture_version_materialize(
 
     version = built_version(version_id)
     refuse_corrupt([version])
-    with transaction.atomic():
-        MixtureVersion.objects.select_for_update().filter(pk=version.pk).first()
+    out = storage.join(version.path, "materialized", uuid.uuid4().hex[:10])
+
+    def running() -> Job | None:
         current = (
             Export.objects.filter(version=version, format=Export.Format.MATERIALIZED)
             .exclude(
@@ -206,21 +204,26 @@ def mixture_version_materialize(
         if current is not None and current.status == ArtifactStatus.READY:
             raise CatalogError(f"{version} is materialized already (export {current.pk} at "
                                f"{current.path})")  # fmt: skip
-        if current is not None and current.job is not None:
-            return current.job
-        out = storage.join(version.path, "materialized", uuid.uuid4().hex[:10])
-        try:
-            plan = plan_materialize(version.path, out, shard_bytes=shard_bytes)
-        except (ShardcoreError, OSError) as exc:
-            raise CatalogError(f"cannot materialize {version}: {exc}") from exc
-        job = job_create(
-            plan=plan,
-            title=f"materialize {version}",
-            recorder="webapp.catalog.services.exports.mixture_materialized_record",
-            created_by=created_by,
-        )
+        return current.job if current is not None else None
+
+    def plan() -> Plan:
+        with refused(f"cannot materialize {version}"):
+            return plan_materialize(version.path, out, shard_bytes=shard_bytes)
+
+    def create(job: Job, _plan: Plan) -> Job:
         Export.objects.create(version=version, format=Export.Format.MATERIALIZED, path=out, job=job)
-    return job
+        return job
+
+    return launch(
+        lock=lambda: MixtureVersion.objects.select_for_update().filter(pk=version.pk).first(),
+        running=running,
+        plan=plan,
+        create=create,
+        title=f"materialize {version}",
+        recorder="webapp.catalog.services.exports.mixture_materialized_record",
+        created_by=created_by,
+        plan_first=False,
+    )
 
 
 def mixture_materialized_record(*, job, manifest: dict | None) -> None:

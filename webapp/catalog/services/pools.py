@@ -14,7 +14,8 @@ from shardcore.errors import EmptySelectionError, InputError
 from shardcore.manifest import MANIFEST_NAME, read_manifest, total_bytes
 from shardcore.pool import plan_pool
 from shardcore.select import filter_parse
-from webapp.catalog.errors import CatalogError
+from shardcore.units import Plan
+from webapp.catalog.errors import CatalogError, refused
 from webapp.catalog.models import (
     ArtifactStatus,
     Pool,
@@ -30,8 +31,8 @@ from webapp.catalog.services.common import (
     shards_record,
 )
 from webapp.catalog.services.flags import taint_refresh
-from webapp.jobs.models import ACTIVE_JOB_STATES
-from webapp.jobs.services import job_create
+from webapp.catalog.services.launch import launch
+from webapp.jobs.models import ACTIVE_JOB_STATES, Job
 
 
 def pool_build(
@@ -66,48 +67,42 @@ def pool_build(
     refuse_corrupt(parents)
     same = {"name": name, "filter": filter or "", "seq_len": seq_len, "shuffle": shuffle,
             "seed": seed, "val_fraction": val_fraction}  # fmt: skip
-    running = _pool_building(parents, same)
-    if running is not None:
-        return running  # a launch while the same one runs answers the running one
-    _name_free(name)
-    out = artifact_dir("pools", name)
-    try:
+    out = ""
+
+    def plan() -> Plan:
+        nonlocal out
+        _name_free(name)
+        out = artifact_dir("pools", name)
         # Reading every sidecar through the filter: in a child process with time and
         # memory limits (DuckDB's own memory limit applies inside it as well).
-        plan = limited(
-            plan_pool,
-            [t.path for t in parents],
-            out,
-            seq_len=seq_len,
-            filter=filter,
-            shuffle=shuffle,
-            seed=seed,
-            memory=memory,
-            val_fraction=val_fraction,
-            shard_size=shard_size,
-            what=f"planning pool {name!r}",
-        )
-    except EmptySelectionError as exc:
-        raise CatalogError(
-            f"filter: {exc}: change the filter so that it selects some documents, or "
-            "leave it empty to take them all"
-        ) from exc
-    except (InputError, ValueError) as exc:
-        raise CatalogError(f"cannot build pool {name!r}: {exc}") from exc
-    with transaction.atomic():
+        with refused(f"cannot build pool {name!r}"):
+            try:
+                return limited(
+                    plan_pool,
+                    [t.path for t in parents],
+                    out,
+                    seq_len=seq_len,
+                    filter=filter,
+                    shuffle=shuffle,
+                    seed=seed,
+                    memory=memory,
+                    val_fraction=val_fraction,
+                    shard_size=shard_size,
+                    what=f"planning pool {name!r}",
+                )
+            except EmptySelectionError as exc:
+                raise CatalogError(
+                    f"filter: {exc}: change the filter so that it selects some documents, "
+                    "or leave it empty to take them all"
+                ) from exc
+
+    def lock() -> None:
         # Launches over the same inputs are serialized: the second of two concurrent
         # identical ones sees the first's row and answers it.
         list(TokenizedSource.objects.select_for_update().filter(pk__in=[t.pk for t in parents]))
-        running = _pool_building(parents, same)
-        if running is not None:
-            return running
+
+    def create(job: Job, plan: Plan) -> Pool:
         _name_free(name)
-        job = job_create(
-            plan=plan,
-            title=f"pool {name}",
-            recorder="webapp.catalog.services.pools.pool_record",
-            created_by=created_by,
-        )
         try:
             with transaction.atomic():
                 pool = Pool.objects.create(
@@ -122,7 +117,17 @@ def pool_build(
         except IntegrityError:  # a concurrent build of another pool took the name
             raise CatalogError(_name_taken(name)) from None
         pool.parents.set(parents)
-    return pool
+        return pool
+
+    return launch(
+        lock=lock,
+        running=lambda: _pool_building(parents, same),
+        plan=plan,
+        create=create,
+        title=f"pool {name}",
+        recorder="webapp.catalog.services.pools.pool_record",
+        created_by=created_by,
+    )
 
 
 def _name_taken(name: str, pool: Pool | None = None) -> str:

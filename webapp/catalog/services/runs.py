@@ -15,10 +15,10 @@ from django.utils import timezone
 from shardcore import storage
 from shardcore.adapt import RULE, propose_weights
 from shardcore.blend import build_blending_indices
-from shardcore.errors import InputError, ShardcoreError
+from shardcore.errors import InputError
 from shardcore.locate import locate_mixture, locate_pool
 from shardcore.mixture import Mixture, continuation
-from webapp.catalog.errors import CatalogError, RunPermissionError, RunSwitchedError
+from webapp.catalog.errors import CatalogError, RunPermissionError, RunSwitchedError, refused
 from webapp.catalog.models import (
     ArtifactStatus,
     MixtureComponent,
@@ -640,10 +640,8 @@ def run_switch(*, run_id: int, weights, note: str = "", actor=None) -> dict[str,
                 if _stage_name(c.stage) == st["name"]
             ]
         spec = (version.params or {}).get("spec") or manifest["spec"]
-        try:
+        with refused(f"run {run.name}"):
             cont = continuation(version.path, local)
-        except ShardcoreError as exc:
-            raise CatalogError(f"run {run.name}: {exc}") from exc
         new = mixture_version_create(
             mixture_id=version.mixture_id,
             components=components,
@@ -703,15 +701,13 @@ def run_resume_position(*, run_id: int, sample: int | None = None) -> dict[str, 
     version, first = segment.mixture_version, segment.first_sample
     if len(segments) == 1 and not version_built(version):
         return _resume_by_blend(run, sample)
-    try:
+    with refused(f"run {run.name}"):
         mix = Mixture(version.path)
         seq_len = mix.seq_len
         if sample is None and run.consumed_tokens // seq_len == run.consumed_samples:
             where = locate_mixture(version.path, tokens=run.consumed_tokens - first * seq_len)
         else:
             where = locate_mixture(version.path, sample=at - first)
-    except ShardcoreError as exc:
-        raise CatalogError(f"run {run.name}: {exc}") from exc
     pool_info = mix.pools[where["pool"]]
     pools = {
         storage.resolve(c.pool.path): c.pool

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db import transaction
 from django.utils import timezone
 
 from shardcore import storage
@@ -12,8 +11,9 @@ from shardcore.encoders import DEFAULT_TOKENIZER, load_tokenizer
 from shardcore.errors import InputError
 from shardcore.manifest import MANIFEST_NAME
 from shardcore.tokenize import plan_tokenize
+from shardcore.units import Plan
 from webapp.catalog import guards
-from webapp.catalog.errors import CatalogError
+from webapp.catalog.errors import CatalogError, refused
 from webapp.catalog.models import (
     ArtifactStatus,
     Source,
@@ -28,9 +28,9 @@ from webapp.catalog.services.common import (
     shards_record,
 )
 from webapp.catalog.services.flags import taint_refresh
+from webapp.catalog.services.launch import launch
 from webapp.catalog.services.sources import source_file_urls
 from webapp.jobs.models import ACTIVE_JOB_STATES
-from webapp.jobs.services import job_create
 
 
 def _tokenizer_facts(spec: str) -> dict[str, Any]:
@@ -79,48 +79,41 @@ def tokenized_source_build(
 
     source = Source.objects.get(pk=source_id)
     tok = tokenizer_ensure(spec=tokenizer or DEFAULT_TOKENIZER)
-    running = _tokenizing(source, tok)
-    if running is not None:
-        return running  # a launch while the same one runs answers the running one
-    files = source_file_urls(source=source)  # checks the roots again: files may have moved
-    if not files:
-        raise CatalogError(f"source {source.name} has no readable files")
-    out = artifact_dir("tokenized", source.name)
-    try:
-        plan = limited(
-            plan_tokenize,
-            [url for _rel, url, _size in files],
-            out,
-            tokenizer=tok.spec,
-            engine=engine,
-            text_field=source.text_field,
-            shard_size=shard_size,
-            unit_bytes=unit_bytes,
-            what=f"planning the tokenization of {source.name}",
-        )
-    except (InputError, ValueError) as exc:
-        raise CatalogError(f"cannot tokenize {source.name}: {exc}") from exc
-    with transaction.atomic():
+    out = ""
+
+    def plan() -> Plan:
+        nonlocal out
+        files = source_file_urls(source=source)  # checks the roots again: files may move
+        if not files:
+            raise CatalogError(f"source {source.name} has no readable files")
+        out = artifact_dir("tokenized", source.name)
+        with refused(f"cannot tokenize {source.name}"):
+            return limited(
+                plan_tokenize,
+                [url for _rel, url, _size in files],
+                out,
+                tokenizer=tok.spec,
+                engine=engine,
+                text_field=source.text_field,
+                shard_size=shard_size,
+                unit_bytes=unit_bytes,
+                what=f"planning the tokenization of {source.name}",
+            )
+
+    return launch(
         # Launches of one source are serialized: the second of two concurrent ones sees
         # the first's row and answers it.
-        Source.objects.select_for_update().get(pk=source.pk)
-        running = _tokenizing(source, tok)
-        if running is not None:
-            return running
-        job = job_create(
-            plan=plan,
-            title=f"tokenize {source.name} with {tok.spec}",
-            recorder="webapp.catalog.services.tokenized.tokenized_source_record",
+        lock=lambda: Source.objects.select_for_update().get(pk=source.pk),
+        running=lambda: _tokenizing(source, tok),
+        plan=plan,
+        create=lambda job, plan: TokenizedSource.objects.create(
+            source=source, tokenizer=tok, params=plan.params, path=out, job=job,
             created_by=created_by,
-        )
-        return TokenizedSource.objects.create(
-            source=source,
-            tokenizer=tok,
-            params=plan.params,
-            path=out,
-            job=job,
-            created_by=created_by,
-        )
+        ),
+        title=f"tokenize {source.name} with {tok.spec}",
+        recorder="webapp.catalog.services.tokenized.tokenized_source_record",
+        created_by=created_by,
+    )  # fmt: skip
 
 
 def _tokenizing(source: Source, tok: Tokenizer) -> TokenizedSource | None:
