@@ -70,8 +70,8 @@ from typing import Any
 
 import numpy as np
 
+from shardcore import artifact_cache, storage, streaming
 from shardcore import manifest as mf
-from shardcore import storage, streaming
 from shardcore.errors import InputError
 from shardcore.formats import IndexedReader
 from shardcore.mixture import Mixture
@@ -197,7 +197,9 @@ class Samples:
                 # The schedule (about 9 bytes a sample) is copied whole, beside the shards,
                 # and stays in use (never evicted) while this object lives.
                 directory, _, _ = streaming.cache_settings(**self._cache_args)  # type: ignore[arg-type]
-                self._schedule = storage.artifact_copy(self.path, cache_dir=directory / "artifacts")
+                self._schedule = artifact_cache.artifact_copy(
+                    self.path, cache_dir=directory / "artifacts"
+                )
                 local = self._schedule.path
             self._mixture = Mixture(local)
             self._pools: dict[int, Any] = {}

@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from shardcore import artifact_cache
 from shardcore import manifest as mf
-from shardcore import storage
 from shardcore.errors import InputError
 from shardcore.mixture import KIND, POOL_FILE, RECORD_FILE
 
@@ -102,9 +102,9 @@ def locate_mixture(
         manifest = path_or_manifest
         if mixture_dir is None:
             raise InputError("locate_mixture: a manifest needs mixture_dir (its directory)")
-        root = Path(storage.local_artifact(mixture_dir))
+        root = Path(artifact_cache.local_artifact(mixture_dir))
     else:
-        root = Path(storage.local_artifact(path_or_manifest))
+        root = Path(artifact_cache.local_artifact(path_or_manifest))
         manifest = mf.read_manifest(root)
     if manifest.get("kind") != KIND:
         raise InputError(f"{root}: not a mixture (kind {manifest.get('kind')!r})")

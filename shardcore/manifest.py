@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 import xxhash
 
-from shardcore import atomic, formats
+from shardcore import atomic, formats, storage
 from shardcore.errors import ManifestError
 
 # 3: the header plus the shard table and block checksums files (module docstring).
@@ -431,10 +431,11 @@ def parse_manifest(
 
 def read_manifest(directory: str | os.PathLike) -> dict[str, Any]:
     """The manifest of the artifact at ``directory`` (a local path or an s3:// URL)."""
-    from shardcore import storage
-
     if storage.is_remote(directory):
-        return storage.read_manifest(directory)
+        store = storage.open_store(directory)
+        # Format 3: the header only; the shard table and block checksums are range-read
+        # from the store when a reader asks for them.
+        return parse_manifest(manifest_bytes(store), store.location(MANIFEST_NAME), source=store)
     directory = Path(directory)
     path = directory / MANIFEST_NAME if directory.is_dir() or not directory.suffix else directory
     if not directory.exists():
@@ -450,9 +451,20 @@ def read_manifest(directory: str | os.PathLike) -> dict[str, Any]:
     return parse_manifest(data, str(path), source=path.parent)
 
 
-def is_complete(directory: str | os.PathLike) -> bool:
-    from shardcore import storage
+def manifest_bytes(store: storage.Store) -> bytes:
+    """The manifest file of the artifact in ``store``; a ManifestError says whether the
+    artifact is unfinished or absent."""
+    try:
+        return store.read_bytes(MANIFEST_NAME)
+    except FileNotFoundError:
+        if store.list():
+            raise ManifestError(
+                f"{store.url}: no {MANIFEST_NAME} (not an artifact, or its build did not finish)"
+            ) from None
+        raise ManifestError(f"{store.url}: no such artifact") from None
 
+
+def is_complete(directory: str | os.PathLike) -> bool:
     if storage.is_remote(directory):
         return storage.open_store(directory).exists(MANIFEST_NAME)
     return (Path(directory) / MANIFEST_NAME).exists()

@@ -292,7 +292,7 @@ class RemoteRecords:
     def __init__(self, url: str, cache: ShardCache, manifest: dict[str, Any] | None = None):
         self.path = storage.resolve(url)
         self.store = storage.open_store(self.path)
-        self.manifest = manifest if manifest is not None else storage.read_manifest(self.path)
+        self.manifest = manifest if manifest is not None else mf.read_manifest(self.path)
         self.cache = cache
         self.content = xxhash.xxh3_64_hexdigest(
             str(self.manifest.get("fingerprint")).encode()

@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 import xxhash
 
+from shardcore import artifact_cache, props, storage
 from shardcore import manifest as mf
-from shardcore import props, storage
 from shardcore.errors import CorruptDataError, ManifestError
 from shardcore.formats import IndexedReader
 from shardcore.manifest import files_by_path, read_manifest
@@ -33,7 +33,7 @@ class TokenizedSource:
     def __init__(self, path: str | os.PathLike):
 
         # A tokenized source on object storage is read from a checked local copy.
-        self.path = Path(storage.local_artifact(path))
+        self.path = Path(artifact_cache.local_artifact(path))
         self.manifest: dict[str, Any] = read_manifest(self.path)
         if self.manifest.get("kind") != KIND:
             raise ManifestError(
@@ -103,7 +103,7 @@ def read_documents(path: str | os.PathLike, columns: list[str] | None = None):
 
     if not storage.is_remote(path):
         return TokenizedSource(path).documents(columns)
-    manifest = storage.read_manifest(path)
+    manifest = mf.read_manifest(path)
     if manifest.get("kind") != KIND:
         raise ManifestError(f"{path}: kind {manifest.get('kind')!r}, expected {KIND!r}")
     store, entries = storage.open_store(path), files_by_path(manifest)

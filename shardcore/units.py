@@ -28,7 +28,7 @@ removed (its scratch), and removes the work directory. A unit interrupted anywhe
 its marker runs again and rewrites the same keys with the same bytes; a prefix without
 its manifest is never read as an artifact. Input artifacts on the store (a plan lists
 them in ``meta["artifacts"]``) are read from checked local copies
-(``shardcore.storage.local_artifact``): in ``run_unit`` every path under an input's URL
+(``shardcore.artifact_cache.local_artifact``): in ``run_unit`` every path under an input's URL
 is rewritten to its copy; ``finalize`` sees the URLs, which is what manifests record.
 """
 
@@ -48,7 +48,7 @@ from typing import Any, TypedDict
 
 import xxhash
 
-from shardcore import atomic, limits, storage
+from shardcore import artifact_cache, atomic, limits, storage
 from shardcore.manifest import MANIFEST_NAME
 
 MARKER_DIR = "_units"
@@ -313,7 +313,7 @@ def with_local_inputs(plan: Plan) -> Plan:
     urls = [u for u in plan.meta.get("artifacts", []) if storage.is_remote(u)]
     if not urls:
         return plan
-    mapping = {storage.resolve(u): storage.local_artifact(u) for u in urls}
+    mapping = {storage.resolve(u): artifact_cache.local_artifact(u) for u in urls}
     return dataclasses.replace(
         plan, params=_localize(plan.params, mapping), meta=_localize(plan.meta, mapping)
     )
@@ -374,7 +374,7 @@ def run_unit(
     UnitSuperseded and publishes nothing, so that a run whose claim was taken over (a host
     cut off past its lease) leaves no late objects in an artifact another run finished.
     The local copies of its remote inputs are in use (never evicted) until it returns."""
-    with storage.artifact_scope():
+    with artifact_cache.artifact_scope():
         return _run_unit(plan, unit_id, may_publish, unit)
 
 

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import xxhash
 
+from shardcore import manifest as mf
 from shardcore import storage
 from shardcore.errors import CorruptDataError, FormatError, ManifestError
 from shardcore.formats import (
@@ -278,7 +279,7 @@ def verify(directory: str | os.PathLike, *, content: bool = True) -> Report:
 def _verify_remote(url: str, *, content: bool) -> Report:
 
     try:
-        manifest = storage.read_manifest(url)
+        manifest = mf.read_manifest(url)
     except ManifestError as exc:
         return Report(url, "?", 0, 0, [Problem("manifest.json", None, str(exc))])
     store = storage.open_store(url)

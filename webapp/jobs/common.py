@@ -12,7 +12,7 @@ from django.db import InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from shardcore import storage
+from shardcore import artifact_cache
 from shardcore.units import merge_bad_input
 from webapp.jobs.models import ACTIVE_JOB_STATES, Job, JobState, JobUnit
 
@@ -115,7 +115,7 @@ def record(job: Job, manifest: dict | None) -> None:
     never pins them in its cache."""
     job.bad_input = bad_input_sum(job_id=job.pk)
     if job.recorder:
-        with storage.artifact_scope():
+        with artifact_cache.artifact_scope():
             import_string(job.recorder)(job=job, manifest=manifest)
 
 

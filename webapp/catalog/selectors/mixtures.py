@@ -11,7 +11,7 @@ from django.db.models import Count, Max
 
 from shardcore import quality, storage
 from shardcore.errors import ManifestError, ShardcoreError
-from shardcore.storage import read_manifest
+from shardcore.manifest import read_manifest
 from webapp.catalog import builder
 from webapp.catalog.models import ArtifactStatus, Export, Mixture, MixtureVersion, Pool
 from webapp.catalog.selectors.common import NotFound, get_or_not_found, runs_with_taint

@@ -12,6 +12,7 @@ from django.db import connection, transaction
 from django.db.models import Exists, F, Max, OuterRef, Subquery
 from django.utils import timezone
 
+from shardcore import manifest as mf
 from shardcore import storage
 from shardcore.adapt import RULE, propose_weights
 from shardcore.blend import build_blending_indices
@@ -557,7 +558,7 @@ def _stage_at(version: MixtureVersion, sample: int) -> str:
     stage past the end; "main" while the version has no built schedule)."""
     if not version_built(version):
         return MAIN
-    stages = storage.read_manifest(version.path)["stages"]
+    stages = mf.read_manifest(version.path)["stages"]
     inside = [st["name"] for st in stages if st["first_sample"] <= max(sample, 0)]
     return inside[-1] if inside else MAIN
 
@@ -626,7 +627,7 @@ def run_switch(*, run_id: int, weights, note: str = "", actor=None) -> dict[str,
                 f"run {run.name} has read all {version.num_samples} samples of {version}: "
                 "nothing left to switch"
             )
-        manifest = storage.read_manifest(version.path)
+        manifest = mf.read_manifest(version.path)
         seq_len = int(manifest["seq_len"])
         stages = manifest["stages"]
         k = max(i for i, st in enumerate(stages) if st["first_sample"] <= local)
@@ -761,7 +762,7 @@ def _resume_by_blend(run: TrainingRun, sample: int | None) -> dict[str, Any]:
     else:
         index, sample_index = build_blending_indices([c.weight for c in comps], sample + 1)
         comp, pool_sample = comps[int(index[sample])], int(sample_index[sample])
-    manifest = storage.read_manifest(comp.pool.path)
+    manifest = mf.read_manifest(comp.pool.path)
     total = int(manifest["num_records"])
     if total == 0:
         raise CatalogError(f"pool {comp.pool.name} has no records")
