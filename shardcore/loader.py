@@ -70,7 +70,7 @@ from typing import Any
 
 import numpy as np
 
-from shardcore import artifact_cache, storage, streaming
+from shardcore import artifact_cache, shard_cache, storage
 from shardcore import manifest as mf
 from shardcore.errors import InputError
 from shardcore.formats import IndexedReader
@@ -153,7 +153,7 @@ class _Records:
 class Samples:
     """Sample i (seq_len + 1 tokens) of a pool, a materialized mixture or a mixture, local
     or on object storage (``s3://``: shards are read through a bounded local cache, see
-    ``shardcore.streaming``; ``cache_dir``, ``cache_limit`` and ``prefetch`` set it)."""
+    ``shardcore.shard_cache``; ``cache_dir``, ``cache_limit`` and ``prefetch`` set it)."""
 
     def __init__(
         self,
@@ -179,16 +179,16 @@ class Samples:
             )
         self.fingerprint = str(self.manifest["fingerprint"])
         self.seq_len = int(self.manifest["seq_len"])
-        self.cache: streaming.ShardCache | None = None
+        self.cache: shard_cache.ShardCache | None = None
         self._open()
 
     def _records(self, path: str, manifest: dict[str, Any] | None = None):
         if not storage.is_remote(path):
             return _Records(path, manifest)
         if self.cache is None:
-            directory, limit, depth = streaming.cache_settings(**self._cache_args)  # type: ignore[arg-type]
-            self.cache = streaming.ShardCache(directory / "shards", limit, depth)
-        return streaming.RemoteRecords(path, self.cache, manifest)
+            directory, limit, depth = shard_cache.cache_settings(**self._cache_args)  # type: ignore[arg-type]
+            self.cache = shard_cache.ShardCache(directory / "shards", limit, depth)
+        return shard_cache.RemoteRecords(path, self.cache, manifest)
 
     def _open(self) -> None:
         if self.kind == "mixture":
@@ -196,7 +196,7 @@ class Samples:
             if self.remote:
                 # The schedule (about 9 bytes a sample) is copied whole, beside the shards,
                 # and stays in use (never evicted) while this object lives.
-                directory, _, _ = streaming.cache_settings(**self._cache_args)  # type: ignore[arg-type]
+                directory, _, _ = shard_cache.cache_settings(**self._cache_args)  # type: ignore[arg-type]
                 self._schedule = artifact_cache.artifact_copy(
                     self.path, cache_dir=directory / "artifacts"
                 )
@@ -255,7 +255,7 @@ class Samples:
         seen = []
         for i in indices:
             records, shard = self.shard_of(i)
-            if not isinstance(records, streaming.RemoteRecords):
+            if not isinstance(records, shard_cache.RemoteRecords):
                 continue
             key = (id(records), shard)
             if key in seen:

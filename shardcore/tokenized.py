@@ -3,7 +3,7 @@ per-document Parquet sidecars.
 
 Documents are numbered 0..N-1 in source order across shards (``doc_id``); sidecar row i of
 a shard describes sequence i of that shard; the user's properties are its struct column
-``props`` (shardcore.props). Select documents with ``shardcore.select`` or SQL over
+``props`` (shardcore.props). Select documents with ``shardcore.filters`` or SQL over
 ``documents()`` and fetch their tokens with ``tokens(doc_id)``.
 """
 

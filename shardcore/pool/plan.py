@@ -61,7 +61,8 @@ def plan_pool(
     network or FUSE file system).
 
     A filter that selects no document is an error unless ``allow_empty``."""
-    from shardcore import props, select
+    from shardcore import filters as select
+    from shardcore import props
 
     module = shuffle_module(shuffle)
     if staging not in STAGINGS + ("auto",):

@@ -11,9 +11,9 @@ from django.utils import timezone
 
 from shardcore import storage
 from shardcore.errors import EmptySelectionError, InputError
+from shardcore.filters import filter_parse
 from shardcore.manifest import MANIFEST_NAME, read_manifest, total_bytes
 from shardcore.pool import plan_pool
-from shardcore.select import filter_parse
 from shardcore.units import Plan
 from webapp.catalog.errors import CatalogError, refused
 from webapp.catalog.models import (

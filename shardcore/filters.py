@@ -185,7 +185,7 @@ def filter_parse(expression: str):
         if cls == "FUNCTION" and name not in FILTER_FUNCTIONS:
             raise InputError(
                 f"filter {expression!r} is invalid: function {name!r} is not allowed in a "
-                "filter (see shardcore.select.FILTER_FUNCTIONS)"
+                "filter (see shardcore.filters.FILTER_FUNCTIONS)"
             )
     return parsed
 
