@@ -46,9 +46,13 @@ run: $(STAMP_RUN)
 test: $(STAMP_DEV)
 	SECRET_KEY=$${SECRET_KEY:-shardyard-test-key} $(BIN)/python -m pytest $(PYTEST_ARGS)
 
+# ruff (style, imports at module level), mypy (the hints), vulture (dead code); each reads
+# its settings from pyproject.toml.
 lint: $(STAMP_DEV)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/vulture
 
 format: $(STAMP_DEV)
 	$(BIN)/ruff check --fix .

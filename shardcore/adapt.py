@@ -18,21 +18,24 @@ small). Pure: dicts of floats in, dicts of floats out.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
+from typing import TypeVar
 
 from shardcore.errors import InputError
+
+K = TypeVar("K", bound=Hashable)  # a pool: its name or its catalog id
 
 RULE = "doremi-excess-loss"
 
 
 def propose_weights(
-    weights: Mapping[str, float],
-    losses: Mapping[str, float],
-    reference: Mapping[str, float],
+    weights: Mapping[K, float],
+    losses: Mapping[K, float],
+    reference: Mapping[K, float],
     *,
     eta: float = 1.0,
     smoothing: float = 1e-3,
-) -> dict[str, dict[str, float]]:
+) -> dict[K, dict[str, float]]:
     """Per pool: its weight (normalized), loss, reference loss, excess and proposed weight.
     Every pool of ``weights`` needs a loss in both runs; InputError names what is wrong."""
     if not weights:

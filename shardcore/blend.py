@@ -187,7 +187,7 @@ def _load_kernel() -> ctypes.CDLL | None:
             ptr(np.int64, flags="C"),
         ]
         lib.sy_blend.restype = ctypes.c_int
-        lib._sy_typed = True
+        lib._sy_typed = True  # type: ignore[attr-defined]  # a mark on the loaded library
     return lib
 
 

@@ -7,6 +7,12 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from typing import NoReturn
+
+from shardcore import __version__, limits
+from shardcore.errors import InputError, ShardcoreError
+from shardcore.manifest import is_complete
+from shardcore.sizes import parse_size
 
 # name -> module under shardcore.commands; each module defines add_parser() and run().
 COMMANDS: dict[str, str] = {
@@ -26,12 +32,11 @@ class _Parser(argparse.ArgumentParser):
     """Usage errors as one line (``shardyard pool: error: argument --memory: ...``), exit
     status 2; ``--help`` still shows the usage."""
 
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from shardcore import __version__
 
     parser = _Parser(
         prog="shardyard",
@@ -50,8 +55,6 @@ class CLIError(Exception):
 
 def size_arg(text: str) -> int:
     """An argparse ``type`` for byte sizes (``shardcore.sizes``: MB = 10^6, MiB = 2^20)."""
-    from shardcore.errors import InputError
-    from shardcore.sizes import parse_size
 
     try:
         return parse_size(text)
@@ -62,9 +65,6 @@ def size_arg(text: str) -> int:
 def check_new_artifact(out, workers: int = 1) -> None:
     """Refuse to build into a finished artifact (artifacts are immutable) or with a number
     of workers outside ``shardcore.limits``' range, before any work starts."""
-    from shardcore import limits
-    from shardcore.errors import InputError
-    from shardcore.manifest import is_complete
 
     if is_complete(out):
         raise CLIError(f"{out} already holds a finished artifact; choose another --out")
@@ -83,7 +83,6 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 0
-    from shardcore.errors import ShardcoreError
 
     try:
         return int(args.func(args) or 0)

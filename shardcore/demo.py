@@ -27,6 +27,7 @@ import os
 import sysconfig
 from collections.abc import Iterator
 from pathlib import Path
+from pydoc_data.topics import topics
 
 import zstandard
 
@@ -39,7 +40,7 @@ def stdlib_dir() -> Path:
 
 
 def _python_files(root: Path) -> list[Path]:
-    out = []
+    out: list[Path] = []
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
         out.extend(Path(dirpath) / f for f in sorted(filenames) if f.endswith(".py"))
@@ -106,7 +107,6 @@ def iter_docstrings() -> Iterator[dict]:
 
 
 def iter_reference() -> Iterator[dict]:
-    from pydoc_data.topics import topics
 
     for name in sorted(topics):
         yield {

@@ -35,6 +35,7 @@ vocabulary never does. Tokenizers are cached per process: workers load each spec
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import functools
 import json
@@ -62,6 +63,7 @@ _BOS_NAMES = ("<s>", "<bos>", "<|begin_of_text|>", "[CLS]")
 
 class Tokenizer(Protocol):
     spec: str
+    engine: str
     fingerprint: str
     vocab_size: int
     eos_id: int
@@ -79,6 +81,9 @@ class Tokenizer(Protocol):
 
 
 class _Base:
+    def encode_batch_arrays(self, texts: list[str]) -> list[np.ndarray]:
+        raise NotImplementedError
+
     spec: str
     fingerprint: str
     vocab_size: int
@@ -201,7 +206,6 @@ class TiktokenTokenizer(_Base):
     def fast_backend(self):
         """gigatoken's BPE for this encoding, or None when its split pattern is not one
         gigatoken implements."""
-        import base64
 
         import gigatoken
 
@@ -248,7 +252,7 @@ class HFTokenizer(_Base):
                 config = json.loads(cfg_file.read_text())
             except ValueError as exc:
                 raise InputError(f"tokenizer {spec!r}: {cfg_file}: invalid JSON: {exc}") from exc
-        self.eos_id = self._special(config.get("eos_token"), _EOS_NAMES)
+        self.eos_id = self._special(config.get("eos_token"), _EOS_NAMES)  # type: ignore[assignment]
         if self.eos_id is None:
             raise InputError(
                 f"tokenizer {spec!r}: no EOS token found (tokenizer_config.json has no "

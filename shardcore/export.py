@@ -19,14 +19,18 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from shardcore import manifest as mf
+from shardcore import megatron_cache, storage
 from shardcore.errors import InputError
+from shardcore.export_nanotron import nanotron_config
+from shardcore.export_olmo import olmo_config
+from shardcore.megatron_cache import export_megatron
 from shardcore.mixture import KIND
-
-FORMATS = ("megatron", "olmo", "nanotron", "json")
 
 
 def _load(mixture_dir: str | os.PathLike) -> dict[str, Any]:
@@ -46,18 +50,12 @@ def _stage(manifest: dict[str, Any], stage: str | None) -> dict[str, Any]:
     raise InputError(f"stage: no stage {stage!r}; stages: {[s['name'] for s in stages]}")
 
 
-def _pool_shards(path: str) -> list[tuple[str, int]]:
-    m = mf.read_manifest(path)
-    return [(os.path.join(path, s["prefix"]), int(s["records"])) for s in m["shards"]]
-
-
 def megatron_blend(
     mixture_dir: str | os.PathLike, stage: str | None = None
 ) -> tuple[list[float], list[str]]:
     """Weights and IndexedDataset prefixes of one stage's data-args list (default: the
     first stage): every shard read by samples [0, stage end), weighted by the stage's samples
     from it (``shardcore.megatron_cache.stage_blends``)."""
-    from shardcore import megatron_cache
 
     _, blends = megatron_cache.stage_blends(mixture_dir)
     if stage is None:
@@ -76,13 +74,11 @@ def megatron_data_args(mixture_dir: str | os.PathLike, stage: str | None = None)
 
 
 def _olmo(manifest: dict[str, Any], mixture_dir: str | os.PathLike, **options: Any) -> str:
-    from shardcore.export_olmo import olmo_config
 
     return olmo_config(mixture_dir, **options)
 
 
 def _nanotron(manifest: dict[str, Any], mixture_dir: str | os.PathLike, **options: Any) -> str:
-    from shardcore.export_nanotron import nanotron_config
 
     return nanotron_config(mixture_dir, **options)
 
@@ -107,7 +103,6 @@ def _json(manifest: dict[str, Any], mixture_dir: str | os.PathLike, **_: Any) ->
 def _refuse_remote(path: str | os.PathLike, fmt: str, materialized: Any = None) -> None:
     """Trainer configs name local files (the trainers memory-map the shards): refuse an
     artifact, or a mixture whose pools, are on object storage, naming it."""
-    from shardcore import storage
 
     locations = [os.fspath(path)] + ([os.fspath(materialized)] if materialized else [])
     manifest = mf.read_manifest(path)
@@ -121,18 +116,80 @@ def _refuse_remote(path: str | os.PathLike, fmt: str, materialized: Any = None) 
             )
 
 
-def export(mixture_dir: str | os.PathLike, fmt: str, **options: Any) -> str:
-    """The mixture in format ``fmt`` (megatron, olmo, nanotron, json) as text."""
-    writers = {"olmo": _olmo, "nanotron": _nanotron, "json": _json}
-    if fmt in ("megatron", "olmo", "nanotron"):
-        _refuse_remote(mixture_dir, fmt, options.get("materialized"))
-    if fmt == "megatron":
-        # Also reads materialized mixtures; ``out`` (a directory) gets the index cache.
-        from shardcore.megatron_cache import export_megatron
+@dataclass(frozen=True)
+class ExportFormat:
+    """One trainer export. Every list of export names (the CLI's ``--format`` choices, the
+    catalog's formats, the API serializer, ``manage.py catalog export``, the version page's
+    links) reads ``FORMATS``; tests/unit/test_export_registry.py checks that they agree."""
 
-        return export_megatron(mixture_dir, **options)
-    if fmt not in writers:
+    name: str  # shardcore's name: ``shardyard export --format NAME``
+    catalog: str  # the catalog's name (an Export row's format); the API takes both names
+    label: str  # the version page's link text
+    file_name: str  # the file under a mixture version's exports/
+    render: Callable[..., str]  # (mixture_dir, **options) -> the export's text
+    local_only: bool = True  # names local shard files: refused for object storage
+    # What it writes beside its file (then only an editor writes it, never a reader's GET);
+    # empty when it writes nothing else.
+    writes_beside: str = ""
+
+
+def _render_megatron(mixture_dir: str | os.PathLike, **options: Any) -> str:
+    # Also reads materialized mixtures; ``out`` (a directory) gets the index cache.
+    return export_megatron(mixture_dir, **options)
+
+
+def _render_olmo(mixture_dir: str | os.PathLike, **options: Any) -> str:
+    # Also exports a pool or a materialized mixture, exactly.
+    return _olmo({}, mixture_dir, **options)
+
+
+def _render_nanotron(mixture_dir: str | os.PathLike, **options: Any) -> str:
+    return _nanotron(_load(mixture_dir), mixture_dir, **options)
+
+
+def _render_json(mixture_dir: str | os.PathLike, **options: Any) -> str:
+    return _json(_load(mixture_dir), mixture_dir, **options)
+
+
+FORMATS: dict[str, ExportFormat] = {
+    f.name: f
+    for f in (
+        ExportFormat(
+            "megatron", "megatron", "Megatron", "megatron.txt", _render_megatron,
+            writes_beside="writes the data-args files and the index cache, then downloads",
+        ),
+        ExportFormat("olmo", "olmo-core", "OLMo-core", "olmo-core.yaml", _render_olmo),
+        ExportFormat(
+            "nanotron", "nanotron", "nanotron", "nanotron.yaml", _render_nanotron,
+            writes_beside="writes the pools' view folders, then downloads",
+        ),
+        ExportFormat("json", "json", "JSON", "mixture.json", _render_json, local_only=False),
+    )
+}  # fmt: skip
+
+
+def by_catalog_name(name: str) -> ExportFormat | None:
+    """The format whose catalog name or shardcore name is ``name`` (None if none is)."""
+    for f in FORMATS.values():
+        if name in (f.catalog, f.name):
+            return f
+    return None
+
+
+def accepted_names() -> list[str]:
+    """Every name the catalog, its API and its command accept: each format's shardcore name,
+    then its catalog name when that differs."""
+    out: list[str] = []
+    for f in FORMATS.values():
+        out += [f.name] if f.catalog == f.name else [f.name, f.catalog]
+    return out
+
+
+def export(mixture_dir: str | os.PathLike, fmt: str, **options: Any) -> str:
+    """The mixture in format ``fmt`` (a name of ``FORMATS``) as text."""
+    spec = FORMATS.get(fmt)
+    if spec is None:
         raise InputError(f"format: unknown export format {fmt!r}; known: {list(FORMATS)}")
-    if fmt == "olmo":  # also exports a pool or a materialized mixture, exactly
-        return _olmo({}, mixture_dir, **options)
-    return writers[fmt](_load(mixture_dir), mixture_dir, **options)
+    if spec.local_only:
+        _refuse_remote(mixture_dir, fmt, options.get("materialized"))
+    return spec.render(mixture_dir, **options)

@@ -46,9 +46,10 @@ from typing import Any
 import numpy as np
 import yaml
 
-from shardcore import atomic
+from shardcore import atomic, blend
 from shardcore import manifest as mf
 from shardcore.errors import InputError
+from shardcore.pack import load_segments
 
 VIEWS_DIR = "exports/nanotron"
 
@@ -111,7 +112,6 @@ def pool_view(
     ``repeats``: records a mixture reads after the pool's first epoch, in its order; they
     are copied into ``repeats.ds`` (the only copy the export makes), so that item
     ``num_records + k`` of the view is ``repeats[k]``."""
-    from shardcore.pack import load_segments
 
     pool_path, dest = Path(pool_path).resolve(), Path(dest)
     manifest = mf.read_manifest(pool_path)
@@ -150,7 +150,6 @@ def pool_view(
 def _write_repeats(pool_path: Path, manifest: dict, repeats: np.ndarray, out: Path) -> None:
     """``repeats``' records back to back as uint16/uint32 (``out``) and their segment ends
     (``out.index``): every segment ends a document there, the next record being another."""
-    from shardcore.pack import load_segments
 
     width = int(manifest["seq_len"]) + 1
     dtype = np.dtype(manifest["dtype"])
@@ -199,7 +198,6 @@ def nanotron_reads(mixture_dir: str | os.PathLike) -> list[dict[str, Any]]:
     ``view_items(...)[k]``. Our ``blend`` ordering is that index; ``diversity`` and
     ``random`` permute a stage, and a mixture that continues an earlier one starts inside
     its pools."""
-    from shardcore import blend
 
     mixture_dir = Path(mixture_dir)
     manifest = mf.read_manifest(mixture_dir)
@@ -334,7 +332,7 @@ def nanotron_config(
             "# which cannot; export with --nanotron-tokenizer NAME_OR_DIR naming a Hugging",
             "# Face tokenizer that gives the same ids (and len(tokenizer) == vocab_size).",
         ]
-    reads = nanotron_reads(mixture_dir)
+    reads = nanotron_reads(mixture_dir)  # type: ignore[assignment]
     order = manifest["spec"].get("order", "blend")
     docs = []
     for k in range(n):

@@ -203,11 +203,12 @@ def _olmo_allocation(
             paths += [(s, int(math.ceil(a * chunk)), a) for a in tokens]
     steps = math.ceil(requested_tokens / batch_tokens)
     requested = steps * (batch_tokens // record)
-    inst, rem = [], []
-    for _, tokens, cap in paths:
-        base = min(tokens // record, cap // record)
+    inst: list[int] = []
+    rem: list[float] = []
+    for _, path_tokens, cap in paths:
+        base = min(path_tokens // record, cap // record)
         inst.append(base)
-        rem.append((tokens % record) / record if base < cap // record else 0.0)
+        rem.append((path_tokens % record) / record if base < cap // record else 0.0)
     more = requested - sum(inst)
     if more > 0:
         eligible = [i for i in range(len(inst)) if inst[i] < paths[i][2] // record]
@@ -300,7 +301,9 @@ def _shares(
     itemsize = np.dtype(dtype).itemsize
     docs = []
     for st in manifest["stages"]:
-        sources, counts, path_tokens = [], [], []
+        sources: list[dict[str, Any]] = []
+        counts: list[int] = []
+        path_tokens: list[list[int]] = []
         for p, pool in enumerate(manifest["pools"]):
             n = int(st["samples_per_pool"][p])
             if n <= 0:

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import xxhash
 
 from shardcore import atomic
 from shardcore.errors import FormatError
@@ -348,7 +349,6 @@ def table_layout(columns: dict[str, np.ndarray]) -> tuple[dict[str, dict], int]:
 def write_table(path: str | os.PathLike, columns: dict[str, np.ndarray]) -> dict:
     """Write ``columns`` as a table file (atomically); its description for the header:
     ``{"size", "xxh3", "columns": {name: {dtype, offset, length, xxh3}}}``."""
-    import xxhash
 
     layout, size = table_layout(columns)
     whole = xxhash.xxh3_64()
@@ -357,7 +357,7 @@ def write_table(path: str | os.PathLike, columns: dict[str, np.ndarray]) -> dict
         for name, values in columns.items():
             spec = layout[name]
             data = np.ascontiguousarray(values, dtype=np.dtype(spec["dtype"]))
-            raw = memoryview(data).cast("B")
+            raw = memoryview(data).cast("B")  # type: ignore[arg-type]  # numpy arrays are buffers
             spec["xxh3"] = xxhash.xxh3_64_hexdigest(raw)
             pad = spec["offset"] - written
             if pad:
@@ -404,9 +404,9 @@ def infer_names(prefixes: list[str]) -> tuple[dict, np.ndarray] | None:
     if m is None:
         return None
     keys = np.zeros(len(prefixes), dtype=np.int64)
-    candidates = []
     head, digits = m.group(1), m.group(2)
     fan = re.match(r"^(.*?)(\d+)(/[^/]*?)$", head)
+    candidates: list[tuple[dict[str, str | int], int | None]] = []
     candidates.append(({"pattern": _escape(head) + f"{{key:0{len(digits)}d}}"}, None))
     if fan is not None:
         for fanout in (10, 100, 1000, 10000, 256, 1024, 4096, 65536):

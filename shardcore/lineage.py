@@ -25,9 +25,11 @@ from typing import Any
 
 import numpy as np
 
+from shardcore import artifact_cache
 from shardcore import manifest as mf
-from shardcore import storage
 from shardcore.errors import InputError
+from shardcore.mixture import POOL_FILE, RECORD_FILE
+from shardcore.pack import load_segments
 
 _CHUNK = 1 << 22
 
@@ -36,9 +38,8 @@ def flagged_records(pool_path: str | os.PathLike, doc_rows: np.ndarray) -> np.nd
     """Per record of the pool, whether it holds any token of the documents ``doc_rows``
     (pool document indices, i.e. rows of ``documents.parquet``). A pool on object storage
     is read from a checked local copy."""
-    from shardcore.pack import load_segments
 
-    pool_path = storage.local_artifact(pool_path)
+    pool_path = artifact_cache.local_artifact(pool_path)
     manifest = mf.read_manifest(pool_path)
     if manifest.get("kind") != "pool":
         raise InputError(f"{pool_path}: not a pool (kind {manifest.get('kind')!r})")
@@ -104,9 +105,8 @@ def _flagged_chunks(
     """The schedule in [``start``, ``stop``) (None: its end) read ``_CHUNK`` samples at a
     time: per chunk, the samples (indices in the schedule) whose record is flagged. Nothing
     when no record is."""
-    from shardcore.mixture import POOL_FILE, RECORD_FILE
 
-    mixture_dir = storage.local_artifact(mixture_dir)  # a checked local copy of a remote one
+    mixture_dir = artifact_cache.local_artifact(mixture_dir)  # a checked local copy of a remote one
     pools = np.load(os.path.join(mixture_dir, POOL_FILE), mmap_mode="r")
     recs = np.load(os.path.join(mixture_dir, RECORD_FILE), mmap_mode="r")
     stop = int(pools.size) if stop is None else min(int(stop), int(pools.size))

@@ -70,10 +70,12 @@ from typing import Any
 
 import numpy as np
 
+from shardcore import artifact_cache, shard_cache, storage
 from shardcore import manifest as mf
-from shardcore import storage, streaming
 from shardcore.errors import InputError
 from shardcore.formats import IndexedReader
+from shardcore.mixture import Mixture
+from shardcore.pool import Pool
 
 STATE_VERSION = 2
 _LOOKAHEAD = 4096  # stream samples scanned for the next shards to prefetch
@@ -151,7 +153,7 @@ class _Records:
 class Samples:
     """Sample i (seq_len + 1 tokens) of a pool, a materialized mixture or a mixture, local
     or on object storage (``s3://``: shards are read through a bounded local cache, see
-    ``shardcore.streaming``; ``cache_dir``, ``cache_limit`` and ``prefetch`` set it)."""
+    ``shardcore.shard_cache``; ``cache_dir``, ``cache_limit`` and ``prefetch`` set it)."""
 
     def __init__(
         self,
@@ -177,27 +179,27 @@ class Samples:
             )
         self.fingerprint = str(self.manifest["fingerprint"])
         self.seq_len = int(self.manifest["seq_len"])
-        self.cache: streaming.ShardCache | None = None
+        self.cache: shard_cache.ShardCache | None = None
         self._open()
 
     def _records(self, path: str, manifest: dict[str, Any] | None = None):
         if not storage.is_remote(path):
             return _Records(path, manifest)
         if self.cache is None:
-            directory, limit, depth = streaming.cache_settings(**self._cache_args)
-            self.cache = streaming.ShardCache(directory / "shards", limit, depth)
-        return streaming.RemoteRecords(path, self.cache, manifest)
+            directory, limit, depth = shard_cache.cache_settings(**self._cache_args)  # type: ignore[arg-type]
+            self.cache = shard_cache.ShardCache(directory / "shards", limit, depth)
+        return shard_cache.RemoteRecords(path, self.cache, manifest)
 
     def _open(self) -> None:
         if self.kind == "mixture":
-            from shardcore.mixture import Mixture
-
             local = self.path
             if self.remote:
                 # The schedule (about 9 bytes a sample) is copied whole, beside the shards,
                 # and stays in use (never evicted) while this object lives.
-                directory, _, _ = streaming.cache_settings(**self._cache_args)
-                self._schedule = storage.artifact_copy(self.path, cache_dir=directory / "artifacts")
+                directory, _, _ = shard_cache.cache_settings(**self._cache_args)  # type: ignore[arg-type]
+                self._schedule = artifact_cache.artifact_copy(
+                    self.path, cache_dir=directory / "artifacts"
+                )
                 local = self._schedule.path
             self._mixture = Mixture(local)
             self._pools: dict[int, Any] = {}
@@ -211,7 +213,7 @@ class Samples:
         return {"path": self.path, "cache": self._cache_args}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["path"], **state.get("cache", {}))
+        self.__init__(state["path"], **state.get("cache", {}))  # type: ignore[misc]
 
     def __len__(self) -> int:
         return self.num_samples
@@ -253,7 +255,7 @@ class Samples:
         seen = []
         for i in indices:
             records, shard = self.shard_of(i)
-            if not isinstance(records, streaming.RemoteRecords):
+            if not isinstance(records, shard_cache.RemoteRecords):
                 continue
             key = (id(records), shard)
             if key in seen:
@@ -325,7 +327,7 @@ class Segments:
         return {"segments": self.segments, "cache": self._cache_args}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["segments"], **state.get("cache", {}))
+        self.__init__(state["segments"], **state.get("cache", {}))  # type: ignore[misc]
 
     def __len__(self) -> int:
         return self.num_samples
@@ -375,7 +377,6 @@ class PoolReader:
     """Sequential and random access to the records of a pool."""
 
     def __init__(self, path: str | os.PathLike):
-        from shardcore.pool import Pool
 
         self.pool = Pool(path)
         self.seq_len = self.pool.seq_len
@@ -811,7 +812,7 @@ def _make_classes():
 
         def __init__(self, path: str | os.PathLike | list, **kwargs: Any):
             IterableDataset.__init__(self)
-            _Stream.__init__(self, path, **kwargs)
+            _Stream.__init__(self, path, **kwargs)  # type: ignore[arg-type]
 
         def __iter__(self) -> Iterator[dict[str, Any]]:
             info = get_worker_info()
@@ -883,7 +884,7 @@ def _make_classes():
                 tokens = flat[: n * width].reshape(n, width)
                 flat[n * width :] = ks
                 if direct:
-                    self.source.gather([self.index_of(k) for k in ks], tokens)
+                    self.source.gather([self.index_of(k) for k in ks], tokens)  # type: ignore[union-attr]
                 else:
                     for r, (_, row) in enumerate(pairs):
                         tokens[r] = row
@@ -964,10 +965,10 @@ def _make_classes():
                     yield {"tokens": tokens[i : i + size], "sample": samples[i : i + size]}
 
         def state_dict(self) -> dict[str, Any]:
-            return self.dataset.state_dict()
+            return self.dataset.state_dict()  # type: ignore[attr-defined]
 
         def load_state_dict(self, state: dict[str, Any]) -> None:
-            self.dataset.load_state_dict(state)
+            self.dataset.load_state_dict(state)  # type: ignore[attr-defined]
 
     # Module-level names, so that pickle finds them (through this module's __getattr__)
     # when DataLoader workers start by spawn or forkserver (Python 3.14's default).

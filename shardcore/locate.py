@@ -28,8 +28,10 @@ from typing import Any
 
 import numpy as np
 
+from shardcore import artifact_cache
 from shardcore import manifest as mf
 from shardcore.errors import InputError
+from shardcore.mixture import KIND, POOL_FILE, RECORD_FILE
 
 __all__ = ["cyclic_shard_order", "locate_any", "locate_mixture", "locate_pool"]
 
@@ -47,6 +49,7 @@ def _position(
         if tokens < 0:
             raise InputError(f"token position must be >= 0, got {tokens}")
         sample, offset = divmod(tokens, seq_len)
+    assert sample is not None  # one of the two is given (checked above)
     sample = int(sample)
     if not 0 <= sample < total:
         where = f"token {tokens} (sample {sample})" if tokens is not None else f"sample {sample}"
@@ -93,17 +96,15 @@ def locate_mixture(
     """Where training sample ``sample`` (or training token ``tokens``) of a mixture lives:
     ``{stage, sample, pool, pool_key, pool_path, shard, shard_prefix, record,
     record_in_shard, token_offset}``. With a manifest dict, pass ``mixture_dir`` too."""
-    from shardcore import storage
-    from shardcore.mixture import KIND, POOL_FILE, RECORD_FILE
 
     # A mixture on object storage: its schedule is read from a checked local copy.
     if isinstance(path_or_manifest, dict):
         manifest = path_or_manifest
         if mixture_dir is None:
             raise InputError("locate_mixture: a manifest needs mixture_dir (its directory)")
-        root = Path(storage.local_artifact(mixture_dir))
+        root = Path(artifact_cache.local_artifact(mixture_dir))
     else:
-        root = Path(storage.local_artifact(path_or_manifest))
+        root = Path(artifact_cache.local_artifact(path_or_manifest))
         manifest = mf.read_manifest(root)
     if manifest.get("kind") != KIND:
         raise InputError(f"{root}: not a mixture (kind {manifest.get('kind')!r})")
@@ -135,7 +136,6 @@ def locate_any(
 ) -> dict[str, Any]:
     """Locate in whatever artifact ``path`` is: a mixture (schedule lookup), or a pool or a
     materialized mixture (both have shards and cumulative record counts)."""
-    from shardcore.mixture import KIND
 
     manifest = mf.read_manifest(path)
     kind = manifest.get("kind")

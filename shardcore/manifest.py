@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 import xxhash
 
-from shardcore import atomic, formats
+from shardcore import atomic, formats, storage
 from shardcore.errors import ManifestError
 
 # 3: the header plus the shard table and block checksums files (module docstring).
@@ -339,7 +339,7 @@ def write_manifest_columns(
         first = np.zeros(rows, dtype=np.int64)
         if rows:
             np.cumsum(counts[:-1], out=first[1:])
-        has = np.asarray(cols["block_size"]) > 0
+        has = np.asarray(cols["block_size"]) > 0  # type: ignore[assignment]
         columns[f"size{sfx}"] = np.asarray(cols["size"], dtype=np.uint64)
         columns[f"xxh3{sfx}"] = np.asarray(cols["xxh3"], dtype=np.uint64)
         columns[f"block_size{sfx}"] = np.asarray(cols["block_size"], dtype=np.uint32)
@@ -431,10 +431,11 @@ def parse_manifest(
 
 def read_manifest(directory: str | os.PathLike) -> dict[str, Any]:
     """The manifest of the artifact at ``directory`` (a local path or an s3:// URL)."""
-    from shardcore import storage
-
     if storage.is_remote(directory):
-        return storage.read_manifest(directory)
+        store = storage.open_store(directory)
+        # Format 3: the header only; the shard table and block checksums are range-read
+        # from the store when a reader asks for them.
+        return parse_manifest(manifest_bytes(store), store.location(MANIFEST_NAME), source=store)
     directory = Path(directory)
     path = directory / MANIFEST_NAME if directory.is_dir() or not directory.suffix else directory
     if not directory.exists():
@@ -450,9 +451,20 @@ def read_manifest(directory: str | os.PathLike) -> dict[str, Any]:
     return parse_manifest(data, str(path), source=path.parent)
 
 
-def is_complete(directory: str | os.PathLike) -> bool:
-    from shardcore import storage
+def manifest_bytes(store: storage.Store) -> bytes:
+    """The manifest file of the artifact in ``store``; a ManifestError says whether the
+    artifact is unfinished or absent."""
+    try:
+        return store.read_bytes(MANIFEST_NAME)
+    except FileNotFoundError:
+        if store.list():
+            raise ManifestError(
+                f"{store.url}: no {MANIFEST_NAME} (not an artifact, or its build did not finish)"
+            ) from None
+        raise ManifestError(f"{store.url}: no such artifact") from None
 
+
+def is_complete(directory: str | os.PathLike) -> bool:
     if storage.is_remote(directory):
         return storage.open_store(directory).exists(MANIFEST_NAME)
     return (Path(directory) / MANIFEST_NAME).exists()
@@ -595,7 +607,7 @@ class ShardTable:
         """``np.searchsorted`` of an ascending column, one positioned read per step."""
         lo, hi = 0, int(self._spec(name)["length"])
         if not self._local:
-            return int(np.searchsorted(self.column(name), value, side=side))
+            return int(np.searchsorted(self.column(name), value, side=side))  # type: ignore[call-overload]
         while hi - lo > 512:  # then one read of at most 4 KB finishes the search
             mid = (lo + hi) // 2
             v = self.cell(name, mid)
@@ -603,7 +615,7 @@ class ShardTable:
                 lo = mid + 1
             else:
                 hi = mid
-        return lo + int(np.searchsorted(self.cells(name, lo, hi), value, side=side))
+        return lo + int(np.searchsorted(self.cells(name, lo, hi), value, side=side))  # type: ignore[call-overload]
 
     def blocks(self, first: int, count: int) -> np.ndarray:
         """``count`` block checksums from ``first`` (u64)."""
@@ -701,7 +713,7 @@ class FileEntry(dict):
     def __ne__(self, other: object) -> bool:
         return not self == other
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None
 
 
 class ShardsView(Sequence):

@@ -26,6 +26,7 @@ from shardcore import manifest as mf
 from shardcore.errors import ManifestError
 from shardcore.formats import IndexedWriter
 from shardcore.mixture import Mixture
+from shardcore.pool import PoolReader
 
 STAGE = "materialize"
 KIND = "materialized"
@@ -56,7 +57,6 @@ def plan_materialize(
 
 
 def _run_unit(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
-    from shardcore.pool import PoolReader
 
     mix = Mixture(plan.params["mixture"])
     a, b = int(unit["start"]), int(unit["stop"])
@@ -73,7 +73,7 @@ def _run_unit(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
         shard_of = np.searchsorted(cumulative, rec[sel], side="right") - 1
         for shard in np.unique(shard_of).tolist():
             here = sel[shard_of == shard]
-            _check_records(pool, entries, shard, rec[here] - cumulative[shard], width, dtype)
+            _check_records(pool, entries, shard, rec[here] - cumulative[shard], width, dtype)  # type: ignore[arg-type]
             # Records of a pool shard are fixed-width rows: one fancy-indexed gather.
             rows = np.asarray(pool.reader(shard).tokens).reshape(-1, width)
             tokens[here] = rows[rec[here] - cumulative[shard]]
@@ -94,7 +94,9 @@ def _check_records(pool, entries: dict, shard: int, rows: np.ndarray, width: int
     verify.check_read(pool.path, entries[f"{prefix}.idx"])
     start = np.asarray(rows, dtype=np.int64) * (width * dtype.itemsize)
     verify.check_read(
-        pool.path, entries[f"{prefix}.bin"], np.stack([start, start + width * dtype.itemsize], 1)
+        pool.path,
+        entries[f"{prefix}.bin"],
+        np.stack([start, start + width * dtype.itemsize], 1),  # type: ignore[arg-type]
     )
 
 

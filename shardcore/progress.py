@@ -12,6 +12,8 @@ import sys
 import time
 from typing import Any, TextIO
 
+from shardcore.units import counts as unit_counts
+
 
 def human_count(n: float) -> str:
     for unit, div in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
@@ -62,7 +64,6 @@ class Progress:
             self._draw(final=False)
 
     def __call__(self, unit: dict[str, Any], stats: dict[str, Any]) -> None:
-        from shardcore.units import counts as unit_counts
 
         counts = unit_counts(stats)
         self.update(

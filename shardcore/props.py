@@ -35,6 +35,7 @@ Annotations a pool joins are one struct property per annotator (``lang_id.lang``
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -315,7 +316,6 @@ def as_text_if_nested(arr: pa.Array) -> pa.Array:
 
 def type_to_text(t: pa.DataType) -> str:
     """A props type as text, for plans and manifests (JSON)."""
-    import base64
 
     return base64.b64encode(pa.schema([pa.field(PROPS, t)]).serialize().to_pybytes()).decode()
 
@@ -323,6 +323,5 @@ def type_to_text(t: pa.DataType) -> str:
 def type_from_text(text: str | None) -> pa.DataType | None:
     if not text:
         return None
-    import base64
 
     return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text))).field(PROPS).type

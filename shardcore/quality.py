@@ -26,7 +26,11 @@ from typing import Any
 
 import numpy as np
 
+from shardcore import pack
 from shardcore.errors import InputError
+from shardcore.manifest import read_manifest
+from shardcore.mixture import Mixture
+from shardcore.order import recipe
 
 
 def ideal_bound(p: float | np.ndarray, n: int | np.ndarray) -> float | np.ndarray:
@@ -225,7 +229,6 @@ def document_shuffle_reference(
     Returns ``{"window_sizes", "mean", "lo", "hi", "trials", "labels", "mean_by_label"}``
     (lo/hi: the spread over the trials; the last: per window size, each label's mean max
     deviation, in ``labels`` order, for the labels every trial's records have)."""
-    from shardcore import pack
 
     labels = np.asarray(doc_labels)
     lengths = np.asarray(doc_lengths, dtype=np.int64)
@@ -391,7 +394,6 @@ def mixture_quality(
     ``verdict``) is the top level, the same shape as a pool's; ``stages`` holds every
     stage's ``{"name", "num_samples", "measured", "verdict"}``. A stage longer than
     ``max_samples`` is measured on its first ``max_samples`` samples (``measured``)."""
-    from shardcore.mixture import Mixture
 
     mix = Mixture(path)
     labels = mix.labels(by)
@@ -447,8 +449,6 @@ def recipe_quality(
     only length), ``length_bins`` document-length quantile bins and, for a mixture of
     several pools, the pool. ``with_greedy`` also measures the recipe's greedy order of
     the same records (``greedy``). Returns ``{"order": report, "greedy": report?}``."""
-    from shardcore.manifest import read_manifest
-    from shardcore.order import recipe
 
     kind = read_manifest(path).get("kind")
     props = [by] if by and by not in ("pool", "stage") else []
@@ -456,8 +456,6 @@ def recipe_quality(
         ch = recipe.pool_characteristics([path], by=props, length_bins_count=length_bins)
         order = np.arange(ch.num_records)
     elif kind == "mixture":
-        from shardcore.mixture import Mixture
-
         mix = Mixture(path)
         paths = [p["path"] for p in mix.pools]
         ch = recipe.pool_characteristics(paths, by=props, length_bins_count=length_bins)

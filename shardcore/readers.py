@@ -30,6 +30,9 @@ from typing import Any
 
 import fsspec
 import orjson
+import zstandard
+
+from shardcore.storage import s3fs_defaults
 
 INVALID_JSON = "invalid_json"
 MISSING_TEXT_FIELD = "missing_text_field"
@@ -154,8 +157,6 @@ def _decompress(blocks: Iterator[bytes], compression: str) -> Iterator[bytes]:
 
         errors: tuple[type[BaseException], ...] = (zlib.error,)
     else:
-        import zstandard
-
         dctx = zstandard.ZstdDecompressor()
 
         def new():
@@ -322,8 +323,6 @@ def read_segment(
     if (start or end is not None) and not splittable(url, txt_mode):
         raise ValueError(f"{url}: a {fmt}/{comp} file can only be read whole")
     if "://" in url:
-        from shardcore.storage import s3fs_defaults
-
         s3fs_defaults()  # bounded timeouts: a store that stops answering is an error
     try:
         f = fsspec.open(url, "rb", **(storage_options or {})).open()

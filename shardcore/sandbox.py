@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import pickle
 import resource
 import signal
 import traceback
@@ -55,8 +56,6 @@ def _child(conn, fn, args, kwargs, memory: int, seconds: float) -> None:
             result = ("limit", f"needs more than {memory >> 20} MiB of memory")
         except BaseException as exc:  # noqa: BLE001 - every failure goes back to the parent
             try:
-                import pickle
-
                 pickle.dumps(exc)
                 result = ("error", exc)
             except Exception:  # noqa: BLE001 - an exception that cannot cross processes

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 import xxhash
 
-from shardcore import atomic, limits, storage, units
+from shardcore import atomic, limits, props, storage, units
 from shardcore.encoders import DEFAULT_ENGINE, DEFAULT_TOKENIZER, check_engine, load_tokenizer
 from shardcore.errors import InputError
 from shardcore.formats import IndexedWriter, token_dtype
@@ -51,16 +51,13 @@ from shardcore.readers import (
     source_format,
     splittable,
 )
+from shardcore.verify import file_entry
 
 STAGE = "tokenize"
 KIND = "tokenized"
 PARTS_DIR = "_parts"
 INDEX_NAME = "index.json"
 SHARDS_DIR = "shards"
-SAMPLES_PER_REASON = 5
-# Shardyard's own sidecar columns; the user's properties are the struct column
-# ``props`` (shardcore.props), so no property name can collide with these.
-CORE_COLUMNS = ("doc_id", "file", "line", "byte_offset", "n_tokens", "n_bytes")
 
 _BATCH_BYTES = 1 << 20  # text per tokenizer call: amortizes call overhead, bounds memory
 _CHUNK_TOKENS = 8 << 20  # tokens per part chunk before it is flushed to disk
@@ -221,7 +218,7 @@ class _Bad:
     def add(self, bad: BadInput) -> None:
         r = self.reasons.setdefault(bad.reason, {"count": 0, "samples": []})
         r["count"] += 1
-        if len(r["samples"]) < SAMPLES_PER_REASON:
+        if len(r["samples"]) < units.BAD_SAMPLES_PER_REASON:
             r["samples"].append({"line": bad.line, "message": bad.message, "excerpt": bad.excerpt})
 
     def bad_input(self, file: str) -> dict[str, dict[str, units.BadReason]]:
@@ -297,8 +294,6 @@ class _PartWriter:
             return
         import pyarrow as pa
         import pyarrow.parquet as pq
-
-        from shardcore import props
 
         c0 = time.process_time()
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -550,9 +545,6 @@ def _run_assemble(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from shardcore import props
-    from shardcore.verify import file_entry
-
     cpu = {"copy": 0.0, "checksums": 0.0}
     unit_cpu0 = time.process_time()
     lo_tok, hi_tok = mine[0]["tok0"], mine[-1]["tok0"] + mine[-1]["tokens"]
@@ -583,7 +575,7 @@ def _run_assemble(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
                 t0 = int(starts[a] - c["tok0"])
                 t1 = int(starts[b - 1] - c["tok0"] + lengths[b - 1])
                 c0 = time.process_time()
-                w.add_file_range(Path(f"{stem}.bin"), t0, t1, lengths[a:b])
+                w.add_file_range(Path(f"{stem}.bin"), t0, t1, lengths[a:b])  # type: ignore[attr-defined]
                 cpu["copy"] += time.process_time() - c0
                 t = pq.read_table(f"{stem}.docs.parquet").slice(a, b - a)
                 line = t["line"].to_numpy() + np.int64(line_base[c["part"]])
@@ -652,21 +644,16 @@ def _finalize(plan: units.Plan, stats: list[dict[str, Any]]) -> dict[str, Any]:
         for key in ("documents", "tokens", "lines", "blank_lines"):
             pf[key] += st[key]
         for reason, r in st["bad"].items():
-            entry = bad_input.setdefault(pf["file"], {}).setdefault(
-                reason, {"count": 0, "samples": []}
-            )
-            entry["count"] += r["count"]
-            for s in r["samples"]:
-                if len(entry["samples"]) < SAMPLES_PER_REASON:
-                    line = s["line"] + base if s["line"] is not None else None
-                    entry["samples"].append(
-                        {
-                            "file": pf["file"],
-                            "line": line,
-                            "message": s["message"],
-                            "excerpt": s["excerpt"],
-                        }
-                    )
+            samples = [
+                {
+                    "file": pf["file"],
+                    "line": s["line"] + base if s["line"] is not None else None,
+                    "message": s["message"],
+                    "excerpt": s["excerpt"],
+                }
+                for s in r["samples"]
+            ]
+            units.add_bad_input(bad_input, pf["file"], reason, r["count"], samples)
     shards = sorted((sh for s in asm_stats for sh in s["shards"]), key=lambda sh: sh["index"])
     file_entries = sorted((fe for sh in shards for fe in sh["files"]), key=lambda fe: fe["path"])
     tok = plan.meta["tokenizer"]

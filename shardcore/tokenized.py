@@ -3,23 +3,26 @@ per-document Parquet sidecars.
 
 Documents are numbered 0..N-1 in source order across shards (``doc_id``); sidecar row i of
 a shard describes sequence i of that shard; the user's properties are its struct column
-``props`` (shardcore.props). Select documents with ``shardcore.select`` or SQL over
+``props`` (shardcore.props). Select documents with ``shardcore.filters`` or SQL over
 ``documents()`` and fetch their tokens with ``tokens(doc_id)``.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import xxhash
 
+from shardcore import artifact_cache, props, storage
 from shardcore import manifest as mf
-from shardcore.errors import ManifestError
+from shardcore.errors import CorruptDataError, ManifestError
 from shardcore.formats import IndexedReader
-from shardcore.manifest import read_manifest
+from shardcore.manifest import files_by_path, read_manifest
 
 KIND = "tokenized"
 
@@ -28,10 +31,9 @@ class TokenizedSource:
     """A finished tokenized source directory (its manifest must exist)."""
 
     def __init__(self, path: str | os.PathLike):
-        from shardcore import storage
 
         # A tokenized source on object storage is read from a checked local copy.
-        self.path = Path(storage.local_artifact(path))
+        self.path = Path(artifact_cache.local_artifact(path))
         self.manifest: dict[str, Any] = read_manifest(self.path)
         if self.manifest.get("kind") != KIND:
             raise ManifestError(
@@ -68,8 +70,6 @@ class TokenizedSource:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
-        from shardcore import props
-
         tables = [pq.read_table(p, columns=columns) for p in self.sidecar_paths()]
         if not tables:
             return pa.table({"doc_id": pa.array([], pa.int64())})
@@ -100,15 +100,10 @@ def read_documents(path: str | os.PathLike, columns: list[str] | None = None):
     (a corrupt one is refused by name), never a copy of the whole artifact."""
     import pyarrow as pa
     import pyarrow.parquet as pq
-    import xxhash
-
-    from shardcore import props, storage
-    from shardcore.errors import CorruptDataError
-    from shardcore.manifest import files_by_path
 
     if not storage.is_remote(path):
         return TokenizedSource(path).documents(columns)
-    manifest = storage.read_manifest(path)
+    manifest = mf.read_manifest(path)
     if manifest.get("kind") != KIND:
         raise ManifestError(f"{path}: kind {manifest.get('kind')!r}, expected {KIND!r}")
     store, entries = storage.open_store(path), files_by_path(manifest)
@@ -135,12 +130,9 @@ def property_stats(
     (``fields``, dotted paths allowed; default: every top-level property) the ``top`` most
     common values with their documents and tokens (nested values as JSON text, absent ones
     as ``"(absent)"``), and a histogram of document lengths over power-of-two edges."""
-    import math
 
     import pyarrow as pa
     import pyarrow.compute as pc
-
-    from shardcore import props
 
     table = read_documents(path)
     if fields is None or not list(fields):

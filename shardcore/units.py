@@ -28,30 +28,37 @@ removed (its scratch), and removes the work directory. A unit interrupted anywhe
 its marker runs again and rewrites the same keys with the same bytes; a prefix without
 its manifest is never read as an artifact. Input artifacts on the store (a plan lists
 them in ``meta["artifacts"]``) are read from checked local copies
-(``shardcore.storage.local_artifact``): in ``run_unit`` every path under an input's URL
+(``shardcore.artifact_cache.local_artifact``): in ``run_unit`` every path under an input's URL
 is rewritten to its copy; ``finalize`` sees the URLs, which is what manifests record.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import json
+import multiprocessing as mp
 import os
 import shutil
-from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Callable, Iterable
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypedDict
 
 import xxhash
 
-from shardcore import atomic, storage
+from shardcore import artifact_cache, atomic, limits, storage
+from shardcore.manifest import MANIFEST_NAME
 
 MARKER_DIR = "_units"
 PLAN_NAME = "_plan.json"
 # Top-level directories of an output that hold a stage's scratch (removed by finalize).
 SCRATCH_DIRS = ("_pass1",)
+
+
+# Samples kept per (file, reason) of a bad-input report, by a unit and by a job's sum.
+BAD_SAMPLES_PER_REASON = 5
 
 
 class BadReason(TypedDict):
@@ -70,6 +77,47 @@ class UnitCounts(TypedDict, total=False):
 
 
 COUNT_NAMES = ("documents", "tokens", "bytes", "bad_lines")
+
+
+def merge_bad_input(total: dict, new: dict | list) -> dict:
+    """Sum bad-input reports shaped {file: {reason: {"count": n, "samples": [...]}}}
+    (a list of {"file", "reason", "count", "samples"} entries is accepted too)."""
+    out = {f: {r: dict(v) for r, v in reasons.items()} for f, reasons in (total or {}).items()}
+    for file, reason, count, samples in _bad_entries(new):
+        add_bad_input(out, file, reason, count, samples)
+    return out
+
+
+def add_bad_input(
+    total: dict[str, dict[str, Any]], file: str, reason: str, count: int, samples: Iterable[Any]
+) -> None:
+    """Add ``count`` refusals of ``reason`` in ``file`` to ``total`` in place, keeping the
+    first ``BAD_SAMPLES_PER_REASON`` samples of each (file, reason)."""
+    slot = total.setdefault(file, {}).setdefault(reason, {"count": 0, "samples": []})
+    slot["count"] += count
+    room = BAD_SAMPLES_PER_REASON - len(slot["samples"])
+    if room > 0:
+        slot["samples"] = slot["samples"] + list(samples)[:room]
+
+
+def _bad_entries(report: dict | list) -> Iterable[tuple[str, str, int, list]]:
+    if isinstance(report, list):
+        for e in report:
+            yield (
+                str(e.get("file", "")),
+                str(e.get("reason", "")),
+                int(e.get("count", 1)),
+                e.get("samples", []),
+            )
+        return
+    for file, reasons in (report or {}).items():
+        if not isinstance(reasons, dict):
+            continue
+        for reason, value in reasons.items():
+            if isinstance(value, dict):
+                yield str(file), str(reason), int(value.get("count", 0)), value.get("samples", [])
+            elif isinstance(value, int):
+                yield str(file), str(reason), value, []
 
 
 def counts(stats: dict[str, Any]) -> dict[str, int]:
@@ -205,7 +253,6 @@ def _snapshot(work: Path) -> dict[str, tuple[int, int]]:
 def _pull(store: storage.Store, work: Path) -> dict[str, int]:
     """Download the objects (and markers) of the prefix the work directory lacks; returns
     the sizes of the objects listed."""
-    from shardcore.manifest import MANIFEST_NAME
 
     sizes = store.sizes()
     for key, size in sizes.items():
@@ -266,7 +313,7 @@ def with_local_inputs(plan: Plan) -> Plan:
     urls = [u for u in plan.meta.get("artifacts", []) if storage.is_remote(u)]
     if not urls:
         return plan
-    mapping = {storage.resolve(u): storage.local_artifact(u) for u in urls}
+    mapping = {storage.resolve(u): artifact_cache.local_artifact(u) for u in urls}
     return dataclasses.replace(
         plan, params=_localize(plan.params, mapping), meta=_localize(plan.meta, mapping)
     )
@@ -296,7 +343,6 @@ def register_stage(
 def _stage(name: str) -> tuple[Callable[..., dict], Callable[..., dict]]:
     if name not in _STAGES:
         # Stages register on import of their module.
-        import importlib
 
         importlib.import_module(f"shardcore.{name}")
     try:
@@ -328,7 +374,7 @@ def run_unit(
     UnitSuperseded and publishes nothing, so that a run whose claim was taken over (a host
     cut off past its lease) leaves no late objects in an artifact another run finished.
     The local copies of its remote inputs are in use (never evicted) until it returns."""
-    with storage.artifact_scope():
+    with artifact_cache.artifact_scope():
         return _run_unit(plan, unit_id, may_publish, unit)
 
 
@@ -386,7 +432,6 @@ def finalize(plan: Plan) -> dict[str, Any]:
         )
     if not storage.is_remote(plan.out):
         return finisher(plan, stats)
-    from shardcore.manifest import MANIFEST_NAME
 
     store, work = storage.open_store(plan.out), work_dir(plan.out)
     work.mkdir(parents=True, exist_ok=True)
@@ -433,7 +478,6 @@ def run_local(
     Within a phase, units that give their size (``"bytes"``) are submitted largest first,
     so a big unit never starts last and leaves the other workers idle at the end of the
     phase (the output does not depend on the order)."""
-    from shardcore import limits
 
     workers = limits.workers(workers)  # before the plan is saved: nothing written on refusal
     save_plan(plan)
@@ -444,9 +488,6 @@ def run_local(
                 if on_unit_done:
                     on_unit_done(unit, stats)
         return finalize(plan)
-
-    import multiprocessing as mp
-    from concurrent.futures import as_completed
 
     plan_json = plan.to_json()
     with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as pool:

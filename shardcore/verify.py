@@ -13,7 +13,12 @@ the byte offset of the first inconsistency they find.
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import importlib
 import os
+import shutil
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,9 +27,19 @@ from typing import Any
 import numpy as np
 import xxhash
 
+from shardcore import manifest as mf
+from shardcore import storage
 from shardcore.errors import CorruptDataError, FormatError, ManifestError
+from shardcore.formats import (
+    IDX_SEQUENCES_OFFSET,
+    IndexedReader,
+    idx_document_offset,
+    idx_length_offset,
+    idx_pointer_offset,
+)
 from shardcore.manifest import (
     FilesView,
+    file_checksum,
     file_entries,
     files_by_path,
     read_manifest,
@@ -117,8 +132,6 @@ def _check_file(root: Path, entry: dict[str, Any]) -> list[Problem]:
         ]
     bs = entry.get("block_size")
     if not bs:
-        from shardcore.manifest import file_checksum
-
         actual = file_checksum(path)
         if actual != entry["xxh3"]:
             return [Problem(rel, None, f"xxh3 {actual}, manifest says {entry['xxh3']}")]
@@ -230,7 +243,6 @@ def verify(directory: str | os.PathLike, *, content: bool = True) -> Report:
     every finding is a Problem in the report. An artifact on object storage
     (``s3://``) is downloaded as it is (unchecked) into a scratch directory of the cache,
     verified there, and the scratch removed: the report names the URL."""
-    from shardcore import storage
 
     if storage.is_remote(directory):
         return _verify_remote(storage.resolve(directory), content=content)
@@ -255,9 +267,6 @@ def verify(directory: str | os.PathLike, *, content: bool = True) -> Report:
         nbytes += int(entry.get("size", 0))
     if content:
         if kind not in _CHECKS and kind != "?":
-            import contextlib
-            import importlib
-
             # a kind registers its checks on import of shardcore.<kind>
             with contextlib.suppress(ImportError):
                 importlib.import_module(f"shardcore.{kind}")
@@ -268,14 +277,9 @@ def verify(directory: str | os.PathLike, *, content: bool = True) -> Report:
 
 
 def _verify_remote(url: str, *, content: bool) -> Report:
-    import dataclasses
-    import shutil
-    import uuid
-
-    from shardcore import storage
 
     try:
-        manifest = storage.read_manifest(url)
+        manifest = mf.read_manifest(url)
     except ManifestError as exc:
         return Report(url, "?", 0, 0, [Problem("manifest.json", None, str(exc))])
     store = storage.open_store(url)
@@ -295,14 +299,6 @@ def _verify_remote(url: str, *, content: bool) -> Report:
 
 def _check_tokenized(root: Path, manifest: dict[str, Any]) -> list[Problem]:
     import pyarrow.parquet as pq
-
-    from shardcore.formats import (
-        IDX_SEQUENCES_OFFSET,
-        IndexedReader,
-        idx_document_offset,
-        idx_length_offset,
-        idx_pointer_offset,
-    )
 
     problems: list[Problem] = []
     tok = manifest.get("tokenizer", {})

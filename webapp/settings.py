@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 import dj_database_url
 
-from webapp.env import ConfigError, env_bool, env_int, env_list, env_paths, env_roots, env_str
+from shardcore.config import ConfigError, env_bool, env_int, env_list, env_paths, env_roots, env_str
 from webapp.ops.netguard import parse_networks
 from webapp.ops.oidc_map import parse_role_map
 
@@ -43,8 +44,6 @@ TOKENIZER_ROOTS = env_paths("SHARDYARD_TOKENIZER_ROOTS", [HOME_ROOT / "tokenizer
 # runs in a child process with these limits, never in the web process itself.
 PLAN_SECONDS = env_int("SHARDYARD_PLAN_SECONDS", 20, minimum=1)
 PLAN_MEMORY_MB = env_int("SHARDYARD_PLAN_MEMORY_MB", 2048, minimum=64)
-# Tests that need Postgres or Redis fail instead of skipping when this is set (CI sets it).
-REQUIRE_SERVICES = env_bool("SHARDYARD_REQUIRE_SERVICES", False)
 
 _secret = env_str("SECRET_KEY")
 if _secret is None:
@@ -172,7 +171,7 @@ TEMPLATES = [
 ]
 
 
-def _database() -> dict:
+def _database() -> dict[str, Any]:
     url = env_str("DATABASE_URL", f"sqlite:///{HOME_ROOT / 'shardyard.sqlite3'}")
     scheme = urlparse(url).scheme
     if scheme not in {"sqlite", "postgres", "postgresql", "pgsql"}:
@@ -193,7 +192,7 @@ def _database() -> dict:
             transaction_mode="IMMEDIATE",
             init_command="PRAGMA journal_mode=WAL;",
         )
-    return db
+    return dict(db)
 
 
 DATABASES = {"default": _database()}
@@ -216,7 +215,10 @@ STATIC_ROOT = HOME_ROOT / "staticfiles"
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # whitenoise warns on every request otherwise
 # plotly.js comes from the installed plotly package, served as static/plotly/plotly.min.js:
 # pages work offline and the JS always matches the Python figure format.
-_PLOTLY_JS_DIR = Path(importlib.util.find_spec("plotly").origin).parent / "package_data"
+_PLOTLY_SPEC = importlib.util.find_spec("plotly")
+if _PLOTLY_SPEC is None or _PLOTLY_SPEC.origin is None:
+    raise ConfigError("the plotly package is not installed (pip install -r requirements.lock)")
+_PLOTLY_JS_DIR = Path(_PLOTLY_SPEC.origin).parent / "package_data"
 STATICFILES_DIRS = [BASE_DIR / "webapp" / "static", ("plotly", _PLOTLY_JS_DIR)]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},

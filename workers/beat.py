@@ -10,6 +10,8 @@ import os
 import socket
 import threading
 
+from webapp.ops.services import worker_beat_record
+
 log = logging.getLogger(__name__)
 
 _stop = threading.Event()
@@ -17,7 +19,6 @@ _thread: threading.Thread | None = None
 
 
 def beat_once(*, worker: str, queue: str, started_at) -> None:
-    from webapp.ops.services import worker_beat_record
 
     worker_beat_record(
         worker=worker or f"celery@{socket.gethostname()}",

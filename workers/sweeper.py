@@ -16,6 +16,9 @@ from __future__ import annotations
 import logging
 import threading
 
+from webapp.catalog.scrub import scrub_due_start
+from webapp.jobs.services import job_sweep
+
 log = logging.getLogger(__name__)
 
 _stop = threading.Event()
@@ -23,8 +26,6 @@ _thread: threading.Thread | None = None
 
 
 def sweep_once(*, queue: str | None = None) -> list[str]:
-    from webapp.catalog.scrub import scrub_due_start
-    from webapp.jobs.services import job_sweep
 
     lines = job_sweep(queue=queue)
     scrub = scrub_due_start()

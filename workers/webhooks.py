@@ -9,6 +9,8 @@ from __future__ import annotations
 import logging
 import threading
 
+from webapp.ops.webhooks import webhooks_tick
+
 log = logging.getLogger(__name__)
 
 _stop = threading.Event()
@@ -17,8 +19,6 @@ _thread: threading.Thread | None = None
 
 def _loop(interval: float) -> None:
     from django.db import connection
-
-    from webapp.ops.webhooks import webhooks_tick
 
     while not _stop.is_set():
         try:

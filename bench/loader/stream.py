@@ -25,6 +25,8 @@ import sys
 import time
 from pathlib import Path
 
+from shardcore import artifact_cache
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT))
@@ -132,7 +134,6 @@ def main() -> int:
 
     pool = build_pool(out, args.text_mb, args.seq_len, args.shard_size)
     from shardcore import manifest as mf
-    from shardcore import storage
     from shardcore.loader import Samples
 
     manifest = mf.read_manifest(pool)
@@ -147,7 +148,7 @@ def main() -> int:
         import boto3
 
         boto3.client("s3", endpoint_url=endpoint).create_bucket(Bucket="bench")
-        storage.publish_directory(pool, "s3://bench/pool")
+        artifact_cache.publish_directory(pool, "s3://bench/pool")
 
         # The same records, in sample order, as MDS shards of about the same size.
         samples = Samples(str(pool))

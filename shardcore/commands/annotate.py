@@ -9,6 +9,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from shardcore import annotate as registry
+from shardcore.annotate.artifact import annotate
 from shardcore.cli import CLIError
 
 
@@ -43,8 +45,6 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from shardcore import annotate as registry
-    from shardcore.annotate.artifact import annotate
 
     if args.workers < 1:
         raise CLIError("--workers must be at least 1")

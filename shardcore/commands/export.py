@@ -8,11 +8,13 @@ import argparse
 from pathlib import Path
 
 from shardcore import atomic
+from shardcore import megatron_cache as mc
 from shardcore.cli import CLIError
+from shardcore.export import FORMATS, export, megatron_data_args
+from shardcore.megatron_cache import check_trainer_args
 
 
 def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
-    from shardcore import megatron_cache as mc
 
     p = sub.add_parser(name, help="export a mixture for Megatron-LM, OLMo-core, nanotron or JSON")
     p.add_argument(
@@ -20,7 +22,7 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
         metavar="DIR",
         help="mixture directory (olmo: also a pool or materialized; megatron: also materialized)",
     )
-    p.add_argument("--format", required=True, choices=["megatron", "olmo", "nanotron", "json"])
+    p.add_argument("--format", required=True, choices=list(FORMATS))
     p.add_argument(
         "--global-batch-size", type=int, help="samples per step (OLMo-core, nanotron stages)"
     )
@@ -83,40 +85,35 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from shardcore.errors import ShardcoreError
-    from shardcore.export import export, megatron_data_args
 
     if args.format == "megatron" and args.check_trainer_args is not None:
         return _check(args)
-    try:
-        if args.stage and args.format == "megatron":
-            text = megatron_data_args(args.mixture, args.stage) + "\n"
-        elif args.format == "megatron":
-            text = export(
-                args.mixture,
-                "megatron",
-                out=args.out,
-                seed=args.seed,
-                seq_length=args.seq_length,
-                split=args.split,
-                per_split=args.per_split,
-                tokenizer=args.megatron_tokenizer,
-                tokenizer_build=args.megatron_tokenizer_build,
-                mid_level_dataset_surplus=args.mid_level_dataset_surplus,
-            )
-            print(text, end="")  # megatron.txt in --out holds the same text
-            return 0
-        else:
-            options = {"global_batch_size": args.global_batch_size}
-            if args.format == "olmo":
-                options.update(materialized=args.materialized, work_dir=args.work_dir)
-            if args.format == "nanotron" and args.views_dir:
-                options["views_dir"] = args.views_dir
-            if args.format == "nanotron" and args.nanotron_tokenizer:
-                options["tokenizer"] = args.nanotron_tokenizer
-            text = export(args.mixture, args.format, **options)
-    except ShardcoreError as exc:
-        raise CLIError(str(exc)) from None
+    if args.stage and args.format == "megatron":
+        text = megatron_data_args(args.mixture, args.stage) + "\n"
+    elif args.format == "megatron":
+        text = export(
+            args.mixture,
+            "megatron",
+            out=args.out,
+            seed=args.seed,
+            seq_length=args.seq_length,
+            split=args.split,
+            per_split=args.per_split,
+            tokenizer=args.megatron_tokenizer,
+            tokenizer_build=args.megatron_tokenizer_build,
+            mid_level_dataset_surplus=args.mid_level_dataset_surplus,
+        )
+        print(text, end="")  # megatron.txt in --out holds the same text
+        return 0
+    else:
+        options = {"global_batch_size": args.global_batch_size}
+        if args.format == "olmo":
+            options.update(materialized=args.materialized, work_dir=args.work_dir)
+        if args.format == "nanotron" and args.views_dir:
+            options["views_dir"] = args.views_dir
+        if args.format == "nanotron" and args.nanotron_tokenizer:
+            options["tokenizer"] = args.nanotron_tokenizer
+        text = export(args.mixture, args.format, **options)
     if args.out:
         atomic.write_text(args.out, text)
         # Say what was written, so that a quiet success is not mistaken for nothing done.
@@ -128,7 +125,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from shardcore.megatron_cache import check_trainer_args
 
     if not args.out or not (Path(args.out) / "export.json").is_file():
         raise CLIError("--check-trainer-args: give the export's directory as --out")

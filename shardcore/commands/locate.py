@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from shardcore.cli import CLIError
+from shardcore.locate import locate_any
 
 
 def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
@@ -25,13 +25,8 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from shardcore.errors import ShardcoreError
-    from shardcore.locate import locate_any
 
-    try:
-        answer = locate_any(args.pool, sample=args.sample, tokens=args.tokens)
-    except ShardcoreError as exc:
-        raise CLIError(str(exc)) from None
+    answer = locate_any(args.pool, sample=args.sample, tokens=args.tokens)
     if args.json:
         print(json.dumps(answer, default=str))
         return 0

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import argparse
 
-from shardcore.cli import CLIError, check_new_artifact
+from shardcore.cli import check_new_artifact
+from shardcore.materialize import materialize
 
 
 def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
@@ -18,16 +19,11 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from shardcore.errors import ShardcoreError
-    from shardcore.materialize import materialize
 
     check_new_artifact(args.out, args.workers)
-    try:
-        manifest = materialize(
-            args.mixture, args.out, workers=args.workers, shard_bytes=args.shard_mb << 20
-        )
-    except ShardcoreError as exc:
-        raise CLIError(str(exc)) from None
+    manifest = materialize(
+        args.mixture, args.out, workers=args.workers, shard_bytes=args.shard_mb << 20
+    )
     print(
         f"materialized {manifest['num_records']:,} samples in {len(manifest['shards']):,} "
         f"shard(s) -> {args.out}"

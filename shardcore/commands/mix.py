@@ -7,6 +7,7 @@ import argparse
 import json
 
 from shardcore.cli import CLIError, check_new_artifact
+from shardcore.mixture import MixtureSpec, build_mixture, plan_epochs
 
 
 def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
@@ -59,42 +60,37 @@ def _component(text: str) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    from shardcore.errors import ShardcoreError
-    from shardcore.mixture import MixtureSpec, build_mixture, plan_epochs
 
-    try:
-        data = MixtureSpec.from_file(args.spec).to_dict() if args.spec else {}
-        base = MixtureSpec.from_file(args.spec).base_dir if args.spec else None
-        if args.component:
-            data["components"] = [_component(c) for c in args.component]
-        for key, value in (
-            ("tokens", args.tokens),
-            ("seed", args.seed),
-            ("order", args.order),
-            ("max_repetitions", args.max_repetitions),
-            ("global_batch_size", args.global_batch_size),
-        ):
-            if value is not None:
-                data[key] = value
-        if args.order_by:
-            data.setdefault("order_options", {})["by"] = list(args.order_by)
-        if not data.get("components"):
-            raise CLIError("give --component POOL:WEIGHT (one or more) or --spec FILE")
-        if "tokens" not in data:
-            raise CLIError("give --tokens N (the token budget) or a spec with tokens")
-        spec = MixtureSpec.from_dict(data, base_dir=base)
-        plan = plan_epochs(spec)
-        for row in plan:
-            print(
-                f"{row['pool']}: {row['samples']:,} samples, {row['tokens']:,} tokens, "
-                f"{row['epochs']:.3f} epochs, share {row['share']:.4f}"
-            )
-        if args.plan_only:
-            return 0
-        check_new_artifact(args.out)
-        manifest = build_mixture(spec, args.out)
-    except ShardcoreError as exc:
-        raise CLIError(str(exc)) from None
+    data = MixtureSpec.from_file(args.spec).to_dict() if args.spec else {}
+    base = MixtureSpec.from_file(args.spec).base_dir if args.spec else None
+    if args.component:
+        data["components"] = [_component(c) for c in args.component]
+    for key, value in (
+        ("tokens", args.tokens),
+        ("seed", args.seed),
+        ("order", args.order),
+        ("max_repetitions", args.max_repetitions),
+        ("global_batch_size", args.global_batch_size),
+    ):
+        if value is not None:
+            data[key] = value
+    if args.order_by:
+        data.setdefault("order_options", {})["by"] = list(args.order_by)
+    if not data.get("components"):
+        raise CLIError("give --component POOL:WEIGHT (one or more) or --spec FILE")
+    if "tokens" not in data:
+        raise CLIError("give --tokens N (the token budget) or a spec with tokens")
+    spec = MixtureSpec.from_dict(data, base_dir=base)
+    plan = plan_epochs(spec)
+    for row in plan:
+        print(
+            f"{row['pool']}: {row['samples']:,} samples, {row['tokens']:,} tokens, "
+            f"{row['epochs']:.3f} epochs, share {row['share']:.4f}"
+        )
+    if args.plan_only:
+        return 0
+    check_new_artifact(args.out)
+    manifest = build_mixture(spec, args.out)
     if args.json:
         print(json.dumps(manifest, indent=1, sort_keys=True))
     else:

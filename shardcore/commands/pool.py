@@ -6,7 +6,13 @@ import argparse
 import json
 import sys
 
+import numpy as np
+
+from shardcore import storage, units
 from shardcore.cli import CLIError, check_new_artifact, size_arg
+from shardcore.errors import EmptySelectionError
+from shardcore.pool import plan_pool
+from shardcore.progress import Progress
 
 
 def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
@@ -73,12 +79,6 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import numpy as np
-
-    from shardcore import storage, units
-    from shardcore.errors import EmptySelectionError, ShardcoreError
-    from shardcore.pool import plan_pool
-    from shardcore.progress import Progress
 
     out = storage.resolve(args.out)
     check_new_artifact(out, args.workers)
@@ -122,8 +122,6 @@ def run(args: argparse.Namespace) -> int:
         progress.close()
     except EmptySelectionError as exc:
         raise CLIError(f"{exc}; pass --allow-empty to build an empty pool") from None
-    except ShardcoreError as exc:
-        raise CLIError(str(exc)) from None
     totals = {
         "pool": str(out),
         "fingerprint": manifest["fingerprint"],

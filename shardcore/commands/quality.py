@@ -6,7 +6,11 @@ from __future__ import annotations
 import argparse
 import json
 
+from shardcore import quality
 from shardcore.cli import CLIError
+from shardcore.manifest import read_manifest
+from shardcore.mixture import Mixture
+from shardcore.pool import PoolReader
 
 
 def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
@@ -35,31 +39,21 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
 
 
 def labels_of(path: str, prop: str):
-    from shardcore.manifest import read_manifest
 
     kind = read_manifest(path).get("kind")
     if kind == "mixture":
-        from shardcore.mixture import Mixture
-
         return Mixture(path).labels(prop)
     if kind == "pool":
-        from shardcore.pool import PoolReader
-
         return PoolReader(path).record_labels(prop)
     raise CLIError(f"{path}: quality needs a pool or a mixture, not a {kind!r}")
 
 
 def run(args: argparse.Namespace) -> int:
-    from shardcore import quality
-    from shardcore.errors import ShardcoreError
 
     if args.recipe:
         return _run_recipe(args)
-    try:
-        labels = labels_of(args.path, args.by)
-        report = quality.report(labels, batch_size=args.batch_size)
-    except ShardcoreError as exc:
-        raise CLIError(str(exc)) from None
+    labels = labels_of(args.path, args.by)
+    report = quality.report(labels, batch_size=args.batch_size)
     if args.json:
         print(json.dumps(report))
         return 0
@@ -100,16 +94,10 @@ def _print_recipe(name: str, rep: dict) -> None:
 
 
 def _run_recipe(args: argparse.Namespace) -> int:
-    from shardcore import quality
-    from shardcore.errors import ShardcoreError
-
-    try:
-        out = quality.recipe_quality(
-            args.path, by=args.by, length_bins=args.length_bins, batch_size=args.batch_size,
-            trials=args.trials, with_greedy=args.with_greedy,
-        )  # fmt: skip
-    except ShardcoreError as exc:
-        raise CLIError(str(exc)) from None
+    out = quality.recipe_quality(
+        args.path, by=args.by, length_bins=args.length_bins, batch_size=args.batch_size,
+        trials=args.trials, with_greedy=args.with_greedy,
+    )  # fmt: skip
     if args.json:
         print(json.dumps(out))
         return 0

@@ -7,7 +7,11 @@ import json
 import sys
 from pathlib import Path
 
+from shardcore import storage, units
 from shardcore.cli import CLIError, check_new_artifact, size_arg
+from shardcore.errors import InputError
+from shardcore.progress import Progress
+from shardcore.tokenize import plan_tokenize
 
 
 def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
@@ -65,10 +69,6 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from shardcore import storage, units
-    from shardcore.errors import InputError, ShardcoreError
-    from shardcore.progress import Progress
-    from shardcore.tokenize import plan_tokenize
 
     out = storage.resolve(args.out)
     check_new_artifact(out, args.workers)
@@ -98,18 +98,13 @@ def run(args: argparse.Namespace) -> int:
     progress = Progress(plan.meta["total_bytes"], enabled=not args.quiet)
     try:
         manifest = units.run_local(plan, workers=args.workers, on_unit_done=progress)
-    except InputError as exc:
+    finally:
         progress.close()
-        raise CLIError(str(exc)) from None
-    except ShardcoreError as exc:
-        progress.close()
-        raise CLIError(str(exc)) from None
-    progress.close()
     report(manifest, out, as_json=args.json)
     return 0
 
 
-def report(manifest: dict, out: Path, *, as_json: bool = False, stream=None) -> None:
+def report(manifest: dict, out: str | Path, *, as_json: bool = False, stream=None) -> None:
     """The end-of-run summary: totals, shards, and every bad input reason with samples."""
     stream = stream or sys.stdout
     t = manifest["totals"]

@@ -3,7 +3,7 @@ globally at document level, pack them into records of seq_len + 1 tokens, write 
 
 The stage ``pool`` follows the unit-of-work protocol (``shardcore.units``), in three phases:
 
-* pass 1, one unit per input shard: select its documents (``shardcore.select``), route
+* pass 1, one unit per input shard: select its documents (``shardcore.filters``), route
   each to the training or the validation pool by a hash of its identity, draw its bucket
   (``shardcore.shuffle``), and write the shard's selected documents sorted by bucket into
   one table (``_pass1/in/NNNN/in-NNNNNNN.arrow``: their metadata, each one's bucket,
@@ -82,7 +82,7 @@ from shardcore.pool.pass2 import run_bucket
 from shardcore.pool.plan import build_pool, plan_pool
 from shardcore.pool.reader import PoolReader, check_pool
 
-# pyarrow (and DuckDB, through shardcore.select) are imported inside the functions that
+# pyarrow (and DuckDB, through shardcore.filters) are imported inside the functions that
 # read or write Parquet/Arrow: a loader process that only reads records through
 # ``PoolReader`` and a bucket's pack-and-write loop never need them (about 40 MB of RSS
 # per process).

@@ -39,7 +39,8 @@ from shardcore.pool.pass2 import Documents
 
 def run_assign(plan: units.Plan, unit: dict) -> dict:
 
-    from shardcore import props, select
+    from shardcore import filters as select
+    from shardcore import props
 
     meta, params = plan.meta, plan.params
     i = unit["input"]

@@ -67,7 +67,8 @@ def plan_pool(
     pool's documents and everything that reads their properties see their columns as
     ``<annotator>.<column>`` (``shardcore.annotation_join``); their fingerprints enter the
     pool's."""
-    from shardcore import annotation_join, props, select
+    from shardcore import annotation_join, props
+    from shardcore import filters as select
 
     module = shuffle_module(shuffle)
     if staging not in STAGINGS + ("auto",):

@@ -6,7 +6,8 @@ it, read its samples and epochs, and copy where its materialized copy is."""
 import numpy as np
 import pytest
 
-from shardcore import quality, storage
+from shardcore import manifest as mf
+from shardcore import quality
 from shardcore.pool import PoolReader
 from tests.integration.dashboard_fixtures import catalog_world
 
@@ -38,7 +39,7 @@ def test_the_pool_and_version_pages_of_a_catalog_on_object_storage(
     page, live_server, login, screenshot, s3_world, s3_data_root
 ):
     pool, version, copy = s3_world["pool"], s3_world["version"], s3_world["copy"]
-    manifest = storage.read_manifest(pool.path)
+    manifest = mf.read_manifest(pool.path)
     page.context.grant_permissions(["clipboard-read", "clipboard-write"])
     login("ada", superuser=True)
 
@@ -76,7 +77,7 @@ def test_the_pool_and_version_pages_of_a_catalog_on_object_storage(
     # The version that reads it.
     page.click(f"text={version}")
     assert f"v{version.number}" in page.locator("h1").inner_text()
-    schedule = storage.read_manifest(version.path)
+    schedule = mf.read_manifest(version.path)
     facts = page.locator("dl.facts").first.inner_text()
     assert f"Samples\n{schedule['num_samples']:,}" in facts
     row = page.locator("table tr", has_text=pool.name).first.inner_text()

@@ -14,6 +14,7 @@ import pytest
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from shardcore import manifest as mf
 from shardcore.manifest import MANIFEST_NAME
 from tests.integration.dashboard_fixtures import users  # noqa: F401
 from tests.integration.test_jobs_workers import stdlib_docs, write_jsonl
@@ -127,13 +128,12 @@ def _keys(moto_server, url: str) -> set[str]:
 def _on_bucket(moto_server, root: str, row: dict) -> set[str]:
     """Asserts the artifact of catalog row ``row`` is on the bucket below ``root``, whole;
     returns its keys."""
-    from shardcore import storage
 
     assert row["status"] == "ready", row
     assert row["path"].startswith(f"{root}/"), row["path"]
     assert row["manifest_path"] == f"{row['path']}/{MANIFEST_NAME}"
     keys = _keys(moto_server, row["path"])
-    manifest = storage.read_manifest(row["path"])
+    manifest = mf.read_manifest(row["path"])
     assert MANIFEST_NAME in keys
     assert {f["path"] for f in manifest["files"]} <= keys
     assert any(k.endswith(".bin") for k in keys) and any(k.endswith(".idx") for k in keys)
@@ -173,7 +173,6 @@ def test_it_builds_streams_and_scrubs_every_artifact_on_an_s3_data_root(
     postgres, redis_url, celery_workers, s3_data_root, moto_server, source_root, editor,
     settings, tmp_path,
 ):  # fmt: skip
-    from shardcore import storage
     from shardcore.mixture import Mixture
     from webapp.catalog.models import Corruption, Export, MixtureVersion, TokenizedSource
 
@@ -231,10 +230,10 @@ def test_it_builds_streams_and_scrubs_every_artifact_on_an_s3_data_root(
     # A version's fingerprint covers its spec, which names its pools by location (so does
     # its copy's): the two builds hold the same bytes from pools of the same fingerprints.
     for kind in ("version", "copy"):
-        ours, theirs = (storage.read_manifest(b[kind]["path"]) for b in (s3, here))
+        ours, theirs = (mf.read_manifest(b[kind]["path"]) for b in (s3, here))
         assert _checksums(ours) == _checksums(theirs), kind
         assert ours["num_tokens"] == theirs["num_tokens"] > 0
-    ours, theirs = (storage.read_manifest(b["version"]["path"]) for b in (s3, here))
+    ours, theirs = (mf.read_manifest(b["version"]["path"]) for b in (s3, here))
     assert ours["parents"] == theirs["parents"]
     assert ours["stages"] == theirs["stages"]
     # Nothing artifact-like under the local home: it holds what stays local, no data.

@@ -178,7 +178,7 @@ def test_it_downloads_trainer_configs_of_a_built_mixture(login, catalog, tmp_pat
     text = b"".join(resp.streaming_content).decode()
     assert "--data-path" in text
     assert b"".join(recorded.streaming_content).decode() == text
-    export = Export.objects.get(version=catalog["version"], format=Export.Format.MEGATRON)
+    export = Export.objects.get(version=catalog["version"], format="megatron")
     assert export.path == str(out / "exports" / "megatron.txt")
     assert editor.post(f"{base}/megatron/").status_code == 200
     assert Export.objects.filter(version=catalog["version"]).count() == 1

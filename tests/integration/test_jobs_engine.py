@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from shardcore import atomic, units
+from shardcore.units import merge_bad_input
 from webapp.jobs import selectors, services
 from webapp.jobs.models import Job, JobState, JobUnit, UnitState
 from workers.celery import app
@@ -295,8 +296,8 @@ def test_it_reports_progress_for_the_job_page(eager, tmp_path, django_assert_max
 
 
 def test_it_merges_bad_input_reports():
-    total = services.merge_bad_input({}, {"a": {"invalid_json": {"count": 2, "samples": ["1"]}}})
-    total = services.merge_bad_input(
+    total = merge_bad_input({}, {"a": {"invalid_json": {"count": 2, "samples": ["1"]}}})
+    total = merge_bad_input(
         total, [{"file": "a", "reason": "invalid_json", "count": 1, "samples": ["2"]}]
     )
     assert total == {"a": {"invalid_json": {"count": 3, "samples": ["1", "2"]}}}

@@ -15,7 +15,7 @@ import pytest
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from shardcore import storage
+from shardcore import config, storage
 from tests.integration.dashboard_fixtures import login, users  # noqa: F401
 from webapp.catalog.models import (
     ArtifactStatus,
@@ -137,17 +137,17 @@ def test_the_bounds_have_defaults_and_refuse_bad_values(monkeypatch):
     for name in ("SHARDYARD_S3_CONNECT_TIMEOUT", "SHARDYARD_S3_READ_TIMEOUT",
                  "SHARDYARD_S3_ATTEMPTS"):  # fmt: skip
         monkeypatch.delenv(name, raising=False)
-    assert storage.s3_limits() == {"connect_timeout": 5.0, "read_timeout": 10.0,
+    assert config.s3_limits() == {"connect_timeout": 5.0, "read_timeout": 10.0,
                                    "max_attempts": 2}  # fmt: skip
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
-    config = storage._shared_client().meta.config
-    assert (config.connect_timeout, config.read_timeout) == (5.0, 10.0)
-    assert config.retries["total_max_attempts"] == 2  # the first try and one retry
+    bounds = storage._shared_client().meta.config
+    assert (bounds.connect_timeout, bounds.read_timeout) == (5.0, 10.0)
+    assert bounds.retries["total_max_attempts"] == 2  # the first try and one retry
     for name, bad in (("SHARDYARD_S3_READ_TIMEOUT", "soon"), ("SHARDYARD_S3_READ_TIMEOUT", "0"),
                       ("SHARDYARD_S3_ATTEMPTS", "0")):  # fmt: skip
         monkeypatch.setenv(name, bad)
         with pytest.raises(storage.InputError, match=name):
-            storage.s3_limits()
+            config.s3_limits()
         monkeypatch.delenv(name)
 
 

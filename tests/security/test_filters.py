@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from shardcore import select
+from shardcore import filters
 from shardcore.errors import InputError
 from shardcore.sandbox import LimitError, run_limited
 from webapp.catalog.models import Pool
@@ -66,7 +66,7 @@ def test_an_honest_filter_plans_the_documents_it_selects(api, tokenized):
     plan = Job.objects.get(pk=pool.job_id).plan
     planned = sum(sum(i["docs"]) for i in plan["meta"]["inputs"])
     table = pa.concat_tables(
-        select.read_sidecar(p) for p in sorted(tokenized_sidecars(tokenized))
+        filters.read_sidecar(p) for p in sorted(tokenized_sidecars(tokenized))
     )  # fmt: skip
     want = sum(n > 20 for n in table.column("n_tokens").to_pylist())
     assert planned == want and 0 < want < 120  # each document once, none twice
@@ -81,26 +81,26 @@ def tokenized_sidecars(ts):
 def test_the_injection_selects_nothing_twice_in_the_library_either(tokenized):
     sidecar = sorted(tokenized_sidecars(tokenized))[0]
     with pytest.raises(InputError, match="is invalid"):
-        select.select_shard(sidecar, "true) UNION ALL SELECT __row FROM docs --")
+        filters.select_shard(sidecar, "true) UNION ALL SELECT __row FROM docs --")
 
 
 def test_duckdb_runs_a_filter_under_a_memory_limit(monkeypatch):
-    monkeypatch.setattr(select, "FILTER_MEMORY", "1MB")
+    monkeypatch.setenv("SHARDYARD_FILTER_MEMORY", "1MB")
     n = 2_000_000
     table = pa.table({"doc_id": np.arange(n), "kind": pa.array(["prose"] * n)})
     # Sorting 2 M selected rows needs far more than 1 MB; DuckDB itself refuses.
     with pytest.raises(InputError, match="SHARDYARD_FILTER_MEMORY"):
-        select.filter_rows(table, "kind = 'prose' OR doc_id >= 0", where="big")
+        filters.filter_rows(table, "kind = 'prose' OR doc_id >= 0", where="big")
 
 
 def test_a_filter_that_runs_too_long_is_interrupted(monkeypatch):
-    monkeypatch.setattr(select, "FILTER_SECONDS", 0.001)
+    monkeypatch.setenv("SHARDYARD_FILTER_SECONDS", "0.001")
     n = 3_000_000
     table = pa.table({"doc_id": np.arange(n), "kind": pa.array(["prose text"] * n)})
     with pytest.raises(
         InputError, match=r"took longer than 0.001 s on big \(SHARDYARD_FILTER_SECONDS\)"
     ):
-        select.filter_rows(table, "regexp_matches(kind, '(p|r)+o.*s[a-z]+ t')", where="big")
+        filters.filter_rows(table, "regexp_matches(kind, '(p|r)+o.*s[a-z]+ t')", where="big")
 
 
 def _allocate_forever():

@@ -166,3 +166,147 @@ def test_it_loads_every_shardcore_module_without_django_in_sys_modules():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+# --- module size and import cycles ------------------------------------------------------
+
+MAX_LINES = 700
+# Over the limit today. Being split on other branches right now:
+SPLIT_ELSEWHERE = {
+    "shardcore/mixture.py": "becomes the shardcore/mixture/ package (spec, build, reader)",
+    "shardcore/megatron_cache.py": "the Megatron export, streamed",
+}
+# Not split yet (the next ones to split); each entry is a known debt, not a permission.
+NOT_SPLIT_YET = {
+    "shardcore/loader.py": "the torch datasets apart from the stream reader",
+    "shardcore/manifest.py": "the format-3 shard table apart from the header",
+    "webapp/dashboard/charts.py": "charts per page",
+    "webapp/catalog/services/runs.py": "progress, losses and switches apart",
+}
+KNOWN_LONG = {**SPLIT_ELSEWHERE, **NOT_SPLIT_YET}
+
+
+def _python_files(root: Path) -> list[Path]:
+    return [
+        p
+        for package in PACKAGES
+        for p in sorted((root / package).rglob("*.py"))
+        if "migrations" not in p.parts
+    ]
+
+
+def test_no_module_is_over_700_lines_but_the_known_ones():
+    long = {
+        p.relative_to(ROOT).as_posix(): len(p.read_text().splitlines())
+        for p in _python_files(ROOT)
+        if len(p.read_text().splitlines()) > MAX_LINES
+    }
+    assert set(long) - set(KNOWN_LONG) == set(), long
+    # A known one that got short is taken off the list (so it stays short).
+    assert [name for name in KNOWN_LONG if name not in long] == []
+
+
+def module_graph(root: Path) -> dict[str, set[str]]:
+    """Each module of the three packages -> the project modules it imports when it is
+    imported: top-level statements only (an in-function import runs later, when called).
+    ``from a import b`` counts as ``a.b`` when that is a module, else ``a``; importing a
+    package's submodule runs the package's ``__init__`` too."""
+    names = {module_name(p, root): p for p in _python_files(root)}
+
+    def known(name: str) -> str | None:
+        while name and name not in names:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {}
+    for module, path in names.items():
+        package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+        found: set[str] = set()
+        for node in _top_level(ast.parse(path.read_text()).body):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            else:
+                base = node.module or ""
+                if node.level:
+                    base = ".".join(package[: len(package) - node.level + 1] + [base]).strip(".")
+                targets = [base] + [f"{base}.{alias.name}" for alias in node.names]
+            for target in targets:
+                hit = known(target)
+                while hit:
+                    found.add(hit)
+                    hit = known(hit.rpartition(".")[0])
+        found.discard(module)
+        # A module's own packages run before it; an edge to them is no cycle of its making.
+        graph[module] = {m for m in found if not module.startswith(m + ".")}
+    return graph
+
+
+def _top_level(body: list[ast.stmt]):
+    for node in body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            yield node
+        elif isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            continue
+        elif isinstance(node, (ast.If, ast.Try)):
+            yield from _top_level(node.body)
+            yield from _top_level(node.orelse)
+            for handler in getattr(node, "handlers", []):
+                yield from _top_level(handler.body)
+            yield from _top_level(getattr(node, "finalbody", []))
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan), sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(out)
+
+
+def test_no_import_cycle_among_the_modules():
+    graph = module_graph(ROOT)
+    assert len(graph) > 100 and "shardcore.storage" in graph["shardcore.manifest"]
+    assert cycles(graph) == []
+
+
+def test_it_finds_a_cycle_in_a_crafted_tree(tmp_path):
+    files = {
+        "shardcore/__init__.py": "",
+        "shardcore/a.py": "from shardcore import b\n",
+        "shardcore/b.py": "import shardcore.c\n",
+        "shardcore/c.py": "from . import a\n",
+        "shardcore/d.py": "def f():\n    from shardcore import a\n",  # in a function: no edge
+        "webapp/__init__.py": "",
+        "workers/__init__.py": "",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert cycles(module_graph(tmp_path)) == [["shardcore.a", "shardcore.b", "shardcore.c"]]

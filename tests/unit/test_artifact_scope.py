@@ -8,7 +8,7 @@ import os
 
 from django.test import RequestFactory
 
-from shardcore import storage
+from shardcore import artifact_cache
 from tests.unit.test_storage import _blob
 from webapp.dashboard.middleware import ArtifactScopeMiddleware
 
@@ -31,7 +31,7 @@ def test_a_request_holds_the_copies_it_reads_only_while_it_runs(s3_bucket, tmp_p
     seen = {}
 
     def view(request):
-        seen["copy"] = storage.local_artifact(url)
+        seen["copy"] = artifact_cache.local_artifact(url)
         seen["held inside"] = _held(seen["copy"])
         return "response"
 
@@ -39,5 +39,5 @@ def test_a_request_holds_the_copies_it_reads_only_while_it_runs(s3_bucket, tmp_p
     assert seen["held inside"] is True
     assert _held(seen["copy"]) is False
     # Without the scope, a long-lived process would keep it from eviction until it exits.
-    kept = storage.local_artifact(_blob(s3_bucket, tmp_path, "kept"))
+    kept = artifact_cache.local_artifact(_blob(s3_bucket, tmp_path, "kept"))
     assert _held(kept) is True

@@ -2,7 +2,9 @@
 
 import pytest
 
-from webapp.env import ConfigError, env_bool, env_int, env_list, env_paths, env_str
+from shardcore import config
+from shardcore.config import ConfigError, env_bool, env_int, env_list, env_paths, env_str
+from shardcore.errors import InputError
 
 
 def test_it_parses_booleans(monkeypatch):
@@ -41,3 +43,24 @@ def test_it_splits_lists_and_paths(monkeypatch, tmp_path):
     monkeypatch.setenv("X_PATHS", "relative/dir")
     with pytest.raises(ConfigError, match="not an absolute path"):
         env_paths("X_PATHS", [])
+
+
+def test_the_library_readers_name_their_variable(monkeypatch):
+    monkeypatch.setenv("SHARDYARD_FILTER_SECONDS", "soon")
+    with pytest.raises(config.ConfigError, match="SHARDYARD_FILTER_SECONDS='soon' is not a number"):
+        config.filter_seconds()
+    monkeypatch.setenv("SHARDYARD_FILTER_MEMORY", "lots")
+    with pytest.raises(InputError, match="SHARDYARD_FILTER_MEMORY: not a size"):
+        config.filter_memory()
+    monkeypatch.setenv("SHARDYARD_CACHE_LIMIT", "1GiB")
+    with pytest.raises(config.ConfigError, match="now SHARDYARD_STREAM_CACHE_LIMIT"):
+        config.stream_cache_limit()
+    monkeypatch.delenv("SHARDYARD_CACHE_LIMIT")
+    monkeypatch.setenv("SHARDYARD_STREAM_CACHE_LIMIT", "1GiB")
+    assert config.stream_cache_limit() == 1 << 30
+    monkeypatch.setenv("SHARDYARD_PREFETCH", "two")
+    with pytest.raises(config.ConfigError, match="SHARDYARD_PREFETCH"):
+        config.prefetch()
+    monkeypatch.setenv("SHARDYARD_MAX_SCHEDULE_SAMPLES", "0")
+    with pytest.raises(config.ConfigError, match="SHARDYARD_MAX_SCHEDULE_SAMPLES='0' must be"):
+        config.max_schedule_samples()

@@ -10,8 +10,8 @@ import shutil
 import numpy as np
 import pytest
 
+from shardcore import artifact_cache
 from shardcore import manifest as mf
-from shardcore import storage
 from shardcore.errors import InputError
 from shardcore.loader import Samples
 from shardcore.materialize import materialize
@@ -56,11 +56,11 @@ def _s3_env(moto_server, monkeypatch):
 
 def _publish(local, s3_bucket):
     root, pools = local
-    storage.publish_directory(root / "pool", f"{s3_bucket}/pool")
+    artifact_cache.publish_directory(root / "pool", f"{s3_bucket}/pool")
     urls = {}
     for name, path in pools.items():
         urls[name] = f"{s3_bucket}/pools/{name}"
-        storage.publish_directory(path, urls[name])
+        artifact_cache.publish_directory(path, urls[name])
     spec = {
         "tokens": SEQ * 301,
         "seed": 5,
@@ -70,12 +70,12 @@ def _publish(local, s3_bucket):
         ],
     }
     build_mixture(spec, root / "mix-of-s3")  # reads the pools' manifests from S3
-    storage.publish_directory(root / "mix-of-s3", f"{s3_bucket}/mix")
+    artifact_cache.publish_directory(root / "mix-of-s3", f"{s3_bucket}/mix")
     for c, name in zip(spec["components"], ("early", "late"), strict=True):
         c["pool"] = str(pools[name])
     build_mixture(spec, root / "mix")  # the same schedule over the pools on disk
     materialize(root / "mix", root / "flat", shard_bytes=10_000)
-    storage.publish_directory(root / "flat", f"{s3_bucket}/flat")
+    artifact_cache.publish_directory(root / "flat", f"{s3_bucket}/flat")
     return s3_bucket
 
 
@@ -117,7 +117,7 @@ def test_it_streams_from_s3_exactly_what_it_reads_from_disk(
 def test_the_cache_never_holds_more_than_its_limit(local, remote, tmp_path):
     from shardcore.loader import ShardyardIterableDataset
 
-    manifest = storage.read_manifest(f"{remote}/pool")
+    manifest = mf.read_manifest(f"{remote}/pool")
     sizes = {e["path"]: e["size"] for e in mf.file_entries(manifest)}
     shard_bytes = [
         sizes[f"{s['prefix']}.bin"] + sizes[f"{s['prefix']}.idx"] for s in manifest["shards"]
@@ -144,7 +144,9 @@ def test_a_limit_below_one_shard_is_refused_with_the_numbers(remote, tmp_path):
     from shardcore.loader import ShardyardIterableDataset
 
     ds = ShardyardIterableDataset(f"{remote}/pool", cache_dir=tmp_path / "c", cache_limit="1kB")
-    with pytest.raises(InputError, match=r"cache limit 1000 bytes .* \(SHARDYARD_CACHE_LIMIT\)"):
+    with pytest.raises(
+        InputError, match=r"cache limit 1000 bytes .* \(SHARDYARD_STREAM_CACHE_LIMIT\)"
+    ):
         next(iter(ds))
 
 

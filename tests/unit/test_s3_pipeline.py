@@ -11,8 +11,8 @@ import textwrap
 
 import pytest
 
+from shardcore import artifact_cache, storage, units
 from shardcore import manifest as mf
-from shardcore import storage, units
 from shardcore.errors import ManifestError
 from shardcore.loader import Samples
 from shardcore.materialize import materialize, plan_materialize
@@ -166,7 +166,7 @@ def test_a_run_killed_mid_upload_leaves_nothing_complete_and_reruns_exactly(
         build_pool([str(disk / "tok")], str(disk / "pools" / name), seq_len=SEQ, filter=filt,
                    memory=1 << 20, shard_size=16_000)  # fmt: skip
     build_mixture(MixtureSpec.from_dict(SPEC, base_dir=str(disk)), disk / "mix")
-    storage.publish_directory(disk / "mix", f"{bucket}/mix")
+    artifact_cache.publish_directory(disk / "mix", f"{bucket}/mix")
     want = materialize(disk / "mix", disk / "flat", shard_bytes=8_000)
     out = f"{bucket}/flat"
     store = storage.open_store(out)

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from shardcore import artifact_cache, config, storage, verify
 from shardcore import manifest as mf
-from shardcore import storage, verify
 from shardcore.errors import CorruptDataError, InputError, ManifestError
 
 TEXT = (
@@ -121,21 +121,21 @@ def test_it_copies_a_remote_artifact_checked_against_its_manifest(s3_bucket, tmp
     url = f"{s3_bucket}/art"
     store = storage.open_store(url)
     with pytest.raises(ManifestError, match=f"{url}: no such artifact"):
-        storage.local_artifact(url, cache_dir=tmp_path / "cache")
+        artifact_cache.local_artifact(url, cache_dir=tmp_path / "cache")
     store.put_bytes("data.bin", b"unfinished")
     with pytest.raises(ManifestError, match="build did not finish"):
         mf.read_manifest(url)
     manifest = _artifact(store, tmp_path)
     read = mf.read_manifest(url)
     assert read["files"] == manifest["files"] and read["kind"] == "test" and mf.is_complete(url)
-    local = storage.local_artifact(url, cache_dir=tmp_path / "cache")
+    local = artifact_cache.local_artifact(url, cache_dir=tmp_path / "cache")
     assert (tmp_path / "work" / "data.bin").read_bytes() == open(f"{local}/data.bin", "rb").read()
     assert mf.read_manifest(local)["files"] == manifest["files"]
     assert verify.verify(local).ok
     # A corrupted object is refused by name and never lands in the cache.
     store.put_bytes("sub/other.txt", TEXT.replace(b"mutable", b"MUTABLE"))
     with pytest.raises(CorruptDataError, match=f"{url}/sub/other.txt: checksum"):
-        storage.local_artifact(url, cache_dir=tmp_path / "cache2")
+        artifact_cache.local_artifact(url, cache_dir=tmp_path / "cache2")
     assert not (tmp_path / "cache2").exists() or not list((tmp_path / "cache2").rglob("*.json"))
 
 
@@ -166,7 +166,7 @@ def _blob(s3_bucket, tmp_path, name, *, files=3, size=4000):
     }
     (work / mf.MANIFEST_NAME).write_text(json.dumps(manifest))
     url = f"{s3_bucket}/{name}"
-    storage.publish_directory(work, url)
+    artifact_cache.publish_directory(work, url)
     return url
 
 
@@ -182,7 +182,7 @@ def _cached(cache):
 
 
 def _key(url, cache):
-    with storage.artifact_copy(url, cache_dir=cache, limit="none") as copy:
+    with artifact_cache.artifact_copy(url, cache_dir=cache, limit="none") as copy:
         return os.path.basename(copy.path)
 
 
@@ -191,11 +191,11 @@ def _key(url, cache):
 _HOLD = """
 import os, signal, sys
 from pathlib import Path
-from shardcore import atomic, storage
+from shardcore import artifact_cache, atomic
 
 url, cache, mode = sys.argv[1:4]
 if mode == "kill":
-    real, seen = storage.download_checked, []
+    real, seen = artifact_cache.download_checked, []
 
     def download_checked(store, entry, dest):
         seen.append(dest)
@@ -207,8 +207,8 @@ if mode == "kill":
             f.flush()
             os.kill(os.getpid(), signal.SIGKILL)
 
-    storage.download_checked = download_checked
-copy = storage.artifact_copy(url, cache_dir=cache)
+    artifact_cache.download_checked = download_checked
+copy = artifact_cache.artifact_copy(url, cache_dir=cache)
 print(copy.path, flush=True)
 sys.stdin.read()
 """
@@ -227,17 +227,17 @@ def _holder(url, cache, mode="hold", limit="none"):
 
 def test_the_artifact_cache_limit_is_read_from_the_environment(monkeypatch):
     monkeypatch.delenv("SHARDYARD_ARTIFACT_CACHE_LIMIT", raising=False)
-    assert storage.artifact_cache_limit() == 64 << 30
+    assert config.artifact_cache_limit() == 64 << 30
     monkeypatch.setenv("SHARDYARD_ARTIFACT_CACHE_LIMIT", "1.5GiB")
-    assert storage.artifact_cache_limit() == 3 << 29
+    assert config.artifact_cache_limit() == 3 << 29
     monkeypatch.setenv("SHARDYARD_ARTIFACT_CACHE_LIMIT", "None")
-    assert storage.artifact_cache_limit() is None
-    assert storage.artifact_cache_limit("20kB") == 20_000
+    assert config.artifact_cache_limit() is None
+    assert config.artifact_cache_limit("20kB") == 20_000
     monkeypatch.setenv("SHARDYARD_ARTIFACT_CACHE_LIMIT", "lots")
     with pytest.raises(InputError, match="SHARDYARD_ARTIFACT_CACHE_LIMIT: not a size: 'lots'"):
-        storage.artifact_cache_limit()
+        config.artifact_cache_limit()
     with pytest.raises(InputError, match="must be a positive size or none"):
-        storage.artifact_cache_limit("0")
+        config.artifact_cache_limit("0")
 
 
 def test_the_least_recently_used_copies_are_evicted_to_make_room(s3_bucket, tmp_path):
@@ -246,18 +246,18 @@ def test_the_least_recently_used_copies_are_evicted_to_make_room(s3_bucket, tmp_
     one = _copy_bytes(a)
     keys = {u: _key(u, tmp_path / "keys") for u in (a, b, c)}
     limit = 2 * one + one // 2  # two copies fit, three do not
-    storage.artifact_copy(a, cache_dir=cache, limit=limit).close()
+    artifact_cache.artifact_copy(a, cache_dir=cache, limit=limit).close()
     time.sleep(0.05)  # distinct modification times, whatever the filesystem's clock
-    storage.artifact_copy(b, cache_dir=cache, limit=limit).close()
+    artifact_cache.artifact_copy(b, cache_dir=cache, limit=limit).close()
     time.sleep(0.05)
-    with storage.artifact_copy(a, cache_dir=cache, limit=limit) as copy:  # a is used again
+    with artifact_cache.artifact_copy(a, cache_dir=cache, limit=limit) as copy:  # a is used again
         assert verify.verify(copy.path).ok
     time.sleep(0.05)
-    storage.artifact_copy(c, cache_dir=cache, limit=limit).close()
+    artifact_cache.artifact_copy(c, cache_dir=cache, limit=limit).close()
     assert _cached(cache) == {keys[a], keys[c]}  # b, the least recently used, went
     assert not (cache / f"{keys[b]}.lock").exists()
     time.sleep(0.05)
-    local = storage.local_artifact(b, cache_dir=cache, limit=limit)  # fetched again
+    local = artifact_cache.local_artifact(b, cache_dir=cache, limit=limit)  # fetched again
     assert verify.verify(local).ok
     assert _cached(cache) == {keys[c], keys[b]}
     assert sum(p.stat().st_size for p in cache.rglob("*") if p.is_file()) <= limit
@@ -272,14 +272,14 @@ def test_a_copy_another_process_holds_is_never_evicted(s3_bucket, tmp_path):
     try:
         assert holder.stdout.readline().strip() == str(cache / keys[a])
         time.sleep(0.05)
-        storage.artifact_copy(b, cache_dir=cache, limit=limit).close()
+        artifact_cache.artifact_copy(b, cache_dir=cache, limit=limit).close()
         time.sleep(0.05)
-        storage.artifact_copy(c, cache_dir=cache, limit=limit).close()
+        artifact_cache.artifact_copy(c, cache_dir=cache, limit=limit).close()
         assert _cached(cache) == {keys[a], keys[c]}  # b went, not the older a, held
-        with storage.artifact_scope():
-            storage.local_artifact(b, cache_dir=cache, limit=limit)  # c goes
+        with artifact_cache.artifact_scope():
+            artifact_cache.local_artifact(b, cache_dir=cache, limit=limit)  # c goes
             # Every other copy is in use: the directory goes over the limit for now.
-            storage.local_artifact(c, cache_dir=cache, limit=limit)
+            artifact_cache.local_artifact(c, cache_dir=cache, limit=limit)
             assert _cached(cache) == {keys[a], keys[b], keys[c]}
             assert verify.verify(cache / keys[a]).ok
     finally:
@@ -287,7 +287,7 @@ def test_a_copy_another_process_holds_is_never_evicted(s3_bucket, tmp_path):
         assert holder.wait(timeout=60) == 0
     # Released by both: the next download evicts the least recently used (a).
     _blob(s3_bucket, tmp_path, "d")
-    storage.artifact_copy(f"{s3_bucket}/d", cache_dir=cache, limit=limit).close()
+    artifact_cache.artifact_copy(f"{s3_bucket}/d", cache_dir=cache, limit=limit).close()
     assert keys[a] not in _cached(cache) and len(_cached(cache)) == 2
 
 
@@ -295,11 +295,11 @@ def test_a_copy_larger_than_the_limit_is_refused_with_the_numbers(s3_bucket, tmp
     url = _blob(s3_bucket, tmp_path, "big", files=2, size=10_000)
     size = _copy_bytes(url)
     with pytest.raises(
-        storage.ArtifactCacheError,
+        artifact_cache.ArtifactCacheError,
         match=rf"{url}: its local copy needs {size} bytes \(2 files and the manifest\), more "
         rf"than the artifact cache limit of 15000 bytes in .*SHARDYARD_ARTIFACT_CACHE_LIMIT",
     ):
-        storage.local_artifact(url, cache_dir=tmp_path / "cache", limit="15kB")
+        artifact_cache.local_artifact(url, cache_dir=tmp_path / "cache", limit="15kB")
     assert not list((tmp_path / "cache").glob("*/*"))  # nothing downloaded
 
 
@@ -314,7 +314,7 @@ def test_a_killed_download_is_finished_by_the_next_run(s3_bucket, tmp_path):
     assert left[0].startswith(".part-1.bin.") and left[0].endswith(".tmp")
     assert left[1:] == ["part-0.bin"]
     first = (copy / "part-0.bin").stat().st_ino
-    local = storage.local_artifact(url, cache_dir=cache, limit="1MB")
+    local = artifact_cache.local_artifact(url, cache_dir=cache, limit="1MB")
     assert local == str(copy) and verify.verify(local).ok
     assert sorted(p.name for p in copy.iterdir()) == [
         mf.MANIFEST_NAME, "part-0.bin", "part-1.bin", "part-2.bin"

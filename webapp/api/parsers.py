@@ -24,7 +24,7 @@ def depth_check(value, max_depth: int = MAX_DEPTH) -> None:
     while stack:
         item, depth = stack.pop()
         if isinstance(item, dict):
-            children = item.values()
+            children = list(item.values())
         elif isinstance(item, list):
             children = item
         else:
@@ -32,19 +32,6 @@ def depth_check(value, max_depth: int = MAX_DEPTH) -> None:
         if depth > max_depth:
             raise TooDeep(f"JSON nested deeper than {max_depth} levels")
         stack.extend((child, depth + 1) for child in children)
-
-
-def json_loads(text: bytes | str, max_depth: int = MAX_DEPTH):
-    """``json.loads`` that raises TooDeep (a ValueError) instead of RecursionError for a
-    value nested too deep, and for any value deeper than ``max_depth``."""
-    import json
-
-    try:
-        value = json.loads(text)
-    except RecursionError:
-        raise TooDeep(f"JSON nested deeper than {max_depth} levels") from None
-    depth_check(value, max_depth)
-    return value
 
 
 class JSONParser(parsers.JSONParser):

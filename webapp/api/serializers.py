@@ -4,6 +4,7 @@ serializers whose validated data goes to one service."""
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from shardcore import export as export_formats
 from shardcore import limits
 from shardcore.order import ORDERINGS
 from shardcore.shuffle import SHUFFLES
@@ -22,6 +23,7 @@ from webapp.catalog.models import (
     TokenizedSource,
     TrainingRun,
 )
+from webapp.catalog.selectors import run_segments
 from webapp.jobs.models import Job, JobUnit
 
 
@@ -121,7 +123,7 @@ class ExportSerializer(serializers.ModelSerializer):
 
 
 class ExportCreateSerializer(serializers.Serializer):
-    format = serializers.ChoiceField(choices=["megatron", "olmo", "olmo-core", "nanotron", "json"])
+    format = serializers.ChoiceField(choices=export_formats.accepted_names())
     global_batch_size = serializers.IntegerField(
         min_value=1, max_value=1 << 30, required=False, allow_null=True, default=None,
         help_text="nanotron and OLMo-core: samples per step",
@@ -213,7 +215,6 @@ class RunDetailSerializer(RunSerializer):
 
     @extend_schema_field(RunSegmentSerializer(many=True))
     def get_segments(self, run):
-        from webapp.catalog.selectors import run_segments
 
         return RunSegmentSerializer(run_segments(run=run), many=True).data
 

@@ -148,7 +148,7 @@ def predict(spec: Mapping[str, Any], pools: Mapping[int, Mapping[str, Any]]) -> 
     try:
         # Plan without the cap, then warn: the page shows the numbers that break it.
         parsed = MixtureSpec.from_dict({**spec, "max_repetitions": math.inf})
-        infos = []
+        infos: list[PoolInfo] = []
         for _, comps in parsed.stage_components():
             for key in _leaf_keys(comps):
                 if any(p.key == key for p in infos):

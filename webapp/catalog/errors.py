@@ -1,5 +1,13 @@
 """What the catalog refuses, as exceptions whose message is fit for a page. Services raise
-them; views turn them into a 400 (or a 403 for RunPermissionError)."""
+them; views turn them into a 400 (or a 403 for RunPermissionError). ``refused`` is the one
+translation of shardcore's errors into them, at the service boundary."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from shardcore.errors import ShardcoreError
 
 
 class CatalogError(Exception):
@@ -18,3 +26,20 @@ class RunSwitchedError(CatalogError):
 
 class SourcePathError(CatalogError):
     """A source location outside the allowed roots, or one Shardyard cannot read."""
+
+
+# What a service catches from shardcore: its own errors (bad input, a bad manifest, corrupt
+# data), and what reading user-named files raises (a ValueError from a parser, an OSError).
+SHARDCORE_ERRORS = (ShardcoreError, ValueError, OSError)
+
+
+@contextmanager
+def refused(what: str) -> Iterator[None]:
+    """``with refused("cannot build pool 'x'"):`` turns shardcore's refusals into a
+    CatalogError ``"<what>: <the error>"``; a CatalogError passes through unchanged."""
+    try:
+        yield
+    except CatalogError:
+        raise
+    except SHARDCORE_ERRORS as exc:
+        raise CatalogError(f"{what}: {exc}") from exc

@@ -17,6 +17,9 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+from shardcore.export import FORMATS as EXPORT_FORMATS
+from webapp.catalog.guards import uri_is_remote
+
 
 class ImmutableArtifactError(Exception):
     """A built artifact was about to be modified; build a new version instead."""
@@ -108,7 +111,6 @@ class Source(models.Model):
 
     @property
     def is_remote(self) -> bool:
-        from webapp.catalog.guards import uri_is_remote
 
         return uri_is_remote(self.uri)
 
@@ -315,19 +317,25 @@ class MixtureComponent(models.Model):
         return f"{self.version}: {self.pool.name} x {self.weight:g}"
 
 
+def export_format_choices() -> list[tuple[str, str]]:
+    """An Export row's formats: the materialized copy, then every trainer format of
+    ``shardcore.export.FORMATS`` (a callable, so a new format needs no migration)."""
+    return [(Export.Format.MATERIALIZED, "Materialized")] + [
+        (f.catalog, f.label) for f in EXPORT_FORMATS.values()
+    ]
+
+
 class Export(models.Model):
     """A materialized copy (a directory of shards in schedule order, built by a job) or a
     trainer config file (Megatron, OLMo-core, nanotron, JSON) of a mixture version."""
 
-    class Format(models.TextChoices):
+    class Format:
+        # The materialized copy; the trainer formats are shardcore.export.FORMATS' catalog
+        # names (``export_format_choices``).
         MATERIALIZED = "materialized"
-        MEGATRON = "megatron"
-        OLMO_CORE = "olmo-core"
-        NANOTRON = "nanotron"
-        JSON = "json"
 
     version = models.ForeignKey(MixtureVersion, related_name="exports", on_delete=models.CASCADE)
-    format = models.CharField(max_length=20, choices=Format.choices)
+    format = models.CharField(max_length=20, choices=export_format_choices)
     path = models.CharField(max_length=1000)  # the file, or the materialized directory
     status = models.CharField(
         max_length=16, choices=ArtifactStatus.choices, default=ArtifactStatus.BUILDING
@@ -569,7 +577,7 @@ def _artifact_target(related_name: str) -> type[models.Model]:
     return ArtifactTarget
 
 
-class Taint(_artifact_target("taints")):
+class Taint(_artifact_target("taints")):  # type: ignore[misc]
     """``flag`` reaches this artifact or run through lineage. Exactly one target is set."""
 
     flag = models.ForeignKey(Flag, related_name="taints", on_delete=models.CASCADE)
@@ -599,7 +607,7 @@ class Taint(_artifact_target("taints")):
 # --- corruption -------------------------------------------------------------------------
 
 
-class Corruption(_artifact_target("corruptions")):
+class Corruption(_artifact_target("corruptions")):  # type: ignore[misc]
     """An artifact whose files no longer match their checksums (found by a scrub), or, with
     ``cause`` set, one built from such an artifact: marked on every page and in lineage
     like a flag's taint. Exactly one target is set. A later scrub that finds the artifact

@@ -16,6 +16,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from shardcore.scrub import plan_scrub
 from webapp.catalog.models import (
     ArtifactStatus,
     Corruption,
@@ -25,6 +26,9 @@ from webapp.catalog.models import (
     TokenizedSource,
     TrainingRun,
 )
+from webapp.catalog.services.common import artifact_dir
+from webapp.jobs.models import Job
+from webapp.jobs.services import job_create
 
 RECORDER = "webapp.catalog.scrub.scrub_record"
 _KINDS = {
@@ -40,7 +44,7 @@ def _artifacts() -> list[dict[str, str]]:
     mixture versions and materialized copies."""
     out = []
     for kind, (_field, model) in _KINDS.items():
-        qs = model.objects.filter(status=ArtifactStatus.READY)
+        qs = model.objects.filter(status=ArtifactStatus.READY)  # type: ignore[attr-defined]
         if model is Export:
             qs = qs.filter(format=Export.Format.MATERIALIZED)
         for pk, path in qs.order_by("pk").values_list("pk", "path"):
@@ -50,9 +54,6 @@ def _artifacts() -> list[dict[str, str]]:
 
 def scrub_start(*, created_by=None):
     """Start a scrub job over every built artifact; returns the job."""
-    from shardcore.scrub import plan_scrub
-    from webapp.catalog.services.common import artifact_dir
-    from webapp.jobs.services import job_create
 
     artifacts = _artifacts()
     plan = plan_scrub(artifacts, artifact_dir("scrub", "scrub"))
@@ -67,7 +68,6 @@ def scrub_start(*, created_by=None):
 def scrub_due_start():
     """Start a scrub when one is due (see the module docstring); returns the job or None.
     Two sweepers at once may both start one: harmless, the second finds what the first did."""
-    from webapp.jobs.models import Job
 
     interval = settings.SHARDYARD_SCRUB_INTERVAL
     if not interval:
@@ -92,7 +92,7 @@ def scrub_record(*, job, manifest: dict | None) -> None:
         if kind not in _KINDS or not pk.isdigit():
             continue
         field, model = _KINDS[kind]
-        target = model.objects.filter(pk=int(pk)).first()
+        target = model.objects.filter(pk=int(pk)).first()  # type: ignore[attr-defined]
         if target is None:
             continue  # deleted since the scrub was planned
         direct = Corruption.objects.filter(cause=None, **{field: target})

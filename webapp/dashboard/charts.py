@@ -8,7 +8,10 @@ checks a chart by looking at its numbers, and selectors stay the only code that 
 from __future__ import annotations
 
 import math
+import re
+import zlib
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 
 # Fixed colours so that a pool or a shuffle keeps its colour across charts of one page.
 PALETTE = (
@@ -173,7 +176,6 @@ def length_histogram(
 def _natural(label: str) -> tuple:
     """Sort key that orders numbers inside labels by value ("128-255" before "1,024-2,047");
     "worst label" last."""
-    import re
 
     parts = re.split(r"(\d[\d,]*)", str(label))
     key = tuple((0, int(p.replace(",", ""))) if p[:1].isdigit() else (1, p) for p in parts if p)
@@ -754,7 +756,6 @@ def lineage_graph(
 def colour_of(label: str) -> str:
     """A colour fixed by the label's text, so that one pool (or value) has the same colour
     on every chart and page, whatever else is drawn beside it."""
-    import zlib
 
     return PALETTE[zlib.crc32(str(label).encode()) % len(PALETTE)]
 
@@ -904,7 +905,6 @@ def unit_timeline(units: Sequence[Mapping], *, title: str = "Units over time, by
     ran = [u for u in units if u.get("start")]
     if not ran:
         return _empty(title, "no unit has started yet")
-    from datetime import datetime
 
     def ms(a: str, b: str) -> float:
         return (datetime.fromisoformat(b) - datetime.fromisoformat(a)).total_seconds() * 1000

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from django.urls import reverse
 
+from webapp.catalog.models import Corruption
+
 SHOWN = 20
 
 
 def corruption(request) -> dict:
     if not getattr(request, "user", None) or not request.user.is_authenticated:
         return {}
-    from webapp.catalog.models import Corruption
 
     rows = list(
         Corruption.objects.select_related(

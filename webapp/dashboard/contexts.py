@@ -5,6 +5,8 @@ bounded number of them."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.http import Http404
 from django.urls import reverse
 from django.utils import timezone
@@ -408,7 +410,7 @@ def _training_figure(training: list[dict]) -> dict:
          "colour": colour[t["pool"].pk]}
         for t in training
     ]  # fmt: skip
-    bounds = {}
+    bounds: dict[Any, Any] = {}
     for t in training:
         for s in t["shard_steps"]:
             bounds.setdefault((t["pool"].pk, round(s, 3)), {"x": round(s, 3), "label": "",
@@ -516,14 +518,15 @@ def version_quality(report: dict, *, names: dict[str, str]) -> dict:
             report[part] = {**report[part],
                             "labels": [names.get(x, x) for x in report[part]["labels"]]}  # fmt: skip
     out = quality_for_charts(report) if report.get("windows") else {"report": report}
-    out["stages"] = []
+    stages: list[dict[str, Any]] = []
+    out["stages"] = stages
     for st in report.get("stages") or []:
         verdict = st["verdict"]
         if "value" in verdict:  # one pool only: its catalog name
             value = names.get(verdict["value"], verdict["value"])
             verdict = {**verdict, "text": f"one {report['label']} only ({value}): nothing to mix"}
         labels = [{**r, "label": names.get(r["label"], r["label"])} for r in st.get("labels") or []]
-        out["stages"].append({**st, "verdict": verdict, "labels": labels})
+        stages.append({**st, "verdict": verdict, "labels": labels})
     return out
 
 

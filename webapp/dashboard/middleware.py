@@ -10,13 +10,13 @@ import os
 from django.http import Http404, JsonResponse
 from django.shortcuts import render
 
-from shardcore import storage
+from shardcore import artifact_cache, storage
 from webapp.catalog.selectors import NotFound
 
 
 class ArtifactScopeMiddleware:
     """A request that reads an artifact on object storage reads it from a checked local
-    copy (``shardcore.storage.local_artifact``); the copy is released when the request ends,
+    copy (``shardcore.artifact_cache.local_artifact``); the copy is released when the request ends,
     so a long-running web process never keeps copies from eviction
     (``SHARDYARD_ARTIFACT_CACHE_LIMIT``).
 
@@ -30,7 +30,7 @@ class ArtifactScopeMiddleware:
         self.get_response = get_response
 
     def __call__(self, request):
-        with storage.artifact_scope(), storage.fail_fast():
+        with artifact_cache.artifact_scope(), storage.fail_fast():
             response = self.get_response(request)
             failure = storage.store_failure()
         if failure is not None and request.method in ("GET", "HEAD") and response.status_code < 500:

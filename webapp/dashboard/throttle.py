@@ -20,6 +20,8 @@ from django.core.exceptions import PermissionDenied
 from django.dispatch import receiver
 from django.utils import timezone
 
+from webapp.dashboard.models import LoginFailure
+
 
 def client_address(request) -> str:
     """The client's address: REMOTE_ADDR (a proxy in front must set it, e.g. gunicorn's
@@ -32,7 +34,6 @@ def client_address(request) -> str:
 def login_throttled(*, username: str, address: str) -> bool:
     """Whether this address used up its failed attempts for this user name, or for all
     user names together."""
-    from webapp.dashboard.models import LoginFailure
 
     since = timezone.now() - timedelta(seconds=settings.LOGIN_WINDOW)
     recent = LoginFailure.objects.filter(at__gte=since, address=address)
@@ -42,7 +43,6 @@ def login_throttled(*, username: str, address: str) -> bool:
 
 
 def login_failure_record(*, username: str, address: str) -> None:
-    from webapp.dashboard.models import LoginFailure
 
     LoginFailure.objects.create(username=(username or "")[:150], address=address)
     # Keep the table small: failures older than the window count for nothing.
@@ -70,7 +70,6 @@ def _on_failure(sender, credentials, request=None, **kwargs):
 
 @receiver(user_logged_in)
 def _on_success(sender, request, user, **kwargs):
-    from webapp.dashboard.models import LoginFailure
 
     LoginFailure.objects.filter(
         username=user.get_username(), address=client_address(request)

@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from django.conf import settings
+
 UNIT_TASK = "workers.job_unit_run"
 FINALIZE_TASK = "workers.job_finalize"
 
@@ -74,7 +76,7 @@ def _redis_pending(url: str, queue: str, unacked_within: float) -> Pending:
                 continue
     recent = time.time() - unacked_within
     tags = client.zrangebyscore("unacked_index", recent, "+inf")
-    for raw in client.hmget("unacked", tags) if tags else []:
+    for raw in client.hmget("unacked", tags) if tags else []:  # type: ignore[arg-type, assignment]
         if raw is None:
             continue
         try:
@@ -87,7 +89,6 @@ def _redis_pending(url: str, queue: str, unacked_within: float) -> Pending:
 
 
 def _filesystem_pending(queue: str) -> Pending:
-    from django.conf import settings
 
     folder = Path(settings.CELERY_BROKER_TRANSPORT_OPTIONS["data_folder_in"])
     pending = Pending()

@@ -21,10 +21,11 @@ import json
 import logging
 import threading
 import traceback
+from collections.abc import Sequence
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import InterfaceError, OperationalError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -135,9 +136,9 @@ def claim(unit_id: int, worker: str) -> JobUnit | None:
         return _claim_orm(unit_id, worker, now)
     sql = _CLAIM_SQL.format(unit=JobUnit._meta.db_table, job=Job._meta.db_table)
     params = [
-        UnitState.RUNNING.value, worker, now, now, unit_id, UnitState.QUEUED.value,
-        [s.value for s in ACTIVE_JOB_STATES],
-        JobState.RUNNING.value, now, JobState.QUEUED.value, JobState.QUEUED.value,
+        UnitState.RUNNING.value, worker, now, now, unit_id, UnitState.QUEUED.value,  # type: ignore[attr-defined]
+        [s.value for s in ACTIVE_JOB_STATES],  # type: ignore[attr-defined]
+        JobState.RUNNING.value, now, JobState.QUEUED.value, JobState.QUEUED.value,  # type: ignore[attr-defined]
     ]  # fmt: skip
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
@@ -153,7 +154,7 @@ def claim(unit_id: int, worker: str) -> JobUnit | None:
     unit.job = Job.from_db(
         connection.alias,
         ["id", "state", "created_at", "num_phases"],
-        [unit.job_id, JobState.RUNNING.value, created_at, num_phases],  # running now
+        [unit.job_id, JobState.RUNNING.value, created_at, num_phases],  # type: ignore[attr-defined]  # running now
     )
     return unit
 
@@ -206,7 +207,6 @@ class Heartbeat:
         self._thread.join()
 
     def _run(self) -> None:
-        from django.db import InterfaceError, OperationalError
 
         try:
             while not self._stop.wait(self._interval):
@@ -257,7 +257,7 @@ _COUNTS_SQL = (
 )
 
 
-def unit_succeed(unit: JobUnit, stats: dict[str, Any], *, db_errors: list[str] = ()) -> None:
+def unit_succeed(unit: JobUnit, stats: dict[str, Any], *, db_errors: Sequence[str] = ()) -> None:
     """Record a unit's success (see the module docstring): the job's counters in place and
     the unit's row, in one statement on Postgres; the last unit of a phase then starts the
     next one. A duplicate or stale completion changes nothing."""
@@ -267,11 +267,11 @@ def unit_succeed(unit: JobUnit, stats: dict[str, Any], *, db_errors: list[str] =
         f"recorded after {len(db_errors)} database error(s) ({db_errors[-1]})" if db_errors else ""
     )
     tables = {"job": Job._meta.db_table, "unit": JobUnit._meta.db_table}
-    claimed = [unit.pk, UnitState.RUNNING.value, unit.attempts]
+    claimed = [unit.pk, UnitState.RUNNING.value, unit.attempts]  # type: ignore[attr-defined]
     params = [*(counts[name] for name in units.COUNT_NAMES), unit.phase, unit.job_id, *claimed]
     if connection.vendor == "postgresql":
         params += [
-            UnitState.SUCCEEDED.value, json.dumps(stats), counts["bad_lines"], now,
+            UnitState.SUCCEEDED.value, json.dumps(stats), counts["bad_lines"], now,  # type: ignore[attr-defined]
             retried[:300] or None, unit.pk,
         ]  # fmt: skip
         with connection.cursor() as cursor:

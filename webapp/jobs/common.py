@@ -5,21 +5,20 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from shardcore import storage
+from shardcore import artifact_cache
+from shardcore.units import merge_bad_input
 from webapp.jobs.models import ACTIVE_JOB_STATES, Job, JobState, JobUnit
 
 log = logging.getLogger("webapp.jobs.services")
 
 LOG_TAIL_LINES = 200
-BAD_SAMPLES_PER_REASON = 5
 
 
 class JobError(Exception):
@@ -34,7 +33,6 @@ def transient_errors() -> tuple[type[BaseException], ...]:
     """Errors worth retrying after a pause: the database or broker went away for a moment.
     Everything else is a permanent failure recorded on the unit and the job."""
     import redis.exceptions
-    from django.db import InterfaceError, OperationalError
 
     return (
         OperationalError,
@@ -69,7 +67,6 @@ def with_db_retry(what: str, fn):
     InterfaceError (a dropped or terminated connection) on a fresh connection, with
     backoff, up to SHARDYARD_DB_RETRIES times. ``errors`` lists the failures so far, for
     the record. Inside an outer transaction nothing is retried (it is broken already)."""
-    from django.db import InterfaceError, OperationalError
 
     errors: list[str] = []
     while True:
@@ -118,7 +115,7 @@ def record(job: Job, manifest: dict | None) -> None:
     never pins them in its cache."""
     job.bad_input = bad_input_sum(job_id=job.pk)
     if job.recorder:
-        with storage.artifact_scope():
+        with artifact_cache.artifact_scope():
             import_string(job.recorder)(job=job, manifest=manifest)
 
 
@@ -137,36 +134,3 @@ def bad_input_sum(*, job_id: int, limit: int | None = None) -> dict:
         if stats and stats.get("bad_input"):
             total = merge_bad_input(total, stats["bad_input"])
     return total
-
-
-def merge_bad_input(total: dict, new: dict | list) -> dict:
-    """Sum bad-input reports shaped {file: {reason: {"count": n, "samples": [...]}}}
-    (a list of {"file", "reason", "count", "samples"} entries is accepted too)."""
-    out = {f: {r: dict(v) for r, v in reasons.items()} for f, reasons in (total or {}).items()}
-    for file, reason, count, samples in _bad_entries(new):
-        slot = out.setdefault(file, {}).setdefault(reason, {"count": 0, "samples": []})
-        slot["count"] += count
-        room = BAD_SAMPLES_PER_REASON - len(slot["samples"])
-        if room > 0:
-            slot["samples"] = slot["samples"] + list(samples)[:room]
-    return out
-
-
-def _bad_entries(report: dict | list) -> Iterable[tuple[str, str, int, list]]:
-    if isinstance(report, list):
-        for e in report:
-            yield (
-                str(e.get("file", "")),
-                str(e.get("reason", "")),
-                int(e.get("count", 1)),
-                e.get("samples", []),
-            )
-        return
-    for file, reasons in (report or {}).items():
-        if not isinstance(reasons, dict):
-            continue
-        for reason, value in reasons.items():
-            if isinstance(value, dict):
-                yield str(file), str(reason), int(value.get("count", 0)), value.get("samples", [])
-            elif isinstance(value, int):
-                yield str(file), str(reason), value, []

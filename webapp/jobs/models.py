@@ -40,7 +40,6 @@ class UnitState(models.TextChoices):
 
 
 ACTIVE_JOB_STATES = (JobState.QUEUED, JobState.RUNNING)
-TERMINAL_JOB_STATES = (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
 
 
 class Job(models.Model):

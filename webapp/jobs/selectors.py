@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.db.models import Count, QuerySet
+from django.db.models import Count
 
 from webapp.jobs.common import bad_input_sum
 from webapp.jobs.models import ACTIVE_JOB_STATES, Job, JobState, JobUnit, UnitState
@@ -72,8 +72,3 @@ def job_detail(*, job_id: int, units_limit: int = 200, units_offset: int = 0) ->
         failed_units=failed,
         workers=sorted({u.worker for u in units if u.worker}),
     )
-
-
-def job_units(*, job_id: int, state: str | None = None) -> QuerySet[JobUnit]:
-    qs = JobUnit.objects.filter(job_id=job_id).defer("spec", "stats").order_by("index")
-    return qs.filter(state=state) if state else qs

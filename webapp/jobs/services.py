@@ -32,13 +32,11 @@ from webapp.jobs.claims import claim as _claim
 from webapp.jobs.claims import unit_fail as _unit_fail
 from webapp.jobs.claims import unit_succeed as _unit_succeed
 from webapp.jobs.common import (
-    BAD_SAMPLES_PER_REASON,
     LOG_TAIL_LINES,
     JobError,
     TransientUnitError,
     bad_input_sum,
     lock_holder_guard,
-    merge_bad_input,
     unit_lease,
 )
 from webapp.jobs.dispatch import job_create, job_plan
@@ -54,7 +52,6 @@ from webapp.jobs.recovery import (
 )
 
 __all__ = [
-    "BAD_SAMPLES_PER_REASON",
     "LOG_TAIL_LINES",
     "MAX_UNIT_ATTEMPTS",
     "Heartbeat",
@@ -77,6 +74,5 @@ __all__ = [
     "job_unit_give_up",
     "lock_holder_guard",
     "lost_units_q",
-    "merge_bad_input",
     "unit_lease",
 ]

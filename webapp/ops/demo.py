@@ -10,6 +10,7 @@ from pathlib import Path
 
 from django.conf import settings
 
+from shardcore.demo import build_demo_corpus
 from webapp.catalog.models import (
     ArtifactStatus,
     Mixture,
@@ -47,7 +48,6 @@ def demo_load(
     log: Callable[[str], None] = print,
 ) -> Mixture:
     """Register, tokenize, pool and mix the demo corpus; returns the demo mixture."""
-    from shardcore.demo import build_demo_corpus
 
     root = next(Path(r) for r in settings.SOURCE_ROOTS if not isinstance(r, str)) / "demo"
     if not (root / "reference" / "reference.parquet").exists():

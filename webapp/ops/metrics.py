@@ -17,6 +17,7 @@ from __future__ import annotations
 import hmac
 import os
 import time
+from datetime import timedelta
 from pathlib import Path
 
 from django.conf import settings
@@ -33,6 +34,12 @@ from prometheus_client.core import (
 )
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from webapp.catalog.models import Corruption, Taint
+from webapp.jobs.models import Job, JobUnit, UnitState
+from webapp.ops.models import WorkerBeat
+from webapp.roles import has_role
+from workers.celery import app
+
 # Unit durations are read from the database, bucketed here (seconds).
 UNIT_DURATION_BUCKETS = (0.1, 0.5, 1, 5, 15, 60, 300, 900, 3600, 4 * 3600)
 REQUEST_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
@@ -41,7 +48,6 @@ REQUEST_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 def _queue_depths() -> dict[str, int | None]:
     """Messages waiting in each queue this deployment uses (None: the broker did not
     answer). Redis keeps a queue as a list under its name (and one list per priority)."""
-    from workers.celery import app
 
     queues = {settings.CELERY_TASK_DEFAULT_QUEUE, app.conf.task_default_queue}
     url = settings.CELERY_BROKER_URL
@@ -72,9 +78,6 @@ class CatalogCollector:
     """Reads the job engine's and the catalog's rows at each scrape."""
 
     def collect(self):
-        from webapp.catalog.models import Corruption, Taint
-        from webapp.jobs.models import Job, JobUnit, UnitState
-        from webapp.ops.models import WorkerBeat
 
         jobs = GaugeMetricFamily(
             "shardyard_jobs", "Jobs by kind and state.", labels=["kind", "state"]
@@ -118,7 +121,6 @@ class CatalogCollector:
 
         # Durations of finished units (started to finished), bucketed in one query.
         took = ExpressionWrapper(F("finished_at") - F("started_at"), output_field=DurationField())
-        from datetime import timedelta
 
         aggregates = {"count": Count("id"), "sum": Sum(took)}
         for i, bound in enumerate(UNIT_DURATION_BUCKETS):
@@ -236,8 +238,6 @@ def _authorized(request) -> bool:
         return hmac.compare_digest(credential.encode(), expected.encode())
     if scheme.lower() == "token" and credential:
         from rest_framework.authtoken.models import Token
-
-        from webapp.roles import has_role
 
         token = Token.objects.select_related("user").filter(key=credential).first()
         return bool(token and token.user.is_active and has_role(token.user, "viewer"))

@@ -6,8 +6,9 @@ import secrets
 
 from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
+from django.utils import timezone
 
-from webapp.ops.models import Heartbeat
+from webapp.ops.models import Heartbeat, WorkerBeat
 
 
 def heartbeat_record(*, worker: str, broker: str, nonce: str) -> Heartbeat:
@@ -31,9 +32,6 @@ def admin_ensure(*, username: str, password: str | None, email: str = "") -> tup
 
 def worker_beat_record(*, worker: str, host: str, queue: str, pid: int, started_at) -> None:
     """Upsert the worker's row with ``last_seen`` = now (one statement, no read)."""
-    from django.utils import timezone
-
-    from webapp.ops.models import WorkerBeat
 
     WorkerBeat.objects.update_or_create(
         worker=worker,

@@ -17,8 +17,10 @@ from __future__ import annotations
 import contextlib
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import transaction
 
 from webapp.catalog.models import (
@@ -31,6 +33,7 @@ from webapp.catalog.models import (
     TokenizedSource,
     TrainingRun,
 )
+from webapp.jobs.models import Job
 from webapp.roles import ROLES
 
 ARTIFACT_DIRS = ("tokenized", "pools", "mixtures", "scrub")
@@ -102,7 +105,6 @@ def storage_report() -> dict:
     """Bytes held per artifact (measured on the store), per source (its registered
     files), and per owner and team (the groups of the user who built it that are not
     roles; an artifact counts in each of its owner's teams)."""
-    from django.contrib.auth import get_user_model
 
     rows = []
     querysets = {
@@ -206,9 +208,9 @@ def artifact_retire(*, kind: str, pk: int) -> dict:
         raise ValueError(f"kind {kind!r}: choose from {', '.join(KINDS)}")
     model = KINDS[kind]
     with transaction.atomic():
-        obj = model.objects.select_for_update().filter(pk=pk).first()
+        obj = model.objects.select_for_update().filter(pk=pk).first()  # type: ignore[attr-defined]
         if obj is None:
-            raise model.DoesNotExist(f"{kind} {pk} does not exist")
+            raise model.DoesNotExist(f"{kind} {pk} does not exist")  # type: ignore[attr-defined]
         if obj.status == ArtifactStatus.RETIRED:
             return {"kind": kind, "id": pk, "path": obj.path, "bytes_freed": 0}
         if obj.status == ArtifactStatus.BUILDING:
@@ -220,7 +222,7 @@ def artifact_retire(*, kind: str, pk: int) -> dict:
                 f"item(s): {'; '.join(readers)}; retire those first"
             )
         # Marked first: from now on nothing builds on it, and no scrub checks it.
-        model.objects.filter(pk=pk).update(status=ArtifactStatus.RETIRED)
+        model.objects.filter(pk=pk).update(status=ArtifactStatus.RETIRED)  # type: ignore[attr-defined]
     freed = _remove(obj.path)
     return {"kind": kind, "id": pk, "path": obj.path, "bytes_freed": freed}
 
@@ -252,7 +254,6 @@ def _owned_paths() -> list[str]:
     paths = []
     for model in (TokenizedSource, Pool, MixtureVersion, Export):
         paths += model.objects.exclude(status=ArtifactStatus.RETIRED).values_list("path", flat=True)
-    from webapp.jobs.models import Job
 
     # A job's output directory is its artifact's (retired: files gone on purpose, and the
     # artifact's row no longer owns them) or a scrub's report.
@@ -303,7 +304,7 @@ def collect_garbage(*, delete: bool = False, min_age: float = 3600.0) -> GcRepor
             continue
         mtime = info.get("mtime") or info.get("LastModified") or info.get("created")
         if hasattr(mtime, "timestamp"):
-            mtime = mtime.timestamp()
+            mtime = mtime.timestamp()  # type: ignore[union-attr]
         if min_age > 0 and mtime is not None and now - float(mtime) < min_age:
             report.kept_young += 1
             continue
@@ -320,7 +321,6 @@ def collect_garbage(*, delete: bool = False, min_age: float = 3600.0) -> GcRepor
 
 def _prune_empty_dirs(fs, base: str, owned: set[str]) -> None:
     """Local roots: remove directories the collection left empty (never an owned one)."""
-    from pathlib import Path
 
     for sub in ARTIFACT_DIRS:
         top = Path(base) / sub

@@ -12,8 +12,9 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from webapp.ops.models import WEBHOOK_EVENTS, WebhookDelivery, WebhookEndpoint
+from webapp.ops.storage import KINDS, RetireRefused, artifact_retire, storage_report
 from webapp.ops.webhooks import endpoint_create, url_refusal
-from webapp.roles import ROLES
+from webapp.roles import ROLES, require_role
 
 
 def _teams(user):
@@ -81,15 +82,12 @@ def webhook_delete(request, pk: int):
 
 def storage_page(request):
     """Bytes held per source, artifact, owner and team; editors retire artifacts here."""
-    from webapp.ops.storage import storage_report
 
     return render(request, "ops/storage.html", {"report": storage_report()})
 
 
 @require_POST
 def storage_retire(request, kind: str, pk: int):
-    from webapp.ops.storage import KINDS, RetireRefused, artifact_retire
-    from webapp.roles import require_role
 
     require_role(request.user, "editor")
     if kind not in KINDS:
@@ -99,7 +97,7 @@ def storage_retire(request, kind: str, pk: int):
         done = artifact_retire(kind=kind, pk=pk)
     except RetireRefused as exc:
         messages.error(request, str(exc))
-    except KINDS[kind].DoesNotExist as exc:
+    except KINDS[kind].DoesNotExist as exc:  # type: ignore[attr-defined]
         messages.error(request, str(exc))
     else:
         messages.success(request, f"Retired {kind} {pk}: {done['bytes_freed']:,} bytes freed.")

@@ -33,6 +33,8 @@ from django.conf import settings
 from django.db.models import Min, Q
 from django.utils import timezone
 
+from webapp.catalog.models import Corruption, Taint
+from webapp.jobs.models import Job, JobState
 from webapp.ops.models import WEBHOOK_EVENTS, WebhookDelivery, WebhookEndpoint
 from webapp.ops.netguard import TargetRefused, TargetUnresolved, target_check
 
@@ -54,7 +56,6 @@ def _iso(value) -> str | None:
 
 
 def _job_events(since) -> list[tuple[str, str, object, dict]]:
-    from webapp.jobs.models import Job, JobState
 
     out = []
     for job in Job.objects.filter(
@@ -73,7 +74,6 @@ def _job_events(since) -> list[tuple[str, str, object, dict]]:
 
 
 def _taint_events(since) -> list[tuple[str, str, object, dict]]:
-    from webapp.catalog.models import Taint
 
     out = []
     for taint in (
@@ -93,7 +93,6 @@ def _taint_events(since) -> list[tuple[str, str, object, dict]]:
 
 
 def _corruption_events(since) -> list[tuple[str, str, object, dict]]:
-    from webapp.catalog.models import Corruption
 
     out = []
     for c in Corruption.objects.filter(cause__isnull=True, found_at__gte=since).order_by(
@@ -217,7 +216,7 @@ def _post(endpoint: WebhookEndpoint, delivery: WebhookDelivery) -> tuple[int | N
                 cert_reqs="CERT_REQUIRED", ca_certs=_ca_bundle(),
             )  # fmt: skip
         else:
-            pool = urllib3.HTTPConnectionPool(
+            pool = urllib3.HTTPConnectionPool(  # type: ignore[assignment]  # same interface
                 str(ip), target.port, timeout=limits, retries=False, maxsize=1
             )
         response = None

@@ -85,7 +85,7 @@ def _pool_holds(
         if document_id is not None:
             ids = _document_ids(tokenized=ts, document_ids=[document_id])
         else:
-            ids = _document_ids(tokenized=ts, file_path=file.path)
+            ids = _document_ids(tokenized=ts, file_path=file.path)  # type: ignore[union-attr]
         if not ids:
             continue
         try:

@@ -10,7 +10,7 @@ from django.db.models import Count, Prefetch, QuerySet
 
 from shardcore import lineage as core
 from shardcore.errors import ShardcoreError
-from shardcore.storage import read_manifest
+from shardcore.manifest import read_manifest
 from webapp.catalog import lineage
 from webapp.catalog.models import (
     Flag,

@@ -11,7 +11,7 @@ from django.db.models import Count, Max
 
 from shardcore import quality, storage
 from shardcore.errors import ManifestError, ShardcoreError
-from shardcore.storage import read_manifest
+from shardcore.manifest import read_manifest
 from webapp.catalog import builder
 from webapp.catalog.models import ArtifactStatus, Export, Mixture, MixtureVersion, Pool
 from webapp.catalog.selectors.common import NotFound, get_or_not_found, runs_with_taint
@@ -167,7 +167,7 @@ def mixture_version_diff(*, a_id: int, b_id: int) -> dict:
             else "same"
         )  # fmt: skip
         rows.append({"stage": key[0], "pool": key[1], "a": x, "b": y, "change": change,
-                     "pool_id": (x or y)["pool_id"]})  # fmt: skip
+                     "pool_id": (x or y)["pool_id"]})  # type: ignore[index]  # fmt: skip
     settings_rows = [
         (label, getattr(a, f), getattr(b, f))
         for label, f in (("token budget", "token_budget"), ("samples", "num_samples"),
@@ -195,7 +195,7 @@ def _diff_facts(v: MixtureVersion) -> dict:
             # What the pool gives this stage, not the whole version: the stage's samples
             # of it, and that part of its epochs.
             samples = int(row["stage_samples"].get(stage, 0))
-            n = samples * built["seq_len"]
+            n = samples * built["seq_len"]  # type: ignore[index]
             epochs = row["epochs"] * samples / row["samples"] if row["samples"] else 0.0
         out[(stage, c.pool.name)] = {
             "share": c.weight / (stage_weight[stage] or 1),

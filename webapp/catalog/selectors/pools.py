@@ -10,6 +10,7 @@ import pyarrow.parquet as pq
 from django.core.cache import cache
 from django.db.models import Count
 
+from shardcore import manifest as mf
 from shardcore import props, quality, storage
 from shardcore.errors import ShardcoreError
 from shardcore.pool import DOCUMENTS_NAME, PoolReader
@@ -113,7 +114,7 @@ def pool_training(*, pool: Pool) -> list[dict]:
         p = single[run.mixture_version_id]
         per_step = run.consumed_samples / run.last_step if run.last_step else 0
         try:
-            cumulative = storage.read_manifest(p.path)["cumulative_records"]
+            cumulative = mf.read_manifest(p.path)["cumulative_records"]
         except (ShardcoreError, OSError, KeyError):
             cumulative = []
         out.append(

@@ -8,8 +8,8 @@ from django.db.models import Count
 from shardcore import storage
 from shardcore.errors import ShardcoreError
 from shardcore.lineage import step_of_sample
+from shardcore.manifest import read_manifest
 from shardcore.mixture import Mixture
-from shardcore.storage import read_manifest
 from webapp.catalog.models import MixtureComponent, RunLoss, RunProgress, RunSegment, TrainingRun
 from webapp.catalog.selectors.common import get_or_not_found
 from webapp.catalog.selectors.lineage import version_lineage

@@ -5,6 +5,7 @@ flags and the composition of its newest tokenized version (the runs that used it
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from django.core.cache import cache
 from django.db.models import Count
@@ -59,7 +60,7 @@ def source_stats(*, tokenized: TokenizedSource | None, metadata_fields) -> dict:
     (``by_property``, ``edges``, ``counts``), read with DuckDB from its Parquet sidecars
     (per-document data never enters Postgres). Cached by fingerprint: a built artifact
     never changes. Empty for none or an unreadable sidecar."""
-    empty = {"by_property": {}, "edges": [], "counts": []}
+    empty: dict[str, Any] = {"by_property": {}, "edges": [], "counts": []}
     if tokenized is None:
         return empty
     key = f"dash:source-stats:{tokenized.pk}:{tokenized.fingerprint}"

@@ -231,7 +231,7 @@ def _matching(path: str, annotator: str, expression: str) -> list[int]:
 
     from shardcore import props
     from shardcore.annotate.artifact import DOC_ID, read_annotation
-    from shardcore.select import filter_rows
+    from shardcore.filters import filter_rows
 
     local = storage.local_artifact(path) if storage.is_remote(path) else path
     table = read_annotation(local)
@@ -253,7 +253,7 @@ def annotation_flag_where(
     """Flag the documents of the annotation's source where ``filter`` holds over its
     columns (``pii.emails > 0``), tainting everything downstream, runs included."""
     from shardcore.errors import InputError
-    from shardcore.select import filter_parse
+    from shardcore.filters import filter_parse
 
     ann = Annotation.objects.select_related("tokenized_source__source").get(pk=annotation_id)
     if ann.status != ArtifactStatus.READY:

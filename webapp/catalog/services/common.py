@@ -4,6 +4,7 @@ of an artifact's shards and of a build that did not finish."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -11,9 +12,18 @@ from django.conf import settings
 from django.utils import timezone
 
 from shardcore import storage
+from shardcore.manifest import files_by_path
+from shardcore.sandbox import LimitError, run_limited
 from webapp.catalog import guards
 from webapp.catalog.errors import CatalogError
-from webapp.catalog.models import ArtifactStatus, MixtureVersion, Pool, Shard, TokenizedSource
+from webapp.catalog.models import (
+    ArtifactStatus,
+    Corruption,
+    MixtureVersion,
+    Pool,
+    Shard,
+    TokenizedSource,
+)
 from webapp.jobs.models import JobState
 
 if TYPE_CHECKING:
@@ -31,7 +41,6 @@ def limited(fn, /, *args, what: str, **kwargs):
     """``fn(*args, **kwargs)`` in a child process with the planning limits
     (``settings.PLAN_SECONDS``, ``PLAN_MEMORY_MB``): user input never runs in the web
     process itself. A limit exceeded is a CatalogError."""
-    from shardcore.sandbox import LimitError, run_limited
 
     try:
         return run_limited(
@@ -61,7 +70,6 @@ def artifact_dir(kind: str, name: str) -> str:
 def refuse_corrupt(artifacts) -> None:
     """Build nothing on an artifact the scrub marked corrupt (or built from corrupt data):
     the error names it and its first problem."""
-    from webapp.catalog.models import Corruption
 
     for artifact in artifacts:
         field = {
@@ -79,7 +87,6 @@ def refuse_corrupt(artifacts) -> None:
 
 def jsonable(value: Any) -> Any:
     """``value`` as it reads back from a JSONField (tuples become lists, and so on)."""
-    import json
 
     return json.loads(json.dumps(value))
 
@@ -97,7 +104,6 @@ def shards_record(*, owner: dict[str, Any], out: str, manifest: dict[str, Any], 
     """The Shard rows of a built artifact. ``owner`` names it (``{"pool": pool}``);
     ``shards`` give each shard's ``index``, ``prefix`` (relative to ``out``), ``records``,
     ``documents`` and ``tokens``; size and checksum are its .bin's manifest entry."""
-    from shardcore.manifest import files_by_path
 
     files = files_by_path(manifest)
     Shard.objects.bulk_create(

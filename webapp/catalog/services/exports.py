@@ -7,12 +7,15 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from django.db import transaction
+import xxhash
 from django.utils import timezone
 
-from shardcore import storage
-from shardcore.manifest import MANIFEST_NAME
-from webapp.catalog.errors import CatalogError
+from shardcore import atomic, storage
+from shardcore.export import FORMATS, accepted_names, by_catalog_name, export
+from shardcore.manifest import MANIFEST_NAME, file_checksum, total_bytes
+from shardcore.materialize import plan_materialize
+from shardcore.units import Plan
+from webapp.catalog.errors import CatalogError, refused
 from webapp.catalog.models import (
     ArtifactStatus,
     Export,
@@ -24,6 +27,7 @@ from webapp.catalog.services.common import (
     shards_record,
 )
 from webapp.catalog.services.flags import taint_refresh
+from webapp.catalog.services.launch import launch
 from webapp.catalog.services.mixtures import version_built, version_source_ids
 
 if TYPE_CHECKING:
@@ -41,10 +45,8 @@ def built_version(version_id: int) -> MixtureVersion:
 
 EXPORT_FORMATS = {
     # catalog format -> (shardcore.export format, file name under <version>/exports/)
-    Export.Format.MEGATRON: ("megatron", "megatron.txt"),
-    Export.Format.OLMO_CORE: ("olmo", "olmo-core.yaml"),
-    Export.Format.NANOTRON: ("nanotron", "nanotron.yaml"),
-    Export.Format.JSON: ("json", "mixture.json"),
+    f.catalog: (f.name, f.file_name)
+    for f in FORMATS.values()
 }
 
 
@@ -56,10 +58,6 @@ def mixture_version_export(
     schedule, so asking again for the same file returns its ready row. A version on object
     storage gets its JSON description there; trainer configs, which name local shard
     files, are refused (``_export_target``)."""
-    import xxhash
-
-    from shardcore import atomic
-    from shardcore.manifest import file_checksum
 
     fmt, version, where, existing = mixture_version_export_find(
         version_id=version_id, fmt=fmt, global_batch_size=global_batch_size
@@ -98,12 +96,13 @@ def _export_target(
 ) -> tuple[str, MixtureVersion, str, str, dict[str, Any]]:
     """(catalog format, version, shardcore format, where its file is written: a path, or
     an s3:// URL beside a version on object storage, export options)."""
-    fmt = {"olmo": Export.Format.OLMO_CORE}.get(fmt, fmt)
-    if fmt not in EXPORT_FORMATS:
-        known = ", ".join(sorted({*EXPORT_FORMATS, "olmo"}))
+    spec = by_catalog_name(fmt)
+    if spec is None:
+        known = ", ".join(sorted(accepted_names()))
         raise CatalogError(f"unknown export format {fmt!r}; known: {known}")
+    fmt = spec.catalog
     version = built_version(version_id)
-    if storage.is_remote(version.path) and fmt != Export.Format.JSON:
+    if storage.is_remote(version.path) and spec.local_only:
         # Trainer configs name local shard files that the trainer memory-maps.
         raise CatalogError(
             f"mixture version {version} is on object storage ({version.path}): the {fmt} "
@@ -112,14 +111,14 @@ def _export_target(
         )
     core_fmt, name = EXPORT_FORMATS[fmt]
     options: dict[str, Any] = {}
-    if fmt == Export.Format.MEGATRON:
+    if spec.name == "megatron":
         # Beside megatron.txt: the stage data-args files and megatron-core's index cache
         # (keyed for Megatron-LM's default seed and --split 100,0,0), so that the order holds.
         options["out"] = Path(version.path) / "exports" / "megatron"
-    if fmt == Export.Format.NANOTRON and global_batch_size:
+    if spec.name == "nanotron" and global_batch_size:
         options["global_batch_size"] = int(global_batch_size)
         name = f"nanotron-gbs{int(global_batch_size)}.yaml"
-    if fmt == Export.Format.OLMO_CORE:
+    if spec.name == "olmo":
         # With a ready materialized copy, OLMo-core reads Shardyard's exact order from it.
         copy = (
             Export.objects.filter(
@@ -145,7 +144,7 @@ def _export_target(
 # Formats whose export writes files beside the config (Megatron: data-args files and the
 # index cache; nanotron: the pools' view folders): only written by an editor, never
 # computed for a reader's GET.
-EXPORT_WRITES_FILES = {Export.Format.MEGATRON, Export.Format.NANOTRON}
+EXPORT_WRITES_FILES = {f.catalog for f in FORMATS.values() if f.writes_beside}
 
 
 def mixture_version_export_find(
@@ -174,14 +173,10 @@ def mixture_version_export_render(
 ) -> str:
     """The text of a trainer config, computed from the built schedule without writing
     anything (what a reader's GET serves when the export was never recorded)."""
-    from shardcore.errors import ShardcoreError
-    from shardcore.export import export
 
     fmt, version, core_fmt, _path, options = _export_target(version_id, fmt, global_batch_size)
-    try:
+    with refused(f"cannot export {version} as {fmt}"):
         return export(version.path, core_fmt, **options)
-    except (ShardcoreError, OSError) as exc:
-        raise CatalogError(f"cannot export {version} as {fmt}: {exc}") from exc
 
 
 def mixture_version_materialize(
@@ -191,14 +186,12 @@ def mixture_version_materialize(
     (shardcore stage "materialize", one unit per output shard); its recorder fills the
     "materialized" Export row. While one materialization is building, asking again returns
     its job; a ready one is not rebuilt."""
-    from shardcore.errors import ShardcoreError
-    from shardcore.materialize import plan_materialize
-    from webapp.jobs.services import job_create
 
     version = built_version(version_id)
     refuse_corrupt([version])
-    with transaction.atomic():
-        MixtureVersion.objects.select_for_update().filter(pk=version.pk).first()
+    out = storage.join(version.path, "materialized", uuid.uuid4().hex[:10])
+
+    def running() -> Job | None:
         current = (
             Export.objects.filter(version=version, format=Export.Format.MATERIALIZED)
             .exclude(
@@ -211,27 +204,31 @@ def mixture_version_materialize(
         if current is not None and current.status == ArtifactStatus.READY:
             raise CatalogError(f"{version} is materialized already (export {current.pk} at "
                                f"{current.path})")  # fmt: skip
-        if current is not None and current.job is not None:
-            return current.job
-        out = storage.join(version.path, "materialized", uuid.uuid4().hex[:10])
-        try:
-            plan = plan_materialize(version.path, out, shard_bytes=shard_bytes)
-        except (ShardcoreError, OSError) as exc:
-            raise CatalogError(f"cannot materialize {version}: {exc}") from exc
-        job = job_create(
-            plan=plan,
-            title=f"materialize {version}",
-            recorder="webapp.catalog.services.exports.mixture_materialized_record",
-            created_by=created_by,
-        )
+        return current.job if current is not None else None
+
+    def plan() -> Plan:
+        with refused(f"cannot materialize {version}"):
+            return plan_materialize(version.path, out, shard_bytes=shard_bytes)
+
+    def create(job: Job, _plan: Plan) -> Job:
         Export.objects.create(version=version, format=Export.Format.MATERIALIZED, path=out, job=job)
-    return job
+        return job
+
+    return launch(
+        lock=lambda: MixtureVersion.objects.select_for_update().filter(pk=version.pk).first(),
+        running=running,
+        plan=plan,
+        create=create,
+        title=f"materialize {version}",
+        recorder="webapp.catalog.services.exports.mixture_materialized_record",
+        created_by=created_by,
+        plan_first=False,
+    )
 
 
 def mixture_materialized_record(*, job, manifest: dict | None) -> None:
     """Recorder of materialize jobs: the manifest becomes the Export row and its shards;
     a flag on data inside the version taints the copy too."""
-    from shardcore.manifest import total_bytes
 
     export = Export.objects.select_for_update().get(job=job, format=Export.Format.MATERIALIZED)
     if manifest is None:

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 
 from django.db import transaction
 
+from webapp.catalog import lineage
 from webapp.catalog.errors import CatalogError
 from webapp.catalog.models import (
     ArtifactStatus,
@@ -21,6 +22,8 @@ from webapp.catalog.models import (
     TokenizedSource,
     TrainingRun,
 )
+from webapp.catalog.scrub import corruption_refresh
+from webapp.catalog.selectors import segment_flagged
 
 
 def flag_create(
@@ -124,7 +127,6 @@ def _run_taints(flag: Flag, hit_versions: dict[int, int]) -> list[Taint]:
     read only a stretch of each earlier version, tainted when a flagged sample lies in
     it (``shardcore.lineage`` over the schedule), and its current version from the switch
     to the end. ``documents``: the most a tainted version of the run holds."""
-    from webapp.catalog.selectors import segment_flagged
 
     hit = list(hit_versions)
     out: dict[int, Taint] = {}
@@ -153,7 +155,6 @@ def _run_taints(flag: Flag, hit_versions: dict[int, int]) -> list[Taint]:
 def taint_refresh(*, source_ids: Iterable[int] | None = None) -> int:
     """Recompute the taint of every flag (of the given sources): new artifacts and runs
     built from flagged data are tainted as soon as they are recorded."""
-    from webapp.catalog.scrub import corruption_refresh
 
     flags = Flag.objects.all()
     if source_ids is not None:
@@ -194,7 +195,6 @@ def _flagged_document_ids(flag: Flag, ts: TokenizedSource) -> set[int] | None:
 def _flagged_docs_in_pool(flag: Flag, pool: Pool, hit_tokenized: dict[int, int]) -> int:
     """How many flagged documents made it into the pool (its filter and train/val split
     decide), from the pool's per-document Parquet listing."""
-    from webapp.catalog import lineage
 
     if pool.status != ArtifactStatus.READY:
         return 0

@@ -2,16 +2,29 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
+from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from shardcore import storage
-from shardcore.manifest import MANIFEST_NAME
+from shardcore import quality, storage
+from shardcore.errors import ShardcoreError
+from shardcore.manifest import MANIFEST_NAME, total_bytes
+from shardcore.mixture import (
+    Component,
+    MixtureSpec,
+    PoolInfo,
+    Stage,
+    flatten,
+    plan_epochs,
+    plan_mixture,
+)
+from shardcore.units import Plan
 from webapp.catalog import builder, guards
-from webapp.catalog.errors import CatalogError
+from webapp.catalog.errors import CatalogError, refused
 from webapp.catalog.models import (
     ArtifactStatus,
     Mixture,
@@ -27,9 +40,9 @@ from webapp.catalog.services.common import (
     refuse_corrupt,
 )
 from webapp.catalog.services.flags import taint_refresh
-
-if TYPE_CHECKING:
-    from shardcore.mixture import MixtureSpec
+from webapp.catalog.services.launch import launch
+from webapp.jobs.models import Job
+from webapp.jobs.services import job_retry
 
 
 def mixture_get_or_create(*, name: str, description: str = "", created_by=None) -> Mixture:
@@ -54,9 +67,6 @@ def mixture_version_save(
     version of mixture ``name`` (created when new), built by a job (``mixture_version_build``).
     The draft is parsed once, here; a draft that cannot be built is a CatalogError that
     says why."""
-    from shardcore.errors import ShardcoreError
-    from shardcore.mixture import MixtureSpec
-
     try:
         spec = MixtureSpec.from_dict(builder.spec_from_draft(draft))
     except (builder.BuilderError, ShardcoreError) as exc:
@@ -90,9 +100,6 @@ def mixture_version_create(
     (``shardcore.mixture.continuation``) makes a version that a run switches to
     mid-training (``runs.run_switch``), whose first stage is named after the stage the run
     was in (``first_stage``, e.g. "anneal")."""
-    from shardcore.errors import ShardcoreError
-    from shardcore.mixture import MixtureSpec
-
     if not components:
         raise CatalogError("a mixture version needs at least one component")
     first = str(first_stage or MAIN)
@@ -109,7 +116,7 @@ def mixture_version_create(
         )
     if first not in by_stage:
         raise CatalogError(f"the first stage (stage '' or {first!r}) needs at least one component")
-    try:
+    with refused("mixture spec"):
         spec = MixtureSpec.from_dict(
             {
                 "tokens": token_budget,
@@ -127,8 +134,6 @@ def mixture_version_create(
                 **({} if continues is None else {"continues": continues}),
             }
         )
-    except ShardcoreError as exc:
-        raise CatalogError(f"mixture spec: {exc}") from None
     return mixture_version_build(mixture_id=mixture_id, spec=spec, note=note, created_by=created_by)
 
 
@@ -147,23 +152,15 @@ def mixture_version_build(
     beyond ``max_repetitions`` (from the catalog's record counts). The same content saved
     again answers the version that holds it (``existed``), or reruns its build when that
     failed. Versions are never edited: changing a weight means creating the next version."""
-    import math
-    from dataclasses import replace
-
-    from shardcore.errors import ShardcoreError
-    from shardcore.mixture import Component, PoolInfo, Stage, flatten, plan_epochs, plan_mixture
-    from webapp.jobs.services import job_create
 
     leaves: dict[str, dict[int, float]] = {}  # stage -> {pool id: share}
     keys: dict[str, int] = {}  # the spec's pool keys -> pool ids
-    try:
+    with refused("mixture spec"):
         for name, comps in spec.stage_components():
             shares = leaves.setdefault(name, {})
             for key, share in flatten(comps, where=spec.field_of(name)):
                 keys[key] = _pool_id(key)
                 shares[keys[key]] = shares.get(keys[key], 0.0) + share
-    except ShardcoreError as exc:
-        raise CatalogError(f"mixture spec: {exc}") from None
     ids = list(dict.fromkeys(keys.values()))
     pools = {p.pk: p for p in Pool.objects.filter(pk__in=ids)}
     for pk in ids:
@@ -206,25 +203,32 @@ def mixture_version_build(
         base_dir=None,
     )
     content = jsonable(schedule.to_dict())
-    with transaction.atomic():
-        mixture = Mixture.objects.select_for_update().get(pk=mixture_id)
-        latest = mixture.versions.select_related("job").order_by("-number").first()
-        if latest is not None and (latest.params or {}).get("spec") == content:
-            # The same content saved again (a double click, a retried request): the version
-            # that holds it is the answer, not an identical copy; a failed build runs again.
-            if latest.status in (ArtifactStatus.FAILED, ArtifactStatus.CANCELLED) and latest.job:
-                from webapp.jobs.services import job_retry
+    mixture = Mixture.objects.get(pk=mixture_id)
+    number, out = 0, ""
 
-                job_retry(job_id=latest.job_id)
-                MixtureVersion.objects.filter(pk=latest.pk).update(
-                    status=ArtifactStatus.BUILDING, finished_at=None
-                )
-                latest.refresh_from_db()
-                return latest
-            if latest.status in (ArtifactStatus.READY, ArtifactStatus.BUILDING):
-                latest.existed = True
-                return latest
+    def running() -> MixtureVersion | None:
+        """The version that holds this content already (a double click, a retried request):
+        the answer, not an identical copy; a failed build of it runs again."""
+        nonlocal mixture, number
+        mixture = Mixture.objects.get(pk=mixture_id)
+        latest = mixture.versions.select_related("job").order_by("-number").first()
         number = (latest.number if latest is not None else 0) + 1
+        if latest is None or (latest.params or {}).get("spec") != content:
+            return None
+        if latest.status in (ArtifactStatus.FAILED, ArtifactStatus.CANCELLED) and latest.job:
+            job_retry(job_id=latest.job_id)
+            MixtureVersion.objects.filter(pk=latest.pk).update(
+                status=ArtifactStatus.BUILDING, finished_at=None
+            )
+            latest.refresh_from_db()
+            return latest
+        if latest.status in (ArtifactStatus.READY, ArtifactStatus.BUILDING):
+            latest.existed = True
+            return latest
+        return None
+
+    def plan() -> Plan:
+        nonlocal out
         try:
             out = guards.data_path(
                 "mixtures", checked_name(mixture.name, "mixture name"), f"v{number}"
@@ -238,16 +242,10 @@ def mixture_version_build(
                 f"cannot build {mixture.name} v{number}: {out} exists already; "
                 "remove it if it is a leftover of a failed save"
             )
-        try:
-            plan = plan_mixture(schedule, out)
-        except ShardcoreError as exc:
-            raise CatalogError(f"cannot build {mixture.name} v{number}: {exc}") from exc
-        job = job_create(
-            plan=plan,
-            title=f"build {mixture.name} v{number}",
-            recorder="webapp.catalog.services.mixtures.mixture_version_record",
-            created_by=created_by,
-        )
+        with refused(f"cannot build {mixture.name} v{number}"):
+            return plan_mixture(schedule, out)
+
+    def create(job: Job, _plan: Plan) -> MixtureVersion:
         version = MixtureVersion.objects.create(
             mixture=mixture,
             number=number,
@@ -266,7 +264,20 @@ def mixture_version_build(
                 for pk, share in shares.items()
             ]
         )
-    return version
+        return version
+
+    return launch(
+        # Versions of one mixture are numbered under its lock: two concurrent saves get
+        # consecutive numbers, or the second answers the first's identical content.
+        lock=lambda: Mixture.objects.select_for_update().get(pk=mixture_id),
+        running=running,
+        plan=plan,
+        create=create,
+        title=lambda: f"build {mixture.name} v{number}",
+        recorder="webapp.catalog.services.mixtures.mixture_version_record",
+        created_by=created_by,
+        plan_first=False,
+    )
 
 
 MAIN = "main"
@@ -294,7 +305,6 @@ def mixture_version_record(*, job, manifest: dict | None) -> None:
     """Recorder of mixture jobs: the built schedule's facts become the version's (samples,
     tokens, epochs per pool, stages, fingerprint), with the schedule's mixing quality;
     data flagged in its pools taints it."""
-    from shardcore.manifest import total_bytes
 
     version = MixtureVersion.objects.select_for_update().get(job=job)
     if manifest is None:
@@ -334,8 +344,6 @@ def schedule_quality(*, path: str) -> dict[str, Any]:
     """A built schedule's quality by pool (``shardcore.quality.mixture_quality``): per
     stage, window deviation against random permutations of the same samples and a verdict;
     ``{"error": ...}`` when it cannot be measured (the schedule itself is still good)."""
-    from shardcore import quality
-    from shardcore.errors import ShardcoreError
 
     try:
         return quality.mixture_quality(path, by="pool")

@@ -10,8 +10,12 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from shardcore import storage
-from shardcore.manifest import MANIFEST_NAME
-from webapp.catalog.errors import CatalogError
+from shardcore.errors import EmptySelectionError, InputError
+from shardcore.filters import filter_parse
+from shardcore.manifest import MANIFEST_NAME, read_manifest, total_bytes
+from shardcore.pool import plan_pool
+from shardcore.units import Plan
+from webapp.catalog.errors import CatalogError, refused
 from webapp.catalog.models import (
     ArtifactStatus,
     Pool,
@@ -28,6 +32,8 @@ from webapp.catalog.services.common import (
     shards_record,
 )
 from webapp.catalog.services.flags import taint_refresh
+from webapp.catalog.services.launch import launch
+from webapp.jobs.models import ACTIVE_JOB_STATES, Job
 
 
 def pool_build(
@@ -48,10 +54,6 @@ def pool_build(
     validation pool is recorded beside it when the job succeeds). ``annotation_ids``: the
     annotations of those sources the pool joins (their columns read as
     ``<annotator>.<column>``)."""
-    from shardcore.errors import EmptySelectionError, InputError
-    from shardcore.pool import plan_pool
-    from shardcore.select import filter_parse
-    from webapp.jobs.services import job_create
 
     name = checked_name(name, "pool name")
     filter = (filter or "").strip() or None
@@ -71,49 +73,43 @@ def pool_build(
     same = {"name": name, "filter": filter or "", "seq_len": seq_len, "shuffle": shuffle,
             "seed": seed, "val_fraction": val_fraction,
             "annotations": [a.pk for a in joined]}  # fmt: skip
-    running = _pool_building(parents, same)
-    if running is not None:
-        return running  # a launch while the same one runs answers the running one
-    _name_free(name)
-    out = artifact_dir("pools", name)
-    try:
+    out = ""
+
+    def plan() -> Plan:
+        nonlocal out
+        _name_free(name)
+        out = artifact_dir("pools", name)
         # Reading every sidecar through the filter: in a child process with time and
         # memory limits (DuckDB's own memory limit applies inside it as well).
-        plan = limited(
-            plan_pool,
-            [t.path for t in parents],
-            out,
-            seq_len=seq_len,
-            filter=filter,
-            shuffle=shuffle,
-            seed=seed,
-            memory=memory,
-            val_fraction=val_fraction,
-            shard_size=shard_size,
-            annotations=[a.path for a in joined],
-            what=f"planning pool {name!r}",
-        )
-    except EmptySelectionError as exc:
-        raise CatalogError(
-            f"filter: {exc}: change the filter so that it selects some documents, or "
-            "leave it empty to take them all"
-        ) from exc
-    except (InputError, ValueError) as exc:
-        raise CatalogError(f"cannot build pool {name!r}: {exc}") from exc
-    with transaction.atomic():
+        with refused(f"cannot build pool {name!r}"):
+            try:
+                return limited(
+                    plan_pool,
+                    [t.path for t in parents],
+                    out,
+                    seq_len=seq_len,
+                    filter=filter,
+                    shuffle=shuffle,
+                    seed=seed,
+                    memory=memory,
+                    val_fraction=val_fraction,
+                    shard_size=shard_size,
+                    annotations=[a.path for a in joined],
+                    what=f"planning pool {name!r}",
+                )
+            except EmptySelectionError as exc:
+                raise CatalogError(
+                    f"filter: {exc}: change the filter so that it selects some documents, "
+                    "or leave it empty to take them all"
+                ) from exc
+
+    def lock() -> None:
         # Launches over the same inputs are serialized: the second of two concurrent
         # identical ones sees the first's row and answers it.
         list(TokenizedSource.objects.select_for_update().filter(pk__in=[t.pk for t in parents]))
-        running = _pool_building(parents, same)
-        if running is not None:
-            return running
+
+    def create(job: Job, plan: Plan) -> Pool:
         _name_free(name)
-        job = job_create(
-            plan=plan,
-            title=f"pool {name}",
-            recorder="webapp.catalog.services.pools.pool_record",
-            created_by=created_by,
-        )
         try:
             with transaction.atomic():
                 pool = Pool.objects.create(
@@ -129,7 +125,17 @@ def pool_build(
             raise CatalogError(_name_taken(name)) from None
         pool.parents.set(parents)
         pool.annotations.set(joined)
-    return pool
+        return pool
+
+    return launch(
+        lock=lock,
+        running=lambda: _pool_building(parents, same),
+        plan=plan,
+        create=create,
+        title=f"pool {name}",
+        recorder="webapp.catalog.services.pools.pool_record",
+        created_by=created_by,
+    )
 
 
 def _name_taken(name: str, pool: Pool | None = None) -> str:
@@ -149,7 +155,6 @@ def _name_free(name: str) -> None:
 def _pool_building(parents: list[TokenizedSource], same: dict[str, Any]) -> Pool | None:
     """A train pool over exactly ``parents`` with the same name and parameters whose job
     is still queued or running."""
-    from webapp.jobs.models import ACTIVE_JOB_STATES
 
     want = sorted(t.pk for t in parents)
     candidates = Pool.objects.filter(
@@ -174,7 +179,6 @@ def _pool_building(parents: list[TokenizedSource], same: dict[str, Any]) -> Pool
 
 
 def _pool_fill(pool: Pool, manifest: dict) -> None:
-    from shardcore.manifest import total_bytes
 
     pool.fingerprint = manifest["fingerprint"]
     pool.num_records = manifest["num_records"]
@@ -195,7 +199,6 @@ def _pool_fill(pool: Pool, manifest: dict) -> None:
 
 def pool_record(*, job, manifest: dict | None) -> None:
     """Recorder of pool jobs: the train pool, its shards, and the validation pool."""
-    from shardcore.manifest import read_manifest
 
     pool = Pool.objects.select_for_update().get(job=job, split=Pool.Split.TRAIN)
     if manifest is None:

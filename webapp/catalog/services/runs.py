@@ -6,11 +6,20 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from django.db import transaction
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.db import connection, transaction
+from django.db.models import Exists, F, Max, OuterRef, Subquery
 from django.utils import timezone
 
+from shardcore import manifest as mf
 from shardcore import storage
-from webapp.catalog.errors import CatalogError, RunPermissionError, RunSwitchedError
+from shardcore.adapt import RULE, propose_weights
+from shardcore.blend import build_blending_indices
+from shardcore.errors import InputError
+from shardcore.locate import locate_mixture, locate_pool
+from shardcore.mixture import Mixture, continuation
+from webapp.catalog.errors import CatalogError, RunPermissionError, RunSwitchedError, refused
 from webapp.catalog.models import (
     ArtifactStatus,
     MixtureComponent,
@@ -23,6 +32,7 @@ from webapp.catalog.models import (
     Taint,
     TrainingRun,
 )
+from webapp.catalog.scrub import corruption_refresh
 from webapp.catalog.services.common import (
     checked_name,
 )
@@ -34,6 +44,7 @@ from webapp.catalog.services.mixtures import (
     version_built,
     version_source_ids,
 )
+from webapp.roles import ROLES, has_role, may_write_run, user_role
 
 
 def run_register(
@@ -49,9 +60,6 @@ def run_register(
     whoever may write the run (a trainer that retries after a lost answer gets the same
     run); anyone else's registration of a taken name is refused. A run on tainted data is
     tainted. ``created_by=None`` is an operator's command: no owner, no checks."""
-    from django.contrib.auth.models import Group
-
-    from webapp.roles import ROLES, may_write_run, user_role
 
     name = checked_name(name, "run name", max_length=200)
     version = MixtureVersion.objects.filter(pk=mixture_version_id).first()
@@ -100,8 +108,6 @@ def run_register(
                 ]
             )
             if version.corruptions.exists():
-                from webapp.catalog.scrub import corruption_refresh
-
                 corruption_refresh()
     return run
 
@@ -137,8 +143,6 @@ def run_progress_record(
     At most three statements: one locks the run and reads everything the checks need
     (the version's seq_len and size, the actor's team membership), then the report is
     inserted unless its step is recorded, and the run moved forward if it was."""
-    from django.contrib.auth import get_user_model
-    from django.db.models import Exists, F, Max, OuterRef, Subquery
 
     if consumed_samples is None and consumed_tokens is None:
         raise CatalogError("give consumed_samples or consumed_tokens")
@@ -208,7 +212,6 @@ def run_progress_record(
 def _progress_insert(run_id: int, step: int, samples: int, tokens: int, at) -> bool:
     """Insert the report of ``step`` unless one is recorded (INSERT ... ON CONFLICT DO
     NOTHING on the (run, step) constraint, in Postgres and SQLite alike); whether it was."""
-    from django.db import connection
 
     table = connection.ops.quote_name(RunProgress._meta.db_table)
     with connection.cursor() as cursor:
@@ -308,7 +311,6 @@ def _progress_check(
 
 
 def _may_write(run: TrainingRun, actor, *, in_team: bool) -> None:
-    from webapp.roles import has_role, user_role
 
     if actor is None or user_role(actor) == "admin":
         return
@@ -323,6 +325,8 @@ def _progress_counts(samples: int | None, tokens: int | None, seq_len: int) -> t
     if samples is None:
         if not seq_len:
             raise CatalogError("the run's mixture has no seq_len: report consumed_samples")
+        if tokens is None:
+            raise CatalogError("report consumed_samples or consumed_tokens")
         return tokens // seq_len, tokens
     return samples, samples * seq_len if tokens is None else tokens
 
@@ -417,7 +421,7 @@ def run_losses_record(
     rows: list[RunLoss] = []
     seen: set[tuple[str, str, int]] = set()
     if val:
-        step = check_step(step, "step")
+        step = check_step(step, "step")  # type: ignore[arg-type]
     for i, entry in enumerate(val):
         where = f"val[{i}]"
         if not isinstance(entry, dict):
@@ -448,7 +452,7 @@ def run_losses_record(
         if ("val", series, step) in seen:
             what = f"pool {pool.name}" + (f" source {source}" if source else "")
             raise CatalogError(f"{where}: {what} is given twice at step {step}")
-        seen.add(("val", series, step))
+        seen.add(("val", series, step))  # type: ignore[arg-type]
         rows.append(
             RunLoss(run=run, split="val", step=step, pool=pool, source=source, series=series,
                     loss=loss)
@@ -457,7 +461,7 @@ def run_losses_record(
         where = f"train[{i}]"
         if not isinstance(entry, dict):
             raise CatalogError(f"{where}: give an object with step and loss")
-        s = check_step(entry.get("step"), f"{where}.step")
+        s = check_step(entry.get("step"), f"{where}.step")  # type: ignore[arg-type]
         loss = check_loss(entry.get("loss"), f"{where}.loss")
         if ("train", "", s) in seen:
             raise CatalogError(f"{where}.step: step {s} is given twice")
@@ -486,8 +490,6 @@ def run_mixture_proposal(
     latest step with a whole-pool loss for every pool of its version) against the
     reference run's at the same step, or else its latest step before it. The reference
     must have reported those pools. CatalogError says what is missing."""
-    from shardcore.adapt import RULE, propose_weights
-    from shardcore.errors import InputError
 
     run = TrainingRun.objects.select_related("mixture_version").get(pk=run_id)
     ref = TrainingRun.objects.filter(pk=reference_run_id).first()
@@ -530,7 +532,11 @@ def run_mixture_proposal(
     ref_step = max(ref_steps)
     try:
         proposal = propose_weights(
-            weights, mine[step], theirs[ref_step], eta=eta, smoothing=smoothing
+            weights,
+            mine[step],
+            theirs[ref_step],
+            eta=eta,
+            smoothing=smoothing,
         )
     except InputError as e:
         raise CatalogError(str(e)) from e
@@ -552,7 +558,7 @@ def _stage_at(version: MixtureVersion, sample: int) -> str:
     stage past the end; "main" while the version has no built schedule)."""
     if not version_built(version):
         return MAIN
-    stages = storage.read_manifest(version.path)["stages"]
+    stages = mf.read_manifest(version.path)["stages"]
     inside = [st["name"] for st in stages if st["first_sample"] <= max(sample, 0)]
     return inside[-1] if inside else MAIN
 
@@ -599,9 +605,6 @@ def run_switch(*, run_id: int, weights, note: str = "", actor=None) -> dict[str,
     ``mixture_version_create``. Only whoever may write the run switches it
     (``webapp.roles.may_write_run``: its owner, a member of its team, or an admin;
     RunPermissionError otherwise); ``actor=None`` is an operator."""
-    from shardcore.errors import ShardcoreError
-    from shardcore.mixture import continuation
-    from webapp.roles import may_write_run
 
     weights = _switch_weights(weights)
     with transaction.atomic():
@@ -624,7 +627,7 @@ def run_switch(*, run_id: int, weights, note: str = "", actor=None) -> dict[str,
                 f"run {run.name} has read all {version.num_samples} samples of {version}: "
                 "nothing left to switch"
             )
-        manifest = storage.read_manifest(version.path)
+        manifest = mf.read_manifest(version.path)
         seq_len = int(manifest["seq_len"])
         stages = manifest["stages"]
         k = max(i for i, st in enumerate(stages) if st["first_sample"] <= local)
@@ -638,10 +641,8 @@ def run_switch(*, run_id: int, weights, note: str = "", actor=None) -> dict[str,
                 if _stage_name(c.stage) == st["name"]
             ]
         spec = (version.params or {}).get("spec") or manifest["spec"]
-        try:
+        with refused(f"run {run.name}"):
             cont = continuation(version.path, local)
-        except ShardcoreError as exc:
-            raise CatalogError(f"run {run.name}: {exc}") from exc
         new = mixture_version_create(
             mixture_id=version.mixture_id,
             components=components,
@@ -691,9 +692,6 @@ def run_resume_position(*, run_id: int, sample: int | None = None) -> dict[str, 
     scanned for pools read at most once. ``sample`` defaults to the run's consumed
     position: its consumed tokens when they agree with its consumed samples (then the
     token offset into the next sample is exact), else its consumed samples."""
-    from shardcore.errors import ShardcoreError
-    from shardcore.locate import locate_mixture
-    from shardcore.mixture import Mixture
 
     run = TrainingRun.objects.select_related("mixture_version").get(pk=run_id)
     segments = _segments(run)
@@ -704,15 +702,13 @@ def run_resume_position(*, run_id: int, sample: int | None = None) -> dict[str, 
     version, first = segment.mixture_version, segment.first_sample
     if len(segments) == 1 and not version_built(version):
         return _resume_by_blend(run, sample)
-    try:
+    with refused(f"run {run.name}"):
         mix = Mixture(version.path)
         seq_len = mix.seq_len
         if sample is None and run.consumed_tokens // seq_len == run.consumed_samples:
             where = locate_mixture(version.path, tokens=run.consumed_tokens - first * seq_len)
         else:
             where = locate_mixture(version.path, sample=at - first)
-    except ShardcoreError as exc:
-        raise CatalogError(f"run {run.name}: {exc}") from exc
     pool_info = mix.pools[where["pool"]]
     pools = {
         storage.resolve(c.pool.path): c.pool
@@ -752,8 +748,6 @@ def run_resume_position(*, run_id: int, sample: int | None = None) -> dict[str, 
 def _resume_by_blend(run: TrainingRun, sample: int | None) -> dict[str, Any]:
     """Resume in a version without a schedule on disk: Megatron's blend over the
     components' weights, then ``locate_pool`` in the pool read."""
-    from shardcore.blend import build_blending_indices
-    from shardcore.locate import locate_pool
 
     sample = int(run.consumed_samples if sample is None else sample)
     comps = list(
@@ -768,7 +762,7 @@ def _resume_by_blend(run: TrainingRun, sample: int | None) -> dict[str, Any]:
     else:
         index, sample_index = build_blending_indices([c.weight for c in comps], sample + 1)
         comp, pool_sample = comps[int(index[sample])], int(sample_index[sample])
-    manifest = storage.read_manifest(comp.pool.path)
+    manifest = mf.read_manifest(comp.pool.path)
     total = int(manifest["num_records"])
     if total == 0:
         raise CatalogError(f"pool {comp.pool.name} has no records")

@@ -12,6 +12,9 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from shardcore import readers
+from shardcore.manifest import fingerprint
+from shardcore.storage import s3fs_defaults
 from webapp.catalog import guards
 from webapp.catalog.errors import CatalogError, SourcePathError
 from webapp.catalog.models import (
@@ -127,12 +130,9 @@ def source_file_urls(*, source: Source) -> list[tuple[str, str, int]]:
 
 
 def _list_files(uri: str) -> list[tuple[str, str, int]]:
-    from shardcore import readers
 
     if guards.uri_is_remote(uri):
         import fsspec
-
-        from shardcore.storage import s3fs_defaults
 
         scheme, uri = guards.uri_normalize(uri)
         s3fs_defaults()  # a store that stops answering is an error, not a hang
@@ -174,7 +174,6 @@ def _list_files(uri: str) -> list[tuple[str, str, int]]:
 def source_scan(*, source_id: int) -> Source:
     """List the source's files and count their documents, bytes and bad lines (with
     samples per reason), reading each file once through ``shardcore.readers``."""
-    from shardcore import readers
 
     source = Source.objects.get(pk=source_id)
     try:
@@ -210,7 +209,6 @@ def source_scan(*, source_id: int) -> Source:
                 bad_input=report,
             )
         )  # fmt: skip
-    from shardcore.manifest import fingerprint
 
     with transaction.atomic():
         SourceFile.objects.filter(source=source).delete()

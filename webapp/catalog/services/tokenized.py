@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db import transaction
 from django.utils import timezone
 
 from shardcore import storage
+from shardcore.encoders import DEFAULT_TOKENIZER, load_tokenizer
+from shardcore.errors import InputError
 from shardcore.manifest import MANIFEST_NAME
+from shardcore.tokenize import plan_tokenize
+from shardcore.units import Plan
 from webapp.catalog import guards
-from webapp.catalog.errors import CatalogError
+from webapp.catalog.errors import CatalogError, refused
 from webapp.catalog.models import (
     ArtifactStatus,
     Source,
@@ -25,11 +28,12 @@ from webapp.catalog.services.common import (
     shards_record,
 )
 from webapp.catalog.services.flags import taint_refresh
+from webapp.catalog.services.launch import launch
 from webapp.catalog.services.sources import source_file_urls
+from webapp.jobs.models import ACTIVE_JOB_STATES
 
 
 def _tokenizer_facts(spec: str) -> dict[str, Any]:
-    from shardcore.encoders import load_tokenizer
 
     tok = load_tokenizer(spec, "reference")  # the facts only: the fast engine is not needed
     return {"fingerprint": tok.fingerprint, "vocab_size": tok.vocab_size, "eos_id": tok.eos_id}
@@ -45,7 +49,6 @@ def tokenizer_spec_check(*, spec: str) -> str:
 def tokenizer_ensure(*, spec: str) -> Tokenizer:
     """The catalog row of a tokenizer spec, loading it once (in a limited child process)
     to learn its fingerprint. hf: paths only from ``settings.TOKENIZER_ROOTS``."""
-    from shardcore.errors import InputError
 
     spec = tokenizer_spec_check(spec=spec)
     existing = Tokenizer.objects.filter(spec=spec).first()
@@ -73,60 +76,48 @@ def tokenized_source_build(
 ) -> TokenizedSource:
     """Start a tokenize job over the source's files; returns the BUILDING artifact row
     (its ``job`` shows progress). The job's recorder fills it in when the manifest exists."""
-    from shardcore.encoders import DEFAULT_TOKENIZER
-    from shardcore.errors import InputError
-    from shardcore.tokenize import plan_tokenize
-    from webapp.jobs.services import job_create
 
     source = Source.objects.get(pk=source_id)
     tok = tokenizer_ensure(spec=tokenizer or DEFAULT_TOKENIZER)
-    running = _tokenizing(source, tok)
-    if running is not None:
-        return running  # a launch while the same one runs answers the running one
-    files = source_file_urls(source=source)  # checks the roots again: files may have moved
-    if not files:
-        raise CatalogError(f"source {source.name} has no readable files")
-    out = artifact_dir("tokenized", source.name)
-    try:
-        plan = limited(
-            plan_tokenize,
-            [url for _rel, url, _size in files],
-            out,
-            tokenizer=tok.spec,
-            engine=engine,
-            text_field=source.text_field,
-            shard_size=shard_size,
-            unit_bytes=unit_bytes,
-            what=f"planning the tokenization of {source.name}",
-        )
-    except (InputError, ValueError) as exc:
-        raise CatalogError(f"cannot tokenize {source.name}: {exc}") from exc
-    with transaction.atomic():
+    out = ""
+
+    def plan() -> Plan:
+        nonlocal out
+        files = source_file_urls(source=source)  # checks the roots again: files may move
+        if not files:
+            raise CatalogError(f"source {source.name} has no readable files")
+        out = artifact_dir("tokenized", source.name)
+        with refused(f"cannot tokenize {source.name}"):
+            return limited(
+                plan_tokenize,
+                [url for _rel, url, _size in files],
+                out,
+                tokenizer=tok.spec,
+                engine=engine,
+                text_field=source.text_field,
+                shard_size=shard_size,
+                unit_bytes=unit_bytes,
+                what=f"planning the tokenization of {source.name}",
+            )
+
+    return launch(
         # Launches of one source are serialized: the second of two concurrent ones sees
         # the first's row and answers it.
-        Source.objects.select_for_update().get(pk=source.pk)
-        running = _tokenizing(source, tok)
-        if running is not None:
-            return running
-        job = job_create(
-            plan=plan,
-            title=f"tokenize {source.name} with {tok.spec}",
-            recorder="webapp.catalog.services.tokenized.tokenized_source_record",
+        lock=lambda: Source.objects.select_for_update().get(pk=source.pk),
+        running=lambda: _tokenizing(source, tok),
+        plan=plan,
+        create=lambda job, plan: TokenizedSource.objects.create(
+            source=source, tokenizer=tok, params=plan.params, path=out, job=job,
             created_by=created_by,
-        )
-        return TokenizedSource.objects.create(
-            source=source,
-            tokenizer=tok,
-            params=plan.params,
-            path=out,
-            job=job,
-            created_by=created_by,
-        )
+        ),
+        title=f"tokenize {source.name} with {tok.spec}",
+        recorder="webapp.catalog.services.tokenized.tokenized_source_record",
+        created_by=created_by,
+    )  # fmt: skip
 
 
 def _tokenizing(source: Source, tok: Tokenizer) -> TokenizedSource | None:
     """The source's tokenization with ``tok`` whose job is still queued or running."""
-    from webapp.jobs.models import ACTIVE_JOB_STATES
 
     return (
         TokenizedSource.objects.filter(

@@ -7,6 +7,7 @@ import itertools
 from django import template
 from django.utils.html import format_html, json_script
 
+from shardcore.export import FORMATS, ExportFormat
 from webapp.roles import has_role as _has_role
 
 register = template.Library()
@@ -17,6 +18,13 @@ _ids = itertools.count()
 def has_role(user, role: str) -> bool:
     """``{% if user|has_role:"editor" %}``: only hides buttons; views check again."""
     return _has_role(user, role)
+
+
+@register.simple_tag
+def export_formats(*, local: bool = False) -> list[ExportFormat]:
+    """``{% export_formats as formats %}``: the trainer exports a version page links
+    (``local=True``: only those that name no local file, for a version on object storage)."""
+    return [f for f in FORMATS.values() if not (local and f.local_only)]
 
 
 @register.simple_tag

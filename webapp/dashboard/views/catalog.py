@@ -258,7 +258,7 @@ def mixture_version_export(request, version_id: int, fmt: str):
             path, version = Path(export.path), export.version
             location = export.path
         else:
-            _fmt, version, path, export = exports.mixture_version_export_find(
+            _fmt, version, path, export = exports.mixture_version_export_find(  # type: ignore[assignment]
                 version_id=version_id, fmt=fmt
             )
             if export is None and _fmt in exports.EXPORT_WRITES_FILES:

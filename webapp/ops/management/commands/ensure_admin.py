@@ -3,7 +3,7 @@ SHARDYARD_ADMIN_PASSWORD, or a generated password printed once."""
 
 from django.core.management.base import BaseCommand
 
-from webapp.env import env_str
+from shardcore.config import env_str
 from webapp.ops.services import admin_ensure
 
 

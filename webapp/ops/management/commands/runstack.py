@@ -14,7 +14,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
-from webapp.env import env_bool, env_int
+from shardcore.config import env_bool, env_int
 from workers.celery import ensure_broker_dirs, worker_command
 
 

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from shardcore import select
+from shardcore import filters
 from shardcore.errors import InputError
 from tests.unit import pool_fixtures as pf
 
@@ -19,8 +19,8 @@ def sidecar(tmp_path_factory):
 
 
 def test_it_selects_the_rows_matching_an_expression(sidecar):
-    table = select.read_sidecar(sidecar)
-    rows, picked = select.select_shard(sidecar, "kind = 'code' AND n_tokens > 500")
+    table = filters.read_sidecar(sidecar)
+    rows, picked = filters.select_shard(sidecar, "kind = 'code' AND n_tokens > 500")
     kinds = [p["kind"] for p in table.column("props").to_pylist()]
     n = table.column("n_tokens").to_pylist()
     want = [i for i in range(table.num_rows) if kinds[i] == "code" and n[i] > 500]
@@ -29,7 +29,7 @@ def test_it_selects_the_rows_matching_an_expression(sidecar):
 
 
 def test_it_selects_everything_without_a_filter(sidecar):
-    rows, _ = select.select_shard(sidecar, None)
+    rows, _ = filters.select_shard(sidecar, None)
     assert rows.tolist() == list(range(330))
 
 
@@ -37,20 +37,20 @@ def test_it_names_an_unknown_property(sidecar):
     with pytest.raises(
         InputError, match=r"unknown property 'langue'.*known: kind, lang, package, license, doc_id"
     ):
-        select.select_shard(sidecar, "langue = 'de'")
+        filters.select_shard(sidecar, "langue = 'de'")
 
 
 @pytest.mark.parametrize("expression", ["lang ==", "lang + 1 > 2", "lang"])
 def test_it_names_an_invalid_expression(sidecar, expression):
     with pytest.raises(InputError, match=re.escape(f"filter {expression!r} is invalid")):
-        select.select_shard(sidecar, expression)
+        filters.select_shard(sidecar, expression)
 
 
 def test_it_refuses_more_than_one_statement(sidecar):
     with pytest.raises(InputError, match="';' is not allowed"):
-        select.select_shard(sidecar, "true; SELECT 1")
+        filters.select_shard(sidecar, "true; SELECT 1")
 
 
 def test_it_gives_an_expression_no_access_to_files(sidecar):
     with pytest.raises(InputError, match="is invalid"):
-        select.select_shard(sidecar, "(SELECT count(*) FROM read_csv('/etc/hostname')) > 0")
+        filters.select_shard(sidecar, "(SELECT count(*) FROM read_csv('/etc/hostname')) > 0")

@@ -29,12 +29,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from shardcore import props
+from shardcore import config, props
 from shardcore.errors import InputError
 
 ROW = "__row"  # the document's index in its shard, added before filtering
-FILTER_MEMORY = os.environ.get("SHARDYARD_FILTER_MEMORY", "512MB")
-FILTER_SECONDS = float(os.environ.get("SHARDYARD_FILTER_SECONDS", "300"))
 # Node classes of DuckDB's parse tree a filter may hold (json_serialize_sql's "class").
 _FILTER_NODES = {
     "COLUMN_REF", "CONSTANT", "COMPARISON", "CONJUNCTION", "OPERATOR", "FUNCTION", "CASE",
@@ -187,7 +185,7 @@ def filter_parse(expression: str):
         if cls == "FUNCTION" and name not in FILTER_FUNCTIONS:
             raise InputError(
                 f"filter {expression!r} is invalid: function {name!r} is not allowed in a "
-                "filter (see shardcore.select.FILTER_FUNCTIONS)"
+                "filter (see shardcore.filters.FILTER_FUNCTIONS)"
             )
     return parsed
 
@@ -246,11 +244,12 @@ def filter_rows(
     con = duckdb.connect()
     # Interrupted when it runs too long (checked between vectors: with only bounded
     # functions allowed, each vector is quick).
-    timer = _Deadline(FILTER_SECONDS, con.interrupt)
+    seconds, memory = config.filter_seconds(), config.filter_memory()
+    timer = _Deadline(seconds, con.interrupt)
     try:
         con.register("docs", table)
         con.execute("SET enable_external_access = false")
-        con.execute("SET memory_limit = ?", [FILTER_MEMORY])
+        con.execute("SET memory_limit = ?", [memory])
         con.execute("SET lock_configuration = true")
         timer.start()
         result = (
@@ -262,12 +261,12 @@ def filter_rows(
         )
     except duckdb.InterruptException:
         raise InputError(
-            f"filter {expression!r} took longer than {FILTER_SECONDS:g} s on {where} "
+            f"filter {expression!r} took longer than {seconds:g} s on {where} "
             "(SHARDYARD_FILTER_SECONDS)"
         ) from None
     except duckdb.OutOfMemoryException as exc:
         raise InputError(
-            f"filter {expression!r} needs more than {FILTER_MEMORY} on {where} "
+            f"filter {expression!r} needs more than {memory} on {where} "
             f"(SHARDYARD_FILTER_MEMORY): {_first_line(exc)}"
         ) from None
     except duckdb.BinderException as exc:

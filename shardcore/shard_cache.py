@@ -25,7 +25,7 @@ rename, and a shard another process deletes stays readable to a process that has
 mapped, so the directory can exceed the limit by the shards other processes have open.
 
 Settings: ``cache_dir`` (default ``$SHARDYARD_CACHE/stream``), ``cache_limit``
-(``SHARDYARD_CACHE_LIMIT``, default 8GiB) and ``prefetch`` (``SHARDYARD_PREFETCH``, default
+(``SHARDYARD_STREAM_CACHE_LIMIT``, default 8GiB) and ``prefetch`` (``SHARDYARD_PREFETCH``, default
 2 shards).
 """
 
@@ -41,14 +41,12 @@ from typing import Any
 import numpy as np
 import xxhash
 
+from shardcore import config, storage
 from shardcore import manifest as mf
-from shardcore import storage
 from shardcore.errors import InputError, ManifestError
 from shardcore.formats import IndexedReader
 from shardcore.sizes import parse_size
 
-DEFAULT_LIMIT = 8 << 30
-DEFAULT_PREFETCH = 2
 _OPEN_READERS = 2  # shards a reader keeps mapped per artifact (the current one and the last)
 
 
@@ -58,21 +56,16 @@ def cache_settings(
     prefetch: int | None = None,
 ) -> tuple[Path, int, int]:
     """The cache directory, limit (bytes) and prefetch depth: the arguments where given,
-    else SHARDYARD_CACHE (its ``stream`` directory), SHARDYARD_CACHE_LIMIT and
+    else SHARDYARD_CACHE (its ``stream`` directory), SHARDYARD_STREAM_CACHE_LIMIT and
     SHARDYARD_PREFETCH, else the defaults."""
     directory = Path(cache_dir) if cache_dir is not None else storage.cache_root() / "stream"
     if cache_limit is None:
-        env = os.environ.get("SHARDYARD_CACHE_LIMIT")
-        cache_limit = parse_size(env, name="SHARDYARD_CACHE_LIMIT") if env else DEFAULT_LIMIT
+        cache_limit = config.stream_cache_limit()
     cache_limit = parse_size(cache_limit, name="cache_limit")
     if int(cache_limit) <= 0:
         raise InputError(f"cache limit: must be positive, got {cache_limit}")
     if prefetch is None:
-        text = os.environ.get("SHARDYARD_PREFETCH") or str(DEFAULT_PREFETCH)
-        try:
-            prefetch = int(text)
-        except ValueError:
-            raise InputError(f"SHARDYARD_PREFETCH: not a number of shards: {text!r}") from None
+        prefetch = config.prefetch()
     if int(prefetch) < 0:
         raise InputError(f"prefetch: must be >= 0 shards, got {prefetch}")
     return directory, int(cache_limit), int(prefetch)
@@ -99,7 +92,7 @@ class ShardCache:
         return {"directory": str(self.directory), "limit": self.limit, "p": self.prefetch_depth}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["directory"], state["limit"], state["p"])
+        self.__init__(state["directory"], state["limit"], state["p"])  # type: ignore[misc]
 
     def local_path(self, artifact: str, rel: str, content: str) -> Path:
         # Named by the artifact's URL and content digest: a rebuild never reads stale bytes.
@@ -117,7 +110,7 @@ class ShardCache:
         return total
 
     def _files(self) -> list[Path]:
-        out = []
+        out: list[Path] = []
         if not self.directory.exists():
             return out
         for p in self.directory.rglob("*"):
@@ -160,7 +153,7 @@ class ShardCache:
                 raise InputError(
                     f"cache limit {self.limit} bytes in {self.directory} cannot hold {need} "
                     f"more bytes beside the {used - sum(s for _, _, s in evictable)} bytes of "
-                    "open shards; raise cache_limit (SHARDYARD_CACHE_LIMIT) or lower prefetch "
+                    "open shards; raise cache_limit (SHARDYARD_STREAM_CACHE_LIMIT) or lower prefetch "
                     "(SHARDYARD_PREFETCH)"
                 )
             return False
@@ -299,7 +292,7 @@ class RemoteRecords:
     def __init__(self, url: str, cache: ShardCache, manifest: dict[str, Any] | None = None):
         self.path = storage.resolve(url)
         self.store = storage.open_store(self.path)
-        self.manifest = manifest if manifest is not None else storage.read_manifest(self.path)
+        self.manifest = manifest if manifest is not None else mf.read_manifest(self.path)
         self.cache = cache
         self.content = xxhash.xxh3_64_hexdigest(
             str(self.manifest.get("fingerprint")).encode()
@@ -336,7 +329,7 @@ class RemoteRecords:
             reader, paths = self._readers.pop(shard)
             self._readers[shard] = (reader, paths)  # most recent last
             return reader
-        paths = self.cache.fetch(self.store, self.content, self._entries(shard))
+        paths = self.cache.fetch(self.store, self.content, self._entries(shard))  # type: ignore[assignment]
         if paths is None:  # only a prefetch declines; a read raises instead
             raise RuntimeError(f"{self.path}: shard {shard} could not be fetched")
         reader = IndexedReader(str(paths[0])[: -len(".idx")])
