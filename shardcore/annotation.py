@@ -16,14 +16,19 @@ reads a checked local copy).
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from shardcore import storage, units
 from shardcore.annotate import create
 from shardcore.annotate import get as annotator_class
-from shardcore.annotate.artifact import annotate_shard, finalize, plan
+from shardcore.annotate.artifact import DOC_ID, annotate_shard, finalize, plan, read_annotation
 from shardcore.annotate.texts import TEXT_FROM
 from shardcore.errors import InputError
+from shardcore.manifest import read_manifest
 
 STAGE = "annotation"
 
@@ -115,12 +120,8 @@ def summarize(path: str) -> dict[str, Any]:
     duplicate rate and the largest duplicate clusters; with a ``cluster`` column the
     cluster sizes, each with the top terms and snippets of the ``summary.json`` a
     clustering annotator writes beside its columns (``_cluster_descriptions``)."""
-    import numpy as np
     import pyarrow as pa
     import pyarrow.compute as pc
-
-    from shardcore.annotate.artifact import DOC_ID, read_annotation
-    from shardcore.manifest import read_manifest
 
     local = storage.local_artifact(path) if storage.is_remote(path) else path
     manifest = read_manifest(local)
@@ -231,8 +232,6 @@ def _cluster_descriptions(path: str) -> dict[int, dict[str, list[str]]]:
     """Per cluster id, its top terms and example snippets, from the ``summary.json`` a
     clustering annotator writes beside its columns (``{"clusters": [{"cluster", "size",
     "top_terms", "examples": [{"doc_id", "text", ...}]}]}``); empty when it writes none."""
-    import json
-    from pathlib import Path
 
     summary = Path(path) / "summary.json"
     if not summary.exists():

@@ -24,14 +24,15 @@ from typing import Any
 import pyarrow as pa
 
 from shardcore import props, storage
+from shardcore.annotate.artifact import DOC_ID
 from shardcore.errors import InputError, ManifestError
+from shardcore.manifest import file_checksum, read_manifest
 
 KIND = "annotation"
 
 
 def load(path: str) -> dict[str, Any]:
     """An annotation's manifest (read from a checked local copy when remote)."""
-    from shardcore.manifest import read_manifest
 
     local = storage.local_artifact(path) if storage.is_remote(path) else path
     m = read_manifest(local)
@@ -44,8 +45,6 @@ def struct_type(path: str, manifest: dict[str, Any]) -> pa.DataType:
     """The struct an annotation adds to ``props``: its columns with the types its files
     hold (those its annotator declares)."""
     import pyarrow.parquet as pq
-
-    from shardcore.annotate.artifact import DOC_ID
 
     if manifest["shards"]:
         local = storage.local_artifact(path) if storage.is_remote(path) else path
@@ -127,9 +126,6 @@ def attach(table: pa.Table, files: Sequence[dict[str, Any]], *, where: str) -> p
     """``table`` (a documents sidecar) with each annotation file's columns added to its
     ``props`` as the struct named by the annotator (``files`` from ``shard_specs``)."""
     import pyarrow.parquet as pq
-
-    from shardcore.annotate.artifact import DOC_ID
-    from shardcore.manifest import file_checksum
 
     if not files:
         return table

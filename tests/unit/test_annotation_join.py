@@ -17,8 +17,8 @@ from shardcore.annotate import pii
 from shardcore.annotate.artifact import annotate, read_annotation
 from shardcore.annotation import plan_annotation, summarize
 from shardcore.errors import InputError
-from shardcore.pool import PoolReader, build_pool
 from shardcore.filters import filter_rows
+from shardcore.pool import PoolReader, build_pool
 from shardcore.tokenize import tokenize
 from tests.unit.tokenize_fixtures import stdlib_records, write_jsonl
 

@@ -8,7 +8,8 @@ from django.db.models import Count
 from shardcore import limits
 from shardcore.encoders import DEFAULT_TOKENIZER
 from shardcore.shuffle import SHUFFLES
-from webapp.catalog.models import ArtifactStatus, Pool, TokenizedSource
+from webapp.catalog.models import Annotation, ArtifactStatus, Pool, TokenizedSource
+from webapp.catalog.services.annotations import annotation_columns
 from webapp.roles import ROLES
 
 ROLE_CHOICES = [(r, r) for r in ROLES]
@@ -118,8 +119,6 @@ class PoolBuildForm(forms.Form):
     )
 
     def __init__(self, *args, **kwargs):
-        from webapp.catalog.models import Annotation
-        from webapp.catalog.services.annotations import annotation_columns
 
         super().__init__(*args, **kwargs)
         self.fields["annotation_ids"].queryset = (

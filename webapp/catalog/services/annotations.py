@@ -10,7 +10,11 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from shardcore import storage
+from shardcore import annotate, props, storage
+from shardcore.annotate.artifact import DOC_ID, read_annotation
+from shardcore.annotation import plan_annotation, summarize
+from shardcore.errors import InputError
+from shardcore.filters import filter_parse, filter_rows
 from shardcore.manifest import MANIFEST_NAME
 from webapp.catalog.errors import CatalogError
 from webapp.catalog.models import Annotation, ArtifactStatus, Flag, TokenizedSource
@@ -21,6 +25,8 @@ from webapp.catalog.services.common import (
     refuse_corrupt,
 )
 from webapp.catalog.services.flags import flag_create
+from webapp.jobs.models import ACTIVE_JOB_STATES
+from webapp.jobs.services import job_create
 
 RECORDER = "webapp.catalog.services.annotations.annotation_record"
 
@@ -28,7 +34,6 @@ RECORDER = "webapp.catalog.services.annotations.annotation_record"
 def annotator_choices() -> list[dict[str, Any]]:
     """Every registered annotator with its version, parameters (defaults) and columns: what
     the Annotate form and the API offer."""
-    from shardcore import annotate
 
     out = []
     for name in annotate.names():
@@ -55,8 +60,6 @@ def annotator_choices() -> list[dict[str, Any]]:
 def params_parse(annotator: str, params: dict[str, Any] | str | None) -> dict[str, Any]:
     """An annotator's parameters from a dict (the API) or ``k=v`` lines (the form), each
     converted to its default's type; an unknown annotator or parameter is a CatalogError."""
-    from shardcore import annotate
-    from shardcore.errors import InputError
 
     try:
         cls = annotate.get(annotator)
@@ -101,9 +104,6 @@ def annotation_build(
     ``job`` shows progress). The same (source x annotator x parameters) already built or
     building is answered with that row: an annotation is immutable and named by its
     fingerprint, and building one never touches another."""
-    from shardcore.annotation import plan_annotation
-    from shardcore.errors import InputError
-    from webapp.jobs.services import job_create
 
     ts = TokenizedSource.objects.select_related("source").get(pk=tokenized_id)
     if ts.status != ArtifactStatus.READY:
@@ -151,7 +151,6 @@ def annotation_build(
 
 def _same(ts: TokenizedSource, fingerprint: str) -> Annotation | None:
     """The source's annotation of this fingerprint that is built, or whose job runs."""
-    from webapp.jobs.models import ACTIVE_JOB_STATES
 
     rows = Annotation.objects.filter(tokenized_source=ts, fingerprint=fingerprint)
     ready = rows.filter(status=ArtifactStatus.READY).order_by("-pk").first()
@@ -167,7 +166,6 @@ def _same(ts: TokenizedSource, fingerprint: str) -> Annotation | None:
 def annotation_record(*, job, manifest: dict | None) -> None:
     """Recorder of annotation jobs: the manifest's counts and the chart summary (computed
     here, once, so that pages never read the Parquet files)."""
-    from shardcore.annotation import summarize
 
     ann = Annotation.objects.select_for_update().get(job=job)
     if manifest is None:
@@ -229,10 +227,6 @@ def _matching(path: str, annotator: str, expression: str) -> list[int]:
     ``<annotator>.<column>``, exactly as a pool that joins it reads them)."""
     import pyarrow as pa
 
-    from shardcore import props
-    from shardcore.annotate.artifact import DOC_ID, read_annotation
-    from shardcore.filters import filter_rows
-
     local = storage.local_artifact(path) if storage.is_remote(path) else path
     table = read_annotation(local)
     cols = [c for c in table.column_names if c != DOC_ID]
@@ -252,8 +246,6 @@ def annotation_flag_where(
 ) -> Flag:
     """Flag the documents of the annotation's source where ``filter`` holds over its
     columns (``pii.emails > 0``), tainting everything downstream, runs included."""
-    from shardcore.errors import InputError
-    from shardcore.filters import filter_parse
 
     ann = Annotation.objects.select_related("tokenized_source__source").get(pk=annotation_id)
     if ann.status != ArtifactStatus.READY:

@@ -43,4 +43,6 @@ class FlagWhere(Action):
         flag = annotations.annotation_flag_where(
             annotation_id=o["annotation_id"], filter=o["filter"], reason=o["reason"]
         )
-        return f"flag {flag.pk}: {len(flag.document_ids)} document(s), {flag.taints.count()} taint(s)"
+        return (
+            f"flag {flag.pk}: {len(flag.document_ids)} document(s), {flag.taints.count()} taint(s)"
+        )
