@@ -56,7 +56,8 @@ def finalize_reads(plan: units.Plan, stats: list[dict]) -> list[str]:
     for u in plan.phases[-1]:
         if by_id[u["id"]]["records"]:
             base = "" if u["split"] == "train" else f"{VAL_DIR}/"
-            keys.append(f"{base}{shard_prefix(u['bucket'])}.docs.parquet")
+            n = plan.meta["splits"][u["split"]]["num_buckets"]
+            keys.append(f"{base}{shard_prefix(u['bucket'], n)}.docs.parquet")
     return keys
 
 
@@ -76,7 +77,7 @@ def _finalize_split(plan: units.Plan, split: str, buckets: list[tuple[int, dict]
         for b, st in buckets:
             if not st["records"]:
                 continue
-            prefix = shard_prefix(b)
+            prefix = shard_prefix(b, info["num_buckets"])
             shards.append(
                 {
                     "prefix": prefix,
