@@ -144,6 +144,70 @@ def write_pass1(out: Path, inputs: int, docs: int, doc_tokens: int, buckets: int
         first_doc += n
 
 
+def write_source(root: Path, docs: int, doc_tokens: int) -> Path:
+    """One real tokenized source of one shard (``docs`` documents of ``doc_tokens``
+    tokens, with its sidecar and checksummed manifest), for pass 1 to read."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from shardcore import manifest as mf
+    from shardcore.formats import IndexedWriter
+    from shardcore.verify import file_entry
+
+    src = root / "source"
+    prefix = "shards/src-00000"
+    with IndexedWriter(src / prefix, np.int32) as w:
+        for d in range(docs):
+            w.add((np.arange(doc_tokens, dtype=np.int32) + d * 7) % 50_000)
+    pq.write_table(
+        pa.table(
+            {
+                "doc_id": np.arange(docs, dtype=np.int64),
+                "n_tokens": np.full(docs, doc_tokens, dtype=np.int32),
+            }
+        ),
+        src / f"{prefix}.docs.parquet",
+    )
+    mf.write_manifest(
+        src,
+        {
+            "kind": "tokenized",
+            "fingerprint": mf.fingerprint("tokenized", params={"bench-scale": docs}),
+            "tokenizer": {"spec": "bench", "fingerprint": "bench", "eos_id": 0, "bos_id": None},
+            "dtype": "int32",
+            "shards": [{"prefix": prefix, "documents": docs, "tokens": docs * doc_tokens}],
+            "files": [
+                file_entry(src, f"{prefix}{ext}") for ext in (".bin", ".idx", ".docs.parquet")
+            ],
+            "documents": docs,
+        },
+    )
+    return src
+
+
+def pass1_plan(out: Path, src: Path, inputs: int, memory: int):
+    """A pool plan over ``inputs`` inputs, every one of them the real shard of ``src``
+    (pass 1 reads each on its own; only the plan, which lists them all, grows)."""
+    from shardcore import units
+    from shardcore.pool import plan_pool
+    from shardcore.pool.layout import merge_shape, merge_units
+
+    plan = plan_pool([str(src)], str(out), seq_len=2047, memory=memory, staging="tokens")
+    meta = plan.meta
+    meta["inputs"] = meta["inputs"] * inputs
+    for split in ("train", "val"):
+        meta["splits"][split]["counts"] = meta["splits"][split]["counts"] * inputs
+    total = sum(meta["splits"][s]["num_buckets"] for s in ("train", "val"))
+    meta["splits"]["train"]["num_buckets"] = total * inputs  # the buckets grow with the data
+    meta["merge_levels"], meta["merge_fan_in"] = merge_shape(inputs)
+    plan = units.Plan(plan.stage, plan.out, plan.params, [], meta)
+    plan.phases = [
+        [{"id": f"assign-{i:05d}", "input": i} for i in range(inputs)],
+        *(merge_units(plan, level) for level in range(1, meta["merge_levels"] + 1)),
+    ]
+    return plan
+
+
 def make_plan(out: Path, inputs: int, buckets: int, group: int, memory: int, seq_len: int):
     from shardcore import units
     from shardcore.pool.layout import merge_shape, merge_units
@@ -258,8 +322,13 @@ def report(rows: list[dict], args) -> list[str]:
         r["merge_cpu"] = sum(lv["cpu_s"] for lv in r["levels"])
         r["unit_cpu"] = max(lv["unit_cpu_median_s"] for lv in r["levels"])
         r["unit_peak"] = max(lv["unit"]["peak_rss_mb"] for lv in r["levels"])
+        r["pass1_cpu"] = max(u["cpu_s"] for u in r["pass1"])
+        r["pass1_base"] = max(u["base_rss_mb"] for u in r["pass1"])
+        r["pass1_peak"] = max(u["peak_rss_mb"] for u in r["pass1"])
     groups = -(-args.buckets // args.group)
     fit = {
+        "pass1_cpu_exponent": slope(xs, [r["pass1_cpu"] for r in rows]),
+        "pass1_rss_exponent": slope(xs, [r["pass1_peak"] for r in rows]),
         "pass2_cpu_exponent": slope(xs, [r["pass2_cpu_s"] for r in rows]),
         "pass2_rss_exponent": slope(xs, [r["pass2_peak_rss_mb"] for r in rows]),
         "merge_unit_cpu_exponent": slope(xs, [r["unit_cpu"] for r in rows]),
@@ -283,14 +352,16 @@ def report(rows: list[dict], args) -> list[str]:
         f"{args.docs:,} documents of {args.doc_tokens} tokens, {args.buckets} buckets "
         f"({args.group} per group), budget {budget:.0f} MiB, tokens staging",
         "",
-        "| inputs | levels x fan-in | merge units | files opened | merge CPU s (all units) "
+        "| inputs | pass-1 unit CPU s | pass-1 RSS MB: before -> peak | levels x fan-in "
+        "| merge units | files opened | merge CPU s (all units) "
         "| merge unit CPU s (median, worst level) | merge unit peak RSS MB | pass-2 unit CPU s "
         "| pass-2 RSS MB: before -> peak |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         lines.append(
-            f"| {r['inputs']:,} | {len(r['levels'])} x {r['fan_in']} | {r['merge_units']:,} | "
+            f"| {r['inputs']:,} | {r['pass1_cpu']:.3f} | {r['pass1_base']:.0f} -> "
+            f"{r['pass1_peak']:.0f} | {len(r['levels'])} x {r['fan_in']} | {r['merge_units']:,} | "
             f"{r['merge_files']:,} | {r['merge_cpu']:.2f} | {r['unit_cpu']:.3f} | "
             f"{r['unit_peak']:.0f} | {r['pass2_cpu_s']:.3f} | "
             f"{r['pass2_base_rss_mb']:.0f} -> {r['pass2_peak_rss_mb']:.0f} |"
@@ -310,7 +381,9 @@ def report(rows: list[dict], args) -> list[str]:
             )
     lines += [
         "",
-        f"fitted (inputs {xs[0]:,} -> {xs[-1]:,}): merge unit CPU ~ inputs^"
+        f"fitted (inputs {xs[0]:,} -> {xs[-1]:,}): pass-1 unit CPU ~ inputs^"
+        f"{fit['pass1_cpu_exponent']:.2f}, peak RSS ~ inputs^{fit['pass1_rss_exponent']:.2f}; "
+        f"merge unit CPU ~ inputs^"
         f"{fit['merge_unit_cpu_exponent']:.2f}, merge unit peak RSS ~ inputs^"
         f"{fit['merge_unit_rss_exponent']:.2f}; pass-2 unit CPU ~ inputs^"
         f"{fit['pass2_cpu_exponent']:.2f}, RSS ~ inputs^{fit['pass2_rss_exponent']:.2f}; "
@@ -337,6 +410,9 @@ def main() -> int:
     ap.add_argument("--buckets", type=int, default=64)
     ap.add_argument("--group", type=int, default=16, help="buckets per group")
     ap.add_argument("--memory", type=int, default=256 << 20)
+    ap.add_argument(
+        "--pass1-docs", type=int, default=2000, help="documents of the real input of pass 1"
+    )
     ap.add_argument("--pass2-units", type=int, default=4, help="pass-2 units timed per size")
     ap.add_argument("--workdir", default="/tmp/shardyard-bench-scale-pool")
     ap.add_argument("--report", help="print the report of a results.json, measure nothing")
@@ -381,11 +457,19 @@ def main() -> int:
             for b in range(min(args.pass2_units, args.group))
         ]
         merge = levels[-1]["unit"]
+        # Pass 1 for real: the last input's unit over the real shard, in a fresh process.
+        p1_plan = pass1_plan(
+            out / "pass1", write_source(out, args.pass1_docs, args.doc_tokens), inputs, args.memory
+        )
+        p1_path = out / "pass1-plan.json"
+        p1_path.write_text(json.dumps(p1_plan.to_json()))
+        pass1 = [run_unit(p1_path, p1_plan.phases[0][i]["id"]) for i in (0, inputs - 1)]
         row = {
             "inputs": inputs,
             "docs_per_input": args.docs / inputs,
             "generate_s": gen,
             "merge": merge,
+            "pass1": pass1,
             "levels": levels,
             "fan_in": plan.meta["merge_fan_in"],
             "pass2": pass2,

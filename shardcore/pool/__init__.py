@@ -21,11 +21,15 @@ The stage ``pool`` follows the unit-of-work protocol (``shardcore.units``), in p
   ``.segments.npz``, ``.docs.parquet``) is written, checksummed as it is written, every
   file fsynced before the unit is marked done;
 * finalize: ``documents.parquet``, the manifests from the units' checksums (the
-  validation pool's in ``val/``, then the pool's ``manifest.json``, the commit point).
+  validation pool's in ``val/``, then the pool's ``manifest.json``, the commit point). A
+  split of more than 1,000 buckets fans its shards out (``shards/DDDD/pool-XXXXXXX``) and
+  keeps its documents table partitioned: the shards' sidecars are the table
+  (``"documents_table": "shards"``, read by ``PoolReader.documents``), so its finalize
+  reads no shard and writes only the manifest.
 
 Total overhead: pass 1, pass 2 and every merge unit open O(1) files (a merge unit at most
-64); the merge opens about levels x fan-in x max(inputs, groups) files in all and rewrites
-the documents' metadata once per level (where one merge of every input per group made
+64); the merge opens about levels x max(inputs, fan-in x groups) files in all and
+rewrites the documents' metadata once per level (where one merge of every input per group made
 inputs x groups reads). Scratch files are fanned out, a thousand per directory.
 
 Both stagings load the same tokens in the same order into the same packing code, so they
@@ -47,8 +51,10 @@ the merge tree.
 Pool directory::
 
     manifest.json        kind "pool", counts, shards, cumulative_records, files, ...
-    documents.parquet    one row per pool document, in pool order (source, doc_id, ...)
-    shards/pool-XXXXX.{bin,idx,segments.npz,docs.parquet}
+    documents.parquet    one row per pool document, in pool order (source, doc_id, ...);
+                         absent where the table is partitioned (the shards' sidecars)
+    shards/pool-XXXXX.{bin,idx,segments.npz,docs.parquet}   (shards/DDDD/pool-XXXXXXX.*
+                         above 1,000 buckets)
     val/                 the validation pool, same layout, its own manifest
 """
 

@@ -22,6 +22,9 @@ PASS1_DIR = "_pass1"
 SHARDS_DIR = "shards"
 VAL_DIR = "val"
 DOCUMENTS_NAME = "documents.parquet"
+# The manifest's "documents_table" of a split of more than FANOUT buckets: its documents
+# table is its shards' sidecars (``PoolReader.documents``), not one ``documents.parquet``.
+PARTITIONED = "shards"
 SPLITS = ("train", "val")
 # Metadata columns added to each document's sidecar properties.
 SOURCE_COL, SHARD_COL, ROW_COL, KEY_COL = "source", "source_shard", "source_row", "__key"
@@ -241,11 +244,17 @@ def split_dir(out: str, split: str) -> Path:
     return Path(out) if split == "train" else Path(out) / VAL_DIR
 
 
+def partitioned(num_buckets: int) -> bool:
+    """Whether a split of ``num_buckets`` buckets fans its shards out and keeps its
+    documents table partitioned (the shards' sidecars)."""
+    return num_buckets > FANOUT
+
+
 def shard_prefix(b: int, num_buckets: int = 0) -> str:
     """Bucket ``b``'s shard, relative to its split's directory: ``shards/pool-XXXXX`` in a
     split of at most FANOUT buckets, else fanned out, FANOUT per directory
     (``shards/DDDD/pool-XXXXXXX``). Readers follow the manifest's prefixes."""
-    if num_buckets <= FANOUT:
+    if not partitioned(num_buckets):
         return f"{SHARDS_DIR}/pool-{b:05d}"
     return f"{SHARDS_DIR}/{b // FANOUT:04d}/pool-{b:07d}"
 

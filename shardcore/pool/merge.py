@@ -6,13 +6,13 @@ level's ranges are the bucket groups, so that a pass-2 unit reads one file whate
 number of inputs.
 
 Cost: a unit opens ``fan_in`` (<= ``MERGE_FAN_IN``) files and holds about one group's
-metadata (a range of F ** (L - l) groups of F ** l inputs: F ** L / inputs groups' worth).
-Each level has about ``max(groups, inputs / fan_in ** (l - 1))`` ranges x batches, so the
-merge opens about ``levels x fan_in x max(groups, inputs)`` files in all, and rewrites the
-metadata ``levels`` (= ceil(log_64 inputs)) times: the total grows as (inputs + groups)
-x fan_in x log(inputs), where one merge of every input per group made inputs x groups
-reads. Memory: the range's metadata, gathered in slices combined every
-``_COMBINE_EVERY`` files (a plan made before the tree may merge every input at once).
+metadata (a range of F ** (L - l) groups of F ** l inputs: F ** L / inputs groups' worth,
+at most ~1.3). Level l opens each file of level l - 1 once per range of level l it
+overlaps: about max(inputs, fan_in x groups) files per level, levels x that in all, and
+rewrites the documents' metadata once per level (levels = ceil(log_64 inputs)): the total
+grows as (inputs + groups) times a log factor, where one merge of every input per group
+made inputs x groups reads. Memory: the range's metadata, gathered in slices combined
+every ``_COMBINE_EVERY`` files (a plan made before the tree merges every input at once).
 
 With "tokens" staging the unit writes the range's tokens in its row order (every file's
 tokens are in its row order, so a bucket's documents from one file are one contiguous

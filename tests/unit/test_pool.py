@@ -303,7 +303,9 @@ def test_a_pool_of_more_buckets_than_a_directory_holds_fans_its_shards_out(
     sources, tmp_path, monkeypatch
 ):
     """Shards, unit markers and scratch files are spread over directories of at most
-    FANOUT entries (here 3); the records, documents and checksums are the flat pool's."""
+    FANOUT entries (here 3), and the documents table stays partitioned (the shards'
+    sidecars: finalize reads no shard); the records, documents and shard checksums are
+    the flat pool's."""
     from shardcore import verify
     from shardcore.pool import layout
 
@@ -327,9 +329,16 @@ def test_a_pool_of_more_buckets_than_a_directory_holds_fans_its_shards_out(
     a, b = Pool(tmp_path / "flat"), Pool(tmp_path / "fanned")
     assert a.num_records == b.num_records
     assert np.array_equal(a.records(0, a.num_records), b.records(0, b.num_records))
-    assert a.documents.equals(b.documents)
-    # The same files' bytes under the fanned-out names.
-    assert sorted(e["xxh3"] for e in flat["files"]) == sorted(e["xxh3"] for e in fanned["files"])
+    assert not a.partitioned and b.partitioned and fanned["documents_table"] == "shards"
+    assert not (tmp_path / "fanned" / "documents.parquet").exists()
+    assert b.document_files()[:2] == [f"{p}.docs.parquet" for p in prefixes[:2]]
+    assert verify.check_files_read(b.path, b.manifest, b.document_files()) > 0
+    assert a.documents.equals(b.documents)  # source_fingerprint included
+    assert a.documents.num_rows == fanned["documents"]
+    assert np.array_equal(a.document_values("kind"), b.document_values("kind"))
+    # The same shard files' bytes under the fanned-out names (and no documents.parquet).
+    shard_sums = sorted(e["xxh3"] for e in flat["files"] if e["path"] != "documents.parquet")
+    assert shard_sums == sorted(e["xxh3"] for e in fanned["files"])
     assert verify.verify(str(tmp_path / "fanned")).ok
 
 
