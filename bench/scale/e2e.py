@@ -435,7 +435,7 @@ def run(
     work: Path, *, size: int, shards: int, queue: str, env: dict, doc_chars: int = 4000,
     seed_modules: int = 0, input_shard_size: int = 256 << 20, memory: int = 256 << 20,
     seq_len: int = 2048, kill_at: float = 0.5, restart: bool = True, timeout: float = 7200,
-    keep: bool = False, name: str = "scale", log=print,
+    name: str = "scale", log=print,
 ) -> dict:  # fmt: skip
     """The whole run under ``work`` (the catalog's source and data roots must be
     ``work/sources`` and ``work/data`` in this process's settings and in ``env``)."""
@@ -512,10 +512,13 @@ def run(
     finally:
         for w in workers:
             w.stop()
-        if not keep:
-            for d in ("data", "one-process"):
-                shutil.rmtree(work / d, ignore_errors=True)
     return report
+
+
+def cleanup(work: Path) -> None:
+    """Delete the inputs and both pools (the seed text and the logs stay)."""
+    for d in ("data", "one-process"):
+        shutil.rmtree(work / d, ignore_errors=True)
 
 
 def record_tokenized(source, out: Path, manifest: dict):
@@ -635,21 +638,27 @@ def main() -> int:
     call_command("migrate", verbosity=0)
     env = {**os.environ, "DATABASE_URL": database_url()}
     name = f"scale-{time.strftime('%Y%m%d-%H%M%S')}"
-    report = run(
-        work, size=size, shards=args.shards, queue=queue, env=env, doc_chars=args.doc_chars,
-        input_shard_size=parse_size(args.input_shard_size), memory=parse_size(args.memory),
-        seq_len=args.seq_len, kill_at=args.kill_at, restart=not args.no_restart,
-        keep=args.keep, name=name,
-        log=lambda m: print(f"[{time.strftime('%H:%M:%S')}] {m}", flush=True),
-    )  # fmt: skip
+    commit = ""
     with contextlib.suppress(OSError):
-        report["commit"] = subprocess.run(
+        commit = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True
         ).stdout.strip()
-    text = markdown(report)
-    print(text)
-    (work / f"results-{name}.json").write_text(json.dumps(report, indent=1, default=str))
-    (work / f"results-{name}.md").write_text(text + "\n")
+    try:
+        report = run(
+            work, size=size, shards=args.shards, queue=queue, env=env,
+            doc_chars=args.doc_chars, input_shard_size=parse_size(args.input_shard_size),
+            memory=parse_size(args.memory), seq_len=args.seq_len, kill_at=args.kill_at,
+            restart=not args.no_restart, name=name,
+            log=lambda m: print(f"[{time.strftime('%H:%M:%S')}] {m}", flush=True),
+        )  # fmt: skip
+        report["commit"] = commit
+        text = markdown(report) + f"\ncode: commit {commit}"
+        print(text, flush=True)
+        (work / f"results-{name}.json").write_text(json.dumps(report, indent=1, default=str))
+        (work / f"results-{name}.md").write_text(text + "\n")
+    finally:
+        if not args.keep:
+            cleanup(work)
     return 0 if report["identical"] else 1
 
 
