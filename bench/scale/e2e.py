@@ -255,7 +255,7 @@ class Worker:
 class Sampler(threading.Thread):
     """Samples the workers' processes every ``interval`` seconds until stopped."""
 
-    def __init__(self, workers: list[Worker], interval: float = 0.5):
+    def __init__(self, workers: list[Worker], interval: float = 1.0):
         super().__init__(daemon=True)
         self.workers, self.interval, self.done = workers, interval, threading.Event()
 
@@ -286,7 +286,10 @@ def database_url() -> str:
 # ---------------------------------------------------------------------------- the runs
 
 
-def wait_job(job_id: int, *, timeout: float, log=print, on_poll=None, every: float = 10.0):
+def wait_job(
+    job_id: int, *, timeout: float, log=print, on_poll=None, every: float = 10.0,
+    poll: float = 0.5,
+):  # fmt: skip
     """Poll the job row until it ends, printing progress every ``every`` seconds;
     ``on_poll(job)`` is called at each poll."""
     from webapp.jobs.models import Job, JobState
@@ -308,17 +311,18 @@ def wait_job(job_id: int, *, timeout: float, log=print, on_poll=None, every: flo
             )
         if now - t0 > timeout:
             raise TimeoutError(f"job {job_id} did not finish in {timeout:.0f} s")
-        time.sleep(0.2)
+        time.sleep(poll)
 
 
 @dataclass
 class KillPlan:
     """SIGKILL a worker once ``at`` of the job's units are done, while it runs a unit;
-    then start ``restart`` in its place (None: leave the survivor to heal by lease)."""
+    then, with ``restart``, start another in its place (named after it, "b" added;
+    without, the survivor heals the lost unit alone, by lease)."""
 
     at: float
     start_worker: object  # name -> Worker
-    restart: str | None
+    restart: bool
     killed: dict = field(default_factory=dict)
 
     def __call__(self, job, workers: list[Worker], sampler_workers: list[Worker]) -> None:
@@ -338,7 +342,7 @@ class KillPlan:
                 "units_total": job.units_total, "at_s": victim.killed_at,
             }  # fmt: skip
             if self.restart:
-                w = self.start_worker(self.restart)
+                w = self.start_worker(victim.name + "b")
                 workers.append(w)
                 sampler_workers.append(w)
             return
@@ -376,25 +380,32 @@ def service_pool(ts_ids, name, params, workers, kill: KillPlan, *, timeout, log=
             "killed": kill.killed}  # fmt: skip
 
 
-def one_process_pool(inputs: list[str], out: Path, params: dict) -> dict:
-    """``plan_pool`` + ``run_local`` (``build_pool``, as ``shardyard pool`` runs it) in a
-    fresh interpreter under /usr/bin/time: wall, CPU and peak RSS."""
+def one_process_start(inputs: list[str], out: Path, params: dict) -> tuple:
+    """Start ``plan_pool`` + ``run_local`` (``build_pool``, as ``shardyard pool`` runs it)
+    in a fresh interpreter under /usr/bin/time; ``one_process_wait`` gives its wall, CPU
+    and peak RSS."""
     code = (
         f"import sys; sys.path.insert(0, {str(ROOT)!r})\n"
         "from shardcore.pool import build_pool\n"
         f"build_pool({inputs!r}, {str(out)!r}, workers=1, **{params!r})\n"
     )
-    t = time.monotonic()
-    done = subprocess.run(
-        ["/usr/bin/time", "-f", "RSS_KB %M CPU %U %S", sys.executable, "-c", code],
-        capture_output=True, text=True,
-    )  # fmt: skip
+    cmd = ["/usr/bin/time", "-f", "RSS_KB %M CPU %U %S", sys.executable, "-c", code]
+    stderr = open(out.parent / f"{out.name}.stderr", "w+")  # noqa: SIM115 (closed in wait)
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=stderr), stderr, time.monotonic()
+
+
+def one_process_wait(started: tuple) -> dict:
+    proc, stderr, t = started
+    code = proc.wait()
     wall = time.monotonic() - t
-    if done.returncode:
-        raise RuntimeError(f"one-process build failed:\n{done.stderr[-3000:]}")
-    line = [x.split() for x in done.stderr.splitlines() if x.startswith("RSS_KB")][-1]
+    stderr.seek(0)
+    text = stderr.read()
+    stderr.close()
+    if code:
+        raise RuntimeError(f"one-process build failed:\n{text[-3000:]}")
+    line = [x.split() for x in text.splitlines() if x.startswith("RSS_KB")][-1]
     return {"wall_s": wall, "cpu_s": float(line[3]) + float(line[4]),
-            "peak_rss_mb": int(line[1]) / 1024}  # fmt: skip
+            "peak_rss_mb": int(line[1]) / 1024, "load_after": os.getloadavg()}  # fmt: skip
 
 
 def output_files(directory: Path) -> tuple[list[str], list[str]]:
@@ -435,7 +446,7 @@ def run(
     work: Path, *, size: int, shards: int, queue: str, env: dict, doc_chars: int = 4000,
     seed_modules: int = 0, input_shard_size: int = 256 << 20, memory: int = 256 << 20,
     seq_len: int = 2048, kill_at: float = 0.5, restart: bool = True, timeout: float = 7200,
-    name: str = "scale", log=print,
+    concurrent: bool = False, name: str = "scale", log=print,
 ) -> dict:  # fmt: skip
     """The whole run under ``work`` (the catalog's source and data roots must be
     ``work/sources`` and ``work/data`` in this process's settings and in ``env``)."""
@@ -482,7 +493,12 @@ def run(
                   "val_fraction": 0.0,
                   "shard_size": max(4096, ts.num_tokens * 4 // shards)}  # fmt: skip
         report["params"] = params
-        kill = KillPlan(at=kill_at, start_worker=start, restart="w1b" if restart else None)
+        kill = KillPlan(at=kill_at, start_worker=start, restart=restart)
+        one = work / "one-process"
+        shutil.rmtree(one, ignore_errors=True)
+        keys = ("seq_len", "shuffle", "seed", "memory", "val_fraction", "shard_size")
+        one_params = {k: params[k] for k in keys}
+        alongside = one_process_start([ts.path], one, one_params) if concurrent else None
         svc = service_pool([ts.pk], f"{name}-pool", params, workers, kill,
                            timeout=timeout, log=log)  # fmt: skip
         job, pool = svc["job"], svc["pool"]
@@ -497,12 +513,10 @@ def run(
                                  "killed": w.killed_at is not None} for w in workers},
         }  # fmt: skip
         log(f"service: {json.dumps(report['service'], default=str)}")
-        # 4. The same pool in one process, and the bytes compared.
-        one = work / "one-process"
-        shutil.rmtree(one, ignore_errors=True)
-        keys = ("seq_len", "shuffle", "seed", "memory", "val_fraction", "shard_size")
-        report["one_process"] = one_process_pool([ts.path], one, {k: params[k] for k in keys})
-        report["one_process"]["load_after"] = os.getloadavg()
+        # 4. The same pool in one process (or its end, when it ran alongside), and the
+        # bytes compared.
+        started = alongside or one_process_start([ts.path], one, one_params)
+        report["one_process"] = {**one_process_wait(started), "concurrent": concurrent}
         log(f"one process: {report['one_process']}")
         t = time.monotonic()
         report["compare"] = compare(Path(pool.path), one)
@@ -607,6 +621,11 @@ def main() -> int:
     ap.add_argument("--lease", type=int, default=20, help="SHARDYARD_UNIT_LEASE, seconds")
     ap.add_argument("--workdir", default="/tmp/sy-e2e-scale")
     ap.add_argument("--keep", action="store_true", help="keep the inputs and outputs")
+    ap.add_argument(
+        "--concurrent", action="store_true",
+        help="run the one-process build at the same time as the service's (wall times "
+        "then include each other's load; CPU time and memory do not)",
+    )  # fmt: skip
     ap.add_argument("--force", action="store_true", help="run even if the disk looks short")
     args = ap.parse_args()
     size = parse_size(args.size)
@@ -648,7 +667,7 @@ def main() -> int:
             work, size=size, shards=args.shards, queue=queue, env=env,
             doc_chars=args.doc_chars, input_shard_size=parse_size(args.input_shard_size),
             memory=parse_size(args.memory), seq_len=args.seq_len, kill_at=args.kill_at,
-            restart=not args.no_restart, name=name,
+            restart=not args.no_restart, concurrent=args.concurrent, name=name,
             log=lambda m: print(f"[{time.strftime('%H:%M:%S')}] {m}", flush=True),
         )  # fmt: skip
         report["commit"] = commit
