@@ -506,6 +506,7 @@ def run(
             raise RuntimeError(f"pool job {job.pk} {job.state}: {job.error}\n{job.log_tail}")
         report["service"] = {
             "wall_s": svc["wall_s"], "launch_s": svc["launch_s"], "units": job.units_total,
+            "job_s": (job.finished_at - job.started_at).total_seconds(),
             "shards": pool.shards.count(), "records": pool.num_records,
             "documents": pool.num_documents, "tokens": pool.num_tokens,
             "killed": svc["killed"], "load_after": os.getloadavg(),
@@ -655,6 +656,13 @@ def main() -> int:
 
     django.setup()
     call_command("migrate", verbosity=0)
+    from webapp.jobs.models import ACTIVE_JOB_STATES, Job  # the app registry is ready now
+
+    active = list(Job.objects.filter(state__in=ACTIVE_JOB_STATES).values_list("pk", "title"))
+    if active and not args.force:
+        # Their workers' sweepers would send their queued units again, onto this run's queue.
+        print(f"jobs still active in this database (cancel them first): {active}")
+        return 2
     env = {**os.environ, "DATABASE_URL": database_url()}
     name = f"scale-{time.strftime('%Y%m%d-%H%M%S')}"
     commit = ""
