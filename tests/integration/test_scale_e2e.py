@@ -66,9 +66,9 @@ def test_a_pool_built_through_the_service_with_a_worker_killed_equals_a_one_proc
     # The comparison sees a single flipped byte.
     other = tmp_path / "flipped"
     shutil.copytree(tmp_path / "one-process", other)
-    victim = other / "shards" / sorted(p.name for p in (other / "shards").glob("*.bin"))[7]
+    victim = sorted((other / "shards").rglob("*.bin"))[7]
     data = bytearray(victim.read_bytes())
     data[len(data) // 2] ^= 1
     victim.write_bytes(bytes(data))
     flipped = e2e.compare(Path(pool.path), other)
-    assert flipped["differ"] == [f"shards/{victim.name}"] and not flipped["identical"]
+    assert flipped["differ"] == [str(victim.relative_to(other))] and not flipped["identical"]
