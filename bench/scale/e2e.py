@@ -230,6 +230,15 @@ class Worker:
     def peak_rss_mb(self) -> float:
         return max((rss for _, rss in self.seen.values()), default=0.0)
 
+    def split(self) -> dict:
+        """CPU seconds and peak RSS of the main process (consumer, heartbeats, sweeper)
+        and of its pool children (the units)."""
+        main = self.seen.get(self.proc.pid, (0.0, 0.0))
+        kids = [v for pid, v in self.seen.items() if pid != self.proc.pid]
+        return {"main_cpu_s": main[0], "main_peak_rss_mb": main[1],
+                "units_cpu_s": sum(c for c, _ in kids),
+                "units_peak_rss_mb": max((r for _, r in kids), default=0.0)}  # fmt: skip
+
     def kill(self) -> None:
         """SIGKILL the whole process group (the worker and its pool child), by its id."""
         self.sample()
@@ -389,22 +398,22 @@ def one_process_start(inputs: list[str], out: Path, params: dict) -> tuple:
         "from shardcore.pool import build_pool\n"
         f"build_pool({inputs!r}, {str(out)!r}, workers=1, **{params!r})\n"
     )
-    cmd = ["/usr/bin/time", "-f", "RSS_KB %M CPU %U %S", sys.executable, "-c", code]
+    cmd = ["/usr/bin/time", "-f", "RSS_KB %M CPU %U %S WALL %e", sys.executable, "-c", code]
     stderr = open(out.parent / f"{out.name}.stderr", "w+")  # noqa: SIM115 (closed in wait)
-    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=stderr), stderr, time.monotonic()
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=stderr), stderr
 
 
 def one_process_wait(started: tuple) -> dict:
-    proc, stderr, t = started
+    proc, stderr = started
     code = proc.wait()
-    wall = time.monotonic() - t
     stderr.seek(0)
     text = stderr.read()
     stderr.close()
     if code:
         raise RuntimeError(f"one-process build failed:\n{text[-3000:]}")
     line = [x.split() for x in text.splitlines() if x.startswith("RSS_KB")][-1]
-    return {"wall_s": wall, "cpu_s": float(line[3]) + float(line[4]),
+    # Its own wall time (it may have ended long before this wait, when run alongside).
+    return {"wall_s": float(line[6]), "cpu_s": float(line[3]) + float(line[4]),
             "peak_rss_mb": int(line[1]) / 1024, "load_after": os.getloadavg()}  # fmt: skip
 
 
@@ -511,7 +520,8 @@ def run(
             "documents": pool.num_documents, "tokens": pool.num_tokens,
             "killed": svc["killed"], "load_after": os.getloadavg(),
             "workers": {w.name: {"cpu_s": w.cpu_s, "peak_rss_mb": w.peak_rss_mb,
-                                 "killed": w.killed_at is not None} for w in workers},
+                                 "killed": w.killed_at is not None, **w.split()}
+                        for w in workers},
         }  # fmt: skip
         log(f"service: {json.dumps(report['service'], default=str)}")
         # 4. The same pool in one process (or its end, when it ran alongside), and the
@@ -566,7 +576,10 @@ def markdown(report: dict) -> str:
     killed = svc["killed"] or {}
     gb = inp["token_bytes"] / 1e9
     workers = ", ".join(
-        f"{n}: {w['cpu_s']:.0f} s / {w['peak_rss_mb']:.0f} MB{' (killed)' if w['killed'] else ''}"
+        f"{n}: {w['cpu_s']:.0f} s / {w['peak_rss_mb']:.0f} MB (main process "
+        f"{w.get('main_cpu_s', 0):.0f} s / {w.get('main_peak_rss_mb', 0):.0f} MB, units "
+        f"{w.get('units_cpu_s', 0):.0f} s / {w.get('units_peak_rss_mb', 0):.0f} MB)"
+        f"{' killed' if w['killed'] else ''}"
         for n, w in svc["workers"].items()
     )
     rows = [
