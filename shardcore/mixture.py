@@ -649,7 +649,7 @@ def _families(
     want_length = bool(options.get("length_bins", True))
     if not by and not want_length:
         return fams
-    from shardcore.pool import DOCUMENTS_NAME, PoolReader
+    from shardcore.pool import PoolReader
 
     per_pool = []
     for p in pools:
@@ -659,7 +659,8 @@ def _families(
         verify.check_files_read(
             pool.path,
             pool.manifest,
-            [DOCUMENTS_NAME] + [f"{sh['prefix']}.segments.npz" for sh in pool.manifest["shards"]],
+            pool.document_files()
+            + [f"{sh['prefix']}.segments.npz" for sh in pool.manifest["shards"]],
         )
         labels = {prop: pool.record_labels(prop) for prop in by}
         if want_length:

@@ -8,9 +8,9 @@ artifact's commit point. So the same plan runs in a local process pool (``run_lo
 thousands of Celery tasks, and the output bytes depend on the plan, never on the workers.
 
 Units are idempotent. A unit writes its files under temporary names, renames them, then
-writes its completion marker ``_units/<unit id>.done.json`` holding its stats. A rerun of a
-finished unit returns the recorded stats and writes nothing: an interrupted job loses
-nothing and duplicates nothing when rerun.
+writes its completion marker ``_units/<fan>/<unit id>.done.json`` (``fan``: a hash of the
+id modulo 1,000) holding its stats. A rerun of a finished unit returns the recorded stats
+and writes nothing: an interrupted job loses nothing and duplicates nothing when rerun.
 
 A unit's stats are a JSON object for its stage's ``finalize``; the names in ``UnitCounts``
 mean the same in every stage, and they are all a runner (the job engine, a progress bar)
@@ -140,25 +140,44 @@ def load_plan(out: str | os.PathLike) -> Plan:
     return Plan.from_json(json.loads((Path(out) / PLAN_NAME).read_text()))
 
 
+# Unit markers are fanned out over MARKER_FANOUT directories by a hash of the unit's id: a
+# job of a million units never makes a directory (or a prefix listing) of a million names.
+MARKER_FANOUT = 1000
+
+
+def _marker_rel(unit_id: str) -> str:
+    fan = xxhash.xxh3_64_intdigest(unit_id.encode()) % MARKER_FANOUT
+    return f"{MARKER_DIR}/{fan:03d}/{unit_id}.done.json"
+
+
+def _flat_marker_rel(unit_id: str) -> str:
+    """Where markers were written before the fan-out (read for outputs begun then)."""
+    return f"{MARKER_DIR}/{unit_id}.done.json"
+
+
 def marker_path(out: str | os.PathLike, unit_id: str) -> Path:
-    return Path(out) / MARKER_DIR / f"{unit_id}.done.json"
+    return Path(out) / _marker_rel(unit_id)
 
 
 def _marker_key(unit_id: str) -> str:
-    return f"{MARKER_DIR}/{unit_id}.done.json"
+    return _marker_rel(unit_id)
 
 
 def unit_result(out: str | os.PathLike, unit_id: str) -> dict[str, Any] | None:
     """The recorded stats of a finished unit, or None if it has not finished."""
     if storage.is_remote(out):
-        try:
-            return json.loads(storage.open_store(out).read_bytes(_marker_key(unit_id)))
-        except FileNotFoundError:
-            return None
-    path = marker_path(out, unit_id)
-    if not path.exists():
+        store = storage.open_store(out)
+        for key in (_marker_rel(unit_id), _flat_marker_rel(unit_id)):
+            try:
+                return json.loads(store.read_bytes(key))
+            except FileNotFoundError:
+                continue
         return None
-    return json.loads(path.read_text())
+    for rel in (_marker_rel(unit_id), _flat_marker_rel(unit_id)):
+        path = Path(out) / rel
+        if path.exists():
+            return json.loads(path.read_text())
+    return None
 
 
 def mark_done(out: str | os.PathLike, unit_id: str, stats: dict[str, Any]) -> None:
@@ -355,7 +374,8 @@ def _run_unit(
     store, work = storage.open_store(plan.out), work_dir(plan.out)
     work.mkdir(parents=True, exist_ok=True)
     if plan.stage in _READS:
-        _pull_keys(store, work, _READS[plan.stage][0](plan, plan.unit(unit_id)))
+        spec = unit if unit is not None else plan.unit(unit_id)
+        _pull_keys(store, work, _READS[plan.stage][0](plan, spec))
         remote = None
     else:
         remote = _pull(store, work)

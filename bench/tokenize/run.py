@@ -212,7 +212,7 @@ def case_pipeline(data: Path, workers: int, engine: str, tokenizer: str, out_dir
     secs = time.perf_counter() - t0
     stages: dict[str, float] = {}
     reloads = 0
-    for p in (out_dir / "_units").glob("*.done.json"):
+    for p in (out_dir / "_units").rglob("*.done.json"):
         st = json.loads(p.read_text())
         reloads += st.get("engine_reloads", 0)
         for k, v in (st.get("cpu") or {}).items():

@@ -1,19 +1,19 @@
 """Pools: select documents of tokenized sources, hold out a validation slice, shuffle them
 globally at document level, pack them into records of seq_len + 1 tokens, write shards.
 
-The stage ``pool`` follows the unit-of-work protocol (``shardcore.units``), in three phases:
+The stage ``pool`` follows the unit-of-work protocol (``shardcore.units``), in phases:
 
 * pass 1, one unit per input shard: select its documents (``shardcore.select``), route
   each to the training or the validation pool by a hash of its identity, draw its bucket
   (``shardcore.shuffle``), and write the shard's selected documents sorted by bucket into
   one table (``_pass1/in/NNNN/in-NNNNNNN.arrow``: their metadata, each one's bucket,
-  input and *reference*, the byte offset of its tokens), where each bucket *group* (a
-  range of consecutive buckets) starts in it (``.groups``), and, with
-  ``staging="tokens"`` only, a copy of their tokens in the same order (``.tokens``);
-* the merge, one unit per bucket group: the group's rows of every input's table, sorted
-  by bucket (then input, then input row) into one table ``_pass1/group/NNNN/...`` (and
-  the group's staged tokens into one file), so that pass 2 reads one file whatever the
-  number of inputs (``shardcore.pool.merge``);
+  input and *reference*, the byte offset of its tokens) and, with ``staging="tokens"``
+  only, a copy of their tokens in the same order (``.tokens``);
+* the merge, a tree of ``levels`` = ceil(log_64 inputs) levels (``shardcore.pool.merge``):
+  a unit reads one bucket range of at most 64 files of the level below (consecutive
+  inputs) and writes them as one table sorted by bucket (then input, then input row); the
+  last level's ranges are the bucket groups (``_pass1/group/NNNN/...``, and the group's
+  staged tokens), so that pass 2 reads one file whatever the number of inputs;
 * pass 2, one unit per bucket: its rows of its group's table, ordered (``order_bucket``)
   and packed (``shardcore.pack``); each document is read once, straight into the output
   window where it goes (positioned reads from the input shards, or from the staged
@@ -21,12 +21,16 @@ The stage ``pool`` follows the unit-of-work protocol (``shardcore.units``), in t
   ``.segments.npz``, ``.docs.parquet``) is written, checksummed as it is written, every
   file fsynced before the unit is marked done;
 * finalize: ``documents.parquet``, the manifests from the units' checksums (the
-  validation pool's in ``val/``, then the pool's ``manifest.json``, the commit point).
+  validation pool's in ``val/``, then the pool's ``manifest.json``, the commit point). A
+  split of more than 1,000 buckets fans its shards out (``shards/DDDD/pool-XXXXXXX``) and
+  keeps its documents table partitioned: the shards' sidecars are the table
+  (``"documents_table": "shards"``, read by ``PoolReader.documents``), so its finalize
+  reads no shard and writes only the manifest.
 
-Total overhead: pass 1 and pass 2 open O(1) files per unit; the merge reads one row range
-of each input per group (inputs x groups reads, where pass 2 alone would make inputs x
-buckets), groups being as large as the budget allows. Scratch files are fanned out, a
-thousand per directory.
+Total overhead: pass 1, pass 2 and every merge unit open O(1) files (a merge unit at most
+64); the merge opens about levels x max(inputs, fan-in x groups) files in all and
+rewrites the documents' metadata once per level (where one merge of every input per group made
+inputs x groups reads). Scratch files are fanned out, a thousand per directory.
 
 Both stagings load the same tokens in the same order into the same packing code, so they
 write the same bytes. "references" writes the data once (the output) instead of twice;
@@ -36,17 +40,21 @@ the inputs into reads of a local staged copy.
 Memory: a pass-2 unit holds its bucket's metadata and two output windows (a bucket whose
 documents come from more than 256 inputs: its tokens too, read input by input); K (the
 number of buckets) is chosen so that a bucket is about a quarter of ``memory``, and at
-least enough buckets for shards of about ``shard_size`` bytes. A merge unit holds its
-group's metadata (groups are sized to a 32nd of ``memory``: its footprint is ~5x that). A pass-1 unit reads its
-input shard through np.memmap and holds its per-document metadata plus a bounded chunk.
-The output bytes depend on the inputs and parameters only, never on the number of
-workers, the staging or the grouping.
+least enough buckets for shards of about ``shard_size`` bytes. A merge unit holds about
+one group's metadata (groups are sized to a 32nd of ``memory``: its footprint is ~5x that;
+a range of an intermediate level holds F ** L / inputs <= 1.3 groups' worth on average,
+for inputs of similar sizes). A pass-1 unit reads its input shard through np.memmap and
+holds its per-document metadata plus a bounded chunk. The output bytes depend on the
+inputs and parameters only, never on the number of workers, the staging, the grouping or
+the merge tree.
 
 Pool directory::
 
     manifest.json        kind "pool", counts, shards, cumulative_records, files, ...
-    documents.parquet    one row per pool document, in pool order (source, doc_id, ...)
-    shards/pool-XXXXX.{bin,idx,segments.npz,docs.parquet}
+    documents.parquet    one row per pool document, in pool order (source, doc_id, ...);
+                         absent where the table is partitioned (the shards' sidecars)
+    shards/pool-XXXXX.{bin,idx,segments.npz,docs.parquet}   (shards/DDDD/pool-XXXXXXX.*
+                         above 1,000 buckets)
     val/                 the validation pool, same layout, its own manifest
 """
 
@@ -71,7 +79,7 @@ from shardcore.pool.layout import (
     VAL_DIR,
     group_buckets,
     group_rel,
-    pass1_rel,
+    merge_children,
     shard_prefix,
     staging_of,
     val_mask,
@@ -117,7 +125,7 @@ def run_unit(plan: units.Plan, unit: dict) -> dict:
     try:
         if "input" in unit:
             return run_assign(plan, unit)
-        if "group" in unit:
+        if "group" in unit or "level" in unit:
             return run_merge(plan, unit)
         return run_bucket(plan, unit)
     finally:
@@ -126,17 +134,22 @@ def run_unit(plan: units.Plan, unit: dict) -> dict:
 
 def unit_reads(plan: units.Plan, unit: dict) -> list[str]:
     """The pool's files a unit reads (on object storage, it fetches exactly these): pass 1
-    none (its input shard is an input artifact), a merge unit every input's pass-1 files,
-    a pass-2 unit its group's merged files."""
+    none (its input shard is an input artifact), a merge unit the files of the level
+    below it that it merges (at most ``MERGE_FAN_IN``), a pass-2 unit its group's merged
+    files."""
     tokens = staging_of(plan) == "tokens"
     if "input" in unit:
         return []
-    if "group" in unit:
-        files = [pass1_rel(i) for i in range(len(plan.meta["inputs"]))]
+    if "group" in unit or "level" in unit:
+        files = merge_children(plan, unit)[2]
     else:
         gb = plan.meta["splits"][unit["split"]]["first_bucket"] + unit["bucket"]
         files = [group_rel(gb // group_buckets(plan))]
-    return [rel for f in files for rel in (f if tokens else f[1:])]
+    return [
+        rel
+        for tokens_rel, docs_rel in files
+        for rel in ((tokens_rel,) if tokens else ()) + (docs_rel,)
+    ]
 
 
 units.register_stage(

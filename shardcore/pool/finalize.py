@@ -1,8 +1,14 @@
 """Finalize: per split, the pool's ``documents.parquet``, checksums of every file and the
-manifest (the validation pool's first, the main manifest last: the commit point)."""
+manifest (the validation pool's first, the main manifest last: the commit point).
+
+The shards' checksums come from the units that wrote them (pass 2). A split of more than
+FANOUT buckets keeps its documents table partitioned (its shards' sidecars, read in shard
+order by ``PoolReader.documents``): its finalize reads no shard and writes only the
+manifest, whatever the pool's size."""
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from pathlib import Path
 from typing import Any
@@ -13,6 +19,7 @@ from shardcore.pool.io import file_entry
 from shardcore.pool.layout import (
     DOCUMENTS_NAME,
     KIND,
+    PARTITIONED,
     PASS1_DIR,
     SOURCE_COL,
     SOURCE_FP_COL,
@@ -21,6 +28,7 @@ from shardcore.pool.layout import (
     arrow_array,
     arrow_strings,
     as_numpy,
+    partitioned,
     shard_prefix,
     split_dir,
 )
@@ -50,13 +58,15 @@ def finalize_pool(plan: units.Plan, stats: list[dict]) -> dict[str, Any]:
 
 def finalize_reads(plan: units.Plan, stats: list[dict]) -> list[str]:
     """The files finalize reads (on object storage, it fetches exactly these): the
-    documents sidecar of every shard, for the pool's documents table."""
+    documents sidecar of every shard, for the pool's documents table; none for a split
+    whose table stays partitioned."""
     by_id = dict(zip([u["id"] for p in plan.phases for u in p], stats, strict=True))
     keys = []
     for u in plan.phases[-1]:
-        if by_id[u["id"]]["records"]:
+        n = plan.meta["splits"][u["split"]]["num_buckets"]
+        if by_id[u["id"]]["records"] and not partitioned(n):
             base = "" if u["split"] == "train" else f"{VAL_DIR}/"
-            keys.append(f"{base}{shard_prefix(u['bucket'])}.docs.parquet")
+            keys.append(f"{base}{shard_prefix(u['bucket'], n)}.docs.parquet")
     return keys
 
 
@@ -70,13 +80,18 @@ def _finalize_split(plan: units.Plan, split: str, buckets: list[tuple[int, dict]
     out_dir.mkdir(parents=True, exist_ok=True)
     shards, cumulative = [], [0]
     num_docs = num_tokens = padding = 0
-    with atomic.atomic_path(out_dir / DOCUMENTS_NAME) as tmp_docs:
+    split_table = partitioned(info["num_buckets"])
+    with (
+        contextlib.nullcontext()
+        if split_table
+        else atomic.atomic_path(out_dir / DOCUMENTS_NAME) as tmp_docs
+    ):
         writer = None
         fps = arrow_strings([s["fingerprint"] for s in meta["sources"]])
         for b, st in buckets:
             if not st["records"]:
                 continue
-            prefix = shard_prefix(b)
+            prefix = shard_prefix(b, info["num_buckets"])
             shards.append(
                 {
                     "prefix": prefix,
@@ -92,6 +107,8 @@ def _finalize_split(plan: units.Plan, split: str, buckets: list[tuple[int, dict]
             num_docs += st["documents"]
             num_tokens += st["tokens"]
             padding += st["padding"]
+            if split_table:
+                continue  # the shards' sidecars are the table: nothing read, nothing written
             with pq.ParquetFile(out_dir / f"{prefix}.docs.parquet") as f:
                 table = f.read()
             src = as_numpy(table.column(SOURCE_COL))
@@ -99,10 +116,11 @@ def _finalize_split(plan: units.Plan, split: str, buckets: list[tuple[int, dict]
             if writer is None:
                 writer = pq.ParquetWriter(tmp_docs, table.schema)
             writer.write_table(table.cast(writer.schema))
-        if writer is None:
-            writer = pq.ParquetWriter(tmp_docs, pa.schema([(SOURCE_COL, pa.int32())]))
-        writer.close()
-    files = _file_entries(out_dir, buckets)
+        if not split_table:
+            if writer is None:
+                writer = pq.ParquetWriter(tmp_docs, pa.schema([(SOURCE_COL, pa.int32())]))
+            writer.close()
+    files = _file_entries(out_dir, buckets, documents=not split_table)
     manifest = {
         "kind": KIND,
         "split": split,
@@ -128,12 +146,16 @@ def _finalize_split(plan: units.Plan, split: str, buckets: list[tuple[int, dict]
         "cumulative_records": cumulative,
         "files": files,
     }
+    if split_table:
+        manifest["documents_table"] = PARTITIONED
     if split == "val":
         mf.write_manifest(out_dir, manifest)
     return manifest
 
 
-def _file_entries(out_dir: Path, buckets: list[tuple[int, dict]]) -> list[dict]:
+def _file_entries(
+    out_dir: Path, buckets: list[tuple[int, dict]], *, documents: bool = True
+) -> list[dict]:
     """Every file's manifest entry, in path order: the shards' from their units' stats
     (checksummed where they were written), ``documents.parquet``'s hashed here. Stats
     recorded before units reported their files: every file is hashed here."""
@@ -145,7 +167,8 @@ def _file_entries(out_dir: Path, buckets: list[tuple[int, dict]]) -> list[dict]:
                 files.append(file_entry(path, rel))
         return files
     files = [e for _, st in buckets for e in st["files"]]
-    files.append(file_entry(out_dir / DOCUMENTS_NAME, DOCUMENTS_NAME))
+    if documents:
+        files.append(file_entry(out_dir / DOCUMENTS_NAME, DOCUMENTS_NAME))
     return sorted(files, key=lambda e: e["path"])
 
 

@@ -22,6 +22,9 @@ PASS1_DIR = "_pass1"
 SHARDS_DIR = "shards"
 VAL_DIR = "val"
 DOCUMENTS_NAME = "documents.parquet"
+# The manifest's "documents_table" of a split of more than FANOUT buckets: its documents
+# table is its shards' sidecars (``PoolReader.documents``), not one ``documents.parquet``.
+PARTITIONED = "shards"
 SPLITS = ("train", "val")
 # Metadata columns added to each document's sidecar properties.
 SOURCE_COL, SHARD_COL, ROW_COL, KEY_COL = "source", "source_shard", "source_row", "__key"
@@ -116,50 +119,106 @@ def fanned(kind: str, i: int) -> str:
     return f"{kind}/{i // FANOUT:04d}/{kind}-{i:07d}"
 
 
-def pass1_rel(i: int) -> tuple[str, str, str]:
-    """Pass 1's files of input ``i``, relative to the pool: its documents sorted by bucket
-    (Arrow IPC), where each bucket group starts in them (``.groups``, see
-    ``write_groups``) and, with "tokens" staging, their tokens in the same order."""
+def pass1_rel(i: int) -> tuple[str, str]:
+    """Pass 1's files of input ``i``, relative to the pool: with "tokens" staging their
+    tokens in row order, and their documents sorted by bucket (Arrow IPC)."""
     base = f"{PASS1_DIR}/{fanned('in', i)}"
-    return f"{base}.tokens", f"{base}.arrow", f"{base}.groups"
-
-
-def write_groups(path: Path, rows: np.ndarray, nbytes: np.ndarray) -> None:
-    """The ``.groups`` file of an input: int64 little-endian [2, G + 1], the first row of
-    every bucket group in the ``.arrow`` file, then its first byte in the ``.tokens`` file
-    (zeros without one). Raw, so that a merge unit reads the 4 numbers of its group with
-    two 16-byte reads: a table of G entries parsed whole by each of the G merge units
-    would cost inputs x groups^2."""
-    from shardcore import atomic
-
-    atomic.write_bytes(path, np.stack([rows, nbytes]).astype("<i8").tobytes())
-
-
-def read_group(path: Path, g: int, n_groups: int) -> tuple[int, int, int, int]:
-    """Rows [r0, r1) and bytes [b0, b1) of group ``g`` in an input's pass-1 files."""
-    import os
-
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        rows = os.pread(fd, 16, 8 * g)
-        nbytes = os.pread(fd, 16, 8 * (n_groups + 1 + g))
-    finally:
-        os.close(fd)
-    if len(rows) != 16 or len(nbytes) != 16:
-        raise ManifestError(f"{path}: shorter than {n_groups} groups")
-    r0, r1 = np.frombuffer(rows, dtype="<i8").tolist()
-    b0, b1 = np.frombuffer(nbytes, dtype="<i8").tolist()
-    return r0, r1, b0, b1
+    return f"{base}.tokens", f"{base}.arrow"
 
 
 def group_rel(g: int) -> tuple[str, str]:
     """The merge's files of bucket group ``g``: its documents sorted by bucket (then input,
-    then input row) and, with "tokens" staging, their tokens in input order."""
+    then input row) and, with "tokens" staging, their tokens in the same order."""
     base = f"{PASS1_DIR}/{fanned('group', g)}"
     return f"{base}.tokens", f"{base}.arrow"
 
 
-def pass1_paths(out: str, i: int) -> tuple[Path, Path, Path]:
+# The merge is a tree (``merge_shape``): level l in 1..L merges batches of ``fan_in`` files
+# of level l - 1 (level 0: pass 1's, one per input) restricted to one bucket *range* of
+# ``group_buckets * fan_in ** (L - l)`` buckets; level L's ranges are the bucket groups
+# pass 2 reads. Each unit reads ``fan_in`` files and holds about one group's metadata.
+MERGE_FAN_IN = 64
+
+
+def merge_shape(n_inputs: int) -> tuple[int, int]:
+    """(levels, fan_in) of the merge of ``n_inputs`` pass-1 files: the fewest levels whose
+    fan-in is at most MERGE_FAN_IN, then the smallest fan-in F with F ** levels >= inputs
+    (so that a unit's share of the data, F ** levels / inputs groups, stays close to 1)."""
+    n = max(1, int(n_inputs))
+    levels = 1
+    while MERGE_FAN_IN**levels < n:
+        levels += 1
+    fan_in = max(1, round(n ** (1.0 / levels)) - 1)
+    while fan_in**levels < n:
+        fan_in += 1
+    return levels, fan_in
+
+
+def merge_levels(plan: units.Plan) -> tuple[int, int]:
+    """The plan's (levels, fan_in); plans made before the tree merged every input at once."""
+    if "merge_levels" not in plan.meta:
+        return 1, max(1, len(plan.meta["inputs"]))
+    return int(plan.meta["merge_levels"]), int(plan.meta["merge_fan_in"])
+
+
+def merge_geometry(plan: units.Plan, level: int) -> tuple[int, int, int]:
+    """Level ``level``'s (buckets per range, number of ranges, number of input batches);
+    level 0 is pass 1 (one range, one batch per input)."""
+    levels, fan_in = merge_levels(plan)
+    total = sum(plan.meta["splits"][s]["num_buckets"] for s in SPLITS)
+    n = len(plan.meta["inputs"])
+    if level == 0:
+        return max(1, total), 1, n
+    span = group_buckets(plan) * fan_in ** (levels - level)
+    return span, max(1, -(-total // span)), max(1, -(-n // fan_in**level))
+
+
+def merge_rel(plan: units.Plan, level: int, rng: int, batch: int) -> tuple[str, str]:
+    """The files (tokens, documents) of range ``rng`` and batch ``batch`` at a merge level:
+    pass 1's at level 0, the groups' at the last level."""
+    levels, _ = merge_levels(plan)
+    if level == 0:
+        return pass1_rel(batch)
+    if level == levels:
+        return group_rel(rng)
+    index = rng * merge_geometry(plan, level)[2] + batch
+    base = f"{PASS1_DIR}/{fanned(f'm{level}', index)}"
+    return f"{base}.tokens", f"{base}.arrow"
+
+
+def merge_units(plan: units.Plan, level: int) -> list[dict]:
+    """The units of merge level ``level`` (the last level's keep the one-level ids)."""
+    levels, _ = merge_levels(plan)
+    _, ranges, batches = merge_geometry(plan, level)
+    if level == levels:
+        return [{"id": f"merge-{g:05d}", "group": g} for g in range(num_groups(plan))]
+    return [
+        {"id": f"merge{level}-{r:05d}-{a:05d}", "level": level, "range": r, "batch": a}
+        for r in range(ranges)
+        for a in range(batches)
+    ]
+
+
+def merge_children(plan: units.Plan, unit: dict) -> tuple[int, int, list[tuple[str, str]]]:
+    """A merge unit's bucket range [lo, hi) and the files it reads (level - 1's, in input
+    order)."""
+    levels, fan_in = merge_levels(plan)
+    if "group" in unit:
+        level, rng, batch = levels, unit["group"], 0
+    else:
+        level, rng, batch = unit["level"], unit["range"], unit["batch"]
+    span, _, _ = merge_geometry(plan, level)
+    _, _, child_batches = merge_geometry(plan, level - 1)
+    parent = 0 if level == 1 else rng // fan_in
+    first = batch * fan_in
+    files = [
+        merge_rel(plan, level - 1, parent, b)
+        for b in range(first, min(first + fan_in, child_batches))
+    ]
+    return rng * span, (rng + 1) * span, files
+
+
+def pass1_paths(out: str, i: int) -> tuple[Path, Path]:
     return tuple(Path(out) / rel for rel in pass1_rel(i))
 
 
@@ -185,8 +244,19 @@ def split_dir(out: str, split: str) -> Path:
     return Path(out) if split == "train" else Path(out) / VAL_DIR
 
 
-def shard_prefix(b: int) -> str:
-    return f"{SHARDS_DIR}/pool-{b:05d}"
+def partitioned(num_buckets: int) -> bool:
+    """Whether a split of ``num_buckets`` buckets fans its shards out and keeps its
+    documents table partitioned (the shards' sidecars)."""
+    return num_buckets > FANOUT
+
+
+def shard_prefix(b: int, num_buckets: int = 0) -> str:
+    """Bucket ``b``'s shard, relative to its split's directory: ``shards/pool-XXXXX`` in a
+    split of at most FANOUT buckets, else fanned out, FANOUT per directory
+    (``shards/DDDD/pool-XXXXXXX``). Readers follow the manifest's prefixes."""
+    if not partitioned(num_buckets):
+        return f"{SHARDS_DIR}/pool-{b:05d}"
+    return f"{SHARDS_DIR}/{b // FANOUT:04d}/pool-{b:07d}"
 
 
 def shuffle_module(name: str):

@@ -1,23 +1,28 @@
-"""The merge, one unit per bucket group (a range of consecutive buckets): read the group's
-rows from every input's pass-1 file and write them as one file sorted by bucket (then
-input, then input row: the arrival order pass 2 orders from), so that a pass-2 unit reads
-one file whatever the number of inputs.
+"""The merge, a tree of units between pass 1 and pass 2 (``layout.merge_shape``): a unit
+of level l reads one bucket range of each of at most ``fan_in`` files of level l - 1 (pass
+1's at level 1), covering consecutive inputs, and writes them as one file sorted by
+bucket (then input, then input row: the arrival order pass 2 orders from). The last
+level's ranges are the bucket groups, so that a pass-2 unit reads one file whatever the
+number of inputs.
 
-Cost: a merge unit reads one contiguous row range of each pass-1 file (a few hundred
-microseconds each, most of it opening the file), so the merge does inputs x groups reads
-where pass 2 alone did inputs x buckets; the plan makes groups as large as the budget
-allows (``group_buckets``). Memory: the group's metadata, gathered in slices that are
-combined every ``_COMBINE_EVERY`` inputs (an Arrow table of one row still costs kilobytes
-of objects: per input, that would grow with the number of inputs).
+Cost: a unit opens ``fan_in`` (<= ``MERGE_FAN_IN``) files and holds about one group's
+metadata (a range of F ** (L - l) groups of F ** l inputs: F ** L / inputs groups' worth,
+at most ~1.3). Level l opens each file of level l - 1 once per range of level l it
+overlaps: about max(inputs, fan_in x groups) files per level, levels x that in all, and
+rewrites the documents' metadata once per level (levels = ceil(log_64 inputs)): the total
+grows as (inputs + groups) times a log factor, where one merge of every input per group
+made inputs x groups reads. Memory: the range's metadata, gathered in slices combined
+every ``_COMBINE_EVERY`` files (a plan made before the tree merges every input at once).
 
-With "tokens" staging the group's tokens are copied input after input into one file
-(``os.copy_file_range``: no copy through this process), and each row's offset is rewritten
-to point into it."""
+With "tokens" staging the unit writes the range's tokens in its row order (every file's
+tokens are in its row order, so a bucket's documents from one file are one contiguous
+span): one ``os.copy_file_range`` per (bucket, file) span, no copy through this process;
+each row's offset is rewritten to point into the new file."""
 
 from __future__ import annotations
 
-import contextlib
 import os
+from pathlib import Path
 
 import numpy as np
 
@@ -29,83 +34,123 @@ from shardcore.pool.layout import (
     OFFSET_COL,
     arrow_array,
     as_numpy,
-    group_paths,
-    num_groups,
-    pass1_paths,
-    read_group,
+    merge_children,
+    merge_levels,
+    merge_rel,
     staging_of,
 )
 
 _COMBINE_EVERY = 256
 
 
+def bucket_rows(table, lo: int, hi: int) -> tuple[int, int]:
+    """Rows [r0, r1) of a table sorted by bucket whose bucket is in [lo, hi), found chunk
+    by chunk (a binary search of the memory-mapped column: no copy)."""
+    r0 = r1 = 0
+    for chunk in table.column(BUCKET_COL).chunks:
+        if len(chunk):
+            values = np.frombuffer(
+                chunk.buffers()[1], dtype=np.int64, count=len(chunk), offset=chunk.offset * 8
+            )
+            a, b = np.searchsorted(values, [lo, hi]).tolist()
+            r0 += a
+            r1 += b
+    return r0, r1
+
+
 def run_merge(plan: units.Plan, unit: dict) -> dict:
     import pyarrow as pa
 
-    g = unit["group"]
-    tokens_out, docs_out = group_paths(plan.out, g)
+    lo, hi, children = merge_children(plan, unit)
+    tokens_out, docs_out = (Path(plan.out) / rel for rel in _unit_rel(plan, unit))
     staged = staging_of(plan) == "tokens"
-    n_groups = num_groups(plan)
-    combined, pending = [], []
-    written = 0
+    itemsize = np.dtype(plan.meta["dtype"]).itemsize
+    combined, pending, sources = [], [], []
+    empty = None
+    for k, (tokens_rel, docs_rel) in enumerate(children):
+        table = read_run(Path(plan.out) / docs_rel)
+        if empty is None:
+            empty = table.slice(0, 0)
+        r0, r1 = bucket_rows(table, lo, hi)
+        if r1 == r0:
+            continue
+        part = table.slice(r0, r1 - r0)
+        if staged:
+            sources.append(Path(plan.out) / tokens_rel)
+            part = part.append_column("__file", arrow_array(np.full(r1 - r0, k, np.int32)))
+        pending.append(part)
+        if len(pending) >= _COMBINE_EVERY:
+            combined.append(pa.concat_tables(pending, promote_options="default").combine_chunks())
+            pending = []
+    parts = combined + pending
+    del combined, pending
+    if not parts:
+        # An empty range still has its file: the next level (or pass 2) reads it without
+        # asking whether it exists.
+        docs = empty
+    else:
+        docs = pa.concat_tables(parts, promote_options="default")  # chunked, no copy
+        del parts
+        # Stable: each file's rows are sorted by bucket and the files come in input order.
+        order = np.argsort(as_numpy(docs.column(BUCKET_COL)), kind="stable")
+        docs = docs.take(arrow_array(order))  # the one copy of the range
     docs_out.parent.mkdir(parents=True, exist_ok=True)
-    with (
-        atomic.atomic_open(tokens_out, "wb", durable=False, buffering=0)
-        if staged
-        else contextlib.nullcontext() as sink
-    ):
-        for i in range(len(plan.meta["inputs"])):
-            tokens_path, docs_path, groups_path = pass1_paths(plan.out, i)
-            r0, r1, b0, b1 = read_group(groups_path, g, n_groups)
-            if r1 == r0:
-                continue  # the input has no document in this group: its table is not opened
-            table = read_run(docs_path)
-            part = table.slice(r0, r1 - r0)
-            if staged:
-                _copy_range(tokens_path, b0, b1 - b0, sink)
-                offsets = as_numpy(part.column(OFFSET_COL)) - b0 + written
-                part = part.set_column(
-                    part.schema.get_field_index(OFFSET_COL), OFFSET_COL, arrow_array(offsets)
-                )
-                written += b1 - b0
-            pending.append(part)
-            if len(pending) >= _COMBINE_EVERY:
-                combined.append(
-                    pa.concat_tables(pending, promote_options="default").combine_chunks()
-                )
-                pending = []
-        parts = combined + pending
-        del combined, pending
-        if not parts:
-            docs = None
-        else:
-            docs = pa.concat_tables(parts, promote_options="default")  # chunked, no copy
-            del parts
-            # Stable: each input's rows are sorted by bucket and the inputs come in order.
-            order = np.argsort(as_numpy(docs.column(BUCKET_COL)), kind="stable")
-            docs = docs.take(arrow_array(order))  # the one copy of the group
-    if docs is None:
-        # An empty group still has its file: pass 2 reads it without asking whether it exists.
-        docs = read_run(pass1_paths(plan.out, 0)[1]).slice(0, 0)
+    if staged:
+        with atomic.atomic_open(tokens_out, "wb", durable=False, buffering=0) as sink:
+            if docs.num_rows:
+                docs = _copy_tokens(docs, children, sources, itemsize, sink, Path(plan.out))
     write_run(docs_out, docs)
     return {"merged_documents": int(docs.num_rows)}
 
 
-def _copy_range(path, offset: int, nbytes: int, sink) -> None:
-    """Append ``nbytes`` of ``path`` from ``offset`` to the open file ``sink``."""
-    fd = os.open(path, os.O_RDONLY)
+def _unit_rel(plan: units.Plan, unit: dict) -> tuple[str, str]:
+    if "group" in unit:
+        return merge_rel(plan, merge_levels(plan)[0], unit["group"], 0)
+    return merge_rel(plan, unit["level"], unit["range"], unit["batch"])
+
+
+def _copy_tokens(docs, children, sources, itemsize: int, sink, out: Path):
+    """Append the tokens of ``docs`` (each row's file in column ``__file``, its offset in
+    OFFSET_COL) to ``sink`` in row order, coalesced into spans; returns ``docs`` with the
+    offsets into ``sink`` and without ``__file``."""
+    files = as_numpy(docs.column("__file")).astype(np.int64)
+    offsets = as_numpy(docs.column(OFFSET_COL)).astype(np.int64)
+    nbytes = as_numpy(docs.column("n_tokens")).astype(np.int64) * itemsize
+    new = np.zeros(offsets.size, dtype=np.int64)
+    np.cumsum(nbytes[:-1], out=new[1:])
+    brk = np.ones(offsets.size, dtype=bool)
+    brk[1:] = (files[1:] != files[:-1]) | (offsets[1:] != offsets[:-1] + nbytes[:-1])
+    starts = np.flatnonzero(brk)
+    ends = np.append(starts[1:], offsets.size)
+    span_bytes = new[ends - 1] + nbytes[ends - 1] - new[starts]
+    fds = {}
     try:
-        if os.fstat(fd).st_size < offset + nbytes:
-            raise ManifestError(f"{path}: shorter than its group offsets say")
-        left = nbytes
-        while left:
-            try:
-                n = os.copy_file_range(fd, sink.fileno(), left, offset)
-            except OSError:  # across file systems on old kernels: copy through a buffer
-                n = os.write(sink.fileno(), os.pread(fd, min(left, 8 << 20), offset))
-            if n == 0:
-                raise ManifestError(f"{path}: ends before offset {offset}")
-            offset += n
-            left -= n
+        for s, n in zip(starts.tolist(), span_bytes.tolist(), strict=True):
+            k = int(files[s])
+            if k not in fds:
+                path = out / children[k][0]
+                fd = os.open(path, os.O_RDONLY)
+                fds[k] = (fd, path, os.fstat(fd).st_size)
+            fd, path, size = fds[k]
+            if size < int(offsets[s]) + n:
+                raise ManifestError(f"{path}: shorter than its documents' offsets say")
+            _copy_range(fd, path, int(offsets[s]), n, sink)
     finally:
-        os.close(fd)
+        for fd, _, _ in fds.values():
+            os.close(fd)
+    docs = docs.drop_columns(["__file"])
+    return docs.set_column(docs.schema.get_field_index(OFFSET_COL), OFFSET_COL, arrow_array(new))
+
+
+def _copy_range(fd: int, path, offset: int, nbytes: int, sink) -> None:
+    """Append ``nbytes`` of the open file ``fd`` (``path``) from ``offset`` to ``sink``."""
+    left = nbytes
+    while left:
+        try:
+            n = os.copy_file_range(fd, sink.fileno(), left, offset)
+        except OSError:  # across file systems on old kernels: copy through a buffer
+            n = os.write(sink.fileno(), os.pread(fd, min(left, 8 << 20), offset))
+        if n == 0:
+            raise ManifestError(f"{path}: ends before offset {offset}")
+        offset += n
+        left -= n

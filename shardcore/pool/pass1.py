@@ -1,7 +1,8 @@
 """Pass 1, one unit per input shard: select its documents, route each to the training or
 the validation pool, draw its bucket, and write the shard's selected documents sorted by
-bucket into one file (their metadata, where their tokens are, and the first row of every
-bucket group), with "tokens" staging also a copy of their tokens in the same order."""
+bucket into one file (their metadata and where their tokens are), with "tokens" staging
+also a copy of their tokens in the same order. Nothing it writes depends on how the merge
+groups the buckets."""
 
 from __future__ import annotations
 
@@ -26,13 +27,10 @@ from shardcore.pool.layout import (
     arrow_array,
     chunk_tokens,
     column,
-    group_buckets,
-    num_groups,
     pass1_paths,
     shuffle_module,
     staging_of,
     val_mask,
-    write_groups,
 )
 from shardcore.pool.pass2 import Documents
 
@@ -79,17 +77,14 @@ def run_assign(plan: units.Plan, unit: dict) -> dict:
     lengths = reader.lengths[rows_o].astype(np.int64)
     if not np.array_equal(lengths, column(table, "n_tokens", spec["sidecar"])[order]):
         raise ManifestError(f"{spec['sidecar']}: n_tokens disagrees with {spec['prefix']}.idx")
-    n_groups = num_groups(plan)
-    per_group = group_buckets(plan)
-    group_rows = np.searchsorted(bucket_o, np.arange(n_groups + 1) * per_group, side="left")
     csum = np.concatenate([[0], np.cumsum(lengths)])
     itemsize = reader.dtype.itemsize
 
-    tokens_path, docs_path, groups_path = pass1_paths(plan.out, i)
+    tokens_path, docs_path = pass1_paths(plan.out, i)
     docs_path.parent.mkdir(parents=True, exist_ok=True)
     if staging_of(plan) == "tokens":
-        # The selected tokens grouped by bucket, for the merge to copy group by group. Not
-        # fsynced: a temporary as large as the data, deleted by finalize, usually before the
+        # The selected tokens in row order (by bucket), for the merge to copy range by
+        # range. Not fsynced: a temporary as large as the data, deleted by finalize, usually before the
         # kernel writes it back at all; the merge checks its size against the offsets.
         docs_stream = Documents(
             [reader.tokens], np.zeros(rows.size), reader.starts[rows_o], lengths
@@ -101,11 +96,9 @@ def run_assign(plan: units.Plan, unit: dict) -> dict:
                 docs_stream.fill(view, w0)
                 write_all(f, view)
         offsets = csum[:-1] * itemsize
-        group_bytes = csum[group_rows] * itemsize
     else:
         # "references": where each document's tokens are in the input (read by pass 2).
         offsets = reader.index.pointers[rows_o].astype(np.int64)
-        group_bytes = np.zeros(group_rows.size, dtype=np.int64)
 
     docs = table.take(arrow_array(order))
     docs = docs.append_column(SOURCE_COL, arrow_array(np.full(rows.size, spec["source"], np.int32)))
@@ -116,7 +109,6 @@ def run_assign(plan: units.Plan, unit: dict) -> dict:
     docs = docs.append_column(INPUT_COL, arrow_array(np.full(rows.size, i, np.int32)))
     docs = docs.append_column(OFFSET_COL, arrow_array(offsets))
     write_run(docs_path, docs)
-    write_groups(groups_path, group_rows, group_bytes)
     # Named apart from pass 2's documents/tokens: a job sums its units' documents and
     # tokens, and each document is counted once, when pass 2 writes it.
     return {

@@ -178,7 +178,7 @@ def run_bucket(plan: units.Plan, unit: dict) -> dict:
     del table
     packing = pack.plan_packing(lengths[order] + int(bos), params["seq_len"])
 
-    rel = shard_prefix(b)
+    rel = shard_prefix(b, info["num_buckets"])
     prefix = split_dir(plan.out, split) / rel
     width = params["seq_len"] + 1
     with stream if isinstance(stream, FileDocuments) else contextlib.nullcontext():

@@ -18,6 +18,8 @@ from shardcore.pool.layout import (
     STAGE,
     STAGINGS,
     column,
+    merge_shape,
+    merge_units,
     shuffle_module,
     val_mask,
     val_seed,
@@ -50,8 +52,8 @@ def plan_pool(
     staging: str = "auto",
     allow_empty: bool = False,
 ) -> units.Plan:
-    """The plan of a pool build: phase 1 one unit per input shard, then one merge unit per
-    bucket group, then one unit per bucket (training buckets, then validation buckets). Reads the sidecars once to count
+    """The plan of a pool build: phase 1 one unit per input shard, then the merge's levels
+    (the last one unit per bucket group), then one unit per bucket (training buckets, then validation buckets). Reads the sidecars once to count
     the selected documents (errors in the filter surface here, before any work).
 
     ``staging`` is what pass 1 writes for pass 2: ``"references"`` (each document's input
@@ -169,7 +171,6 @@ def plan_pool(
         first_bucket += n_buckets
     group = _group_buckets(inputs, first_bucket, meta_bytes, memory)
     phase1 = [{"id": f"assign-{i:05d}", "input": i} for i in range(len(inputs))]
-    merge = [{"id": f"merge-{g:05d}", "group": g} for g in range(-(-first_bucket // group))]
     phase2 = [
         {"id": f"{split}-bucket-{b:05d}", "split": split, "bucket": b}
         for split in SPLITS
@@ -177,10 +178,14 @@ def plan_pool(
     ]
     if staging == "auto":
         staging = "tokens" if any(on_network_fs(s["path"]) for s in sources) else "references"
+    levels, fan_in = merge_shape(len(inputs))
     meta = {
         # Not parameters either (the output bytes do not depend on them): how many
-        # consecutive buckets one merge unit gathers.
+        # consecutive buckets one last-level merge unit gathers, and the merge tree's
+        # depth and fan-in (shardcore.pool.merge).
         "group_buckets": group,
+        "merge_levels": levels,
+        "merge_fan_in": fan_in,
         # Not a parameter: both stagings write the same bytes (same assignment, same
         # permutation, same packing code), so the mode is kept out of the fingerprint and
         # the manifest, like the number of workers. A rebuild with the other mode is the
@@ -197,7 +202,10 @@ def plan_pool(
     }
     meta["artifacts"] = [s["path"] for s in sources if storage.is_remote(s["path"])]
     release_memory()  # what reading every sidecar took, before the units run
-    return units.Plan(STAGE, storage.resolve(out), params, [phase1, merge, phase2], meta)
+    plan = units.Plan(STAGE, storage.resolve(out), params, [], meta)
+    merges = [merge_units(plan, level) for level in range(1, levels + 1)]
+    plan.phases = [phase1, *merges, phase2]
+    return plan
 
 
 # Per document, the columns pass 1 adds to its sidecar row (source, source_shard,

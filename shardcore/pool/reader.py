@@ -15,7 +15,16 @@ from shardcore import manifest as mf
 from shardcore import pack, verify
 from shardcore.errors import InputError, ManifestError
 from shardcore.formats import IDX_SEQUENCES_OFFSET, IndexedReader, idx_length_offset
-from shardcore.pool.layout import DOCUMENTS_NAME, KIND
+from shardcore.pool.layout import (
+    DOCUMENTS_NAME,
+    KIND,
+    PARTITIONED,
+    SOURCE_COL,
+    SOURCE_FP_COL,
+    arrow_array,
+    arrow_strings,
+    as_numpy,
+)
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -174,11 +183,37 @@ class PoolReader:
         seg["doc"] = np.where(seg["doc"] >= 0, seg["doc"] + first, -1)
         return seg
 
+    @property
+    def partitioned(self) -> bool:
+        """True when the documents table is the shards' own sidecars (a pool of more than
+        FANOUT buckets: no process writes or reads the whole table at finalize)."""
+        return self.manifest.get("documents_table") == PARTITIONED
+
+    def document_files(self) -> list[str]:
+        """The files holding the documents table, relative to the pool, in pool order."""
+        if not self.partitioned:
+            return [DOCUMENTS_NAME]
+        return [f"{mf.shard_prefix(self.manifest, k)}.docs.parquet" for k in range(self.num_shards)]
+
     @cached_property
     def documents(self) -> pa.Table:
+        """One row per pool document, in pool order: ``documents.parquet``, or the shards'
+        sidecars in shard order with each row's ``source_fingerprint`` (from the
+        manifest's sources) where the table is partitioned."""
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
-        return pq.read_table(self.path / DOCUMENTS_NAME)
+        if not self.partitioned:
+            return pq.read_table(self.path / DOCUMENTS_NAME)
+        fps = arrow_strings([s["fingerprint"] for s in self.manifest["sources"]])
+        parts = []
+        for rel in self.document_files():
+            table = pq.read_table(self.path / rel)
+            src = as_numpy(table.column(SOURCE_COL))
+            parts.append(table.append_column(SOURCE_FP_COL, fps.take(arrow_array(src))))
+        if not parts:
+            return pa.table({SOURCE_COL: pa.array([], pa.int32())})
+        return pa.concat_tables(parts, promote_options="default")
 
     def main_documents(self, limit: int | None = None) -> np.ndarray:
         """Per record, the pool document contributing most of its tokens (of the first

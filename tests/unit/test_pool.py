@@ -259,6 +259,25 @@ def test_it_writes_the_same_bytes_with_either_staging_and_any_worker_count(tmp_p
             out = tmp_path / f"{staging}-{name}"
             build_pool([str(src)], str(out), staging=staging, **kwargs)
             built[staging, name] = _built_bytes(out)
+    # Nor does the merge's tree: with at most two files per merge unit, the five inputs
+    # are merged in three levels (ranges of 4 groups, then 2, then the groups).
+    from shardcore.pool import layout, unit_reads
+
+    monkeypatch.setattr(layout, "MERGE_FAN_IN", 2)
+    for name, group in (("tree of single buckets", lambda *a: 1), ("tree", lambda *a: 2)):
+        monkeypatch.setattr(pool_plan, "_group_buckets", group)
+        plan = plan_pool([str(src)], str(tmp_path / "tree-plan"), **kwargs)
+        assert (plan.meta["merge_levels"], plan.meta["merge_fan_in"]) == (3, 2)
+        assert len(plan.phases) == 5  # pass 1, three merge levels, pass 2
+        # Level 1: three batches (of two, two and one inputs) per range; the last level
+        # one unit per group; every merge unit reads at most two files.
+        assert len(plan.phases[1]) % 3 == 0 and plan.phases[3][0]["id"] == "merge-00000"
+        reads = [unit_reads(plan, u) for phase in plan.phases[1:4] for u in phase]
+        assert max(len(r) for r in reads) == 2 and min(len(r) for r in reads) == 1
+        for staging in ("references", "tokens"):
+            out = tmp_path / f"{staging}-{name}"
+            build_pool([str(src)], str(out), staging=staging, **kwargs)
+            built[staging, name] = _built_bytes(out)
     for key, files in built.items():
         assert files == first, key
     # And each shard holds its documents, each after a BOS, then its padding (EOS).
@@ -280,6 +299,49 @@ def test_it_writes_the_same_bytes_with_either_staging_and_any_worker_count(tmp_p
         assert (records[stream.size :] == eos).all()
 
 
+def test_a_pool_of_more_buckets_than_a_directory_holds_fans_its_shards_out(
+    sources, tmp_path, monkeypatch
+):
+    """Shards, unit markers and scratch files are spread over directories of at most
+    FANOUT entries (here 3), and the documents table stays partitioned (the shards'
+    sidecars: finalize reads no shard); the records, documents and shard checksums are
+    the flat pool's."""
+    from shardcore import verify
+    from shardcore.pool import layout
+
+    kwargs = dict(seq_len=64, val_fraction=0.1, **SMALL)
+    flat = build_pool([str(s) for s in sources], str(tmp_path / "flat"), **kwargs)
+    monkeypatch.setattr(layout, "FANOUT", 3)
+    fanned = build_pool([str(s) for s in sources], str(tmp_path / "fanned"), **kwargs)
+    assert len(flat["shards"]) > 3
+    prefixes = [sh["prefix"] for sh in fanned["shards"]]
+    assert prefixes[:4] == [
+        "shards/0000/pool-0000000",
+        "shards/0000/pool-0000001",
+        "shards/0000/pool-0000002",
+        "shards/0001/pool-0000003",
+    ]
+    shards = tmp_path / "fanned" / "shards"
+    assert all(len(list(d.iterdir())) <= 3 * 4 for d in shards.iterdir())  # 4 files a shard
+    assert not list(shards.glob("*.bin"))
+    markers = list((tmp_path / "fanned" / units.MARKER_DIR).rglob("*.done.json"))
+    assert markers and all(m.parent.parent.name == units.MARKER_DIR for m in markers)
+    a, b = Pool(tmp_path / "flat"), Pool(tmp_path / "fanned")
+    assert a.num_records == b.num_records
+    assert np.array_equal(a.records(0, a.num_records), b.records(0, b.num_records))
+    assert not a.partitioned and b.partitioned and fanned["documents_table"] == "shards"
+    assert not (tmp_path / "fanned" / "documents.parquet").exists()
+    assert b.document_files()[:2] == [f"{p}.docs.parquet" for p in prefixes[:2]]
+    assert verify.check_files_read(b.path, b.manifest, b.document_files()) > 0
+    assert a.documents.equals(b.documents)  # source_fingerprint included
+    assert a.documents.num_rows == fanned["documents"]
+    assert np.array_equal(a.document_values("kind"), b.document_values("kind"))
+    # The same shard files' bytes under the fanned-out names (and no documents.parquet).
+    shard_sums = sorted(e["xxh3"] for e in flat["files"] if e["path"] != "documents.parquet")
+    assert shard_sums == sorted(e["xxh3"] for e in fanned["files"])
+    assert verify.verify(str(tmp_path / "fanned")).ok
+
+
 @pytest.mark.parametrize("staging", ["references", "tokens"])
 def test_it_stages_references_or_tokens_in_pass_one(sources, tmp_path, staging):
     plan = plan_pool(
@@ -291,9 +353,8 @@ def test_it_stages_references_or_tokens_in_pass_one(sources, tmp_path, staging):
     for unit in plan.phases[0]:
         units.run_unit(plan, unit["id"])
     staged = [p for p in (tmp_path / "p" / "_pass1").rglob("*") if p.is_file()]
-    # Per input, one metadata file and its group offsets (plus its tokens with "tokens"
-    # staging), fanned out.
-    for ext in (".arrow", ".groups"):
+    # Per input, one metadata file (plus its tokens with "tokens" staging), fanned out.
+    for ext in (".arrow",):
         assert len([p for p in staged if p.name.endswith(ext)]) == len(plan.phases[0])
     assert all(p.parent.parent.name == "in" for p in staged)
     token_bytes = sum(p.stat().st_size for p in staged if p.name.endswith(".tokens"))

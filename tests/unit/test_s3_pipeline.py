@@ -275,18 +275,28 @@ def test_units_on_hosts_that_share_only_the_bucket_build_the_local_bytes(
     assert verify(f"{s3_bucket}/pool").ok
 
 
+@pytest.mark.parametrize("fan_in", [None, 2])
 def test_pool_units_on_s3_fetch_exactly_what_they_read_and_list_nothing(
-    corpus, s3_bucket, tmp_path, monkeypatch
+    corpus, s3_bucket, tmp_path, monkeypatch, fan_in
 ):
     """Each pool unit on its own host downloads exactly the files it declares (a merge
-    unit every input's pass-1 file, a pass-2 unit its group's file) and never lists the
-    prefix; finalize downloads the shards' documents sidecars only."""
-    from shardcore.pool import plan_pool, unit_reads
+    unit the files of the level below it that it merges, a pass-2 unit its group's file)
+    and never lists the prefix; finalize downloads the shards' documents sidecars only.
+    With a fan-in of 2 the merge is a tree of several levels, each unit fetching at most
+    two files."""
+    from shardcore.pool import layout, plan_pool, unit_reads
 
+    if fan_in:
+        monkeypatch.setattr(layout, "MERGE_FAN_IN", fan_in)
     tokenize(corpus, f"{s3_bucket}/tok", shard_size=30_000, unit_bytes=40_000)
     plan = plan_pool([f"{s3_bucket}/tok"], f"{s3_bucket}/pool", seq_len=SEQ,
                      memory=1 << 20, shard_size=8_000)  # fmt: skip
-    assert len(plan.phases[0]) > 1 and len(plan.phases[2]) > len(plan.phases[1])
+    assert len(plan.phases[0]) > 1 and len(plan.phases[-1]) > len(plan.phases[-2])
+    assert len(plan.phases) == 2 + plan.meta["merge_levels"]
+    if fan_in:
+        assert plan.meta["merge_levels"] > 1
+        merges = [u for phase in plan.phases[1:-1] for u in phase]
+        assert max(len(unit_reads(plan, u)) for u in merges) == fan_in
     got, listed = [], []
     real_get, real_sizes = storage.S3Store.get_file, storage.S3Store.sizes
     monkeypatch.setattr(
