@@ -56,7 +56,7 @@ def struct_type(path: str, manifest: dict[str, Any]) -> pa.DataType:
 
 def shard_specs(
     annotations: Sequence[str], tokenized: Sequence[tuple[str, dict[str, Any]]]
-) -> tuple[list[list[dict[str, Any]]], pa.DataType, list[str]]:
+) -> tuple[list[list[list[dict[str, Any]]]], pa.DataType, list[str]]:
     """For a pool's inputs ``tokenized`` ((path, manifest) in order) and the annotations it
     joins: per input, per shard, the files to join (``[{"name", "path", "size", "xxh3"}]``);
     the struct type they add to ``props``; and the annotations' fingerprints (sorted). An
@@ -74,10 +74,10 @@ def shard_specs(
                 f"{found[0][0]}: annotates tokenized source {fp}, which is not an input of the pool"
             )
     fields: dict[str, pa.DataType] = {}
-    per_input: list[list[dict[str, Any]]] = []
+    per_input: list[list[list[dict[str, Any]]]] = []
     for tpath, data in tokenized:
         names: set[str] = set()
-        shards: list[list[dict]] = [[] for _ in data["shards"]]
+        shards: list[list[dict[str, Any]]] = [[] for _ in data["shards"]]
         for apath, m in by_fp.get(data["fingerprint"], []):
             name = m["annotator"]["name"]
             if name in names:

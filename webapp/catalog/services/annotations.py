@@ -35,7 +35,7 @@ def annotator_choices() -> list[dict[str, Any]]:
     """Every registered annotator with its version, parameters (defaults) and columns: what
     the Annotate form and the API offer."""
 
-    out = []
+    out: list[dict[str, Any]] = []
     for name in annotate.names():
         try:
             cls = annotate.get(name)

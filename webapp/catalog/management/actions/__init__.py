@@ -7,7 +7,7 @@ An action's ``run`` returns the line it prints; it raises the services' errors u
 
 from __future__ import annotations
 
-from webapp.catalog.management.actions import annotations, builds, jobs, runs, sources
+from webapp.catalog.management.actions import annotating, builds, jobs, runs, sources
 from webapp.catalog.management.actions.base import Action
 
 ACTIONS: dict[str, Action] = {
@@ -17,8 +17,8 @@ ACTIONS: dict[str, Action] = {
         sources.SourceScan(),
         builds.Tokenize(),
         builds.PoolBuild(),
-        annotations.Annotate(),
-        annotations.FlagWhere(),
+        annotating.Annotate(),
+        annotating.FlagWhere(),
         builds.MixtureVersionCreate(),
         builds.Materialize(),
         builds.Export(),

@@ -7,7 +7,7 @@ import argparse
 from typing import Any
 
 from webapp.catalog.management.actions.base import Action, launched
-from webapp.catalog.services import annotations
+from webapp.catalog.services import annotations as annotation_services
 
 
 class Annotate(Action):
@@ -21,7 +21,7 @@ class Annotate(Action):
         parser.add_argument("--text-from", choices=("auto", "source", "tokens"), default="auto")
 
     def run(self, o: dict[str, Any]) -> str:
-        ann = annotations.annotation_build(
+        ann = annotation_services.annotation_build(
             tokenized_id=o["tokenized_id"], annotator=o["annotator"],
             params="\n".join(o["param"]), text_from=o["text_from"],
         )  # fmt: skip
@@ -40,7 +40,7 @@ class FlagWhere(Action):
         parser.add_argument("--reason", default="")
 
     def run(self, o: dict[str, Any]) -> str:
-        flag = annotations.annotation_flag_where(
+        flag = annotation_services.annotation_flag_where(
             annotation_id=o["annotation_id"], filter=o["filter"], reason=o["reason"]
         )
         return (
