@@ -41,13 +41,15 @@ exact against the schedule it was computed from.
 """
 
 from shardcore.mixture.build import (
-    _epoch_permutation,
     _families,
     _records_for,
     build_mixture,
     build_schedule,
 )
 from shardcore.mixture.layout import (
+    CHUNK_SAMPLES,
+    COUNTS_FILE,
+    DEFAULT_IN_MEMORY,
     DEFAULT_MAX_SAMPLES,
     KIND,
     LENGTH_FAMILY,
@@ -70,6 +72,9 @@ from shardcore.mixture.spec import ORDERS, Component, MixtureSpec, Stage, flatte
 from shardcore.mixture.stages import plan_mixture
 
 __all__ = [
+    "CHUNK_SAMPLES",
+    "COUNTS_FILE",
+    "DEFAULT_IN_MEMORY",
     "DEFAULT_MAX_SAMPLES",
     "KIND",
     "LENGTH_FAMILY",
@@ -85,7 +90,6 @@ __all__ = [
     "MixtureSpec",
     "PoolInfo",
     "Stage",
-    "_epoch_permutation",
     "_families",
     "_records_for",
     "build_mixture",

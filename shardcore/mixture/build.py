@@ -10,39 +10,36 @@ from typing import Any
 
 import numpy as np
 
-from shardcore import atomic, blend, storage, units, verify
+from shardcore import blend, storage, units, verify
 from shardcore import manifest as mf
 from shardcore.errors import InputError
-from shardcore.mixture.layout import KIND, LENGTH_FAMILY, POOL_FILE, RECORD_FILE
+from shardcore.mixture import chunked, permute
+from shardcore.mixture.layout import (
+    COUNTS_FILE,
+    KIND,
+    LENGTH_FAMILY,
+    POOL_FILE,
+    RECORD_FILE,
+    SCHEDULE_FORMAT,
+)
 from shardcore.mixture.plan import (
     PoolInfo,
     _check_repetitions,
-    _continued,
+    _continued_epochs,
     _stage_weights,
     load_pools,
-    plan_epochs,
 )
 from shardcore.mixture.spec import MixtureSpec
 
 # --------------------------------------------------------------------------- building
 
 
-def _epoch_permutation(seed: int, pool: int, epoch: int, n: int) -> np.ndarray:
-    """Epoch 0 reads the (already shuffled) pool in order; each repeat a fresh permutation."""
-    if epoch == 0:
-        return np.arange(n, dtype=np.int64)
-    rng = np.random.default_rng([seed, pool, epoch, 0x6D6978])
-    return rng.permutation(n).astype(np.int64)
-
-
-def _records_for(seed: int, pool: int, n_records: int, consumed: np.ndarray) -> np.ndarray:
-    """Record index for each consumption index (0, 1, 2, ... across stages) of a pool."""
-    out = np.empty(consumed.size, dtype=np.int64)
-    epochs = consumed // n_records
-    for e in np.unique(epochs).tolist():
-        sel = epochs == e
-        out[sel] = _epoch_permutation(seed, pool, int(e), n_records)[consumed[sel] % n_records]
-    return out
+def _records_for(
+    seed: int, pool: int, n_records: int, consumed: np.ndarray, algorithm: str = permute.FEISTEL
+) -> np.ndarray:
+    """Record index for each consumption index (0, 1, 2, ... across stages) of a pool:
+    epoch 0 in pool order, each repeat in a keyed permutation (``shardcore.mixture.permute``)."""
+    return permute.records_for(seed, pool, n_records, consumed, algorithm)
 
 
 def _families(
@@ -103,7 +100,7 @@ def build_schedule(
     total = sum(n for _, n, _ in stages)
     pool_idx = np.empty(total, dtype=np.int16)
     record = np.empty(total, dtype=np.int64)
-    read, keys = _continued(spec, pools)
+    read, keys, algorithms = _continued_epochs(spec, pools)
     consumed = read.copy()  # per pool: the next position in its read order
     facts = []
     start = 0
@@ -128,7 +125,7 @@ def build_schedule(
             sel = pools_here == i
             order_in_pool = consumed[i] + si[sel]
             seed, key = keys[i]
-            recs[sel] = _records_for(seed, key, pools[i].num_records, order_in_pool)
+            recs[sel] = _records_for(seed, key, pools[i].num_records, order_in_pool, algorithms[i])
         consumed += counts
         if spec.order != "blend":
             from shardcore.order import get_ordering
@@ -159,20 +156,16 @@ def build_schedule(
     return pool_idx, record, facts
 
 
-def _save_npy(path: Path, arr: np.ndarray) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic.atomic_open(path) as f:
-        np.save(f, arr)
-
-
 def build_mixture(
     spec: MixtureSpec | Mapping[str, Any],
     out: str | os.PathLike,
     *,
     progress: Callable[[str, int, int], None] | None = None,
+    chunk_samples: int | None = None,
 ) -> dict[str, Any]:
     """Build the mixture's schedule in ``out`` and return its manifest. ``progress(stage,
-    done, total)`` reports blend progress. Rebuilding the same spec over the same pools
+    done, total)`` reports blend progress; ``chunk_samples`` (default ``CHUNK_SAMPLES``)
+    sets the chunks (the schedule is the same whatever they are). Rebuilding the same spec over the same pools
     gives the same bytes and fingerprint. ``out`` may be ``s3://bucket/prefix``: the
     schedule is built in a local work directory and uploaded, the manifest last."""
     if storage.is_remote(out):
@@ -180,35 +173,34 @@ def build_mixture(
 
         work = units.work_dir(os.fspath(out))
         shutil.rmtree(work, ignore_errors=True)
-        manifest = build_mixture(spec, work, progress=progress)
+        manifest = build_mixture(spec, work, progress=progress, chunk_samples=chunk_samples)
         storage.publish_directory(work, out)
         shutil.rmtree(work, ignore_errors=True)
         return manifest
     if not isinstance(spec, MixtureSpec):
         spec = MixtureSpec.from_dict(spec)
     spec.validate()
-    built = _schedule_write(spec, Path(out), progress=progress)
+    built = _schedule_write(spec, Path(out), progress=progress, chunk_samples=chunk_samples)
     return _manifest_write(spec, load_pools(spec), Path(out), built)
 
 
 def _schedule_write(
-    spec: MixtureSpec, out: Path, *, progress: Callable[[str, int, int], None] | None = None
+    spec: MixtureSpec,
+    out: Path,
+    *,
+    progress: Callable[[str, int, int], None] | None = None,
+    chunk_samples: int | None = None,
 ) -> dict[str, Any]:
-    """Write the schedule arrays into ``out``; returns what the manifest needs besides
-    them: samples and tokens, samples per pool (in ``load_pools`` order), per-stage facts."""
+    """Write the schedule into ``out`` in one process: the pool column and the per-chunk
+    counts (``chunked.write_pool_column``), then the record column chunk by chunk. Returns
+    what the manifest needs besides them: samples and tokens, samples per pool (in
+    ``load_pools`` order), per-stage facts, the chunk size."""
     pools = load_pools(spec)
-    plan_epochs(spec, pools)  # fail fast on repetitions and tiny budgets, before any work
-    pool_idx, record, stages = build_schedule(spec, pools, progress=progress)
-    out.mkdir(parents=True, exist_ok=True)
-    _save_npy(out / POOL_FILE, pool_idx)
-    _save_npy(out / RECORD_FILE, record)
-    seq_len = int(pools[0].manifest["seq_len"])
-    return {
-        "samples": int(pool_idx.size),
-        "tokens": int(pool_idx.size) * seq_len,
-        "pool_samples": np.bincount(pool_idx, minlength=len(pools)).tolist(),
-        "stages": stages,
-    }
+    built = chunked.write_pool_column(
+        spec, pools, out, build_schedule, chunk_samples=chunk_samples, progress=progress
+    )
+    chunked.write_records(spec, pools, out, built["chunk_samples"], 0, 1)
+    return built
 
 
 def _manifest_write(
@@ -217,15 +209,19 @@ def _manifest_write(
     """Write the manifest of the schedule in ``out`` (the commit point) and read it back."""
     seq_len = int(pools[0].manifest["seq_len"])
     # Block checksums let ``shardyard verify`` name the corrupt byte range.
-    files = [verify.file_entry(out, rel) for rel in (POOL_FILE, RECORD_FILE)]
+    files = [verify.file_entry(out, rel) for rel in (POOL_FILE, RECORD_FILE, COUNTS_FILE)]
+    # Format 2 (per-chunk counts, keyed epoch permutations) is in the fingerprint: a spec
+    # built before it named other records for repeated pools.
+    schedule = {"format": SCHEDULE_FORMAT, "chunk_samples": int(built["chunk_samples"])}
     fp_params = {
         "spec": spec.to_dict(),
         "pools": [p.manifest.get("fingerprint") for p in pools],
         # The pools' bytes (checksums), not only what they were built from.
         "contents": [mf.content_digest(p.manifest) for p in pools],
+        "schedule": schedule,
     }
     counts = built["pool_samples"]
-    read, keys = _continued(spec, pools)
+    read, keys, algorithms = _continued_epochs(spec, pools)
     manifest = {
         "kind": KIND,
         "fingerprint": mf.fingerprint(
@@ -248,6 +244,7 @@ def _manifest_write(
                 "samples": int(counts[i]),
                 "tokens": int(counts[i]) * seq_len,
                 "epochs": float(counts[i] / p.num_records),
+                "permutation": algorithms[i],
                 # Continued runs: records read before this mixture, and the permutations'
                 # key (both needed to continue this mixture in turn).
                 **(
@@ -259,6 +256,7 @@ def _manifest_write(
             for i, p in enumerate(pools)
         ],
         "stages": built["stages"],
+        "schedule": schedule,
         "files": files,
     }
     if spec.continues is not None:

@@ -13,7 +13,13 @@ import numpy as np
 from shardcore import blend
 from shardcore import manifest as mf
 from shardcore.errors import InputError, ManifestError
-from shardcore.mixture.layout import DEFAULT_MAX_SAMPLES, MAX_SAMPLES_VARIABLE
+from shardcore.mixture import permute
+from shardcore.mixture.layout import (
+    DEFAULT_IN_MEMORY,
+    DEFAULT_MAX_SAMPLES,
+    MAX_SAMPLES_VARIABLE,
+    SAMPLE_BYTES,
+)
 from shardcore.mixture.spec import MixtureSpec, flatten
 
 # --------------------------------------------------------------------------- pools
@@ -109,10 +115,20 @@ def stage_samples(spec: MixtureSpec, seq_len: int) -> list[tuple[str, int]]:
     return [(spec.first_stage, main), *later]
 
 
-def max_schedule_samples() -> int:
+def chunked(spec: MixtureSpec) -> bool:
+    """Whether the schedule is built chunk by chunk in bounded memory (the blend order);
+    the other orderings permute each stage's samples as a whole, in memory."""
+    return spec.order == "blend"
+
+
+def max_schedule_samples(spec: MixtureSpec | None = None) -> int:
+    """The most samples a schedule may hold: ``SHARDYARD_MAX_SCHEDULE_SAMPLES`` when set,
+    else ``DEFAULT_MAX_SAMPLES`` for a chunked build (its memory does not grow with the
+    samples; the build checks the disk holds it) and ``DEFAULT_MAX_SAMPLES_IN_MEMORY`` for
+    one held in memory."""
     raw = os.environ.get("SHARDYARD_MAX_SCHEDULE_SAMPLES", "").strip()
     if not raw:
-        return DEFAULT_MAX_SAMPLES
+        return DEFAULT_MAX_SAMPLES if spec is None or chunked(spec) else DEFAULT_IN_MEMORY
     try:
         value = int(float(raw))
     except ValueError:
@@ -126,12 +142,17 @@ def _stage_weights(spec: MixtureSpec, pools: list[PoolInfo]) -> list[tuple[str, 
     index = {p.key: i for i, p in enumerate(pools)}
     seq_len = int(pools[0].manifest["seq_len"])
     sizes = dict(stage_samples(spec, seq_len))
-    total, limit = sum(sizes.values()), max_schedule_samples()
+    total, limit = sum(sizes.values()), max_schedule_samples(spec)
     if total > limit:
+        where = (
+            "on disk; it is built in chunks"
+            if chunked(spec)
+            else f"in memory while the {spec.order!r} order is built"
+        )
         raise InputError(
             f"tokens: a budget of {spec.tokens:,} tokens is {total:,} samples of {seq_len} "
             f"tokens; a schedule holds at most {limit:,} samples ({MAX_SAMPLES_VARIABLE}, "
-            f"about {limit * 9 / 2**30:,.0f} GiB while it is built)"
+            f"about {limit * SAMPLE_BYTES / 2**30:,.0f} GiB {where})"
         )
     out = []
     for name, comps in spec.stage_components():
@@ -152,17 +173,28 @@ def _stage_weights(spec: MixtureSpec, pools: list[PoolInfo]) -> list[tuple[str, 
 def _continued(spec: MixtureSpec, pools: list[PoolInfo]) -> tuple[np.ndarray, list[list[int]]]:
     """Per pool: the records a continued run already read of it (0 for a new pool) and the
     key of its epoch permutations, [seed, pool index] of the mixture that first read it."""
+    read, keys, _ = _continued_epochs(spec, pools)
+    return read, keys
+
+
+def _continued_epochs(
+    spec: MixtureSpec, pools: list[PoolInfo]
+) -> tuple[np.ndarray, list[list[int]], list[str]]:
+    """``_continued`` and, per pool, the algorithm of its epoch permutations: a pool new in
+    this mixture takes ``permute.FEISTEL``; a continued pool keeps its mixture's."""
     read = np.zeros(len(pools), dtype=np.int64)
     keys = [[int(spec.seed), i] for i in range(len(pools))]
+    algorithms = [permute.FEISTEL] * len(pools)
     if spec.continues is None:
-        return read, keys
+        return read, keys, algorithms
     by_path = {os.path.abspath(p["path"]): p for p in spec.continues["pools"]}
     for i, p in enumerate(pools):
         prev = by_path.get(os.path.abspath(p.path))
         if prev is not None:
             read[i] = int(prev["read"])
             keys[i] = [int(k) for k in prev["epoch_key"]]
-    return read, keys
+            algorithms[i] = prev.get("permutation", permute.NUMPY)
+    return read, keys, algorithms
 
 
 def _expected_counts(weights: np.ndarray, n: int) -> np.ndarray:

@@ -13,6 +13,7 @@ from typing import Any
 
 from shardcore import limits, storage
 from shardcore.errors import InputError
+from shardcore.mixture import permute
 from shardcore.order import ORDERINGS
 
 ORDERS = tuple(ORDERINGS)  # the names of shardcore.order
@@ -243,7 +244,9 @@ class MixtureSpec:
 
 def _continues(data: Any) -> dict[str, Any]:
     """A spec's ``continues`` checked field by field: ``{"mixture": fingerprint, "sample":
-    n, "pools": [{"path", "read", "epoch_key": [seed, index]}]}``."""
+    n, "pools": [{"path", "read", "epoch_key": [seed, index], "permutation"}]}``
+    (``permutation``: the algorithm of the continued pool's epochs, ``shardcore.mixture.
+    permute``; absent in continuations made before it was recorded: ``"numpy"``)."""
     if not isinstance(data, Mapping):
         raise InputError("continues: expected an object")
     unknown = set(data) - {"mixture", "sample", "pools"}
@@ -257,8 +260,15 @@ def _continues(data: Any) -> dict[str, Any]:
     pools = []
     for i, p in enumerate(_as_list(data.get("pools", []), "continues.pools")):
         where = f"continues.pools[{i}]"
-        if not isinstance(p, Mapping) or set(p) != {"path", "read", "epoch_key"}:
-            raise InputError(f"{where}: needs exactly path, read and epoch_key")
+        if not isinstance(p, Mapping) or not (
+            {"path", "read", "epoch_key"} <= set(p) <= {"path", "read", "epoch_key", "permutation"}
+        ):
+            raise InputError(f"{where}: needs exactly path, read and epoch_key (and permutation)")
+        algorithm = p.get("permutation", permute.NUMPY)
+        if algorithm not in permute.ALGORITHMS:
+            raise InputError(
+                f"{where}.permutation: unknown {algorithm!r}; known: {list(permute.ALGORITHMS)}"
+            )
         read = _as_int(p["read"], f"{where}.read")
         if read < 0:
             raise InputError(f"{where}.read: must be >= 0, got {read}")
@@ -270,6 +280,7 @@ def _continues(data: Any) -> dict[str, Any]:
                 "path": str(p["path"]),
                 "read": read,
                 "epoch_key": [_as_int(k, f"{where}.epoch_key") for k in key],
+                **({"permutation": algorithm} if "permutation" in p else {}),
             }
         )
     return {"mixture": data["mixture"], "sample": sample, "pools": pools}
