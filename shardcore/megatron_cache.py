@@ -838,6 +838,37 @@ def stage_blends(path: str | os.PathLike) -> tuple[dict[str, Any], list[StageBle
     return manifest, out
 
 
+def check_prefixes(manifest: Mapping[str, Any], blends: Sequence[StageBlend], path) -> None:
+    """Refuse, before writing anything, a stage whose blend lists more shard prefixes than
+    megatron-core's int16 dataset index holds (``MAX_PREFIXES``), saying what fits: pools
+    rebuilt with shards that many times larger, or a materialized copy with shards of at
+    least the size that brings the stage's samples under the limit."""
+    from shardcore import manifest as mf
+
+    worst = max(blends, key=lambda b: len(b.prefixes), default=None)
+    if worst is None or len(worst.prefixes) <= MAX_PREFIXES:
+        return
+    factor = -(-len(worst.prefixes) // MAX_PREFIXES)
+    itemsize = np.dtype(manifest.get("dtype") or "int32").itemsize
+    stage_bytes = worst.end * (int(manifest["seq_len"]) + 1) * itemsize
+    copy_mb = -(-stage_bytes // (MAX_PREFIXES * (1 << 20)))
+    pools = manifest.get("pools") or []
+    sizes = []
+    for pool in pools:
+        pm = mf.read_manifest(pool["path"])
+        shards = len(pm.get("shards") or []) or 1
+        sizes.append(int(pm.get("num_records", 0)) * int(pm.get("record_tokens", 0)) * itemsize
+                      / shards)  # fmt: skip
+    now = f" (about {max(sizes) / 2**20:,.0f} MiB now)" if sizes and max(sizes) > 0 else ""
+    raise InputError(
+        f"{path}: stage {worst.name!r} reads {len(worst.prefixes):,} shard prefixes; "
+        f"megatron-core's int16 blend index holds at most {MAX_PREFIXES:,} per stage. Either "
+        f"rebuild its pools with shards {factor}x larger{now} (shardyard pool --shard-size), "
+        f"or materialize the mixture with shards of at least {copy_mb:,} MiB (shardyard "
+        f"materialize --shard-mb {copy_mb}) and export the materialized copy"
+    )
+
+
 def data_args(blend: StageBlend) -> str:
     """The ``w1 prefix1 w2 prefix2 ...`` list of a ``--data-args-path`` file, a pair a line
     (Megatron-LM splits the file on whitespace)."""
@@ -898,6 +929,7 @@ def export_megatron(
     "default": without --legacy-tokenizer; "legacy": 0.16.x with --legacy-tokenizer only)."""
     manifest, blends = stage_blends(path)
     seq_len = int(manifest["seq_len"])
+    check_prefixes(manifest, blends, path)  # before anything is written
     tok, named = trainer_tokenizer(tokenizer, manifest.get("tokenizer"))
     identities = tokenizer_builds(tok, tokenizer_build, named)
     legacy_only = all(b == "legacy-0.16" for _, names in identities for b in names)
