@@ -25,7 +25,8 @@ from shardcore import atomic
 from shardcore import manifest as mf
 from shardcore.errors import InputError
 from shardcore.mixture import KIND as MIXTURE
-from shardcore.mixture import Mixture
+from shardcore.mixture import POOL_FILE, RECORD_FILE, Mixture
+from shardcore.mixture.chunked import npy_read
 
 CHUNK = 1 << 22  # samples per pass step
 BLOCK = 1 << 22  # rows per write of the generated (sample, shuffle) indices
@@ -67,8 +68,9 @@ class SampleSource:
             i = np.arange(a, b, dtype=np.int64)
             shard = np.searchsorted(self.cums[0], i, side="right") - 1
             return shard.astype(np.int32), i - self.cums[0][shard]
-        pidx = np.asarray(self.mix.pool_index[a:b])
-        rec = np.asarray(self.mix.record_index[a:b], dtype=np.int64)
+        # Read, not mapped: mapped pages of the schedule would stay in the resident set.
+        pidx = npy_read(self.mix.path / POOL_FILE, a, b)
+        rec = npy_read(self.mix.path / RECORD_FILE, a, b).astype(np.int64, copy=False)
         d = np.empty(b - a, dtype=np.int32)
         local = np.empty(b - a, dtype=np.int64)
         for p in np.unique(pidx).tolist():

@@ -126,7 +126,10 @@ def child_unit(root: Path, size: int, pools: int, unit: str) -> dict:
     return {"seconds": time.perf_counter() - t0, "peak_rss_mb": peak_rss_mb()}
 
 
-def child_queries(root: Path, size: int, pools: int) -> dict:
+def child_queries(root: Path, size: int, pools: int, scan: bool) -> dict:
+    """Locate, resume, continuation and first reads; with ``scan`` also the previous
+    computation of each (a scan of the schedule), checked equal, in a child of its own so
+    that the answers' peak memory is theirs alone."""
     from shardcore import lineage
     from shardcore.locate import locate_mixture
     from shardcore.mixture import Mixture, continuation
@@ -151,17 +154,19 @@ def child_queries(root: Path, size: int, pools: int) -> dict:
         t0 = time.perf_counter()
         a = int(mix.reads_before(s)[p])
         fast.append(time.perf_counter() - t0)
-        t0 = time.perf_counter()
-        b = int(np.count_nonzero(mix.pool_index[:s] == p))
-        slow.append(time.perf_counter() - t0)
-        assert a == b, (s, a, b)
+        if scan:
+            t0 = time.perf_counter()
+            b = int(np.count_nonzero(mix.pool_index[:s] == p))
+            slow.append(time.perf_counter() - t0)
+            assert a == b, (s, a, b)
     out["resume_ms"] = 1000 * sum(fast) / len(fast)
-    out["resume_scan_ms"] = 1000 * sum(slow) / len(slow)
+    out["resume_scan_ms"] = 1000 * sum(slow) / len(slow) if slow else None
     t0 = time.perf_counter()
     cont = continuation(path, int(picks[0]))
     out["continuation_ms"] = (time.perf_counter() - t0) * 1000
-    prefix = np.bincount(np.asarray(mix.pool_index[: int(picks[0])]), minlength=len(mix.pools))
-    assert [p["read"] for p in cont["pools"]] == prefix.tolist()
+    if scan:
+        upto = np.asarray(mix.pool_index[: int(picks[0])])
+        assert [p["read"] for p in cont["pools"]] == np.bincount(upto, minlength=pools).tolist()
     # First read of flagged records: three records in each of five pools.
     fast, slow = [], []
     for trial in range(3):
@@ -173,12 +178,14 @@ def child_queries(root: Path, size: int, pools: int) -> dict:
         t0 = time.perf_counter()
         a = mix.first_read(masks)
         fast.append(time.perf_counter() - t0)
-        t0 = time.perf_counter()
-        b = next((int(f[0]) for f in lineage._flagged_chunks(path, masks, 0, None) if f.size), None)
-        slow.append(time.perf_counter() - t0)
-        assert a == b, (trial, a, b)
+        if scan:
+            t0 = time.perf_counter()
+            chunks = lineage._flagged_chunks(path, masks, 0, None)
+            b = next((int(f[0]) for f in chunks if f.size), None)
+            slow.append(time.perf_counter() - t0)
+            assert a == b, (trial, a, b)
     out["first_read_ms"] = 1000 * sum(fast) / len(fast)
-    out["first_read_scan_ms"] = 1000 * sum(slow) / len(slow)
+    out["first_read_scan_ms"] = 1000 * sum(slow) / len(slow) if slow else None
     out["peak_rss_mb"] = peak_rss_mb()
     return out
 
@@ -252,7 +259,7 @@ def main(argv: list[str] | None = None) -> None:
         if op == "unit":
             res = child_unit(root, int(rest[0]), int(rest[1]), rest[2])
         elif op == "queries":
-            res = child_queries(root, int(rest[0]), int(rest[1]))
+            res = child_queries(root, int(rest[0]), int(rest[1]), rest[2] == "scan")
         elif op == "megatron":
             res = child_megatron(root, int(rest[0]))
         else:
@@ -281,7 +288,8 @@ def main(argv: list[str] | None = None) -> None:
         res["units"]["finalize"] = _child(
             ["unit", str(root), str(size), str(args.pools), "finalize"]
         )
-        res["queries"] = _child(["queries", str(root), str(size), str(args.pools)])
+        res["queries"] = _child(["queries", str(root), str(size), str(args.pools), "fast"])
+        res["scans"] = _child(["queries", str(root), str(size), str(args.pools), "scan"])
         if size <= args.megatron_max:
             res["megatron"] = _child(["megatron", str(root), str(size)])
         res["disk_bytes"] = sum(
@@ -290,7 +298,7 @@ def main(argv: list[str] | None = None) -> None:
         results[size] = res
         u = res["units"]
         recs = [v for k, v in u.items() if k.startswith("records")]
-        q = res["queries"]
+        q, sc = res["queries"], res["scans"]
         rows.append(
             [
                 f"2^{size}",
@@ -303,10 +311,11 @@ def main(argv: list[str] | None = None) -> None:
                 res["disk_bytes"] / (1 << size),
                 q["locate_ms"],
                 q["resume_ms"],
-                q["resume_scan_ms"],
+                sc["resume_scan_ms"],
                 q["first_read_ms"],
-                q["first_read_scan_ms"],
+                sc["first_read_scan_ms"],
                 q["continuation_ms"],
+                q["peak_rss_mb"],
                 res.get("megatron", {}).get("seconds"),
                 res.get("megatron", {}).get("peak_rss_mb"),
             ]
@@ -318,10 +327,13 @@ def main(argv: list[str] | None = None) -> None:
         "samples", "blend unit s", "blend MB", "record unit s (max)", "record MB (max)",
         "finalize s", "finalize MB", "disk B/sample", "locate ms", "resume ms",
         "resume scan ms", "first read ms", "first read scan ms", "continuation ms",
-        "megatron export s", "megatron MB",
+        "queries MB", "megatron export s", "megatron MB",
     ]  # fmt: skip
     lines = [machine(), "", markdown_table(headers, rows), ""]
-    n = [float(1 << s) for s in sizes]
+    # Memory is fitted over the sizes of at least one chunk (below it a unit holds less).
+    from shardcore.mixture import CHUNK_SAMPLES
+
+    big = [s for s in sizes if (1 << s) >= CHUNK_SAMPLES]
     fits = []
     for label, get in [
         ("blend unit s", lambda r: r["units"]["blend"]["seconds"]),
@@ -332,21 +344,22 @@ def main(argv: list[str] | None = None) -> None:
         ("finalize MB", lambda r: r["units"]["finalize"]["peak_rss_mb"]),
         ("locate ms", lambda r: r["queries"]["locate_ms"]),
         ("resume ms", lambda r: r["queries"]["resume_ms"]),
-        ("resume scan ms", lambda r: r["queries"]["resume_scan_ms"]),
+        ("resume scan ms", lambda r: r["scans"]["resume_scan_ms"]),
         ("first read ms", lambda r: r["queries"]["first_read_ms"]),
-        ("first read scan ms", lambda r: r["queries"]["first_read_scan_ms"]),
+        ("first read scan ms", lambda r: r["scans"]["first_read_scan_ms"]),
         ("queries MB", lambda r: r["queries"]["peak_rss_mb"]),
     ]:  # fmt: skip
-        f = fit_power(n, [get(results[s]) for s in sizes])
-        fits.append([label, f.slope, f.at(2.0**31)])
+        pick = big if label.endswith("MB") and len(big) >= 2 else sizes
+        f = fit_power([float(1 << s) for s in pick], [get(results[s]) for s in pick])
+        fits.append([label, f"2^{pick[0]}..2^{pick[-1]}", f.slope, f.at(2.0**31)])
     mega = [s for s in sizes if "megatron" in results[s]]
     if len(mega) >= 2:
         for label, key in [("megatron export s", "seconds"), ("megatron MB", "peak_rss_mb")]:
             f = fit_power(
                 [float(1 << s) for s in mega], [results[s]["megatron"][key] for s in mega]
             )
-            fits.append([label, f.slope, f.at(2.0**31)])
-    lines += [markdown_table(["measure", "slope", "at 2^31 samples"], fits), ""]
+            fits.append([label, f"2^{mega[0]}..2^{mega[-1]}", f.slope, f.at(2.0**31)])
+    lines += [markdown_table(["measure", "fitted on", "slope", "at 2^31 samples"], fits), ""]
     lines += [
         f"One unit of a 2^{args.at}-sample schedule over {args.pools} pools, measured directly "
         f"(the last chunk of 2^23 samples; the small pools in epoch {at['max_epoch']}): "
