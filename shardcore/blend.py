@@ -275,16 +275,28 @@ def build_blending_indices(
         return di, si
     for start in range(0, size, _CHUNK):
         stop = min(size, start + _CHUNK)
-        d_view, s_view = di[start:stop], si[start:stop]
-        if lib is not None and d_view.flags.c_contiguous and s_view.flags.c_contiguous:
-            rc = lib.sy_blend(w, w.size, start, stop - start, counts, d_view, s_view)
-            if rc < 0:
-                raise MemoryError("shardcore.blend: the C kernel could not allocate")
-        else:
-            _blend_python(w, start, counts, d_view, s_view)
+        blend_range(w, start, counts, (di[start:stop], si[start:stop]))
         if progress is not None:
             progress(stop, size)
     return di, si
+
+
+def blend_range(
+    w: np.ndarray, start: int, counts: np.ndarray, out: tuple[np.ndarray, np.ndarray]
+) -> None:
+    """Samples [start, start + len(out[0])) of the schedule of the (already normalized)
+    weights ``w``, continuing from ``counts`` (per pool: its picks among samples [0,
+    start)), which it advances. The state of the blend at a sample is exactly these counts
+    (the kernel rebuilds its float errors from them), so a schedule built range by range,
+    from the counts the previous range left, is the one built in a single pass."""
+    di, si = out
+    lib = _load_kernel()
+    if lib is not None and di.flags.c_contiguous and si.flags.c_contiguous:
+        rc = lib.sy_blend(w, w.size, int(start), di.size, counts, di, si)
+        if rc < 0:
+            raise MemoryError("shardcore.blend: the C kernel could not allocate")
+    else:
+        _blend_python(w, int(start), counts, di, si)
 
 
 def window_tolerance(weights: Sequence[float] | np.ndarray) -> float:

@@ -30,6 +30,7 @@ from shardcore import manifest as mf
 from shardcore.errors import InputError
 from shardcore.mixture import POOL_FILE, RECORD_FILE
 from shardcore.pack import load_segments
+from shardcore.mixture.reader import Mixture
 
 _CHUNK = 1 << 22
 
@@ -71,7 +72,11 @@ def first_sample(
 ) -> int | None:
     """The first training sample (from ``start``) whose record is flagged, ``records``
     mapping a pool's index in the mixture manifest to its per-record mask; None if no
-    sample of the mixture reads one."""
+    sample of the mixture reads one. A schedule with per-chunk counts read in blend order
+    answers without a scan (``Mixture.first_read``); else the schedule is scanned."""
+    found = Mixture(mixture_dir).first_read(records, start=start)
+    if found is not NotImplemented:
+        return found
     for found in _flagged_chunks(mixture_dir, records, start, None):
         if found.size:
             return int(found[0])

@@ -62,7 +62,7 @@ from typing import Any
 
 import numpy as np
 
-from shardcore import atomic
+from shardcore import atomic, megatron_stream
 from shardcore.errors import InputError
 
 # megatron-core versions whose tokenizer builds the export keys the cache for (``BUILDS``),
@@ -603,11 +603,6 @@ def cache_keys(
 # --------------------------------------------------------------------------- writing
 
 
-def _save_npy(path: Path, arr: np.ndarray) -> None:
-    with atomic.atomic_open(path) as f:
-        np.save(f, arr, allow_pickle=True)
-
-
 def gpt_indices(
     records: np.ndarray, num_samples: int, seq_len: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -649,8 +644,9 @@ def write_cache(
     cache_dir: str | os.PathLike,
     prefixes: Sequence[str],
     weights: Sequence[float],
-    prefix_of_sample: np.ndarray,
-    record_of_sample: np.ndarray,
+    source: megatron_stream.SampleSource,
+    used: np.ndarray,
+    total: int,
     seq_len: int,
     args: MegatronArgs,
     *,
@@ -658,14 +654,14 @@ def write_cache(
     use_megatron: bool | None = None,
 ) -> dict[str, Any]:
     """Write megatron-core's indices so that, trained with ``args`` and ``--train-samples
-    len(prefix_of_sample)`` on the blend (``weights``, ``prefixes``), Megatron's sample i is
-    sequence ``record_of_sample[i]`` of prefix ``prefix_of_sample[i]``. ``identities``: the
-    tokenizer identities to key the indices for (default ``args.tokenizer``); the indices do
-    not depend on it, so the first key set holds the arrays and the others hard links to
-    them. Returns what was written (hashes per identity, files, how keys were computed)."""
-    d = np.asarray(prefix_of_sample)
-    rec = np.asarray(record_of_sample)
-    total = int(d.size)
+    total`` on the blend (``weights``, ``prefixes``: the ``used`` prefixes of ``source``),
+    Megatron's sample i is sample i of ``source`` (its sequence in its prefix), streamed
+    in chunks (``shardcore.megatron_stream``: memory bounded by a chunk and the number of
+    prefixes). ``identities``: the tokenizer identities to key the indices for (default
+    ``args.tokenizer``); the indices do not depend on it, so the first key set holds the
+    arrays and the others hard links to them. Returns what was written (hashes per
+    identity, files, how keys were computed)."""
+    total = int(total)
     if total == 0:
         raise InputError("train_samples: nothing to write for an empty range")
     if len(prefixes) > MAX_PREFIXES:
@@ -689,51 +685,35 @@ def write_cache(
         raise RuntimeError("megatron-core sized the blend differently per tokenizer")
     cache = Path(cache_dir)
     cache.mkdir(parents=True, exist_ok=True)
-    d16 = d.astype(np.int16)
-    # Rank of each sample among its prefix's samples: a stable (radix, for int16) sort.
-    order = np.argsort(d16, kind="stable")
-    counts = np.bincount(d16, minlength=len(prefixes)).astype(np.int64)
-    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    rank = np.empty(total, dtype=np.int64)
-    rank[order] = np.arange(total, dtype=np.int64) - np.repeat(starts, counts)
-    names = {}
-    for k in range(len(prefixes)):
-        mine = rec[order[starts[k] : starts[k] + counts[k]]]
-        if mine.size == 0:  # listed for the key only: any record serves as padding
-            mine = np.zeros(1, dtype=np.int64)
-        arrays = gpt_indices(mine, first.num_samples[k], seq_len)
-        names[k] = list(
-            zip(("document_index", "sample_index", "shuffle_index"), arrays, strict=True)
-        )
-    blend_arrays = []
-    if first.blended is not None:
-        dataset_index = np.empty(first.size, dtype=np.int16)
-        sample_index = np.empty(first.size, dtype=np.int64)
-        dataset_index[:total] = d16
-        sample_index[:total] = rank
-        tail = np.arange(total, first.size) % total  # past train_samples: never read
-        dataset_index[total:] = d16[tail]
-        sample_index[total:] = rank[tail]
-        blend_arrays = [("dataset_index", dataset_index), ("dataset_sample_index", sample_index)]
+    gpt_suffixes = ("document_index", "sample_index", "shuffle_index")
+    blend_suffixes = ("dataset_index", "dataset_sample_index")
 
-    def index_sets(keys: CacheKeys) -> list[tuple[tuple[str, str], str, list]]:
-        out = [(keys.gpt[k], "GPTDataset", names[k]) for k in range(len(prefixes))]
+    def index_sets(keys: CacheKeys) -> list[tuple[tuple[str, str], str, tuple[str, ...]]]:
+        out = [(keys.gpt[k], "GPTDataset", gpt_suffixes) for k in range(len(prefixes))]
         if keys.blended is not None:
-            out.append((keys.blended, "BlendedDataset", blend_arrays))
+            out.append((keys.blended, "BlendedDataset", blend_suffixes))
         return out
 
     first_bases = [f"{md5}-{cls}-train" for (_, md5), cls, _ in index_sets(first)]
+    megatron_stream.write_indices(
+        cache,
+        first_bases[: len(prefixes)],
+        first_bases[-1] if first.blended is not None else None,
+        first.size,
+        first.num_samples,
+        source,
+        np.asarray(used),
+        total,
+        seq_len,
+    )
     written = []
     for n, (ids, keys) in enumerate(zip(idents, key_sets, strict=True)):
         files = []
-        for j, ((desc, md5), cls, arrays) in enumerate(index_sets(keys)):
+        for j, ((desc, md5), cls, suffixes) in enumerate(index_sets(keys)):
             base = f"{md5}-{cls}-train"
-            for suffix, arr in arrays:
-                path = cache / f"{base}-{suffix}.npy"
-                if n == 0:
-                    _save_npy(path, arr)
-                elif first_bases[j] != base:  # the first identity's arrays, under this key
-                    _link(cache / f"{first_bases[j]}-{suffix}.npy", path)
+            for suffix in suffixes:
+                if n > 0 and first_bases[j] != base:  # the first identity's arrays
+                    _link(cache / f"{first_bases[j]}-{suffix}.npy", cache / f"{base}-{suffix}.npy")
             # The description last: megatron-core then finds a complete set.
             atomic.write_text(cache / f"{base}-description.txt", desc)
             files.append(base)
@@ -766,76 +746,78 @@ class StageBlend:
     end: int
     prefixes: list[str]
     weights: list[float]
-    prefix_of_sample: np.ndarray  # [0, end): index into prefixes
-    record_of_sample: np.ndarray  # [0, end): sequence in that prefix
+    source: megatron_stream.SampleSource  # per sample: its prefix and sequence in it
+    used: np.ndarray  # the source's prefixes listed, in the order of ``prefixes``
 
 
 def _shard_prefixes(
     root: str | os.PathLike, manifest: Mapping[str, Any]
 ) -> tuple[list[str], np.ndarray]:
-    prefixes = [os.path.abspath(os.path.join(root, s["prefix"])) for s in manifest["shards"]]
-    records = np.array([int(s["records"]) for s in manifest["shards"]], dtype=np.int64)
-    return prefixes, np.concatenate([[0], np.cumsum(records)])
-
-
-def sample_map(path: str | os.PathLike) -> tuple[dict[str, Any], list[str], np.ndarray, np.ndarray]:
-    """(manifest, every shard prefix, per sample its prefix index, per sample its sequence
-    in that prefix) of a mixture (shards of its pools) or a materialized mixture."""
-    from shardcore import manifest as mf
-    from shardcore.mixture import KIND as MIXTURE
-    from shardcore.mixture import Mixture
-
-    manifest = mf.read_manifest(path)
-    kind = manifest.get("kind")
-    if kind == "materialized":
-        prefixes, cum = _shard_prefixes(path, manifest)
-        n = int(cum[-1])
-        d = np.repeat(np.arange(len(prefixes), dtype=np.int32), np.diff(cum))
-        local = np.arange(n, dtype=np.int64) - np.repeat(cum[:-1], np.diff(cum))
-        return manifest, prefixes, d, local
-    if kind != MIXTURE:
-        raise InputError(f"{path}: not a mixture or materialized mixture (kind {kind!r})")
-    mix = Mixture(path)
-    pidx = np.asarray(mix.pool_index)
-    rec = np.asarray(mix.record_index)
-    d = np.empty(pidx.size, dtype=np.int32)
-    local = np.empty(pidx.size, dtype=np.int64)
-    prefixes: list[str] = []
-    for p, pool in enumerate(mix.pools):
-        pool_prefixes, cum = _shard_prefixes(pool["path"], mf.read_manifest(pool["path"]))
-        sel = np.flatnonzero(pidx == p)
-        shard = np.searchsorted(cum, rec[sel], side="right") - 1
-        d[sel] = len(prefixes) + shard
-        local[sel] = rec[sel] - cum[shard]
-        prefixes.extend(pool_prefixes)
-    return manifest, prefixes, d, local
+    return megatron_stream.shard_prefixes(root, manifest)
 
 
 def stage_blends(path: str | os.PathLike) -> tuple[dict[str, Any], list[StageBlend]]:
     """Per stage: the shards read by samples [0, stage end), weighted by the stage's samples
-    from each (``ABSENT_WEIGHT`` for a shard only earlier stages read)."""
-    manifest, prefixes, d_all, local = sample_map(path)
+    from each (``ABSENT_WEIGHT`` for a shard only earlier stages read). One pass over the
+    schedule in chunks (``shardcore.megatron_stream``)."""
+    from shardcore import manifest as mf
+
+    manifest = mf.read_manifest(path)
+    source = megatron_stream.SampleSource(path, manifest)
+    stages = manifest["stages"]
+    bounds = [0] + [int(st["first_sample"]) + int(st["num_samples"]) for st in stages]
+    per_stage = megatron_stream.stage_counts(source, bounds)
+    upto = np.zeros(len(source.prefixes), dtype=np.int64)
     out = []
-    for st in manifest["stages"]:
+    for st, here_all in zip(stages, per_stage, strict=True):
+        upto = upto + here_all
         first, end = int(st["first_sample"]), int(st["first_sample"]) + int(st["num_samples"])
-        counts = np.bincount(d_all[:end], minlength=len(prefixes))
-        used = np.flatnonzero(counts > 0)
-        remap = np.full(len(prefixes), -1, dtype=np.int32)
-        remap[used] = np.arange(used.size)
-        here = np.bincount(d_all[first:end], minlength=len(prefixes))[used]
+        used = np.flatnonzero(upto > 0)
+        here = here_all[used]
         weights = [float(c) if c > 0 else ABSENT_WEIGHT for c in here.tolist()]
         out.append(
             StageBlend(
                 name=str(st["name"]),
                 first=first,
                 end=end,
-                prefixes=[prefixes[i] for i in used.tolist()],
+                prefixes=[source.prefixes[i] for i in used.tolist()],
                 weights=weights,
-                prefix_of_sample=remap[d_all[:end]],
-                record_of_sample=local[:end],
+                source=source,
+                used=used,
             )
         )
     return manifest, out
+
+
+def check_prefixes(manifest: Mapping[str, Any], blends: Sequence[StageBlend], path) -> None:
+    """Refuse, before writing anything, a stage whose blend lists more shard prefixes than
+    megatron-core's int16 dataset index holds (``MAX_PREFIXES``), saying what fits: pools
+    rebuilt with shards that many times larger, or a materialized copy with shards of at
+    least the size that brings the stage's samples under the limit."""
+    from shardcore import manifest as mf
+
+    worst = max(blends, key=lambda b: len(b.prefixes), default=None)
+    if worst is None or len(worst.prefixes) <= MAX_PREFIXES:
+        return
+    factor = -(-len(worst.prefixes) // MAX_PREFIXES)
+    itemsize = np.dtype(manifest.get("dtype") or "int32").itemsize
+    stage_bytes = worst.end * (int(manifest["seq_len"]) + 1) * itemsize
+    copy_mb = -(-stage_bytes // (MAX_PREFIXES * (1 << 20)))
+    pools = manifest.get("pools") or []
+    sizes = []
+    for pool in pools:
+        pm = mf.read_manifest(pool["path"])
+        shards = len(pm.get("shards") or []) or 1
+        sizes.append(int(pm.get("num_records", 0)) * int(pm.get("record_tokens", 0)) * itemsize
+                      / shards)  # fmt: skip
+    now = f" (about {max(sizes) / 2**20:,.0f} MiB now)" if sizes and max(sizes) > 0 else ""
+    raise InputError(
+        f"{path}: stage {worst.name!r} reads {len(worst.prefixes):,} shard prefixes; "
+        f"megatron-core's int16 blend index holds at most {MAX_PREFIXES:,} per stage. Either "
+        f"rebuild its pools with shards {factor}x larger{now} (shardyard pool --shard-size), "
+        f"or materialize the mixture with shards of at least {copy_mb:,} MiB (shardyard "
+        f"materialize --shard-mb {copy_mb}) and export the materialized copy"
+    )
 
 
 def data_args(blend: StageBlend) -> str:
@@ -898,6 +880,7 @@ def export_megatron(
     "default": without --legacy-tokenizer; "legacy": 0.16.x with --legacy-tokenizer only)."""
     manifest, blends = stage_blends(path)
     seq_len = int(manifest["seq_len"])
+    check_prefixes(manifest, blends, path)  # before anything is written
     tok, named = trainer_tokenizer(tokenizer, manifest.get("tokenizer"))
     identities = tokenizer_builds(tok, tokenizer_build, named)
     legacy_only = all(b == "legacy-0.16" for _, names in identities for b in names)
@@ -938,8 +921,9 @@ def export_megatron(
                     cache,
                     b.prefixes,
                     b.weights,
-                    b.prefix_of_sample,
-                    b.record_of_sample,
+                    b.source,
+                    b.used,
+                    b.end,
                     seq_len,
                     args,
                     identities=[ids for ids, _ in identities],

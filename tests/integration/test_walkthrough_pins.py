@@ -74,19 +74,23 @@ PINNED_PYTHON = "3.11.7"
 # reorganized (behaviour unchanged): the same fingerprints and bytes after it. Manifest
 # format 3 changed only the manifest digests (format_version 3; with 2 they are the
 # digests pinned before) and added each artifact's manifest.shards and manifest.blocks.
+# Schedule format 2 (the mixture's per-chunk counts file, keyed epoch permutations in its
+# fingerprint) changed the mixture's fingerprint, manifest and file list, and with them
+# what names the fingerprint (exports, the materialized copy's manifest); the schedule's
+# arrays and every data byte are unchanged.
 PINNED = {
     "artifacts": {
         "mixes/prose-code": {
-            "files": "0ddc16b78078a38a10e8ba44c760261a",
-            "fingerprint": "bf4ac18619ef58979abc70b30a8afa09",
-            "manifest": "71e73d11808a7f3193c204d274a9bfb6",
+            "files": "c2b1c1c7b76b411f493f0dd2f0e2d31b",
+            "fingerprint": "d101684385524cef60174c0cfe7f35f5",
+            "manifest": "965de3bb6e8156d37d5b0e31374d518e",
         },
         # A materialized copy's fingerprint names its mixture by fingerprint, not by path
         # (the same copy on disk and on object storage has one): pinned since that change.
         "mixes/prose-code-flat": {
             "files": "aadafa7f562ce4f97162e542e59e0d4d",
-            "fingerprint": "8b7be3412772d4da92a2859b5932dd9f",
-            "manifest": "334e116f4cd42428dc7e3355b3406591",
+            "fingerprint": "ad4952155874786b671b43b313bf173b",
+            "manifest": "f9095b6f60bc48dd6194bcd57597ae7d",
         },
         "pools/code": {
             "files": "d74d740396aaa180c03e9d9191abdccb",
@@ -158,8 +162,8 @@ PINNED = {
         "megatron/cache/dc4e1990ec555a33194d66e2d668a80c-BlendedDataset-train-dataset_sample_index.npy": "9cb493aaf7c5a6ce2bf7deea99442de7210296138ff35ce85109a27623ee17c7",
         "megatron/cache/dc4e1990ec555a33194d66e2d668a80c-BlendedDataset-train-description.txt": "051eb75316ef140e986237daed50518ac36e41d53dbafc0c908afe93bef8b2b3",
         "megatron/data-args-main.txt": "ab937197480f330c61216c2a4fc8eb294508b2a849543d8ea3f4c9ba3192ab8e",
-        "megatron/export.json": "f77359253a7d4ef6614f01b508eacb6d51812681e60bca067359780aca3e00b1",
-        "megatron/megatron.txt": "b6f932060e8cfed54b1eb8d359c75e3d96264b7b5452d1c477010b4928503e81",
+        "megatron/export.json": "b2b369904d6954c61c6e3c83e9759639dee5beb2ce99c7f96f8819054d928ad1",
+        "megatron/megatron.txt": "d1a91c82dce8e2a982a869db9fc54b65a41391457d95cd11d0b97b8aa21a5f06",
         "mixes/prose-code-flat/manifest.blocks": "1d6ade4b63f3ea417e731b4af78354757c8c57a29c9cd5bd4fe76af1abab519a",
         "mixes/prose-code-flat/manifest.shards": "a86ae3c1be212c9c03e42e89c6623b267f660d1272a1d53e5d8cf51c0fe4f825",
         "mixes/prose-code-flat/shards/mix-00000.bin": "221720efb94bbb9fcd5c9416df6825eb72704a7c91c19bf6447b3ef6a2b9c204",
@@ -170,13 +174,14 @@ PINNED = {
         "mixes/prose-code/exports/nanotron/001-code/.pool": "518feb239bc77340cd9688d399f69804d099f776528f566ce6ed6759dba07889",
         "mixes/prose-code/exports/nanotron/001-code/pool-00000.ds.index": "5db1a1fd8d16959ad7cb76a7571512fd60a9ad62915daa8726f789fc0d079962",
         "mixes/prose-code/exports/nanotron/001-code/pool-00000.ds.metadata": "43862e309ce39f85b6d134a205a6ace21d92ad02b3f3c188cc7344f61c3665ab",
-        "mixes/prose-code/manifest.blocks": "73695fb149ddad5e07c0981e70db4e58c9139bd98d58bbbf7417c10b0613bd8b",
+        "mixes/prose-code/manifest.blocks": "cb06cf4cf536dc65172eb55a1aca97396fdb4ac09276dd05e677b46d66a850dd",
         "mixes/prose-code/manifest.shards": "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+        "mixes/prose-code/schedule/counts.npy": "a8a6b2856ba7d8577ef3a0ec2515f4d464143f88f7b5c891abdbe29317a4f12a",
         "mixes/prose-code/schedule/pool.npy": "c343bb26c7d720ac4e6666a44141f1b210d90005be61ed05d2f63be1db958962",
         "mixes/prose-code/schedule/record.npy": "9cb493aaf7c5a6ce2bf7deea99442de7210296138ff35ce85109a27623ee17c7",
-        "nanotron.yaml": "eab65a79b7c533b13cbd9d0a8010aa78a8ae6f8914e9e74d9a28d7dd46e5b05a",
-        "olmo-exact.yaml": "b9b28db409e6fc39a4655bd8521a197b9790bfab070dd07e09ba370696ed102b",  # names the copy's fingerprint
-        "olmo.yaml": "ed13b641e9cbf28bb677083a2f12bffbf6f53d8bc8ca50dd09afa5503b26368c",
+        "nanotron.yaml": "a1defd1cdc9f56bde542ff51f7acddd01d0b672764cd530e7c67322fee251880",
+        "olmo-exact.yaml": "f983e6f407cbdb993ade2f37887c37ff49479ae3e76e1bba6126a8dbc3327b91",  # names the copy's fingerprint
+        "olmo.yaml": "6c14cb620627f983e9093d935b1450c5ffb2d7c7ecb47e75d011463f97c2b0c0",
         "pools/code/documents.parquet": "d0d6a69624636c743186bf359a881a588536c9213684499889386a40d2921324",
         "pools/code/manifest.blocks": "4772ba0e7de7fba357a39dc5fb01c8d675140e796fbfa9ed114037f03e7a29d9",
         "pools/code/manifest.shards": "f1185cfb44c5381dd14aa358c41bd7084c218414a728792428404ee27839dd39",

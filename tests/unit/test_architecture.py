@@ -30,6 +30,8 @@ RULES = (
                       "webapp.api"), "every app may link to a page"),
     ("webapp.paging", ("webapp.catalog", "webapp.jobs", "webapp.ops", "webapp.dashboard",
                        "webapp.api"), "every app may page a list"),
+    ("shardcore.mixture.layout", ("shardcore",),
+     "a mixture's file names are shared by its modules and depend on none"),
 )  # fmt: skip
 
 

@@ -546,3 +546,27 @@ def test_megatron_txt_names_only_the_releases_its_line_was_keyed_and_checked_for
     text = export(root / "mixture", "megatron", out=tmp_path / "all")
     assert "# Checked with megatron-core 0.16.0, 0.17.1, 0.18.2, 0.19.2: every sample" in text
     assert "NOT keyed" not in text
+
+
+def test_more_shard_prefixes_than_the_int16_blend_index_is_refused_saying_what_fits(
+    built, tmp_path, monkeypatch
+):
+    """megatron-core's blend index is int16: a stage listing more shard prefixes than it
+    holds is refused before anything is written, with the two ways out (larger pool
+    shards, or a materialized copy with large enough shards). The limit is lowered to this
+    mixture's shard count here; at 32,766 the message is the same."""
+    root, _ = built
+    _, blends = mc.stage_blends(root / "mixture")
+    most = max(len(b.prefixes) for b in blends)
+    monkeypatch.setattr(mc, "MAX_PREFIXES", most - 1)
+    out = tmp_path / "refused"
+    with pytest.raises(InputError) as exc:
+        export(root / "mixture", "megatron", out=out)
+    message = str(exc.value)
+    assert f"reads {most:,} shard prefixes" in message and f"at most {most - 1:,}" in message
+    assert "shards 2x larger" in message and "shardyard pool --shard-size" in message
+    mb = int(message.split("--shard-mb ")[1].split(")")[0])
+    assert mb >= 1 and "export the materialized copy" in message
+    assert not out.exists()
+    monkeypatch.setattr(mc, "MAX_PREFIXES", most)
+    assert export(root / "mixture", "megatron").startswith("# Megatron-LM arguments")

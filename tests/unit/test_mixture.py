@@ -294,14 +294,17 @@ def test_it_builds_the_same_bytes_as_a_plan_of_units_and_a_rerun_writes_nothing(
     )  # fmt: skip
     direct = build_mixture(spec, tmp_path / "direct")
     plan = plan_mixture(spec, tmp_path / "job")
-    assert [[u["id"] for u in phase] for phase in plan.phases] == [["schedule"]]
+    assert [[u["id"] for u in phase] for phase in plan.phases] == [
+        ["blend"],
+        ["records-000", "records-001", "records-002", "records-003"],
+    ]
     # Through JSON, as a job stores it.
     by_units = units.run_local(units.Plan.from_json(json.loads(json.dumps(plan.to_json()))))
     assert by_units == direct  # same fingerprint, counts, stages and file checksums
-    for name in ("schedule/pool.npy", "schedule/record.npy"):
+    for name in ("schedule/pool.npy", "schedule/record.npy", "schedule/counts.npy"):
         assert (tmp_path / "job" / name).read_bytes() == (tmp_path / "direct" / name).read_bytes()
     # An interrupted job run again: the finished unit answers its recorded stats.
     before = (tmp_path / "job" / "schedule/pool.npy").stat().st_mtime_ns
-    stats = units.run_unit(plan, "schedule")
+    stats = units.run_unit(plan, "blend")
     assert stats["samples"] == direct["num_samples"] and stats["tokens"] == direct["num_tokens"]
     assert (tmp_path / "job" / "schedule/pool.npy").stat().st_mtime_ns == before

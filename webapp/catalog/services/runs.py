@@ -717,9 +717,9 @@ def run_resume_position(*, run_id: int, sample: int | None = None) -> dict[str, 
     pool = pools.get(storage.resolve(where["pool_path"]))
     epoch = 0
     if pool_info["epochs"] > 1 or pool_info.get("first_read"):
-        # Repeated pools: the epoch is how often this pool was read before the sample.
-        # One vectorized pass over the int16 schedule prefix (2 bytes per sample).
-        before = int(np.count_nonzero(mix.pool_index[: where["sample"]] == where["pool"]))
+        # Repeated pools: the epoch is how often this pool was read before the sample
+        # (the schedule's per-chunk counts and at most a chunk of its pool column).
+        before = int(mix.reads_before(where["sample"])[where["pool"]])
         epoch = (int(pool_info.get("first_read", 0)) + before) // int(pool_info["num_records"])
     return {
         **where,

@@ -1,0 +1,263 @@
+"""Writing a schedule in chunks of samples, in memory bounded by the chunk.
+
+1. ``write_pool_column`` (one unit): the blend of every stage, run range by range over
+   the chunk grid, each range continuing from the counts the previous one left (the
+   blend's whole state, so the result is the single-pass schedule byte for byte); it
+   writes the pool column and, per pool, its samples before each chunk boundary
+   (``COUNTS_FILE``). A non-blend ordering permutes whole stages: that build runs in
+   memory (``build_schedule``) and is written the same way.
+2. ``write_records`` (units over contiguous ranges of chunks): for each sample of a chunk,
+   its pool's read number (what the run read of the pool before, plus its samples before
+   the chunk from the counts, plus its rank among the chunk's samples of that pool), and
+   the record that read number takes (``shardcore.mixture.permute``: computed, not
+   stored). Rewriting a range writes the same bytes, so a unit can be rerun.
+
+The arrays are written with positioned writes (never memory-mapped for writing), so a
+unit's resident memory is its chunk's arrays, whatever the length of the schedule.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from shardcore import atomic, blend
+from shardcore.errors import InputError
+from shardcore.mixture import permute
+from shardcore.mixture.layout import (
+    CHUNK_SAMPLES,
+    COUNTS_FILE,
+    POOL_FILE,
+    RECORD_FILE,
+    SAMPLE_BYTES,
+    SCHEDULE_DIR,
+)
+from shardcore.mixture.plan import (
+    PoolInfo,
+    _check_repetitions,
+    _continued_epochs,
+    _stage_weights,
+    chunked,
+    plan_epochs,
+)
+from shardcore.mixture.spec import MixtureSpec
+
+
+def npy_create(path: Path, dtype: np.dtype, n: int) -> int:
+    """An .npy file of ``n`` values (the header ``np.save`` writes, then a sparse body);
+    returns the body's byte offset."""
+    with open(path, "wb") as f:
+        np.lib.format.write_array_header_1_0(
+            f, {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False,
+                "shape": (int(n),)},
+        )  # fmt: skip
+        offset = f.tell()
+        f.truncate(offset + int(n) * np.dtype(dtype).itemsize)
+    return offset
+
+
+def npy_offset(path: Path) -> tuple[int, np.dtype, int]:
+    """The body offset, dtype and length of a 1-d .npy file."""
+    with open(path, "rb") as f:
+        major, _ = np.lib.format.read_magic(f)
+        read = (
+            np.lib.format.read_array_header_1_0
+            if major == 1
+            else np.lib.format.read_array_header_2_0
+        )
+        shape, _, dtype = read(f)
+        return f.tell(), dtype, int(shape[0])
+
+
+def npy_read(path: Path, a: int, b: int) -> np.ndarray:
+    """Values [a, b) of a 1-d .npy file, read (not mapped)."""
+    offset, dtype, _ = npy_offset(path)
+    return np.fromfile(path, dtype=dtype, count=b - a, offset=offset + a * dtype.itemsize)
+
+
+def _pwrite(fd: int, offset: int, arr: np.ndarray) -> None:
+    view = memoryview(np.ascontiguousarray(arr)).cast("B")
+    done = 0
+    while done < len(view):
+        done += os.pwrite(fd, view[done:], offset + done)
+
+
+def _check_disk(out: Path, samples: int, pools: int) -> None:
+    need = samples * SAMPLE_BYTES + (samples // CHUNK_SAMPLES + 2) * pools * 8
+    free = shutil.disk_usage(out).free
+    if need > free:
+        raise InputError(
+            f"{out}: the schedule of {samples:,} samples takes {need / 2**30:,.1f} GiB on "
+            f"disk ({SAMPLE_BYTES} bytes per sample); {free / 2**30:,.1f} GiB are free there"
+        )
+
+
+def write_pool_column(
+    spec: MixtureSpec,
+    pools: list[PoolInfo],
+    out: Path,
+    build_schedule: Callable[..., tuple[np.ndarray, np.ndarray, list[dict[str, Any]]]],
+    *,
+    chunk_samples: int | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
+    create_records: bool = True,
+) -> dict[str, Any]:
+    """Phase 1 of a build (see the module): the pool column and ``COUNTS_FILE`` in
+    ``out``, and (``create_records``) the record column's file, sized and still empty.
+    For a non-blend ordering, ``build_schedule`` builds it in memory and both columns are
+    written. Returns the build's facts for the manifest."""
+    chunk = int(chunk_samples or CHUNK_SAMPLES)
+    if chunk < 1:
+        raise InputError(f"chunk_samples: must be positive, got {chunk}")
+    plan_epochs(spec, pools)  # fail fast on repetitions and tiny budgets, before any work
+    stages = _stage_weights(spec, pools)
+    total = sum(n for _, n, _ in stages)
+    (out / SCHEDULE_DIR).mkdir(parents=True, exist_ok=True)
+    _check_disk(out, total, len(pools))
+    num_chunks = -(-total // chunk)
+    seq_len = int(pools[0].manifest["seq_len"])
+    if not chunked(spec):
+        pool_idx, record, facts = build_schedule(spec, pools, progress=progress)
+        counts = np.zeros((num_chunks + 1, len(pools)), dtype=np.int64)
+        for c in range(num_chunks):
+            part = pool_idx[c * chunk : (c + 1) * chunk]
+            counts[c + 1] = counts[c] + np.bincount(part, minlength=len(pools))
+        for rel, arr in ((POOL_FILE, pool_idx), (RECORD_FILE, record)):
+            with atomic.atomic_open(out / rel) as f:
+                np.save(f, arr)
+        _save_counts(out, counts)
+        return _facts(total, seq_len, counts[-1], facts, chunk, records_written=True)
+    read, _, _ = _continued_epochs(spec, pools)
+    counts = np.zeros((num_chunks + 1, len(pools)), dtype=np.int64)
+    cum = np.zeros(len(pools), dtype=np.int64)
+    buf_d = np.empty(min(chunk, total), dtype=np.int16)
+    buf_s = np.empty(min(chunk, total), dtype=np.int64)
+    facts = []
+    with atomic.atomic_path(out / POOL_FILE) as tmp:
+        offset = npy_create(Path(tmp), np.int16, total)
+        fd = os.open(tmp, os.O_WRONLY)
+        try:
+            start = 0
+            for name, n, w in stages:
+                used = np.flatnonzero(w > 0)
+                wn = blend.normalize(w[used])
+                local = np.zeros(used.size, dtype=np.int64)  # the blend's state in the stage
+                done = 0
+                while done < n:
+                    g = start + done
+                    stop = min(start + n, (g // chunk + 1) * chunk)
+                    d, s = buf_d[: stop - g], buf_s[: stop - g]
+                    blend.blend_range(wn, done, local, (d, s))
+                    here = used[d].astype(np.int16)
+                    _pwrite(fd, offset + 2 * g, here)
+                    cum += np.bincount(here, minlength=len(pools))
+                    done += stop - g
+                    if stop % chunk == 0:
+                        counts[stop // chunk] = cum
+                    if progress is not None:
+                        progress(name, done, n)
+                got = np.zeros(len(pools), dtype=np.int64)
+                got[used] = local
+                zero = np.flatnonzero((w > 0) & (got == 0))
+                if zero.size:
+                    raise InputError(
+                        f"tokens: budget too small: pool {pools[int(zero[0])].key!r} gets no "
+                        f"sample in stage {name!r}"
+                    )
+                facts.append(
+                    {
+                        "name": name,
+                        "first_sample": start,
+                        "num_samples": n,
+                        "first_token": start * seq_len,
+                        "num_tokens": n * seq_len,
+                        "weights": w.tolist(),
+                        "samples_per_pool": got.tolist(),
+                    }
+                )
+                start += n
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    counts[-1] = cum
+    _check_repetitions(spec, pools, cum + read, read)
+    _save_counts(out, counts)
+    if create_records:
+        with atomic.atomic_path(out / RECORD_FILE) as tmp:
+            npy_create(Path(tmp), np.int64, total)
+    return _facts(total, seq_len, cum, facts, chunk, records_written=False)
+
+
+def _facts(total, seq_len, per_pool, stages, chunk, *, records_written) -> dict[str, Any]:
+    return {
+        "samples": int(total),
+        "tokens": int(total) * seq_len,
+        "pool_samples": [int(c) for c in per_pool],
+        "stages": stages,
+        "chunk_samples": int(chunk),
+        "records_written": bool(records_written),
+    }
+
+
+def _save_counts(out: Path, counts: np.ndarray) -> None:
+    with atomic.atomic_open(out / COUNTS_FILE) as f:
+        np.save(f, counts)
+
+
+def chunk_records(
+    pool_col: np.ndarray,
+    base: np.ndarray,
+    pools: list[PoolInfo],
+    keys: list[list[int]],
+    algorithms: list[str],
+) -> np.ndarray:
+    """The record column of one chunk: ``base`` per pool is its read number at the
+    chunk's first sample; a sample's read number adds its rank among the chunk's samples
+    of its pool."""
+    order = np.argsort(pool_col, kind="stable")  # int16: a radix sort
+    bounds = np.searchsorted(pool_col[order], np.arange(len(pools) + 1))
+    out = np.empty(pool_col.size, dtype=np.int64)
+    for i, p in enumerate(pools):
+        a, b = int(bounds[i]), int(bounds[i + 1])
+        if a == b:
+            continue
+        consumed = int(base[i]) + np.arange(b - a, dtype=np.int64)
+        seed, key = keys[i]
+        out[order[a:b]] = permute.records_for(seed, key, p.num_records, consumed, algorithms[i])
+    return out
+
+
+def write_records(
+    spec: MixtureSpec, pools: list[PoolInfo], out: Path, chunk: int, unit: int, units: int
+) -> dict[str, Any]:
+    """Phase 2 of a build (see the module): the record column over the ``unit``-th of
+    ``units`` contiguous ranges of chunks (creating the file when one unit writes it all)."""
+    if not chunked(spec):
+        return {"chunks": []}  # the in-memory build wrote the records with the pools
+    counts = np.load(out / COUNTS_FILE)
+    num_chunks = counts.shape[0] - 1
+    _, _, total = npy_offset(out / POOL_FILE)
+    path = out / RECORD_FILE
+    if not path.exists() or path.stat().st_size < total * 8:
+        if units != 1:
+            raise InputError(f"{path}: missing; the blend unit creates it first")
+        npy_create(path, np.int64, total)
+    offset, _, _ = npy_offset(path)
+    read, keys, algorithms = _continued_epochs(spec, pools)
+    lo, hi = num_chunks * unit // units, num_chunks * (unit + 1) // units
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        for c in range(lo, hi):
+            a, b = c * chunk, min(total, (c + 1) * chunk)
+            col = npy_read(out / POOL_FILE, a, b)
+            rec = chunk_records(col, read + counts[c], pools, keys, algorithms)
+            _pwrite(fd, offset + 8 * a, rec)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return {"chunks": [lo, hi]}

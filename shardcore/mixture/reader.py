@@ -1,0 +1,206 @@
+"""Reading a built mixture, and the continuation of a run that switches from it."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from shardcore import manifest as mf
+from shardcore import storage
+from shardcore.errors import InputError, ManifestError
+from shardcore.mixture import permute
+from shardcore.mixture.layout import COUNTS_FILE, KIND, POOL_FILE, RECORD_FILE
+
+
+class Mixture:
+    """A built mixture: ``sample(i) -> (pool index, record)`` by memmap, O(1)."""
+
+    def __init__(self, path: str | os.PathLike):
+        # A mixture on object storage is read from a checked local copy.
+        self.path = Path(storage.local_artifact(path))
+        self.manifest = mf.read_manifest(self.path)
+        if self.manifest.get("kind") != KIND:
+            raise ManifestError(f"{self.path}: not a mixture (kind {self.manifest.get('kind')!r})")
+        self.pool_index = np.load(self.path / POOL_FILE, mmap_mode="r")
+        self.record_index = np.load(self.path / RECORD_FILE, mmap_mode="r")
+        # Format 2: per pool, its samples before each chunk boundary (None: format 1).
+        schedule = self.manifest.get("schedule") or {}
+        self.chunk_samples = int(schedule.get("chunk_samples", 0)) or None
+        self.counts = (
+            np.load(self.path / COUNTS_FILE, mmap_mode="r") if self.chunk_samples else None
+        )
+
+    def reads_before(self, sample: int) -> np.ndarray:
+        """Per pool, how many of samples [0, ``sample``) read it: the counts at the chunk
+        boundary below plus one pass over at most a chunk of the pool column (format 1: a
+        pass over the whole prefix)."""
+        sample = min(max(int(sample), 0), self.num_samples)
+        if self.counts is None:
+            base, start = np.zeros(len(self.pools), dtype=np.int64), 0
+        else:
+            c = sample // self.chunk_samples
+            base, start = np.array(self.counts[c], dtype=np.int64), c * self.chunk_samples
+        part = np.asarray(self.pool_index[start:sample], dtype=np.int64)
+        return base + np.bincount(part, minlength=len(self.pools))
+
+    def sample_of_read(self, pool: int, j: int) -> int | None:
+        """The sample that is pool ``pool``'s ``j``-th (0-based) in this schedule; None
+        when it has fewer. The chunk holding it comes from the counts; one pass over it."""
+        pool, j = int(pool), int(j)
+        if j < 0:
+            raise InputError(f"read {j}: must be >= 0")
+        if self.counts is None:
+            where = np.flatnonzero(np.asarray(self.pool_index) == pool)
+            return int(where[j]) if j < where.size else None
+        col = np.asarray(self.counts[:, pool])
+        if j >= int(col[-1]):
+            return None
+        c = int(np.searchsorted(col, j, side="right")) - 1
+        a = c * self.chunk_samples
+        part = np.asarray(self.pool_index[a : min(a + self.chunk_samples, self.num_samples)])
+        return a + int(np.flatnonzero(part == pool)[j - int(col[c])])
+
+    @property
+    def num_samples(self) -> int:
+        return int(self.manifest["num_samples"])
+
+    @property
+    def seq_len(self) -> int:
+        return int(self.manifest["seq_len"])
+
+    @property
+    def pools(self) -> list[dict[str, Any]]:
+        return self.manifest["pools"]
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+    def sample(self, i: int) -> tuple[int, int]:
+        i = int(i)
+        if not 0 <= i < self.num_samples:
+            raise IndexError(f"{self.path}: sample {i} out of range [0, {self.num_samples})")
+        return int(self.pool_index[i]), int(self.record_index[i])
+
+    def tokens(self, i: int) -> np.ndarray:
+        """The seq_len + 1 tokens of sample i, read from its pool."""
+        from shardcore.pool import PoolReader
+
+        p, r = self.sample(i)
+        return PoolReader(self.pools[p]["path"]).record(r)
+
+    def epoch_starts(self, stop: int | None = None) -> list[dict[str, int]]:
+        """Where a pool's epoch starts among samples [0, ``stop``): ``{"pool": index,
+        "epoch": e, "sample": s}`` for each e >= 1 (counting, for a continued pool, the
+        records the run read before), sample s being the first of the e-th pass over the
+        pool's records. Each found from the per-chunk counts and one pass over its chunk
+        (format 1: one pass over the int16 pool column)."""
+        stop = self.num_samples if stop is None else min(int(stop), self.num_samples)
+        if self.counts is None:
+            return self._epoch_starts_scan(stop)
+        out = []
+        for i, p in enumerate(self.pools):
+            n, before = int(p["num_records"]), int(p.get("first_read", 0))
+            # The j-th sample of the pool here is its (before + j)-th read overall.
+            for j in range((-before) % n, int(p["samples"]), n):
+                if before + j == 0:
+                    continue
+                s = self.sample_of_read(i, j)
+                if s is None or s >= stop:
+                    break
+                out.append({"pool": i, "epoch": (before + j) // n, "sample": s})
+        return sorted(out, key=lambda e: (e["sample"], e["pool"]))
+
+    def _epoch_starts_scan(self, stop: int) -> list[dict[str, int]]:
+        """``epoch_starts`` of a format-1 schedule: one pass over the pool column."""
+        pidx = np.asarray(self.pool_index[:stop])
+        out = []
+        for i, p in enumerate(self.pools):
+            n, before = int(p["num_records"]), int(p.get("first_read", 0))
+            where = np.flatnonzero(pidx == i)
+            first = (-before) % n
+            for j in range(first, where.size, n):
+                if before + j > 0:
+                    out.append({"pool": i, "epoch": (before + j) // n, "sample": int(where[j])})
+        return sorted(out, key=lambda e: (e["sample"], e["pool"]))
+
+    def first_read(self, records: dict[int, np.ndarray], *, start: int = 0) -> int | None:
+        """The first sample (from ``start``) reading a record flagged in ``records`` (pool
+        index -> per-record mask), computed without scanning the schedule when it reads
+        each pool in its read order (format 2, blend order): per pool, the flagged
+        records' positions in each epoch it reads (the inverse permutation), the
+        smallest read number at or after ``start``, its sample from the counts. None
+        when no sample reads one; ``NotImplemented`` when the schedule must be scanned."""
+        if self.counts is None or self.manifest.get("order") != "blend":
+            return NotImplemented
+        below = self.reads_before(start)
+        best = None
+        for i, mask in records.items():
+            flagged = np.flatnonzero(np.asarray(mask, dtype=bool))
+            if flagged.size == 0:
+                continue
+            p = self.pools[int(i)]
+            n, before = int(p["num_records"]), int(p.get("first_read", 0))
+            lo, hi = before + int(below[int(i)]), before + int(p["samples"])  # read numbers
+            if lo >= hi:
+                continue
+            seed, key = p.get("epoch_key", [int(self.manifest["spec"]["seed"]), int(i)])
+            algorithm = p.get("permutation", permute.NUMPY)
+            for e in range(lo // n, (hi - 1) // n + 1):
+                t = e * n + permute.positions_of(seed, key, n, e, flagged, algorithm)
+                t = t[(t >= lo) & (t < hi)]
+                if t.size:
+                    s = self.sample_of_read(int(i), int(t.min()) - before)
+                    best = s if best is None else min(best, s)
+                    break
+        return best
+
+    def labels(self, property: str) -> np.ndarray:
+        """Per sample: ``"pool"`` its pool key, ``"stage"`` its stage name, else the
+        property of its record's main document (``PoolReader.record_labels``)."""
+        pidx = np.asarray(self.pool_index)
+        if property == "pool":
+            keys = np.array([p["key"] for p in self.pools], dtype=object)
+            return keys[pidx].astype(str)
+        if property == "stage":
+            out = np.empty(self.num_samples, dtype=object)
+            for st in self.manifest["stages"]:
+                out[st["first_sample"] : st["first_sample"] + st["num_samples"]] = st["name"]
+            return out.astype(str)
+        from shardcore.pool import PoolReader
+
+        rec = np.asarray(self.record_index)
+        out = np.empty(self.num_samples, dtype=object)
+        for i, p in enumerate(self.pools):
+            sel = pidx == i
+            out[sel] = PoolReader(p["path"]).record_labels(property)[rec[sel]]
+        return out
+
+
+def continuation(previous: str | os.PathLike, sample: int) -> dict[str, Any]:
+    """The ``continues`` of a mixture that a run switches to after reading samples
+    [0, ``sample``) of the mixture at ``previous``: per pool of it, how many of its records
+    the run has read by then (what the previous schedule took before ``sample``, plus what
+    it continued from), the key of its epoch permutations and their algorithm. The
+    per-chunk counts and at most a chunk of the pool column (format 1: the prefix)."""
+    prev = Mixture(previous)
+    sample = int(sample)
+    if not 0 <= sample <= prev.num_samples:
+        raise InputError(
+            f"continue at sample {sample}: {prev.path} has samples [0, {prev.num_samples}]"
+        )
+    counts = prev.reads_before(sample)
+    out = []
+    for i, p in enumerate(prev.pools):
+        out.append(
+            {
+                "path": os.path.abspath(p["path"]),
+                "read": int(p.get("first_read", 0)) + int(counts[i]),
+                "epoch_key": list(p.get("epoch_key", [int(prev.manifest["spec"]["seed"]), i])),
+                # A schedule built before the permutation was recorded used numpy's.
+                "permutation": p.get("permutation", permute.NUMPY),
+            }
+        )
+    return {"mixture": str(prev.manifest["fingerprint"]), "sample": sample, "pools": out}
