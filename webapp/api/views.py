@@ -303,13 +303,18 @@ class FlagViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
                 {
                     "flag": s.FlagSerializer(),
                     "taints": serializers.ListField(child=serializers.DictField()),
+                    "page": serializers.IntegerField(),
+                    "has_next": serializers.BooleanField(),
+                    "counts": serializers.DictField(child=serializers.IntegerField()),
+                    "reads": serializers.DictField(child=serializers.IntegerField()),
                 },
             )
         }
     )
     @action(detail=True, methods=["get"])
     def taints(self, request, pk=None):
-        detail = selectors.flag_detail(flag_id=int(pk))
+        # One page of taints (50, in the order recorded): ?page=N; has_next says more.
+        detail = selectors.flag_detail(flag_id=int(pk), page=request.query_params.get("page", 1))
         taints = [
             {
                 "label": t["label"],
@@ -320,7 +325,16 @@ class FlagViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
             }
             for t in detail["taints"]
         ]
-        return Response({"flag": s.FlagSerializer(detail["flag"]).data, "taints": taints})
+        return Response(
+            {
+                "flag": s.FlagSerializer(detail["flag"]).data,
+                "taints": taints,
+                "page": detail["page"],
+                "has_next": detail["has_next"],
+                "counts": detail["counts"],
+                "reads": detail["reads"],
+            }
+        )
 
 
 class AuditViewSet(Base, viewsets.ViewSet):

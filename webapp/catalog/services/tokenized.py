@@ -11,6 +11,7 @@ from shardcore import storage
 from shardcore.manifest import MANIFEST_NAME
 from webapp.catalog import guards
 from webapp.catalog.errors import CatalogError
+from webapp.catalog.facts import artifact_facts_request
 from webapp.catalog.models import (
     ArtifactStatus,
     Source,
@@ -198,7 +199,9 @@ def tokenized_source_record(*, job, manifest: dict | None) -> None:
         .order_by("-created_at")
         .first()
     )
+    ts.num_shards = len(manifest["shards"])
     ts.status = ArtifactStatus.READY
     ts.finished_at = timezone.now()
     ts.save()
+    artifact_facts_request(ts)  # its statistics, measured by a task, not by its page
     taint_refresh(source_ids=[source.pk])
