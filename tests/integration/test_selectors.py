@@ -141,3 +141,29 @@ def test_it_pages_a_jobs_units_from_any_position(big, client, django_user_model)
     polled = client.get(f"/jobs/{job.pk}/progress.json?units_from=3999").json()
     assert [u["unit_id"] for u in polled["units"]] == ["u3999"]
     assert client.get(f"/jobs/{job.pk}/?units_from=nope").status_code == 200
+
+
+def test_the_step_of_a_sample_from_two_reports_is_the_scan_of_all_reports(db):
+    """``steps_of_samples_at`` (one query for a page of runs, two reports each) answers
+    what ``step_of_sample`` over every report answers: before the first report, between
+    two (exact or not), at a report, past the last, and for a run without reports."""
+    from shardcore.lineage import step_of_sample
+    from webapp.catalog.models import RunProgress
+
+    version = MixtureVersion.objects.create(
+        mixture=Mixture.objects.create(name="m"), number=1, token_budget=1, path="/m"
+    )
+    # Steps 10, 20, ... consuming 8 a step, then a stretch of 13 a step (not exact).
+    points = [(s, 8 * s) for s in range(10, 110, 10)] + [(120, 800 + 13 * 20), (125, 1100)]
+    run = TrainingRun.objects.create(name="r", mixture_version=version)
+    RunProgress.objects.bulk_create(
+        [RunProgress(run=run, step=s, consumed_samples=c, consumed_tokens=c) for s, c in points]
+    )
+    pruned = TrainingRun.objects.create(
+        name="p", mixture_version=version, last_step=40, consumed_samples=320
+    )
+    for sample in (0, 5, 79, 80, 81, 399, 795, 800, 1000, 1099, 1100, 5000):
+        got = selectors.steps_of_samples_at([(run, sample), (pruned, sample)])
+        assert got[run.pk] == step_of_sample(sample, points), sample
+        assert got[pruned.pk] == step_of_sample(sample, [(40, 320)]), sample
+        assert selectors.step_of_sample_at(run, sample) == got[run.pk]

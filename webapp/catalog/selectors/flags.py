@@ -22,7 +22,7 @@ from webapp.catalog.models import (
     TrainingRun,
 )
 from webapp.catalog.selectors.common import get_or_not_found
-from webapp.catalog.selectors.runs import step_of_sample_at
+from webapp.catalog.selectors.runs import step_of_sample_at, steps_of_samples_at
 from webapp.paging import page_of
 
 # Every relation taint_describe reads, fetched with the taint.
@@ -73,8 +73,8 @@ def flag_detail(*, flag_id: int, reads: bool = True, page=1) -> dict:
     ``has_prev``, the page's tainted rows by kind (``tokenized``, ``pools``, ``versions``,
     ``runs``), ``counts`` of each kind (and ``copies``) and the flagged ``documents`` in
     the source, kept on the flag's row, and ``reads`` ({done, total}) while the first
-    reads are being computed. A bounded number of queries per page, whatever the size of
-    the catalog or the number of tainted runs."""
+    reads are being computed. Three queries per page (the flag, the page, the steps of
+    its runs), whatever the size of the catalog or the number of tainted runs."""
     flag = get_or_not_found(
         Flag.objects.select_related("source", "source_file"), "flag", pk=flag_id
     )
@@ -83,11 +83,16 @@ def flag_detail(*, flag_id: int, reads: bool = True, page=1) -> dict:
     paged_taints = page_of(taints_qs, page)
     taints = paged_taints["rows"]
     runs = [t.run for t in taints if t.run_id]
+    # The steps of the page's runs' first flagged samples: one query for the page.
+    steps = steps_of_samples_at(
+        [(t.run, int(t.read["first_sample"])) for t in taints
+         if reads and t.run_id and t.read and t.read.get("first_sample") is not None]
+    )  # fmt: skip
     described = []
     for t in taints:
         d = taint_describe(t)
         if t.run_id and reads:
-            d["read"] = taint_read_row(t, flag=flag)
+            d["read"] = taint_read_row(t, flag=flag, step=steps.get(t.run_id))
             d["first_read"] = flag_read_text(d["read"])
         described.append(d)
     counts = {k: int((flag.counts or {}).get(k, 0))
@@ -267,7 +272,7 @@ def run_flag_reads(*, run: TrainingRun, flag_ids: list[int] | None = None) -> li
     return [{**r, "text": flag_read_text(r)} for r in rows]
 
 
-def taint_read_row(t: Taint, *, flag: Flag) -> dict:
+def taint_read_row(t: Taint, *, flag: Flag, step: dict | None = None) -> dict:
     """A run's taint as a ``flag_read`` row: the first flagged sample stored on it
     (``Taint.read``, computed by ``facts.flag_reads_compute``) and the step that read it,
     from the run's progress reports around it (``runs.step_of_sample_at``: two indexed
@@ -280,4 +285,4 @@ def taint_read_row(t: Taint, *, flag: Flag) -> dict:
     row["segments"] = stored.get("segments", [])
     if row.get("error") or row.get("never") or row["first_sample"] is None:
         return row
-    return {**row, **step_of_sample_at(t.run, int(row["first_sample"]))}
+    return {**row, **(step or step_of_sample_at(t.run, int(row["first_sample"])))}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import bisect
 import itertools
 
+from django.db import connection
 from django.db.models import Count
 
 from shardcore import storage
@@ -140,6 +141,47 @@ def steps_of_samples(reports: list[tuple[int, int]]):
         return step_of_sample(sample, around)
 
     return step_of
+
+
+_STEPS_AT_SQL = """
+SELECT q.run_id, a.step, a.consumed_samples, b.step, b.consumed_samples, c.step,
+       c.consumed_samples
+FROM unnest(%s::bigint[], %s::bigint[]) AS q(run_id, sample)
+LEFT JOIN LATERAL (
+    SELECT step, consumed_samples FROM catalog_runprogress p
+    WHERE p.run_id = q.run_id AND p.consumed_samples > q.sample
+    ORDER BY consumed_samples, step LIMIT 1) a ON true
+LEFT JOIN LATERAL (
+    SELECT step, consumed_samples FROM catalog_runprogress p
+    WHERE p.run_id = q.run_id AND p.step < a.step ORDER BY step DESC LIMIT 1) b ON true
+LEFT JOIN LATERAL (
+    SELECT step, consumed_samples FROM catalog_runprogress p
+    WHERE p.run_id = q.run_id AND a.step IS NULL ORDER BY step DESC LIMIT 1) c ON true
+"""
+
+
+def steps_of_samples_at(asked: list[tuple[TrainingRun, int]]) -> dict[int, dict]:
+    """``step_of_sample_at`` of many (run, sample) pairs (one sample per run) in one
+    query (Postgres; elsewhere one run at a time): {run id: answer}."""
+    if not asked:
+        return {}
+    if connection.vendor != "postgresql":
+        return {run.pk: step_of_sample_at(run, sample) for run, sample in asked}
+    runs = {run.pk: (run, sample) for run, sample in asked}
+    with connection.cursor() as cursor:
+        cursor.execute(_STEPS_AT_SQL, [list(runs), [s for _, s in runs.values()]])
+        rows = cursor.fetchall()
+    out = {}
+    for run_id, a_step, a_c, b_step, b_c, c_step, c_c in rows:
+        run, sample = runs[run_id]
+        if a_step is not None:
+            points = [(a_step, a_c)] + ([(b_step, b_c)] if b_step is not None else [])
+        elif c_step is not None:
+            points = [(c_step, c_c)]
+        else:
+            points = [(run.last_step, run.consumed_samples)] if run.consumed_samples else []
+        out[run_id] = step_of_sample(sample, points)
+    return out
 
 
 def step_of_sample_at(run: TrainingRun, sample: int) -> dict:
