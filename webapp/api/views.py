@@ -3,6 +3,7 @@ writes), calls one service or selector, and answers JSON."""
 
 from __future__ import annotations
 
+from django.db.models import Prefetch
 from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
@@ -137,7 +138,10 @@ class PoolViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
 
 
 class MixtureViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
-    queryset = Mixture.objects.prefetch_related("versions").order_by("name")
+    # Only the versions' ids are listed: their params (quality reports) are not loaded.
+    queryset = Mixture.objects.prefetch_related(
+        Prefetch("versions", queryset=MixtureVersion.objects.only("id", "mixture_id"))
+    ).order_by("name")
     serializer_class = s.MixtureSerializer
 
     @extend_schema(
