@@ -93,9 +93,11 @@ def test_it_pages_shards_and_sums_them_in_bounded_queries(big, django_assert_max
 
 
 def test_it_lists_runs_and_their_lineage_in_bounded_queries(big, django_assert_max_num_queries):
-    with django_assert_max_num_queries(1):
+    with django_assert_max_num_queries(2):  # the page, then its runs' taints
         runs = selectors.run_list(limit=50)
         assert all(r.mixture_version.mixture.name == "m" for r in runs)
+    assert [r.num_taints for r in runs] == [Taint.objects.filter(run=r).count() for r in runs]
+    assert sum(r.num_taints for r in selectors.run_list(offset=1990, limit=20)) == 10
     with django_assert_max_num_queries(6):
         lineage = selectors.run_lineage(run_id=big["run"].pk)
         assert len(lineage["sources"]) == 20

@@ -7,7 +7,7 @@ import logging
 
 import numpy as np
 import pyarrow.parquet as pq
-from django.db.models import Count
+from django.db.models import Count, Prefetch
 
 from shardcore import props, quality, storage
 from shardcore.errors import ShardcoreError
@@ -85,12 +85,16 @@ def pool_training(*, pool: Pool) -> list[dict]:
     (records / samples per step, from the run's latest progress report). The loss bumps
     of a shard-local shuffle show against the exact shuffle. A bounded number of queries."""
     parents = sorted(pool.parents.values_list("pk", flat=True))
+    # The candidates' parents in one query (not one per candidate pool).
     siblings = [
         p
         for p in Pool.objects.filter(
             parents__in=parents, seq_len=pool.seq_len, filter=pool.filter, split=Pool.Split.TRAIN
-        ).distinct()
-        if sorted(p.parents.values_list("pk", flat=True)) == parents
+        )
+        .distinct()
+        .defer("params")
+        .prefetch_related(Prefetch("parents", queryset=TokenizedSource.objects.only("id")))
+        if sorted(t.pk for t in p.parents.all()) == parents
     ]
     alone = (
         MixtureComponent.objects.filter(pool__in=siblings)
