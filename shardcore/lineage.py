@@ -29,8 +29,8 @@ from shardcore import artifact_cache
 from shardcore import manifest as mf
 from shardcore.errors import InputError
 from shardcore.mixture import POOL_FILE, RECORD_FILE
-from shardcore.pack import load_segments
 from shardcore.mixture.reader import Mixture
+from shardcore.pack import load_segments
 
 _CHUNK = 1 << 22
 

@@ -31,6 +31,7 @@ from shardcore.errors import InputError
 from shardcore.manifest import read_manifest
 from shardcore.mixture import Mixture
 from shardcore.order import recipe
+from shardcore.pool import PoolReader
 
 
 def ideal_bound(p: float | np.ndarray, n: int | np.ndarray) -> float | np.ndarray:
@@ -41,8 +42,52 @@ def ideal_bound(p: float | np.ndarray, n: int | np.ndarray) -> float | np.ndarra
     return float(out) if out.ndim == 0 else out
 
 
-def encode_labels(labels: Sequence[Any] | np.ndarray) -> tuple[np.ndarray, list[str]]:
-    """Integer codes 0..K-1 (in sorted label order) and the label names as strings."""
+class Coded:
+    """Labels as integer codes (4 bytes a sample, whatever a label's text): ``codes`` index
+    ``names``, numbered in the labels' sort order (the order ``np.unique`` gives the
+    labels themselves), so every measurement is the same as on the labels. Sliced and
+    indexed like an array."""
+
+    __slots__ = ("codes", "names")
+
+    def __init__(self, codes: np.ndarray, names: Sequence[str]):
+        self.codes = np.asarray(codes)
+        self.names = [str(x) for x in names]
+
+    @classmethod
+    def of(cls, labels: Sequence[Any] | np.ndarray) -> Coded:
+        """``labels`` (one per sample) as codes in their sort order."""
+        values, codes = np.unique(np.asarray(labels), return_inverse=True)
+        return cls(codes.astype(np.int32), [str(x) for x in values.tolist()])
+
+    @property
+    def size(self) -> int:
+        return int(self.codes.size)
+
+    @property
+    def ndim(self) -> int:
+        return int(self.codes.ndim)
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __getitem__(self, index) -> Coded:
+        return Coded(self.codes[index], self.names)
+
+
+def _labels(labels: Sequence[Any] | np.ndarray | Coded) -> np.ndarray | Coded:
+    return labels if isinstance(labels, Coded) else np.asarray(labels)
+
+
+def encode_labels(labels: Sequence[Any] | np.ndarray | Coded) -> tuple[np.ndarray, list[str]]:
+    """Integer codes 0..K-1 (in sorted label order) and the label names as strings, for the
+    labels present."""
+    if isinstance(labels, Coded):
+        if labels.ndim != 1:
+            raise InputError(f"labels: need one label per sample, got shape {labels.codes.shape}")
+        present = np.unique(labels.codes)
+        codes = np.searchsorted(present, labels.codes)
+        return codes.astype(np.int64), [labels.names[int(i)] for i in present]
     arr = np.asarray(labels)
     if arr.ndim != 1:
         raise InputError(f"labels: need one label per sample, got shape {arr.shape}")
@@ -202,7 +247,7 @@ def report(
     bins: int = 100,
 ) -> dict[str, Any]:
     """Everything the quality page plots, as one JSON-able dict."""
-    arr = np.asarray(labels)
+    arr = _labels(labels)
     batch_size = max(1, min(batch_size, arr.size))
     return {
         "windows": window_deviation(arr, window_sizes),
@@ -329,7 +374,7 @@ def sample_shuffle_reference(
     reference. Returns ``{"window_sizes", "mean", "lo", "hi", "trials", "labels",
     "mean_by_label"}`` (the last: per window size, each label's mean max deviation, in
     ``labels`` order)."""
-    arr = np.asarray(labels)
+    arr = _labels(labels)
     rng = np.random.default_rng(seed)
     measured = [
         window_deviation(arr[rng.permutation(arr.size)], window_sizes)
@@ -396,11 +441,11 @@ def mixture_quality(
     ``max_samples`` is measured on its first ``max_samples`` samples (``measured``)."""
 
     mix = Mixture(path)
-    labels = mix.labels(by)
     out: dict[str, Any] = {"label": by, "stages": []}
     for i, st in enumerate(mix.manifest["stages"]):
         first, n = int(st["first_sample"]), int(st["num_samples"])
-        seg = labels[first : first + min(n, max_samples)]
+        # Only the samples measured are read and labelled (as integer codes).
+        seg = mixture_labels(mix, by, first, first + min(n, max_samples))
         if seg.size < 8:  # too short for a window of 2 to say anything
             out["stages"].append(
                 {"name": st["name"], "num_samples": n, "measured": int(seg.size),
@@ -408,13 +453,14 @@ def mixture_quality(
                              "text": f"too few samples ({seg.size}) to measure"}}
             )  # fmt: skip
             continue
-        values = np.unique(seg)
+        values = np.unique(seg.codes)
         if values.size == 1:  # nothing to mix: every window holds the one value alone
+            value = seg.names[int(values[0])]
             out["stages"].append(
                 {"name": st["name"], "num_samples": n, "measured": int(seg.size),
                  "verdict": {"ok": True, "from_window": None, "ratio": None,
-                             "value": str(values[0]),
-                             "text": f"one {by} only ({values[0]}): nothing to mix"}}
+                             "value": value,
+                             "text": f"one {by} only ({value}): nothing to mix"}}
             )  # fmt: skip
             continue
         rep = report(seg, batch_size=min(batch_size, seg.size))
@@ -430,6 +476,36 @@ def mixture_quality(
         if i == 0:
             out.update(rep)
     return out
+
+
+def mixture_labels(mix, by: str, start: int, stop: int) -> Coded:
+    """The labels of samples [start, stop) of a built mixture ``mix``
+    (``shardcore.mixture.Mixture``) as integer codes: ``pool`` (its key), ``stage`` (its
+    name) or a property of each sample's record's main document
+    (``PoolReader.record_labels``). Reads that range of the schedule only (and, for a
+    property, the documents of the pools it reads); numbered as the labels' own sort
+    order, so the numbers measured are those of ``Mixture.labels(by)[start:stop]``."""
+    stop = max(start, min(int(stop), mix.num_samples))
+    pidx = np.asarray(mix.pool_index[start:stop]).astype(np.int64)
+    if by == "pool":
+        keys = np.array([str(p["key"]) for p in mix.pools])
+        order = np.argsort(keys, kind="stable")
+        rank = np.empty(len(keys), dtype=np.int32)
+        rank[order] = np.arange(len(keys), dtype=np.int32)
+        return Coded(rank[pidx], keys[order].tolist())
+    if by == "stage":
+        stages = mix.manifest["stages"]
+        starts = np.array([int(st["first_sample"]) for st in stages], dtype=np.int64)
+        which = np.searchsorted(starts, np.arange(start, stop, dtype=np.int64), side="right") - 1
+        names = np.array([str(st["name"]) for st in stages])
+        return Coded.of(names[which])
+
+    rec = np.asarray(mix.record_index[start:stop]).astype(np.int64)
+    values = np.empty(stop - start, dtype=object)
+    for i in np.unique(pidx).tolist():
+        sel = pidx == i
+        values[sel] = PoolReader(mix.pools[i]["path"]).record_labels(by)[rec[sel]]
+    return Coded.of(values)
 
 
 def recipe_quality(

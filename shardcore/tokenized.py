@@ -136,7 +136,8 @@ def property_stats(
 
     table = read_documents(path)
     if fields is None or not list(fields):
-        fields = [f.name for f in props.props_type(table.schema)] if table.num_rows else []
+        t = props.props_type(table.schema)  # null when the documents have no properties
+        fields = [f.name for f in t] if table.num_rows and pa.types.is_struct(t) else []
     n_tokens = table.column("n_tokens").combine_chunks().cast(pa.int64())
     n_bytes = (  # UTF-8 bytes of the text; sidecars of format 1 did not record them
         table.column("n_bytes").combine_chunks().cast(pa.int64())

@@ -68,3 +68,31 @@ def job_finalize(self, *, job_id: int) -> str:
         return job_finalize_execute(job_id=job_id)
     except TransientUnitError as exc:
         raise self.retry(exc=exc, countdown=min(60, 2 ** (self.request.retries + 1))) from exc
+
+
+# Facts pages show, measured from an artifact's files (webapp.catalog.facts): idempotent,
+# a redelivered message measures again and stores the same value.
+@shared_task(name="workers.fact_compute", bind=True, acks_late=True, reject_on_worker_lost=True,
+             max_retries=_TRANSIENT_RETRIES)  # fmt: skip
+def fact_compute(self, *, kind: str, object_id: int, key: str = "") -> str:
+    """Measure one fact (a pool's quality by a property, a source's statistics...) and
+    store it; an object store that does not answer is retried with backoff."""
+    from webapp.catalog import facts
+
+    try:
+        return facts.fact_compute(kind=kind, object_id=object_id, key=key)
+    except Exception as exc:
+        from shardcore import storage
+
+        if not storage.is_store_error(exc) or self.request.retries >= _TRANSIENT_RETRIES:
+            raise
+        raise self.retry(exc=exc, countdown=min(60, 2 ** (self.request.retries + 1))) from exc
+
+
+@shared_task(name="workers.flag_reads", acks_late=True, reject_on_worker_lost=True)
+def flag_reads(*, flag_id: int) -> int:
+    """Store when each run a flag taints first reads a flagged document (the sample);
+    a rerun computes only what is missing."""
+    from webapp.catalog import facts
+
+    return facts.flag_reads_compute(flag_id=flag_id)

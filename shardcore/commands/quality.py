@@ -8,6 +8,7 @@ import json
 
 from shardcore import quality
 from shardcore.cli import CLIError
+from shardcore.errors import ShardcoreError
 from shardcore.manifest import read_manifest
 from shardcore.mixture import Mixture
 from shardcore.pool import PoolReader
@@ -23,6 +24,12 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
     p.add_argument("path", metavar="DIR", help="pool or mixture directory")
     p.add_argument("--by", required=True, help="property (mixtures also: pool, stage)")
     p.add_argument("--batch-size", type=int, default=1024, help="samples per batch")
+    p.add_argument(
+        "--max-samples",
+        type=int,
+        default=MAX_SAMPLES,
+        help="a mixture is measured on its first this many samples (only they are read)",
+    )
     p.add_argument("--json", action="store_true", help="print the full report as JSON")
     p.add_argument(
         "--recipe",
@@ -38,11 +45,18 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
     p.set_defaults(func=run)
 
 
-def labels_of(path: str, prop: str):
+# A mixture's first 2^20 samples: 4 MiB of label codes, whatever the schedule's size.
+MAX_SAMPLES = 1 << 20
 
+
+def labels_of(path: str, prop: str, max_samples: int = MAX_SAMPLES):
+    """The labels measured: a pool's per record; a mixture's first ``max_samples``
+    samples', as integer codes (``quality.mixture_labels``: the rest of the schedule is
+    not read)."""
     kind = read_manifest(path).get("kind")
     if kind == "mixture":
-        return Mixture(path).labels(prop)
+        mix = Mixture(path)
+        return quality.mixture_labels(mix, prop, 0, min(mix.num_samples, max_samples))
     if kind == "pool":
         return PoolReader(path).record_labels(prop)
     raise CLIError(f"{path}: quality needs a pool or a mixture, not a {kind!r}")
@@ -52,13 +66,20 @@ def run(args: argparse.Namespace) -> int:
 
     if args.recipe:
         return _run_recipe(args)
-    labels = labels_of(args.path, args.by)
-    report = quality.report(labels, batch_size=args.batch_size)
+    try:
+        if args.max_samples < 8:
+            raise CLIError(f"--max-samples: need at least 8 samples, got {args.max_samples}")
+        labels = labels_of(args.path, args.by, args.max_samples)
+        report = quality.report(labels, batch_size=args.batch_size)
+    except ShardcoreError as exc:
+        raise CLIError(str(exc)) from None
     if args.json:
         print(json.dumps(report))
         return 0
     w = report["windows"]
-    print(f"{w['num_samples']:,} samples, {len(w['labels']):,} values of {args.by!r}")
+    total = _num_samples(args.path)
+    of = f" (the first of {total:,})" if total and total > w["num_samples"] else ""
+    print(f"{w['num_samples']:,} samples{of}, {len(w['labels']):,} values of {args.by!r}")
     print(f"{'window':>8} {'max dev':>10} {'p99 dev':>10} {'ideal':>10} {'max/ideal':>10}")
     for n, mx, p99, ideal in zip(
         w["window_sizes"], w["max_all"], w["p99_all"], w["ideal_all"], strict=True
@@ -71,6 +92,12 @@ def run(args: argparse.Namespace) -> int:
         f"{b['best']}, mean {b['mean']:.2f} (of {b['possible']} possible)"
     )
     return 0
+
+
+def _num_samples(path: str) -> int | None:
+
+    manifest = read_manifest(path)
+    return int(manifest["num_samples"]) if manifest.get("kind") == "mixture" else None
 
 
 def _print_recipe(name: str, rep: dict) -> None:

@@ -55,3 +55,22 @@ def test_it_counts_a_pool_read_in_two_stages_once(page, live_server, login, scre
         f"{rows['tokenized']:,} flagged documents."
     )
     screenshot("flag-summary")
+
+    # When the run first read them: computed by the worker (the page never scans the
+    # schedule) and shown once stored; the run reported nothing, so "not yet", at the
+    # first flagged sample of its schedule.
+    from webapp.catalog.models import Flag
+    from webapp.catalog.selectors import flag_first_sample
+
+    flag = Flag.objects.latest("pk")
+    first = flag_first_sample(flag=flag, version=version)
+    expected = f"not yet: the first flagged sample is {first}; at its current position the run"
+    cell = page.locator("tr.tainted td.flag-read").last
+    for _ in range(60):
+        if expected in cell.inner_text():
+            break
+        page.wait_for_timeout(500)
+        page.reload()
+        cell = page.locator("tr.tainted td.flag-read").last
+    assert expected in cell.inner_text()
+    assert "has consumed 0 samples (step 0)" in cell.inner_text()

@@ -339,3 +339,23 @@ def first_sample_by_doc(version_path: str, pool_path: str) -> dict[int, int]:
             if row >= 0:
                 first.setdefault(int(doc_ids[row]), i)
     return first
+
+
+@pytest.fixture
+def computed(jobs_inline):
+    """``computed(client, url)``: a page that shows numbers measured from an artifact's
+    files, opened twice: the first answer says they are being computed (its request only
+    asks a worker: the task runs when the request's transaction commits, here through the
+    real task in Celery's eager mode), the second shows the stored numbers. Returns the
+    second response."""
+
+    def get(client, url: str):
+        with jobs_inline():
+            first = client.get(url)
+        assert first.status_code == 200
+        assert "Being computed by a worker" in first.content.decode(), url
+        second = client.get(url)
+        assert "Being computed by a worker" not in second.content.decode(), url
+        return second
+
+    return get

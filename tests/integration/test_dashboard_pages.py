@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from tests.integration.dashboard_fixtures import catalog, login, users  # noqa: F401
+from tests.integration.dashboard_fixtures import catalog, computed, login, users  # noqa: F401
 
 pytestmark = pytest.mark.django_db
 
@@ -31,7 +31,7 @@ def test_it_lists_sources_and_shows_a_source_with_its_bad_input(login, catalog):
     assert "Rescan" not in body
 
 
-def test_it_shows_a_pool_with_quality_charts_and_its_users(login, catalog, tmp_path):
+def test_it_shows_a_pool_with_quality_charts_and_its_users(login, catalog, tmp_path, computed):
     from django.core.cache import cache
 
     from tests.unit import mix_fixtures
@@ -40,7 +40,7 @@ def test_it_shows_a_pool_with_quality_charts_and_its_users(login, catalog, tmp_p
     cache.clear()
     built = mix_fixtures.build_pools(tmp_path / "built", seq_len=32)["early"]
     Pool.objects.filter(pk=catalog["pool"].pk).update(path=str(built))
-    body = login("viewer").get(f"/pools/{catalog['pool'].pk}/").content.decode()
+    body = computed(login("viewer"), f"/pools/{catalog['pool'].pk}/").content.decode()
     assert "wiki-2048" in body
     assert "base-mix v1" in body
     assert "worst label" in body  # the window deviation chart's data
@@ -193,7 +193,9 @@ def test_it_answers_404_for_exports_before_the_schedule_is_built(login, catalog)
     assert resp.status_code == 404
 
 
-def test_it_measures_a_built_pool_and_compares_the_four_shuffles(login, catalog, tmp_path):
+def test_it_measures_a_built_pool_and_compares_the_four_shuffles(
+    login, catalog, tmp_path, computed
+):
     from django.core.cache import cache
 
     from tests.unit import mix_fixtures
@@ -202,7 +204,7 @@ def test_it_measures_a_built_pool_and_compares_the_four_shuffles(login, catalog,
     cache.clear()
     built = mix_fixtures.build_pools(tmp_path / "built", seq_len=32)["early"]
     Pool.objects.filter(pk=catalog["pool"].pk).update(path=str(built), params={})
-    body = login("viewer").get(f"/pools/{catalog['pool'].pk}/").content.decode()
+    body = computed(login("viewer"), f"/pools/{catalog['pool'].pk}/").content.decode()
     # One panel per shuffle, each with the ideal bound, on real stdlib documents (the
     # figure JSON is embedded with "<" escaped).
     for name in ("exact", "grid", "local", "buffer"):
@@ -321,7 +323,7 @@ def test_it_explains_a_refusal_on_a_page_of_its_own(login, catalog):
     assert 'href="/"' in body and "<nav>" in body  # the app around it, not a bare page
 
 
-def test_it_measures_a_pool_by_the_property_a_person_chooses(login, catalog, tmp_path):
+def test_it_measures_a_pool_by_the_property_a_person_chooses(login, catalog, tmp_path, computed):
     """The quality page offers the pool's own properties; series are the property's values,
     each with one colour wherever it is drawn; length bins read as token ranges."""
     from django.core.cache import cache
@@ -334,9 +336,9 @@ def test_it_measures_a_pool_by_the_property_a_person_chooses(login, catalog, tmp
     built = mix_fixtures.build_pools(tmp_path / "built", seq_len=32)["early"]
     Pool.objects.filter(pk=catalog["pool"].pk).update(path=str(built), params={})
     c = login("viewer")
-    page = c.get(f"/pools/{catalog['pool'].pk}/")
+    page = computed(c, f"/pools/{catalog['pool'].pk}/")
     assert "package" in page.context["properties"] and "kind" in page.context["properties"]
-    page = c.get(f"/pools/{catalog['pool'].pk}/?by=package")
+    page = computed(c, f"/pools/{catalog['pool'].pk}/?by=package")
     assert page.context["by"] == "package"
     assert page.context["quality"]["report"]["label"] == "package"
     traces = page.context["deviation_figure"]["data"]
@@ -350,7 +352,7 @@ def test_it_measures_a_pool_by_the_property_a_person_chooses(login, catalog, tmp
     for t in traces:
         if t["name"] in named:
             assert t["line"]["color"] == colours[t["name"]]
-    page = c.get(f"/pools/{catalog['pool'].pk}/?by=length")
+    page = computed(c, f"/pools/{catalog['pool'].pk}/?by=length")
     names = [t["name"] for t in page.context["deviation_figure"]["data"]]
     bins = [n for n in names if n.endswith(" tokens")]
     assert bins and all("-" in n for n in bins)

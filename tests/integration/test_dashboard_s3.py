@@ -26,6 +26,7 @@ from shardcore.pool import PoolReader
 from shardcore.tokenized import TokenizedSource, property_stats
 from tests.integration.dashboard_fixtures import (  # noqa: F401
     catalog_world,
+    computed,
     first_sample_by_doc,
     login,
     users,
@@ -143,7 +144,7 @@ def test_a_tokenized_source_on_the_bucket_is_described_from_its_sidecars_alone(w
         read_documents(copy.url)
 
 
-def test_the_pool_page_says_what_the_pool_on_the_bucket_holds(world, login):
+def test_the_pool_page_says_what_the_pool_on_the_bucket_holds(world, login, computed):
     pool = world["pool"]
     reader = PoolReader(pool.path)
     manifest = mf.read_manifest(pool.path)
@@ -176,7 +177,8 @@ def test_the_pool_page_says_what_the_pool_on_the_bucket_holds(world, login):
     assert "(labels: document length (tokens))" in body
 
     # Another labelling, measured on demand from the bucket: the property's values.
-    resp, body = _page(client, f"/pools/{pool.pk}/?by=size")
+    # (by a worker the first time it is asked for: the page never reads the bucket)
+    resp = computed(client, f"/pools/{pool.pk}/?by=size")
     report = resp.context["quality"]["report"]
     assert report["label"] == "size"
     values = reader.document_values("size")
@@ -263,9 +265,10 @@ def test_the_flag_page_counts_what_the_artifacts_on_the_bucket_hold(world, login
     assert "holding 1 flagged document" in body
 
 
-def test_the_version_quality_by_a_property_is_measured_from_the_bucket(world, login):
+def test_the_version_quality_by_a_property_is_measured_from_the_bucket(world, login, computed):
     version = world["version"]
-    resp, body = _page(login("viewer"), f"/mixtures/versions/{version.pk}/?by=size")
+    resp = computed(login("viewer"), f"/mixtures/versions/{version.pk}/?by=size")
+    body = resp.content.decode()
     assert {"module", "size"} <= set(resp.context["properties"])
     measured = quality.mixture_quality(version.path, by="size")
     shown = resp.context["quality"]

@@ -93,6 +93,17 @@ def _report(api, run, step):
     assert resp.status_code == 201, resp.content
 
 
+def _reads_computed(api, run_pk: int, flag: int) -> None:
+    """Until its task ran, the run's answer for ``flag`` says it is being computed (no
+    page reads a schedule); then the task (``workers.flag_reads``) stores it."""
+    from workers.tasks import flag_reads
+
+    (row,) = [r for r in api.get(f"/api/runs/{run_pk}/flags/").json() if r["flag"] == flag]
+    assert row["computing"]["done"] == 0 and row["computing"]["total"] >= 1
+    assert row["text"].startswith("being computed: the first flagged sample of 0 of ")
+    assert flag_reads.apply(kwargs={"flag_id": flag}).get() >= 1
+
+
 def test_it_answers_when_a_run_first_read_flagged_documents(world, users, login, db):
     first = _first_sample_by_doc(world)
     # A document first read well inside the run, after the first few steps.
@@ -106,6 +117,7 @@ def test_it_answers_when_a_run_first_read_flagged_documents(world, users, login,
     assert resp.status_code == 201, resp.content
     flag = resp.json()["id"]
     run = _new_run(editor, world, "reads")
+    _reads_computed(editor, run.pk, flag)
 
     # Before any report: not yet.
     (row,) = editor.get(f"/api/runs/{run.pk}/flags/").json()
@@ -148,6 +160,7 @@ def test_it_says_never_for_flagged_documents_the_mixture_does_not_read(world, us
         "json",
     )
     flag = resp.json()["id"]
+    _reads_computed(editor, world["run"].pk, flag)
     rows = [
         r for r in editor.get(f"/api/runs/{world['run'].pk}/flags/").json() if r["flag"] == flag
     ]

@@ -14,7 +14,12 @@ import pytest
 
 from shardcore import quality
 from shardcore.pool import PoolReader
-from tests.integration.dashboard_fixtures import login, stdlib_code_pool, users  # noqa: F401
+from tests.integration.dashboard_fixtures import (  # noqa: F401
+    computed,
+    login,
+    stdlib_code_pool,
+    users,
+)
 from webapp.catalog.selectors import pools as pool_selectors
 from workers.celery import app
 
@@ -31,7 +36,7 @@ def eager():
 
 
 def test_a_pool_larger_than_the_limit_is_measured_by_its_build_on_its_first_records(
-    transactional_db, eager, users, login, settings, tmp_path, monkeypatch
+    transactional_db, eager, users, login, settings, tmp_path, monkeypatch, computed
 ):
     from django.core.cache import cache
 
@@ -61,7 +66,7 @@ def test_a_pool_larger_than_the_limit_is_measured_by_its_build_on_its_first_reco
     assert f"measured on the first {LIMIT} of {reader.num_records:,} records" in page
 
     # Another labelling, on demand: the same prefix.
-    resp = login("viewer").get(f"/pools/{pool.pk}/?by=length")
+    resp = computed(login("viewer"), f"/pools/{pool.pk}/?by=length")
     assert resp.context["quality"]["report"]["measured"] == LIMIT
     assert f"measured on the first {LIMIT} of {reader.num_records:,} records" in (
         resp.content.decode()

@@ -35,8 +35,8 @@ def big(db):
         [SourceFile(source=sources[0], path=f"f{i:05d}.jsonl", size=i) for i in range(3000)]
     )
     tokenized = TokenizedSource.objects.bulk_create(
-        [TokenizedSource(source=s, tokenizer=tok, path=f"/t/{s.name}",
-                         status=ArtifactStatus.READY) for s in sources]
+        [TokenizedSource(source=s, tokenizer=tok, path=f"/t/{s.name}", num_shards=5000 * (i == 0),
+                         status=ArtifactStatus.READY) for i, s in enumerate(sources)]
     )  # fmt: skip
     Shard.objects.bulk_create(
         [Shard(tokenized_source=tokenized[0], index=i, prefix=f"s{i}", num_tokens=10)
@@ -51,7 +51,10 @@ def big(db):
     runs = TrainingRun.objects.bulk_create(
         [TrainingRun(name=f"r{i}", mixture_version=version) for i in range(3000)]
     )
-    flag = Flag.objects.create(target="source", source=sources[0], reason="x")
+    # What it taints is counted on its row when its taint is computed (flag_propagate).
+    flag = Flag.objects.create(
+        target="source", source=sources[0], reason="x", counts={"runs": 1000, "documents": 7}
+    )
     Taint.objects.bulk_create([Taint(flag=flag, run=r) for r in runs[:1000]])
     job = Job.objects.create(kind="tokenize", plan={}, output_dir="/o", units_total=4000)
     JobUnit.objects.bulk_create(
@@ -71,10 +74,14 @@ def test_it_builds_the_overview_in_one_query_per_count(big, django_assert_max_nu
 
 
 def test_it_shows_a_source_in_bounded_queries(big, django_assert_max_num_queries):
-    with django_assert_max_num_queries(7):
+    # The first view asks for its statistics (a row, then a task); the next reads the row.
+    with django_assert_max_num_queries(10):
+        detail = selectors.source_detail(source_id=big["source"].pk)
+    assert detail["stats"]["computing"]["state"] == "queued"
+    with django_assert_max_num_queries(6):
         detail = selectors.source_detail(source_id=big["source"].pk)
     assert detail["files_truncated"] and len(detail["files"]) == 200
-    assert detail["tokenized"][0].num_shards == 5000
+    assert detail["tokenized"][0].num_shards == 5000  # kept on the row: no shard is counted
 
 
 def test_it_pages_shards_and_sums_them_in_bounded_queries(big, django_assert_max_num_queries):
@@ -86,9 +93,11 @@ def test_it_pages_shards_and_sums_them_in_bounded_queries(big, django_assert_max
 
 
 def test_it_lists_runs_and_their_lineage_in_bounded_queries(big, django_assert_max_num_queries):
-    with django_assert_max_num_queries(1):
+    with django_assert_max_num_queries(2):  # the page, then its runs' taints
         runs = selectors.run_list(limit=50)
         assert all(r.mixture_version.mixture.name == "m" for r in runs)
+    assert [r.num_taints for r in runs] == [Taint.objects.filter(run=r).count() for r in runs]
+    assert sum(r.num_taints for r in selectors.run_list(offset=1990, limit=20)) == 10
     with django_assert_max_num_queries(6):
         lineage = selectors.run_lineage(run_id=big["run"].pk)
         assert len(lineage["sources"]) == 20
@@ -100,9 +109,17 @@ def test_it_lists_runs_and_their_lineage_in_bounded_queries(big, django_assert_m
 
 
 def test_it_shows_a_flag_and_a_job_in_bounded_queries(big, django_assert_max_num_queries):
-    with django_assert_max_num_queries(3):
+    # A page of 50 taints, at the start or deep in, in the same few queries; the totals
+    # come from the flag's row.
+    with django_assert_max_num_queries(2):
         detail = selectors.flag_detail(flag_id=big["flag"].pk, reads=False)
-        assert len(detail["runs"]) == 1000 and len(detail["taints"]) == 1000
+    assert len(detail["runs"]) == 50 and detail["has_next"] and not detail["has_prev"]
+    assert detail["counts"]["runs"] == 1000 and detail["documents"] == 7
+    with django_assert_max_num_queries(2):
+        last = selectors.flag_detail(flag_id=big["flag"].pk, reads=False, page=20)
+    assert len(last["taints"]) == 50 and not last["has_next"] and last["has_prev"]
+    first_ids = {t.pk for t in detail["runs"]}
+    assert not first_ids & {t.pk for t in last["runs"]}
     with django_assert_max_num_queries(4):
         detail = job_selectors.job_detail(job_id=big["job"].pk)
         assert detail.unit_states == {"succeeded": 4000} and len(detail.units) == 200
@@ -126,3 +143,29 @@ def test_it_pages_a_jobs_units_from_any_position(big, client, django_user_model)
     polled = client.get(f"/jobs/{job.pk}/progress.json?units_from=3999").json()
     assert [u["unit_id"] for u in polled["units"]] == ["u3999"]
     assert client.get(f"/jobs/{job.pk}/?units_from=nope").status_code == 200
+
+
+def test_the_step_of_a_sample_from_two_reports_is_the_scan_of_all_reports(db):
+    """``steps_of_samples_at`` (one query for a page of runs, two reports each) answers
+    what ``step_of_sample`` over every report answers: before the first report, between
+    two (exact or not), at a report, past the last, and for a run without reports."""
+    from shardcore.lineage import step_of_sample
+    from webapp.catalog.models import RunProgress
+
+    version = MixtureVersion.objects.create(
+        mixture=Mixture.objects.create(name="m"), number=1, token_budget=1, path="/m"
+    )
+    # Steps 10, 20, ... consuming 8 a step, then a stretch of 13 a step (not exact).
+    points = [(s, 8 * s) for s in range(10, 110, 10)] + [(120, 800 + 13 * 20), (125, 1100)]
+    run = TrainingRun.objects.create(name="r", mixture_version=version)
+    RunProgress.objects.bulk_create(
+        [RunProgress(run=run, step=s, consumed_samples=c, consumed_tokens=c) for s, c in points]
+    )
+    pruned = TrainingRun.objects.create(
+        name="p", mixture_version=version, last_step=40, consumed_samples=320
+    )
+    for sample in (0, 5, 79, 80, 81, 399, 795, 800, 1000, 1099, 1100, 5000):
+        got = selectors.steps_of_samples_at([(run, sample), (pruned, sample)])
+        assert got[run.pk] == step_of_sample(sample, points), sample
+        assert got[pruned.pk] == step_of_sample(sample, [(40, 320)]), sample
+        assert selectors.step_of_sample_at(run, sample) == got[run.pk]

@@ -114,14 +114,17 @@ def test_a_version_page_on_a_frozen_store_answers_503_naming_the_endpoint(
     frozen, remote_catalog, login
 ):
     client = login("viewer")
-    for path in (f"/mixtures/versions/{remote_catalog['version'].pk}/",
-                 f"/pools/{remote_catalog['pool'].pk}/"):  # fmt: skip
-        page = _bounded(lambda path=path: client.get(path))
-        assert page.status_code == 503, (path, page.status_code)
-        text = page.content.decode().replace("&#x27;", "'")
-        assert f"The object store ({frozen.endpoint}) did not answer" in text
-        assert "timeout" in text.lower()
-    assert frozen.accepted >= 2  # it was reached, and froze
+    page = _bounded(lambda: client.get(f"/mixtures/versions/{remote_catalog['version'].pk}/"))
+    assert page.status_code == 503, page.status_code  # it reads the schedule's manifest
+    text = page.content.decode().replace("&#x27;", "'")
+    assert f"The object store ({frozen.endpoint}) did not answer" in text
+    assert "timeout" in text.lower()
+    assert frozen.accepted >= 1  # it was reached, and froze
+    # The pool page reads rows only (its quality and properties are stored by tasks):
+    # it answers while the store is frozen, and says what is not measured yet.
+    page = _bounded(lambda: client.get(f"/pools/{remote_catalog['pool'].pk}/"))
+    assert page.status_code == 200
+    assert remote_catalog["pool"].name in page.content.decode()
     assert _bounded(lambda: client.get("/pools/")).status_code == 200  # the catalog answers
 
 

@@ -3,6 +3,7 @@ writes), calls one service or selector, and answers JSON."""
 
 from __future__ import annotations
 
+from django.db.models import Prefetch
 from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
@@ -137,7 +138,10 @@ class PoolViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
 
 
 class MixtureViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
-    queryset = Mixture.objects.prefetch_related("versions").order_by("name")
+    # Only the versions' ids are listed: their params (quality reports) are not loaded.
+    queryset = Mixture.objects.prefetch_related(
+        Prefetch("versions", queryset=MixtureVersion.objects.only("id", "mixture_id"))
+    ).order_by("name")
     serializer_class = s.MixtureSerializer
 
     @extend_schema(
@@ -303,13 +307,18 @@ class FlagViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
                 {
                     "flag": s.FlagSerializer(),
                     "taints": serializers.ListField(child=serializers.DictField()),
+                    "page": serializers.IntegerField(),
+                    "has_next": serializers.BooleanField(),
+                    "counts": serializers.DictField(child=serializers.IntegerField()),
+                    "reads": serializers.DictField(child=serializers.IntegerField()),
                 },
             )
         }
     )
     @action(detail=True, methods=["get"])
     def taints(self, request, pk=None):
-        detail = selectors.flag_detail(flag_id=int(pk))
+        # One page of taints (50, in the order recorded): ?page=N; has_next says more.
+        detail = selectors.flag_detail(flag_id=int(pk), page=request.query_params.get("page", 1))
         taints = [
             {
                 "label": t["label"],
@@ -320,7 +329,16 @@ class FlagViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
             }
             for t in detail["taints"]
         ]
-        return Response({"flag": s.FlagSerializer(detail["flag"]).data, "taints": taints})
+        return Response(
+            {
+                "flag": s.FlagSerializer(detail["flag"]).data,
+                "taints": taints,
+                "page": detail["page"],
+                "has_next": detail["has_next"],
+                "counts": detail["counts"],
+                "reads": detail["reads"],
+            }
+        )
 
 
 class AuditViewSet(Base, viewsets.ViewSet):

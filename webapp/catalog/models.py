@@ -154,6 +154,7 @@ class TokenizedSource(Artifact):
     supersedes = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="superseded_by"
     )
+    num_shards = models.IntegerField(default=0)  # kept here: a page sums no shard rows
 
     class Meta:
         indexes = [models.Index(fields=["source", "-created_at"])]
@@ -202,6 +203,7 @@ class Pool(Artifact):
     filter = models.TextField(blank=True)
     seq_len = models.IntegerField(default=0)
     num_records = models.BigIntegerField(default=0)
+    num_shards = models.IntegerField(default=0)  # kept here: a page sums no shard rows
     supersedes = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="superseded_by"
     )
@@ -442,7 +444,11 @@ class RunProgress(models.Model):
             models.UniqueConstraint(fields=["run", "step"], name="run_progress_once_per_step")
         ]
         # The run page charts progress in step order.
-        indexes = [models.Index(fields=["run", "step"])]
+        indexes = [
+            models.Index(fields=["run", "step"]),
+            # "Which report first consumed sample s" (first reads, stage starts).
+            models.Index(fields=["run", "consumed_samples"], name="runprogress_run_consumed"),
+        ]
         ordering = ["run", "step"]
 
     def __str__(self) -> str:
@@ -507,6 +513,13 @@ class Flag(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     created_at = models.DateTimeField(auto_now_add=True)
+    # What it taints, counted when its taint is computed: {"tokenized", "pools", "versions",
+    # "runs", "copies", "documents"}; the flag page reads these, never its taint rows' sum.
+    counts = models.JSONField(default=dict, blank=True)
+    # "First read at step k" of its tainted runs, computed by a task (webapp.catalog.facts):
+    # how many of them are computed, of how many.
+    reads_done = models.IntegerField(default=0)
+    reads_total = models.IntegerField(default=0)
 
     def __str__(self) -> str:
         return f"flag {self.pk} on {self.target} of {self.source_id}: {self.reason[:40]}"
@@ -583,8 +596,13 @@ class Taint(_artifact_target("taints")):  # type: ignore[misc]
     flag = models.ForeignKey(Flag, related_name="taints", on_delete=models.CASCADE)
     documents = models.BigIntegerField(default=0)  # flagged documents inside the target
     created_at = models.DateTimeField(auto_now_add=True)
+    # A run's taint: when it first reads a flagged document, in its sample numbering
+    # (``first_sample``, ``never``, ``error``, ``segments``; webapp.catalog.facts), stored
+    # by a task when the flag or the run is recorded; None while being computed.
+    read = models.JSONField(null=True, blank=True)
 
     class Meta:
+        indexes = [models.Index(fields=["flag", "id"], name="taint_flag_page")]
         constraints = [
             _one_target(
                 "taint_has_one_target",
@@ -602,6 +620,43 @@ class Taint(_artifact_target("taints")):  # type: ignore[misc]
 
     def __str__(self) -> str:
         return f"flag {self.flag_id} taints {self.target}"
+
+
+# --- facts computed from artifact files -------------------------------------------------
+
+
+class Fact(models.Model):
+    """A number set a page shows that is measured from an artifact's files (a pool's
+    quality by a property, a version's quality, a tokenized source's statistics, a
+    version's epoch starts, a pool's properties): computed by a task
+    (``webapp.catalog.facts``) when the artifact is recorded or the page first asks, and
+    stored here; a page reads this row and never the files. ``object_id`` is the
+    artifact's primary key in the table ``kind`` names; ``key`` the variant (``by``)."""
+
+    class State(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        READY = "ready"
+        FAILED = "failed"
+
+    kind = models.CharField(max_length=40)
+    object_id = models.BigIntegerField()
+    key = models.CharField(max_length=200, blank=True)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.QUEUED)
+    progress = models.FloatField(default=0.0)  # 0..1 while running
+    value = models.JSONField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    requested_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["kind", "object_id", "key"], name="fact_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.object_id} {self.key or '-'}: {self.state}"
 
 
 # --- corruption -------------------------------------------------------------------------

@@ -375,6 +375,7 @@ def source_detail(*, source_id: int) -> dict:
     stats = detail.pop("stats")
     return {
         **detail,
+        "stats_computing": stats.get("computing"),
         "composition_figures": charts.composition_by_property(stats["by_property"]),
         "length_figure": charts.length_histogram(
             stats["edges"], stats["counts"], title="Document length (tokens)", unit="tokens"
@@ -430,6 +431,8 @@ def quality_for_charts(report: dict) -> dict:
     data), into chart inputs."""
     if not report:
         return {}
+    if report.get("computing"):
+        return {"computing": report["computing"]}
     out: dict = {"report": report, "batches": report.get("batches")}
     out["curve"] = _curve(report.get("windows") or {})
     if out["curve"] and report.get("reference"):
@@ -510,6 +513,8 @@ def version_quality(report: dict, *, names: dict[str, str]) -> dict:
     """A version's schedule quality (``catalog.mixture_version_detail``'s ``quality``)
     with series named by the pools' catalog names (``names``: schedule key -> name),
     reshaped for the charts, with every stage's verdict under ``stages``."""
+    if report and report.get("computing"):
+        return {"computing": report["computing"]}
     if not report or report.get("error"):
         return {"error": (report or {}).get("error", "")}
     report = {**report}
@@ -538,11 +543,12 @@ def audit_search(*, source: str, file_path: str = "", document_id: int | None = 
         return {"error": str(e)}
 
 
-def flag_detail(*, flag_id: int) -> dict:
+def flag_detail(*, flag_id: int, page=1) -> dict:
     """The flag page: the flag, each item it taints (once) linked to its page, and a
     summary counting each kind once."""
-    detail = catalog.flag_detail(flag_id=flag_id)
+    detail = catalog.flag_detail(flag_id=flag_id, page=page)
     return {
+        **{k: detail[k] for k in ("page", "has_next", "has_prev", "reads")},
         "flag": detail["flag"],
         "taints": [taint_link(t) for t in detail["taints"]],
         "summary": _taint_summary(detail["counts"], detail["documents"]),

@@ -42,6 +42,8 @@ from webapp.catalog.selectors.runs import (
     run_segment_rows,
     run_segments,
     runs_with_val_losses,
+    step_of_sample_at,
+    steps_of_samples_at,
 )
 from webapp.catalog.selectors.shards import artifact_shards, shard_totals
 from webapp.catalog.selectors.sources import source_detail, source_list
@@ -79,6 +81,8 @@ __all__ = [
     "run_segments",
     "runs_with_val_losses",
     "shard_totals",
+    "step_of_sample_at",
+    "steps_of_samples_at",
     "source_detail",
     "segment_flagged",
     "source_list",

@@ -14,7 +14,6 @@ from shardcore.manifest import read_manifest
 from webapp.catalog import lineage
 from webapp.catalog.models import (
     Flag,
-    MixtureComponent,
     MixtureVersion,
     Pool,
     RunSegment,
@@ -23,7 +22,8 @@ from webapp.catalog.models import (
     TrainingRun,
 )
 from webapp.catalog.selectors.common import get_or_not_found
-from webapp.catalog.selectors.runs import progress_reports, run_segments, runs_segments
+from webapp.catalog.selectors.runs import step_of_sample_at, steps_of_samples_at
+from webapp.paging import page_of
 
 # Every relation taint_describe reads, fetched with the taint.
 TAINT_TARGETS = (
@@ -65,59 +65,51 @@ def taint_describe(t: Taint) -> dict:
     }
 
 
-def flag_detail(*, flag_id: int, reads: bool = True) -> dict:
-    """A flag and what it taints, each item once: ``taints`` (each described; for a run,
-    when it first read the flagged documents, ``read`` and its one-line ``first_read``),
-    the tainted rows by kind (``tokenized``, ``pools``, ``versions``, ``runs``), ``counts``
-    of each kind (and ``copies``) and the flagged ``documents`` in the source. A version's
-    flagged documents are its distinct pools' (a pool in two stages holds its documents
-    once), and a run's or a copy's are its version's. Three queries, plus the runs'
-    reports and one schedule scan per mixture version with ``reads``."""
+def flag_detail(*, flag_id: int, reads: bool = True, page=1) -> dict:
+    """A flag and one page of what it taints (in the order the taint was recorded; each
+    item once): ``taints`` (each described; for a run, when it first read the flagged
+    documents, ``read`` and its one-line ``first_read``, from the stored first flagged
+    sample and the run's two progress reports around it), ``page``, ``has_next``,
+    ``has_prev``, the page's tainted rows by kind (``tokenized``, ``pools``, ``versions``,
+    ``runs``), ``counts`` of each kind (and ``copies``) and the flagged ``documents`` in
+    the source, kept on the flag's row, and ``reads`` ({done, total}) while the first
+    reads are being computed. Three queries per page (the flag, the page, the steps of
+    its runs), whatever the size of the catalog or the number of tainted runs."""
     flag = get_or_not_found(
         Flag.objects.select_related("source", "source_file"), "flag", pk=flag_id
     )
-    taints, seen = [], set()
-    for t in flag.taints.select_related(*TAINT_TARGETS, "run__mixture_version").order_by("id"):
-        key = (t.tokenized_source_id, t.pool_id, t.mixture_version_id, t.run_id, t.export_id)
-        if key not in seen:
-            seen.add(key)
-            taints.append(t)
-    in_pool = {t.pool_id: t.documents for t in taints if t.pool_id}
-    version_ids = {t.mixture_version_id for t in taints if t.mixture_version_id}
-    version_pools: dict[int, set[int]] = {}
-    for v, p in MixtureComponent.objects.filter(version_id__in=version_ids).values_list(
-        "version_id", "pool_id"
-    ):
-        version_pools.setdefault(v, set()).add(p)
-    in_version = {v: sum(in_pool.get(p, 0) for p in pools) for v, pools in version_pools.items()}
+    # The (flag, id) index serves the page; a taint is unique per (flag, target).
+    taints_qs = flag.taints.select_related(*TAINT_TARGETS).order_by("id")
+    paged_taints = page_of(taints_qs, page)
+    taints = paged_taints["rows"]
     runs = [t.run for t in taints if t.run_id]
-    read_of = flag_run_reads(flag=flag, runs=runs) if reads else {}
+    # The steps of the page's runs' first flagged samples: one query for the page.
+    steps = steps_of_samples_at(
+        [(t.run, int(t.read["first_sample"])) for t in taints
+         if reads and t.run_id and t.read and t.read.get("first_sample") is not None]
+    )  # fmt: skip
     described = []
-    counts = dict.fromkeys(("tokenized", "pools", "versions", "runs", "copies"), 0)
     for t in taints:
         d = taint_describe(t)
-        version_id = t.mixture_version_id or (
-            t.run.mixture_version_id if t.run_id else t.export.version_id if t.export_id else None
-        )
-        if version_id in in_version:
-            d["documents"] = in_version[version_id]
-        if t.run_id in read_of:
-            d["read"] = read_of[t.run_id]
-            d["first_read"] = flag_read_text(read_of[t.run_id])
-        counts[
-            "runs" if t.run_id else "versions" if t.mixture_version_id else "pools"
-            if t.pool_id else "copies" if t.export_id else "tokenized"
-        ] += 1  # fmt: skip
+        if t.run_id and reads:
+            d["read"] = taint_read_row(t, flag=flag, step=steps.get(t.run_id))
+            d["first_read"] = flag_read_text(d["read"])
         described.append(d)
+    counts = {k: int((flag.counts or {}).get(k, 0))
+              for k in ("tokenized", "pools", "versions", "runs", "copies")}  # fmt: skip
     return {
         "flag": flag,
         "taints": described,
+        "page": paged_taints["page"],
+        "has_next": paged_taints["has_next"],
+        "has_prev": paged_taints["has_prev"],
         "tokenized": [t.tokenized_source for t in taints if t.tokenized_source_id],
         "pools": [t.pool for t in taints if t.pool_id],
         "versions": [t.mixture_version for t in taints if t.mixture_version_id],
         "runs": runs,
         "counts": counts,
-        "documents": max((t.documents for t in taints if t.tokenized_source_id), default=0),
+        "documents": int((flag.counts or {}).get("documents", 0)),
+        "reads": {"done": flag.reads_done, "total": flag.reads_total},
     }
 
 
@@ -249,6 +241,12 @@ def flag_read(
 def flag_read_text(row: dict) -> str:
     """One line answering "when did the run first read the flagged documents"."""
     first = row["first_sample"]
+    if row.get("computing"):
+        c = row["computing"]
+        return (
+            f"being computed: the first flagged sample of {c['done']:,} of {c['total']:,} "
+            "tainted runs is stored so far"
+        )
     if row.get("error"):
         return f"unknown: {row['error']}"
     if row.get("never"):
@@ -264,27 +262,27 @@ def flag_read_text(row: dict) -> str:
 
 
 def run_flag_reads(*, run: TrainingRun, flag_ids: list[int] | None = None) -> list[dict]:
-    """``flag_read`` for each flag tainting ``run`` (or those of ``flag_ids``), each with
-    its one-line ``text``."""
-    taints = Taint.objects.filter(run=run).select_related("flag", "flag__source_file")
+    """When ``run`` first read the documents of each flag tainting it (or of those of
+    ``flag_ids``), from the first flagged samples stored on its taints
+    (``taint_read_row``), each with its one-line ``text``."""
+    taints = Taint.objects.filter(run=run).select_related("flag", "flag__source_file", "run")
     if flag_ids is not None:
         taints = taints.filter(flag_id__in=flag_ids)
-    reports = progress_reports([run]).get(run.pk, [])
-    segments = run_segments(run=run)
-    rows = [
-        flag_read(flag=t.flag, reports=reports, segments=segments)
-        for t in taints.order_by("flag_id")
-    ]
+    rows = [taint_read_row(t, flag=t.flag) for t in taints.order_by("flag_id")]
     return [{**r, "text": flag_read_text(r)} for r in rows]
 
 
-def flag_run_reads(*, flag: Flag, runs: list[TrainingRun]) -> dict[int, dict]:
-    """``flag_read`` for each of ``runs`` (with ``mixture_version`` loaded), over the
-    versions each read: one query for all their reports, one for their segments, one
-    schedule scan per mixture version."""
-    reports = progress_reports(runs)
-    segments = runs_segments(runs)
-    return {
-        r.pk: flag_read(flag=flag, reports=reports.get(r.pk, []), segments=segments[r.pk])
-        for r in runs
-    }
+def taint_read_row(t: Taint, *, flag: Flag, step: dict | None = None) -> dict:
+    """A run's taint as a ``flag_read`` row: the first flagged sample stored on it
+    (``Taint.read``, computed by ``facts.flag_reads_compute``) and the step that read it,
+    from the run's progress reports around it (``runs.step_of_sample_at``: two indexed
+    reads). ``computing`` (with the flag's ``done`` and ``total``) while not stored."""
+    row: dict[str, Any] = {"flag": flag, "first_sample": None, "read": False, "never": False}
+    stored = t.read
+    if stored is None:
+        return {**row, "computing": {"done": flag.reads_done, "total": flag.reads_total}}
+    row.update({k: stored[k] for k in ("first_sample", "never", "error") if k in stored})
+    row["segments"] = stored.get("segments", [])
+    if row.get("error") or row.get("never") or row["first_sample"] is None:
+        return row
+    return {**row, **(step or step_of_sample_at(t.run, int(row["first_sample"])))}

@@ -6,17 +6,16 @@ from __future__ import annotations
 
 import os
 
-from django.core.cache import cache
 from django.db.models import Count, Max
 
-from shardcore import quality, storage
-from shardcore.errors import ManifestError, ShardcoreError
+from shardcore import storage
+from shardcore.errors import ManifestError
 from shardcore.manifest import read_manifest
-from webapp.catalog import builder
+from webapp.catalog import builder, facts
 from webapp.catalog.models import ArtifactStatus, Export, Mixture, MixtureVersion, Pool
 from webapp.catalog.selectors.common import NotFound, get_or_not_found, runs_with_taint
 from webapp.catalog.selectors.lineage import stage_names, version_lineage
-from webapp.catalog.selectors.pools import pool_properties
+from webapp.catalog.selectors.pools import pools_properties
 from webapp.paging import page_of
 
 BUILDER_POOLS = 500
@@ -83,8 +82,9 @@ def version_properties(*, components) -> list[str]:
     pools = list({c.pool_id: c.pool for c in components}.values())
     if not pools:
         return []
-    common = set.intersection(*(set(pool_properties(pool=p)) for p in pools))
-    return [name for name in pool_properties(pool=pools[0]) if name in common]
+    known = pools_properties(pools)
+    common = set.intersection(*(set(known[p.pk]) for p in pools))
+    return [name for name in known[pools[0].pk] if name in common]
 
 
 def version_schedule(*, version: MixtureVersion, components) -> dict | None:
@@ -127,22 +127,19 @@ def version_schedule(*, version: MixtureVersion, components) -> dict | None:
 def version_quality(*, version: MixtureVersion, by: str = "") -> dict:
     """The version's schedule quality (``shardcore.quality.mixture_quality``), samples
     labelled by pool as its build recorded it (``params["quality"]``), or by the property
-    ``by``, else measured from its files (cached by fingerprint: a built schedule never
-    changes); ``{"error": ...}`` when it cannot be measured; empty for a version not
-    built."""
+    ``by``, measured by a task the first time it is asked for and stored
+    (``webapp.catalog.facts``): until then ``{"computing": {state, progress, since}}``;
+    ``{"error": ...}`` when it cannot be measured; empty for a version not built."""
     by = "" if by == "pool" else by
     report = None if by else (version.params or {}).get("quality")
     if report is not None or not version.path or version.status != ArtifactStatus.READY:
         return report or {}
-    key = f"dash:version-quality:v2:{version.pk}:{version.fingerprint}:{by}"
-    report = cache.get(key)
-    if report is None:
-        try:
-            report = quality.mixture_quality(version.path, by=by or "pool")
-        except (ShardcoreError, OSError, ValueError) as exc:
-            report = {"error": f"no quality measured: {exc}"}
-        cache.set(key, report, timeout=7 * 24 * 3600)
-    return report
+    stored = facts.fact_read("version_quality", version.pk, by)
+    if "value" in stored:
+        return stored["value"] or {}
+    if "computing" in stored:
+        return {"computing": stored["computing"]}
+    return {"error": f"no quality measured: {stored.get('error', '')}"}
 
 
 def mixture_version_diff(*, a_id: int, b_id: int) -> dict:

@@ -7,15 +7,16 @@ import logging
 
 import numpy as np
 import pyarrow.parquet as pq
-from django.core.cache import cache
-from django.db.models import Count
+from django.db.models import Count, Prefetch
 
 from shardcore import manifest as mf
 from shardcore import props, quality, storage
 from shardcore.errors import ShardcoreError
 from shardcore.pool import DOCUMENTS_NAME, PoolReader
 from shardcore.shuffle import SHUFFLES
+from webapp.catalog import facts
 from webapp.catalog.models import (
+    ArtifactStatus,
     MixtureComponent,
     MixtureVersion,
     Pool,
@@ -24,7 +25,7 @@ from webapp.catalog.models import (
     TrainingRun,
 )
 from webapp.catalog.selectors.common import get_or_not_found
-from webapp.catalog.selectors.shards import artifact_shards, shard_totals
+from webapp.catalog.selectors.shards import artifact_shards
 from webapp.paging import page_of
 
 log = logging.getLogger(__name__)
@@ -38,10 +39,11 @@ def pool_list(*, page=1) -> dict:
 
 
 def pool_detail(*, pool_id: int, by: str = "") -> dict:
-    """A pool: its first shards and their totals, its parents, the versions using it, its
-    taints, the properties its documents can be labelled by, and its shuffle quality
-    (``pool_quality``) labelled by ``by`` (kept only when it is one of them, ``length``
-    or ``_doc.source``)."""
+    """A pool: its first shards and its totals (kept on its row), its parents, the
+    versions using it, its taints, the properties its documents can be labelled by, and
+    its shuffle quality (``pool_quality``) labelled by ``by`` (kept only when it is one of
+    them, ``length`` or ``_doc.source``). Reads rows only: what is measured from the
+    pool's files is stored by a task (``webapp.catalog.facts``)."""
     pool = get_or_not_found(Pool.objects.all(), "pool", pk=pool_id)
     parents = list(pool.parents.select_related("source", "tokenizer").defer("params"))
     versions = list(
@@ -56,9 +58,14 @@ def pool_detail(*, pool_id: int, by: str = "") -> dict:
         "pool": pool,
         "by": by,
         "properties": properties,
-        # The (pool, index) index serves both the first page of shards and the sums.
+        # The (pool, index) index serves the first page of shards.
         "shards": list(artifact_shards(pool_id=pool.pk, limit=SHARDS_SHOWN)),
-        "totals": shard_totals(pool_id=pool.pk),
+        "totals": {
+            "shards": pool.num_shards,
+            "records": pool.num_records,
+            "tokens": pool.num_tokens,
+            "bytes": pool.num_bytes,
+        },
         "parents": parents,
         "versions": versions,
         "taints": list(pool.taints.select_related("flag")[:20]),
@@ -79,12 +86,16 @@ def pool_training(*, pool: Pool) -> list[dict]:
     (records / samples per step, from the run's latest progress report). The loss bumps
     of a shard-local shuffle show against the exact shuffle. A bounded number of queries."""
     parents = sorted(pool.parents.values_list("pk", flat=True))
+    # The candidates' parents in one query (not one per candidate pool).
     siblings = [
         p
         for p in Pool.objects.filter(
             parents__in=parents, seq_len=pool.seq_len, filter=pool.filter, split=Pool.Split.TRAIN
-        ).distinct()
-        if sorted(p.parents.values_list("pk", flat=True)) == parents
+        )
+        .distinct()
+        .defer("params")
+        .prefetch_related(Prefetch("parents", queryset=TokenizedSource.objects.only("id")))
+        if sorted(t.pk for t in p.parents.all()) == parents
     ]
     alone = (
         MixtureComponent.objects.filter(pool__in=siblings)
@@ -131,26 +142,29 @@ def pool_training(*, pool: Pool) -> list[dict]:
 
 def pool_properties(*, pool: Pool) -> list[str]:
     """What the quality charts can label documents by: the pool's properties (nested ones
-    as dotted paths), read from its documents table's schema only (on object storage, the
-    file's footer by byte ranges, kept in the cache)."""
-    if not storage.is_remote(pool.path):
-        try:
+    as dotted paths), measured from its documents table's schema by a task
+    (``pool_properties_measure``) and stored; none while being measured."""
+    return (facts.fact_read("pool_properties", pool.pk).get("value")) or []
+
+
+def pools_properties(pools: list[Pool]) -> dict[int, list[str]]:
+    """``pool_properties`` of many pools in one query."""
+    stored = facts.facts_read("pool_properties", [p.pk for p in pools])
+    return {p.pk: stored.get(p.pk) or [] for p in pools}
+
+
+def pool_properties_measure(*, pool: Pool) -> list[str]:
+    """The pool's properties read from its documents table's schema (on object storage,
+    the file's footer by byte ranges); empty when it cannot be read."""
+    try:
+        if not storage.is_remote(pool.path):
             schema = pq.read_schema(f"{pool.path}/{DOCUMENTS_NAME}")
-        except (OSError, ShardcoreError, ValueError):
-            return []
-        return props.names(props.props_type(schema))[:50]
-    # A built pool never changes: its properties are kept by location and fingerprint.
-    key = f"dash:pool-properties:v1:{pool.path}:{pool.fingerprint}"
-    names = cache.get(key)
-    if names is None:
-        try:
+        else:
             store = storage.open_store(pool.path)
             schema = pq.read_schema(storage.RangeFile(store, DOCUMENTS_NAME))
-        except (OSError, ShardcoreError, ValueError):
-            return []
-        names = props.names(props.props_type(schema))[:50]
-        cache.set(key, names, timeout=7 * 24 * 3600)
-    return names
+    except (OSError, ShardcoreError, ValueError):
+        return []
+    return props.names(props.props_type(schema))[:50]
 
 
 # --- shuffle quality --------------------------------------------------------------------
@@ -162,35 +176,25 @@ SHUFFLES_COMPARED = tuple(SHUFFLES)
 
 
 def pool_quality(*, pool, by: str = "") -> dict:
-    """The shuffle-quality report of a built pool, from its files: the pool's own order
-    (per record, ``shardcore.quality.report``), and every registered shuffle run on the
-    same documents in the same input order, measured per document. Labels: the property
-    ``by`` (or ``length``), else the tokenized source when the pool has several, else the
-    document-length bin (log2 tokens). The default labels' report is the one its build
-    recorded (``params["quality"]``) when there is one; others are measured here and
-    cached by fingerprint (a built pool never changes). Either is measured on the first
-    ``QUALITY_RECORDS`` records (``measured`` of ``records``). Empty when the files are
-    absent."""
+    """The shuffle-quality report of a built pool (``pool_quality_measure``): the pool's
+    own order (per record, ``shardcore.quality.report``), and every registered shuffle run
+    on the same documents in the same input order, measured per document. Labels: the
+    property ``by`` (or ``length``), else the tokenized source when the pool has several,
+    else the document-length bin (log2 tokens). The default labels' report is the one
+    its build recorded (``params["quality"]``); any other is measured by a task the first
+    time it is asked for and stored (``webapp.catalog.facts``): until then
+    ``{"computing": {state, progress, since}}``. Empty when the files are absent."""
     recorded = None if by else (pool.params or {}).get("quality")
-    # Measured by the build (``pool_quality_measure`` in the pool's recorder); a build
-    # from before per-label verdicts is measured again here, once (cached), and keeps its
-    # recorded report while its files cannot be read.
     if recorded and "label_verdicts" in recorded:
         return recorded
-    key = f"dash:pool-quality:v6:{pool.pk}:{pool.fingerprint}:{QUALITY_RECORDS}:{by}"
-    cached = cache.get(key)
-    if cached is not None:
-        return cached
-    try:
-        report = pool_quality_measure(pool=pool, by=by)
-    except Exception as e:
-        if recorded and storage.is_store_error(e):
-            return recorded
-        raise
-    if not report and recorded:
-        return recorded
-    cache.set(key, report, timeout=7 * 24 * 3600)
-    return report
+    if pool.status != ArtifactStatus.READY:
+        return recorded or {}
+    stored = facts.fact_read("pool_quality", pool.pk, by)
+    if "value" in stored:
+        return stored["value"] or recorded or {}
+    if "computing" in stored:
+        return {"computing": stored["computing"]}
+    return recorded or {"error": stored.get("error", "")}
 
 
 def pool_quality_measure(*, pool, by: str = "") -> dict:

@@ -3,14 +3,25 @@ losses beside other runs of the same mixture, and its progress reports."""
 
 from __future__ import annotations
 
+import bisect
+import itertools
+
+from django.db import connection
 from django.db.models import Count
 
 from shardcore import storage
 from shardcore.errors import ShardcoreError
 from shardcore.lineage import step_of_sample
 from shardcore.manifest import read_manifest
-from shardcore.mixture import Mixture
-from webapp.catalog.models import MixtureComponent, RunLoss, RunProgress, RunSegment, TrainingRun
+from webapp.catalog import facts
+from webapp.catalog.models import (
+    MixtureComponent,
+    RunLoss,
+    RunProgress,
+    RunSegment,
+    Taint,
+    TrainingRun,
+)
 from webapp.catalog.selectors.common import get_or_not_found
 from webapp.catalog.selectors.lineage import version_lineage
 from webapp.paging import paged
@@ -22,12 +33,22 @@ LOSS_POINTS = 5000
 
 def run_list(*, offset: int = 0, limit: int = 50) -> list[TrainingRun]:
     """A slice of runs, newest first, with their mixture version and how many taints each
-    has (``num_taints``): one query."""
-    return list(
-        TrainingRun.objects.select_related("mixture_version__mixture")
-        .annotate(num_taints=Count("taints"))
-        .order_by("-created_at")[offset : offset + limit]
+    has (``num_taints``): two queries."""
+    # The page first (the created_at index), then its runs' taints: no count over every run.
+    runs = list(
+        TrainingRun.objects.select_related("mixture_version__mixture").order_by("-created_at")[
+            offset : offset + limit
+        ]
     )
+    counts = dict(
+        Taint.objects.filter(run_id__in=[r.pk for r in runs])
+        .values("run_id")
+        .annotate(n=Count("id"))
+        .values_list("run_id", "n")
+    )
+    for r in runs:
+        r.num_taints = counts.get(r.pk, 0)
+    return runs
 
 
 def run_page(*, page=1) -> dict:
@@ -100,24 +121,116 @@ def run_stages(*, run: TrainingRun) -> list[dict]:
     if not stages:
         return []
     seq_len = int(manifest.get("seq_len") or 0)
-    reports = run_progress_reports(run=run)
     # The version's samples count from where the run switched to it (0 if it never did).
     offset = run_segments(run=run)[-1].first_sample
     out = []
     for st in stages:
         first = offset + int(st["first_sample"])
-        read = step_of_sample(first, reports)
-        past = [step for step, consumed in reports if consumed >= first]
+        read = step_of_sample_at(run, first)
+        past = (
+            RunProgress.objects.filter(run=run, consumed_samples__gte=first)
+            .order_by("consumed_samples", "step")
+            .values_list("step", flat=True)
+            .first()
+        )
         out.append(
             {
                 "name": str(st["name"]),
                 "sample": first,
                 "tokens": first * seq_len,
                 "step": read["step"] if read["read"] else None,
-                "first_report_step": min(past) if past else None,
+                "first_report_step": past,
             }
         )
     return out
+
+
+def steps_of_samples(reports: list[tuple[int, int]]):
+    """``sample -> shardcore.lineage.step_of_sample(sample, reports)`` for many samples
+    of one run: the reports sorted once, each answer a binary search (over the running
+    maximum of consumed samples: the first report past a sample in step order)."""
+    points = sorted({(int(s), int(c)) for s, c in reports})
+    reach = list(itertools.accumulate((c for _, c in points), max))
+
+    def step_of(sample: int) -> dict:
+        i = bisect.bisect_right(reach, sample)
+        around = points[max(0, i - 1) : i + 1] if i < len(points) else points[-1:]
+        return step_of_sample(sample, around)
+
+    return step_of
+
+
+_STEPS_AT_SQL = """
+SELECT q.run_id, a.step, a.consumed_samples, b.step, b.consumed_samples, c.step,
+       c.consumed_samples
+FROM unnest(%s::bigint[], %s::bigint[]) AS q(run_id, sample)
+LEFT JOIN LATERAL (
+    SELECT step, consumed_samples FROM catalog_runprogress p
+    WHERE p.run_id = q.run_id AND p.consumed_samples > q.sample
+    ORDER BY consumed_samples, step LIMIT 1) a ON true
+LEFT JOIN LATERAL (
+    SELECT step, consumed_samples FROM catalog_runprogress p
+    WHERE p.run_id = q.run_id AND p.step < a.step ORDER BY step DESC LIMIT 1) b ON true
+LEFT JOIN LATERAL (
+    SELECT step, consumed_samples FROM catalog_runprogress p
+    WHERE p.run_id = q.run_id AND a.step IS NULL ORDER BY step DESC LIMIT 1) c ON true
+"""
+
+
+def steps_of_samples_at(asked: list[tuple[TrainingRun, int]]) -> dict[int, dict]:
+    """``step_of_sample_at`` of many (run, sample) pairs (one sample per run) in one
+    query (Postgres; elsewhere one run at a time): {run id: answer}."""
+    if not asked:
+        return {}
+    if connection.vendor != "postgresql":
+        return {run.pk: step_of_sample_at(run, sample) for run, sample in asked}
+    runs = {run.pk: (run, sample) for run, sample in asked}
+    with connection.cursor() as cursor:
+        cursor.execute(_STEPS_AT_SQL, [list(runs), [s for _, s in runs.values()]])
+        rows = cursor.fetchall()
+    out = {}
+    for run_id, a_step, a_c, b_step, b_c, c_step, c_c in rows:
+        run, sample = runs[run_id]
+        if a_step is not None:
+            points = [(a_step, a_c)] + ([(b_step, b_c)] if b_step is not None else [])
+        elif c_step is not None:
+            points = [(c_step, c_c)]
+        else:
+            points = [(run.last_step, run.consumed_samples)] if run.consumed_samples else []
+        out[run_id] = step_of_sample(sample, points)
+    return out
+
+
+def step_of_sample_at(run: TrainingRun, sample: int) -> dict:
+    """``shardcore.lineage.step_of_sample`` of ``run``'s progress reports, from the two
+    reports around ``sample`` only (the first that consumed past it and the one before,
+    by the (run, consumed samples) and (run, step) indexes): the same answer for a run
+    whose consumed samples grow with its steps, at a cost independent of how many reports
+    the run or the catalog holds. A run whose reports were pruned answers from its
+    latest position."""
+    after = (
+        RunProgress.objects.filter(run=run, consumed_samples__gt=sample)
+        .order_by("consumed_samples", "step")
+        .values_list("step", "consumed_samples")
+        .first()
+    )
+    if after is None:
+        last = (
+            RunProgress.objects.filter(run=run)
+            .order_by("-step")
+            .values_list("step", "consumed_samples")
+            .first()
+        )
+        if last is None and run.consumed_samples:
+            last = (run.last_step, run.consumed_samples)
+        return step_of_sample(sample, [last] if last else [])
+    before = (
+        RunProgress.objects.filter(run=run, step__lt=after[0])
+        .order_by("-step")
+        .values_list("step", "consumed_samples")
+        .first()
+    )
+    return step_of_sample(sample, [p for p in (before, after) if p is not None])
 
 
 def run_losses(*, run: TrainingRun, overlay: bool = True) -> dict:
@@ -239,10 +352,12 @@ def run_loss_marks(*, run: TrainingRun) -> dict[str, list[dict]]:
         RunProgress.objects.filter(run=run).order_by("step").values_list("step", "consumed_samples")
     )
 
+    step_of = steps_of_samples(reports)
+
     def at(sample: int, seq_len: int) -> dict:
         # The step that read the sample, as the progress chart and run_stages say it
         # (exact between two reports), not the next reported step.
-        read = step_of_sample(sample, reports)
+        read = step_of(sample)
         step = read["step"] if read["read"] else None
         return {"sample": sample, "tokens": sample * seq_len, "step": step}
 
@@ -253,6 +368,8 @@ def run_loss_marks(*, run: TrainingRun) -> dict[str, list[dict]]:
             version__in=[g.mixture_version_id for g in segments]
         ).select_related("pool")
     }
+    # Epoch starts are measured from each version's schedule by a task and stored.
+    epoch_facts = facts.facts_read("version_epochs", [g.mixture_version_id for g in segments])
     stages, epochs = [], []
     for g in segments:
         try:
@@ -270,13 +387,14 @@ def run_loss_marks(*, run: TrainingRun) -> dict[str, list[dict]]:
             if stop is None or st["first_sample"] < stop:
                 stages.append({"label": f"stage {st['name']}",
                                **at(g.first_sample + st["first_sample"], seq_len)})  # fmt: skip
-        try:
-            mix = Mixture(g.mixture_version.path)
-        except (ShardcoreError, OSError, ValueError):
-            continue  # no schedule to read epochs from
-        for e in mix.epoch_starts(stop):
-            pool = pools.get(storage.resolve(mix.pools[e["pool"]]["path"]))
-            where = storage.resolve(mix.pools[e["pool"]]["path"])
+        known = epoch_facts.get(g.mixture_version_id)
+        if not known:
+            continue  # not measured yet (or no schedule to read epochs from)
+        for e in known["starts"]:
+            if stop is not None and e["sample"] >= stop:
+                break  # in sample order
+            where = storage.resolve(known["paths"][e["pool"]])
+            pool = pools.get(where)
             name = pool.name if pool else where.rsplit("/", 1)[-1]  # the pool's directory
             epochs.append({"label": f"{name} epoch {e['epoch'] + 1}",
                            "pool": pool.pk if pool else None,

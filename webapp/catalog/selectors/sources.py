@@ -7,10 +7,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from django.core.cache import cache
-from django.db.models import Count
-
-from shardcore.tokenized import property_stats
+from webapp.catalog import facts
 from webapp.catalog.models import ArtifactStatus, Source, TokenizedSource
 from webapp.catalog.selectors.common import get_or_not_found
 from webapp.paging import page_of
@@ -32,10 +29,7 @@ def source_detail(*, source_id: int, files_limit: int = FILES_SHOWN) -> dict:
     source = get_or_not_found(Source.objects.all(), "source", pk=source_id)
     files = list(source.files.order_by("path")[:files_limit])
     tokenized = list(
-        source.tokenized.select_related("tokenizer")
-        .defer("params")
-        .annotate(num_shards=Count("shards"))
-        .order_by("-created_at")[:20]
+        source.tokenized.select_related("tokenizer").defer("params").order_by("-created_at")[:20]
     )
     latest = next((t for t in tokenized if t.status == ArtifactStatus.READY), None)
     if latest is None and len(tokenized) == 20:  # older than the ones listed
@@ -55,22 +49,18 @@ def source_detail(*, source_id: int, files_limit: int = FILES_SHOWN) -> dict:
     }
 
 
-def source_stats(*, tokenized: TokenizedSource | None, metadata_fields) -> dict:
+def source_stats(*, tokenized: TokenizedSource | None, metadata_fields=None) -> dict:
     """Composition by property and the length histogram of a tokenized source
-    (``by_property``, ``edges``, ``counts``), read with DuckDB from its Parquet sidecars
-    (per-document data never enters Postgres). Cached by fingerprint: a built artifact
-    never changes. Empty for none or an unreadable sidecar."""
+    (``by_property``, ``edges``, ``counts``), measured with DuckDB from its Parquet
+    sidecars by a task when it is recorded (``webapp.catalog.facts``) and stored; with
+    ``computing`` ({state, progress, since}) until then. Empty for none or an unreadable
+    sidecar (``error``)."""
     empty: dict[str, Any] = {"by_property": {}, "edges": [], "counts": []}
     if tokenized is None:
         return empty
-    key = f"dash:source-stats:{tokenized.pk}:{tokenized.fingerprint}"
-    cached = cache.get(key)
-    if cached is not None:
-        return cached
-    try:
-        stats = property_stats(tokenized.path, list(metadata_fields or []))
-    except Exception as e:  # noqa: BLE001 - a missing or unreadable sidecar shows as empty
-        log.warning("stats of %s: %s", tokenized.path, e)
-        return empty
-    cache.set(key, stats, timeout=24 * 3600)
-    return stats
+    stored = facts.fact_read("source_stats", tokenized.pk)
+    if "value" in stored:
+        return stored["value"] or empty
+    if "computing" in stored:
+        return {**empty, "computing": stored["computing"]}
+    return {**empty, "error": stored.get("error", "")}

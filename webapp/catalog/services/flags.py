@@ -6,9 +6,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from django.db import transaction
+from django.db.models import Count
 
 from webapp.catalog import lineage
 from webapp.catalog.errors import CatalogError
+from webapp.catalog.facts import flag_reads_request
 from webapp.catalog.models import (
     ArtifactStatus,
     Export,
@@ -103,10 +105,50 @@ def flag_propagate(*, flag_id: int) -> int:
             taints.append(
                 Taint(flag=flag, export=export, documents=hit_versions[export.version_id])
             )
+    # A run's first flagged sample, once computed, stays while its segments do (a switch
+    # adds one); the rest is computed again by a task (facts.flag_reads_compute).
+    kept = {
+        run_id: read
+        for run_id, read in Taint.objects.filter(flag=flag, run__isnull=False)
+        .exclude(read__isnull=True)
+        .values_list("run_id", "read")
+    }
+    num_segments = _runs_num_segments([t.run_id for t in taints if t.run_id])
+    for t in taints:
+        read = kept.get(t.run_id) if t.run_id else None
+        if read is not None and len(read.get("segments") or [None]) == num_segments[t.run_id]:
+            t.read = read
+    counts = {
+        "tokenized": sum(1 for t in taints if t.tokenized_source_id),
+        "pools": sum(1 for t in taints if t.pool_id),
+        "versions": sum(1 for t in taints if t.mixture_version_id),
+        "runs": sum(1 for t in taints if t.run_id),
+        "copies": sum(1 for t in taints if t.export_id),
+        "documents": max((t.documents for t in taints if t.tokenized_source_id), default=0),
+    }
     with transaction.atomic():
         Taint.objects.filter(flag=flag).delete()
         Taint.objects.bulk_create(taints)
+        Flag.objects.filter(pk=flag.pk).update(counts=counts)
+        if any(t.run_id and t.read is None for t in taints):
+            flag_reads_request(flag_id=flag.pk)
+        else:
+            n = counts["runs"]
+            Flag.objects.filter(pk=flag.pk).update(reads_total=n, reads_done=n)
     return len(taints)
+
+
+def _runs_num_segments(run_ids: list[int]) -> dict[int, int]:
+    """Per run, how many versions it read (1 for a run that never switched)."""
+    out = dict.fromkeys(run_ids, 1)
+    for run_id, n in (
+        RunSegment.objects.filter(run_id__in=run_ids)
+        .values("run_id")
+        .annotate(n=Count("id"))
+        .values_list("run_id", "n")
+    ):
+        out[run_id] = max(1, n)
+    return out
 
 
 def _taint_hits(flag: Flag, rows, field: str, count, taints: list[Taint]) -> dict[int, int]:

@@ -25,6 +25,7 @@ from shardcore.mixture import (
 from shardcore.units import Plan
 from webapp.catalog import builder, guards
 from webapp.catalog.errors import CatalogError, refused
+from webapp.catalog.facts import artifact_facts_request
 from webapp.catalog.models import (
     ArtifactStatus,
     Mixture,
@@ -337,6 +338,7 @@ def mixture_version_record(*, job, manifest: dict | None) -> None:
     version.status = ArtifactStatus.READY
     version.finished_at = timezone.now()
     version.save()
+    artifact_facts_request(version)  # its epoch starts, measured by a task
     taint_refresh(source_ids=version_source_ids(version))
 
 

@@ -16,6 +16,7 @@ from shardcore.manifest import MANIFEST_NAME, read_manifest, total_bytes
 from shardcore.pool import plan_pool
 from shardcore.units import Plan
 from webapp.catalog.errors import CatalogError, refused
+from webapp.catalog.facts import artifact_facts_request
 from webapp.catalog.models import (
     ArtifactStatus,
     Pool,
@@ -186,9 +187,11 @@ def _pool_fill(pool: Pool, manifest: dict) -> None:
     pool.num_documents = manifest["documents"]
     pool.manifest_path = storage.join(pool.path, MANIFEST_NAME)
     pool.num_bytes = total_bytes(manifest)
+    pool.num_shards = len(manifest["shards"])
     pool.status = ArtifactStatus.READY
     pool.finished_at = timezone.now()
     pool.save()
+    artifact_facts_request(pool)  # its properties, measured by a task, not by its page
     shards_record(
         owner={"pool": pool},
         out=pool.path,

@@ -14,6 +14,7 @@ from shardcore.tokenize import plan_tokenize
 from shardcore.units import Plan
 from webapp.catalog import guards
 from webapp.catalog.errors import CatalogError, refused
+from webapp.catalog.facts import artifact_facts_request
 from webapp.catalog.models import (
     ArtifactStatus,
     Source,
@@ -189,7 +190,9 @@ def tokenized_source_record(*, job, manifest: dict | None) -> None:
         .order_by("-created_at")
         .first()
     )
+    ts.num_shards = len(manifest["shards"])
     ts.status = ArtifactStatus.READY
     ts.finished_at = timezone.now()
     ts.save()
+    artifact_facts_request(ts)  # its statistics, measured by a task, not by its page
     taint_refresh(source_ids=[source.pk])

@@ -41,4 +41,8 @@ def flag_create(request):
 
 
 def flag_detail(request, flag_id: int):
-    return render(request, "dashboard/audit/flag.html", contexts.flag_detail(flag_id=flag_id))
+    return render(
+        request,
+        "dashboard/audit/flag.html",
+        contexts.flag_detail(flag_id=flag_id, page=request.GET.get("page", 1)),
+    )

@@ -1,0 +1,266 @@
+"""What pages show that is measured from an artifact's files, computed by a task and kept
+in rows: a page or an API answer reads ``Fact`` and ``Taint.read`` rows and never an
+artifact's files, so its cost does not grow with the artifact.
+
+- ``fact_read``: the row's value, or ``{"computing": ...}`` (queued or running, with its
+  progress) after asking for it once (``fact_request``: a row QUEUED and one task message
+  after the transaction commits). Recorders ask for the default facts when an artifact is
+  recorded (``artifact_facts_request``); a page asks for a variant (``?by=``) the first
+  time someone opens it.
+- ``fact_compute``: what the task (``workers.tasks.fact_compute``) runs: measures from the
+  files and stores the value (READY) or the error (FAILED). Idempotent: a redelivered or
+  repeated task measures again and stores the same value.
+- ``flag_reads_request`` / ``flag_reads_compute``: per run a flag taints, when it first
+  reads a flagged document (the sample; the step follows from its progress reports when a
+  page shows it), stored on the taint; the flag counts how many are done.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from shardcore import quality, storage
+from shardcore.errors import ShardcoreError
+from shardcore.mixture import Mixture
+from shardcore.tokenized import property_stats
+from webapp.catalog.models import (
+    Fact,
+    Flag,
+    MixtureVersion,
+    Pool,
+    Taint,
+    TokenizedSource,
+)
+
+log = logging.getLogger(__name__)
+
+# A QUEUED or RUNNING row older than this is asked for again (its message was lost).
+STALE = timedelta(minutes=30)
+# Epoch starts kept per version (the run page marks at most a few dozen).
+EPOCH_STARTS_KEPT = 2000
+
+
+# --- the measurements -------------------------------------------------------------------
+
+
+def _pool_quality(pool_id: int, key: str) -> Any:
+    from webapp.catalog.selectors.pools import pool_quality_measure
+
+    return pool_quality_measure(pool=Pool.objects.get(pk=pool_id), by=key)
+
+
+def _pool_properties(pool_id: int, key: str) -> Any:
+    from webapp.catalog.selectors.pools import pool_properties_measure
+
+    return pool_properties_measure(pool=Pool.objects.get(pk=pool_id))
+
+
+def _version_quality(version_id: int, key: str) -> Any:
+
+    version = MixtureVersion.objects.get(pk=version_id)
+    try:
+        return quality.mixture_quality(version.path, by=key or "pool")
+    except (ShardcoreError, OSError, ValueError) as exc:
+        return {"error": f"no quality measured: {exc}"}
+
+
+def _source_stats(tokenized_id: int, key: str) -> Any:
+
+    ts = TokenizedSource.objects.select_related("source").get(pk=tokenized_id)
+    return property_stats(ts.path, list(ts.source.metadata_fields or []))
+
+
+def _version_epochs(version_id: int, key: str) -> Any:
+    """Where each pool's next pass starts in the version's schedule (its first
+    EPOCH_STARTS_KEPT), with the pool's path: one pass over the pool column, here."""
+
+    mix = Mixture(MixtureVersion.objects.get(pk=version_id).path)
+    starts = mix.epoch_starts()
+    return {
+        "starts": starts[:EPOCH_STARTS_KEPT],
+        "total": len(starts),
+        "paths": [p["path"] for p in mix.pools],
+    }
+
+
+MEASURES: dict[str, Callable[[int, str], Any]] = {
+    "pool_quality": _pool_quality,
+    "pool_properties": _pool_properties,
+    "version_quality": _version_quality,
+    "source_stats": _source_stats,
+    "version_epochs": _version_epochs,
+}
+
+
+# --- asking, reading, computing ---------------------------------------------------------
+
+
+def _send(kind: str, object_id: int, key: str) -> None:
+    from workers.tasks import fact_compute
+
+    def send() -> None:
+        try:
+            fact_compute.delay(kind=kind, object_id=object_id, key=key)
+        except Exception as exc:  # noqa: BLE001 - the broker is down: the row says queued
+            log.warning("fact %s %s %r not sent: %s", kind, object_id, key, exc)
+
+    transaction.on_commit(send)
+
+
+def fact_request(kind: str, object_id: int, key: str = "", *, again: bool = False) -> Fact:
+    """The fact's row, created QUEUED with one task message sent after the transaction
+    commits when there is none (or, with ``again``, when it is not READY, or is queued
+    or running for longer than STALE)."""
+    if kind not in MEASURES:
+        raise ValueError(f"unknown fact {kind!r}")
+    fact, created = Fact.objects.get_or_create(kind=kind, object_id=object_id, key=key)
+    stale = fact.state in (Fact.State.QUEUED, Fact.State.RUNNING) and (
+        fact.requested_at < timezone.now() - STALE
+    )
+    if created or stale or (again and fact.state != Fact.State.READY):
+        if not created:
+            Fact.objects.filter(pk=fact.pk).update(
+                state=Fact.State.QUEUED, requested_at=timezone.now(), progress=0.0, error=""
+            )
+        _send(kind, object_id, key)
+    return fact
+
+
+def fact_read(kind: str, object_id: int, key: str = "", *, request: bool = True) -> dict:
+    """``{"value": ...}`` when stored; else ``{"computing": {"state", "progress",
+    "since"}}`` (asked for now when never asked, with ``request``), or ``{"error": ...}``
+    when the measurement failed."""
+    fact = Fact.objects.filter(kind=kind, object_id=object_id, key=key).first()
+    if fact is None or (
+        fact.state in (Fact.State.QUEUED, Fact.State.RUNNING)
+        and fact.requested_at < timezone.now() - STALE
+    ):
+        if not request:
+            return {"computing": {"state": "not asked", "progress": 0.0, "since": None}}
+        fact = fact_request(kind, object_id, key)
+    if fact.state == Fact.State.READY:
+        return {"value": fact.value}
+    if fact.state == Fact.State.FAILED:
+        return {"error": fact.error}
+    return {
+        "computing": {
+            "state": fact.state,
+            "progress": fact.progress,
+            "since": fact.started_at or fact.requested_at,
+        }
+    }
+
+
+def facts_read(kind: str, object_ids: list[int], key: str = "") -> dict[int, Any]:
+    """The stored values of ``kind`` for many objects in one query ({id: value}); the
+    missing ones are asked for."""
+    rows = dict(
+        Fact.objects.filter(
+            kind=kind, object_id__in=object_ids, key=key, state=Fact.State.READY
+        ).values_list("object_id", "value")
+    )
+    for pk in object_ids:
+        if pk not in rows:
+            fact_request(kind, pk, key)
+    return rows
+
+
+def fact_compute(*, kind: str, object_id: int, key: str = "") -> str:
+    """Measure the fact from the artifact's files and store it: READY with its value, or
+    FAILED with the error. Returns the state stored."""
+    measure = MEASURES[kind]
+    fact, _ = Fact.objects.get_or_create(kind=kind, object_id=object_id, key=key)
+    Fact.objects.filter(pk=fact.pk).update(
+        state=Fact.State.RUNNING, started_at=timezone.now(), progress=0.0
+    )
+    try:
+        value = measure(object_id, key)
+    except Exception as exc:  # noqa: BLE001 - any failure is the fact's, said on its page
+        if storage.is_store_error(exc):
+            raise  # the object store did not answer: the task retries
+        log.info("fact %s %s %r failed: %s", kind, object_id, key, exc)
+        Fact.objects.filter(pk=fact.pk).update(
+            state=Fact.State.FAILED, error=str(exc)[:2000], finished_at=timezone.now()
+        )
+        return Fact.State.FAILED
+    Fact.objects.filter(pk=fact.pk).update(
+        state=Fact.State.READY,
+        value=value,
+        error="",
+        progress=1.0,
+        finished_at=timezone.now(),
+    )
+    return Fact.State.READY
+
+
+def fact_compute_now(kind: str, object_id: int, key: str = "") -> Any:
+    """``fact_compute`` in this process, then the stored value (management commands and
+    fixtures that record artifacts without a worker)."""
+    fact_compute(kind=kind, object_id=object_id, key=key)
+    return Fact.objects.get(kind=kind, object_id=object_id, key=key).value
+
+
+def artifact_facts_request(obj) -> None:
+    """The default facts of an artifact just recorded, asked for (computed by a task)."""
+    if isinstance(obj, Pool):
+        fact_request("pool_properties", obj.pk, again=True)
+    elif isinstance(obj, TokenizedSource):
+        fact_request("source_stats", obj.pk, again=True)
+    elif isinstance(obj, MixtureVersion):
+        fact_request("version_epochs", obj.pk, again=True)
+
+
+# --- when a tainted run first reads a flagged document ----------------------------------
+
+
+def flag_reads_request(*, flag_id: int) -> None:
+    """Ask for the first flagged sample of each run the flag taints (one task), once the
+    transaction commits; the flag counts them (``reads_total``, ``reads_done``)."""
+    from workers.tasks import flag_reads
+
+    total = Taint.objects.filter(flag_id=flag_id, run__isnull=False).count()
+    Flag.objects.filter(pk=flag_id).update(reads_total=total, reads_done=0)
+
+    def send() -> None:
+        try:
+            flag_reads.delay(flag_id=flag_id)
+        except Exception as exc:  # noqa: BLE001 - the page says "being computed"
+            log.warning("flag %s reads not sent: %s", flag_id, exc)
+
+    transaction.on_commit(send)
+
+
+def flag_reads_compute(*, flag_id: int, batch: int = 50) -> int:
+    """For each run ``flag_id`` taints whose read is not stored: where it first reads a
+    flagged document (``selectors.flags.flag_read`` without the step), stored on its
+    taint, ``batch`` runs at a time with the flag's count of done ones. Idempotent: a
+    rerun computes only what is missing. Returns how many it stored."""
+    from webapp.catalog.selectors.flags import flag_read
+    from webapp.catalog.selectors.runs import runs_segments
+
+    flag = Flag.objects.select_related("source", "source_file").get(pk=flag_id)
+    todo = Taint.objects.filter(flag=flag, run__isnull=False, read__isnull=True)
+    done = 0
+    while True:
+        taints = list(todo.select_related("run__mixture_version").order_by("id")[:batch])
+        if not taints:
+            break
+        segments = runs_segments([t.run for t in taints])
+        for t in taints:
+            row = flag_read(flag=flag, reports=[], segments=segments[t.run_id])
+            stored = {k: row[k] for k in ("first_sample", "never", "error") if k in row}
+            stored["segments"] = row.get("segments", [])
+            Taint.objects.filter(pk=t.pk).update(read=stored)
+            done += 1
+        Flag.objects.filter(pk=flag.pk).update(
+            reads_done=Taint.objects.filter(
+                flag=flag, run__isnull=False, read__isnull=False
+            ).count()
+        )
+    return done
