@@ -219,11 +219,20 @@ def finalize(
                 _write_parquet(
                     _table(annotator, s["first_doc_id"], cols, s["documents"]), out / _path(s)
                 )
+    commit(out, p, summary=annotator.has_summary)
+    if annotator.corpus_level:
+        shutil.rmtree(out / "work", ignore_errors=True)
+    return read_manifest(out)
+
+
+def commit(out: Path, p: dict[str, Any], *, summary: bool = False) -> None:
+    """Write the manifest of the annotation ``out`` of plan ``p`` (every shard's file
+    written): each file's size and checksum, the totals; the commit point."""
     files, total_bytes = [], 0
     for s in p["shards"]:
         path = out / _path(s)
         if not path.exists():
-            raise ManifestError(f"{out}: unit {s['index']} not finished ({s['path']} missing)")
+            raise ManifestError(f"{out}: unit {s['index']} not finished ({_path(s)} missing)")
         size = path.stat().st_size
         total_bytes += size
         files.append({"path": _path(s), "size": size, "xxh3": file_checksum(path)})
@@ -231,7 +240,7 @@ def finalize(
     for stale in (out / "shards").glob(".*.tmp"):
         stale.unlink(missing_ok=True)
     docs = sum(s["documents"] for s in p["shards"])
-    if annotator.has_summary:
+    if summary:
         size = (out / SUMMARY).stat().st_size
         total_bytes += size
         files.append({"path": SUMMARY, "size": size, "xxh3": file_checksum(out / SUMMARY)})
@@ -245,9 +254,6 @@ def finalize(
         },
     }
     write_manifest(out, manifest)
-    if annotator.corpus_level:
-        shutil.rmtree(out / "work", ignore_errors=True)
-    return read_manifest(out)
 
 
 def annotate(
