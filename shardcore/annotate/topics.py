@@ -45,6 +45,14 @@ def terms(text: str) -> list[str]:
     return _TERM.findall(text.lower())
 
 
+def fit_centers(x: np.ndarray, k: int, seed: int) -> np.ndarray:
+    """k-means centroids of the rows of ``x`` (scikit-learn's MiniBatchKMeans, seeded)."""
+    from sklearn.cluster import MiniBatchKMeans  # heavy; only the clustering needs it
+
+    km = MiniBatchKMeans(n_clusters=k, random_state=seed, batch_size=2048, n_init=3, max_iter=100)
+    return km.fit(x).cluster_centers_.astype(np.float32)
+
+
 class TopicClusters(Annotator):
     name: ClassVar[str] = "topics"
     version: ClassVar[str] = "1"
@@ -104,8 +112,6 @@ class TopicClusters(Annotator):
 
     # ---------------------------------------------------------------- finish
     def finish(self, work: list[Path]) -> list[dict[str, Any]]:
-        from sklearn.cluster import MiniBatchKMeans  # heavy; only the clustering needs it
-
         p = self.params
         vecs = [np.load(w / "vectors.npy", mmap_mode="r") for w in work]
         firsts = [json.loads((w / "meta.json").read_text())["first_doc_id"] for w in work]
@@ -124,10 +130,7 @@ class TopicClusters(Annotator):
                 for v, lo in zip(vecs, starts[:-1], strict=True)
             ]
         )
-        km = MiniBatchKMeans(
-            n_clusters=k, random_state=p["seed"], batch_size=2048, n_init=3, max_iter=100
-        ).fit(fit_x)
-        centers = km.cluster_centers_.astype(np.float32)
+        centers = fit_centers(fit_x, k, p["seed"])
         c_norm = (centers**2).sum(1)
         cluster = np.empty(n, np.int32)
         distance = np.empty(n, np.float32)
