@@ -31,10 +31,11 @@ finished is never run again, a killed one reruns to the same bytes):
    manifest (kind ``annotation_group``, naming the sources and their annotations), and
    removes ``_work``.
 
-Memory: ``partitions`` is chosen so that one bucket unit's rows, 24 bytes per document per
-band (bands + 1 with the exact hash), fit in ``memory_mb``: ``ceil(24 * N * (bands + 1) /
-budget)``. The clusters unit holds the edges (16 bytes each, at most one per candidate
-pair verified) and 24 bytes per document. How this reaches 10^9 documents:
+Memory: ``partitions`` is chosen so that one bucket unit, whose rows are 24 bytes per
+document per band (bands + 1 with the exact hash) and whose sort takes about 4 times its
+rows, stays within ``memory_mb``: ``ceil(4 * 24 * N * (bands + 1) / budget)``. The
+clusters unit holds the edges (16 bytes each, at most one per candidate pair verified),
+scipy's graph of them and 24 bytes per document of results. How this reaches 10^9 documents:
 bench/annotate/README.md.
 
 The API a job engine calls: ``plan_group(sources, out, params)`` gives a ``units.Plan``;
@@ -118,6 +119,18 @@ def _sources(paths: list[str]) -> list[dict[str, Any]]:
     return out
 
 
+# a bucket unit's peak over its rows' bytes: the rows, their sort order, the sorted copy
+# and the candidate arrays (measured by bench/annotate/neardup_growth.py: 3.3x)
+SORT_FACTOR = 4
+
+
+def partitions_for(n: int, params: dict[str, Any]) -> int:
+    """Partitions enough for a bucket unit over ``n`` documents to stay within
+    ``memory_mb``: its rows are 24 bytes per document per band (and the exact hash)."""
+    rows = ROW.itemsize * n * (params["bands"] + 1)
+    return max(1, math.ceil(SORT_FACTOR * rows / (params["memory_mb"] << 20)))
+
+
 def plan_group(
     sources: list[str],
     out: str,
@@ -137,9 +150,8 @@ def plan_group(
     srcs = _sources([str(s) for s in sources])
     n = sum(s["documents"] for s in srcs)
     p = ann.params
-    budget = p["memory_mb"] << 20
     if partitions is None:
-        partitions = max(1, math.ceil(ROW.itemsize * n * (p["bands"] + 1) / budget))
+        partitions = partitions_for(n, p)
     elif partitions < 1:
         raise InputError("near-duplicates: partitions must be at least 1")
     group = [s["fingerprint"] for s in srcs]
@@ -196,7 +208,7 @@ def _starts(plan: units.Plan) -> tuple[np.ndarray, list[str]]:
 def _run_signatures(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
     from shardcore.tokenized import TokenizedSource
 
-    out, ann = Path(plan.out), _annotator(plan)
+    ann = _annotator(plan)
     src = plan.meta["sources"][unit["source"]]
     shard = src["shards"][unit["shard"]]
     texts, _ = shard_texts(TokenizedSource(src["path"]), unit["shard"])
@@ -207,7 +219,15 @@ def _run_signatures(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
         )
     sig, exact = ann.signatures(texts)
     first = src["offset"] + shard["first_doc_id"] - src["shards"][0]["first_doc_id"]
-    docs = np.arange(first, first + len(texts), dtype=np.uint64)
+    write_keys(plan, _unit_dir(unit), sig, exact, first)
+    return {"documents": len(texts), "bytes": int(sum(len(t.encode()) for t in texts))}
+
+
+def write_keys(plan: units.Plan, name: str, sig: np.ndarray, exact: np.ndarray, first: int) -> None:
+    """A signature unit's files: signatures, exact hashes, and bucket rows by partition
+    for documents ``first``, ``first + 1``, ... (global numbers)."""
+    out, ann = Path(plan.out), _annotator(plan)
+    docs = np.arange(first, first + len(sig), dtype=np.uint64)
     bands, rows = ann.params["bands"], ann.params["num_perm"] // ann.params["bands"]
     with np.errstate(over="ignore"):
         salt = [_BAND * np.uint64(b + 1) for b in range(bands)]
@@ -219,7 +239,6 @@ def _run_signatures(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
     table["doc"] = np.tile(docs, bands + 1)
     parts = plan.meta["partitions"]
     which = table["key"] % np.uint64(parts)
-    name = _unit_dir(unit)
     final = out / WORK / "keys" / name
     final.parent.mkdir(parents=True, exist_ok=True)
     with atomic.atomic_path(final) as tmp:
@@ -232,7 +251,6 @@ def _run_signatures(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
         final.parent.mkdir(parents=True, exist_ok=True)
         with atomic.atomic_path(final) as tmp, open(tmp, "wb") as f:
             np.save(f, arr)
-    return {"documents": len(texts), "bytes": int(sum(len(t.encode()) for t in texts))}
 
 
 def _run_bucket(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
