@@ -137,3 +137,17 @@ def test_bad_groups_are_refused(sources, tmp_path):
         plan_group([toks[0], toks[0]], str(tmp_path / "x"))
     with pytest.raises(InputError, match="at least one"):
         plan_group([], str(tmp_path / "x"))
+
+
+def test_the_command_line_clusters_across_sources(sources, tmp_path, capsys):
+    from shardcore.cli import main
+
+    toks = sources[4]
+    out = str(tmp_path / "cli")
+    assert main(["annotate", *toks, "--annotator", "minhash", "--out", out]) == 0
+    said = capsys.readouterr().out
+    assert f"-> {out}/sources/1" in said and "near-duplicates across 2 sources" in said
+    assert len(annotation_paths(out)) == 2
+    # another annotator reads one source only: refused with the reason
+    assert main(["annotate", *toks, "--annotator", "pii", "--out", str(tmp_path / "x")]) == 2
+    assert "only minhash clusters across several (2 given)" in capsys.readouterr().err
