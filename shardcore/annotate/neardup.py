@@ -182,7 +182,7 @@ def annotation_paths(out: str | Path) -> list[str]:
     m = read_manifest(out)
     if m.get("kind") != KIND:
         raise InputError(f"{out}: kind {m.get('kind')!r}, expected {KIND!r}")
-    return [str(Path(out) / s["annotation"]) for s in m["sources"]]
+    return [f"{str(out).rstrip('/')}/{s['annotation']}" for s in m["sources"]]
 
 
 def _annotator(plan: units.Plan) -> GroupNearDuplicates:

@@ -151,3 +151,20 @@ def test_the_command_line_clusters_across_sources(sources, tmp_path, capsys):
     # another annotator reads one source only: refused with the reason
     assert main(["annotate", *toks, "--annotator", "pii", "--out", str(tmp_path / "x")]) == 2
     assert "only minhash clusters across several (2 given)" in capsys.readouterr().err
+
+
+def test_a_group_on_s3_writes_the_bytes_of_a_local_run(sources, s3_bucket, tmp_path):
+    from shardcore import storage
+
+    toks = sources[4]
+    local = dedup_group(toks, str(tmp_path / "local"))
+    remote = units.run_local(plan_group(toks, f"{s3_bucket}/group"), workers=2)
+    assert remote["fingerprint"] == local["fingerprint"]
+    for mine, theirs in zip(
+        annotation_paths(f"{s3_bucket}/group"), annotation_paths(tmp_path / "local"), strict=True
+    ):
+        assert read_manifest(mine)["files"] == read_manifest(theirs)["files"]
+        copy = storage.local_artifact(mine)  # a checked local copy of the remote one
+        assert read_annotation(copy).equals(read_annotation(theirs))
+    keys = storage.open_store(f"{s3_bucket}/group").list()
+    assert not [k for k in keys if k.startswith("_work/")]  # the scratch is gone
