@@ -1,4 +1,4 @@
-"""Topic clusters: the two encoders side by side on the same documents, one process, one
+"""Topic clusters: the three encoders side by side on the same documents, one process, one
 thread: documents embedded per CPU-second, and the quality of k-means clusters of their
 vectors against a known label (purity and normalized mutual information; reported, not
 asserted), plus what the ``topics`` annotator writes per document.
@@ -64,7 +64,7 @@ def main() -> None:
     print(f"purity of one cluster (the largest package's share): {prior:.3f}")
     ks = [int(k) for k in args.ks.split(",")]
     rows = []
-    for name in ("static", "minilm"):
+    for name in ("static", "minilm_static", "minilm"):
         enc = get_encoder(name, 256)
         enc.encode(texts[:8])  # loaded and warm before timing
         t0 = time.process_time()

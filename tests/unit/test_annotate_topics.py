@@ -60,6 +60,28 @@ def test_minilm_places_a_paraphrase_nearer_than_an_unrelated_text():
     assert v[0] @ v[1] > v[0] @ v[2] + 0.1
 
 
+def test_minilm_static_is_distilled_once_and_read_from_the_cache(tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    from shardcore.annotate.embed import MiniLMStaticEncoder
+
+    monkeypatch.setenv("SHARDYARD_CACHE", str(tmp_path / "cache"))
+    built = MiniLMStaticEncoder(512)
+    cached = list((tmp_path / "cache" / "annotate").glob("minilm-static-*.npy"))
+    assert len(cached) == 1 and built.table.shape == (30522, 384)
+    assert np.allclose(built.table.mean(0), 0, atol=1e-4)  # the vocabulary's mean removed
+    again = MiniLMStaticEncoder(512)  # from the cache: the same table
+    assert np.array_equal(again.table, built.table)
+    v = again.encode(
+        [
+            "The parser reads the XML document and reports each element to a handler.",
+            "Each element of the XML file is passed to a callback by the SAX reader.",
+            "The asyncio event loop schedules coroutines and runs their callbacks.",
+            "",
+        ]
+    )
+    assert v[0] @ v[1] > v[0] @ v[2] and not v[3].any()
+
+
 def test_topic_clusters_through_the_artifact(corpus, tmp_path):
     docs, tok = corpus
     k = 9
