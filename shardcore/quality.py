@@ -448,7 +448,7 @@ def recipe_quality(
     several pools, the pool. ``with_greedy`` also measures the recipe's greedy order of
     the same records (``greedy``). Returns ``{"order": report, "greedy": report?}``."""
     from shardcore.manifest import read_manifest
-    from shardcore.order import recipe
+    from shardcore.order import greedy, recipe
 
     kind = read_manifest(path).get("kind")
     props = [by] if by and by not in ("pool", "stage") else []
@@ -469,5 +469,5 @@ def recipe_quality(
     kw = {"batch_size": batch_size, "trials": trials, "checkpoints": checkpoints, "seed": seed}
     out: dict[str, Any] = {"order": recipe.recipe_report(ch, order, **kw)}
     if with_greedy:
-        out["greedy"] = recipe.recipe_report(ch, recipe.greedy_order(ch, seed=seed), **kw)
+        out["greedy"] = recipe.recipe_report(ch, greedy.greedy_order(ch, seed=seed), **kw)
     return out

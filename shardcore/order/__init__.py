@@ -7,7 +7,7 @@ schedule position that is trained on k-th.
 - ``blend``: the identity; the blend schedule's own interleaving (Megatron-exact).
 - ``diversity``: greedy "don't shuffle, optimize" ordering that keeps every window close to
   the global share of every characteristic (see ``shardcore.order.diversity``).
-- ``greedy_block``: the recipe's greedy on token counts (``shardcore.order.recipe``, bucketed
+- ``greedy_block``: the recipe's greedy on token counts (``shardcore.order.greedy``, windowed
   greedy), then whole global batches of ``batch_size`` samples shuffled (seeded).
 - ``random``: a seeded uniform permutation, the baseline the quality page compares against.
 """
@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from shardcore.errors import InputError
-from shardcore.order import recipe
+from shardcore.order import greedy, recipe
 from shardcore.order.diversity import diversity_order
 
 Ordering = Callable[..., np.ndarray]
@@ -74,8 +74,8 @@ def greedy_block_order(
             f"characteristics: {ch.num_records} records for {_num_samples(families)} samples"
         )
     lam = {n: float(v) for n, v in (weights or {}).items() if n in ch.families}
-    order = recipe.greedy_order(ch, weights=lam, seed=seed, groups=groups)
-    return recipe.block_shuffle(order, batch_size, seed=seed)
+    order = greedy.greedy_order(ch, weights=lam, seed=seed, groups=groups)
+    return greedy.block_shuffle(order, batch_size, seed=seed)
 
 
 ORDERINGS: dict[str, Ordering] = {
