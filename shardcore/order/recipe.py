@@ -30,10 +30,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
+from shardcore import props
 from shardcore.errors import InputError
+from shardcore.pool import DOCUMENTS_NAME, PoolReader
 
 PAD = -1  # characteristic index of an unused slot
 
@@ -166,6 +169,44 @@ def from_labels(families: Mapping[str, np.ndarray], tokens: float = 1.0) -> Char
     return from_segments(r, r, np.full(m, tokens), m, families)
 
 
+def document_columns(pool: object, names: Sequence[str]) -> tuple[int, dict[str, np.ndarray]]:
+    """The number of documents of a pool and, per name, one value per document, reading
+    only the top-level columns of the documents table those names need (a user property:
+    the properties column; ``_doc.<column>`` or a bare column: that column), not the
+    whole table. Names resolve as ``PoolReader.document_values`` resolves them."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = Path(str(getattr(pool, "path", pool))) / DOCUMENTS_NAME
+    pf = pq.ParquetFile(path)
+    schema = pf.schema_arrow
+    facts = [c for c in schema.names if c != props.PROPS]
+    user = props.names(props.props_type(schema)) if props.PROPS in schema.names else []
+    plan: dict[str, tuple[str, str]] = {}  # name -> (top-level column, how)
+    for name in names:
+        if name.startswith(props.FACTS + "."):
+            fact = name[len(props.FACTS) + 1 :]
+            if fact in facts:
+                plan[name] = (fact, "fact")
+        elif props.PROPS in schema.names and name in user:
+            plan[name] = (props.PROPS, "prop")
+        elif name in facts:
+            plan[name] = (name, "fact")
+        if name not in plan:
+            known = user + [f"{props.FACTS}.{c}" for c in facts]
+            raise InputError(
+                f"{path.parent}: unknown property {name!r} (known: {', '.join(known)})"
+            )
+    table = pf.read(columns=sorted({c for c, _ in plan.values()})) if plan else None
+    out: dict[str, np.ndarray] = {}
+    for name, (col, how) in plan.items():
+        arr = props.column(table, name) if how == "prop" else table.column(col)
+        if isinstance(arr, pa.ChunkedArray):
+            arr = arr.combine_chunks()
+        out[name] = props.as_text_if_nested(arr).to_numpy(zero_copy_only=False)
+    return int(pf.metadata.num_rows), out
+
+
 def pool_characteristics(
     pools: Sequence[object],
     *,
@@ -176,8 +217,8 @@ def pool_characteristics(
     """Characteristic vectors of the records of one or more pools (``PoolReader`` objects
     or paths), in pool order, pool after pool, from their segments: the pool family
     (with several pools), each document property in ``by``, and document-length quantile
-    bins over all the pools' documents (``length_bins_count`` bins; None: none)."""
-    from shardcore.pool import PoolReader
+    bins over all the pools' documents (``length_bins_count`` bins; None: none). Of each
+    pool's documents table only the columns those need are read (``document_columns``)."""
 
     readers = [p if isinstance(p, PoolReader) else PoolReader(p) for p in pools]
     if not readers:
@@ -185,7 +226,8 @@ def pool_characteristics(
     recs, docs, lens, doc_pool, doc_len, props = [], [], [], [], [], {n: [] for n in by}
     rec_base = doc_base = 0
     for i, pr in enumerate(readers):
-        ndocs = pr.documents.num_rows
+        need = list(by) + (["_doc.n_tokens"] if length_bins_count else [])
+        ndocs, cols = document_columns(pr.path, need)
         for shard, info in enumerate(pr.manifest["shards"]):
             seg = pr.segments(shard)
             per = np.diff(seg.seg_record_offsets)
@@ -196,11 +238,9 @@ def pool_characteristics(
             lens.append(seg.seg_length.astype(np.int64))
         doc_pool.append(np.full(ndocs, i, dtype=np.int64))
         if length_bins_count:
-            if "n_tokens" not in pr.documents.column_names:
-                raise InputError(f"{pr.path}: documents have no n_tokens column")
-            doc_len.append(pr.documents.column("n_tokens").to_numpy())
+            doc_len.append(np.asarray(cols["_doc.n_tokens"], dtype=np.int64))
         for n in by:
-            props[n].append(pr.document_values(n).astype(str))
+            props[n].append(np.asarray(cols[n]).astype(str))
         rec_base += pr.num_records
         doc_base += ndocs
     fams: dict[str, np.ndarray] = {}

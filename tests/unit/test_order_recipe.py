@@ -219,3 +219,14 @@ def test_quality_recipe_on_a_pool_and_a_greedy_block_mixture(pools, tmp_path, ca
     assert (np.asarray(c["order"][:-1]) < np.asarray(c["random_mean"][:-1])).all(), c
     assert main(["quality", str(out), "--by", "nope", "--recipe"]) != 0
     assert "unknown property 'nope'" in capsys.readouterr().err
+
+
+def test_document_columns_read_only_what_is_asked(pools):
+    reader = PoolReader(pools["middle"])
+    n, cols = recipe.document_columns(reader, ["package", "_doc.n_tokens"])
+    assert n == reader.documents.num_rows
+    assert np.array_equal(cols["package"], reader.document_values("package"))
+    assert np.array_equal(cols["_doc.n_tokens"], reader.documents.column("n_tokens").to_numpy())
+    assert recipe.document_columns(pools["middle"], []) == (n, {})
+    with pytest.raises(InputError, match="unknown property 'nope'"):
+        recipe.document_columns(reader, ["nope"])
