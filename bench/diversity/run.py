@@ -1,7 +1,7 @@
 """Scale of the diversity recipe's windowed greedy: M records x clusters x length bins.
 
 ``python bench/diversity/run.py [--records 10000000] [--clusters 1000] [--bins 100]
-[--budget 600] [--docs-per-record 3] [--window 2048 --behind 16 --heads 4]`` builds synthetic characteristic vectors (each record
+[--budget 600] [--docs-per-record 3] [--window 2048 --behind 8 --heads 1]`` builds synthetic characteristic vectors (each record
 holds 1 to ``--docs-per-record`` documents' tokens, Zipf-distributed clusters, lognormal
 document lengths cut into quantile bins), then times, in this one process:
 
@@ -84,8 +84,8 @@ def main() -> int:
     ap.add_argument("--budget", type=float, default=600.0, help="seconds of greedy steps")
     ap.add_argument("--skip-peer", action="store_true")
     ap.add_argument("--window", type=int, default=2048, help="greedy_order window")
-    ap.add_argument("--behind", type=int, default=16, help="greedy_order behind")
-    ap.add_argument("--heads", type=int, default=4, help="greedy_order heads")
+    ap.add_argument("--behind", type=int, default=8, help="greedy_order behind")
+    ap.add_argument("--heads", type=int, default=1, help="greedy_order heads")
     a = ap.parse_args()
     print(f"machine: {machine()}; load {os.getloadavg()[0]:.1f} at start")
     print(f"greedy_order window={a.window} behind={a.behind} heads={a.heads}")

@@ -14,7 +14,7 @@ schedule position that is trained on k-th.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -22,6 +22,7 @@ import numpy as np
 from shardcore.errors import InputError
 from shardcore.order import greedy, recipe
 from shardcore.order.diversity import diversity_order
+from shardcore.pool import PoolReader
 
 Ordering = Callable[..., np.ndarray]
 
@@ -63,17 +64,35 @@ def greedy_block_order(
     batch_size: int = 256,
     groups: np.ndarray | None = None,
     characteristics: recipe.Characteristics | None = None,
+    pools: Sequence[object] | None = None,
+    records: np.ndarray | None = None,
+    options: Mapping[str, Any] | None = None,
     **_: Any,
 ) -> np.ndarray:
-    """The recipe's greedy order (on ``characteristics`` when given, else one label per
-    sample and family), cut into global batches of ``batch_size`` whose order is shuffled.
-    ``groups``: one duplicate-group id per sample (copies are spaced apart)."""
-    ch = characteristics if characteristics is not None else recipe.from_labels(families)
-    if ch.num_records != _num_samples(families):
-        raise InputError(
-            f"characteristics: {ch.num_records} records for {_num_samples(families)} samples"
-        )
-    lam = {n: float(v) for n, v in (weights or {}).items() if n in ch.families}
+    """The recipe's greedy order (``shardcore.order.greedy``), cut into global batches of
+    ``batch_size`` whose order is shuffled. On ``characteristics`` when given; else, for a
+    schedule (``pools``: the pools' paths, ``records``: each sample's record in its pool,
+    ``families["pool"]``: each sample's pool), on the samples' token counts from the pools'
+    segments: the pool, each document property in ``options["by"]`` and document-length
+    quantile bins (``options["length_bins"]``: a number, default 100; false: none), with
+    the copies of one record (read in several epochs) spaced apart; else one label per
+    sample and family. ``groups``: one duplicate-group id per sample."""
+    n = _num_samples(families)
+    if characteristics is None and pools is not None and records is not None:
+        opts = dict(options or {})
+        bins = opts.get("length_bins", True)
+        bins = 100 if bins is True else (int(bins) if bins else None)
+        ch = recipe.pool_characteristics(pools, by=list(opts.get("by") or []),
+                                         length_bins_count=bins)  # fmt: skip
+        first = np.r_[0, np.cumsum([PoolReader(p).num_records for p in pools])[:-1]]
+        rows = first[np.asarray(families["pool"], dtype=np.int64)] + np.asarray(records)
+        ch = ch.take(rows)
+        groups = rows if groups is None else groups
+    else:
+        ch = characteristics if characteristics is not None else recipe.from_labels(families)
+    if ch.num_records != n:
+        raise InputError(f"characteristics: {ch.num_records} records for {n} samples")
+    lam = {k: float(v) for k, v in (weights or {}).items() if k in ch.families}
     order = greedy.greedy_order(ch, weights=lam, seed=seed, groups=groups)
     return greedy.block_shuffle(order, batch_size, seed=seed)
 

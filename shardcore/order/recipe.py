@@ -331,7 +331,8 @@ def recipe_report(
       is below every random permutation's at every checkpoint;
     - ``batches``: per-batch error (``batch_errors``): the order's worst (largest) batch,
       the random permutations' best (smallest) batch and mean batch; ``worst_beats_best``:
-      whether the order's worst batch is more diverse than the best random batch."""
+      whether the order's worst batch is more diverse than the best random batch;
+      ``histogram``: the distribution of both on shared bins."""
     rng = np.random.default_rng(seed)
     m = ch.num_records
     bs = max(1, min(batch_size, m))
@@ -359,6 +360,7 @@ def recipe_report(
                 "max_ratio": float(np.max(mc[inner] / np.maximum(rc.min(0)[inner], 1e-300))),
             },
             "batches": {
+                "histogram": _histogram(mine_b[name], rb, len(rand_b)),
                 "order_worst": float(mine_b[name].max()),
                 "order_mean": float(mine_b[name].mean()),
                 "random_best": float(rb.min()),
@@ -367,6 +369,19 @@ def recipe_report(
             },
         }
     return out
+
+
+def _histogram(mine: np.ndarray, rand: np.ndarray, trials: int, bins: int = 30) -> dict:
+    """Per-batch errors of the order and of the random orders on shared bins (``edges``):
+    ``order``, the order's batches per bin; ``random``, the random orders' per bin divided
+    by ``trials`` (one random order's batches on average)."""
+    hi = float(max(mine.max(), rand.max()))
+    edges = np.linspace(0.0, hi if hi > 0 else 1.0, bins + 1)
+    return {
+        "edges": edges.tolist(),
+        "order": np.histogram(mine, edges)[0].tolist(),
+        "random": (np.histogram(rand, edges)[0] / max(1, trials)).tolist(),
+    }
 
 
 def min_copy_distance(groups: np.ndarray, order: np.ndarray) -> int:

@@ -27,6 +27,7 @@ from webapp.catalog.services.common import (
     refuse_corrupt,
 )
 from webapp.catalog.services.flags import taint_refresh
+from webapp.catalog.services.recipe import recipe_measure
 
 if TYPE_CHECKING:
     from shardcore.mixture import MixtureSpec
@@ -319,6 +320,7 @@ def mixture_version_record(*, job, manifest: dict | None) -> None:
             for pool in dict.fromkeys(c.pool for c in comps)
         ],
         "quality": schedule_quality(path=version.path),
+        "recipe": recipe_measure(path=version.path),
     }  # fmt: skip
     version.fingerprint = manifest["fingerprint"]
     version.manifest_path = storage.join(version.path, MANIFEST_NAME)
