@@ -56,6 +56,26 @@ def _diversity(
     return diversity_order([families[n] for n in names], weights=lam, seed=seed)
 
 
+def schedule_characteristics(
+    pool_of: np.ndarray,
+    records: np.ndarray,
+    pools: Sequence[object],
+    options: Mapping[str, Any] | None = None,
+) -> tuple[recipe.Characteristics, np.ndarray]:
+    """Per sample of a schedule (``pool_of``: its pool's index in ``pools``, ``records``:
+    its record there), its characteristic vector from the pools' segments (the pool, each
+    property in ``options["by"]``, ``options["length_bins"]`` document-length quantile
+    bins: a number, default 100; false: none), and one id per distinct pool record (the
+    copies of a record read in several epochs share it)."""
+    opts = dict(options or {})
+    bins = opts.get("length_bins", True)
+    bins = 100 if bins is True else (int(bins) if bins else None)
+    ch = recipe.pool_characteristics(pools, by=list(opts.get("by") or []), length_bins_count=bins)
+    first = np.r_[0, np.cumsum([PoolReader(p).num_records for p in pools])[:-1]]
+    rows = first[np.asarray(pool_of, dtype=np.int64)] + np.asarray(records, dtype=np.int64)
+    return ch.take(rows), rows
+
+
 def greedy_block_order(
     families: Mapping[str, np.ndarray],
     *,
@@ -79,14 +99,7 @@ def greedy_block_order(
     sample and family. ``groups``: one duplicate-group id per sample."""
     n = _num_samples(families)
     if characteristics is None and pools is not None and records is not None:
-        opts = dict(options or {})
-        bins = opts.get("length_bins", True)
-        bins = 100 if bins is True else (int(bins) if bins else None)
-        ch = recipe.pool_characteristics(pools, by=list(opts.get("by") or []),
-                                         length_bins_count=bins)  # fmt: skip
-        first = np.r_[0, np.cumsum([PoolReader(p).num_records for p in pools])[:-1]]
-        rows = first[np.asarray(families["pool"], dtype=np.int64)] + np.asarray(records)
-        ch = ch.take(rows)
+        ch, rows = schedule_characteristics(families["pool"], records, pools, options)
         groups = rows if groups is None else groups
     else:
         ch = characteristics if characteristics is not None else recipe.from_labels(families)
