@@ -4,8 +4,8 @@ token counts, whole global batches shuffled), three seeds each.
 
 Data (``bench/train/prepare.py``): two pools of real text from this machine's CPython
 standard library, module code and docstrings, each with a held-out ``val/`` slice. Each
-mixture reads both pools exactly once (weights = the pools' token counts, a budget of all
-their tokens), so every run trains on the same samples; only the order differs. A seed
+mixture reads both pools once (weights = the pools' token counts, a budget of all
+their records but 4), so every run trains on the same samples; only the order differs. A seed
 changes the order (the mixture's seed: its permutation, its greedy's stream and block
 shuffle) and the model's initialisation together. One pass over the data, then the
 validation loss per source (each pool's ``val/`` slice) is recorded; printed as a table
@@ -44,8 +44,10 @@ def mixture(paths: dict[str, str], out: Path, order: str, seed: int, batch: int)
         seq_len = int(mf.read_manifest(pools[0])["seq_len"])
         spec = {
             "components": [{"pool": p, "weight": t} for p, t in zip(pools, tokens, strict=True)],
-            # every record once: the budget is both pools' records, in sequence-length units
-            "tokens": sum(int(mf.read_manifest(p)["num_records"]) for p in pools) * seq_len,
+            # every record about once: both pools' records less a few (the blend rounds
+            # a pool's share up), in sequence-length units
+            "tokens": (sum(int(mf.read_manifest(p)["num_records"]) for p in pools) - 4)
+            * seq_len,
             "seed": seed,
             "order": order,
             "max_repetitions": 1,
