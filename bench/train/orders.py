@@ -46,8 +46,7 @@ def mixture(paths: dict[str, str], out: Path, order: str, seed: int, batch: int)
             "components": [{"pool": p, "weight": t} for p, t in zip(pools, tokens, strict=True)],
             # every record about once: both pools' records less a few (the blend rounds
             # a pool's share up), in sequence-length units
-            "tokens": (sum(int(mf.read_manifest(p)["num_records"]) for p in pools) - 4)
-            * seq_len,
+            "tokens": (sum(int(mf.read_manifest(p)["num_records"]) for p in pools) - 4) * seq_len,
             "seed": seed,
             "order": order,
             "max_repetitions": 1,
