@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from shardcore import props
+from shardcore import props, storage
 from shardcore.errors import InputError
 from shardcore.pool import DOCUMENTS_NAME, PoolReader
 
@@ -177,7 +177,9 @@ def document_columns(pool: object, names: Sequence[str]) -> tuple[int, dict[str,
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    path = Path(str(getattr(pool, "path", pool))) / DOCUMENTS_NAME
+    # A pool on object storage is read from its checked local copy, as PoolReader reads it.
+    base = pool.path if isinstance(pool, PoolReader) else storage.local_artifact(pool)
+    path = Path(base) / DOCUMENTS_NAME
     pf = pq.ParquetFile(path)
     schema = pf.schema_arrow
     facts = [c for c in schema.names if c != props.PROPS]
