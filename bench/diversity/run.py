@@ -1,14 +1,13 @@
 """Scale of the diversity recipe's windowed greedy: M records x clusters x length bins.
 
 ``python bench/diversity/run.py [--records 10000000] [--clusters 1000] [--bins 100]
-[--budget 600] [--docs-per-record 3] [--window 2048 --behind 8 --heads 1]`` builds synthetic characteristic vectors (each record
-holds 1 to ``--docs-per-record`` documents' tokens, Zipf-distributed clusters, lognormal
+[--budget 600] [--docs-per-record 3] [--window 2048 --behind 8 --heads 1]`` builds
+synthetic characteristic vectors (each record holds 1 to ``--docs-per-record`` documents' tokens, Zipf-distributed clusters, lognormal
 document lengths cut into quantile bins), then times, in this one process:
 
 - setup of the windowed greedy (``shardcore.order.greedy``: stream, queues) and its steps;
-  the greedy
-  stops after ``--budget`` seconds of steps and the full time is extrapolated from the
-  steps done (said so in the report);
+  the greedy stops after ``--budget`` seconds of steps and the full time is extrapolated
+  from the steps done (said so in the report);
 - the existing ``diversity`` ordering (compiled kernel over one label per family per
   record: the dominant cluster and bin) on the same records, as the side-by-side peer;
 - a numpy random permutation (the shuffle baseline).
