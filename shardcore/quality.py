@@ -460,7 +460,9 @@ def recipe_quality(
     if kind == "pool":
         if pool_sources and len(read_manifest(path).get("sources") or []) > 1:
             props = ["_doc.source", *props]
-        ch = recipe.pool_characteristics([path], by=props, length_bins_count=length_bins)
+        ch = recipe.pool_characteristics(
+            [path], by=props, length_bins_count=length_bins, limit=limit
+        )
         order = np.arange(ch.num_records)
     elif kind == "mixture":
         from shardcore.mixture import Mixture

@@ -215,12 +215,15 @@ def pool_characteristics(
     by: Sequence[str] = (),
     length_bins_count: int | None = 100,
     pool_family: bool = True,
+    limit: int | None = None,
 ) -> Characteristics:
     """Characteristic vectors of the records of one or more pools (``PoolReader`` objects
     or paths), in pool order, pool after pool, from their segments: the pool family
     (with several pools), each document property in ``by``, and document-length quantile
     bins over all the pools' documents (``length_bins_count`` bins; None: none). Of each
-    pool's documents table only the columns those need are read (``document_columns``)."""
+    pool's documents table only the columns those need are read (``document_columns``).
+    ``limit``: only the first that many records (only the shards holding them are read;
+    the length bins still come from every document's length)."""
 
     readers = [p if isinstance(p, PoolReader) else PoolReader(p) for p in pools]
     if not readers:
@@ -231,6 +234,8 @@ def pool_characteristics(
         need = list(by) + (["_doc.n_tokens"] if length_bins_count else [])
         ndocs, cols = document_columns(pr.path, need)
         for shard, info in enumerate(pr.manifest["shards"]):
+            if limit is not None and rec_base + int(pr.cumulative[shard]) >= limit:
+                break
             seg = pr.segments(shard)
             per = np.diff(seg.seg_record_offsets)
             r = np.repeat(np.arange(seg.num_records, dtype=np.int64), per)
@@ -254,9 +259,11 @@ def pool_characteristics(
         fams["length"] = length_bins(np.concatenate(doc_len), length_bins_count)
     if not fams:
         raise InputError("families: nothing to balance (one pool, no --by, no length bins)")
-    return from_segments(
-        np.concatenate(recs), np.concatenate(docs), np.concatenate(lens), rec_base, fams
-    )
+    rec, doc, ln = np.concatenate(recs), np.concatenate(docs), np.concatenate(lens)
+    if limit is not None and limit < rec_base:
+        keep = rec < limit
+        rec, doc, ln, rec_base = rec[keep], doc[keep], ln[keep], max(0, int(limit))
+    return from_segments(rec, doc, ln, rec_base, fams)
 
 
 # ---------------------------------------------------------------- measurements

@@ -231,3 +231,14 @@ def test_document_columns_read_only_what_is_asked(pools):
     assert recipe.document_columns(pools["middle"], []) == (n, {})
     with pytest.raises(InputError, match="unknown property 'nope'"):
         recipe.document_columns(reader, ["nope"])
+
+
+def test_characteristics_of_a_pools_first_records(pools):
+    reader = PoolReader(pools["middle"])
+    whole = recipe.pool_characteristics([reader], by=["package"], length_bins_count=10)
+    n = reader.num_records // 3
+    first = recipe.pool_characteristics([reader], by=["package"], length_bins_count=10, limit=n)
+    assert first.num_records == n
+    assert first.names == whole.names
+    assert np.array_equal(first.idx, whole.idx[:n, : first.idx.shape[1]])
+    assert np.array_equal(first.val, whole.val[:n, : first.val.shape[1]])
