@@ -30,7 +30,7 @@ from shardcore import pack
 from shardcore.errors import InputError
 from shardcore.manifest import read_manifest
 from shardcore.mixture import Mixture
-from shardcore.order import recipe
+from shardcore.order import greedy, recipe
 from shardcore.pool import PoolReader
 
 
@@ -518,18 +518,27 @@ def recipe_quality(
     checkpoints: int = 20,
     seed: int = 0,
     with_greedy: bool = False,
+    limit: int | None = None,
+    pool_sources: bool = False,
 ) -> dict[str, Any]:
     """The diversity recipe's measurements (``shardcore.order.recipe.recipe_report``) of a
     pool (records in pool order) or a mixture (samples in schedule order), on token-count
     characteristic vectors from the pools' segments: the document property ``by`` (none:
     only length), ``length_bins`` document-length quantile bins and, for a mixture of
     several pools, the pool. ``with_greedy`` also measures the recipe's greedy order of
-    the same records (``greedy``). Returns ``{"order": report, "greedy": report?}``."""
+    the same records (``greedy``); ``limit``: only the first that many records of the order
+    (the order's start, against random orders of those records); ``pool_sources``: a pool
+    of several tokenized sources also balances the source (``_doc.source``). Returns
+    ``{"order": report, "greedy": report?}``."""
 
     kind = read_manifest(path).get("kind")
     props = [by] if by and by not in ("pool", "stage") else []
     if kind == "pool":
-        ch = recipe.pool_characteristics([path], by=props, length_bins_count=length_bins)
+        if pool_sources and len(read_manifest(path).get("sources") or []) > 1:
+            props = ["_doc.source", *props]
+        ch = recipe.pool_characteristics(
+            [path], by=props, length_bins_count=length_bins, limit=limit
+        )
         order = np.arange(ch.num_records)
     elif kind == "mixture":
         mix = Mixture(path)
@@ -540,8 +549,10 @@ def recipe_quality(
         ch, order = ch.take(rows), np.arange(rows.size)
     else:
         raise InputError(f"{path}: quality needs a pool or a mixture, not a {kind!r}")
+    if limit is not None and limit < ch.num_records:
+        ch, order = ch.take(order[:limit]), np.arange(limit)
     kw = {"batch_size": batch_size, "trials": trials, "checkpoints": checkpoints, "seed": seed}
     out: dict[str, Any] = {"order": recipe.recipe_report(ch, order, **kw)}
     if with_greedy:
-        out["greedy"] = recipe.recipe_report(ch, recipe.greedy_order(ch, seed=seed), **kw)
+        out["greedy"] = recipe.recipe_report(ch, greedy.greedy_order(ch, seed=seed), **kw)
     return out

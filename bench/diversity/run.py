@@ -1,13 +1,13 @@
-"""Scale of the diversity recipe's bucketed greedy: M records x clusters x length bins.
+"""Scale of the diversity recipe's windowed greedy: M records x clusters x length bins.
 
 ``python bench/diversity/run.py [--records 10000000] [--clusters 1000] [--bins 100]
-[--budget 600] [--docs-per-record 3]`` builds synthetic characteristic vectors (each record
-holds 1 to ``--docs-per-record`` documents' tokens, Zipf-distributed clusters, lognormal
+[--budget 600] [--docs-per-record 3] [--window 2048 --behind 8 --heads 1]`` builds
+synthetic characteristic vectors (each record holds 1 to ``--docs-per-record`` documents' tokens, Zipf-distributed clusters, lognormal
 document lengths cut into quantile bins), then times, in this one process:
 
-- setup of the bucketed greedy (classes, scores' static parts) and its steps; the greedy
-  stops after ``--budget`` seconds of steps and the full time is extrapolated from the
-  steps done (said so in the report);
+- setup of the windowed greedy (``shardcore.order.greedy``: stream, queues) and its steps;
+  the greedy stops after ``--budget`` seconds of steps and the full time is extrapolated
+  from the steps done (said so in the report);
 - the existing ``diversity`` ordering (compiled kernel over one label per family per
   record: the dominant cluster and bin) on the same records, as the side-by-side peer;
 - a numpy random permutation (the shuffle baseline).
@@ -29,7 +29,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.common import machine, peak_rss_mb  # noqa: E402
-from shardcore.order import recipe  # noqa: E402
+from shardcore.order import greedy, recipe  # noqa: E402
 from shardcore.order.diversity import diversity_order  # noqa: E402
 
 
@@ -82,13 +82,12 @@ def main() -> int:
     ap.add_argument("--docs-per-record", type=int, default=3)
     ap.add_argument("--budget", type=float, default=600.0, help="seconds of greedy steps")
     ap.add_argument("--skip-peer", action="store_true")
-    ap.add_argument("--k", type=int, default=32, help="greedy_order k")
-    ap.add_argument("--h", type=int, default=32, help="greedy_order h")
-    ap.add_argument("--classes", type=int, default=16, help="greedy_order classes")
-    ap.add_argument("--no-second", action="store_true", help="classes by dominant only")
+    ap.add_argument("--window", type=int, default=2048, help="greedy_order window")
+    ap.add_argument("--behind", type=int, default=8, help="greedy_order behind")
+    ap.add_argument("--heads", type=int, default=1, help="greedy_order heads")
     a = ap.parse_args()
     print(f"machine: {machine()}; load {os.getloadavg()[0]:.1f} at start")
-    print(f"greedy_order k={a.k} h={a.h} classes={a.classes} second={not a.no_second}")
+    print(f"greedy_order window={a.window} behind={a.behind} heads={a.heads}")
     t0, c0 = time.perf_counter(), time.process_time()
     ch = synthetic(a.records, a.clusters, a.bins, a.docs_per_record)
     print(f"records {a.records:,} x {a.clusters} clusters x {a.bins} bins, slots "
@@ -113,10 +112,9 @@ def main() -> int:
 
     finished = True
     try:
-        order = recipe.greedy_order(
-            ch, seed=0, k=a.k, h=a.h, classes=a.classes, second=not a.no_second,
-            progress=progress_wrap,
-        )  # fmt: skip
+        order = greedy.greedy_order(
+            ch, seed=0, window=a.window, behind=a.behind, heads=a.heads, progress=progress_wrap
+        )
     except _Stop:
         finished = False
         order = None

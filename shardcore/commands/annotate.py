@@ -13,6 +13,7 @@ from typing import Any
 
 from shardcore import annotate as registry
 from shardcore.annotate.artifact import annotate
+from shardcore.annotate.neardup import dedup_group
 from shardcore.cli import CLIError
 
 
@@ -90,7 +91,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _group(args: argparse.Namespace, params: dict[str, Any]) -> int:
-    from shardcore.annotate.neardup import dedup_group
 
     if args.annotator != "minhash":
         raise CLIError(

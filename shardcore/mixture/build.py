@@ -137,7 +137,10 @@ def build_schedule(
                 else {"pool": pools_here}
             )
             lam = spec.order_options.get("lambda") or {}
-            perm = get_ordering(spec.order)(fams, seed=spec.seed + 7919 * k, weights=lam)
+            perm = get_ordering(spec.order)(
+                fams, seed=spec.seed + 7919 * k, weights=lam, pools=[p.path for p in pools],
+                records=recs, options=spec.order_options,
+            )  # fmt: skip
             pools_here, recs = pools_here[perm], recs[perm]
         pool_idx[start : start + n] = pools_here
         record[start : start + n] = recs

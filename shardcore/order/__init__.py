@@ -7,21 +7,22 @@ schedule position that is trained on k-th.
 - ``blend``: the identity; the blend schedule's own interleaving (Megatron-exact).
 - ``diversity``: greedy "don't shuffle, optimize" ordering that keeps every window close to
   the global share of every characteristic (see ``shardcore.order.diversity``).
-- ``greedy_block``: the recipe's greedy on token counts (``shardcore.order.recipe``, bucketed
+- ``greedy_block``: the recipe's greedy on token counts (``shardcore.order.greedy``, windowed
   greedy), then whole global batches of ``batch_size`` samples shuffled (seeded).
 - ``random``: a seeded uniform permutation, the baseline the quality page compares against.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from shardcore.errors import InputError
-from shardcore.order import recipe
+from shardcore.order import greedy, recipe
 from shardcore.order.diversity import diversity_order
+from shardcore.pool import PoolReader
 
 Ordering = Callable[..., np.ndarray]
 
@@ -55,6 +56,26 @@ def _diversity(
     return diversity_order([families[n] for n in names], weights=lam, seed=seed)
 
 
+def schedule_characteristics(
+    pool_of: np.ndarray,
+    records: np.ndarray,
+    pools: Sequence[object],
+    options: Mapping[str, Any] | None = None,
+) -> tuple[recipe.Characteristics, np.ndarray]:
+    """Per sample of a schedule (``pool_of``: its pool's index in ``pools``, ``records``:
+    its record there), its characteristic vector from the pools' segments (the pool, each
+    property in ``options["by"]``, ``options["length_bins"]`` document-length quantile
+    bins: a number, default 100; false: none), and one id per distinct pool record (the
+    copies of a record read in several epochs share it)."""
+    opts = dict(options or {})
+    bins = opts.get("length_bins", True)
+    bins = 100 if bins is True else (int(bins) if bins else None)
+    ch = recipe.pool_characteristics(pools, by=list(opts.get("by") or []), length_bins_count=bins)
+    first = np.r_[0, np.cumsum([PoolReader(p).num_records for p in pools])[:-1]]
+    rows = first[np.asarray(pool_of, dtype=np.int64)] + np.asarray(records, dtype=np.int64)
+    return ch.take(rows), rows
+
+
 def greedy_block_order(
     families: Mapping[str, np.ndarray],
     *,
@@ -63,19 +84,30 @@ def greedy_block_order(
     batch_size: int = 256,
     groups: np.ndarray | None = None,
     characteristics: recipe.Characteristics | None = None,
+    pools: Sequence[object] | None = None,
+    records: np.ndarray | None = None,
+    options: Mapping[str, Any] | None = None,
     **_: Any,
 ) -> np.ndarray:
-    """The recipe's greedy order (on ``characteristics`` when given, else one label per
-    sample and family), cut into global batches of ``batch_size`` whose order is shuffled.
-    ``groups``: one duplicate-group id per sample (copies are spaced apart)."""
-    ch = characteristics if characteristics is not None else recipe.from_labels(families)
-    if ch.num_records != _num_samples(families):
-        raise InputError(
-            f"characteristics: {ch.num_records} records for {_num_samples(families)} samples"
-        )
-    lam = {n: float(v) for n, v in (weights or {}).items() if n in ch.families}
-    order = recipe.greedy_order(ch, weights=lam, seed=seed, groups=groups)
-    return recipe.block_shuffle(order, batch_size, seed=seed)
+    """The recipe's greedy order (``shardcore.order.greedy``), cut into global batches of
+    ``batch_size`` whose order is shuffled. On ``characteristics`` when given; else, for a
+    schedule (``pools``: the pools' paths, ``records``: each sample's record in its pool,
+    ``families["pool"]``: each sample's pool), on the samples' token counts from the pools'
+    segments: the pool, each document property in ``options["by"]`` and document-length
+    quantile bins (``options["length_bins"]``: a number, default 100; false: none), with
+    the copies of one record (read in several epochs) spaced apart; else one label per
+    sample and family. ``groups``: one duplicate-group id per sample."""
+    n = _num_samples(families)
+    if characteristics is None and pools is not None and records is not None:
+        ch, rows = schedule_characteristics(families["pool"], records, pools, options)
+        groups = rows if groups is None else groups
+    else:
+        ch = characteristics if characteristics is not None else recipe.from_labels(families)
+    if ch.num_records != n:
+        raise InputError(f"characteristics: {ch.num_records} records for {n} samples")
+    lam = {k: float(v) for k, v in (weights or {}).items() if k in ch.families}
+    order = greedy.greedy_order(ch, weights=lam, seed=seed, groups=groups)
+    return greedy.block_shuffle(order, batch_size, seed=seed)
 
 
 ORDERINGS: dict[str, Ordering] = {

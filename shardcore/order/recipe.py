@@ -22,36 +22,21 @@ drops out and::
 where q(s) depends on the record only. Scoring a record is a gather over its few non-zero
 counts (records are stored padded to the most characteristics any record has).
 
-Scaling. The exact greedy scores every unplaced record at every step: O(M) per step,
-O(M^2) in all. The bucketed greedy (``greedy_order``) groups the records into classes by,
-per family, their dominant characteristic and (where records mix documents) their second
-one, in a seeded random order inside a class. A record helps most where its main
-characteristics are behind, so each step takes the ``k`` most-behind characteristics of
-every family (k / 4 for second ones), combines them into candidate classes (pruned to the
-1,024 best by the summed errors of their characteristics), looks the live ones up by
-binary search, and scores exactly the first ``h`` records of the ``classes`` most
-promising: a few hundred candidates, O(V + k^2 + classes * h) numpy work per step
-whatever M is. When no combination is live (near the end), the first records of every
-live class are scored. Against the exact greedy on 10^4 records (tests): the max window
-deviation within 1.0-1.2x of it per window size, the 99th percentile within 1.0-1.17x.
-
-Duplicates. Copies of one text (one group id per record: the same record read in several
-epochs, a near-duplicate group) are spaced: a copy of a group with k copies is refused
-while fewer than ``spacing * R / c`` records followed the group's previous copy (R: records
-still to place, c: the group's copies still to place, so the copies left share what is
-left of the schedule evenly); if every candidate is refused, the first records of every
-live class are scored, and when all of those are refused too, the one whose group waited
-longest is taken.
+The greedy that minimizes it (exact, and the windowed one that scales) is in
+``shardcore.order.greedy``; this module builds the vectors and measures orders.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
+from shardcore import props, storage
 from shardcore.errors import InputError
+from shardcore.pool import DOCUMENTS_NAME, PoolReader
 
 PAD = -1  # characteristic index of an unused slot
 
@@ -184,18 +169,61 @@ def from_labels(families: Mapping[str, np.ndarray], tokens: float = 1.0) -> Char
     return from_segments(r, r, np.full(m, tokens), m, families)
 
 
+def document_columns(pool: object, names: Sequence[str]) -> tuple[int, dict[str, np.ndarray]]:
+    """The number of documents of a pool and, per name, one value per document, reading
+    only the top-level columns of the documents table those names need (a user property:
+    the properties column; ``_doc.<column>`` or a bare column: that column), not the
+    whole table. Names resolve as ``PoolReader.document_values`` resolves them."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    # A pool on object storage is read from its checked local copy, as PoolReader reads it.
+    base = pool.path if isinstance(pool, PoolReader) else storage.local_artifact(pool)
+    path = Path(base) / DOCUMENTS_NAME
+    pf = pq.ParquetFile(path)
+    schema = pf.schema_arrow
+    facts = [c for c in schema.names if c != props.PROPS]
+    user = props.names(props.props_type(schema)) if props.PROPS in schema.names else []
+    plan: dict[str, tuple[str, str]] = {}  # name -> (top-level column, how)
+    for name in names:
+        if name.startswith(props.FACTS + "."):
+            fact = name[len(props.FACTS) + 1 :]
+            if fact in facts:
+                plan[name] = (fact, "fact")
+        elif props.PROPS in schema.names and name in user:
+            plan[name] = (props.PROPS, "prop")
+        elif name in facts:
+            plan[name] = (name, "fact")
+        if name not in plan:
+            known = user + [f"{props.FACTS}.{c}" for c in facts]
+            raise InputError(
+                f"{path.parent}: unknown property {name!r} (known: {', '.join(known)})"
+            )
+    table = pf.read(columns=sorted({c for c, _ in plan.values()})) if plan else None
+    out: dict[str, np.ndarray] = {}
+    for name, (col, how) in plan.items():
+        arr = props.column(table, name) if how == "prop" else table.column(col)
+        if isinstance(arr, pa.ChunkedArray):
+            arr = arr.combine_chunks()
+        out[name] = props.as_text_if_nested(arr).to_numpy(zero_copy_only=False)
+    return int(pf.metadata.num_rows), out
+
+
 def pool_characteristics(
     pools: Sequence[object],
     *,
     by: Sequence[str] = (),
     length_bins_count: int | None = 100,
     pool_family: bool = True,
+    limit: int | None = None,
 ) -> Characteristics:
     """Characteristic vectors of the records of one or more pools (``PoolReader`` objects
     or paths), in pool order, pool after pool, from their segments: the pool family
     (with several pools), each document property in ``by``, and document-length quantile
-    bins over all the pools' documents (``length_bins_count`` bins; None: none)."""
-    from shardcore.pool import PoolReader
+    bins over all the pools' documents (``length_bins_count`` bins; None: none). Of each
+    pool's documents table only the columns those need are read (``document_columns``).
+    ``limit``: only the first that many records (only the shards holding them are read;
+    the length bins still come from every document's length)."""
 
     readers = [p if isinstance(p, PoolReader) else PoolReader(p) for p in pools]
     if not readers:
@@ -203,8 +231,11 @@ def pool_characteristics(
     recs, docs, lens, doc_pool, doc_len, props = [], [], [], [], [], {n: [] for n in by}
     rec_base = doc_base = 0
     for i, pr in enumerate(readers):
-        ndocs = pr.documents.num_rows
+        need = list(by) + (["_doc.n_tokens"] if length_bins_count else [])
+        ndocs, cols = document_columns(pr.path, need)
         for shard, info in enumerate(pr.manifest["shards"]):
+            if limit is not None and rec_base + int(pr.cumulative[shard]) >= limit:
+                break
             seg = pr.segments(shard)
             per = np.diff(seg.seg_record_offsets)
             r = np.repeat(np.arange(seg.num_records, dtype=np.int64), per)
@@ -214,11 +245,9 @@ def pool_characteristics(
             lens.append(seg.seg_length.astype(np.int64))
         doc_pool.append(np.full(ndocs, i, dtype=np.int64))
         if length_bins_count:
-            if "n_tokens" not in pr.documents.column_names:
-                raise InputError(f"{pr.path}: documents have no n_tokens column")
-            doc_len.append(pr.documents.column("n_tokens").to_numpy())
+            doc_len.append(np.asarray(cols["_doc.n_tokens"], dtype=np.int64))
         for n in by:
-            props[n].append(pr.document_values(n).astype(str))
+            props[n].append(np.asarray(cols[n]).astype(str))
         rec_base += pr.num_records
         doc_base += ndocs
     fams: dict[str, np.ndarray] = {}
@@ -230,254 +259,11 @@ def pool_characteristics(
         fams["length"] = length_bins(np.concatenate(doc_len), length_bins_count)
     if not fams:
         raise InputError("families: nothing to balance (one pool, no --by, no length bins)")
-    return from_segments(
-        np.concatenate(recs), np.concatenate(docs), np.concatenate(lens), rec_base, fams
-    )
-
-
-def _check_weights(ch: Characteristics, weights: Sequence[float] | Mapping[str, float] | None):
-    nf = len(ch.families)
-    if weights is None:
-        lam = np.ones(nf)
-    elif isinstance(weights, Mapping):
-        unknown = sorted(set(weights) - set(ch.families))
-        if unknown:
-            raise InputError(f"weights: unknown families {unknown}; known: {ch.families}")
-        lam = np.array([float(weights.get(n, 1.0)) for n in ch.families])
-    else:
-        lam = np.asarray(weights, dtype=np.float64)
-    if lam.shape != (nf,):
-        raise InputError(f"weights: need {nf} values (one per family), got {lam.size}")
-    if (~np.isfinite(lam) | (lam < 0)).any():
-        raise InputError(f"weights: lambda must be finite and >= 0, got {lam.tolist()}")
-    return lam
-
-
-def _groups(groups: np.ndarray | None, m: int, spacing: float):
-    if groups is None:
-        return None, None
-    g = np.asarray(groups)
-    if g.shape != (m,):
-        raise InputError(f"groups: need one group per record ({m}), got shape {g.shape}")
-    if not 0 <= spacing <= 1:
-        raise InputError(f"spacing: must be in [0, 1], got {spacing}")
-    _, code = np.unique(g, return_inverse=True)
-    code = code.ravel()
-    copies = np.bincount(code)
-    return code, copies
-
-
-class _State:
-    """Running totals and scoring shared by the exact and the bucketed greedy."""
-
-    def __init__(self, ch: Characteristics, lam: np.ndarray, groups, spacing: float):
-        m, v = ch.num_records, ch.num_characteristics
-        self.ch, self.m, self.v = ch, m, v
-        nf = len(ch.families)
-        self.fam = np.r_[ch.family_of, nf]  # slot V: the pad slot, its own family
-        self.idx = np.where(ch.idx >= 0, ch.idx, v).astype(np.intp)
-        self.val = ch.val
-        self.lam_v = np.r_[lam[ch.family_of], 0.0]
-        self.tau = np.r_[ch.tau(), 0.0]
-        self.lam_f = lam
-        self.Lf = ch.family_tokens()  # (M, F)
-        # q(s): sum lam c^2 - 2 sum lam L_f tau c + sum_f lam_f L_f^2 |tau_f|^2
-        c = self.val.astype(np.float64)
-        tau2 = np.bincount(ch.family_of, weights=self.tau[:-1] ** 2, minlength=nf)
-        lf_slot = np.take_along_axis(
-            np.c_[self.Lf, np.zeros(m)], self.fam[self.idx], axis=1
-        )  # L_{s,f} of each slot's family
-        self.q = (self.lam_v[self.idx] * (c * c - 2.0 * lf_slot * self.tau[self.idx] * c)).sum(
-            1
-        ) + (self.Lf**2 * tau2[None, :]) @ lam
-        self.T = np.zeros(v + 1)
-        self.S = np.zeros(nf + 1)
-        self.used = np.zeros(m, dtype=bool)
-        self.group, self.left = _groups(groups, m, spacing)  # left: copies not placed yet
-        self.spacing = spacing
-        if self.group is not None:
-            self.last = np.full(self.left.size, -(1 << 62), dtype=np.int64)
-
-    def error(self) -> tuple[np.ndarray, np.ndarray]:
-        e = self.T - self.tau * self.S[self.fam]
-        e[-1] = 0.0
-        ef = np.bincount(self.fam[:-1], weights=self.tau[:-1] * e[:-1], minlength=self.S.size - 1)
-        return e, ef
-
-    def scores(self, cand: np.ndarray, step: int) -> tuple[np.ndarray, bool]:
-        """Each candidate's score, and whether all were refused (then: minus the wait)."""
-        e, ef = self.error()
-        le = self.lam_v * e
-        s = 2.0 * (self.val[cand] * le[self.idx[cand]]).sum(1)
-        s += self.q[cand] - 2.0 * (self.Lf[cand] @ (self.lam_f * ef))
-        if self.group is not None:
-            g = self.group[cand]
-            wait = step - self.last[g]
-            # A group's copies left share the steps left: ask for `spacing` of that gap.
-            refused = wait < self.spacing * (self.m - step) / self.left[g]
-            if refused.all():
-                return -wait.astype(np.float64), True  # the longest wait wins
-            s[refused] = np.inf
-        return s, False
-
-    def place(self, r: int, step: int) -> None:
-        self.used[r] = True
-        self.T[self.idx[r]] += self.val[r]
-        self.T[-1] = 0.0
-        self.S[:-1] += self.Lf[r]
-        if self.group is not None:
-            self.last[self.group[r]] = step
-            self.left[self.group[r]] -= 1
-
-
-def greedy_exact(
-    ch: Characteristics,
-    *,
-    weights: Sequence[float] | Mapping[str, float] | None = None,
-    groups: np.ndarray | None = None,
-    spacing: float = 1.0,
-) -> np.ndarray:
-    """The exact greedy: every step scores every unplaced record (O(M) per step; for
-    checking the bucketed greedy on small inputs). Ties go to the lowest record."""
-    lam = _check_weights(ch, weights)
-    st = _State(ch, lam, groups, spacing)
-    out = np.empty(st.m, dtype=np.int64)
-    for step in range(st.m):
-        cand = np.flatnonzero(~st.used)
-        r = int(cand[int(np.argmin(st.scores(cand, step)[0]))])
-        st.place(r, step)
-        out[step] = r
-    return out
-
-
-def _ranked(ch: Characteristics, f: int, rank: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per record, the characteristic of family f with the ``rank``-th most of its tokens
-    (0: the dominant one; -1: none) and its share of the record's tokens of f."""
-    in_f = (ch.idx >= 0) & (ch.family_of[np.maximum(ch.idx, 0)] == f)
-    tok = np.where(in_f, ch.val, -1.0)
-    order = np.argsort(-tok, axis=1, kind="stable")
-    rows = np.arange(ch.num_records)
-    if rank >= tok.shape[1]:
-        return np.full(ch.num_records, -1, dtype=np.int64), np.zeros(ch.num_records)
-    j = order[:, rank]
-    has = tok[rows, j] > 0
-    total = np.maximum(np.where(in_f, ch.val, 0.0).sum(1), 1e-300)
-    dom = np.where(has, ch.idx[rows, j].astype(np.int64), -1)
-    return dom, np.where(has, tok[rows, j] / total, 0.0)
-
-
-_MAX_COMBOS = 1024
-
-
-def greedy_order(
-    ch: Characteristics,
-    *,
-    weights: Sequence[float] | Mapping[str, float] | None = None,
-    seed: int = 0,
-    k: int = 32,
-    h: int = 32,
-    classes: int = 16,
-    second: bool = True,
-    groups: np.ndarray | None = None,
-    spacing: float = 1.0,
-    progress: Callable[[int, int], None] | None = None,
-) -> np.ndarray:
-    """The bucketed greedy (module docstring): the order of the records as a permutation
-    of ``range(M)``. Per step, the ``k`` most-behind characteristics of every family are
-    combined into at most k^F classes and the first ``h`` records of each live one are
-    scored exactly; ``groups`` (one id per record) spaces copies of one text."""
-    lam = _check_weights(ch, weights)
-    if k < 1 or h < 1:
-        raise InputError(f"k and h must be >= 1, got k={k}, h={h}")
-    st = _State(ch, lam, groups, spacing)
-    m = st.m
-    out = np.empty(m, dtype=np.int64)
-    if m == 0:
-        return out
-    nf = len(ch.families)
-    fam_lo = np.r_[0, np.cumsum(np.bincount(ch.family_of, minlength=nf))].astype(np.int64)
-    # Class key parts: per family its dominant characteristic and, where records mix
-    # documents of the family, its second one (code card_f: none).
-    parts = []  # (family, ranked characteristic per record, mean share of that rank)
-    for f in range(nf):
-        for rank in range(1 + int(second)):
-            d, share = _ranked(ch, f, rank)
-            if rank and not (d >= 0).any():
-                continue
-            parts.append((f, d, float(share[d >= 0].mean()) if (d >= 0).any() else 0.0))
-    cards = np.array([fam_lo[f + 1] - fam_lo[f] + 1 for f, _, _ in parts], dtype=np.int64)
-    if float(np.prod(cards.astype(np.float64))) >= 2.0**62:
-        raise InputError("families: too many characteristic combinations to index")
-    radix = np.cumprod(np.r_[1, cards[:-1]]).astype(np.int64)
-    key = np.zeros(m, dtype=np.int64)
-    for p, (f, d, _) in enumerate(parts):
-        key += np.where(d >= 0, d - fam_lo[f], cards[p] - 1) * radix[p]
-    perm = np.random.default_rng(seed).permutation(m)
-    members = perm[np.argsort(key[perm], kind="stable")]  # by class, random inside
-    class_keys, start = np.unique(key[members], return_index=True)
-    end = np.r_[start[1:], m].astype(np.int64)
-    start = start.astype(np.int64)
-    # Fewer values of a second characteristic: it carries less of a record's tokens.
-    kk = [int(min(k if rank == 0 else max(1, k // 4), c - 1))
-          for (rank, c) in zip([0 if p == 0 or parts[p - 1][0] != parts[p][0] else 1
-                                for p in range(len(parts))], cards, strict=True)]  # fmt: skip
-    arange_h = np.arange(h)
-    report_every = max(1, m // 100)
-    for step in range(m):
-        e, _ = st.error()
-        combo = np.zeros(1, dtype=np.int64)
-        est = np.zeros(1)
-        for p, (f, _, weight) in enumerate(parts):
-            seg = e[fam_lo[f] : fam_lo[f + 1]]
-            n = kk[p]
-            top = np.argpartition(seg, n - 1)[:n] if n < seg.size else np.arange(seg.size)
-            term = np.append(seg[top], 0.0)
-            top = np.append(top, cards[p] - 1)  # records without such a characteristic
-            combo = (combo[:, None] + (top * radix[p])[None, :]).ravel()
-            est = (est[:, None] + (lam[f] * weight) * term[None, :]).ravel()
-            if combo.size > _MAX_COMBOS:  # many parts: the best partial sums
-                keep = np.argpartition(est, _MAX_COMBOS - 1)[:_MAX_COMBOS]
-                combo, est = combo[keep], est[keep]
-        cls = np.minimum(np.searchsorted(class_keys, combo), class_keys.size - 1)
-        found = (class_keys[cls] == combo) & (end[cls] > start[cls])
-        cls, est = cls[found], est[found]
-        if cls.size > classes:  # the most promising live classes by their dominant terms
-            cls = cls[np.argpartition(est, classes - 1)[:classes]]
-        r = -1
-        for attempt in range(2):
-            if attempt == 1:  # nothing live among the combinations: every live class
-                cls = np.flatnonzero(end > start)
-            pos = start[cls][:, None] + arange_h[None, :]
-            ok = pos < end[cls][:, None]
-            slot = np.minimum(pos, m - 1)[ok]
-            cand = members[slot]
-            if cand.size:
-                sc, refused = st.scores(cand, step)
-                if not refused or attempt == 1:
-                    j = int(np.argmin(sc))
-                    r, where = int(cand[j]), int(slot[j])
-                    break
-        c = int(np.searchsorted(class_keys, key[r]))
-        head = int(start[c])
-        members[where], members[head] = members[head], members[where]
-        start[c] = head + 1
-        st.place(r, step)
-        out[step] = r
-        if progress is not None and (step + 1) % report_every == 0:
-            progress(step + 1, m)
-    return out
-
-
-def block_shuffle(order: np.ndarray, batch_size: int, *, seed: int = 0) -> np.ndarray:
-    """``greedy_block``: the order cut into global batches of ``batch_size`` records and
-    the whole batches shuffled (seeded); a last partial batch stays last."""
-    if batch_size < 1:
-        raise InputError(f"batch_size: must be >= 1, got {batch_size}")
-    order = np.asarray(order)
-    nb = order.size // batch_size
-    full = order[: nb * batch_size].reshape(nb, batch_size)
-    perm = np.random.default_rng([seed, 0x626C6B]).permutation(nb)
-    return np.concatenate([full[perm].ravel(), order[nb * batch_size :]]).astype(np.int64)
+    rec, doc, ln = np.concatenate(recs), np.concatenate(docs), np.concatenate(lens)
+    if limit is not None and limit < rec_base:
+        keep = rec < limit
+        rec, doc, ln, rec_base = rec[keep], doc[keep], ln[keep], max(0, int(limit))
+    return from_segments(rec, doc, ln, rec_base, fams)
 
 
 # ---------------------------------------------------------------- measurements
@@ -554,7 +340,8 @@ def recipe_report(
       is below every random permutation's at every checkpoint;
     - ``batches``: per-batch error (``batch_errors``): the order's worst (largest) batch,
       the random permutations' best (smallest) batch and mean batch; ``worst_beats_best``:
-      whether the order's worst batch is more diverse than the best random batch."""
+      whether the order's worst batch is more diverse than the best random batch;
+      ``histogram``: the distribution of both on shared bins."""
     rng = np.random.default_rng(seed)
     m = ch.num_records
     bs = max(1, min(batch_size, m))
@@ -582,6 +369,7 @@ def recipe_report(
                 "max_ratio": float(np.max(mc[inner] / np.maximum(rc.min(0)[inner], 1e-300))),
             },
             "batches": {
+                "histogram": _histogram(mine_b[name], rb, len(rand_b)),
                 "order_worst": float(mine_b[name].max()),
                 "order_mean": float(mine_b[name].mean()),
                 "random_best": float(rb.min()),
@@ -590,6 +378,19 @@ def recipe_report(
             },
         }
     return out
+
+
+def _histogram(mine: np.ndarray, rand: np.ndarray, trials: int, bins: int = 30) -> dict:
+    """Per-batch errors of the order and of the random orders on shared bins (``edges``):
+    ``order``, the order's batches per bin; ``random``, the random orders' per bin divided
+    by ``trials`` (one random order's batches on average)."""
+    hi = float(max(mine.max(), rand.max()))
+    edges = np.linspace(0.0, hi if hi > 0 else 1.0, bins + 1)
+    return {
+        "edges": edges.tolist(),
+        "order": np.histogram(mine, edges)[0].tolist(),
+        "random": (np.histogram(rand, edges)[0] / max(1, trials)).tolist(),
+    }
 
 
 def min_copy_distance(groups: np.ndarray, order: np.ndarray) -> int:

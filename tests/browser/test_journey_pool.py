@@ -78,3 +78,24 @@ def test_it_builds_a_pool_in_the_browser_and_shows_its_quality_charts(
     for shuffle in ("exact", "grid", "local", "buffer"):
         assert shuffle in annotations
     screenshot("05-pool-quality")
+
+    # The diversity recipe's measurements of the pool's own order, recorded by the build:
+    # per family (the tokenized source, document-length bins), the pool order's cumulative
+    # characteristic error against random permutations and its worst batch, as measured.
+    rec = pool.params["recipe"]
+    assert set(rec["families"]) == {"_doc.source", "length"}  # a JSON column: keys unordered
+    assert rec["num_records"] == pool.num_records
+    for key, name in (("doc-source", "_doc.source"), ("length", "length")):
+        fam = rec["families"][name]
+        sec = page.locator(f"#recipe-{key}")
+        cum, b = fam["cumulative"], fam["batches"]
+        assert sec.locator(".recipe-max-ratio").inner_text() == f"{cum['max_ratio']:.3f}"
+        assert sec.locator(".recipe-order-worst").inner_text() == f"{b['order_worst']:.4f}"
+        assert sec.locator(".recipe-random-best").inner_text() == f"{b['random_best']:.4f}"
+        first = sec.locator("table tr").nth(1).locator("td").all_inner_texts()
+        lo = cum["random_min"][0]
+        assert first == [f"{rec['position'][0]:,}", f"{cum['order'][0]:.1f}", f"{lo:.1f}",
+                         f"{cum['random_mean'][0]:.1f}", f"{cum['order'][0] / lo:.3f}"]  # fmt: skip
+        said = "below every random permutation's at every checkpoint"
+        verdict = sec.locator(".recipe-verdict").inner_text()
+        assert (f"not {said}" not in verdict) == cum["below_all"]

@@ -1,5 +1,5 @@
 """The diversity recipe on token counts: characteristic vectors from a real pool's
-segments, the objective, the bucketed greedy against the exact one, ``greedy_block``,
+segments, the objective, the windowed greedy against the exact one and its compiled and numpy paths, ``greedy_block``,
 duplicate spacing and the recipe's measurements."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import pytest
 
 from shardcore import order, pack
 from shardcore.errors import InputError
-from shardcore.order import recipe
+from shardcore.order import greedy, recipe
 from shardcore.pool import PoolReader
 from tests.unit import mix_fixtures
 
@@ -66,7 +66,7 @@ def _synthetic(num_docs: int, seed: int = 0):
 def test_score_is_the_recipe_objective():
     ch, *_ = _synthetic(300, seed=1)
     lam = np.array([1.0, 0.3])
-    st = recipe._State(ch, lam, None, 0.5)
+    st = greedy._State(ch, lam, None, 0.5)
     for step, r in enumerate(np.random.default_rng(2).permutation(ch.num_records)[:40]):
         st.place(int(r), step)
     dense = np.zeros((ch.num_records, ch.num_characteristics))
@@ -89,33 +89,47 @@ def test_score_is_the_recipe_objective():
     assert np.ptp(want - got) < 1e-6 * np.ptp(want)
 
 
-def test_bucketed_greedy_against_the_exact_one_on_ten_thousand_records():
+def test_windowed_greedy_against_the_exact_one_on_ten_thousand_records():
     ch, *_ = _synthetic(9_500)
     m = ch.num_records
     assert 9_000 <= m <= 11_000
-    exact = recipe.greedy_exact(ch)
-    fast = recipe.greedy_order(ch, seed=0)
+    exact = greedy.greedy_exact(ch)
+    fast = greedy.greedy_order(ch, seed=0)
     assert np.array_equal(np.sort(fast), np.arange(m))
-    sizes = [2, 4, 8, 16, 32, 64, 128, 256, 1024]
+    sizes = [2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
     ex = recipe.window_deviation(ch, exact, sizes)
     fa = recipe.window_deviation(ch, fast, sizes)
     rnd = recipe.window_deviation(ch, np.random.default_rng(0).permutation(m), sizes)
-    ex99 = recipe.window_deviation(ch, exact, sizes, quantile=0.99)
-    fa99 = recipe.window_deviation(ch, fast, sizes, quantile=0.99)
     for fam in ch.families:
-        # Per window size, the max (and 99th percentile) over windows of the bucketed
-        # greedy against the exact greedy's: within 1.1x on average over the sizes and
-        # 1.25x at any one size (measured: up to 1.18x for a single size, the max being
-        # one window of ~10^4; 1.1x does not hold at every size).
-        for mine, theirs in ((fa, ex), (fa99, ex99)):
-            ratio = np.asarray(mine[fam]) / np.asarray(theirs[fam])
-            assert ratio.max() <= 1.25, (fam, ratio)
-            assert np.exp(np.log(ratio).mean()) <= 1.1, (fam, ratio)
+        # Per window size, the max over windows of the windowed greedy against the exact
+        # greedy's: measured 0.79-1.16x at seed 0 (0.79-1.37x over seeds 0-4, geometric
+        # mean over sizes 0.96-1.02x). 1.1x is not held at every size: one window decides
+        # the max, and the exact greedy with 99% of the records as candidates already
+        # reaches 1.15x at some size.
+        ratio = np.asarray(fa[fam]) / np.asarray(ex[fam])
+        assert ratio.max() <= 1.2, (fam, ratio)
+        assert np.exp(np.log(ratio).mean()) <= 1.05, (fam, ratio)
         # Both far from a random order's (which is 1.5x-30x the exact greedy's here).
         assert (np.asarray(rnd[fam][1:]) > 1.4 * np.asarray(fa[fam][1:])).all(), fam
     rep = recipe.recipe_report(ch, fast, batch_size=128, trials=4, checkpoints=10)
     for fam in rep["families"].values():
         assert fam["cumulative"]["below_all"], fam["cumulative"]
+    # A window of every record is the exact greedy's candidate set: the same quality.
+    full = greedy.greedy_order(ch, seed=3, window=m, behind=0)
+    fw = recipe.window_deviation(ch, full, sizes)
+    for fam in ch.families:
+        assert np.allclose(fw[fam], ex[fam], rtol=1e-9), fam
+
+
+def test_compiled_and_numpy_windowed_greedy_are_the_same_order():
+    ch, *_ = _synthetic(1_200, seed=5)
+    m = ch.num_records
+    groups = np.random.default_rng(1).integers(0, m // 3, m)
+    for kw in ({}, {"groups": groups, "spacing": 0.5}, {"weights": [1.0, 0.25], "behind": 0}):
+        c = greedy.greedy_order(ch, seed=2, window=64, **kw)
+        n = greedy.greedy_order(ch, seed=2, window=64, compiled=False, **kw)
+        assert np.array_equal(c, n), kw
+        assert np.array_equal(np.sort(c), np.arange(m))
 
 
 def test_greedy_block_shuffles_whole_batches():
@@ -124,10 +138,10 @@ def test_greedy_block_shuffles_whole_batches():
     perm = order.get_ordering("greedy_block")(fams, seed=5, batch_size=100)
     assert np.array_equal(np.sort(perm), np.arange(1000))
     ch = recipe.from_labels(fams)
-    greedy = recipe.greedy_order(ch, seed=5)
-    blocks = {tuple(sorted(greedy[i : i + 100].tolist())) for i in range(0, 1000, 100)}
+    base = greedy.greedy_order(ch, seed=5)
+    blocks = {tuple(sorted(base[i : i + 100].tolist())) for i in range(0, 1000, 100)}
     assert {tuple(sorted(perm[i : i + 100].tolist())) for i in range(0, 1000, 100)} == blocks
-    assert not np.array_equal(perm, greedy)
+    assert not np.array_equal(perm, base)
     again = order.get_ordering("greedy_block")(fams, seed=5, batch_size=100)
     assert np.array_equal(perm, again)
 
@@ -139,11 +153,11 @@ def test_copies_are_spaced_apart_further_than_random():
     lang = np.tile(rng.integers(0, 5, n), epochs)
     groups = np.tile(np.arange(n), epochs)
     ch = recipe.from_labels({"lang": lang})
-    spaced = recipe.greedy_order(ch, seed=0, groups=groups)
+    spaced = greedy.greedy_order(ch, seed=0, groups=groups)
     assert np.array_equal(np.sort(spaced), np.arange(n * epochs))
     d = recipe.min_copy_distance(groups, spaced)
     rand = max(recipe.min_copy_distance(groups, rng.permutation(n * epochs)) for _ in range(20))
-    plain = recipe.min_copy_distance(groups, recipe.greedy_order(ch, seed=0))
+    plain = recipe.min_copy_distance(groups, greedy.greedy_order(ch, seed=0))
     assert d > 5 * max(rand, plain, 1), (d, rand, plain)
 
     # Copies closer than a tenth of an epoch: about 10% of a random order's, under 1% here.
@@ -156,8 +170,7 @@ def test_copies_are_spaced_apart_further_than_random():
 
 def test_recipe_report_on_a_real_pool(pools):
     ch = recipe.pool_characteristics([pools["middle"]], by=["package"], length_bins_count=10)
-    greedy = recipe.greedy_order(ch)
-    rep = recipe.recipe_report(ch, greedy, batch_size=16, trials=4, checkpoints=5)
+    rep = recipe.recipe_report(ch, greedy.greedy_order(ch), batch_size=16, trials=4, checkpoints=5)
     assert set(rep["families"]) == {"package", "length"}
     for fam in rep["families"].values():
         c = fam["cumulative"]
@@ -170,11 +183,11 @@ def test_recipe_report_on_a_real_pool(pools):
 def test_bad_input_is_named():
     ch = recipe.from_labels({"a": np.arange(10) % 3})
     with pytest.raises(InputError, match="weights"):
-        recipe.greedy_order(ch, weights=[1.0, 2.0])
+        greedy.greedy_order(ch, weights=[1.0, 2.0])
     with pytest.raises(InputError, match="groups"):
-        recipe.greedy_order(ch, groups=np.arange(3))
+        greedy.greedy_order(ch, groups=np.arange(3))
     with pytest.raises(InputError, match="batch_size"):
-        recipe.block_shuffle(np.arange(10), 0)
+        greedy.block_shuffle(np.arange(10), 0)
 
 
 def test_quality_recipe_on_a_pool_and_a_greedy_block_mixture(pools, tmp_path, capsys):
@@ -207,3 +220,25 @@ def test_quality_recipe_on_a_pool_and_a_greedy_block_mixture(pools, tmp_path, ca
     assert (np.asarray(c["order"][:-1]) < np.asarray(c["random_mean"][:-1])).all(), c
     assert main(["quality", str(out), "--by", "nope", "--recipe"]) != 0
     assert "unknown property 'nope'" in capsys.readouterr().err
+
+
+def test_document_columns_read_only_what_is_asked(pools):
+    reader = PoolReader(pools["middle"])
+    n, cols = recipe.document_columns(reader, ["package", "_doc.n_tokens"])
+    assert n == reader.documents.num_rows
+    assert np.array_equal(cols["package"], reader.document_values("package"))
+    assert np.array_equal(cols["_doc.n_tokens"], reader.documents.column("n_tokens").to_numpy())
+    assert recipe.document_columns(pools["middle"], []) == (n, {})
+    with pytest.raises(InputError, match="unknown property 'nope'"):
+        recipe.document_columns(reader, ["nope"])
+
+
+def test_characteristics_of_a_pools_first_records(pools):
+    reader = PoolReader(pools["middle"])
+    whole = recipe.pool_characteristics([reader], by=["package"], length_bins_count=10)
+    n = reader.num_records // 3
+    first = recipe.pool_characteristics([reader], by=["package"], length_bins_count=10, limit=n)
+    assert first.num_records == n
+    assert first.names == whole.names
+    assert np.array_equal(first.idx, whole.idx[:n, : first.idx.shape[1]])
+    assert np.array_equal(first.val, whole.val[:n, : first.val.shape[1]])

@@ -19,7 +19,7 @@ from webapp.catalog.errors import CatalogError
 from webapp.catalog.models import ArtifactStatus
 from webapp.catalog.selectors import NotFound
 from webapp.catalog.services.runs import run_mixture_proposal, run_resume_position
-from webapp.dashboard import charts
+from webapp.dashboard import charts, recipe_charts
 from webapp.jobs import selectors as jobs
 from webapp.jobs.models import Job, UnitState
 from webapp.links import page_url
@@ -399,6 +399,7 @@ def pool_detail(*, pool_id: int, by: str = "") -> dict:
         else charts.position_heatmap([], [], []),
         "comparison_figure": charts.shuffle_comparison(quality.get("comparison") or {}),
         "training_figure": _training_figure(detail["training"]),
+        "recipe": recipe_charts.recipe_view((detail["pool"].params or {}).get("recipe")),
     }
 
 
@@ -506,6 +507,7 @@ def mixture_version_detail(*, version_id: int, by: str = "") -> dict:
         "heatmap_figure": composition,
         "deviation_figure": charts.window_deviation(quality.get("curve") or {}),
         "lineage_figure": lineage_figure(detail["lineage"]),
+        "recipe": recipe_charts.recipe_view((version.params or {}).get("recipe")),
     }
 
 

@@ -42,6 +42,7 @@ from webapp.catalog.services.common import (
 )
 from webapp.catalog.services.flags import taint_refresh
 from webapp.catalog.services.launch import launch
+from webapp.catalog.services.recipe import recipe_measure
 from webapp.jobs.models import Job
 from webapp.jobs.services import job_retry
 
@@ -330,6 +331,7 @@ def mixture_version_record(*, job, manifest: dict | None) -> None:
             for pool in dict.fromkeys(c.pool for c in comps)
         ],
         "quality": schedule_quality(path=version.path),
+        "recipe": recipe_measure(path=version.path),
     }  # fmt: skip
     version.fingerprint = manifest["fingerprint"]
     version.manifest_path = storage.join(version.path, MANIFEST_NAME)

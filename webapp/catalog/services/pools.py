@@ -34,6 +34,7 @@ from webapp.catalog.services.common import (
 )
 from webapp.catalog.services.flags import taint_refresh
 from webapp.catalog.services.launch import launch
+from webapp.catalog.services.recipe import recipe_measure
 from webapp.jobs.models import ACTIVE_JOB_STATES, Job
 
 
@@ -219,7 +220,8 @@ def pool_record(*, job, manifest: dict | None) -> None:
         pool.name = f"{pool.name}-{pool.pk}"
     # Part of the build, for every pool (on its first records, a bounded cost): the page's
     # default report, before the row is frozen READY.
-    pool.params = {**(pool.params or {}), "quality": pool_quality_measure(pool=pool)}
+    pool.params = {**(pool.params or {}), "quality": pool_quality_measure(pool=pool),
+                   "recipe": recipe_measure(path=pool.path)}  # fmt: skip
     _pool_fill(pool, manifest)
     if manifest.get("val"):
         val_path = storage.join(pool.path, manifest["val"]["path"])
@@ -229,7 +231,7 @@ def pool_record(*, job, manifest: dict | None) -> None:
             train_pool=pool,
             filter=pool.filter,
             seq_len=pool.seq_len,
-            params={k: v for k, v in (pool.params or {}).items() if k != "quality"},
+            params={k: v for k, v in (pool.params or {}).items() if k not in ("quality", "recipe")},
             path=val_path,
             job=job,
             created_by=pool.created_by,

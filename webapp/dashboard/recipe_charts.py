@@ -1,0 +1,125 @@
+"""The diversity recipe's charts and table rows (pure functions, like ``charts``): from a
+``recipe_report`` dict recorded by a build (``webapp.catalog.services.recipe``), per
+characteristic family, the cumulative characteristic error over training of the order
+against random permutations of the same records, and the distribution of per-batch
+error (the order's worst batch against the best and the mean batch of random orders)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from webapp.dashboard.charts import PALETTE, _empty, _layout
+
+FAMILY_NAMES = {
+    "length": "document length (quantile bins)",
+    "pool": "pool",
+    "_doc.source": "tokenized source",
+}
+
+
+def family_title(name: str) -> str:
+    return FAMILY_NAMES.get(name, name)
+
+
+def cumulative_error(position, fam: Mapping, *, title: str, trials: int) -> dict:
+    """Lines over records placed: the order's error ||T - tau S|| (tokens) and the lowest
+    and mean over ``trials`` random permutations at each checkpoint."""
+    cum = fam.get("cumulative") or {}
+    if not position or not cum.get("order"):
+        return _empty(title, "no recipe measurement yet")
+    lines = [
+        ("this order", cum["order"], PALETTE[0], "solid"),
+        (f"random, lowest of {trials}", cum["random_min"], PALETTE[1], "dash"),
+        (f"random, mean of {trials}", cum["random_mean"], PALETTE[7], "dot"),
+    ]
+    data = [
+        {"type": "scatter", "mode": "lines+markers", "name": name, "x": list(position),
+         "y": [round(float(v), 3) for v in ys], "line": {"color": colour, "dash": dash},
+         "hovertemplate": f"{name}<br>records %{{x:,}}: %{{y:,.1f}} tokens<extra></extra>"}
+        for name, ys, colour, dash in lines
+    ]  # fmt: skip
+    layout = _layout(
+        title,
+        xaxis={"title": {"text": "records trained on"}},
+        yaxis={"title": {"text": "cumulative error (tokens)"}, "rangemode": "tozero"},
+    )
+    return {"data": data, "layout": layout}
+
+
+def batch_distribution(fam: Mapping, *, title: str, batch_size: int) -> dict:
+    """Bars of per-batch error on shared bins: the order's batches and one random order's
+    (the mean over the random orders), with the order's worst and random's best batch
+    as vertical lines."""
+    b = fam.get("batches") or {}
+    hist = b.get("histogram") or {}
+    if not hist.get("edges"):
+        return _empty(title, "no recipe measurement yet")
+    edges = hist["edges"]
+    mids = [round((a + c) / 2, 6) for a, c in zip(edges, edges[1:], strict=False)]
+    data = [
+        {"type": "bar", "name": "this order", "x": mids, "y": list(hist["order"]),
+         "marker": {"color": PALETTE[0]}, "opacity": 0.75},
+        {"type": "bar", "name": "random (one order, mean)", "x": mids,
+         "y": [round(float(v), 3) for v in hist["random"]],
+         "marker": {"color": PALETTE[1]}, "opacity": 0.6},
+    ]  # fmt: skip
+    shapes, notes = [], []
+    for x, label, colour in ((b["order_worst"], "worst batch of this order", PALETTE[0]),
+                             (b["random_best"], "best random batch", PALETTE[1])):  # fmt: skip
+        shapes.append({"type": "line", "yref": "paper", "y0": 0, "y1": 1, "x0": x, "x1": x,
+                       "line": {"color": colour, "dash": "dash", "width": 1}})  # fmt: skip
+        notes.append({"x": x, "y": 1, "yref": "paper", "text": label, "showarrow": False,
+                      "xanchor": "left", "yanchor": "bottom",
+                      "font": {"size": 10, "color": colour}})  # fmt: skip
+    layout = _layout(
+        title,
+        barmode="overlay",
+        xaxis={
+            "title": {
+                "text": f"batch error (distance of a {batch_size}-record batch's shares from the whole's)"
+            }
+        },
+        yaxis={"title": {"text": "batches"}},
+        shapes=shapes,
+        annotations=notes,
+    )
+    return {"data": data, "layout": layout}
+
+
+def recipe_view(report: Mapping | None) -> dict:
+    """What the page shows of a recorded recipe report: ``error`` or ``families``, one
+    entry per family with its table rows, verdicts and both figures."""
+    if not report:
+        return {"missing": True}
+    if report.get("error"):
+        return {"error": report["error"]}
+    position = report.get("position") or []
+    trials = int(report.get("trials") or 0)
+    bs = int(report.get("batch_size") or 0)
+    fams = []
+    for name, fam in (report.get("families") or {}).items():
+        title = family_title(name)
+        cum, b = fam["cumulative"], fam["batches"]
+        rows = [
+            {"position": p, "order": o, "random_min": lo, "random_mean": mean,
+             "ratio": (o / lo) if lo else None}
+            for p, o, lo, mean in zip(position, cum["order"], cum["random_min"],
+                                      cum["random_mean"], strict=True)
+        ]  # fmt: skip
+        fams.append({
+            "key": name.replace(".", "-").replace("_", ""),
+            "name": name,
+            "title": title,
+            "rows": rows[:-1],  # the last checkpoint is every record: every order is at 0
+            "below_all": cum["below_all"],
+            "max_ratio": cum["max_ratio"],
+            "batches": b,
+            "cumulative_figure": cumulative_error(
+                position, fam, title=f"Cumulative error, {title}", trials=trials
+            ),
+            "batch_figure": batch_distribution(
+                fam, title=f"Per-batch error, {title}", batch_size=bs
+            ),
+        })  # fmt: skip
+    return {"families": fams, "records": report.get("num_records"), "batch_size": bs,
+            "trials": trials}  # fmt: skip
