@@ -20,6 +20,12 @@ for, with our order in them:
   count. Megatron's blend is ``sum(ceil(train_samples * w))`` long (>= train_samples): the rows
   past ``train_samples``, which training never reads, repeat the first ones.
 
+The per-sample work runs in chunks of samples (``shardcore.megatron_stream``): the stage
+lists are counted in one pass over the schedule, the index files written by ranges, in
+memory bounded by a chunk and the number of prefixes. A stage listing more prefixes than
+megatron-core's int16 blend index holds is refused before anything is written, with the
+shard size that fits (``check_prefixes``).
+
 Multi-stage mixtures get one data-args file per stage. Stage k's file lists every shard read
 by samples ``[0, end_k)`` and is run with ``--train-samples end_k``, so its cache covers every
 sample up to the end of the stage (a run resumed from the previous stage's checkpoint, at any
