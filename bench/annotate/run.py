@@ -51,7 +51,7 @@ def annotators(args, tmp: Path) -> list[dict]:
     chars = sum(map(len, texts))
     rows = []
     for name in names():
-        if name not in ("quality", "pii", "lang_id", "minhash"):
+        if name not in ("quality", "pii", "lang_id", "minhash", "topics"):
             continue
         t0, c0 = time.perf_counter(), time.process_time()
         m = annotate(tok, tmp / f"ann-{name}", name)

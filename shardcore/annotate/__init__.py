@@ -37,6 +37,7 @@ BUILTIN: dict[str, str] = {
     "pii": "shardcore.annotate.pii:PersonalData",
     "lang_id": "shardcore.annotate.lang:LanguageId",
     "minhash": "shardcore.annotate.dedup:NearDuplicates",
+    "topics": "shardcore.annotate.topics:TopicClusters",
 }
 
 
@@ -50,6 +51,9 @@ class Annotator:
     # True for annotators whose values depend on other documents (near-duplicates): the
     # artifact writer then calls ``annotate_corpus`` once instead of ``annotate`` per batch.
     corpus_level: ClassVar[bool] = False
+    # True when ``finish`` also describes the whole corpus (topic clusters' top terms and
+    # snippets): ``summary()`` is then written beside the columns as summary.json.
+    has_summary: ClassVar[bool] = False
 
     def __init__(self, **params: Any):
         unknown = sorted(set(params) - set(self.defaults))
@@ -72,6 +76,10 @@ class Annotator:
 
     def annotate(self, texts: list[str]) -> dict[str, Any]:
         raise NotImplementedError
+
+    def summary(self) -> dict[str, Any] | None:
+        """After ``finish``: what the annotation says about the whole corpus, or None."""
+        return None
 
     def describe(self) -> dict[str, Any]:
         """What enters the annotation's fingerprint and manifest."""

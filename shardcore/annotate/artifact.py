@@ -53,6 +53,8 @@ _COMPRESSION = "zstd"
 
 
 SUFFIX = ".parquet"
+# what a corpus-level annotator says about the whole corpus (``Annotator.summary``)
+SUMMARY = "summary.json"
 
 
 def _shard_prefix(prefix: str) -> str:
@@ -200,21 +202,37 @@ def finalize(
     p = plan(tokenized, annotator)
     if annotator.corpus_level:
         pending = [s for s in p["shards"] if not (out / _path(s)).exists()]
+        if annotator.has_summary and not (out / SUMMARY).exists():
+            pending = p["shards"]
         if pending:
             work = [out / _work_file(s["index"]) for s in p["shards"]]
             missing = [str(w) for w in work if not w.exists()]
             if missing:
                 raise ManifestError(f"{out}: unit not finished: {missing[0]}")
             per_shard = annotator.finish(work)
+            if annotator.has_summary:  # before the columns: a rerun sees it missing first
+                atomic.write_text(
+                    out / SUMMARY,
+                    json.dumps(annotator.summary(), indent=1, sort_keys=True, ensure_ascii=False),
+                )
             for s, cols in zip(p["shards"], per_shard, strict=True):
                 _write_parquet(
                     _table(annotator, s["first_doc_id"], cols, s["documents"]), out / _path(s)
                 )
+    commit(out, p, summary=annotator.has_summary)
+    if annotator.corpus_level:
+        shutil.rmtree(out / "work", ignore_errors=True)
+    return read_manifest(out)
+
+
+def commit(out: Path, p: dict[str, Any], *, summary: bool = False) -> None:
+    """Write the manifest of the annotation ``out`` of plan ``p`` (every shard's file
+    written): each file's size and checksum, the totals; the commit point."""
     files, total_bytes = [], 0
     for s in p["shards"]:
         path = out / _path(s)
         if not path.exists():
-            raise ManifestError(f"{out}: unit {s['index']} not finished ({s['path']} missing)")
+            raise ManifestError(f"{out}: unit {s['index']} not finished ({_path(s)} missing)")
         size = path.stat().st_size
         total_bytes += size
         files.append({"path": _path(s), "size": size, "xxh3": file_checksum(path)})
@@ -222,6 +240,10 @@ def finalize(
     for stale in (out / "shards").glob(".*.tmp"):
         stale.unlink(missing_ok=True)
     docs = sum(s["documents"] for s in p["shards"])
+    if summary:
+        size = (out / SUMMARY).stat().st_size
+        total_bytes += size
+        files.append({"path": SUMMARY, "size": size, "xxh3": file_checksum(out / SUMMARY)})
     manifest = {
         **p,
         "files": files,
@@ -232,9 +254,6 @@ def finalize(
         },
     }
     write_manifest(out, manifest)
-    if annotator.corpus_level:
-        shutil.rmtree(out / "work", ignore_errors=True)
-    return read_manifest(out)
 
 
 def annotate(
@@ -304,6 +323,15 @@ def _unit(
     return annotate_shard(
         tokenized, out, create(name, params), shard, batch_size=batch_size, text_from=text_from
     )
+
+
+def read_summary(path: str | os.PathLike) -> dict[str, Any] | None:
+    """The summary.json of a finished annotation (topic clusters' sizes, top terms and
+    snippets), or None when its annotator writes none."""
+    m = read_manifest(path)
+    if not any(f["path"] == SUMMARY for f in m.get("files", [])):
+        return None
+    return json.loads((Path(path) / SUMMARY).read_text())
 
 
 def read_annotation(path: str | os.PathLike, columns: list[str] | None = None) -> pa.Table:

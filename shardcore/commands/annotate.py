@@ -1,6 +1,8 @@
 """``shardyard annotate TOKENIZED --annotator NAME [--param k=v] --out DIR``: per-document
 columns computed from a tokenized source's text, written as an annotation artifact
-(shardcore.annotate.artifact); a rerun into the same directory completes a partial build."""
+(shardcore.annotate.artifact); a rerun into the same directory completes a partial build.
+Several tokenized sources with ``--annotator minhash``: near-duplicate clusters across
+them (shardcore.annotate.neardup), one annotation per source under ``DIR/sources/<i>``."""
 
 from __future__ import annotations
 
@@ -19,12 +21,17 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
         description="Write an annotation: one Parquet file per tokenized shard, aligned with "
         "its documents, read from the source files (or decoded tokens), manifest last.",
     )
-    p.add_argument("tokenized", metavar="TOKENIZED", help="tokenized source directory")
+    p.add_argument(
+        "tokenized",
+        metavar="TOKENIZED",
+        nargs="+",
+        help="tokenized source directory (several, in priority order, for minhash across them)",
+    )
     p.add_argument(
         "--annotator",
         required=True,
-        help="quality, pii, lang_id, minhash, or one registered under the entry-point group "
-        "shardyard.annotators (an unknown name lists them)",
+        help="quality, pii, lang_id, minhash, topics, or one registered under the entry-point "
+        "group shardyard.annotators (an unknown name lists them)",
     )
     p.add_argument(
         "--param", action="append", default=[], metavar="K=V", help="annotator parameter"
@@ -52,6 +59,8 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError("--batch-size must be at least 1")
     cls = registry.get(args.annotator)
     params = registry.parse_params(cls, args.param)
+    if len(args.tokenized) > 1:
+        return _group(args, params)
 
     def progress(r: dict) -> None:
         if not args.json:
@@ -59,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"shard {r['shard']}: {r['documents']:,} documents {state}", flush=True)
 
     m = annotate(
-        args.tokenized,
+        args.tokenized[0],
         args.out,
         args.annotator,
         params,
@@ -76,6 +85,29 @@ def run(args: argparse.Namespace) -> int:
         f"{args.out}: {m['annotator']['name']} v{m['annotator']['version']}, "
         f"{t['documents']:,} documents, {t['bytes']:,} bytes "
         f"({t['bytes_per_document']} bytes per document), fingerprint {m['fingerprint']}"
+    )
+    return 0
+
+
+def _group(args: argparse.Namespace, params: dict[str, Any]) -> int:
+    from shardcore.annotate.neardup import dedup_group
+
+    if args.annotator != "minhash":
+        raise CLIError(
+            f"--annotator {args.annotator} reads one tokenized source; only minhash "
+            f"clusters across several ({len(args.tokenized)} given)"
+        )
+    m = dedup_group(args.tokenized, args.out, params, workers=args.workers)
+    if args.json:
+        print(json.dumps(m, default=_plain))
+        return 0
+    t = m["totals"]
+    for s in m["sources"]:
+        print(f"{s['path']}: {s['documents']:,} documents -> {args.out}/{s['annotation']}")
+    print(
+        f"{args.out}: near-duplicates across {len(m['sources'])} sources, "
+        f"{t['documents']:,} documents, {t['clustered_documents']:,} in a duplicate "
+        f"cluster, fingerprint {m['fingerprint']}"
     )
     return 0
 

@@ -32,7 +32,9 @@ DEV_ONLY: dict[str, str] = {}
 # reached by the service, the workers or the command line.
 DEV_ONLY_IMPORTS = {
     "torch": "shardcore.loader's torch Dataset/DataLoader classes, built on first use by a "
-    "trainer's process (trainers install torch themselves)",
+    "trainer's process (trainers install torch themselves); the topics annotator's minilm "
+    "encoder (its model package comes with the dev extra; the default static one needs "
+    "no torch)",
     "megatron": "megatron-core's own cache-key code when installed; shardcore.megatron_cache "
     "and shardcore.blend fall back to their tested replicas without it",
 }

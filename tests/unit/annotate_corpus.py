@@ -57,3 +57,35 @@ def documents(per_language: int = 30, min_chars: int = 200) -> list[tuple[str, s
                 break
         docs += [(lang, t) for t in mine]
     return docs
+
+
+# Topic labels: the standard-library package a module belongs to (the Debian layout keeps
+# no tests inside these packages).
+PACKAGES = (
+    "asyncio", "email", "xml", "multiprocessing", "importlib", "lib2to3", "distutils",
+    "encodings", "unittest",
+)  # fmt: skip
+
+
+def stdlib_package_documents(
+    per_package: int = 60, chars: int = 1500, packages: tuple[str, ...] = PACKAGES
+) -> list[tuple[str, str]]:
+    """[(package, text)]: the first three ``chars``-character pieces of each module of
+    each stdlib package in ``packages`` (sorted by path), up to ``per_package`` per
+    package; pieces shorter than 300 characters are skipped."""
+    import sysconfig
+
+    root = Path(sysconfig.get_paths()["stdlib"])
+    docs: list[tuple[str, str]] = []
+    for pkg in packages:
+        mine: list[str] = []
+        for path in sorted((root / pkg).rglob("*.py")):
+            if "test" in path.relative_to(root).parts[1:-1]:
+                continue
+            text = path.read_text(encoding="utf-8", errors="replace")
+            pieces = [text[i : i + chars] for i in range(0, len(text), chars)]
+            mine += [t for t in pieces if len(t) >= 300][:3]
+            if len(mine) >= per_package:
+                break
+        docs += [(pkg, t) for t in mine[:per_package]]
+    return docs

@@ -1,0 +1,395 @@
+"""Near-duplicates across several tokenized sources, as units on the job engine
+(``shardcore.units``: stage ``annotate.neardup``), within a memory budget.
+
+The user chooses the sources, in order; the result is one ``minhash`` annotation per source
+(``<out>/sources/<i>``, each a complete annotation artifact: ``read_annotation`` reads it,
+a pool joins it), whose clusters span the sources. Documents are numbered globally: source
+i's document d is ``offset[i] + d`` (the sources' document counts summed in order), so
+``dup_cluster`` is the smallest global number of the cluster and ``dup_rank = 0`` keeps the
+copy of the earliest source (the user's order is the priority), then the lowest doc_id.
+With one source the columns equal the ``minhash`` annotator's (tested).
+
+Phases (each unit writes its files under temporary names renamed into place; a unit that
+finished is never run again, a killed one reruns to the same bytes):
+
+1. ``sig-<i>-<j>``, one per (source, tokenized shard): the shard's MinHash signatures and
+   exact hashes (``NearDuplicates.signatures``) into ``_work/sig/<i>-<j>.npy`` and
+   ``.exact.npy``, and its bucket keys, split by partition: for every band b its band key
+   (the band's r values folded, mixed with b), and the exact hash as one more band, each a
+   (key, band, global document) row in ``_work/keys/<i>-<j>/p<p>.npy`` for
+   ``p = key mod partitions``.
+2. ``bucket-<p>``, one per partition: every signature unit's rows of partition p, sorted
+   by (band, key, document); documents sharing a (band, key) are candidates, each joined to
+   the first of its run when their signatures agree on at least ``threshold`` of the
+   permutations (exact-hash rows are joined without the check). Edges to
+   ``_work/pairs/p<p>.npy``.
+3. ``clusters``: every edge, connected components (scipy) over all documents; each
+   document's cluster, cluster size and rank to ``_work/clusters.npy`` (3 x int64 per
+   document).
+4. ``write-<i>-<j>``, one per (source, shard): that shard's slice of the clusters as the
+   annotation's Parquet file; ``finalize`` writes each source's manifest, then the group's
+   manifest (kind ``annotation_group``, naming the sources and their annotations), and
+   removes ``_work``.
+
+Memory: ``partitions`` is chosen so that one bucket unit, whose rows are 24 bytes per
+document per band (bands + 1 with the exact hash) and whose sort takes about 4 times its
+rows, stays within ``memory_mb``: ``ceil(4 * 24 * N * (bands + 1) / budget)``. The
+clusters unit holds the edges (16 bytes each, at most one per candidate pair verified),
+scipy's graph of them and 24 bytes per document of results. How this reaches 10^9 documents:
+bench/annotate/README.md.
+
+The API a job engine calls: ``plan_group(sources, out, params)`` gives a ``units.Plan``;
+``units.run_unit(plan, unit_id)`` for every unit, phase by phase; ``units.finalize(plan)``
+(or ``units.run_local(plan)`` for all of it); ``annotation_paths(out)`` lists the per-source
+annotations of a finished group.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from shardcore import atomic, units
+from shardcore.annotate.artifact import _path, _table, _write_parquet, commit
+from shardcore.annotate.artifact import plan as annotation_plan
+from shardcore.annotate.dedup import NearDuplicates, _components, band_keys
+from shardcore.annotate.texts import shard_texts
+from shardcore.errors import InputError
+from shardcore.manifest import fingerprint, read_manifest, write_manifest
+
+STAGE = "annotate.neardup"
+KIND = "annotation_group"
+WORK = "_work"
+ROW = np.dtype([("key", "<u8"), ("band", "<u8"), ("doc", "<u8")])  # 24 bytes
+_C1, _C2 = np.uint64(0xFF51AFD7ED558CCD), np.uint64(0xC4CEB9FE1A85EC53)
+_BAND = np.uint64(0x9E3779B97F4A7C15)
+
+
+class GroupNearDuplicates(NearDuplicates):
+    """The ``minhash`` annotator over a group of sources: its fingerprint names them all
+    (the clusters of one depend on the others)."""
+
+    def __init__(self, group: list[str], **params: Any):
+        super().__init__(**params)
+        self.group = list(group)
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "group": self.group}
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """murmur3's 64-bit finalizer: keys spread evenly over the partitions."""
+    x = x.copy()
+    with np.errstate(over="ignore"):
+        x ^= x >> np.uint64(33)
+        x *= _C1
+        x ^= x >> np.uint64(33)
+        x *= _C2
+        x ^= x >> np.uint64(33)
+    return x
+
+
+def _sources(paths: list[str]) -> list[dict[str, Any]]:
+    from shardcore.tokenized import TokenizedSource
+
+    out, offset = [], 0
+    for path in paths:
+        src = TokenizedSource(path)
+        shards = [
+            {"documents": int(s["documents"]), "first_doc_id": int(src._first[j])}
+            for j, s in enumerate(src.manifest["shards"])
+        ]
+        n = sum(s["documents"] for s in shards)
+        out.append(
+            {
+                "path": str(path),
+                "fingerprint": src.manifest["fingerprint"],
+                "offset": offset,
+                "documents": n,
+                "shards": shards,
+            }
+        )
+        offset += n
+    return out
+
+
+# a bucket unit's peak over its rows' bytes: the rows, their sort order, the sorted copy
+# and the candidate arrays (measured by bench/annotate/neardup_growth.py: 3.3x)
+SORT_FACTOR = 4
+
+
+def partitions_for(n: int, params: dict[str, Any]) -> int:
+    """Partitions enough for a bucket unit over ``n`` documents to stay within
+    ``memory_mb``: its rows are 24 bytes per document per band (and the exact hash)."""
+    rows = ROW.itemsize * n * (params["bands"] + 1)
+    return max(1, math.ceil(SORT_FACTOR * rows / (params["memory_mb"] << 20)))
+
+
+def plan_group(
+    sources: list[str],
+    out: str,
+    params: dict[str, Any] | None = None,
+    *,
+    partitions: int | None = None,
+) -> units.Plan:
+    """The units that cluster near-duplicates across ``sources`` (tokenized sources, in
+    priority order) into ``out``; ``params`` are the ``minhash`` annotator's.
+    ``partitions`` overrides the number the memory budget gives (the output is the same
+    for any number)."""
+    if not sources:
+        raise InputError("near-duplicates: choose at least one tokenized source")
+    if len(set(map(str, sources))) != len(sources):
+        raise InputError("near-duplicates: a tokenized source is named twice")
+    ann = NearDuplicates(**(params or {}))
+    srcs = _sources([str(s) for s in sources])
+    n = sum(s["documents"] for s in srcs)
+    p = ann.params
+    if partitions is None:
+        partitions = partitions_for(n, p)
+    elif partitions < 1:
+        raise InputError("near-duplicates: partitions must be at least 1")
+    group = [s["fingerprint"] for s in srcs]
+    sig = [
+        {"id": f"sig-{i}-{j}", "source": i, "shard": j}
+        for i, s in enumerate(srcs)
+        for j in range(len(s["shards"]))
+    ]
+    write = [{**u, "id": f"write-{u['source']}-{u['shard']}"} for u in sig]
+    return units.Plan(
+        STAGE,
+        str(out),
+        dict(ann.params),
+        [sig, [{"id": f"bucket-{q}", "partition": q} for q in range(partitions)],
+         [{"id": "clusters"}], write],
+        meta={
+            "sources": srcs,
+            "documents": n,
+            "partitions": partitions,
+            "fingerprint": fingerprint(KIND, parents=group, params=dict(sorted(p.items()))),
+            "artifacts": [s["path"] for s in srcs],
+        },
+    )  # fmt: skip
+
+
+def annotation_paths(out: str | Path) -> list[str]:
+    """The per-source annotations of the finished group at ``out``, in source order."""
+    m = read_manifest(out)
+    if m.get("kind") != KIND:
+        raise InputError(f"{out}: kind {m.get('kind')!r}, expected {KIND!r}")
+    return [f"{str(out).rstrip('/')}/{s['annotation']}" for s in m["sources"]]
+
+
+def _annotator(plan: units.Plan) -> GroupNearDuplicates:
+    return GroupNearDuplicates([s["fingerprint"] for s in plan.meta["sources"]], **plan.params)
+
+
+def _unit_dir(unit: dict[str, Any]) -> str:
+    return f"{unit['source']}-{unit['shard']}"
+
+
+def _starts(plan: units.Plan) -> tuple[np.ndarray, list[str]]:
+    """Global number of each signature unit's first document, and the units' names."""
+    names, starts = [], []
+    for i, s in enumerate(plan.meta["sources"]):
+        lo = s["offset"]
+        for j, sh in enumerate(s["shards"]):
+            names.append(f"{i}-{j}")
+            starts.append(lo)
+            lo += sh["documents"]
+    return np.asarray([*starts, plan.meta["documents"]], dtype=np.int64), names
+
+
+def _run_signatures(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
+    from shardcore.tokenized import TokenizedSource
+
+    ann = _annotator(plan)
+    src = plan.meta["sources"][unit["source"]]
+    shard = src["shards"][unit["shard"]]
+    texts, _ = shard_texts(TokenizedSource(src["path"]), unit["shard"])
+    if len(texts) != shard["documents"]:
+        raise InputError(
+            f"{src['path']}: shard {unit['shard']} has {len(texts)} documents, "
+            f"the plan says {shard['documents']}"
+        )
+    sig, exact = ann.signatures(texts)
+    first = src["offset"] + shard["first_doc_id"] - src["shards"][0]["first_doc_id"]
+    write_keys(plan, _unit_dir(unit), sig, exact, first)
+    return {"documents": len(texts), "bytes": int(sum(len(t.encode()) for t in texts))}
+
+
+def write_keys(plan: units.Plan, name: str, sig: np.ndarray, exact: np.ndarray, first: int) -> None:
+    """A signature unit's files: signatures, exact hashes, and bucket rows by partition
+    for documents ``first``, ``first + 1``, ... (global numbers)."""
+    out, ann = Path(plan.out), _annotator(plan)
+    docs = np.arange(first, first + len(sig), dtype=np.uint64)
+    bands, rows = ann.params["bands"], ann.params["num_perm"] // ann.params["bands"]
+    with np.errstate(over="ignore"):
+        salt = [_BAND * np.uint64(b + 1) for b in range(bands)]
+    keys = [_mix(band_keys(sig, b, rows) ^ salt[b]) for b in range(bands)]
+    keys.append(_mix(exact))
+    table = np.empty(len(docs) * (bands + 1), ROW)
+    table["key"] = np.concatenate(keys) if len(docs) else []
+    table["band"] = np.repeat(np.arange(bands + 1, dtype=np.uint64), len(docs))
+    table["doc"] = np.tile(docs, bands + 1)
+    parts = plan.meta["partitions"]
+    which = table["key"] % np.uint64(parts)
+    final = out / WORK / "keys" / name
+    final.parent.mkdir(parents=True, exist_ok=True)
+    with atomic.atomic_path(final) as tmp:
+        tmp.mkdir()
+        for q in range(parts):
+            np.save(tmp / f"p{q}.npy", table[which == q])
+        shutil.rmtree(final, ignore_errors=True)  # a killed run's, renamed before its marker
+    for suffix, arr in ((".npy", sig), (".exact.npy", exact)):
+        final = out / WORK / "sig" / f"{name}{suffix}"
+        final.parent.mkdir(parents=True, exist_ok=True)
+        with atomic.atomic_path(final) as tmp, open(tmp, "wb") as f:
+            np.save(f, arr)
+
+
+def _run_bucket(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
+    out, ann = Path(plan.out), _annotator(plan)
+    starts, names = _starts(plan)
+    q, bands = unit["partition"], ann.params["bands"]
+    rows = np.concatenate(
+        [np.load(out / WORK / "keys" / name / f"p{q}.npy") for name in names] or [np.empty(0, ROW)]
+    )
+    rows = rows[np.lexsort((rows["doc"], rows["key"], rows["band"]))]
+    a = b = np.empty(0, np.int64)
+    if len(rows) > 1:
+        same = (rows["key"][1:] == rows["key"][:-1]) & (rows["band"][1:] == rows["band"][:-1])
+        new_run = np.r_[True, ~same]
+        first = np.maximum.accumulate(np.where(new_run, np.arange(len(rows)), 0))
+        cand = ~new_run
+        a = rows["doc"][cand].astype(np.int64)
+        b = rows["doc"][first[cand]].astype(np.int64)
+        exact = rows["band"][cand] == np.uint64(bands)
+        sigs = [np.load(out / WORK / "sig" / f"{name}.npy", mmap_mode="r") for name in names]
+        need = math.ceil(ann.params["num_perm"] * ann.params["threshold"] - 1e-9)
+        check = ~exact
+        ok = exact.copy()
+        if check.any():
+            ok[check] = NearDuplicates._agreement(sigs, starts, a[check], b[check]) >= need
+        a, b = a[ok], b[ok]
+    final = out / WORK / "pairs" / f"p{q}.npy"
+    final.parent.mkdir(parents=True, exist_ok=True)
+    with atomic.atomic_path(final) as tmp, open(tmp, "wb") as f:
+        np.save(f, np.stack([a, b]))
+    return {"candidates": int(len(rows)), "edges": int(len(a))}
+
+
+def _run_clusters(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
+    out, n = Path(plan.out), plan.meta["documents"]
+    pairs = [np.load(out / WORK / "pairs" / f"p{q}.npy") for q in range(plan.meta["partitions"])]
+    a = np.concatenate([p[0] for p in pairs]) if pairs else np.empty(0, np.int64)
+    b = np.concatenate([p[1] for p in pairs]) if pairs else np.empty(0, np.int64)
+    roots = _components(n, a, b)
+    size = np.bincount(roots, minlength=n)[roots] if n else np.empty(0, np.int64)
+    order = np.lexsort((np.arange(n), roots))
+    sorted_roots = roots[order]
+    run = np.r_[0, np.flatnonzero(sorted_roots[1:] != sorted_roots[:-1]) + 1] if n else []
+    group_start = np.repeat(run, np.diff(np.r_[run, n])) if n else np.empty(0, np.int64)
+    rank = np.empty(n, np.int64)
+    rank[order] = np.arange(n) - group_start
+    final = out / WORK / "clusters.npy"
+    with atomic.atomic_path(final) as tmp, open(tmp, "wb") as f:
+        np.save(f, np.stack([roots, size, rank]).astype(np.int64))
+    return {"edges": int(len(a)), "clustered": int((size > 1).sum())}
+
+
+def _source_out(i: int) -> str:
+    return f"sources/{i}"
+
+
+def _run_write(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
+    out, ann = Path(plan.out), _annotator(plan)
+    i, j = unit["source"], unit["shard"]
+    src = plan.meta["sources"][i]
+    p = annotation_plan(src["path"], ann)
+    entry = p["shards"][j]
+    starts, names = _starts(plan)
+    lo = int(starts[names.index(f"{i}-{j}")])
+    hi = lo + entry["documents"]
+    clusters = np.load(out / WORK / "clusters.npy", mmap_mode="r")
+    exact = np.load(out / WORK / "sig" / f"{i}-{j}.exact.npy")
+    cols = {
+        "dup_cluster": pa.array(np.asarray(clusters[0, lo:hi]), pa.int64()),
+        "dup_size": pa.array(np.asarray(clusters[1, lo:hi]).astype(np.int32), pa.int32()),
+        "dup_rank": pa.array(np.asarray(clusters[2, lo:hi]).astype(np.int32), pa.int32()),
+        "exact_hash": pa.array(exact, pa.uint64()),
+    }
+    dest = out / _source_out(i)
+    (dest / "shards").mkdir(parents=True, exist_ok=True)
+    _write_parquet(
+        _table(ann, entry["first_doc_id"], cols, entry["documents"]), dest / _path(entry)
+    )
+    return {"documents": entry["documents"]}
+
+
+def _run_unit(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
+    kind = unit["id"].split("-", 1)[0]
+    run = {"sig": _run_signatures, "bucket": _run_bucket, "clusters": _run_clusters,
+           "write": _run_write}[kind]  # fmt: skip
+    return run(plan, unit)
+
+
+def _finalize(plan: units.Plan, stats: list[dict[str, Any]]) -> dict[str, Any]:
+    out, ann = Path(plan.out), _annotator(plan)
+    listed = []
+    for i, src in enumerate(plan.meta["sources"]):
+        p = annotation_plan(src["path"], ann)
+        dest = out / _source_out(i)
+        (dest / "shards").mkdir(parents=True, exist_ok=True)
+        atomic.write_text(dest / "plan.json", json.dumps(p, indent=1, sort_keys=True))
+        commit(dest, p)
+        listed.append(
+            {
+                "path": src["path"],
+                "fingerprint": src["fingerprint"],
+                "documents": src["documents"],
+                "offset": src["offset"],
+                "annotation": _source_out(i),
+                "annotation_fingerprint": p["fingerprint"],
+            }
+        )
+    clusters = next(s for s in stats if "clustered" in s)
+    manifest = {
+        "kind": KIND,
+        "fingerprint": plan.meta["fingerprint"],
+        "parents": [s["fingerprint"] for s in plan.meta["sources"]],
+        "annotator": ann.describe(),
+        "sources": listed,
+        "partitions": plan.meta["partitions"],
+        "totals": {
+            "documents": plan.meta["documents"],
+            "edges": clusters["edges"],
+            "clustered_documents": clusters["clustered"],
+        },
+    }
+    write_manifest(out, manifest)
+    shutil.rmtree(out / WORK, ignore_errors=True)
+    return read_manifest(out)
+
+
+def dedup_group(
+    sources: list[str], out: str, params: dict[str, Any] | None = None, *, workers: int = 1
+) -> dict[str, Any]:
+    """Plan and run the group in this process (or a local pool); the group's manifest."""
+    from shardcore.manifest import is_complete
+
+    plan = plan_group(sources, out, params)
+    if is_complete(out):
+        m = read_manifest(out)
+        if m.get("fingerprint") != plan.meta["fingerprint"]:
+            raise InputError(f"{out} already holds another finished artifact")
+        return m
+    return units.run_local(plan, workers=workers)
+
+
+units.register_stage(STAGE, run_unit=_run_unit, finalize=_finalize)
