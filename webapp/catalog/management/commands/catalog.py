@@ -44,8 +44,12 @@ class Command(BaseCommand):
         p.add_argument("--val-fraction", type=float, default=0.0)
         p.add_argument("--annotation", type=int, action="append", default=[],
                        help="an annotation id the pool joins (repeatable)")  # fmt: skip
-        p = sub.add_parser("annotate", help="start a job annotating a tokenized source")
-        p.add_argument("tokenized_id", type=int)
+        p = sub.add_parser(
+            "annotate",
+            help="start a job annotating a tokenized source; with several (in priority "
+            "order) and minhash, one job clustering near-duplicates across them",
+        )
+        p.add_argument("tokenized_ids", type=int, nargs="+", metavar="tokenized_id")
         p.add_argument("annotator")
         p.add_argument("--param", action="append", default=[], metavar="NAME=VALUE")
         p.add_argument("--text-from", choices=("auto", "source", "tokens"), default="auto")
@@ -134,9 +138,11 @@ class Command(BaseCommand):
                     annotation_ids=o["annotation"],
                 )  # fmt: skip
                 out = f"pool {pool.pk}: {_launched(pool.job_id)}"
+            elif action == "annotate" and len(o["tokenized_ids"]) > 1:
+                out = _annotate_group(o)
             elif action == "annotate":
                 ann = annotations.annotation_build(
-                    tokenized_id=o["tokenized_id"], annotator=o["annotator"],
+                    tokenized_id=o["tokenized_ids"][0], annotator=o["annotator"],
                     params="\n".join(o["param"]), text_from=o["text_from"],
                 )  # fmt: skip
                 out = f"annotation {ann.pk} ({ann.annotator}): " + (
@@ -235,6 +241,8 @@ def _missing(exc: ObjectDoesNotExist, options: dict) -> str:
     model = type(exc).__qualname__.split(".")[0]
     name = re.sub(r"(?<!^)(?=[A-Z])", " ", model).lower()
     ids = [str(v) for k, v in options.items() if k.endswith("_id") and v is not None]
+    if options.get("tokenized_ids"):  # "annotate A B ...": the ids it was given
+        ids = [str(v) for v in options["tokenized_ids"]]
     return f"no {name} {', '.join(ids)}".strip()
 
 
@@ -247,3 +255,24 @@ def _launched(job_id: int) -> str:
     if job.state == JobState.FAILED:
         raise CommandError(f"job {job.pk} failed at launch: {job.error}")
     return f"job {job.pk} {job.state}"
+
+
+def _annotate_group(o: dict) -> str:
+    """``annotate A B ... minhash``: one job clustering near-duplicates across the sources;
+    a line per source's annotation."""
+    from webapp.catalog.errors import CatalogError
+    from webapp.catalog.services.annotation_groups import ANNOTATOR, annotation_group_build
+
+    if o["annotator"] != ANNOTATOR:
+        raise CatalogError(
+            f"annotate: several tokenized sources are clustered together by {ANNOTATOR} "
+            f"only; annotate each with {o['annotator']!r} on its own"
+        )
+    if o["text_from"] != "auto":
+        raise CatalogError("annotate: --text-from applies to one tokenized source")
+    rows = annotation_group_build(tokenized_ids=o["tokenized_ids"], params="\n".join(o["param"]))
+    state = "built already" if all(a.is_ready for a in rows) else _launched(rows[0].job_id)
+    return "\n".join(
+        f"annotation {a.pk} ({a.annotator}) of tokenized source {a.tokenized_source_id}: {state}"
+        for a in rows
+    )
