@@ -192,20 +192,23 @@ def summarize(path: str) -> dict[str, Any]:
         size = table.column("dup_size").to_numpy(zero_copy_only=False)
         cluster = table.column("dup_cluster").to_numpy(zero_copy_only=False)
         doc = table.column(DOC_ID).to_numpy()
-        first = rank == 0
-        big = np.argsort(-size[first], kind="stable")[:TOP_CLUSTERS]
+        # The clusters with copies that have documents here, each once with its first
+        # document here: in a group across sources a cluster's rank-0 copy may be in
+        # another source (then ``size`` counts the copies of every source).
+        many = np.flatnonzero(size > 1)
+        ids, at = np.unique(cluster[many], return_index=True)  # doc order: first row here
+        big = np.lexsort((ids, -size[many][at]))[:TOP_CLUSTERS]
         out["duplicates"] = {
             "duplicate_documents": int((rank > 0).sum()),
             "duplicate_rate": round(float((rank > 0).mean()) if rank.size else 0.0, 6),
-            "clusters_with_copies": int((first & (size > 1)).sum()),
+            "clusters_with_copies": int(ids.size),
             "largest": [
                 {
-                    "cluster": int(cluster[first][i]),
-                    "size": int(size[first][i]),
-                    "first_doc_id": int(doc[first][i]),
+                    "cluster": int(ids[i]),
+                    "size": int(size[many][at[i]]),
+                    "first_doc_id": int(doc[many][at[i]]),
                 }  # fmt: skip
                 for i in big
-                if size[first][i] > 1
             ],
         }
     if "cluster" in names:

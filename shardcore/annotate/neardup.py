@@ -329,7 +329,8 @@ def _run_write(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
     _write_parquet(
         _table(ann, entry["first_doc_id"], cols, entry["documents"]), dest / _path(entry)
     )
-    return {"documents": entry["documents"]}
+    # (the signature unit of this shard counted its documents: a job counts each once)
+    return {"written": entry["documents"]}
 
 
 def _run_unit(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from webapp.api.serializers import FlagSerializer
 from webapp.api.views import Base, _bad
 from webapp.catalog.errors import CatalogError
 from webapp.catalog.models import Annotation, TokenizedSource
+from webapp.catalog.services import annotation_groups
 from webapp.catalog.services import annotations as svc
 
 
@@ -42,6 +43,13 @@ class AnnotateSerializer(serializers.Serializer):
     annotator = serializers.CharField(max_length=100)
     params = serializers.DictField(required=False, default=dict)
     text_from = serializers.ChoiceField(choices=["auto", "source", "tokens"], default="auto")
+
+
+class NearDuplicatesSerializer(serializers.Serializer):
+    tokenized_sources = serializers.ListField(
+        child=serializers.IntegerField(min_value=1, max_value=2**62), min_length=2, max_length=100
+    )
+    params = serializers.DictField(required=False, default=dict)
 
 
 class FlagWhereSerializer(serializers.Serializer):
@@ -86,6 +94,30 @@ class AnnotationViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelVie
         if ann.job_id is None or ann.is_ready:
             return Response(body, status=status.HTTP_200_OK)
         location = reverse("job-detail", args=[ann.job_id], request=request)
+        return Response(body, status=status.HTTP_202_ACCEPTED, headers={"Location": location})
+
+    @extend_schema(
+        request=NearDuplicatesSerializer, responses={202: AnnotationSerializer(many=True)}
+    )
+    @action(detail=False, methods=["post"], url_path="near-duplicates")
+    def near_duplicates(self, request):
+        """Cluster near-duplicates across several ready tokenized sources (in priority
+        order: ``minhash.dup_rank = 0`` keeps the earliest source's copy) as one job: 202
+        with one ``minhash`` annotation per source, the job's address in ``Location``. The
+        same sources, order and parameters answer the existing annotations (200)."""
+        data = NearDuplicatesSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        v = data.validated_data
+        try:
+            rows = annotation_groups.annotation_group_build(
+                tokenized_ids=v["tokenized_sources"], params=v["params"], created_by=request.user
+            )
+        except (CatalogError, ShardcoreError) as e:
+            raise _bad(e) from e
+        body = AnnotationSerializer(rows, many=True).data
+        if all(a.is_ready for a in rows):
+            return Response(body, status=status.HTTP_200_OK)
+        location = reverse("job-detail", args=[rows[0].job_id], request=request)
         return Response(body, status=status.HTTP_202_ACCEPTED, headers={"Location": location})
 
     @extend_schema(request=FlagWhereSerializer, responses={201: FlagSerializer})

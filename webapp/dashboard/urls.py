@@ -11,6 +11,7 @@ urlpatterns = [
     path("sources/<int:source_id>/scan/", catalog.source_scan, name="source_scan"),
     path("sources/<int:source_id>/tokenize/", catalog.source_tokenize, name="source_tokenize"),
     path("tokenized/<int:tokenized_id>/annotate/", annotations.annotate, name="annotate"),
+    path("annotations/near-duplicates/", annotations.annotate_group, name="annotate_group"),
     path("annotations/<int:annotation_id>/", annotations.annotation_detail, name="annotation"),
     path(
         "annotations/<int:annotation_id>/flag/",

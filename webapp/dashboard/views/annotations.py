@@ -1,13 +1,14 @@
-"""Annotations: "Annotate" on a tokenized source (annotator and parameters), the
-annotation page with a chart of each column, and "flag the documents where <filter>"."""
+"""Annotations: "Annotate" on a tokenized source (annotator and parameters), near-duplicates
+across several tokenized sources, the annotation page with a chart of each column, and
+"flag the documents where <filter>"."""
 
 from django.contrib import messages
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from webapp.catalog.errors import CatalogError
-from webapp.catalog.models import Annotation, TokenizedSource
-from webapp.catalog.services import annotations
+from webapp.catalog.models import Annotation, ArtifactStatus, TokenizedSource
+from webapp.catalog.services import annotation_groups, annotations
 from webapp.dashboard import annotation_charts as charts
 from webapp.roles import require_role
 
@@ -23,7 +24,48 @@ def source_annotations(tokenized: list[TokenizedSource]) -> dict:
         ),
         "annotatable": [t for t in tokenized if t.is_ready],
         "annotators": annotations.annotator_choices(),
+        "group_candidates": _group_candidates(tokenized),
     }
+
+
+def _group_candidates(tokenized: list[TokenizedSource]) -> list[TokenizedSource]:
+    """The ready tokenized sources a near-duplicate group from this source page may
+    join: this source's first, then the others by source name (the most recent 200)."""
+    own = [t for t in tokenized if t.is_ready]
+    if not own:
+        return []
+    others = (
+        TokenizedSource.objects.filter(status=ArtifactStatus.READY)
+        .exclude(pk__in=[t.pk for t in tokenized])
+        .select_related("source")
+        .order_by("-created_at")[:200]
+    )
+    return own + sorted(others, key=lambda t: (t.source.name, t.pk))
+
+
+@require_POST
+def annotate_group(request):
+    """Near-duplicates across the tokenized sources chosen (in the order listed)."""
+    require_role(request.user, "editor")
+    back = request.POST.get("source_id", "")
+    try:
+        ids = [int(i) for i in request.POST.getlist("tokenized_ids")]
+        rows = annotation_groups.annotation_group_build(
+            tokenized_ids=ids, params=request.POST.get("params", ""), created_by=request.user
+        )
+    except (CatalogError, ValueError) as e:
+        messages.error(request, str(e) if isinstance(e, CatalogError) else "not an id")
+        if back.isdigit():
+            return redirect("dashboard:source", source_id=int(back))
+        return redirect("dashboard:sources")
+    if all(a.is_ready for a in rows):
+        messages.success(
+            request, f"Near-duplicates across these sources are built already: annotations "
+            f"{', '.join(str(a.pk) for a in rows)}."
+        )  # fmt: skip
+        return redirect("dashboard:annotation", annotation_id=rows[0].pk)
+    messages.success(request, f"Clustering near-duplicates across {len(rows)} tokenized sources.")
+    return redirect("dashboard:job", job_id=rows[0].job_id)
 
 
 @require_POST
@@ -86,6 +128,7 @@ def annotation_detail(request, annotation_id: int):
             )
             if summary.get("clusters")
             else None,
+            "group": annotation_groups.group_siblings(ann),
             "others": Annotation.objects.filter(tokenized_source=ann.tokenized_source)
             .exclude(pk=ann.pk)
             .order_by("-created_at")[:50],

@@ -20,8 +20,8 @@ def job_list(request):
 
 def job_detail(request, job_id: int):
     ctx = contexts.job_detail(job_id=job_id, units_from=request.GET.get("units_from", 0))
-    if ctx["job"].kind == "annotation":  # the annotation it builds, to follow when done
-        ctx["annotation"] = Annotation.objects.filter(job_id=job_id).only("id").first()
+    if ctx["job"].kind in ("annotation", "annotate.neardup"):  # to follow when done
+        ctx["annotations"] = list(Annotation.objects.filter(job_id=job_id).order_by("pk"))
     return render(request, "dashboard/jobs/detail.html", ctx)
 
 

@@ -51,4 +51,6 @@ def _missing(exc: ObjectDoesNotExist, options: dict) -> str:
     model = type(exc).__qualname__.split(".")[0]
     name = re.sub(r"(?<!^)(?=[A-Z])", " ", model).lower()
     ids = [str(v) for k, v in options.items() if k.endswith("_id") and v is not None]
+    if options.get("tokenized_ids"):  # "annotate A B ...": the ids it was given
+        ids = [str(v) for v in options["tokenized_ids"]]
     return f"no {name} {', '.join(ids)}".strip()
