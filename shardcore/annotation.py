@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from shardcore import storage, units
+from shardcore import artifact_cache, storage, units
 from shardcore.annotate import create
 from shardcore.annotate import get as annotator_class
 from shardcore.annotate.artifact import DOC_ID, annotate_shard, finalize, plan, read_annotation
@@ -98,7 +98,7 @@ def _finalize(plan_: units.Plan, stats: list[dict]) -> dict:
     # The tokenized source is read from its checked local copy when it is remote.
     tokenized = plan_.params["tokenized"]
     if storage.is_remote(tokenized):
-        tokenized = str(storage.local_artifact(tokenized))
+        tokenized = str(artifact_cache.local_artifact(tokenized))
     return finalize(tokenized, plan_.out, _annotator(plan_))
 
 
@@ -123,7 +123,7 @@ def summarize(path: str) -> dict[str, Any]:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    local = storage.local_artifact(path) if storage.is_remote(path) else path
+    local = artifact_cache.local_artifact(path) if storage.is_remote(path) else path
     manifest = read_manifest(local)
     table = read_annotation(local)
     out: dict[str, Any] = {"documents": table.num_rows, "columns": {}}

@@ -23,7 +23,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from shardcore import props, storage
+from shardcore import artifact_cache, props, storage
 from shardcore.annotate.artifact import DOC_ID
 from shardcore.errors import InputError, ManifestError
 from shardcore.manifest import file_checksum, read_manifest
@@ -34,7 +34,7 @@ KIND = "annotation"
 def load(path: str) -> dict[str, Any]:
     """An annotation's manifest (read from a checked local copy when remote)."""
 
-    local = storage.local_artifact(path) if storage.is_remote(path) else path
+    local = artifact_cache.local_artifact(path) if storage.is_remote(path) else path
     m = read_manifest(local)
     if m.get("kind") != KIND:
         raise InputError(f"{path}: an annotation was expected, this is {m.get('kind')!r}")
@@ -47,7 +47,7 @@ def struct_type(path: str, manifest: dict[str, Any]) -> pa.DataType:
     import pyarrow.parquet as pq
 
     if manifest["shards"]:
-        local = storage.local_artifact(path) if storage.is_remote(path) else path
+        local = artifact_cache.local_artifact(path) if storage.is_remote(path) else path
         schema = pq.read_schema(os.path.join(local, f"{manifest['shards'][0]['prefix']}.parquet"))
         return pa.struct([f for f in schema if f.name != DOC_ID])
     fields = [f for f in manifest["annotator"]["fields"] if f["name"] != DOC_ID]

@@ -77,9 +77,9 @@ def first_sample(
     found = Mixture(mixture_dir).first_read(records, start=start)
     if found is not NotImplemented:
         return found
-    for found in _flagged_chunks(mixture_dir, records, start, None):
-        if found.size:
-            return int(found[0])
+    for hits in _flagged_chunks(mixture_dir, records, start, None):
+        if hits.size:
+            return int(hits[0])
     return None
 
 

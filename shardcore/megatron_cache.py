@@ -60,15 +60,19 @@ import logging
 import math
 import os
 import re
+import shlex
+import shutil
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from shardcore import atomic, megatron_stream
+from shardcore import manifest as mf
 from shardcore.errors import InputError
 
 # megatron-core versions whose tokenizer builds the export keys the cache for (``BUILDS``),
@@ -416,14 +420,12 @@ class CacheKeys:
 def _supported(version: str) -> bool:
     """Whether megatron-core ``version`` is one whose tokenizer builds ``BUILDS`` knows."""
     m = re.match(r"(\d+)\.(\d+)", version)
-    return bool(m) and (0, 16) <= (int(m[1]), int(m[2])) <= (0, 19)
+    return m is not None and (0, 16) <= (int(m[1]), int(m[2])) <= (0, 19)
 
 
 def megatron_core_version() -> str | None:
     try:
-        from importlib.metadata import version
-
-        return version("megatron-core")
+        return metadata.version("megatron-core")
     except Exception:
         return None
 
@@ -640,8 +642,6 @@ def _link(src: Path, dst: Path) -> None:
     try:
         os.link(src, tmp)
     except OSError:
-        import shutil
-
         shutil.copyfile(src, tmp)
     os.replace(tmp, dst)
 
@@ -695,7 +695,9 @@ def write_cache(
     blend_suffixes = ("dataset_index", "dataset_sample_index")
 
     def index_sets(keys: CacheKeys) -> list[tuple[tuple[str, str], str, tuple[str, ...]]]:
-        out = [(keys.gpt[k], "GPTDataset", gpt_suffixes) for k in range(len(prefixes))]
+        out: list[tuple[tuple[str, str], str, tuple[str, ...]]] = [
+            (keys.gpt[k], "GPTDataset", gpt_suffixes) for k in range(len(prefixes))
+        ]
         if keys.blended is not None:
             out.append((keys.blended, "BlendedDataset", blend_suffixes))
         return out
@@ -766,7 +768,6 @@ def stage_blends(path: str | os.PathLike) -> tuple[dict[str, Any], list[StageBle
     """Per stage: the shards read by samples [0, stage end), weighted by the stage's samples
     from each (``ABSENT_WEIGHT`` for a shard only earlier stages read). One pass over the
     schedule in chunks (``shardcore.megatron_stream``)."""
-    from shardcore import manifest as mf
 
     manifest = mf.read_manifest(path)
     source = megatron_stream.SampleSource(path, manifest)
@@ -800,7 +801,6 @@ def check_prefixes(manifest: Mapping[str, Any], blends: Sequence[StageBlend], pa
     megatron-core's int16 dataset index holds (``MAX_PREFIXES``), saying what fits: pools
     rebuilt with shards that many times larger, or a materialized copy with shards of at
     least the size that brings the stage's samples under the limit."""
-    from shardcore import manifest as mf
 
     worst = max(blends, key=lambda b: len(b.prefixes), default=None)
     if worst is None or len(worst.prefixes) <= MAX_PREFIXES:
@@ -840,7 +840,6 @@ def _file_name(stage: str, per_split: bool = False) -> str:
 def valid_args(manifest: Mapping[str, Any], stage: int) -> str | None:
     """The pools' validation slices (``val/`` of each pool the stage reads), weighted by
     the stage's samples from the pool, as a ``w prefix ...`` list; None if none has one."""
-    from shardcore import manifest as mf
 
     pools = manifest.get("pools")
     if pools is None and manifest.get("mixture"):  # a materialized mixture: its mixture's
@@ -924,7 +923,7 @@ def export_megatron(
                 atomic.write_text(name, data_args(b))
             if not problems:
                 info = write_cache(
-                    cache,
+                    out_dir / CACHE_DIR,
                     b.prefixes,
                     b.weights,
                     b.source,
@@ -1146,12 +1145,13 @@ def _tokenizer_of_argv(args: Mapping[str, str | None]) -> tuple[TrainerTokenizer
             problems.append(f"{flag} {value!r} is not a whole number")
             return default
 
+    pad_id = integer("--null-tokenizer-pad-id", -1) if kind == "NullTokenizer" else -1
     tok = TrainerTokenizer(
         str(kind),
         vocab_size=integer("--vocab-size", None) if kind == "NullTokenizer" else None,
         model=args.get("--tokenizer-model") if kind == "HuggingFaceTokenizer" else None,
         eod_id=integer("--null-tokenizer-eod-id", None) if kind == "NullTokenizer" else None,
-        pad_id=integer("--null-tokenizer-pad-id", -1) if kind == "NullTokenizer" else -1,
+        pad_id=-1 if pad_id is None else pad_id,
         trust_remote_code="--trust-remote-code" in args,
         hf_use_fast="--tokenizer-hf-use-fast" in args,
         hf_include_special="--tokenizer-hf-include-special-tokens" in args,
@@ -1199,7 +1199,7 @@ def _check_tokenizer(record: Mapping[str, Any], args: Mapping[str, str | None]) 
                 flag == "--tokenizer-model"
                 and got
                 and expected
-                and (os.path.abspath(got) == os.path.abspath(expected))
+                and (os.path.abspath(str(got)) == os.path.abspath(str(expected)))
             ):
                 note = " (the key holds the path as written)"
             problems.append(f"{flag} {got} differs from the export's {expected}{note}")
@@ -1236,7 +1236,6 @@ def _check_tokenizer(record: Mapping[str, Any], args: Mapping[str, str | None]) 
 def check_trainer_args(export_dir: str | os.PathLike, argv: str | Sequence[str]) -> list[str]:
     """Why Megatron-LM run with ``argv`` would not read the export in ``export_dir`` in
     Shardyard's order; an empty list when it does (every keyed argument matches a stage)."""
-    import shlex
 
     record = json.loads((Path(export_dir) / "export.json").read_text())
     if not record.get("exact"):
@@ -1298,13 +1297,14 @@ def check_trainer_args(export_dir: str | os.PathLike, argv: str | Sequence[str])
         return (json.loads(text)["train"] if per_split else text).split()
 
     stage = None
-    if args.get(file_flag):
-        path = str(Path(args[file_flag]).resolve())
+    file_arg, list_arg = args.get(file_flag), args.get(list_flag)
+    if file_arg:
+        path = str(Path(file_arg).resolve())
         stage = next((s for s in record["stages"] if s["data_args"] == path), None)
         if stage is None:
             problems.append(f"{file_flag} {path} is none of the export's stage files")
-    elif args.get(list_flag):
-        given = args[list_flag].split()
+    elif list_arg:
+        given = list_arg.split()
         for s in record["stages"]:
             if train_list(s["data_args"]) == given:
                 stage = s

@@ -119,7 +119,7 @@ class NpyFile:
         # No descriptor kept open: a stage may list tens of thousands of prefixes.
 
     def write(self, first_row: int, rows: np.ndarray) -> None:
-        view = memoryview(np.ascontiguousarray(rows, dtype=self.dtype)).cast("B")
+        view = np.ascontiguousarray(rows, dtype=self.dtype).data.cast("B")
         at, done = self.offset + first_row * self.row, 0
         fd = os.open(self.tmp, os.O_WRONLY)
         try:

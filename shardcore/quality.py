@@ -149,7 +149,7 @@ def _window_stats(pos: _Positions, n: int, q: float) -> tuple[np.ndarray, np.nda
 
 
 def window_deviation(
-    labels: Sequence[Any] | np.ndarray,
+    labels: Sequence[Any] | np.ndarray | Coded,
     window_sizes: Sequence[int] | None = None,
     *,
     quantile: float = 0.99,
@@ -196,7 +196,7 @@ def window_deviation(
     return result
 
 
-def batch_diversity(labels: Sequence[Any] | np.ndarray, batch_size: int) -> dict[str, Any]:
+def batch_diversity(labels: Sequence[Any] | np.ndarray | Coded, batch_size: int) -> dict[str, Any]:
     """Distinct labels per consecutive batch of ``batch_size`` samples (a last partial batch
     is ignored): worst (fewest), best (most), mean, and the per-batch list."""
     codes, names = encode_labels(labels)
@@ -219,7 +219,7 @@ def batch_diversity(labels: Sequence[Any] | np.ndarray, batch_size: int) -> dict
 
 
 def composition(
-    labels: Sequence[Any] | np.ndarray, *, bins: int = 100, top: int = 20
+    labels: Sequence[Any] | np.ndarray | Coded, *, bins: int = 100, top: int = 20
 ) -> dict[str, Any]:
     """Share of each of the ``top`` most frequent labels (the rest as "other") in each of
     ``bins`` equal position ranges: a heat map of composition over training position."""
@@ -240,7 +240,7 @@ def composition(
 
 
 def report(
-    labels: Sequence[Any] | np.ndarray,
+    labels: Sequence[Any] | np.ndarray | Coded,
     *,
     batch_size: int = 1024,
     window_sizes: Sequence[int] | None = None,
@@ -362,7 +362,7 @@ def verdict(
 
 
 def sample_shuffle_reference(
-    labels: Sequence[Any] | np.ndarray,
+    labels: Sequence[Any] | np.ndarray | Coded,
     window_sizes: Sequence[int],
     *,
     trials: int = 8,

@@ -613,16 +613,3 @@ def download_checked(
         if not sync_rename:
             dst.flush()
             getattr(os, "fdatasync", os.fsync)(dst.fileno())
-
-
-# shardcore.mixture and shardcore.pool, rewritten on other branches right now, still call
-# these two through this module; remove once they import shardcore.artifact_cache.
-_MOVED = {"local_artifact", "publish_directory"}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _MOVED:
-        from shardcore import artifact_cache  # the cache imports this module: a cycle
-
-        return getattr(artifact_cache, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -22,6 +22,7 @@ from __future__ import annotations
 import importlib
 import re
 from importlib import metadata
+from pathlib import Path
 from typing import Any, ClassVar
 
 import pyarrow as pa
@@ -49,7 +50,8 @@ class Annotator:
     version: ClassVar[str] = "1"
     defaults: ClassVar[dict[str, Any]] = {}
     # True for annotators whose values depend on other documents (near-duplicates): the
-    # artifact writer then calls ``annotate_corpus`` once instead of ``annotate`` per batch.
+    # artifact writer then calls ``prepare`` per shard and ``finish`` once instead of
+    # ``annotate`` per batch.
     corpus_level: ClassVar[bool] = False
     # True when ``finish`` also describes the whole corpus (topic clusters' top terms and
     # snippets): ``summary()`` is then written beside the columns as summary.json.
@@ -75,6 +77,14 @@ class Annotator:
         return pa.schema(self.fields())
 
     def annotate(self, texts: list[str]) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def prepare(self, texts: list[str], final: Path, *, first_doc_id: int) -> None:
+        """(corpus-level) One shard's texts: write what ``finish`` needs beside ``final``."""
+        raise NotImplementedError
+
+    def finish(self, work: list[Path]) -> list[dict[str, Any]]:
+        """(corpus-level) After every shard's ``prepare``: every shard's columns."""
         raise NotImplementedError
 
     def summary(self) -> dict[str, Any] | None:

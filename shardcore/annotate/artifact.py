@@ -25,9 +25,11 @@ Corpus-level annotators (near-duplicates) write a per-shard scratch file in the 
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import shutil
 from collections.abc import Mapping
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +38,7 @@ import pyarrow.parquet as pq
 
 from shardcore import atomic
 from shardcore.annotate import Annotator, create
+from shardcore.annotate.texts import shard_texts
 from shardcore.errors import InputError, ManifestError
 from shardcore.manifest import (
     content_digest,
@@ -45,6 +48,7 @@ from shardcore.manifest import (
     read_manifest,
     write_manifest,
 )
+from shardcore.tokenized import TokenizedSource
 
 KIND = "annotation"
 PLAN = "plan.json"
@@ -65,7 +69,6 @@ def _shard_prefix(prefix: str) -> str:
 def plan(tokenized: str | os.PathLike, annotator: Annotator) -> dict[str, Any]:
     """What annotating ``tokenized`` with ``annotator`` writes: fingerprint, parents and
     the per-shard units (no file is touched)."""
-    from shardcore.tokenized import TokenizedSource
 
     source = TokenizedSource(tokenized)
     m = source.manifest
@@ -147,8 +150,6 @@ def annotate_shard(
 ) -> dict[str, Any]:
     """One unit: annotate tokenized shard ``shard`` (skipped when its file exists).
     Returns ``{"shard", "skipped", "documents", "text_from"}``."""
-    from shardcore.annotate.texts import shard_texts
-    from shardcore.tokenized import TokenizedSource
 
     out = Path(out)
     p = plan(tokenized, annotator)
@@ -291,9 +292,6 @@ def annotate(
             if progress is not None:
                 progress(r)
     else:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor, as_completed
-
         _start(out, p)  # once, before the workers race to create it
         ctx = multiprocessing.get_context("spawn")  # no forked model or thread state
         with ProcessPoolExecutor(min(workers, len(indices)), mp_context=ctx) as pool:

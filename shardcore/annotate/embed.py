@@ -23,13 +23,16 @@ Three encoders, compared in bench/annotate/topics_compare.py (speed and cluster 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
 
+from shardcore import atomic, storage
 from shardcore.errors import InputError
+from shardcore.manifest import file_checksum
 
 
 class Encoder:
@@ -47,7 +50,7 @@ def _package_dir(module: str, package: str, sub: str) -> Path:
         mod = __import__(module)
     except ImportError as exc:
         raise InputError(f"encoder needs the {package} package: {exc}") from exc
-    path = Path(mod.__file__).parent / sub
+    path = Path(str(mod.__file__)).parent / sub
     if not path.is_dir():
         raise InputError(f"{path}: the {package} package does not ship its model files")
     return path
@@ -159,8 +162,6 @@ class MiniLMStaticEncoder(Encoder):
 
     @staticmethod
     def _table(path: Path) -> np.ndarray:
-        from shardcore import atomic, storage
-        from shardcore.manifest import file_checksum
 
         key = file_checksum(path / "model.safetensors")
         cached = storage.cache_root() / "annotate" / f"minilm-static-{key}.npy"
@@ -209,7 +210,7 @@ class MiniLMStaticEncoder(Encoder):
         return _normalize(out)
 
 
-ENCODERS: dict[str, type[Encoder]] = {
+ENCODERS: dict[str, Callable[[int], Encoder]] = {
     "static": StaticEncoder,
     "minilm": MiniLMEncoder,
     "minilm_static": MiniLMStaticEncoder,

@@ -56,10 +56,11 @@ class LanguageId(Annotator):
 
     def annotate(self, texts: list[str]) -> dict[str, Any]:
         model, cap = _model(), self.params["max_chars"]
-        langs, scores = [], []
+        langs: list[str | None] = []
+        scores: list[float | None] = []
         for t in texts:
             line = " ".join(t[:cap].split())
-            labels, probs = model.predict(line) if line else ((), ())
+            labels, probs = model.predict(line) if line else ([], [])
             if labels:
                 langs.append(labels[0].removeprefix("__label__"))
                 scores.append(min(float(probs[0]), 1.0))

@@ -61,7 +61,8 @@ from shardcore.annotate.artifact import plan as annotation_plan
 from shardcore.annotate.dedup import NearDuplicates, _components, band_keys
 from shardcore.annotate.texts import shard_texts
 from shardcore.errors import InputError
-from shardcore.manifest import fingerprint, read_manifest, write_manifest
+from shardcore.manifest import fingerprint, is_complete, read_manifest, write_manifest
+from shardcore.tokenized import TokenizedSource
 
 STAGE = "annotate.neardup"
 KIND = "annotation_group"
@@ -96,7 +97,6 @@ def _mix(x: np.ndarray) -> np.ndarray:
 
 
 def _sources(paths: list[str]) -> list[dict[str, Any]]:
-    from shardcore.tokenized import TokenizedSource
 
     out, offset = [], 0
     for path in paths:
@@ -206,7 +206,6 @@ def _starts(plan: units.Plan) -> tuple[np.ndarray, list[str]]:
 
 
 def _run_signatures(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
-    from shardcore.tokenized import TokenizedSource
 
     ann = _annotator(plan)
     src = plan.meta["sources"][unit["source"]]
@@ -382,7 +381,6 @@ def dedup_group(
     sources: list[str], out: str, params: dict[str, Any] | None = None, *, workers: int = 1
 ) -> dict[str, Any]:
     """Plan and run the group in this process (or a local pool); the group's manifest."""
-    from shardcore.manifest import is_complete
 
     plan = plan_group(sources, out, params)
     if is_complete(out):

@@ -23,6 +23,7 @@ from typing import Any
 
 import fsspec
 
+from shardcore.encoders import load_tokenizer
 from shardcore.errors import CorruptDataError, InputError
 from shardcore.readers import BadInput, read_segment, splittable
 
@@ -134,7 +135,6 @@ def _documents(items, url: str) -> Iterator:
 
 
 def _from_tokens(source, shard: int, n: int) -> list[str]:
-    from shardcore.encoders import load_tokenizer
 
     info = source.tokenizer
     tok = load_tokenizer(info["spec"])

@@ -170,8 +170,8 @@ class TopicClusters(Annotator):
         for i in sample.tolist():
             per_cluster[int(cluster[i])].update(terms(heads[i]))
         df: Counter = Counter()  # clusters a word occurs in
-        for c in per_cluster:
-            df.update(c.keys())
+        for counts in per_cluster:
+            df.update(counts.keys())
         shard_of = np.searchsorted(starts, np.arange(len(cluster)), side="right") - 1
 
         def doc_id(i: int) -> int:

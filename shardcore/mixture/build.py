@@ -3,14 +3,16 @@ permutations), the optional ordering, the arrays and the manifest."""
 
 from __future__ import annotations
 
+import functools
 import os
+import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from shardcore import blend, storage, units, verify
+from shardcore import artifact_cache, blend, storage, units, verify
 from shardcore import manifest as mf
 from shardcore.errors import InputError
 from shardcore.mixture import chunked, permute
@@ -30,6 +32,8 @@ from shardcore.mixture.plan import (
     load_pools,
 )
 from shardcore.mixture.spec import MixtureSpec
+from shardcore.order import get_ordering
+from shardcore.pool import PoolReader
 
 # --------------------------------------------------------------------------- building
 
@@ -53,7 +57,6 @@ def _families(
     want_length = bool(options.get("length_bins", True))
     if not by and not want_length:
         return fams
-    from shardcore.pool import PoolReader
 
     per_pool = []
     for p in pools:
@@ -111,7 +114,7 @@ def build_schedule(
         di, si = blend.build_blending_indices(
             w[used],
             n,
-            progress=(lambda d, t, name=name: progress(name, d, t)) if progress else None,
+            progress=functools.partial(progress, name) if progress else None,
         )
         pools_here = used[di].astype(np.int16)
         counts = np.bincount(pools_here, minlength=len(pools)).astype(np.int64)
@@ -129,8 +132,6 @@ def build_schedule(
             recs[sel] = _records_for(seed, key, pools[i].num_records, order_in_pool, algorithms[i])
         consumed += counts
         if spec.order != "blend":
-            from shardcore.order import get_ordering
-
             fams = (
                 _families(pools, pools_here, recs, spec.order_options)
                 if spec.order == "diversity"
@@ -173,12 +174,10 @@ def build_mixture(
     gives the same bytes and fingerprint. ``out`` may be ``s3://bucket/prefix``: the
     schedule is built in a local work directory and uploaded, the manifest last."""
     if storage.is_remote(out):
-        import shutil
-
         work = units.work_dir(os.fspath(out))
         shutil.rmtree(work, ignore_errors=True)
         manifest = build_mixture(spec, work, progress=progress, chunk_samples=chunk_samples)
-        storage.publish_directory(work, out)
+        artifact_cache.publish_directory(work, out)
         shutil.rmtree(work, ignore_errors=True)
         return manifest
     if not isinstance(spec, MixtureSpec):

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 from shardcore import atomic, blend
 from shardcore.errors import InputError
@@ -48,7 +49,7 @@ from shardcore.mixture.plan import (
 from shardcore.mixture.spec import MixtureSpec
 
 
-def npy_create(path: Path, dtype: np.dtype, n: int) -> int:
+def npy_create(path: Path, dtype: npt.DTypeLike, n: int) -> int:
     """An .npy file of ``n`` values (the header ``np.save`` writes, then a sparse body);
     returns the body's byte offset."""
     with open(path, "wb") as f:
@@ -81,7 +82,7 @@ def npy_read(path: Path, a: int, b: int) -> np.ndarray:
 
 
 def _pwrite(fd: int, offset: int, arr: np.ndarray) -> None:
-    view = memoryview(np.ascontiguousarray(arr)).cast("B")
+    view = np.ascontiguousarray(arr).data.cast("B")
     done = 0
     while done < len(view):
         done += os.pwrite(fd, view[done:], offset + done)

@@ -124,7 +124,7 @@ def _kernel() -> ctypes.CDLL | None:
             ptr(np.int64, flags="C"),
         ]
         lib.sy_feistel.restype = None
-        lib._sy_typed = True
+        lib._sy_typed = True  # type: ignore[attr-defined]  # a mark on the loaded library
     return lib
 
 

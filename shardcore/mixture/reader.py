@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
+from types import NotImplementedType
 from typing import Any
 
 import numpy as np
 
+from shardcore import artifact_cache
 from shardcore import manifest as mf
-from shardcore import storage
 from shardcore.errors import InputError, ManifestError
 from shardcore.mixture import permute
 from shardcore.mixture.layout import COUNTS_FILE, KIND, POOL_FILE, RECORD_FILE
+from shardcore.pool import PoolReader
 
 
 class Mixture:
@@ -20,7 +23,7 @@ class Mixture:
 
     def __init__(self, path: str | os.PathLike):
         # A mixture on object storage is read from a checked local copy.
-        self.path = Path(storage.local_artifact(path))
+        self.path = Path(artifact_cache.local_artifact(path))
         self.manifest = mf.read_manifest(self.path)
         if self.manifest.get("kind") != KIND:
             raise ManifestError(f"{self.path}: not a mixture (kind {self.manifest.get('kind')!r})")
@@ -28,7 +31,7 @@ class Mixture:
         self.record_index = np.load(self.path / RECORD_FILE, mmap_mode="r")
         # Format 2: per pool, its samples before each chunk boundary (None: format 1).
         schedule = self.manifest.get("schedule") or {}
-        self.chunk_samples = int(schedule.get("chunk_samples", 0)) or None
+        self.chunk_samples = int(schedule.get("chunk_samples", 0))  # 0: format 1, no counts
         self.counts = (
             np.load(self.path / COUNTS_FILE, mmap_mode="r") if self.chunk_samples else None
         )
@@ -86,7 +89,6 @@ class Mixture:
 
     def tokens(self, i: int) -> np.ndarray:
         """The seq_len + 1 tokens of sample i, read from its pool."""
-        from shardcore.pool import PoolReader
 
         p, r = self.sample(i)
         return PoolReader(self.pools[p]["path"]).record(r)
@@ -126,7 +128,9 @@ class Mixture:
                     out.append({"pool": i, "epoch": (before + j) // n, "sample": int(where[j])})
         return sorted(out, key=lambda e: (e["sample"], e["pool"]))
 
-    def first_read(self, records: dict[int, np.ndarray], *, start: int = 0) -> int | None:
+    def first_read(
+        self, records: Mapping[int, np.ndarray], *, start: int = 0
+    ) -> int | None | NotImplementedType:
         """The first sample (from ``start``) reading a record flagged in ``records`` (pool
         index -> per-record mask), computed without scanning the schedule when it reads
         each pool in its read order (format 2, blend order): per pool, the flagged
@@ -153,7 +157,8 @@ class Mixture:
                 t = t[(t >= lo) & (t < hi)]
                 if t.size:
                     s = self.sample_of_read(int(i), int(t.min()) - before)
-                    best = s if best is None else min(best, s)
+                    if s is not None:  # always: read t.min() is below the pool's reads
+                        best = s if best is None else min(best, s)
                     break
         return best
 
@@ -169,7 +174,6 @@ class Mixture:
             for st in self.manifest["stages"]:
                 out[st["first_sample"] : st["first_sample"] + st["num_samples"]] = st["name"]
             return out.astype(str)
-        from shardcore.pool import PoolReader
 
         rec = np.asarray(self.record_index)
         out = np.empty(self.num_samples, dtype=object)

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from shardcore import limits, storage
 from shardcore.errors import InputError
 from shardcore.mixture import permute
@@ -152,12 +154,7 @@ class MixtureSpec:
         except OSError as exc:
             raise InputError(f"{path}: cannot read mixture spec: {exc}") from exc
         try:
-            if path.suffix in (".yaml", ".yml"):
-                import yaml
-
-                data = yaml.safe_load(text)
-            else:
-                data = json.loads(text)
+            data = yaml.safe_load(text) if path.suffix in (".yaml", ".yml") else json.loads(text)
         except Exception as exc:  # yaml and json raise different types
             raise InputError(f"{path}: not valid {path.suffix[1:] or 'json'}: {exc}") from exc
         return cls.from_dict(data, base_dir=str(path.parent.resolve()))

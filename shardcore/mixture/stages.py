@@ -40,7 +40,7 @@ def plan_mixture(
         "chunk_samples": int(chunk_samples),
         "record_units": record_units,
     }
-    phases = [
+    phases: list[list[dict[str, Any]]] = [
         [{"id": BLEND_UNIT}],
         [{"id": f"records-{k:03d}", "index": k} for k in range(record_units)],
     ]

@@ -14,6 +14,7 @@ schedule position that is trained on k-th.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -59,7 +60,7 @@ def _diversity(
 def schedule_characteristics(
     pool_of: np.ndarray,
     records: np.ndarray,
-    pools: Sequence[object],
+    pools: Sequence[str | os.PathLike],
     options: Mapping[str, Any] | None = None,
 ) -> tuple[recipe.Characteristics, np.ndarray]:
     """Per sample of a schedule (``pool_of``: its pool's index in ``pools``, ``records``:
@@ -84,7 +85,7 @@ def greedy_block_order(
     batch_size: int = 256,
     groups: np.ndarray | None = None,
     characteristics: recipe.Characteristics | None = None,
-    pools: Sequence[object] | None = None,
+    pools: Sequence[str | os.PathLike] | None = None,
     records: np.ndarray | None = None,
     options: Mapping[str, Any] | None = None,
     **_: Any,

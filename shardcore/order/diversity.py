@@ -342,7 +342,7 @@ def _kernel() -> ctypes.CDLL | None:
             ctypes.c_int64, ctypes.c_int64, i64,
         ]  # fmt: skip
         lib.sy_diversity.restype = ctypes.c_int
-        lib._sy_typed = True
+        lib._sy_typed = True  # type: ignore[attr-defined]  # a mark on the loaded library
     return lib
 
 

@@ -257,7 +257,7 @@ def _kernel() -> ctypes.CDLL | None:
             p, p, p,
         ]  # fmt: skip
         lib.sy_recipe_greedy.restype = i64
-        lib._sy_typed = True
+        lib._sy_typed = True  # type: ignore[attr-defined]  # a mark on the loaded library
     return lib
 
 

@@ -28,15 +28,20 @@ The greedy that minimizes it (exact, and the windowed one that scales) is in
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from shardcore import props, storage
+from shardcore import artifact_cache, props
 from shardcore.errors import InputError
 from shardcore.pool import DOCUMENTS_NAME, PoolReader
+
+# A pool given as its reader or as its directory (local or on object storage).
+PoolLike = PoolReader | str | os.PathLike
 
 PAD = -1  # characteristic index of an unused slot
 
@@ -169,7 +174,7 @@ def from_labels(families: Mapping[str, np.ndarray], tokens: float = 1.0) -> Char
     return from_segments(r, r, np.full(m, tokens), m, families)
 
 
-def document_columns(pool: object, names: Sequence[str]) -> tuple[int, dict[str, np.ndarray]]:
+def document_columns(pool: PoolLike, names: Sequence[str]) -> tuple[int, dict[str, np.ndarray]]:
     """The number of documents of a pool and, per name, one value per document, reading
     only the top-level columns of the documents table those names need (a user property:
     the properties column; ``_doc.<column>`` or a bare column: that column), not the
@@ -178,7 +183,7 @@ def document_columns(pool: object, names: Sequence[str]) -> tuple[int, dict[str,
     import pyarrow.parquet as pq
 
     # A pool on object storage is read from its checked local copy, as PoolReader reads it.
-    base = pool.path if isinstance(pool, PoolReader) else storage.local_artifact(pool)
+    base = pool.path if isinstance(pool, PoolReader) else artifact_cache.local_artifact(pool)
     path = Path(base) / DOCUMENTS_NAME
     pf = pq.ParquetFile(path)
     schema = pf.schema_arrow
@@ -199,7 +204,7 @@ def document_columns(pool: object, names: Sequence[str]) -> tuple[int, dict[str,
             raise InputError(
                 f"{path.parent}: unknown property {name!r} (known: {', '.join(known)})"
             )
-    table = pf.read(columns=sorted({c for c, _ in plan.values()})) if plan else None
+    table: Any = pf.read(columns=sorted({c for c, _ in plan.values()})) if plan else None
     out: dict[str, np.ndarray] = {}
     for name, (col, how) in plan.items():
         arr = props.column(table, name) if how == "prop" else table.column(col)
@@ -210,7 +215,7 @@ def document_columns(pool: object, names: Sequence[str]) -> tuple[int, dict[str,
 
 
 def pool_characteristics(
-    pools: Sequence[object],
+    pools: Sequence[PoolLike],
     *,
     by: Sequence[str] = (),
     length_bins_count: int | None = 100,
@@ -228,7 +233,12 @@ def pool_characteristics(
     readers = [p if isinstance(p, PoolReader) else PoolReader(p) for p in pools]
     if not readers:
         raise InputError("pools: need at least one pool")
-    recs, docs, lens, doc_pool, doc_len, props = [], [], [], [], [], {n: [] for n in by}
+    recs: list[Any] = []
+    docs: list[Any] = []
+    lens: list[Any] = []
+    doc_pool: list[Any] = []
+    doc_len: list[Any] = []
+    props: dict[str, list[Any]] = {n: [] for n in by}
     rec_base = doc_base = 0
     for i, pr in enumerate(readers):
         need = list(by) + (["_doc.n_tokens"] if length_bins_count else [])
@@ -331,7 +341,7 @@ def recipe_report(
     trials: int = 8,
     checkpoints: int = 20,
     seed: int = 0,
-) -> dict[str, object]:
+) -> dict[str, Any]:
     """The recipe's two measurements of ``order`` against ``trials`` random permutations
     of the same records, per family:
 
@@ -352,7 +362,7 @@ def recipe_report(
         p = rng.permutation(m)
         rand_c.append(cumulative_error(ch, p, checkpoints=checkpoints))
         rand_b.append(batch_errors(ch, p, bs))
-    out: dict[str, object] = {"num_records": m, "batch_size": bs, "trials": len(rand_c),
+    out: dict[str, Any] = {"num_records": m, "batch_size": bs, "trials": len(rand_c),
                               "position": mine_c["position"], "families": {}}  # fmt: skip
     for name in ch.families:
         mc = np.asarray(mine_c[name])

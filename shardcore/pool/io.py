@@ -6,6 +6,8 @@ from __future__ import annotations
 import ctypes
 import mmap
 import os
+import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +15,7 @@ import numpy as np
 import xxhash
 
 from shardcore import atomic, pack, verify
+from shardcore.blend import compile_kernel
 from shardcore.errors import ManifestError
 
 # File system types whose random reads cost a network round trip (NFS, SMB, object stores
@@ -49,7 +52,7 @@ _SYNC_FILE_RANGE_WRITE = 2
 
 
 def write_all(f, arr: np.ndarray) -> None:
-    view = memoryview(arr).cast("B")
+    view = arr.data.cast("B")
     while view.nbytes:
         view = view[f.write(view) :]
 
@@ -90,7 +93,6 @@ def release_memory() -> None:
     """Give the memory a finished unit freed back to the system: a worker runs unit after
     unit, and the C heap (numpy's temporaries) and Arrow's allocator otherwise keep what
     the largest unit needed (measured: 20-45 MB per worker on ~1 KB documents)."""
-    import sys
 
     if "pyarrow" in sys.modules:
         sys.modules["pyarrow"].default_memory_pool().release_unused()
@@ -156,7 +158,7 @@ def _read_spans_py(
     fd: int, path: Path, offsets: np.ndarray, nbytes: np.ndarray, out: np.ndarray, span: int
 ) -> None:
     """``read_spans`` without a C compiler: the same reads, looped in Python."""
-    dst = memoryview(out).cast("B")
+    dst = out.data.cast("B")
     # Gather whole tokens, not bytes, when every range is token-aligned (always, for
     # IndexedDataset pointers): an index per token is itemsize times fewer than per byte.
     unit = out.dtype.itemsize
@@ -182,7 +184,7 @@ def _read_spans_py(
             else:
                 if scratch is None or scratch.nbytes < last - first:
                     scratch = np.empty(span, dtype=np.uint8)
-                _pread_into(fd, memoryview(scratch)[: last - first], first, path)
+                _pread_into(fd, scratch.data[: last - first], first, path)
                 gather(
                     scratch[: last - first].view(gather_dtype),
                     (offsets[lo:stop] - first) // unit,
@@ -333,7 +335,6 @@ int sy_read_ranges(int fd, const int64_t *off, const int64_t *len, int64_t count
 
 
 def _copy_kernel():
-    from shardcore.blend import compile_kernel
 
     lib = compile_kernel("copy_ranges", _COPY_SOURCE, ["-O2", "-fPIC", "-shared"])
     if lib is not None and not getattr(lib, "_sy_typed", False):
@@ -401,7 +402,7 @@ class FileDocuments:
             n, src, dst, file = n[keep], src[keep], dst[keep], file[keep]
         lib = _copy_kernel()
         if lib is None:
-            out = memoryview(view).cast("B")
+            out = view.data.cast("B")
             for f, o, m, d in zip(
                 file.tolist(), src.tolist(), n.tolist(), dst.tolist(), strict=True
             ):
@@ -543,7 +544,6 @@ class HashingWriter:
     ``size`` is the file's final size (it sets the block size)."""
 
     def __init__(self, f, size: int):
-        from concurrent.futures import ThreadPoolExecutor
 
         self.f, self.size, self.pos = f, size, 0
         self.block = verify.block_size_for(size)
@@ -556,7 +556,7 @@ class HashingWriter:
         return self.pool.submit(self._write, arr)
 
     def _write(self, arr: np.ndarray) -> None:
-        view = memoryview(arr).cast("B")
+        view = arr.data.cast("B")
         write_all(self.f, arr)
         start_writeback(self.f.fileno(), self.pos, view.nbytes)
         self.pos += view.nbytes

@@ -219,11 +219,13 @@ def merge_children(plan: units.Plan, unit: dict) -> tuple[int, int, list[tuple[s
 
 
 def pass1_paths(out: str, i: int) -> tuple[Path, Path]:
-    return tuple(Path(out) / rel for rel in pass1_rel(i))
+    a, b = pass1_rel(i)
+    return Path(out) / a, Path(out) / b
 
 
 def group_paths(out: str, g: int) -> tuple[Path, Path]:
-    return tuple(Path(out) / rel for rel in group_rel(g))
+    a, b = group_rel(g)
+    return Path(out) / a, Path(out) / b
 
 
 def num_groups(plan: units.Plan) -> int:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -66,7 +67,7 @@ def run_merge(plan: units.Plan, unit: dict) -> dict:
     staged = staging_of(plan) == "tokens"
     itemsize = np.dtype(plan.meta["dtype"]).itemsize
     combined, pending, sources = [], [], []
-    empty = None
+    empty: Any = None  # an Arrow table
     for k, (tokens_rel, docs_rel) in enumerate(children):
         table = read_run(Path(plan.out) / docs_rel)
         if empty is None:

@@ -10,7 +10,7 @@ import os
 
 import numpy as np
 
-from shardcore import atomic, units, verify
+from shardcore import atomic, filters, props, units, verify
 from shardcore import manifest as mf
 from shardcore.errors import ManifestError
 from shardcore.formats import IndexedReader
@@ -37,9 +37,6 @@ from shardcore.pool.pass2 import Documents
 
 def run_assign(plan: units.Plan, unit: dict) -> dict:
 
-    from shardcore import filters as select
-    from shardcore import props
-
     meta, params = plan.meta, plan.params
     i = unit["input"]
     spec = meta["inputs"][i]
@@ -48,7 +45,7 @@ def run_assign(plan: units.Plan, unit: dict) -> dict:
     options = params["shuffle_options"]
     _check_input(source, spec["prefix"])
     reader = IndexedReader(spec["prefix"])
-    rows, table = select.select_shard(
+    rows, table = filters.select_shard(
         spec["sidecar"],
         params["filter"],
         props.type_from_text(meta.get("props_type")),

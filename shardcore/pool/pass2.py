@@ -85,7 +85,13 @@ class Documents:
 
 
 def _write_records(
-    prefix: Path, rel: str, docs: Documents, width: int, dtype: np.dtype, chunk: int, pad_id: int
+    prefix: Path,
+    rel: str,
+    docs: Documents | FileDocuments,
+    width: int,
+    dtype: np.dtype,
+    chunk: int,
+    pad_id: int,
 ) -> tuple[int, list[dict]]:
     """Write ``docs`` packed into records of ``width`` tokens (the last one padded with
     ``pad_id``) as the IndexedDataset ``prefix`` (one sequence per record; the ``.idx`` is
@@ -151,6 +157,7 @@ def run_bucket(plan: units.Plan, unit: dict) -> dict:
         inputs = as_numpy(docs.column(INPUT_COL))
         used, file = np.unique(inputs, return_inverse=True)
         paths = [bin_path(meta["inputs"][int(i)]["prefix"]) for i in used.tolist()]
+    stream: Documents | FileDocuments
     if references and len(paths) <= _MAX_OPEN:
         # Each document read once, straight into the output window where it goes.
         stream = FileDocuments(

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from shardcore import limits, storage, units
+from shardcore import annotation_join, artifact_cache, filters, limits, props, storage, units
 from shardcore import manifest as mf
 from shardcore.errors import EmptySelectionError, InputError, ManifestError
 from shardcore.pool.io import on_network_fs, release_memory
@@ -69,8 +69,6 @@ def plan_pool(
     pool's documents and everything that reads their properties see their columns as
     ``<annotator>.<column>`` (``shardcore.annotation_join``); their fingerprints enter the
     pool's."""
-    from shardcore import annotation_join, props
-    from shardcore import filters as select
 
     module = shuffle_module(shuffle)
     if staging not in STAGINGS + ("auto",):
@@ -87,9 +85,12 @@ def plan_pool(
     for key, value in options.items():
         if isinstance(value, int | float):  # bool too: refused as not an integer
             options[key] = limits.check_int(f"shuffle_options.{key}", value, 1, limits.MAX_COUNT)
-    sources, inputs, loaded = [], [], []
+    sources: list[dict[str, Any]] = []
+    inputs: list[dict[str, Any]] = []
+    loaded: list[tuple[str, dict[str, Any]]] = []
     meta_bytes = 0  # the selected documents' metadata, for sizing the merge's groups
-    tokenizer = dtype = None
+    tokenizer: Any = None
+    dtype: Any = None
     for path in tokenized:
         path = storage.resolve(path)
         data = _load_tokenized(path)
@@ -103,10 +104,10 @@ def plan_pool(
         loaded.append((path, data))
     # Inputs on object storage are planned (and later read by the units) from checked
     # local copies; the plan names them by URL (meta["artifacts"], see shardcore.units).
-    local = {path: storage.local_artifact(path) for path, _ in loaded}
+    local = {path: artifact_cache.local_artifact(path) for path, _ in loaded}
     # One type for each property over every input, so that a filter reads a property
     # absent from one source as NULL there and every pass writes the same schema.
-    props_type = select.sidecars_props_type(
+    props_type = filters.sidecars_props_type(
         [
             f"{os.path.join(local[p], sh['prefix'])}.docs.parquet"
             for p, d in loaded
@@ -128,7 +129,7 @@ def plan_pool(
             sidecar = f"{prefix}.docs.parquet"
             local_sidecar = f"{os.path.join(local[path], shard['prefix'])}.docs.parquet"
             joined = [{**a, "path": _local_path(a["path"], annotations or [])} for a in joins[s][j]]
-            rows, table = select.select_shard(local_sidecar, filter, props_type, joined)
+            rows, table = filters.select_shard(local_sidecar, filter, props_type, joined)
             meta_bytes += int(table.nbytes)
             is_val = val_mask(data["fingerprint"], column(table, "doc_id", sidecar), val_fraction)
             n_tokens = column(table, "n_tokens", sidecar).astype(np.int64) + int(bos)
@@ -146,7 +147,7 @@ def plan_pool(
     if bos and tokenizer.get("bos_id") is None:
         raise InputError(f"bos=True but tokenizer {tokenizer.get('spec')!r} has no BOS token")
     itemsize = np.dtype(dtype).itemsize
-    params = {
+    params: dict[str, Any] = {
         "seq_len": int(seq_len),
         "filter": filter,
         "shuffle": shuffle,
@@ -230,7 +231,7 @@ def _local_path(path: str, annotations: list[str]) -> str:
     for a in annotations:
         url = storage.resolve(a)
         if storage.is_remote(url) and path.startswith(url.rstrip("/") + "/"):
-            return str(storage.local_artifact(url)) + path[len(url.rstrip("/")) :]
+            return str(artifact_cache.local_artifact(url)) + path[len(url.rstrip("/")) :]
     return path
 
 

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from shardcore import artifact_cache, pack, props, verify
 from shardcore import manifest as mf
-from shardcore import pack, verify
 from shardcore.errors import InputError, ManifestError
 from shardcore.formats import IDX_SEQUENCES_OFFSET, IndexedReader, idx_length_offset
 from shardcore.pool.layout import (
@@ -87,10 +87,8 @@ class PoolReader:
     0..num_records-1 in pool order across shards."""
 
     def __init__(self, path: str | os.PathLike):
-        from shardcore import storage
-
         # A pool on object storage is read from a checked local copy.
-        self.path = Path(storage.local_artifact(path))
+        self.path = Path(artifact_cache.local_artifact(path))
         self.manifest = mf.read_manifest(self.path)
         if self.manifest.get("kind") != KIND:
             raise ManifestError(f"{self.path}: not a pool (kind {self.manifest.get('kind')!r})")
@@ -241,8 +239,6 @@ class PoolReader:
         no user property has it. Nested values are given as JSON text."""
         import pyarrow as pa
 
-        from shardcore import props
-
         docs = self.documents
         facts = [c for c in docs.column_names if c != props.PROPS]
         col = None
@@ -262,7 +258,8 @@ class PoolReader:
             col = col.combine_chunks()
         return props.as_text_if_nested(col).to_numpy(zero_copy_only=False)
 
-    def locate(self, sample: int | None = None, tokens: int | None = None) -> dict[str, int]:
+    def locate(self, sample: int | None = None, tokens: int | None = None) -> dict[str, int | str]:
+        # A cycle: shardcore.locate reads mixtures, whose package reads pools.
         from shardcore.locate import locate_pool
 
         return locate_pool(self.manifest, sample=sample, tokens=tokens)

@@ -13,7 +13,7 @@ import random
 import numpy as np
 import pytest
 
-from shardcore import units
+from shardcore import artifact_cache, units
 from shardcore.annotate import create
 from shardcore.annotate.artifact import annotate, read_annotation
 from shardcore.annotate.dedup import jaccard, shingles
@@ -164,7 +164,7 @@ def test_a_group_on_s3_writes_the_bytes_of_a_local_run(sources, s3_bucket, tmp_p
         annotation_paths(f"{s3_bucket}/group"), annotation_paths(tmp_path / "local"), strict=True
     ):
         assert read_manifest(mine)["files"] == read_manifest(theirs)["files"]
-        copy = storage.local_artifact(mine)  # a checked local copy of the remote one
+        copy = artifact_cache.local_artifact(mine)  # a checked local copy of the remote one
         assert read_annotation(copy).equals(read_annotation(theirs))
     keys = storage.open_store(f"{s3_bucket}/group").list()
     assert not [k for k in keys if k.startswith("_work/")]  # the scratch is gone

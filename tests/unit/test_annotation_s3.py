@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from shardcore import storage, units
+from shardcore import artifact_cache, storage, units
 from shardcore.annotate.artifact import annotate
 from shardcore.annotation import plan_annotation
 from shardcore.manifest import read_manifest
@@ -38,7 +38,7 @@ def test_an_annotation_on_s3_has_the_bytes_of_a_local_one_and_joins_a_pool(
     store = storage.open_store(ann)
     for f in ml["files"]:
         assert store.read_bytes(f["path"]) == (local / f["path"]).read_bytes()
-    copy = read_manifest(storage.local_artifact(ann))  # a checked copy: checksums agree
+    copy = read_manifest(artifact_cache.local_artifact(ann))  # a checked copy: checksums agree
     assert copy["files"] == ml["files"] and copy["fingerprint"] == ml["fingerprint"]
     # A scratch-free artifact: no temporaries, no corpus-level work files.
     keys = set(store.sizes())

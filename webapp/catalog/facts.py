@@ -199,13 +199,6 @@ def fact_compute(*, kind: str, object_id: int, key: str = "") -> str:
     return Fact.State.READY
 
 
-def fact_compute_now(kind: str, object_id: int, key: str = "") -> Any:
-    """``fact_compute`` in this process, then the stored value (management commands and
-    fixtures that record artifacts without a worker)."""
-    fact_compute(kind=kind, object_id=object_id, key=key)
-    return Fact.objects.get(kind=kind, object_id=object_id, key=key).value
-
-
 def artifact_facts_request(obj) -> None:
     """The default facts of an artifact just recorded, asked for (computed by a task)."""
     if isinstance(obj, Pool):

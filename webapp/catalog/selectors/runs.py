@@ -264,27 +264,6 @@ def run_losses(*, run: TrainingRun, overlay: bool = True) -> dict:
     return {"runs": runs, "rows": rows, "references": references}
 
 
-def run_progress_reports(*, run: TrainingRun) -> list[tuple[int, int]]:
-    """Every progress report of ``run`` as (step, consumed samples)."""
-    return progress_reports([run]).get(run.pk, [])
-
-
-def progress_reports(runs: list[TrainingRun]) -> dict[int, list[tuple[int, int]]]:
-    """Per run, its progress reports as (step, consumed samples): one query for all."""
-    out: dict[int, list[tuple[int, int]]] = {}
-    if not runs:
-        return out
-    rows = RunProgress.objects.filter(run_id__in=[r.pk for r in runs]).values_list(
-        "run_id", "step", "consumed_samples"
-    )
-    for run_id, step, consumed in rows:
-        out.setdefault(run_id, []).append((step, consumed))
-    for r in runs:  # a run whose reports were pruned still has its latest position
-        if r.consumed_samples and r.pk not in out:
-            out[r.pk] = [(r.last_step, r.consumed_samples)]
-    return out
-
-
 def run_segments(*, run: TrainingRun) -> list[RunSegment]:
     """The mixture versions the run read, in order (``RunSegment`` rows, the version
     loaded): the recorded segments, or for a run that never switched one unsaved segment,

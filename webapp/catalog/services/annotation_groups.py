@@ -17,7 +17,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from shardcore import storage
+from shardcore import artifact_cache, storage
 from shardcore.annotate.artifact import plan as annotation_plan
 from shardcore.annotate.neardup import GroupNearDuplicates, plan_group
 from shardcore.annotation import summarize
@@ -160,7 +160,7 @@ def annotation_group_record(*, job, manifest: dict | None) -> None:
             raise CatalogError(
                 f"annotation {ann.pk}: the group's manifest lists no annotation {ann.fingerprint}"
             )
-        local = storage.local_artifact(ann.path) if storage.is_remote(ann.path) else ann.path
+        local = artifact_cache.local_artifact(ann.path) if storage.is_remote(ann.path) else ann.path
         m = read_manifest(local)
         ann.num_documents = m["totals"]["documents"]
         ann.num_bytes = m["totals"]["bytes"]

@@ -10,7 +10,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from shardcore import annotate, props, storage
+from shardcore import annotate, artifact_cache, props, storage
 from shardcore.annotate.artifact import DOC_ID, read_annotation
 from shardcore.annotation import plan_annotation, summarize
 from shardcore.errors import InputError
@@ -227,7 +227,7 @@ def _matching(path: str, annotator: str, expression: str) -> list[int]:
     ``<annotator>.<column>``, exactly as a pool that joins it reads them)."""
     import pyarrow as pa
 
-    local = storage.local_artifact(path) if storage.is_remote(path) else path
+    local = artifact_cache.local_artifact(path) if storage.is_remote(path) else path
     table = read_annotation(local)
     cols = [c for c in table.column_names if c != DOC_ID]
     inner = pa.StructArray.from_arrays([table.column(c).combine_chunks() for c in cols], cols)
