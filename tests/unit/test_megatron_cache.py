@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from shardcore import megatron_cache as mc
+from shardcore import megatron_check
 from shardcore.errors import InputError
 from shardcore.export import export, megatron_data_args
 from shardcore.manifest import read_manifest
@@ -318,7 +319,9 @@ def test_tokenizer_identities_are_the_ones_megatron_core_builds(hf_dir):
         tok, named = mc.trainer_tokenizer(spec, None)
         assert named is None
         if extra:
-            tok = mc._tokenizer_of_argv(mc._flags(shlex.split(tok.cli() + extra)))[0]
+            tok = megatron_check._tokenizer_of_argv(
+                megatron_check._flags(shlex.split(tok.cli() + extra))
+            )[0]
         line = f"--seq-length {SEQ} --split 100,0,0 {tok.cli()}"
         assert tok.cli().endswith(extra)
         real = megatron_lm.build_tokenizer(megatron_lm.parse(line))
