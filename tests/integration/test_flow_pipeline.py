@@ -22,11 +22,12 @@ from shardcore.pool import PoolReader
 from tests.integration.test_jobs_workers import catalog_env, stdlib_docs, wait_job, write_jsonl
 from webapp.catalog import selectors
 from webapp.catalog.models import ArtifactStatus, Export, Pool, Shard, Taint
+from webapp.catalog.selectors.runs import run_resume_position
 from webapp.catalog.services.exports import mixture_version_export, mixture_version_materialize
 from webapp.catalog.services.flags import flag_create
 from webapp.catalog.services.mixtures import mixture_get_or_create, mixture_version_create
 from webapp.catalog.services.pools import pool_build
-from webapp.catalog.services.runs import run_progress_record, run_register, run_resume_position
+from webapp.catalog.services.runs import run_progress_record, run_register
 from webapp.catalog.services.sources import source_register
 from webapp.catalog.services.tokenized import tokenized_source_build
 from webapp.jobs.models import JobState, JobUnit

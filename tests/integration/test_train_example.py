@@ -119,7 +119,7 @@ def test_it_reports_to_a_live_server_and_the_books_hold_its_losses(
         pool.pk
     }
     ckpt = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=False)
-    from webapp.catalog.services.runs import run_resume_position
+    from webapp.catalog.selectors.runs import run_resume_position
 
     assert run_resume_position(run_id=run.pk)["sample"] == ckpt["loader"]["next_sample"] == 160
 

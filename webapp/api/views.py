@@ -28,10 +28,8 @@ from webapp.catalog.services.mixtures import mixture_version_save
 from webapp.catalog.services.pools import pool_build
 from webapp.catalog.services.runs import (
     run_losses_record,
-    run_mixture_proposal,
     run_progress_record,
     run_register,
-    run_resume_position,
     run_switch,
 )
 from webapp.catalog.services.sources import source_register, source_scan
@@ -554,7 +552,7 @@ class RunViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         q.is_valid(raise_exception=True)
         v = q.validated_data
         try:
-            return Response(run_mixture_proposal(run_id=int(pk), reference_run_id=v["reference"],
+            return Response(selectors.run_mixture_proposal(run_id=int(pk), reference_run_id=v["reference"],
                                                  eta=v["eta"], smoothing=v["smoothing"]))  # fmt: skip
         except CatalogError as e:
             raise _bad(e) from e
@@ -572,7 +570,7 @@ class RunViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     def resume(self, request, pk=None):
         run = get_object_or_404(TrainingRun.objects.only("id", "last_step"), pk=pk)
         try:
-            position = run_resume_position(run_id=run.pk)
+            position = selectors.run_resume_position(run_id=run.pk)
         except (CatalogError, ShardcoreError, OSError) as e:
             return Response({"detail": str(e)}, status=status.HTTP_409_CONFLICT)
         return Response({"step": run.last_step, "token_offset": 0, **position})

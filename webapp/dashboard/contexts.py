@@ -18,7 +18,6 @@ from webapp.catalog import selectors as catalog
 from webapp.catalog.errors import CatalogError
 from webapp.catalog.models import ArtifactStatus
 from webapp.catalog.selectors import NotFound
-from webapp.catalog.services.runs import run_mixture_proposal, run_resume_position
 from webapp.dashboard import charts, recipe_charts
 from webapp.jobs import selectors as jobs
 from webapp.jobs.models import Job, UnitState
@@ -300,7 +299,9 @@ def run_proposal(*, run, reference: str) -> dict:
     if not reference.isdigit():
         return {"proposal_error": "reference: give a run id"}
     try:
-        return {"proposal": run_mixture_proposal(run_id=run.pk, reference_run_id=int(reference))}
+        return {
+            "proposal": catalog.run_mixture_proposal(run_id=run.pk, reference_run_id=int(reference))
+        }
     except CatalogError as e:
         return {"proposal_error": str(e)}
 
@@ -350,7 +351,7 @@ def _resume_context(run) -> dict:
         }.get(version.status, f"it is {version.status}{job}")
         return {"resume": None, "resume_error": f"{version}: {doing}."}
     try:
-        position = run_resume_position(run_id=run.pk)
+        position = catalog.run_resume_position(run_id=run.pk)
     except (CatalogError, ShardcoreError, OSError) as e:
         return {"resume": None, "resume_error": f"No resume position: {e}"}
     shown = ("stage", "pool", "epoch", "shard", "shard_prefix", "record_in_shard", "token_offset")

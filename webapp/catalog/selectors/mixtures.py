@@ -303,3 +303,9 @@ def mixture_draft_predict(*, payload: dict) -> dict:
             else None
         ),
     }
+
+
+def version_built(version: MixtureVersion) -> bool:
+    """Whether the version has a schedule on disk (versions recorded before schedules were
+    built, or rows made by hand, have none)."""
+    return bool(version.manifest_path) and storage.exists(version.manifest_path)

@@ -21,6 +21,7 @@ from webapp.catalog.models import (
     Export,
     MixtureVersion,
 )
+from webapp.catalog.selectors.mixtures import version_built
 from webapp.catalog.services.common import (
     artifact_unbuilt,
     refuse_corrupt,
@@ -28,7 +29,7 @@ from webapp.catalog.services.common import (
 )
 from webapp.catalog.services.flags import taint_refresh
 from webapp.catalog.services.launch import launch
-from webapp.catalog.services.mixtures import version_built, version_source_ids
+from webapp.catalog.services.mixtures import version_source_ids
 
 if TYPE_CHECKING:
     from webapp.jobs.models import Job

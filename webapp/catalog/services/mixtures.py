@@ -355,12 +355,6 @@ def schedule_quality(*, path: str) -> dict[str, Any]:
         return {"error": f"no quality measured: {exc}"}
 
 
-def version_built(version: MixtureVersion) -> bool:
-    """Whether the version has a schedule on disk (versions recorded before schedules were
-    built, or rows made by hand, have none)."""
-    return bool(version.manifest_path) and storage.exists(version.manifest_path)
-
-
 def version_source_ids(version: MixtureVersion) -> list[int]:
     return list(
         TokenizedSource.objects.filter(pools__components__version=version)

@@ -1,5 +1,6 @@
-"""Writes for training runs: registration, progress and loss reports, the next stage's
-weights proposed from the losses, and where a run resumes."""
+"""Writes for training runs: registration, progress and loss reports, the switch to new
+weights. Reads (where a run resumes, the next stage's proposed weights) are in
+``webapp.catalog.selectors.runs``."""
 
 from __future__ import annotations
 
@@ -13,12 +14,7 @@ from django.db.models import Exists, F, Max, OuterRef, Subquery
 from django.utils import timezone
 
 from shardcore import manifest as mf
-from shardcore import storage
-from shardcore.adapt import RULE, propose_weights
-from shardcore.blend import build_blending_indices
-from shardcore.errors import InputError
-from shardcore.locate import locate_mixture, locate_pool
-from shardcore.mixture import Mixture, continuation
+from shardcore.mixture import continuation
 from webapp.catalog.errors import CatalogError, RunPermissionError, RunSwitchedError, refused
 from webapp.catalog.models import (
     ArtifactStatus,
@@ -33,15 +29,13 @@ from webapp.catalog.models import (
     TrainingRun,
 )
 from webapp.catalog.scrub import corruption_refresh
-from webapp.catalog.services.common import (
-    checked_name,
-)
+from webapp.catalog.selectors.mixtures import version_built
+from webapp.catalog.selectors.runs import run_segment_start, run_segments
+from webapp.catalog.services.common import checked_name
 from webapp.catalog.services.flags import taint_refresh
 from webapp.catalog.services.mixtures import (
-    MAIN,
     _stage_name,
     mixture_version_create,
-    version_built,
     version_source_ids,
 )
 from webapp.roles import ROLES, has_role, may_write_run, user_role
@@ -226,7 +220,7 @@ def _progress_insert(run_id: int, step: int, samples: int, tokens: int, at) -> b
 def _read_version_check(run: TrainingRun, version_id: int, samples: int) -> None:
     """Refuse a report whose trainer read ``version_id`` up to ``samples`` where the run's
     segments say another version (it switched before)."""
-    segments = _segments(run)
+    segments = run_segments(run=run)
     last = max(samples - 1, 0)
     here = next(g for g in reversed(segments) if g.first_sample <= last or g is segments[0])
     starts_here = any(
@@ -245,16 +239,6 @@ def _read_version_check(run: TrainingRun, version_id: int, samples: int) -> None
         f"{here.first_step - 1}); this report read version {version_id} up to sample "
         f"{samples}. Resume from the checkpoint at step {here.first_step - 1} and read the "
         f"run's segments (GET /api/runs/{run.pk}/)"
-    )
-
-
-def _segment_start(run_id: int) -> int:
-    """The run's sample where its current version starts (0 unless it switched)."""
-    return (
-        RunSegment.objects.filter(run_id=run_id, end_sample__isnull=True)
-        .values_list("first_sample", flat=True)
-        .first()
-        or 0
     )
 
 
@@ -381,7 +365,7 @@ def run_losses_record(
         -(-version.token_budget // seq_len) if seq_len and version.token_budget else 0
     )
     if limit:
-        limit += _segment_start(run.pk)  # after a switch, the samples read before it
+        limit += run_segment_start(run.pk)  # after a switch, the samples read before it
 
     def check_step(value: int, where: str) -> int:
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -482,87 +466,6 @@ def run_losses_record(
     return {"recorded": recorded, "already_recorded": len(rows) - recorded}
 
 
-def run_mixture_proposal(
-    *, run_id: int, reference_run_id: int, eta: float = 1.0, smoothing: float = 1e-3
-) -> dict[str, Any]:
-    """The next stage's weights for the run's pools by ``shardcore.adapt.propose_weights``
-    (DoReMi's exponentiated excess loss): the run's latest validation loss per pool (its
-    latest step with a whole-pool loss for every pool of its version) against the
-    reference run's at the same step, or else its latest step before it. The reference
-    must have reported those pools. CatalogError says what is missing."""
-
-    run = TrainingRun.objects.select_related("mixture_version").get(pk=run_id)
-    ref = TrainingRun.objects.filter(pk=reference_run_id).first()
-    if ref is None:
-        raise CatalogError(f"reference: no run {reference_run_id}")
-    # The stage the run is in: its weights are the ones a switch replaces; the pools of
-    # other stages (an anneal's, while the run is in main) keep theirs.
-    stage = _stage_at(run.mixture_version, int(run.consumed_samples) - _segment_start(run.pk))
-    comps = [
-        c
-        for c in MixtureComponent.objects.filter(version=run.mixture_version).select_related("pool")
-        if _stage_name(c.stage) == stage
-    ]
-    weights: dict[int, float] = {}
-    for c in comps:
-        weights[c.pool_id] = weights.get(c.pool_id, 0.0) + c.weight
-    names = {c.pool_id: c.pool.name for c in comps}
-
-    def by_step(r: TrainingRun) -> dict[int, dict[int, float]]:
-        out: dict[int, dict[int, float]] = {}
-        rows = RunLoss.objects.filter(run=r, split="val", source="", pool_id__in=weights)
-        for step, pool, loss in rows.values_list("step", "pool_id", "loss"):
-            out.setdefault(step, {})[pool] = loss
-        return {s: v for s, v in out.items() if set(v) == set(weights)}
-
-    mine = by_step(run)
-    if not mine:
-        raise CatalogError(
-            f"run {run.name} has no step with a validation loss for each of its pools "
-            f"({', '.join(names.values())})"
-        )
-    step = max(mine)
-    theirs = by_step(ref)
-    ref_steps = [s for s in theirs if s <= step]
-    if not ref_steps:
-        raise CatalogError(
-            f"reference: run {ref.name} has no validation loss for each of the pools "
-            f"{', '.join(names.values())} at or before step {step}"
-        )
-    ref_step = max(ref_steps)
-    try:
-        proposal = propose_weights(
-            weights,
-            mine[step],
-            theirs[ref_step],
-            eta=eta,
-            smoothing=smoothing,
-        )
-    except InputError as e:
-        raise CatalogError(str(e)) from e
-    return {
-        "rule": RULE,
-        "eta": eta,
-        "smoothing": smoothing,
-        "run": run.pk,
-        "reference": ref.pk,
-        "stage": stage,
-        "step": step,
-        "reference_step": ref_step,
-        "pools": [{"pool": p, "name": names[p], **v} for p, v in proposal.items()],
-    }
-
-
-def _stage_at(version: MixtureVersion, sample: int) -> str:
-    """The name of the stage of ``version`` that holds its sample ``sample`` (its last
-    stage past the end; "main" while the version has no built schedule)."""
-    if not version_built(version):
-        return MAIN
-    stages = mf.read_manifest(version.path)["stages"]
-    inside = [st["name"] for st in stages if st["first_sample"] <= max(sample, 0)]
-    return inside[-1] if inside else MAIN
-
-
 def _switch_weights(weights) -> dict[int, float]:
     """``{pool id: weight}`` or ``[{"pool", "weight"}]`` -> {pool id: weight > 0}."""
     pairs = (
@@ -614,7 +517,7 @@ def run_switch(*, run_id: int, weights, note: str = "", actor=None) -> dict[str,
                 f"run {run.name} belongs to another user: only its owner, its team or an "
                 "admin may switch it"
             )
-        segments = _segments(run)
+        segments = run_segments(run=run)
         at = int(run.consumed_samples)
         kept = [g for g in segments if g.first_sample < at]
         base = kept[-1] if kept else segments[0]
@@ -683,112 +586,3 @@ def run_switch(*, run_id: int, weights, note: str = "", actor=None) -> dict[str,
         "segment": segment,
         "continues": {"version": version.pk, "sample": local},
     }
-
-
-def run_resume_position(*, run_id: int, sample: int | None = None) -> dict[str, Any]:
-    """Where the run continues: ``shardcore.locate.locate_mixture`` on the version's
-    schedule (stage, pool, shard, record, token offset; the same answer as ``shardyard
-    locate``), plus the pool's catalog row and the epoch of the pool being read. Nothing is
-    scanned for pools read at most once. ``sample`` defaults to the run's consumed
-    position: its consumed tokens when they agree with its consumed samples (then the
-    token offset into the next sample is exact), else its consumed samples."""
-
-    run = TrainingRun.objects.select_related("mixture_version").get(pk=run_id)
-    segments = _segments(run)
-    at = run.consumed_samples if sample is None else int(sample)
-    # The segment the next sample belongs to (a run switched at its position reads the
-    # new version next); its version's own sample numbering.
-    segment = next(g for g in reversed(segments) if g.first_sample <= at or g is segments[0])
-    version, first = segment.mixture_version, segment.first_sample
-    if len(segments) == 1 and not version_built(version):
-        return _resume_by_blend(run, sample)
-    with refused(f"run {run.name}"):
-        mix = Mixture(version.path)
-        seq_len = mix.seq_len
-        if sample is None and run.consumed_tokens // seq_len == run.consumed_samples:
-            where = locate_mixture(version.path, tokens=run.consumed_tokens - first * seq_len)
-        else:
-            where = locate_mixture(version.path, sample=at - first)
-    pool_info = mix.pools[where["pool"]]
-    pools = {
-        storage.resolve(c.pool.path): c.pool
-        for c in MixtureComponent.objects.filter(version=version).select_related("pool")
-    }
-    pool = pools.get(storage.resolve(where["pool_path"]))
-    epoch = 0
-    if pool_info["epochs"] > 1 or pool_info.get("first_read"):
-        # Repeated pools: the epoch is how often this pool was read before the sample
-        # (the schedule's per-chunk counts and at most a chunk of its pool column).
-        before = int(mix.reads_before(where["sample"])[where["pool"]])
-        epoch = (int(pool_info.get("first_read", 0)) + before) // int(pool_info["num_records"])
-    return {
-        **where,
-        "sample": first + where["sample"],
-        "mixture_version": version.pk,
-        "version_sample": where["sample"],
-        "segment": segment.index,
-        "segments": [
-            {
-                "version": g.mixture_version_id,
-                "path": g.mixture_version.path,
-                "first_sample": g.first_sample,
-                "end_sample": g.end_sample,
-            }
-            for g in segments
-        ],  # fmt: skip
-        "run": run.pk,
-        "pool": pool.name if pool else where["pool_key"],
-        "pool_index": where["pool"],
-        "pool_id": pool.pk if pool else None,
-        "epoch": epoch,
-        "shard_path": storage.join(where["pool_path"], where["shard_prefix"]),
-    }
-
-
-def _resume_by_blend(run: TrainingRun, sample: int | None) -> dict[str, Any]:
-    """Resume in a version without a schedule on disk: Megatron's blend over the
-    components' weights, then ``locate_pool`` in the pool read."""
-
-    sample = int(run.consumed_samples if sample is None else sample)
-    comps = list(
-        MixtureComponent.objects.filter(version_id=run.mixture_version_id)
-        .select_related("pool")
-        .order_by("id")
-    )
-    if not comps:
-        raise CatalogError("the mixture version has no components")
-    if len(comps) == 1:
-        comp, pool_sample = comps[0], sample
-    else:
-        index, sample_index = build_blending_indices([c.weight for c in comps], sample + 1)
-        comp, pool_sample = comps[int(index[sample])], int(sample_index[sample])
-    manifest = mf.read_manifest(comp.pool.path)
-    total = int(manifest["num_records"])
-    if total == 0:
-        raise CatalogError(f"pool {comp.pool.name} has no records")
-    epoch, record = divmod(pool_sample, total)
-    where = locate_pool(manifest, sample=record)
-    return {
-        "run": run.pk,
-        "sample": sample,
-        "pool_id": comp.pool_id,
-        "pool": comp.pool.name,
-        "pool_path": comp.pool.path,
-        "stage": comp.stage,
-        "epoch": epoch,
-        "record": record,
-        **{k: v for k, v in where.items() if k not in ("sample",)},
-    }
-
-
-def _segments(run: TrainingRun) -> list[RunSegment]:
-    """The versions the run read, in order (``RunSegment`` rows, or for a run that never
-    switched one unsaved segment: its version from sample 0). One query."""
-    rows = list(
-        RunSegment.objects.filter(run_id=run.pk).select_related("mixture_version").order_by("index")
-    )
-    return rows or [
-        RunSegment(
-            run=run, index=0, mixture_version=run.mixture_version, first_sample=0, first_step=1
-        )
-    ]

@@ -197,7 +197,7 @@ def run_switch(request, run_id: int):
         messages.error(request, "reference: give a run id")
         return back
     try:
-        proposal = runs.run_mixture_proposal(run_id=run_id, reference_run_id=int(reference))
+        proposal = catalog.run_mixture_proposal(run_id=run_id, reference_run_id=int(reference))
         result = runs.run_switch(
             run_id=run_id,
             weights={p["pool"]: p["proposed"] for p in proposal["pools"]},

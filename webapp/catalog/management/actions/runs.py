@@ -6,6 +6,7 @@ import argparse
 import json
 from typing import Any
 
+from webapp.catalog import selectors
 from webapp.catalog.management.actions.base import Action
 from webapp.catalog.services import runs
 
@@ -44,4 +45,4 @@ class RunResume(Action):
         parser.add_argument("run_id", type=int)
 
     def run(self, o: dict[str, Any]) -> str:
-        return json.dumps(runs.run_resume_position(run_id=o["run_id"]), sort_keys=True)
+        return json.dumps(selectors.run_resume_position(run_id=o["run_id"]), sort_keys=True)
