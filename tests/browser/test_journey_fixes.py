@@ -309,6 +309,6 @@ def test_it_fixes_what_a_newcomer_found(
 
 
 def _natural_key(label: str):
-    from webapp.dashboard.charts import _natural
+    from webapp.dashboard.charts.common import _natural
 
     return _natural(label)

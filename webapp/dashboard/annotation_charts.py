@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from webapp.dashboard.charts import PALETTE, _empty, _layout
+from webapp.dashboard.charts.common import PALETTE, _empty, _layout
 
 
 def column_figure(annotator: str, name: str, entry: Mapping[str, Any]) -> dict:

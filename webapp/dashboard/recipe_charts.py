@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from webapp.dashboard.charts import PALETTE, _empty, _layout
+from webapp.dashboard.charts.common import PALETTE, _empty, _layout
 
 FAMILY_NAMES = {
     "length": "document length (quantile bins)",
