@@ -260,22 +260,35 @@ class RunProgressSerializer(serializers.ModelSerializer):
         fields = ["step", "consumed_samples", "consumed_tokens", "reported_at"]
 
 
+class ValLossSerializer(serializers.Serializer):
+    pool = serializers.IntegerField(min_value=1, max_value=2**62)
+    source = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+    loss = serializers.FloatField(min_value=0.0)  # finite: NaN and infinities are refused
+
+
+class TrainLossSerializer(serializers.Serializer):
+    step = serializers.IntegerField(min_value=0, max_value=2**62)
+    loss = serializers.FloatField(min_value=0.0)
+
+
 class LossReportSerializer(serializers.Serializer):
-    """Losses of a run. Entries are checked by the service, which names the entry and
-    field of a refusal (``val[2].pool``), so they are plain JSON here."""
+    """Losses of a run. Each entry's fields are checked here (a refusal names the entry
+    and field: ``{"val": [{}, {"loss": [...]}]}``); what needs the catalog (the pool is
+    read by the run's version, the source is one of the pool's, the step is within the
+    version, no entry twice) by the service."""
 
     step = serializers.IntegerField(
         min_value=0, max_value=2**62, required=False,
         help_text="the checkpoint's step; required with val",
     )  # fmt: skip
-    val = serializers.ListField(
-        child=serializers.JSONField(), required=False, max_length=10_000,
+    val = ValLossSerializer(
+        many=True, required=False, max_length=10_000,
         help_text='[{"pool": id, "source": "name" (optional), "loss": 2.31}]: validation loss '
         "per pool read by the run's version (its training or validation pool id), or per "
         "source of a pool built from several",
     )  # fmt: skip
-    train = serializers.ListField(
-        child=serializers.JSONField(), required=False, max_length=10_000,
+    train = TrainLossSerializer(
+        many=True, required=False, max_length=10_000,
         help_text='[{"step": 12, "loss": 3.02}]: training loss per step',
     )  # fmt: skip
 

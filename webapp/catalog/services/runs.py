@@ -335,13 +335,15 @@ def run_losses_record(
     train: list[dict] | None = None,
     actor=None,
 ) -> dict[str, int]:
-    """Record a run's losses (``POST /api/runs/{id}/losses/``): ``val``, at checkpoint
-    ``step``, is ``[{"pool": id, "source": name or "", "loss": x}]``, the validation loss
+    """Record a run's losses (``POST /api/runs/{id}/losses/``, whose serializer checks each
+    entry's types and ranges): ``val``, at checkpoint ``step``, is
+    ``[{"pool": id, "source": name or "", "loss": x >= 0}]``, the validation loss
     of each pool the run's version reads (its training pool's id or its validation pool's,
     and a source's name to report one source of a pool built from several); ``train`` is
-    ``[{"step": s, "loss": x}]``, training loss per step. Whoever may report the run's
-    progress may report its losses (RunPermissionError otherwise). Every entry is checked
-    before anything is written; a refusal is a CatalogError naming the entry and field.
+    ``[{"step": s >= 0, "loss": x >= 0}]``, training loss per step. Whoever may report the
+    run's progress may report its losses (RunPermissionError otherwise). Every entry is
+    checked against the catalog before anything is written; a refusal is a CatalogError
+    naming the entry and field.
     A retried report records nothing twice (first report wins). Returns the number of
     rows recorded and of rows already there."""
     val = list(val or [])
@@ -368,21 +370,11 @@ def run_losses_record(
         limit += run_segment_start(run.pk)  # after a switch, the samples read before it
 
     def check_step(value: int, where: str) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise CatalogError(f"{where}: {value!r} is not a step (an integer >= 0)")
         if limit and value > limit:
             raise CatalogError(
                 f"{where}: {value} is beyond mixture version {version.pk} ({limit} samples);"
                 " a step reads at least one sample of the version"
             )
-        return value
-
-    def check_loss(value, where: str) -> float:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise CatalogError(f"{where}: {value!r} is not a number")
-        value = float(value)
-        if not np.isfinite(value) or value < 0:
-            raise CatalogError(f"{where}: {value} is not a finite loss >= 0")
         return value
 
     # The pools a validation loss may name: the pools of the versions the run read (its
@@ -408,10 +400,8 @@ def run_losses_record(
         step = check_step(step, "step")  # type: ignore[arg-type]
     for i, entry in enumerate(val):
         where = f"val[{i}]"
-        if not isinstance(entry, dict):
-            raise CatalogError(f"{where}: give an object with pool and loss")
-        pool_id = entry.get("pool")
-        if isinstance(pool_id, bool) or not isinstance(pool_id, int) or pool_id not in by_id:
+        pool_id = entry["pool"]
+        if pool_id not in by_id:
             names = ", ".join(dict.fromkeys(f"{c.pool.name} ({c.pool.pk})" for c in comps))
             raise CatalogError(
                 f"{where}.pool: {pool_id!r} is not read by mixture version {version.pk}; "
@@ -419,8 +409,6 @@ def run_losses_record(
             )
         pool = by_id[pool_id]
         source = entry.get("source") or ""
-        if not isinstance(source, str):
-            raise CatalogError(f"{where}.source: {source!r} is not a source name")
         if source:
             if pool.pk not in sources:
                 sources[pool.pk] = set(
@@ -431,7 +419,7 @@ def run_losses_record(
                     f"{where}.source: {source!r} is not a source of pool {pool.name}; "
                     f"its sources: {', '.join(sorted(sources[pool.pk])) or 'none'}"
                 )
-        loss = check_loss(entry.get("loss"), f"{where}.loss")
+        loss = float(entry["loss"])
         series = f"pool:{pool.pk}" + (f"/source:{source}" if source else "")
         if ("val", series, step) in seen:
             what = f"pool {pool.name}" + (f" source {source}" if source else "")
@@ -443,10 +431,8 @@ def run_losses_record(
         )  # fmt: skip
     for i, entry in enumerate(train):
         where = f"train[{i}]"
-        if not isinstance(entry, dict):
-            raise CatalogError(f"{where}: give an object with step and loss")
-        s = check_step(entry.get("step"), f"{where}.step")  # type: ignore[arg-type]
-        loss = check_loss(entry.get("loss"), f"{where}.loss")
+        s = check_step(int(entry["step"]), f"{where}.step")
+        loss = float(entry["loss"])
         if ("train", "", s) in seen:
             raise CatalogError(f"{where}.step: step {s} is given twice")
         seen.add(("train", "", s))
