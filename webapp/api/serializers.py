@@ -219,13 +219,33 @@ class RunDetailSerializer(RunSerializer):
         return RunSegmentSerializer(run_segments(run=run), many=True).data
 
 
+class PoolWeightSerializer(serializers.Serializer):
+    pool = serializers.IntegerField(min_value=1, max_value=2**62)
+    weight = serializers.FloatField(min_value=0.0)  # finite
+
+    def validate_weight(self, value):
+        if value <= 0:
+            raise serializers.ValidationError(f"{value} is not positive")
+        return value
+
+
 class RunSwitchSerializer(serializers.Serializer):
-    weights = serializers.ListField(
-        child=serializers.JSONField(), min_length=1, max_length=10_000,
+    weights = PoolWeightSerializer(
+        many=True, min_length=1, max_length=10_000,
         help_text='[{"pool": id, "weight": w}]: the new weights of the stage the run is in '
         "(token shares, normalized)",
     )  # fmt: skip
     note = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+
+    def validate_weights(self, value):
+        out: dict[int, float] = {}
+        for i, w in enumerate(value):
+            if w["pool"] in out:
+                raise serializers.ValidationError(
+                    f"weights[{i}].pool: pool {w['pool']} is given twice"
+                )
+            out[w["pool"]] = w["weight"]
+        return out
 
 
 class RunRegisterSerializer(serializers.Serializer):
@@ -273,7 +293,7 @@ class TrainLossSerializer(serializers.Serializer):
 
 class LossReportSerializer(serializers.Serializer):
     """Losses of a run. Each entry's fields are checked here (a refusal names the entry
-    and field: ``{"val": [{}, {"loss": [...]}]}``); what needs the catalog (the pool is
+    and field: ``{"val": {"1": {"loss": [...]}}}``); what needs the catalog (the pool is
     read by the run's version, the source is one of the pool's, the step is within the
     version, no entry twice) by the service."""
 

@@ -4,9 +4,9 @@ weights. Reads (where a run resumes, the next stage's proposed weights) are in
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.db import connection, transaction
@@ -452,32 +452,9 @@ def run_losses_record(
     return {"recorded": recorded, "already_recorded": len(rows) - recorded}
 
 
-def _switch_weights(weights) -> dict[int, float]:
-    """``{pool id: weight}`` or ``[{"pool", "weight"}]`` -> {pool id: weight > 0}."""
-    pairs = (
-        list(weights.items())
-        if isinstance(weights, dict)
-        else [(w.get("pool"), w.get("weight")) for w in weights or [] if isinstance(w, dict)]
-    )
-    if not pairs:
-        raise CatalogError("weights: give the new weight of each pool")
-    out: dict[int, float] = {}
-    for i, (pool, weight) in enumerate(pairs):
-        try:
-            pool, weight = int(pool), float(weight)
-        except (TypeError, ValueError):
-            raise CatalogError(
-                f"weights[{i}]: {pool!r}: {weight!r} is not a pool id and a weight"
-            ) from None
-        if not (np.isfinite(weight) and weight > 0):
-            raise CatalogError(f"weights[{i}].weight: {weight} is not positive")
-        if pool in out:
-            raise CatalogError(f"weights[{i}].pool: pool {pool} is given twice")
-        out[pool] = weight
-    return out
-
-
-def run_switch(*, run_id: int, weights, note: str = "", actor=None) -> dict[str, Any]:
+def run_switch(
+    *, run_id: int, weights: Mapping[int, float], note: str = "", actor=None
+) -> dict[str, Any]:
     """Save new weights (say, the proposal) as a new version of the run's mixture that
     continues from the run's resume position, and switch the run to it there.
 
@@ -493,9 +470,12 @@ def run_switch(*, run_id: int, weights, note: str = "", actor=None) -> dict[str,
     A second switch before the run read anything of the first replaces it. Built through
     ``mixture_version_create``. Only whoever may write the run switches it
     (``webapp.roles.may_write_run``: its owner, a member of its team, or an admin;
-    RunPermissionError otherwise); ``actor=None`` is an operator."""
+    RunPermissionError otherwise); ``actor=None`` is an operator. ``weights``: pool id ->
+    weight > 0 (the API's serializer checks the entries of a request)."""
 
-    weights = _switch_weights(weights)
+    if not weights:
+        raise CatalogError("weights: give the new weight of each pool")
+    weights = {int(p): float(w) for p, w in weights.items()}
     with transaction.atomic():
         run = TrainingRun.objects.select_for_update().get(pk=run_id)
         if actor is not None and not may_write_run(actor, run):
