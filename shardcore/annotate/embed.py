@@ -162,7 +162,6 @@ class MiniLMStaticEncoder(Encoder):
 
     @staticmethod
     def _table(path: Path) -> np.ndarray:
-
         key = file_checksum(path / "model.safetensors")
         cached = storage.cache_root() / "annotate" / f"minilm-static-{key}.npy"
         if cached.exists():

@@ -97,7 +97,6 @@ def _mix(x: np.ndarray) -> np.ndarray:
 
 
 def _sources(paths: list[str]) -> list[dict[str, Any]]:
-
     out, offset = [], 0
     for path in paths:
         src = TokenizedSource(path)
@@ -206,7 +205,6 @@ def _starts(plan: units.Plan) -> tuple[np.ndarray, list[str]]:
 
 
 def _run_signatures(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
-
     ann = _annotator(plan)
     src = plan.meta["sources"][unit["source"]]
     shard = src["shards"][unit["shard"]]

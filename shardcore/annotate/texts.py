@@ -135,7 +135,6 @@ def _documents(items, url: str) -> Iterator:
 
 
 def _from_tokens(source, shard: int, n: int) -> list[str]:
-
     info = source.tokenizer
     tok = load_tokenizer(info["spec"])
     eos, bos = info.get("eos_id"), info.get("bos_id")

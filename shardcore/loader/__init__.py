@@ -3,8 +3,8 @@ loader for every artifact kind (a pool, a mixture, a materialized mixture).
 
 ``Samples`` gives sample i of any artifact as its seq_len + 1 tokens: record i of a pool or
 of a materialized mixture (np.memmap views, no copy), or the (pool, record) the mixture's
-schedule names for sample i. ``PoolReader`` (``shardcore.pool``'s, importable from here too) is
-the pool-only reader with batch iteration.
+schedule names for sample i (``shardcore.loader.samples``). ``PoolReader`` is the
+pool-only reader with batch iteration.
 
 ``ShardyardIterableDataset`` streams samples in a deterministic order that resumes exactly:
 

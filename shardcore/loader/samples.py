@@ -324,7 +324,6 @@ class PoolReader:
     """Sequential and random access to the records of a pool."""
 
     def __init__(self, path: str | os.PathLike):
-
         self.pool = Pool(path)
         self.seq_len = self.pool.seq_len
         self.num_records = self.pool.num_records

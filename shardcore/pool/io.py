@@ -335,7 +335,6 @@ int sy_read_ranges(int fd, const int64_t *off, const int64_t *len, int64_t count
 
 
 def _copy_kernel():
-
     lib = compile_kernel("copy_ranges", _COPY_SOURCE, ["-O2", "-fPIC", "-shared"])
     if lib is not None and not getattr(lib, "_sy_typed", False):
         p, i64 = ctypes.c_void_p, ctypes.c_int64
@@ -544,7 +543,6 @@ class HashingWriter:
     ``size`` is the file's final size (it sets the block size)."""
 
     def __init__(self, f, size: int):
-
         self.f, self.size, self.pos = f, size, 0
         self.block = verify.block_size_for(size)
         self.whole, self.current, self.filled = xxhash.xxh3_64(), xxhash.xxh3_64(), 0

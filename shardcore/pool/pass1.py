@@ -36,7 +36,6 @@ from shardcore.pool.pass2 import Documents
 
 
 def run_assign(plan: units.Plan, unit: dict) -> dict:
-
     meta, params = plan.meta, plan.params
     i = unit["input"]
     spec = meta["inputs"][i]
