@@ -1,5 +1,7 @@
 """Training runs: a page of runs, a run with its progress, stage starts and lineage, its
-losses beside other runs of the same mixture, and its progress reports."""
+losses beside other runs of the same mixture, its segments, where it resumes
+(``run_resume_position``) and the next stage's weights its losses propose
+(``run_mixture_proposal``)."""
 
 from __future__ import annotations
 
@@ -401,7 +403,7 @@ def run_segment_start(run_id: int) -> int:
     )
 
 
-# --- where a run resumes, and the next stage's weights ------------------------------
+# --- where a run resumes, and the next stage's weights ---------------------------------
 
 
 def run_mixture_proposal(
