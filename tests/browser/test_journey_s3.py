@@ -72,6 +72,9 @@ def test_the_pool_and_version_pages_of_a_catalog_on_object_storage(
     page.select_option("#quality-by select", "size")
     page.click("#quality-by button")
     page.wait_for_url("**/?by=size")
+    # Measured by a task (eager here) as the page asks, never by the page itself.
+    assert "Being computed by a worker" in page.inner_text("#quality-computing")
+    page.reload()
     assert "(labels: size)" in page.inner_text("#quality-verdict")
 
     # The version that reads it.
