@@ -59,9 +59,6 @@ RUN_RECORDS = ("_plan.json", "_units")
 TICK = os.sysconf("SC_CLK_TCK")
 
 
-# ---------------------------------------------------------------------------- the input
-
-
 def write_seed_text(directory: Path, doc_chars: int, limit: int = 0) -> Path:
     """A JSONL file of CPython standard-library modules cut into documents of about
     ``doc_chars`` characters (whole modules with 0); ``limit`` modules at most (0: all)."""
@@ -159,9 +156,6 @@ def replicate(seed: Path, out: Path, size: int, shard_size: int, log=print) -> d
     )  # fmt: skip
     mf.write_manifest(out, manifest)
     return manifest
-
-
-# ---------------------------------------------------------------------------- workers
 
 
 def _proc_stat(pid: int) -> tuple[float, float] | None:
@@ -290,9 +284,6 @@ def database_url() -> str:
     return (
         f"postgresql://{auth}{'@' if auth else ''}{s.get('HOST') or '127.0.0.1'}{port}/{s['NAME']}"
     )
-
-
-# ---------------------------------------------------------------------------- the runs
 
 
 def wait_job(
@@ -566,9 +557,6 @@ def record_tokenized(source, out: Path, manifest: dict):
         )  # fmt: skip
         tokenized_source_record(job=job, manifest=mf.read_manifest(out))
     return TokenizedSource.objects.get(job=job)
-
-
-# ---------------------------------------------------------------------------- report
 
 
 def markdown(report: dict) -> str:
