@@ -335,6 +335,18 @@ class KillPlan:
             victim = next((w for w in workers if unit.worker.startswith(w.name + "@")), None)
             if victim is None or victim.proc.poll() is not None:
                 continue
+            # Freeze the worker's process group, then check that the unit is still its own
+            # and running: a unit that finished between the query and the signal is not a
+            # kill mid-unit (the worker is let go on and the next poll tries again).
+            os.killpg(victim.proc.pid, signal.SIGSTOP)
+            now = JobUnit.objects.filter(pk=unit.pk).values("state", "worker", "attempts").first()
+            if not now or (now["state"], now["worker"], now["attempts"]) != (
+                UnitState.RUNNING,
+                unit.worker,
+                unit.attempts,
+            ):
+                os.killpg(victim.proc.pid, signal.SIGCONT)
+                return
             victim.kill()
             self.killed = {
                 "worker": victim.name, "pid": victim.proc.pid, "unit": unit.unit_id,
