@@ -7,7 +7,7 @@ import webapp.catalog.models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("catalog", "0011_annotation"),
+        ("catalog", "0010_artifact_retired"),
     ]
 
     operations = [

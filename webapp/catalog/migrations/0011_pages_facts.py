@@ -26,7 +26,7 @@ def backfill(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("catalog", "0012_export_choices"),
+        ("catalog", "0010_artifact_retired"),
     ]
 
     operations = [
