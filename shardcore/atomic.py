@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import uuid
 from collections.abc import Iterator
@@ -40,6 +41,7 @@ __all__ = [
     "atomic_open",
     "atomic_path",
     "fsync_path",
+    "remove_temporaries",
     "temp_path",
     "write_bytes",
     "write_text",
@@ -52,6 +54,25 @@ def temp_path(path: str | os.PathLike) -> Path:
     """A fresh temporary name next to ``path`` (nothing is created)."""
     path = Path(path)
     return path.with_name(f".{path.name}.{uuid.uuid4().hex[:12]}.tmp")
+
+
+_TEMP_NAME = re.compile(r"\..+\.[0-9a-f]{12}\.tmp")
+
+
+def remove_temporaries(root: str | os.PathLike) -> list[Path]:
+    """Delete the temporaries (``temp_path`` names) under ``root`` and its subdirectories,
+    as a writer killed mid-write (SIGKILL, out of memory) leaves them; returns their paths.
+    For the owner of ``root`` once no writer of it runs (a job's finalize): a live
+    writer's temporary would go too, and its commit would fail."""
+    removed = []
+    for dirpath, dirs, files in os.walk(root):
+        for name in [*files, *dirs]:
+            if _TEMP_NAME.fullmatch(name):
+                path = Path(dirpath) / name
+                _discard(path)
+                removed.append(path)
+        dirs[:] = [d for d in dirs if not _TEMP_NAME.fullmatch(d)]
+    return sorted(removed)
 
 
 def fsync_path(path: str | os.PathLike, *, data_only: bool = False) -> None:

@@ -451,6 +451,8 @@ def finalize(plan: Plan) -> dict[str, Any]:
             f"{plan.out}: cannot finalize, {len(missing)} unit(s) unfinished: {missing[:5]}"
         )
     if not storage.is_remote(plan.out):
+        # Every unit is done: a temporary left in the output is a killed writer's.
+        atomic.remove_temporaries(plan.out)
         return finisher(plan, stats)
 
     store, work = storage.open_store(plan.out), work_dir(plan.out)

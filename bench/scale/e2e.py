@@ -59,9 +59,6 @@ RUN_RECORDS = ("_plan.json", "_units")
 TICK = os.sysconf("SC_CLK_TCK")
 
 
-# ---------------------------------------------------------------------------- the input
-
-
 def write_seed_text(directory: Path, doc_chars: int, limit: int = 0) -> Path:
     """A JSONL file of CPython standard-library modules cut into documents of about
     ``doc_chars`` characters (whole modules with 0); ``limit`` modules at most (0: all)."""
@@ -159,9 +156,6 @@ def replicate(seed: Path, out: Path, size: int, shard_size: int, log=print) -> d
     )  # fmt: skip
     mf.write_manifest(out, manifest)
     return manifest
-
-
-# ---------------------------------------------------------------------------- workers
 
 
 def _proc_stat(pid: int) -> tuple[float, float] | None:
@@ -292,9 +286,6 @@ def database_url() -> str:
     )
 
 
-# ---------------------------------------------------------------------------- the runs
-
-
 def wait_job(
     job_id: int, *, timeout: float, log=print, on_poll=None, every: float = 10.0,
     poll: float = 0.5,
@@ -344,6 +335,18 @@ class KillPlan:
             victim = next((w for w in workers if unit.worker.startswith(w.name + "@")), None)
             if victim is None or victim.proc.poll() is not None:
                 continue
+            # Freeze the worker's process group, then check that the unit is still its own
+            # and running: a unit that finished between the query and the signal is not a
+            # kill mid-unit (the worker is let go on and the next poll tries again).
+            os.killpg(victim.proc.pid, signal.SIGSTOP)
+            now = JobUnit.objects.filter(pk=unit.pk).values("state", "worker", "attempts").first()
+            if not now or (now["state"], now["worker"], now["attempts"]) != (
+                UnitState.RUNNING,
+                unit.worker,
+                unit.attempts,
+            ):
+                os.killpg(victim.proc.pid, signal.SIGCONT)
+                return
             victim.kill()
             self.killed = {
                 "worker": victim.name, "pid": victim.proc.pid, "unit": unit.unit_id,
@@ -566,9 +569,6 @@ def record_tokenized(source, out: Path, manifest: dict):
         )  # fmt: skip
         tokenized_source_record(job=job, manifest=mf.read_manifest(out))
     return TokenizedSource.objects.get(job=job)
-
-
-# ---------------------------------------------------------------------------- report
 
 
 def markdown(report: dict) -> str:

@@ -24,6 +24,7 @@ from django.conf import settings
 
 UNIT_TASK = "workers.job_unit_run"
 FINALIZE_TASK = "workers.job_finalize"
+LIST_PAGE = 1000  # messages read from the queue per LRANGE
 
 
 @dataclass
@@ -69,11 +70,13 @@ def _redis_pending(url: str, queue: str, unacked_within: float) -> Pending:
     pending = Pending()
     keys = [queue] + [k.decode() for k in client.scan_iter(match=f"{queue}\x06\x16*")]
     for key in keys:
-        for raw in client.lrange(key, 0, -1):
-            try:
-                _add(pending, json.loads(raw))
-            except ValueError:
-                continue
+        # In pages: a queue of a million messages is never held at once.
+        for start in range(0, client.llen(key), LIST_PAGE):
+            for raw in client.lrange(key, start, start + LIST_PAGE - 1):
+                try:
+                    _add(pending, json.loads(raw))
+                except ValueError:
+                    continue
     recent = time.time() - unacked_within
     tags = client.zrangebyscore("unacked_index", recent, "+inf")
     for raw in client.hmget("unacked", tags) if tags else []:  # type: ignore[arg-type, assignment]

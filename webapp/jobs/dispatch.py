@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import logging
+import math
+import time
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -22,7 +24,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from shardcore import units
-from webapp.jobs.common import describe, job_fail, log_line, with_db_retry
+from webapp.jobs.common import describe, job_fail, log_line, unit_lease, with_db_retry
 from webapp.jobs.models import Job, JobUnit, UnitState
 
 log = logging.getLogger("webapp.jobs.services")
@@ -213,7 +215,6 @@ def enqueue_units(job_id: int, phase: int, unit_ids: list[int] | None = None) ->
         ids = JobUnit.objects.filter(job_id=job_id, phase=phase, state=UnitState.QUEUED)
         if unit_ids is not None:
             ids = ids.filter(pk__in=unit_ids)
-        ids.update(queued_at=timezone.now())  # one UPDATE, not one per chunk of ids
         _send(job_id, list(ids.order_by("index").values_list("pk", flat=True)))
 
     transaction.on_commit(send)
@@ -223,17 +224,32 @@ def send_units(job_id: int, pks: list[int]) -> bool:
     """Send one task per unit; on a broker error, fail the job (readable, retryable)."""
     if not pks:
         return True
-    now = timezone.now()
-    for i in range(0, len(pks), SEND_CHUNK):
-        JobUnit.objects.filter(pk__in=pks[i : i + SEND_CHUNK]).update(queued_at=now)
     return _send(job_id, pks)
 
 
+def _stamp(pks: Sequence[int]) -> None:
+    now = timezone.now()
+    for i in range(0, len(pks), SEND_CHUNK):
+        JobUnit.objects.filter(pk__in=pks[i : i + SEND_CHUNK]).update(queued_at=now)
+
+
 def _send(job_id: int, pks: list[int]) -> bool:
+    """Publish one message per unit. ``queued_at`` tells the sweeper a unit's message is on
+    its way (``recovery.job_resend_lost`` sends again only units queued longer ago than
+    the lease and absent from the broker), so it is kept fresh for every unit not yet
+    published: stamped before the first message, then again whenever a third of the lease
+    has passed while publishing (ten thousand messages can take longer than a lease). A
+    sender that dies stops stamping, and its unpublished units are sent again a lease
+    later."""
     from workers.tasks import job_unit_run
 
+    renew = unit_lease().total_seconds() / 3
+    stamped = -math.inf
     try:
-        for pk in pks:
+        for i, pk in enumerate(pks):
+            if time.monotonic() - stamped > renew:
+                stamped = time.monotonic()
+                _stamp(pks[i:])
             job_unit_run.apply_async(kwargs={"unit_id": pk})
     except _broker_errors() as exc:
         _broker_down(job_id, exc)

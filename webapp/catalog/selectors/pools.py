@@ -213,34 +213,69 @@ def pool_quality_measure(*, pool, by: str = "") -> dict:
     return report
 
 
+_QUALITY_COLUMNS = ("source", "n_tokens", "source_shard", "source_row")
+
+
+def _document_columns(reader: PoolReader) -> dict[str, np.ndarray]:
+    """The columns of the pool's documents table the quality report reads, as arrays (no
+    Arrow table is kept beside them)."""
+    parts: dict[str, list[np.ndarray]] = {c: [] for c in _QUALITY_COLUMNS}
+    for rel in reader.document_files():
+        table = pq.read_table(reader.path / rel, columns=list(_QUALITY_COLUMNS))
+        for c in _QUALITY_COLUMNS:
+            parts[c].append(table.column(c).to_numpy(zero_copy_only=False))
+        del table
+    return {c: np.concatenate(v) if len(v) != 1 else v[0] for c, v in parts.items()}
+
+
+def _coded(codes: np.ndarray, names: list[str]) -> quality.Coded:
+    """Per document ``names[codes]`` as ``quality.Coded`` (codes in the names' sort order,
+    equal names one label), without a string per document."""
+    unique = sorted(set(names))
+    rank = np.array([unique.index(n) for n in names], dtype=np.int32)
+    return quality.Coded(rank[np.asarray(codes)], unique)
+
+
+def _plain(labels: np.ndarray | quality.Coded) -> np.ndarray:
+    if isinstance(labels, quality.Coded):
+        return np.array(labels.names)[labels.codes]
+    return labels
+
+
 def _measure(path: str, *, source_names: dict[str, str] | None = None, by: str = "") -> dict:
 
     reader = PoolReader(path)
-    docs = reader.documents
-    if docs.num_rows < 8:
+    docs = _document_columns(reader)
+    num_docs = len(docs["source"])
+    if num_docs < 8:
         return {}
     # The first QUALITY_RECORDS records, and the documents packed into them: pool documents
     # are numbered in record order, so they are the first ``n_docs``.
     record_docs = reader.main_documents(limit=QUALITY_RECORDS)
-    n_docs = int(record_docs.max()) + 1 if len(record_docs) < reader.num_records else docs.num_rows
-    source = docs.column("source").to_numpy(zero_copy_only=False)
-    n_tokens = docs.column("n_tokens").to_numpy(zero_copy_only=False)
+    n_docs = int(record_docs.max()) + 1 if len(record_docs) < reader.num_records else num_docs
+    source, n_tokens = docs["source"], docs["n_tokens"]
     by_source = len(np.unique(source)) > 1
     paths = [s["path"] for s in reader.manifest.get("sources", [])]
     names = np.array([(source_names or {}).get(p, str(k)) for k, p in enumerate(paths)])
+    # Labels as integer codes (quality.Coded): 4 bytes a document, not a string each.
+    doc_labels: np.ndarray | quality.Coded
     if by and by != "length":
         values = reader.document_values(by)  # InputError names an unknown property
         doc_labels = np.array(["(absent)" if v is None else str(v) for v in values.tolist()])
         label = by
     elif by_source and by != "length":
-        doc_labels = names[source] if len(names) > int(source.max()) else source.astype(str)
+        known = len(names) > int(source.max())
+        doc_labels = _coded(
+            source, names.tolist() if known else [str(k) for k in range(int(source.max()) + 1)]
+        )
         label = "tokenized source"
     else:
         bins, inverse = np.unique(
             np.floor(np.log2(np.maximum(n_tokens, 1))).astype(int), return_inverse=True
         )
-        bin_names = np.array([f"{2**b:,}-{2 ** (b + 1) - 1:,} tokens" for b in bins.tolist()])
-        doc_labels = bin_names[inverse]
+        doc_labels = _coded(
+            inverse, [f"{2**b:,}-{2 ** (b + 1) - 1:,} tokens" for b in bins.tolist()]
+        )
         label = "document length (tokens)"
     report = quality.report(doc_labels[record_docs[record_docs >= 0]], batch_size=256)
     report["label"] = label
@@ -249,7 +284,7 @@ def _measure(path: str, *, source_names: dict[str, str] | None = None, by: str =
     windows = report["windows"]
     bos = int(bool(reader.manifest.get("params", {}).get("bos")))
     ref = quality.document_shuffle_reference(
-        doc_labels[:n_docs], n_tokens[:n_docs].astype(np.int64) + bos,
+        _plain(doc_labels[:n_docs]), n_tokens[:n_docs].astype(np.int64) + bos,
         int(reader.manifest["seq_len"]),
         windows["window_sizes"], trials=8, seed=1234,
     )  # fmt: skip
@@ -260,13 +295,18 @@ def _measure(path: str, *, source_names: dict[str, str] | None = None, by: str =
     # The same documents in input order (source, input shard, row): what every shuffle
     # reads; input shards give the per-shard counts the shuffles plan with. Each is
     # measured on as many documents as the pool's measured records hold: its first.
-    shard = docs.column("source_shard").to_numpy(zero_copy_only=False)
-    row = docs.column("source_row").to_numpy(zero_copy_only=False)
+    shard, row = docs.pop("source_shard"), docs.pop("source_row")
     order = np.lexsort((row, shard, source))
+    del row
     labels_in = doc_labels[order]
-    pairs = np.stack([source[order], shard[order]], axis=1)
-    change = np.concatenate([[True], np.any(pairs[1:] != pairs[:-1], axis=1)])
+    change = np.ones(len(order), dtype=bool)  # where a (source, input shard) starts
+    in_order = source[order]
+    change[1:] = in_order[1:] != in_order[:-1]
+    in_order = shard[order]
+    change[1:] |= in_order[1:] != in_order[:-1]
+    del in_order, shard
     counts = np.diff(np.concatenate([np.flatnonzero(change), [len(order)]]))
+    del order, change
     by_shuffle = {}
     for name in SHUFFLES_COMPARED:
         module = SHUFFLES[name]
