@@ -65,7 +65,7 @@ def remove_temporaries(root: str | os.PathLike) -> list[Path]:
     For the owner of ``root`` once no writer of it runs (a job's finalize): a live
     writer's temporary would go too, and its commit would fail."""
     removed = []
-    for dirpath, dirs, files in os.walk(root):
+    for dirpath, dirs, files in os.walk(os.fspath(root)):
         for name in [*files, *dirs]:
             if _TEMP_NAME.fullmatch(name):
                 path = Path(dirpath) / name

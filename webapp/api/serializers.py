@@ -1,6 +1,8 @@
 """Serializers: the JSON shapes of the API. Reads are model serializers; writes are plain
 serializers whose validated data goes to one service."""
 
+from typing import Any
+
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
@@ -223,7 +225,7 @@ class PoolWeightSerializer(serializers.Serializer):
     pool = serializers.IntegerField(min_value=1, max_value=2**62)
     weight = serializers.FloatField(min_value=0.0)  # finite
 
-    def validate_weight(self, value):
+    def validate_weight(self, value: float) -> float:
         if value <= 0:
             raise serializers.ValidationError(f"{value} is not positive")
         return value
@@ -237,7 +239,7 @@ class RunSwitchSerializer(serializers.Serializer):
     )  # fmt: skip
     note = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
 
-    def validate_weights(self, value):
+    def validate_weights(self, value: list[dict[str, Any]]) -> dict[int, float]:
         out: dict[int, float] = {}
         for i, w in enumerate(value):
             if w["pool"] in out:
