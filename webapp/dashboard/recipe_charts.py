@@ -64,11 +64,12 @@ def batch_distribution(fam: Mapping, *, title: str, batch_size: int) -> dict:
          "marker": {"color": PALETTE[1]}, "opacity": 0.6},
     ]  # fmt: skip
     shapes, notes = [], []
-    for x, label, colour in ((b["order_worst"], "worst batch of this order", PALETTE[0]),
-                             (b["random_best"], "best random batch", PALETTE[1])):  # fmt: skip
+    # The two labels at different heights: the lines may be close together.
+    for x, label, colour, y in ((b["order_worst"], "worst batch of this order", PALETTE[0], 1),
+                                (b["random_best"], "best random batch", PALETTE[1], 0.9)):  # fmt: skip
         shapes.append({"type": "line", "yref": "paper", "y0": 0, "y1": 1, "x0": x, "x1": x,
                        "line": {"color": colour, "dash": "dash", "width": 1}})  # fmt: skip
-        notes.append({"x": x, "y": 1, "yref": "paper", "text": label, "showarrow": False,
+        notes.append({"x": x, "y": y, "yref": "paper", "text": label, "showarrow": False,
                       "xanchor": "left", "yanchor": "bottom",
                       "font": {"size": 10, "color": colour}})  # fmt: skip
     layout = _layout(
