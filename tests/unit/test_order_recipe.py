@@ -94,23 +94,32 @@ def test_windowed_greedy_against_the_exact_one_on_ten_thousand_records():
     m = ch.num_records
     assert 9_000 <= m <= 11_000
     exact = greedy.greedy_exact(ch)
-    fast = greedy.greedy_order(ch, seed=0)
-    assert np.array_equal(np.sort(fast), np.arange(m))
     sizes = [2, 4, 8, 16, 32, 64, 128, 256, 512, 1024]
     ex = recipe.window_deviation(ch, exact, sizes)
-    fa = recipe.window_deviation(ch, fast, sizes)
+    ex99 = recipe.window_deviation(ch, exact, sizes, quantile=0.99)
     rnd = recipe.window_deviation(ch, np.random.default_rng(0).permutation(m), sizes)
-    for fam in ch.families:
-        # Per window size, the max over windows of the windowed greedy against the exact
-        # greedy's: measured 0.79-1.16x at seed 0 (0.79-1.37x over seeds 0-4, geometric
-        # mean over sizes 0.96-1.02x). 1.1x is not held at every size: one window decides
-        # the max, and the exact greedy with 99% of the records as candidates already
-        # reaches 1.15x at some size.
-        ratio = np.asarray(fa[fam]) / np.asarray(ex[fam])
-        assert ratio.max() <= 1.2, (fam, ratio)
-        assert np.exp(np.log(ratio).mean()) <= 1.05, (fam, ratio)
-        # Both far from a random order's (which is 1.5x-30x the exact greedy's here).
-        assert (np.asarray(rnd[fam][1:]) > 1.4 * np.asarray(fa[fam][1:])).all(), fam
+    for seed in range(5):
+        fast = greedy.greedy_order(ch, seed=seed)
+        assert np.array_equal(np.sort(fast), np.arange(m))
+        fa = recipe.window_deviation(ch, fast, sizes)
+        f99 = recipe.window_deviation(ch, fast, sizes, quantile=0.99)
+        for fam in ch.families:
+            # Per window size, the max over windows of the windowed greedy against the
+            # exact greedy's: measured 0.79-1.13x (clusters) and 0.86-1.37x (length bins)
+            # over seeds 0-4; geometric mean over sizes 0.96-1.02x; 99th percentile over
+            # windows 0.96-1.12x. The 1.1x target at every size is not held (below).
+            ratio = np.asarray(fa[fam]) / np.asarray(ex[fam])
+            assert ratio.max() <= 1.4, (seed, fam, ratio)
+            assert np.exp(np.log(ratio).mean()) <= 1.03, (seed, fam, ratio)
+            assert (np.asarray(f99[fam]) / np.asarray(ex99[fam])).max() <= 1.15, (seed, fam)
+            # Both far from a random order's (which is 1.5x-30x the exact greedy's here).
+            assert (np.asarray(rnd[fam][1:]) > 1.4 * np.asarray(fa[fam][1:])).all(), fam
+    # The max over windows is that sensitive to the trajectory: a window of all but 100
+    # records differs from the exact greedy only in its first 100 steps (then it holds
+    # every record left) and already reaches 1.15x at some size (seed 0).
+    near = greedy.greedy_order(ch, seed=0, window=m - 100, behind=0)
+    nd = recipe.window_deviation(ch, near, sizes)
+    assert max(max(np.asarray(nd[f]) / np.asarray(ex[f])) for f in ch.families) > 1.1
     rep = recipe.recipe_report(ch, fast, batch_size=128, trials=4, checkpoints=10)
     for fam in rep["families"].values():
         assert fam["cumulative"]["below_all"], fam["cumulative"]
