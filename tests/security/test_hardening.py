@@ -177,10 +177,13 @@ def test_example_secret_keys_are_refused_in_production(tmp_path):
 
 
 # Read from the environment but not settings: the Django module path, and the token a
-# trainer's own script reads in the README's example.
-NOT_SETTINGS = {"DJANGO_SETTINGS_MODULE", "SHARDYARD_TOKEN"}
+# trainer's own script reads in the README's example, and a former name the code refuses
+# (SHARDYARD_CACHE_LIMIT, named in its successor's row). shardcore/config.py's readers
+# (env_*, _raw, _number) are what the rest of the code calls.
+NOT_SETTINGS = {"DJANGO_SETTINGS_MODULE", "SHARDYARD_TOKEN", "SHARDYARD_CACHE_LIMIT"}
 _READ = re.compile(
-    r"""(?:env_(?:str|bool|int|list|paths|roots)\(|os\.environ\.get\(|os\.getenv\(|os\.environ\[)"""
+    r"""(?:env_(?:str|bool|int|list|paths|roots)\(|_raw\(|_number\(|os\.environ\.get\(|os\.getenv\("""
+    r"""|os\.environ\[)"""
     r"""\s*["']([A-Z][A-Z0-9_]+)["']"""
 )
 
