@@ -94,8 +94,8 @@ def test_it_builds_a_pool_in_the_browser_and_shows_its_quality_charts(
         assert sec.locator(".recipe-random-best").inner_text() == f"{b['random_best']:.4f}"
         first = sec.locator("table tr").nth(1).locator("td").all_inner_texts()
         lo = cum["random_min"][0]
-        assert first == [f"{rec['position'][0]:,}", f"{cum['order'][0]:.1f}", f"{lo:.1f}",
-                         f"{cum['random_mean'][0]:.1f}", f"{cum['order'][0] / lo:.3f}"]  # fmt: skip
+        assert first == [f"{rec['position'][0]:,}", f"{cum['order'][0]:,.1f}", f"{lo:,.1f}",
+                         f"{cum['random_mean'][0]:,.1f}", f"{cum['order'][0] / lo:.3f}"]  # fmt: skip
         said = "below every random permutation's at every checkpoint"
         verdict = sec.locator(".recipe-verdict").inner_text()
         assert (f"not {said}" not in verdict) == cum["below_all"]

@@ -64,7 +64,7 @@ def test_version_page_shows_the_recipe_measured_at_build(
         assert len(rows) == recipe.RECIPE_CHECKPOINTS - 1
         for r, p, o, lo, mean in zip(rows, rec["position"], cum["order"], cum["random_min"],
                                      cum["random_mean"], strict=False):  # fmt: skip
-            assert r == [f"{p:,}", f"{o:.1f}", f"{lo:.1f}", f"{mean:.1f}", f"{o / lo:.3f}"]
+            assert r == [f"{p:,}", f"{o:,.1f}", f"{lo:,.1f}", f"{mean:,.1f}", f"{o / lo:.3f}"]
         charts = sec.locator(".js-plotly-plot")
         charts.nth(1).wait_for()
         lines = {t["name"]: t for t in charts.nth(0).evaluate(FIGURE)}

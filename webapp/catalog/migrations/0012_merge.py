@@ -5,9 +5,9 @@ class Migration(migrations.Migration):
     """Joins three independent 0011 migrations (annotations, export choices, facts)."""
 
     dependencies = [
-        ("catalog", "0011_annsvc_annotation"),
-        ("catalog", "0011_house_export_choices"),
-        ("catalog", "0011_pages_facts"),
+        ("catalog", "0011_annotation"),
+        ("catalog", "0011_export_choices"),
+        ("catalog", "0011_facts"),
     ]
 
     operations = []
