@@ -145,17 +145,7 @@ def build_schedule(
             pools_here, recs = pools_here[perm], recs[perm]
         pool_idx[start : start + n] = pools_here
         record[start : start + n] = recs
-        facts.append(
-            {
-                "name": name,
-                "first_sample": start,
-                "num_samples": n,
-                "first_token": start * seq_len,
-                "num_tokens": n * seq_len,
-                "weights": w.tolist(),
-                "samples_per_pool": counts.tolist(),
-            }
-        )
+        facts.append(chunked.stage_fact(name, start, n, seq_len, w, counts))
         start += n
     _check_repetitions(spec, pools, consumed, read)  # consumed counts what was read before
     return pool_idx, record, facts

@@ -49,6 +49,22 @@ from shardcore.mixture.plan import (
 from shardcore.mixture.spec import MixtureSpec
 
 
+def stage_fact(
+    name: str, start: int, n: int, seq_len: int, weights: np.ndarray, counts: np.ndarray
+) -> dict[str, Any]:
+    """A stage's entry in the mixture manifest: where it starts and how long it is, in
+    samples and in tokens, its pools' weights and how many samples each pool gives it."""
+    return {
+        "name": name,
+        "first_sample": start,
+        "num_samples": n,
+        "first_token": start * seq_len,
+        "num_tokens": n * seq_len,
+        "weights": weights.tolist(),
+        "samples_per_pool": counts.tolist(),
+    }
+
+
 def npy_create(path: Path, dtype: npt.DTypeLike, n: int) -> int:
     """An .npy file of ``n`` values (the header ``np.save`` writes, then a sparse body);
     returns the body's byte offset."""
@@ -170,17 +186,7 @@ def write_pool_column(
                         f"tokens: budget too small: pool {pools[int(zero[0])].key!r} gets no "
                         f"sample in stage {name!r}"
                     )
-                facts.append(
-                    {
-                        "name": name,
-                        "first_sample": start,
-                        "num_samples": n,
-                        "first_token": start * seq_len,
-                        "num_tokens": n * seq_len,
-                        "weights": w.tolist(),
-                        "samples_per_pool": got.tolist(),
-                    }
-                )
+                facts.append(stage_fact(name, start, n, seq_len, w, got))
                 start += n
             os.fsync(fd)
         finally:
