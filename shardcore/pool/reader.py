@@ -25,6 +25,7 @@ from shardcore.pool.layout import (
     arrow_strings,
     as_numpy,
 )
+from shardcore.positions import locate_pool
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -259,7 +260,4 @@ class PoolReader:
         return props.as_text_if_nested(col).to_numpy(zero_copy_only=False)
 
     def locate(self, sample: int | None = None, tokens: int | None = None) -> dict[str, int | str]:
-        # A cycle: shardcore.locate reads mixtures, whose package reads pools.
-        from shardcore.locate import locate_pool
-
         return locate_pool(self.manifest, sample=sample, tokens=tokens)
