@@ -130,7 +130,7 @@ def child_queries(root: Path, size: int, pools: int, scan: bool) -> dict:
     """Locate, resume, continuation and first reads; with ``scan`` also the previous
     computation of each (a scan of the schedule), checked equal, in a child of its own so
     that the answers' peak memory is theirs alone."""
-    from shardcore import lineage
+    from shardcore import flagged_reads as lineage
     from shardcore.locate import locate_mixture
     from shardcore.mixture import Mixture, continuation
 

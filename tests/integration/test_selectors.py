@@ -149,7 +149,7 @@ def test_the_step_of_a_sample_from_two_reports_is_the_scan_of_all_reports(db):
     """``steps_of_samples_at`` (one query for a page of runs, two reports each) answers
     what ``step_of_sample`` over every report answers: before the first report, between
     two (exact or not), at a report, past the last, and for a run without reports."""
-    from shardcore.lineage import step_of_sample
+    from shardcore.flagged_reads import step_of_sample
     from webapp.catalog.models import RunProgress
 
     version = MixtureVersion.objects.create(

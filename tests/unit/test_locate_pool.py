@@ -80,7 +80,7 @@ def test_it_orders_shards_cyclically_from_the_resume_shard():
 
 
 def test_the_step_of_a_sample_comes_from_the_run_reports():
-    from shardcore.lineage import step_of_sample
+    from shardcore.flagged_reads import step_of_sample
 
     reports = [(10, 80), (20, 160), (25, 230)]  # 8 samples per step, then 14
     assert step_of_sample(0, reports)["step"] == 1

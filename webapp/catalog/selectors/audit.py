@@ -5,7 +5,6 @@ document lists (rows never store per-document data)."""
 
 from __future__ import annotations
 
-from webapp.catalog.lineage import pool_documents_hit
 from webapp.catalog.models import (
     MixtureVersion,
     Pool,
@@ -14,6 +13,7 @@ from webapp.catalog.models import (
     TokenizedSource,
     TrainingRun,
 )
+from webapp.catalog.pool_documents import pool_documents_hit
 from webapp.catalog.selectors.common import NotFound, runs_with_taint
 
 AUDIT_RUNS = 100  # listed; ``num_runs`` counts all

@@ -8,10 +8,10 @@ from typing import Any
 import numpy as np
 from django.db.models import Count, Prefetch, QuerySet
 
-from shardcore import lineage as core
+from shardcore import flagged_reads as core
 from shardcore.errors import ShardcoreError
 from shardcore.manifest import read_manifest
-from webapp.catalog import lineage
+from webapp.catalog import pool_documents
 from webapp.catalog.models import (
     Flag,
     MixtureVersion,
@@ -158,10 +158,10 @@ def _flagged_masks(*, flag: Flag, version: MixtureVersion) -> dict:
         if pool.fingerprint not in index:
             continue
         rows = [
-            lineage.pool_document_rows(
+            pool_documents.pool_document_rows(
                 pool=pool,
                 tokenized=ts,
-                doc_ids=lineage.flag_document_ids(flag=flag, tokenized=ts),
+                doc_ids=pool_documents.flag_document_ids(flag=flag, tokenized=ts),
             )
             for ts in pool.parents.all()
         ]
@@ -177,7 +177,7 @@ def flag_first_sample(*, flag: Flag, version: MixtureVersion) -> int | None:
     """The first training sample of ``version`` whose record holds a document ``flag``
     names: the flag's documents -> their rows in each pool of the version
     (``documents.parquet``) -> the records holding them (segment arrays) -> the first
-    sample of the schedule reading one (``shardcore.lineage``)."""
+    sample of the schedule reading one (``shardcore.flagged_reads``)."""
     key = (flag.pk, version.pk)
     if key not in _FIRST_FLAGGED:
         masks = _flagged_masks(flag=flag, version=version)

@@ -17,7 +17,7 @@ from shardcore import storage
 from shardcore.adapt import RULE, propose_weights
 from shardcore.blend import build_blending_indices
 from shardcore.errors import InputError, ShardcoreError
-from shardcore.lineage import step_of_sample
+from shardcore.flagged_reads import step_of_sample
 from shardcore.locate import locate_mixture, locate_pool
 from shardcore.manifest import read_manifest
 from shardcore.mixture import Mixture
@@ -158,7 +158,7 @@ def run_stages(*, run: TrainingRun) -> list[dict]:
 
 
 def steps_of_samples(reports: list[tuple[int, int]]):
-    """``sample -> shardcore.lineage.step_of_sample(sample, reports)`` for many samples
+    """``sample -> shardcore.flagged_reads.step_of_sample(sample, reports)`` for many samples
     of one run: the reports sorted once, each answer a binary search (over the running
     maximum of consumed samples: the first report past a sample in step order)."""
     points = sorted({(int(s), int(c)) for s, c in reports})
@@ -214,7 +214,7 @@ def steps_of_samples_at(asked: list[tuple[TrainingRun, int]]) -> dict[int, dict]
 
 
 def step_of_sample_at(run: TrainingRun, sample: int) -> dict:
-    """``shardcore.lineage.step_of_sample`` of ``run``'s progress reports, from the two
+    """``shardcore.flagged_reads.step_of_sample`` of ``run``'s progress reports, from the two
     reports around ``sample`` only (the first that consumed past it and the one before,
     by the (run, consumed samples) and (run, step) indexes): the same answer for a run
     whose consumed samples grow with its steps, at a cost independent of how many reports

@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from django.db import transaction
 from django.db.models import Count
 
-from webapp.catalog import lineage
+from webapp.catalog import pool_documents
 from webapp.catalog.errors import CatalogError
 from webapp.catalog.facts import flag_reads_request
 from webapp.catalog.models import (
@@ -167,7 +167,7 @@ def _run_taints(flag: Flag, hit_versions: dict[int, int]) -> list[Taint]:
     """The runs that read a flagged document of a tainted version. A run that never
     switched reads its whole version (tainted as its version is); a run that switched
     read only a stretch of each earlier version, tainted when a flagged sample lies in
-    it (``shardcore.lineage`` over the schedule), and its current version from the switch
+    it (``shardcore.flagged_reads`` over the schedule), and its current version from the switch
     to the end. ``documents``: the most a tainted version of the run holds."""
 
     hit = list(hit_versions)
@@ -242,7 +242,7 @@ def _flagged_docs_in_pool(flag: Flag, pool: Pool, hit_tokenized: dict[int, int])
         return 0
     total = 0
     for ts in pool.parents.filter(pk__in=list(hit_tokenized)):
-        total += lineage.pool_documents_hit(
+        total += pool_documents.pool_documents_hit(
             pool=pool, tokenized=ts, doc_ids=_flagged_document_ids(flag, ts)
         )
     return total

@@ -1,6 +1,6 @@
-"""Document-level lineage read from the Parquet files beside artifacts: which
-documents of a tokenized source a pool holds. Used by taint propagation and audit
-selectors; rows never store per-document data."""
+"""Which documents of a tokenized source a pool holds, read from the Parquet files beside
+the artifacts. Used by taint propagation and the audit selectors; rows never store
+per-document data."""
 
 from __future__ import annotations
 

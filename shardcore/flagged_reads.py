@@ -1,4 +1,4 @@
-"""Per-step lineage: at which training sample, and so at which step, a run first read
+"""Flagged reads: at which training sample, and so at which step, a run first read
 some documents.
 
 The order is exact (a trainer reading Shardyard's order: the Megatron index cache, the
