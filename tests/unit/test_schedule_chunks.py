@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shardcore import blend, lineage
+from shardcore import blend
+from shardcore import flagged_reads as lineage
 from shardcore import manifest as mf
 from shardcore.mixture import (
     COUNTS_FILE,
