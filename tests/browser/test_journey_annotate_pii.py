@@ -114,10 +114,17 @@ def test_a_pii_annotation_flags_documents_and_taints_the_run_that_read_them(
         rf"Flag \d+ recorded over {len(with_email)} document\(s\); it taints 4 item\(s\)\.",
         message,
     ), message
-    labels = {}
-    for tr in page.locator("tr.tainted").all():
-        label, documents, read = tr.locator("td").all_inner_texts()
-        labels[label.split(" ")[0]] = (int(documents.replace(",", "")), read)
+    # When the run first read them is computed by a worker after the flag is recorded: the
+    # row says "being computed" until it is stored, and the page shows it once reloaded.
+    for _ in range(120):
+        labels = {}
+        for tr in page.locator("tr.tainted").all():
+            label, documents, read = tr.locator("td").all_inner_texts()
+            labels[label.split(" ")[0]] = (int(documents.replace(",", "")), read)
+        if not labels["run"][1].startswith("being computed: "):
+            break
+        page.wait_for_timeout(500)
+        page.reload()
     assert list(labels) == ["tokenized", "pool", "mixture", "run"]
     assert labels["tokenized"][0] == len(with_email)
     assert labels["run"][1] == f"first read at step {step} (sample {sample})"
