@@ -302,3 +302,26 @@ def test_it_finds_a_cycle_in_a_crafted_tree(tmp_path):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text)
     assert cycles(module_graph(tmp_path)) == [["shardcore.a", "shardcore.b", "shardcore.c"]]
+
+
+def test_views_catch_the_catalogs_errors_alone():
+    """The one translation of shardcore's errors is at the service boundary
+    (``webapp.catalog.errors.refused`` and ``boundary``): a page or an API view that
+    caught shardcore's exceptions itself would be a second one."""
+    found = []
+    for package in ("webapp/api", "webapp/dashboard"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            tree = ast.parse(path.read_text(), filename=str(path))
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ExceptHandler) and node.type is not None:
+                    names = {n.id for n in ast.walk(node.type) if isinstance(n, ast.Name)}
+                    names |= {n.attr for n in ast.walk(node.type) if isinstance(n, ast.Attribute)}
+                    if names & {
+                        "ShardcoreError",
+                        "FormatError",
+                        "ManifestError",
+                        "InputError",
+                        "CorruptDataError",
+                    }:
+                        found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert found == [], found

@@ -12,7 +12,6 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.response import Response
 from rest_framework.reverse import reverse
 
-from shardcore.errors import ShardcoreError
 from webapp.api.serializers import FlagSerializer
 from webapp.api.views import Base, _bad
 from webapp.catalog.errors import CatalogError
@@ -88,7 +87,7 @@ class AnnotationViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelVie
                 tokenized_id=v["tokenized_source"], annotator=v["annotator"],
                 params=v["params"], text_from=v["text_from"], created_by=request.user,
             )  # fmt: skip
-        except (CatalogError, ShardcoreError) as e:
+        except CatalogError as e:
             raise _bad(e) from e
         body = AnnotationSerializer(ann).data
         if ann.job_id is None or ann.is_ready:
@@ -112,7 +111,7 @@ class AnnotationViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelVie
             rows = annotation_groups.annotation_group_build(
                 tokenized_ids=v["tokenized_sources"], params=v["params"], created_by=request.user
             )
-        except (CatalogError, ShardcoreError) as e:
+        except CatalogError as e:
             raise _bad(e) from e
         body = AnnotationSerializer(rows, many=True).data
         if all(a.is_ready for a in rows):

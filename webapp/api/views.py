@@ -15,7 +15,6 @@ from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.response import Response
 from rest_framework.reverse import reverse
 
-from shardcore.errors import ShardcoreError
 from webapp.api import serializers as s
 from webapp.api.authentication import TokenRoleAuthentication
 from webapp.api.permissions import RolePermission
@@ -70,7 +69,7 @@ def _created(request, given, service, shown) -> Response:
     data.is_valid(raise_exception=True)
     try:
         row = service(**data.validated_data, created_by=request.user)
-    except (CatalogError, ShardcoreError) as e:
+    except CatalogError as e:
         raise _bad(e) from e
     return Response(shown(row).data, status=status.HTTP_201_CREATED)
 
@@ -112,7 +111,7 @@ class SourceViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet
             ts = tokenized_source_build(
                 source_id=source.pk, **data.validated_data, created_by=request.user
             )
-        except (CatalogError, ShardcoreError) as e:
+        except CatalogError as e:
             raise _bad(e) from e
         return _accepted(request, s.TokenizedSourceSerializer(ts).data, ts.job_id)
 
@@ -195,7 +194,7 @@ class MixtureVersionViewSet(Base, viewsets.ReadOnlyModelViewSet):
             job = mixture_version_materialize(
                 version_id=version.pk, **data.validated_data, created_by=request.user
             )
-        except (CatalogError, ShardcoreError) as e:
+        except CatalogError as e:
             raise _bad(e) from e
         return _accepted(request, s.JobSerializer(job).data, job.pk)
 
@@ -220,7 +219,7 @@ class MixtureVersionViewSet(Base, viewsets.ReadOnlyModelViewSet):
             export = mixture_version_export(
                 version_id=version.pk, fmt=v["format"], global_batch_size=v["global_batch_size"]
             )
-        except (CatalogError, ShardcoreError) as e:
+        except CatalogError as e:
             raise _bad(e) from e
         return Response(s.ExportSerializer(export).data, status=status.HTTP_201_CREATED)
 
@@ -571,7 +570,7 @@ class RunViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         run = get_object_or_404(TrainingRun.objects.only("id", "last_step"), pk=pk)
         try:
             position = selectors.run_resume_position(run_id=run.pk)
-        except (CatalogError, ShardcoreError, OSError) as e:
+        except CatalogError as e:
             return Response({"detail": str(e)}, status=status.HTTP_409_CONFLICT)
         return Response({"step": run.last_step, "token_offset": 0, **position})
 

@@ -4,8 +4,10 @@ translation of shardcore's errors into them, at the service boundary."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import functools
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import ParamSpec, TypeVar
 
 from shardcore.errors import ShardcoreError
 
@@ -32,6 +34,9 @@ class SourcePathError(CatalogError):
 # data), and what reading user-named files raises (a ValueError from a parser, an OSError).
 SHARDCORE_ERRORS = (ShardcoreError, ValueError, OSError)
 
+P = ParamSpec("P")
+R = TypeVar("R")
+
 
 @contextmanager
 def refused(what: str) -> Iterator[None]:
@@ -43,3 +48,19 @@ def refused(what: str) -> Iterator[None]:
         raise
     except SHARDCORE_ERRORS as exc:
         raise CatalogError(f"{what}: {exc}") from exc
+
+
+def boundary(service: Callable[P, R]) -> Callable[P, R]:
+    """A service or selector a view calls: what shardcore refuses inside it leaves as a
+    CatalogError with shardcore's own message, so views catch CatalogError alone."""
+
+    @functools.wraps(service)
+    def call(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return service(*args, **kwargs)
+        except CatalogError:
+            raise
+        except SHARDCORE_ERRORS as exc:
+            raise CatalogError(str(exc)) from exc
+
+    return call

@@ -12,7 +12,6 @@ from django.urls import reverse
 from django.utils import timezone
 
 from shardcore import storage
-from shardcore.errors import ShardcoreError
 from shardcore.manifest import MANIFEST_NAME
 from webapp.catalog import selectors as catalog
 from webapp.catalog.errors import CatalogError
@@ -352,7 +351,7 @@ def _resume_context(run) -> dict:
         return {"resume": None, "resume_error": f"{version}: {doing}."}
     try:
         position = catalog.run_resume_position(run_id=run.pk)
-    except (CatalogError, ShardcoreError, OSError) as e:
+    except CatalogError as e:
         return {"resume": None, "resume_error": f"No resume position: {e}"}
     shown = ("stage", "pool", "epoch", "shard", "shard_prefix", "record_in_shard", "token_offset")
     resume = {k: position[k] for k in shown if k in position}

@@ -23,7 +23,7 @@ from shardcore.manifest import read_manifest
 from shardcore.mixture import Mixture
 from webapp.catalog import facts
 from webapp.catalog.builder import MAIN
-from webapp.catalog.errors import CatalogError, refused
+from webapp.catalog.errors import CatalogError, boundary, refused
 from webapp.catalog.models import (
     MixtureComponent,
     MixtureVersion,
@@ -487,6 +487,7 @@ def _stage_at(version: MixtureVersion, sample: int) -> str:
     return inside[-1] if inside else MAIN
 
 
+@boundary
 def run_resume_position(*, run_id: int, sample: int | None = None) -> dict[str, Any]:
     """Where the run continues: ``shardcore.locate.locate_mixture`` on the version's
     schedule (stage, pool, shard, record, token offset; the same answer as ``shardyard

@@ -23,7 +23,7 @@ from shardcore.annotate.neardup import GroupNearDuplicates, plan_group
 from shardcore.annotation import summarize
 from shardcore.errors import InputError
 from shardcore.manifest import MANIFEST_NAME, read_manifest
-from webapp.catalog.errors import CatalogError
+from webapp.catalog.errors import CatalogError, boundary
 from webapp.catalog.models import Annotation, ArtifactStatus, TokenizedSource
 from webapp.catalog.services.annotations import params_parse
 from webapp.catalog.services.common import (
@@ -53,6 +53,7 @@ def _plan(paths: list[str], out: str, params: dict[str, Any]) -> dict[str, Any]:
     }  # fmt: skip
 
 
+@boundary
 def annotation_group_build(
     *,
     tokenized_ids: Sequence[int],

@@ -16,7 +16,7 @@ from shardcore.annotation import plan_annotation, summarize
 from shardcore.errors import InputError
 from shardcore.filters import filter_parse, filter_rows
 from shardcore.manifest import MANIFEST_NAME
-from webapp.catalog.errors import CatalogError
+from webapp.catalog.errors import CatalogError, boundary
 from webapp.catalog.models import Annotation, ArtifactStatus, Flag, TokenizedSource
 from webapp.catalog.services.common import (
     artifact_dir,
@@ -92,6 +92,7 @@ def _text(v: Any) -> str:
     return str(v)
 
 
+@boundary
 def annotation_build(
     *,
     tokenized_id: int,

@@ -15,7 +15,7 @@ from shardcore.export import FORMATS, accepted_names, by_catalog_name, export
 from shardcore.manifest import MANIFEST_NAME, file_checksum, total_bytes
 from shardcore.materialize import plan_materialize
 from shardcore.units import Plan
-from webapp.catalog.errors import CatalogError, refused
+from webapp.catalog.errors import CatalogError, boundary, refused
 from webapp.catalog.models import (
     ArtifactStatus,
     Export,
@@ -51,6 +51,7 @@ EXPORT_FORMATS = {
 }
 
 
+@boundary
 def mixture_version_export(
     *, version_id: int, fmt: str, global_batch_size: int | None = None
 ) -> Export:
@@ -180,6 +181,7 @@ def mixture_version_export_render(
         return export(version.path, core_fmt, **options)
 
 
+@boundary
 def mixture_version_materialize(
     *, version_id: int, shard_bytes: int = 64 << 20, created_by=None
 ) -> Job:

@@ -15,7 +15,7 @@ from shardcore.filters import filter_parse
 from shardcore.manifest import MANIFEST_NAME, read_manifest, total_bytes
 from shardcore.pool import plan_pool
 from shardcore.units import Plan
-from webapp.catalog.errors import CatalogError, refused
+from webapp.catalog.errors import CatalogError, boundary, refused
 from webapp.catalog.facts import artifact_facts_request
 from webapp.catalog.models import (
     ArtifactStatus,
@@ -38,6 +38,7 @@ from webapp.catalog.services.recipe import recipe_measure
 from webapp.jobs.models import ACTIVE_JOB_STATES, Job
 
 
+@boundary
 def pool_build(
     *,
     name: str,

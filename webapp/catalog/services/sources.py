@@ -16,7 +16,7 @@ from shardcore import readers
 from shardcore.manifest import fingerprint
 from shardcore.storage import s3fs_defaults
 from webapp.catalog import guards
-from webapp.catalog.errors import CatalogError, SourcePathError
+from webapp.catalog.errors import CatalogError, SourcePathError, boundary
 from webapp.catalog.models import (
     Source,
     SourceFile,
@@ -86,6 +86,7 @@ def _under_roots(path: Path) -> bool:
     return any(path == root or path.is_relative_to(root) for root in _roots())
 
 
+@boundary
 def source_register(
     *,
     name: str,

@@ -13,7 +13,7 @@ from shardcore.manifest import MANIFEST_NAME
 from shardcore.tokenize import plan_tokenize
 from shardcore.units import Plan
 from webapp.catalog import guards
-from webapp.catalog.errors import CatalogError, refused
+from webapp.catalog.errors import CatalogError, boundary, refused
 from webapp.catalog.facts import artifact_facts_request
 from webapp.catalog.models import (
     ArtifactStatus,
@@ -66,6 +66,7 @@ def tokenizer_ensure(*, spec: str) -> Tokenizer:
     return row
 
 
+@boundary
 def tokenized_source_build(
     *,
     source_id: int,

@@ -10,7 +10,6 @@ from django.utils.http import content_disposition_header
 from django.views.decorators.http import require_http_methods, require_POST
 
 from shardcore import storage
-from shardcore.errors import ShardcoreError
 from webapp.catalog import selectors as catalog
 from webapp.catalog.errors import CatalogError
 from webapp.catalog.services import exports, pools, runs, sources, tokenized
@@ -28,7 +27,7 @@ def _create(request, form, service, template: str, listed):
     if form.is_valid():
         try:
             return service(**form.cleaned_data, created_by=request.user), None
-        except (CatalogError, ShardcoreError) as e:
+        except CatalogError as e:
             form.add_error(_error_field(form, str(e)), str(e))
     messages.error(request, "Not saved: see the form below.")
     return None, render(request, template, {**listed(), "form": form}, status=400)
