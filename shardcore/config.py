@@ -132,7 +132,7 @@ def env_roots(name: str, default: list[Path]) -> list[Path | str]:
 DEFAULT_ARTIFACT_CACHE_LIMIT = 64 << 30
 DEFAULT_STREAM_CACHE_LIMIT = 8 << 30
 DEFAULT_PREFETCH = 2
-DEFAULT_MAX_SCHEDULE_SAMPLES = 1 << 30
+DEFAULT_MAX_SCHEDULE_SAMPLES = 1 << 36
 _UNLIMITED = {"none", "unlimited"}
 
 
@@ -249,7 +249,8 @@ def filter_seconds() -> float:
 
 def max_schedule_samples() -> int:
     """``SHARDYARD_MAX_SCHEDULE_SAMPLES``: most samples a mixture's schedule may hold
-    (2^30: two arrays of about 9 bytes a sample in memory while it is built)."""
+    (2^36: 10 bytes a sample on disk; built in chunks, its memory does not grow with the
+    samples, and the build checks the disk holds it)."""
     raw = _raw("SHARDYARD_MAX_SCHEDULE_SAMPLES")
     if raw is None:
         return DEFAULT_MAX_SCHEDULE_SAMPLES

@@ -41,7 +41,6 @@ exact against the schedule it was computed from.
 """
 
 from shardcore.mixture.build import (
-    _families,
     _records_for,
     build_mixture,
     build_schedule,
@@ -49,8 +48,6 @@ from shardcore.mixture.build import (
 from shardcore.mixture.layout import (
     CHUNK_SAMPLES,
     COUNTS_FILE,
-    DEFAULT_IN_MEMORY,
-    DEFAULT_MAX_SAMPLES,
     KIND,
     LENGTH_FAMILY,
     MAX_SAMPLES_VARIABLE,
@@ -63,7 +60,6 @@ from shardcore.mixture.layout import (
 from shardcore.mixture.plan import (
     PoolInfo,
     load_pools,
-    max_schedule_samples,
     plan_epochs,
     stage_samples,
 )
@@ -74,8 +70,6 @@ from shardcore.mixture.stages import plan_mixture
 __all__ = [
     "CHUNK_SAMPLES",
     "COUNTS_FILE",
-    "DEFAULT_IN_MEMORY",
-    "DEFAULT_MAX_SAMPLES",
     "KIND",
     "LENGTH_FAMILY",
     "MAX_SAMPLES_VARIABLE",
@@ -90,14 +84,12 @@ __all__ = [
     "MixtureSpec",
     "PoolInfo",
     "Stage",
-    "_families",
     "_records_for",
     "build_mixture",
     "build_schedule",
     "continuation",
     "flatten",
     "load_pools",
-    "max_schedule_samples",
     "plan_epochs",
     "plan_mixture",
     "stage_samples",

@@ -15,11 +15,10 @@ import numpy as np
 from shardcore import artifact_cache, blend, storage, units, verify
 from shardcore import manifest as mf
 from shardcore.errors import InputError
-from shardcore.mixture import chunked, permute
+from shardcore.mixture import chunked, ordered, permute
 from shardcore.mixture.layout import (
     COUNTS_FILE,
     KIND,
-    LENGTH_FAMILY,
     POOL_FILE,
     RECORD_FILE,
     SCHEDULE_FORMAT,
@@ -32,8 +31,6 @@ from shardcore.mixture.plan import (
     load_pools,
 )
 from shardcore.mixture.spec import MixtureSpec
-from shardcore.order import get_ordering
-from shardcore.pool import PoolReader
 
 # --------------------------------------------------------------------------- building
 
@@ -44,53 +41,6 @@ def _records_for(
     """Record index for each consumption index (0, 1, 2, ... across stages) of a pool:
     epoch 0 in pool order, each repeat in a keyed permutation (``shardcore.mixture.permute``)."""
     return permute.records_for(seed, pool, n_records, consumed, algorithm)
-
-
-def _families(
-    pools: list[PoolInfo], pool_idx: np.ndarray, record: np.ndarray, options: Mapping[str, Any]
-) -> dict[str, np.ndarray]:
-    """Characteristics per sample for the diversity ordering: the pool, each property named
-    in ``options["by"]`` (a pool document property, per record its main document's), and a
-    document-length bin (log2 of the main document's tokens) unless ``length_bins`` is off."""
-    fams: dict[str, np.ndarray] = {"pool": pool_idx.astype(np.int64)}
-    by = list(options.get("by") or [])
-    want_length = bool(options.get("length_bins", True))
-    if not by and not want_length:
-        return fams
-
-    per_pool = []
-    for p in pools:
-        pool = PoolReader(p.path)
-        # The tables read below (documents, per-shard segments) are checked against the
-        # pool's checksums first: a corrupt pool fails the build naming file and range.
-        verify.check_files_read(
-            pool.path,
-            pool.manifest,
-            pool.document_files()
-            + [f"{sh['prefix']}.segments.npz" for sh in pool.manifest["shards"]],
-        )
-        labels = {prop: pool.record_labels(prop) for prop in by}
-        if want_length:
-            cols = pool.documents.column_names
-            if "n_tokens" in cols:
-                n_tok = pool.documents.column("n_tokens").to_numpy()
-                labels[LENGTH_FAMILY] = np.floor(
-                    np.log2(np.maximum(n_tok[pool.main_documents()], 1))
-                ).astype(np.int64)
-        per_pool.append(labels)
-    names = list(by) + ([LENGTH_FAMILY] if want_length else [])
-    for name in names:
-        if not all(name in lab for lab in per_pool):
-            continue
-        values = [lab[name] for lab in per_pool]
-        out = np.empty(
-            pool_idx.size, dtype=object if values[0].dtype == object else values[0].dtype
-        )
-        for i, v in enumerate(values):
-            sel = pool_idx == i
-            out[sel] = v[record[sel]]
-        fams[name] = out.astype(str) if out.dtype == object else out
-    return fams
 
 
 def build_schedule(
@@ -132,16 +82,7 @@ def build_schedule(
             recs[sel] = _records_for(seed, key, pools[i].num_records, order_in_pool, algorithms[i])
         consumed += counts
         if spec.order != "blend":
-            fams = (
-                _families(pools, pools_here, recs, spec.order_options)
-                if spec.order == "diversity"
-                else {"pool": pools_here}
-            )
-            lam = spec.order_options.get("lambda") or {}
-            perm = get_ordering(spec.order)(
-                fams, seed=spec.seed + 7919 * k, weights=lam, pools=[p.path for p in pools],
-                records=recs, options=spec.order_options,
-            )  # fmt: skip
+            perm = ordered.stage_order(spec, pools, k, 0, pools_here, recs)
             pools_here, recs = pools_here[perm], recs[perm]
         pool_idx[start : start + n] = pools_here
         record[start : start + n] = recs
@@ -190,7 +131,7 @@ def _schedule_write(
     ``load_pools`` order), per-stage facts, the chunk size."""
     pools = load_pools(spec)
     built = chunked.write_pool_column(
-        spec, pools, out, build_schedule, chunk_samples=chunk_samples, progress=progress
+        spec, pools, out, chunk_samples=chunk_samples, progress=progress
     )
     chunked.write_records(spec, pools, out, built["chunk_samples"], 0, 1)
     return built
@@ -205,7 +146,13 @@ def _manifest_write(
     files = [verify.file_entry(out, rel) for rel in (POOL_FILE, RECORD_FILE, COUNTS_FILE)]
     # Format 2 (per-chunk counts, keyed epoch permutations) is in the fingerprint: a spec
     # built before it named other records for repeated pools.
-    schedule = {"format": SCHEDULE_FORMAT, "chunk_samples": int(built["chunk_samples"])}
+    schedule: dict[str, Any] = {
+        "format": SCHEDULE_FORMAT,
+        "chunk_samples": int(built["chunk_samples"]),
+    }
+    if ordered.spans_windows(spec, built["stages"], int(built["chunk_samples"])):
+        # Ordered window by window (``shardcore.mixture.ordered``), not as whole stages.
+        schedule["order_window"] = int(built["chunk_samples"])
     fp_params = {
         "spec": spec.to_dict(),
         "pools": [p.manifest.get("fingerprint") for p in pools],
@@ -255,4 +202,5 @@ def _manifest_write(
     if spec.continues is not None:
         manifest["continues"] = {k: spec.continues[k] for k in ("mixture", "sample")}
     mf.write_manifest(out, manifest)
+    chunked.remove_blend_column(out)
     return mf.read_manifest(out)

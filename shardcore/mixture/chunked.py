@@ -4,13 +4,15 @@
    the chunk grid, each range continuing from the counts the previous one left (the
    blend's whole state, so the result is the single-pass schedule byte for byte); it
    writes the pool column and, per pool, its samples before each chunk boundary
-   (``COUNTS_FILE``). A non-blend ordering permutes whole stages: that build runs in
-   memory (``build_schedule``) and is written the same way.
+   (``COUNTS_FILE``). With a non-blend ordering the blend's column goes to
+   ``ordered.BLEND_FILE`` and the units below write the ordered one.
 2. ``write_records`` (units over contiguous ranges of chunks): for each sample of a chunk,
    its pool's read number (what the run read of the pool before, plus its samples before
    the chunk from the counts, plus its rank among the chunk's samples of that pool), and
    the record that read number takes (``shardcore.mixture.permute``: computed, not
-   stored). Rewriting a range writes the same bytes, so a unit can be rerun.
+   stored); with a non-blend ordering, each window of the chunk is then ordered
+   (``shardcore.mixture.ordered``). Rewriting a range writes the same bytes, so a unit can
+   be rerun.
 
 The arrays are written with positioned writes (never memory-mapped for writing), so a
 unit's resident memory is its chunk's arrays, whatever the length of the schedule.
@@ -29,7 +31,7 @@ import numpy.typing as npt
 
 from shardcore import atomic, blend
 from shardcore.errors import InputError
-from shardcore.mixture import permute
+from shardcore.mixture import ordered, permute
 from shardcore.mixture.layout import (
     CHUNK_SAMPLES,
     COUNTS_FILE,
@@ -43,7 +45,6 @@ from shardcore.mixture.plan import (
     _check_repetitions,
     _continued_epochs,
     _stage_weights,
-    chunked,
     plan_epochs,
 )
 from shardcore.mixture.spec import MixtureSpec
@@ -104,8 +105,9 @@ def _pwrite(fd: int, offset: int, arr: np.ndarray) -> None:
         done += os.pwrite(fd, view[done:], offset + done)
 
 
-def _check_disk(out: Path, samples: int, pools: int) -> None:
-    need = samples * SAMPLE_BYTES + (samples // CHUNK_SAMPLES + 2) * pools * 8
+def _check_disk(out: Path, samples: int, pools: int, *, ordered: bool = False) -> None:
+    # An ordered build keeps the blend's pool column (2 bytes a sample) until it ends.
+    need = samples * (SAMPLE_BYTES + 2 * ordered) + (samples // CHUNK_SAMPLES + 2) * pools * 8
     free = shutil.disk_usage(out).free
     if need > free:
         raise InputError(
@@ -118,16 +120,15 @@ def write_pool_column(
     spec: MixtureSpec,
     pools: list[PoolInfo],
     out: Path,
-    build_schedule: Callable[..., tuple[np.ndarray, np.ndarray, list[dict[str, Any]]]],
     *,
     chunk_samples: int | None = None,
     progress: Callable[[str, int, int], None] | None = None,
     create_records: bool = True,
 ) -> dict[str, Any]:
-    """Phase 1 of a build (see the module): the pool column and ``COUNTS_FILE`` in
-    ``out``, and (``create_records``) the record column's file, sized and still empty.
-    For a non-blend ordering, ``build_schedule`` builds it in memory and both columns are
-    written. Returns the build's facts for the manifest."""
+    """Phase 1 of a build (see the module): the pool column (the blend's: for a non-blend
+    ordering in ``ordered.BLEND_FILE``) and ``COUNTS_FILE`` in ``out``, and
+    (``create_records``) the files the record units write, sized and still empty.
+    Returns the build's facts for the manifest."""
     chunk = int(chunk_samples or CHUNK_SAMPLES)
     if chunk < 1:
         raise InputError(f"chunk_samples: must be positive, got {chunk}")
@@ -135,27 +136,17 @@ def write_pool_column(
     stages = _stage_weights(spec, pools)
     total = sum(n for _, n, _ in stages)
     (out / SCHEDULE_DIR).mkdir(parents=True, exist_ok=True)
-    _check_disk(out, total, len(pools))
+    _check_disk(out, total, len(pools), ordered=spec.order != "blend")
     num_chunks = -(-total // chunk)
     seq_len = int(pools[0].manifest["seq_len"])
-    if not chunked(spec):
-        pool_idx, record, facts = build_schedule(spec, pools, progress=progress)
-        counts = np.zeros((num_chunks + 1, len(pools)), dtype=np.int64)
-        for c in range(num_chunks):
-            part = pool_idx[c * chunk : (c + 1) * chunk]
-            counts[c + 1] = counts[c] + np.bincount(part, minlength=len(pools))
-        for rel, arr in ((POOL_FILE, pool_idx), (RECORD_FILE, record)):
-            with atomic.atomic_open(out / rel) as f:
-                np.save(f, arr)
-        _save_counts(out, counts)
-        return _facts(total, seq_len, counts[-1], facts, chunk, records_written=True)
     read, _, _ = _continued_epochs(spec, pools)
     counts = np.zeros((num_chunks + 1, len(pools)), dtype=np.int64)
     cum = np.zeros(len(pools), dtype=np.int64)
     buf_d = np.empty(min(chunk, total), dtype=np.int16)
     buf_s = np.empty(min(chunk, total), dtype=np.int64)
     facts = []
-    with atomic.atomic_path(out / POOL_FILE) as tmp:
+    blend_column = POOL_FILE if spec.order == "blend" else ordered.BLEND_FILE
+    with atomic.atomic_path(out / blend_column) as tmp:
         offset = npy_create(Path(tmp), np.int16, total)
         fd = os.open(tmp, os.O_WRONLY)
         try:
@@ -195,20 +186,25 @@ def write_pool_column(
     _check_repetitions(spec, pools, cum + read, read)
     _save_counts(out, counts)
     if create_records:
-        with atomic.atomic_path(out / RECORD_FILE) as tmp:
-            npy_create(Path(tmp), np.int64, total)
-    return _facts(total, seq_len, cum, facts, chunk, records_written=False)
-
-
-def _facts(total, seq_len, per_pool, stages, chunk, *, records_written) -> dict[str, Any]:
+        for rel, dtype in _unit_files(spec):
+            with atomic.atomic_path(out / rel) as tmp:
+                npy_create(Path(tmp), dtype, total)
     return {
         "samples": int(total),
         "tokens": int(total) * seq_len,
-        "pool_samples": [int(c) for c in per_pool],
-        "stages": stages,
+        "pool_samples": [int(c) for c in cum],
+        "stages": facts,
         "chunk_samples": int(chunk),
-        "records_written": bool(records_written),
     }
+
+
+def _unit_files(spec: MixtureSpec) -> list[tuple[str, type]]:
+    """The columns the record units write: the records, and for a non-blend ordering the
+    ordered pool column too."""
+    files: list[tuple[str, type]] = [(RECORD_FILE, np.int64)]
+    if spec.order != "blend":
+        files.append((POOL_FILE, np.int16))
+    return files
 
 
 def _save_counts(out: Path, counts: np.ndarray) -> None:
@@ -242,29 +238,42 @@ def chunk_records(
 def write_records(
     spec: MixtureSpec, pools: list[PoolInfo], out: Path, chunk: int, unit: int, units: int
 ) -> dict[str, Any]:
-    """Phase 2 of a build (see the module): the record column over the ``unit``-th of
-    ``units`` contiguous ranges of chunks (creating the file when one unit writes it all)."""
-    if not chunked(spec):
-        return {"chunks": []}  # the in-memory build wrote the records with the pools
+    """Phase 2 of a build (see the module): the record column (and for a non-blend
+    ordering the ordered pool column) over the ``unit``-th of ``units`` contiguous ranges of
+    chunks (creating the files when one unit writes it all)."""
     counts = np.load(out / COUNTS_FILE)
     num_chunks = counts.shape[0] - 1
-    _, _, total = npy_offset(out / POOL_FILE)
-    path = out / RECORD_FILE
-    if not path.exists() or path.stat().st_size < total * 8:
-        if units != 1:
-            raise InputError(f"{path}: missing; the blend unit creates it first")
-        npy_create(path, np.int64, total)
-    offset, _, _ = npy_offset(path)
+    source = out / (POOL_FILE if spec.order == "blend" else ordered.BLEND_FILE)
+    _, _, total = npy_offset(source)
+    targets = []
+    for rel, dtype in _unit_files(spec):
+        path = out / rel
+        if not path.exists() or path.stat().st_size < total * np.dtype(dtype).itemsize:
+            if units != 1:
+                raise InputError(f"{path}: missing; the blend unit creates it first")
+            npy_create(path, dtype, total)
+        targets.append((path, npy_offset(path)[0]))
     read, keys, algorithms = _continued_epochs(spec, pools)
+    order = ordered.WindowOrder(spec, pools, chunk) if spec.order != "blend" else None
     lo, hi = num_chunks * unit // units, num_chunks * (unit + 1) // units
-    fd = os.open(path, os.O_WRONLY)
+    fds = [os.open(path, os.O_WRONLY) for path, _ in targets]
     try:
         for c in range(lo, hi):
             a, b = c * chunk, min(total, (c + 1) * chunk)
-            col = npy_read(out / POOL_FILE, a, b)
+            col = npy_read(source, a, b)
             rec = chunk_records(col, read + counts[c], pools, keys, algorithms)
-            _pwrite(fd, offset + 8 * a, rec)
-        os.fsync(fd)
+            if order is not None:
+                order.apply(col, rec, a)
+            for (_, offset), fd, arr in zip(targets, fds, (rec, col), strict=False):
+                _pwrite(fd, offset + arr.itemsize * a, arr)
+        for fd in fds:
+            os.fsync(fd)
     finally:
-        os.close(fd)
+        for fd in fds:
+            os.close(fd)
     return {"chunks": [lo, hi]}
+
+
+def remove_blend_column(out: Path) -> None:
+    """Once the manifest is written, the blend's column an ordered build kept is not needed."""
+    (out / ordered.BLEND_FILE).unlink(missing_ok=True)

@@ -21,14 +21,12 @@ RECORD_UNITS = 4
 LENGTH_FAMILY = "length"
 
 # A schedule holds two arrays of one entry per sample (pool: 2 bytes, record: 8 bytes) on
-# disk. Built in chunks (the blend order), its memory is bounded by the chunk: 2^36 samples
+# disk, built in chunks in memory bounded by the chunk whatever its ordering: 2^36 samples
 # (640 GiB on disk; nine times the 7.3 billion samples of 15 T tokens at seq_len 2,048) is
-# the default cap, and the build checks the disk holds it before writing. The
-# other orderings permute whole stages in memory: 2^30 samples (about 10 GiB). Budgets
-# beyond the cap are refused before anything is allocated; the variable sets both.
+# the default cap (``shardcore.config.max_schedule_samples``), and the build checks the
+# disk holds it before writing. Budgets beyond the cap are refused before anything is
+# allocated.
 MAX_SAMPLES_VARIABLE = "SHARDYARD_MAX_SCHEDULE_SAMPLES"
-DEFAULT_MAX_SAMPLES = 1 << 36
-DEFAULT_IN_MEMORY = 1 << 30
 SAMPLE_BYTES = 10
 
 # The stage of the unit-of-work protocol (``shardcore.mixture.stages``) and its unit.

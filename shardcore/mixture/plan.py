@@ -10,13 +10,11 @@ from typing import Any
 
 import numpy as np
 
-from shardcore import blend
+from shardcore import blend, config
 from shardcore import manifest as mf
 from shardcore.errors import InputError, ManifestError
 from shardcore.mixture import permute
 from shardcore.mixture.layout import (
-    DEFAULT_IN_MEMORY,
-    DEFAULT_MAX_SAMPLES,
     MAX_SAMPLES_VARIABLE,
     SAMPLE_BYTES,
 )
@@ -115,40 +113,13 @@ def stage_samples(spec: MixtureSpec, seq_len: int) -> list[tuple[str, int]]:
     return [(spec.first_stage, main), *later]
 
 
-def chunked(spec: MixtureSpec) -> bool:
-    """Whether the schedule is built chunk by chunk in bounded memory (the blend order);
-    the other orderings permute each stage's samples as a whole, in memory."""
-    return spec.order == "blend"
-
-
-def max_schedule_samples(spec: MixtureSpec | None = None) -> int:
-    """The most samples a schedule may hold: ``SHARDYARD_MAX_SCHEDULE_SAMPLES`` when set,
-    else ``DEFAULT_MAX_SAMPLES`` for a chunked build (its memory does not grow with the
-    samples; the build checks the disk holds it) and ``DEFAULT_MAX_SAMPLES_IN_MEMORY`` for
-    one held in memory."""
-    raw = os.environ.get("SHARDYARD_MAX_SCHEDULE_SAMPLES", "").strip()
-    if not raw:
-        return DEFAULT_MAX_SAMPLES if spec is None or chunked(spec) else DEFAULT_IN_MEMORY
-    try:
-        value = int(float(raw))
-    except ValueError:
-        raise InputError(f"{MAX_SAMPLES_VARIABLE}={raw!r} is not a number") from None
-    if value < 1:
-        raise InputError(f"{MAX_SAMPLES_VARIABLE}={raw!r} must be positive")
-    return value
-
-
 def _stage_weights(spec: MixtureSpec, pools: list[PoolInfo]) -> list[tuple[str, int, np.ndarray]]:
     index = {p.key: i for i, p in enumerate(pools)}
     seq_len = int(pools[0].manifest["seq_len"])
     sizes = dict(stage_samples(spec, seq_len))
-    total, limit = sum(sizes.values()), max_schedule_samples(spec)
+    total, limit = sum(sizes.values()), config.max_schedule_samples()
     if total > limit:
-        where = (
-            "on disk; it is built in chunks"
-            if chunked(spec)
-            else f"in memory while the {spec.order!r} order is built"
-        )
+        where = "on disk; it is built in chunks"
         raise InputError(
             f"tokens: a budget of {spec.tokens:,} tokens is {total:,} samples of {seq_len} "
             f"tokens; a schedule holds at most {limit:,} samples ({MAX_SAMPLES_VARIABLE}, "

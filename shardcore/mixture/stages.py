@@ -1,7 +1,7 @@
 """Stage "mixture" of the unit-of-work protocol, for a service that builds schedules as jobs:
 the blend unit writes the pool column and the per-chunk counts (the blend is sequential:
 one pass, in memory bounded by a chunk), then units over ranges of chunks write the record
-column, and finalize writes the manifest. The bytes are those of ``build_mixture``."""
+column (and order each window, for a non-blend ordering), and finalize writes the manifest. The bytes are those of ``build_mixture``."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 
 from shardcore import storage, units
 from shardcore.mixture import chunked
-from shardcore.mixture.build import _manifest_write, _schedule_write, build_schedule
+from shardcore.mixture.build import _manifest_write, _schedule_write
 from shardcore.mixture.layout import CHUNK_SAMPLES, RECORD_UNITS, SCHEDULE_UNIT, STAGE
 from shardcore.mixture.plan import load_pools
 from shardcore.mixture.spec import MixtureSpec
@@ -57,7 +57,7 @@ def _run_unit(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
     record_units = int(plan.params["record_units"])
     if unit["id"] == BLEND_UNIT:
         return chunked.write_pool_column(
-            spec, pools, out, build_schedule, chunk_samples=chunk, create_records=record_units > 1
+            spec, pools, out, chunk_samples=chunk, create_records=record_units > 1
         )
     return chunked.write_records(spec, pools, out, chunk, int(unit["index"]), record_units)
 
