@@ -5,9 +5,11 @@ synthetic pools (metadata-only manifests written by the real writer: the schedul
 reads a pool's data), and one unit of a 2^31-sample schedule measured directly.
 
     python -m bench.scale.schedule [--sizes 20,24,27] [--pools 100] [--megatron-max 24]
-        [--out DIR] [--json FILE]
+        [--order blend|diversity|random] [--out DIR] [--json FILE]
 
-Sizes are log2 of the samples. Per size, the units of ``plan_mixture`` (the blend unit,
+Sizes are log2 of the samples. ``--order`` builds the schedules in that ordering (window by
+window in the record units; ``diversity`` over the pool family, the synthetic pools having
+no documents to label). Per size, the units of ``plan_mixture`` (the blend unit,
 then the record units over ranges of chunks), finalize, then the queries; the resume
 position, the continuation's counts and every first read are checked equal to the previous
 computation (a scan of the schedule prefix), on the same schedule. Growth is fitted
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -80,10 +83,21 @@ def write_pool(out: Path, records: int, seed: int) -> None:
     )  # fmt: skip
 
 
+# The ordering of the schedules (``--order``), passed to the children through the environment.
+ORDER_VARIABLE = "SHARDYARD_BENCH_ORDER"
+
+
+def _order() -> dict:
+    order = os.environ.get(ORDER_VARIABLE, "blend")
+    options = {"length_bins": False} if order == "diversity" else {}
+    return {"order": order, "order_options": options}
+
+
 def _spec(root: Path, pools: int, samples: int) -> dict:
     rng = np.random.default_rng(1)
     weights = rng.uniform(0.2, 1.0, pools)
     return {
+        **_order(),
         "tokens": samples * SEQ_LEN,
         "seed": 7,
         "max_repetitions": 1000,
@@ -177,6 +191,8 @@ def child_queries(root: Path, size: int, pools: int, scan: bool) -> dict:
             masks[i] = m
         t0 = time.perf_counter()
         a = mix.first_read(masks)
+        if a is NotImplemented:  # an ordered schedule: the first read is a scan
+            a = lineage.first_sample(path, masks)
         fast.append(time.perf_counter() - t0)
         if scan:
             t0 = time.perf_counter()
@@ -228,7 +244,16 @@ def child_unit_at(root: Path, pools: int, log2: int) -> dict:
     records_s = time.perf_counter() - t0
     epochs = max(int((counts[i] + CHUNK_SAMPLES) // p.num_records) for i, p in enumerate(infos))
     assert rec.min() >= 0
+    order_s = None
+    if spec.order != "blend":
+        from shardcore.mixture.ordered import stage_order
+
+        t0 = time.perf_counter()
+        perm = stage_order(spec, infos, 0, start // CHUNK_SAMPLES, di, rec)
+        order_s = time.perf_counter() - t0
+        assert np.array_equal(np.sort(perm), np.arange(CHUNK_SAMPLES))
     return {
+        "order_chunk_s": order_s,
         "blend_chunk_s": blend_s,
         "records_chunk_s": records_s,
         "max_epoch": epochs,
@@ -249,6 +274,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--pools", type=int, default=100)
     ap.add_argument("--megatron-max", type=int, default=24)
     ap.add_argument("--at", type=int, default=31, help="log2 samples of the direct unit")
+    ap.add_argument("--order", default="blend", choices=["blend", "diversity", "random"])
     ap.add_argument("--out")
     ap.add_argument("--json")
     ap.add_argument("--child", nargs="+")
@@ -266,6 +292,7 @@ def main(argv: list[str] | None = None) -> None:
             res = child_unit_at(root, int(rest[0]), int(rest[1]))
         print(json.dumps(res))
         return
+    os.environ[ORDER_VARIABLE] = args.order
     root = Path(args.out or tempfile.mkdtemp(prefix="sy-sched-bench-"))
     (root / "pools").mkdir(parents=True, exist_ok=True)
     for i, n in enumerate(_pool_records(args.pools).tolist()):
@@ -329,7 +356,7 @@ def main(argv: list[str] | None = None) -> None:
         "resume scan ms", "first read ms", "first read scan ms", "continuation ms",
         "queries MB", "megatron export s", "megatron MB",
     ]  # fmt: skip
-    lines = [machine(), "", markdown_table(headers, rows), ""]
+    lines = [machine(), f"order: {args.order}", "", markdown_table(headers, rows), ""]
     # Memory is fitted over the sizes of at least one chunk (below it a unit holds less).
     from shardcore.mixture import CHUNK_SAMPLES
 
@@ -363,8 +390,9 @@ def main(argv: list[str] | None = None) -> None:
     lines += [
         f"One unit of a 2^{args.at}-sample schedule over {args.pools} pools, measured directly "
         f"(the last chunk of 2^23 samples; the small pools in epoch {at['max_epoch']}): "
-        f"blend {at['blend_chunk_s']:.2f} s, records {at['records_chunk_s']:.2f} s, "
-        f"peak RSS {at['peak_rss_mb']:.0f} MB.",
+        f"blend {at['blend_chunk_s']:.2f} s, records {at['records_chunk_s']:.2f} s"
+        + (f", {args.order} order {at['order_chunk_s']:.2f} s" if at["order_chunk_s"] else "")
+        + f", peak RSS {at['peak_rss_mb']:.0f} MB.",
     ]
     print("\n".join(lines))
     if args.json:
