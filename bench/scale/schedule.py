@@ -1,6 +1,7 @@
 """Mixture schedules at scale: the chunked build (its units one by one, each in a fresh
 interpreter, so each unit's peak memory is its own), locate, resume positions, first reads
-of flagged records, continuations and the Megatron export, at several sample counts over
+of flagged records, continuations, the version's quality, a taint's count of flagged
+samples and the Megatron export, at several sample counts over
 synthetic pools (metadata-only manifests written by the real writer: the schedule never
 reads a pool's data), and one unit of a 2^31-sample schedule measured directly.
 
@@ -219,6 +220,45 @@ def child_megatron(root: Path, size: int) -> dict:
     return {"seconds": seconds, "peak_rss_mb": peak_rss_mb(), "disk_bytes": size_bytes}
 
 
+def child_quality(root: Path, size: int) -> dict:
+    """The version's quality as the build's task measures it (by pool; each stage on at most
+    its first ``MIXTURE_QUALITY_SAMPLES`` samples), in a child of its own."""
+    from shardcore import quality
+
+    t0 = time.perf_counter()
+    rep = quality.mixture_quality(str(root / f"mix-{size}"), by="pool")
+    return {
+        "seconds": time.perf_counter() - t0,
+        "peak_rss_mb": peak_rss_mb(),
+        "measured": [st["measured"] for st in rep["stages"]],
+    }
+
+
+def child_taint(root: Path, size: int) -> dict:
+    """A taint's count of flagged samples over the whole schedule (what a flag's task stores
+    per tainted version: a pass over the schedule, chunk by chunk), three records flagged in
+    each of five pools, in a child of its own."""
+    from shardcore import flagged_reads
+    from shardcore.mixture import Mixture
+
+    path = root / f"mix-{size}"
+    mix = Mixture(path)
+    rng = np.random.default_rng(size + 1)
+    masks = {}
+    for i in rng.choice(len(mix.pools), 5, replace=False).tolist():
+        m = np.zeros(int(mix.pools[i]["num_records"]), dtype=bool)
+        m[rng.integers(0, m.size, 3)] = True
+        masks[i] = m
+    t0 = time.perf_counter()
+    count, first = flagged_reads.flagged_samples(path, masks)
+    return {
+        "seconds": time.perf_counter() - t0,
+        "peak_rss_mb": peak_rss_mb(),
+        "flagged": count,
+        "first": first,
+    }
+
+
 def child_unit_at(root: Path, pools: int, log2: int) -> dict:
     """One unit of a 2^log2-sample schedule, measured directly: a records unit's chunk at
     the schedule's end (read numbers as the blend leaves them there: many epochs of the
@@ -288,6 +328,10 @@ def main(argv: list[str] | None = None) -> None:
             res = child_queries(root, int(rest[0]), int(rest[1]), rest[2] == "scan")
         elif op == "megatron":
             res = child_megatron(root, int(rest[0]))
+        elif op == "quality":
+            res = child_quality(root, int(rest[0]))
+        elif op == "taint":
+            res = child_taint(root, int(rest[0]))
         else:
             res = child_unit_at(root, int(rest[0]), int(rest[1]))
         print(json.dumps(res))
@@ -317,6 +361,8 @@ def main(argv: list[str] | None = None) -> None:
         )
         res["queries"] = _child(["queries", str(root), str(size), str(args.pools), "fast"])
         res["scans"] = _child(["queries", str(root), str(size), str(args.pools), "scan"])
+        res["quality"] = _child(["quality", str(root), str(size)])
+        res["taint"] = _child(["taint", str(root), str(size)])
         if size <= args.megatron_max:
             res["megatron"] = _child(["megatron", str(root), str(size)])
         res["disk_bytes"] = sum(
@@ -343,6 +389,10 @@ def main(argv: list[str] | None = None) -> None:
                 sc["first_read_scan_ms"],
                 q["continuation_ms"],
                 q["peak_rss_mb"],
+                res["quality"]["seconds"],
+                res["quality"]["peak_rss_mb"],
+                res["taint"]["seconds"],
+                res["taint"]["peak_rss_mb"],
                 res.get("megatron", {}).get("seconds"),
                 res.get("megatron", {}).get("peak_rss_mb"),
             ]
@@ -354,7 +404,8 @@ def main(argv: list[str] | None = None) -> None:
         "samples", "blend unit s", "blend MB", "record unit s (max)", "record MB (max)",
         "finalize s", "finalize MB", "disk B/sample", "locate ms", "resume ms",
         "resume scan ms", "first read ms", "first read scan ms", "continuation ms",
-        "queries MB", "megatron export s", "megatron MB",
+        "queries MB", "quality s", "quality MB", "taint s", "taint MB",
+        "megatron export s", "megatron MB",
     ]  # fmt: skip
     lines = [machine(), f"order: {args.order}", "", markdown_table(headers, rows), ""]
     # Memory is fitted over the sizes of at least one chunk (below it a unit holds less).
@@ -375,6 +426,10 @@ def main(argv: list[str] | None = None) -> None:
         ("first read ms", lambda r: r["queries"]["first_read_ms"]),
         ("first read scan ms", lambda r: r["scans"]["first_read_scan_ms"]),
         ("queries MB", lambda r: r["queries"]["peak_rss_mb"]),
+        ("quality s", lambda r: r["quality"]["seconds"]),
+        ("quality MB", lambda r: r["quality"]["peak_rss_mb"]),
+        ("taint s", lambda r: r["taint"]["seconds"]),
+        ("taint MB", lambda r: r["taint"]["peak_rss_mb"]),
     ]:  # fmt: skip
         pick = big if label.endswith("MB") and len(big) >= 2 else sizes
         f = fit_power([float(1 << s) for s in pick], [get(results[s]) for s in pick])
