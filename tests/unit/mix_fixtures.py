@@ -39,6 +39,34 @@ def build_pools(root: Path, *, seq_len: int = 64, n_docs: int = 300) -> dict[str
     return pools
 
 
+def three_pool_spec(
+    pools: dict[str, Path], *, seq_len: int, samples: int, anneal_samples: int, **extra
+) -> dict:
+    """A spec over ``build_pools``' three pools weighted 0.6 / 0.25 / 0.15 for ``samples``
+    samples, the last ``anneal_samples`` of them a stage ``anneal`` of ``middle`` and
+    ``late`` (1:3); ``extra`` adds top-level fields (seed, order, ...)."""
+    return {
+        "tokens": seq_len * samples,
+        "max_repetitions": 16,
+        **extra,
+        "components": [
+            {"pool": str(pools["early"]), "weight": 0.6},
+            {"pool": str(pools["middle"]), "weight": 0.25},
+            {"pool": str(pools["late"]), "weight": 0.15},
+        ],
+        "stages": [
+            {
+                "name": "anneal",
+                "tokens": seq_len * anneal_samples,
+                "components": [
+                    {"pool": str(pools["middle"]), "weight": 1},
+                    {"pool": str(pools["late"]), "weight": 3},
+                ],
+            }
+        ],
+    }
+
+
 def staged_mixture(
     root: Path,
     out: Path,

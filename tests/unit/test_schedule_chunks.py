@@ -41,27 +41,9 @@ def pools(tmp_path_factory):
 
 def _spec(pools, samples=SAMPLES, **extra) -> MixtureSpec:
     return MixtureSpec.from_dict(
-        {
-            "tokens": SEQ * samples,
-            "seed": 5,
-            "max_repetitions": 16,
-            "components": [
-                {"pool": str(pools["early"]), "weight": 0.6},
-                {"pool": str(pools["middle"]), "weight": 0.25},
-                {"pool": str(pools["late"]), "weight": 0.15},
-            ],
-            "stages": [
-                {
-                    "name": "anneal",
-                    "tokens": SEQ * 3_001,
-                    "components": [
-                        {"pool": str(pools["middle"]), "weight": 1},
-                        {"pool": str(pools["late"]), "weight": 3},
-                    ],
-                }
-            ],
-            **extra,
-        }
+        mix_fixtures.three_pool_spec(
+            pools, seq_len=SEQ, samples=samples, anneal_samples=3_001, seed=5, **extra
+        )
     )
 
 

@@ -37,30 +37,17 @@ def pools(tmp_path_factory):
     return mix_fixtures.build_pools(tmp_path_factory.mktemp("pools"), seq_len=SEQ)
 
 
-def _spec(pools, order="blend", options=None, samples=SAMPLES) -> MixtureSpec:
+def _spec(pools, order="blend", options=None) -> MixtureSpec:
     return MixtureSpec.from_dict(
-        {
-            "tokens": SEQ * samples,
-            "seed": 11,
-            "max_repetitions": 16,
-            "order": order,
-            "order_options": options or {},
-            "components": [
-                {"pool": str(pools["early"]), "weight": 0.6},
-                {"pool": str(pools["middle"]), "weight": 0.25},
-                {"pool": str(pools["late"]), "weight": 0.15},
-            ],
-            "stages": [
-                {
-                    "name": "anneal",
-                    "tokens": SEQ * 3_001,
-                    "components": [
-                        {"pool": str(pools["middle"]), "weight": 1},
-                        {"pool": str(pools["late"]), "weight": 3},
-                    ],
-                }
-            ],
-        }
+        mix_fixtures.three_pool_spec(
+            pools,
+            seq_len=SEQ,
+            samples=SAMPLES,
+            anneal_samples=3_001,
+            seed=11,
+            order=order,
+            order_options=options or {},
+        )  # fmt: skip
     )
 
 
