@@ -51,8 +51,9 @@ def vm(name):
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith(name):
             return int(line.split()[1]) / 1024
+# As the job engine gives a unit its work: the plan's header and the unit's own spec.
 plan = units.Plan.from_json(json.loads(Path({plan!r}).read_text()))
-unit = plan.unit({unit!r})
+unit = json.loads({spec!r})
 base = vm("VmRSS")
 t = time.perf_counter()
 cpu = time.process_time()
@@ -255,8 +256,11 @@ def run_level(plan_path: Path, phase: int) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def run_unit(plan_path: Path, unit_id: str) -> dict:
-    code = UNIT_SCRIPT.format(root=str(ROOT), plan=str(plan_path), unit=unit_id)
+def run_unit(plan_path: Path, unit: dict) -> dict:
+    """``unit`` in a fresh process given the plan's header (``plan_path``'s ``-header.json``)
+    and the unit's spec, as a job's worker runs it."""
+    header = plan_path.with_name(plan_path.stem + "-header.json")
+    code = UNIT_SCRIPT.format(root=str(ROOT), plan=str(header), spec=json.dumps(unit))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     if out.returncode:
         raise RuntimeError(out.stderr[-3000:])
@@ -434,10 +438,11 @@ def main() -> int:
         plan = make_plan(out, inputs, args.buckets, args.group, args.memory, 2047)
         plan_path = out / "bench-plan.json"
         plan_path.write_text(json.dumps(plan.to_json()))
+        plan_path.with_name("bench-plan-header.json").write_text(json.dumps(plan.header()))
         levels = []
         for phase in range(1, len(plan.phases) - 1):
             level = run_level(plan_path, phase)
-            fresh = run_unit(plan_path, plan.phases[phase][-1]["id"])
+            fresh = run_unit(plan_path, plan.phases[phase][-1])
             levels.append(
                 {
                     "units": len(level["cpu"]),
@@ -453,7 +458,7 @@ def main() -> int:
                 }
             )
         pass2 = [
-            run_unit(plan_path, f"train-bucket-{b:05d}")
+            run_unit(plan_path, plan.phases[-1][b])
             for b in range(min(args.pass2_units, args.group))
         ]
         merge = levels[-1]["unit"]
@@ -463,7 +468,8 @@ def main() -> int:
         )
         p1_path = out / "pass1-plan.json"
         p1_path.write_text(json.dumps(p1_plan.to_json()))
-        pass1 = [run_unit(p1_path, p1_plan.phases[0][i]["id"]) for i in (0, inputs - 1)]
+        p1_path.with_name("pass1-plan-header.json").write_text(json.dumps(p1_plan.header()))
+        pass1 = [run_unit(p1_path, p1_plan.phases[0][i]) for i in (0, inputs - 1)]
         row = {
             "inputs": inputs,
             "docs_per_input": args.docs / inputs,
