@@ -136,6 +136,11 @@ class Plan:
     params: dict[str, Any]
     phases: list[list[dict[str, Any]]]  # each unit is a dict with at least a unique "id"
     meta: dict[str, Any] = field(default_factory=dict)
+    # Files of the plan too large for its JSON (a table a unit reads a few rows of), by
+    # path relative to the output: ``save_plan`` writes them before the plan. Not part of
+    # ``to_json``: a stage names them in ``meta`` and reads them from the output (or from
+    # here, for a plan not saved yet).
+    files: dict[str, bytes] = field(default_factory=dict, repr=False, compare=False)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -172,13 +177,19 @@ class Plan:
 
 
 def save_plan(plan: Plan) -> Path | str:
+    """Write the plan's files, then the plan (``_plan.json``) next to the output."""
     text = json.dumps(plan.to_json(), indent=1, sort_keys=True)
     if storage.is_remote(plan.out):
         store = storage.open_store(plan.out)
+        for rel, data in sorted(plan.files.items()):
+            store.put_bytes(rel, data)
         store.put_bytes(PLAN_NAME, text.encode())
         return store.location(PLAN_NAME)
     out = Path(plan.out)
     out.mkdir(parents=True, exist_ok=True)
+    for rel, data in sorted(plan.files.items()):
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+        atomic.write_bytes(out / rel, data)
     return atomic.write_text(out / PLAN_NAME, text)
 
 

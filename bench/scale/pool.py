@@ -186,22 +186,42 @@ def write_source(root: Path, docs: int, doc_tokens: int) -> Path:
     return src
 
 
-def pass1_plan(out: Path, src: Path, inputs: int, memory: int):
+def with_inputs(plan, specs: list[dict], legacy: bool):
+    """``plan`` listing ``specs`` (``InputTable.spec``'s dicts) as its inputs: in its input
+    table (saved with the plan), or with ``legacy`` in its meta, as plans made before the
+    table listed them (every input in the header every unit loads)."""
+    from shardcore import units
+    from shardcore.pool import inputs as input_table
+
+    meta = {k: v for k, v in plan.meta.items() if k != "inputs_table"}
+    if legacy:
+        meta["inputs"] = specs
+        for k, split in enumerate(("train", "val")):
+            meta["splits"][split]["counts"] = [s["docs"][k] for s in specs]
+        return units.Plan(plan.stage, plan.out, plan.params, [], meta)
+    rows = [
+        {**s, "rel": os.path.relpath(s["prefix"], meta["sources"][s["source"]]["path"])}
+        for s in specs
+    ]
+    data, meta["inputs_table"] = input_table.encode(rows, [])
+    return units.Plan(
+        plan.stage, plan.out, plan.params, [], meta, files={input_table.TABLE_REL: data}
+    )
+
+
+def pass1_plan(out: Path, src: Path, inputs: int, memory: int, legacy: bool):
     """A pool plan over ``inputs`` inputs, every one of them the real shard of ``src``
     (pass 1 reads each on its own; only the plan, which lists them all, grows)."""
-    from shardcore import units
     from shardcore.pool import plan_pool
+    from shardcore.pool.inputs import InputTable
     from shardcore.pool.layout import merge_shape, merge_units
 
     plan = plan_pool([str(src)], str(out), seq_len=2047, memory=memory, staging="tokens")
     meta = plan.meta
-    meta["inputs"] = meta["inputs"] * inputs
-    for split in ("train", "val"):
-        meta["splits"][split]["counts"] = meta["splits"][split]["counts"] * inputs
     total = sum(meta["splits"][s]["num_buckets"] for s in ("train", "val"))
     meta["splits"]["train"]["num_buckets"] = total * inputs  # the buckets grow with the data
     meta["merge_levels"], meta["merge_fan_in"] = merge_shape(inputs)
-    plan = units.Plan(plan.stage, plan.out, plan.params, [], meta)
+    plan = with_inputs(plan, [InputTable(plan).spec(0)] * inputs, legacy)
     plan.phases = [
         [{"id": f"assign-{i:05d}", "input": i} for i in range(inputs)],
         *(merge_units(plan, level) for level in range(1, meta["merge_levels"] + 1)),
@@ -209,13 +229,19 @@ def pass1_plan(out: Path, src: Path, inputs: int, memory: int):
     return plan
 
 
-def make_plan(out: Path, inputs: int, buckets: int, group: int, memory: int, seq_len: int):
+def make_plan(
+    out: Path, inputs: int, docs: int, doc_tokens: int, buckets: int, group: int, memory: int,
+    legacy: bool,
+):  # fmt: skip
+    """The plan of the merge and pass 2 over ``inputs`` inputs of ``write_pass1``: the
+    inputs listed as a real plan lists them (paths of a source, counts), though with
+    "tokens" staging neither phase reads them."""
     from shardcore import units
     from shardcore.pool.layout import merge_shape, merge_units
 
     levels, fan_in = merge_shape(inputs)
     params = {
-        "seq_len": seq_len,
+        "seq_len": 2047,
         "filter": None,
         "shuffle": "exact",
         "seed": 0,
@@ -230,7 +256,7 @@ def make_plan(out: Path, inputs: int, buckets: int, group: int, memory: int, seq
         "merge_levels": levels,
         "merge_fan_in": fan_in,
         "staging": "tokens",
-        "inputs": [{"prefix": f"input-{i}"} for i in range(inputs)],
+        "sources": [{"path": str(out / "source"), "fingerprint": "0" * 32, "content": "0" * 32}],
         "splits": {
             "train": {"num_buckets": buckets, "first_bucket": 0, "seed": 0},
             "val": {"num_buckets": 0, "first_bucket": buckets, "seed": 1},
@@ -239,7 +265,20 @@ def make_plan(out: Path, inputs: int, buckets: int, group: int, memory: int, seq
         "pad_id": 0,
         "bos_id": None,
     }
-    plan = units.Plan("pool", str(out), params, [], meta)
+    counts = np.full(inputs, docs // inputs, dtype=np.int64)
+    counts[: docs % inputs] += 1
+    specs = [
+        {
+            "source": 0,
+            "shard": i,
+            "prefix": str(out / "source" / f"shards/src-{i:05d}"),
+            "sidecar": str(out / "source" / f"shards/src-{i:05d}.docs.parquet"),
+            "docs": [int(c), 0],
+            "tokens": [int(c) * doc_tokens, 0],
+        }
+        for i, c in enumerate(counts.tolist())
+    ]
+    plan = with_inputs(units.Plan("pool", str(out), params, [], meta), specs, legacy)
     plan.phases = [
         [],
         *(merge_units(plan, level) for level in range(1, levels + 1)),
@@ -287,7 +326,7 @@ def tree_15t(open_cpu: float, doc_cpu: float) -> dict:
         "group_buckets": group,
         "merge_levels": levels,
         "merge_fan_in": fan_in,
-        "inputs": [None] * n,
+        "inputs_table": {"rows": n},
         "splits": {"train": {"num_buckets": k}, "val": {"num_buckets": 0}},
     }
     plan = units.Plan("pool", "/", {}, [], meta)
@@ -354,17 +393,20 @@ def report(rows: list[dict], args) -> list[str]:
     lines = [
         f"machine: {machine()}; load average {os.getloadavg()[0]:.1f}",
         f"{args.docs:,} documents of {args.doc_tokens} tokens, {args.buckets} buckets "
-        f"({args.group} per group), budget {budget:.0f} MiB, tokens staging",
+        f"({args.group} per group), budget {budget:.0f} MiB, tokens staging, inputs in the "
+        + ("plan's header (legacy)" if getattr(args, "plan", "") == "legacy" else "input table"),
         "",
-        "| inputs | pass-1 unit CPU s | pass-1 RSS MB: before -> peak | levels x fan-in "
+        "| inputs | plan header KB | pass-1 unit CPU s | pass-1 RSS MB: before -> peak "
+        "| levels x fan-in "
         "| merge units | files opened | merge CPU s (all units) "
         "| merge unit CPU s (median, worst level) | merge unit peak RSS MB | pass-2 unit CPU s "
         "| pass-2 RSS MB: before -> peak |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         lines.append(
-            f"| {r['inputs']:,} | {r['pass1_cpu']:.3f} | {r['pass1_base']:.0f} -> "
+            f"| {r['inputs']:,} | {r.get('header_kb', float('nan')):,.1f} | "
+            f"{r['pass1_cpu']:.3f} | {r['pass1_base']:.0f} -> "
             f"{r['pass1_peak']:.0f} | {len(r['levels'])} x {r['fan_in']} | {r['merge_units']:,} | "
             f"{r['merge_files']:,} | {r['merge_cpu']:.2f} | {r['unit_cpu']:.3f} | "
             f"{r['unit_peak']:.0f} | {r['pass2_cpu_s']:.3f} | "
@@ -418,6 +460,13 @@ def main() -> int:
         "--pass1-docs", type=int, default=2000, help="documents of the real input of pass 1"
     )
     ap.add_argument("--pass2-units", type=int, default=4, help="pass-2 units timed per size")
+    ap.add_argument(
+        "--plan",
+        choices=("table", "legacy"),
+        default="table",
+        help="inputs in the plan's input table (table), or listed in its header as plans "
+        "made before the table were (legacy: every unit loads them all)",
+    )
     ap.add_argument("--workdir", default="/tmp/shardyard-bench-scale-pool")
     ap.add_argument("--report", help="print the report of a results.json, measure nothing")
     args = ap.parse_args()
@@ -426,6 +475,8 @@ def main() -> int:
         vars(args).update({k: v for k, v in data.get("args", {}).items() if k != "report"})
         print("\n".join(report(data["rows"], args)))
         return 0
+    from shardcore import units
+
     root = Path(args.workdir)
     rows = []
     for inputs in [int(x) for x in args.inputs.split(",")]:
@@ -435,7 +486,11 @@ def main() -> int:
         t = time.perf_counter()
         write_pass1(out, inputs, args.docs, args.doc_tokens, args.buckets)
         gen = time.perf_counter() - t
-        plan = make_plan(out, inputs, args.buckets, args.group, args.memory, 2047)
+        legacy = args.plan == "legacy"
+        plan = make_plan(
+            out, inputs, args.docs, args.doc_tokens, args.buckets, args.group, args.memory, legacy
+        )
+        units.save_plan(plan)  # and its input table
         plan_path = out / "bench-plan.json"
         plan_path.write_text(json.dumps(plan.to_json()))
         plan_path.with_name("bench-plan-header.json").write_text(json.dumps(plan.header()))
@@ -464,14 +519,21 @@ def main() -> int:
         merge = levels[-1]["unit"]
         # Pass 1 for real: the last input's unit over the real shard, in a fresh process.
         p1_plan = pass1_plan(
-            out / "pass1", write_source(out, args.pass1_docs, args.doc_tokens), inputs, args.memory
+            out / "pass1",
+            write_source(out, args.pass1_docs, args.doc_tokens),
+            inputs,
+            args.memory,
+            legacy,
         )
+        units.save_plan(p1_plan)
         p1_path = out / "pass1-plan.json"
         p1_path.write_text(json.dumps(p1_plan.to_json()))
         p1_path.with_name("pass1-plan-header.json").write_text(json.dumps(p1_plan.header()))
         pass1 = [run_unit(p1_path, p1_plan.phases[0][i]) for i in (0, inputs - 1)]
         row = {
             "inputs": inputs,
+            "plan": args.plan,
+            "header_kb": len(json.dumps(p1_plan.header())) / 1024,
             "docs_per_input": args.docs / inputs,
             "generate_s": gen,
             "merge": merge,

@@ -134,12 +134,13 @@ def run_unit(plan: units.Plan, unit: dict) -> dict:
 
 def unit_reads(plan: units.Plan, unit: dict) -> list[str]:
     """The pool's files a unit reads (on object storage, it fetches exactly these): pass 1
-    none (its input shard is an input artifact), a merge unit the files of the level
-    below it that it merges (at most ``MERGE_FAN_IN``), a pass-2 unit its group's merged
-    files."""
+    the plan's input table (its input shard is an input artifact), a merge unit the files
+    of the level below it that it merges (at most ``MERGE_FAN_IN``), a pass-2 unit its
+    group's merged files (and with "references" staging the input table)."""
     tokens = staging_of(plan) == "tokens"
+    table = [plan.meta["inputs_table"]["path"]] if "inputs_table" in plan.meta else []
     if "input" in unit:
-        return []
+        return table
     if "group" in unit or "level" in unit:
         files = merge_children(plan, unit)[2]
     else:
@@ -149,7 +150,7 @@ def unit_reads(plan: units.Plan, unit: dict) -> list[str]:
         rel
         for tokens_rel, docs_rel in files
         for rel in ((tokens_rel,) if tokens else ()) + (docs_rel,)
-    ]
+    ] + ([] if tokens or "bucket" not in unit else table)
 
 
 units.register_stage(
