@@ -12,6 +12,11 @@ writes its completion marker ``_units/<fan>/<unit id>.done.json`` (``fan``: a ha
 id modulo 1,000) holding its stats. A rerun of a finished unit returns the recorded stats
 and writes nothing: an interrupted job loses nothing and duplicates nothing when rerun.
 
+A plan too large for one JSON document keeps its bulk in *files of the plan*
+(``Plan.files``: e.g. the pool's per-input table), which ``save_plan`` writes next to the
+output before ``_plan.json``; the plan's meta names them and its units read the parts they
+need, so the header a job's every unit loads stays small.
+
 A unit's stats are a JSON object for its stage's ``finalize``; the names in ``UnitCounts``
 mean the same in every stage, and they are all a runner (the job engine, a progress bar)
 reads: a job's documents, tokens, bytes and bad input are the sums of its units' (see

@@ -78,7 +78,9 @@ def encode(inputs: list[dict[str, Any]], annotation_dirs: list[str]) -> tuple[by
         add(name, np.asarray(values, dtype=dtype).tobytes())
     strings = {
         "prefix": [i["rel"] for i in inputs],
-        "annotations": [_annotations_text(i.get("annotations") or [], annotation_dirs) for i in inputs],
+        "annotations": [
+            _annotations_text(i.get("annotations") or [], annotation_dirs) for i in inputs
+        ],
     }
     for name in _STRINGS:
         data = [s.encode() for s in strings[name]]
@@ -135,7 +137,9 @@ class InputTable:
             self.rows = len(self._legacy)
             return
         if "inputs_table" not in plan.meta:
-            raise ManifestError(f"{plan.out}: the pool's plan has neither inputs nor an input table")
+            raise ManifestError(
+                f"{plan.out}: the pool's plan has neither inputs nor an input table"
+            )
         self.layout = plan.meta["inputs_table"]
         self.rows = int(self.layout["rows"])
         if int(self.layout.get("format", 0)) != FORMAT:
@@ -246,6 +250,7 @@ class InputTable:
             return np.zeros(0, dtype=dtype)
         if self._data is not None:
             return np.frombuffer(self._data, dtype=dtype, count=self.rows, offset=offset)
+        assert self._path is not None
         return np.memmap(self._path, dtype=dtype, mode="r", offset=offset, shape=(self.rows,))
 
     def counts(self, split: str) -> np.ndarray:

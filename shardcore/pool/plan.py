@@ -169,7 +169,7 @@ def plan_pool(
         )
     parents = [s["fingerprint"] for s in sources]
     contents = [s["content"] for s in sources]
-    splits = {}
+    splits: dict[str, dict[str, Any]] = {}
     first_bucket = 0
     for k, split in enumerate(SPLITS):
         counts = np.array([i["docs"][k] for i in inputs], dtype=np.int64)
