@@ -3,6 +3,7 @@ merge tree and of pass 2 at 10^2, 10^4 and 10^5 inputs, the fitted growth, and t
 extrapolation to a 15 T-token pool. Not a test.
 
     .venv/bin/python bench/scale/pool.py [--inputs 100,10000,100000] [--docs 200000]
+        [--plan table|legacy]
 
 Metadata-small: the same ``--docs`` tiny documents (``--doc-tokens`` tokens each) are
 spread over each number of inputs, so every size has the same buckets holding the same
@@ -14,7 +15,9 @@ merge level then runs through the pool's own ``run_unit`` (one process per level
 timed around the call: CPU per unit, files opened per unit), then the level's last unit
 again in a fresh process (idempotent: it rewrites the same file) for its peak RSS (VmHWM)
 and the RSS of the same process before the call; then a few pass-2 units, each in a fresh
-process.
+process. A fresh unit is given what a job's worker is given: the plan's header and its own
+spec. The plans keep their inputs in the plan's input table (``shardcore.pool.inputs``), or
+with ``--plan legacy`` in the header, as plans made before the table did.
 
 Fitted growth: the exponent ``a`` of ``time ~ inputs^a`` between the smallest and largest
 size (0: independent of the number of inputs; 1: proportional).
@@ -31,6 +34,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -240,7 +244,7 @@ def make_plan(
     from shardcore.pool.layout import merge_shape, merge_units
 
     levels, fan_in = merge_shape(inputs)
-    params = {
+    params: dict[str, Any] = {
         "seq_len": 2047,
         "filter": None,
         "shuffle": "exact",
@@ -369,7 +373,7 @@ def report(rows: list[dict], args) -> list[str]:
         r["pass1_base"] = max(u["base_rss_mb"] for u in r["pass1"])
         r["pass1_peak"] = max(u["peak_rss_mb"] for u in r["pass1"])
     groups = -(-args.buckets // args.group)
-    fit = {
+    fit: dict[str, Any] = {
         "pass1_cpu_exponent": slope(xs, [r["pass1_cpu"] for r in rows]),
         "pass1_rss_exponent": slope(xs, [r["pass1_peak"] for r in rows]),
         "pass2_cpu_exponent": slope(xs, [r["pass2_cpu_s"] for r in rows]),
