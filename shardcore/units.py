@@ -12,6 +12,11 @@ writes its completion marker ``_units/<fan>/<unit id>.done.json`` (``fan``: a ha
 id modulo 1,000) holding its stats. A rerun of a finished unit returns the recorded stats
 and writes nothing: an interrupted job loses nothing and duplicates nothing when rerun.
 
+A plan too large for one JSON document keeps its bulk in *files of the plan*
+(``Plan.files``: e.g. the pool's per-input table), which ``save_plan`` writes next to the
+output before ``_plan.json``; the plan's meta names them and its units read the parts they
+need, so the header a job's every unit loads stays small.
+
 A unit's stats are a JSON object for its stage's ``finalize``; the names in ``UnitCounts``
 mean the same in every stage, and they are all a runner (the job engine, a progress bar)
 reads: a job's documents, tokens, bytes and bad input are the sums of its units' (see
@@ -136,6 +141,11 @@ class Plan:
     params: dict[str, Any]
     phases: list[list[dict[str, Any]]]  # each unit is a dict with at least a unique "id"
     meta: dict[str, Any] = field(default_factory=dict)
+    # Files of the plan too large for its JSON (a table a unit reads a few rows of), by
+    # path relative to the output: ``save_plan`` writes them before the plan. Not part of
+    # ``to_json``: a stage names them in ``meta`` and reads them from the output (or from
+    # here, for a plan not saved yet).
+    files: dict[str, bytes] = field(default_factory=dict, repr=False, compare=False)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -172,13 +182,19 @@ class Plan:
 
 
 def save_plan(plan: Plan) -> Path | str:
+    """Write the plan's files, then the plan (``_plan.json``) next to the output."""
     text = json.dumps(plan.to_json(), indent=1, sort_keys=True)
     if storage.is_remote(plan.out):
         store = storage.open_store(plan.out)
+        for rel, data in sorted(plan.files.items()):
+            store.put_bytes(rel, data)
         store.put_bytes(PLAN_NAME, text.encode())
         return store.location(PLAN_NAME)
     out = Path(plan.out)
     out.mkdir(parents=True, exist_ok=True)
+    for rel, data in sorted(plan.files.items()):
+        (out / rel).parent.mkdir(parents=True, exist_ok=True)
+        atomic.write_bytes(out / rel, data)
     return atomic.write_text(out / PLAN_NAME, text)
 
 

@@ -3,6 +3,7 @@ merge tree and of pass 2 at 10^2, 10^4 and 10^5 inputs, the fitted growth, and t
 extrapolation to a 15 T-token pool. Not a test.
 
     .venv/bin/python bench/scale/pool.py [--inputs 100,10000,100000] [--docs 200000]
+        [--plan table|legacy]
 
 Metadata-small: the same ``--docs`` tiny documents (``--doc-tokens`` tokens each) are
 spread over each number of inputs, so every size has the same buckets holding the same
@@ -14,7 +15,9 @@ merge level then runs through the pool's own ``run_unit`` (one process per level
 timed around the call: CPU per unit, files opened per unit), then the level's last unit
 again in a fresh process (idempotent: it rewrites the same file) for its peak RSS (VmHWM)
 and the RSS of the same process before the call; then a few pass-2 units, each in a fresh
-process.
+process. A fresh unit is given what a job's worker is given: the plan's header and its own
+spec. The plans keep their inputs in the plan's input table (``shardcore.pool.inputs``), or
+with ``--plan legacy`` in the header, as plans made before the table did.
 
 Fitted growth: the exponent ``a`` of ``time ~ inputs^a`` between the smallest and largest
 size (0: independent of the number of inputs; 1: proportional).
@@ -31,6 +34,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -51,8 +55,9 @@ def vm(name):
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith(name):
             return int(line.split()[1]) / 1024
+# As the job engine gives a unit its work: the plan's header and the unit's own spec.
 plan = units.Plan.from_json(json.loads(Path({plan!r}).read_text()))
-unit = plan.unit({unit!r})
+unit = json.loads({spec!r})
 base = vm("VmRSS")
 t = time.perf_counter()
 cpu = time.process_time()
@@ -185,22 +190,42 @@ def write_source(root: Path, docs: int, doc_tokens: int) -> Path:
     return src
 
 
-def pass1_plan(out: Path, src: Path, inputs: int, memory: int):
+def with_inputs(plan, specs: list[dict], legacy: bool):
+    """``plan`` listing ``specs`` (``InputTable.spec``'s dicts) as its inputs: in its input
+    table (saved with the plan), or with ``legacy`` in its meta, as plans made before the
+    table listed them (every input in the header every unit loads)."""
+    from shardcore import units
+    from shardcore.pool import inputs as input_table
+
+    meta = {k: v for k, v in plan.meta.items() if k != "inputs_table"}
+    if legacy:
+        meta["inputs"] = specs
+        for k, split in enumerate(("train", "val")):
+            meta["splits"][split]["counts"] = [s["docs"][k] for s in specs]
+        return units.Plan(plan.stage, plan.out, plan.params, [], meta)
+    rows = [
+        {**s, "rel": os.path.relpath(s["prefix"], meta["sources"][s["source"]]["path"])}
+        for s in specs
+    ]
+    data, meta["inputs_table"] = input_table.encode(rows, [])
+    return units.Plan(
+        plan.stage, plan.out, plan.params, [], meta, files={input_table.TABLE_REL: data}
+    )
+
+
+def pass1_plan(out: Path, src: Path, inputs: int, memory: int, legacy: bool):
     """A pool plan over ``inputs`` inputs, every one of them the real shard of ``src``
     (pass 1 reads each on its own; only the plan, which lists them all, grows)."""
-    from shardcore import units
     from shardcore.pool import plan_pool
+    from shardcore.pool.inputs import InputTable
     from shardcore.pool.layout import merge_shape, merge_units
 
     plan = plan_pool([str(src)], str(out), seq_len=2047, memory=memory, staging="tokens")
     meta = plan.meta
-    meta["inputs"] = meta["inputs"] * inputs
-    for split in ("train", "val"):
-        meta["splits"][split]["counts"] = meta["splits"][split]["counts"] * inputs
     total = sum(meta["splits"][s]["num_buckets"] for s in ("train", "val"))
     meta["splits"]["train"]["num_buckets"] = total * inputs  # the buckets grow with the data
     meta["merge_levels"], meta["merge_fan_in"] = merge_shape(inputs)
-    plan = units.Plan(plan.stage, plan.out, plan.params, [], meta)
+    plan = with_inputs(plan, [InputTable(plan).spec(0)] * inputs, legacy)
     plan.phases = [
         [{"id": f"assign-{i:05d}", "input": i} for i in range(inputs)],
         *(merge_units(plan, level) for level in range(1, meta["merge_levels"] + 1)),
@@ -208,13 +233,19 @@ def pass1_plan(out: Path, src: Path, inputs: int, memory: int):
     return plan
 
 
-def make_plan(out: Path, inputs: int, buckets: int, group: int, memory: int, seq_len: int):
+def make_plan(
+    out: Path, inputs: int, docs: int, doc_tokens: int, buckets: int, group: int, memory: int,
+    legacy: bool,
+):  # fmt: skip
+    """The plan of the merge and pass 2 over ``inputs`` inputs of ``write_pass1``: the
+    inputs listed as a real plan lists them (paths of a source, counts), though with
+    "tokens" staging neither phase reads them."""
     from shardcore import units
     from shardcore.pool.layout import merge_shape, merge_units
 
     levels, fan_in = merge_shape(inputs)
-    params = {
-        "seq_len": seq_len,
+    params: dict[str, Any] = {
+        "seq_len": 2047,
         "filter": None,
         "shuffle": "exact",
         "seed": 0,
@@ -229,7 +260,7 @@ def make_plan(out: Path, inputs: int, buckets: int, group: int, memory: int, seq
         "merge_levels": levels,
         "merge_fan_in": fan_in,
         "staging": "tokens",
-        "inputs": [{"prefix": f"input-{i}"} for i in range(inputs)],
+        "sources": [{"path": str(out / "source"), "fingerprint": "0" * 32, "content": "0" * 32}],
         "splits": {
             "train": {"num_buckets": buckets, "first_bucket": 0, "seed": 0},
             "val": {"num_buckets": 0, "first_bucket": buckets, "seed": 1},
@@ -238,7 +269,20 @@ def make_plan(out: Path, inputs: int, buckets: int, group: int, memory: int, seq
         "pad_id": 0,
         "bos_id": None,
     }
-    plan = units.Plan("pool", str(out), params, [], meta)
+    counts = np.full(inputs, docs // inputs, dtype=np.int64)
+    counts[: docs % inputs] += 1
+    specs = [
+        {
+            "source": 0,
+            "shard": i,
+            "prefix": str(out / "source" / f"shards/src-{i:05d}"),
+            "sidecar": str(out / "source" / f"shards/src-{i:05d}.docs.parquet"),
+            "docs": [int(c), 0],
+            "tokens": [int(c) * doc_tokens, 0],
+        }
+        for i, c in enumerate(counts.tolist())
+    ]
+    plan = with_inputs(units.Plan("pool", str(out), params, [], meta), specs, legacy)
     plan.phases = [
         [],
         *(merge_units(plan, level) for level in range(1, levels + 1)),
@@ -255,8 +299,11 @@ def run_level(plan_path: Path, phase: int) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def run_unit(plan_path: Path, unit_id: str) -> dict:
-    code = UNIT_SCRIPT.format(root=str(ROOT), plan=str(plan_path), unit=unit_id)
+def run_unit(plan_path: Path, unit: dict) -> dict:
+    """``unit`` in a fresh process given the plan's header (``plan_path``'s ``-header.json``)
+    and the unit's spec, as a job's worker runs it."""
+    header = plan_path.with_name(plan_path.stem + "-header.json")
+    code = UNIT_SCRIPT.format(root=str(ROOT), plan=str(header), spec=json.dumps(unit))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     if out.returncode:
         raise RuntimeError(out.stderr[-3000:])
@@ -283,7 +330,7 @@ def tree_15t(open_cpu: float, doc_cpu: float) -> dict:
         "group_buckets": group,
         "merge_levels": levels,
         "merge_fan_in": fan_in,
-        "inputs": [None] * n,
+        "inputs_table": {"rows": n},
         "splits": {"train": {"num_buckets": k}, "val": {"num_buckets": 0}},
     }
     plan = units.Plan("pool", "/", {}, [], meta)
@@ -326,7 +373,7 @@ def report(rows: list[dict], args) -> list[str]:
         r["pass1_base"] = max(u["base_rss_mb"] for u in r["pass1"])
         r["pass1_peak"] = max(u["peak_rss_mb"] for u in r["pass1"])
     groups = -(-args.buckets // args.group)
-    fit = {
+    fit: dict[str, Any] = {
         "pass1_cpu_exponent": slope(xs, [r["pass1_cpu"] for r in rows]),
         "pass1_rss_exponent": slope(xs, [r["pass1_peak"] for r in rows]),
         "pass2_cpu_exponent": slope(xs, [r["pass2_cpu_s"] for r in rows]),
@@ -350,17 +397,20 @@ def report(rows: list[dict], args) -> list[str]:
     lines = [
         f"machine: {machine()}; load average {os.getloadavg()[0]:.1f}",
         f"{args.docs:,} documents of {args.doc_tokens} tokens, {args.buckets} buckets "
-        f"({args.group} per group), budget {budget:.0f} MiB, tokens staging",
+        f"({args.group} per group), budget {budget:.0f} MiB, tokens staging, inputs in the "
+        + ("plan's header (legacy)" if getattr(args, "plan", "") == "legacy" else "input table"),
         "",
-        "| inputs | pass-1 unit CPU s | pass-1 RSS MB: before -> peak | levels x fan-in "
+        "| inputs | plan header KB | pass-1 unit CPU s | pass-1 RSS MB: before -> peak "
+        "| levels x fan-in "
         "| merge units | files opened | merge CPU s (all units) "
         "| merge unit CPU s (median, worst level) | merge unit peak RSS MB | pass-2 unit CPU s "
         "| pass-2 RSS MB: before -> peak |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         lines.append(
-            f"| {r['inputs']:,} | {r['pass1_cpu']:.3f} | {r['pass1_base']:.0f} -> "
+            f"| {r['inputs']:,} | {r.get('header_kb', float('nan')):,.1f} | "
+            f"{r['pass1_cpu']:.3f} | {r['pass1_base']:.0f} -> "
             f"{r['pass1_peak']:.0f} | {len(r['levels'])} x {r['fan_in']} | {r['merge_units']:,} | "
             f"{r['merge_files']:,} | {r['merge_cpu']:.2f} | {r['unit_cpu']:.3f} | "
             f"{r['unit_peak']:.0f} | {r['pass2_cpu_s']:.3f} | "
@@ -414,6 +464,13 @@ def main() -> int:
         "--pass1-docs", type=int, default=2000, help="documents of the real input of pass 1"
     )
     ap.add_argument("--pass2-units", type=int, default=4, help="pass-2 units timed per size")
+    ap.add_argument(
+        "--plan",
+        choices=("table", "legacy"),
+        default="table",
+        help="inputs in the plan's input table (table), or listed in its header as plans "
+        "made before the table were (legacy: every unit loads them all)",
+    )
     ap.add_argument("--workdir", default="/tmp/shardyard-bench-scale-pool")
     ap.add_argument("--report", help="print the report of a results.json, measure nothing")
     args = ap.parse_args()
@@ -422,6 +479,8 @@ def main() -> int:
         vars(args).update({k: v for k, v in data.get("args", {}).items() if k != "report"})
         print("\n".join(report(data["rows"], args)))
         return 0
+    from shardcore import units
+
     root = Path(args.workdir)
     rows = []
     for inputs in [int(x) for x in args.inputs.split(",")]:
@@ -431,13 +490,18 @@ def main() -> int:
         t = time.perf_counter()
         write_pass1(out, inputs, args.docs, args.doc_tokens, args.buckets)
         gen = time.perf_counter() - t
-        plan = make_plan(out, inputs, args.buckets, args.group, args.memory, 2047)
+        legacy = args.plan == "legacy"
+        plan = make_plan(
+            out, inputs, args.docs, args.doc_tokens, args.buckets, args.group, args.memory, legacy
+        )
+        units.save_plan(plan)  # and its input table
         plan_path = out / "bench-plan.json"
         plan_path.write_text(json.dumps(plan.to_json()))
+        plan_path.with_name("bench-plan-header.json").write_text(json.dumps(plan.header()))
         levels = []
         for phase in range(1, len(plan.phases) - 1):
             level = run_level(plan_path, phase)
-            fresh = run_unit(plan_path, plan.phases[phase][-1]["id"])
+            fresh = run_unit(plan_path, plan.phases[phase][-1])
             levels.append(
                 {
                     "units": len(level["cpu"]),
@@ -453,19 +517,27 @@ def main() -> int:
                 }
             )
         pass2 = [
-            run_unit(plan_path, f"train-bucket-{b:05d}")
+            run_unit(plan_path, plan.phases[-1][b])
             for b in range(min(args.pass2_units, args.group))
         ]
         merge = levels[-1]["unit"]
         # Pass 1 for real: the last input's unit over the real shard, in a fresh process.
         p1_plan = pass1_plan(
-            out / "pass1", write_source(out, args.pass1_docs, args.doc_tokens), inputs, args.memory
+            out / "pass1",
+            write_source(out, args.pass1_docs, args.doc_tokens),
+            inputs,
+            args.memory,
+            legacy,
         )
+        units.save_plan(p1_plan)
         p1_path = out / "pass1-plan.json"
         p1_path.write_text(json.dumps(p1_plan.to_json()))
-        pass1 = [run_unit(p1_path, p1_plan.phases[0][i]["id"]) for i in (0, inputs - 1)]
+        p1_path.with_name("pass1-plan-header.json").write_text(json.dumps(p1_plan.header()))
+        pass1 = [run_unit(p1_path, p1_plan.phases[0][i]) for i in (0, inputs - 1)]
         row = {
             "inputs": inputs,
+            "plan": args.plan,
+            "header_kb": len(json.dumps(p1_plan.header())) / 1024,
             "docs_per_input": args.docs / inputs,
             "generate_s": gen,
             "merge": merge,

@@ -11,7 +11,7 @@ import numpy as np
 from shardcore import storage, units
 from shardcore.cli import CLIError, check_new_artifact, size_arg
 from shardcore.errors import EmptySelectionError
-from shardcore.pool import plan_pool
+from shardcore.pool import SPLITS, plan_pool
 from shardcore.progress import Progress
 
 
@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
             annotations=args.annotation,
         )
         itemsize = np.dtype(plan.meta["dtype"]).itemsize
-        selected = sum(sum(i["tokens"]) for i in plan.meta["inputs"]) * itemsize
+        selected = sum(plan.meta["splits"][s]["tokens"] for s in SPLITS) * itemsize
         progress = Progress(2 * selected, label="pool", enabled=not args.quiet)
 
         def on_unit_done(unit: dict, stats: dict) -> None:

@@ -37,10 +37,20 @@ write the same bytes. "references" writes the data once (the output) instead of 
 "tokens" (the default on network and FUSE file systems) turns pass 2's random reads of
 the inputs into reads of a local staged copy.
 
-Memory: a pass-2 unit holds its bucket's metadata and two output windows (a bucket whose
-documents come from more than 256 inputs: its tokens too, read input by input); K (the
-number of buckets) is chosen so that a bucket is about a quarter of ``memory``, and at
-least enough buckets for shards of about ``shard_size`` bytes. A merge unit holds about
+Memory: every unit loads the plan's header, which does not list the inputs: their table
+(per input its source, shard, path, selected documents and tokens per split, joined
+annotation files) is a file of the plan, ``_pass1/inputs.table`` (``shardcore.pool.inputs``,
+written with ``_plan.json``, removed with the scratch by finalize), of which pass 1 reads
+its input's row and pass 2 with "references" staging its bucket's inputs' rows; the merge
+and pass 2 with "tokens" staging read none. So no unit's memory depends on the number of
+inputs (``bench/scale/pool.py``). Plans made before the table (every input in the
+header, each split's per-input counts in its entry: a job interrupted across an upgrade)
+are still read as they are and build the same bytes.
+
+A pass-2 unit holds its bucket's metadata and two output windows (a bucket whose documents
+come from more than 256 inputs: its tokens too, read input by input); K (the number of
+buckets) is chosen so that a bucket is about a quarter of ``memory``, and at least enough
+buckets for shards of about ``shard_size`` bytes. A merge unit holds about
 one group's metadata (groups are sized to a 32nd of ``memory``: its footprint is ~5x that;
 a range of an intermediate level holds F ** L / inputs <= 1.3 groups' worth on average,
 for inputs of similar sizes). A pass-1 unit reads its input shard through np.memmap and
@@ -56,6 +66,9 @@ Pool directory::
     shards/pool-XXXXX.{bin,idx,segments.npz,docs.parquet}   (shards/DDDD/pool-XXXXXXX.*
                          above 1,000 buckets)
     val/                 the validation pool, same layout, its own manifest
+
+While it is built: ``_plan.json`` and ``_units/`` (the units' markers), and the scratch
+``_pass1/`` (the plan's input table, pass 1's and the merge's files; removed by finalize).
 """
 
 from __future__ import annotations
@@ -134,12 +147,13 @@ def run_unit(plan: units.Plan, unit: dict) -> dict:
 
 def unit_reads(plan: units.Plan, unit: dict) -> list[str]:
     """The pool's files a unit reads (on object storage, it fetches exactly these): pass 1
-    none (its input shard is an input artifact), a merge unit the files of the level
-    below it that it merges (at most ``MERGE_FAN_IN``), a pass-2 unit its group's merged
-    files."""
+    the plan's input table (its input shard is an input artifact), a merge unit the files
+    of the level below it that it merges (at most ``MERGE_FAN_IN``), a pass-2 unit its
+    group's merged files (and with "references" staging the input table)."""
     tokens = staging_of(plan) == "tokens"
+    table = [plan.meta["inputs_table"]["path"]] if "inputs_table" in plan.meta else []
     if "input" in unit:
-        return []
+        return table
     if "group" in unit or "level" in unit:
         files = merge_children(plan, unit)[2]
     else:
@@ -149,7 +163,7 @@ def unit_reads(plan: units.Plan, unit: dict) -> list[str]:
         rel
         for tokens_rel, docs_rel in files
         for rel in ((tokens_rel,) if tokens else ()) + (docs_rel,)
-    ]
+    ] + ([] if tokens or "bucket" not in unit else table)
 
 
 units.register_stage(

@@ -154,10 +154,17 @@ def merge_shape(n_inputs: int) -> tuple[int, int]:
     return levels, fan_in
 
 
+def num_inputs(plan: units.Plan) -> int:
+    """The number of input shards (pass-1 units): the rows of the plan's input table
+    (``shardcore.pool.inputs``), or the length of its list in a plan made before it."""
+    table = plan.meta.get("inputs_table")
+    return int(table["rows"]) if table is not None else len(plan.meta["inputs"])
+
+
 def merge_levels(plan: units.Plan) -> tuple[int, int]:
     """The plan's (levels, fan_in); plans made before the tree merged every input at once."""
     if "merge_levels" not in plan.meta:
-        return 1, max(1, len(plan.meta["inputs"]))
+        return 1, max(1, num_inputs(plan))
     return int(plan.meta["merge_levels"]), int(plan.meta["merge_fan_in"])
 
 
@@ -166,7 +173,7 @@ def merge_geometry(plan: units.Plan, level: int) -> tuple[int, int, int]:
     level 0 is pass 1 (one range, one batch per input)."""
     levels, fan_in = merge_levels(plan)
     total = sum(plan.meta["splits"][s]["num_buckets"] for s in SPLITS)
-    n = len(plan.meta["inputs"])
+    n = num_inputs(plan)
     if level == 0:
         return max(1, total), 1, n
     span = group_buckets(plan) * fan_in ** (levels - level)

@@ -14,6 +14,7 @@ from shardcore import atomic, filters, props, units, verify
 from shardcore import manifest as mf
 from shardcore.errors import ManifestError
 from shardcore.formats import IndexedReader
+from shardcore.pool.inputs import InputTable
 from shardcore.pool.io import write_all, write_run
 from shardcore.pool.layout import (
     BUCKET_COL,
@@ -38,7 +39,8 @@ from shardcore.pool.pass2 import Documents
 def run_assign(plan: units.Plan, unit: dict) -> dict:
     meta, params = plan.meta, plan.params
     i = unit["input"]
-    spec = meta["inputs"][i]
+    inputs = InputTable(plan)
+    spec = inputs.spec(i)
     source = meta["sources"][spec["source"]]
     module = shuffle_module(params["shuffle"])
     options = params["shuffle_options"]
@@ -67,8 +69,7 @@ def run_assign(plan: units.Plan, unit: dict) -> dict:
             raise ManifestError(f"{spec['sidecar']}: changed since the pool was planned")
         if not mask.any():
             continue
-        counts = np.asarray(info["counts"], dtype=np.int64)
-        b, kk = module.assign(counts, i, info["seed"], info["num_buckets"], **options)
+        b, kk = module.assign(inputs.counts(split), i, info["seed"], info["num_buckets"], **options)
         bucket[mask] = b + info["first_bucket"]
         key[mask] = kk
     order = np.argsort(bucket, kind="stable")

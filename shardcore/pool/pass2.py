@@ -13,6 +13,7 @@ import numpy as np
 from shardcore import atomic, pack, units
 from shardcore.errors import ManifestError
 from shardcore.formats import bin_path, encode_idx, idx_path
+from shardcore.pool.inputs import InputTable
 from shardcore.pool.io import (
     FileDocuments,
     HashingWriter,
@@ -156,7 +157,10 @@ def run_bucket(plan: units.Plan, unit: dict) -> dict:
     if references:
         inputs = as_numpy(docs.column(INPUT_COL))
         used, file = np.unique(inputs, return_inverse=True)
-        paths = [bin_path(meta["inputs"][int(i)]["prefix"]) for i in used.tolist()]
+        # Only the bucket's inputs' rows of the plan's input table are read.
+        input_table = InputTable(plan)
+        paths = [bin_path(input_table.prefix(int(i))) for i in used.tolist()]
+        del input_table
     stream: Documents | FileDocuments
     if references and len(paths) <= _MAX_OPEN:
         # Each document read once, straight into the output window where it goes.
@@ -170,7 +174,7 @@ def run_bucket(plan: units.Plan, unit: dict) -> dict:
         bucket_tokens = np.empty(int(lengths.sum()), dtype=dtype)
         chunk_bytes = chunk_tokens(plan) * dtype.itemsize
         if references:
-            _gather(meta, inputs, offsets, lengths, bucket_tokens, chunk_bytes)
+            _gather(paths, file, offsets, lengths, bucket_tokens, chunk_bytes)
         else:
             read_spans(
                 tokens_path, offsets, lengths * dtype.itemsize, bucket_tokens, span=chunk_bytes
@@ -217,26 +221,25 @@ def run_bucket(plan: units.Plan, unit: dict) -> dict:
 
 
 def _gather(
-    meta: dict,
-    inputs: np.ndarray,
+    paths: list[Path],
+    file: np.ndarray,
     offsets: np.ndarray,
     lengths: np.ndarray,
     out: np.ndarray,
     chunk_bytes: int,
 ) -> None:
-    """The "references" staging: read the bucket's documents from their input shards into
-    ``out`` (the bucket's memory), in arrival order. A run of documents of one input comes
-    in ascending position, so each is a forward sweep of few, large reads
-    (``read_spans``); pass 1 verified the inputs, and a shard shorter than its offsets
-    fails the read naming it."""
+    """The "references" staging: read the bucket's documents from their input shards
+    (document d from ``paths[file[d]]``) into ``out`` (the bucket's memory), in arrival
+    order. A run of documents of one input comes in ascending position, so each is a
+    forward sweep of few, large reads (``read_spans``); pass 1 verified the inputs, and a
+    shard shorter than its offsets fails the read naming it."""
     itemsize = out.dtype.itemsize
-    bounds = [0, *(np.flatnonzero(np.diff(inputs)) + 1).tolist(), inputs.size]
+    bounds = [0, *(np.flatnonzero(np.diff(file)) + 1).tolist(), file.size]
     at = np.zeros(lengths.size + 1, dtype=np.int64)
     np.cumsum(lengths, out=at[1:])
     for d0, d1 in zip(bounds[:-1], bounds[1:], strict=True):
-        prefix = meta["inputs"][int(inputs[d0])]["prefix"]
         read_spans(
-            bin_path(prefix),
+            paths[int(file[d0])],
             offsets[d0:d1],
             lengths[d0:d1] * itemsize,
             out[at[d0] : at[d1]],

@@ -11,6 +11,8 @@ import numpy as np
 from shardcore import annotation_join, artifact_cache, filters, limits, props, storage, units
 from shardcore import manifest as mf
 from shardcore.errors import EmptySelectionError, InputError, ManifestError
+from shardcore.pool import inputs as input_table
+from shardcore.pool.inputs import TABLE_REL
 from shardcore.pool.io import on_network_fs, release_memory
 from shardcore.pool.layout import (
     KIND,
@@ -137,8 +139,7 @@ def plan_pool(
                 {
                     "source": s,
                     "shard": j,
-                    "prefix": prefix,
-                    "sidecar": sidecar,
+                    "rel": shard["prefix"],
                     "docs": [int((~is_val).sum()), int(is_val.sum())],
                     "tokens": [int(n_tokens[~is_val].sum()), int(n_tokens[is_val].sum())],
                     **({"annotations": joins[s][j]} if joins[s][j] else {}),
@@ -168,15 +169,18 @@ def plan_pool(
         )
     parents = [s["fingerprint"] for s in sources]
     contents = [s["content"] for s in sources]
-    splits = {}
+    splits: dict[str, dict[str, Any]] = {}
     first_bucket = 0
     for k, split in enumerate(SPLITS):
         counts = np.array([i["docs"][k] for i in inputs], dtype=np.int64)
-        total_bytes = sum(i["tokens"][k] for i in inputs) * itemsize
+        total_tokens = sum(i["tokens"][k] for i in inputs)
+        total_bytes = total_tokens * itemsize
         min_buckets = max(-(-total_bytes // max(1, memory // 4)), -(-total_bytes // shard_size), 1)
         n_buckets = module.num_buckets(counts, min_buckets, **options) if counts.sum() else 0
         splits[split] = {
-            "counts": counts.tolist(),
+            # The selected documents and tokens (per input: the input table's columns).
+            "documents": int(counts.sum()),
+            "tokens": int(total_tokens),
             "num_buckets": int(n_buckets),
             "first_bucket": first_bucket,
             "seed": int(seed) if split == "train" else val_seed(seed),
@@ -195,6 +199,8 @@ def plan_pool(
     if staging == "auto":
         staging = "tokens" if any(on_network_fs(s["path"]) for s in sources) else "references"
     levels, fan_in = merge_shape(len(inputs))
+    annotation_dirs = [storage.resolve(a) for a in annotations or []]
+    table_file, layout = input_table.encode(inputs, annotation_dirs)
     meta = {
         # Not parameters either (the output bytes do not depend on them): how many
         # consecutive buckets one last-level merge unit gathers, and the merge tree's
@@ -209,18 +215,23 @@ def plan_pool(
         "staging": staging,
         "props_type": props.type_to_text(props_type),
         "sources": sources,
-        "inputs": inputs,
+        # The inputs' table is a file of the plan (``shardcore.pool.inputs``): the header
+        # every unit loads stays the same size whatever the number of inputs.
+        "inputs_table": layout,
         "splits": splits,
         "tokenizer": tokenizer,
         "dtype": str(np.dtype(dtype)),
         "pad_id": int(tokenizer["eos_id"]),
         "bos_id": tokenizer.get("bos_id"),
     }
+    if annotation_dirs:
+        meta["annotation_dirs"] = annotation_dirs
     meta["artifacts"] = [s["path"] for s in sources if storage.is_remote(s["path"])] + [
         storage.resolve(a) for a in annotations or [] if storage.is_remote(a)
     ]
+    del inputs
     release_memory()  # what reading every sidecar took, before the units run
-    plan = units.Plan(STAGE, storage.resolve(out), params, [], meta)
+    plan = units.Plan(STAGE, storage.resolve(out), params, [], meta, files={TABLE_REL: table_file})
     merges = [merge_units(plan, level) for level in range(1, levels + 1)]
     plan.phases = [phase1, *merges, phase2]
     return plan

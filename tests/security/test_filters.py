@@ -64,7 +64,7 @@ def test_an_honest_filter_plans_the_documents_it_selects(api, tokenized):
     assert resp.status_code == 201, resp.content
     pool = Pool.objects.get(pk=resp.json()["id"])
     plan = Job.objects.get(pk=pool.job_id).plan
-    planned = sum(sum(i["docs"]) for i in plan["meta"]["inputs"])
+    planned = sum(s["documents"] for s in plan["meta"]["splits"].values())
     table = pa.concat_tables(
         filters.read_sidecar(p) for p in sorted(tokenized_sidecars(tokenized))
     )  # fmt: skip
