@@ -29,6 +29,7 @@ from shardcore import artifact_cache
 from shardcore import manifest as mf
 from shardcore.errors import InputError
 from shardcore.mixture import POOL_FILE, RECORD_FILE
+from shardcore.mixture.chunked import npy_offset
 from shardcore.mixture.reader import Mixture
 from shardcore.pack import load_segments
 
@@ -112,16 +113,21 @@ def _flagged_chunks(
     when no record is."""
 
     mixture_dir = artifact_cache.local_artifact(mixture_dir)  # a checked local copy of a remote one
-    pools = np.load(os.path.join(mixture_dir, POOL_FILE), mmap_mode="r")
-    recs = np.load(os.path.join(mixture_dir, RECORD_FILE), mmap_mode="r")
-    stop = int(pools.size) if stop is None else min(int(stop), int(pools.size))
+    # Read chunk by chunk (not memory-mapped): the pass holds one chunk, whatever the length.
+    pool_path = os.path.join(mixture_dir, POOL_FILE)
+    record_path = os.path.join(mixture_dir, RECORD_FILE)
+    pool_at, pool_dtype, total = npy_offset(pool_path)
+    record_at, record_dtype, _ = npy_offset(record_path)
+    stop = total if stop is None else min(int(stop), total)
     masks = {int(p): np.asarray(m, dtype=bool) for p, m in records.items() if np.any(m)}
     if not masks:
         return
     for a in range(int(start), stop, _CHUNK):
         b = min(a + _CHUNK, stop)
-        p = np.asarray(pools[a:b])
-        r = np.asarray(recs[a:b])
+        p = np.fromfile(pool_path, pool_dtype, b - a, offset=pool_at + a * pool_dtype.itemsize)
+        r = np.fromfile(
+            record_path, record_dtype, b - a, offset=record_at + a * record_dtype.itemsize
+        )
         hit = np.zeros(p.size, dtype=bool)
         for i, mask in masks.items():
             sel = p == i

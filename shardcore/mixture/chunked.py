@@ -79,7 +79,7 @@ def npy_create(path: Path, dtype: npt.DTypeLike, n: int) -> int:
     return offset
 
 
-def npy_offset(path: Path) -> tuple[int, np.dtype, int]:
+def npy_offset(path: str | os.PathLike) -> tuple[int, np.dtype, int]:
     """The body offset, dtype and length of a 1-d .npy file."""
     with open(path, "rb") as f:
         major, _ = np.lib.format.read_magic(f)
