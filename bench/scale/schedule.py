@@ -141,6 +141,16 @@ def child_unit(root: Path, size: int, pools: int, unit: str) -> dict:
     return {"seconds": time.perf_counter() - t0, "peak_rss_mb": peak_rss_mb()}
 
 
+def _flagged(mix, rng: np.random.Generator) -> dict[int, np.ndarray]:
+    """Three records flagged in each of five pools of ``mix`` (per pool index, a mask)."""
+    masks = {}
+    for i in rng.choice(len(mix.pools), 5, replace=False).tolist():
+        m = np.zeros(int(mix.pools[i]["num_records"]), dtype=bool)
+        m[rng.integers(0, m.size, 3)] = True
+        masks[i] = m
+    return masks
+
+
 def child_queries(root: Path, size: int, pools: int, scan: bool) -> dict:
     """Locate, resume, continuation and first reads; with ``scan`` also the previous
     computation of each (a scan of the schedule), checked equal, in a child of its own so
@@ -185,11 +195,7 @@ def child_queries(root: Path, size: int, pools: int, scan: bool) -> dict:
     # First read of flagged records: three records in each of five pools.
     fast, slow = [], []
     for trial in range(3):
-        masks = {}
-        for i in rng.choice(len(mix.pools), 5, replace=False).tolist():
-            m = np.zeros(int(mix.pools[i]["num_records"]), dtype=bool)
-            m[rng.integers(0, m.size, 3)] = True
-            masks[i] = m
+        masks = _flagged(mix, rng)
         t0 = time.perf_counter()
         a = mix.first_read(masks)
         if a is NotImplemented:  # an ordered schedule: the first read is a scan
@@ -243,12 +249,7 @@ def child_taint(root: Path, size: int) -> dict:
 
     path = root / f"mix-{size}"
     mix = Mixture(path)
-    rng = np.random.default_rng(size + 1)
-    masks = {}
-    for i in rng.choice(len(mix.pools), 5, replace=False).tolist():
-        m = np.zeros(int(mix.pools[i]["num_records"]), dtype=bool)
-        m[rng.integers(0, m.size, 3)] = True
-        masks[i] = m
+    masks = _flagged(mix, np.random.default_rng(size + 1))
     t0 = time.perf_counter()
     count, first = flagged_reads.flagged_samples(path, masks)
     return {
