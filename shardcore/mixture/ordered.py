@@ -23,15 +23,18 @@ from typing import Any
 
 import numpy as np
 
-from shardcore import verify
+from shardcore import props, verify
+from shardcore.errors import InputError
 from shardcore.mixture.layout import LENGTH_FAMILY, SCHEDULE_DIR
 from shardcore.mixture.plan import PoolInfo, _stage_weights
 from shardcore.mixture.spec import MixtureSpec
 from shardcore.order import get_ordering, pool_characteristics_for
+from shardcore.order.recipe import document_columns
 from shardcore.pool import PoolReader
 
 # The blend's pool column, before ordering (kept until the manifest is written).
 BLEND_FILE = f"{SCHEDULE_DIR}/blend-pool.npy"
+N_TOKENS = f"{props.FACTS}.n_tokens"
 # Seeds: stage k's first window is seeded as the whole stage was; window j > 0 adds j times
 # this (a prime, as the stage's 7919).
 STAGE_SEED = 7919
@@ -57,12 +60,18 @@ def pool_labels(pools: list[PoolInfo], options: Mapping[str, Any]) -> list[dict[
             pool.document_files()
             + [f"{sh['prefix']}.segments.npz" for sh in pool.manifest["shards"]],
         )
-        labels = {prop: pool.record_labels(prop) for prop in by}
-        if want_length and "n_tokens" in pool.documents.column_names:
-            n_tok = pool.documents.column("n_tokens").to_numpy()
-            labels[LENGTH_FAMILY] = np.floor(
-                np.log2(np.maximum(n_tok[pool.main_documents()], 1))
-            ).astype(np.int64)
+        # Only the columns the labels need, never the whole documents table.
+        _, values = document_columns(pool, by)
+        main = pool.main_documents()
+        labels = {prop: values[prop][main] for prop in by}
+        if want_length:
+            try:
+                _, lengths = document_columns(pool, [N_TOKENS])
+            except InputError:  # a table without token counts: no length family
+                lengths = {}
+            if lengths:
+                n_tok = lengths[N_TOKENS].astype(np.int64)[main]
+                labels[LENGTH_FAMILY] = np.floor(np.log2(np.maximum(n_tok, 1))).astype(np.int64)
         out.append(labels)
     return out
 

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from shardcore import artifact_cache, props
+from shardcore import props
 from shardcore.errors import InputError
 from shardcore.pool import DOCUMENTS_NAME, PoolReader
 
@@ -182,10 +182,12 @@ def document_columns(pool: PoolLike, names: Sequence[str]) -> tuple[int, dict[st
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    # A pool on object storage is read from its checked local copy, as PoolReader reads it.
-    base = pool.path if isinstance(pool, PoolReader) else artifact_cache.local_artifact(pool)
-    path = Path(base) / DOCUMENTS_NAME
-    pf = pq.ParquetFile(path)
+    # A pool on object storage is read from its checked local copy, as PoolReader reads it;
+    # a partitioned table (a pool of many buckets) is its shards' sidecars, in shard order.
+    reader = pool if isinstance(pool, PoolReader) else PoolReader(pool)
+    files = [Path(reader.path) / rel for rel in reader.document_files()]
+    path = Path(reader.path) / DOCUMENTS_NAME
+    pf = pq.ParquetFile(files[0])
     schema = pf.schema_arrow
     facts = [c for c in schema.names if c != props.PROPS]
     user = props.names(props.props_type(schema)) if props.PROPS in schema.names else []
@@ -204,14 +206,17 @@ def document_columns(pool: PoolLike, names: Sequence[str]) -> tuple[int, dict[st
             raise InputError(
                 f"{path.parent}: unknown property {name!r} (known: {', '.join(known)})"
             )
-    table: Any = pf.read(columns=sorted({c for c, _ in plan.values()})) if plan else None
+    columns = sorted({c for c, _ in plan.values()})
+    table: Any = None
+    if plan:
+        table = pa.concat_tables([pq.read_table(f, columns=columns) for f in files])
     out: dict[str, np.ndarray] = {}
     for name, (col, how) in plan.items():
         arr = props.column(table, name) if how == "prop" else table.column(col)
         if isinstance(arr, pa.ChunkedArray):
             arr = arr.combine_chunks()
         out[name] = props.as_text_if_nested(arr).to_numpy(zero_copy_only=False)
-    return int(pf.metadata.num_rows), out
+    return sum(int(pq.ParquetFile(f).metadata.num_rows) for f in files), out
 
 
 def pool_characteristics(

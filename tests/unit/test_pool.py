@@ -336,6 +336,17 @@ def test_a_pool_of_more_buckets_than_a_directory_holds_fans_its_shards_out(
     assert a.documents.equals(b.documents)  # source_fingerprint included
     assert a.documents.num_rows == fanned["documents"]
     assert np.array_equal(a.document_values("kind"), b.document_values("kind"))
+    # What the orderings and the recipe read of a pool: the same from the sidecars.
+    from shardcore.order import recipe
+
+    names = ["kind", "_doc.n_tokens"]
+    (na, ca), (nb, cb) = recipe.document_columns(a, names), recipe.document_columns(b, names)
+    assert na == nb == a.documents.num_rows
+    assert all(np.array_equal(ca[n], cb[n]) for n in names)
+    ch_a = recipe.pool_characteristics([a], by=["kind"])
+    ch_b = recipe.pool_characteristics([b], by=["kind"])
+    assert np.array_equal(ch_a.idx, ch_b.idx) and np.array_equal(ch_a.val, ch_b.val)
+    assert ch_a.names == ch_b.names
     # The same shard files' bytes under the fanned-out names (and no documents.parquet).
     shard_sums = sorted(e["xxh3"] for e in flat["files"] if e["path"] != "documents.parquet")
     assert shard_sums == sorted(e["xxh3"] for e in fanned["files"])
