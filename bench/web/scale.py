@@ -38,6 +38,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -400,7 +401,7 @@ def main() -> None:
         server.terminate()
         server.wait(timeout=30)
     load_after = os.getloadavg()
-    rows = [
+    rows: list[dict[str, Any]] = [
         {"page": p, "status": status[p],
          "cold_p50": round(statistics.median(cold[p]), 1), "cold_p95": _p95(cold[p]),
          "warm_p50": round(statistics.median(warm[p]), 1), "warm_p95": _p95(warm[p])}
