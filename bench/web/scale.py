@@ -21,7 +21,8 @@
    are not dropped (a shared machine).
 3. Warm: one server (2 gthread workers, 4 threads, as docker-compose.yml runs it), every
    page 5 times to warm up, then ``--requests`` times: p50/p95.
-Prints a table and a JSON line (machine, load average before and after).
+Prints a table, the workers' boot (p50/p95) and a JSON line (machine, load average before
+and after).
 """
 
 from __future__ import annotations
