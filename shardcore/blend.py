@@ -25,6 +25,7 @@ int64.
 from __future__ import annotations
 
 import ctypes
+import functools
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -279,6 +280,41 @@ def build_blending_indices(
         if progress is not None:
             progress(stop, size)
     return di, si
+
+
+_PICK_CHUNK = 1 << 16  # samples per kernel call of ``blend_at``: a small buffer, reused
+
+
+def blend_at(weights: Sequence[float] | np.ndarray, sample: int) -> tuple[int, int]:
+    """Sample ``sample`` of the schedule of ``weights`` (normalized first):
+    ``(dataset_index, dataset_sample_index)``, the same as
+    ``build_blending_indices(weights, sample + 1)`` answers at ``sample``, without the two
+    arrays of ``sample + 1`` entries (80 MB for 8 M samples): the blend runs in chunks
+    through one small buffer, keeping only the counts (its state). The answer depends on
+    nothing else, so the process keeps the latest ones (a page asking again is answered
+    at once)."""
+    sample = int(sample)
+    if sample < 0:
+        raise InputError(f"sample: must be >= 0, got {sample}")
+    return _blend_at(tuple(check_weights(weights).tolist()), sample)
+
+
+@functools.lru_cache(maxsize=256)
+def _blend_at(weights: tuple[float, ...], sample: int) -> tuple[int, int]:
+    if _load_kernel() is None:  # the fallback reads megatron-core's helper when installed
+        di, si = build_blending_indices(weights, sample + 1)
+        return int(di[sample]), int(si[sample])
+    w = normalize(weights)
+    counts = np.zeros(w.size, dtype=np.int64)
+    size = min(_PICK_CHUNK, sample + 1)
+    di, si = np.empty(size, dtype=np.int16), np.empty(size, dtype=np.int64)
+    start = 0
+    while True:
+        n = min(size, sample + 1 - start)
+        blend_range(w, start, counts, (di[:n], si[:n]))
+        if start + n > sample:
+            return int(di[n - 1]), int(si[n - 1])
+        start += n
 
 
 def blend_range(

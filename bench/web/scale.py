@@ -15,11 +15,14 @@
    that would read one shows it (an error or an empty chart), it is not faster for it.
 2. Cold: ``--rounds`` times, a fresh ``gunicorn webapp.wsgi`` (one sync worker: its
    process caches are empty; the default cache is per process) answers every page once,
-   in order; p50/p95 over the rounds. Postgres' buffers and the OS page cache are not
-   dropped (a shared machine).
+   in order, once its worker has loaded the application (``gunicorn_ready.py``: gunicorn
+   accepts connections before, and the first request would wait for the boot); p50/p95
+   over the rounds, and the worker's boot apart. Postgres' buffers and the OS page cache
+   are not dropped (a shared machine).
 3. Warm: one server (2 gthread workers, 4 threads, as docker-compose.yml runs it), every
    page 5 times to warm up, then ``--requests`` times: p50/p95.
-Prints a table and a JSON line (machine, load average before and after).
+Prints a table, the workers' boot (p50/p95) and a JSON line (machine, load average before
+and after).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -297,21 +301,30 @@ def pages_of(i: dict) -> list[tuple[str, str, str]]:
     return [("viewer", "session", p) for p in pages] + [("editor", "token", p) for p in api]
 
 
-def _start(env, workers: int, worker_class: str) -> tuple[subprocess.Popen, str]:
+def _start(env, workers: int, worker_class: str) -> tuple[subprocess.Popen, str, float]:
+    """A gunicorn server once its ``workers`` have loaded the application (their boot is
+    not a request): the process, its address and the seconds its workers took to boot."""
     port = _free_port()
+    ready = Path(tempfile.mkdtemp(prefix="bench-web-ready-"))
     cmd = [str(Path(sys.executable).parent / "gunicorn"), "webapp.wsgi", "-w", str(workers),
            "-b", f"127.0.0.1:{port}", "--log-level", "warning", "--timeout", "300",
-           "--worker-class", worker_class]  # fmt: skip
+           "--worker-class", worker_class, "-c", str(Path(__file__).with_name("gunicorn_ready.py"))]  # fmt: skip
     if worker_class == "gthread":
         cmd += ["--threads", "4"]
-    server = subprocess.Popen(cmd, cwd=ROOT, env=env)
+    t = time.perf_counter()
+    server = subprocess.Popen(cmd, cwd=ROOT, env={**env, "BENCH_READY_DIR": str(ready)})
+    for _ in range(3000):
+        if len(list(ready.iterdir())) >= workers:
+            break
+        time.sleep(0.02)
+    boot = time.perf_counter() - t
     for _ in range(300):
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
             break
         except OSError:
             time.sleep(0.2)
-    return server, f"http://127.0.0.1:{port}"
+    return server, f"http://127.0.0.1:{port}", boot
 
 
 def _conn(base, users, role, auth):
@@ -366,8 +379,10 @@ def main() -> None:
     pages = pages_of(ids)
     cold: dict[str, list[float]] = {p: [] for _, _, p in pages}
     status: dict[str, int] = {}
+    boots: list[float] = []
     for _ in range(args.rounds):
-        server, base = _start(env, 1, "sync")
+        server, base, boot = _start(env, 1, "sync")
+        boots.append(boot * 1000)
         try:
             for role, auth, path in pages:
                 ms, status[path] = _time(_conn(base, ids["users"], role, auth), path)
@@ -376,7 +391,7 @@ def main() -> None:
             server.terminate()
             server.wait(timeout=30)
     warm: dict[str, list[float]] = {}
-    server, base = _start(env, 2, "gthread")
+    server, base, _ = _start(env, 2, "gthread")
     try:
         for role, auth, path in pages:
             c = _conn(base, ids["users"], role, auth)
@@ -387,7 +402,7 @@ def main() -> None:
         server.terminate()
         server.wait(timeout=30)
     load_after = os.getloadavg()
-    rows = [
+    rows: list[dict[str, Any]] = [
         {"page": p, "status": status[p],
          "cold_p50": round(statistics.median(cold[p]), 1), "cold_p95": _p95(cold[p]),
          "warm_p50": round(statistics.median(warm[p]), 1), "warm_p95": _p95(warm[p])}
@@ -399,9 +414,13 @@ def main() -> None:
         mark = "" if max(r["cold_p95"], r["warm_p95"]) < 300 and r["status"] == 200 else " **"
         print(f"| `{r['page']}` | {r['status']} | {r['cold_p50']} | {r['cold_p95']}{mark} | "
               f"{r['warm_p50']} | {r['warm_p95']} |")  # fmt: skip
+    boot_ms = {"p50": round(statistics.median(boots), 1), "p95": _p95(boots)}
+    print(
+        f"\nA fresh worker's boot (not a request): p50 {boot_ms['p50']} ms, p95 {boot_ms['p95']} ms"
+    )
     machine = f"{platform.machine()} {os.cpu_count()} CPUs, {platform.platform()}"
     print(json.dumps({"machine": machine, "load_before": load_before, "load_after": load_after,
-                      "args": vars(args), "pages": rows}))  # fmt: skip
+                      "args": vars(args), "boot_ms": boot_ms, "pages": rows}))  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -56,6 +56,19 @@ def test_it_equals_megatron_across_chunk_boundaries_on_twenty_pools(monkeypatch)
     np.testing.assert_array_equal(ours[1], theirs[1])
 
 
+@pytest.mark.parametrize("weights", [[1.0], [0.5, 0.3, 0.2], [3.0, 1.0, 0.25, 7.5, 2.0]])
+def test_one_sample_of_the_schedule_is_the_sample_of_the_whole_schedule(monkeypatch, weights):
+    monkeypatch.setattr(blend, "_PICK_CHUNK", 1000)  # many chunks, one partly used
+    blend._blend_at.cache_clear()
+    index, sample_index = blend.build_blending_indices(weights, 7_001)
+    for sample in (0, 1, 2, 999, 1000, 1001, 4321, 7_000):
+        assert blend.blend_at(weights, sample) == (index[sample], sample_index[sample])
+    with pytest.raises(InputError, match="sample"):
+        blend.blend_at(weights, -1)
+    with pytest.raises(InputError, match="positive"):
+        blend.blend_at([1.0, 0.0], 3)
+
+
 def test_it_equals_megatron_on_unnormalized_weights_when_asked():
     weights = np.array([3.0, 1.0, 0.25])
     ours = blend.build_blending_indices(weights, 5_000, normalized=False)

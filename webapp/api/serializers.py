@@ -93,6 +93,25 @@ class PoolSerializer(serializers.ModelSerializer):
         ]  # fmt: skip
 
 
+def without_quality(params: Any) -> Any:
+    """``params`` as a list shows them: without the recorded quality report (``quality``,
+    tens of kB per row), which the row's own address answers whole."""
+    if not isinstance(params, dict) or "quality" not in params:
+        return params
+    return {k: v for k, v in params.items() if k != "quality"}
+
+
+class PoolListSerializer(PoolSerializer):
+    """A pool in ``GET /api/pools/``: ``params`` without ``quality``
+    (``GET /api/pools/{id}/`` has it)."""
+
+    params = serializers.SerializerMethodField()
+
+    @extend_schema_field({"type": "object"})
+    def get_params(self, pool: Pool) -> Any:
+        return without_quality(pool.params)
+
+
 class ComponentSerializer(serializers.ModelSerializer):
     pool_name = serializers.CharField(source="pool.name", read_only=True)
 
@@ -112,6 +131,18 @@ class MixtureVersionSerializer(serializers.ModelSerializer):
             "seed", "num_samples", "params", "path", "manifest_path", "note", "components",
             "job", "created_at", "finished_at",
         ]  # fmt: skip
+
+
+class MixtureVersionListSerializer(MixtureVersionSerializer):
+    """A version in ``GET /api/mixture-versions/``: ``params`` without ``quality``, the
+    schedule's quality report its build recorded (``GET /api/mixture-versions/{id}/`` has
+    it)."""
+
+    params = serializers.SerializerMethodField()
+
+    @extend_schema_field({"type": "object"})
+    def get_params(self, version: MixtureVersion) -> Any:
+        return without_quality(version.params)
 
 
 class ExportSerializer(serializers.ModelSerializer):

@@ -127,6 +127,10 @@ class PoolViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     queryset = Pool.objects.prefetch_related("parents", "annotations").order_by("-created_at")
     serializer_class = s.PoolSerializer
 
+    def get_serializer_class(self):
+        # A list leaves out each pool's quality report (its own address answers it).
+        return s.PoolListSerializer if self.action == "list" else s.PoolSerializer
+
     @extend_schema(request=s.PoolBuildSerializer, responses={201: s.PoolSerializer})
     def create(self, request):
         """Start a pool build job; the pool is ``building`` until the job records it."""
@@ -179,6 +183,12 @@ class MixtureVersionViewSet(Base, viewsets.ReadOnlyModelViewSet):
         .order_by("-created_at")
     )
     serializer_class = s.MixtureVersionSerializer
+
+    def get_serializer_class(self):
+        # A list leaves out each version's quality report (its own address answers it).
+        if self.action == "list":
+            return s.MixtureVersionListSerializer
+        return s.MixtureVersionSerializer
 
     @extend_schema(request=s.MaterializeSerializer, responses={202: s.JobSerializer})
     @action(detail=True, methods=["post"])

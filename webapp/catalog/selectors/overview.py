@@ -14,7 +14,7 @@ from webapp.catalog.models import (
     TrainingRun,
 )
 from webapp.catalog.selectors.common import runs_with_taint
-from webapp.catalog.selectors.flags import TAINT_TARGETS, taint_describe, tainted_runs
+from webapp.catalog.selectors.flags import taint_describe, tainted_runs, taints_with_targets
 from webapp.jobs.models import ACTIVE_JOB_STATES, Job
 
 
@@ -39,7 +39,9 @@ def overview(*, runs: int = 10, taints: int = 20) -> dict:
     recent = TrainingRun.objects.select_related("mixture_version__mixture").order_by("-created_at")[
         :runs
     ]
-    newest = Taint.objects.select_related(*TAINT_TARGETS).order_by("-created_at")[:taints]
+    newest = taints_with_targets(
+        list(Taint.objects.select_related("run", "flag").order_by("-created_at")[:taints])
+    )
     return {
         "counts": overview_counts(),
         "recent_runs": runs_with_taint(list(recent)),

@@ -15,7 +15,7 @@ from django.db.models import Count
 from shardcore import manifest as mf
 from shardcore import storage
 from shardcore.adapt import RULE, propose_weights
-from shardcore.blend import build_blending_indices
+from shardcore.blend import blend_at
 from shardcore.errors import InputError, ShardcoreError
 from shardcore.flagged_reads import step_of_sample
 from shardcore.locate import locate_mixture, locate_pool
@@ -563,8 +563,8 @@ def _resume_by_blend(run: TrainingRun, sample: int | None) -> dict[str, Any]:
     if len(comps) == 1:
         comp, pool_sample = comps[0], sample
     else:
-        index, sample_index = build_blending_indices([c.weight for c in comps], sample + 1)
-        comp, pool_sample = comps[int(index[sample])], int(sample_index[sample])
+        index, pool_sample = blend_at([c.weight for c in comps], sample)
+        comp = comps[index]
     manifest = mf.read_manifest(comp.pool.path)
     total = int(manifest["num_records"])
     if total == 0:
