@@ -309,6 +309,7 @@ class FlagViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
                     "has_next": serializers.BooleanField(),
                     "counts": serializers.DictField(child=serializers.IntegerField()),
                     "reads": serializers.DictField(child=serializers.IntegerField()),
+                    "taint": serializers.DictField(),
                 },
             )
         }
@@ -335,6 +336,7 @@ class FlagViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
                 "has_next": detail["has_next"],
                 "counts": detail["counts"],
                 "reads": detail["reads"],
+                "taint": detail["taint"],
             }
         )
 

@@ -501,6 +501,12 @@ class Flag(models.Model):
         FILE = "file"
         DOCUMENTS = "documents"
 
+    class TaintState(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        READY = "ready"
+        FAILED = "failed"
+
     target = models.CharField(max_length=16, choices=Target.choices)
     source = models.ForeignKey(Source, related_name="flags", on_delete=models.CASCADE)
     source_file = models.ForeignKey(
@@ -520,6 +526,13 @@ class Flag(models.Model):
     # how many of them are computed, of how many.
     reads_done = models.IntegerField(default=0)
     reads_total = models.IntegerField(default=0)
+    # Its taint (the rows and ``counts``), computed by a task (``workers.flag_taint``) after
+    # the flag is recorded: queued or running until then, failed with the error.
+    taint_state = models.CharField(
+        max_length=16, choices=TaintState.choices, default=TaintState.READY
+    )
+    taint_requested_at = models.DateTimeField(null=True, blank=True)
+    taint_error = models.TextField(blank=True)
 
     def __str__(self) -> str:
         return f"flag {self.pk} on {self.target} of {self.source_id}: {self.reason[:40]}"
