@@ -24,6 +24,7 @@ from shardcore.loader import Segments, resume_state
 from shardcore.mixture import Mixture, _records_for
 from shardcore.pool import Pool as PoolReader
 from tests.integration.dashboard_fixtures import login, users  # noqa: F401
+from tests.support.flags import taint_computed
 from webapp.catalog.models import ArtifactStatus, RunSegment, Taint, TrainingRun
 from webapp.catalog.services.mixtures import mixture_get_or_create, mixture_version_create
 from webapp.catalog.services.pools import pool_build
@@ -310,6 +311,7 @@ def _flag(api, world, name, **target) -> int:
     resp = api.post("/api/flags/", {"source": world[name]["source"].pk, "reason": "pii",
                                     **target}, "json")  # fmt: skip
     assert resp.status_code == 201, resp.content
+    taint_computed(resp.json()["id"])  # what a worker does once the flag is recorded
     return resp.json()["id"]
 
 

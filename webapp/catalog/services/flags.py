@@ -15,7 +15,6 @@ from django.db.models import Count
 from django.utils import timezone
 
 from shardcore import storage
-
 from webapp.catalog import pool_documents
 from webapp.catalog.errors import CatalogError
 from webapp.catalog.facts import flag_reads_request, flag_taint_request
