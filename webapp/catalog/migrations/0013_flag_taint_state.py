@@ -8,23 +8,32 @@ class Migration(migrations.Migration):
     computed when recorded: ready), when it was asked for and its error."""
 
     dependencies = [
-        ('catalog', '0012_merge'),
+        ("catalog", "0012_merge"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='flag',
-            name='taint_error',
+            model_name="flag",
+            name="taint_error",
             field=models.TextField(blank=True),
         ),
         migrations.AddField(
-            model_name='flag',
-            name='taint_requested_at',
+            model_name="flag",
+            name="taint_requested_at",
             field=models.DateTimeField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='flag',
-            name='taint_state',
-            field=models.CharField(choices=[('queued', 'Queued'), ('running', 'Running'), ('ready', 'Ready'), ('failed', 'Failed')], default='ready', max_length=16),
+            model_name="flag",
+            name="taint_state",
+            field=models.CharField(
+                choices=[
+                    ("queued", "Queued"),
+                    ("running", "Running"),
+                    ("ready", "Ready"),
+                    ("failed", "Failed"),
+                ],
+                default="ready",
+                max_length=16,
+            ),
         ),
     ]

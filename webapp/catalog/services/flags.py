@@ -241,6 +241,18 @@ def taint_refresh(*, source_ids: Iterable[int] | None = None) -> int:
     return sum(flag_propagate(flag_id=pk) for pk in flags.values_list("pk", flat=True))
 
 
+def taint_refresh_request(*, source_ids: Iterable[int]) -> int:
+    """Ask for the taint of every flag of the given sources again (one ``workers.flag_taint``
+    message each, once the transaction commits), for a request that changed what they
+    taint (a run's switch): the request reads no pool's documents table. Corruption marks
+    are rows only and are refreshed here. Returns the number of flags asked for."""
+    corruption_refresh()
+    pks = list(Flag.objects.filter(source_id__in=list(source_ids)).values_list("pk", flat=True))
+    for pk in pks:
+        flag_taint_request(flag_id=pk)
+    return len(pks)
+
+
 def _flagged_docs_in_tokenized(flag: Flag, ts: TokenizedSource) -> int:
     """How many flagged documents the tokenized source holds."""
     if ts.status != ArtifactStatus.READY:
