@@ -72,10 +72,11 @@ def flag_detail(*, flag_id: int, reads: bool = True, page=1) -> dict:
     sample and the run's two progress reports around it), ``page``, ``has_next``,
     ``has_prev``, the page's tainted rows by kind (``tokenized``, ``pools``, ``versions``,
     ``runs``), ``counts`` of each kind (and ``copies``) and the flagged ``documents`` in
-    the source, kept on the flag's row, ``reads`` ({done, total}) while the first
-    reads are being computed, and ``taint`` (``facts.flag_taint_read``: ``computing`` or
-    ``error`` until the task stored what the flag taints). Three queries per page (the flag, the page, the steps of
-    its runs), whatever the size of the catalog or the number of tainted runs."""
+    the source, kept on the flag's row, ``reads`` ({done, total}) while the first reads
+    are being computed, and ``taint`` (``facts.flag_taint_read``: ``computing`` or
+    ``error`` until the task stored what the flag taints). Three queries per page (the
+    flag, the page, the steps of its runs), whatever the size of the catalog or the
+    number of tainted runs."""
     flag = get_or_not_found(
         Flag.objects.select_related("source", "source_file"), "flag", pk=flag_id
     )
