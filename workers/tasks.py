@@ -89,6 +89,23 @@ def fact_compute(self, *, kind: str, object_id: int, key: str = "") -> str:
         raise self.retry(exc=exc, countdown=min(60, 2 ** (self.request.retries + 1))) from exc
 
 
+@shared_task(name="workers.flag_taint", bind=True, acks_late=True, reject_on_worker_lost=True,
+             max_retries=_TRANSIENT_RETRIES)  # fmt: skip
+def flag_taint(self, *, flag_id: int) -> str:
+    """Compute and store what a flag taints (then ask for its runs' first reads); a rerun
+    stores the same rows. An object store that does not answer is retried with backoff."""
+    from webapp.catalog.services.flags import flag_taint_compute
+
+    try:
+        return flag_taint_compute(flag_id=flag_id)
+    except Exception as exc:
+        from shardcore import storage
+
+        if not storage.is_store_error(exc) or self.request.retries >= _TRANSIENT_RETRIES:
+            raise
+        raise self.retry(exc=exc, countdown=min(60, 2 ** (self.request.retries + 1))) from exc
+
+
 @shared_task(name="workers.flag_reads", acks_late=True, reject_on_worker_lost=True)
 def flag_reads(*, flag_id: int) -> int:
     """Store when each run a flag taints first reads a flagged document (the sample);

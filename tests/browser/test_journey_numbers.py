@@ -22,7 +22,7 @@ CELLS = """() => Array.from(document.querySelectorAll('main td:not(.id), main dd
 def test_it_writes_numbers_for_people_and_shows_the_ids_the_api_needs(
     page, live_server, login, screenshot, stack
 ):
-    from webapp.catalog.models import Mixture, Pool, Source
+    from webapp.catalog.models import Flag, Mixture, Pool, Source
     from webapp.catalog.services.flags import flag_create
     from webapp.catalog.services.runs import run_progress_record, run_register
     from webapp.jobs.models import Job
@@ -38,6 +38,11 @@ def test_it_writes_numbers_for_people_and_shows_the_ids_the_api_needs(
     reference = Source.objects.get(name="demo-reference")
     flag = flag_create(reason="a licence to check", source_id=reference.pk,
                                 document_ids=[0, 1, 2])  # fmt: skip
+    from tests.support.services import wait_for
+
+    # What it taints is computed by the worker once the flag is recorded.
+    wait_for(lambda: Flag.objects.get(pk=flag.pk).taint_state == "ready", timeout=120,
+             what="the flag's taint")  # fmt: skip
     login("ada", superuser=True)
 
     lists = ["/", "/sources/", "/pools/", "/mixtures/", f"/mixtures/{mixture.pk}/", "/runs/",

@@ -61,7 +61,18 @@ def test_it_shows_a_client_registered_run_resume_position_and_its_taint_after_a_
     assert re.search(r"In 1 pool: [\w-]+; 1 mixture version; 1 run\.", page.inner_text("main"))
     page.fill("#reason", "an e-mail address in a docstring")
     page.click("text=Flag and taint downstream")
-    assert re.fullmatch(r"Flag \d+ recorded; it taints \d+ item\(s\)\.", page.inner_text(".msg"))
+    assert re.fullmatch(
+        r"Flag \d+ recorded; what it taints is being computed by a worker\.",
+        page.inner_text(".msg"),
+    )
+    # What it taints is computed by the worker once the flag is recorded: the page says
+    # "being computed" until then.
+    for _ in range(240):
+        if page.locator("#flag-summary").count():
+            break
+        assert page.locator("#flag-taint-computing").count() == 1
+        page.wait_for_timeout(500)
+        page.reload()
     assert "tiny-lm-a" in page.inner_text("main")
 
     page.goto(run_url)

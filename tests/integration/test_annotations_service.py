@@ -23,6 +23,7 @@ from shardcore import props
 from shardcore.annotate import pii
 from shardcore.pool import PoolReader
 from tests.integration.dashboard_fixtures import login, users  # noqa: F401
+from tests.support.flags import taint_computed
 from webapp.catalog.models import Annotation, ArtifactStatus, Flag, Pool, Taint
 from webapp.catalog.selectors.pools import pool_properties
 from webapp.catalog.services.sources import source_register
@@ -149,6 +150,7 @@ def test_it_builds_joins_offers_and_flags_an_annotation(world, users, login):  #
     resp = api.post(f"/api/annotations/{ann.pk}/flag-where/", {"filter": "pii.emails > 0"}, "json")
     assert resp.status_code == 201, resp.content
     flag = Flag.objects.get(pk=resp.json()["id"])
+    taint_computed(flag.pk)  # what a worker does once the flag is recorded
     assert flag.document_ids == with_email and flag.source_id == world["source"].pk
     assert flag.reason == f"pii.emails > 0 (annotation {ann.pk}, pii)"
     tainted = Taint.objects.filter(flag=flag)

@@ -298,6 +298,9 @@ def test_it_builds_streams_and_scrubs_every_artifact_on_an_s3_data_root(
     # A flag on the code source taints its pool, both versions, the copy and the run.
     flag = _ok(editor.post("/api/flags/", {"source": s3["code_source"], "reason": "pii"},
                            format="json"), 201)  # fmt: skip
+    # What it taints is computed by a worker: the answer says so until it is stored.
+    wait_for(lambda: _ok(editor.get(f"/api/flags/{flag['id']}/taints/"), 200)["taint"] == {},
+             timeout=120, what="the flag's taint")  # fmt: skip
     taints = _ok(editor.get(f"/api/flags/{flag['id']}/taints/"), 200)["taints"]
     labels = " | ".join(t["label"] for t in taints)
     assert "materialized copy" in labels and "r-s3" in labels, labels

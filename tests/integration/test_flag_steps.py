@@ -93,6 +93,20 @@ def _report(api, run, step):
     assert resp.status_code == 201, resp.content
 
 
+def _taint_computed(api, flag: int) -> None:
+    """Until its task ran, the flag's answer says what it taints is being computed (no
+    request reads a pool's documents table); then the task (``workers.flag_taint``)
+    stores it."""
+    from tests.support.flags import taint_computed
+
+    answer = api.get(f"/api/flags/{flag}/taints/").json()
+    assert answer["taint"]["computing"]["state"] == "queued" and answer["taints"] == []
+    assert answer["flag"]["taint_state"] == "queued"
+    taint_computed(flag)
+    answer = api.get(f"/api/flags/{flag}/taints/").json()
+    assert answer["taint"] == {} and answer["flag"]["taint_state"] == "ready"
+
+
 def _reads_computed(api, run_pk: int, flag: int) -> None:
     """Until its task ran, the run's answer for ``flag`` says it is being computed (no
     page reads a schedule); then the task (``workers.flag_reads``) stores it."""
@@ -116,6 +130,7 @@ def test_it_answers_when_a_run_first_read_flagged_documents(world, users, login,
     )
     assert resp.status_code == 201, resp.content
     flag = resp.json()["id"]
+    _taint_computed(editor, flag)
     run = _new_run(editor, world, "reads")
     _reads_computed(editor, run.pk, flag)
 
@@ -160,6 +175,7 @@ def test_it_says_never_for_flagged_documents_the_mixture_does_not_read(world, us
         "json",
     )
     flag = resp.json()["id"]
+    _taint_computed(editor, flag)
     _reads_computed(editor, world["run"].pk, flag)
     rows = [
         r for r in editor.get(f"/api/runs/{world['run'].pk}/flags/").json() if r["flag"] == flag

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.flags import taint_computed
 from webapp.catalog import selectors
-from webapp.catalog.models import ArtifactStatus, Export, Pool, Taint, TokenizedSource
+from webapp.catalog.models import ArtifactStatus, Export, Flag, Pool, Taint, TokenizedSource
 from webapp.catalog.services.exports import mixture_version_materialize
 from webapp.catalog.services.flags import flag_create
 from webapp.catalog.services.mixtures import mixture_get_or_create, mixture_version_create
@@ -116,6 +117,12 @@ def _tainted(flag) -> set[str]:
 
 def test_it_taints_exactly_what_holds_a_flagged_document(world, db):
     flag = flag_create(reason="PII", source_id=world["a"].pk, document_ids=[2])
+    # Recorded at once; what it taints is computed by its task (the pools' documents
+    # tables are read there, never in the request).
+    assert flag.taint_state == Flag.TaintState.QUEUED and not flag.taints.exists()
+    assert "computing" in selectors.flag_detail(flag_id=flag.pk)["taint"]
+    taint_computed(flag.pk)
+    assert selectors.flag_detail(flag_id=flag.pk)["taint"] == {}
 
     assert _tainted(flag) == {
         "ts:alpha", "pool:pa", "pool:pab", "version:1", "run-v_a_b",
@@ -124,6 +131,7 @@ def test_it_taints_exactly_what_holds_a_flagged_document(world, db):
 
 def test_it_taints_what_holds_any_document_of_a_flagged_file(world, db):
     flag = flag_create(reason="license", source_id=world["a"].pk, file_path="a2.jsonl")
+    taint_computed(flag.pk)
 
     # a2.jsonl's documents pass the filter of pa-without, so it is tainted too.
     assert _tainted(flag) == {
@@ -134,6 +142,7 @@ def test_it_taints_what_holds_any_document_of_a_flagged_file(world, db):
 
 def test_it_taints_everything_downstream_of_a_flagged_source(world, db):
     flag = flag_create(reason="bad crawl", source_id=world["b"].pk)
+    taint_computed(flag.pk)
 
     assert _tainted(flag) == {
         "ts:beta", "pool:pb", "pool:pab", "version:1", "version:3", "materialized:3",
@@ -145,6 +154,7 @@ def test_it_taints_everything_downstream_of_a_flagged_source(world, db):
 
 def test_it_taints_a_run_registered_after_the_flag(world, db):
     flag = flag_create(reason="PII", source_id=world["a"].pk, document_ids=[2])
+    taint_computed(flag.pk)
     late = run_register(name="late", mixture_version_id=world["versions"]["v_a_b"].pk)
     clean = run_register(name="clean", mixture_version_id=world["versions"]["v_b"].pk)
 
@@ -183,6 +193,7 @@ def test_it_taints_a_materialized_copy_built_after_the_flag(
     world, db, django_capture_on_commit_callbacks
 ):
     flag = flag_create(reason="PII", source_id=world["a"].pk, document_ids=[2])
+    taint_computed(flag.pk)
     with django_capture_on_commit_callbacks(execute=True):
         job = mixture_version_materialize(version_id=world["versions"]["v_a_b"].pk)
     copy = Export.objects.get(job=job)
@@ -190,3 +201,40 @@ def test_it_taints_a_materialized_copy_built_after_the_flag(
     assert copy.status == ArtifactStatus.READY, job.log_tail
     assert "materialized:1" in _tainted(flag)
     assert Taint.objects.get(flag=flag, export=copy).documents == 1
+
+
+def test_a_flag_whose_task_was_lost_is_asked_again_and_a_failure_is_said(
+    world, db, django_capture_on_commit_callbacks
+):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from webapp.catalog.facts import STALE
+
+    flag = flag_create(reason="PII", source_id=world["a"].pk, document_ids=[2])
+    # Its worker was killed while computing: running for longer than STALE.
+    Flag.objects.filter(pk=flag.pk).update(
+        taint_state=Flag.TaintState.RUNNING,
+        taint_requested_at=timezone.now() - STALE - timedelta(minutes=1),
+    )
+    with django_capture_on_commit_callbacks() as sent:
+        taint = selectors.flag_detail(flag_id=flag.pk)["taint"]
+    assert taint["computing"]["state"] == Flag.TaintState.QUEUED and len(sent) == 1
+    flag.refresh_from_db()
+    assert flag.taint_state == Flag.TaintState.QUEUED
+    assert flag.taint_requested_at > timezone.now() - STALE
+    taint_computed(flag.pk)
+    taint_computed(flag.pk)  # a redelivered message stores the same rows
+    assert _tainted(flag) == {
+        "ts:alpha", "pool:pa", "pool:pab", "version:1", "run-v_a_b",
+    }  # fmt: skip
+
+    # A pool whose files are gone: the task stores the error, the page says it.
+    gone = world["pools"]["pa"]
+    Pool.objects.filter(pk=gone.pk).update(path=str(Path(gone.path).parent / "gone"))
+    from workers.tasks import flag_taint
+
+    assert flag_taint.apply(kwargs={"flag_id": flag.pk}).get() == Flag.TaintState.FAILED
+    taint = selectors.flag_detail(flag_id=flag.pk)["taint"]
+    assert "gone" in taint["error"]

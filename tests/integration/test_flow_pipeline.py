@@ -20,8 +20,9 @@ from shardcore.manifest import files_by_path, read_manifest
 from shardcore.mixture import Mixture
 from shardcore.pool import PoolReader
 from tests.integration.test_jobs_workers import catalog_env, stdlib_docs, wait_job, write_jsonl
+from tests.support.services import wait_for
 from webapp.catalog import selectors
-from webapp.catalog.models import ArtifactStatus, Export, Pool, Shard, Taint
+from webapp.catalog.models import ArtifactStatus, Export, Flag, Pool, Shard, Taint
 from webapp.catalog.selectors.runs import run_resume_position
 from webapp.catalog.services.exports import mixture_version_export, mixture_version_materialize
 from webapp.catalog.services.flags import flag_create
@@ -200,6 +201,9 @@ def test_it_goes_from_a_source_to_a_materialized_mixture_and_a_resumable_run(
     # A flag on one source reaches the materialized copy (it holds the tokens), not the
     # configs (they name the pools' files, which are tainted themselves).
     flag = flag_create(reason="PII", source_id=code.pk)
+    # What it taints is computed by a worker once the flag is recorded.
+    wait_for(lambda: Flag.objects.get(pk=flag.pk).taint_state == "ready", timeout=120,
+             what="the flag's taint")  # fmt: skip
     assert Taint.objects.filter(flag=flag, export=flat).exists()
     assert Taint.objects.filter(flag=flag, run=run).exists()
     assert not Taint.objects.filter(flag=flag, export__in=[megatron, olmo, nano, plain]).exists()

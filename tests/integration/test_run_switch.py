@@ -24,6 +24,7 @@ from shardcore.loader import Segments, resume_state
 from shardcore.mixture import Mixture, _records_for
 from shardcore.pool import Pool as PoolReader
 from tests.integration.dashboard_fixtures import login, users  # noqa: F401
+from tests.support.flags import taint_computed
 from webapp.catalog.models import ArtifactStatus, RunSegment, Taint, TrainingRun
 from webapp.catalog.services.mixtures import mixture_get_or_create, mixture_version_create
 from webapp.catalog.services.pools import pool_build
@@ -310,6 +311,7 @@ def _flag(api, world, name, **target) -> int:
     resp = api.post("/api/flags/", {"source": world[name]["source"].pk, "reason": "pii",
                                     **target}, "json")  # fmt: skip
     assert resp.status_code == 201, resp.content
+    taint_computed(resp.json()["id"])  # what a worker does once the flag is recorded
     return resp.json()["id"]
 
 
@@ -391,6 +393,32 @@ def test_taint_is_exact_across_the_switch(world, users, login, db, jobs_inline):
     stayed = editor.post("/api/runs/", {"name": "static", "mixture_version": v1.pk}, "json")
     assert Taint.objects.filter(flag_id=flag, run_id=stayed.json()["id"]).exists()
     assert RunSegment.objects.filter(run=run).count() == 2
+
+
+def test_a_switch_asks_for_the_taint_of_its_flags_again_without_computing_it(
+    world, users, db, jobs_inline
+):
+    from webapp.catalog.models import Flag
+
+    editor = _api(users["editor"])
+    v1 = _version1(world, "reflag", jobs_inline)
+    run = editor.post("/api/runs/", {"name": "reflag", "mixture_version": v1.pk}, "json").json()
+    resp = editor.post(f"/api/runs/{run['id']}/progress/",
+                       {"step": SWITCH_STEP, "consumed_samples": C}, "json")  # fmt: skip
+    assert resp.status_code == 201, resp.content
+    flag = _flag(editor, world, "gamma")  # gamma: in no version yet
+    assert not Taint.objects.filter(flag_id=flag, run_id=run["id"]).exists()
+    weights = [{"pool": world["beta"]["pool"].pk, "weight": 0.3},
+               {"pool": world["gamma"]["pool"].pk, "weight": 0.7}]  # fmt: skip
+    resp = editor.post(f"/api/runs/{run['id']}/switch/", {"weights": weights}, "json")
+    assert resp.status_code == 201, resp.content
+    # The request asked for the flag's taint again; a worker computes it.
+    assert Flag.objects.get(pk=flag).taint_state == Flag.TaintState.QUEUED
+    assert not Taint.objects.filter(flag_id=flag, run_id=run["id"]).exists()
+    taint_computed(flag)
+    v2 = resp.json()["version"]
+    assert Taint.objects.filter(flag_id=flag, run_id=run["id"]).exists()
+    assert Taint.objects.filter(flag_id=flag, mixture_version_id=v2).exists()
 
 
 def test_the_run_page_saves_the_proposal_as_a_version_and_marks_epochs(

@@ -318,6 +318,7 @@ class FlagViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
                     "has_next": serializers.BooleanField(),
                     "counts": serializers.DictField(child=serializers.IntegerField()),
                     "reads": serializers.DictField(child=serializers.IntegerField()),
+                    "taint": serializers.DictField(),
                 },
             )
         }
@@ -344,6 +345,7 @@ class FlagViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
                 "has_next": detail["has_next"],
                 "counts": detail["counts"],
                 "reads": detail["reads"],
+                "taint": detail["taint"],
             }
         )
 

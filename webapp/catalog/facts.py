@@ -10,6 +10,11 @@ artifact's files, so its cost does not grow with the artifact.
 - ``fact_compute``: what the task (``workers.tasks.fact_compute``) runs: measures from the
   files and stores the value (READY) or the error (FAILED). Idempotent: a redelivered or
   repeated task measures again and stores the same value.
+- ``flag_taint_request`` / ``flag_taint_read``: a flag's taint (which tokenized sources,
+  pools, versions, copies and runs hold its documents, and how many: it reads each
+  tainted pool's documents table) is computed by a task (``workers.flag_taint`` ->
+  ``services.flags.flag_taint_compute``) after the flag is recorded; its row says
+  queued, running, ready or failed.
 - ``flag_reads_request`` / ``flag_reads_compute``: per run a flag taints, when it first
   reads a flagged document (the sample; the step follows from its progress reports when a
   page shows it), stored on the taint; the flag counts how many are done.
@@ -207,6 +212,43 @@ def artifact_facts_request(obj) -> None:
         fact_request("source_stats", obj.pk, again=True)
     elif isinstance(obj, MixtureVersion):
         fact_request("version_epochs", obj.pk, again=True)
+
+
+# --- what a flag taints -----------------------------------------------------------------
+
+
+def flag_taint_request(*, flag_id: int) -> None:
+    """Ask for the flag's taint: its row QUEUED now, one task message once the transaction
+    commits (``workers.flag_taint``)."""
+    from workers.tasks import flag_taint
+
+    Flag.objects.filter(pk=flag_id).update(
+        taint_state=Flag.TaintState.QUEUED, taint_requested_at=timezone.now(), taint_error=""
+    )
+
+    def send() -> None:
+        try:
+            flag_taint.delay(flag_id=flag_id)
+        except Exception as exc:  # noqa: BLE001 - the broker is down: the row says queued
+            log.warning("flag %s taint not sent: %s", flag_id, exc)
+
+    transaction.on_commit(send)
+
+
+def flag_taint_read(flag: Flag) -> dict:
+    """``{}`` when the flag's taint is stored; ``{"computing": {"state", "since"}}`` while
+    queued or running (asked for again when that has lasted longer than STALE: its message
+    or its worker was lost); ``{"error": ...}`` when computing it failed."""
+    state = flag.taint_state
+    if state == Flag.TaintState.READY:
+        return {}
+    if state == Flag.TaintState.FAILED:
+        return {"error": flag.taint_error}
+    since = flag.taint_requested_at
+    if since is None or since < timezone.now() - STALE:
+        flag_taint_request(flag_id=flag.pk)
+        state, since = Flag.TaintState.QUEUED, timezone.now()
+    return {"computing": {"state": state, "since": since}}
 
 
 # --- when a tainted run first reads a flagged document ----------------------------------

@@ -492,6 +492,40 @@ class RunLoss(models.Model):
         return f"{self.run_id} {self.split} {self.series or 'train'} @ {self.step}: {self.loss}"
 
 
+class Fact(models.Model):
+    """A number set a page shows that is measured from an artifact's files (a pool's
+    quality by a property, a version's quality, a tokenized source's statistics, a
+    version's epoch starts, a pool's properties): computed by a task
+    (``webapp.catalog.facts``) when the artifact is recorded or the page first asks, and
+    stored here; a page reads this row and never the files. ``object_id`` is the
+    artifact's primary key in the table ``kind`` names; ``key`` the variant (``by``)."""
+
+    class State(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        READY = "ready"
+        FAILED = "failed"
+
+    kind = models.CharField(max_length=40)
+    object_id = models.BigIntegerField()
+    key = models.CharField(max_length=200, blank=True)
+    state = models.CharField(max_length=16, choices=State.choices, default=State.QUEUED)
+    progress = models.FloatField(default=0.0)  # 0..1 while running
+    value = models.JSONField(null=True, blank=True)
+    error = models.TextField(blank=True)
+    requested_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["kind", "object_id", "key"], name="fact_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.object_id} {self.key or '-'}: {self.state}"
+
+
 # --- flags and taint --------------------------------------------------------------------
 
 
@@ -500,6 +534,8 @@ class Flag(models.Model):
         SOURCE = "source"
         FILE = "file"
         DOCUMENTS = "documents"
+
+    TaintState = Fact.State
 
     target = models.CharField(max_length=16, choices=Target.choices)
     source = models.ForeignKey(Source, related_name="flags", on_delete=models.CASCADE)
@@ -520,6 +556,10 @@ class Flag(models.Model):
     # how many of them are computed, of how many.
     reads_done = models.IntegerField(default=0)
     reads_total = models.IntegerField(default=0)
+    # Its taint (rows and counts), computed by a task (workers.flag_taint) once recorded.
+    taint_state = models.CharField(max_length=16, choices=TaintState.choices, default="ready")
+    taint_requested_at = models.DateTimeField(null=True, blank=True)
+    taint_error = models.TextField(blank=True)
 
     def __str__(self) -> str:
         return f"flag {self.pk} on {self.target} of {self.source_id}: {self.reason[:40]}"
@@ -623,40 +663,6 @@ class Taint(_artifact_target("taints")):  # type: ignore[misc]
 
 
 # --- facts computed from artifact files -------------------------------------------------
-
-
-class Fact(models.Model):
-    """A number set a page shows that is measured from an artifact's files (a pool's
-    quality by a property, a version's quality, a tokenized source's statistics, a
-    version's epoch starts, a pool's properties): computed by a task
-    (``webapp.catalog.facts``) when the artifact is recorded or the page first asks, and
-    stored here; a page reads this row and never the files. ``object_id`` is the
-    artifact's primary key in the table ``kind`` names; ``key`` the variant (``by``)."""
-
-    class State(models.TextChoices):
-        QUEUED = "queued"
-        RUNNING = "running"
-        READY = "ready"
-        FAILED = "failed"
-
-    kind = models.CharField(max_length=40)
-    object_id = models.BigIntegerField()
-    key = models.CharField(max_length=200, blank=True)
-    state = models.CharField(max_length=16, choices=State.choices, default=State.QUEUED)
-    progress = models.FloatField(default=0.0)  # 0..1 while running
-    value = models.JSONField(null=True, blank=True)
-    error = models.TextField(blank=True)
-    requested_at = models.DateTimeField(auto_now_add=True)
-    started_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["kind", "object_id", "key"], name="fact_unique")
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.kind} {self.object_id} {self.key or '-'}: {self.state}"
 
 
 # --- corruption -------------------------------------------------------------------------

@@ -547,10 +547,10 @@ def audit_search(*, source: str, file_path: str = "", document_id: int | None = 
 
 def flag_detail(*, flag_id: int, page=1) -> dict:
     """The flag page: the flag, each item it taints (once) linked to its page, and a
-    summary counting each kind once."""
+    summary counting each kind once; ``taint`` says when that is still being computed."""
     detail = catalog.flag_detail(flag_id=flag_id, page=page)
     return {
-        **{k: detail[k] for k in ("page", "has_next", "has_prev", "reads")},
+        **{k: detail[k] for k in ("page", "has_next", "has_prev", "reads", "taint")},
         "flag": detail["flag"],
         "taints": [taint_link(t) for t in detail["taints"]],
         "summary": _taint_summary(detail["counts"], detail["documents"]),

@@ -11,7 +11,7 @@ from django.db.models import Count, Prefetch, QuerySet, prefetch_related_objects
 from shardcore import flagged_reads as core
 from shardcore.errors import ShardcoreError
 from shardcore.manifest import read_manifest
-from webapp.catalog import pool_documents
+from webapp.catalog import facts, pool_documents
 from webapp.catalog.models import (
     Export,
     Flag,
@@ -89,10 +89,11 @@ def flag_detail(*, flag_id: int, reads: bool = True, page=1) -> dict:
     sample and the run's two progress reports around it), ``page``, ``has_next``,
     ``has_prev``, the page's tainted rows by kind (``tokenized``, ``pools``, ``versions``,
     ``runs``), ``counts`` of each kind (and ``copies``) and the flagged ``documents`` in
-    the source, kept on the flag's row, and ``reads`` ({done, total}) while the first
-    reads are being computed. Three queries per page of runs (the flag, the page with its
-    runs, the steps of its runs; one more per other kind of target on the page), whatever
-    the size of the catalog or the number of tainted runs."""
+    the source, kept on the flag's row, ``reads`` ({done, total}) while the first reads
+    are being computed, and ``taint`` (``facts.flag_taint_read``: ``computing`` or
+    ``error`` until the task stored what the flag taints). Three queries per page of runs
+    (the flag, the page with its runs, the steps of its runs; one more per other kind of
+    target on the page), whatever the size of the catalog or the number of tainted runs."""
     flag = get_or_not_found(
         Flag.objects.select_related("source", "source_file"), "flag", pk=flag_id
     )
@@ -130,6 +131,7 @@ def flag_detail(*, flag_id: int, reads: bool = True, page=1) -> dict:
         "counts": counts,
         "documents": int((flag.counts or {}).get("documents", 0)),
         "reads": {"done": flag.reads_done, "total": flag.reads_total},
+        "taint": facts.flag_taint_read(flag),
     }
 
 

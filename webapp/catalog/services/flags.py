@@ -1,16 +1,23 @@
 """Writes for flags and taint: a flag on a source, file or documents marks everything
-built from them, through lineage, with the number of flagged documents each holds."""
+built from them, through lineage, with the number of flagged documents each holds.
+
+Recording a flag writes its row only; its taint (which reads each tainted pool's documents
+table) is computed by a task (``workers.flag_taint`` -> ``flag_taint_compute``), then the
+first reads of its runs by another (``facts.flag_reads_compute``)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 
 from django.db import transaction
 from django.db.models import Count
+from django.utils import timezone
 
+from shardcore import storage
 from webapp.catalog import pool_documents
 from webapp.catalog.errors import CatalogError
-from webapp.catalog.facts import flag_reads_request
+from webapp.catalog.facts import flag_reads_request, flag_taint_request
 from webapp.catalog.models import (
     ArtifactStatus,
     Export,
@@ -27,6 +34,8 @@ from webapp.catalog.models import (
 from webapp.catalog.scrub import corruption_refresh
 from webapp.catalog.selectors import segment_flagged
 
+log = logging.getLogger(__name__)
+
 
 def flag_create(
     *,
@@ -36,8 +45,9 @@ def flag_create(
     document_ids: Iterable[int] | None = None,
     created_by=None,
 ) -> Flag:
-    """Flag a whole source, one of its files, or a set of its document indices, and taint
-    everything downstream that contains the flagged documents."""
+    """Flag a whole source, one of its files, or a set of its document indices; what it
+    taints downstream is computed by a task, asked for when the transaction commits (the
+    flag's ``taint_state`` says queued until it is stored)."""
     if not reason.strip():
         raise CatalogError("a flag needs a reason")
     source = Source.objects.get(pk=source_id)
@@ -67,9 +77,33 @@ def flag_create(
             document_ids=ids,
             reason=reason,
             created_by=created_by,
+            taint_state=Flag.TaintState.QUEUED,
+            taint_requested_at=timezone.now(),
         )
-        flag_propagate(flag_id=flag.pk)
+        flag_taint_request(flag_id=flag.pk)
     return flag
+
+
+def flag_taint_compute(*, flag_id: int) -> str:
+    """What the task runs: the flag's taint computed and stored (``flag_propagate``: READY),
+    or FAILED with the error. Idempotent: a redelivered or repeated task computes the same
+    rows again (they replace the flag's taint in one transaction). Returns the state."""
+    if not Flag.objects.filter(pk=flag_id).exists():
+        return "gone"  # deleted (with its source) before its task ran
+    Flag.objects.filter(pk=flag_id).exclude(taint_state=Flag.TaintState.READY).update(
+        taint_state=Flag.TaintState.RUNNING
+    )
+    try:
+        flag_propagate(flag_id=flag_id)
+    except Exception as exc:  # noqa: BLE001 - any failure is the flag's, said on its page
+        if storage.is_store_error(exc):
+            raise  # the object store did not answer: the task retries
+        log.info("flag %s taint failed: %s", flag_id, exc)
+        Flag.objects.filter(pk=flag_id).update(
+            taint_state=Flag.TaintState.FAILED, taint_error=str(exc)[:2000]
+        )
+        return Flag.TaintState.FAILED
+    return Flag.TaintState.READY
 
 
 def flag_propagate(*, flag_id: int) -> int:
@@ -129,7 +163,9 @@ def flag_propagate(*, flag_id: int) -> int:
     with transaction.atomic():
         Taint.objects.filter(flag=flag).delete()
         Taint.objects.bulk_create(taints)
-        Flag.objects.filter(pk=flag.pk).update(counts=counts)
+        Flag.objects.filter(pk=flag.pk).update(
+            counts=counts, taint_state=Flag.TaintState.READY, taint_error=""
+        )
         if any(t.run_id and t.read is None for t in taints):
             flag_reads_request(flag_id=flag.pk)
         else:
@@ -203,6 +239,18 @@ def taint_refresh(*, source_ids: Iterable[int] | None = None) -> int:
         flags = flags.filter(source_id__in=list(source_ids))
     corruption_refresh()  # corrupt inputs mark what is built from them the same way
     return sum(flag_propagate(flag_id=pk) for pk in flags.values_list("pk", flat=True))
+
+
+def taint_refresh_request(*, source_ids: Iterable[int]) -> int:
+    """Ask for the taint of every flag of the given sources again (one ``workers.flag_taint``
+    message each, once the transaction commits), for a request that changed what they
+    taint (a run's switch): the request reads no pool's documents table. Corruption marks
+    are rows only and are refreshed here. Returns the number of flags asked for."""
+    corruption_refresh()
+    pks = list(Flag.objects.filter(source_id__in=list(source_ids)).values_list("pk", flat=True))
+    for pk in pks:
+        flag_taint_request(flag_id=pk)
+    return len(pks)
 
 
 def _flagged_docs_in_tokenized(flag: Flag, ts: TokenizedSource) -> int:

@@ -32,7 +32,7 @@ from webapp.catalog.scrub import corruption_refresh
 from webapp.catalog.selectors.mixtures import version_built
 from webapp.catalog.selectors.runs import run_segment_start, run_segments
 from webapp.catalog.services.common import checked_name
-from webapp.catalog.services.flags import taint_refresh
+from webapp.catalog.services.flags import taint_refresh_request
 from webapp.catalog.services.mixtures import (
     _stage_name,
     mixture_version_create,
@@ -466,7 +466,8 @@ def run_switch(
     later stages of the old version unchanged; its budget is what the old version had left.
     Its sample 0 is the run's switch sample. The run's segments record the switch (the old
     version closed at that sample, the new one open from it, from the next step on), the
-    run reads the new version from then on, and the taint of both versions is refreshed.
+    run reads the new version from then on, and the taint of both versions is asked for
+    again (computed by a task).
     A second switch before the run read anything of the first replaces it. Built through
     ``mixture_version_create``. Only whoever may write the run switches it
     (``webapp.roles.may_write_run``: its owner, a member of its team, or an admin;
@@ -545,7 +546,10 @@ def run_switch(
         )
         run.mixture_version = new
         run.save(update_fields=["mixture_version"])
-        taint_refresh(source_ids=set(version_source_ids(version)) | set(version_source_ids(new)))
+        # What the flags of both versions' sources taint, computed again by a task.
+        taint_refresh_request(
+            source_ids=set(version_source_ids(version)) | set(version_source_ids(new))
+        )
     return {
         "run": run,
         "version": new,

@@ -152,7 +152,7 @@ def annotation_flag_where(request, annotation_id: int):
         return redirect("dashboard:annotation", annotation_id=ann.pk)
     messages.success(
         request,
-        f"Flag {flag.pk} recorded over {len(flag.document_ids):,} document(s); it taints "
-        f"{flag.taints.count()} item(s).",
+        f"Flag {flag.pk} recorded over {len(flag.document_ids):,} document(s); what it "
+        "taints is being computed by a worker.",
     )
     return redirect("dashboard:flag", flag_id=flag.pk)

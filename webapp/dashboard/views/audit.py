@@ -36,7 +36,9 @@ def flag_create(request):
     except CatalogError as e:
         messages.error(request, str(e))
         return redirect("dashboard:audit")
-    messages.success(request, f"Flag {flag.pk} recorded; it taints {flag.taints.count()} item(s).")
+    messages.success(
+        request, f"Flag {flag.pk} recorded; what it taints is being computed by a worker."
+    )
     return redirect("dashboard:flag", flag_id=flag.pk)
 
 

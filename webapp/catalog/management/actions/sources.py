@@ -47,4 +47,7 @@ class Flag(Action):
             reason=o["reason"], source_id=o["source_id"], file_path=o["file"],
             document_ids=o["documents"],
         )  # fmt: skip
+        # An operator's command computes the taint here too (the task queued for it
+        # stores the same rows again).
+        flags.flag_taint_compute(flag_id=flag.pk)
         return f"flag {flag.pk}: {flag.taints.count()} taint(s)"
