@@ -13,6 +13,7 @@ import pytest
 from shardcore.manifest import file_entries, read_manifest
 from shardcore.planning import DIR as PLANNING_DIR
 from shardcore.pool import PoolReader
+from tests.integration.dashboard_fixtures import users
 from tests.integration.test_jobs_workers import catalog_env, stdlib_docs, wait_job, write_jsonl
 from webapp.catalog.models import ArtifactStatus, Pool
 from webapp.catalog.services.pools import pool_build
@@ -21,7 +22,7 @@ from webapp.catalog.services.tokenized import tokenized_source_build
 from webapp.jobs.models import Job, JobState
 
 pytestmark = pytest.mark.services
-__all__ = ["catalog_env"]
+__all__ = ["catalog_env", "users"]
 
 FILTER = "n_tokens > 200"
 
@@ -44,7 +45,7 @@ def _build(name: str, ts, **kw) -> Pool:
 
 
 def test_a_large_pool_is_planned_by_a_worker_and_builds_the_same_bytes(
-    postgres, redis_url, celery_workers, catalog_env, settings
+    postgres, redis_url, celery_workers, catalog_env, settings, client, users
 ):
     celery_workers("alpha")
     ts = _tokenized(catalog_env)
@@ -66,6 +67,11 @@ def test_a_large_pool_is_planned_by_a_worker_and_builds_the_same_bytes(
     later.refresh_from_db()
     assert later.job_id != planning.pk and later.job.kind == "pool"
     assert later.job.title == "pool later"
+    # The planning job's page (where the launch form leads) goes on to the pool and its job.
+    client.force_login(users["viewer"])
+    page = client.get(f"/jobs/{planning.pk}/").content.decode()
+    assert f'id="job-planned" href="/pools/{later.pk}/">pool later</a>' in page
+    assert f'id="job-planned-job" href="/jobs/{later.job_id}/">job {later.job_id}</a>' in page
     assert wait_job(later.job_id).state == JobState.SUCCEEDED, later.job.log_tail
     assert wait_job(inline.job_id).state == JobState.SUCCEEDED
     later.refresh_from_db()
