@@ -6,7 +6,8 @@ column; copying the whole schedule first (10 bytes a sample: 20 GB at 2^31 sampl
 answer it is what ``RangedColumn`` avoids. It reads the whole blocks of the manifest's block
 checksums that cover the samples asked for, checks each against its checksum (a damaged or
 replaced object is an error naming the file and the block, never a wrong answer) and keeps
-the last blocks read, so that consecutive questions about one chunk read it once.
+the last blocks read, so that consecutive questions about one chunk read it once. The
+blocks a read needs and does not hold are fetched in one ranged request per run of them.
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ import xxhash
 from shardcore import storage
 from shardcore.errors import CorruptDataError, ManifestError
 
-# Blocks kept per column: a chunk of 2^23 samples of an int64 column at 2^31 samples (16 GiB
-# in 256 blocks of 64 MiB) spans at most two.
-BLOCKS_KEPT = 4
+# Bytes of blocks kept per column (at least the last block read): the blocks of a chunk of
+# the pool column (2^23 samples, 16 MiB) stay between the questions asked about it.
+BYTES_KEPT = 48 << 20
 
 
 class RangedColumn:
@@ -42,6 +43,7 @@ class RangedColumn:
         if len(self.sums) != -(-self.size // self.block_size):
             raise ManifestError(f"{url}: {self.key}: {len(self.sums)} block checksums")
         self._kept: OrderedDict[int, bytes] = OrderedDict()
+        self._kept_bytes = 0
         head = self._bytes(0, min(self.size, self.block_size))
         f = io.BytesIO(head)
         shape, fortran, dtype = _header(f)
@@ -51,28 +53,46 @@ class RangedColumn:
         if self.offset + self.length * self.dtype.itemsize != self.size:
             raise CorruptDataError(f"{url}: {self.key}: its header does not match its size")
 
-    def _block(self, b: int) -> bytes:
-        data = self._kept.get(b)
-        if data is not None:
-            self._kept.move_to_end(b)
-            return data
-        start = b * self.block_size
-        data = self.store.read_range(self.key, start, min(start + self.block_size, self.size))
-        if xxhash.xxh3_64_hexdigest(data) != self.sums[b]:
-            raise CorruptDataError(
-                f"{self.url}: {self.key}: block {b} (bytes {start}-{start + len(data)}) does "
-                "not match its checksum in the manifest"
-            )
-        self._kept[b] = data
-        while len(self._kept) > BLOCKS_KEPT:
-            self._kept.popitem(last=False)
-        return data
+    def _fetch(self, first: int, last: int) -> None:
+        """Blocks [first, last] in one ranged read, each checked against its checksum."""
+        start = first * self.block_size
+        data = self.store.read_range(self.key, start, min((last + 1) * self.block_size, self.size))
+        for b in range(first, last + 1):
+            piece = data[(b - first) * self.block_size : (b - first + 1) * self.block_size]
+            if xxhash.xxh3_64_hexdigest(piece) != self.sums[b]:
+                at = b * self.block_size
+                raise CorruptDataError(
+                    f"{self.url}: {self.key}: block {b} (bytes {at}-{at + len(piece)}) does "
+                    "not match its checksum in the manifest"
+                )
+            self._keep(b, piece)
+
+    def _keep(self, b: int, piece: bytes) -> None:
+        self._kept[b] = piece
+        self._kept_bytes += len(piece)
+        while self._kept_bytes > BYTES_KEPT and len(self._kept) > 1:
+            _, old = self._kept.popitem(last=False)
+            self._kept_bytes -= len(old)
 
     def _bytes(self, start: int, stop: int) -> bytes:
         if start >= stop:
             return b""
         first, last = start // self.block_size, (stop - 1) // self.block_size
-        data = b"".join(self._block(b) for b in range(first, last + 1))
+        b = first
+        while b <= last:  # each run of blocks not kept: one read
+            if b in self._kept:
+                b += 1
+                continue
+            end = b
+            while end + 1 <= last and end + 1 not in self._kept:
+                end += 1
+            self._fetch(b, end)
+            b = end + 1
+        parts = []
+        for b in range(first, last + 1):
+            self._kept.move_to_end(b)
+            parts.append(self._kept[b])
+        data = b"".join(parts)
         return data[start - first * self.block_size : stop - first * self.block_size]
 
     def __len__(self) -> int:
