@@ -64,15 +64,20 @@ class Mixture:
         return int((self.manifest.get("schedule") or {}).get("chunk_samples", 0))
 
     def reads_before(self, sample: int) -> np.ndarray:
-        """Per pool, how many of samples [0, ``sample``) read it: the counts at the chunk
-        boundary below plus one pass over at most a chunk of the pool column (format 1: a
-        pass over the whole prefix)."""
+        """Per pool, how many of samples [0, ``sample``) read it: the counts at the nearer
+        chunk boundary and one pass over the samples between (at most half a chunk of the
+        pool column; format 1: a pass over the whole prefix)."""
         sample = min(max(int(sample), 0), self.num_samples)
         if self.counts is None:
             base, start = np.zeros(len(self.pools), dtype=np.int64), 0
         else:
             c = sample // self.chunk_samples
             base, start = np.array(self.counts[c], dtype=np.int64), c * self.chunk_samples
+            stop = min(start + self.chunk_samples, self.num_samples)
+            if stop - sample < sample - start:  # nearer the next boundary: count back from it
+                after = np.asarray(self.pool_index[sample:stop], dtype=np.int64)
+                ahead = np.array(self.counts[c + 1], dtype=np.int64)
+                return ahead - np.bincount(after, minlength=len(self.pools))
         part = np.asarray(self.pool_index[start:sample], dtype=np.int64)
         return base + np.bincount(part, minlength=len(self.pools))
 
