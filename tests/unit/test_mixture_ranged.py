@@ -91,3 +91,14 @@ def test_a_damaged_block_is_an_error_naming_the_file_and_the_block(disk, on_s3):
     assert mix.sample(100) == Mixture(disk).sample(100)  # block 0 is intact
     with pytest.raises(CorruptDataError, match=rf"{POOL_FILE}: block 5 \(bytes 20480-24576\)"):
         mix.sample(5 * 4096 // 2 + 100)
+
+
+def test_schedule_files_are_checked_in_blocks_of_at_most_a_mebibyte():
+    from shardcore.mixture.build import SCHEDULE_BLOCK
+    from shardcore.verify import block_size_for
+
+    # A 2^31-sample record column (16 GiB): 64 MiB blocks for a shard file's 256 checksums;
+    # a schedule's reader by ranges reads a MiB for one sample.
+    assert block_size_for(16 << 30) == 64 << 20
+    assert block_size_for(16 << 30, most=SCHEDULE_BLOCK) == SCHEDULE_BLOCK == 1 << 20
+    assert block_size_for(100_000, most=SCHEDULE_BLOCK) == block_size_for(100_000) == 4096
