@@ -237,27 +237,59 @@ class PoolReader:
         """Per pool document, a property: the user's by its own name (dotted for nested
         fields), Shardyard's as ``_doc.<column>`` (``_doc.source`` is the index of the
         tokenized source in the manifest's ``sources``), or by the bare column name when
-        no user property has it. Nested values are given as JSON text."""
-        import pyarrow as pa
+        no user property has it. Nested values are given as JSON text. Reads only the
+        column it needs (``document_columns``)."""
+        return self.document_columns([name])[1][name]
 
-        docs = self.documents
-        facts = [c for c in docs.column_names if c != props.PROPS]
-        col = None
-        if name.startswith(props.FACTS + "."):
-            fact = name[len(props.FACTS) + 1 :]
-            col = docs.column(fact) if fact in facts else None
-        else:
-            col = props.column(docs, name)
-            if col is None and name in facts:
-                col = docs.column(name)
-        if col is None:
-            known = props.names(props.props_type(docs.schema)) + [
-                f"{props.FACTS}.{c}" for c in facts
-            ]
-            raise InputError(f"{self.path}: unknown property {name!r} (known: {', '.join(known)})")
-        if isinstance(col, pa.ChunkedArray):
-            col = col.combine_chunks()
-        return props.as_text_if_nested(col).to_numpy(zero_copy_only=False)
+    def document_columns(self, names: list[str]) -> tuple[int, dict[str, np.ndarray]]:
+        """The number of documents and, per name (as ``document_values`` names them), one
+        value per document, reading only the top-level columns of the documents table
+        those names need (a user property: the properties column; ``_doc.<column>`` or a
+        bare column: that column), never the whole table."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        # A partitioned table (a pool of many buckets) is its shards' sidecars, in shard
+        # order; their source fingerprints come from the manifest's sources.
+        files = [self.path / rel for rel in self.document_files()]
+        schema = pq.ParquetFile(files[0]).schema_arrow
+        facts = [c for c in schema.names if c != props.PROPS]
+        derived = self.partitioned and SOURCE_FP_COL not in facts
+        if derived:
+            facts.append(SOURCE_FP_COL)
+        user = props.names(props.props_type(schema)) if props.PROPS in schema.names else []
+        plan: dict[str, tuple[str, str]] = {}  # name -> (top-level column, how)
+        for name in names:
+            if name.startswith(props.FACTS + "."):
+                fact = name[len(props.FACTS) + 1 :]
+                if fact in facts:
+                    plan[name] = (fact, "fact")
+            elif props.PROPS in schema.names and name in user:
+                plan[name] = (props.PROPS, "prop")
+            elif name in facts:
+                plan[name] = (name, "fact")
+            if name not in plan:
+                known = user + [f"{props.FACTS}.{c}" for c in facts]
+                raise InputError(
+                    f"{self.path}: unknown property {name!r} (known: {', '.join(known)})"
+                )
+        columns = sorted({c for c, _ in plan.values()})
+        read = sorted({SOURCE_COL if c == SOURCE_FP_COL and derived else c for c in columns})
+        n = sum(int(pq.ParquetFile(f).metadata.num_rows) for f in files)
+        out: dict[str, np.ndarray] = {}
+        if not plan:
+            return n, out
+        table = pa.concat_tables([pq.read_table(f, columns=read) for f in files])
+        if derived and SOURCE_FP_COL in columns:
+            fps = arrow_strings([s["fingerprint"] for s in self.manifest["sources"]])
+            src = as_numpy(table.column(SOURCE_COL))
+            table = table.append_column(SOURCE_FP_COL, fps.take(arrow_array(src)))
+        for name, (col, how) in plan.items():
+            arr = props.column(table, name) if how == "prop" else table.column(col)
+            if isinstance(arr, pa.ChunkedArray):
+                arr = arr.combine_chunks()
+            out[name] = props.as_text_if_nested(arr).to_numpy(zero_copy_only=False)
+        return n, out
 
     def locate(self, sample: int | None = None, tokens: int | None = None) -> dict[str, int | str]:
         return locate_pool(self.manifest, sample=sample, tokens=tokens)

@@ -336,6 +336,20 @@ def test_a_pool_of_more_buckets_than_a_directory_holds_fans_its_shards_out(
     assert a.documents.equals(b.documents)  # source_fingerprint included
     assert a.documents.num_rows == fanned["documents"]
     assert np.array_equal(a.document_values("kind"), b.document_values("kind"))
+    # A property reads its column alone, flat or partitioned (the source fingerprints of
+    # a partitioned table from its source column and the manifest).
+    import pyarrow.parquet as pq
+
+    asked: list = []
+    read_table = pq.read_table
+    monkeypatch.setattr(
+        pq, "read_table", lambda f, **kw: asked.append(kw.get("columns")) or read_table(f, **kw)
+    )
+    for name in ("_doc.source_fingerprint", "source_fingerprint", "_doc.line"):
+        assert np.array_equal(a.document_values(name), b.document_values(name)), name
+    assert asked and all(c and len(c) == 1 for c in asked), asked
+    assert {c[0] for c in asked} == {"source_fingerprint", "source", "line"}
+    monkeypatch.setattr(pq, "read_table", read_table)
     # What the orderings and the recipe read of a pool: the same from the sidecars.
     from shardcore.order import recipe
 
