@@ -5,20 +5,40 @@ per-document data."""
 from __future__ import annotations
 
 import numpy as np
-import pyarrow.compute as pc
 
+from shardcore.errors import InputError
 from shardcore.pool import SOURCE_FP_COL, PoolReader
 from webapp.catalog.models import Flag, Pool, TokenizedSource
 
 
+def _held(pool: Pool, tokenized: TokenizedSource) -> tuple[np.ndarray, np.ndarray] | None:
+    """Per pool document (in pool order): is it one of ``tokenized``'s, and its document
+    id there. Reads the two columns it needs (the source's index among the manifest's
+    sources, or its fingerprint in a table without it, and the document id), never the
+    whole documents table. None for a table without them."""
+    reader = PoolReader(pool.path)
+    fps = [s.get("fingerprint") for s in reader.manifest.get("sources") or []]
+    try:
+        _, cols = reader.document_columns(["_doc.source", "_doc.doc_id"])
+        ours = [i for i, fp in enumerate(fps) if fp == tokenized.fingerprint]
+        mine = np.isin(cols["_doc.source"], ours)
+    except InputError:
+        try:
+            _, cols = reader.document_columns([f"_doc.{SOURCE_FP_COL}", "_doc.doc_id"])
+        except InputError:
+            return None
+        mine = cols[f"_doc.{SOURCE_FP_COL}"] == tokenized.fingerprint
+    return np.asarray(mine, dtype=bool), np.asarray(cols["_doc.doc_id"], dtype=np.int64)
+
+
 def pool_document_ids(*, pool: Pool, tokenized: TokenizedSource) -> np.ndarray:
     """The document ids (indices within the tokenized source) that ``pool`` holds, read
-    from its ``documents.parquet`` (the pool's own split: train or val)."""
-    table = PoolReader(pool.path).documents
-    if SOURCE_FP_COL not in table.column_names or "doc_id" not in table.column_names:
+    from its documents table (the pool's own split: train or val)."""
+    held = _held(pool, tokenized)
+    if held is None:
         return np.zeros(0, dtype=np.int64)
-    mine = table.filter(pc.equal(table[SOURCE_FP_COL], tokenized.fingerprint))
-    return mine["doc_id"].to_numpy().astype(np.int64)
+    mine, ids = held
+    return ids[mine]
 
 
 def pool_documents_hit(*, pool: Pool, tokenized: TokenizedSource, doc_ids: set[int] | None) -> int:
@@ -47,13 +67,12 @@ def flag_document_ids(*, flag, tokenized: TokenizedSource) -> set[int] | None:
 def pool_document_rows(
     *, pool: Pool, tokenized: TokenizedSource, doc_ids: set[int] | None
 ) -> np.ndarray:
-    """Rows of the pool's ``documents.parquet`` (pool document indices) that are
-    ``doc_ids`` of ``tokenized`` (None: every document of it)."""
-    table = PoolReader(pool.path).documents
-    if SOURCE_FP_COL not in table.column_names or "doc_id" not in table.column_names:
+    """Rows of the pool's documents table (pool document indices) that are ``doc_ids`` of
+    ``tokenized`` (None: every document of it)."""
+    held = _held(pool, tokenized)
+    if held is None:
         return np.zeros(0, dtype=np.int64)
-    mine = table.column(SOURCE_FP_COL).to_numpy(zero_copy_only=False) == tokenized.fingerprint
+    mine, ids = held
     if doc_ids is not None:
-        ids = np.fromiter(doc_ids, dtype=np.int64, count=len(doc_ids))
-        mine &= np.isin(table.column("doc_id").to_numpy().astype(np.int64), ids)
+        mine &= np.isin(ids, np.fromiter(doc_ids, dtype=np.int64, count=len(doc_ids)))
     return np.flatnonzero(mine)
