@@ -246,6 +246,25 @@ class PoolReader:
         value per document, reading only the top-level columns of the documents table
         those names need (a user property: the properties column; ``_doc.<column>`` or a
         bare column: that column), never the whole table."""
+        n, parts = 0, []
+        for first, batch in self.iter_document_columns(names):
+            n = first + len(next(iter(batch.values()))) if batch else n
+            parts.append(batch)
+        if not names:
+            import pyarrow.parquet as pq
+
+            files = [self.path / rel for rel in self.document_files()]
+            return sum(int(pq.ParquetFile(f).metadata.num_rows) for f in files), {}
+        return n, {
+            name: np.concatenate([p[name] for p in parts]) if parts else np.zeros(0)
+            for name in names
+        }
+
+    def iter_document_columns(
+        self, names: list[str], batch_rows: int = 1 << 20
+    ) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
+        """``document_columns`` in batches of at most ``batch_rows`` documents, in pool
+        order: (the first document's row, {name: values}). Memory: one batch."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 
@@ -273,23 +292,26 @@ class PoolReader:
                 raise InputError(
                     f"{self.path}: unknown property {name!r} (known: {', '.join(known)})"
                 )
+        if not plan:
+            return
         columns = sorted({c for c, _ in plan.values()})
         read = sorted({SOURCE_COL if c == SOURCE_FP_COL and derived else c for c in columns})
-        n = sum(int(pq.ParquetFile(f).metadata.num_rows) for f in files)
-        out: dict[str, np.ndarray] = {}
-        if not plan:
-            return n, out
-        table = pa.concat_tables([pq.read_table(f, columns=read) for f in files])
-        if derived and SOURCE_FP_COL in columns:
-            fps = arrow_strings([s["fingerprint"] for s in self.manifest["sources"]])
-            src = as_numpy(table.column(SOURCE_COL))
-            table = table.append_column(SOURCE_FP_COL, fps.take(arrow_array(src)))
-        for name, (col, how) in plan.items():
-            arr = props.column(table, name) if how == "prop" else table.column(col)
-            if isinstance(arr, pa.ChunkedArray):
-                arr = arr.combine_chunks()
-            out[name] = props.as_text_if_nested(arr).to_numpy(zero_copy_only=False)
-        return n, out
+        fps = arrow_strings([s["fingerprint"] for s in self.manifest["sources"]])
+        first = 0
+        for f in files:
+            for batch in pq.ParquetFile(f).iter_batches(batch_size=batch_rows, columns=read):
+                table = pa.Table.from_batches([batch])
+                if derived and SOURCE_FP_COL in columns:
+                    src = as_numpy(table.column(SOURCE_COL))
+                    table = table.append_column(SOURCE_FP_COL, fps.take(arrow_array(src)))
+                out: dict[str, np.ndarray] = {}
+                for name, (col, how) in plan.items():
+                    arr = props.column(table, name) if how == "prop" else table.column(col)
+                    if isinstance(arr, pa.ChunkedArray):
+                        arr = arr.combine_chunks()
+                    out[name] = props.as_text_if_nested(arr).to_numpy(zero_copy_only=False)
+                yield first, out
+                first += table.num_rows
 
     def locate(self, sample: int | None = None, tokens: int | None = None) -> dict[str, int | str]:
         return locate_pool(self.manifest, sample=sample, tokens=tokens)
