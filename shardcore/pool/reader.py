@@ -296,7 +296,8 @@ class PoolReader:
             return
         columns = sorted({c for c, _ in plan.values()})
         read = sorted({SOURCE_COL if c == SOURCE_FP_COL and derived else c for c in columns})
-        fps = arrow_strings([s["fingerprint"] for s in self.manifest["sources"]])
+        if derived and SOURCE_FP_COL in columns:
+            fps = arrow_strings([s["fingerprint"] for s in self.manifest.get("sources") or []])
         first = 0
         for f in files:
             for batch in pq.ParquetFile(f).iter_batches(batch_size=batch_rows, columns=read):

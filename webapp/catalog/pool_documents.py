@@ -22,7 +22,9 @@ def _held(pool: Pool, tokenized: TokenizedSource) -> Iterator[tuple[int, np.ndar
     reader = PoolReader(pool.path)
     fps = [s.get("fingerprint") for s in reader.manifest.get("sources") or []]
     ours = [i for i, fp in enumerate(fps) if fp == tokenized.fingerprint]
-    for names in (["_doc.source", "_doc.doc_id"], [f"_doc.{SOURCE_FP_COL}", "_doc.doc_id"]):
+    # The source's index where the manifest lists its sources, else its fingerprint.
+    tried = [["_doc.source", "_doc.doc_id"]] if fps else []
+    for names in [*tried, [f"_doc.{SOURCE_FP_COL}", "_doc.doc_id"]]:
         try:
             batches = reader.iter_document_columns(names)
             for first, cols in batches:
