@@ -57,7 +57,12 @@ def write_documents(pool_dir: Path, documents: int) -> None:
 
     from bench.scale.schedule import write_pool
 
-    write_pool(pool_dir, max(1, documents // 4), seed=documents)
+    # Its one tokenized source listed as a built pool's manifest lists it (the documents
+    # table's ``source`` column indexes this list).
+    write_pool(
+        pool_dir, max(1, documents // 4), seed=documents,
+        sources=[{"fingerprint": FINGERPRINT, "path": str(pool_dir)}],
+    )  # fmt: skip
     rng = np.random.default_rng(documents)
     order = rng.permutation(documents).astype(np.int64)
     batch = 1_000_000

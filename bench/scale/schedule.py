@@ -43,8 +43,9 @@ def _pool_records(pools: int, seed: int = 0) -> np.ndarray:
     return np.round(10 ** rng.uniform(5, 7, pools)).astype(np.int64)
 
 
-def write_pool(out: Path, records: int, seed: int) -> None:
-    """A pool manifest of ``records`` records in shards of ``RECORDS_PER_SHARD``."""
+def write_pool(out: Path, records: int, seed: int, sources: list[dict] | None = None) -> None:
+    """A pool manifest of ``records`` records in shards of ``RECORDS_PER_SHARD`` (built
+    from ``sources``, the manifest's list of tokenized sources, when given)."""
     from shardcore import manifest as mf
 
     n = -(-records // RECORDS_PER_SHARD)
@@ -69,6 +70,7 @@ def write_pool(out: Path, records: int, seed: int) -> None:
         "num_tokens": int(records) * (SEQ_LEN + 1),
         "padding_tokens": 0,
         "documents": int(docs.sum()),
+        **({"sources": sources} if sources is not None else {}),
     }
     fields = {
         "documents": docs,

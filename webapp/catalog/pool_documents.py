@@ -38,13 +38,6 @@ def _held(pool: Pool, tokenized: TokenizedSource) -> Iterator[tuple[int, np.ndar
             continue  # (raised before the first batch: the names are checked first)
 
 
-def pool_document_ids(*, pool: Pool, tokenized: TokenizedSource) -> np.ndarray:
-    """The document ids (indices within the tokenized source) that ``pool`` holds, read
-    from its documents table (the pool's own split: train or val)."""
-    parts = [ids[mine] for _, mine, ids in _held(pool, tokenized)]
-    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
-
-
 def pool_documents_hit(*, pool: Pool, tokenized: TokenizedSource, doc_ids: set[int] | None) -> int:
     """How many of ``doc_ids`` (None: every document of ``tokenized``) the pool holds."""
     if doc_ids is not None and not doc_ids:
