@@ -150,6 +150,14 @@ def annotation_flag_where(request, annotation_id: int):
     except CatalogError as e:
         messages.error(request, str(e))
         return redirect("dashboard:annotation", annotation_id=ann.pk)
+    if flag.awaiting_documents:
+        messages.success(
+            request,
+            f"Flag {flag.pk} recorded; the documents where {flag.where} holds (of "
+            f"{flag.annotation.num_documents:,}) and what they taint are being found by a "
+            "worker.",
+        )
+        return redirect("dashboard:flag", flag_id=flag.pk)
     messages.success(
         request,
         f"Flag {flag.pk} recorded over {len(flag.document_ids):,} document(s); what it "

@@ -50,6 +50,8 @@ class FlagWhere(Action):
         flag = annotation_services.annotation_flag_where(
             annotation_id=o["annotation_id"], filter=o["filter"], reason=o["reason"]
         )
+        if flag.awaiting_documents:
+            return f"flag {flag.pk}: the documents where {flag.where} are being found by a worker"
         return (
             f"flag {flag.pk}: {len(flag.document_ids)} document(s), {flag.taints.count()} taint(s)"
         )
