@@ -560,19 +560,8 @@ class Flag(models.Model):
     taint_state = models.CharField(max_length=16, choices=TaintState.choices, default="ready")
     taint_requested_at = models.DateTimeField(null=True, blank=True)
     taint_error = models.TextField(blank=True)
-    # "The documents where <where> holds over the annotation's columns": recorded with the
-    # flag. Over a large annotation (more than settings.PLAN_INLINE_DOCUMENTS documents) the
-    # filter is evaluated by the taint task, which stores document_ids (empty until then).
-    # SET_NULL: the flag, its taint and its filter outlive the annotation it was read from.
-    annotation = models.ForeignKey(
-        "Annotation", null=True, blank=True, related_name="flags", on_delete=models.SET_NULL
-    )
-    where = models.TextField(blank=True)
-
-    @property
-    def awaiting_documents(self) -> bool:
-        """A flag over "the documents where ..." whose filter is not evaluated yet."""
-        return bool(self.where) and not self.document_ids
+    annotation = models.ForeignKey(Annotation, models.SET_NULL, null=True, related_name="flags")
+    where = models.TextField(blank=True)  # its documents: where this holds over annotation
 
     def __str__(self) -> str:
         return f"flag {self.pk} on {self.target} of {self.source_id}: {self.reason[:40]}"

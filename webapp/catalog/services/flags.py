@@ -94,6 +94,12 @@ def flag_create(
     return flag
 
 
+def flag_awaiting_documents(flag: Flag) -> bool:
+    """A flag over "the documents where ..." whose filter its taint task has not evaluated
+    yet (recorded over an annotation of more than ``settings.PLAN_INLINE_DOCUMENTS``)."""
+    return bool(flag.where) and not flag.document_ids
+
+
 def flag_taint_compute(*, flag_id: int) -> str:
     """What the task runs: the flag's taint computed and stored (``flag_propagate``: READY),
     or FAILED with the error. A flag over "the documents where ..." recorded without them
@@ -108,7 +114,7 @@ def flag_taint_compute(*, flag_id: int) -> str:
         taint_state=Flag.TaintState.RUNNING
     )
     try:
-        if flag.awaiting_documents:
+        if flag_awaiting_documents(flag):
             from webapp.catalog.services.annotations import flag_where_evaluate
 
             flag_where_evaluate(flag)
@@ -128,7 +134,7 @@ def flag_propagate(*, flag_id: int) -> int:
     """(Re)compute the taint of one flag through lineage; returns the number of taints.
     Idempotent: called on flag creation and whenever a new artifact or run is recorded."""
     flag = Flag.objects.select_related("source", "source_file").get(pk=flag_id)
-    if flag.awaiting_documents:
+    if flag_awaiting_documents(flag):
         return 0  # its taint task evaluates its filter, then computes its taint
     taints: list[Taint] = []
     hit_tokenized = _taint_hits(
