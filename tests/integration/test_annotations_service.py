@@ -303,6 +303,9 @@ def test_a_flag_where_over_a_large_annotation_is_evaluated_by_its_taint_task(
         svc.annotation_flag_where(annotation_id=ann.pk, filter="pii.cards > 5")
     none_message = str(refused.value)
     assert f"holds for none of the 30 documents of annotation {ann.pk}" in none_message
+    with pytest.raises(CatalogError, match="nope") as refused:
+        svc.annotation_flag_where(annotation_id=ann.pk, filter="pii.nope > 0")
+    unknown_message = str(refused.value)
 
     # Larger than the setting: recorded at once, nothing evaluated in the request.
     settings.PLAN_INLINE_DOCUMENTS = 0
@@ -314,13 +317,16 @@ def test_a_flag_where_over_a_large_annotation_is_evaluated_by_its_taint_task(
 
     with monkeypatch.context() as m:
         m.setattr(svc, "_matching", not_here)
-        m.setattr(svc, "limited", not_here)
         deferred = svc.annotation_flag_where(annotation_id=ann.pk, filter="pii.emails > 0")
         empty = svc.annotation_flag_where(annotation_id=ann.pk, filter="pii.cards > 5")
         before = Flag.objects.count()
         with pytest.raises(CatalogError, match="^filter: "):
             svc.annotation_flag_where(annotation_id=ann.pk, filter="pii.emails >")
-        assert Flag.objects.count() == before  # a syntax error is still refused at once
+        # An unknown column too: checked against the recorded columns, reading no rows.
+        with pytest.raises(CatalogError) as refused:
+            svc.annotation_flag_where(annotation_id=ann.pk, filter="pii.nope > 0")
+        assert str(refused.value) == unknown_message
+        assert Flag.objects.count() == before  # refused at once, nothing recorded
     deferred.refresh_from_db()
     assert deferred.document_ids == [] and deferred.target == Flag.Target.DOCUMENTS
     assert deferred.taint_state == Flag.TaintState.QUEUED and deferred.taint_requested_at

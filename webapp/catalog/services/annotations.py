@@ -257,7 +257,8 @@ def annotation_flag_where(
     most ``settings.PLAN_INLINE_DOCUMENTS`` documents the filter is evaluated here (a
     filter that holds for none is refused); over a larger annotation the flag is recorded
     with its filter and no documents yet, and its taint task evaluates it
-    (``flags.flag_taint_compute``). Either way a filter that does not parse is refused."""
+    (``flags.flag_taint_compute``). Either way a filter that does not parse, or names a
+    column the annotation does not have, is refused here."""
 
     ann = Annotation.objects.select_related("tokenized_source__source").get(pk=annotation_id)
     if ann.status != ArtifactStatus.READY:
@@ -274,6 +275,11 @@ def annotation_flag_where(
                 _matching, ann.path, ann.annotator, filter,
                 what=f"evaluating {filter!r} over annotation {ann.pk}",
             )  # fmt: skip
+        elif _columns_type(ann.columns) is not None:
+            limited(
+                _columns_check, ann.path, ann.annotator, ann.columns, filter,
+                what=f"checking {filter!r} against the columns of annotation {ann.pk}",
+            )  # fmt: skip
     except InputError as exc:
         raise CatalogError(f"filter: {exc}") from None
     if not deferred and not ids:
@@ -289,6 +295,34 @@ def annotation_flag_where(
         annotation_id=ann.pk,
         created_by=created_by,
     )
+
+
+def _columns_type(columns: list[dict] | None):
+    """The Arrow struct of an annotation's recorded columns (None: a type not spelled as
+    one Arrow alias, or none recorded)."""
+    import pyarrow as pa
+
+    try:
+        fields = [pa.field(c["name"], pa.type_for_alias(c["type"])) for c in columns or []]
+    except (KeyError, TypeError, ValueError):
+        return None
+    return pa.struct(fields) if fields else None
+
+
+def _columns_check(path: str, annotator: str, columns: list[dict], expression: str) -> None:
+    """``expression`` evaluated over no rows of the annotation's columns (as ``_matching``
+    reads them): an unknown column or a type mismatch is an InputError at once, without
+    reading the annotation."""
+    import pyarrow as pa
+
+    inner = _columns_type(columns)
+    view = pa.table(
+        {
+            DOC_ID: pa.array([], pa.int64()),
+            props.PROPS: pa.array([], pa.struct([pa.field(annotator, inner)])),
+        }
+    )
+    filter_rows(view, expression, where=f"annotation {path}")
 
 
 def _none_match(filter: str, ann: Annotation) -> str:
