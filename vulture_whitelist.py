@@ -151,6 +151,7 @@ scrub_record  # unused function (webapp/catalog/scrub.py:85)
 mixture_materialized_record  # unused function (webapp/catalog/services/exports.py:227)
 mixture_version_record  # unused function (webapp/catalog/services/mixtures.py:289)
 pool_record  # unused function (webapp/catalog/services/pools.py:186)
+pool_planned  # a job's recorder, named by dotted path (webapp/catalog/services/pools.py)
 tokenized_source_record  # unused function (webapp/catalog/services/tokenized.py:141)
 
 # The library's public API (README: the client, the loader, tokenize(), pad_stream, window_tolerance...), Python protocols (file objects' readable/seekable/tell, __exit__'s traceback, module __getattr__) and constants the tests pin.

@@ -75,7 +75,7 @@ def first_sample(
     mapping a pool's index in the mixture manifest to its per-record mask; None if no
     sample of the mixture reads one. A schedule with per-chunk counts read in blend order
     answers without a scan (``Mixture.first_read``); else the schedule is scanned."""
-    found = Mixture(mixture_dir).first_read(records, start=start)
+    found = Mixture(mixture_dir, ranged=True).first_read(records, start=start)
     if found is not NotImplemented:
         return found
     for hits in _flagged_chunks(mixture_dir, records, start, None):

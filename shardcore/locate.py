@@ -28,10 +28,10 @@ from typing import Any
 
 import numpy as np
 
-from shardcore import artifact_cache
 from shardcore import manifest as mf
+from shardcore import storage
 from shardcore.errors import InputError
-from shardcore.mixture import KIND, POOL_FILE, RECORD_FILE
+from shardcore.mixture import KIND, POOL_FILE, RECORD_FILE, Mixture
 from shardcore.positions import locate_pool, position
 
 __all__ = ["cyclic_shard_order", "locate_any", "locate_mixture", "locate_pool"]
@@ -57,15 +57,25 @@ def locate_mixture(
     ``{stage, sample, pool, pool_key, pool_path, shard, shard_prefix, record,
     record_in_shard, token_offset}``. With a manifest dict, pass ``mixture_dir`` too."""
 
-    # A mixture on object storage: its schedule is read from a checked local copy.
     if isinstance(path_or_manifest, dict):
-        manifest = path_or_manifest
+        manifest: dict[str, Any] | None = path_or_manifest
         if mixture_dir is None:
             raise InputError("locate_mixture: a manifest needs mixture_dir (its directory)")
-        root = Path(artifact_cache.local_artifact(mixture_dir))
+        location = mixture_dir
     else:
-        root = Path(artifact_cache.local_artifact(path_or_manifest))
-        manifest = mf.read_manifest(root)
+        manifest, location = None, path_or_manifest
+    # A mixture on object storage: the two values of its schedule read by checked ranges
+    # (shardcore.mixture.ranged), not the schedule copied.
+    columns: Any
+    if storage.is_remote(location):
+        mix = Mixture(location, ranged=True)
+        root: str | Path = mix.path
+        manifest = manifest if manifest is not None else mix.manifest
+        columns = (mix.pool_index, mix.record_index)
+    else:
+        root = Path(location)
+        manifest = manifest if manifest is not None else mf.read_manifest(root)
+        columns = None
     if manifest.get("kind") != KIND:
         raise InputError(f"{root}: not a mixture (kind {manifest.get('kind')!r})")
     sample, offset = position(
@@ -73,8 +83,13 @@ def locate_mixture(
     )
     stages = manifest["stages"]
     k = bisect.bisect_right([s["first_sample"] for s in stages], sample) - 1
-    pool_idx = int(np.load(root / POOL_FILE, mmap_mode="r")[sample])
-    record = int(np.load(root / RECORD_FILE, mmap_mode="r")[sample])
+    if columns is None:
+        assert isinstance(root, Path)
+        columns = (
+            np.load(root / POOL_FILE, mmap_mode="r"),
+            np.load(root / RECORD_FILE, mmap_mode="r"),
+        )
+    pool_idx, record = int(columns[0][sample]), int(columns[1][sample])
     pool = manifest["pools"][pool_idx]
     where = locate_pool(_pool_manifest(pool["path"]), sample=record)
     return {

@@ -69,8 +69,8 @@ class SampleSource:
             shard = np.searchsorted(self.cums[0], i, side="right") - 1
             return shard.astype(np.int32), i - self.cums[0][shard]
         # Read, not mapped: mapped pages of the schedule would stay in the resident set.
-        pidx = npy_read(self.mix.path / POOL_FILE, a, b)
-        rec = npy_read(self.mix.path / RECORD_FILE, a, b).astype(np.int64, copy=False)
+        pidx = npy_read(Path(self.mix.path) / POOL_FILE, a, b)  # (a local copy)
+        rec = npy_read(Path(self.mix.path) / RECORD_FILE, a, b).astype(np.int64, copy=False)
         d = np.empty(b - a, dtype=np.int32)
         local = np.empty(b - a, dtype=np.int64)
         for p in np.unique(pidx).tolist():

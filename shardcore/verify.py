@@ -76,10 +76,11 @@ class Report:
         return not self.problems
 
 
-def block_size_for(size: int) -> int:
-    """The smallest power of two >= MIN_BLOCK that cuts ``size`` into <= MAX_BLOCKS blocks."""
+def block_size_for(size: int, *, most: int | None = None) -> int:
+    """The smallest power of two >= MIN_BLOCK that cuts ``size`` into <= MAX_BLOCKS blocks,
+    or at most ``most`` bytes (a file read by ranges a few samples at a time: a schedule)."""
     bs = MIN_BLOCK
-    while bs * MAX_BLOCKS < size:
+    while bs * MAX_BLOCKS < size and (most is None or bs * 2 <= most):
         bs *= 2
     return bs
 
@@ -100,11 +101,12 @@ def _hash_blocks(path: Path, block_size: int) -> tuple[int, str, list[str]]:
     return size, whole.hexdigest(), blocks
 
 
-def file_entry(root: str | os.PathLike, relpath: str) -> dict[str, Any]:
-    """The manifest entry of ``root/relpath``: path, size, xxh3 and block checksums."""
+def file_entry(root: str | os.PathLike, relpath: str, *, most: int | None = None) -> dict[str, Any]:
+    """The manifest entry of ``root/relpath``: path, size, xxh3 and block checksums
+    (blocks of at most ``most`` bytes when given, see ``block_size_for``)."""
     path = Path(root) / relpath
     size = path.stat().st_size
-    bs = block_size_for(size)
+    bs = block_size_for(size, most=most)
     n, whole, blocks = _hash_blocks(path, bs)
     return {"path": relpath, "size": n, "xxh3": whole, "block_size": bs, "blocks": "".join(blocks)}
 

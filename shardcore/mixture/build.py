@@ -32,6 +32,9 @@ from shardcore.mixture.plan import (
 )
 from shardcore.mixture.spec import MixtureSpec
 
+# The largest block of a schedule file's checksums (``_manifest_write``).
+SCHEDULE_BLOCK = 1 << 20
+
 # --------------------------------------------------------------------------- building
 
 
@@ -142,8 +145,13 @@ def _manifest_write(
 ) -> dict[str, Any]:
     """Write the manifest of the schedule in ``out`` (the commit point) and read it back."""
     seq_len = int(pools[0].manifest["seq_len"])
-    # Block checksums let ``shardyard verify`` name the corrupt byte range.
-    files = [verify.file_entry(out, rel) for rel in (POOL_FILE, RECORD_FILE, COUNTS_FILE)]
+    # Block checksums let ``shardyard verify`` name the corrupt byte range, and a reader
+    # by ranges (shardcore.mixture.ranged) check what it reads: blocks of at most 1 MiB,
+    # so that a question about one sample reads a MiB of a column whatever its length.
+    files = [
+        verify.file_entry(out, rel, most=SCHEDULE_BLOCK)
+        for rel in (POOL_FILE, RECORD_FILE, COUNTS_FILE)
+    ]
     # Format 2 (per-chunk counts, keyed epoch permutations) is in the fingerprint: a spec
     # built before it named other records for repeated pools.
     schedule: dict[str, Any] = {

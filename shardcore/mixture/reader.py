@@ -10,10 +10,11 @@ from typing import Any
 
 import numpy as np
 
-from shardcore import artifact_cache
+from shardcore import artifact_cache, storage
 from shardcore import manifest as mf
 from shardcore.errors import InputError, ManifestError
 from shardcore.mixture import permute
+from shardcore.mixture import ranged as ranged_columns
 from shardcore.mixture.layout import COUNTS_FILE, KIND, POOL_FILE, RECORD_FILE
 from shardcore.pool import PoolReader
 
@@ -21,31 +22,62 @@ from shardcore.pool import PoolReader
 class Mixture:
     """A built mixture: ``sample(i) -> (pool index, record)`` by memmap, O(1)."""
 
-    def __init__(self, path: str | os.PathLike):
-        # A mixture on object storage is read from a checked local copy.
+    def __init__(self, path: str | os.PathLike, *, ranged: bool = False):
+        """A mixture on object storage is read from a checked local copy of it, or, with
+        ``ranged`` (for questions about a few samples: locate, resume, epochs, first
+        reads), by checked ranges of its schedule (``shardcore.mixture.ranged``): the
+        per-chunk counts and the blocks that hold the samples asked for."""
+        self.pool_index: Any
+        self.record_index: Any
+        self.path: Path | str
+        if ranged and storage.is_remote(path):
+            self.path = storage.resolve(path)
+            self.manifest = mf.read_manifest(self.path)
+            self._check_kind()
+            files = mf.files_by_path(self.manifest)
+            self.pool_index = ranged_columns.RangedColumn(self.path, files[POOL_FILE])
+            self.record_index = ranged_columns.RangedColumn(self.path, files[RECORD_FILE])
+            self.chunk_samples = self._chunk_samples()
+            self.counts = (
+                ranged_columns.load_checked(self.path, files[COUNTS_FILE])
+                if self.chunk_samples
+                else None
+            )
+            return
         self.path = Path(artifact_cache.local_artifact(path))
         self.manifest = mf.read_manifest(self.path)
-        if self.manifest.get("kind") != KIND:
-            raise ManifestError(f"{self.path}: not a mixture (kind {self.manifest.get('kind')!r})")
+        self._check_kind()
         self.pool_index = np.load(self.path / POOL_FILE, mmap_mode="r")
         self.record_index = np.load(self.path / RECORD_FILE, mmap_mode="r")
-        # Format 2: per pool, its samples before each chunk boundary (None: format 1).
-        schedule = self.manifest.get("schedule") or {}
-        self.chunk_samples = int(schedule.get("chunk_samples", 0))  # 0: format 1, no counts
+        self.chunk_samples = self._chunk_samples()
         self.counts = (
             np.load(self.path / COUNTS_FILE, mmap_mode="r") if self.chunk_samples else None
         )
 
+    def _check_kind(self) -> None:
+        if self.manifest.get("kind") != KIND:
+            raise ManifestError(f"{self.path}: not a mixture (kind {self.manifest.get('kind')!r})")
+
+    def _chunk_samples(self) -> int:
+        """Format 2: the chunk of the per-pool counts before each chunk boundary (0: format
+        1, no counts)."""
+        return int((self.manifest.get("schedule") or {}).get("chunk_samples", 0))
+
     def reads_before(self, sample: int) -> np.ndarray:
-        """Per pool, how many of samples [0, ``sample``) read it: the counts at the chunk
-        boundary below plus one pass over at most a chunk of the pool column (format 1: a
-        pass over the whole prefix)."""
+        """Per pool, how many of samples [0, ``sample``) read it: the counts at the nearer
+        chunk boundary and one pass over the samples between (at most half a chunk of the
+        pool column; format 1: a pass over the whole prefix)."""
         sample = min(max(int(sample), 0), self.num_samples)
         if self.counts is None:
             base, start = np.zeros(len(self.pools), dtype=np.int64), 0
         else:
             c = sample // self.chunk_samples
             base, start = np.array(self.counts[c], dtype=np.int64), c * self.chunk_samples
+            stop = min(start + self.chunk_samples, self.num_samples)
+            if stop - sample < sample - start:  # nearer the next boundary: count back from it
+                after = np.asarray(self.pool_index[sample:stop], dtype=np.int64)
+                ahead = np.array(self.counts[c + 1], dtype=np.int64)
+                return ahead - np.bincount(after, minlength=len(self.pools))
         part = np.asarray(self.pool_index[start:sample], dtype=np.int64)
         return base + np.bincount(part, minlength=len(self.pools))
 
@@ -189,7 +221,7 @@ def continuation(previous: str | os.PathLike, sample: int) -> dict[str, Any]:
     the run has read by then (what the previous schedule took before ``sample``, plus what
     it continued from), the key of its epoch permutations and their algorithm. The
     per-chunk counts and at most a chunk of the pool column (format 1: the prefix)."""
-    prev = Mixture(previous)
+    prev = Mixture(previous, ranged=True)
     sample = int(sample)
     if not 0 <= sample <= prev.num_samples:
         raise InputError(

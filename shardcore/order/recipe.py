@@ -31,14 +31,12 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from shardcore import props
 from shardcore.errors import InputError
-from shardcore.pool import DOCUMENTS_NAME, PoolReader
+from shardcore.pool import PoolReader
 
 # A pool given as its reader or as its directory (local or on object storage).
 PoolLike = PoolReader | str | os.PathLike
@@ -176,47 +174,11 @@ def from_labels(families: Mapping[str, np.ndarray], tokens: float = 1.0) -> Char
 
 def document_columns(pool: PoolLike, names: Sequence[str]) -> tuple[int, dict[str, np.ndarray]]:
     """The number of documents of a pool and, per name, one value per document, reading
-    only the top-level columns of the documents table those names need (a user property:
-    the properties column; ``_doc.<column>`` or a bare column: that column), not the
-    whole table. Names resolve as ``PoolReader.document_values`` resolves them."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    # A pool on object storage is read from its checked local copy, as PoolReader reads it;
-    # a partitioned table (a pool of many buckets) is its shards' sidecars, in shard order.
+    only the columns of the documents table those names need
+    (``PoolReader.document_columns``)."""
+    # A pool on object storage is read from its checked local copy, as PoolReader reads it.
     reader = pool if isinstance(pool, PoolReader) else PoolReader(pool)
-    files = [Path(reader.path) / rel for rel in reader.document_files()]
-    path = Path(reader.path) / DOCUMENTS_NAME
-    pf = pq.ParquetFile(files[0])
-    schema = pf.schema_arrow
-    facts = [c for c in schema.names if c != props.PROPS]
-    user = props.names(props.props_type(schema)) if props.PROPS in schema.names else []
-    plan: dict[str, tuple[str, str]] = {}  # name -> (top-level column, how)
-    for name in names:
-        if name.startswith(props.FACTS + "."):
-            fact = name[len(props.FACTS) + 1 :]
-            if fact in facts:
-                plan[name] = (fact, "fact")
-        elif props.PROPS in schema.names and name in user:
-            plan[name] = (props.PROPS, "prop")
-        elif name in facts:
-            plan[name] = (name, "fact")
-        if name not in plan:
-            known = user + [f"{props.FACTS}.{c}" for c in facts]
-            raise InputError(
-                f"{path.parent}: unknown property {name!r} (known: {', '.join(known)})"
-            )
-    columns = sorted({c for c, _ in plan.values()})
-    table: Any = None
-    if plan:
-        table = pa.concat_tables([pq.read_table(f, columns=columns) for f in files])
-    out: dict[str, np.ndarray] = {}
-    for name, (col, how) in plan.items():
-        arr = props.column(table, name) if how == "prop" else table.column(col)
-        if isinstance(arr, pa.ChunkedArray):
-            arr = arr.combine_chunks()
-        out[name] = props.as_text_if_nested(arr).to_numpy(zero_copy_only=False)
-    return sum(int(pq.ParquetFile(f).metadata.num_rows) for f in files), out
+    return reader.document_columns(list(names))
 
 
 def pool_characteristics(

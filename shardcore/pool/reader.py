@@ -237,27 +237,81 @@ class PoolReader:
         """Per pool document, a property: the user's by its own name (dotted for nested
         fields), Shardyard's as ``_doc.<column>`` (``_doc.source`` is the index of the
         tokenized source in the manifest's ``sources``), or by the bare column name when
-        no user property has it. Nested values are given as JSON text."""
-        import pyarrow as pa
+        no user property has it. Nested values are given as JSON text. Reads only the
+        column it needs (``document_columns``)."""
+        return self.document_columns([name])[1][name]
 
-        docs = self.documents
-        facts = [c for c in docs.column_names if c != props.PROPS]
-        col = None
-        if name.startswith(props.FACTS + "."):
-            fact = name[len(props.FACTS) + 1 :]
-            col = docs.column(fact) if fact in facts else None
-        else:
-            col = props.column(docs, name)
-            if col is None and name in facts:
-                col = docs.column(name)
-        if col is None:
-            known = props.names(props.props_type(docs.schema)) + [
-                f"{props.FACTS}.{c}" for c in facts
-            ]
-            raise InputError(f"{self.path}: unknown property {name!r} (known: {', '.join(known)})")
-        if isinstance(col, pa.ChunkedArray):
-            col = col.combine_chunks()
-        return props.as_text_if_nested(col).to_numpy(zero_copy_only=False)
+    def document_columns(self, names: list[str]) -> tuple[int, dict[str, np.ndarray]]:
+        """The number of documents and, per name (as ``document_values`` names them), one
+        value per document, reading only the top-level columns of the documents table
+        those names need (a user property: the properties column; ``_doc.<column>`` or a
+        bare column: that column), never the whole table."""
+        n, parts = 0, []
+        for first, batch in self.iter_document_columns(names):
+            n = first + len(next(iter(batch.values()))) if batch else n
+            parts.append(batch)
+        if not names:
+            import pyarrow.parquet as pq
+
+            files = [self.path / rel for rel in self.document_files()]
+            return sum(int(pq.ParquetFile(f).metadata.num_rows) for f in files), {}
+        return n, {
+            name: np.concatenate([p[name] for p in parts]) if parts else np.zeros(0)
+            for name in names
+        }
+
+    def iter_document_columns(
+        self, names: list[str], batch_rows: int = 1 << 20
+    ) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
+        """``document_columns`` in batches of at most ``batch_rows`` documents, in pool
+        order: (the first document's row, {name: values}). Memory: one batch."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        # A partitioned table (a pool of many buckets) is its shards' sidecars, in shard
+        # order; their source fingerprints come from the manifest's sources.
+        files = [self.path / rel for rel in self.document_files()]
+        schema = pq.ParquetFile(files[0]).schema_arrow
+        facts = [c for c in schema.names if c != props.PROPS]
+        derived = self.partitioned and SOURCE_FP_COL not in facts
+        if derived:
+            facts.append(SOURCE_FP_COL)
+        user = props.names(props.props_type(schema)) if props.PROPS in schema.names else []
+        plan: dict[str, tuple[str, str]] = {}  # name -> (top-level column, how)
+        for name in names:
+            if name.startswith(props.FACTS + "."):
+                fact = name[len(props.FACTS) + 1 :]
+                if fact in facts:
+                    plan[name] = (fact, "fact")
+            elif props.PROPS in schema.names and name in user:
+                plan[name] = (props.PROPS, "prop")
+            elif name in facts:
+                plan[name] = (name, "fact")
+            if name not in plan:
+                known = user + [f"{props.FACTS}.{c}" for c in facts]
+                raise InputError(
+                    f"{self.path}: unknown property {name!r} (known: {', '.join(known)})"
+                )
+        if not plan:
+            return
+        columns = sorted({c for c, _ in plan.values()})
+        read = sorted({SOURCE_COL if c == SOURCE_FP_COL and derived else c for c in columns})
+        fps = arrow_strings([s["fingerprint"] for s in self.manifest["sources"]])
+        first = 0
+        for f in files:
+            for batch in pq.ParquetFile(f).iter_batches(batch_size=batch_rows, columns=read):
+                table = pa.Table.from_batches([batch])
+                if derived and SOURCE_FP_COL in columns:
+                    src = as_numpy(table.column(SOURCE_COL))
+                    table = table.append_column(SOURCE_FP_COL, fps.take(arrow_array(src)))
+                out: dict[str, np.ndarray] = {}
+                for name, (col, how) in plan.items():
+                    arr = props.column(table, name) if how == "prop" else table.column(col)
+                    if isinstance(arr, pa.ChunkedArray):
+                        arr = arr.combine_chunks()
+                    out[name] = props.as_text_if_nested(arr).to_numpy(zero_copy_only=False)
+                yield first, out
+                first += table.num_rows
 
     def locate(self, sample: int | None = None, tokens: int | None = None) -> dict[str, int | str]:
         return locate_pool(self.manifest, sample=sample, tokens=tokens)

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.browser.waits import flag_taint_shown
+
 pytestmark = [pytest.mark.browser, pytest.mark.services, pytest.mark.django_db(transaction=True)]
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
@@ -115,14 +117,7 @@ def test_a_pii_annotation_flags_documents_and_taints_the_run_that_read_them(
         r"computed by a worker\.",
         message,
     ), message
-    # What it taints is computed by the worker once the flag is recorded: the page says
-    # "being computed" until then.
-    for _ in range(240):
-        if page.locator("#flag-summary").count():
-            break
-        assert page.locator("#flag-taint-computing").count() == 1
-        page.wait_for_timeout(500)
-        page.reload()
+    flag_taint_shown(page)  # computed by a worker once the flag is recorded
     # When the run first read them is computed by a worker after the flag is recorded: the
     # row says "being computed" until it is stored, and the page shows it once reloaded.
     for _ in range(120):

@@ -7,6 +7,8 @@ import re
 
 import pytest
 
+from tests.browser.waits import flag_taint_shown
+
 pytestmark = [pytest.mark.browser, pytest.mark.services, pytest.mark.django_db(transaction=True)]
 
 
@@ -40,14 +42,7 @@ def test_it_counts_a_pool_read_in_two_stages_once(page, live_server, login, scre
         r"Flag \d+ recorded; what it taints is being computed by a worker\.",
         page.inner_text(".msg"),
     )
-    # What it taints is computed by the worker once the flag is recorded: the page says
-    # "being computed" until then.
-    for _ in range(240):
-        if page.locator("#flag-summary").count():
-            break
-        assert page.locator("#flag-taint-computing").count() == 1
-        page.wait_for_timeout(500)
-        page.reload()
+    flag_taint_shown(page)  # computed by a worker once the flag is recorded
 
     rows = {}
     for tr in page.locator("tr.tainted").all():

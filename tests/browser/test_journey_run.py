@@ -7,6 +7,7 @@ import re
 import pytest
 
 from shardcore.client import ShardyardClient
+from tests.browser.waits import flag_taint_shown
 
 pytestmark = [pytest.mark.browser, pytest.mark.services, pytest.mark.django_db(transaction=True)]
 
@@ -65,14 +66,7 @@ def test_it_shows_a_client_registered_run_resume_position_and_its_taint_after_a_
         r"Flag \d+ recorded; what it taints is being computed by a worker\.",
         page.inner_text(".msg"),
     )
-    # What it taints is computed by the worker once the flag is recorded: the page says
-    # "being computed" until then.
-    for _ in range(240):
-        if page.locator("#flag-summary").count():
-            break
-        assert page.locator("#flag-taint-computing").count() == 1
-        page.wait_for_timeout(500)
-        page.reload()
+    flag_taint_shown(page)  # computed by a worker once the flag is recorded
     assert "tiny-lm-a" in page.inner_text("main")
 
     page.goto(run_url)

@@ -336,6 +336,28 @@ def test_a_pool_of_more_buckets_than_a_directory_holds_fans_its_shards_out(
     assert a.documents.equals(b.documents)  # source_fingerprint included
     assert a.documents.num_rows == fanned["documents"]
     assert np.array_equal(a.document_values("kind"), b.document_values("kind"))
+    # A property reads its column alone, flat or partitioned (the source fingerprints of
+    # a partitioned table from its source column and the manifest).
+    import pyarrow.parquet as pq
+
+    asked: list = []
+    iter_batches = pq.ParquetFile.iter_batches
+
+    def batches(self, **kw):
+        asked.append(kw.get("columns"))
+        return iter_batches(self, **kw)
+
+    monkeypatch.setattr(pq.ParquetFile, "iter_batches", batches)
+    for name in ("_doc.source_fingerprint", "source_fingerprint", "_doc.line"):
+        assert np.array_equal(a.document_values(name), b.document_values(name)), name
+    assert asked and all(c and len(c) == 1 for c in asked), asked
+    assert {c[0] for c in asked} == {"source_fingerprint", "source", "line"}
+    # In batches of a bounded number of rows, the same values in pool order.
+    got = [(first, cols["kind"]) for first, cols in b.iter_document_columns(["kind"], 7)]
+    assert all(len(v) <= 7 for _, v in got) and got[0][0] == 0
+    assert all(f + len(v) == g for (f, v), (g, _) in zip(got, got[1:], strict=False))
+    assert np.array_equal(np.concatenate([v for _, v in got]), a.document_values("kind"))
+    monkeypatch.setattr(pq.ParquetFile, "iter_batches", iter_batches)
     # What the orderings and the recipe read of a pool: the same from the sidecars.
     from shardcore.order import recipe
 

@@ -85,7 +85,7 @@ def _version_epochs(version_id: int, key: str) -> Any:
     """Where each pool's next pass starts in the version's schedule (its first
     EPOCH_STARTS_KEPT), with the pool's path: one pass over the pool column, here."""
 
-    mix = Mixture(MixtureVersion.objects.get(pk=version_id).path)
+    mix = Mixture(MixtureVersion.objects.get(pk=version_id).path, ranged=True)
     starts = mix.epoch_starts()
     return {
         "starts": starts[:EPOCH_STARTS_KEPT],

@@ -31,7 +31,7 @@ from webapp.catalog.selectors.mixtures import (
     mixture_version_document,
 )
 from webapp.catalog.selectors.overview import overview, overview_counts
-from webapp.catalog.selectors.pools import pool_detail, pool_list
+from webapp.catalog.selectors.pools import pool_detail, pool_list, pool_planned_by
 from webapp.catalog.selectors.runs import (
     run_budget,
     run_detail,
@@ -55,6 +55,7 @@ __all__ = [
     "artifact_shards",
     "audit_search",
     "builder_pools",
+    "pool_planned_by",
     "export_file",
     "flag_detail",
     "flag_first_sample",

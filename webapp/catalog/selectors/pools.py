@@ -26,6 +26,7 @@ from webapp.catalog.models import (
 )
 from webapp.catalog.selectors.common import get_or_not_found
 from webapp.catalog.selectors.shards import artifact_shards
+from webapp.jobs.models import Job
 from webapp.paging import page_of
 
 log = logging.getLogger(__name__)
@@ -76,6 +77,19 @@ def pool_detail(*, pool_id: int, by: str = "") -> dict:
 
 TRAINING_RUNS = 6
 TRAINING_POINTS = 5000
+
+
+def pool_planned_by(*, job_id: int) -> Pool | None:
+    """The train pool a planning job (``shardcore.planning``) planned: the one at the
+    output its plan names (its own job is the pool's job once planned)."""
+    target = (
+        Job.objects.filter(pk=job_id, kind="planning")
+        .values_list("plan__params__target", flat=True)
+        .first()
+    )
+    if not target:
+        return None
+    return Pool.objects.filter(path=target, split=Pool.Split.TRAIN).first()
 
 
 def pool_training(*, pool: Pool) -> list[dict]:

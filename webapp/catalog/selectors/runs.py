@@ -506,7 +506,7 @@ def run_resume_position(*, run_id: int, sample: int | None = None) -> dict[str, 
     if len(segments) == 1 and not version_built(version):
         return _resume_by_blend(run, sample)
     with refused(f"run {run.name}"):
-        mix = Mixture(version.path)
+        mix = Mixture(version.path, ranged=True)
         seq_len = mix.seq_len
         if sample is None and run.consumed_tokens // seq_len == run.consumed_samples:
             where = locate_mixture(version.path, tokens=run.consumed_tokens - first * seq_len)

@@ -6,15 +6,16 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from shardcore import storage
+from shardcore import planning, storage
 from shardcore.errors import EmptySelectionError, InputError
 from shardcore.filters import filter_parse
 from shardcore.manifest import MANIFEST_NAME, read_manifest, total_bytes
 from shardcore.pool import plan_pool
-from shardcore.units import Plan
+from shardcore.units import Plan, load_plan
 from webapp.catalog.errors import CatalogError, boundary, refused
 from webapp.catalog.facts import artifact_facts_request
 from webapp.catalog.models import (
@@ -36,6 +37,7 @@ from webapp.catalog.services.flags import taint_refresh
 from webapp.catalog.services.launch import launch
 from webapp.catalog.services.recipe import recipe_measure
 from webapp.jobs.models import ACTIVE_JOB_STATES, Job
+from webapp.jobs.services import job_create
 
 
 @boundary
@@ -78,33 +80,40 @@ def pool_build(
             "annotations": [a.pk for a in joined]}  # fmt: skip
     out = ""
 
+    # Planning reads every input document's metadata (through the filter, if any): up to
+    # SHARDYARD_PLAN_INLINE_DOCUMENTS documents in the request (a filter selecting nothing
+    # is refused at once, at the field), beyond that as the first job's work in a worker
+    # (``shardcore.planning``; ``pool_planned`` then starts the pool's own job).
+    inline = sum(t.num_documents for t in parents) <= settings.PLAN_INLINE_DOCUMENTS
+    arguments = {
+        "tokenized": [t.path for t in parents],
+        "seq_len": seq_len,
+        "filter": filter,
+        "shuffle": shuffle,
+        "seed": seed,
+        "memory": memory,
+        "val_fraction": val_fraction,
+        "shard_size": shard_size,
+        "annotations": [a.path for a in joined],
+    }
+
     def plan() -> Plan:
         nonlocal out
         _name_free(name)
         out = artifact_dir("pools", name)
+        what = f"planning pool {name!r}"
+        if not inline:
+            return planning.deferred(
+                planner="shardcore.pool.plan_pool", kwargs={**arguments, "out": out},
+                out=out, what=what,
+            )  # fmt: skip
         # Reading every sidecar through the filter: in a child process with time and
         # memory limits (DuckDB's own memory limit applies inside it as well).
         with refused(f"cannot build pool {name!r}"):
             try:
-                return limited(
-                    plan_pool,
-                    [t.path for t in parents],
-                    out,
-                    seq_len=seq_len,
-                    filter=filter,
-                    shuffle=shuffle,
-                    seed=seed,
-                    memory=memory,
-                    val_fraction=val_fraction,
-                    shard_size=shard_size,
-                    annotations=[a.path for a in joined],
-                    what=f"planning pool {name!r}",
-                )
+                return limited(plan_pool, out=out, what=what, **arguments)
             except EmptySelectionError as exc:
-                raise CatalogError(
-                    f"filter: {exc}: change the filter so that it selects some documents, "
-                    "or leave it empty to take them all"
-                ) from exc
+                raise CatalogError(_empty_selection(exc)) from exc
 
     def lock() -> None:
         # Launches over the same inputs are serialized: the second of two concurrent
@@ -119,7 +128,8 @@ def pool_build(
                     name=name,
                     filter=filter or "",
                     seq_len=seq_len,
-                    params=plan.params,
+                    # A deferred plan's parameters are the pool's once it is planned.
+                    params=plan.params if inline else {k: same[k] for k in _ASKED},
                     path=str(out),
                     job=job,
                     created_by=created_by,
@@ -135,10 +145,44 @@ def pool_build(
         running=lambda: _pool_building(parents, same),
         plan=plan,
         create=create,
-        title=f"pool {name}",
-        recorder="webapp.catalog.services.pools.pool_record",
+        title=f"pool {name}" if inline else f"plan pool {name}",
+        recorder=f"webapp.catalog.services.pools.{'pool_record' if inline else 'pool_planned'}",
         created_by=created_by,
     )
+
+
+# What ``_pool_building`` compares of a pool still being planned.
+_ASKED = ("shuffle", "seed", "val_fraction")
+
+
+def _empty_selection(exc: EmptySelectionError) -> str:
+    return (
+        f"filter: {exc}: change the filter so that it selects some documents, "
+        "or leave it empty to take them all"
+    )
+
+
+def pool_planned(*, job, manifest: dict | None) -> None:
+    """Recorder of a pool's planning job (a launch over more documents than a request
+    plans): start the pool's own job from the plan the worker saved, or fail the pool
+    (cancelled with its planning)."""
+
+    pool = Pool.objects.select_for_update().get(job=job, split=Pool.Split.TRAIN)
+    if manifest is None:
+        artifact_unbuilt(pool, job=job)
+        return
+    made = load_plan(pool.path)
+    built = job_create(
+        plan=made,
+        title=f"pool {pool.name}",
+        recorder="webapp.catalog.services.pools.pool_record",
+        created_by=job.created_by,
+    )
+    pool.job = built
+    pool.params = made.params
+    pool.status = ArtifactStatus.BUILDING  # (a retried planning's pool had failed)
+    pool.finished_at = None
+    pool.save()
 
 
 def _name_taken(name: str, pool: Pool | None = None) -> str:

@@ -5,6 +5,7 @@ from django.http import JsonResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
+from webapp.catalog import selectors as catalog
 from webapp.catalog.models import Annotation
 from webapp.dashboard import contexts
 from webapp.jobs import selectors as jobs
@@ -22,6 +23,8 @@ def job_detail(request, job_id: int):
     ctx = contexts.job_detail(job_id=job_id, units_from=request.GET.get("units_from", 0))
     if ctx["job"].kind in ("annotation", "annotate.neardup"):  # to follow when done
         ctx["annotations"] = list(Annotation.objects.filter(job_id=job_id).order_by("pk"))
+    if ctx["job"].kind == "planning":  # the pool it plans, then builds with a job of its own
+        ctx["planned"] = catalog.pool_planned_by(job_id=job_id)
     return render(request, "dashboard/jobs/detail.html", ctx)
 
 

@@ -1,0 +1,104 @@
+"""A schedule on S3 (moto's server, over HTTP) answers locate, resume counts, epochs, first
+reads and continuations by checked ranges: the answers of the same schedule on disk, no
+local copy of it made, and a damaged block an error naming the file and the block."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from shardcore import artifact_cache, storage
+from shardcore import flagged_reads as lineage
+from shardcore.errors import CorruptDataError
+from shardcore.locate import locate_mixture
+from shardcore.mixture import POOL_FILE, Mixture, MixtureSpec, build_mixture, continuation
+from shardcore.mixture import ranged as ranged_columns
+from tests.unit import mix_fixtures
+
+SEQ = 64
+SAMPLES = 30_000  # the small pools repeat; chunks of 4,099; 15 blocks of the pool column
+
+
+@pytest.fixture(scope="module")
+def disk(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("ranged")
+    pools = mix_fixtures.build_pools(root / "pools", seq_len=SEQ)
+    spec = mix_fixtures.three_pool_spec(
+        pools, seq_len=SEQ, samples=SAMPLES, anneal_samples=3_001, seed=5
+    )
+    build_mixture(MixtureSpec.from_dict(spec), root / "mix", chunk_samples=4_099)
+    return root / "mix"
+
+
+@pytest.fixture
+def on_s3(disk, s3_bucket, tmp_path, monkeypatch) -> str:
+    monkeypatch.setenv("SHARDYARD_CACHE", str(tmp_path / "cache"))
+    url = f"{s3_bucket}/mix"
+    artifact_cache.publish_directory(disk, url)
+    return url
+
+
+def _cached(tmp_path: Path) -> list[str]:
+    cache = tmp_path / "cache"
+    return sorted(str(p) for p in cache.rglob("*") if p.is_file()) if cache.exists() else []
+
+
+def test_a_schedule_on_s3_answers_by_ranges_as_on_disk(disk, on_s3, tmp_path):
+    here, there = Mixture(disk), Mixture(on_s3, ranged=True)
+    assert there.path == on_s3 and isinstance(there.pool_index, ranged_columns.RangedColumn)
+    assert len(there.pool_index) == here.num_samples == SAMPLES
+    for s in (0, 1, 4_098, 4_099, 4_100, 17_777, SAMPLES - 1, SAMPLES):
+        np.testing.assert_array_equal(there.reads_before(s), here.reads_before(s))
+        if s < SAMPLES:
+            assert there.sample(s) == here.sample(s)
+            assert locate_mixture(on_s3, sample=s) == locate_mixture(disk, sample=s)
+    pidx = np.asarray(here.pool_index)
+    for i in range(3):
+        n = int(np.count_nonzero(pidx == i))
+        for j in (0, 1, n // 3, n - 1, n):
+            assert there.sample_of_read(i, j) == here.sample_of_read(i, j)
+    assert there.epoch_starts() == here.epoch_starts() and len(here.epoch_starts()) >= 4
+    a, b = continuation(on_s3, 12_345), continuation(disk, 12_345)
+    assert [p["read"] for p in a["pools"]] == [p["read"] for p in b["pools"]]
+    rng = np.random.default_rng(4)
+    for trial in range(6):
+        masks = {}
+        for i, p in enumerate(here.pools):
+            m = np.zeros(int(p["num_records"]), dtype=bool)
+            m[rng.choice(m.size, size=1 + trial % 3, replace=False)] = True
+            masks[i] = m
+        for start in (0, 9_000, 28_000):
+            got = lineage.first_sample(on_s3, masks, start=start)
+            assert got == lineage.first_sample(disk, masks, start=start), (trial, start)
+    # Slices read as numpy reads them, and the whole column when asked for it.
+    np.testing.assert_array_equal(there.pool_index[4_000:9_000], here.pool_index[4_000:9_000])
+    np.testing.assert_array_equal(np.asarray(there.record_index), np.asarray(here.record_index))
+    assert there.pool_index[-1] == here.pool_index[-1]
+    with pytest.raises(IndexError):
+        there.pool_index[SAMPLES]
+    # Nothing of the schedule was copied to the local cache.
+    assert _cached(tmp_path) == []
+
+
+def test_a_damaged_block_is_an_error_naming_the_file_and_the_block(disk, on_s3):
+    store = storage.open_store(on_s3)
+    data = bytearray(store.read_bytes(POOL_FILE))
+    data[5 * 4096 + 17] ^= 0xFF  # one byte of block 5 (blocks of 4 KiB)
+    store.put_bytes(POOL_FILE, bytes(data))
+    mix = Mixture(on_s3, ranged=True)
+    assert mix.sample(100) == Mixture(disk).sample(100)  # block 0 is intact
+    with pytest.raises(CorruptDataError, match=rf"{POOL_FILE}: block 5 \(bytes 20480-24576\)"):
+        mix.sample(5 * 4096 // 2 + 100)
+
+
+def test_schedule_files_are_checked_in_blocks_of_at_most_a_mebibyte():
+    from shardcore.mixture.build import SCHEDULE_BLOCK
+    from shardcore.verify import block_size_for
+
+    # A 2^31-sample record column (16 GiB): 64 MiB blocks for a shard file's 256 checksums;
+    # a schedule's reader by ranges reads a MiB for one sample.
+    assert block_size_for(16 << 30) == 64 << 20
+    assert block_size_for(16 << 30, most=SCHEDULE_BLOCK) == SCHEDULE_BLOCK == 1 << 20
+    assert block_size_for(100_000, most=SCHEDULE_BLOCK) == block_size_for(100_000) == 4096
