@@ -374,3 +374,17 @@ def test_a_flag_where_over_a_large_annotation_is_evaluated_by_its_taint_task(
     assert not Taint.objects.filter(flag=empty).exists()
     page = login("viewer").get(f"/audit/flags/{empty.pk}/").content.decode()
     assert "holds for none of the 30 documents" in page
+
+    # The annotation deleted before the task ran: the flag fails, and every flag keeps
+    # its filter (and its documents and taint) without it.
+    gone = svc.annotation_flag_where(annotation_id=ann.pk, filter="pii.phones > 0")
+    Annotation.objects.filter(pk=ann.pk).delete()
+    assert flag_taint_compute(flag_id=gone.pk) == Flag.TaintState.FAILED
+    gone.refresh_from_db()
+    assert (gone.annotation_id, gone.where) == (None, "pii.phones > 0")
+    assert "the annotation it was to be evaluated over is deleted" in gone.taint_error
+    deferred.refresh_from_db()
+    assert deferred.annotation_id is None and deferred.document_ids == with_email
+    assert taint_of(deferred) == taint_of(inline)
+    page = login("viewer").get(f"/audit/flags/{deferred.pk}/").content.decode()
+    assert "an annotation since deleted" in page

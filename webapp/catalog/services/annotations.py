@@ -340,8 +340,8 @@ def flag_where_evaluate(flag: Flag) -> list[int]:
     ann = flag.annotation
     if ann is None:
         raise CatalogError(
-            f"filter: the annotation {flag.where!r} was to be evaluated over is deleted; "
-            "nothing to flag"
+            f"filter: {flag.where!r}: the annotation it was to be evaluated over is "
+            "deleted; nothing to flag"
         )
     if ann.status != ArtifactStatus.READY:
         raise CatalogError(f"annotation {ann.pk} is not built ({ann.status})")
