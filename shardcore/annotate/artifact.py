@@ -28,7 +28,7 @@ import json
 import multiprocessing
 import os
 import shutil
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
@@ -334,8 +334,16 @@ def read_summary(path: str | os.PathLike) -> dict[str, Any] | None:
 
 def read_annotation(path: str | os.PathLike, columns: list[str] | None = None) -> pa.Table:
     """Every shard of a finished annotation concatenated, by doc_id."""
+    tables = list(annotation_shards(path, columns))
+    return pa.concat_tables(tables) if tables else pa.table({DOC_ID: pa.array([], pa.int64())})
+
+
+def annotation_shards(
+    path: str | os.PathLike, columns: list[str] | None = None
+) -> Iterator[pa.Table]:
+    """The shards of a finished annotation one at a time, in order (one in memory)."""
     m = read_manifest(path)
     if m.get("kind") != KIND:
         raise ManifestError(f"{path}: kind {m.get('kind')!r}, expected {KIND!r}")
-    tables = [pq.read_table(Path(path) / _path(s), columns=columns) for s in m["shards"]]
-    return pa.concat_tables(tables) if tables else pa.table({DOC_ID: pa.array([], pa.int64())})
+    for s in m["shards"]:
+        yield pq.read_table(Path(path) / _path(s), columns=columns)

@@ -268,3 +268,123 @@ def test_the_annotation_page_lists_clusters_with_terms_and_snippets(
     ) in page
     assert '<tr><td>1</td><td class="num">12</td><td>msgid</td><td></td></tr>' in page
     assert "12 non-zero, mean 0.4, min 0, max 1" in page
+
+
+def test_a_flag_where_over_a_large_annotation_is_evaluated_by_its_taint_task(
+    world,
+    settings,
+    monkeypatch,
+    users,  # noqa: F811
+    login,  # noqa: F811
+):
+    """Over more than PLAN_INLINE_DOCUMENTS documents the request records the flag with its
+    filter and no documents (the filter parsed, never evaluated there); its taint task
+    finds exactly the documents the request would have, and taints the same."""
+    from webapp.catalog.errors import CatalogError
+    from webapp.catalog.services import annotations as svc
+    from webapp.catalog.services.flags import flag_taint_compute
+    from webapp.catalog.services.pools import pool_build
+    from workers.tasks import flag_taint
+
+    ts, counts = world["ts"], world["counts"]
+    with_email = [i for i, c in enumerate(counts) if c["emails"] > 0]
+    ann = _ready(svc.annotation_build(tokenized_id=ts.pk, annotator="pii").pk)
+    everything = pool_build(name="all", tokenized_ids=[ts.pk], seq_len=64)
+    everything.refresh_from_db()
+    assert everything.status == ArtifactStatus.READY, everything.job.log_tail
+
+    # Small enough (the default): evaluated in the request, as always.
+    assert ann.num_documents == len(counts) <= settings.PLAN_INLINE_DOCUMENTS
+    inline = svc.annotation_flag_where(annotation_id=ann.pk, filter="pii.emails > 0")
+    taint_computed(inline.pk)
+    inline.refresh_from_db()
+    assert inline.document_ids == with_email
+    with pytest.raises(CatalogError) as refused:
+        svc.annotation_flag_where(annotation_id=ann.pk, filter="pii.cards > 5")
+    none_message = str(refused.value)
+    assert f"holds for none of the 30 documents of annotation {ann.pk}" in none_message
+    with pytest.raises(CatalogError, match="nope") as refused:
+        svc.annotation_flag_where(annotation_id=ann.pk, filter="pii.nope > 0")
+    unknown_message = str(refused.value)
+
+    # Larger than the setting: recorded at once, nothing evaluated in the request.
+    settings.PLAN_INLINE_DOCUMENTS = 0
+    sent: list[dict] = []
+    monkeypatch.setattr(flag_taint, "delay", lambda **kw: sent.append(kw))
+
+    def not_here(*a, **kw):
+        raise AssertionError("the filter was evaluated in the request")
+
+    with monkeypatch.context() as m:
+        m.setattr(svc, "_matching", not_here)
+        deferred = svc.annotation_flag_where(annotation_id=ann.pk, filter="pii.emails > 0")
+        empty = svc.annotation_flag_where(annotation_id=ann.pk, filter="pii.cards > 5")
+        before = Flag.objects.count()
+        with pytest.raises(CatalogError, match="^filter: "):
+            svc.annotation_flag_where(annotation_id=ann.pk, filter="pii.emails >")
+        # An unknown column too: checked against the recorded columns, reading no rows.
+        with pytest.raises(CatalogError) as refused:
+            svc.annotation_flag_where(annotation_id=ann.pk, filter="pii.nope > 0")
+        assert str(refused.value) == unknown_message
+        assert Flag.objects.count() == before  # refused at once, nothing recorded
+    deferred.refresh_from_db()
+    assert deferred.document_ids == [] and deferred.target == Flag.Target.DOCUMENTS
+    assert deferred.taint_state == Flag.TaintState.QUEUED and deferred.taint_requested_at
+    assert (deferred.where, deferred.annotation_id) == ("pii.emails > 0", ann.pk)
+    assert deferred.reason == inline.reason and deferred.source_id == inline.source_id
+    assert sent == [{"flag_id": deferred.pk}, {"flag_id": empty.pk}]
+    assert not Taint.objects.filter(flag=deferred).exists()
+
+    # Pages and the API say it is being evaluated, without evaluating it.
+    with monkeypatch.context() as m:
+        m.setattr(svc, "_matching", not_here)
+        page = login("viewer").get(f"/audit/flags/{deferred.pk}/").content.decode()
+        assert "<code>pii.emails &gt; 0</code>" in page and "being evaluated" in page
+        listing = login("viewer").get("/audit/").content.decode()
+        assert "being evaluated" in listing
+    body = _api(users["viewer"]).get(f"/api/flags/{deferred.pk}/").json()
+    assert (body["where"], body["annotation"], body["document_ids"]) == (
+        "pii.emails > 0", ann.pk, []
+    )  # fmt: skip
+
+    # The task: the same documents, the same taint; a redelivery computes them again.
+    def taint_of(flag: Flag) -> list[tuple]:
+        return sorted(
+            Taint.objects.filter(flag=flag).values_list(
+                "tokenized_source_id", "pool_id", "mixture_version_id", "run_id", "documents"
+            ),
+            key=str,
+        )
+
+    for _ in range(2):
+        assert flag_taint_compute(flag_id=deferred.pk) == Flag.TaintState.READY
+        deferred.refresh_from_db()
+        assert deferred.document_ids == inline.document_ids == with_email
+        assert deferred.counts == inline.counts and deferred.counts["pools"] == 1
+        assert taint_of(deferred) == taint_of(inline)
+    assert svc.flag_where_evaluate(deferred) == with_email  # evaluating again: the same ids
+    page = login("viewer").get(f"/audit/flags/{deferred.pk}/").content.decode()
+    assert f"{len(with_email)} documents" in page and "being evaluated" not in page
+
+    # None matching: the flag fails with the reason the request gives.
+    assert flag_taint_compute(flag_id=empty.pk) == Flag.TaintState.FAILED
+    empty.refresh_from_db()
+    assert empty.taint_state == Flag.TaintState.FAILED and empty.document_ids == []
+    assert empty.taint_error == none_message
+    assert not Taint.objects.filter(flag=empty).exists()
+    page = login("viewer").get(f"/audit/flags/{empty.pk}/").content.decode()
+    assert "holds for none of the 30 documents" in page
+
+    # The annotation deleted before the task ran: the flag fails, and every flag keeps
+    # its filter (and its documents and taint) without it.
+    gone = svc.annotation_flag_where(annotation_id=ann.pk, filter="pii.phones > 0")
+    Annotation.objects.filter(pk=ann.pk).delete()
+    assert flag_taint_compute(flag_id=gone.pk) == Flag.TaintState.FAILED
+    gone.refresh_from_db()
+    assert (gone.annotation_id, gone.where) == (None, "pii.phones > 0")
+    assert "the annotation it was to be evaluated over is deleted" in gone.taint_error
+    deferred.refresh_from_db()
+    assert deferred.annotation_id is None and deferred.document_ids == with_email
+    assert taint_of(deferred) == taint_of(inline)
+    page = login("viewer").get(f"/audit/flags/{deferred.pk}/").content.decode()
+    assert "an annotation since deleted" in page

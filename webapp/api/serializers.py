@@ -378,7 +378,7 @@ class FlagSerializer(serializers.ModelSerializer):
         model = Flag
         fields = [
             "id", "target", "source", "source_name", "file_path", "document_ids", "reason",
-            "created_at", "taint_state", "taint_error",
+            "created_at", "taint_state", "taint_error", "annotation", "where",
         ]  # fmt: skip
 
 

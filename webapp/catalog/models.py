@@ -560,6 +560,8 @@ class Flag(models.Model):
     taint_state = models.CharField(max_length=16, choices=TaintState.choices, default="ready")
     taint_requested_at = models.DateTimeField(null=True, blank=True)
     taint_error = models.TextField(blank=True)
+    annotation = models.ForeignKey(Annotation, models.SET_NULL, null=True, related_name="flags")
+    where = models.TextField(blank=True)  # its documents: where this holds over annotation
 
     def __str__(self) -> str:
         return f"flag {self.pk} on {self.target} of {self.source_id}: {self.reason[:40]}"

@@ -7,11 +7,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
 from shardcore import annotate, artifact_cache, props, storage
-from shardcore.annotate.artifact import DOC_ID, read_annotation
+from shardcore.annotate.artifact import DOC_ID, annotation_shards
 from shardcore.annotation import plan_annotation, summarize
 from shardcore.errors import InputError
 from shardcore.filters import filter_parse, filter_rows
@@ -224,29 +225,40 @@ def annotation_columns(*, tokenized_ids: Iterable[int] | None = None) -> list[st
 
 
 def _matching(path: str, annotator: str, expression: str) -> list[int]:
-    """The doc_ids of annotation ``path`` where ``expression`` holds (its columns read as
-    ``<annotator>.<column>``, exactly as a pool that joins it reads them)."""
+    """The doc_ids (ascending) of annotation ``path`` where ``expression`` holds (its
+    columns read as ``<annotator>.<column>``, exactly as a pool that joins it reads them),
+    evaluated one shard at a time: one shard's columns in memory, and the matching ids."""
+    import numpy as np
     import pyarrow as pa
 
     local = artifact_cache.local_artifact(path) if storage.is_remote(path) else path
-    table = read_annotation(local)
-    cols = [c for c in table.column_names if c != DOC_ID]
-    inner = pa.StructArray.from_arrays([table.column(c).combine_chunks() for c in cols], cols)
-    view = pa.table(
-        {
-            DOC_ID: table.column(DOC_ID),
-            props.PROPS: pa.StructArray.from_arrays([inner], [annotator]),
-        }
-    )
-    rows = filter_rows(view, expression, where=f"annotation {path}")
-    return table.column(DOC_ID).take(pa.array(rows)).to_pylist()
+    found: list[np.ndarray] = []
+    for table in annotation_shards(local):
+        cols = [c for c in table.column_names if c != DOC_ID]
+        inner = pa.StructArray.from_arrays([table.column(c).combine_chunks() for c in cols], cols)
+        view = pa.table(
+            {
+                DOC_ID: table.column(DOC_ID),
+                props.PROPS: pa.StructArray.from_arrays([inner], [annotator]),
+            }
+        )
+        rows = filter_rows(view, expression, where=f"annotation {path}")
+        found.append(table.column(DOC_ID).take(pa.array(rows)).to_numpy())
+    if not found:
+        return []
+    return np.unique(np.concatenate(found)).tolist()
 
 
 def annotation_flag_where(
     *, annotation_id: int, filter: str, reason: str = "", created_by=None
 ) -> Flag:
     """Flag the documents of the annotation's source where ``filter`` holds over its
-    columns (``pii.emails > 0``), tainting everything downstream, runs included."""
+    columns (``pii.emails > 0``), tainting everything downstream, runs included. Over at
+    most ``settings.PLAN_INLINE_DOCUMENTS`` documents the filter is evaluated here (a
+    filter that holds for none is refused); over a larger annotation the flag is recorded
+    with its filter and no documents yet, and its taint task evaluates it
+    (``flags.flag_taint_compute``). Either way a filter that does not parse, or names a
+    column the annotation does not have, is refused here."""
 
     ann = Annotation.objects.select_related("tokenized_source__source").get(pk=annotation_id)
     if ann.status != ArtifactStatus.READY:
@@ -254,25 +266,91 @@ def annotation_flag_where(
     filter = (filter or "").strip()
     if not filter:
         raise CatalogError("filter: say which documents, e.g. pii.emails > 0")
+    deferred = ann.num_documents > settings.PLAN_INLINE_DOCUMENTS
+    ids: list[int] = []
     try:
         filter_parse(filter)
-        ids = limited(
-            _matching, ann.path, ann.annotator, filter,
-            what=f"evaluating {filter!r} over annotation {ann.pk}",
-        )  # fmt: skip
+        if not deferred:
+            ids = limited(
+                _matching, ann.path, ann.annotator, filter,
+                what=f"evaluating {filter!r} over annotation {ann.pk}",
+            )  # fmt: skip
+        elif _columns_type(ann.columns) is not None:
+            limited(
+                _columns_check, ann.path, ann.annotator, ann.columns, filter,
+                what=f"checking {filter!r} against the columns of annotation {ann.pk}",
+            )  # fmt: skip
     except InputError as exc:
         raise CatalogError(f"filter: {exc}") from None
-    if not ids:
-        raise CatalogError(
-            f"filter: {filter!r} holds for none of the {ann.num_documents:,} documents of "
-            f"annotation {ann.pk}; nothing to flag"
-        )
+    if not deferred and not ids:
+        raise CatalogError(_none_match(filter, ann))
     reason = reason.strip() or f"{filter} (annotation {ann.pk}, {ann.annotator})"
     # The annotation's doc_ids are the tokenized source's document indices, which are the
     # source's (its documents in the order they were tokenized): what a flag names.
     return flag_create(
         reason=reason,
         source_id=ann.tokenized_source.source_id,
-        document_ids=ids,
+        document_ids=None if deferred else ids,
+        where=filter,
+        annotation_id=ann.pk,
         created_by=created_by,
     )
+
+
+def _columns_type(columns: list[dict] | None):
+    """The Arrow struct of an annotation's recorded columns (None: a type not spelled as
+    one Arrow alias, or none recorded)."""
+    import pyarrow as pa
+
+    try:
+        fields = [pa.field(c["name"], pa.type_for_alias(c["type"])) for c in columns or []]
+    except (KeyError, TypeError, ValueError):
+        return None
+    return pa.struct(fields) if fields else None
+
+
+def _columns_check(path: str, annotator: str, columns: list[dict], expression: str) -> None:
+    """``expression`` evaluated over no rows of the annotation's columns (as ``_matching``
+    reads them): an unknown column or a type mismatch is an InputError at once, without
+    reading the annotation."""
+    import pyarrow as pa
+
+    inner = _columns_type(columns)
+    view = pa.table(
+        {
+            DOC_ID: pa.array([], pa.int64()),
+            props.PROPS: pa.array([], pa.struct([pa.field(annotator, inner)])),
+        }
+    )
+    filter_rows(view, expression, where=f"annotation {path}")
+
+
+def _none_match(filter: str, ann: Annotation) -> str:
+    return (
+        f"filter: {filter!r} holds for none of the {ann.num_documents:,} documents of "
+        f"annotation {ann.pk}; nothing to flag"
+    )
+
+
+def flag_where_evaluate(flag: Flag) -> list[int]:
+    """What the taint task of a flag recorded over a large annotation runs first: the
+    documents where its filter holds (the same evaluation as in a request, in the worker,
+    a shard at a time), stored on the flag; a redelivered task computes the same ids. A
+    CatalogError when the filter holds for none, or cannot be evaluated."""
+    ann = flag.annotation
+    if ann is None:
+        raise CatalogError(
+            f"filter: {flag.where!r}: the annotation it was to be evaluated over is "
+            "deleted; nothing to flag"
+        )
+    if ann.status != ArtifactStatus.READY:
+        raise CatalogError(f"annotation {ann.pk} is not built ({ann.status})")
+    try:
+        ids = _matching(ann.path, ann.annotator, flag.where)
+    except InputError as exc:
+        raise CatalogError(f"filter: {exc}") from None
+    if not ids:
+        raise CatalogError(_none_match(flag.where, ann))
+    Flag.objects.filter(pk=flag.pk).update(document_ids=ids)
+    flag.document_ids = ids
+    return ids

@@ -43,11 +43,15 @@ def flag_create(
     source_id: int,
     file_path: str | None = None,
     document_ids: Iterable[int] | None = None,
+    where: str = "",
+    annotation_id: int | None = None,
     created_by=None,
 ) -> Flag:
     """Flag a whole source, one of its files, or a set of its document indices; what it
     taints downstream is computed by a task, asked for when the transaction commits (the
-    flag's ``taint_state`` says queued until it is stored)."""
+    flag's ``taint_state`` says queued until it is stored). ``where`` and ``annotation_id``:
+    the documents are those where the filter holds over the annotation's columns (recorded
+    with the flag); without ``document_ids`` the task evaluates it first."""
     if not reason.strip():
         raise CatalogError("a flag needs a reason")
     source = Source.objects.get(pk=source_id)
@@ -60,6 +64,10 @@ def flag_create(
         if source_file is None:
             raise CatalogError(f"source {source.name} has no file {file_path!r}")
         target = Flag.Target.FILE
+    elif document_ids is None and where:
+        if annotation_id is None:
+            raise CatalogError("a filter is evaluated over an annotation: name one")
+        target = Flag.Target.DOCUMENTS  # its documents are found by its taint task
     elif document_ids is not None:
         ids = sorted({int(i) for i in document_ids})
         if not ids:
@@ -76,6 +84,8 @@ def flag_create(
             source_file=source_file,
             document_ids=ids,
             reason=reason,
+            where=where,
+            annotation_id=annotation_id,
             created_by=created_by,
             taint_state=Flag.TaintState.QUEUED,
             taint_requested_at=timezone.now(),
@@ -84,16 +94,30 @@ def flag_create(
     return flag
 
 
+def flag_awaiting_documents(flag: Flag) -> bool:
+    """A flag over "the documents where ..." whose filter its taint task has not evaluated
+    yet (recorded over an annotation of more than ``settings.PLAN_INLINE_DOCUMENTS``)."""
+    return bool(flag.where) and not flag.document_ids
+
+
 def flag_taint_compute(*, flag_id: int) -> str:
     """What the task runs: the flag's taint computed and stored (``flag_propagate``: READY),
-    or FAILED with the error. Idempotent: a redelivered or repeated task computes the same
-    rows again (they replace the flag's taint in one transaction). Returns the state."""
-    if not Flag.objects.filter(pk=flag_id).exists():
+    or FAILED with the error. A flag over "the documents where ..." recorded without them
+    (a large annotation) first has its filter evaluated and the documents stored
+    (``annotations.flag_where_evaluate``; none matching: FAILED with the reason a request
+    gives). Idempotent: a redelivered or repeated task computes the same ids and rows
+    again (they replace the flag's taint in one transaction). Returns the state."""
+    flag = Flag.objects.select_related("annotation").filter(pk=flag_id).first()
+    if flag is None:
         return "gone"  # deleted (with its source) before its task ran
     Flag.objects.filter(pk=flag_id).exclude(taint_state=Flag.TaintState.READY).update(
         taint_state=Flag.TaintState.RUNNING
     )
     try:
+        if flag_awaiting_documents(flag):
+            from webapp.catalog.services.annotations import flag_where_evaluate
+
+            flag_where_evaluate(flag)
         flag_propagate(flag_id=flag_id)
     except Exception as exc:  # noqa: BLE001 - any failure is the flag's, said on its page
         if storage.is_store_error(exc):
@@ -110,6 +134,8 @@ def flag_propagate(*, flag_id: int) -> int:
     """(Re)compute the taint of one flag through lineage; returns the number of taints.
     Idempotent: called on flag creation and whenever a new artifact or run is recorded."""
     flag = Flag.objects.select_related("source", "source_file").get(pk=flag_id)
+    if flag_awaiting_documents(flag):
+        return 0  # its taint task evaluates its filter, then computes its taint
     taints: list[Taint] = []
     hit_tokenized = _taint_hits(
         flag, TokenizedSource.objects.filter(source=flag.source), "tokenized_source",

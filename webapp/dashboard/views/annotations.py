@@ -9,6 +9,7 @@ from django.views.decorators.http import require_POST
 from webapp.catalog.errors import CatalogError
 from webapp.catalog.models import Annotation, ArtifactStatus, TokenizedSource
 from webapp.catalog.services import annotation_groups, annotations
+from webapp.catalog.services.flags import flag_awaiting_documents
 from webapp.dashboard import annotation_charts as charts
 from webapp.roles import require_role
 
@@ -150,6 +151,14 @@ def annotation_flag_where(request, annotation_id: int):
     except CatalogError as e:
         messages.error(request, str(e))
         return redirect("dashboard:annotation", annotation_id=ann.pk)
+    if flag_awaiting_documents(flag):
+        messages.success(
+            request,
+            f"Flag {flag.pk} recorded; the documents where {flag.where} holds (of "
+            f"{flag.annotation.num_documents:,}) and what they taint are being found by a "
+            "worker.",
+        )
+        return redirect("dashboard:flag", flag_id=flag.pk)
     messages.success(
         request,
         f"Flag {flag.pk} recorded over {len(flag.document_ids):,} document(s); what it "

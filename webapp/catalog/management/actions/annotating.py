@@ -10,6 +10,7 @@ from webapp.catalog.errors import CatalogError
 from webapp.catalog.management.actions.base import Action, launched
 from webapp.catalog.services import annotations as annotation_services
 from webapp.catalog.services.annotation_groups import ANNOTATOR, annotation_group_build
+from webapp.catalog.services.flags import flag_awaiting_documents
 
 
 class Annotate(Action):
@@ -50,6 +51,8 @@ class FlagWhere(Action):
         flag = annotation_services.annotation_flag_where(
             annotation_id=o["annotation_id"], filter=o["filter"], reason=o["reason"]
         )
+        if flag_awaiting_documents(flag):
+            return f"flag {flag.pk}: the documents where {flag.where} are being found by a worker"
         return (
             f"flag {flag.pk}: {len(flag.document_ids)} document(s), {flag.taints.count()} taint(s)"
         )
