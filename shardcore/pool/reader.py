@@ -228,10 +228,43 @@ class PoolReader:
             parts.append(np.where(local >= 0, local + info["first_document"], -1))
         return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
-    def record_labels(self, property: str) -> np.ndarray:
-        """Per record, the value of ``property`` of its main document (see
-        ``document_values`` for the names)."""
-        return self.document_values(property)[self.main_documents()]
+    def record_labels(self, property: str, records: np.ndarray | None = None) -> np.ndarray:
+        """Per record (of ``records`` only, in their order, when given), the value of
+        ``property`` of its main document (see ``document_values`` for the names).
+
+        With ``records``, only the shards holding them are read (their segments, for the
+        main documents) and the property's column a batch at a time, keeping the values of
+        those documents alone: memory grows with the records asked for, not the pool."""
+        if records is None:
+            return self.document_values(property)[self.main_documents()]
+        wanted, back = np.unique(np.asarray(records, dtype=np.int64), return_inverse=True)
+        if wanted.size == 0:
+            return np.zeros(0, dtype=object)
+        if wanted.size and not (wanted[0] >= 0 and wanted[-1] < self.num_records):
+            raise IndexError(f"{self.path}: records out of range [0, {self.num_records})")
+        shards = np.searchsorted(np.asarray(self.cumulative), wanted, side="right") - 1
+        firsts = mf.shard_column(self.manifest, "first_document")
+        main = np.empty(wanted.size, dtype=np.int64)
+        for k in np.unique(shards).tolist():
+            sel = shards == k
+            prefix = mf.shard_prefix(self.manifest, k)
+            local = pack.load_segments(self.path / f"{prefix}.segments.npz").main_document()
+            m = local[wanted[sel] - int(self.cumulative[k])]
+            main[sel] = np.where(m >= 0, m + int(firsts[k]), -1)
+        # A record without a document reads the last document's value, as the whole-pool
+        # labels index it (-1).
+        main[main < 0] = int(self.manifest["documents"]) - 1
+        rows, inv = np.unique(main, return_inverse=True)
+        values: np.ndarray | None = None
+        for first, cols in self.iter_document_columns([property]):
+            col = cols[property]
+            if values is None:
+                values = np.empty(rows.size, dtype=col.dtype)
+            lo, hi = np.searchsorted(rows, [first, first + len(col)])
+            values[lo:hi] = col[rows[lo:hi] - first]
+        if values is None:
+            return np.zeros(0, dtype=object)
+        return values[inv][back]
 
     def document_values(self, name: str) -> np.ndarray:
         """Per pool document, a property: the user's by its own name (dotted for nested

@@ -358,6 +358,15 @@ def test_a_pool_of_more_buckets_than_a_directory_holds_fans_its_shards_out(
     assert all(f + len(v) == g for (f, v), (g, _) in zip(got, got[1:], strict=False))
     assert np.array_equal(np.concatenate([v for _, v in got]), a.document_values("kind"))
     monkeypatch.setattr(pq.ParquetFile, "iter_batches", iter_batches)
+    # The labels of some records: those of the whole pool's labels, reading only what
+    # holds them (repeated and unordered records included).
+    rng = np.random.default_rng(2)
+    for pool in (a, b):
+        recs = rng.integers(0, pool.num_records, 40)
+        for name in ("kind", "_doc.n_tokens"):
+            whole = pool.record_labels(name)
+            assert np.array_equal(pool.record_labels(name, recs), whole[recs]), name
+        assert pool.record_labels("kind", recs[:0]).size == 0
     # What the orderings and the recipe read of a pool: the same from the sidecars.
     from shardcore.order import recipe
 
