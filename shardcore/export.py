@@ -2,7 +2,7 @@
 
 All exports name the pools' shard files; nothing is copied.
 
-- Megatron (``shardcore.megatron_cache``): per stage a ``--data-args-path`` list (every shard
+- Megatron (``shardcore.export_megatron``): per stage a ``--data-args-path`` list (every shard
   read up to the stage's end), ``--train-samples`` (the stage's end), ``--split 100,0,0``
   (pools hold their validation slice apart), and, given an output directory, megatron-core's
   dataset index cache keyed for the trainer's arguments, so that with ``--data-cache-path``
@@ -24,12 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from shardcore import export_megatron as megatron
 from shardcore import manifest as mf
-from shardcore import megatron_cache, storage
+from shardcore import storage
 from shardcore.errors import InputError
+from shardcore.export_megatron import export_megatron
 from shardcore.export_nanotron import nanotron_config
 from shardcore.export_olmo import olmo_config
-from shardcore.megatron_cache import export_megatron
 from shardcore.mixture import KIND
 
 
@@ -55,9 +56,9 @@ def megatron_blend(
 ) -> tuple[list[float], list[str]]:
     """Weights and IndexedDataset prefixes of one stage's data-args list (default: the
     first stage): every shard read by samples [0, stage end), weighted by the stage's samples
-    from it (``shardcore.megatron_cache.stage_blends``)."""
+    from it (``shardcore.export_megatron.stage_blends``)."""
 
-    _, blends = megatron_cache.stage_blends(mixture_dir)
+    _, blends = megatron.stage_blends(mixture_dir)
     if stage is None:
         return blends[0].weights, blends[0].prefixes
     for b in blends:

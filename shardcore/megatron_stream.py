@@ -5,7 +5,7 @@ and the number of shard prefixes, whatever the number of samples.
 prefix (an index into every shard of its pools) and its sequence in that prefix, a range of
 samples at a time. ``write_indices`` writes megatron-core's index arrays for a stage from
 it, with positioned writes into files laid out as ``np.save`` lays them out (the same
-bytes ``shardcore.megatron_cache.gpt_indices`` and the blend arrays give): one pass counts
+bytes ``shardcore.export_megatron.gpt_indices`` and the blend arrays give): one pass counts
 each prefix's samples (so every file is sized first), a second writes the blend's
 (dataset index, dataset-sample index) rows and appends each prefix's records to its
 document index; the padding rows (repeats that training never reads) are then written
@@ -161,7 +161,7 @@ def _cyclic_tail(f: NpyFile, have: int, total: int) -> None:
 
 def _gpt_files(cache: Path, base: str, n: int, seq_len: int) -> dict[str, NpyFile]:
     """The three GPTDataset index files of a prefix holding n document-index entries, as
-    ``megatron_cache.gpt_indices`` shapes them; the sample and shuffle indices written."""
+    ``export_megatron.gpt_indices`` shapes them; the sample and shuffle indices written."""
     wide = max(2 * n, seq_len + 1) > np.iinfo(np.int32).max
     total = 2 * n - 1
     sdtype = np.int64 if total >= np.iinfo(np.uint32).max - 1 else np.uint32

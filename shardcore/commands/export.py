@@ -8,10 +8,10 @@ import argparse
 from pathlib import Path
 
 from shardcore import atomic
-from shardcore import megatron_cache as mc
+from shardcore import export_megatron as mc
 from shardcore.cli import CLIError
 from shardcore.export import FORMATS, export, megatron_data_args
-from shardcore.megatron_cache import check_trainer_args
+from shardcore.export_megatron import check_trainer_args
 
 
 def add_parser(sub: argparse._SubParsersAction, name: str) -> None:

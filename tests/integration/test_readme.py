@@ -26,7 +26,7 @@ EXERCISED_ELSEWHERE = {
     "make run": ("tests/integration/test_embedded_stack.py", '"manage.py", "runstack"'),
     "make test": ("Makefile", "-m pytest $(PYTEST_ARGS)"),
     "torchrun pretrain_gpt.py": (
-        "tests/unit/test_megatron_cache.py",
+        "tests/unit/test_export_megatron.py",
         "BlendedMegatronDatasetBuilder",
     ),
     "manage.py runstack": ("tests/integration/test_embedded_stack.py", '"manage.py", "runstack"'),

@@ -35,7 +35,7 @@ DEV_ONLY_IMPORTS = {
     "trainer's process (trainers install torch themselves); the topics annotator's minilm "
     "encoder (its model package comes with the dev extra; the default static one needs "
     "no torch)",
-    "megatron": "megatron-core's own cache-key code when installed; shardcore.megatron_cache "
+    "megatron": "megatron-core's own cache-key code when installed; shardcore.export_megatron "
     "and shardcore.blend fall back to their tested replicas without it",
 }
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from django.db import transaction
 from django.utils import timezone
 
 from shardcore import artifact_cache, storage
@@ -23,6 +22,7 @@ from shardcore.annotate.neardup import GroupNearDuplicates, plan_group
 from shardcore.annotation import summarize
 from shardcore.errors import InputError
 from shardcore.manifest import MANIFEST_NAME, read_manifest
+from shardcore.units import Plan
 from webapp.catalog.errors import CatalogError, boundary
 from webapp.catalog.models import Annotation, ArtifactStatus, TokenizedSource
 from webapp.catalog.services.annotations import params_parse
@@ -32,8 +32,8 @@ from webapp.catalog.services.common import (
     limited,
     refuse_corrupt,
 )
-from webapp.jobs.models import ACTIVE_JOB_STATES
-from webapp.jobs.services import job_create
+from webapp.catalog.services.launch import launch
+from webapp.jobs.models import ACTIVE_JOB_STATES, Job
 
 RECORDER = "webapp.catalog.services.annotation_groups.annotation_group_record"
 ANNOTATOR = "minhash"
@@ -84,26 +84,25 @@ def annotation_group_build(
     typed = params_parse(ANNOTATOR, params)
     names = "_".join(ts.source.name for ts in sources)
     out = artifact_dir("annotations", f"{names[:80]}-neardup")
-    try:
-        planned = limited(
-            _plan, [ts.path for ts in sources], out, typed,
-            what=f"planning near-duplicates across tokenized sources {ids}",
-        )  # fmt: skip
-    except (InputError, ValueError) as exc:
-        raise CatalogError(f"cannot cluster near-duplicates across {ids}: {exc}") from exc
-    plan, fingerprints = planned["plan"], planned["fingerprints"]
-    with transaction.atomic():
-        list(TokenizedSource.objects.select_for_update().filter(pk__in=ids).order_by("pk"))
-        same = _same(sources, fingerprints)
-        if same is not None:
-            return same
-        job = job_create(
-            plan=plan,
-            title=f"near-duplicates across {', '.join(f'{t.source.name} (#{t.pk})' for t in sources)}",
-            recorder=RECORDER,
-            created_by=created_by,
-        )
-        annotator = planned["annotator"]
+    made: list[dict[str, Any]] = []
+
+    def plan() -> Plan:
+        try:
+            made.append(
+                limited(
+                    _plan,
+                    [ts.path for ts in sources],
+                    out,
+                    typed,
+                    what=f"planning near-duplicates across tokenized sources {ids}",
+                )  # fmt: skip
+            )
+        except (InputError, ValueError) as exc:
+            raise CatalogError(f"cannot cluster near-duplicates across {ids}: {exc}") from exc
+        return made[-1]["plan"]
+
+    def create(job: Job, plan: Plan) -> list[Annotation]:
+        annotator = made[-1]["annotator"]
         return [
             Annotation.objects.create(
                 tokenized_source=ts,
@@ -118,9 +117,22 @@ def annotation_group_build(
                 created_by=created_by,
             )
             for i, (ts, fp, src) in enumerate(
-                zip(sources, fingerprints, plan.meta["sources"], strict=True)
+                zip(sources, made[-1]["fingerprints"], plan.meta["sources"], strict=True)
             )
         ]
+
+    # The same group is known by its annotations' fingerprints, which the plan computes.
+    return launch(
+        lock=lambda: list(
+            TokenizedSource.objects.select_for_update().filter(pk__in=ids).order_by("pk")
+        ),
+        running=lambda: _same(sources, made[-1]["fingerprints"]) if made else None,
+        plan=plan,
+        create=create,
+        title=f"near-duplicates across {', '.join(f'{t.source.name} (#{t.pk})' for t in sources)}",
+        recorder=RECORDER,
+        created_by=created_by,
+    )
 
 
 def _same(sources: list[TokenizedSource], fingerprints: list[str]) -> list[Annotation] | None:

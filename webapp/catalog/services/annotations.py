@@ -8,7 +8,6 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
 from django.utils import timezone
 
 from shardcore import annotate, artifact_cache, props, storage
@@ -17,6 +16,7 @@ from shardcore.annotation import plan_annotation, summarize
 from shardcore.errors import InputError
 from shardcore.filters import filter_parse, filter_rows
 from shardcore.manifest import MANIFEST_NAME
+from shardcore.units import Plan
 from webapp.catalog.errors import CatalogError, boundary
 from webapp.catalog.models import Annotation, ArtifactStatus, Flag, TokenizedSource
 from webapp.catalog.services.common import (
@@ -26,8 +26,8 @@ from webapp.catalog.services.common import (
     refuse_corrupt,
 )
 from webapp.catalog.services.flags import flag_create
-from webapp.jobs.models import ACTIVE_JOB_STATES
-from webapp.jobs.services import job_create
+from webapp.catalog.services.launch import launch
+from webapp.jobs.models import ACTIVE_JOB_STATES, Job
 
 RECORDER = "webapp.catalog.services.annotations.annotation_record"
 
@@ -113,42 +113,49 @@ def annotation_build(
     refuse_corrupt([ts])
     typed = params_parse(annotator, params)
     out = artifact_dir("annotations", f"{ts.source.name}-{annotator}")
-    try:
-        plan = limited(
-            plan_annotation,
-            ts.path,
-            out,
-            annotator=annotator,
-            params=typed,
-            text_from=text_from,
-            what=f"planning annotation {annotator!r} of {ts}",
-        )
-    except (InputError, ValueError) as exc:
-        raise CatalogError(f"cannot annotate {ts}: {exc}") from exc
-    fingerprint = plan.meta["fingerprint"]
-    with transaction.atomic():
-        TokenizedSource.objects.select_for_update().get(pk=ts.pk)
-        same = _same(ts, fingerprint)
-        if same is not None:
-            return same
-        job = job_create(
-            plan=plan,
-            title=f"annotate {ts.source.name} (#{ts.pk}) with {annotator}",
-            recorder=RECORDER,
-            created_by=created_by,
-        )
+    made: list[Plan] = []
+
+    def plan() -> Plan:
+        try:
+            made.append(
+                limited(
+                    plan_annotation,
+                    ts.path,
+                    out,
+                    annotator=annotator,
+                    params=typed,
+                    text_from=text_from,
+                    what=f"planning annotation {annotator!r} of {ts}",
+                )  # fmt: skip
+            )
+        except (InputError, ValueError) as exc:
+            raise CatalogError(f"cannot annotate {ts}: {exc}") from exc
+        return made[-1]
+
+    def create(job: Job, plan: Plan) -> Annotation:
         return Annotation.objects.create(
             tokenized_source=ts,
             annotator=plan.params["annotator"],
             annotator_version=plan.meta["annotator"]["version"],
             columns=plan.meta["annotator"]["fields"],
             params=plan.params["params"],
-            fingerprint=fingerprint,
+            fingerprint=plan.meta["fingerprint"],
             num_documents=plan.meta["documents"],
             path=out,
             job=job,
             created_by=created_by,
         )
+
+    # The same annotation is known by its fingerprint, which the plan computes.
+    return launch(
+        lock=lambda: TokenizedSource.objects.select_for_update().get(pk=ts.pk),
+        running=lambda: _same(ts, made[-1].meta["fingerprint"]) if made else None,
+        plan=plan,
+        create=create,
+        title=f"annotate {ts.source.name} (#{ts.pk}) with {annotator}",
+        recorder=RECORDER,
+        created_by=created_by,
+    )
 
 
 def _same(ts: TokenizedSource, fingerprint: str) -> Annotation | None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shardcore import megatron_cache as mc
+from shardcore import export_megatron as mc
 from shardcore import megatron_check
 from shardcore.errors import InputError
 from shardcore.export import export, megatron_data_args
