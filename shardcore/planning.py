@@ -33,9 +33,7 @@ FORMAT = 1
 def deferred(*, planner: str, kwargs: dict[str, Any], out: str, what: str) -> units.Plan:
     """The plan of planning ``out`` by ``planner(**kwargs)`` (whose plan must have ``out``
     as its output); ``what`` names the work for its job's log and errors."""
-    module, _, name = planner.rpartition(".")
-    if not module or not callable(getattr(importlib.import_module(module), name, None)):
-        raise ValueError(f"planner {planner!r} is not a function")
+    _planner(planner)  # refused now, not in the worker
     target = storage.resolve(out)
     return units.Plan(
         STAGE,
@@ -45,14 +43,18 @@ def deferred(*, planner: str, kwargs: dict[str, Any], out: str, what: str) -> un
     )
 
 
-def _planner(plan: units.Plan):
-    module, _, name = plan.params["planner"].rpartition(".")
-    return getattr(importlib.import_module(module), name)
+def _planner(planner: str):
+    """The function a dotted path names."""
+    module, _, name = planner.rpartition(".")
+    found = getattr(importlib.import_module(module), name, None) if module else None
+    if not callable(found):
+        raise ValueError(f"planner {planner!r} is not a function")
+    return found
 
 
 def _run(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
     try:
-        made = _planner(plan)(**plan.params["kwargs"])
+        made = _planner(plan.params["planner"])(**plan.params["kwargs"])
     except InputError as exc:  # said as the request would have said it, naming the work
         raise type(exc)(f"{plan.params['what']}: {exc}") from exc
     target = plan.params["target"]

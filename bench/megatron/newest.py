@@ -62,38 +62,12 @@ def setup(work: Path) -> list[dict]:
     and the expected samples file."""
     import numpy as np
 
-    from shardcore.materialize import materialize
-    from shardcore.mixture import Mixture, MixtureSpec, build_mixture
-    from shardcore.pool import build_pool
+    from shardcore.mixture import Mixture
     from tests.unit import mix_fixtures
 
     mixture = work / "mixture"
     if not (mixture / "manifest.json").exists():
-        src = mix_fixtures.tokenized_code(work)
-        pools = {}
-        for name, expr in (("a", "package < 'e'"), ("b", "package >= 'e'")):
-            pools[name] = work / f"pool-{name}"
-            build_pool([str(src)], str(pools[name]), seq_len=SEQ, seed=5, filter=expr,
-                       shard_size=150_000, val_fraction=0.05)  # fmt: skip
-        spec = MixtureSpec.from_dict(
-            {
-                "tokens": SEQ * 16_608,
-                "seed": 11,
-                "components": [
-                    {"pool": str(pools["a"]), "weight": 2},
-                    {"pool": str(pools["b"]), "weight": 1},
-                ],
-                "stages": [
-                    {
-                        "name": "anneal",
-                        "tokens": SEQ * 2_936,
-                        "components": [{"pool": str(pools["b"]), "weight": 1}],
-                    }
-                ],
-            }
-        )
-        build_mixture(spec, mixture)
-        materialize(mixture, work / "flat", shard_bytes=64 * 1024)
+        mix_fixtures.package_split_world(work, seq_len=SEQ, samples=16_608, anneal_samples=2_936)
     mix = Mixture(mixture)
     expected = work / "expected.npy"
     np.save(expected, np.stack([mix.tokens(i) for i in range(mix.num_samples)]))

@@ -279,15 +279,11 @@ class PoolReader:
         value per document, reading only the top-level columns of the documents table
         those names need (a user property: the properties column; ``_doc.<column>`` or a
         bare column: that column), never the whole table."""
-        n, parts = 0, []
-        for first, batch in self.iter_document_columns(names):
-            n = first + len(next(iter(batch.values()))) if batch else n
-            parts.append(batch)
-        if not names:
-            import pyarrow.parquet as pq
+        import pyarrow.parquet as pq
 
-            files = [self.path / rel for rel in self.document_files()]
-            return sum(int(pq.ParquetFile(f).metadata.num_rows) for f in files), {}
+        parts = [batch for _, batch in self.iter_document_columns(names)]
+        files = [self.path / rel for rel in self.document_files()]
+        n = sum(int(pq.ParquetFile(f).metadata.num_rows) for f in files)
         return n, {
             name: np.concatenate([p[name] for p in parts]) if parts else np.zeros(0)
             for name in names

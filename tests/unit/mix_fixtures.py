@@ -111,3 +111,38 @@ def length_bins(pool: Pool) -> np.ndarray:
     n_tokens = pool.documents.column("n_tokens").to_numpy()
     main = pool.main_documents()
     return np.floor(np.log2(np.maximum(n_tokens[main], 1))).astype(np.int64)
+
+
+def package_split_world(root: Path, *, seq_len: int, samples: int, anneal_samples: int) -> Path:
+    """The world the Megatron export is checked on: stdlib code split by package name into
+    two pools (``a``, ``b``; shards of 150 KB, a 5% validation slice), mixed 2:1 then ``b``
+    alone in the stage ``anneal``, built in ``root/mixture`` and materialized in
+    ``root/flat``. Returns the mixture's directory."""
+    from shardcore.materialize import materialize
+
+    src = tokenized_code(root)
+    pools = {}
+    for name, expr in (("a", "package < 'e'"), ("b", "package >= 'e'")):
+        pools[name] = root / f"pool-{name}"
+        build_pool([str(src)], str(pools[name]), seq_len=seq_len, seed=5, filter=expr,
+                   shard_size=150_000, val_fraction=0.05)  # fmt: skip
+    build_mixture(
+        {
+            "tokens": seq_len * samples,
+            "seed": 11,
+            "components": [
+                {"pool": str(pools["a"]), "weight": 2},
+                {"pool": str(pools["b"]), "weight": 1},
+            ],
+            "stages": [
+                {
+                    "name": "anneal",
+                    "tokens": seq_len * anneal_samples,
+                    "components": [{"pool": str(pools["b"]), "weight": 1}],
+                }
+            ],
+        },
+        root / "mixture",
+    )
+    materialize(root / "mixture", root / "flat", shard_bytes=64 * 1024)
+    return root / "mixture"

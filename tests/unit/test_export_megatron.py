@@ -20,9 +20,7 @@ from shardcore import megatron_check
 from shardcore.errors import InputError
 from shardcore.export import export, megatron_data_args
 from shardcore.manifest import read_manifest
-from shardcore.materialize import materialize
-from shardcore.mixture import Mixture, MixtureSpec, build_mixture
-from shardcore.pool import build_pool
+from shardcore.mixture import Mixture
 from tests.unit import megatron_lm, mix_fixtures
 
 torch = pytest.importorskip("torch")
@@ -50,39 +48,8 @@ def dist(tmp_path_factory):
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     root = tmp_path_factory.mktemp("megatron")
-    src = mix_fixtures.tokenized_code(root)
-    pools = {}
-    for name, expr in (("a", "package < 'e'"), ("b", "package >= 'e'")):
-        pools[name] = root / f"pool-{name}"
-        build_pool(
-            [str(src)],
-            str(pools[name]),
-            seq_len=SEQ,
-            seed=5,
-            filter=expr,
-            shard_size=150_000,
-            val_fraction=0.05,
-        )
-    spec = MixtureSpec.from_dict(
-        {
-            "tokens": SEQ * 9000,
-            "seed": 11,
-            "components": [
-                {"pool": str(pools["a"]), "weight": 2},
-                {"pool": str(pools["b"]), "weight": 1},
-            ],
-            "stages": [
-                {
-                    "name": "anneal",
-                    "tokens": SEQ * 1500,
-                    "components": [{"pool": str(pools["b"]), "weight": 1}],
-                }
-            ],
-        }
-    )
-    build_mixture(spec, root / "mixture")
-    materialize(root / "mixture", root / "flat", shard_bytes=64 * 1024)
-    return root, pools
+    mix_fixtures.package_split_world(root, seq_len=SEQ, samples=9000, anneal_samples=1500)
+    return root, {"a": root / "pool-a", "b": root / "pool-b"}
 
 
 def _tokenizer(vocab: int):
