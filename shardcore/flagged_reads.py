@@ -6,10 +6,12 @@ exact OLMo-core export, ``shardcore.loader``, a materialized copy), so the books
 what a run actually read when, not only which pools it could have read:
 
 1. ``flagged_records``: the records of a pool that hold any token of the given pool
-   documents (rows of the pool's ``documents.parquet``), from the per-record segment
-   arrays, vectorized per shard;
+   documents (rows of the pool's ``documents.parquet``), as sorted indices (8 bytes a
+   flagged record, nothing per record of the pool), from the segment arrays of the
+   shards holding them only (on object storage, those files alone, each checked);
 2. ``first_sample``: the first training sample of a mixture whose (pool, record) is such
-   a record, scanning the schedule's memory-mapped arrays in chunks (bounded memory);
+   a record, from the per-chunk counts or scanning the schedule in chunks (bounded
+   memory; on object storage by checked ranges, never a copy of the schedule);
    (``flagged_samples``: how many samples of a range read one, for a run that read only
    that range of the mixture before or after switching version);
 3. ``step_of_sample``: the step that read sample k, from the run's progress reports (step,
@@ -19,60 +21,74 @@ what a run actually read when, not only which pools it could have read:
 
 from __future__ import annotations
 
+import io
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
 
-from shardcore import artifact_cache
 from shardcore import manifest as mf
+from shardcore import storage
 from shardcore.errors import InputError
 from shardcore.mixture import POOL_FILE, RECORD_FILE
 from shardcore.mixture.chunked import npy_offset
-from shardcore.mixture.reader import Mixture
-from shardcore.pack import load_segments
+from shardcore.mixture.reader import Mixture, among, flagged_indices, sorted_distinct
+from shardcore.pack import Segments, load_segments
 
 _CHUNK = 1 << 22
 
 
 def flagged_records(pool_path: str | os.PathLike, doc_rows: np.ndarray) -> np.ndarray:
-    """Per record of the pool, whether it holds any token of the documents ``doc_rows``
-    (pool document indices, i.e. rows of ``documents.parquet``). A pool on object storage
-    is read from a checked local copy."""
+    """The records of the pool (sorted indices) that hold any token of the documents
+    ``doc_rows`` (pool document indices, i.e. rows of ``documents.parquet``). Reads the
+    manifest and the segment arrays of the shards holding one of the rows; a pool on
+    object storage is read the same way, each file checked against the manifest."""
 
-    pool_path = artifact_cache.local_artifact(pool_path)
     manifest = mf.read_manifest(pool_path)
     if manifest.get("kind") != "pool":
         raise InputError(f"{pool_path}: not a pool (kind {manifest.get('kind')!r})")
-    out = np.zeros(int(manifest["num_records"]), dtype=bool)
-    rows = np.unique(np.asarray(doc_rows, dtype=np.int64))
+    rows = sorted_distinct(doc_rows)
     if rows.size == 0:
-        return out
+        return np.zeros(0, dtype=np.int64)
     cumulative = manifest["cumulative_records"]
     # Only the shards that hold one of the rows are read (found in the table's columns).
     firsts = np.asarray(mf.shard_column(manifest, "first_document"), dtype=np.int64)
     counts = np.asarray(mf.shard_column(manifest, "documents"), dtype=np.int64)
     holder = np.searchsorted(firsts, rows, side="right") - 1
     inside = (holder >= 0) & (rows < firsts[np.maximum(holder, 0)] + counts[np.maximum(holder, 0)])
+    found = []
+    files = mf.files_by_path(manifest) if storage.is_remote(pool_path) else None
     for k in np.unique(holder[inside]).tolist():
         first = int(firsts[k])
-        prefix = mf.shard_prefix(manifest, k)
-        seg = load_segments(os.path.join(pool_path, f"{prefix}.segments.npz"))
+        seg = _segments(pool_path, files, f"{mf.shard_prefix(manifest, k)}.segments.npz")
         doc = seg.seg_doc.astype(np.int64)
-        hit = (doc >= 0) & np.isin(doc + first, rows)
+        hit = (doc >= 0) & among(doc + first, rows)
         if not hit.any():
             continue
         record = np.repeat(np.arange(seg.num_records), np.diff(seg.seg_record_offsets))
-        out[int(cumulative[k]) + np.unique(record[hit])] = True
-    return out
+        found.append(int(cumulative[k]) + np.unique(record[hit]))
+    return np.concatenate(found).astype(np.int64) if found else np.zeros(0, dtype=np.int64)
+
+
+def _segments(pool_path: str | os.PathLike, files: Mapping | None, rel: str) -> Segments:
+    """One shard's segment arrays: a local pool's file, or a remote pool's object (``files``:
+    its manifest's entries by path) read whole and checked against its entry (a changed
+    object is an error naming it)."""
+    if files is None:
+        return load_segments(os.path.join(pool_path, rel))
+    entry = files.get(rel)
+    if entry is None:
+        raise InputError(f"{pool_path}: its manifest lists no {rel}")
+    return load_segments(io.BytesIO(storage.read_checked(str(pool_path), entry)))
 
 
 def first_sample(
     mixture_dir: str | os.PathLike, records: Mapping[int, np.ndarray], *, start: int = 0
 ) -> int | None:
     """The first training sample (from ``start``) whose record is flagged, ``records``
-    mapping a pool's index in the mixture manifest to its per-record mask; None if no
+    mapping a pool's index in the mixture manifest to its flagged records (sorted indices,
+    or a per-record mask: ``flagged_indices``); None if no
     sample of the mixture reads one. A schedule with per-chunk counts read in blend order
     answers without a scan (``Mixture.first_read``); else the schedule is scanned."""
     found = Mixture(mixture_dir, ranged=True).first_read(records, start=start)
@@ -112,28 +128,47 @@ def _flagged_chunks(
     time: per chunk, the samples (indices in the schedule) whose record is flagged. Nothing
     when no record is."""
 
-    mixture_dir = artifact_cache.local_artifact(mixture_dir)  # a checked local copy of a remote one
-    # Read chunk by chunk (not memory-mapped): the pass holds one chunk, whatever the length.
-    pool_path = os.path.join(mixture_dir, POOL_FILE)
-    record_path = os.path.join(mixture_dir, RECORD_FILE)
-    pool_at, pool_dtype, total = npy_offset(pool_path)
-    record_at, record_dtype, _ = npy_offset(record_path)
-    stop = total if stop is None else min(int(stop), total)
-    masks = {int(p): np.asarray(m, dtype=bool) for p, m in records.items() if np.any(m)}
-    if not masks:
+    flagged = {int(p): flagged_indices(m) for p, m in records.items()}
+    flagged = {p: ids for p, ids in flagged.items() if ids.size}
+    if not flagged:
         return
+    read = _schedule_reader(mixture_dir)
+    stop = read.total if stop is None else min(int(stop), read.total)
     for a in range(int(start), stop, _CHUNK):
         b = min(a + _CHUNK, stop)
-        p = np.fromfile(pool_path, pool_dtype, b - a, offset=pool_at + a * pool_dtype.itemsize)
-        r = np.fromfile(
-            record_path, record_dtype, b - a, offset=record_at + a * record_dtype.itemsize
-        )
+        p, r = read(a, b)
         hit = np.zeros(p.size, dtype=bool)
-        for i, mask in masks.items():
+        for i, ids in flagged.items():
             sel = p == i
             if sel.any():
-                hit[sel] = mask[r[sel]]
+                hit[sel] = among(r[sel].astype(np.int64), ids)
         yield a + np.flatnonzero(hit)
+
+
+class _schedule_reader:
+    """Samples [a, b) of a schedule's two columns: a local mixture's read from its files
+    (not memory-mapped: the pass holds one chunk, whatever the length), a remote one's by
+    checked ranges (``Mixture(ranged=True)``)."""
+
+    def __init__(self, mixture_dir: str | os.PathLike):
+        self.remote = storage.is_remote(mixture_dir)
+        if self.remote:
+            mix = Mixture(mixture_dir, ranged=True)
+            self.pools, self.records = mix.pool_index, mix.record_index
+            self.total = mix.num_samples
+            return
+        self.pool_path = os.path.join(mixture_dir, POOL_FILE)
+        self.record_path = os.path.join(mixture_dir, RECORD_FILE)
+        self.pool_at, self.pool_dtype, self.total = npy_offset(self.pool_path)
+        self.record_at, self.record_dtype, _ = npy_offset(self.record_path)
+
+    def __call__(self, a: int, b: int) -> tuple[np.ndarray, np.ndarray]:
+        if self.remote:
+            return np.asarray(self.pools[a:b]), np.asarray(self.records[a:b])
+        at = self.pool_at + a * self.pool_dtype.itemsize
+        p = np.fromfile(self.pool_path, self.pool_dtype, b - a, offset=at)
+        at = self.record_at + a * self.record_dtype.itemsize
+        return p, np.fromfile(self.record_path, self.record_dtype, b - a, offset=at)
 
 
 def step_of_sample(sample: int, reports: Iterable[tuple[int, int]]) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import IO
 
 import numpy as np
 
@@ -167,6 +168,6 @@ def save_segments(path: str | os.PathLike, segments: Segments) -> None:
         np.savez(f, **{k: getattr(segments, k) for k in SEGMENT_FIELDS})
 
 
-def load_segments(path: str | os.PathLike) -> Segments:
-    with np.load(path) as data:
+def load_segments(path: str | os.PathLike | IO[bytes]) -> Segments:
+    with np.load(path, allow_pickle=False) as data:
         return Segments(**{f: data[f] for f in SEGMENT_FIELDS})

@@ -586,6 +586,18 @@ def exists(url: str | os.PathLike) -> bool:
     return bool(page.get("KeyCount"))
 
 
+def read_checked(url: str | os.PathLike, entry: dict[str, Any]) -> bytes:
+    """The whole file ``entry["path"]`` (a manifest's entry) of the artifact at ``url``,
+    read into memory (a small file: a shard's segment arrays, a column of counts) and
+    checked against the entry's size and xxh3: a changed object is an error naming it."""
+    store = open_store(url)
+    rel = str(entry["path"])
+    data = store.read_bytes(rel)
+    if len(data) != int(entry["size"]) or xxhash.xxh3_64_hexdigest(data) != entry["xxh3"]:
+        raise CorruptDataError(f"{store.location(rel)} does not match its manifest entry")
+    return data
+
+
 def download_checked(
     store: Store, entry: dict[str, Any], dest: Path, *, sync_rename: bool = True
 ) -> None:

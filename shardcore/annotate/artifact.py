@@ -24,6 +24,7 @@ Corpus-level annotators (near-duplicates) write a per-shard scratch file in the 
 
 from __future__ import annotations
 
+import io
 import json
 import multiprocessing
 import os
@@ -36,7 +37,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from shardcore import atomic
+from shardcore import atomic, storage
+from shardcore import manifest as mf
 from shardcore.annotate import Annotator, create
 from shardcore.annotate.texts import shard_texts
 from shardcore.errors import InputError, ManifestError
@@ -341,9 +343,19 @@ def read_annotation(path: str | os.PathLike, columns: list[str] | None = None) -
 def annotation_shards(
     path: str | os.PathLike, columns: list[str] | None = None
 ) -> Iterator[pa.Table]:
-    """The shards of a finished annotation one at a time, in order (one in memory)."""
+    """The shards of a finished annotation one at a time, in order (one in memory). On
+    object storage each shard's object is read and checked against the manifest, never a
+    copy of the whole annotation."""
     m = read_manifest(path)
     if m.get("kind") != KIND:
         raise ManifestError(f"{path}: kind {m.get('kind')!r}, expected {KIND!r}")
+    files = mf.files_by_path(m) if storage.is_remote(path) else None
     for s in m["shards"]:
-        yield pq.read_table(Path(path) / _path(s), columns=columns)
+        if files is None:
+            yield pq.read_table(Path(path) / _path(s), columns=columns)
+            continue
+        entry = files.get(_path(s))
+        if entry is None:
+            raise ManifestError(f"{path}: its manifest lists no {_path(s)}")
+        data = io.BytesIO(storage.read_checked(str(path), entry))
+        yield pq.read_table(data, columns=columns)

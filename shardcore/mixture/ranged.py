@@ -132,7 +132,4 @@ def _header(f: io.BytesIO) -> tuple[tuple[int, ...], bool, np.dtype]:
 def load_checked(url: str, entry: dict[str, Any]) -> np.ndarray:
     """The whole ``.npy`` file ``entry["path"]`` of the artifact at ``url`` (a small one:
     the per-chunk counts), checked against the manifest's checksum of the file."""
-    data = storage.open_store(url).read_bytes(str(entry["path"]))
-    if len(data) != int(entry["size"]) or xxhash.xxh3_64_hexdigest(data) != entry["xxh3"]:
-        raise CorruptDataError(f"{url}: {entry['path']} does not match its manifest entry")
-    return np.load(io.BytesIO(data), allow_pickle=False)
+    return np.load(io.BytesIO(storage.read_checked(url, entry)), allow_pickle=False)

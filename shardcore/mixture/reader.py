@@ -19,6 +19,35 @@ from shardcore.mixture.layout import COUNTS_FILE, KIND, POOL_FILE, RECORD_FILE
 from shardcore.pool import PoolReader
 
 
+def flagged_indices(records: Any) -> np.ndarray:
+    """A pool's flagged records as sorted distinct int64 indices, given the indices (8 bytes
+    a flagged record) or a per-record mask (a byte a record of the pool)."""
+    a = np.asarray(records)
+    if a.dtype == bool:
+        return np.flatnonzero(a)
+    return sorted_distinct(a)
+
+
+def sorted_distinct(values: Any) -> np.ndarray:
+    """``values`` as sorted distinct int64: nothing done when they already are, else a sort
+    and the neighbours compared (numpy's ``unique`` hashes, several times slower on many
+    millions of integers)."""
+    a = np.asarray(values).astype(np.int64, copy=False).ravel()
+    if a.size < 2 or bool(np.all(a[1:] > a[:-1])):
+        return a
+    a = np.sort(a)
+    return a[np.concatenate(([True], a[1:] != a[:-1]))]
+
+
+def among(values: np.ndarray, sorted_ids: np.ndarray) -> np.ndarray:
+    """Per item of ``values``, whether it is one of ``sorted_ids`` (ascending): a binary
+    search each, so the cost is the values' number times the log of the ids'."""
+    if not sorted_ids.size:
+        return np.zeros(np.shape(values), dtype=bool)
+    at = np.minimum(np.searchsorted(sorted_ids, values), sorted_ids.size - 1)
+    return sorted_ids[at] == values
+
+
 class Mixture:
     """A built mixture: ``sample(i) -> (pool index, record)`` by memmap, O(1)."""
 
@@ -164,7 +193,7 @@ class Mixture:
         self, records: Mapping[int, np.ndarray], *, start: int = 0
     ) -> int | None | NotImplementedType:
         """The first sample (from ``start``) reading a record flagged in ``records`` (pool
-        index -> per-record mask), computed without scanning the schedule when it reads
+        index -> its flagged records, ``flagged_indices``), computed without scanning the schedule when it reads
         each pool in its read order (format 2, blend order): per pool, the flagged
         records' positions in each epoch it reads (the inverse permutation), the
         smallest read number at or after ``start``, its sample from the counts. None
@@ -173,8 +202,8 @@ class Mixture:
             return NotImplemented
         below = self.reads_before(start)
         best = None
-        for i, mask in records.items():
-            flagged = np.flatnonzero(np.asarray(mask, dtype=bool))
+        for i, given in records.items():
+            flagged = flagged_indices(given)
             if flagged.size == 0:
                 continue
             p = self.pools[int(i)]

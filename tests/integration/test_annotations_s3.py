@@ -16,6 +16,7 @@ from shardcore.annotate import pii
 from shardcore.annotate.artifact import annotate
 from shardcore.pool import PoolReader
 from tests.support.s3 import apply_env
+from webapp.catalog import flag_documents
 from webapp.catalog.models import ArtifactStatus, Taint
 from webapp.catalog.services.annotations import annotation_build, annotation_flag_where
 from webapp.catalog.services.pools import pool_build
@@ -77,5 +78,5 @@ def test_an_annotation_on_the_bucket_is_built_joined_and_flagged(
     assert sorted(PoolReader(pool.path).documents.column("doc_id").to_pylist()) == with_email
 
     flag = annotation_flag_where(annotation_id=ann.pk, filter="pii.emails > 0")
-    assert flag.document_ids == with_email
+    assert flag_documents.all_ids(flag).tolist() == with_email
     assert Taint.objects.get(flag=flag, pool=pool).documents == len(with_email)

@@ -32,6 +32,7 @@ from tests.integration.dashboard_fixtures import (  # noqa: F401
     users,
 )
 from tests.support.s3 import apply_env
+from webapp.catalog import flag_documents
 from workers.celery import app
 
 GBS = 4  # samples per step the run reports with
@@ -297,7 +298,7 @@ def test_the_other_pages_of_the_catalog_answer(world, login):
     assert doc["components"][0]["pool_path"] == world["pool"].path
     # The audit of the flagged document: the pool on the bucket holds it.
     flag = world["flag"]
-    url = f"/audit/?source=code&document_id={flag.document_ids[0]}"
+    url = f"/audit/?source=code&document_id={flag_documents.page(flag, limit=1)[0]}"
     resp, body = _page(client, url)
     assert [p.pk for p in resp.context["result"]["pools"]] == [world["pool"].pk]
     assert f">{world['pool'].name}</a>; 1 mixture version; 1 run." in body and "In 1 pool: " in body

@@ -5,6 +5,7 @@ until they are there), never the files."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from tests.integration.dashboard_fixtures import login, stdlib_code_pool, users  # noqa: F401
@@ -82,7 +83,7 @@ def test_a_worker_computes_what_a_flag_taints_after_the_request_recorded_it(
         lambda: Flag.objects.get(pk=flag.pk).taint_state == Flag.TaintState.READY,
         timeout=120, what="the flag's taint",
     )  # fmt: skip
-    held = pool_documents.pool_documents_hit(pool=pool, tokenized=ts, doc_ids={0, 3, 5})
+    held = pool_documents.pool_documents_hit(pool=pool, tokenized=ts, doc_ids=np.array([0, 3, 5]))
     assert held > 0
     rows = {
         (t.tokenized_source_id, t.pool_id, t.documents) for t in Taint.objects.filter(flag=flag)

@@ -187,6 +187,7 @@ def test_it_says_never_for_flagged_documents_the_mixture_does_not_read(world, us
 
 
 def test_it_finds_the_same_first_sample_as_the_slow_scan_for_every_document(world, db):
+    from webapp.catalog import flag_documents
     from webapp.catalog.models import Flag
     from webapp.catalog.selectors import flag_first_sample
 
@@ -195,9 +196,8 @@ def test_it_finds_the_same_first_sample_as_the_slow_scan_for_every_document(worl
     rng = np.random.default_rng(0)
     docs = sorted(set(PoolReader(world["pool"].path).documents.column("doc_id").to_pylist()))
     for doc in rng.choice(docs, size=min(8, len(docs)), replace=False).tolist():
-        flag = Flag.objects.create(
-            target=Flag.Target.DOCUMENTS, source=world["source"], document_ids=[doc], reason="t"
-        )
+        flag = Flag.objects.create(target=Flag.Target.DOCUMENTS, source=world["source"], reason="t")
+        flag_documents.store(flag, np.array([doc]))
         assert flag_first_sample(flag=flag, version=version) == first.get(doc)
 
 

@@ -377,7 +377,7 @@ class FlagSerializer(serializers.ModelSerializer):
     class Meta:
         model = Flag
         fields = [
-            "id", "target", "source", "source_name", "file_path", "document_ids", "reason",
+            "id", "target", "source", "source_name", "file_path", "num_documents", "reason",
             "created_at", "taint_state", "taint_error", "annotation", "where",
         ]  # fmt: skip
 

@@ -308,6 +308,34 @@ class FlagViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         return Response(s.FlagSerializer(flag).data, status=status.HTTP_201_CREATED)
 
     @extend_schema(
+        parameters=[
+            OpenApiParameter("after", int, description="indices greater than this (default -1)"),
+            OpenApiParameter("limit", int, description="at most this many (100; up to 10,000)"),
+        ],
+        responses={
+            200: inline_serializer(
+                "FlagDocumentsPage",
+                {
+                    "num_documents": serializers.IntegerField(allow_null=True),
+                    "document_ids": serializers.ListField(child=serializers.IntegerField()),
+                    "next_after": serializers.IntegerField(allow_null=True),
+                },
+            )
+        },
+    )
+    @action(detail=True, methods=["get"])
+    def documents(self, request, pk=None):
+        # The document indices a flag names, ascending, a page at a time: ?after=&limit=;
+        # next_after is the after of the next page (null at the end).
+        flag = get_object_or_404(Flag.objects.only("id", "num_documents"), pk=pk)
+        try:
+            after = int(request.query_params.get("after", -1))
+            limit = int(request.query_params.get("limit", 100))
+        except ValueError as e:
+            raise ValidationError({"detail": "after and limit are integers"}) from e
+        return Response(selectors.flag_documents_page(flag=flag, after=after, limit=limit))
+
+    @extend_schema(
         responses={
             200: inline_serializer(
                 "FlagTaints",

@@ -9,7 +9,9 @@ from collections.abc import Iterator
 import numpy as np
 
 from shardcore.errors import InputError
+from shardcore.mixture.reader import among
 from shardcore.pool import SOURCE_FP_COL, PoolReader
+from webapp.catalog import flag_documents
 from webapp.catalog.models import Flag, Pool, TokenizedSource
 
 
@@ -38,36 +40,40 @@ def _held(pool: Pool, tokenized: TokenizedSource) -> Iterator[tuple[int, np.ndar
             continue  # (raised before the first batch: the names are checked first)
 
 
-def pool_documents_hit(*, pool: Pool, tokenized: TokenizedSource, doc_ids: set[int] | None) -> int:
-    """How many of ``doc_ids`` (None: every document of ``tokenized``) the pool holds."""
-    if doc_ids is not None and not doc_ids:
+def pool_documents_hit(
+    *, pool: Pool, tokenized: TokenizedSource, doc_ids: np.ndarray | None
+) -> int:
+    """How many of ``doc_ids`` (sorted; None: every document of ``tokenized``) the pool holds."""
+    if doc_ids is not None and not doc_ids.size:
         return 0
     return int(pool_document_rows(pool=pool, tokenized=tokenized, doc_ids=doc_ids).size)
 
 
-def flag_document_ids(*, flag, tokenized: TokenizedSource) -> set[int] | None:
-    """The flagged document indices within ``tokenized``; None means all of them (a flag
-    on the whole source). A file's documents are the id range the tokenize stage recorded
-    in ``params["file_ranges"]``."""
+def flag_document_ids(*, flag, tokenized: TokenizedSource) -> np.ndarray | None:
+    """The flagged document indices within ``tokenized``, sorted (8 bytes a document);
+    None means all of them (a flag on the whole source). A file's documents are the id
+    range the tokenize stage recorded in ``params["file_ranges"]``."""
     if flag.target == Flag.Target.SOURCE:
         return None
     if flag.target == Flag.Target.FILE:
         ranges = (tokenized.params or {}).get("file_ranges") or {}
         start, stop = ranges.get(flag.source_file.path, (0, 0))
-        return set(range(int(start), int(stop)))
-    return {int(i) for i in flag.document_ids}
+        return np.arange(int(start), int(stop), dtype=np.int64)
+    # The same for every tokenized source: read once per flag object (a taint asks per pool).
+    if getattr(flag, "_document_ids", None) is None:
+        flag._document_ids = flag_documents.all_ids(flag)
+    return flag._document_ids
 
 
 def pool_document_rows(
-    *, pool: Pool, tokenized: TokenizedSource, doc_ids: set[int] | None
+    *, pool: Pool, tokenized: TokenizedSource, doc_ids: np.ndarray | None
 ) -> np.ndarray:
-    """Rows of the pool's documents table (pool document indices) that are ``doc_ids`` of
-    ``tokenized`` (None: every document of it). Memory: a batch of the table and the
-    rows found."""
-    ids = None if doc_ids is None else np.fromiter(doc_ids, dtype=np.int64, count=len(doc_ids))
+    """Rows of the pool's documents table (pool document indices) that are ``doc_ids``
+    (sorted) of ``tokenized`` (None: every document of it). Memory: the ids, a batch of
+    the table and the rows found."""
     parts = []
     for first, mine, held in _held(pool, tokenized):
-        if ids is not None:
-            mine &= np.isin(held, ids)
+        if doc_ids is not None:
+            mine &= among(held, doc_ids)
         parts.append(first + np.flatnonzero(mine))
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)

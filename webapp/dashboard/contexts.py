@@ -545,12 +545,14 @@ def audit_search(*, source: str, file_path: str = "", document_id: int | None = 
         return {"error": str(e)}
 
 
-def flag_detail(*, flag_id: int, page=1) -> dict:
-    """The flag page: the flag, each item it taints (once) linked to its page, and a
-    summary counting each kind once; ``taint`` says when that is still being computed."""
-    detail = catalog.flag_detail(flag_id=flag_id, page=page)
+def flag_detail(*, flag_id: int, page=1, documents_after=None) -> dict:
+    """The flag page: the flag, a page of the documents it names, each item it taints
+    (once) linked to its page, and a summary counting each kind once; ``taint`` says when
+    that is still being computed."""
+    detail = catalog.flag_detail(flag_id=flag_id, page=page, documents_after=documents_after)
+    keys = ("page", "has_next", "has_prev", "reads", "taint", "document_ids", "documents_after")
     return {
-        **{k: detail[k] for k in ("page", "has_next", "has_prev", "reads", "taint")},
+        **{k: detail[k] for k in (*keys, "documents_next")},
         "flag": detail["flag"],
         "taints": [taint_link(t) for t in detail["taints"]],
         "summary": _taint_summary(detail["counts"], detail["documents"]),

@@ -11,6 +11,7 @@ from webapp.catalog.selectors.audit import audit_search
 from webapp.catalog.selectors.common import NotFound
 from webapp.catalog.selectors.flags import (
     flag_detail,
+    flag_documents_page,
     flag_first_sample,
     flag_read_text,
     flag_recent,
@@ -58,6 +59,7 @@ __all__ = [
     "pool_planned_by",
     "export_file",
     "flag_detail",
+    "flag_documents_page",
     "flag_first_sample",
     "flag_read_text",
     "flag_recent",

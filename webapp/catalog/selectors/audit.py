@@ -5,6 +5,8 @@ document lists (rows never store per-document data)."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from webapp.catalog.models import (
     MixtureVersion,
     Pool,
@@ -64,14 +66,14 @@ def audit_search(*, source: str, file_path: str = "", document_id: int | None = 
 
 def _document_ids(
     *, tokenized: TokenizedSource, file_path: str | None = None, document_ids=None
-) -> set[int]:
+) -> np.ndarray:
     """The documents of ``tokenized`` an audit asks about: ``document_ids``, or the
     documents of the file ``file_path`` (the id range the tokenize stage recorded in
     ``params["file_ranges"]``; empty for a file it did not read)."""
     if file_path is not None:
         start, stop = (tokenized.params.get("file_ranges") or {}).get(file_path, (0, 0))
-        return set(range(start, stop))
-    return set(document_ids or ())
+        return np.arange(int(start), int(stop), dtype=np.int64)
+    return np.unique(np.asarray(list(document_ids or ()), dtype=np.int64))
 
 
 def _pool_holds(
@@ -86,7 +88,7 @@ def _pool_holds(
             ids = _document_ids(tokenized=ts, document_ids=[document_id])
         else:
             ids = _document_ids(tokenized=ts, file_path=file.path)  # type: ignore[union-attr]
-        if not ids:
+        if not ids.size:
             continue
         try:
             if pool_documents_hit(pool=pool, tokenized=ts, doc_ids=ids):

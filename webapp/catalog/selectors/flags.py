@@ -11,7 +11,7 @@ from django.db.models import Count, Prefetch, QuerySet, prefetch_related_objects
 from shardcore import flagged_reads as core
 from shardcore.errors import ShardcoreError
 from shardcore.manifest import read_manifest
-from webapp.catalog import facts, pool_documents
+from webapp.catalog import facts, flag_documents, pool_documents
 from webapp.catalog.models import (
     Export,
     Flag,
@@ -82,7 +82,7 @@ def taint_describe(t: Taint) -> dict:
     }
 
 
-def flag_detail(*, flag_id: int, reads: bool = True, page=1) -> dict:
+def flag_detail(*, flag_id: int, reads: bool = True, page=1, documents_after=None) -> dict:
     """A flag and one page of what it taints (in the order the taint was recorded; each
     item once): ``taints`` (each described; for a run, when it first read the flagged
     documents, ``read`` and its one-line ``first_read``, from the stored first flagged
@@ -90,8 +90,11 @@ def flag_detail(*, flag_id: int, reads: bool = True, page=1) -> dict:
     ``has_prev``, the page's tainted rows by kind (``tokenized``, ``pools``, ``versions``,
     ``runs``), ``counts`` of each kind (and ``copies``) and the flagged ``documents`` in
     the source, kept on the flag's row, ``reads`` ({done, total}) while the first reads
-    are being computed, and ``taint`` (``facts.flag_taint_read``: ``computing`` or
-    ``error`` until the task stored what the flag taints). Three queries per page of runs
+    are being computed, ``taint`` (``facts.flag_taint_read``: ``computing`` or
+    ``error`` until the task stored what the flag taints), and ``document_ids``: a page of
+    the document indices it names after ``documents_after`` (``flag_documents.PAGE``, from
+    the runs holding them), with ``documents_next`` (the ``documents_after`` of the next
+    page, None at the end). Three queries per page of runs
     (the flag, the page with its runs, the steps of its runs; one more per other kind of
     target on the page), whatever the size of the catalog or the number of tainted runs."""
     flag = get_or_not_found(
@@ -132,6 +135,36 @@ def flag_detail(*, flag_id: int, reads: bool = True, page=1) -> dict:
         "documents": int((flag.counts or {}).get("documents", 0)),
         "reads": {"done": flag.reads_done, "total": flag.reads_total},
         "taint": facts.flag_taint_read(flag),
+        **_documents_page(flag, documents_after),
+    }
+
+
+def _documents_page(flag: Flag, after) -> dict:
+    try:
+        after = max(-1, int(after)) if after not in (None, "") else -1
+    except (TypeError, ValueError):
+        after = -1
+    got = flag_documents_page(flag=flag, after=after)
+    return {
+        "document_ids": got["document_ids"],
+        "documents_after": after,
+        "documents_next": got["next_after"],
+    }
+
+
+def flag_documents_page(*, flag: Flag, after: int = -1, limit: int = flag_documents.PAGE) -> dict:
+    """Up to ``limit`` (at most ``flag_documents.PAGE_MAX``) of the document indices the
+    flag names greater than ``after``, ascending: ``num_documents``, ``document_ids`` and
+    ``next_after`` (the ``after`` of the next page; None at the end). Reads the runs
+    holding them, never the flag's whole list."""
+    limit = max(1, min(int(limit), flag_documents.PAGE_MAX))
+    ids = flag_documents.page(flag, after=int(after), limit=limit + 1) if flag.num_documents else []
+    more = len(ids) > limit
+    ids = ids[:limit]
+    return {
+        "num_documents": flag.num_documents,
+        "document_ids": ids,
+        "next_after": ids[-1] if more else None,
     }
 
 
@@ -164,7 +197,7 @@ _FIRST_FLAGGED: dict[tuple[int, int], int | None] = {}
 _FLAGGED_COUNTS: dict[tuple[int, int, int | None], int] = {}
 
 
-def _flagged_masks(*, flag: Flag, version: MixtureVersion) -> dict:
+def _flagged_records(*, flag: Flag, version: MixtureVersion) -> dict:
     """The flag's documents -> their rows in each pool of the version
     (``documents.parquet``) -> per pool, the records holding them (segment arrays)."""
     key = (flag.pk, version.pk)
@@ -173,7 +206,7 @@ def _flagged_masks(*, flag: Flag, version: MixtureVersion) -> dict:
     manifest = read_manifest(version.path)
     index = {p.get("fingerprint"): i for i, p in enumerate(manifest["pools"])}
     pools = Pool.objects.filter(components__version=version).distinct()
-    masks = {}
+    records = {}
     for pool in pools.prefetch_related(
         Prefetch("parents", queryset=TokenizedSource.objects.filter(source_id=flag.source_id))
     ):
@@ -188,11 +221,11 @@ def _flagged_masks(*, flag: Flag, version: MixtureVersion) -> dict:
             for ts in pool.parents.all()
         ]
         if rows:
-            masks[index[pool.fingerprint]] = core.flagged_records(
+            records[index[pool.fingerprint]] = core.flagged_records(
                 manifest["pools"][index[pool.fingerprint]]["path"], np.concatenate(rows)
             )
-    _FLAGGED_RECORDS[key] = masks
-    return masks
+    _FLAGGED_RECORDS[key] = records
+    return records
 
 
 def flag_first_sample(*, flag: Flag, version: MixtureVersion) -> int | None:
@@ -202,8 +235,8 @@ def flag_first_sample(*, flag: Flag, version: MixtureVersion) -> int | None:
     sample of the schedule reading one (``shardcore.flagged_reads``)."""
     key = (flag.pk, version.pk)
     if key not in _FIRST_FLAGGED:
-        masks = _flagged_masks(flag=flag, version=version)
-        _FIRST_FLAGGED[key] = core.first_sample(version.path, masks)
+        records = _flagged_records(flag=flag, version=version)
+        _FIRST_FLAGGED[key] = core.first_sample(version.path, records)
     return _FIRST_FLAGGED[key]
 
 
@@ -220,7 +253,7 @@ def segment_flagged(*, flag: Flag, segment: RunSegment) -> dict:
     key = (flag.pk, version.pk, stop)
     if key not in _FLAGGED_COUNTS:
         _FLAGGED_COUNTS[key] = core.flagged_samples(
-            version.path, _flagged_masks(flag=flag, version=version), stop=stop
+            version.path, _flagged_records(flag=flag, version=version), stop=stop
         )[0]
     return {
         "version": version.pk,

@@ -7,16 +7,20 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+import numpy as np
 from django.conf import settings
+from django.db import transaction
 from django.utils import timezone
 
-from shardcore import annotate, artifact_cache, props, storage
+from shardcore import annotate, props, storage
 from shardcore.annotate.artifact import DOC_ID, annotation_shards
 from shardcore.annotation import plan_annotation, summarize
 from shardcore.errors import InputError
 from shardcore.filters import filter_parse, filter_rows
 from shardcore.manifest import MANIFEST_NAME
+from shardcore.mixture.reader import sorted_distinct
 from shardcore.units import Plan
+from webapp.catalog import flag_documents
 from webapp.catalog.errors import CatalogError, boundary
 from webapp.catalog.models import Annotation, ArtifactStatus, Flag, TokenizedSource
 from webapp.catalog.services.common import (
@@ -231,16 +235,14 @@ def annotation_columns(*, tokenized_ids: Iterable[int] | None = None) -> list[st
 # --- flag the documents where ... --------------------------------------------------------
 
 
-def _matching(path: str, annotator: str, expression: str) -> list[int]:
-    """The doc_ids (ascending) of annotation ``path`` where ``expression`` holds (its
+def _matching(path: str, annotator: str, expression: str) -> np.ndarray:
+    """The doc_ids (ascending, distinct) of annotation ``path`` where ``expression`` holds (its
     columns read as ``<annotator>.<column>``, exactly as a pool that joins it reads them),
     evaluated one shard at a time: one shard's columns in memory, and the matching ids."""
-    import numpy as np
     import pyarrow as pa
 
-    local = artifact_cache.local_artifact(path) if storage.is_remote(path) else path
     found: list[np.ndarray] = []
-    for table in annotation_shards(local):
+    for table in annotation_shards(path):
         cols = [c for c in table.column_names if c != DOC_ID]
         inner = pa.StructArray.from_arrays([table.column(c).combine_chunks() for c in cols], cols)
         view = pa.table(
@@ -252,8 +254,8 @@ def _matching(path: str, annotator: str, expression: str) -> list[int]:
         rows = filter_rows(view, expression, where=f"annotation {path}")
         found.append(table.column(DOC_ID).take(pa.array(rows)).to_numpy())
     if not found:
-        return []
-    return np.unique(np.concatenate(found)).tolist()
+        return np.zeros(0, dtype=np.int64)
+    return sorted_distinct(np.concatenate(found))
 
 
 def annotation_flag_where(
@@ -274,7 +276,7 @@ def annotation_flag_where(
     if not filter:
         raise CatalogError("filter: say which documents, e.g. pii.emails > 0")
     deferred = ann.num_documents > settings.PLAN_INLINE_DOCUMENTS
-    ids: list[int] = []
+    ids = np.zeros(0, dtype=np.int64)
     try:
         filter_parse(filter)
         if not deferred:
@@ -289,7 +291,7 @@ def annotation_flag_where(
             )  # fmt: skip
     except InputError as exc:
         raise CatalogError(f"filter: {exc}") from None
-    if not deferred and not ids:
+    if not deferred and not ids.size:
         raise CatalogError(_none_match(filter, ann))
     reason = reason.strip() or f"{filter} (annotation {ann.pk}, {ann.annotator})"
     # The annotation's doc_ids are the tokenized source's document indices, which are the
@@ -339,7 +341,7 @@ def _none_match(filter: str, ann: Annotation) -> str:
     )
 
 
-def flag_where_evaluate(flag: Flag) -> list[int]:
+def flag_where_evaluate(flag: Flag) -> np.ndarray:
     """What the taint task of a flag recorded over a large annotation runs first: the
     documents where its filter holds (the same evaluation as in a request, in the worker,
     a shard at a time), stored on the flag; a redelivered task computes the same ids. A
@@ -356,8 +358,8 @@ def flag_where_evaluate(flag: Flag) -> list[int]:
         ids = _matching(ann.path, ann.annotator, flag.where)
     except InputError as exc:
         raise CatalogError(f"filter: {exc}") from None
-    if not ids:
+    if not ids.size:
         raise CatalogError(_none_match(flag.where, ann))
-    Flag.objects.filter(pk=flag.pk).update(document_ids=ids)
-    flag.document_ids = ids
+    with transaction.atomic():
+        flag_documents.store(flag, ids)
     return ids

@@ -10,12 +10,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
+import numpy as np
 from django.db import transaction
 from django.db.models import Count
 from django.utils import timezone
 
 from shardcore import storage
-from webapp.catalog import pool_documents
+from webapp.catalog import flag_documents, pool_documents
 from webapp.catalog.errors import CatalogError
 from webapp.catalog.facts import flag_reads_request, flag_taint_request
 from webapp.catalog.models import (
@@ -56,7 +57,7 @@ def flag_create(
         raise CatalogError("a flag needs a reason")
     source = Source.objects.get(pk=source_id)
     source_file = None
-    ids: list[int] = []
+    ids: np.ndarray | None = None
     if file_path is not None and document_ids is not None:
         raise CatalogError("flag a file or a set of documents, not both")
     if file_path is not None:
@@ -69,8 +70,8 @@ def flag_create(
             raise CatalogError("a filter is evaluated over an annotation: name one")
         target = Flag.Target.DOCUMENTS  # its documents are found by its taint task
     elif document_ids is not None:
-        ids = sorted({int(i) for i in document_ids})
-        if not ids:
+        ids = flag_documents.normalized(document_ids)
+        if not ids.size:
             raise CatalogError("no document ids given")
         if ids[0] < 0:
             raise CatalogError(f"document ids are indices from 0, got {ids[0]}")
@@ -82,7 +83,6 @@ def flag_create(
             target=target,
             source=source,
             source_file=source_file,
-            document_ids=ids,
             reason=reason,
             where=where,
             annotation_id=annotation_id,
@@ -90,6 +90,8 @@ def flag_create(
             taint_state=Flag.TaintState.QUEUED,
             taint_requested_at=timezone.now(),
         )
+        if ids is not None:
+            flag_documents.store(flag, ids)
         flag_taint_request(flag_id=flag.pk)
     return flag
 
@@ -97,7 +99,7 @@ def flag_create(
 def flag_awaiting_documents(flag: Flag) -> bool:
     """A flag over "the documents where ..." whose filter its taint task has not evaluated
     yet (recorded over an annotation of more than ``settings.PLAN_INLINE_DOCUMENTS``)."""
-    return bool(flag.where) and not flag.document_ids
+    return bool(flag.where) and flag.num_documents is None
 
 
 def flag_taint_compute(*, flag_id: int) -> str:
@@ -289,23 +291,13 @@ def _flagged_docs_in_tokenized(flag: Flag, ts: TokenizedSource) -> int:
     if flag.target == Flag.Target.FILE:
         start, stop = ranges.get(flag.source_file.path, (0, 0))
         return stop - start
-    return sum(1 for i in flag.document_ids if i < ts.num_documents)
+    return flag_documents.count_below(flag, ts.num_documents)
 
 
 def _tokenized_file_ranges(ts: TokenizedSource) -> dict[str, tuple[int, int]]:
     """{relative file path: [first document index, end)} from the tokenized manifest."""
     ranges = (ts.params or {}).get("file_ranges") or {}
     return {path: (int(v[0]), int(v[1])) for path, v in ranges.items()}
-
-
-def _flagged_document_ids(flag: Flag, ts: TokenizedSource) -> set[int] | None:
-    """The flagged document indices within ``ts``; None means all of them."""
-    if flag.target == Flag.Target.SOURCE:
-        return None
-    if flag.target == Flag.Target.FILE:
-        start, stop = _tokenized_file_ranges(ts).get(flag.source_file.path, (0, 0))
-        return set(range(start, stop))
-    return set(flag.document_ids)
 
 
 def _flagged_docs_in_pool(flag: Flag, pool: Pool, hit_tokenized: dict[int, int]) -> int:
@@ -317,7 +309,9 @@ def _flagged_docs_in_pool(flag: Flag, pool: Pool, hit_tokenized: dict[int, int])
     total = 0
     for ts in pool.parents.filter(pk__in=list(hit_tokenized)):
         total += pool_documents.pool_documents_hit(
-            pool=pool, tokenized=ts, doc_ids=_flagged_document_ids(flag, ts)
+            pool=pool,
+            tokenized=ts,
+            doc_ids=pool_documents.flag_document_ids(flag=flag, tokenized=ts),
         )
     return total
 

@@ -161,7 +161,7 @@ def annotation_flag_where(request, annotation_id: int):
         return redirect("dashboard:flag", flag_id=flag.pk)
     messages.success(
         request,
-        f"Flag {flag.pk} recorded over {len(flag.document_ids):,} document(s); what it "
+        f"Flag {flag.pk} recorded over {flag.num_documents:,} document(s); what it "
         "taints is being computed by a worker.",
     )
     return redirect("dashboard:flag", flag_id=flag.pk)

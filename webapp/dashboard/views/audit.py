@@ -46,5 +46,9 @@ def flag_detail(request, flag_id: int):
     return render(
         request,
         "dashboard/audit/flag.html",
-        contexts.flag_detail(flag_id=flag_id, page=request.GET.get("page", 1)),
+        contexts.flag_detail(
+            flag_id=flag_id,
+            page=request.GET.get("page", 1),
+            documents_after=request.GET.get("documents_after"),
+        ),
     )

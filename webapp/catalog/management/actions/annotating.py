@@ -53,9 +53,7 @@ class FlagWhere(Action):
         )
         if flag_awaiting_documents(flag):
             return f"flag {flag.pk}: the documents where {flag.where} are being found by a worker"
-        return (
-            f"flag {flag.pk}: {len(flag.document_ids)} document(s), {flag.taints.count()} taint(s)"
-        )
+        return f"flag {flag.pk}: {flag.num_documents} document(s), {flag.taints.count()} taint(s)"
 
 
 def _annotate_group(o: dict[str, Any]) -> str:

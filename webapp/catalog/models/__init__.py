@@ -19,6 +19,7 @@ from django.db.models import Q
 
 from shardcore.export import FORMATS as EXPORT_FORMATS
 from webapp.catalog.guards import uri_is_remote
+from webapp.catalog.models.flag_documents import FlagDocuments as FlagDocuments
 
 
 class ImmutableArtifactError(Exception):
@@ -542,8 +543,9 @@ class Flag(models.Model):
     source_file = models.ForeignKey(
         SourceFile, null=True, blank=True, related_name="flags", on_delete=models.CASCADE
     )
-    # Document indices within the source (its order of documents, as tokenized).
-    document_ids = models.JSONField(default=list, blank=True)
+    # How many documents it names, once known; their indices (in the source's order of
+    # documents, as tokenized) are its FlagDocuments rows. None: a source or file flag.
+    num_documents = models.BigIntegerField(null=True, blank=True)
     reason = models.TextField()
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
@@ -662,9 +664,6 @@ class Taint(_artifact_target("taints")):  # type: ignore[misc]
 
     def __str__(self) -> str:
         return f"flag {self.flag_id} taints {self.target}"
-
-
-# --- facts computed from artifact files -------------------------------------------------
 
 
 # --- corruption -------------------------------------------------------------------------
