@@ -33,7 +33,7 @@ from shardcore import storage
 from shardcore.errors import InputError
 from shardcore.mixture import POOL_FILE, RECORD_FILE
 from shardcore.mixture.chunked import npy_offset
-from shardcore.mixture.reader import Mixture, among, flagged_indices, sorted_distinct
+from shardcore.mixture.reader import IndexSet, Mixture, flagged_indices, sorted_distinct
 from shardcore.pack import Segments, load_segments
 
 _CHUNK = 1 << 22
@@ -58,12 +58,13 @@ def flagged_records(pool_path: str | os.PathLike, doc_rows: np.ndarray) -> np.nd
     holder = np.searchsorted(firsts, rows, side="right") - 1
     inside = (holder >= 0) & (rows < firsts[np.maximum(holder, 0)] + counts[np.maximum(holder, 0)])
     found = []
+    wanted = IndexSet(rows)
     files = mf.files_by_path(manifest) if storage.is_remote(pool_path) else None
     for k in np.unique(holder[inside]).tolist():
         first = int(firsts[k])
         seg = _segments(pool_path, files, f"{mf.shard_prefix(manifest, k)}.segments.npz")
         doc = seg.seg_doc.astype(np.int64)
-        hit = (doc >= 0) & among(doc + first, rows)
+        hit = (doc >= 0) & wanted(doc + first)
         if not hit.any():
             continue
         record = np.repeat(np.arange(seg.num_records), np.diff(seg.seg_record_offsets))
@@ -128,8 +129,8 @@ def _flagged_chunks(
     time: per chunk, the samples (indices in the schedule) whose record is flagged. Nothing
     when no record is."""
 
-    flagged = {int(p): flagged_indices(m) for p, m in records.items()}
-    flagged = {p: ids for p, ids in flagged.items() if ids.size}
+    flagged = {int(p): IndexSet(flagged_indices(m)) for p, m in records.items()}
+    flagged = {p: ids for p, ids in flagged.items() if ids.ids.size}
     if not flagged:
         return
     read = _schedule_reader(mixture_dir)
@@ -141,7 +142,7 @@ def _flagged_chunks(
         for i, ids in flagged.items():
             sel = p == i
             if sel.any():
-                hit[sel] = among(r[sel].astype(np.int64), ids)
+                hit[sel] = ids(r[sel])
         yield a + np.flatnonzero(hit)
 
 

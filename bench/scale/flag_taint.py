@@ -5,6 +5,7 @@ the flagged documents, and how many) against the request that records the flag
 Not a test.
 
     python -m bench.scale.flag_taint [--sizes 10000,100000,1000000,10000000] [--flagged 10]
+        [--share 0.1]
 
 Needs the service's settings in the environment (``DATABASE_URL`` on Postgres,
 ``CELERY_BROKER_URL`` on a Redis database of its own: the queued messages are purged at
@@ -13,7 +14,7 @@ many documents from one tokenized source: a metadata-only manifest written by th
 writer (``bench.scale.schedule.write_pool``) and a ``documents.parquet`` with the columns
 a built pool's table has (doc_id, file, line, byte_offset, n_tokens, n_bytes, source,
 source_shard, source_row, source_fingerprint), recorded in the catalog as ready. A flag on
-``--flagged`` documents of the source is then
+``--flagged`` documents of the source (or ``--share`` of them) is then
 
 - computed, as the request did before: ``flag_propagate`` (three runs, the median), in a
   fresh interpreter whose peak RSS (VmHWM) is its own;
@@ -178,6 +179,10 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default="10000,100000,1000000,10000000")
     ap.add_argument("--flagged", type=int, default=10)
+    ap.add_argument(
+        "--share", type=float, default=0.0,
+        help="flag this share of each size's documents instead (e.g. 0.1)",
+    )  # fmt: skip
     ap.add_argument("--child", nargs=3, metavar=("POOL", "DOCUMENTS", "FLAGGED"))
     args = ap.parse_args()
     if args.child:
@@ -201,7 +206,7 @@ def main() -> None:
             mb = (pool_dir / "documents.parquet").stat().st_size / 1e6
             row = run_child(
                 ["bench.scale.flag_taint", "--child", str(pool_dir), str(documents),
-                 str(args.flagged)]
+                 str(max(args.flagged, int(args.share * documents)))]
             )  # fmt: skip
             row["table_mb"] = mb
             print(json.dumps(row), flush=True)

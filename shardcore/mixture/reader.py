@@ -39,13 +39,36 @@ def sorted_distinct(values: Any) -> np.ndarray:
     return a[np.concatenate(([True], a[1:] != a[:-1]))]
 
 
-def among(values: np.ndarray, sorted_ids: np.ndarray) -> np.ndarray:
-    """Per item of ``values``, whether it is one of ``sorted_ids`` (ascending): a binary
-    search each, so the cost is the values' number times the log of the ids'."""
-    if not sorted_ids.size:
-        return np.zeros(np.shape(values), dtype=bool)
-    at = np.minimum(np.searchsorted(sorted_ids, values), sorted_ids.size - 1)
-    return sorted_ids[at] == values
+class IndexSet:
+    """Sorted distinct indices, asked which of many values are among them: by a bit table
+    over [0, largest] when that is no larger than the indices' own array (one in 64 or more
+    present; a lookup is two array reads), else by binary search of the values in sorted
+    order. Built once, asked batch after batch."""
+
+    def __init__(self, indices: Any):
+        self.ids = sorted_distinct(indices)
+        self.top = int(self.ids[-1]) + 1 if self.ids.size else 0
+        self.bits: np.ndarray | None = None
+        if self.ids.size and self.ids[0] >= 0 and self.top <= 64 * self.ids.size:
+            self.bits = np.zeros((self.top + 7) // 8, dtype=np.uint8)
+            np.bitwise_or.at(self.bits, self.ids >> 3, (1 << (self.ids & 7)).astype(np.uint8))
+
+    def __call__(self, values: Any) -> np.ndarray:
+        """Per item of ``values``, whether it is one of the indices."""
+        values = np.asarray(values).astype(np.int64, copy=False)
+        if not self.ids.size:
+            return np.zeros(values.shape, dtype=bool)
+        if self.bits is not None:
+            inside = (values >= 0) & (values < self.top)
+            v = np.where(inside, values, 0)
+            return inside & ((self.bits[v >> 3] >> (v & 7).astype(np.uint8)) & 1).astype(bool)
+        flat = values.ravel()
+        order = np.argsort(flat, kind="stable")
+        ordered = flat[order]
+        at = np.minimum(np.searchsorted(self.ids, ordered), self.ids.size - 1)
+        out = np.empty(flat.shape, dtype=bool)
+        out[order] = self.ids[at] == ordered
+        return out.reshape(values.shape)
 
 
 class Mixture:

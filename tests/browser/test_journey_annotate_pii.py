@@ -117,6 +117,10 @@ def test_a_pii_annotation_flags_documents_and_taints_the_run_that_read_them(
         r"computed by a worker\.",
         message,
     ), message
+    # The documents it names, listed a page at a time (all of them fit in the first).
+    assert page.inner_text("#flag-document-ids") == ", ".join(str(i) for i in with_email)
+    assert page.inner_text("#flag-documents").startswith(f"{len(with_email)} in all:")
+    assert page.locator("#flag-documents-next").count() == 0
     flag_taint_shown(page)  # computed by a worker once the flag is recorded
     # When the run first read them is computed by a worker after the flag is recorded: the
     # row says "being computed" until it is stored, and the page shows it once reloaded.

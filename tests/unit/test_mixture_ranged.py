@@ -11,8 +11,10 @@ import pytest
 
 from shardcore import artifact_cache, storage
 from shardcore import flagged_reads as lineage
+from shardcore import manifest as mf
 from shardcore.errors import CorruptDataError
 from shardcore.locate import locate_mixture
+from shardcore.manifest import read_manifest
 from shardcore.mixture import POOL_FILE, Mixture, MixtureSpec, build_mixture, continuation
 from shardcore.mixture import ranged as ranged_columns
 from tests.unit import mix_fixtures
@@ -102,3 +104,32 @@ def test_schedule_files_are_checked_in_blocks_of_at_most_a_mebibyte():
     assert block_size_for(16 << 30) == 64 << 20
     assert block_size_for(16 << 30, most=SCHEDULE_BLOCK) == SCHEDULE_BLOCK == 1 << 20
     assert block_size_for(100_000, most=SCHEDULE_BLOCK) == block_size_for(100_000) == 4096
+
+
+def test_flagged_records_and_samples_on_s3_read_only_what_they_need(disk, on_s3, tmp_path):
+    """A pool on S3: its flagged records from the segment arrays of the shards holding the
+    flagged documents (each object checked), as on disk; a schedule on S3: the samples
+    reading them counted by ranges. Nothing copied to the local cache; a changed segment
+    object an error naming it."""
+    pools = disk.parent / "pools"
+    rng = np.random.default_rng(11)
+    url = f"{on_s3.rsplit('/', 1)[0]}/pool-middle"
+    artifact_cache.publish_directory(pools / "pool-middle", url)
+    n_docs = int(mf.shard_column(read_manifest(pools / "pool-middle"), "documents").sum())
+    for size in (1, 5, 40):
+        rows = rng.choice(n_docs, size=size, replace=False)
+        here = lineage.flagged_records(pools / "pool-middle", rows)
+        assert here.dtype == np.int64 and np.all(np.diff(here) > 0) and here.size >= 1
+        np.testing.assert_array_equal(lineage.flagged_records(url, rows), here)
+        # The same records as a mask or as indices: the same samples, on S3 and on disk.
+        mask = np.zeros(int(Mixture(disk).pools[1]["num_records"]), dtype=bool)
+        mask[here] = True
+        for stop in (None, 7_000, 25_000):
+            want = lineage.flagged_samples(disk, {1: mask}, stop=stop)
+            assert lineage.flagged_samples(on_s3, {1: here}, stop=stop) == want, (size, stop)
+    assert _cached(tmp_path) == []
+    store = storage.open_store(url)
+    key = next(k for k in store.list() if k.endswith(".segments.npz"))
+    store.put_bytes(key, store.read_bytes(key) + b"\0")
+    with pytest.raises(CorruptDataError, match=rf"{key} does not match its manifest entry"):
+        lineage.flagged_records(url, np.arange(n_docs))

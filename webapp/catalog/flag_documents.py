@@ -69,10 +69,11 @@ def store(flag: Flag, ids: np.ndarray) -> int:
     return int(ids.size)
 
 
-def runs(flag: Flag, *, after: int = -1) -> Iterator[np.ndarray]:
-    """The flag's indices greater than ``after``, a run at a time, in order."""
-    rows = FlagDocuments.objects.filter(flag=flag, last__gt=after).order_by("first")
-    for run in rows.iterator(chunk_size=16):
+def runs(flag: Flag, *, after: int = -1, fetch: int = 16) -> Iterator[np.ndarray]:
+    """The flag's indices greater than ``after``, a run at a time, in order (``fetch``
+    runs a round trip)."""
+    rows = FlagDocuments.objects.filter(flag=flag, last__gt=after).order_by("last")
+    for run in rows.iterator(chunk_size=fetch):
         ids = decode(run)
         yield ids[ids > after] if run.first <= after else ids
 
@@ -95,7 +96,7 @@ def page(flag: Flag, *, after: int = -1, limit: int = PAGE) -> list[int]:
     """Up to ``limit`` of the flag's indices greater than ``after``, in order."""
     limit = max(1, min(int(limit), PAGE_MAX))
     out: list[int] = []
-    for ids in runs(flag, after=after):
+    for ids in runs(flag, after=after, fetch=1 + limit // RUN):
         out += ids[: limit - len(out)].tolist()
         if len(out) >= limit:
             break

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from shardcore.errors import InputError
-from shardcore.mixture.reader import among
+from shardcore.mixture.reader import IndexSet
 from shardcore.pool import SOURCE_FP_COL, PoolReader
 from webapp.catalog import flag_documents
 from webapp.catalog.models import Flag, Pool, TokenizedSource
@@ -72,8 +72,9 @@ def pool_document_rows(
     (sorted) of ``tokenized`` (None: every document of it). Memory: the ids, a batch of
     the table and the rows found."""
     parts = []
+    members = None if doc_ids is None else IndexSet(doc_ids)
     for first, mine, held in _held(pool, tokenized):
-        if doc_ids is not None:
-            mine &= among(held, doc_ids)
+        if members is not None:
+            mine &= members(held)
         parts.append(first + np.flatnonzero(mine))
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)

@@ -72,6 +72,7 @@ class Migration(migrations.Migration):
                 "constraints": [
                     models.UniqueConstraint(fields=("flag", "first"), name="flag_documents_unique")
                 ],
+                "indexes": [models.Index(fields=["flag", "last"], name="flag_documents_last")],
             },
         ),
         migrations.AddField(

@@ -6,7 +6,7 @@ Its document indices are stored here instead, sorted and in runs of up to
 ``webapp.catalog.flag_documents.RUN`` (delta-encoded, compressed: a few bytes a document),
 each row with its first and last index and its count, so that a count below an index, a
 page of them after an index, or all of them a run at a time are read by the index on
-(flag, first). Written with the flag, in its transaction; deleted with it."""
+(flag, last). Written with the flag, in its transaction; deleted with it."""
 
 from __future__ import annotations
 
@@ -25,6 +25,9 @@ class FlagDocuments(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["flag", "first"], name="flag_documents_unique")
         ]
+        # Runs are disjoint and sorted: ordered by last as by first, and "the runs past an
+        # index" or "below one" is a range of this index.
+        indexes = [models.Index(fields=["flag", "last"], name="flag_documents_last")]
 
     def __str__(self) -> str:
         return f"flag {self.flag_id}: {self.count} documents {self.first}..{self.last}"
