@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from tests.integration.dashboard_fixtures import login, users  # noqa: F401
+from tests.support.migrations import migrate_to, schema_at
 from webapp.catalog import flag_documents
 from webapp.catalog.models import Flag, FlagDocuments, Source
 from webapp.catalog.services.flags import flag_create
@@ -99,17 +98,10 @@ def test_its_page_and_api_page_its_documents(source, no_tasks, login, users):  #
     assert bad.status_code == 400 and "integers" in bad.json()["detail"]
 
 
-def _migrate(targets):
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate(targets)
-    return executor.loader.project_state(targets).apps
-
-
 @pytest.fixture
 def old_schema(transactional_db):
-    yield _migrate(BEFORE)
-    _migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())
+    with schema_at(BEFORE) as apps:
+        yield apps
 
 
 def test_the_migration_moves_each_list_into_runs_and_back(old_schema):
@@ -120,7 +112,7 @@ def test_the_migration_moves_each_list_into_runs_and_back(old_schema):
     listed = OldFlag.objects.create(target="documents", source=src, document_ids=many, reason="a")
     whole = OldFlag.objects.create(target="source", source=src, reason="b")
 
-    apps = _migrate(AFTER)
+    apps = migrate_to(AFTER)
     NewFlag = apps.get_model("catalog", "Flag")
     runs = apps.get_model("catalog", "FlagDocuments").objects.filter(flag_id=listed.pk)
     assert NewFlag.objects.get(pk=listed.pk).num_documents == len(many)
@@ -129,7 +121,7 @@ def test_the_migration_moves_each_list_into_runs_and_back(old_schema):
     # Read with today's code: the same indices.
     assert flag_documents.all_ids(Flag.objects.get(pk=listed.pk)).tolist() == many
 
-    apps = _migrate(BEFORE)
+    apps = migrate_to(BEFORE)
     back = apps.get_model("catalog", "Flag")
     assert back.objects.get(pk=listed.pk).document_ids == many
     assert back.objects.get(pk=whole.pk).document_ids == []

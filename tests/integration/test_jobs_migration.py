@@ -6,24 +6,17 @@ put back together."""
 from __future__ import annotations
 
 import pytest
-from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
+
+from tests.support.migrations import migrate_to, schema_at
 
 BEFORE = [("jobs", "0002_unit_heartbeat")]
 AFTER = [("jobs", "0005_unit_index_constraints")]
 
 
-def _migrate(targets):
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate(targets)
-    return executor.loader.project_state(targets).apps
-
-
 @pytest.fixture
 def old_schema(transactional_db):
-    yield _migrate(BEFORE)
-    _migrate(MigrationExecutor(connection).loader.graph.leaf_nodes())
+    with schema_at(BEFORE) as apps:
+        yield apps
 
 
 def test_it_moves_each_units_spec_out_of_the_plan_and_back(old_schema):
@@ -45,7 +38,7 @@ def test_it_moves_each_units_spec_out_of_the_plan_and_back(old_schema):
     )  # fmt: skip
     JobUnit.objects.create(job=job, unit_id="sum", phase=1, state="pending")
 
-    apps = _migrate(AFTER)
+    apps = migrate_to(AFTER)
     Job = apps.get_model("jobs", "Job")
     JobUnit = apps.get_model("jobs", "JobUnit")
 
@@ -58,6 +51,6 @@ def test_it_moves_each_units_spec_out_of_the_plan_and_back(old_schema):
     assert rows["a"].spec == phases[0][0] and rows["sum"].spec == phases[1][0]
     assert (rows["a"].bad_lines, rows["b"].bad_lines) == (2, 0)
 
-    apps = _migrate(BEFORE)
+    apps = migrate_to(BEFORE)
     job = apps.get_model("jobs", "Job").objects.get(pk=job.pk)
     assert job.plan["phases"] == [[phases[0][1], phases[0][0]], [phases[1][0]]]
