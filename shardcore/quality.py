@@ -504,7 +504,8 @@ def mixture_labels(mix, by: str, start: int, stop: int) -> Coded:
     values = np.empty(stop - start, dtype=object)
     for i in np.unique(pidx).tolist():
         sel = pidx == i
-        values[sel] = PoolReader(mix.pools[i]["path"]).record_labels(by, rec[sel])
+        pool = PoolReader(mix.pools[i]["path"], ranged=True)  # on object storage: not copied
+        values[sel] = pool.record_labels(by, rec[sel])
     return Coded.of(values)
 
 

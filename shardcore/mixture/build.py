@@ -146,7 +146,7 @@ def _manifest_write(
     """Write the manifest of the schedule in ``out`` (the commit point) and read it back."""
     seq_len = int(pools[0].manifest["seq_len"])
     # Block checksums let ``shardyard verify`` name the corrupt byte range, and a reader
-    # by ranges (shardcore.mixture.ranged) check what it reads: blocks of at most 1 MiB,
+    # by ranges (shardcore.ranged) check what it reads: blocks of at most 1 MiB,
     # so that a question about one sample reads a MiB of a column whatever its length.
     files = [
         verify.file_entry(out, rel, most=SCHEDULE_BLOCK)

@@ -3,6 +3,7 @@ and ``shardyard verify``'s structural checks of a pool."""
 
 from __future__ import annotations
 
+import io
 import os
 from collections.abc import Iterator
 from functools import cached_property
@@ -11,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from shardcore import artifact_cache, pack, props, verify
+from shardcore import artifact_cache, pack, props, storage, verify
 from shardcore import manifest as mf
 from shardcore.errors import InputError, ManifestError
 from shardcore.formats import IDX_SEQUENCES_OFFSET, IndexedReader, idx_length_offset
@@ -26,6 +27,7 @@ from shardcore.pool.layout import (
     as_numpy,
 )
 from shardcore.positions import locate_pool
+from shardcore.ranged import RangedFile
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -87,16 +89,44 @@ class PoolReader:
     batches, their segments, and per-document values. Records are numbered
     0..num_records-1 in pool order across shards."""
 
-    def __init__(self, path: str | os.PathLike):
-        # A pool on object storage is read from a checked local copy.
-        self.path = Path(artifact_cache.local_artifact(path))
-        self.manifest = mf.read_manifest(self.path)
+    def __init__(self, path: str | os.PathLike, *, ranged: bool = False):
+        """A pool on object storage is read from a checked local copy of it, or, with
+        ``ranged`` (for a pass over a few columns of its documents table:
+        ``iter_document_columns``, ``document_columns``; with the segment arrays of the
+        shards holding some records: ``record_labels``), not copied: the table's files are
+        read by checked ranges (``shardcore.ranged.RangedFile``), a shard's segment arrays
+        whole and checked, and its records' tokens are not readable."""
+        self.url = str(path) if ranged and storage.is_remote(path) else None
+        self.path = Path(artifact_cache.local_artifact(path)) if self.url is None else Path()
+        self.manifest = mf.read_manifest(self.url or self.path)
         if self.manifest.get("kind") != KIND:
-            raise ManifestError(f"{self.path}: not a pool (kind {self.manifest.get('kind')!r})")
-        # The manifest's column (format 3: memory-mapped, never copied), searched per read.
-        self.cumulative = np.asarray(self.manifest["cumulative_records"], dtype=np.int64)
+            where = self.url or self.path
+            raise ManifestError(f"{where}: not a pool (kind {self.manifest.get('kind')!r})")
         self._readers: dict[int, IndexedReader] = {}
         self._segments: dict[int, pack.Segments] = {}
+
+    @cached_property
+    def cumulative(self) -> np.ndarray:
+        """The manifest's column (format 3: memory-mapped, never copied), searched per read."""
+        return np.asarray(self.manifest["cumulative_records"], dtype=np.int64)
+
+    def _load_segments(self, shard: int) -> pack.Segments:
+        rel = f"{mf.shard_prefix(self.manifest, shard)}.segments.npz"
+        if self.url is None:
+            return pack.load_segments(self.path / rel)
+        entry = mf.files_by_path(self.manifest).get(rel)
+        if entry is None:
+            raise ManifestError(f"{self.url}: its manifest lists no {rel}")
+        return pack.load_segments(io.BytesIO(storage.read_checked(self.url, entry)))
+
+    def _document_file(self, rel: str):
+        """A file of the documents table: its local path, or read by checked ranges."""
+        if self.url is None:
+            return self.path / rel
+        entry = mf.files_by_path(self.manifest).get(rel)
+        if entry is None:
+            raise ManifestError(f"{self.url}: its manifest lists no {rel}")
+        return RangedFile(self.url, entry)
 
     @cached_property
     def _first_documents(self) -> np.ndarray:
@@ -121,14 +151,15 @@ class PoolReader:
         return self.record(int(i))
 
     def reader(self, shard: int) -> IndexedReader:
+        if self.url is not None:
+            raise InputError(f"{self.url}: opened without its tokens (ranged); open it whole")
         if shard not in self._readers:
             self._readers[shard] = IndexedReader(self.path / mf.shard_prefix(self.manifest, shard))
         return self._readers[shard]
 
     def segments(self, shard: int) -> pack.Segments:
         if shard not in self._segments:
-            prefix = mf.shard_prefix(self.manifest, shard)
-            self._segments[shard] = pack.load_segments(self.path / f"{prefix}.segments.npz")
+            self._segments[shard] = self._load_segments(shard)
         return self._segments[shard]
 
     def _where(self, i: int) -> tuple[int, int]:
@@ -247,8 +278,7 @@ class PoolReader:
         main = np.empty(wanted.size, dtype=np.int64)
         for k in np.unique(shards).tolist():
             sel = shards == k
-            prefix = mf.shard_prefix(self.manifest, k)
-            local = pack.load_segments(self.path / f"{prefix}.segments.npz").main_document()
+            local = self._load_segments(k).main_document()
             m = local[wanted[sel] - int(self.cumulative[k])]
             main[sel] = np.where(m >= 0, m + int(firsts[k]), -1)
         # A record without a document reads the last document's value, as the whole-pool
@@ -282,7 +312,7 @@ class PoolReader:
         import pyarrow.parquet as pq
 
         parts = [batch for _, batch in self.iter_document_columns(names)]
-        files = [self.path / rel for rel in self.document_files()]
+        files = [self._document_file(rel) for rel in self.document_files()]
         n = sum(int(pq.ParquetFile(f).metadata.num_rows) for f in files)
         return n, {
             name: np.concatenate([p[name] for p in parts]) if parts else np.zeros(0)
@@ -299,7 +329,7 @@ class PoolReader:
 
         # A partitioned table (a pool of many buckets) is its shards' sidecars, in shard
         # order; their source fingerprints come from the manifest's sources.
-        files = [self.path / rel for rel in self.document_files()]
+        files = [self._document_file(rel) for rel in self.document_files()]
         schema = pq.ParquetFile(files[0]).schema_arrow
         facts = [c for c in schema.names if c != props.PROPS]
         derived = self.partitioned and SOURCE_FP_COL not in facts

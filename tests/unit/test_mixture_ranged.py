@@ -12,11 +12,12 @@ import pytest
 from shardcore import artifact_cache, storage
 from shardcore import flagged_reads as lineage
 from shardcore import manifest as mf
-from shardcore.errors import CorruptDataError
+from shardcore import ranged as ranged_columns
+from shardcore.errors import CorruptDataError, InputError
 from shardcore.locate import locate_mixture
 from shardcore.manifest import read_manifest
 from shardcore.mixture import POOL_FILE, Mixture, MixtureSpec, build_mixture, continuation
-from shardcore.mixture import ranged as ranged_columns
+from shardcore.pool import PoolReader
 from tests.unit import mix_fixtures
 
 SEQ = 64
@@ -133,3 +134,41 @@ def test_flagged_records_and_samples_on_s3_read_only_what_they_need(disk, on_s3,
     store.put_bytes(key, store.read_bytes(key) + b"\0")
     with pytest.raises(CorruptDataError, match=rf"{key} does not match its manifest entry"):
         lineage.flagged_records(url, np.arange(n_docs))
+
+
+def test_a_pools_documents_columns_on_s3_are_read_by_ranges(disk, on_s3, tmp_path):
+    """A pool on S3 opened for its documents table: the columns a taint reads and the labels
+    a version's quality measures come back as on disk, a batch at a time, without a copy of
+    the pool; its tokens are not readable that way; a damaged block of the table is an
+    error naming it."""
+    local = disk.parent / "pools" / "pool-early"
+    url = f"{on_s3.rsplit('/', 1)[0]}/pool-early"
+    artifact_cache.publish_directory(local, url)
+    names = ["_doc.source", "_doc.doc_id", "_doc.n_tokens"]
+    here = PoolReader(local)
+    there = PoolReader(url, ranged=True)
+    for batch in (7, 1 << 20):
+        a = list(here.iter_document_columns(names, batch_rows=batch))
+        b = list(there.iter_document_columns(names, batch_rows=batch))
+        assert [f for f, _ in a] == [f for f, _ in b] and len(a) >= 1
+        for (_, x), (_, y) in zip(a, b, strict=True):
+            for name in names:
+                np.testing.assert_array_equal(x[name], y[name])
+    n, cols = there.document_columns(["_doc.doc_id"])
+    assert n == len(here.documents) and cols["_doc.doc_id"].size == n
+    # A measured sample's label: the segment arrays of the shards holding its record.
+    records = np.random.default_rng(2).integers(0, here.num_records, 300)
+    for prop in ("_doc.n_tokens", "_doc.doc_id"):
+        np.testing.assert_array_equal(
+            there.record_labels(prop, records), here.record_labels(prop, records)
+        )
+    assert _cached(tmp_path) == []
+    with pytest.raises(InputError, match="opened without its tokens"):
+        there.record(0)
+    store = storage.open_store(url)
+    table = next(k for k in store.list() if k.endswith(".parquet"))
+    data = bytearray(store.read_bytes(table))
+    data[len(data) // 2] ^= 0xFF
+    store.put_bytes(table, bytes(data))
+    with pytest.raises(CorruptDataError, match=rf"{table}: block \d+"):
+        list(PoolReader(url, ranged=True).iter_document_columns(names))

@@ -19,9 +19,10 @@ def _held(pool: Pool, tokenized: TokenizedSource) -> Iterator[tuple[int, np.ndar
     """Batch by batch of the pool's documents (in pool order): the first row, whether each
     is one of ``tokenized``'s, and its document id there. Reads the two columns it needs
     (the source's index among the manifest's sources, or its fingerprint in a table
-    without it, and the document id) a batch at a time, never the whole documents table.
-    Nothing for a table without them."""
-    reader = PoolReader(pool.path)
+    without it, and the document id) a batch at a time, never the whole documents table
+    (on object storage by checked ranges, never a copy of the pool). Nothing for a table
+    without them."""
+    reader = PoolReader(pool.path, ranged=True)  # on object storage: those columns, not a copy
     fps = [s.get("fingerprint") for s in reader.manifest.get("sources") or []]
     ours = [i for i, fp in enumerate(fps) if fp == tokenized.fingerprint]
     # The source's index where the manifest lists its sources, else its fingerprint.

@@ -1,4 +1,5 @@
-"""A schedule column of a mixture on object storage, read by checked ranges.
+"""A file of an artifact on object storage read by checked ranges: a schedule column
+of a mixture (``RangedColumn``), a Parquet file of a pool's documents table (``RangedFile``).
 
 A question about a few samples of a schedule (where a run resumes, how often a pool was read
 before a sample, where an epoch starts) needs the per-chunk counts and at most a chunk of a
@@ -27,9 +28,10 @@ from shardcore.errors import CorruptDataError, ManifestError
 BYTES_KEPT = 48 << 20
 
 
-class RangedColumn:
-    """The one-dimensional ``.npy`` file ``entry["path"]`` of the artifact at ``url``:
-    ``len``, ``dtype``, items and slices (step 1) as numpy arrays, ``np.asarray`` of the whole."""
+class CheckedRanges:
+    """Bytes of the file ``entry["path"]`` of the artifact at ``url`` by ranges: the whole
+    blocks of the manifest's block checksums that cover them, each checked, the last ones
+    read kept (``BYTES_KEPT``)."""
 
     def __init__(self, url: str, entry: dict[str, Any]):
         self.url, self.key = url, str(entry["path"])
@@ -44,14 +46,6 @@ class RangedColumn:
             raise ManifestError(f"{url}: {self.key}: {len(self.sums)} block checksums")
         self._kept: OrderedDict[int, bytes] = OrderedDict()
         self._kept_bytes = 0
-        head = self._bytes(0, min(self.size, self.block_size))
-        f = io.BytesIO(head)
-        shape, fortran, dtype = _header(f)
-        if len(shape) != 1 or fortran:
-            raise ManifestError(f"{url}: {self.key} is not a one-dimensional column")
-        self.dtype, self.offset, self.length = np.dtype(dtype), f.tell(), int(shape[0])
-        if self.offset + self.length * self.dtype.itemsize != self.size:
-            raise CorruptDataError(f"{url}: {self.key}: its header does not match its size")
 
     def _fetch(self, first: int, last: int) -> None:
         """Blocks [first, last] in one ranged read, each checked against its checksum."""
@@ -95,6 +89,22 @@ class RangedColumn:
         data = b"".join(parts)
         return data[start - first * self.block_size : stop - first * self.block_size]
 
+
+class RangedColumn(CheckedRanges):
+    """The one-dimensional ``.npy`` file ``entry["path"]`` of the artifact at ``url``:
+    ``len``, ``dtype``, items and slices (step 1) as numpy arrays, ``np.asarray`` of the whole."""
+
+    def __init__(self, url: str, entry: dict[str, Any]):
+        super().__init__(url, entry)
+        head = self._bytes(0, min(self.size, self.block_size))
+        f = io.BytesIO(head)
+        shape, fortran, dtype = _header(f)
+        if len(shape) != 1 or fortran:
+            raise ManifestError(f"{url}: {self.key} is not a one-dimensional column")
+        self.dtype, self.offset, self.length = np.dtype(dtype), f.tell(), int(shape[0])
+        if self.offset + self.length * self.dtype.itemsize != self.size:
+            raise CorruptDataError(f"{url}: {self.key}: its header does not match its size")
+
     def __len__(self) -> int:
         return self.length
 
@@ -120,6 +130,41 @@ class RangedColumn:
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
         whole = self[:]
         return whole if dtype is None else whole.astype(dtype)
+
+
+class RangedFile(io.RawIOBase):
+    """The file ``entry["path"]`` of the artifact at ``url`` as a read-only seekable binary
+    file (what pyarrow's ``ParquetFile`` reads: the footer, then the column chunks asked
+    for), each read served by ``CheckedRanges``: never the whole object unless read whole."""
+
+    def __init__(self, url: str, entry: dict[str, Any]):
+        super().__init__()
+        self.ranges = CheckedRanges(url, entry)
+        self.name = f"{url}/{entry['path']}"
+        self._at = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._at
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._at, io.SEEK_END: self.ranges.size}[whence]
+        if base + offset < 0:
+            raise ValueError(f"{self.name}: seek before the start")
+        self._at = base + offset
+        return self._at
+
+    def readinto(self, buffer) -> int:
+        stop = min(self._at + len(buffer), self.ranges.size)
+        data = self.ranges._bytes(self._at, stop)
+        buffer[: len(data)] = data
+        self._at += len(data)
+        return len(data)
 
 
 def _header(f: io.BytesIO) -> tuple[tuple[int, ...], bool, np.dtype]:
