@@ -196,7 +196,8 @@ def main() -> None:
     )
     sizes = [r["documents"] for r in out]
     for key, what in [
-        ("record_s", "recorded s"), ("record_rss_mb", "peak RSS MB"), ("stored_mb", "stored MB"), ("page_ms", "page ms"),
+        ("record_s", "recorded s"), ("record_rss_mb", "peak RSS MB"),
+        ("stored_mb", "stored MB"), ("page_ms", "page ms"),
         ("deep_page_ms", "deep page ms"), ("api_page_ms", "API page ms"),
         ("json_read_ms", "JSON list read ms"), ("json_mb", "JSON row MB"),
         ("json_rss_mb", "JSON peak RSS MB"),
