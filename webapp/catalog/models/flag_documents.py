@@ -21,7 +21,6 @@ class FlagDocuments(models.Model):
     data = models.BinaryField()  # webapp.catalog.flag_documents.encode
 
     class Meta:
-        app_label = "catalog"
         constraints = [
             models.UniqueConstraint(fields=["flag", "first"], name="flag_documents_unique")
         ]
