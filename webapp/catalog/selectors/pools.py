@@ -232,14 +232,8 @@ _QUALITY_COLUMNS = ("source", "n_tokens", "source_shard", "source_row")
 
 def _document_columns(reader: PoolReader) -> dict[str, np.ndarray]:
     """The columns of the pool's documents table the quality report reads, as arrays (no
-    Arrow table is kept beside them)."""
-    parts: dict[str, list[np.ndarray]] = {c: [] for c in _QUALITY_COLUMNS}
-    for rel in reader.document_files():
-        table = pq.read_table(reader.path / rel, columns=list(_QUALITY_COLUMNS))
-        for c in _QUALITY_COLUMNS:
-            parts[c].append(table.column(c).to_numpy(zero_copy_only=False))
-        del table
-    return {c: np.concatenate(v) if len(v) != 1 else v[0] for c, v in parts.items()}
+    Arrow table is kept beside them; on object storage read by checked ranges)."""
+    return reader.document_columns(list(_QUALITY_COLUMNS))[1]
 
 
 def _coded(codes: np.ndarray, names: list[str]) -> quality.Coded:
@@ -258,7 +252,7 @@ def _plain(labels: np.ndarray | quality.Coded) -> np.ndarray:
 
 def _measure(path: str, *, source_names: dict[str, str] | None = None, by: str = "") -> dict:
 
-    reader = PoolReader(path)
+    reader = PoolReader(path, ranged=True)  # on object storage: the columns, not a copy
     docs = _document_columns(reader)
     num_docs = len(docs["source"])
     if num_docs < 8:
