@@ -96,6 +96,10 @@ def test_its_page_and_api_page_its_documents(source, no_tasks, login, users):  #
     assert got == list(range(0, 2_500, 10))
     bad = api.get(f"/api/flags/{flag.pk}/documents/", {"after": "x"})
     assert bad.status_code == 400 and "integers" in bad.json()["detail"]
+    bad = api.get(f"/api/flags/{flag.pk}/documents/", {"after": 2**64})
+    assert bad.status_code == 400 and "after: from -1 to 2^62" in bad.json()["detail"]
+    huge = viewer.get(f"/audit/flags/{flag.pk}/?documents_after={2**64}").content.decode()
+    assert 'id="flag-document-ids"></span>' in huge
 
 
 @pytest.fixture

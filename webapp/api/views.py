@@ -333,6 +333,8 @@ class FlagViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
             limit = int(request.query_params.get("limit", 100))
         except ValueError as e:
             raise ValidationError({"detail": "after and limit are integers"}) from e
+        if not -1 <= after <= 2**62:
+            raise ValidationError({"detail": f"after: from -1 to 2^62, got {after}"})
         return Response(selectors.flag_documents_page(flag=flag, after=after, limit=limit))
 
     @extend_schema(

@@ -141,7 +141,7 @@ def flag_detail(*, flag_id: int, reads: bool = True, page=1, documents_after=Non
 
 def _documents_page(flag: Flag, after) -> dict:
     try:
-        after = max(-1, int(after)) if after not in (None, "") else -1
+        after = min(max(-1, int(after)), 2**62) if after not in (None, "") else -1
     except (TypeError, ValueError):
         after = -1
     got = flag_documents_page(flag=flag, after=after)
