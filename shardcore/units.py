@@ -446,8 +446,12 @@ def _run_unit(
     stats = runner(local, unit if unit is not None else local.unit(unit_id))
     check()
     _push(store, work, before, remote)
+    # The push may have waited out a cut-off past the lease: asked again before the commit
+    # point, and another run's marker (the same files; its stats hold other timings) stays.
+    check()
     mark_done(work, unit_id, stats)  # later units and finalize on this host read it here
-    mark_done(plan.out, unit_id, stats)  # the commit point of the unit
+    if unit_result(plan.out, unit_id) is None:
+        mark_done(plan.out, unit_id, stats)  # the commit point of the unit
     return stats
 
 

@@ -325,3 +325,42 @@ def test_pool_units_on_s3_fetch_exactly_what_they_read_and_list_nothing(
     assert fetched and all(k.endswith(".docs.parquet") for k in fetched)
     assert not [k for k in storage.open_store(plan.out).list() if k.startswith("_pass1/")]
     assert manifest["num_records"] and verify(f"{s3_bucket}/pool").ok
+
+
+def test_a_late_run_of_a_finished_unit_leaves_the_finished_runs_marker(
+    corpus, moto_server, tmp_path, monkeypatch
+):
+    """A run whose upload waited out a cut-off (its claim lapsed, another run finished the
+    unit meanwhile): asked again before its commit point, and the marker the other run
+    wrote stays (its files are the same bytes; its stats hold other timings)."""
+    from shardcore.tokenize import plan_tokenize
+
+    apply_env(moto_server, monkeypatch)
+    monkeypatch.setenv("SHARDYARD_CACHE", str(tmp_path / "cache"))
+    out = f"s3://{moto_server.new_bucket()}/tok"
+    plan = plan_tokenize(corpus, out, shard_size=60_000, unit_bytes=40_000)
+    units.save_plan(plan)
+    unit_id = plan.phases[0][0]["id"]
+    store = storage.open_store(out)
+    key = units._marker_key(unit_id)
+    push = units._push
+
+    def others_finish_during_the_push(*args, **kwargs):
+        push(*args, **kwargs)
+        store.put_bytes(key, b'{"from": "the run that took the unit over"}')
+
+    monkeypatch.setattr(units, "_push", others_finish_during_the_push)
+    units.run_unit(plan, unit_id)
+    assert store.read_bytes(key) == b'{"from": "the run that took the unit over"}'
+    # Its claim lost before the commit point: it publishes no marker at all.
+    store.delete(key)
+    asked = []
+
+    def lapses_during_the_push() -> bool:
+        asked.append(1)
+        return len(asked) < 2
+
+    monkeypatch.setattr(units, "_push", push)
+    with pytest.raises(units.UnitSuperseded):
+        units.run_unit(plan, unit_id, may_publish=lapses_during_the_push)
+    assert not store.exists(key) and len(asked) == 2
