@@ -25,13 +25,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from django.conf import settings
-from django.db import InterfaceError, OperationalError, connection, transaction
+from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
 from shardcore import units
 from webapp.jobs import dispatch
 from webapp.jobs.common import (
+    DB_DROPPED,
     TransientUnitError,
     describe,
     job_fail,
@@ -213,7 +214,7 @@ class Heartbeat:
                 try:
                     if not self._beat():
                         return
-                except (OperationalError, InterfaceError) as exc:
+                except DB_DROPPED as exc:
                     log.warning("heartbeat skipped: %s", describe(exc))
                     connection.close()
         finally:

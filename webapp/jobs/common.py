@@ -7,6 +7,7 @@ import logging
 import time
 from datetime import timedelta
 
+import psycopg
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
@@ -29,14 +30,23 @@ class TransientUnitError(Exception):
     """Raised to the task when a unit hit a transient error and was put back in the queue."""
 
 
+# A dropped or terminated database connection: Django's errors, and the driver's own where
+# Django lets them through unwrapped (closing a server-side cursor of ``.iterator()``).
+DB_DROPPED: tuple[type[BaseException], ...] = (
+    OperationalError,
+    InterfaceError,
+    psycopg.OperationalError,
+    psycopg.InterfaceError,
+)
+
+
 def transient_errors() -> tuple[type[BaseException], ...]:
     """Errors worth retrying after a pause: the database or broker went away for a moment.
     Everything else is a permanent failure recorded on the unit and the job."""
     import redis.exceptions
 
     return (
-        OperationalError,
-        InterfaceError,
+        *DB_DROPPED,
         redis.exceptions.ConnectionError,
         redis.exceptions.TimeoutError,
         ConnectionError,
@@ -72,7 +82,7 @@ def with_db_retry(what: str, fn):
     while True:
         try:
             return fn(errors)
-        except (OperationalError, InterfaceError) as exc:
+        except DB_DROPPED as exc:
             if len(errors) >= settings.SHARDYARD_DB_RETRIES or connection.in_atomic_block:
                 raise
             errors.append(describe(exc).splitlines()[0])
