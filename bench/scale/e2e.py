@@ -211,38 +211,51 @@ class KillPlan:
     killed: dict = field(default_factory=dict)
 
     def __call__(self, job, workers: list[Worker], sampler_workers: list[Worker]) -> None:
-        from webapp.jobs.models import JobUnit, UnitState
-
         if self.killed or job.units_total == 0 or job.units_done < self.at * job.units_total:
             return
-        running = JobUnit.objects.filter(job=job, state=UnitState.RUNNING)
-        for unit in running.order_by("unit_id"):
-            victim = next((w for w in workers if unit.worker.startswith(w.name + "@")), None)
-            if victim is None or victim.proc.poll() is not None:
-                continue
-            # Freeze the worker's process group, then check that the unit is still its own
-            # and running: a unit that finished between the query and the signal is not a
-            # kill mid-unit (the worker is let go on and the next poll tries again).
-            os.killpg(victim.proc.pid, signal.SIGSTOP)
-            now = JobUnit.objects.filter(pk=unit.pk).values("state", "worker", "attempts").first()
-            if not now or (now["state"], now["worker"], now["attempts"]) != (
-                UnitState.RUNNING,
-                unit.worker,
-                unit.attempts,
-            ):
-                os.killpg(victim.proc.pid, signal.SIGCONT)
+        # Past the threshold, try until a unit is caught running (units may be shorter than
+        # the poll) or the job has no unit left to run.
+        deadline = time.monotonic() + 30.0
+        while not self.killed and time.monotonic() < deadline:
+            if self._try(job, workers, sampler_workers) is False:
                 return
+            time.sleep(0.005)
+
+    def _try(self, job, workers: list[Worker], sampler_workers: list[Worker]) -> bool | None:
+        """Freeze every live worker's process group, then look for a unit one of them is
+        running: frozen, none can finish it between the look and the kill. Kill that
+        worker and let the others go on. False when the job has no unit left to run."""
+        from webapp.jobs.models import JobUnit, UnitState
+
+        live = [w for w in workers if w.proc.poll() is None]
+        for w in live:
+            os.killpg(w.proc.pid, signal.SIGSTOP)
+        try:
+            units = JobUnit.objects.filter(job=job)
+            if not units.exclude(state=UnitState.SUCCEEDED).exists():
+                return False
+            victim = unit = None
+            for unit in units.filter(state=UnitState.RUNNING).order_by("unit_id"):
+                victim = next((w for w in live if unit.worker.startswith(w.name + "@")), None)
+                if victim is not None:
+                    break
+            if victim is None or unit is None:
+                return None
             victim.kill()
             self.killed = {
                 "worker": victim.name, "pid": victim.proc.pid, "unit": unit.unit_id,
                 "attempts": unit.attempts, "units_done": job.units_done,
                 "units_total": job.units_total, "at_s": victim.killed_at,
             }  # fmt: skip
-            if self.restart:
-                w = self.start_worker(victim.name + "b")
-                workers.append(w)
-                sampler_workers.append(w)
-            return
+        finally:
+            for w in live:
+                if w.proc.poll() is None:
+                    os.killpg(w.proc.pid, signal.SIGCONT)
+        if self.restart:
+            w = self.start_worker(victim.name + "b")
+            workers.append(w)
+            sampler_workers.append(w)
+        return True
 
 
 def service_pool(ts_ids, name, params, workers, kill: KillPlan, *, timeout, log=print) -> dict:

@@ -40,7 +40,10 @@ def _losses(history: dict, step: int) -> dict[str, float]:
     return {s["pool"]: s["loss"] for s in row["losses"] if not s["source"]}
 
 
-def run(data_dir: Path, out: Path, cfg: Config, *, max_kb: int, adapt_at: int, eta: float) -> dict:
+def run(
+    data_dir: Path, out: Path, cfg: Config, *, max_kb: int, adapt_at: int, eta: float,
+    smoothing: float = 1e-3,
+) -> dict:  # fmt: skip
     # A fifth held out: module files are long documents, a smaller slice holds a few.
     paths = prepare(data_dir, max_kb=max_kb, val_fraction=0.2)
     budget = cfg.steps * cfg.batch_size * 64  # seq_len 64: the samples the runs read
@@ -67,7 +70,8 @@ def run(data_dir: Path, out: Path, cfg: Config, *, max_kb: int, adapt_at: int, e
             return None
         weights = {paths[k]: w for k, w in SKEW.items()}
         proposal = propose_weights(
-            weights, _losses(history, step), _losses(reference, step), eta=eta
+            weights, _losses(history, step), _losses(reference, step), eta=eta,
+            smoothing=smoothing,
         )
         proposals.append({"step": step, "sample": next_sample, "pools": proposal})
         new = out / "mixtures" / "skewed-continued"
@@ -96,6 +100,7 @@ def run(data_dir: Path, out: Path, cfg: Config, *, max_kb: int, adapt_at: int, e
         "skew": {names[paths[k]]: w for k, w in SKEW.items()},
         "adapt_at": adapt_at,
         "eta": eta,
+        "smoothing": smoothing,
         "proposal": [
             {**p, "pools": {names[k]: v for k, v in p["pools"].items()}} for p in proposals
         ],
@@ -119,10 +124,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--adapt-at", type=int, default=100)
     ap.add_argument("--eval-every", type=int, default=50)
     ap.add_argument("--eta", type=float, default=4.0)
+    ap.add_argument("--smoothing", type=float, default=1e-3,
+                    help="the share of the proposal spread evenly over the pools")
     args = ap.parse_args(argv)
     cfg = Config(steps=args.steps, eval_every=args.eval_every)
     result = run(Path(args.data), Path(args.out), cfg, max_kb=args.max_kb,
-                 adapt_at=args.adapt_at, eta=args.eta)  # fmt: skip
+                 adapt_at=args.adapt_at, eta=args.eta, smoothing=args.smoothing)  # fmt: skip
     Path(args.out).mkdir(parents=True, exist_ok=True)
     (Path(args.out) / "adapt.json").write_text(json.dumps(result, indent=1))
     for p in result["proposal"]:
