@@ -70,7 +70,10 @@ def run(
             return None
         weights = {paths[k]: w for k, w in SKEW.items()}
         proposal = propose_weights(
-            weights, _losses(history, step), _losses(reference, step), eta=eta,
+            weights,
+            _losses(history, step),
+            _losses(reference, step),
+            eta=eta,
             smoothing=smoothing,
         )
         proposals.append({"step": step, "sample": next_sample, "pools": proposal})
@@ -124,8 +127,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--adapt-at", type=int, default=100)
     ap.add_argument("--eval-every", type=int, default=50)
     ap.add_argument("--eta", type=float, default=4.0)
-    ap.add_argument("--smoothing", type=float, default=1e-3,
-                    help="the share of the proposal spread evenly over the pools")
+    ap.add_argument(
+        "--smoothing",
+        type=float,
+        default=1e-3,
+        help="the share of the proposal spread evenly over the pools",
+    )
     args = ap.parse_args(argv)
     cfg = Config(steps=args.steps, eval_every=args.eval_every)
     result = run(Path(args.data), Path(args.out), cfg, max_kb=args.max_kb,
