@@ -521,36 +521,6 @@ class S3Store(Store):
         return len(uploads)
 
 
-class RangeFile(io.RawIOBase):
-    """A read-only, seekable file over ``key`` of ``store``, read by byte ranges: what
-    Parquet needs to read a file's footer (its schema) without downloading the file."""
-
-    def __init__(self, store: Store, key: str):
-        self.store, self.key = store, key
-        self.length, self.position = store.size(key), 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.position, io.SEEK_END: self.length}[whence]
-        self.position = max(0, base + offset)
-        return self.position
-
-    def tell(self) -> int:
-        return self.position
-
-    def readinto(self, buffer) -> int:
-        stop = min(self.length, self.position + len(buffer))
-        data = self.store.read_range(self.key, self.position, stop) if stop > self.position else b""
-        buffer[: len(data)] = data
-        self.position += len(data)
-        return len(data)
-
-
 def is_store_error(exc: BaseException) -> bool:
     """Whether ``exc`` is the object store failing to answer (unreachable endpoint, refused
     credentials, a missing bucket...), as opposed to an artifact's own problem."""

@@ -226,6 +226,14 @@ class PoolReader:
         return [f"{mf.shard_prefix(self.manifest, k)}.docs.parquet" for k in range(self.num_shards)]
 
     @cached_property
+    def document_schema(self) -> pa.Schema:
+        """The documents table's Arrow schema: the footer of its first file (a partitioned
+        table's sidecars share it), read by checked ranges when opened ``ranged``."""
+        import pyarrow.parquet as pq
+
+        return pq.ParquetFile(self._document_file(self.document_files()[0])).schema_arrow
+
+    @cached_property
     def documents(self) -> pa.Table:
         """One row per pool document, in pool order: ``documents.parquet``, or the shards'
         sidecars in shard order with each row's ``source_fingerprint`` (from the

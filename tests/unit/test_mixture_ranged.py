@@ -154,6 +154,7 @@ def test_a_pools_documents_columns_on_s3_are_read_by_ranges(disk, on_s3, tmp_pat
         for (_, x), (_, y) in zip(a, b, strict=True):
             for name in names:
                 np.testing.assert_array_equal(x[name], y[name])
+    assert there.document_schema == here.document_schema
     n, cols = there.document_columns(["_doc.doc_id"])
     assert n == len(here.documents) and cols["_doc.doc_id"].size == n
     # A measured sample's label: the segment arrays of the shards holding its record.
@@ -172,3 +173,9 @@ def test_a_pools_documents_columns_on_s3_are_read_by_ranges(disk, on_s3, tmp_pat
     store.put_bytes(table, bytes(data))
     with pytest.raises(CorruptDataError, match=rf"{table}: block \d+"):
         list(PoolReader(url, ranged=True).iter_document_columns(names))
+    with pytest.raises(CorruptDataError, match=rf"{table}: block \d+"):
+        # The footer too: a pool's properties are never read from an unchecked byte.
+        data[len(data) // 2] ^= 0xFF
+        data[-12] ^= 0xFF
+        store.put_bytes(table, bytes(data))
+        _ = PoolReader(url, ranged=True).document_schema

@@ -336,6 +336,14 @@ def test_a_pool_of_more_buckets_than_a_directory_holds_fans_its_shards_out(
     assert a.documents.equals(b.documents)  # source_fingerprint included
     assert a.documents.num_rows == fanned["documents"]
     assert np.array_equal(a.document_values("kind"), b.document_values("kind"))
+    # The properties a pool page offers: the same from the first sidecar's footer.
+    from shardcore import props
+    from webapp.catalog.models import Pool as PoolRow
+    from webapp.catalog.selectors.pools import pool_properties_measure
+
+    listed = [pool_properties_measure(pool=PoolRow(path=str(p.path))) for p in (a, b)]
+    assert listed[0] == listed[1] == props.names(props.props_type(a.document_schema))
+    assert "kind" in listed[1]
     # A property reads its column alone, flat or partitioned (the source fingerprints of
     # a partitioned table from its source column and the manifest).
     import pyarrow.parquet as pq

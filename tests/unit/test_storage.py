@@ -52,25 +52,6 @@ def test_it_reads_back_what_it_wrote_whole_and_by_range(store):
         store.read_bytes("a/c.txt")
 
 
-def test_a_range_file_reads_a_parquet_schema_and_seeks_like_a_file(store, tmp_path):
-    import io
-
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    table = pa.table({"doc_id": list(range(500)), "lang": ["en", "de"] * 250})
-    pq.write_table(table, tmp_path / "docs.parquet")
-    store.put_file("docs.parquet", tmp_path / "docs.parquet")
-    assert pq.read_schema(storage.RangeFile(store, "docs.parquet")) == table.schema
-    store.put_bytes("a.txt", TEXT)
-    f = storage.RangeFile(store, "a.txt")
-    assert f.read(6) == TEXT[:6] and f.tell() == 6
-    f.seek(-4, io.SEEK_END)
-    assert f.read() == TEXT[-4:] and f.read(3) == b""
-    f.seek(7)
-    assert f.read(13) == TEXT[7:20]
-
-
 def test_it_streams_a_large_object_in_parts_and_shows_it_only_when_complete(store, tmp_path):
     rng = np.random.default_rng(0)
     data = rng.integers(0, 256, size=(12 << 20) + 12345, dtype=np.uint8).tobytes()

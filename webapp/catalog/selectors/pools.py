@@ -6,13 +6,12 @@ from __future__ import annotations
 import logging
 
 import numpy as np
-import pyarrow.parquet as pq
 from django.db.models import Count, Prefetch
 
 from shardcore import manifest as mf
 from shardcore import props, quality, storage
 from shardcore.errors import ShardcoreError
-from shardcore.pool import DOCUMENTS_NAME, PoolReader
+from shardcore.pool import PoolReader
 from shardcore.shuffle import SHUFFLES
 from webapp.catalog import facts
 from webapp.catalog.models import (
@@ -168,14 +167,11 @@ def pools_properties(pools: list[Pool]) -> dict[int, list[str]]:
 
 
 def pool_properties_measure(*, pool: Pool) -> list[str]:
-    """The pool's properties read from its documents table's schema (on object storage,
-    the file's footer by byte ranges); empty when it cannot be read."""
+    """The pool's properties read from its documents table's schema (``documents.parquet``
+    or, for a pool of many buckets, its first shard's sidecar; on object storage the
+    footer by checked byte ranges); empty when it cannot be read."""
     try:
-        if not storage.is_remote(pool.path):
-            schema = pq.read_schema(f"{pool.path}/{DOCUMENTS_NAME}")
-        else:
-            store = storage.open_store(pool.path)
-            schema = pq.read_schema(storage.RangeFile(store, DOCUMENTS_NAME))
+        schema = PoolReader(pool.path, ranged=True).document_schema
     except (OSError, ShardcoreError, ValueError):
         return []
     return props.names(props.props_type(schema))[:50]
