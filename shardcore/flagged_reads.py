@@ -6,7 +6,7 @@ exact OLMo-core export, ``shardcore.loader``, a materialized copy), so the books
 what a run actually read when, not only which pools it could have read:
 
 1. ``flagged_records``: the records of a pool that hold any token of the given pool
-   documents (rows of the pool's ``documents.parquet``), as sorted indices (8 bytes a
+   documents (rows of the pool's documents table), as sorted indices (8 bytes a
    flagged record, nothing per record of the pool), from the segment arrays of the
    shards holding them only (on object storage, those files alone, each checked);
 2. ``first_sample``: the first training sample of a mixture whose (pool, record) is such
@@ -41,7 +41,7 @@ _CHUNK = 1 << 22
 
 def flagged_records(pool_path: str | os.PathLike, doc_rows: np.ndarray) -> np.ndarray:
     """The records of the pool (sorted indices) that hold any token of the documents
-    ``doc_rows`` (pool document indices, i.e. rows of ``documents.parquet``). Reads the
+    ``doc_rows`` (pool document indices, i.e. rows of the documents table). Reads the
     manifest and the segment arrays of the shards holding one of the rows; a pool on
     object storage is read the same way, each file checked against the manifest."""
 

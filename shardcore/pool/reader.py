@@ -242,11 +242,11 @@ class PoolReader:
         import pyarrow.parquet as pq
 
         if not self.partitioned:
-            return pq.read_table(self.path / DOCUMENTS_NAME)
+            return pq.read_table(self._document_file(DOCUMENTS_NAME))
         fps = arrow_strings([s["fingerprint"] for s in self.manifest["sources"]])
         parts = []
         for rel in self.document_files():
-            table = pq.read_table(self.path / rel)
+            table = pq.read_table(self._document_file(rel))
             src = as_numpy(table.column(SOURCE_COL))
             parts.append(table.append_column(SOURCE_FP_COL, fps.take(arrow_array(src))))
         if not parts:
@@ -319,9 +319,13 @@ class PoolReader:
         bare column: that column), never the whole table."""
         import pyarrow.parquet as pq
 
-        parts = [batch for _, batch in self.iter_document_columns(names)]
-        files = [self._document_file(rel) for rel in self.document_files()]
-        n = sum(int(pq.ParquetFile(f).metadata.num_rows) for f in files)
+        batches = list(self.iter_document_columns(names))
+        parts = [batch for _, batch in batches]
+        if names:  # the batches are contiguous rows: the last one ends the table
+            n = batches[-1][0] + len(parts[-1][names[0]]) if batches else 0
+        else:
+            files = [self._document_file(rel) for rel in self.document_files()]
+            n = sum(int(pq.ParquetFile(f).metadata.num_rows) for f in files)
         return n, {
             name: np.concatenate([p[name] for p in parts]) if parts else np.zeros(0)
             for name in names
@@ -357,7 +361,8 @@ class PoolReader:
             if name not in plan:
                 known = user + [f"{props.FACTS}.{c}" for c in facts]
                 raise InputError(
-                    f"{self.path}: unknown property {name!r} (known: {', '.join(known)})"
+                    f"{self.url or self.path}: unknown property {name!r} "
+                    f"(known: {', '.join(known)})"
                 )
         if not plan:
             return

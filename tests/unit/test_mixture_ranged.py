@@ -155,6 +155,9 @@ def test_a_pools_documents_columns_on_s3_are_read_by_ranges(disk, on_s3, tmp_pat
             for name in names:
                 np.testing.assert_array_equal(x[name], y[name])
     assert there.document_schema == here.document_schema
+    assert there.documents.equals(here.documents)  # read by ranges too
+    with pytest.raises(InputError, match=rf"{url}: unknown property 'nope'"):
+        there.document_values("nope")
     n, cols = there.document_columns(["_doc.doc_id"])
     assert n == len(here.documents) and cols["_doc.doc_id"].size == n
     # A measured sample's label: the segment arrays of the shards holding its record.

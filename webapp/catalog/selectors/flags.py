@@ -199,7 +199,7 @@ _FLAGGED_COUNTS: dict[tuple[int, int, int | None], int] = {}
 
 def _flagged_records(*, flag: Flag, version: MixtureVersion) -> dict:
     """The flag's documents -> their rows in each pool of the version
-    (``documents.parquet``) -> per pool, the records holding them (segment arrays)."""
+    (the documents table) -> per pool, the records holding them (segment arrays)."""
     key = (flag.pk, version.pk)
     if key in _FLAGGED_RECORDS:
         return _FLAGGED_RECORDS[key]
@@ -231,7 +231,7 @@ def _flagged_records(*, flag: Flag, version: MixtureVersion) -> dict:
 def flag_first_sample(*, flag: Flag, version: MixtureVersion) -> int | None:
     """The first training sample of ``version`` whose record holds a document ``flag``
     names: the flag's documents -> their rows in each pool of the version
-    (``documents.parquet``) -> the records holding them (segment arrays) -> the first
+    (the documents table) -> the records holding them (segment arrays) -> the first
     sample of the schedule reading one (``shardcore.flagged_reads``)."""
     key = (flag.pk, version.pk)
     if key not in _FIRST_FLAGGED:
