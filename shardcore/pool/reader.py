@@ -342,7 +342,7 @@ class PoolReader:
         # A partitioned table (a pool of many buckets) is its shards' sidecars, in shard
         # order; their source fingerprints come from the manifest's sources.
         files = [self._document_file(rel) for rel in self.document_files()]
-        schema = pq.ParquetFile(files[0]).schema_arrow
+        schema = self.document_schema
         facts = [c for c in schema.names if c != props.PROPS]
         derived = self.partitioned and SOURCE_FP_COL not in facts
         if derived:
