@@ -59,6 +59,13 @@ class Job(models.Model):
     # Set by the finalize claim and renewed by its heartbeat, like a unit's heartbeat_at.
     finalize_claimed_at = models.DateTimeField(null=True, blank=True)
     finalize_queued_at = models.DateTimeField(null=True, blank=True)
+    # When the message of the step that sends the current phase's next batch of units was
+    # sent (``dispatch.job_dispatch_execute``); None when no such step is due.
+    dispatch_queued_at = models.DateTimeField(null=True, blank=True)
+    # Units per phase, from the plan: a phase's start counts its units left from this and
+    # the (few) of them already succeeded, without counting its rows. Empty for jobs
+    # created before it was kept (their phase starts count the rows).
+    phase_units = models.JSONField(default=list, blank=True)
     # Dotted path of the service called on success/failure (see module docstring).
     recorder = models.CharField(max_length=200, blank=True)
 
@@ -158,12 +165,18 @@ class JobUnit(models.Model):
             models.UniqueConstraint(fields=["job", "index"], name="jobunit_index_per_job"),
         ]
         indexes = [
-            # Phase starts and retries select the units of (job, phase) by state.
-            models.Index(fields=["job", "phase", "state"]),
+            # Phase starts and retries select the units of (job, phase) by state; the
+            # dispatcher takes a phase's next pending units in plan order.
+            models.Index(fields=["job", "phase", "state", "index"], name="jobunit_phase_state"),
             # The sweep's lost units and the workers page read only the running units,
             # a few rows however many units the jobs hold.
             models.Index(
                 fields=["job"], name="jobunit_running", condition=models.Q(state="running")
+            ),
+            # The sweep reads the queued units sent before a time (those whose message the
+            # broker should have delivered by then), not every queued unit.
+            models.Index(
+                fields=["queued_at"], name="jobunit_queued", condition=models.Q(state="queued")
             ),
             # The job's bad input sums the units that refused input.
             models.Index(
@@ -174,3 +187,15 @@ class JobUnit(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job_id}/{self.unit_id} ({self.state})"
+
+
+class SweepTurn(models.Model):
+    """The last sweep of a queue: workers take turns (one sweep per interval per queue,
+    ``recovery.sweep_turn``) instead of every worker sweeping on its own timer."""
+
+    queue = models.CharField(max_length=200, unique=True)
+    swept_at = models.DateTimeField()
+    worker = models.CharField(max_length=200, blank=True)
+
+    def __str__(self) -> str:
+        return f"sweep of {self.queue} at {self.swept_at} by {self.worker}"
