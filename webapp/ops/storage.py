@@ -200,6 +200,42 @@ def _readers(kind: str, obj) -> list[str]:
     return out
 
 
+def _refusal(kind: str, obj) -> str | None:
+    """Why ``obj`` may not be retired now (being built, or read by something live, each
+    reader named); None when it may."""
+    if obj.status == ArtifactStatus.BUILDING:
+        return f"{kind} {obj.pk} is still being built; cancel its job first"
+    readers = _readers(kind, obj)
+    if readers:
+        return (
+            f"{kind} {_label(kind, obj)} (id {obj.pk}) is read by {len(readers)} live "
+            f"item(s): {'; '.join(readers)}; retire those first"
+        )
+    return None
+
+
+def artifact_retire_preview(*, kind: str, pk: int) -> dict:
+    """What retiring would do, for the confirmation page: ``{"kind", "id", "name",
+    "status", "path", "bytes", "refusal"}`` (``refusal``: why it may not go now, naming
+    what reads it; None when it may). Reads only."""
+    if kind not in KINDS:
+        raise ValueError(f"kind {kind!r}: choose from {', '.join(KINDS)}")
+    model = KINDS[kind]
+    obj = model.objects.filter(pk=pk).first()  # type: ignore[attr-defined]
+    if obj is None:
+        raise model.DoesNotExist(f"{kind} {pk} does not exist")  # type: ignore[attr-defined]
+    retired = obj.status == ArtifactStatus.RETIRED
+    return {
+        "kind": kind,
+        "id": pk,
+        "name": _label(kind, obj),
+        "status": obj.status,
+        "path": obj.path,
+        "bytes": 0 if retired else path_bytes(obj.path),
+        "refusal": None if retired else _refusal(kind, obj),
+    }
+
+
 def artifact_retire(*, kind: str, pk: int) -> dict:
     """Remove the files of a built artifact and mark its row retired; refused (naming
     them) while a live artifact or an active training run reads it. Rows, lineage,
@@ -213,14 +249,9 @@ def artifact_retire(*, kind: str, pk: int) -> dict:
             raise model.DoesNotExist(f"{kind} {pk} does not exist")  # type: ignore[attr-defined]
         if obj.status == ArtifactStatus.RETIRED:
             return {"kind": kind, "id": pk, "path": obj.path, "bytes_freed": 0}
-        if obj.status == ArtifactStatus.BUILDING:
-            raise RetireRefused(f"{kind} {pk} is still being built; cancel its job first")
-        readers = _readers(kind, obj)
-        if readers:
-            raise RetireRefused(
-                f"{kind} {_label(kind, obj)} (id {pk}) is read by {len(readers)} live "
-                f"item(s): {'; '.join(readers)}; retire those first"
-            )
+        refusal = _refusal(kind, obj)
+        if refusal:
+            raise RetireRefused(refusal)
         # Marked first: from now on nothing builds on it, and no scrub checks it.
         model.objects.filter(pk=pk).update(status=ArtifactStatus.RETIRED)  # type: ignore[attr-defined]
     freed = _remove(obj.path)

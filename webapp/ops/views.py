@@ -9,10 +9,16 @@ from django.contrib import messages
 from django.contrib.auth.models import Group
 from django.db.models import Q
 from django.shortcuts import get_object_or_404, redirect, render
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_http_methods, require_POST
 
 from webapp.ops.models import WEBHOOK_EVENTS, WebhookDelivery, WebhookEndpoint
-from webapp.ops.storage import KINDS, RetireRefused, artifact_retire, storage_report
+from webapp.ops.storage import (
+    KINDS,
+    RetireRefused,
+    artifact_retire,
+    artifact_retire_preview,
+    storage_report,
+)
 from webapp.ops.webhooks import endpoint_create, url_refusal
 from webapp.roles import ROLES, require_role
 
@@ -86,13 +92,24 @@ def storage_page(request):
     return render(request, "ops/storage.html", {"report": storage_report()})
 
 
-@require_POST
+@require_http_methods(["GET", "POST"])
 def storage_retire(request, kind: str, pk: int):
-
+    """GET: what retiring would remove (or why it is refused), with the confirming form.
+    POST with ``confirm=yes`` (that form): retire. A POST without it shows the page: files
+    are removed only once the editor has seen which ones."""
     require_role(request.user, "editor")
     if kind not in KINDS:
         messages.error(request, f"kind {kind!r}: choose from {', '.join(KINDS)}")
         return redirect("storage")
+    if request.method == "POST" and request.POST.get("confirm") != "yes":
+        return redirect("storage_retire", kind=kind, pk=pk)
+    if request.method == "GET":
+        try:
+            preview = artifact_retire_preview(kind=kind, pk=pk)
+        except KINDS[kind].DoesNotExist as exc:  # type: ignore[attr-defined]
+            messages.error(request, str(exc))
+            return redirect("storage")
+        return render(request, "ops/retire.html", {"artifact": preview})
     try:
         done = artifact_retire(kind=kind, pk=pk)
     except RetireRefused as exc:

@@ -39,6 +39,11 @@ def built_version(version_id: int) -> MixtureVersion:
     version = MixtureVersion.objects.select_related("mixture").filter(pk=version_id).first()
     if version is None:
         raise CatalogError(f"no mixture version {version_id}")
+    if version.status == ArtifactStatus.RETIRED:
+        raise CatalogError(
+            f"mixture version {version} is retired: its schedule and files were removed, "
+            "so it has no exports"
+        )
     if version.status != ArtifactStatus.READY or not version_built(version):
         raise CatalogError(f"mixture version {version} has no built schedule")
     return version

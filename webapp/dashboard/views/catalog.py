@@ -3,7 +3,7 @@
 from pathlib import Path
 
 from django.contrib import messages
-from django.http import FileResponse, Http404, HttpResponse, JsonResponse
+from django.http import FileResponse, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.http import content_disposition_header
@@ -274,7 +274,8 @@ def mixture_version_export(request, version_id: int, fmt: str):
                 return resp
             location = export.path
     except CatalogError as e:
-        raise Http404(str(e)) from e
+        # The reason as the answer, never the (debug) list of URLs a 404 page may show.
+        return HttpResponse(f"{e}\n", status=404, content_type="text/plain; charset=utf-8")
     name = f"{version.mixture.name}-v{version.number}-{Path(path).name}"
     return stored_file_response(location, name)
 
