@@ -327,6 +327,9 @@ SHARDYARD_WEBHOOK_POLL = env_int("SHARDYARD_WEBHOOK_POLL", 5, minimum=0)
 SHARDYARD_WEBHOOK_TIMEOUT = env_int("SHARDYARD_WEBHOOK_TIMEOUT", 5, minimum=1)
 SHARDYARD_WEBHOOK_ATTEMPTS = env_int("SHARDYARD_WEBHOOK_ATTEMPTS", 6, minimum=1)
 SHARDYARD_WEBHOOK_BACKOFF = env_int("SHARDYARD_WEBHOOK_BACKOFF", 30, minimum=1)
+# Endpoints each worker sends to side by side (one thread each): a slow receiver holds
+# only its own thread.
+SHARDYARD_WEBHOOK_SENDERS = env_int("SHARDYARD_WEBHOOK_SENDERS", 4, minimum=1)
 # Webhooks reach public addresses only (webapp.ops.netguard); these CIDR networks
 # (comma-separated, e.g. "10.20.0.0/16,fd00::/8") are let through too, for internal receivers.
 try:

@@ -1,15 +1,17 @@
 """The worker's webhook thread: every SHARDYARD_WEBHOOK_POLL seconds, records the new
-events' deliveries and sends the due ones (``webapp.ops.webhooks.webhooks_tick``). It runs
-beside the work in the worker's main process, never in a task slot, so a receiver that
-hangs costs this thread at most SHARDYARD_WEBHOOK_TIMEOUT per attempt and no job waits
-for it. An error skips a round; the next one tries again."""
+events' deliveries and starts sending the due ones (``webapp.ops.webhooks``), each
+endpoint's in a sender thread of its own, without waiting for them. It runs beside the
+work in the worker's main process, never in a task slot, so no job waits for a receiver;
+a slow receiver holds its own sender thread for at most SHARDYARD_WEBHOOK_TIMEOUT per
+attempt and no other receiver waits for it. An error skips a round; the next one tries
+again."""
 
 from __future__ import annotations
 
 import logging
 import threading
 
-from webapp.ops.webhooks import webhooks_tick
+from webapp.ops.webhooks import WebhookSender, events_collect
 
 log = logging.getLogger(__name__)
 
@@ -20,15 +22,21 @@ _thread: threading.Thread | None = None
 def _loop(interval: float) -> None:
     from django.db import connection
 
-    while not _stop.is_set():
-        try:
-            webhooks_tick()
-        except Exception as exc:  # a worker never dies of its webhooks
-            log.warning("webhook round skipped: %s", exc)
-        finally:
-            connection.close()
-        if _stop.wait(interval):
-            return
+    sender = WebhookSender()
+    try:
+        while not _stop.is_set():
+            try:
+                events_collect()
+                sender.round()
+            except Exception as exc:  # a worker never dies of its webhooks
+                log.warning("webhook round skipped: %s", exc)
+            finally:
+                connection.close()
+            # Sooner while sends are in flight, so that their outcomes are recorded soon.
+            if _stop.wait(min(interval, 1.0) if sender.busy else interval):
+                return
+    finally:
+        sender.close()
 
 
 def start() -> None:

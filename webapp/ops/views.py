@@ -1,4 +1,6 @@
-"""Operations pages: the webhooks a user set up for themselves and their teams."""
+"""Operations pages: the webhooks a user set up for themselves and their teams (added and
+removed by editors and admins: a webhook sends the catalog's events, job errors and flag
+reasons included, to an address outside it), and the storage report."""
 
 from __future__ import annotations
 
@@ -58,7 +60,9 @@ def _visible(user):
 
 
 def webhooks(request):
-    """List, with the last deliveries, and the form for a new one."""
+    """List, with the last deliveries, and (for editors) the form for a new one."""
+    if request.method == "POST":
+        require_role(request.user, "editor")
     form = WebhookForm(request.POST or None, user=request.user)
     if request.method == "POST" and form.is_valid():
         secret = form.cleaned_data["secret"] or secrets.token_urlsafe(24)
@@ -80,6 +84,7 @@ def webhooks(request):
 
 @require_POST
 def webhook_delete(request, pk: int):
+    require_role(request.user, "editor")
     endpoint = get_object_or_404(_visible(request.user), pk=pk)
     endpoint.delete()
     messages.success(request, f"Webhook {pk} removed.")

@@ -2,19 +2,22 @@
 corrupt artifact) delivered as signed JSON to the URLs users and teams configured.
 
 Nothing here runs inside a job. Every worker runs a thread (``workers.webhooks``) that, every
-SHARDYARD_WEBHOOK_POLL seconds, calls ``webhooks_tick``:
+SHARDYARD_WEBHOOK_POLL seconds, records new events' deliveries and sends the due ones:
 
 1. ``events_collect`` reads the rows that say an event happened (terminal jobs, taints of
    runs, scrub findings) since the oldest active endpoint was made, and records one
    ``WebhookDelivery`` per (endpoint, event): a unique key makes this idempotent, so any
    number of workers may collect the same events.
-2. ``deliveries_drain`` claims due deliveries (a conditional UPDATE: one drainer each) and
-   POSTs them with bounded timeouts (SHARDYARD_WEBHOOK_TIMEOUT), to an address the URL's
-   host resolved to and ``netguard`` let through (never loopback, private, link-local and
-   the like unless SHARDYARD_WEBHOOK_ALLOW_NETWORKS permits it): a refused target is not
-   contacted, and the refusal is the attempt's error. A receiver that answers
-   anything but 2xx, or not at all, is tried again after SHARDYARD_WEBHOOK_BACKOFF seconds,
-   doubling, up to SHARDYARD_WEBHOOK_ATTEMPTS attempts.
+2. ``WebhookSender`` claims due deliveries (a conditional UPDATE: one sender each, held
+   longer than the sending can take, so a delivery is never sent by two workers at once)
+   and POSTs each endpoint's in a thread of its own (SHARDYARD_WEBHOOK_SENDERS per
+   worker), so a slow receiver delays only its own deliveries. Each attempt ends within
+   SHARDYARD_WEBHOOK_TIMEOUT seconds in total, however slowly the receiver answers. It
+   goes to an address the URL's host resolved to and ``netguard`` let through (never
+   loopback, private, link-local and the like unless SHARDYARD_WEBHOOK_ALLOW_NETWORKS
+   permits it): a refused target is not contacted, and the refusal is the attempt's
+   error. A receiver that answers anything but 2xx, or not in time, is tried again after
+   SHARDYARD_WEBHOOK_BACKOFF seconds, doubling, up to SHARDYARD_WEBHOOK_ATTEMPTS attempts.
 
 Each request carries ``X-Shardyard-Signature: sha256=<hex>``, the HMAC-SHA256 of the exact
 body with the endpoint's secret, ``X-Shardyard-Event`` and ``X-Shardyard-Delivery`` (the
@@ -22,11 +25,17 @@ same on every retry of one delivery, so a receiver can drop duplicates)."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import json
 import logging
 import os
+import socket
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as futures_wait
 from datetime import timedelta
 
 from django.conf import settings
@@ -178,6 +187,32 @@ def _ca_bundle() -> str:
     )
 
 
+def _deadline_seconds() -> float:
+    return float(settings.SHARDYARD_WEBHOOK_TIMEOUT)
+
+
+def _connection(target, ip, timeout: float):
+    """A urllib3 connection to ``ip`` that remembers its raw socket (``raw``), so that a
+    watchdog can shut it down whatever layer (TLS handshake, headers) is reading it."""
+    from urllib3.connection import HTTPConnection, HTTPSConnection
+
+    base = HTTPSConnection if target.scheme == "https" else HTTPConnection
+
+    class Connection(base):  # type: ignore[valid-type,misc]
+        raw: socket.socket | None = None
+
+        def _new_conn(self):
+            self.raw = super()._new_conn()
+            return self.raw
+
+    if target.scheme == "https":
+        return Connection(
+            str(ip), target.port, timeout=timeout, server_hostname=target.host,
+            assert_hostname=target.host, cert_reqs="CERT_REQUIRED", ca_certs=_ca_bundle(),
+        )  # fmt: skip
+    return Connection(str(ip), target.port, timeout=timeout)
+
+
 def _post(endpoint: WebhookEndpoint, delivery: WebhookDelivery) -> tuple[int | None, str]:
     """POST one delivery; (HTTP status or None, error text).
 
@@ -185,7 +220,13 @@ def _post(endpoint: WebhookEndpoint, delivery: WebhookDelivery) -> tuple[int | N
     then connects to one of those addresses itself, never resolving the name again, and
     names the host in the Host header and in TLS (SNI and the certificate's check). A
     refused target is reported as an error without connecting; redirects are not followed
-    and no proxy is used."""
+    and no proxy is used.
+
+    The whole attempt (connecting, TLS, sending, reading the status and headers) ends by
+    its deadline, SHARDYARD_WEBHOOK_TIMEOUT seconds after it began: a socket timeout alone
+    bounds each read, not their sum, so a receiver answering a byte every few seconds would
+    hold the sender for as long as it likes. A watchdog shuts the socket down at the
+    deadline."""
     import urllib3
 
     body = json.dumps(delivery.payload, sort_keys=True, separators=(",", ":")).encode()
@@ -195,7 +236,8 @@ def _post(endpoint: WebhookEndpoint, delivery: WebhookDelivery) -> tuple[int | N
         return None, str(exc)[:500]
     except TargetRefused as exc:
         return None, f"refused: {exc}"[:500]
-    timeout = float(settings.SHARDYARD_WEBHOOK_TIMEOUT)
+    total = _deadline_seconds()
+    deadline = time.monotonic() + total
     headers = {
         "Host": target.host_header,
         "Content-Type": "application/json",
@@ -206,87 +248,190 @@ def _post(endpoint: WebhookEndpoint, delivery: WebhookDelivery) -> tuple[int | N
     }
     if target.userinfo:
         headers.update(urllib3.make_headers(basic_auth=":".join(target.userinfo)))
-    limits = urllib3.Timeout(connect=min(timeout, 3.0), read=timeout)
+    late = f"answer not complete within the {total:g} s deadline"
     error = ""
     for ip in target.addresses[:3]:  # the next address only when this one took no connection
-        if target.scheme == "https":
-            pool = urllib3.HTTPSConnectionPool(
-                str(ip), target.port, timeout=limits, retries=False, maxsize=1,
-                server_hostname=target.host, assert_hostname=target.host,
-                cert_reqs="CERT_REQUIRED", ca_certs=_ca_bundle(),
-            )  # fmt: skip
-        else:
-            pool = urllib3.HTTPConnectionPool(  # type: ignore[assignment]  # same interface
-                str(ip), target.port, timeout=limits, retries=False, maxsize=1
-            )
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None, (error + "; " if error else "") + late
+        conn = _connection(target, ip, min(left, 3.0))
+        expired = threading.Event()
+
+        def cut(conn=conn, expired=expired) -> None:
+            expired.set()
+            if conn.raw is not None:
+                with contextlib.suppress(OSError):
+                    # The plain socket's own shutdown: under TLS too, it ends any read.
+                    socket.socket.shutdown(conn.raw, socket.SHUT_RDWR)
+
+        watchdog = threading.Timer(left, cut)
+        watchdog.daemon = True
+        watchdog.start()
         response = None
+        connected = False
         try:
-            response = pool.urlopen(
-                "POST", target.path, body=body, headers=headers, redirect=False,
-                retries=False, assert_same_host=False, preload_content=False,
-            )  # fmt: skip
+            conn.connect()
+            connected = True
+            conn.sock.settimeout(max(deadline - time.monotonic(), 0.001))
+            conn.request("POST", target.path, body=body, headers=headers)
+            response = conn.getresponse()
             status = response.status
             if 200 <= status < 300:
                 return status, ""
             # A little of the answer says why; a receiver that sends more is not read on.
             text = response.read(200).decode(errors="replace")
+            if expired.is_set():
+                return None, late
             return status, f"answered {status}: {text}"
-        except (
-            urllib3.exceptions.NewConnectionError,
-            urllib3.exceptions.ConnectTimeoutError,
-        ) as exc:
-            error = f"{type(exc).__name__}: {ip}: {exc}"[:500]
-        except urllib3.exceptions.HTTPError as exc:
+        except Exception as exc:  # whatever broke the exchange is the attempt's error
+            if expired.is_set() or time.monotonic() >= deadline:
+                return None, late
+            no_connection = (
+                urllib3.exceptions.NewConnectionError,
+                urllib3.exceptions.ConnectTimeoutError,
+            )
+            if not connected and isinstance(exc, no_connection):
+                error = f"{type(exc).__name__}: {ip}: {exc}"[:500]
+                continue
             return None, f"{type(exc).__name__}: {exc}"[:500]
         finally:
+            watchdog.cancel()
             if response is not None:
-                response.close()
-            pool.close()
+                with contextlib.suppress(Exception):
+                    response.close()
+            with contextlib.suppress(Exception):
+                conn.close()
     return None, error
 
 
-def deliveries_drain(*, limit: int = 20) -> int:
-    """Send the due deliveries this drainer can claim; returns how many were attempted."""
+# A round sends at most this many deliveries per endpoint, one after the other (a
+# receiver's deliveries in their order); endpoints are sent to side by side.
+PER_ENDPOINT = 5
+
+
+def _claim(*, limit: int, skip: set[int], endpoints: int) -> dict[int, list[WebhookDelivery]]:
+    """Claim due deliveries, at most PER_ENDPOINT per endpoint and ``endpoints`` endpoints,
+    none of those in ``skip`` (being sent to). A claim is a conditional UPDATE, so one
+    delivery has one sender; it holds longer than its sending can take (each delivery's
+    deadline, one after the other, plus a margin for recording the outcome), so it never
+    lapses while its request is in flight."""
     now = timezone.now()
     free = Q(claimed_until__isnull=True) | Q(claimed_until__lt=now)
-    due = list(
+    due = (
         WebhookDelivery.objects.filter(free, state=WebhookDelivery.State.PENDING,
                                        next_attempt_at__lte=now)
+        .exclude(endpoint_id__in=skip)
         .order_by("next_attempt_at", "id")
-        .values_list("pk", flat=True)[:limit]
+        .values_list("pk", "endpoint_id")[:limit]
     )  # fmt: skip
-    hold = timedelta(seconds=float(settings.SHARDYARD_WEBHOOK_TIMEOUT) * 2 + 30)
-    attempted = 0
-    for pk in due:
+    wanted: dict[int, list[int]] = {}
+    for pk, endpoint_id in due:
+        if endpoint_id not in wanted and len(wanted) >= endpoints:
+            continue
+        pks = wanted.setdefault(endpoint_id, [])
+        if len(pks) < PER_ENDPOINT:
+            pks.append(pk)
+    margin = 30.0 + 2 * float(settings.SHARDYARD_WEBHOOK_POLL)
+    claimed: dict[int, list[WebhookDelivery]] = {}
+    for endpoint_id, pks in wanted.items():
+        hold = timedelta(seconds=len(pks) * _deadline_seconds() + margin)
         now = timezone.now()
-        claimed = (
-            WebhookDelivery.objects.filter(pk=pk, state=WebhookDelivery.State.PENDING)
-            .filter(Q(claimed_until__isnull=True) | Q(claimed_until__lt=now))
-            .update(claimed_until=now + hold)
+        mine = []
+        for pk in pks:
+            if (
+                WebhookDelivery.objects.filter(pk=pk, state=WebhookDelivery.State.PENDING)
+                .filter(Q(claimed_until__isnull=True) | Q(claimed_until__lt=now))
+                .update(claimed_until=now + hold)
+            ):
+                mine.append(pk)
+        if mine:  # else another sender has them
+            rows = WebhookDelivery.objects.select_related("endpoint").in_bulk(mine)
+            claimed[endpoint_id] = [rows[pk] for pk in mine]
+    return claimed
+
+
+def _send_all(deliveries: list[WebhookDelivery]) -> list[tuple[WebhookDelivery, int | None, str]]:
+    """One endpoint's deliveries, in order (no database: this runs in a sender thread)."""
+    return [(d, *_post(d.endpoint, d)) for d in deliveries]
+
+
+def _record(delivery: WebhookDelivery, status: int | None, error: str) -> None:
+    attempts = delivery.attempts + 1
+    done = timezone.now()
+    if not error:
+        fields = {"state": WebhookDelivery.State.DELIVERED, "delivered_at": done}
+    elif attempts >= settings.SHARDYARD_WEBHOOK_ATTEMPTS:
+        fields = {"state": WebhookDelivery.State.FAILED}
+        log.warning(
+            "webhook delivery %s gave up after %d attempts: %s", delivery.pk, attempts, error
         )
-        if not claimed:
-            continue  # another drainer has it
-        delivery = WebhookDelivery.objects.select_related("endpoint").get(pk=pk)
-        status, error = _post(delivery.endpoint, delivery)
-        attempted += 1
-        attempts = delivery.attempts + 1
-        done = timezone.now()
-        if not error:
-            fields = {"state": WebhookDelivery.State.DELIVERED, "delivered_at": done}
-        elif attempts >= settings.SHARDYARD_WEBHOOK_ATTEMPTS:
-            fields = {"state": WebhookDelivery.State.FAILED}
-            log.warning("webhook delivery %s gave up after %d attempts: %s", pk, attempts, error)
-        else:
-            wait = min(3600.0, settings.SHARDYARD_WEBHOOK_BACKOFF * 2 ** (attempts - 1))
-            fields = {"next_attempt_at": done + timedelta(seconds=wait)}
-        WebhookDelivery.objects.filter(pk=pk).update(
-            attempts=attempts, last_status=status, last_error=error, claimed_until=None, **fields
-        )
-    return attempted
+    else:
+        wait = min(3600.0, settings.SHARDYARD_WEBHOOK_BACKOFF * 2 ** (attempts - 1))
+        fields = {"next_attempt_at": done + timedelta(seconds=wait)}
+    WebhookDelivery.objects.filter(pk=delivery.pk).update(
+        attempts=attempts, last_status=status, last_error=error, claimed_until=None, **fields
+    )
+
+
+class WebhookSender:
+    """Sends deliveries in threads, one endpoint per thread, so that a slow receiver
+    delays only its own deliveries: ``round`` records the outcomes of the sends that
+    finished, then claims due deliveries of the endpoints not being sent to and starts
+    them, without waiting for any. Only the calling thread touches the database."""
+
+    def __init__(self, *, threads: int | None = None):
+        self.threads = threads or int(settings.SHARDYARD_WEBHOOK_SENDERS)
+        self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="shardyard-webhook")
+        self._flight: dict[int, Future] = {}
+
+    def _record_finished(self) -> int:
+        recorded = 0
+        for endpoint_id, future in list(self._flight.items()):
+            if not future.done():
+                continue
+            del self._flight[endpoint_id]
+            for delivery, status, error in future.result():
+                _record(delivery, status, error)
+                recorded += 1
+        return recorded
+
+    def round(self, *, limit: int = 20) -> int:
+        """Record what finished and start what is due; returns how many were recorded."""
+        recorded = self._record_finished()
+        free = self.threads - len(self._flight)
+        if free > 0:
+            for endpoint_id, deliveries in _claim(
+                limit=limit, skip=set(self._flight), endpoints=free
+            ).items():
+                self._flight[endpoint_id] = self._pool.submit(_send_all, deliveries)
+        return recorded
+
+    def wait(self) -> int:
+        """Wait for every send in flight and record it; returns how many were recorded."""
+        futures_wait(list(self._flight.values()))
+        return self._record_finished()
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._flight)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def deliveries_drain(*, limit: int = 20) -> int:
+    """Send the due deliveries this drainer can claim, each endpoint's in its own thread,
+    and wait for them; returns how many were attempted."""
+    sender = WebhookSender()
+    try:
+        sender.round(limit=limit)
+        return sender.wait()
+    finally:
+        sender.close()
 
 
 def webhooks_tick() -> tuple[int, int]:
-    """One round of the workers' webhook thread: (deliveries recorded, attempted)."""
+    """One round that waits for its sends: (deliveries recorded, attempted)."""
     return events_collect(), deliveries_drain()
 
 
