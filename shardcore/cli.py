@@ -25,6 +25,7 @@ COMMANDS: dict[str, str] = {
     "quality": "quality",
     "materialize": "materialize",
     "annotate": "annotate",
+    "unit": "unit",
 }
 
 

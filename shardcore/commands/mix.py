@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 
+from shardcore import executors
 from shardcore.cli import CLIError, check_new_artifact
-from shardcore.mixture import MixtureSpec, build_mixture, plan_epochs
+from shardcore.mixture import MixtureSpec, build_mixture, plan_epochs, plan_mixture
 
 
 def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
@@ -46,6 +48,7 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
     )
     p.add_argument("--plan-only", action="store_true", help="print the plan, build nothing")
     p.add_argument("--json", action="store_true", help="print the manifest as JSON")
+    executors.add_arguments(p)
     p.set_defaults(func=run)
 
 
@@ -89,8 +92,19 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.plan_only:
         return 0
-    check_new_artifact(args.out)
-    manifest = build_mixture(spec, args.out)
+    executor = executors.from_args(args)
+    if executor.name == "local":
+        check_new_artifact(args.out)
+        manifest = build_mixture(spec, args.out)
+    else:
+        # The units run elsewhere (another directory): relative pool paths resolve
+        # against this one (the base directory is not part of the spec's fingerprint).
+        if spec.base_dir is None:
+            spec.base_dir = os.getcwd()
+        built = executor.run(plan_mixture(spec, args.out))
+        if built is None:  # submitted, not waited for
+            return 0
+        manifest = built
     if args.json:
         print(json.dumps(manifest, indent=1, sort_keys=True))
     else:

@@ -8,7 +8,7 @@ import sys
 
 import numpy as np
 
-from shardcore import storage, units
+from shardcore import executors, storage
 from shardcore.cli import CLIError, check_new_artifact, size_arg
 from shardcore.errors import EmptySelectionError
 from shardcore.pool import SPLITS, plan_pool
@@ -75,13 +75,16 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
         "in --filter and in the pool's documents (repeatable)",
     )
     p.add_argument("--json", action="store_true", help="print the manifest's totals as JSON")
+    executors.add_arguments(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
 
     out = storage.resolve(args.out)
-    check_new_artifact(out, args.workers)
+    executor = executors.from_args(args, workers=args.workers)
+    if executor.name == "local":
+        check_new_artifact(out, args.workers)
     options = {}
     if args.grid_columns is not None:
         options["columns"] = args.grid_columns
@@ -118,10 +121,12 @@ def run(args: argparse.Namespace) -> int:
             else:
                 progress.update(documents=stats["documents"], tokens=stats["tokens"], nbytes=nbytes)
 
-        manifest = units.run_local(plan, workers=args.workers, on_unit_done=on_unit_done)
+        manifest = executor.run(plan, on_unit_done=on_unit_done)
         progress.close()
     except EmptySelectionError as exc:
         raise CLIError(f"{exc}; pass --allow-empty to build an empty pool") from None
+    if manifest is None:  # submitted, not waited for
+        return 0
     totals = {
         "pool": str(out),
         "fingerprint": manifest["fingerprint"],

@@ -7,7 +7,7 @@ import json
 import sys
 from pathlib import Path
 
-from shardcore import storage, units
+from shardcore import executors, storage, units
 from shardcore.cli import CLIError, check_new_artifact, size_arg
 from shardcore.errors import InputError
 from shardcore.progress import Progress
@@ -65,13 +65,16 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
     p.add_argument(
         "--json", action="store_true", help="print the manifest's totals and bad input as JSON"
     )
+    executors.add_arguments(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
 
     out = storage.resolve(args.out)
-    check_new_artifact(out, args.workers)
+    executor = executors.from_args(args, workers=args.workers)
+    if executor.name == "local":
+        check_new_artifact(out, args.workers)
     try:
         plan = plan_tokenize(
             args.inputs,
@@ -97,9 +100,11 @@ def run(args: argparse.Namespace) -> int:
         )
     progress = Progress(plan.meta["total_bytes"], enabled=not args.quiet)
     try:
-        manifest = units.run_local(plan, workers=args.workers, on_unit_done=progress)
+        manifest = executor.run(plan, on_unit_done=progress)
     finally:
         progress.close()
+    if manifest is None:  # submitted, not waited for
+        return 0
     report(manifest, out, as_json=args.json)
     return 0
 
