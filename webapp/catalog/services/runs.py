@@ -10,7 +10,7 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
 from django.db import connection, transaction
-from django.db.models import Exists, F, Max, OuterRef, Subquery
+from django.db.models import Exists, F, Max, OuterRef, Q, Subquery
 from django.utils import timezone
 
 from shardcore import manifest as mf
@@ -124,9 +124,10 @@ def run_progress_record(
     one record of ``seq_len`` trained tokens. Raises TrainingRun.DoesNotExist.
 
     A report is bounded by the run's mixture version (no step, sample or token beyond its
-    schedule: a step reads at least one sample) and monotonic (a later step never reports
-    fewer samples than an earlier one, an earlier step never more); anything else is a
-    CatalogError naming the field, never recorded. ``actor`` (the API's user) must own the
+    schedule: a step reads at least one sample) and monotonic: samples and tokens never
+    decrease with the step across the run's reports, so a report lies between the
+    recorded reports on each side of its step; anything else is a CatalogError naming the
+    field and those reports, never recorded. ``actor`` (the API's user) must own the
     run, belong to its team or be an admin (RunPermissionError); None is an operator.
     After a switch of version the run's samples go on counting from where it switched: a
     report is bounded by the current segment's first sample plus its version's size.
@@ -134,9 +135,11 @@ def run_progress_record(
     against the run's segments: a report that read the old version past the switch is
     refused with RunSwitchedError.
 
-    At most three statements: one locks the run and reads everything the checks need
-    (the version's seq_len and size, the actor's team membership), then the report is
-    inserted unless its step is recorded, and the run moved forward if it was."""
+    At most three statements for a report after the run's last: one locks the run and
+    reads everything the checks need (the version's seq_len and size, the actor's team
+    membership, its last report), then the report is inserted unless its step is
+    recorded, and the run moved forward if it was. A late report (a step before the run's
+    last) reads the reports on each side of it after the lock, in one more."""
 
     if consumed_samples is None and consumed_tokens is None:
         raise CatalogError("give consumed_samples or consumed_tokens")
@@ -182,6 +185,10 @@ def run_progress_record(
             token_budget=run.version_budget or 0,
             first_sample=run.segment_start or 0,
         )
+        if step < run.last_step and not _between_neighbours(
+            run, step=step, samples=consumed_samples, tokens=consumed_tokens
+        ):
+            return run  # the step was recorded: the first report wins
         if mixture_version is not None:
             _read_version_check(run, mixture_version, consumed_samples)
         now = timezone.now()
@@ -281,17 +288,63 @@ def _progress_check(
             f"consumed_tokens: {tokens} is beyond {what} of {max(seq_len, 1)} tokens each"
         )
     samples, tokens = _progress_counts(samples, tokens, seq_len)
-    if step > run.last_step and samples < run.consumed_samples:
-        raise CatalogError(
-            f"consumed_samples: step {step} reports {samples}, fewer than the "
-            f"{run.consumed_samples} of the earlier step {run.last_step}"
-        )
-    if step < run.last_step and samples > run.consumed_samples:
-        raise CatalogError(
-            f"consumed_samples: step {step} reports {samples}, more than the "
-            f"{run.consumed_samples} of the later step {run.last_step}"
-        )
+    if step > run.last_step:
+        # The run's last report (denormalized on the locked row) is the earlier neighbour.
+        _neighbour_check(
+            step, samples, tokens,
+            before=(run.last_step, run.consumed_samples, run.consumed_tokens), after=None,
+        )  # fmt: skip
     return samples, tokens
+
+
+Report = tuple[int, int, int]  # (step, consumed samples, consumed tokens)
+
+
+def _between_neighbours(run: TrainingRun, *, step: int, samples: int, tokens: int) -> bool:
+    """Check a report of a step before the run's last against the recorded reports on each
+    side of it (CatalogError if it contradicts either); False if ``step`` is recorded (the
+    first report wins, whatever this one says). Read after the run's lock, so a report
+    recorded meanwhile is seen: one statement, the (run, step) index."""
+    near = RunProgress.objects.filter(run_id=run.pk)
+    rows = list(
+        near.filter(
+            Q(step=Subquery(near.filter(step__lte=step).order_by("-step").values("step")[:1]))
+            | Q(step=Subquery(near.filter(step__gte=step).order_by("step").values("step")[:1]))
+        ).values_list("step", "consumed_samples", "consumed_tokens")
+    )
+    if any(r[0] == step for r in rows):
+        return False
+    before = next((r for r in rows if r[0] < step), None)
+    after = next((r for r in rows if r[0] > step), None)
+    _neighbour_check(step, samples, tokens, before=before, after=after)
+    return True
+
+
+def _neighbour_check(
+    step: int, samples: int, tokens: int, *, before: Report | None, after: Report | None
+) -> None:
+    """A run's samples and tokens never decrease with its steps (a switch of version goes
+    on counting from where the run switched): a report of ``step`` lies between the
+    recorded reports around it, or is refused with both named."""
+
+    def around() -> str:
+        sides = [f"{r[1]} samples, {r[2]} tokens at step {r[0]}" for r in (before, after) if r]
+        return " and ".join(sides)
+
+    for field, value, k, unit in (
+        ("consumed_samples", samples, 1, "samples"),
+        ("consumed_tokens", tokens, 2, "tokens"),
+    ):
+        if before is not None and value < before[k]:
+            raise CatalogError(
+                f"{field}: step {step} reports {value} {unit}, fewer than the {before[k]} of "
+                f"the earlier step {before[0]} (the run's reports around it: {around()})"
+            )
+        if after is not None and value > after[k]:
+            raise CatalogError(
+                f"{field}: step {step} reports {value} {unit}, more than the {after[k]} of "
+                f"the later step {after[0]} (the run's reports around it: {around()})"
+            )
 
 
 def _may_write(run: TrainingRun, actor, *, in_team: bool) -> None:
