@@ -210,9 +210,27 @@ def _process_registry() -> CollectorRegistry | None:
     return REGISTRY
 
 
+# Every label value comes from a fixed set, whatever a client sends: the method is one of
+# these or "other" (any token is a valid HTTP method, and each new value would be a series
+# of its own, kept for the life of the process), the route is a URL pattern of this
+# project (never the raw path; "unmatched" for a path no pattern matches), and the status
+# is its class.
+KNOWN_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT")
+STATUS_CLASSES = ("1xx", "2xx", "3xx", "4xx", "5xx")
+
+
+def request_labels(request, response) -> tuple[str, str, str]:
+    """The (method, route, status) labels of one request, each from a bounded set."""
+    method = request.method if request.method in KNOWN_METHODS else "other"
+    match = getattr(request, "resolver_match", None)
+    route = match.route if match is not None and match.route else "unmatched"
+    status = f"{response.status_code // 100}xx"
+    return method, route, status if status in STATUS_CLASSES else "other"
+
+
 class RequestLatencyMiddleware:
-    """Times every request; the label is the URL pattern's route (``api/pools/<pk>/``),
-    never the raw path, so the number of series stays bounded."""
+    """Times every request, labelled by ``request_labels``: the number of series is at most
+    methods x routes x status classes, however many requests and of whatever kind."""
 
     def __init__(self, get_response):
         self.get_response = get_response
@@ -220,9 +238,7 @@ class RequestLatencyMiddleware:
     def __call__(self, request):
         start = time.perf_counter()
         response = self.get_response(request)
-        match = getattr(request, "resolver_match", None)
-        route = match.route if match is not None and match.route else "unmatched"
-        REQUEST_LATENCY.labels(request.method, route, f"{response.status_code // 100}xx").observe(
+        REQUEST_LATENCY.labels(*request_labels(request, response)).observe(
             time.perf_counter() - start
         )
         return response
