@@ -415,6 +415,10 @@ class RunSegment(models.Model):
     end_sample = models.BigIntegerField(null=True, blank=True)
     # The first step that reads it: 1 for the first, the switch's step + 1 after.
     first_step = models.BigIntegerField(default=1)
+    # The proposal the switch saved (its fingerprint, reference run and the loss steps it
+    # read), empty for weights given by hand: a proposal from those losses is not made
+    # again, so saving it twice never applies its update twice.
+    proposal = models.JSONField(default=dict, blank=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
