@@ -162,6 +162,18 @@ def summarize(path: str) -> dict[str, Any]:
                 "kind": "bool", "nulls": nulls, "true": true,
                 "false": table.num_rows - nulls - true,
             }  # fmt: skip
+        elif pa.types.is_list(col.type) or pa.types.is_large_list(col.type):
+            flat = pc.list_flatten(col)
+            vc = pc.value_counts(flat.cast(pa.string()))
+            pairs = sorted(
+                ((v["values"], int(v["counts"])) for v in vc.to_pylist()),
+                key=lambda x: (-x[1], str(x[0])),
+            )
+            out["columns"][name] = {
+                "kind": "list", "nulls": nulls, "distinct": len(pairs),
+                "nonempty": int(pc.sum(pc.greater(pc.list_value_length(col), 0)).as_py() or 0),
+                "top": [[v, c] for v, c in pairs[:TOP_VALUES]],
+            }  # fmt: skip
         else:
             vc = pc.value_counts(col.cast(pa.string()) if not pa.types.is_string(col.type) else col)
             pairs = sorted(
@@ -227,8 +239,54 @@ def summarize(path: str) -> dict[str, Any]:
             }  # fmt: skip
             for c, n in sizes[:50]
         ]
+    if (manifest.get("annotator") or {}).get("name") == "decon":
+        out["decon"] = _decon_summary(table, manifest["annotator"].get("index") or {})
     out["bytes_per_document"] = manifest.get("totals", {}).get("bytes_per_document", 0.0)
     return out
+
+
+DECON_TOP_ITEMS = 100
+
+
+def _decon_summary(table, index: dict[str, Any]) -> dict[str, Any]:
+    """Per benchmark of a decontamination: its items (indexed, skipped as too short), the
+    documents overlapping any of them, the items some document overlaps, and those items
+    with the most documents (at most ``DECON_TOP_ITEMS``)."""
+    import pyarrow.compute as pc
+
+    items = table.column("items").to_numpy(zero_copy_only=False)
+    ids = pc.list_flatten(table.column("item_ids")).to_pylist()
+    per_item: dict[str, int] = {}
+    for i in ids:
+        per_item[i] = per_item.get(i, 0) + 1
+    docs_per_bench: dict[str, int] = {}
+    for names in table.column("benchmarks").to_pylist():
+        for b in names or []:
+            docs_per_bench[b] = docs_per_bench.get(b, 0) + 1
+    benches = []
+    for b in index.get("benchmarks") or []:
+        name = b["name"]
+        hit = {i: c for i, c in per_item.items() if i.split(":", 1)[0] == name}
+        top = sorted(hit.items(), key=lambda x: (-x[1], x[0]))[:DECON_TOP_ITEMS]
+        benches.append(
+            {
+                "name": name,
+                "items": int(b.get("items", 0)),
+                "indexed": int(b.get("indexed", 0)),
+                "skipped": int(b.get("skipped", 0)),
+                "skipped_ids": list(b.get("skipped_ids") or []),
+                "documents": docs_per_bench.get(name, 0),
+                "items_hit": len(hit),
+                "top_items": [[i.split(":", 1)[1], c] for i, c in top],
+            }
+        )
+    return {
+        "documents": int((items > 0).sum()),
+        "ngram": index.get("ngram"),
+        "min_words": index.get("min_words"),
+        "index_fingerprint": index.get("fingerprint"),
+        "benchmarks": benches,
+    }
 
 
 def _cluster_descriptions(path: str) -> dict[int, dict[str, list[str]]]:

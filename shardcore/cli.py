@@ -26,6 +26,7 @@ COMMANDS: dict[str, str] = {
     "materialize": "materialize",
     "annotate": "annotate",
     "unit": "unit",
+    "decon": "decon",
 }
 
 
@@ -61,6 +62,21 @@ def size_arg(text: str) -> int:
         return parse_size(text)
     except InputError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def number_arg(name: str):
+    """An argparse ``type`` for a number typed as ``shardcore.limits.parse`` reads it
+    (``1e6``, ``1_000_000``, ``1M``), as the pages read it; its range is checked where the
+    library takes it, with the same message the pages show."""
+
+    def read(text: str) -> int | float:
+        try:
+            return limits.parse(name, text)
+        except InputError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    read.__name__ = name
+    return read
 
 
 def check_new_artifact(out, workers: int = 1) -> None:

@@ -16,14 +16,25 @@ Why each bound:
 - workers in [1, 1024]: processes on one machine.
 - byte sizes (memory budgets, shard sizes) up to 1 PiB, token budgets up to 2^62: beyond
   them a number is a typo, and 2^62 keeps sample and token arithmetic inside int64.
+- decontamination n-grams of 1 to 64 words; a benchmark index of at most 2^31 - 1 items
+  and 2^32 n-grams (``MAX_DECON_*``).
 - weights and repetitions in (0, 1e12], finite (what they can make is bounded again by
   the schedule-size cap, SHARDYARD_MAX_SCHEDULE_SAMPLES).
+- a validation fraction in [0, 0.5]: past half the documents the "held-out slice" is the
+  pool, and a fraction typed as a percentage (5 for 5%) is refused rather than read.
+
+Numbers typed by a person (a form field, a command-line flag) are read by ``parse`` first,
+the same way everywhere: digits with ``_`` or ``,`` between groups, a decimal or scientific
+notation (``1e6``), or an SI suffix (``1M`` = 10^6; k, M, G or B, T: the README's kB =
+1000), so that ``1e6`` is a budget of 1000000 on the page and on the command line alike.
 """
 
 from __future__ import annotations
 
 import math
 import numbers
+import re
+from decimal import Decimal
 
 from shardcore.errors import InputError
 
@@ -37,6 +48,12 @@ MAX_WEIGHT = 1e12
 MAX_REPETITIONS = 1e12
 MAX_BATCH = 2**31 - 1
 MAX_COUNT = 2**31 - 1  # counts of things held in memory: grid columns, buffer slots
+# Decontamination: n-grams of up to 64 words (13 is the established size; past 64 an item
+# shorter than n is the common case); a benchmark index of at most 2^31 - 1 items (int32
+# postings) and 2^32 n-grams (about 150 GiB of arrays: past any set of benchmarks).
+MAX_NGRAM = 64
+MAX_DECON_ITEMS = 2**31 - 1
+MAX_DECON_NGRAMS = 2**32
 
 
 def check_int(name: str, value, low: int, high: int) -> int:
@@ -99,3 +116,55 @@ def tokens(name: str, value) -> int:
 
 def weight(name: str, value) -> float:
     return check_float(name, value, 0.0, MAX_WEIGHT, low_open=True)
+
+
+def repetitions(value, name: str = "max_repetitions") -> float:
+    """The most epochs a mixture may read of any pool."""
+    return check_float(name, value, 0.0, MAX_REPETITIONS, low_open=True)
+
+
+def val_fraction(value) -> float:
+    """The share of a pool's documents held out for validation."""
+    return check_float("val_fraction", value, 0.0, MAX_VAL_FRACTION)
+
+
+MAX_VAL_FRACTION = 0.5
+
+# "1_000_000", "1,000,000", "2.5e9", "1M", "-1", "nan", "inf"; the suffixes are SI.
+_TYPED = re.compile(
+    r"^(?P<number>[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:e[+-]?\d+)?|[+-]?(?:nan|inf|infinity))"
+    r"\s*(?P<suffix>[kmgbt]?)$",
+    re.IGNORECASE,
+)
+_SUFFIX = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "b": 10**9, "t": 10**12}
+
+
+def parse(name: str, value) -> int | float:
+    """A number as a person types it (``1000000``, ``1_000_000``, ``1,000,000``, ``1e6``,
+    ``1M``, ``0.05``): an int when it is a whole number, else a float (so ``1e6`` is the
+    integer 1000000 and ``1.5e0`` is 1.5, which an integer parameter then refuses). A
+    number (not text) is returned as is. Else an InputError naming ``name``. No range is
+    checked here: the parameter's own check (``tokens``, ``seq_len``, ...) does that."""
+    if isinstance(value, numbers.Real) and not isinstance(value, bool):
+        return value  # type: ignore[return-value]
+    text = str(value).strip()
+    compact = text.replace("_", "")
+    if re.fullmatch(r"[+-]?\d{1,3}(,\d{3})+(\.\d*)?", compact):
+        compact = compact.replace(",", "")
+    m = _TYPED.match(compact) if "__" not in text else None
+    if m is None:
+        raise InputError(
+            f"{name}: {text!r} is not a number (write e.g. 1000000, 1_000_000, 1e6 or 1M)"
+        )
+    number, scale = m["number"].lower(), _SUFFIX[m["suffix"].lower()]
+    if number.lstrip("+-") in ("nan", "inf", "infinity"):
+        return float(number)
+    try:
+        exact = Decimal(number) * scale
+    except ArithmeticError:  # an exponent past Decimal's: inf or 0.0
+        return float(number) * scale
+    # Past 10^30 no parameter is in range: a float (inf beyond ~1e308) says so without
+    # spelling a number of a billion digits for "1e999999999".
+    if exact.adjusted() <= 30 and exact == exact.to_integral_value():
+        return int(exact)
+    return float(exact)

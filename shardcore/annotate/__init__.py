@@ -39,6 +39,7 @@ BUILTIN: dict[str, str] = {
     "lang_id": "shardcore.annotate.lang:LanguageId",
     "minhash": "shardcore.annotate.dedup:NearDuplicates",
     "topics": "shardcore.annotate.topics:TopicClusters",
+    "decon": "shardcore.annotate.decon:Decontamination",
 }
 
 
