@@ -19,6 +19,7 @@ from django.db.models import Q
 
 from shardcore.export import FORMATS as EXPORT_FORMATS
 from webapp.catalog.guards import uri_is_remote
+from webapp.catalog.models.evaluations import RunEvaluation as RunEvaluation
 from webapp.catalog.models.flag_documents import FlagDocuments as FlagDocuments
 
 
@@ -568,6 +569,10 @@ class Flag(models.Model):
     taint_error = models.TextField(blank=True)
     annotation = models.ForeignKey(Annotation, models.SET_NULL, null=True, related_name="flags")
     where = models.TextField(blank=True)  # its documents: where this holds over annotation
+    # A contamination flag: the documents of a decon annotation overlapping this benchmark
+    # (or only its item ``benchmark_item``); the audit finds its taint by these.
+    benchmark = models.CharField(max_length=100, blank=True, db_index=True)
+    benchmark_item = models.CharField(max_length=300, blank=True)
 
     def __str__(self) -> str:
         return f"flag {self.pk} on {self.target} of {self.source_id}: {self.reason[:40]}"
