@@ -15,7 +15,9 @@ pool-only reader with batch iteration.
   ``seed`` a permutation seeded by (seed, epoch);
 * data-parallel rank r of ``world_size`` takes k = start + r, start + r + world_size, ...;
   not given, rank and world size are torch.distributed's when it is initialized, else the
-  RANK and WORLD_SIZE environment variables (torchrun's), else 0 of 1; given ones that
+  RANK and WORLD_SIZE environment variables (torchrun's), else Slurm's SLURM_PROCID and
+  SLURM_NTASKS (refused when Slurm runs several tasks and they disagree with RANK and
+  WORLD_SIZE), else 0 of 1; given ones that
   disagree with those are refused (``check_rank=False`` when data-parallel ranks are not
   process ranks, as under tensor or pipeline parallelism);
 * within a rank, DataLoader workers take the rank's samples in blocks of ``batch_size``

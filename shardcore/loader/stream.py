@@ -24,34 +24,57 @@ _LOOKAHEAD = 4096  # stream samples scanned for the next shards to prefetch
 def detect_rank() -> tuple[int, int, str] | None:
     """(rank, world size, where from) of this process: torch.distributed's when it is
     initialized, else the RANK and WORLD_SIZE environment variables (what torchrun,
-    torch.distributed.launch, accelerate and deepspeed set), else None. torch is not
-    imported here: a process that never imported it cannot have initialized it."""
+    torch.distributed.launch, accelerate and deepspeed set), else Slurm's SLURM_PROCID and
+    SLURM_NTASKS (``srun`` starting one process per rank), else None. Both sets given and
+    Slurm starting several tasks: they must agree (one task that runs torchrun, whose
+    RANK differs from the task's, is no disagreement). torch is not imported here: a
+    process that never imported it cannot have initialized it."""
     dist = sys.modules.get("torch.distributed")
     if dist is not None and dist.is_available() and dist.is_initialized():
         return int(dist.get_rank()), int(dist.get_world_size()), "torch.distributed"
-    rank, world = os.environ.get("RANK"), os.environ.get("WORLD_SIZE")
-    if rank is None and world is None:
+    torchrun = _env_rank("RANK", "WORLD_SIZE")
+    slurm = _env_rank("SLURM_PROCID", "SLURM_NTASKS")
+    if torchrun is None:
         if os.environ.get("LOCAL_RANK") is not None:
             raise InputError(
                 "the environment sets LOCAL_RANK but not RANK and WORLD_SIZE, so the "
                 "data-parallel rank is unknown: set both, or pass rank= and world_size="
             )
+        if slurm is None:
+            return None
+        return slurm[0], slurm[1], "Slurm (SLURM_PROCID, SLURM_NTASKS)"
+    if slurm is not None and slurm[1] > 1 and slurm != torchrun:
+        raise InputError(
+            f"the environment's RANK={torchrun[0]}, WORLD_SIZE={torchrun[1]} disagree with "
+            f"Slurm's SLURM_PROCID={slurm[0]}, SLURM_NTASKS={slurm[1]}: set RANK and "
+            "WORLD_SIZE from Slurm's, or pass rank= and world_size="
+        )
+    return torchrun[0], torchrun[1], "the environment (RANK, WORLD_SIZE)"
+
+
+def _env_rank(rank_name: str, world_name: str) -> tuple[int, int] | None:
+    """(rank, world size) from two environment variables, None when neither is set;
+    refused when one is missing, not an integer or out of range."""
+    rank, world = os.environ.get(rank_name), os.environ.get(world_name)
+    if rank is None and world is None:
         return None
     if rank is None or world is None:
-        have, missing = ("RANK", "WORLD_SIZE") if world is None else ("WORLD_SIZE", "RANK")
+        have, missing = (rank_name, world_name) if world is None else (world_name, rank_name)
         raise InputError(
             f"the environment sets {have} but not {missing}: set both, or pass rank= and "
             "world_size="
         )
     values = []
-    for name, text in (("RANK", rank), ("WORLD_SIZE", world)):
+    for name, text in ((rank_name, rank), (world_name, world)):
         try:
             values.append(int(text))
         except ValueError:
             raise InputError(f"the environment's {name}={text!r} is not an integer") from None
     if values[1] < 1 or not 0 <= values[0] < values[1]:
-        raise InputError(f"the environment's RANK={values[0]} is outside WORLD_SIZE={values[1]}")
-    return values[0], values[1], "the environment (RANK, WORLD_SIZE)"
+        raise InputError(
+            f"the environment's {rank_name}={values[0]} is outside {world_name}={values[1]}"
+        )
+    return values[0], values[1]
 
 
 def resolve_rank(

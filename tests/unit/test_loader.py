@@ -458,6 +458,38 @@ def test_rank_and_world_size_come_from_the_environment(mixture_path, monkeypatch
         ShardyardIterableDataset(mixture_path)
 
 
+def test_rank_and_world_size_come_from_slurm_after_rank_and_world_size(mixture_path, monkeypatch):
+    from shardcore.loader import ShardyardIterableDataset
+
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    # srun starting one process per rank.
+    monkeypatch.setenv("SLURM_PROCID", "2")
+    monkeypatch.setenv("SLURM_NTASKS", "3")
+    ds = ShardyardIterableDataset(mixture_path)
+    assert (ds.rank, ds.world_size) == (2, 3)
+    assert [s["sample"] for s in itertools.islice(iter(ds), 3)] == [2, 5, 8]
+    with pytest.raises(InputError, match=r"disagree with Slurm \(SLURM_PROCID, SLURM_NTASKS\)"):
+        ShardyardIterableDataset(mixture_path, rank=0, world_size=3)
+    # RANK and WORLD_SIZE come first; they must agree with Slurm's several tasks.
+    monkeypatch.setenv("RANK", "2")
+    monkeypatch.setenv("WORLD_SIZE", "3")
+    assert ShardyardIterableDataset(mixture_path).rank == 2
+    monkeypatch.setenv("RANK", "1")
+    with pytest.raises(
+        InputError, match="RANK=1, WORLD_SIZE=3 disagree with Slurm's SLURM_PROCID=2"
+    ):
+        ShardyardIterableDataset(mixture_path)
+    # One Slurm task running torchrun: its ranks are torchrun's.
+    monkeypatch.setenv("SLURM_PROCID", "0")
+    monkeypatch.setenv("SLURM_NTASKS", "1")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    assert (ShardyardIterableDataset(mixture_path).rank, 4) == (1, 4)
+    monkeypatch.delenv("SLURM_NTASKS")
+    with pytest.raises(InputError, match="sets SLURM_PROCID but not SLURM_NTASKS"):
+        ShardyardIterableDataset(mixture_path)
+
+
 def _gloo_rank(rank: int, path: str, rendezvous: str, out: str) -> None:
     """One process of a 2-process gloo job reading without rank/world_size."""
     import json
