@@ -169,6 +169,22 @@ def storage_report() -> dict:
 # --- retiring -----------------------------------------------------------------------------
 
 
+def _active_runs(version) -> list[str]:
+    """The registered or running training runs that read ``version`` (as their current
+    version or as a segment before a switch), each named."""
+    runs = {
+        (r.pk, r.name)
+        for r in TrainingRun.objects.filter(state__in=ACTIVE_RUN_STATES, mixture_version=version)
+    }
+    runs |= {
+        (s.run_id, s.run.name)
+        for s in RunSegment.objects.filter(
+            mixture_version=version, run__state__in=ACTIVE_RUN_STATES
+        ).select_related("run")
+    }
+    return [f"training run {name} (id {pk})" for pk, name in sorted(runs, key=lambda r: r[1])]
+
+
 def _readers(kind: str, obj) -> list[str]:
     """What live reads ``obj``: each one named."""
     live = [ArtifactStatus.READY, ArtifactStatus.BUILDING]
@@ -176,6 +192,13 @@ def _readers(kind: str, obj) -> list[str]:
     if kind == "tokenized":
         for pool in obj.pools.filter(status__in=live).order_by("pk"):
             out.append(f"pool {pool.name} (id {pool.pk})")
+        # An annotation being built reads the source's text (its units, until the end).
+        for a in obj.annotations.filter(status=ArtifactStatus.BUILDING).order_by("pk"):
+            out.append(f"annotation {a.annotator} (id {a.pk}), being built by job {a.job_id}")
+    elif kind == "export":
+        # A materialized copy is what a run that streams its version reads.
+        if obj.format == Export.Format.MATERIALIZED:
+            out += _active_runs(obj.version)
     elif kind == "pool":
         for v in (
             MixtureVersion.objects.filter(components__pool=obj, status__in=live)
@@ -187,14 +210,7 @@ def _readers(kind: str, obj) -> list[str]:
         for p in Pool.objects.filter(train_pool=obj, status__in=live):
             out.append(f"validation pool {p.name} (id {p.pk})")
     elif kind == "version":
-        runs = TrainingRun.objects.filter(state__in=ACTIVE_RUN_STATES)
-        names = set(runs.filter(mixture_version=obj).values_list("name", flat=True))
-        names |= set(
-            RunSegment.objects.filter(
-                mixture_version=obj, run__state__in=ACTIVE_RUN_STATES
-            ).values_list("run__name", flat=True)
-        )
-        out += [f"training run {n}" for n in sorted(names)]
+        out += _active_runs(obj)
         for e in obj.exports.filter(status__in=live, format=Export.Format.MATERIALIZED):
             out.append(f"materialized copy (export {e.pk})")
     return out
