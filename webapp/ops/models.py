@@ -105,3 +105,37 @@ class WebhookDelivery(models.Model):
 
     def __str__(self) -> str:
         return f"{self.event} -> {self.endpoint_id} ({self.state})"
+
+
+# --- storage ----------------------------------------------------------------------------
+
+
+class StorageReport(models.Model):
+    """One measurement of what the data root holds (``webapp.ops.storage.storage_report``),
+    made by a worker's task (``workers.storage_measure``): measuring lists every artifact
+    on the store, which may take minutes on object storage or hang while it is down, so
+    no request measures. The Storage page and ``/api/storage/`` show the newest finished
+    one and its age."""
+
+    class State(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        DONE = "done"
+        FAILED = "failed"
+
+    state = models.CharField(max_length=8, choices=State.choices, default=State.QUEUED)
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    report = models.JSONField(default=dict, blank=True)
+    error = models.TextField(blank=True)
+
+    class Meta:
+        # The page reads the newest finished one and the newest still under way.
+        indexes = [models.Index(fields=["state", "-finished_at"])]
+
+    def __str__(self) -> str:
+        return f"storage report {self.pk} ({self.state})"
