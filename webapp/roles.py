@@ -70,13 +70,14 @@ def require_role(user, role: str) -> None:
 
 def user_roles() -> list[dict]:
     """Every user with their role and when their API token was issued (None: no token),
-    by user name, in two queries."""
+    and their single sign-on identities, by user name, in three queries."""
     users = (
         get_user_model()
         .objects.order_by("username")
         .select_related("auth_token")
         .prefetch_related(
-            Prefetch("groups", queryset=Group.objects.filter(name__in=ROLES), to_attr="roles")
+            Prefetch("groups", queryset=Group.objects.filter(name__in=ROLES), to_attr="roles"),
+            "identities",
         )
     )
     out = []

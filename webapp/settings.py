@@ -359,12 +359,21 @@ if SHARDYARD_OIDC_ENABLED:
     OIDC_RP_SCOPES = env_str("SHARDYARD_OIDC_SCOPES", "openid email profile groups")
     AUTHENTICATION_BACKENDS = [*AUTHENTICATION_BACKENDS, "webapp.ops.oidc.RoleMappingBackend"]
 SHARDYARD_OIDC_GROUPS_CLAIM = env_str("SHARDYARD_OIDC_GROUPS_CLAIM", "groups")
+# The provider's issuer (its ID tokens' "iss"); a token from another issuer is refused.
+SHARDYARD_OIDC_ISSUER = env_str("SHARDYARD_OIDC_ISSUER", "") or ""
+# Seconds each call to the provider (token, user info, keys) may take before the sign-in
+# fails with that reason: a provider that hangs never holds a web thread longer.
+OIDC_TIMEOUT = env_int("SHARDYARD_OIDC_TIMEOUT", 10, minimum=1)
+# Link a provider's user to the one local account with its e-mail address when the provider
+# marks the address verified; off by default (then only an admin links existing accounts).
+SHARDYARD_OIDC_LINK_VERIFIED_EMAIL = env_bool("SHARDYARD_OIDC_LINK_VERIFIED_EMAIL", False)
 try:
     SHARDYARD_OIDC_ROLE_MAP = parse_role_map(env_str("SHARDYARD_OIDC_ROLE_MAP", "") or "")
 except ValueError as _exc:
     raise ConfigError(str(_exc)) from None
 OIDC_CREATE_USER = True
-LOGIN_REDIRECT_URL_FAILURE = "login"
+# mozilla-django-oidc redirects to this as written (no URL name lookup): a path.
+LOGIN_REDIRECT_URL_FAILURE = "/accounts/login/"
 
 # One queue name per deployment; tests use their own so that they never meet a running stack.
 CELERY_TASK_DEFAULT_QUEUE = env_str("SHARDYARD_QUEUE", "shardyard")

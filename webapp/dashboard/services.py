@@ -1,4 +1,4 @@
-"""Writes of the dashboard's own: users, roles and API tokens. Catalog and job writes are
+"""Writes of the dashboard's own: users, roles, API tokens and single sign-on links. Catalog and job writes are
 the services of webapp.catalog and webapp.jobs; the views call those directly."""
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from rest_framework.authtoken.models import Token
 
+from webapp.dashboard.models import ExternalIdentity
 from webapp.roles import ROLES
 
 
@@ -50,3 +51,28 @@ def token_revoke(*, user) -> bool:
     """Delete the user's token. Returns whether there was one."""
     deleted, _ = Token.objects.filter(user=user).delete()
     return deleted > 0
+
+
+def identity_link(*, user, issuer: str, subject: str, linked_by: str = "admin") -> ExternalIdentity:
+    """Link an identity provider's user (issuer, subject) to an existing local account, so its
+    single sign-on reaches that account. Refuses superusers and an identity linked already."""
+    issuer, subject = issuer.strip(), subject.strip()
+    if not issuer or not subject:
+        raise ValidationError("an identity needs both the provider's issuer and subject")
+    if user.is_superuser:
+        raise ValidationError(
+            f"{user.username} is a superuser: superusers sign in with their local password only"
+        )
+    taken = ExternalIdentity.objects.filter(issuer=issuer, subject=subject).first()
+    if taken is not None:
+        raise ValidationError(
+            f"the identity {subject!r} of {issuer} is linked to {taken.user.username} already"
+        )
+    return ExternalIdentity.objects.create(
+        issuer=issuer, subject=subject, user=user, linked_by=linked_by
+    )
+
+
+def identity_unlink(*, identity: ExternalIdentity) -> None:
+    """Remove a link: the identity's next sign-in makes a new account instead."""
+    identity.delete()

@@ -64,6 +64,8 @@ urlpatterns = [
     path("users/<int:user_id>/role/", users.user_role, name="user_role"),
     path("users/<int:user_id>/token/", users.token_issue, name="token_issue"),
     path("users/<int:user_id>/token/revoke/", users.token_revoke, name="token_revoke"),
+    path("users/<int:user_id>/identity/", users.identity_link, name="identity_link"),
+    path("users/identity/<int:identity_id>/unlink/", users.identity_unlink, name="identity_unlink"),
 ]
 
 # The overview keeps the project-wide name "home" (LOGIN_REDIRECT_URL, the brand link).

@@ -1,5 +1,6 @@
 """Set up the provider's database: an RSA signing key, a confidential client with one
-redirect URI, and users with groups. Run with the provider's settings:
+redirect URI, and users with groups (a user with ``"email_verified": false`` gets the
+marker group ``unverified-email``, which the claims read). Run with the provider's settings:
 ``python -m tests.support.oidc_provider.bootstrap <json>``."""
 
 import json
@@ -26,3 +27,5 @@ for user in spec["users"]:
     u = User.objects.create_user(user["username"], user.get("email", ""), user["password"])
     for name in user.get("groups", []):
         u.groups.add(Group.objects.get_or_create(name=name)[0])
+    if user.get("email_verified", True) is False:
+        u.groups.add(Group.objects.get_or_create(name="unverified-email")[0])

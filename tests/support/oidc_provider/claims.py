@@ -8,13 +8,14 @@ class GroupsClaims(ScopeClaims):
     info_groups = ("Groups", "The groups you belong to.")
 
     def scope_groups(self):
-        return {"groups": sorted(self.user.groups.values_list("name", flat=True))}
+        names = self.user.groups.exclude(name="unverified-email").values_list("name", flat=True)
+        return {"groups": sorted(names)}
 
 
 def userinfo(claims, user):
     """The standard claims of a user (OIDC_USERINFO)."""
     claims["preferred_username"] = user.username
     claims["email"] = user.email
-    claims["email_verified"] = True
+    claims["email_verified"] = not user.groups.filter(name="unverified-email").exists()
     claims["name"] = user.get_full_name() or user.username
     return claims

@@ -1,6 +1,7 @@
 """User management for admins: create users with a role, change roles, issue and revoke
-API tokens."""
+API tokens, link and unlink single sign-on identities."""
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
@@ -8,7 +9,8 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
 
 from webapp.dashboard import services
-from webapp.dashboard.forms import RoleForm, UserCreateForm
+from webapp.dashboard.forms import IdentityLinkForm, RoleForm, UserCreateForm
+from webapp.dashboard.models import ExternalIdentity
 from webapp.roles import require_role, user_roles
 
 
@@ -17,7 +19,13 @@ def user_list(request):
     return render(
         request,
         "dashboard/users/list.html",
-        {"rows": user_roles(), "form": UserCreateForm(), "role_form": RoleForm()},
+        {
+            "rows": user_roles(),
+            "form": UserCreateForm(),
+            "role_form": RoleForm(),
+            "sso_enabled": settings.SHARDYARD_OIDC_ENABLED,
+            "issuer": settings.SHARDYARD_OIDC_ISSUER,
+        },
     )
 
 
@@ -69,4 +77,36 @@ def token_revoke(request, user_id: int):
         messages.success(request, f"Revoked the API token of {user.username}.")
     else:
         messages.info(request, f"{user.username} had no API token.")
+    return redirect("dashboard:users")
+
+
+@require_POST
+def identity_link(request, user_id: int):
+    require_role(request.user, "admin")
+    user = get_object_or_404(get_user_model(), pk=user_id)
+    form = IdentityLinkForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, form.errors.as_text())
+        return redirect("dashboard:users")
+    try:
+        services.identity_link(user=user, **form.cleaned_data)
+    except ValidationError as e:
+        messages.error(request, "; ".join(e.messages))
+    else:
+        messages.success(
+            request,
+            f"{user.username} is linked to {form.cleaned_data['subject']} of "
+            f"{form.cleaned_data['issuer']}: that single sign-on now reaches this account.",
+        )
+    return redirect("dashboard:users")
+
+
+@require_POST
+def identity_unlink(request, identity_id: int):
+    require_role(request.user, "admin")
+    identity = get_object_or_404(ExternalIdentity.objects.select_related("user"), pk=identity_id)
+    services.identity_unlink(identity=identity)
+    messages.success(
+        request, f"Unlinked {identity.subject} of {identity.issuer} from {identity.user.username}."
+    )
     return redirect("dashboard:users")
