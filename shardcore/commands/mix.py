@@ -8,7 +8,7 @@ import json
 import os
 
 from shardcore import executors
-from shardcore.cli import CLIError, check_new_artifact
+from shardcore.cli import CLIError, check_new_artifact, number_arg
 from shardcore.mixture import MixtureSpec, build_mixture, plan_epochs, plan_mixture
 
 
@@ -26,9 +26,9 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
         metavar="POOL:WEIGHT",
         help="a pool directory and its weight (repeatable)",
     )
-    p.add_argument("--tokens", type=int, help="token budget")
+    p.add_argument("--tokens", type=number_arg("tokens"), help="token budget (1e9, 1B, ...)")
     p.add_argument("--out", required=True, help="output mixture directory")
-    p.add_argument("--seed", type=int, help="seed (default 0)")
+    p.add_argument("--seed", type=number_arg("seed"), help="seed (default 0)")
     p.add_argument(
         "--order", choices=["blend", "diversity", "greedy_block", "random"], help="sample order"
     )
@@ -40,7 +40,9 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
         "document-length bins are always balanced",
     )
     p.add_argument("--spec", help="mixture spec file (.json/.yaml); flags override it")
-    p.add_argument("--max-repetitions", type=float, help="max epochs of any pool")
+    p.add_argument(
+        "--max-repetitions", type=number_arg("max_repetitions"), help="max epochs of any pool"
+    )
     p.add_argument(
         "--global-batch-size",
         type=int,

@@ -9,8 +9,9 @@ import sys
 import numpy as np
 
 from shardcore import executors, storage
-from shardcore.cli import CLIError, check_new_artifact, size_arg
+from shardcore.cli import CLIError, check_new_artifact, number_arg, size_arg
 from shardcore.errors import EmptySelectionError
+from shardcore.limits import MAX_VAL_FRACTION
 from shardcore.pool import SPLITS, plan_pool
 from shardcore.progress import Progress
 
@@ -25,7 +26,9 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
     )
     p.add_argument("tokenized", nargs="+", metavar="TOKENIZED", help="tokenized source directories")
     p.add_argument("--out", required=True, help="output directory (must not hold a result)")
-    p.add_argument("--seq-len", type=int, required=True, help="tokens per training sample")
+    p.add_argument(
+        "--seq-len", type=number_arg("seq_len"), required=True, help="tokens per training sample"
+    )
     p.add_argument(
         "--filter", help="DuckDB expression over document properties, e.g. \"lang = 'de'\""
     )
@@ -35,12 +38,15 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
         default="exact",
         help="exact (default) is a uniform global shuffle; the others are baselines",
     )
-    p.add_argument("--seed", type=int, default=0, help="shuffle seed (default 0)")
+    p.add_argument("--seed", type=number_arg("seed"), default=0, help="shuffle seed (default 0)")
     p.add_argument(
         "--memory", type=size_arg, default=1 << 30, help="memory budget per worker (default 1GiB)"
     )
     p.add_argument(
-        "--val-fraction", type=float, default=0.0, help="documents held out for validation"
+        "--val-fraction",
+        type=number_arg("val_fraction"),
+        default=0.0,
+        help=f"share of documents held out for validation, at most {MAX_VAL_FRACTION}",
     )
     p.add_argument(
         "--shard-size", type=size_arg, default=64 << 20, help="target shard size (default 64MiB)"

@@ -130,7 +130,9 @@ class MixtureSpec:
             seed=_as_int(data.get("seed", 0), "seed"),
             order=str(data.get("order", "blend")),
             stages=stages,
-            max_repetitions=float(data.get("max_repetitions", 4.0)),
+            # Checked (limits.repetitions) as given, so that "-1" reads the same from a
+            # spec file, a flag and the builder.
+            max_repetitions=data.get("max_repetitions", 4.0),
             order_options=dict(data.get("order_options") or {}),
             base_dir=base_dir or data.get("base_dir"),
             global_batch_size=(
@@ -189,16 +191,12 @@ class MixtureSpec:
     def validate(self) -> None:
         """Checks that need no pool: every number within its range (``shardcore.limits``),
         positive weights and budget, known ordering."""
-        if self.tokens <= 0:
-            raise InputError(f"tokens: the budget must be positive, got {self.tokens}")
         self.tokens = limits.tokens("tokens", self.tokens)
         self.seed = limits.seed(self.seed)
         if self.order not in ORDERS:
             raise InputError(f"order: unknown ordering {self.order!r}; known: {list(ORDERS)}")
         if self.max_repetitions != math.inf:  # inf: no cap (the builder's predictions)
-            self.max_repetitions = limits.check_float(
-                "max_repetitions", self.max_repetitions, 0.0, limits.MAX_REPETITIONS, low_open=True
-            )
+            self.max_repetitions = limits.repetitions(self.max_repetitions)
         if self.global_batch_size is not None:
             self.global_batch_size = limits.check_int(
                 "global_batch_size", self.global_batch_size, 1, limits.MAX_BATCH

@@ -80,7 +80,7 @@ def plan_pool(
     # Every number is checked before anything is read or written (shardcore.limits).
     seq_len = limits.seq_len(seq_len)
     seed = limits.seed(seed)
-    val_fraction = limits.check_float("val_fraction", val_fraction, 0.0, 1.0, high_open=True)
+    val_fraction = limits.val_fraction(val_fraction)
     memory = limits.size("memory", memory, limits.MIN_MEMORY)
     shard_size = limits.size("shard_size", shard_size)
     options = dict(shuffle_options or {})

@@ -43,8 +43,8 @@ RANGE_SEED = f"[0, {limits.MAX_SEED}]"
 POOL_CASES = [
     (["--seq-len", "99999999999"], f"seq_len: 99999999999 is outside the allowed range {RANGE_SEQ}"),
     (["--seq-len", "0"], f"seq_len: 0 is outside the allowed range {RANGE_SEQ}"),
-    (["--seq-len", "64", "--val-fraction", "1.5"], "val_fraction: 1.5 is outside the allowed range [0, 1)"),
-    (["--seq-len", "64", "--val-fraction", "nan"], "val_fraction: nan is outside the allowed range [0, 1)"),
+    (["--seq-len", "64", "--val-fraction", "1.5"], "val_fraction: 1.5 is outside the allowed range [0, 0.5]"),
+    (["--seq-len", "64", "--val-fraction", "nan"], "val_fraction: nan is outside the allowed range [0, 0.5]"),
     (["--seq-len", "64", "--memory", "1KiB"], f"memory: 1024 is outside the allowed range [{1 << 20}, {1 << 50}]"),
     (["--seq-len", "64", "--memory", "2000TiB"], "memory: 2199023255552000 is outside the allowed range"),
     (["--seq-len", "64", "--seed", "-1"], f"seed: -1 is outside the allowed range {RANGE_SEED}"),
@@ -100,7 +100,7 @@ def test_the_tokenize_command_refuses_an_out_of_range_number(inputs, tmp_path, a
     [
         (["--tokens", str(2**70)], "tokens: 1180591620717411303424 is outside the allowed range [1, 4611686018427387904]"),
         (["--tokens", "1000", "--seed", "-3"], f"seed: -3 is outside the allowed range {RANGE_SEED}"),
-        (["--tokens", "1000", "--max-repetitions", "1e13"], "max_repetitions: 10000000000000.0 is outside the allowed range (0, 1e+12]"),
+        (["--tokens", "1000", "--max-repetitions", "1e13"], "max_repetitions: 10000000000000 is outside the allowed range (0, 1e+12]"),
         (["--tokens", "1000", "--global-batch-size", str(2**40)], "global_batch_size: 1099511627776 is outside the allowed range"),
     ],
 )  # fmt: skip

@@ -11,9 +11,10 @@ pool facts come in as dicts, so tests need no database.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from shardcore import limits
 from shardcore.errors import InputError
 from shardcore.mixture import MixtureSpec, PoolInfo, plan_epochs
 
@@ -43,9 +44,9 @@ def spec_from_rows(
     for i, row in enumerate(rows):
         try:
             pool = int(row["pool"])
-            weight = float(row["weight"])
         except (KeyError, TypeError, ValueError):
-            raise BuilderError(f"row {i + 1}: choose a pool and a numeric weight") from None
+            raise BuilderError(f"row {i + 1}: choose a pool") from None
+        weight = _typed(row.get("weight"), f"row {i + 1}: weight", limits.weight)
         stage = str(row.get("stage") or MAIN).strip() or MAIN
         leaf = {"pool": str(pool), "weight": weight}
         group = str(row.get("group") or "").strip()
@@ -55,10 +56,7 @@ def spec_from_rows(
             continue
         key = (stage, group)
         if key not in groups:
-            try:
-                gw = float(row.get("group_weight") or 1.0)
-            except (TypeError, ValueError):
-                raise BuilderError(f"row {i + 1}: group weight is not a number") from None
+            gw = _typed(row.get("group_weight") or 1, f"row {i + 1}: group weight", limits.weight)
             groups[key] = {"name": group, "weight": gw, "components": []}
             comps.append(groups[key])
         groups[key]["components"].append(leaf)
@@ -69,12 +67,9 @@ def spec_from_rows(
     for name in by_stage:
         if name == MAIN:
             continue
-        try:
-            n = int(stage_tokens.get(name) or 0)
-        except (TypeError, ValueError):
-            n = 0
-        if n <= 0:
+        if stage_tokens.get(name) in (None, ""):
             raise BuilderError(f"stage {name!r}: give its token count")
+        n = _typed(stage_tokens[name], f"stage {name!r}: tokens", limits.tokens)
         later.append({"name": name, "tokens": n, "components": by_stage[name]})
     return {
         "components": by_stage[MAIN],
@@ -90,19 +85,40 @@ def spec_from_rows(
 def spec_from_draft(draft: Mapping[str, Any]) -> dict[str, Any]:
     """``spec_from_rows`` of a draft as the page and the API send it: ``rows``,
     ``stages``, ``tokens``, ``seed``, ``order``, ``max_repetitions``, ``order_options``."""
+    if draft.get("tokens") in (None, ""):
+        raise BuilderError("tokens: give the token budget")
     try:
         return spec_from_rows(
             rows=draft.get("rows") or [],
             stages=draft.get("stages") or [],
-            tokens=int(draft.get("tokens") or 0),
-            seed=int(draft.get("seed") or 0),
+            tokens=_typed(draft["tokens"], "tokens", limits.tokens),
+            seed=_typed(_or(draft.get("seed"), 0), "seed", lambda n, v: limits.seed(v, n)),
             order=str(draft.get("order") or "blend"),
-            max_repetitions=float(draft.get("max_repetitions") or 4),
+            max_repetitions=_typed(
+                _or(draft.get("max_repetitions"), 4),
+                "max_repetitions",
+                lambda n, v: limits.repetitions(v, n),
+            ),
             order_options=draft.get("order_options"),
         )
     except (TypeError, ValueError) as exc:
         if isinstance(exc, BuilderError):
             raise
+        raise BuilderError(str(exc)) from None
+
+
+def _or(value: Any, default: Any) -> Any:
+    """``default`` for a field left empty (None or ""), the value otherwise (0 included)."""
+    return default if value is None or value == "" else value
+
+
+def _typed(value: Any, name: str, check: Callable[[str, Any], Any]) -> Any:
+    """A number as typed (``limits.parse``: ``1e6``, ``1_000_000``, ``1M``) checked by the
+    library's own range ``check(name, number)``, with its message, as the command line
+    does."""
+    try:
+        return check(name, limits.parse(name, value))
+    except InputError as exc:
         raise BuilderError(str(exc)) from None
 
 

@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from shardcore import storage
 from shardcore.manifest import MANIFEST_NAME
+from shardcore.order import ORDERINGS
 from webapp.catalog import selectors as catalog
 from webapp.catalog.errors import CatalogError
 from webapp.catalog.models import ArtifactStatus
@@ -615,7 +616,11 @@ def stream_snippet(mixture_path, sample: int) -> str:
 
 
 def builder_context() -> dict:
-    return {"pools": catalog.builder_pools(), "mixtures": catalog.mixture_names()}
+    return {
+        "pools": catalog.builder_pools(),
+        "mixtures": catalog.mixture_names(),
+        "orders": list(ORDERINGS),  # every ordering a spec takes, greedy_block too
+    }
 
 
 def mixture_predict(*, payload: dict) -> dict:

@@ -10,6 +10,7 @@ from shardcore.encoders import DEFAULT_TOKENIZER
 from shardcore.shuffle import SHUFFLES
 from webapp.catalog.models import Annotation, ArtifactStatus, Pool, TokenizedSource
 from webapp.catalog.services.annotations import annotation_columns
+from webapp.dashboard.fields import Form, LimitField
 from webapp.roles import ROLES
 
 ROLE_CHOICES = [(r, r) for r in ROLES]
@@ -23,13 +24,6 @@ class UserCreateForm(forms.Form):
 
 class RoleForm(forms.Form):
     role = forms.ChoiceField(choices=ROLE_CHOICES)
-
-
-class IdentityLinkForm(forms.Form):
-    """The provider's issuer and subject (its ID tokens' ``iss`` and ``sub``) to link."""
-
-    issuer = forms.CharField(max_length=255)
-    subject = forms.CharField(max_length=255)
 
 
 class SourceRegisterForm(forms.Form):
@@ -46,13 +40,13 @@ class SourceRegisterForm(forms.Form):
         return [f.strip() for f in raw.split(",") if f.strip()]
 
 
-class AuditForm(forms.Form):
+class AuditForm(Form):
     source = forms.CharField(max_length=100, help_text="source name or id")
     file_path = forms.CharField(max_length=1000, required=False, label="File")
     document_id = forms.IntegerField(min_value=0, required=False, label="Document id")
 
 
-class FlagForm(forms.Form):
+class FlagForm(Form):
     source_id = forms.IntegerField(min_value=1)
     file_path = forms.CharField(max_length=1000, required=False)
     document_ids = forms.CharField(required=False, help_text="comma-separated document ids")
@@ -70,7 +64,7 @@ class FlagForm(forms.Form):
         return ids or None
 
 
-class TokenizeForm(forms.Form):
+class TokenizeForm(Form):
     tokenizer = forms.CharField(
         max_length=200,
         required=False,
@@ -96,15 +90,15 @@ class TokenizeForm(forms.Form):
         return self.cleaned_data.get("engine") or "auto"
 
 
-class PoolBuildForm(forms.Form):
+class PoolBuildForm(Form):
     name = forms.SlugField(max_length=100)
     tokenized_ids = forms.ModelMultipleChoiceField(
         queryset=None, label="Tokenized sources", widget=forms.SelectMultiple(attrs={"size": 4})
     )
-    # The library's ranges (shardcore.limits), checked again where the pool is planned.
-    seq_len = forms.IntegerField(
-        min_value=1,
-        max_value=limits.MAX_SEQ_LEN,
+    # The library's ranges and messages (shardcore.limits), as the command line's.
+    seq_len = LimitField(
+        name="seq_len",
+        check=limits.seq_len,
         initial=512,
         label="Sequence length",
         help_text="tokens trained on per sample (records hold one more)",
@@ -113,9 +107,13 @@ class PoolBuildForm(forms.Form):
         max_length=2000, required=False, help_text="a DuckDB expression, e.g. kind = 'prose'"
     )
     shuffle = forms.ChoiceField(choices=[(s, s) for s in SHUFFLES], initial="exact")
-    seed = forms.IntegerField(min_value=0, max_value=limits.MAX_SEED, initial=0)
-    val_fraction = forms.FloatField(
-        min_value=0.0, max_value=0.5, initial=0.0, label="Validation fraction"
+    seed = LimitField(name="seed", check=limits.seed, initial=0)
+    val_fraction = LimitField(
+        name="val_fraction",
+        check=limits.val_fraction,
+        initial=0,
+        label="Validation fraction",
+        help_text=f"share of the documents held out, 0 to {limits.MAX_VAL_FRACTION:g}",
     )
     annotation_ids = forms.ModelMultipleChoiceField(
         queryset=None,

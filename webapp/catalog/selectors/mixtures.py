@@ -260,12 +260,18 @@ def stored_file_exists(location: str) -> bool:
 
 
 def builder_pools() -> list[dict]:
-    """Ready training pools the builder offers, newest first, as plain facts."""
-    return list(
+    """Ready training pools the builder offers, newest first, as plain facts, with
+    ``epoch_tokens``: the budget that reads the pool once (a sample trains on seq_len of
+    its record's seq_len + 1 tokens, so its ``num_tokens`` would be read 1.00x and then
+    some, and the builder's default budget would open with a repeat warning)."""
+    rows = list(
         Pool.objects.filter(status=ArtifactStatus.READY, split=Pool.Split.TRAIN)
         .order_by("-created_at")
         .values("id", "name", "num_records", "num_tokens", "seq_len", "path")[:BUILDER_POOLS]
     )
+    for r in rows:
+        r["epoch_tokens"] = r["num_records"] * r["seq_len"]
+    return rows
 
 
 def mixture_names(*, limit: int = 500) -> list[str]:

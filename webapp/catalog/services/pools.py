@@ -10,7 +10,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from shardcore import planning, storage
+from shardcore import limits, planning, storage
 from shardcore.errors import EmptySelectionError, InputError
 from shardcore.filters import filter_parse
 from shardcore.manifest import MANIFEST_NAME, read_manifest, total_bytes
@@ -61,6 +61,12 @@ def pool_build(
     ``<annotator>.<column>``)."""
 
     name = checked_name(name, "pool name")
+    try:  # the library's ranges, before anything is planned (a large input plans in a job)
+        seq_len = limits.seq_len(seq_len)
+        seed = limits.seed(seed)
+        val_fraction = limits.val_fraction(val_fraction)
+    except InputError as exc:
+        raise CatalogError(str(exc)) from None
     filter = (filter or "").strip() or None
     if filter is not None:
         try:

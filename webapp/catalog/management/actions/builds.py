@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from shardcore import export as export_formats
+from shardcore.cli import number_arg
 from shardcore.order import ORDERINGS
 from webapp.catalog.management.actions.base import Action, launched
 from webapp.catalog.models import ArtifactStatus
@@ -38,10 +39,10 @@ class PoolBuild(Action):
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("name")
         parser.add_argument("tokenized_ids", type=int, nargs="+")
-        parser.add_argument("--seq-len", type=int, required=True)
+        parser.add_argument("--seq-len", type=number_arg("seq_len"), required=True)
         parser.add_argument("--filter")
-        parser.add_argument("--seed", type=int, default=0)
-        parser.add_argument("--val-fraction", type=float, default=0.0)
+        parser.add_argument("--seed", type=number_arg("seed"), default=0)
+        parser.add_argument("--val-fraction", type=number_arg("val_fraction"), default=0.0)
         parser.add_argument("--annotation", type=int, action="append", default=[],
                             help="an annotation id the pool joins (repeatable)")  # fmt: skip
 
@@ -60,11 +61,11 @@ class MixtureVersionCreate(Action):
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("mixture")
         parser.add_argument("components", help='JSON: [{"pool": 1, "weight": 0.7}, ...]')
-        parser.add_argument("--token-budget", type=int, required=True)
-        parser.add_argument("--seed", type=int, default=0)
+        parser.add_argument("--token-budget", type=number_arg("tokens"), required=True)
+        parser.add_argument("--seed", type=number_arg("seed"), default=0)
         parser.add_argument("--stages", help='JSON: [{"name": "anneal", "tokens": 100000}]')
         parser.add_argument("--order", default="blend", choices=list(ORDERINGS))
-        parser.add_argument("--max-repetitions", type=float, default=4.0)
+        parser.add_argument("--max-repetitions", type=number_arg("max_repetitions"), default=4.0)
 
     def run(self, o: dict[str, Any]) -> str:
         mixture = mixtures.mixture_get_or_create(name=o["mixture"])
