@@ -130,3 +130,71 @@ def test_it_reads_per_source_losses_and_saves_the_proposal_as_a_version(
     # The run now reads the new version; its page links it.
     assert page.locator("dl.facts a", has_text=v2).count() == 1
     screenshot("13-run-switched")
+
+
+def test_a_proposal_opens_in_the_builder_and_is_saved_once(
+    page, live_server, login, version, django_user_model
+):
+    """The run page's link opens the builder on the proposal (the run's version with the
+    proposed weights); saved from there, the proposal is not offered again, and a second
+    Save of it (the run page left open in another tab) is refused: one new version."""
+    from webapp.catalog.models import MixtureVersion
+
+    login("ada", superuser=True)
+    token = Token.objects.create(user=django_user_model.objects.get(username="ada")).key
+    client = ShardyardClient(live_server.url, token=token, retries=0)
+    early, late = version["pools"]["early"].pk, version["pools"]["late"].pk
+    runs = {}
+    for name, val in (("twice-a", (4.2, 3.9)), ("twice-ref", (3.7, 3.9))):
+        run = client.register_run(mixture_version=version["version"].pk, name=name)
+        client.report_progress(run["id"], step=20, consumed_samples=80)
+        client.report_losses(run["id"], step=20, val=[{"pool": early, "loss": val[0]},
+                                                     {"pool": late, "loss": val[1]}])  # fmt: skip
+        runs[name] = run["id"]
+    proposal = client.proposal(runs["twice-a"], reference=runs["twice-ref"])
+    proposed = {p["pool"]: p["proposed"] for p in proposal["pools"]}
+    run_url = f"{live_server.url}/runs/{runs['twice-a']}/?reference={runs['twice-ref']}"
+
+    # Another tab holds the run page with the proposal's Save button.
+    other = page.context.new_page()
+    other.goto(run_url)
+    assert other.locator("#save-proposal button").count() == 1
+
+    page.goto(run_url)
+    with page.expect_navigation():
+        page.click("#proposal-in-builder")
+    assert page.input_value("[name=name]") == "code-by-package"
+    assert page.input_value("[name=tokens]") == str(64 * 400)
+    rows = page.locator("#rows tr").all()[1:]
+    drafted = {
+        int(r.locator("[data-k=pool]").input_value()): float(
+            r.locator("[data-k=weight]").input_value()
+        )
+        for r in rows
+    }
+    assert drafted == {p: pytest.approx(w, abs=1e-6) for p, w in proposed.items()}
+    assert drafted[early] > 0.6
+    # The builder predicts the drafted mixture: code-early's share is its proposed weight.
+    share = page.locator("#prediction tr", has_text="code-early").locator("td").nth(4)
+    share.wait_for()
+    assert float(share.inner_text().rstrip("%")) == pytest.approx(100 * proposed[early], abs=0.5)
+
+    with page.expect_navigation(url=f"{live_server.url}/runs/{runs['twice-a']}/"):
+        page.click("#propose #save-proposal button")
+    page.wait_for_selector("#segments tr.segment >> nth=1")
+    v2 = f"code-by-package v{version['version'].number + 1}"
+    # The run page proposes nothing more from the same losses.
+    page.goto(run_url)
+    assert page.locator("#save-proposal").count() == 0
+    assert page.locator("#proposal-in-builder").count() == 0
+    assert f"was saved as {v2}, which the run reads from step 21" in (
+        page.locator("#proposal .error").inner_text()
+    )
+
+    # The second tab's Save of the same proposal is refused, naming the saved version.
+    with other.expect_navigation():
+        other.click("#save-proposal button")
+    assert f"was saved as {v2}" in other.locator(".msg.error").inner_text()
+    segments = [r.inner_text().split("\t")[1] for r in other.locator("#segments tr.segment").all()]
+    assert segments == [f"code-by-package v{version['version'].number}", v2]
+    assert MixtureVersion.objects.filter(mixture=version["version"].mixture).count() == 2

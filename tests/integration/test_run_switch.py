@@ -449,8 +449,9 @@ def test_the_run_page_saves_the_proposal_as_a_version_and_marks_epochs(
     page = login("editor")
     html = page.get(f"/runs/{run_id}/?reference={ref_id}").content.decode()
     assert 'id="save-proposal"' in html and "from sample 160" in html
+    shown = re.search(r'name="proposal" value="([0-9a-f]{16})"', html)[1]
     with jobs_inline():
-        done = page.post(f"/runs/{run_id}/switch/", {"reference": str(ref_id)})
+        done = page.post(f"/runs/{run_id}/switch/", {"reference": str(ref_id), "proposal": shown})
     assert done.status_code == 302
     run = TrainingRun.objects.get(pk=run_id)
     assert run.mixture_version_id != v1.pk
@@ -461,6 +462,24 @@ def test_the_run_page_saves_the_proposal_as_a_version_and_marks_epochs(
     assert comps[beta.pk] == pytest.approx(0.999 / (1 + e) + 0.0005)
     html = page.get(f"/runs/{run_id}/").content.decode()
     assert "[0, 160)" in html and "[160, …)" in html and "Saved" in html
+    # The same proposal saved again (a second click, a stale tab) is refused, and so is
+    # its save by the service directly: the update is applied once.
+    again = page.post(f"/runs/{run_id}/switch/", {"reference": str(ref_id), "proposal": shown},
+                      follow=True).content.decode()  # fmt: skip
+    assert f"was saved as {run.mixture_version}, which the run reads from step 41" in again
+    from webapp.catalog.errors import CatalogError
+    from webapp.catalog.selectors.runs import run_mixture_proposal
+    from webapp.catalog.services.runs import run_switch
+
+    with pytest.raises(CatalogError, match="was saved already"):
+        run_switch(run_id=run_id, weights={alpha.pk: 0.9, beta.pk: 0.1},
+                   proposal={"fingerprint": shown, "step": 40, "base_version": run.mixture_version_id,
+                             "rule": "", "eta": 1, "smoothing": 0, "reference": ref_id,
+                             "reference_step": 40})  # fmt: skip
+    with pytest.raises(CatalogError, match="needs its validation losses after step 40"):
+        run_mixture_proposal(run_id=run_id, reference_run_id=ref_id)
+    assert TrainingRun.objects.get(pk=run_id).mixture_version_id == run.mixture_version_id
+    assert run.mixture_version.mixture.versions.count() == 2
     # The page's loader snippet streams the run's versions from its resume position: the
     # next samples are the new version's first ones.
     import html as html_

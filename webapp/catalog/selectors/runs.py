@@ -6,7 +6,9 @@ losses beside other runs of the same mixture, its segments, where it resumes
 from __future__ import annotations
 
 import bisect
+import hashlib
 import itertools
+import json
 from typing import Any
 
 from django.db import connection
@@ -413,12 +415,20 @@ def run_mixture_proposal(
     (DoReMi's exponentiated excess loss): the run's latest validation loss per pool (its
     latest step with a whole-pool loss for every pool of its version) against the
     reference run's at the same step, or else its latest step before it. The reference
-    must have reported those pools. CatalogError says what is missing."""
+    must have reported those pools. CatalogError says what is missing.
+
+    Losses a saved proposal read are not read again: after the run switched to a proposal
+    (its segment records it), a proposal needs the run's losses after that switch, else
+    the same evidence would move the new weights once more. ``base_version`` (the version
+    whose weights it replaces) and ``fingerprint`` (of that version, the losses' steps,
+    the reference, the rule and the proposed weights) name the proposal: saving it
+    (``runs.run_switch``) checks it is still the one shown."""
 
     run = TrainingRun.objects.select_related("mixture_version").get(pk=run_id)
     ref = TrainingRun.objects.filter(pk=reference_run_id).first()
     if ref is None:
         raise CatalogError(f"reference: no run {reference_run_id}")
+    saved = run_proposal_saved(run.pk)
     # The stage the run is in: its weights are the ones a switch replaces; the pools of
     # other stages (an anneal's, while the run is in main) keep theirs.
     stage = _stage_at(run.mixture_version, int(run.consumed_samples) - run_segment_start(run.pk))
@@ -440,6 +450,14 @@ def run_mixture_proposal(
         return {s: v for s, v in out.items() if set(v) == set(weights)}
 
     mine = by_step(run)
+    if saved is not None and mine and max(mine) <= proposal_read_until(saved):
+        raise CatalogError(
+            f"run {run.name}: the proposal from its losses at step "
+            f"{saved.proposal['step']:,} (against run {saved.proposal['reference']}) was "
+            f"saved as {saved.mixture_version}, which the run reads from step "
+            f"{saved.first_step:,}; a new proposal needs its validation losses after step "
+            f"{proposal_read_until(saved):,}"
+        )
     if not mine:
         raise CatalogError(
             f"run {run.name} has no step with a validation loss for each of its pools "
@@ -464,17 +482,70 @@ def run_mixture_proposal(
         )
     except InputError as e:
         raise CatalogError(str(e)) from e
-    return {
+    out = {
         "rule": RULE,
         "eta": eta,
         "smoothing": smoothing,
         "run": run.pk,
         "reference": ref.pk,
+        "base_version": run.mixture_version_id,
         "stage": stage,
         "step": step,
         "reference_step": ref_step,
         "pools": [{"pool": p, "name": names[p], **v} for p, v in proposal.items()],
     }
+    named = {k: out[k] for k in ("rule", "eta", "smoothing", "run", "reference", "base_version",
+                                 "stage", "step", "reference_step")}  # fmt: skip
+    named["weights"] = sorted((p["pool"], p["proposed"]) for p in out["pools"])
+    out["fingerprint"] = hashlib.sha256(json.dumps(named, sort_keys=True).encode()).hexdigest()[:16]
+    return out
+
+
+def run_proposal_draft(*, run: TrainingRun, proposal: dict[str, Any]) -> dict[str, Any]:
+    """The mixture builder's draft of ``proposal`` (``run_mixture_proposal``): the run's
+    version as it is (its mixture's name, budget, seed, ordering, later stages) with the
+    proposed weights in the stage the proposal is for; its first stage is the builder's
+    "main"."""
+    version = run.mixture_version
+    spec = (version.params or {}).get("spec") or {}
+    first = str(spec.get("first_stage") or MAIN)
+    proposed = {p["pool"]: p["proposed"] for p in proposal["pools"]}
+    rows = []
+    for c in MixtureComponent.objects.filter(version=version).order_by("pk"):
+        stage = c.stage or MAIN
+        weight = proposed[c.pool_id] if stage == proposal["stage"] else c.weight
+        rows.append({"stage": MAIN if stage == first else stage, "pool": c.pool_id,
+                     "weight": round(weight, 6)})  # fmt: skip
+    return {
+        "name": version.mixture.name,
+        "description": (
+            f"{proposal['rule']} proposal for run {run.name} against run "
+            f"{proposal['reference']} (losses at step {proposal['step']})"
+        )[:200],
+        "tokens": version.token_budget,
+        "seed": version.seed,
+        "order": spec.get("order", "blend"),
+        "max_repetitions": spec.get("max_repetitions", 4.0),
+        "stages": [{"name": st["name"], "tokens": st["tokens"]} for st in spec.get("stages", [])],
+        "rows": rows,
+    }
+
+
+def run_proposal_saved(run_id: int) -> RunSegment | None:
+    """The run's latest segment that a saved proposal started (its version loaded)."""
+    return (
+        RunSegment.objects.filter(run_id=run_id)
+        .exclude(proposal={})
+        .select_related("mixture_version__mixture")
+        .order_by("-index")
+        .first()
+    )
+
+
+def proposal_read_until(segment: RunSegment) -> int:
+    """The last step whose losses the proposal saved as ``segment`` may have read: the
+    losses' step, and every step before the run switched."""
+    return max(int(segment.proposal["step"]), segment.first_step - 1)
 
 
 def _stage_at(version: MixtureVersion, sample: int) -> str:

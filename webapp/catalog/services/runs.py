@@ -30,7 +30,12 @@ from webapp.catalog.models import (
 )
 from webapp.catalog.scrub import corruption_refresh
 from webapp.catalog.selectors.mixtures import version_built
-from webapp.catalog.selectors.runs import run_segment_start, run_segments
+from webapp.catalog.selectors.runs import (
+    proposal_read_until,
+    run_proposal_saved,
+    run_segment_start,
+    run_segments,
+)
 from webapp.catalog.services.common import checked_name
 from webapp.catalog.services.flags import taint_refresh_request
 from webapp.catalog.services.mixtures import (
@@ -506,7 +511,12 @@ def run_losses_record(
 
 
 def run_switch(
-    *, run_id: int, weights: Mapping[int, float], note: str = "", actor=None
+    *,
+    run_id: int,
+    weights: Mapping[int, float],
+    note: str = "",
+    actor=None,
+    proposal: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Save new weights (say, the proposal) as a new version of the run's mixture that
     continues from the run's resume position, and switch the run to it there.
@@ -525,7 +535,13 @@ def run_switch(
     ``mixture_version_create``. Only whoever may write the run switches it
     (``webapp.roles.may_write_run``: its owner, a member of its team, or an admin;
     RunPermissionError otherwise); ``actor=None`` is an operator. ``weights``: pool id ->
-    weight > 0 (the API's serializer checks the entries of a request)."""
+    weight > 0 (the API's serializer checks the entries of a request).
+
+    ``proposal`` (``selectors.runs.run_mixture_proposal``'s answer, whose weights these
+    are) is recorded on the new segment, and saved once: under the run's lock it must
+    still propose for the version the run reads, from losses no saved proposal read
+    (a second save of the same proposal, or a concurrent one, is a CatalogError naming
+    the version it was saved as)."""
 
     if not weights:
         raise CatalogError("weights: give the new weight of each pool")
@@ -537,6 +553,8 @@ def run_switch(
                 f"run {run.name} belongs to another user: only its owner, its team or an "
                 "admin may switch it"
             )
+        if proposal is not None:
+            _proposal_unsaved(run, proposal)
         segments = run_segments(run=run)
         at = int(run.consumed_samples)
         kept = [g for g in segments if g.first_sample < at]
@@ -596,6 +614,7 @@ def run_switch(
             first_sample=at,
             first_step=run.last_step + 1,
             created_by=actor,
+            proposal={k: proposal[k] for k in PROPOSAL_KEYS} if proposal is not None else {},
         )
         run.mixture_version = new
         run.save(update_fields=["mixture_version"])
@@ -609,3 +628,24 @@ def run_switch(
         "segment": segment,
         "continues": {"version": version.pk, "sample": local},
     }
+
+
+# What a segment records of the proposal its switch saved.
+PROPOSAL_KEYS = ("fingerprint", "rule", "eta", "smoothing", "reference", "step", "reference_step")
+
+
+def _proposal_unsaved(run: TrainingRun, proposal: Mapping[str, Any]) -> None:
+    """Refuse to save ``proposal`` again, or once the run reads another version than the
+    one it proposes for (read under the run's lock)."""
+    saved = run_proposal_saved(run.pk)
+    if saved is not None and int(proposal["step"]) <= proposal_read_until(saved):
+        raise CatalogError(
+            f"run {run.name}: this proposal (its losses at step {int(proposal['step']):,}) "
+            f"was saved already, as {saved.mixture_version}, which the run reads from step "
+            f"{saved.first_step:,}"
+        )
+    if int(proposal["base_version"]) != run.mixture_version_id:
+        raise CatalogError(
+            f"run {run.name} reads mixture version {run.mixture_version_id} now, not the "
+            f"{proposal['base_version']} this proposal was made for: propose again"
+        )

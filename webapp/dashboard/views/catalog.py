@@ -187,24 +187,32 @@ def run_detail(request, run_id: int):
 def run_switch(request, run_id: int):
     """Save the proposal against the posted reference run as a new version continuing from
     the run's resume position, and switch the run to it. The weights are computed here
-    again from the books, never taken from the form. The service checks the run is the
-    user's (owner, team or admin)."""
+    again from the books, never taken from the form; the form's ``proposal`` (the shown
+    proposal's fingerprint) must match them, and the service saves a proposal once. The
+    service checks the run is the user's (owner, team or admin)."""
     require_role(request.user, "trainer")
     reference = request.POST.get("reference", "")
+    shown = request.POST.get("proposal", "")
     back = redirect("dashboard:run", run_id=run_id)
     if not reference.isdigit():
         messages.error(request, "reference: give a run id")
         return back
     try:
         proposal = catalog.run_mixture_proposal(run_id=run_id, reference_run_id=int(reference))
+        if shown != proposal["fingerprint"]:
+            raise CatalogError(
+                "proposal: the proposal changed since the page showed it (new losses, or "
+                "the run switched): review the one shown now"
+            )
         result = runs.run_switch(
             run_id=run_id,
             weights={p["pool"]: p["proposed"] for p in proposal["pools"]},
             actor=request.user,
+            proposal=proposal,
         )
     except CatalogError as e:
         messages.error(request, str(e))
-        return redirect(f"{back.url}?reference={reference}")
+        return redirect(f"{back.url}?reference={reference}#proposal")
     version, seg = result["version"], result["segment"]
     messages.success(
         request,

@@ -25,10 +25,11 @@
       '<td><button type="button" class="small danger" data-remove>×</button></td>';
     if (v.pool) tr.querySelector("select").value = v.pool;
   }
-  function addStage() {
+  function addStage(values) {
+    const v = values || {};
     const tr = stages.insertRow();
-    tr.innerHTML = '<td><input data-k="name" value="anneal" size="10"></td>' +
-      '<td><input data-k="tokens" type="number" min="1" value="100000000"></td>' +
+    tr.innerHTML = '<td><input data-k="name" value="' + esc(v.name || "anneal") + '" size="10"></td>' +
+      '<td><input data-k="tokens" type="number" min="1" value="' + esc(v.tokens || 100000000) + '"></td>' +
       '<td><button type="button" class="small danger" data-remove>×</button></td>';
   }
   function collect(table) {
@@ -125,6 +126,17 @@
       else showSaveError(r.error || "could not save");
     }).catch(() => { if (mine === saveSeq) showSaveError("the server did not answer; try again"); });
   });
-  if (poolOptions.trim()) { addRow(); defaultBudget(); }
+  // A draft given by the page (a run's proposal): its settings, stages and rows.
+  function fill(d) {
+    ["name", "description", "tokens", "seed", "order", "max_repetitions"].forEach((k) => {
+      if (d[k] !== undefined && d[k] !== null) root.querySelector("[name=" + k + "]").value = d[k];
+    });
+    budget.dataset.typed = "1";
+    (d.stages || []).forEach(addStage);
+    (d.rows || []).forEach(addRow);
+  }
+  const given = document.getElementById("builder-draft");
+  if (given) fill(JSON.parse(given.textContent));
+  else if (poolOptions.trim()) { addRow(); defaultBudget(); }
   refresh();
 })();
