@@ -310,7 +310,8 @@ def builder_proposal(*, run: str, reference: str) -> dict:
     """The builder's "Propose from run": the runs that reported validation loss
     (``propose_runs``: id, "mixture / run"), the chosen run (``proposal_run``), the other
     runs of its mixture to compare against (``propose_references``) and the run page's
-    proposal (``run_proposal``) against the chosen reference, else the first of them."""
+    proposal (``run_proposal``) against the chosen reference, else the first of them,
+    and the builder's draft of it (``builder_draft``)."""
     runs = catalog.runs_with_val_losses(limit=200)
     out: dict = {
         "propose_runs": [(r.pk, f"{r.mixture_version.mixture.name} / {r.name}") for r in runs],
@@ -335,7 +336,11 @@ def builder_proposal(*, run: str, reference: str) -> dict:
                 "proposal_error": f"reference: no other run of {chosen.mixture_version.mixture.name} reported validation loss",
             }
         reference = str(references[0][0])
-    return {**out, **run_proposal(run=chosen, reference=reference)}
+    out.update(run_proposal(run=chosen, reference=reference))
+    if "proposal" in out:
+        # The builder opens on the proposal: the run's version with the proposed weights.
+        out["builder_draft"] = catalog.run_proposal_draft(run=chosen, proposal=out["proposal"])
+    return out
 
 
 def _resume_context(run) -> dict:
