@@ -1,7 +1,9 @@
-"""Checking a Megatron-LM command line against an export (``check_trainer_args``): the
-arguments that key the cache (seed, sequence length, split, tokenizer) equal the export's, and
-the data arguments name one of its stage files, so that the trainer loads the written indices
-instead of building its own."""
+"""Checking a Megatron-LM command line against an export (``review_trainer_args``): the
+arguments that key the cache (seed, sequence length, split, tokenizer) equal the export's, the
+data arguments give one of its stage blends (as megatron-core reads a blend: prefixes and
+normalized weights), and pretrain_gpt builds megatron-core's GPTDataset, so that the trainer
+loads the written indices instead of building its own. Arguments that keep the order but
+that some supported release refuses at start-up are notes, with the release."""
 
 from __future__ import annotations
 
@@ -9,8 +11,11 @@ import json
 import os
 import shlex
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from shardcore.megatron_args import (
     BUILDS,
@@ -25,6 +30,49 @@ from shardcore.megatron_args import (
 )
 
 # --------------------------------------------------------------------------- checking
+
+# Arguments with which pretrain_gpt.py builds another dataset class than megatron-core's
+# GPTDataset (Megatron-LM 0.16-0.19, ``pretrain_gpt.train_valid_test_datasets_provider``).
+OTHER_DATASETS = {
+    "--sft": (
+        "pretrain_gpt.py then builds Megatron-LM's SFTDataset, which opens each data prefix "
+        "as a JSONL file of chat conversations (HuggingFace datasets) and packs them itself: "
+        "it reads neither the export's token shards nor its index cache"
+    ),
+    "--fim-data": (
+        "pretrain_gpt.py then builds Megatron-LM's GPTFIMDataset, whose indices megatron-core "
+        "keys by that class's name (the export's cache has no entry for it: it builds and "
+        "shuffles its own) and which rearranges the tokens of a share (--fim-rate) of the "
+        "samples into fill-in-the-middle order: the samples are not the mixture's"
+    ),
+}
+# The last Megatron-LM release with --legacy-tokenizer; 0.17 removed it, and its argument
+# parser stops at start-up on an argument it does not know.
+LEGACY_TOKENIZER_LAST = "0.16.x"
+
+
+@dataclass
+class TrainerArgsReview:
+    """What ``review_trainer_args`` found: ``problems`` break the order (none: exact);
+    ``notes`` keep it but stop the trainer at start-up on some supported release."""
+
+    problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _blend(values: Sequence[str]) -> tuple[list[str], list[float] | None]:
+    """A data list as megatron-core reads it (``get_blend_from_list``, then the builder's
+    ``normalize``): (prefixes, weights each divided by their float64 sum), or (the list,
+    None) when it holds no weights. Two lists with equal blends key the same cache."""
+    values = list(values)
+    if len(values) % 2 == 0 and values:
+        try:
+            weights = [float(w) for w in values[0::2]]
+        except ValueError:
+            return values, None
+        w = np.array(weights, dtype=np.float64)
+        return values[1::2], (w / np.sum(w)).tolist()
+    return values, None
 
 
 def _flags(argv: Sequence[str]) -> dict[str, str | None]:
@@ -162,14 +210,26 @@ def _check_tokenizer(record: Mapping[str, Any], args: Mapping[str, str | None]) 
 
 def check_trainer_args(export_dir: str | os.PathLike, argv: str | Sequence[str]) -> list[str]:
     """Why Megatron-LM run with ``argv`` would not read the export in ``export_dir`` in
-    Shardyard's order; an empty list when it does (every keyed argument matches a stage)."""
+    Shardyard's order; an empty list when it does (``review_trainer_args``'s problems)."""
+    return review_trainer_args(export_dir, argv).problems
+
+
+def review_trainer_args(
+    export_dir: str | os.PathLike, argv: str | Sequence[str]
+) -> TrainerArgsReview:
+    """Why Megatron-LM run with ``argv`` would not read the export in ``export_dir`` in
+    Shardyard's order (no problems when every keyed argument matches a stage), and which of
+    its arguments some supported release refuses at start-up."""
 
     record = json.loads((Path(export_dir) / "export.json").read_text())
     if not record.get("exact"):
-        return ["the export wrote no index cache: " + "; ".join(record.get("problems") or [])]
+        return TrainerArgsReview(
+            ["the export wrote no index cache: " + "; ".join(record.get("problems") or [])]
+        )
     want = record["arguments"]
     args = _flags(shlex.split(argv) if isinstance(argv, str) else list(argv))
     problems = []
+    notes = []
 
     def differs(flag: str, got: Any, expected: Any) -> None:
         if got != expected:
@@ -219,24 +279,88 @@ def check_trainer_args(export_dir: str | os.PathLike, argv: str | Sequence[str])
         if flag in args:
             problems.append(f"{flag}: the export's cache is keyed for {file_flag}")
 
-    def train_list(stage_file: str) -> list[str]:
-        text = Path(stage_file).read_text()
+    for flag, why in OTHER_DATASETS.items():
+        if flag in args:
+            problems.append(f"{flag}: {why}")
+    if "--dataloader-fast-cache-load" in args:
+        if per_split:
+            notes.append(
+                "--dataloader-fast-cache-load: megatron-core then builds no index and loads "
+                "every split's from --data-cache-path; the export wrote the training split's, "
+                "not the validation split's (the pools' val/ slices, which megatron-core "
+                "indexes on a run without this argument), so the first run with it stops at "
+                "start-up (FileNotFoundError: ...-valid-document_index.npy); run once without "
+                "it (the training order is the same), then with it"
+            )
+        else:
+            problems.append(
+                "--dataloader-fast-cache-load: megatron-core 0.16-0.19 refuse it with a "
+                "--data-path or --data-args-path blend at start-up (AssertionError: "
+                '"--dataloader-fast-cache-load and --data-path cannot be used together"); '
+                "run without it, or export with --per-split and give "
+                "--per-split-data-args-path"
+            )
+    if "--legacy-tokenizer" in args:
+        notes.append(
+            f"--legacy-tokenizer: only Megatron-LM {LEGACY_TOKENIZER_LAST} has it; 0.17 and "
+            "later stop at start-up (pretrain_gpt.py: error: unrecognized arguments: "
+            "--legacy-tokenizer)"
+            + (
+                "; there, run without it (the cache is keyed for megatron-core's tokenizer too)"
+                if {b for i in record.get("identities", []) for b in i["builds"]} & set(CORE_BUILDS)
+                else "; for those, export with --megatron-tokenizer-build default and run "
+                "without it"
+            )
+        )
+
+    def train_list(text: str) -> list[str]:
         return (json.loads(text)["train"] if per_split else text).split()
+
+    def blend_of(stage: Mapping[str, Any]) -> tuple[list[str], list[float] | None]:
+        return _blend(train_list(Path(stage["data_args"]).read_text()))
+
+    def matching(given: list[str], what: str) -> Mapping[str, Any] | None:
+        """The stage whose blend ``given`` is (megatron-core reads prefixes and normalized
+        weights, so any list in the same proportions that normalizes to the same numbers
+        is that stage); else None, with the reason in ``problems``."""
+        blend = _blend(given)
+        for s in record["stages"]:
+            if blend_of(s) == blend:
+                return s
+        for s in record["stages"]:
+            prefixes, weights = blend_of(s)
+            if blend[0] == prefixes and weights and blend[1] and np.allclose(weights, blend[1]):
+                i = next(
+                    i for i, (a, b) in enumerate(zip(weights, blend[1], strict=True)) if a != b
+                )
+                problems.append(
+                    f"{what}: its weights are in the proportions of stage {s['stage']}'s, but "
+                    "megatron-core's normalization (each weight over their float64 sum) "
+                    f"rounds them to other numbers ({prefixes[i]}: {blend[1][i]!r} where the "
+                    f"stage has {weights[i]!r}), which is another blend key: megatron-core "
+                    f"would build its own blend. Give the weights of {s['data_args']}"
+                )
+                return None
+        problems.append(f"{what} is none of the export's stage lists")
+        return None
 
     stage = None
     file_arg, list_arg = args.get(file_flag), args.get(list_flag)
     if file_arg:
-        path = str(Path(file_arg).resolve())
-        stage = next((s for s in record["stages"] if s["data_args"] == path), None)
+        path = Path(file_arg).resolve()
+        stage = next((s for s in record["stages"] if s["data_args"] == str(path)), None)
         if stage is None:
-            problems.append(f"{file_flag} {path} is none of the export's stage files")
+            try:
+                given = train_list(path.read_text())
+            except (OSError, ValueError, KeyError, AttributeError) as exc:
+                problems.append(
+                    f"{file_flag} {path} is none of the export's stage files, and its list "
+                    f"cannot be read ({type(exc).__name__}: {exc})"
+                )
+            else:
+                stage = matching(given, f"{file_flag} {path}")
     elif list_arg:
-        given = list_arg.split()
-        for s in record["stages"]:
-            if train_list(s["data_args"]) == given:
-                stage = s
-        if stage is None:
-            problems.append(f"{list_flag} is none of the export's stage lists")
+        stage = matching(list_arg.split(), list_flag)
     else:
         problems.append(f"no {file_flag} or {list_flag}")
     if stage is not None:
@@ -244,4 +368,4 @@ def check_trainer_args(export_dir: str | os.PathLike, argv: str | Sequence[str])
         if samples is None and args.get("--train-iters") and args.get("--global-batch-size"):
             samples = number("--train-iters", 0) * number("--global-batch-size", 0)
         differs("--train-samples", samples, stage["train_samples"])
-    return problems
+    return TrainerArgsReview(problems, notes)

@@ -11,7 +11,7 @@ from shardcore import atomic
 from shardcore import export_megatron as mc
 from shardcore.cli import CLIError
 from shardcore.export import FORMATS, export, megatron_data_args
-from shardcore.export_megatron import check_trainer_args
+from shardcore.megatron_check import review_trainer_args
 
 
 def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
@@ -79,7 +79,8 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
         "--check-trainer-args",
         metavar="ARGS",
         help="check Megatron-LM arguments (one quoted string) against the export in --out: "
-        "prints why the order would not hold, exit status 1 if it would not",
+        "prints why the order would not hold (exit status 1 if it would not) and which "
+        "arguments a supported release refuses at start-up",
     )
     p.set_defaults(func=run)
 
@@ -128,11 +129,13 @@ def _check(args: argparse.Namespace) -> int:
 
     if not args.out or not (Path(args.out) / "export.json").is_file():
         raise CLIError("--check-trainer-args: give the export's directory as --out")
-    problems = check_trainer_args(args.out, args.check_trainer_args)
-    if not problems:
+    review = review_trainer_args(args.out, args.check_trainer_args)
+    if not review.problems:
         print("exact: Megatron reads the mixture's samples in Shardyard's order")
-        return 0
-    print("ORDER NOT GUARANTEED:")
-    for p in problems:
-        print(f"  - {p}")
-    return 1
+    else:
+        print("ORDER NOT GUARANTEED:")
+        for p in review.problems:
+            print(f"  - {p}")
+    for note in review.notes:
+        print(f"  note: {note}")
+    return 1 if review.problems else 0

@@ -19,7 +19,12 @@ megatron-core, and calls megatron-core for everything else:
   megatron-core's ``MegatronLegacyTokenizer``, whose identity code is megatron-core's);
   the blend from ``get_blend_and_blend_per_split``; the ``GPTDatasetConfig`` fields as
   pretrain_gpt passes them;
-- ``BlendedMegatronDatasetBuilder(GPTDataset, sizes, is_built_on_rank, config).build()``.
+- ``BlendedMegatronDatasetBuilder(dataset_type, sizes, is_built_on_rank, config).build()``,
+  where ``train_valid_test_datasets_provider`` picks ``dataset_type``: megatron-core's
+  GPTDataset, or with ``--fim-data`` Megatron-LM's GPTFIMDataset (a GPTDataset subclass;
+  mirrored by its class name only, which is what megatron-core keys its indices by, not by
+  its fill-in-the-middle rearrangement of the tokens); ``--sft`` (Megatron-LM's SFTDataset,
+  JSONL conversations) is not mirrored and raises.
 
 Nothing here passes a tokenizer identity of its own: the identity is whatever megatron-core
 builds from the parsed arguments.
@@ -277,16 +282,26 @@ def num_samples(args: argparse.Namespace) -> list[int]:
     ]
 
 
+def dataset_type(args: argparse.Namespace) -> type:
+    """The dataset class ``train_valid_test_datasets_provider`` builds."""
+    from megatron.core.datasets.gpt_dataset import GPTDataset
+
+    if args.sft:
+        raise NotImplementedError("--sft: Megatron-LM's SFTDataset is not mirrored here")
+    if args.fim_data:
+        return type("GPTFIMDataset", (GPTDataset,), {})
+    return GPTDataset
+
+
 def build_datasets(line: str):
     """(train, valid, test, the tokenizer) as pretrain_gpt builds them from ``line``."""
     from megatron.core.datasets.blended_megatron_dataset_builder import (
         BlendedMegatronDatasetBuilder,
     )
-    from megatron.core.datasets.gpt_dataset import GPTDataset
 
     args = parse(line)
     config = dataset_config(args)
     train, valid, test = BlendedMegatronDatasetBuilder(
-        GPTDataset, num_samples(args), lambda: True, config
+        dataset_type(args), num_samples(args), lambda: True, config
     ).build()
     return train, valid, test, config.tokenizer

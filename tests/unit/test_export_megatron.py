@@ -437,6 +437,150 @@ def test_check_trainer_args_refuses_the_other_tokenizer_build(built, tmp_path, c
     assert ("missing" in said) == (build == "legacy")
 
 
+def _cli_check(out: Path, mixture: Path, line: str, capsys) -> tuple[int, str]:
+    """``shardyard export ... --check-trainer-args LINE``: (exit status, what it printed)."""
+    from shardcore.cli import main
+
+    argv = ["export", str(mixture), "--format", "megatron", "--out", str(out)]
+    code = main([*argv, "--check-trainer-args", line])
+    return code, capsys.readouterr().out
+
+
+def _reads_exactly(line: str, mixture: Path, monkeypatch, samples: int = 300) -> bool:
+    """Whether megatron-core, building the dataset as pretrain_gpt does from ``line``, builds
+    no index and gives the mixture's first ``samples`` samples."""
+    calls = BuildCalls(monkeypatch)
+    ds = megatron_lm.build_datasets(line)[0]
+    want = _schedule_tokens(mixture)
+    same = sum(np.array_equal(_sample(ds, i), want[i]) for i in range(samples))
+    monkeypatch.undo()
+    return calls.total == 0 and same == samples
+
+
+@pytest.mark.parametrize("flag", ["--sft", "--fim-data"])
+def test_check_trainer_args_refuses_the_arguments_that_build_another_dataset_class(
+    built, dist, tmp_path, monkeypatch, capsys, flag
+):
+    """--sft and --fim-data make pretrain_gpt build SFTDataset / GPTFIMDataset, not
+    GPTDataset: the check says ORDER NOT GUARANTEED naming the argument and the class. For
+    --fim-data megatron-core itself shows why: it keys the indices by the class's name, so
+    it builds its own and the samples are not the mixture's."""
+    root, _ = built
+    out = tmp_path / "export"
+    line = _stage_lines(export(root / "mixture", "megatron", out=out))[0]
+    assert _cli_check(out, root / "mixture", line, capsys)[0] == 0
+    code, said = _cli_check(out, root / "mixture", f"{line} {flag}", capsys)
+    assert code == 1 and "ORDER NOT GUARANTEED" in said, said
+    cls = {"--sft": "SFTDataset", "--fim-data": "GPTFIMDataset"}[flag]
+    assert f"- {flag}: pretrain_gpt.py then builds Megatron-LM's {cls}" in said
+    if flag == "--fim-data":
+        assert not _reads_exactly(f"{line} {flag}", root / "mixture", monkeypatch)
+    else:
+        with pytest.raises(NotImplementedError, match="SFTDataset"):
+            megatron_lm.build_datasets(f"{line} {flag}")
+
+
+def test_check_trainer_args_on_fast_cache_load_says_what_megatron_core_does(
+    built, dist, tmp_path, monkeypatch, capsys
+):
+    """--dataloader-fast-cache-load: with a --data-args-path blend megatron-core refuses it
+    at start-up, and so does the check (naming it); per split, megatron-core stops at
+    start-up until the validation split's indices are in the cache, then reads exactly: the
+    check says exact and notes the first run. --dataloader-defer-npy-index-mmap is exact."""
+    root, _ = built
+    mixture = root / "mixture"
+    out = tmp_path / "export"
+    line = _stage_lines(export(mixture, "megatron", out=out))[0]
+    fast = f"{line} --dataloader-fast-cache-load"
+    with pytest.raises(AssertionError, match="cannot be used together"):
+        megatron_lm.build_datasets(fast)
+    code, said = _cli_check(out, mixture, fast, capsys)
+    assert code == 1 and "- --dataloader-fast-cache-load: megatron-core 0.16-0.19 refuse" in said
+    assert "cannot be used together" in said and "--per-split" in said
+    defer = f"{line} --dataloader-defer-npy-index-mmap"
+    assert _reads_exactly(defer, mixture, monkeypatch)
+    assert _cli_check(out, mixture, defer, capsys) == (
+        0, "exact: Megatron reads the mixture's samples in Shardyard's order\n"
+    )  # fmt: skip
+
+    out = tmp_path / "per-split"
+    line = _stage_lines(export(mixture, "megatron", out=out, per_split=True))[0]
+    fast = f"{line} --dataloader-fast-cache-load"
+    code, said = _cli_check(out, mixture, fast, capsys)
+    assert code == 0 and said.startswith("exact:"), said
+    assert "note: --dataloader-fast-cache-load:" in said and "run once without it" in said
+    with pytest.raises(Exception, match="data cache"):
+        megatron_lm.build_datasets(fast)  # the validation split's indices are not there
+    assert megatron_lm.build_datasets(line)[1] is not None  # indexes the validation split
+    assert _reads_exactly(fast, mixture, monkeypatch)
+
+
+def test_check_trainer_args_accepts_the_stage_list_in_any_proportional_weights(
+    built, dist, tmp_path, monkeypatch, capsys
+):
+    """megatron-core normalizes a blend's weights (each over their float64 sum), so the
+    stage's list with every weight doubled is the same blend: megatron-core reads it
+    exactly and the check says exact. A multiple whose normalized weights round to other
+    floats is another blend key: megatron-core builds its own blend, and the check refuses
+    it, saying so. The check's verdict is megatron-core's for each multiple."""
+    from megatron.core.datasets.utils import normalize
+
+    root, _ = built
+    mixture = root / "mixture"
+    out = tmp_path / "export"
+    line = _stage_lines(export(mixture, "megatron", out=out))[0]
+    stage_file = out / "data-args-main.txt"
+    values = stage_file.read_text().split()
+    weights = [float(w) for w in values[0::2]]
+
+    def scaled(factor: float) -> str:
+        pairs = [f"{w * factor!r} {p}" for w, p in zip(weights, values[1::2], strict=True)]
+        return line.replace(f"--data-args-path {stage_file}", "--data-path " + " ".join(pairs))
+
+    rounded = next(
+        f for f in (0.1, 0.3, 0.7, 3.0, 7.0)
+        if normalize([w * f for w in weights]) != normalize(weights)
+    )  # fmt: skip
+    for factor in (2.0, rounded):
+        exact = _reads_exactly(scaled(factor), mixture, monkeypatch)
+        assert exact == (factor == 2.0), factor
+        code, said = _cli_check(out, mixture, scaled(factor), capsys)
+        assert code == (0 if exact else 1), said
+        if not exact:
+            assert "--data-path: its weights are in the proportions of stage main's" in said
+    # The same list in a file of the user's own: Megatron reads the list, not the file name.
+    mine = tmp_path / "mine.txt"
+    mine.write_text(" ".join(scaled(2.0).split("--data-path ")[1].split(" --")[0].split()))
+    own = line.replace(str(stage_file), str(mine))
+    assert _cli_check(out, mixture, own, capsys)[0] == 0
+
+
+def test_check_trainer_args_notes_that_0_17_and_later_reject_legacy_tokenizer(
+    built, tmp_path, capsys
+):
+    """--legacy-tokenizer reads the cache on megatron-core 0.16 (keyed for every build), but
+    Megatron-LM 0.17 and later have no such argument: the check says exact and notes the
+    releases that stop at start-up."""
+    root, _ = built
+    out = tmp_path / "export"
+    line = _stage_lines(export(root / "mixture", "megatron", out=out))[0]
+    code, said = _cli_check(out, root / "mixture", f"{line} --legacy-tokenizer", capsys)
+    assert code == 0 and said.startswith("exact:")
+    assert "note: --legacy-tokenizer: only Megatron-LM 0.16.x has it; 0.17 and later" in said
+    assert "run without it" in said
+    assert "note:" not in _cli_check(out, root / "mixture", line, capsys)[1]
+    megatron_lm.parse(f"{line} --legacy-tokenizer", release=(0, 16))
+    for release in ((0, 17), (0, 19)):  # Megatron-LM's parser at those tags
+        with pytest.raises(SystemExit):
+            megatron_lm.parse(f"{line} --legacy-tokenizer", release=release)
+    legacy = tmp_path / "legacy"
+    line = _stage_lines(export(root / "mixture", "megatron", out=legacy, tokenizer_build="legacy"))[
+        0
+    ]
+    code, said = _cli_check(legacy, root / "mixture", line, capsys)
+    assert code == 0 and "export with --megatron-tokenizer-build default" in said
+
+
 def test_megatron_reads_it_exactly_per_split_with_the_pools_validation(
     built, dist, tmp_path, monkeypatch
 ):
