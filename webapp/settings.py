@@ -274,6 +274,9 @@ SHARDYARD_DB_RETRIES = env_int("SHARDYARD_DB_RETRIES", 5, minimum=0)
 # The scrub re-verifies every built artifact against its checksums when the newest scrub
 # is older than this (seconds; 0 = never on its own). Started by the workers' sweepers.
 SHARDYARD_SCRUB_INTERVAL = env_int("SHARDYARD_SCRUB_INTERVAL", 7 * 86400, minimum=0)
+# The sweepers queue a storage measurement (webapp.ops.storage) when the newest is older
+# than this many seconds; 0: only when asked (the Storage page, the API, manage.py).
+SHARDYARD_STORAGE_INTERVAL = env_int("SHARDYARD_STORAGE_INTERVAL", 3600, minimum=0)
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 

@@ -5,7 +5,9 @@ operator. Every ``SHARDYARD_SWEEP_INTERVAL`` seconds it
   and sends again the queued units whose broker message was lost
   (``webapp.jobs.services.job_sweep``);
 * starts a scrub job when the last one is older than ``SHARDYARD_SCRUB_INTERVAL``
-  (``webapp.catalog.scrub.scrub_due_start``).
+  (``webapp.catalog.scrub.scrub_due_start``);
+* queues a storage measurement when the newest is older than
+  ``SHARDYARD_STORAGE_INTERVAL`` (``webapp.ops.storage.storage_measure_due``).
 
 Every worker runs one, so the sweep survives the loss of any worker; the work is
 idempotent (row locks and claims by state), so two sweepers at once do no harm.
@@ -16,8 +18,11 @@ from __future__ import annotations
 import logging
 import threading
 
+from django.conf import settings
+
 from webapp.catalog.scrub import scrub_due_start
 from webapp.jobs.services import job_sweep
+from webapp.ops.storage import storage_measure_due
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +36,9 @@ def sweep_once(*, queue: str | None = None) -> list[str]:
     scrub = scrub_due_start()
     if scrub is not None:
         lines.append(f"job {scrub.pk}: scrub started (the last one is older than the interval)")
+    measure = storage_measure_due(interval=settings.SHARDYARD_STORAGE_INTERVAL)
+    if measure is not None:
+        lines.append(f"storage measurement {measure.pk} queued (the last one is too old)")
     return lines
 
 

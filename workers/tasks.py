@@ -113,3 +113,14 @@ def flag_reads(*, flag_id: int) -> int:
     from webapp.catalog import facts
 
     return facts.flag_reads_compute(flag_id=flag_id)
+
+
+# The storage report (webapp.ops.storage): measured here, never on a request. Idempotent: a
+# redelivered message finds its row claimed or done.
+@shared_task(name="workers.storage_measure", acks_late=True, reject_on_worker_lost=True,
+             soft_time_limit=3000, time_limit=3300)  # fmt: skip
+def storage_measure(*, report_id: int) -> str:
+    """Measure what the data root holds and store it as the report's row."""
+    from webapp.ops.storage import storage_measure as measure
+
+    return measure(report_id=report_id)

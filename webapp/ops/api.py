@@ -1,15 +1,39 @@
-"""The storage report in the JSON API (``/api/storage/``): the same numbers as the page,
-for any signed-in user or API token (a viewer)."""
+"""The storage report in the JSON API (``/api/storage/``): the newest measurement, the same
+numbers as the page, with when it was measured and its age, for any signed-in user or API
+token (a viewer); an editor's POST queues a new measurement (202). Nothing is measured on
+the request (a worker's task measures)."""
 
+from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from webapp.ops.storage import storage_report
+from webapp.ops.storage import storage_latest, storage_measure_request
 from webapp.roles import require_role
+
+
+def _iso(value):
+    return value.isoformat() if value else None
 
 
 class StorageView(APIView):
     def get(self, request):
 
         require_role(request.user, "viewer")
-        return Response(storage_report())
+        latest = storage_latest()
+        return Response({
+            **latest["report"],
+            "measured_at": _iso(latest["measured_at"]),
+            "age_seconds": latest["age_seconds"],
+            "measuring": latest["measuring"],
+            "last_error": latest["last_error"],
+            "last_error_at": _iso(latest["last_error_at"]),
+        })  # fmt: skip
+
+    def post(self, request):
+
+        require_role(request.user, "editor")
+        row = storage_measure_request(requested_by=request.user)
+        return Response(
+            {"measurement": row.pk, "state": row.state, "queued_at": _iso(row.created_at)},
+            status=status.HTTP_202_ACCEPTED,
+        )

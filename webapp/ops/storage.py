@@ -1,5 +1,8 @@
-"""Storage you can see and reclaim: bytes held per source, tokenized source, pool, mixture
-version, materialized copy, owner and team; retiring an artifact (its files removed, its
+"""Storage you can see and reclaim: bytes held per source, tokenized source, annotation,
+pool, mixture version, materialized copy, owner and team, measured by a worker's task
+(``storage_measure``; the pages show the stored result and its age, never measuring on a
+request: listing a store takes minutes on object storage, or hangs while it is down);
+retiring an artifact (its files removed, its
 row, lineage and audit rows kept); and a garbage collector for files under the data root
 that no row owns. The same code serves a local data root and an ``s3://`` one (fsspec).
 
@@ -15,15 +18,20 @@ meanwhile is never collected."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
 
 from webapp.catalog.models import (
+    Annotation,
     ArtifactStatus,
     Export,
     MixtureVersion,
@@ -34,11 +42,15 @@ from webapp.catalog.models import (
     TrainingRun,
 )
 from webapp.jobs.models import Job
+from webapp.ops.models import StorageReport
 from webapp.roles import ROLES
 
-ARTIFACT_DIRS = ("tokenized", "pools", "mixtures", "scrub")
+log = logging.getLogger(__name__)
+
+ARTIFACT_DIRS = ("tokenized", "annotations", "pools", "mixtures", "scrub")
 KINDS = {
     "tokenized": TokenizedSource,
+    "annotation": Annotation,
     "pool": Pool,
     "version": MixtureVersion,
     "export": Export,
@@ -98,17 +110,27 @@ def _label(kind: str, obj) -> str:
         return f"{obj.format} copy of {obj.version.mixture.name} v{obj.version.number}"
     if kind == "tokenized":
         return f"{obj.source.name} ({obj.tokenizer.spec})"
+    if kind == "annotation":
+        ts = obj.tokenized_source
+        return f"{obj.annotator} of {ts.source.name} ({ts.tokenizer.spec})"
     return obj.name
 
 
-def storage_report() -> dict:
+def storage_report(*, measured: dict[tuple[str, int], int] | None = None) -> dict:
     """Bytes held per artifact (measured on the store), per source (its registered
     files), and per owner and team (the groups of the user who built it that are not
-    roles; an artifact counts in each of its owner's teams)."""
+    roles; an artifact counts in each of its owner's teams).
+
+    With ``measured`` ({(kind, id): bytes}, a stored measurement's), nothing is measured:
+    each artifact row of the catalog now gets its stored bytes (None: not measured then,
+    e.g. built since; 0 once retired), and the totals add those up."""
 
     rows = []
     querysets = {
         "tokenized": TokenizedSource.objects.select_related("source", "tokenizer"),
+        "annotation": Annotation.objects.select_related(
+            "tokenized_source__source", "tokenized_source__tokenizer"
+        ),
         "pool": Pool.objects.all(),
         "version": MixtureVersion.objects.select_related("mixture"),
         "export": Export.objects.select_related("version__mixture"),
@@ -118,20 +140,27 @@ def storage_report() -> dict:
             owner_id = getattr(obj, "created_by_id", None)
             if kind == "export":
                 owner_id = obj.version.created_by_id
+            if obj.status == ArtifactStatus.RETIRED:
+                size: int | None = 0
+            elif measured is not None:
+                size = measured.get((kind, obj.pk))
+            else:
+                size = path_bytes(obj.path)
             rows.append({
                 "kind": kind, "id": obj.pk, "name": _label(kind, obj), "status": obj.status,
                 "version_id": obj.version_id if kind == "export" else None,
-                "path": obj.path, "owner_id": owner_id,
-                "bytes": 0 if obj.status == ArtifactStatus.RETIRED else path_bytes(obj.path),
+                "path": obj.path, "owner_id": owner_id, "bytes": size,
             })  # fmt: skip
-    # A materialized copy lies inside its version's directory: count it once, as the copy.
-    copies: dict[int, int] = {}
-    for r in rows:
-        if r["kind"] == "export":
-            copies[r["version_id"]] = copies.get(r["version_id"], 0) + r["bytes"]
-    for r in rows:
-        if r["kind"] == "version":
-            r["bytes"] = max(0, r["bytes"] - copies.get(r["id"], 0))
+    if measured is None:
+        # A materialized copy lies inside its version's directory: count it once, as the
+        # copy (stored measurements are counted so already).
+        copies: dict[int, int] = {}
+        for r in rows:
+            if r["kind"] == "export":
+                copies[r["version_id"]] = copies.get(r["version_id"], 0) + r["bytes"]
+        for r in rows:
+            if r["kind"] == "version":
+                r["bytes"] = max(0, r["bytes"] - copies.get(r["id"], 0))
 
     users = {u.pk: u for u in get_user_model().objects.filter(
         pk__in={r["owner_id"] for r in rows if r["owner_id"]}).prefetch_related("groups")}  # fmt: skip
@@ -140,13 +169,12 @@ def storage_report() -> dict:
     for r in rows:
         user = users.get(r["owner_id"])
         r["owner"] = user.username if user else ""
-        per_owner[r["owner"] or "(nobody)"] = (
-            per_owner.get(r["owner"] or "(nobody)", 0) + r["bytes"]
-        )
+        held = r["bytes"] or 0
+        per_owner[r["owner"] or "(nobody)"] = per_owner.get(r["owner"] or "(nobody)", 0) + held
         teams = [g.name for g in user.groups.all() if g.name not in ROLES] if user else []
         r["teams"] = teams
         for team in teams or ["(no team)"]:
-            per_team[team] = per_team.get(team, 0) + r["bytes"]
+            per_team[team] = per_team.get(team, 0) + held
         del r["owner_id"], r["version_id"]
     sources = [
         {"kind": "source", "id": s.pk, "name": s.name, "path": s.uri, "bytes": s.num_bytes}
@@ -154,7 +182,7 @@ def storage_report() -> dict:
     ]
     by_kind: dict[str, int] = {}
     for r in rows:
-        by_kind[r["kind"]] = by_kind.get(r["kind"], 0) + r["bytes"]
+        by_kind[r["kind"]] = by_kind.get(r["kind"], 0) + (r["bytes"] or 0)
     return {
         "data_root": str(settings.DATA_ROOT),
         "sources": sources,
@@ -163,6 +191,138 @@ def storage_report() -> dict:
         "by_owner": dict(sorted(per_owner.items())),
         "by_team": dict(sorted(per_team.items())),
         "total": sum(by_kind.values()),
+    }
+
+
+# --- measuring in a task -------------------------------------------------------------------
+
+# A measurement under way for this long is taken for lost (its worker died); the task's own
+# time limit is below it.
+MEASURE_LIMIT = 3600
+# Finished measurements kept (the newest ones); older rows are deleted.
+MEASURE_KEEP = 20
+
+
+def _under_way():
+    horizon = timezone.now() - timedelta(seconds=MEASURE_LIMIT)
+    return StorageReport.objects.filter(
+        Q(state=StorageReport.State.QUEUED, created_at__gte=horizon)
+        | Q(state=StorageReport.State.RUNNING, started_at__gte=horizon)
+    )
+
+
+def _send(report_id: int) -> None:
+    from workers.tasks import storage_measure as task
+
+    def send() -> None:
+        try:
+            task.delay(report_id=report_id)
+        except Exception as exc:  # noqa: BLE001 - the broker is down: the row says queued
+            log.warning("storage measurement %s not sent: %s", report_id, exc)
+
+    transaction.on_commit(send)
+
+
+def storage_measure_request(*, requested_by=None) -> StorageReport:
+    """Queue a measurement of the data root for a worker (sent when the transaction
+    commits); while one is queued or running, that one is the answer."""
+    with transaction.atomic():
+        pending = _under_way().order_by("-pk").first()
+        if pending is not None:
+            return pending
+        row = StorageReport.objects.create(requested_by=requested_by)
+        _send(row.pk)
+    return row
+
+
+def storage_measure_due(*, interval: float) -> StorageReport | None:
+    """The sweepers' call: queue a measurement when the newest finished one is older than
+    ``interval`` seconds (or there is none) and none is under way; None otherwise."""
+    if interval <= 0:
+        return None
+    newest = (
+        StorageReport.objects.filter(state__in=(StorageReport.State.DONE,
+                                                StorageReport.State.FAILED))
+        .order_by("-finished_at")
+        .values_list("finished_at", flat=True)
+        .first()
+    )  # fmt: skip
+    if newest is not None and timezone.now() - newest < timedelta(seconds=interval):
+        return None
+    if _under_way().exists():
+        return None
+    return storage_measure_request()
+
+
+def storage_measure(*, report_id: int) -> str:
+    """The task's work: claim the queued row (or one whose worker was lost), measure
+    (``storage_report``), store the result or the error. A redelivered message finds the
+    row claimed or done and measures nothing."""
+    now = timezone.now()
+    stale = now - timedelta(seconds=MEASURE_LIMIT)
+    claimed = (
+        StorageReport.objects.filter(pk=report_id)
+        .filter(Q(state=StorageReport.State.QUEUED)
+                | Q(state=StorageReport.State.RUNNING, started_at__lt=stale))
+        .update(state=StorageReport.State.RUNNING, started_at=now)
+    )  # fmt: skip
+    if not claimed:
+        return f"storage report {report_id}: not queued"
+    try:
+        report = storage_report()
+    except Exception as exc:  # the store is down or refuses: the row says why
+        StorageReport.objects.filter(pk=report_id).update(
+            state=StorageReport.State.FAILED,
+            finished_at=timezone.now(),
+            error=f"{type(exc).__name__}: {exc}"[:2000],
+        )
+        log.warning("storage report %s failed: %s", report_id, exc)
+        return f"storage report {report_id}: failed"
+    StorageReport.objects.filter(pk=report_id).update(
+        state=StorageReport.State.DONE, finished_at=timezone.now(), report=report
+    )
+    finished = StorageReport.objects.filter(
+        state__in=(StorageReport.State.DONE, StorageReport.State.FAILED)
+    ).order_by("-finished_at", "-pk")
+    old = list(finished.values_list("pk", flat=True)[MEASURE_KEEP:])
+    if old:
+        StorageReport.objects.filter(pk__in=old).delete()
+    return f"storage report {report_id}: {report['total']} bytes"
+
+
+def storage_latest() -> dict:
+    """What the page and the API show, from rows only (nothing is measured here): the
+    catalog's artifacts with the bytes of the newest finished measurement (``report``;
+    None for an artifact not measured yet), when it was measured and its age in seconds, whether a measurement is under way, and the error of the newest
+    measurement when it failed after that report."""
+    now = timezone.now()
+    done = (
+        StorageReport.objects.filter(state=StorageReport.State.DONE)
+        .order_by("-finished_at", "-pk")
+        .first()
+    )
+    failed = (
+        StorageReport.objects.filter(state=StorageReport.State.FAILED)
+        .order_by("-finished_at", "-pk")
+        .first()
+    )
+    if failed is not None and done is not None and failed.finished_at <= done.finished_at:
+        failed = None
+    pending = _under_way().order_by("-pk").first()
+    stored = done.report.get("artifacts", []) if done is not None else []
+    return {
+        "report": storage_report(measured={(r["kind"], r["id"]): r["bytes"] for r in stored}),
+        "measured_at": done.finished_at if done is not None else None,
+        "age_seconds": (now - done.finished_at).total_seconds() if done is not None else None,
+        "took_seconds": (
+            (done.finished_at - done.started_at).total_seconds()
+            if done is not None and done.started_at
+            else None
+        ),
+        "measuring": pending.state if pending is not None else None,
+        "measuring_since": pending.created_at if pending is not None else None,
+        "last_error": failed.error if failed is not None else "",
+        "last_error_at": failed.finished_at if failed is not None else None,
     }
 
 
@@ -195,6 +355,9 @@ def _readers(kind: str, obj) -> list[str]:
         # An annotation being built reads the source's text (its units, until the end).
         for a in obj.annotations.filter(status=ArtifactStatus.BUILDING).order_by("pk"):
             out.append(f"annotation {a.annotator} (id {a.pk}), being built by job {a.job_id}")
+    elif kind == "annotation":
+        for pool in obj.pools.filter(status__in=live).order_by("pk"):
+            out.append(f"pool {pool.name} (id {pool.pk})")
     elif kind == "export":
         # A materialized copy is what a run that streams its version reads.
         if obj.format == Export.Format.MATERIALIZED:
@@ -297,15 +460,19 @@ class GcReport:
         return out
 
 
+# Every row that owns a directory (or a file) under ARTIFACT_DIRS.
+ARTIFACT_MODELS = (TokenizedSource, Annotation, Pool, MixtureVersion, Export)
+
+
 def _owned_paths() -> list[str]:
     paths = []
-    for model in (TokenizedSource, Pool, MixtureVersion, Export):
+    for model in ARTIFACT_MODELS:
         paths += model.objects.exclude(status=ArtifactStatus.RETIRED).values_list("path", flat=True)
 
     # A job's output directory is its artifact's (retired: files gone on purpose, and the
     # artifact's row no longer owns them) or a scrub's report.
     retired = set()
-    for model in (TokenizedSource, Pool, MixtureVersion, Export):
+    for model in ARTIFACT_MODELS:
         retired |= set(
             model.objects.filter(status=ArtifactStatus.RETIRED).values_list("path", flat=True)
         )

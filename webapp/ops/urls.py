@@ -10,6 +10,7 @@ urlpatterns = [
     path("readyz", probes.readyz, name="readyz"),
     path("metrics", metrics.metrics, name="metrics"),
     path("storage/", views.storage_page, name="storage"),
+    path("storage/measure/", views.storage_measure, name="storage_measure"),
     path("storage/retire/<str:kind>/<int:pk>/", views.storage_retire, name="storage_retire"),
     path("api/storage/", api.StorageView.as_view(), name="api-storage"),
     # Single sign-on (webapp.ops.oidc); 404 unless SHARDYARD_OIDC_CLIENT_ID is set. The

@@ -19,7 +19,8 @@ from webapp.ops.storage import (
     RetireRefused,
     artifact_retire,
     artifact_retire_preview,
-    storage_report,
+    storage_latest,
+    storage_measure_request,
 )
 from webapp.ops.webhooks import endpoint_create, url_refusal
 from webapp.roles import ROLES, require_role
@@ -92,9 +93,24 @@ def webhook_delete(request, pk: int):
 
 
 def storage_page(request):
-    """Bytes held per source, artifact, owner and team; editors retire artifacts here."""
+    """Bytes held per source, artifact, owner and team, as the newest measurement stored
+    them (with its age; nothing is measured here); editors ask for a new measurement and
+    retire artifacts here."""
+    latest = storage_latest()
+    return render(request, "ops/storage.html", {"report": latest["report"], "latest": latest})
 
-    return render(request, "ops/storage.html", {"report": storage_report()})
+
+@require_POST
+def storage_measure(request):
+    """Queue a measurement for a worker (or find the one under way)."""
+    require_role(request.user, "editor")
+    row = storage_measure_request(requested_by=request.user)
+    messages.success(
+        request,
+        f"A worker measures the storage now (measurement {row.pk}, {row.state}); "
+        "this page shows the result when it is done.",
+    )
+    return redirect("storage")
 
 
 @require_http_methods(["GET", "POST"])

@@ -1,6 +1,7 @@
 """``manage.py storage``: what the data root holds, retiring an artifact, the collector.
 
-manage.py storage report                 # bytes per kind, owner and team
+manage.py storage report                 # measure now: bytes per kind, owner and team (stored
+                                         # as the Storage page's newest report)
 manage.py storage retire pool 12         # refused (naming the readers) while read
 manage.py storage gc                     # dry run: what the collector would remove
 manage.py storage gc --delete            # remove it
@@ -9,6 +10,7 @@ manage.py storage gc --delete            # remove it
 from django.core.management.base import BaseCommand, CommandError
 
 from webapp.ops import storage
+from webapp.ops.models import StorageReport
 
 
 class Command(BaseCommand):
@@ -16,7 +18,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         sub = parser.add_subparsers(dest="action", required=True)
-        sub.add_parser("report", help="bytes held per kind, owner and team")
+        sub.add_parser("report", help="measure now: bytes held per kind, owner and team")
         retire = sub.add_parser("retire", help="remove an artifact's files, keep its rows")
         retire.add_argument("kind", choices=sorted(storage.KINDS))
         retire.add_argument("id", type=int)
@@ -27,7 +29,12 @@ class Command(BaseCommand):
 
     def handle(self, *args, action, **options):
         if action == "report":
-            report = storage.storage_report()
+            row = StorageReport.objects.create()
+            storage.storage_measure(report_id=row.pk)
+            row.refresh_from_db()
+            if row.state != StorageReport.State.DONE:
+                raise CommandError(f"measuring failed: {row.error}")
+            report = row.report
             self.stdout.write(f"data root {report['data_root']}: {report['total']} bytes")
             for title in ("by_kind", "by_owner", "by_team"):
                 for name, size in report[title].items():
