@@ -32,6 +32,7 @@ urlpatterns = [
         catalog.mixture_version_diff,
         name="mixture_version_diff",
     ),
+    path("mixtures/<int:mixture_id>/diff/", catalog.mixture_diff_pick, name="mixture_diff_pick"),
     path(
         "mixtures/versions/<int:version_id>/materialize/",
         catalog.mixture_version_materialize,

@@ -30,6 +30,7 @@ from webapp.catalog.selectors.mixtures import (
     mixture_version_detail,
     mixture_version_diff,
     mixture_version_document,
+    mixture_version_ids,
 )
 from webapp.catalog.selectors.overview import overview, overview_counts
 from webapp.catalog.selectors.pools import pool_detail, pool_list, pool_planned_by
@@ -71,6 +72,7 @@ __all__ = [
     "mixture_version_detail",
     "mixture_version_diff",
     "mixture_version_document",
+    "mixture_version_ids",
     "overview",
     "overview_counts",
     "pool_detail",

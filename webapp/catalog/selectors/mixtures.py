@@ -6,13 +6,21 @@ from __future__ import annotations
 
 import os
 
-from django.db.models import Count, Max
+from django.db.models import Count, Max, Q
 
 from shardcore import storage
 from shardcore.errors import ManifestError
 from shardcore.manifest import read_manifest
 from webapp.catalog import builder, facts
-from webapp.catalog.models import ArtifactStatus, Export, Mixture, MixtureVersion, Pool
+from webapp.catalog.models import (
+    ArtifactStatus,
+    Export,
+    Mixture,
+    MixtureVersion,
+    Pool,
+    RunSegment,
+    TrainingRun,
+)
 from webapp.catalog.selectors.common import NotFound, get_or_not_found, runs_with_taint
 from webapp.catalog.selectors.lineage import stage_names, version_lineage
 from webapp.catalog.selectors.pools import pools_properties
@@ -30,12 +38,33 @@ def mixture_list(*, page=1) -> dict:
 
 
 def mixture_detail(*, mixture_id: int) -> dict:
-    """A mixture and its newest 50 versions, each with ``num_runs``."""
+    """A mixture and its newest 50 versions, each with ``num_runs``: the runs that read it,
+    now or before a switch to another version (a run is counted by every version it read);
+    and ``num_runs``, the runs that read any version of the mixture."""
     mixture = get_or_not_found(Mixture.objects.all(), "mixture", pk=mixture_id)
-    versions = list(
-        mixture.versions.annotate(num_runs=Count("runs")).defer("params").order_by("-number")[:50]
+    versions = list(mixture.versions.defer("params").order_by("-number")[:50])
+    readers: dict[int, set[int]] = {v.pk: set() for v in versions}
+    current = TrainingRun.objects.filter(mixture_version__in=versions)
+    for run_id, version_id in current.values_list("pk", "mixture_version_id"):
+        readers[version_id].add(run_id)
+    earlier = RunSegment.objects.filter(mixture_version__in=versions)
+    for run_id, version_id in earlier.values_list("run_id", "mixture_version_id"):
+        readers[version_id].add(run_id)
+    for v in versions:
+        v.num_runs = len(readers[v.pk])
+    num_runs = (
+        TrainingRun.objects.filter(
+            Q(mixture_version__mixture=mixture) | Q(segments__mixture_version__mixture=mixture)
+        )
+        .distinct()
+        .count()
     )
-    return {"mixture": mixture, "versions": versions}
+    return {"mixture": mixture, "versions": versions, "num_runs": num_runs}
+
+
+def mixture_version_ids(*, mixture_id: int) -> set[int]:
+    """The ids of the mixture's versions (what its page may diff)."""
+    return set(MixtureVersion.objects.filter(mixture_id=mixture_id).values_list("pk", flat=True))
 
 
 def mixture_version_detail(*, version_id: int, by: str = "") -> dict:

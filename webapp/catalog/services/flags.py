@@ -75,6 +75,7 @@ def flag_create(
             raise CatalogError("no document ids given")
         if ids[0] < 0:
             raise CatalogError(f"document ids are indices from 0, got {ids[0]}")
+        _documents_exist(source, ids)
         target = Flag.Target.DOCUMENTS
     else:
         target = Flag.Target.SOURCE
@@ -94,6 +95,23 @@ def flag_create(
             flag_documents.store(flag, ids)
         flag_taint_request(flag_id=flag.pk)
     return flag
+
+
+def _documents_exist(source: Source, ids: np.ndarray) -> None:
+    """Refuse ids past the source's last document (its scan counted them), naming them and
+    the valid range: a flag on a document that does not exist taints nothing and says so
+    nowhere. A source not scanned yet has no count to check against."""
+    if source.status != Source.Status.SCANNED:
+        return
+    n = int(source.num_documents)
+    beyond = ids[ids >= n]  # ids are sorted
+    if beyond.size:
+        shown = ", ".join(str(int(i)) for i in beyond[:5])
+        more = f" and {beyond.size - 5:,} more" if beyond.size > 5 else ""
+        valid = f"its {n:,} documents are numbered 0 to {n - 1:,}" if n else "it has none"
+        raise CatalogError(
+            f"document ids: source {source.name} has no document {shown}{more}; {valid}"
+        )
 
 
 def flag_awaiting_documents(flag: Flag) -> bool:

@@ -12,6 +12,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from shardcore import storage
 from webapp.catalog import selectors as catalog
 from webapp.catalog.errors import CatalogError
+from webapp.catalog.selectors import decon as decon_selectors
 from webapp.catalog.services import exports, pools, runs, sources, tokenized
 from webapp.dashboard import contexts
 from webapp.dashboard.forms import PoolBuildForm, SourceRegisterForm, TokenizeForm
@@ -138,6 +139,7 @@ def pool_build(request):
 
 def pool_detail(request, pool_id: int):
     ctx = contexts.pool_detail(pool_id=pool_id, by=request.GET.get("by", ""))
+    ctx["decon"] = decon_selectors.pool_decon(pool=ctx["pool"])
     return render(request, "dashboard/pools/detail.html", ctx)
 
 
@@ -177,6 +179,7 @@ def run_list(request):
 
 def run_detail(request, run_id: int):
     context = contexts.run_detail(run_id=run_id)
+    context["decon"] = decon_selectors.run_decon(run=context["run"])
     reference = request.GET.get("reference", "")
     if reference:
         context.update(contexts.run_proposal(run=context["run"], reference=reference))
@@ -286,6 +289,16 @@ def mixture_version_export(request, version_id: int, fmt: str):
         return HttpResponse(f"{e}\n", status=404, content_type="text/plain; charset=utf-8")
     name = f"{version.mixture.name}-v{version.number}-{Path(path).name}"
     return stored_file_response(location, name)
+
+
+def mixture_diff_pick(request, mixture_id: int):
+    """The mixture page's "Compare vA with vB" form: the diff of the two versions chosen."""
+    a, b = request.GET.get("a", ""), request.GET.get("b", "")
+    ids = catalog.mixture_version_ids(mixture_id=mixture_id)
+    if not (a.isdigit() and b.isdigit() and int(a) in ids and int(b) in ids) or a == b:
+        messages.error(request, "Diff: choose two different versions of this mixture.")
+        return redirect("dashboard:mixture", mixture_id=mixture_id)
+    return redirect("dashboard:mixture_version_diff", a_id=int(a), b_id=int(b))
 
 
 def mixture_version_diff(request, a_id: int, b_id: int):
