@@ -85,9 +85,9 @@ def run_report(args: argparse.Namespace) -> int:
     client = ShardyardClient(args.server, token=args.token, retries=1)
     try:
         if args.run is not None:
-            answer = client.request("GET", f"/api/v1/runs/{args.run}/decon")
+            answer = client.request("GET", f"/api/decon/runs/{args.run}/")
         else:
-            path = f"/api/v1/decon/benchmarks/{args.benchmark}"
+            path = f"/api/decon/benchmarks/{args.benchmark}/"
             if args.item:
                 path += f"?item={quote(args.item)}"
             answer = client.request("GET", path)
@@ -105,18 +105,26 @@ def run_report(args: argparse.Namespace) -> int:
 
 def _print_benchmark(a: dict) -> None:
     item = f" item {a['item']}" if a.get("item") else ""
-    print(f"benchmark {a['benchmark']}{item}: {a['documents']:,} overlapping documents")
+    print(f"benchmark {a['benchmark']}{item}: {_count(a['documents'])} overlapping documents")
     for s in a.get("sources", []):
+        flag = f", flag {s['flag']}" if s.get("flag") else ", not flagged"
         print(
-            f"  source {s['source']}: {s['documents']:,} documents (annotation {s['annotation']})"
+            f"  source {s['source']}: {_count(s['documents'])} documents "
+            f"(annotation {s['annotation']}{flag})"
         )
     for kind in ("pools", "versions"):
         for row in a.get(kind, []):
             print(f"  {kind[:-1]} {row['label']}: {row['documents']:,} documents")
     for run in a.get("runs", []):
         print(f"  run {run['name']} (#{run['id']}): {run['first_read']}")
-    if not a.get("runs"):
+    if not a.get("flagged"):
+        print("  not flagged: flag them to find the pools, versions and runs holding them")
+    elif not a.get("runs"):
         print("  no run read any of them" if a.get("complete", True) else "  still computing")
+
+
+def _count(n: int | None) -> str:
+    return "?" if n is None else f"{n:,}"
 
 
 def _print_run(a: dict) -> None:

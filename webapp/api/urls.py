@@ -2,7 +2,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView
 from rest_framework.routers import DefaultRouter
 
-from webapp.api import annotations, views
+from webapp.api import annotations, decon, views
 
 router = DefaultRouter()
 router.register("sources", views.SourceViewSet, basename="source")
@@ -15,6 +15,8 @@ router.register("annotations", annotations.AnnotationViewSet, basename="annotati
 router.register("annotators", annotations.AnnotatorViewSet, basename="annotator")
 router.register("flags", views.FlagViewSet, basename="flag")
 router.register("audit", views.AuditViewSet, basename="audit")
+router.register("decon/benchmarks", decon.DeconBenchmarkViewSet, basename="decon-benchmark")
+router.register("decon/runs", decon.RunDeconViewSet, basename="decon-run")
 
 urlpatterns = [
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),

@@ -94,12 +94,25 @@ def _version_epochs(version_id: int, key: str) -> Any:
     }
 
 
+def _decon_pool_items(pool_id: int, key: str) -> Any:
+    """Per benchmark of decon annotation ``key``: the overlapping documents and items the
+    pool holds (``selectors.decon.decon_pool_items_measure``)."""
+    from webapp.catalog.models import Annotation
+    from webapp.catalog.selectors.decon import decon_pool_items_measure
+
+    return decon_pool_items_measure(
+        pool=Pool.objects.get(pk=pool_id),
+        annotation=Annotation.objects.select_related("tokenized_source").get(pk=int(key)),
+    )
+
+
 MEASURES: dict[str, Callable[[int, str], Any]] = {
     "pool_quality": _pool_quality,
     "pool_properties": _pool_properties,
     "version_quality": _version_quality,
     "source_stats": _source_stats,
     "version_epochs": _version_epochs,
+    "decon_pool_items": _decon_pool_items,
 }
 
 

@@ -50,6 +50,16 @@ def pool_documents_hit(
     return int(pool_document_rows(pool=pool, tokenized=tokenized, doc_ids=doc_ids).size)
 
 
+def pool_documents_held(*, pool: Pool, tokenized: TokenizedSource, doc_ids: np.ndarray) -> np.ndarray:
+    """Which of ``doc_ids`` (sorted) of ``tokenized`` the pool holds, sorted: the pool's
+    documents table read a batch at a time, as ``pool_document_rows`` reads it."""
+    if not doc_ids.size:
+        return np.zeros(0, dtype=np.int64)
+    members = IndexSet(doc_ids)
+    parts = [held[mine & members(held)] for _, mine, held in _held(pool, tokenized)]
+    return np.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.int64)
+
+
 def flag_document_ids(*, flag, tokenized: TokenizedSource) -> np.ndarray | None:
     """The flagged document indices within ``tokenized``, sorted (8 bytes a document);
     None means all of them (a flag on the whole source). A file's documents are the id

@@ -15,6 +15,8 @@ from django.utils import timezone
 from shardcore import annotate, props, storage
 from shardcore.annotate.artifact import DOC_ID, annotation_shards
 from shardcore.annotation import plan_annotation, summarize
+from shardcore.decon import index as decon_index
+from shardcore.decon import spec as decon_spec
 from shardcore.errors import InputError
 from shardcore.filters import filter_parse, filter_rows
 from shardcore.manifest import MANIFEST_NAME
@@ -31,6 +33,7 @@ from webapp.catalog.services.common import (
 )
 from webapp.catalog.services.flags import flag_create
 from webapp.catalog.services.launch import launch
+from webapp.catalog.services.sources import source_location_check
 from webapp.jobs.models import ACTIVE_JOB_STATES, Job
 
 RECORDER = "webapp.catalog.services.annotations.annotation_record"
@@ -91,6 +94,30 @@ def params_parse(annotator: str, params: dict[str, Any] | str | None) -> dict[st
         raise CatalogError(f"params: {str(exc).removeprefix('--param ')}") from None
 
 
+def decon_benchmarks_check(params: dict[str, Any]) -> dict[str, Any]:
+    """The decon annotator's parameters with ``benchmarks`` (a spec or a compiled index)
+    checked to lie under the source roots, as the spec's benchmark files must: the service
+    reads no file an editor could not register as a source."""
+    where = str(params.get("benchmarks") or "").strip()
+    if not where:
+        raise CatalogError("params: benchmarks: name a benchmark spec file or a compiled index")
+    try:
+        location = source_location_check(uri=where)
+    except CatalogError as exc:
+        raise CatalogError(f"params: benchmarks: {exc}") from None
+    if not decon_index.is_index(location):
+        try:
+            files = [f for b in decon_spec.load_spec(location) for f in b.files]
+        except InputError as exc:
+            raise CatalogError(f"params: benchmarks: {exc}") from None
+        for f in files:
+            try:
+                source_location_check(uri=f)
+            except CatalogError as exc:
+                raise CatalogError(f"params: benchmarks: {location}: {exc}") from None
+    return {**params, "benchmarks": location}
+
+
 def _text(v: Any) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
@@ -116,6 +143,8 @@ def annotation_build(
         raise CatalogError(f"tokenized source {ts.pk} is not built ({ts.status})")
     refuse_corrupt([ts])
     typed = params_parse(annotator, params)
+    if annotator == "decon":
+        typed = decon_benchmarks_check(typed)
     out = artifact_dir("annotations", f"{ts.source.name}-{annotator}")
     made: list[Plan] = []
 
