@@ -1,6 +1,15 @@
 from django.urls import path
 
-from webapp.dashboard.views import annotations, audit, builder, catalog, jobs, overview, users
+from webapp.dashboard.views import (
+    annotations,
+    audit,
+    builder,
+    catalog,
+    decon,
+    jobs,
+    overview,
+    users,
+)
 
 app_name = "dashboard"
 
@@ -60,6 +69,9 @@ urlpatterns = [
     path("audit/", audit.audit, name="audit"),
     path("audit/flags/", audit.flag_create, name="flag_create"),
     path("audit/flags/<int:flag_id>/", audit.flag_detail, name="flag"),
+    path("decon/", decon.decon_list, name="decon"),
+    path("decon/<str:name>/", decon.decon_benchmark, name="decon_benchmark"),
+    path("decon/<str:name>/flag/", decon.decon_flag, name="decon_flag"),
     path("users/", users.user_list, name="users"),
     path("users/create/", users.user_create, name="user_create"),
     path("users/<int:user_id>/role/", users.user_role, name="user_role"),
