@@ -199,6 +199,10 @@ def test_the_audit_finds_documents_pools_versions_runs_and_first_steps(
     assert denied.status_code == 403
 
     # The pages.
+    page = login("viewer").get(f"/annotations/{ann.pk}/").content.decode()
+    assert 'href="/decon/stdlib_qa/">stdlib_qa</a>' in page
+    assert f'<td class="num">{len(overlapping)}</td>' in page
+    assert 'data-column="decon.item_ids"' in page and "non-empty" in page
     page = login("viewer").get("/decon/stdlib_qa/").content.decode()
     assert f"first read at step {step} (sample {first_sample})" in page
     assert f'href="/runs/{run_id}/">r1</a>' in page

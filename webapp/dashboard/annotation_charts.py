@@ -13,7 +13,8 @@ from webapp.dashboard.charts.common import PALETTE, _empty, _layout
 
 def column_figure(annotator: str, name: str, entry: Mapping[str, Any]) -> dict:
     """One column: a histogram of a number, documents per value of a small-range integer or
-    of text (its most frequent values), true/false counts of a flag."""
+    of text (its most frequent values; of a list, the most frequent values it holds),
+    true/false counts of a flag."""
     title = f"{annotator}.{name}"
     kind = entry.get("kind")
     if kind == "number" and entry.get("values"):
@@ -27,7 +28,7 @@ def column_figure(annotator: str, name: str, entry: Mapping[str, Any]) -> dict:
         fig = _bars(title, x, counts, xtitle=title)
         fig["data"][0]["width"] = widths
         return fig
-    if kind == "text" and entry.get("top"):
+    if kind in ("text", "list") and entry.get("top"):
         return _bars(
             title, [str(v) for v, _ in entry["top"]], [c for _, c in entry["top"]],
             xtitle=title, category=True,
