@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -27,6 +27,9 @@ from shardcore.errors import ManifestError
 from shardcore.formats import IndexedWriter
 from shardcore.mixture import Mixture
 from shardcore.pool import PoolReader
+
+if TYPE_CHECKING:
+    from shardcore.executors.base import Executor
 
 STAGE = "materialize"
 KIND = "materialized"
@@ -146,7 +149,11 @@ def materialize(
     workers: int = 1,
     shard_bytes: int = 64 << 20,
     progress: Callable[[dict, dict], None] | None = None,
-) -> dict[str, Any]:
-    """Plan and run a materialization locally; returns the manifest."""
+    executor: Executor | None = None,
+) -> dict[str, Any] | None:
+    """Plan and run a materialization, in local processes or on ``executor``; returns the
+    manifest (None when the executor only submitted the work)."""
     plan = plan_materialize(mixture, out, shard_bytes=shard_bytes)
+    if executor is not None:
+        return executor.run(plan, on_unit_done=progress)
     return units.run_local(plan, workers=workers, on_unit_done=progress)

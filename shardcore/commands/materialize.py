@@ -7,7 +7,7 @@ import argparse
 
 from shardcore import executors
 from shardcore.cli import check_new_artifact
-from shardcore.materialize import plan_materialize
+from shardcore.materialize import materialize
 
 
 def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
@@ -25,8 +25,9 @@ def run(args: argparse.Namespace) -> int:
     executor = executors.from_args(args, workers=args.workers)
     if executor.name == "local":
         check_new_artifact(args.out, args.workers)
-    plan = plan_materialize(args.mixture, args.out, shard_bytes=args.shard_mb << 20)
-    manifest = executor.run(plan)
+    manifest = materialize(
+        args.mixture, args.out, shard_bytes=args.shard_mb << 20, executor=executor
+    )
     if manifest is None:  # submitted, not waited for
         return 0
     print(

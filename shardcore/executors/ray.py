@@ -7,28 +7,39 @@ by stage; it asks for the unit's CPUs and memory as resources (``--cpus-per-task
 ``--mem``). A task whose worker dies (the process killed, the node lost) is run again by Ray
 (``max_retries``, ``--retries``): the unit rewrites the same bytes, and a unit already
 marked done is not run again. The units read the plan from the artifact's storage and write
-their markers there, as under every executor; the driver needs no database either.
+their markers there, as under every executor; the driver needs no database either. Each
+unit's start and end are lines of its worker's log (``unit ... started``, ``done in``).
 """
 
 from __future__ import annotations
 
 import sys
+import time
 from typing import Any
 
 from shardcore import units
 from shardcore.executors.base import Executor, OnUnitDone, resume, undone
+from shardcore.manifest import read_manifest
 from shardcore.sizes import parse_size
 
 
 def _run_units(out: str, phase: int, index: int) -> dict[str, Any]:
-    """One unit of the plan saved in ``out`` (what a Ray task runs)."""
+    """One unit of the plan saved in ``out`` (what a Ray task runs); its start and end go
+    to the worker's log, as under Slurm."""
     plan = units.load_plan(out)
     unit = plan.phases[phase][index]
-    return units.run_unit(plan, unit["id"], unit=unit)
+    name = f"{plan.stage} p{phase + 1} unit {index} {unit['id']}"
+    print(f"{name}: started", flush=True)
+    start = time.monotonic()
+    stats = units.run_unit(plan, unit["id"], unit=unit)
+    print(f"{name}: done in {time.monotonic() - start:.1f}s", flush=True)
+    return stats
 
 
-def _finalize(out: str) -> dict[str, Any]:
-    return units.finalize(units.load_plan(out))
+def _finalize(out: str) -> None:
+    """Write the manifest (read back by the driver: a manifest may hold lazy tables that
+    do not travel)."""
+    units.finalize(units.load_plan(out))
 
 
 class RayExecutor(Executor):
@@ -64,12 +75,12 @@ class RayExecutor(Executor):
             resources: dict[str, Any] = {"num_cpus": self.cpus, "max_retries": self.retries}
             if self.memory:
                 resources["memory"] = self.memory
-            task = ray.remote(_run_units).options(**resources)
+            unit_task, final_task = ray.remote(_run_units), ray.remote(_finalize)
             for p, phase in enumerate(plan.phases):
                 refs = {
-                    task.options(name=f"{plan.stage} p{p + 1} {phase[i]['id']}").remote(
-                        plan.out, p, i
-                    ): phase[i]
+                    unit_task.options(
+                        name=f"{plan.stage} p{p + 1} {phase[i]['id']}", **resources
+                    ).remote(plan.out, p, i): phase[i]
                     for i in undone(plan, p)
                 }
                 while refs:
@@ -78,12 +89,9 @@ class RayExecutor(Executor):
                     stats = ray.get(ready[0])
                     if on_unit_done:
                         on_unit_done(unit, stats)
-            final = ray.remote(_finalize).options(
-                name=f"{plan.stage} finalize",
-                max_retries=self.retries,
-                **({"memory": self.memory} if self.memory else {}),
-            )
-            return ray.get(final.remote(plan.out))
+            final = final_task.options(name=f"{plan.stage} finalize", **resources)
+            ray.get(final.remote(plan.out))
+            return read_manifest(plan.out)
         finally:
             if started:
                 ray.shutdown()

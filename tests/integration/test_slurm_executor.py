@@ -12,7 +12,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -21,15 +20,17 @@ import pytest
 from shardcore.demo import build_demo_corpus
 from tests.support import services
 from tests.support import slurm as slurm_support
+from tests.support.builds import (
+    UNREACHABLE,
+    assert_identical,
+    build_locally,
+    builds,
+    ok,
+    shardyard,
+    start,
+)
 
 pytestmark = pytest.mark.slow
-
-# The catalog's services as a compute node without access to them sees them: nothing
-# listens there. A task that tried to reach them would fail.
-UNREACHABLE = {
-    "DATABASE_URL": "postgresql://postgres@127.0.0.1:9/unreachable",
-    "CELERY_BROKER_URL": "redis://127.0.0.1:9/0",
-}
 
 
 @pytest.fixture(scope="module")
@@ -53,46 +54,6 @@ def _env(cluster=None) -> dict[str, str]:
     return env
 
 
-def _shardyard(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "shardcore.cli", *args],
-        env=env,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-
-
-def _ok(done: subprocess.CompletedProcess) -> str:
-    assert done.returncode == 0, done.stderr[-4000:]
-    return done.stdout + done.stderr
-
-
-def _builds(work: Path, corpus: Path) -> list[list[str]]:
-    """The four builds (small units and shards, so that each phase has several)."""
-    return [
-        ["tokenize", str(corpus), "--out", str(work / "tok"), "--unit-size", "40KB",
-         "--shard-size", "120KB", "--quiet"],
-        ["pool", str(work / "tok"), "--out", str(work / "pool"), "--seq-len", "256",
-         "--shuffle", "exact", "--seed", "3", "--memory", "1MiB", "--shard-size", "200KB",
-         "--quiet"],
-        ["mix", "--component", f"{work / 'pool'}:1", "--tokens", "300000", "--seed", "5",
-         "--out", str(work / "mix")],
-        ["materialize", str(work / "mix"), "--out", str(work / "mat"), "--shard-mb", "1"],
-    ]  # fmt: skip
-
-
-def _artifact_files(root: Path) -> dict[str, bytes]:
-    """An artifact's files (its bookkeeping left out: the plan, which names no host, and
-    the units' markers, whose stats hold timings)."""
-    return {
-        p.relative_to(root).as_posix(): p.read_bytes()
-        for p in sorted(root.rglob("*"))
-        if p.is_file() and not p.relative_to(root).as_posix().startswith(("_units/", "_plan.json"))
-    }
-
-
 def _task_processes(cluster, job: str) -> list[int]:
     return [p for p in cluster.job_processes(job) if slurm_support._name(p) != "slurmstepd"]
 
@@ -112,11 +73,13 @@ def _catch_mid_unit(cluster, logs: Path, build: subprocess.Popen) -> tuple[str, 
             if not pids:
                 continue
             for pid in pids:
-                os.kill(pid, signal.SIGSTOP)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGSTOP)
             if log.read_text().splitlines()[-1].endswith(": started"):
                 return job, pids, log
             for pid in pids:
-                os.kill(pid, signal.SIGCONT)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
         time.sleep(0.05)
 
 
@@ -129,24 +92,16 @@ def test_it_builds_on_slurm_byte_identical_to_local_through_a_kill_and_a_requeue
     corpus = tmp_path / "corpus"
     build_demo_corpus(corpus, max_bytes_per_source=150_000)
     work = tmp_path / "build"
-    for args in _builds(work, corpus):
-        _ok(_shardyard([*args, "--executor", "local"], _env(), tmp_path))
+    build_locally(work, corpus, _env(), tmp_path)
     local = tmp_path / "local"
     work.rename(local)  # the Slurm builds write the same paths (manifests name their inputs)
 
     slurm = ["--executor", "slurm", "--units-per-task", "2"]
-    tokenize, pool, mix, materialize = _builds(work, corpus)
+    tokenize, pool, mix, materialize = builds(work, corpus)
     env = _env(cluster)
 
     # Tokenize: one task killed in the middle of a unit.
-    build = subprocess.Popen(
-        [sys.executable, "-m", "shardcore.cli", *tokenize, *slurm],
-        env=env,
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    build = start([*tokenize, *slurm], env, tmp_path)
     try:
         job, pids, killed_log = _catch_mid_unit(cluster, work / "tok.slurm" / "logs", build)
         # The task runs as a compute node without the catalog would: no database, no broker.
@@ -172,14 +127,7 @@ def test_it_builds_on_slurm_byte_identical_to_local_through_a_kill_and_a_requeue
     assert len(first) > 1 and all(len(j["tasks"]) <= slurm_support.MAX_ARRAY_SIZE for j in first)
 
     # Pool: one task requeued in the middle of a unit (as a preemption does).
-    build = subprocess.Popen(
-        [sys.executable, "-m", "shardcore.cli", *pool, *slurm],
-        env=env,
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    build = start([*pool, *slurm], env, tmp_path)
     try:
         job, pids, requeued_log = _catch_mid_unit(cluster, work / "pool.slurm" / "logs", build)
         cluster.command("scontrol", "requeue", job)
@@ -197,22 +145,18 @@ def test_it_builds_on_slurm_byte_identical_to_local_through_a_kill_and_a_requeue
     assert len(json.loads((work / "pool.slurm" / "jobs.json").read_text())) == 1
 
     # Mix submitted without waiting; running the command again follows it to its end.
-    said = _ok(_shardyard([*mix, *slurm, "--no-wait"], env, tmp_path))
+    said = ok(shardyard([*mix, *slurm, "--no-wait"], env, tmp_path))
     assert "slurm: submitted" in said
-    said = _ok(_shardyard([*mix, *slurm], env, tmp_path))
+    said = ok(shardyard([*mix, *slurm], env, tmp_path))
     assert "mixture" in said
     assert len(json.loads((work / "mix.slurm" / "jobs.json").read_text())) == 1
 
-    _ok(_shardyard([*materialize, *slurm], env, tmp_path))
+    ok(shardyard([*materialize, *slurm], env, tmp_path))
 
     # A rerun of a finished build recognizes it and submits nothing.
-    said = _ok(_shardyard([*tokenize, *slurm], env, tmp_path))
+    said = ok(shardyard([*tokenize, *slurm], env, tmp_path))
     assert "finished earlier" in said
     assert len(json.loads((work / "tok.slurm" / "jobs.json").read_text())) == 2
 
-    for name in ("tok", "pool", "mix", "mat"):
-        built, reference = _artifact_files(work / name), _artifact_files(local / name)
-        assert sorted(built) == sorted(reference), name
-        for rel, data in reference.items():
-            assert built[rel] == data, f"{name}/{rel} differs from the local build"
+    assert_identical(work, local)
     assert not cluster.job_processes()
