@@ -265,6 +265,10 @@ if SHARDYARD_UNIT_LEASE <= SHARDYARD_UNIT_HEARTBEAT:
         f"SHARDYARD_UNIT_HEARTBEAT={SHARDYARD_UNIT_HEARTBEAT} (a few heartbeats)"
     )
 SHARDYARD_SWEEP_INTERVAL = env_int("SHARDYARD_SWEEP_INTERVAL", 30, minimum=0)
+# A phase's units are queued and sent this many at a time: its first batch by the phase's
+# start, the others by the dispatcher's steps (webapp.jobs.dispatch), so no task sends a
+# whole phase and the broker holds at most about 1.5 batches of a job's units.
+SHARDYARD_DISPATCH_BATCH = env_int("SHARDYARD_DISPATCH_BATCH", 1000, minimum=2)
 # Every worker writes its own row (name, host, queue, last seen) this often: the overview's
 # live list of workers. Three missed beats mark a worker as gone.
 SHARDYARD_WORKER_BEAT = env_int("SHARDYARD_WORKER_BEAT", 10, minimum=1)

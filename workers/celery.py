@@ -4,10 +4,11 @@ so the broker is Redis in production and the filesystem transport in ``make run`
 
 import os
 import sys
+import time
 from pathlib import Path
 
 from celery import Celery
-from celery.signals import worker_ready, worker_shutdown
+from celery.signals import before_task_publish, worker_ready, worker_shutdown
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
 
@@ -34,6 +35,14 @@ def worker_command(
         sys.executable, "-m", "celery", "-A", "workers", "worker", "--loglevel", "INFO",
         "--concurrency", str(concurrency), "--hostname", hostname, *options,
     ]  # fmt: skip
+
+
+@before_task_publish.connect
+def _stamp_sent(headers=None, **_kwargs) -> None:
+    """Every message carries the time it was sent: the sweeper compares the oldest waiting
+    one's with the units' own send times (``webapp.jobs.broker``)."""
+    if headers is not None:
+        headers["shardyard_sent"] = time.time()
 
 
 @worker_ready.connect

@@ -9,19 +9,23 @@ operator. Every ``SHARDYARD_SWEEP_INTERVAL`` seconds it
 * queues a storage measurement when the newest is older than
   ``SHARDYARD_STORAGE_INTERVAL`` (``webapp.ops.storage.storage_measure_due``).
 
-Every worker runs one, so the sweep survives the loss of any worker; the work is
-idempotent (row locks and claims by state), so two sweepers at once do no harm.
+Every worker runs one, so the sweep survives the loss of any worker; they take turns
+(``webapp.jobs.recovery.sweep_turn``: a Postgres advisory lock per queue, and the queue's
+last sweep time), so a queue is swept once an interval by one of its workers, however
+many serve it. The work is idempotent anyway (row locks and claims by state).
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import socket
 import threading
 
 from django.conf import settings
 
 from webapp.catalog.scrub import scrub_due_start
-from webapp.jobs.services import job_sweep
+from webapp.jobs.services import job_sweep, sweep_turn
 from webapp.ops.storage import storage_measure_due
 
 log = logging.getLogger(__name__)
@@ -42,12 +46,19 @@ def sweep_once(*, queue: str | None = None) -> list[str]:
     return lines
 
 
+def sweep_if_due(*, queue: str, interval: float) -> list[str] | None:
+    """Sweep when it is this worker's turn (None when it is another's)."""
+    worker = f"{socket.gethostname()}:{os.getpid()}"
+    with sweep_turn(queue=queue, worker=worker, interval=interval) as mine:
+        return sweep_once(queue=queue) if mine else None
+
+
 def _loop(interval: float, queue: str) -> None:
     from django.db import connection
 
     while not _stop.wait(interval):
         try:
-            for line in sweep_once(queue=queue):
+            for line in sweep_if_due(queue=queue, interval=interval) or ():
                 log.info("sweeper: %s", line)
         except Exception:  # the next sweep tries again; a worker never dies of its sweeper
             log.exception("sweeper: sweep failed")

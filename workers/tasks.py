@@ -70,6 +70,21 @@ def job_finalize(self, *, job_id: int) -> str:
         raise self.retry(exc=exc, countdown=min(60, 2 ** (self.request.retries + 1))) from exc
 
 
+@shared_task(name="workers.job_dispatch", bind=True, acks_late=True, reject_on_worker_lost=True,
+             max_retries=_TRANSIENT_RETRIES)  # fmt: skip
+def job_dispatch(self, *, job_id: int, phase: int) -> str:
+    """Send the next batch of a phase's units (and, while more wait, the next dispatch):
+    a phase of a million units is sent a bounded batch at a time, never by one task."""
+    from webapp.jobs.services import job_dispatch_execute, transient_errors
+
+    try:
+        return job_dispatch_execute(job_id=job_id, phase=phase)
+    except transient_errors() as exc:
+        if self.request.retries >= _TRANSIENT_RETRIES:
+            raise  # the sweep sends the dispatch again a lease later
+        raise self.retry(exc=exc, countdown=min(60, 2 ** (self.request.retries + 1))) from exc
+
+
 # Facts pages show, measured from an artifact's files (webapp.catalog.facts): idempotent,
 # a redelivered message measures again and stores the same value.
 @shared_task(name="workers.fact_compute", bind=True, acks_late=True, reject_on_worker_lost=True,

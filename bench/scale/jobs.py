@@ -99,15 +99,18 @@ def _create(n: int, out: Path) -> tuple[int, float, int]:
     def count(*_args, **_kwargs) -> None:
         sent[0] += 1
 
-    saved = tasks.job_unit_run.apply_async, tasks.job_finalize.apply_async
+    saved = (tasks.job_unit_run.apply_async, tasks.job_finalize.apply_async,
+             tasks.job_dispatch.apply_async)  # fmt: skip
     tasks.job_unit_run.apply_async = tasks.job_finalize.apply_async = count
+    tasks.job_dispatch.apply_async = count
     try:
         plan = _plan(out, n)
         t0 = time.perf_counter()
         job = job_create(plan=plan, title=f"bench.scale.jobs {n} units")
         seconds = time.perf_counter() - t0
     finally:
-        tasks.job_unit_run.apply_async, tasks.job_finalize.apply_async = saved
+        (tasks.job_unit_run.apply_async, tasks.job_finalize.apply_async,
+         tasks.job_dispatch.apply_async) = saved  # fmt: skip
     return job.pk, seconds, sent[0]
 
 
@@ -156,6 +159,7 @@ def worker_main(args: argparse.Namespace) -> None:
 
     # A sample of every unit completes the phase: its finalize message is not sent either.
     tasks.job_unit_run.apply_async = tasks.job_finalize.apply_async = lambda *a, **k: None
+    tasks.job_dispatch.apply_async = lambda *a, **k: None
     todo = json.loads(Path(args.worker).read_text())
     name = f"bench@{os.getpid()}"
     connection.ensure_connection()

@@ -1,9 +1,12 @@
 """The sweeper's view of the broker (``webapp.jobs.broker``) on the filesystem transport that
 ``make run`` uses: real task messages written by Celery through kombu's filesystem
-transport are found by unit and job id; a message taken away is not. (Redis is covered by
-``test_jobs_heal``, which deletes the queue key of a real Redis.)"""
+transport carry the time they were sent, and the queue's head is its oldest waiting
+message; a message taken away is not waiting any more. (Redis is covered by
+``test_jobs_dispatch`` and ``test_jobs_heal``, which delete messages from a real Redis.)"""
 
 from __future__ import annotations
+
+import time
 
 from kombu import Connection
 
@@ -11,7 +14,9 @@ from webapp.jobs import broker
 from workers.tasks import job_finalize, job_unit_run
 
 
-def test_it_finds_the_unit_and_finalize_messages_a_filesystem_broker_holds(tmp_path, settings):
+def test_it_reads_when_the_oldest_waiting_message_was_sent_on_a_filesystem_broker(
+    tmp_path, settings
+):
     folder = tmp_path / "broker"
     folder.mkdir()
     options = {
@@ -20,18 +25,27 @@ def test_it_finds_the_unit_and_finalize_messages_a_filesystem_broker_holds(tmp_p
         "control_folder": str(tmp_path / "control"),  # not the working directory
     }
     settings.CELERY_BROKER_TRANSPORT_OPTIONS = options
+    sent = []
     with Connection("filesystem://", transport_options=options) as conn:
         for unit_id in (7, 9):
+            sent.append(time.time())
             job_unit_run.apply_async(kwargs={"unit_id": unit_id}, connection=conn, queue="q1")
+            time.sleep(0.01)
         job_finalize.apply_async(kwargs={"job_id": 3}, connection=conn, queue="q1")
         job_unit_run.apply_async(kwargs={"unit_id": 11}, connection=conn, queue="other")
 
-    pending = broker.pending_messages(broker_url="filesystem://", queue="q1", unacked_within=60)
-    assert pending.units == {7, 9} and pending.finalizes == {3}
+    head = broker.queue_head(broker_url="filesystem://", queue="q1", unacked_within=60)
+    assert head is not None
+    assert sent[0] <= head.oldest_sent < sent[1]
+    assert head.delivered == broker.Pending()
 
-    # A worker takes a message (the transport moves its file away): it is no longer pending.
-    taken = sorted(folder.glob("*.q1.msg"))[0]
-    taken.unlink()
-    left = broker.pending_messages(broker_url="filesystem://", queue="q1", unacked_within=60)
-    assert len(left.units) + len(left.finalizes) == 2
-    assert broker.pending_messages(broker_url="amqp://x", queue="q1", unacked_within=60) is None
+    # A worker takes the oldest message (the transport moves its file away): the head is
+    # the next one, sent later.
+    min(folder.glob("*.q1.msg"), key=lambda p: broker._sent(p.read_bytes())).unlink()
+    left = broker.queue_head(broker_url="filesystem://", queue="q1", unacked_within=60)
+    assert left is not None and sent[1] <= left.oldest_sent
+    for path in folder.glob("*.q1.msg"):
+        path.unlink()
+    empty = broker.queue_head(broker_url="filesystem://", queue="q1", unacked_within=60)
+    assert empty is not None and empty.oldest_sent is None
+    assert broker.queue_head(broker_url="amqp://x", queue="q1", unacked_within=60) is None

@@ -1,6 +1,13 @@
 """Creating a job and sending its work: the job row and one unit row per unit of its plan,
 the phases in order, one task message per unit and one for finalize.
 
+A phase is sent in batches (``SHARDYARD_DISPATCH_BATCH`` units): its start (the job's
+creation, or the success that ends the phase before) queues and sends the first batch,
+and while units wait, a dispatcher's step (``workers.job_dispatch``,
+``job_dispatch_execute``) sends the next batch, and the next step's message halfway
+through it. No task updates or sends a whole phase, and the broker holds about one batch
+of a job's units at a time; units of a phase not sent yet wait as PENDING.
+
 The plan is split when the job is created: its header (stage, output, params, meta) goes in
 the Job row, each unit's spec in its own ``JobUnit`` row (written with COPY on Postgres: a
 million units take seconds). ``job_plan`` puts a plan back together for a worker: the header,
@@ -25,7 +32,7 @@ from django.utils import timezone
 
 from shardcore import units
 from webapp.jobs.common import describe, job_fail, log_line, unit_lease, with_db_retry
-from webapp.jobs.models import Job, JobUnit, UnitState
+from webapp.jobs.models import ACTIVE_JOB_STATES, Job, JobUnit, UnitState
 
 log = logging.getLogger("webapp.jobs.services")
 
@@ -39,8 +46,9 @@ def job_create(
     recorder: str = "",
     created_by=None,
 ) -> Job:
-    """Save the plan next to the output, create the job and its units, and enqueue the
-    first phase once the surrounding transaction commits."""
+    """Save the plan next to the output, create the job and its units, and send the first
+    phase's first batch once the surrounding transaction commits (the dispatcher sends the
+    rest, ``job_dispatch_execute``)."""
     units.save_plan(plan)
     with transaction.atomic():
         job = Job.objects.create(
@@ -49,12 +57,12 @@ def job_create(
             plan=plan.header(),
             output_dir=str(plan.out),
             num_phases=len(plan.phases),
+            phase_units=[len(phase) for phase in plan.phases],
             units_total=plan.num_units,
             recorder=recorder,
             created_by=created_by,
         )
-        # The first phase is written queued: phase_start then finds nothing to change.
-        units_insert(job_id=job.pk, phases=plan.phases, queued_phase=0)
+        units_insert(job_id=job.pk, phases=plan.phases)
         log_line(job, f"created: {plan.num_units} unit(s) in {len(plan.phases)} phase(s)")
         phase_start(job, 0)
         job.save()
@@ -67,11 +75,9 @@ _UNIT_COLUMNS = (
 )  # fmt: skip
 
 
-def units_insert(
-    *, job_id: int, phases: Sequence[Sequence[dict[str, Any]]], queued_phase: int | None = None
-) -> int:
-    """Write one row per unit of ``phases`` (in plan order) for the job, PENDING (QUEUED in
-    ``queued_phase``); returns the number written. Postgres takes them through COPY (a
+def units_insert(*, job_id: int, phases: Sequence[Sequence[dict[str, Any]]]) -> int:
+    """Write one row per unit of ``phases`` (in plan order) for the job, PENDING (a phase's
+    start queues them batch by batch); returns the number written. Postgres takes them through COPY (a
     million rows in seconds), other databases in batches."""
     rows = (
         (job_id, str(spec["id"]), index, phase, spec)
@@ -85,16 +91,19 @@ def units_insert(
         sql = f"COPY {table} ({', '.join(_UNIT_COLUMNS)}) FROM STDIN"
         with connection.cursor() as cursor, cursor.cursor.copy(sql) as copy:
             for job, uid, index, phase, spec in rows:
-                state = UnitState.QUEUED if phase == queued_phase else UnitState.PENDING
-                copy.write_row((job, uid, index, phase, json.dumps(spec), state, 0, 0, "", "", ""))
+                copy.write_row(
+                    (job, uid, index, phase, json.dumps(spec), UnitState.PENDING, 0, 0, "", "", "")
+                )
                 n += 1
         return n
     batch: list[JobUnit] = []
     for job, uid, index, phase, spec in rows:
-        state = UnitState.QUEUED if phase == queued_phase else UnitState.PENDING
         batch.append(
-            JobUnit(job_id=job, unit_id=uid, index=index, phase=phase, spec=spec, state=state)
-        )
+            JobUnit(
+                job_id=job, unit_id=uid, index=index, phase=phase, spec=spec,
+                state=UnitState.PENDING,
+            )
+        )  # fmt: skip
         n += 1
         if len(batch) >= 2000:
             JobUnit.objects.bulk_create(batch)
@@ -104,25 +113,113 @@ def units_insert(
 
 
 def phase_start(job: Job, phase: int) -> None:
-    """Queue the units of ``phase`` that have not succeeded (skipping phases with nothing
-    left to do), or finalize after the last one. Counts the phase's units left once, here,
-    for the successes to count down. The caller holds the job row and saves it."""
+    """Start ``phase`` (skipping phases with nothing left to do), or finalize after the last
+    one: the job's count of the phase's units left, for the successes to count down (from
+    the plan's units per phase less the phase's succeeded units, a few rows of an index,
+    not the phase's rows), and its first batch of units queued and sent once the caller
+    commits; the dispatcher sends the others (``job_dispatch_execute``). So the success
+    that ends a phase costs the same whatever the size of the next one. The caller holds
+    the job row and saves it."""
     while phase < job.num_phases:
-        in_phase = JobUnit.objects.filter(job=job, phase=phase)
-        in_phase.filter(state=UnitState.PENDING).update(state=UnitState.QUEUED)
-        left = in_phase.exclude(state=UnitState.SUCCEEDED).count()
+        left = _phase_left(job, phase)
         if left:
             job.phase = phase
             job.phase_left = left
             log_line(job, f"phase {phase + 1}/{job.num_phases} queued")
-            enqueue_units(job.pk, phase)
+            pks = take_batch(job.pk, phase)
+            more = len(pks) >= dispatch_batch()
+            if more:
+                job.dispatch_queued_at = timezone.now()
+            transaction.on_commit(
+                lambda j=job.pk, p=phase, k=pks, m=more: _send(
+                    j, k, dispatch=p if m else None, fresh=True
+                )
+            )
             return
         phase += 1
     job.phase = job.num_phases
     job.phase_left = 0
     job.finalize_claimed_at = None
+    job.dispatch_queued_at = None
     log_line(job, "all units done; finalizing")
     enqueue_finalize(job.pk)
+
+
+def _phase_left(job: Job, phase: int) -> int:
+    in_phase = JobUnit.objects.filter(job_id=job.pk, phase=phase)
+    if len(job.phase_units or ()) != job.num_phases:  # a job from before they were kept
+        return in_phase.exclude(state=UnitState.SUCCEEDED).count()
+    return job.phase_units[phase] - in_phase.filter(state=UnitState.SUCCEEDED).count()
+
+
+def dispatch_batch() -> int:
+    return settings.SHARDYARD_DISPATCH_BATCH
+
+
+# The next pending units of a phase in plan order (the (job, phase, state, index) index),
+# queued and stamped as sent in one statement; rows another dispatcher holds are skipped.
+# (A materialized batch: a subquery under IN may be scanned again, each scan taking more.)
+_TAKE_SQL = (
+    "WITH batch AS MATERIALIZED (SELECT id FROM {unit} WHERE job_id = %s AND phase = %s"
+    " AND state = %s ORDER BY index LIMIT %s FOR UPDATE SKIP LOCKED)"
+    " UPDATE {unit} AS u SET state = %s, queued_at = %s FROM batch"
+    " WHERE u.id = batch.id AND u.state = %s RETURNING u.id, u.index"
+)
+
+
+def take_batch(job_id: int, phase: int) -> list[int]:
+    """Queue the next ``SHARDYARD_DISPATCH_BATCH`` pending units of the job's phase, in
+    plan order; returns their pks (the caller sends their messages)."""
+    now, limit = timezone.now(), dispatch_batch()
+    queued, pending = UnitState.QUEUED.value, UnitState.PENDING.value  # type: ignore[attr-defined]
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(
+                _TAKE_SQL.format(unit=JobUnit._meta.db_table),
+                [job_id, phase, pending, limit, queued, now, pending],
+            )
+            rows = cursor.fetchall()
+        return [pk for pk, _ in sorted(rows, key=lambda row: row[1])]
+    with transaction.atomic():
+        pks = list(
+            JobUnit.objects.filter(job_id=job_id, phase=phase, state=UnitState.PENDING)
+            .order_by("index")
+            .values_list("pk", flat=True)[:limit]
+        )
+        JobUnit.objects.filter(pk__in=pks).update(state=UnitState.QUEUED, queued_at=now)
+    return pks
+
+
+def job_dispatch_execute(*, job_id: int, phase: int) -> str:
+    """The dispatcher's step (``workers.job_dispatch``): queue and send the next batch of
+    the phase's pending units; while more wait, the next step's message goes out halfway
+    through the batch, so the queue holds between a half and one and a half batches of the
+    job's units and workers never wait for a dispatch. Returns "sent", "done" (nothing
+    left to send) or "skipped" (the job ended or moved on)."""
+    if not Job.objects.filter(pk=job_id, phase=phase, state__in=ACTIVE_JOB_STATES).exists():
+        return "skipped"
+    pks = take_batch(job_id, phase)
+    if len(pks) < dispatch_batch():
+        # The phase's last batch: no step is due after it (the sweep checks pending units
+        # when a stamp is left behind by a dispatcher that died).
+        Job.objects.filter(pk=job_id, phase=phase).update(dispatch_queued_at=None)
+    if not pks:
+        return "done"
+    _send(job_id, pks, dispatch=phase if len(pks) >= dispatch_batch() else None, fresh=True)
+    return "sent"
+
+
+def send_dispatch(job_id: int, phase: int) -> bool:
+    """Send the dispatcher's next step for the job's phase (stamped on the job row)."""
+    from workers.tasks import job_dispatch
+
+    Job.objects.filter(pk=job_id).update(dispatch_queued_at=timezone.now())
+    try:
+        job_dispatch.apply_async(kwargs={"job_id": job_id, "phase": phase})
+    except _broker_errors() as exc:
+        _broker_down(job_id, exc)
+        return False
+    return True
 
 
 # --- the plan, put back together for a worker -------------------------------------------
@@ -233,20 +330,25 @@ def _stamp(pks: Sequence[int]) -> None:
         JobUnit.objects.filter(pk__in=pks[i : i + SEND_CHUNK]).update(queued_at=now)
 
 
-def _send(job_id: int, pks: list[int]) -> bool:
-    """Publish one message per unit. ``queued_at`` tells the sweeper a unit's message is on
-    its way (``recovery.job_resend_lost`` sends again only units queued longer ago than
-    the lease and absent from the broker), so it is kept fresh for every unit not yet
-    published: stamped before the first message, then again whenever a third of the lease
-    has passed while publishing (ten thousand messages can take longer than a lease). A
-    sender that dies stops stamping, and its unpublished units are sent again a lease
-    later."""
+def _send(job_id: int, pks: list[int], *, dispatch: int | None = None, fresh: bool = False) -> bool:
+    """Publish one message per unit. ``queued_at`` tells the sweeper when a unit's message
+    was sent (``recovery.job_resend_lost`` sends again only units sent a lease before the
+    oldest message still waiting in the queue, and not held by a worker), so it is kept
+    fresh for every unit not yet published: stamped before the first message, then again
+    whenever a third of the lease has passed while publishing (ten thousand messages can
+    take longer than a lease). A sender that dies stops stamping, and its unpublished units
+    are sent again a lease later. ``dispatch``: the phase whose next dispatch step is sent
+    halfway through (``job_dispatch_execute``); ``fresh``: the units were stamped as they
+    were queued, just now."""
     from workers.tasks import job_unit_run
 
     renew = unit_lease().total_seconds() / 3
-    stamped = -math.inf
+    stamped = time.monotonic() if fresh else -math.inf
+    halfway = len(pks) // 2
     try:
         for i, pk in enumerate(pks):
+            if dispatch is not None and i == halfway and not send_dispatch(job_id, dispatch):
+                return False
             if time.monotonic() - stamped > renew:
                 stamped = time.monotonic()
                 _stamp(pks[i:])

@@ -6,23 +6,30 @@ A claim is a lease: a running unit renews ``heartbeat_at`` every
 heartbeat is older than ``settings.SHARDYARD_UNIT_LEASE`` lost its worker (SIGKILL, OOM, lost
 host). ``job_sweep``, run by every worker's sweeper thread (``workers.sweeper``) and by
 ``manage.py catalog jobs-reap``, queues such units again, and sends again the queued units
-whose task message the broker no longer holds. The broker may redeliver a lost task later
-too (acks_late); its claim then finds nothing to do. Each action locks the job row, then
-changes unit rows (the order a success takes them in too). The sweep reads the running
-units through a partial index and each active job's queued units of its current phase,
-never the whole units table.
+whose task message was lost (``job_resend_lost``). The broker may redeliver a lost task
+later too (acks_late); its claim then finds nothing to do. Each action locks the job row,
+then changes unit rows (the order a success takes them in too). The sweep reads the
+running units and the queued units sent before the queue's oldest waiting message through
+partial indexes, and one message of the broker's queue: never the whole units table, nor
+the queue. Workers take turns (``sweep_turn``): one sweep of a queue at a time, one per
+interval, however many workers serve it.
 """
 
 from __future__ import annotations
 
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
 from webapp.jobs import claims, dispatch
-from webapp.jobs.common import JobError, log_line, record, unit_lease
-from webapp.jobs.models import ACTIVE_JOB_STATES, Job, JobState, JobUnit, UnitState
+from webapp.jobs.common import DB_DROPPED, JobError, log_line, record, unit_lease
+from webapp.jobs.models import ACTIVE_JOB_STATES, Job, JobState, JobUnit, SweepTurn, UnitState
 
 # A unit whose worker was lost this many times fails instead of being requeued again.
 MAX_UNIT_ATTEMPTS = 5
@@ -124,6 +131,7 @@ def job_retry(
             for pk, _, worker in lost:
                 requeued += JobUnit.objects.filter(pk=pk, state=UnitState.RUNNING).update(
                     state=UnitState.QUEUED,
+                    queued_at=timezone.now(),
                     error="lost with its worker; queued again",
                     last_event=f"requeued after worker lost ({worker or '?'}: no heartbeat "
                     f"for {unit_lease(lease_seconds).total_seconds():g} s)"[:300],
@@ -141,10 +149,11 @@ def job_retry(
         if include_running:
             states.append(UnitState.RUNNING)
         JobUnit.objects.filter(pk__in=lost_ids).update(last_event="requeued after worker lost")
+        # Pending again: the phase's start sends them a batch at a time, like a new phase.
         requeued = (
             JobUnit.objects.filter(job=job, phase=job.phase)
             .filter(Q(state__in=states) | Q(pk__in=lost_ids))
-            .update(state=UnitState.QUEUED, error="")
+            .update(state=UnitState.PENDING, error="")
         )
         # Later phases were cancelled or never started: they wait for this phase again.
         JobUnit.objects.filter(job=job, phase__gt=job.phase).exclude(
@@ -166,8 +175,7 @@ def job_retry(
                 job, job.phase + 1 if job.phase < job.num_phases else job.num_phases
             )
         else:
-            job.phase_left = left  # the successes count down from here
-            dispatch.enqueue_units(job.pk, job.phase)
+            dispatch.phase_start(job, job.phase)  # the successes count down from here
         job.save()
     return job
 
@@ -210,49 +218,68 @@ def job_reap(*, lease_seconds: int | None = None) -> list[Job]:
 
 
 def job_resend_lost(*, queue: str | None = None, lease_seconds: int | None = None) -> list[Job]:
-    """Send again the queued units (and finalize steps) of active jobs whose task message
-    the broker no longer holds: queued longer ago than the lease, yet neither waiting in
-    the queue nor out with a worker (``webapp.jobs.broker``). Returns the jobs touched."""
+    """Send again the queued units, finalize steps and dispatch steps of active jobs whose
+    task message was lost. The queue is first in, first out: a message sent a lease before
+    the oldest one still waiting in it (or a lease ago, when none waits) and that no worker
+    holds was delivered already, or lost; its unit still queued, it was lost
+    (``webapp.jobs.broker``). The units are read by their send stamps through an index
+    (those sent before that time, a few), never by listing the broker's queue or every
+    queued unit. Returns the jobs touched."""
     from webapp.jobs import broker
     from workers.celery import app
 
-    cutoff = timezone.now() - unit_lease(lease_seconds)
-    stale_units = []
-    # Per active job, its current phase: the (job, phase, state) index, whatever the
-    # number of units the table holds for other jobs.
-    for job_id, phase, created_at in Job.objects.filter(
-        state__in=ACTIVE_JOB_STATES, phase__lt=F("num_phases")
-    ).values_list("pk", "phase", "created_at"):
-        stale = Q(queued_at__lt=cutoff)
-        if created_at < cutoff:
-            stale |= Q(queued_at__isnull=True)
-        stale_units += JobUnit.objects.filter(
-            stale, job_id=job_id, phase=phase, state=UnitState.QUEUED
-        ).values_list("pk", "job_id")
-    stale_finalize = list(
-        Job.objects.filter(
-            Q(finalize_queued_at__lt=cutoff) | Q(finalize_queued_at__isnull=True),
-            state=JobState.RUNNING,
-            phase__gte=F("num_phases"),
-            finalize_claimed_at__isnull=True,
-            started_at__lt=cutoff,
-        ).values_list("pk", flat=True)
-    )
-    if not stale_units and not stale_finalize:
-        return []
-    pending = broker.pending_messages(
+    lease = unit_lease(lease_seconds)
+    head = broker.queue_head(
         broker_url=settings.CELERY_BROKER_URL,
         queue=queue or app.conf.task_default_queue,
-        unacked_within=unit_lease(lease_seconds).total_seconds(),
+        unacked_within=lease.total_seconds(),
     )
-    if pending is None:
+    if head is None:
         return []
+    now = timezone.now()
+    waiting = now
+    if head.oldest_sent is not None:
+        waiting = min(now, datetime.fromtimestamp(head.oldest_sent, tz=UTC))
+    cutoff = waiting - lease
+    active = {"job__state__in": ACTIVE_JOB_STATES, "phase": F("job__phase")}
+    queued = JobUnit.objects.filter(state=UnitState.QUEUED, **active)
+    # Sent before the cutoff (the partial index on queued_at of queued units); never
+    # stamped, in a job older than the cutoff (a sender that died before stamping).
+    stale_units = list(queued.filter(queued_at__lt=cutoff).values_list("pk", "job_id"))
+    stale_units += queued.filter(queued_at__isnull=True, job__created_at__lt=cutoff).values_list(
+        "pk", "job_id"
+    )
+    stale_finalize = (
+        set(
+            Job.objects.filter(
+                Q(finalize_queued_at__lt=cutoff) | Q(finalize_queued_at__isnull=True),
+                state=JobState.RUNNING,
+                phase__gte=F("num_phases"),
+                finalize_claimed_at__isnull=True,
+                started_at__lt=cutoff,
+            ).values_list("pk", flat=True)
+        )
+        - head.delivered.finalizes
+    )
+    # A phase whose dispatcher's message was lost (or whose dispatcher died) while units
+    # still wait to be sent: one index probe per such job.
+    stale_dispatch = {
+        job_id
+        for job_id, phase in Job.objects.filter(
+            Q(dispatch_queued_at__lt=cutoff)
+            | Q(dispatch_queued_at__isnull=True, created_at__lt=cutoff),
+            state__in=ACTIVE_JOB_STATES,
+            phase__lt=F("num_phases"),
+        ).values_list("pk", "phase")
+        if job_id not in head.delivered.dispatches
+        and JobUnit.objects.filter(job_id=job_id, phase=phase, state=UnitState.PENDING).exists()
+    }
     lost: dict[int, list[int]] = {}
     for pk, job_id in stale_units:
-        if pk not in pending.units:
+        if pk not in head.delivered.units:
             lost.setdefault(job_id, []).append(pk)
     touched = []
-    for job_id in sorted(set(lost) | {j for j in stale_finalize if j not in pending.finalizes}):
+    for job_id in sorted(set(lost) | stale_finalize | stale_dispatch):
         with transaction.atomic():
             job = Job.objects.select_for_update().get(pk=job_id)
             if job.state not in ACTIVE_JOB_STATES:
@@ -261,20 +288,87 @@ def job_resend_lost(*, queue: str | None = None, lease_seconds: int | None = Non
                 JobUnit.objects.filter(pk__in=lost.get(job_id, []), state=UnitState.QUEUED)
                 .values_list("pk", flat=True)
             )  # fmt: skip
+            acted = False
             if pks:
                 JobUnit.objects.filter(pk__in=pks).update(
                     last_event="broker message lost; sent again"
                 )
                 log_line(job, f"{len(pks)} queued unit(s) had no message in the broker; sent again")
                 transaction.on_commit(lambda j=job_id, p=pks: dispatch.send_units(j, p))
-            elif job_id in stale_finalize and job.finalize_claimed_at is None:
+                acted = True
+            if job_id in stale_dispatch and job.phase < job.num_phases:
+                log_line(job, f"phase {job.phase + 1}: the rest of its units were not being "
+                         "sent (the dispatcher's message was lost); sent again")  # fmt: skip
+                transaction.on_commit(lambda j=job_id, p=job.phase: dispatch.send_dispatch(j, p))
+                acted = True
+            if job_id in stale_finalize and job.finalize_claimed_at is None and not acted:
                 log_line(job, "finalize had no message in the broker; sent again")
                 dispatch.enqueue_finalize(job_id)
-            else:
+                acted = True
+            if not acted:
                 continue
             job.save()
             touched.append(job)
     return touched
+
+
+def sweep_turn_key(queue: str) -> tuple[int, int]:
+    """The advisory lock of a queue's sweep: a class of Shardyard's own and the queue's
+    CRC-32 (as Postgres' signed int4)."""
+    crc = zlib.crc32(queue.encode())
+    return SWEEP_LOCK_CLASS, crc - (1 << 32) if crc >= 1 << 31 else crc
+
+
+SWEEP_LOCK_CLASS = 0x53594A42  # "SYJB"
+# A worker takes the turn when the last sweep of its queue is older than this share of the
+# interval (every worker's timer fires about once an interval, each a little late).
+_TURN_SHARE = 0.9
+
+_TURN_SQL = (
+    "INSERT INTO {table} (queue, swept_at, worker) VALUES (%s, %s, %s)"
+    " ON CONFLICT (queue) DO UPDATE SET swept_at = EXCLUDED.swept_at, worker = EXCLUDED.worker"
+    " WHERE {table}.swept_at < %s RETURNING 1"
+)
+
+
+@contextmanager
+def sweep_turn(*, queue: str, worker: str, interval: float) -> Iterator[bool]:
+    """Whether this worker sweeps ``queue`` now: True for one worker at a time (a Postgres
+    advisory lock held for the sweep, released with its connection should the worker die)
+    and for one sweep per ``interval`` (the queue's ``SweepTurn`` row, taken by one
+    statement when the last sweep is older than most of the interval). So a queue served
+    by a hundred workers is swept as often as one served by one."""
+    now = timezone.now()
+    since = now - timedelta(seconds=interval * _TURN_SHARE)
+    if connection.vendor != "postgresql":
+        with transaction.atomic():
+            turn, created = SweepTurn.objects.select_for_update().get_or_create(
+                queue=queue, defaults={"swept_at": now, "worker": worker}
+            )
+            mine = created or turn.swept_at < since
+            if mine and not created:
+                SweepTurn.objects.filter(pk=turn.pk).update(swept_at=now, worker=worker)
+        yield mine
+        return
+    key = sweep_turn_key(queue)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", key)
+        if not cursor.fetchone()[0]:
+            yield False
+            return
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                _TURN_SQL.format(table=SweepTurn._meta.db_table), [queue, now, worker, since]
+            )
+            mine = cursor.fetchone() is not None
+        yield mine
+    finally:
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_unlock(%s, %s)", key)
+        except DB_DROPPED:
+            pass  # the connection went: its lock with it
 
 
 def job_sweep(*, queue: str | None = None) -> list[str]:

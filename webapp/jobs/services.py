@@ -10,12 +10,13 @@ that writes the artifact rows in the same transaction as the job's success.
 The engine is split by concern, and this module is its front door:
 
 * ``webapp.jobs.dispatch``: create a job (its plan's header in the Job row, one row per
-  unit carrying the unit's spec), start phases, send task messages, and put a plan back
-  together for a worker;
+  unit carrying the unit's spec), start phases, send task messages (a phase's first batch
+  at its start, the rest by the dispatcher's steps, ``workers.job_dispatch``, a bounded
+  batch each), and put a plan back together for a worker;
 * ``webapp.jobs.claims``: claim a unit (exactly once), renew its lease, record its outcome
   (a success adds to the job's counters in place and counts its phase down), finalize;
 * ``webapp.jobs.recovery``: cancel, retry, and the sweep that heals lost workers and lost
-  messages;
+  messages (one worker per queue at a time);
 * ``webapp.jobs.common``: errors, the job's log, its terminal record, database retries.
 
 No unit's claim or success reads the plan, rewrites the job row or counts unit rows, so a
@@ -37,9 +38,10 @@ from webapp.jobs.common import (
     TransientUnitError,
     bad_input_sum,
     lock_holder_guard,
+    transient_errors,
     unit_lease,
 )
-from webapp.jobs.dispatch import job_create, job_plan
+from webapp.jobs.dispatch import job_create, job_dispatch_execute, job_plan
 from webapp.jobs.dispatch import send_units as _send_units
 from webapp.jobs.recovery import (
     MAX_UNIT_ATTEMPTS,
@@ -49,6 +51,7 @@ from webapp.jobs.recovery import (
     job_retry,
     job_sweep,
     lost_units_q,
+    sweep_turn,
 )
 
 __all__ = [
@@ -64,6 +67,7 @@ __all__ = [
     "bad_input_sum",
     "job_cancel",
     "job_create",
+    "job_dispatch_execute",
     "job_finalize_execute",
     "job_plan",
     "job_reap",
@@ -74,5 +78,7 @@ __all__ = [
     "job_unit_give_up",
     "lock_holder_guard",
     "lost_units_q",
+    "sweep_turn",
+    "transient_errors",
     "unit_lease",
 ]
