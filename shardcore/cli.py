@@ -26,6 +26,7 @@ COMMANDS: dict[str, str] = {
     "materialize": "materialize",
     "annotate": "annotate",
     "unit": "unit",
+    "register": "register",
     "decon": "decon",
 }
 

@@ -399,6 +399,21 @@ class AuditQuerySerializer(serializers.Serializer):
     document_id = serializers.IntegerField(min_value=0, max_value=2**62, required=False)
 
 
+class PoolRegisterSerializer(serializers.Serializer):
+    """A pool built by the command line (``shardyard register``), under the data root."""
+
+    path = serializers.CharField(max_length=1000)
+    name = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+
+
+class MixtureVersionRegisterSerializer(serializers.Serializer):
+    """A schedule built by the command line, recorded as the next version of ``mixture``."""
+
+    path = serializers.CharField(max_length=1000)
+    mixture = serializers.CharField(max_length=100, required=False, allow_blank=True, default="")
+    note = serializers.CharField(max_length=10000, required=False, allow_blank=True, default="")
+
+
 class PoolBuildSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=200)
     tokenized_ids = serializers.ListField(

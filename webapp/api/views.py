@@ -23,8 +23,8 @@ from webapp.catalog.errors import CatalogError, RunPermissionError, RunSwitchedE
 from webapp.catalog.models import Flag, Mixture, MixtureVersion, Pool, Source, TrainingRun
 from webapp.catalog.services.exports import mixture_version_export, mixture_version_materialize
 from webapp.catalog.services.flags import flag_create
-from webapp.catalog.services.mixtures import mixture_version_save
-from webapp.catalog.services.pools import pool_build
+from webapp.catalog.services.mixtures import mixture_version_register, mixture_version_save
+from webapp.catalog.services.pools import pool_build, pool_register
 from webapp.catalog.services.runs import (
     run_losses_record,
     run_progress_record,
@@ -72,6 +72,18 @@ def _created(request, given, service, shown) -> Response:
     except CatalogError as e:
         raise _bad(e) from e
     return Response(shown(row).data, status=status.HTTP_201_CREATED)
+
+
+def _registered(request, given, service, shown) -> Response:
+    """``_created`` for a service that answers an existing row (``existed``) with 200."""
+    data = given(data=request.data)
+    data.is_valid(raise_exception=True)
+    try:
+        row = service(**data.validated_data, created_by=request.user)
+    except CatalogError as e:
+        raise _bad(e) from e
+    code = status.HTTP_200_OK if getattr(row, "existed", False) else status.HTTP_201_CREATED
+    return Response(shown(row).data, status=code)
 
 
 def _accepted(request, body: dict, job_id: int) -> Response:
@@ -137,6 +149,17 @@ class PoolViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
 
         return _created(request, s.PoolBuildSerializer, pool_build, s.PoolSerializer)
 
+    @extend_schema(
+        request=s.PoolRegisterSerializer, responses={201: s.PoolSerializer, 200: s.PoolSerializer}
+    )
+    @action(detail=False, methods=["post"])
+    def register(self, request):
+        """Record a pool built outside the service (``shardyard pool`` on Slurm, Ray or a
+        workstation, under the data root): checked against its manifest, its parents the
+        ready tokenized sources its manifest names by fingerprint. 201 with the pool; the
+        same pool registered again answers it (200)."""
+        return _registered(request, s.PoolRegisterSerializer, pool_register, s.PoolSerializer)
+
 
 class MixtureViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     # Only the versions' ids are listed: their params (quality reports) are not loaded.
@@ -189,6 +212,23 @@ class MixtureVersionViewSet(Base, viewsets.ReadOnlyModelViewSet):
         if self.action == "list":
             return s.MixtureVersionListSerializer
         return s.MixtureVersionSerializer
+
+    @extend_schema(
+        request=s.MixtureVersionRegisterSerializer,
+        responses={201: s.MixtureVersionSerializer, 200: s.MixtureVersionSerializer},
+    )
+    @action(detail=False, methods=["post"])
+    def register(self, request):
+        """Record a schedule built outside the service (``shardyard mix``) as the next
+        version of ``mixture`` (created when new): its components the ready pools its
+        manifest names by fingerprint. 201 with the version; the same schedule registered
+        again answers its version (200)."""
+        return _registered(
+            request,
+            s.MixtureVersionRegisterSerializer,
+            mixture_version_register,
+            s.MixtureVersionSerializer,
+        )
 
     @extend_schema(request=s.MaterializeSerializer, responses={202: s.JobSerializer})
     @action(detail=True, methods=["post"])

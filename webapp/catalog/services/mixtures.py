@@ -43,6 +43,7 @@ from webapp.catalog.services.common import (
 from webapp.catalog.services.flags import taint_refresh
 from webapp.catalog.services.launch import launch
 from webapp.catalog.services.recipe import recipe_measure
+from webapp.catalog.services.register import parents_by_fingerprint, registered_artifact
 from webapp.jobs.models import Job
 from webapp.jobs.services import job_retry
 
@@ -314,8 +315,19 @@ def mixture_version_record(*, job, manifest: dict | None) -> None:
         return
     comps = list(version.components.select_related("pool"))
     built = {storage.resolve(p["path"]): p for p in manifest["pools"]}
+    _version_fill(
+        version, manifest, {c.pool_id: built[storage.resolve(c.pool.path)] for c in comps}
+    )
+
+
+def _version_fill(
+    version: MixtureVersion, manifest: dict[str, Any], built: dict[int, dict[str, Any]]
+) -> None:
+    """A version's facts from its built schedule (``built``: the manifest's entry of each
+    component's pool, by pool id), then READY; its pools' flags taint it."""
+    comps = list(version.components.select_related("pool"))
     for c in comps:
-        c.epochs = built[storage.resolve(c.pool.path)]["epochs"]
+        c.epochs = built[c.pool_id]["epochs"]
     MixtureComponent.objects.bulk_update(comps, ["epochs"])
     version.num_samples = manifest["num_samples"]
     version.params = {
@@ -326,8 +338,7 @@ def mixture_version_record(*, job, manifest: dict | None) -> None:
             for st in manifest["stages"]
         ],
         "pools": [
-            {"pool": pool.pk,
-             **{k: built[storage.resolve(pool.path)][k] for k in ("samples", "tokens", "epochs")}}
+            {"pool": pool.pk, **{k: built[pool.pk][k] for k in ("samples", "tokens", "epochs")}}
             for pool in dict.fromkeys(c.pool for c in comps)
         ],
         "quality": schedule_quality(path=version.path),
@@ -342,6 +353,66 @@ def mixture_version_record(*, job, manifest: dict | None) -> None:
     version.save()
     artifact_facts_request(version)  # its epoch starts, measured by a task
     taint_refresh(source_ids=version_source_ids(version))
+
+
+def mixture_version_register(
+    *, path: str, mixture: str = "", note: str = "", created_by=None
+) -> MixtureVersion:
+    """Record a mixture schedule built outside the service (``shardyard mix`` on a cluster)
+    as the next version of ``mixture`` (default: the directory's name; created when new):
+    its components are the ready catalog pools its manifest names by fingerprint, with the
+    spec's weights per stage, and its facts are a build's. The same schedule registered
+    again answers its version (``existed``)."""
+
+    location, manifest = registered_artifact(path, kind="mixture")
+    there = MixtureVersion.objects.filter(path=location).exclude(
+        status__in=[ArtifactStatus.FAILED, ArtifactStatus.CANCELLED]
+    )
+    found = there.first()
+    if found is not None:
+        if found.fingerprint != manifest["fingerprint"]:
+            raise CatalogError(f"{location} is {found} already, of other content")
+        found.existed = True
+        return found
+    by_fp = parents_by_fingerprint(
+        Pool.objects.all(), [p["fingerprint"] for p in manifest["pools"]], what="pool"
+    )
+    pool_of = {str(p["key"]): by_fp[p["fingerprint"]] for p in manifest["pools"]}
+    with refused(f"{location}: its spec"):
+        spec = MixtureSpec.from_dict(manifest["spec"])
+    shares: dict[tuple[int, str], float] = {}
+    with refused(f"{location}: its spec"):
+        for name, comps in spec.stage_components():
+            for key, share in flatten(comps, where=spec.field_of(name)):
+                pool = pool_of.get(key)
+                if pool is None:
+                    raise CatalogError(f"{location}: its manifest lists no pool {key!r}")
+                slot = (pool.pk, name)
+                shares[slot] = shares.get(slot, 0.0) + share
+    name = mixture or location.rstrip("/").rsplit("/", 1)[-1]
+    owner = mixture_get_or_create(name=name, created_by=created_by)
+    with transaction.atomic():
+        owner = Mixture.objects.select_for_update().get(pk=owner.pk)
+        latest = owner.versions.order_by("-number").first()
+        version = MixtureVersion.objects.create(
+            mixture=owner,
+            number=(latest.number if latest is not None else 0) + 1,
+            token_budget=spec.tokens,
+            seed=spec.seed,
+            note=note,
+            params={"spec": manifest["spec"], "registered": True},
+            path=location,
+            created_by=created_by,
+        )
+        MixtureComponent.objects.bulk_create(
+            [
+                MixtureComponent(version=version, pool_id=pk, weight=share, stage=stage)
+                for (pk, stage), share in shares.items()
+            ]
+        )
+        entry = {p["fingerprint"]: p for p in manifest["pools"]}
+        _version_fill(version, manifest, {pool.pk: entry[fp] for fp, pool in by_fp.items()})
+    return version
 
 
 def schedule_quality(*, path: str) -> dict[str, Any]:

@@ -36,6 +36,7 @@ from webapp.catalog.services.common import (
 from webapp.catalog.services.flags import taint_refresh
 from webapp.catalog.services.launch import launch
 from webapp.catalog.services.recipe import recipe_measure
+from webapp.catalog.services.register import parents_by_fingerprint, registered_artifact
 from webapp.jobs.models import ACTIVE_JOB_STATES, Job
 from webapp.jobs.services import job_create
 
@@ -274,21 +275,70 @@ def pool_record(*, job, manifest: dict | None) -> None:
     pool.params = {**(pool.params or {}), "quality": pool_quality_measure(pool=pool),
                    "recipe": recipe_measure(path=pool.path)}  # fmt: skip
     _pool_fill(pool, manifest)
-    if manifest.get("val"):
-        val_path = storage.join(pool.path, manifest["val"]["path"])
-        val = Pool(
-            name=f"{pool.name}-val",
-            split=Pool.Split.VAL,
-            train_pool=pool,
-            filter=pool.filter,
-            seq_len=pool.seq_len,
-            params={k: v for k, v in (pool.params or {}).items() if k not in ("quality", "recipe")},
-            path=val_path,
-            job=job,
-            created_by=pool.created_by,
-        )
-        val.save()
-        val.parents.set(pool.parents.all())
-        val.annotations.set(pool.annotations.all())
-        _pool_fill(val, read_manifest(val_path))
+    _val_pool_record(pool, manifest, job)
     taint_refresh(source_ids=pool.parents.values_list("source_id", flat=True))
+
+
+def _val_pool_record(pool: Pool, manifest: dict, job) -> None:
+    """The validation pool held out of ``pool``, when its manifest names one."""
+    if not manifest.get("val"):
+        return
+    val_path = storage.join(pool.path, manifest["val"]["path"])
+    val = Pool(
+        name=f"{pool.name}-val",
+        split=Pool.Split.VAL,
+        train_pool=pool,
+        filter=pool.filter,
+        seq_len=pool.seq_len,
+        params={k: v for k, v in (pool.params or {}).items() if k not in ("quality", "recipe")},
+        path=val_path,
+        job=job,
+        created_by=pool.created_by,
+    )
+    val.save()
+    val.parents.set(pool.parents.all())
+    val.annotations.set(pool.annotations.all())
+    _pool_fill(val, read_manifest(val_path))
+
+
+def pool_register(*, path: str, name: str = "", created_by=None) -> Pool:
+    """Record a pool built outside the service (``shardyard pool`` on a cluster: Slurm job
+    arrays, Ray tasks, local processes) as if the service had built it: its parents are
+    the ready tokenized sources its manifest names by fingerprint, its shards, quality
+    report and recipe are recorded as a build's are, and the flags of its sources taint it.
+    ``name`` defaults to the directory's name. The same pool registered again answers its
+    row (``existed``); another pool at that location is refused."""
+
+    location, manifest = registered_artifact(path, kind="pool")
+    dead = [ArtifactStatus.FAILED, ArtifactStatus.CANCELLED]
+    there = Pool.objects.filter(path=location).exclude(status__in=dead).first()
+    if there is not None:
+        if there.fingerprint != manifest["fingerprint"]:
+            raise CatalogError(f"{location} is pool {there.name} already, of other content")
+        there.existed = True
+        return there
+    by_fp = parents_by_fingerprint(
+        TokenizedSource.objects.all(), manifest.get("parents") or [], what="tokenized source"
+    )
+    name = checked_name(name or location.rstrip("/").rsplit("/", 1)[-1], "pool name")
+    _name_free(name)
+    params = dict(manifest.get("params") or {})
+    try:
+        with transaction.atomic():
+            pool = Pool.objects.create(
+                name=name,
+                filter=params.get("filter") or "",
+                seq_len=int(manifest["seq_len"]),
+                params={**params, "registered": True},
+                path=location,
+                created_by=created_by,
+            )
+            pool.parents.set(list(by_fp.values()))
+            pool.params = {**pool.params, "quality": pool_quality_measure(pool=pool),
+                           "recipe": recipe_measure(path=pool.path)}  # fmt: skip
+            _pool_fill(pool, manifest)
+            _val_pool_record(pool, manifest, None)
+    except IntegrityError:  # a concurrent build of another pool took the name
+        raise CatalogError(_name_taken(name)) from None
+    taint_refresh(source_ids=pool.parents.values_list("source_id", flat=True))
+    return pool
