@@ -42,3 +42,17 @@ def parse_size(text: str | int, *, name: str | None = None) -> int:
     base = 1024 if binary else 1000
     power = _POWER[prefix.lower()] if prefix else 0
     return int(float(number) * base**power)
+
+
+def format_size(num_bytes: int | float) -> str:
+    """Bytes for a person, in the units ``parse_size`` reads back: powers of 1000 (``kB``,
+    ``MB``, ``GB``, ``TB``, ``PB``) with one decimal, so 886,397 bytes is ``886.4 kB`` (as
+    the README counts them), never 1024-based "865.6 KB"; under 1000, ``N bytes``."""
+    n = float(num_bytes)
+    if abs(n) < 1000:
+        return f"{int(n):,} bytes" if abs(n) != 1 else "1 byte"
+    for unit in ("kB", "MB", "GB", "TB"):
+        n /= 1000
+        if abs(n) < 999.95:
+            return f"{n:.1f} {unit}"
+    return f"{n / 1000:,.1f} PB"

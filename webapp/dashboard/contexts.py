@@ -384,9 +384,28 @@ def source_detail(*, source_id: int) -> dict:
         "stats_computing": stats.get("computing"),
         "composition_figures": charts.composition_by_property(stats["by_property"]),
         "length_figure": charts.length_histogram(
-            stats["edges"], stats["counts"], title="Document length (tokens)", unit="tokens"
+            stats["edges"],
+            stats["counts"],
+            title="Document length (tokens)",
+            unit="tokens",
+            empty=_no_lengths(detail, stats),
         ),
     }
+
+
+def _no_lengths(detail: dict, stats: dict) -> str:
+    """Why a source's length chart is empty: lengths in tokens come from a ready tokenized
+    source (the scan counts documents, not tokens), measured by a worker once it is."""
+    documents = detail["source"].num_documents
+    if not documents:
+        return "no documents"
+    if stats.get("computing"):
+        return "being measured by a worker"
+    if stats.get("error"):
+        return f"could not be measured: {stats['error']}"
+    if not any(t.status == ArtifactStatus.READY for t in detail["tokenized"]):
+        return f"not tokenized yet ({documents:,} documents scanned): tokenize it for lengths"
+    return "no documents"
 
 
 # --- pools ------------------------------------------------------------------------------
@@ -589,13 +608,17 @@ def _taint_summary(counts: dict[str, int], documents: int) -> str:
 def loader_snippet(position: dict) -> str:
     """Python a trainer pastes to continue exactly where the report left off."""
     remote = storage.is_remote(position["pool_path"])
+    # The run's next sample, as the stream snippet's next_sample counts it (in the run's
+    # numbering); a run that switched versions reads it as another sample of its version.
+    sample, local = position["sample"], position.get("version_sample", position["sample"])
+    within = f" (sample {local} of the version it reads now)" if local != sample else ""
     return (
         "from shardcore.pool import Pool\n"
         + ("# a pool on object storage opens from a checked local copy of it\n" if remote else "")
-        + f"pool = Pool({position['pool_path']!r})  # {position['pool']}, stage {position['stage']}\n"
-        f"# resume at mixture sample {position.get('version_sample', position['sample'])}: "
-        f"epoch {position['epoch']} of the "
-        f"pool, shard {position['shard']}, record {position['record_in_shard']} in it\n"
+        + f"# {position['pool']}, stage {position['stage']}\n"
+        f"pool = Pool({position['pool_path']!r})\n"
+        f"# the run's next sample is {sample}{within}: record {position['record_in_shard']} of "
+        f"shard {position['shard']}, in epoch {position['epoch']} of this pool\n"
         f"start_record = {position['record']}\n"
         f"token_offset = {position.get('token_offset', 0)}  # tokens consumed of that record\n"
     )

@@ -21,9 +21,12 @@ def family_title(name: str) -> str:
     return FAMILY_NAMES.get(name, name)
 
 
-def cumulative_error(position, fam: Mapping, *, title: str, trials: int) -> dict:
-    """Lines over records placed: the order's error ||T - tau S|| (tokens) and the lowest
-    and mean over ``trials`` random permutations at each checkpoint."""
+def cumulative_error(
+    position, fam: Mapping, *, title: str, trials: int, unit: str = "records"
+) -> dict:
+    """Lines over ``unit`` placed (a pool's records, a schedule's samples): the order's
+    error ||T - tau S|| (tokens) and the lowest and mean over ``trials`` random
+    permutations at each checkpoint."""
     cum = fam.get("cumulative") or {}
     if not position or not cum.get("order"):
         return _empty(title, "no recipe measurement yet")
@@ -35,18 +38,18 @@ def cumulative_error(position, fam: Mapping, *, title: str, trials: int) -> dict
     data = [
         {"type": "scatter", "mode": "lines+markers", "name": name, "x": list(position),
          "y": [round(float(v), 3) for v in ys], "line": {"color": colour, "dash": dash},
-         "hovertemplate": f"{name}<br>records %{{x:,}}: %{{y:,.1f}} tokens<extra></extra>"}
+         "hovertemplate": f"{name}<br>{unit} %{{x:,}}: %{{y:,.1f}} tokens<extra></extra>"}
         for name, ys, colour, dash in lines
     ]  # fmt: skip
     layout = _layout(
         title,
-        xaxis={"title": {"text": "records trained on"}},
+        xaxis={"title": {"text": f"{unit} trained on"}},
         yaxis={"title": {"text": "cumulative error (tokens)"}, "rangemode": "tozero"},
     )
     return {"data": data, "layout": layout}
 
 
-def batch_distribution(fam: Mapping, *, title: str, batch_size: int) -> dict:
+def batch_distribution(fam: Mapping, *, title: str, batch_size: int, unit: str = "records") -> dict:
     """Bars of per-batch error on shared bins: the order's batches and one random order's
     (the mean over the random orders), with the order's worst and random's best batch
     as vertical lines."""
@@ -77,7 +80,7 @@ def batch_distribution(fam: Mapping, *, title: str, batch_size: int) -> dict:
         barmode="overlay",
         xaxis={
             "title": {
-                "text": f"batch error (distance of a {batch_size}-record batch's shares from the whole's)"
+                "text": f"batch error (distance of a {batch_size}-{unit[:-1]} batch's shares from the whole's)"
             }
         },
         yaxis={"title": {"text": "batches"}},
@@ -87,9 +90,10 @@ def batch_distribution(fam: Mapping, *, title: str, batch_size: int) -> dict:
     return {"data": data, "layout": layout}
 
 
-def recipe_view(report: Mapping | None) -> dict:
+def recipe_view(report: Mapping | None, *, unit: str = "records") -> dict:
     """What the page shows of a recorded recipe report: ``error`` or ``families``, one
-    entry per family with its table rows, verdicts and both figures."""
+    entry per family with its table rows, verdicts and both figures, which count in
+    ``unit`` as the card does (a pool's "records", a version's "samples")."""
     if not report:
         return {"missing": True}
     if report.get("error"):
@@ -116,10 +120,10 @@ def recipe_view(report: Mapping | None) -> dict:
             "max_ratio": cum["max_ratio"],
             "batches": b,
             "cumulative_figure": cumulative_error(
-                position, fam, title=f"Cumulative error, {title}", trials=trials
+                position, fam, title=f"Cumulative error, {title}", trials=trials, unit=unit
             ),
             "batch_figure": batch_distribution(
-                fam, title=f"Per-batch error, {title}", batch_size=bs
+                fam, title=f"Per-batch error, {title}", batch_size=bs, unit=unit
             ),
         })  # fmt: skip
     return {"families": fams, "records": report.get("num_records"), "batch_size": bs,

@@ -94,11 +94,13 @@ def length_histogram(
     *,
     title: str = "Document length",
     unit: str = "characters",
+    empty: str = "no documents",
 ) -> dict:
     """Documents per length bin; ``edges`` has one more entry than ``counts``. Lengths span
-    orders of magnitude, so bins are drawn on a log x axis at their geometric centre."""
+    orders of magnitude, so bins are drawn on a log x axis at their geometric centre.
+    ``empty``: what the chart says when there is no bin (why there are no lengths)."""
     if not counts and len(edges) <= 1:
-        return _empty(title, "no documents")
+        return _empty(title, empty)
     if len(edges) != len(counts) + 1:
         raise ValueError(f"{len(edges)} edges for {len(counts)} counts: need counts + 1")
     centres = [math.sqrt(max(a, 1) * max(b, 1)) for a, b in zip(edges, edges[1:], strict=False)]

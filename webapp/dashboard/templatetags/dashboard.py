@@ -8,6 +8,7 @@ from django import template
 from django.utils.html import format_html, json_script
 
 from shardcore.export import FORMATS, ExportFormat
+from shardcore.sizes import format_size
 from webapp.roles import has_role as _has_role
 
 register = template.Library()
@@ -56,6 +57,16 @@ def thousands(value) -> str:
         return f"{int(value):,}"
     except (TypeError, ValueError):
         return value
+
+
+@register.filter
+def size(value) -> str:
+    """Bytes as ``shardcore.sizes.format_size`` writes them (886.4 kB: kB = 1000 bytes, as
+    everywhere in Shardyard); Django's filesizeformat would say 865.6 KB."""
+    try:
+        return format_size(int(value))
+    except (TypeError, ValueError):
+        return ""
 
 
 @register.filter
