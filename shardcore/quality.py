@@ -20,6 +20,7 @@ exact, not sampled.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -523,37 +524,85 @@ def recipe_quality(
     pool_sources: bool = False,
 ) -> dict[str, Any]:
     """The diversity recipe's measurements (``shardcore.order.recipe.recipe_report``) of a
-    pool (records in pool order) or a mixture (samples in schedule order), on token-count
+    pool (records in pool order, against random orders of the same documents packed alike:
+    ``recipe.document_shuffles``) or a mixture (samples in schedule order), on token-count
     characteristic vectors from the pools' segments: the document property ``by`` (none:
     only length), ``length_bins`` document-length quantile bins and, for a mixture of
     several pools, the pool. ``with_greedy`` also measures the recipe's greedy order of
-    the same records (``greedy``); ``limit``: only the first that many records of the order
-    (the order's start, against random orders of those records); ``pool_sources``: a pool
-    of several tokenized sources also balances the source (``_doc.source``). Returns
-    ``{"order": report, "greedy": report?}``."""
+    the same records (``greedy``, against random orders of those records); ``limit``: only
+    the first that many records of the order (a mixture's: of each stage);
+    ``pool_sources``: a pool of several tokenized sources also balances the source
+    (``_doc.source``). Returns ``{"order": report, "greedy": report?}``.
+
+    A mixture is measured stage by stage, like with like: each stage's samples (its
+    first ``limit``) against random orders of the same stage's samples, with that stage's
+    own shares (a stage has its own weights: random orders that mix the stages, or the
+    whole schedule's shares, would make every staged order look uneven). A mixture's
+    report is its first stage's, with ``stages``: every stage's report, with its
+    ``name``, ``first_sample``, ``num_samples`` and ``measured``."""
 
     kind = read_manifest(path).get("kind")
     props = [by] if by and by not in ("pool", "stage") else []
     if kind == "pool":
         if pool_sources and len(read_manifest(path).get("sources") or []) > 1:
             props = ["_doc.source", *props]
-        ch = recipe.pool_characteristics(
-            [path], by=props, length_bins_count=length_bins, limit=limit
+        ch, docs = recipe.pool_characteristics(
+            [path], by=props, length_bins_count=length_bins, limit=limit, documents=True
         )
         order = np.arange(ch.num_records)
+        # A pool's order is a document shuffle: held to random orders of its documents.
+        shuffle = recipe.document_shuffles(docs)
     elif kind == "mixture":
-        mix = Mixture(path)
-        paths = [p["path"] for p in mix.pools]
-        ch = recipe.pool_characteristics(paths, by=props, length_bins_count=length_bins)
-        first = np.r_[0, np.cumsum([int(p["num_records"]) for p in mix.pools])[:-1]]
-        rows = first[np.asarray(mix.pool_index).astype(np.int64)] + np.asarray(mix.record_index)
-        ch, order = ch.take(rows), np.arange(rows.size)
+        return _mixture_recipe(
+            Mixture(path), props, length_bins=length_bins, limit=limit, with_greedy=with_greedy,
+            batch_size=batch_size, trials=trials, checkpoints=checkpoints, seed=seed,
+        )  # fmt: skip
     else:
         raise InputError(f"{path}: quality needs a pool or a mixture, not a {kind!r}")
-    if limit is not None and limit < ch.num_records:
-        ch, order = ch.take(order[:limit]), np.arange(limit)
-    kw = {"batch_size": batch_size, "trials": trials, "checkpoints": checkpoints, "seed": seed}
-    out: dict[str, Any] = {"order": recipe.recipe_report(ch, order, **kw)}
+    measure = functools.partial(
+        recipe.recipe_report, batch_size=batch_size, trials=trials, checkpoints=checkpoints
+    )
+    out: dict[str, Any] = {"order": measure(ch, order, seed=seed, shuffle=shuffle)}
     if with_greedy:
-        out["greedy"] = recipe.recipe_report(ch, greedy.greedy_order(ch, seed=seed), **kw)
+        # The greedy orders records: held to random orders of the same records.
+        out["greedy"] = measure(ch, greedy.greedy_order(ch, seed=seed), seed=seed)
+    return out
+
+
+def _mixture_recipe(
+    mix: Mixture,
+    props: list[str],
+    *,
+    length_bins: int,
+    limit: int | None,
+    with_greedy: bool,
+    batch_size: int,
+    trials: int,
+    checkpoints: int,
+    seed: int,
+) -> dict[str, Any]:
+    """``recipe_quality`` of a schedule: stage by stage (see there)."""
+    measure = functools.partial(
+        recipe.recipe_report, batch_size=batch_size, trials=trials, checkpoints=checkpoints
+    )
+    paths = [p["path"] for p in mix.pools]
+    ch = recipe.pool_characteristics(paths, by=props, length_bins_count=length_bins)
+    first = np.r_[0, np.cumsum([int(p["num_records"]) for p in mix.pools])[:-1]]
+    out: dict[str, Any] = {}
+    for i, st in enumerate(mix.manifest["stages"]):
+        a, n = int(st["first_sample"]), int(st["num_samples"])
+        b = a + (n if limit is None else min(n, limit))
+        rows = first[np.asarray(mix.pool_index[a:b]).astype(np.int64)] + np.asarray(
+            mix.record_index[a:b]
+        )
+        part = ch.take(rows)
+        order = np.arange(rows.size)
+        where = {"name": st["name"], "first_sample": a, "num_samples": n, "measured": b - a}
+        reports = {"order": measure(part, order, seed=seed + i)}
+        if with_greedy:
+            reports["greedy"] = measure(part, greedy.greedy_order(part, seed=seed), seed=seed + i)
+        for key, rep in reports.items():
+            if i == 0:
+                out[key] = {**rep, "stages": []}
+            out[key]["stages"].append({**where, **rep})
     return out

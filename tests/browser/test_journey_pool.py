@@ -89,13 +89,17 @@ def test_it_builds_a_pool_in_the_browser_and_shows_its_quality_charts(
         fam = rec["families"][name]
         sec = page.locator(f"#recipe-{key}")
         cum, b = fam["cumulative"], fam["batches"]
-        assert sec.locator(".recipe-max-ratio").inner_text() == f"{cum['max_ratio']:.3f}"
-        assert sec.locator(".recipe-order-worst").inner_text() == f"{b['order_worst']:.4f}"
-        assert sec.locator(".recipe-random-best").inner_text() == f"{b['random_best']:.4f}"
+        if "order_worst" in b:
+            assert sec.locator(".recipe-order-worst").inner_text() == f"{b['order_worst']:.4f}"
+            assert sec.locator(".recipe-random-best").inner_text() == f"{b['random_best']:.4f}"
         first = sec.locator("table tr").nth(1).locator("td").all_inner_texts()
         lo = cum["random_min"][0]
         assert first == [f"{rec['position'][0]:,}", f"{cum['order'][0]:,.1f}", f"{lo:,.1f}",
                          f"{cum['random_mean'][0]:,.1f}", f"{cum['order'][0] / lo:.3f}"]  # fmt: skip
-        said = "below every random permutation's at every checkpoint"
-        verdict = sec.locator(".recipe-verdict").inner_text()
-        assert (f"not {said}" not in verdict) == cum["below_all"]
+        # A pool's order is a document shuffle, held to random orders of its documents:
+        # it is like one, as the quality verdict above says of its windows.
+        verdict = sec.locator(".recipe-verdict")
+        assert cum["verdict"]["text"].capitalize() in verdict.inner_text()
+        assert b["verdict"]["text"].capitalize() in verdict.inner_text()
+        assert cum["verdict"]["ok"] and b["verdict"]["ok"], (cum["verdict"], b["verdict"])
+        assert "good" in verdict.get_attribute("class")

@@ -208,7 +208,9 @@ def test_quality_recipe_on_a_pool_and_a_greedy_block_mixture(pools, tmp_path, ca
     text = capsys.readouterr().out
     assert "order as built" in text and "greedy order of the same records" in text
     assert "package: cumulative error" in text and "length: cumulative error" in text
-    assert "worst batch beats the best random batch" in text
+    # Each family's two verdicts, the per-batch one over enough whole batches to judge.
+    assert text.count("-> cumulative error") == text.count("per-batch error (lower") == 4
+    assert "too few batches" not in text and "above every random" not in text
     out = tmp_path / "mix"
     argv = ["mix", "--component", f"{pools['early']}:0.6", "--component",
             f"{pools['late']}:0.4", "--tokens", str(65 * 3000), "--seed", "3",
@@ -251,3 +253,40 @@ def test_characteristics_of_a_pools_first_records(pools):
     assert first.names == whole.names
     assert np.array_equal(first.idx, whole.idx[:n, : first.idx.shape[1]])
     assert np.array_equal(first.val, whole.val[:n, : first.val.shape[1]])
+
+
+def test_quality_recipe_of_a_staged_mixture_compares_each_stage_with_its_own_samples(
+    pools, tmp_path, capsys
+):
+    """``shardyard quality MIX --recipe`` as a user runs it (default batch size 1,024):
+    each stage against random orders of its own samples, and a stage with too few whole
+    batches is not judged on them (never one batch of the whole stage, 0.0000 on both
+    sides). A blend's pool shares are more even than random orders in every stage."""
+    import json
+
+    from shardcore.cli import main
+
+    spec = mix_fixtures.three_pool_spec(pools, seq_len=64, samples=4000, anneal_samples=800,
+                                        seed=3, order="blend")  # fmt: skip
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    out = tmp_path / "staged"
+    assert main(["mix", "--spec", str(tmp_path / "spec.json"), "--out", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["quality", str(out), "--by", "pool", "--recipe", "--length-bins", "10"]) == 0
+    text = capsys.readouterr().out
+    assert "order as built, stage main (samples 0-3,199, against random orders of its own " in text
+    assert "order as built, stage anneal (samples 3,200-3,999, against random orders " in text
+    assert "3,200 records, 3 whole batches of 1,024" in text
+    assert "800 records, 0 whole batches of 1,024" in text
+    assert text.count("-> too few batches to judge the per-batch error") == 4  # 2 x 2 families
+    assert "0.0000" not in text and "batches of 800" not in text
+    # With batches to judge: both stages' pool shares beat random orders of their samples.
+    assert main(["quality", str(out), "--by", "pool", "--recipe", "--json", "--batch-size",
+                 "32", "--length-bins", "10"]) == 0  # fmt: skip
+    rep = json.loads(capsys.readouterr().out)["order"]
+    assert [(s["name"], s["measured"]) for s in rep["stages"]] == [("main", 3200),
+                                                                   ("anneal", 800)]  # fmt: skip
+    for st in rep["stages"]:
+        pool = st["families"]["pool"]
+        assert pool["cumulative"]["verdict"]["kind"] == "better", (st["name"], pool)
+        assert pool["batches"]["verdict"]["kind"] == "better", (st["name"], pool)

@@ -424,7 +424,7 @@ def pool_detail(*, pool_id: int, by: str = "") -> dict:
         else charts.position_heatmap([], [], []),
         "comparison_figure": charts.shuffle_comparison(quality.get("comparison") or {}),
         "training_figure": _training_figure(detail["training"]),
-        "recipe": recipe_charts.recipe_view((detail["pool"].params or {}).get("recipe")),
+        "recipe": recipe_charts.recipe_card((detail["pool"].params or {}).get("recipe")),
     }
 
 
@@ -532,7 +532,11 @@ def mixture_version_detail(*, version_id: int, by: str = "") -> dict:
         "heatmap_figure": composition,
         "deviation_figure": charts.window_deviation(quality.get("curve") or {}),
         "lineage_figure": lineage_figure(detail["lineage"]),
-        "recipe": recipe_charts.recipe_view((version.params or {}).get("recipe")),
+        "recipe": recipe_charts.recipe_card(
+            (version.params or {}).get("recipe"),
+            unit="samples",
+            stages=len((version.params or {}).get("stages") or []),
+        ),
     }
 
 

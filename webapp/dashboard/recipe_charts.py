@@ -128,3 +128,44 @@ def recipe_view(report: Mapping | None, *, unit: str = "records") -> dict:
         })  # fmt: skip
     return {"families": fams, "records": report.get("num_records"), "batch_size": bs,
             "trials": trials}  # fmt: skip
+
+
+def recipe_card(report: Mapping | None, *, unit: str = "records", stages: int = 1) -> dict:
+    """The recipe card of a pool or a version (``stages``: how many stages its schedule
+    has): ``missing``, ``error``, ``outdated`` (measured before like was compared with
+    like: a staged schedule against random orders that mixed its stages, a pool against
+    random orders of its records; not shown), or ``stages``, each a ``recipe_view`` of
+    one stage's report (a version is measured stage by stage) with its ``name``, samples
+    and, per family, both verdicts (``cumulative_verdict``, ``batch_verdict``; no batch
+    chart when there are too few batches to judge)."""
+    if not report or report.get("error"):
+        return recipe_view(report, unit=unit)
+    if "baseline" not in report or (stages > 1 and len(report.get("stages") or []) < 2):
+        return {"outdated": True}
+    parts = report.get("stages") or [report]
+    out: list[dict] = []
+    for k, part in enumerate(parts):
+        view = recipe_view(part, unit=unit)
+        for f in view["families"]:
+            fam = part["families"][f["name"]]
+            f["verdict"] = fam["cumulative"]["verdict"]
+            f["batch_verdict"] = fam["batches"]["verdict"]
+            f["ok"] = f["verdict"]["ok"] and f["batch_verdict"]["ok"]
+            if f["batch_verdict"]["kind"] == "unjudged":
+                f["batch_figure"] = None
+            if len(parts) > 1:
+                f["key"] = f"{k}-{f['key']}"
+        if "name" in part:
+            last = part["first_sample"] + part["measured"] - 1
+            view.update(name=part["name"], first=part["first_sample"], last=last,
+                        num_samples=part["num_samples"], measured=part["measured"])  # fmt: skip
+        out.append(view)
+    return {
+        "stages": out,
+        "staged": len(out) > 1,
+        "records": sum(int(p["num_records"]) for p in parts),
+        "batch_size": int(report.get("batch_size") or 0),
+        "trials": int(report.get("trials") or 0),
+        "baseline": report["baseline"],
+        "min_batches": int(report.get("min_batches") or 0),
+    }

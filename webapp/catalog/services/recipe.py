@@ -1,10 +1,12 @@
 """The diversity recipe's measurements of a built pool or schedule, taken by the job that
 builds it (its recorder) and kept on the row (``params["recipe"]``): pages read them,
 never the artifact. ``shardcore.quality.recipe_quality`` on the first ``RECIPE_RECORDS``
-records of the order, characteristic vectors from the pools' segments: document-length
-quantile bins, the pool (a schedule of several pools) or the tokenized source (a pool of
-several), and the order against random permutations of the same records: cumulative
-characteristic error over training and the per-batch error distribution."""
+records of the order (of each stage of a schedule), characteristic vectors from the pools'
+segments: document-length quantile bins, the pool (a schedule of several pools) or the
+tokenized source (a pool of several), and the order like with like: a pool's against
+random orders of its documents packed alike, each stage of a schedule against random
+orders of that stage's samples; cumulative characteristic error over training and the
+per-batch error distribution, each with a verdict."""
 
 from __future__ import annotations
 
