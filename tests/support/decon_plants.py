@@ -1,7 +1,8 @@
 """Planted contamination from real text, for the decontamination tests and bench/decon.
 
 Benchmark items are docstrings of CPython's standard library (functions and classes of
-one half of its modules: long items of 20 to 120 words, short ones of 8 to 12 words).
+one half of its top-level modules, then of its packages when more are asked: long items
+of 20 to 120 words, short ones of 8 to 12 words).
 Host documents are the source files of the other half, cut into pieces. Items that the
 host documents already contain (a docstring copied between modules), or that share an
 n-gram with another item, are dropped first, by a brute-force check, so that a clean host
@@ -175,21 +176,31 @@ def make(
         ws = words(piece)
         for k in range(8, n + 1):
             host_grams.update(tuple(ws[j : j + k]) for j in range(len(ws) - k + 1))
-    longs, shorts, seen = [], [], set()
-    for doc in docstrings(item_paths):
-        ws = words(doc)
-        key = tuple(ws)
-        if key in seen:
-            continue
-        seen.add(key)
-        if any(g in host_grams for g in _ngrams(ws, n)):
-            continue  # the hosts already hold it: not a clean benchmark for them
-        if 20 <= len(ws) <= 120:
-            longs.append(doc)
-        elif 8 <= len(ws) < n:
-            shorts.append(doc)
-    rng.shuffle(longs)
-    rng.shuffle(shorts)
+    longs: list[str] = []
+    shorts: list[str] = []
+    seen: set[tuple[str, ...]] = set()
+    # the item side's top-level modules first, then (when more items are asked than they
+    # give) the standard library's packages, each group in its own shuffled order
+    for group in (item_paths, sorted(STDLIB.glob("*/*.py"))):
+        more_long, more_short = [], []
+        for doc in docstrings(group):
+            ws = words(doc)
+            key = tuple(ws)
+            if key in seen:
+                continue
+            seen.add(key)
+            if any(g in host_grams for g in _ngrams(ws, n)):
+                continue  # the hosts already hold it: not a clean benchmark for them
+            if 20 <= len(ws) <= 120:
+                more_long.append(doc)
+            elif 8 <= len(ws) < n:
+                more_short.append(doc)
+        rng.shuffle(more_long)
+        rng.shuffle(more_short)
+        longs += more_long
+        shorts += more_short
+        if len(longs) + len(shorts) >= 2 * n_items:
+            break
     n_short = min(len(shorts), int(n_items * short_share))
     # items share no n-gram with each other (docstrings copied with a word changed are
     # one item for the truth): a document holding one holds no other
