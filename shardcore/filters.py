@@ -270,14 +270,7 @@ def filter_rows(
             f"(SHARDYARD_FILTER_MEMORY): {_first_line(exc)}"
         ) from None
     except duckdb.BinderException as exc:
-        missing = _UNKNOWN_COLUMN.search(str(exc))
-        if missing:
-            known = ", ".join(_known(table))
-            raise InputError(
-                f"filter {expression!r}: unknown property {missing.group(1)!r} in {where} "
-                f"(known: {known})"
-            ) from None
-        raise InputError(f"filter {expression!r} is invalid: {_first_line(exc)}") from None
+        raise InputError(_binder_message(expression, exc, table, where)) from None
     except duckdb.Error as exc:
         raise InputError(f"filter {expression!r} is invalid: {_first_line(exc)}") from None
     finally:
@@ -320,10 +313,70 @@ def sidecars_props_type(sidecars: list[str]) -> pa.DataType:
 
 
 def _known(table: pa.Table) -> list[str]:
-    out = [c for c in table.column_names[:-1] if c != props.FACTS]
+    """The names a filter may use: properties, each group's columns as
+    ``<group>.<column>`` (an annotation's ``lang_id.lang``), Shardyard's own columns."""
+    out = []
+    for c in table.column_names[:-1]:
+        kind = table.schema.field(c).type
+        if c != props.FACTS and pa.types.is_struct(kind):
+            out += [f"{c}.{f.name}" for f in kind]
+        elif c != props.FACTS:
+            out.append(c)
     if props.FACTS in table.column_names:
         out += [f"{props.FACTS}.{f.name}" for f in table.schema.field(props.FACTS).type]
     return out
+
+
+_NO_KEY = re.compile(r'Could not find key "([^"]+)" in struct')
+_NO_GROUP = re.compile(r'Referenced table "([^"]+)" not found')
+_COMPARE = re.compile(r"Cannot compare values of type (\w+).*? and type (\w+)")
+
+
+def _binder_message(expression: str, exc: Exception, table: pa.Table, where: str) -> str:
+    """DuckDB's binder refusal in the filter's words: the property or annotation column it
+    does not know (and the ones there are), or the comparison whose types do not meet."""
+    text, known = str(exc), ", ".join(_known(table))
+    for pattern in (_UNKNOWN_COLUMN, _NO_KEY, _NO_GROUP):
+        m = pattern.search(text)
+        if m:
+            name = m.group(1)
+            if pattern is _NO_KEY:  # a.b with no column b in group a: name it whole
+                dotted = re.search(rf"([\w.]+)\.{re.escape(name)}\b", expression)
+                name = f"{dotted.group(1)}.{name}" if dotted else name
+            return f"filter {expression!r}: unknown property {name!r} in {where} (known: {known})"
+    m = _COMPARE.search(text)
+    if m:
+        left, right = m.group(1).lower(), m.group(2).lower()
+        hint = (
+            "; text is compared with text in quotes, e.g. = 'en'"
+            if "varchar" in (left, right)
+            else ""
+        )
+        return (
+            f"filter {expression!r}: {_column_word(left)} is compared with a "
+            f"{_type_word(right)}{hint} (known: {known})"
+        )
+    return f"filter {expression!r} is invalid: {_first_line(exc)} (known: {known})"
+
+
+def _column_word(duck: str) -> str:
+    """The left side of a comparison: a column of a type, or a group (an annotation)."""
+    if duck.startswith("struct"):
+        return "a group of columns (name one of them)"
+    return f"a {_type_word(duck)} column"
+
+
+def _type_word(duck: str) -> str:
+    """A DuckDB type as a person says it (VARCHAR: text, INTEGER_LITERAL: number)."""
+    if duck.startswith(("varchar", "string")):
+        return "text"
+    if duck.startswith("struct"):
+        return "group of columns"
+    if duck.startswith("bool"):
+        return "true/false"
+    if duck.startswith("list") or duck.endswith("[]"):
+        return "list"
+    return "number"
 
 
 def _first_line(exc: Exception) -> str:

@@ -10,13 +10,24 @@ from typing import Any
 
 from webapp.dashboard.charts.common import PALETTE, _empty, _layout
 
+# Columns that hold ids (a duplicate or topic cluster of each document): their values
+# name groups, so a histogram of them says nothing (mostly clusters of one); the page
+# charts the clusters' sizes instead.
+ID_COLUMNS = frozenset({"dup_cluster", "cluster"})
 
-def column_figure(annotator: str, name: str, entry: Mapping[str, Any]) -> dict:
+
+def column_figure(annotator: str, name: str, entry: Mapping[str, Any]) -> dict | None:
     """One column: a histogram of a number, documents per value of a small-range integer or
     of text (its most frequent values; of a list, the most frequent values it holds),
-    true/false counts of a flag."""
+    true/false counts of a flag, documents of the one value of a constant column. None
+    for a column of ids (``ID_COLUMNS``)."""
     title = f"{annotator}.{name}"
     kind = entry.get("kind")
+    if name in ID_COLUMNS:
+        return None
+    if kind == "number" and entry.get("count") and entry.get("min") == entry.get("max"):
+        # One value: a bar of it, not a histogram around it (-0.5..0.5 for all zeros).
+        return _bars(title, [str(entry["min"])], [entry["count"]], xtitle=title, category=True)
     if kind == "number" and entry.get("values"):
         x = [str(v) for v, _ in entry["values"]]
         y = [c for _, c in entry["values"]]
@@ -105,3 +116,26 @@ def clusters_figure(rows: list[dict], *, title: str, x_label: str = "cluster") -
         title, [str(r["cluster"]) for r in rows], [r[key] for r in rows], xtitle=x_label,
         category=True,
     )  # fmt: skip
+
+
+def filter_example(annotator: str, columns: list[Mapping[str, Any]], summary: Mapping) -> str:
+    """A filter over the annotation's first column that is not an id, valid for its type:
+    ``pii.emails > 0`` for a number, ``lang_id.lang = 'en'`` for text (its most frequent
+    value), ``quality.has_lorem_ipsum = true`` for a flag, ``len(decon.benchmarks) > 0``
+    for a list (``lang_id.lang > 0`` compared text with a number)."""
+    stats = summary.get("columns") or {}
+    for column in columns:
+        name = column["name"]
+        if name in ID_COLUMNS:
+            continue
+        full, kind = f"{annotator}.{name}", str(column.get("type", ""))
+        if kind.startswith(("string", "large_string", "utf8")):
+            top = (stats.get(name) or {}).get("top") or [["value", 0]]
+            value = str(top[0][0]).replace("'", "''")
+            return f"{full} = '{value}'"
+        if kind == "bool":
+            return f"{full} = true"
+        if kind.startswith(("list", "large_list")):
+            return f"len({full}) > 0"
+        return f"{full} > 0"
+    return ""

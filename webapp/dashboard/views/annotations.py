@@ -114,6 +114,7 @@ def annotation_detail(request, annotation_id: int):
             "summary": summary,
             "figures": figures,
             "names": [f"{ann.annotator}.{c['name']}" for c in ann.columns],
+            "example": charts.filter_example(ann.annotator, ann.columns, summary),
             "languages_figure": charts.languages_figure(summary["languages"])
             if summary.get("languages")
             else None,
