@@ -17,7 +17,9 @@ the phases after it waiting on a dependency that can never be met; the command, 
 waits, sees that (``DependencyNeverSatisfied``, or nothing of its jobs left and no
 manifest), cancels what still waits, and submits again the tasks that have units without
 markers, up to ``--retries`` times. A rerun of the command does the same from the markers:
-finished units are skipped, a finished artifact is recognized.
+finished units are skipped, a finished artifact is recognized. While it waits it prints
+the units done per phase (the markers) and its tasks' states (``squeue``; ``sacct`` for
+the jobs the queue no longer lists, where the cluster keeps accounting).
 
 The job directory (``--job-dir``, default ``OUT.slurm`` beside a local output) holds the
 batch scripts, ``jobs.json`` (every submission's job ids) and the logs: one per task, named
@@ -496,9 +498,10 @@ class SlurmExecutor(Executor):
 
 
 def job_states(ids: list[str]) -> dict[str, tuple[str, str]]:
-    """State and reason of every task of the jobs ``ids`` the controller still knows:
-    ``{"12_3": ("RUNNING", "None"), "13": ("PENDING", "Dependency")}``; pending tasks of
-    an array not started yet are listed one by one."""
+    """State and reason of every task of the jobs ``ids``: ``{"12_3": ("RUNNING", "None"),
+    "13": ("PENDING", "Dependency")}``, from the controller's queue (``squeue``, which lists
+    the pending tasks of an array one by one and ended jobs for ``MinJobAge``); the jobs it
+    no longer lists from the accounting (``sacct``), where the cluster keeps one."""
     if not ids:
         return {}
     wanted = set(ids)
@@ -512,4 +515,26 @@ def job_states(ids: list[str]) -> dict[str, tuple[str, str]]:
         if len(parts) != 4 or parts[0] not in wanted:
             continue
         states[parts[1]] = (parts[2], parts[3])
+    listed = {t.partition("_")[0] for t in states}
+    gone = sorted(wanted - listed)
+    if gone:
+        states.update(_accounted(gone))
+    return states
+
+
+def _accounted(ids: list[str]) -> dict[str, tuple[str, str]]:
+    """What ``sacct`` says of jobs the queue forgot; nothing when accounting is off."""
+    try:
+        out = _slurm(
+            ["sacct", "--noheader", "--parsable2", "--array", "--allocations",
+             f"--jobs={','.join(ids)}", "--format=JobID,State"],
+            what="sacct",
+        )  # fmt: skip
+    except SlurmError:
+        return {}
+    states = {}
+    for line in out.splitlines():
+        job, _, state = line.strip().partition("|")
+        if job and state:
+            states[job] = (state.split()[0], "None")  # "CANCELLED by 0": the state
     return states
