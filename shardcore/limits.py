@@ -22,6 +22,9 @@ Why each bound:
   the schedule-size cap, SHARDYARD_MAX_SCHEDULE_SAMPLES).
 - a validation fraction in [0, 0.5]: past half the documents the "held-out slice" is the
   pool, and a fraction typed as a percentage (5 for 5%) is refused rather than read.
+- every annotator parameter (``ANNOTATOR_PARAMS``, checked by ``annotator_params`` when an
+  annotator is made, so before any plan or unit): what each costs is in its comment there.
+  A team's own annotator's numbers are whole numbers within +-(2^31 - 1), finite floats.
 
 Numbers typed by a person (a form field, a command-line flag) are read by ``parse`` first,
 the same way everywhere: digits with ``_`` or ``,`` between groups, a decimal or scientific
@@ -129,6 +132,65 @@ def val_fraction(value) -> float:
 
 
 MAX_VAL_FRACTION = 0.5
+
+# Annotator parameters (shardcore.annotate): annotator -> parameter -> (low, high); a float
+# range is open at low when a third item says so. Each bound is far past any use and keeps
+# a unit's memory and time small beside the jobs around it.
+ANNOTATOR_PARAMS: dict[str, dict[str, tuple]] = {
+    "minhash": {
+        # A signature is num_perm uint64 per document (8 KiB at 1024; 2^22 held 2.3 GB
+        # for 79 documents); 128 is the usual size.
+        "num_perm": (2, 1024),
+        "bands": (1, 1024),
+        "shingle": (1, MAX_NGRAM),  # words per shingle
+        "threshold": (0.0, 1.0, "low_open"),
+        # datasketch seeds numpy's legacy MT19937 with it: 32 bits.
+        "seed": (0, 2**32 - 1),
+        "memory_mb": (1, MAX_BYTES >> 20),  # a byte budget, in MiB
+    },
+    "lang_id": {"max_chars": (1, 1_000_000)},  # characters of a document read
+    "topics": {
+        # k-means: k centroids over ``sample`` vectors of the encoder's width (4 bytes each,
+        # 256 wide for "static"): at most 1 GiB of sample and 4096 x 10^6 distances a step.
+        "k": (1, 4096),
+        "sample": (1, 1_000_000),
+        "max_tokens": (1, 8192),  # tokens a document's head is encoded with
+        "head_chars": (1, 1_000_000),
+        "seed": (0, MAX_SEED),
+        "top_terms": (0, 1000),
+        "snippets": (0, 100),
+        "snippet_chars": (0, 10_000),
+    },
+    "decon": {
+        "ngram": (1, MAX_NGRAM),
+        "min_words": (1, MAX_NGRAM),
+        "threshold": (0.0, 1.0, "low_open"),
+    },
+}
+
+
+def annotator_params(annotator: str, params: dict, defaults: dict) -> dict:
+    """``params`` (an annotator's, its defaults' types) with every number checked against
+    its bound in ANNOTATOR_PARAMS (a team's annotator's against +-MAX_COUNT, finite);
+    an InputError names the annotator, the parameter and the range. Ints are whole
+    numbers (``1e3`` is 1000), booleans stay booleans, text is not a number."""
+    bounds = ANNOTATOR_PARAMS.get(annotator, {})
+    out = dict(params)
+    for key, value in params.items():
+        default = defaults.get(key)
+        if isinstance(default, bool) or not isinstance(default, numbers.Real):
+            continue
+        name = f"annotator {annotator!r} parameter {key}"
+        bound = bounds.get(key)
+        if isinstance(default, numbers.Integral):
+            low, high = bound[:2] if bound else (-MAX_COUNT, MAX_COUNT)
+            out[key] = check_int(name, value, low, high)
+        else:
+            low, high = bound[:2] if bound else (-float(MAX_COUNT), float(MAX_COUNT))
+            open_low = bool(bound and bound[2:] == ("low_open",))
+            out[key] = check_float(name, value, low, high, low_open=open_low)
+    return out
+
 
 # "1_000_000", "1,000,000", "2.5e9", "1M", "-1", "nan", "inf"; the suffixes are SI.
 _TYPED = re.compile(

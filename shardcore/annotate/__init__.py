@@ -27,6 +27,7 @@ from typing import Any, ClassVar
 
 import pyarrow as pa
 
+from shardcore import limits
 from shardcore.errors import InputError
 
 ENTRY_POINT_GROUP = "shardyard.annotators"
@@ -65,7 +66,10 @@ class Annotator:
                 f"annotator {self.name!r}: unknown parameter {unknown[0]!r} "
                 f"(parameters: {', '.join(sorted(self.defaults)) or 'none'})"
             )
-        self.params: dict[str, Any] = {**self.defaults, **params}
+        # Every number within its bound (shardcore.limits) before any other check or work.
+        self.params: dict[str, Any] = limits.annotator_params(
+            self.name, {**self.defaults, **params}, self.defaults
+        )
         self.check_params()
 
     def check_params(self) -> None:
@@ -168,12 +172,13 @@ def _convert(default: Any, text: str, key: str) -> Any:
             if text.lower() in ("0", "false", "no", "off"):
                 return False
             raise ValueError("expected true or false")
-        if isinstance(default, int):
-            return int(text)
-        if isinstance(default, float):
-            return float(text)
-    except ValueError as exc:
-        raise InputError(f"--param {key}={text}: {exc}") from None
+        if isinstance(default, int | float):
+            # Read as typed numbers are everywhere (1e6, 1_000, 1M); the annotator checks
+            # that an integer parameter got a whole number, and its range.
+            return limits.parse(key, text)
+    except (ValueError, InputError):
+        what = "expected true or false" if isinstance(default, bool) else "not a number"
+        raise InputError(f"--param {key}={text}: {what}") from None
     return text
 
 

@@ -89,9 +89,11 @@ def params_parse(annotator: str, params: dict[str, Any] | str | None) -> dict[st
                 f"(parameters: {', '.join(sorted(cls.defaults)) or 'none'})"
             )
     try:
-        return annotate.parse_params(cls, pairs)
+        typed = annotate.parse_params(cls, pairs)
+        cls(**typed)  # every parameter within its bound (shardcore.limits), before any plan
     except InputError as exc:
         raise CatalogError(f"params: {str(exc).removeprefix('--param ')}") from None
+    return typed
 
 
 def decon_benchmarks_check(params: dict[str, Any]) -> dict[str, Any]:
