@@ -6,6 +6,13 @@ clock includes making the dataset and starting the workers) that reads every rec
 the digests of the records read (as a multiset: workers may reorder them) must be equal.
 Not a test.
 
+Shardyard's DataLoader is the README's recipe, executed as written (``readme_loader``:
+the README's Python block with ``RECIPE_MARK``, up to its loop, the artifact's path
+replaced by the pool's), so that the number measured is the one a user who copies it gets;
+its batch size and workers must be the run's ``--batch`` and ``--workers``. A plain
+``torch.utils.data.DataLoader`` over the same dataset, which the README advises against,
+is measured beside it.
+
     .venv/bin/python bench/loader/loaders.py [--seq-len 2048] [--workers 2] [--batch 8]
 
 Shardyard reads the pool; litdata 0.2.76 reads the same records written with its
@@ -27,6 +34,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -77,18 +85,73 @@ def ensure_venv(name: str) -> Path:
     return python
 
 
-def read_ours(pool: str, seq_len: str, workers: str, batch: str, passes: str) -> dict:
-    import torch  # noqa: F401  (imported before the clock, as in every contender)
+README = ROOT / "README.md"
+# The README's DataLoader recipe is the Python block holding this line.
+RECIPE_MARK = "assert isinstance(loader, torch.utils.data.DataLoader)"
+README_ARTIFACT = '"mixes/prose-code"'  # the artifact the README's examples read
+
+
+def readme_recipe(readme: Path | None = None) -> str:
+    """The README's DataLoader recipe up to its loop: the code that makes ``loader``."""
+    readme = readme or README
+    blocks = re.findall(r"```python\n(.*?)```", readme.read_text(), flags=re.S)
+    found = [b for b in blocks if RECIPE_MARK in b]
+    if len(found) != 1:
+        raise SystemExit(f"{readme}: {len(found)} Python blocks hold {RECIPE_MARK!r}, not 1")
+    lines = []
+    for line in found[0].splitlines():
+        if line.startswith("for "):
+            break
+        lines.append(line)
+    code = "\n".join(lines) + "\n"
+    if README_ARTIFACT not in code:
+        raise SystemExit(f"{readme}: the DataLoader recipe reads no {README_ARTIFACT}")
+    return code
+
+
+def readme_loader(pool: str, readme: Path | None = None) -> tuple[Any, str]:
+    """(the README recipe's ``loader`` over ``pool``, the code that made it)."""
+    readme = readme or README
+    code = readme_recipe(readme)
+    scope: dict[str, Any] = {}
+    exec(compile(code.replace(README_ARTIFACT, repr(str(pool))), str(readme), "exec"), scope)
+    return scope["loader"], code
+
+
+def read_ours(
+    pool: str, seq_len: str, workers: str, batch: str, passes: str, how: str = "readme"
+) -> dict:
+    """Reads ``pool`` ``passes`` times: ``how`` "single" (the dataset in this process),
+    "readme" (the README's recipe, which must have ``batch`` and ``workers``) or "plain"
+    (a plain torch DataLoader over the dataset)."""
+    import torch  # (imported before the clock, as in every contender)
 
     from bench.loader.consume import consume, passes_over
-    from shardcore.loader import ShardyardIterableDataset, ShardyardLoader
+    from shardcore.loader import ShardyardIterableDataset
 
     t = time.perf_counter()
-    dataset = ShardyardIterableDataset(pool)
-    if int(workers) < 0:
+    if how == "single":
+        dataset = ShardyardIterableDataset(pool)
         return consume((s["tokens"] for s in passes_over(dataset, int(passes))), t, int(seq_len))
-    loader = ShardyardLoader(dataset, batch_size=int(batch), num_workers=int(workers))
-    return consume((b["tokens"] for b in passes_over(loader, int(passes))), t, int(seq_len))
+    extra: dict[str, Any] = {}
+    if how == "readme":
+        loader, code = readme_loader(pool)
+        made = (loader.batch_size, loader.num_workers)
+        if made != (int(batch), int(workers)):
+            raise SystemExit(
+                f"the README's DataLoader recipe reads batches of {made[0]} with {made[1]} "
+                f"workers: run with --batch {made[0]} --workers {made[1]}"
+            )
+        extra = {"recipe": code, "loader": type(loader).__name__}
+    elif how == "plain":
+        dataset = ShardyardIterableDataset(pool, batch_size=int(batch))
+        loader = torch.utils.data.DataLoader(
+            dataset, batch_size=int(batch), num_workers=int(workers)
+        )
+    else:
+        raise SystemExit(f"read-ours: unknown way {how!r} (single, readme or plain)")
+    done = consume((b["tokens"] for b in passes_over(loader, int(passes))), t, int(seq_len))
+    return {**done, **extra}
 
 
 def run(argv: list[str], env: dict | None = None) -> dict:
@@ -136,20 +199,25 @@ def main() -> int:
     seq = str(args.seq_len)
     passes = str(args.passes)
     modes = {"single": ["-1", "1", passes], "loader": [str(args.workers), str(args.batch), passes]}
+    ours = [sys.executable, str(Path(__file__)), "read-ours", str(pool), seq]
     argvs = {
-        "ours": [sys.executable, str(Path(__file__)), "read-ours", str(pool), seq],
+        "ours": ours,
         "litdata": [str(pythons["litdata"]), str(HERE / "peer_litdata.py"), "read",
                     str(formats["litdata"]), seq],
         "streaming": [str(pythons["streaming"]), str(HERE / "peer_streaming.py"),
                       "read-local", str(formats["streaming"]), seq],
     }  # fmt: skip
+    ways = {"single": "single", "loader": "readme"}  # Shardyard's way of reading each mode
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     runs: dict[tuple[str, str], list[dict]] = {(w, m): [] for w in argvs for m in modes}
+    runs[("ours", "plain")] = []
     loads = [os.getloadavg()[0]]
     for _ in range(args.repeat):
         for mode, extra in modes.items():
             for who, argv in argvs.items():
-                runs[(who, mode)].append(run([*argv, *extra], env))
+                tail = [ways[mode]] if who == "ours" else []
+                runs[(who, mode)].append(run([*argv, *extra, *tail], env))
+        runs[("ours", "plain")].append(run([*ours, *modes["loader"], "plain"], env))
         loads.append(os.getloadavg()[0])
 
     digests = {r["digest"] for rs in runs.values() for r in rs}
@@ -158,8 +226,12 @@ def main() -> int:
         raise SystemExit(f"the loaders read different records: {digests} {counts}")
     med = {k: sorted(rs, key=lambda r: r["seconds"])[len(rs) // 2] for k, rs in runs.items()}
     rate = {k: r["samples"] / r["seconds"] for k, r in med.items()}
-    names = {"single": "one process, sample by sample",
-             "loader": f"DataLoader, {args.workers} workers, batches of {args.batch}"}  # fmt: skip
+    recipe = runs[("ours", "loader")][0]
+    names = {
+        "single": "one process, sample by sample",
+        "loader": f"DataLoader, {args.workers} workers, batches of {args.batch} (Shardyard: "
+        f"the README's recipe, `{recipe['loader']}`)",
+    }
     shard_bytes = sum(f["size"] for f in manifest["files"])
     lines = [
         f"Records: {len(records):,} samples of {args.seq_len + 1} tokens, the same in each "
@@ -175,11 +247,24 @@ def main() -> int:
         "|---|---:|---:|---:|---:|---:|",
     ]
     for mode in modes:
-        ours, lit, mos = rate[("ours", mode)], rate[("litdata", mode)], rate[("streaming", mode)]
+        mine, lit, mos = rate[("ours", mode)], rate[("litdata", mode)], rate[("streaming", mode)]
         lines.append(
-            f"| {names[mode]} | {ours:,.0f}/s | {lit:,.0f}/s | {mos:,.0f}/s "
-            f"| **{ours / lit:.2f}x** | **{ours / mos:.2f}x** |"
+            f"| {names[mode]} | {mine:,.0f}/s | {lit:,.0f}/s | {mos:,.0f}/s "
+            f"| **{mine / lit:.2f}x** | **{mine / mos:.2f}x** |"
         )
+    plain = rate[("ours", "plain")]
+    lit, mos = rate[("litdata", "loader")], rate[("streaming", "loader")]
+    lines += [
+        f"| a plain `torch.utils.data.DataLoader` over Shardyard's dataset, {args.workers} "
+        f"workers, batches of {args.batch} (the peers: their loaders above) | {plain:,.0f}/s "
+        f"| | | {plain / lit:.2f}x | {plain / mos:.2f}x |",
+        "",
+        "The README's recipe, executed as written with the pool's path:",
+        "",
+        "```python",
+        recipe["recipe"].rstrip("\n"),
+        "```",
+    ]
     text = "\n".join(lines)
     print(text)
     heading = "# Loader: local reads beside litdata and mosaicml-streaming"

@@ -149,7 +149,7 @@ def test_it_runs_the_cli_walkthrough_and_the_resume_loop_on_real_text(tmp_path, 
     exec(compile(olmo, "README.md", "exec"), scope)  # builds OLMo-core's dataset and loader
     assert len(scope["dataset"]) == 782 and scope["loader"].shuffle is False
 
-    (loop,) = [b for b in blocks("python") if "ShardyardLoader" in b]
+    (loop,) = [b for b in blocks("python") if "Resume on 4 ranks" in b]
     monkeypatch.chdir(tmp_path)
     exec(compile(loop, "README.md", "exec"), {})  # its own assert checks the resume
 
