@@ -1,12 +1,16 @@
 """Probes for Kubernetes (or any load balancer): ``/healthz`` answers 200 while the process
 serves requests (liveness); ``/readyz`` answers 200 only when the database and the broker
-answer too (readiness), else 503 with a JSON body naming what is down. Both are public (no
-login, no token) and touch nothing but a ``SELECT 1`` and a broker ping (the ping bounded
-by SHARDYARD_READY_TIMEOUT seconds; the database by its driver's connect timeout, e.g.
-``?connect_timeout=3`` in DATABASE_URL)."""
+answer too (readiness), else 503. Both are public (no login, no token) and touch nothing
+but a ``SELECT 1`` and a broker ping (the ping bounded by SHARDYARD_READY_TIMEOUT seconds;
+the database by its driver's connect timeout, e.g. ``?connect_timeout=3`` in DATABASE_URL).
+
+What is down, and why, is told only to a signed-in admin (the errors name internal hosts
+and ports): anyone else gets the status alone. Every failed check is logged with its
+error, so the operator reads it there too (a database that is down also signs nobody in)."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from django.conf import settings
@@ -15,6 +19,10 @@ from django.db import connections
 from django.http import JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
+
+from webapp.roles import has_role
+
+log = logging.getLogger(__name__)
 
 
 def _describe(exc: BaseException) -> str:
@@ -79,13 +87,24 @@ def healthz(request):
 @never_cache
 @require_GET
 def readyz(request):
-    """Readiness: the database and the broker answer; 503 naming each one that does not."""
+    """Readiness: the database and the broker answer (200), else 503; what is down and why
+    for a signed-in admin only."""
     checks = {"database": check_database(), "broker": check_broker()}
     down = [name for name, error in checks.items() if error]
-    body = {
-        "status": "ready" if not down else "unavailable",
-        "checks": {name: (error or "ok") for name, error in checks.items()},
-    }
-    if down:
-        body["down"] = down
+    for name in down:
+        log.warning("readyz: %s is down: %s", name, checks[name])
+    body: dict = {"status": "ready" if not down else "unavailable"}
+    if not checks["database"] and _is_admin(request):
+        body["checks"] = {name: (error or "ok") for name, error in checks.items()}
+        if down:
+            body["down"] = down
     return JsonResponse(body, status=503 if down else 200)
+
+
+def _is_admin(request) -> bool:
+    """Whether a signed-in admin asks (reading the session and the user needs the
+    database: when that fails, nobody is)."""
+    try:
+        return has_role(request.user, "admin")
+    except Exception:  # the session store or the user table does not answer
+        return False
