@@ -26,10 +26,18 @@ reason, never a server error."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import http.client
 import logging
 import re
+import socket
+import ssl
+import threading
+import time
+from urllib.parse import urlencode, urlsplit
 
+import jwt
 import requests
 from django.conf import settings
 from django.contrib import messages
@@ -38,8 +46,10 @@ from django.contrib.auth.models import Group
 from django.core.exceptions import SuspiciousOperation
 from django.db import IntegrityError, transaction
 from django.http import Http404
+from django.utils.encoding import smart_str
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 from mozilla_django_oidc.views import OIDCAuthenticationCallbackView, OIDCAuthenticationRequestView
+from requests.structures import CaseInsensitiveDict
 
 from webapp.dashboard.models import ExternalIdentity
 from webapp.ops.oidc_map import parse_role_map  # noqa: F401 - re-exported
@@ -48,6 +58,68 @@ from webapp.roles import ROLES
 log = logging.getLogger(__name__)
 
 _NAME_UNSAFE = re.compile(r"[^\w.@+-]")
+# An answer from the provider larger than this is refused (keys, tokens and claims are KBs).
+MAX_ANSWER_BYTES = 1 << 20
+
+
+def provider_call(
+    method: str, url: str, *, seconds: float, body: bytes | None = None, headers=None
+) -> requests.Response:
+    """One HTTP call to the identity provider that ends within ``seconds`` in all: a socket
+    timeout alone bounds each read, so a provider trickling a byte at a time could hold the
+    web thread for hours; here a timer shuts the socket down at the deadline. Raises
+    requests.Timeout at the deadline, requests.ConnectionError when unreachable, and returns
+    a requests.Response (``raise_for_status`` works as usual)."""
+    parts = urlsplit(url)
+    start = time.monotonic()
+    if parts.scheme == "https":
+        context = ssl.create_default_context()
+        if not getattr(settings, "OIDC_VERIFY_SSL", True):
+            context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+        conn: http.client.HTTPConnection = http.client.HTTPSConnection(
+            parts.hostname or "", parts.port, timeout=seconds, context=context
+        )
+    elif parts.scheme == "http":
+        conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=seconds)
+    else:
+        raise requests.ConnectionError(f"{url}: not an http(s) address")
+    expired = threading.Event()
+
+    def cut() -> None:
+        expired.set()
+        sock = conn.sock
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    timer = threading.Timer(seconds, cut)
+    timer.daemon = True
+    timer.start()
+    try:
+        path = parts.path or "/"
+        if parts.query:
+            path += "?" + parts.query
+        conn.request(method, path, body=body, headers=dict(headers or {}))
+        answer = conn.getresponse()
+        content = answer.read(MAX_ANSWER_BYTES + 1)
+        if expired.is_set():  # the cut socket read as an early end of the answer
+            raise OSError("cut at the deadline")
+        if len(content) > MAX_ANSWER_BYTES:
+            raise requests.ConnectionError(f"{url}: answer over {MAX_ANSWER_BYTES} bytes")
+    except (OSError, http.client.HTTPException) as exc:
+        if expired.is_set() or time.monotonic() - start >= seconds:
+            raise requests.Timeout(f"{url}: no whole answer within {seconds} s") from None
+        raise requests.ConnectionError(f"{url}: {exc}") from None
+    finally:
+        timer.cancel()
+        conn.close()
+    response = requests.Response()
+    response.status_code = answer.status
+    response.headers = CaseInsensitiveDict(answer.getheaders())
+    response._content = content
+    response.url = url
+    response.encoding = "utf-8"
+    return response
 
 
 class SignInRefused(SuspiciousOperation):
@@ -106,6 +178,40 @@ class RoleMappingBackend(OIDCAuthenticationBackend):
         if request is not None:
             messages.error(request, f"Single sign-on failed: the identity provider {reason}.")
         return None
+
+    # The provider's three calls, each with a deadline for the whole answer (provider_call).
+    def get_token(self, payload):
+        response = provider_call(
+            "POST",
+            self.OIDC_OP_TOKEN_ENDPOINT,
+            seconds=settings.OIDC_TIMEOUT,
+            body=urlencode(payload).encode(),
+            headers={"Content-Type": "application/x-www-form-urlencoded"},
+        )
+        self.raise_token_response_error(response)
+        return response.json()
+
+    def get_userinfo(self, access_token, id_token, payload):
+        response = provider_call(
+            "GET",
+            self.OIDC_OP_USER_ENDPOINT,
+            seconds=settings.OIDC_TIMEOUT,
+            headers={"Authorization": f"Bearer {access_token}"},
+        )
+        response.raise_for_status()
+        if response.headers.get("content-type", "").lower().startswith("application/jwt"):
+            return self.verify_token(response.text)
+        return response.json()
+
+    def retrieve_matching_jwk(self, token):
+        response = provider_call("GET", self.OIDC_OP_JWKS_ENDPOINT, seconds=settings.OIDC_TIMEOUT)
+        response.raise_for_status()
+        header = jwt.get_unverified_header(token)
+        kid, alg = smart_str(header.get("kid", "")), smart_str(header.get("alg", ""))
+        for key in response.json().get("keys", []):
+            if key.get("kid") == kid and key.get("alg", alg) == alg:
+                return jwt.PyJWK(key)
+        raise SuspiciousOperation("the provider's keys hold none matching the token's")
 
     def get_or_create_user(self, access_token, id_token, payload):
         claims = self.get_userinfo(access_token, id_token, payload)
