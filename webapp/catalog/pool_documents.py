@@ -50,7 +50,9 @@ def pool_documents_hit(
     return int(pool_document_rows(pool=pool, tokenized=tokenized, doc_ids=doc_ids).size)
 
 
-def pool_documents_held(*, pool: Pool, tokenized: TokenizedSource, doc_ids: np.ndarray) -> np.ndarray:
+def pool_documents_held(
+    *, pool: Pool, tokenized: TokenizedSource, doc_ids: np.ndarray
+) -> np.ndarray:
     """Which of ``doc_ids`` (sorted) of ``tokenized`` the pool holds, sorted: the pool's
     documents table read a batch at a time, as ``pool_document_rows`` reads it."""
     if not doc_ids.size:
