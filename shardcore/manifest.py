@@ -487,6 +487,13 @@ def parse_manifest(
             f"{where}: unreadable manifest: arrays or objects nested too deeply "
             "(a manifest nests a few levels)"
         ) from None
+    except RecursionError:
+        # Python's JSON reader recurses once per level: a file nested thousands of levels
+        # deep (no manifest is more than a few) would otherwise end the process's call.
+        raise ManifestError(
+            f"{where}: unreadable manifest: arrays or objects nested too deeply "
+            "(a manifest nests a few levels)"
+        ) from None
     if not isinstance(parsed, dict):
         raise ManifestError(f"{where}: unreadable manifest: not a JSON object")
     version = parsed.get("format_version")
