@@ -128,8 +128,11 @@ def property_stats(
 ) -> dict[str, Any]:
     """Composition and lengths of a tokenized source, from its sidecars: per property
     (``fields``, dotted paths allowed; default: every top-level property) the ``top`` most
-    common values with their documents and tokens (nested values as JSON text, absent ones
-    as ``"(absent)"``), and a histogram of document lengths over power-of-two edges."""
+    common values with their documents, tokens and bytes (nested values as JSON text,
+    absent ones as ``"(absent)"``) in ``by_property``, the rest summed in ``others``
+    (``{"values": how many, "documents", "tokens", "bytes"}``, for a property with more
+    than ``top`` values: shares are of the whole), and a histogram of document lengths
+    over power-of-two edges."""
 
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -145,18 +148,26 @@ def property_stats(
         else pa.nulls(table.num_rows, pa.int64())
     )
     by_property: dict[str, dict[str, dict[str, int]]] = {}
+    others: dict[str, dict[str, int]] = {}
     for name in fields:
         col = props.column(table, name)
         if col is None:
             continue
         labels = pc.fill_null(props.as_text_if_nested(col).cast(pa.string()), "(absent)")
-        grouped = (
+        every = (
             pa.table({"v": labels, "t": n_tokens, "b": n_bytes})
             .group_by("v")
             .aggregate([("v", "count"), ("t", "sum"), ("b", "sum")])
             .sort_by([("v_count", "descending"), ("v", "ascending")])
-            .slice(0, top)
         )
+        grouped, rest = every.slice(0, top), every.slice(top)
+        if rest.num_rows:
+            others[name] = {
+                "values": rest.num_rows,
+                "documents": int(pc.sum(rest["v_count"]).as_py() or 0),
+                "tokens": int(pc.sum(rest["t_sum"]).as_py() or 0),
+                "bytes": int(pc.sum(rest["b_sum"]).as_py() or 0),
+            }
         by_property[name] = {
             str(v): {"documents": int(n), "tokens": int(t or 0), "bytes": int(b or 0)}
             for v, n, t, b in zip(
@@ -176,4 +187,4 @@ def property_stats(
             np.floor(np.log2(np.maximum(lengths, 1))).astype(np.int64), len(counts) - 1
         )
         counts = np.bincount(bins, minlength=len(counts)).astype(int).tolist()
-    return {"by_property": by_property, "edges": edges, "counts": counts}
+    return {"by_property": by_property, "others": others, "edges": edges, "counts": counts}

@@ -37,9 +37,24 @@ def test_it_shows_the_largest_values_of_a_property_and_groups_the_rest():
              for i in range(233)}  # fmt: skip
     fig = charts.composition_bars(paths, prop="path")
     docs = next(t for t in fig["data"] if t["name"] == "documents")
-    assert docs["x"] == [f"Lib/m{i:03}.py" for i in range(12)] + ["221 other values"]
+    assert docs["x"] == [f"Lib/m{i:03}.py" for i in range(12)] + ["other (221 values)"]
     assert docs["customdata"][-1] == sum(1000 - i for i in range(12, 233))
     assert sum(docs["y"]) == pytest.approx(1.0)
+
+
+def test_shares_are_of_every_value_when_the_stats_list_only_the_most_common():
+    # A source's stats keep 30 of 233 paths (one document each) and sum the other 203:
+    # each path is 1/233 of the documents, not 1/30.
+    listed = {f"Lib/m{i:03}.py": {"documents": 1, "bytes": 10, "tokens": 5} for i in range(30)}
+    rest = {"values": 203, "documents": 203, "bytes": 2030, "tokens": 1015}
+    fig = charts.composition_bars(listed, prop="path", rest=rest)
+    docs = next(t for t in fig["data"] if t["name"] == "documents")
+    assert docs["x"][-1] == "other (221 values)"  # 18 listed beyond the top 12, and 203
+    assert docs["y"][:12] == [pytest.approx(1 / 233)] * 12
+    assert docs["customdata"][-1] == 221 and docs["y"][-1] == pytest.approx(221 / 233)
+    assert sum(docs["y"]) == pytest.approx(1.0)
+    figs = dict(charts.composition_by_property({"path": listed}, others={"path": rest}))
+    assert figs["path"] == fig
 
 
 def test_it_draws_an_empty_composition_with_a_message():

@@ -382,7 +382,9 @@ def source_detail(*, source_id: int) -> dict:
     return {
         **detail,
         "stats_computing": stats.get("computing"),
-        "composition_figures": charts.composition_by_property(stats["by_property"]),
+        "composition_figures": charts.composition_by_property(
+            stats["by_property"], others=stats.get("others")
+        ),
         "length_figure": charts.length_histogram(
             stats["edges"],
             stats["counts"],

@@ -28,14 +28,17 @@ def composition_bars(
     prop: str,
     title: str | None = None,
     top: int = TOP_VALUES,
+    rest: Mapping[str, int] | None = None,
 ) -> dict:
     """Share of documents, bytes and tokens per value of one property: its ``top`` values
-    by documents, then the others as one bar ("k other values").
+    by documents, then the others as one bar ("other (k values)").
 
-    ``values`` is ``{"en": {"documents": 10, "bytes": 900, "tokens": 250}, ...}``. Shares
-    are of the property's totals for each measure, so the three measures share one axis
-    and a value skewed to long documents shows as a bytes bar taller than its documents
-    bar. One chart per property: values of different properties never share an axis.
+    ``values`` is ``{"en": {"documents": 10, "bytes": 900, "tokens": 250}, ...}``; ``rest``
+    (``{"values": k, "documents", "bytes", "tokens"}``) sums the values not listed there
+    (a source's stats keep its most common values). Shares are of the property's totals
+    over every value, for each measure, so the three measures share one axis and a value
+    skewed to long documents shows as a bytes bar taller than its documents bar. One
+    chart per property: values of different properties never share an axis.
     """
     title = title or f"Documents, bytes and tokens by {prop}"
     if not values:
@@ -44,17 +47,19 @@ def composition_bars(
     def n(v: Mapping, m: str) -> int:
         return int(v.get(m, 0) or 0)
 
-    totals = {m: sum(n(v, m) for v in values.values()) for m in MEASURES}
+    unlisted = {m: n(rest or {}, m) for m in MEASURES}
+    num_unlisted = n(rest or {}, "values")
+    totals = {m: sum(n(v, m) for v in values.values()) + unlisted[m] for m in MEASURES}
     ranked = sorted(values, key=lambda k: (-n(values[k], "documents"), str(k)))
-    shown, rest = ranked[:top], ranked[top:]
-    if len(rest) == 1:  # one bar either way: name it
-        shown, rest = ranked, []
+    shown, others = ranked[:top], ranked[top:]
+    if len(others) == 1 and not num_unlisted:  # one bar either way: name it
+        shown, others = ranked, []
     labels = [str(v) for v in shown]
     counts = {m: [n(values[v], m) for v in shown] for m in MEASURES}
-    if rest:
-        labels.append(f"{len(rest):,} other values")
+    if others or num_unlisted:
+        labels.append(f"other ({len(others) + num_unlisted:,} values)")
         for m in MEASURES:
-            counts[m].append(sum(n(values[v], m) for v in rest))
+            counts[m].append(sum(n(values[v], m) for v in others) + unlisted[m])
     data = [
         {
             "type": "bar",
@@ -79,11 +84,16 @@ def composition_bars(
 
 
 def composition_by_property(
-    by_property: Mapping[str, Mapping[str, Mapping[str, int]]], *, top: int = TOP_VALUES
+    by_property: Mapping[str, Mapping[str, Mapping[str, int]]],
+    *,
+    top: int = TOP_VALUES,
+    others: Mapping[str, Mapping[str, int]] | None = None,
 ) -> list[tuple[str, dict]]:
-    """``composition_bars`` of each property, by property name: ``[(prop, figure)]``."""
+    """``composition_bars`` of each property, by property name: ``[(prop, figure)]``;
+    ``others``: per property, the values ``by_property`` does not list, summed."""
+    rest = others or {}
     return [
-        (prop, composition_bars(by_property[prop], prop=prop, top=top))
+        (prop, composition_bars(by_property[prop], prop=prop, top=top, rest=rest.get(prop)))
         for prop in sorted(by_property)
     ]
 
