@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from shardcore import units
+from shardcore import storage, units
 from shardcore.annotate.artifact import annotate, read_annotation
 from shardcore.annotation import plan_annotation, summarize
 from shardcore.cli import main
@@ -26,6 +26,7 @@ from shardcore.manifest import read_manifest
 from shardcore.pool import PoolReader, build_pool
 from shardcore.tokenize import tokenize
 from tests.support import decon_plants
+from tests.unit.test_tokenize_s3 import s3  # noqa: F401 - a fixture
 from tests.unit.tokenize_fixtures import write_jsonl
 
 
@@ -302,3 +303,35 @@ def test_the_command_line_compiles_an_index_the_annotator_reads(world, tmp_path,
         main(["decon", "compile", str(tmp_path / "nope.json"), "--out", str(tmp_path / "i2")]) == 2
     )
     assert "nope.json: no such file" in capsys.readouterr().err
+
+
+def test_on_object_storage_a_spec_and_an_index_give_the_bytes_of_a_local_build(
+    tmp_path,
+    plants,
+    s3,  # noqa: F811
+):
+    fs, bucket = s3
+    docs = plants.docs[:90]
+    src = write_jsonl(tmp_path / "docs.jsonl", [{"text": d} for d in docs])
+    tok = f"s3://{bucket}/tok"
+    tokenize([str(src)], tok, shard_size=60_000)
+    (tmp_path / "bench").mkdir()
+    spec = _spec(tmp_path / "bench", plants.items)
+    store = storage.open_store(f"s3://{bucket}/bench")
+    store.put_bytes("spec.json", spec.read_bytes())
+    store.put_bytes("stdlib_qa.jsonl", (tmp_path / "bench" / "stdlib_qa.jsonl").read_bytes())
+    save_index(compile_index(spec), tmp_path / "idx")
+    for f in (tmp_path / "idx").iterdir():
+        storage.open_store(f"s3://{bucket}/idx").put_bytes(f.name, f.read_bytes())
+    local_tok, local = tmp_path / "tok-local", tmp_path / "local"
+    tokenize([str(src)], str(local_tok), shard_size=60_000)
+    want = annotate(local_tok, local, "decon", {"benchmarks": str(spec)})
+    for where in (f"s3://{bucket}/bench/spec.json", f"s3://{bucket}/idx"):
+        out = f"s3://{bucket}/ann/{where.rsplit('/', 1)[1]}"
+        m = units.run_local(
+            plan_annotation(tok, out, annotator="decon", params={"benchmarks": where})
+        )
+        assert m["annotator"]["index"]["fingerprint"] == want["annotator"]["index"]["fingerprint"]
+        got = storage.open_store(out)
+        for f in want["files"]:
+            assert got.read_bytes(f["path"]) == (local / f["path"]).read_bytes()
