@@ -255,6 +255,7 @@ def _decon_summary(table, index: dict[str, Any]) -> dict[str, Any]:
     import pyarrow.compute as pc
 
     items = table.column("items").to_numpy(zero_copy_only=False)
+    table = table.filter(pc.greater(table.column("items"), 0))  # the few overlapping rows
     ids = pc.list_flatten(table.column("item_ids")).to_pylist()
     per_item: dict[str, int] = {}
     for i in ids:
