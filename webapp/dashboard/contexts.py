@@ -104,9 +104,10 @@ def _timeline_rows(units) -> list[dict]:
     ]
 
 
-def job_progress_json(*, job_id: int, units_from=0) -> dict:
-    """The JSON document the job page polls (plain types only)."""
-    p = job_detail(job_id=job_id, units_from=units_from)
+def job_progress_json(*, job_id: int, units_from=0, detail: dict | None = None) -> dict:
+    """The JSON document the job page polls (plain types only); ``detail``: the page's
+    ``job_detail``, when read already."""
+    p = detail or job_detail(job_id=job_id, units_from=units_from)
     job = p["job"]
     now = timezone.now()
     return {

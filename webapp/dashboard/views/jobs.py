@@ -3,6 +3,7 @@
 from django.contrib import messages
 from django.http import JsonResponse
 from django.shortcuts import redirect, render
+from django.template.loader import render_to_string
 from django.views.decorators.http import require_POST
 
 from webapp.catalog import selectors as catalog
@@ -29,8 +30,16 @@ def job_detail(request, job_id: int):
 
 
 def job_progress(request, job_id: int):
-    units_from = request.GET.get("units_from", 0)
-    return JsonResponse(contexts.job_progress_json(job_id=job_id, units_from=units_from))
+    """The job page's poll; once the job has ended, also ``outcome_html``: the page's parts
+    that its end changes (failed units, bad input, the unit timeline), rendered as on the
+    page, for job.js to swap in."""
+    ctx = contexts.job_detail(job_id=job_id, units_from=request.GET.get("units_from", 0))
+    data = contexts.job_progress_json(job_id=job_id, detail=ctx)
+    if not data["is_active"]:
+        data["outcome_html"] = render_to_string(
+            "dashboard/jobs/_outcome.html", ctx, request=request
+        )
+    return JsonResponse(data)
 
 
 def _act(request, job_id: int, action, done: str):

@@ -1,6 +1,8 @@
 // Live job page: polls the job's JSON every 2 s while it is queued or running and
-// updates the fields in place; stops once the job reaches a terminal state (a page that
-// shows what the job builds, data-reload-when-done, then reloads to show it).
+// updates the fields in place; stops once the job reaches a terminal state, swapping in
+// what its end changed (the answer's outcome_html: failed units, bad input, the unit
+// timeline; a page that shows what the job builds, data-reload-when-done, then reloads to
+// show it).
 "use strict";
 (function () {
   const root = document.getElementById("job");
@@ -38,6 +40,13 @@
     document.querySelectorAll("button[data-when=retryable]").forEach((b) => {
       b.hidden = p.is_active || p.state === "succeeded";
     });
+    // The parts a job's end changes (failed units, bad input, the unit timeline), as the
+    // server renders them once it has ended.
+    const outcome = document.getElementById("job-outcome");
+    if (outcome && typeof p.outcome_html === "string") {
+      outcome.innerHTML = p.outcome_html;
+      if (window.shardyardCharts) window.shardyardCharts.drawAll(outcome);
+    }
     return p.is_active;
   }
 
