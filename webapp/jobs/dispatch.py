@@ -1,11 +1,10 @@
 """Creating a job and sending its work: the job row and one unit row per unit of its plan,
 the phases in order, one task message per unit and one for finalize.
 
-A phase is sent in batches (``SHARDYARD_DISPATCH_BATCH`` units): its start (the job's
-creation, or the success that ends the phase before) queues and sends the first batch,
-and while units wait, a dispatcher's step (``workers.job_dispatch``,
-``job_dispatch_execute``) sends the next batch, and the next step's message halfway
-through it. No task updates or sends a whole phase, and the broker holds about one batch
+A phase is sent in batches (``SHARDYARD_DISPATCH_BATCH`` units) by a dispatcher: the
+success that ends the phase before sends one message (``workers.job_dispatch``), whose
+step (``job_dispatch_execute``) queues and sends a batch and, while units wait, the next
+step's message halfway through it (a launch or a retry sends the first batch itself). No task updates or sends a whole phase, and the broker holds about one batch
 of a job's units at a time; units of a phase not sent yet wait as PENDING.
 
 The plan is split when the job is created: its header (stage, output, params, meta) goes in
@@ -64,7 +63,7 @@ def job_create(
         )
         units_insert(job_id=job.pk, phases=plan.phases)
         log_line(job, f"created: {plan.num_units} unit(s) in {len(plan.phases)} phase(s)")
-        phase_start(job, 0)
+        phase_start(job, 0, send_first=True)
         job.save()
     return job
 
@@ -112,24 +111,29 @@ def units_insert(*, job_id: int, phases: Sequence[Sequence[dict[str, Any]]]) -> 
     return n
 
 
-def phase_start(job: Job, phase: int) -> None:
+def phase_start(job: Job, phase: int, *, send_first: bool = False) -> None:
     """Start ``phase`` (skipping phases with nothing left to do), or finalize after the last
     one: the job's count of the phase's units left, for the successes to count down (from
     the plan's units per phase less the phase's succeeded units, a few rows of an index,
-    not the phase's rows), and its first batch of units queued and sent once the caller
-    commits; the dispatcher sends the others (``job_dispatch_execute``). So the success
-    that ends a phase costs the same whatever the size of the next one. The caller holds
-    the job row and saves it."""
+    not the phase's rows), and once the caller commits, the dispatcher's first step
+    (``job_dispatch_execute``), which queues and sends the units a batch at a time. So the
+    success that ends a phase costs the same whatever the size of the next one.
+    ``send_first``: queue the first batch here and send it at commit (a launch, a retry:
+    their units wait in the broker when the request returns). The caller holds the job row
+    and saves it."""
     while phase < job.num_phases:
         left = _phase_left(job, phase)
         if left:
             job.phase = phase
             job.phase_left = left
             log_line(job, f"phase {phase + 1}/{job.num_phases} queued")
+            if not send_first:
+                job.dispatch_queued_at = timezone.now()
+                transaction.on_commit(lambda j=job.pk, p=phase: send_dispatch(j, p))
+                return
             pks = take_batch(job.pk, phase)
             more = len(pks) >= dispatch_batch()
-            if more:
-                job.dispatch_queued_at = timezone.now()
+            job.dispatch_queued_at = timezone.now() if more else None
             transaction.on_commit(
                 lambda j=job.pk, p=phase, k=pks, m=more: _send(
                     j, k, dispatch=p if m else None, fresh=True

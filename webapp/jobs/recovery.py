@@ -172,10 +172,11 @@ def job_retry(
             job.state = JobState.RUNNING
             job.started_at = job.started_at or timezone.now()
             dispatch.phase_start(
-                job, job.phase + 1 if job.phase < job.num_phases else job.num_phases
-            )
-        else:
-            dispatch.phase_start(job, job.phase)  # the successes count down from here
+                job, job.phase + 1 if job.phase < job.num_phases else job.num_phases,
+                send_first=True,
+            )  # fmt: skip
+        else:  # the successes count down from here
+            dispatch.phase_start(job, job.phase, send_first=True)
         job.save()
     return job
 
