@@ -1,33 +1,55 @@
 """The ``shardyard`` command line. Each subcommand lives in its own module and registers
-itself through ``add_parser(subparsers)``; the module is imported only when needed so that
-``shardyard --help`` stays fast."""
+itself through ``add_parser(subparsers)``. Only the module of the command being run is
+imported (``shardyard --help`` imports none), and the modules import the library's heavy
+parts (numpy, pyarrow, duckdb, tokenizers, fsspec) inside the functions that use them, so
+that the command line starts in a fraction of a second; tests/unit/test_cli_startup.py
+holds both."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
 import sys
+from collections.abc import Sequence
 from typing import NoReturn
 
 from shardcore import __version__, limits
 from shardcore.errors import InputError, ShardcoreError
-from shardcore.manifest import is_complete
 from shardcore.sizes import parse_size
 
-# name -> module under shardcore.commands; each module defines add_parser() and run().
-COMMANDS: dict[str, str] = {
-    "tokenize": "tokenize",
-    "verify": "verify",
-    "pool": "pool",
-    "locate": "locate",
-    "mix": "mix",
-    "export": "export",
-    "quality": "quality",
-    "materialize": "materialize",
-    "annotate": "annotate",
-    "unit": "unit",
-    "register": "register",
-    "decon": "decon",
+# name -> (module under shardcore.commands, the one line ``shardyard --help`` shows). Each
+# module defines add_parser() and run(); its parser's help is the same line (a test checks).
+COMMANDS: dict[str, tuple[str, str]] = {
+    "tokenize": ("tokenize", "tokenize sources into Megatron IndexedDataset shards"),
+    "verify": ("verify", "check every file of an artifact against its manifest"),
+    "pool": (
+        "pool",
+        "select, globally shuffle, pack and shard tokenized sources into a pool",
+    ),
+    "locate": (
+        "locate",
+        "map a sample or token position of a pool or mixture to shard, record and offset",
+    ),
+    "mix": ("mix", "blend pools by token share into a mixture schedule"),
+    "export": ("export", "export a mixture for Megatron-LM, OLMo-core, nanotron or JSON"),
+    "quality": (
+        "quality",
+        "measure how evenly a pool or mixture spreads a property over training",
+    ),
+    "materialize": ("materialize", "write a mixture as shards in training order"),
+    "annotate": (
+        "annotate",
+        "compute per-document columns (language, quality, duplicates...) of a tokenized source",
+    ),
+    "unit": ("unit", "run, finalize or inspect the units of a build saved in its output"),
+    "register": (
+        "register",
+        "record a pool or mixture built by the command line in a server's catalog",
+    ),
+    "decon": (
+        "decon",
+        "decontamination: compile a benchmark index, report what holds benchmark items",
+    ),
 }
 
 
@@ -39,7 +61,9 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser of every command, or with ``command`` of that one alone (the others are
+    listed by name and summary, their modules not imported)."""
 
     parser = _Parser(
         prog="shardyard",
@@ -47,9 +71,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"shardyard {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name, module in COMMANDS.items():
-        importlib.import_module(f"shardcore.commands.{module}").add_parser(sub, name)
+    for name, (module, summary) in COMMANDS.items():
+        if command is None or name == command:
+            importlib.import_module(f"shardcore.commands.{module}").add_parser(sub, name)
+        else:
+            sub.add_parser(name, help=summary)
     return parser
+
+
+def command_of(argv: Sequence[str]) -> str:
+    """The command ``argv`` names ("" for none: ``shardyard``, ``--help``, ``--version``).
+    The top level takes no option with a value, so it is the first word not an option."""
+
+    for word in argv:
+        if not word.startswith("-"):
+            return word
+    return ""
 
 
 class CLIError(Exception):
@@ -84,6 +121,8 @@ def check_new_artifact(out, workers: int = 1) -> None:
     """Refuse to build into a finished artifact (artifacts are immutable) or with a number
     of workers outside ``shardcore.limits``' range, before any work starts."""
 
+    from shardcore.manifest import is_complete
+
     if is_complete(out):
         raise CLIError(f"{out} already holds a finished artifact; choose another --out")
     try:
@@ -93,7 +132,9 @@ def check_new_artifact(out, workers: int = 1) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    if argv is None:
+        argv = sys.argv[1:]
+    parser = build_parser(command_of(argv))
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version, or a usage error already printed

@@ -6,8 +6,6 @@ from __future__ import annotations
 import argparse
 import json
 
-from shardcore.locate import locate_any
-
 
 def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
     p = sub.add_parser(
@@ -25,6 +23,8 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+
+    from shardcore.locate import locate_any
 
     answer = locate_any(args.pool, sample=args.sample, tokens=args.tokens)
     if args.json:

@@ -7,7 +7,6 @@ import argparse
 
 from shardcore import executors
 from shardcore.cli import check_new_artifact
-from shardcore.materialize import materialize
 
 
 def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
@@ -21,6 +20,8 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+
+    from shardcore.materialize import materialize
 
     executor = executors.from_args(args, workers=args.workers)
     if executor.name == "local":

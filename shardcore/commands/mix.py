@@ -9,7 +9,6 @@ import os
 
 from shardcore import executors
 from shardcore.cli import CLIError, check_new_artifact, number_arg
-from shardcore.mixture import MixtureSpec, build_mixture, plan_epochs, plan_mixture
 
 
 def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
@@ -65,6 +64,8 @@ def _component(text: str) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
+
+    from shardcore.mixture import MixtureSpec, build_mixture, plan_epochs, plan_mixture
 
     data = MixtureSpec.from_file(args.spec).to_dict() if args.spec else {}
     base = MixtureSpec.from_file(args.spec).base_dir if args.spec else None

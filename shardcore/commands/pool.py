@@ -6,14 +6,10 @@ import argparse
 import json
 import sys
 
-import numpy as np
-
 from shardcore import executors, storage
 from shardcore.cli import CLIError, check_new_artifact, number_arg, size_arg
 from shardcore.errors import EmptySelectionError
 from shardcore.limits import MAX_VAL_FRACTION
-from shardcore.pool import SPLITS, plan_pool
-from shardcore.progress import Progress
 
 
 def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
@@ -86,6 +82,11 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+
+    import numpy as np
+
+    from shardcore.pool import SPLITS, plan_pool
+    from shardcore.progress import Progress
 
     out = storage.resolve(args.out)
     executor = executors.from_args(args, workers=args.workers)

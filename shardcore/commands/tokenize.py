@@ -7,11 +7,9 @@ import json
 import sys
 from pathlib import Path
 
-from shardcore import executors, storage, units
+from shardcore import executors, storage
 from shardcore.cli import CLIError, check_new_artifact, size_arg
 from shardcore.errors import InputError
-from shardcore.progress import Progress
-from shardcore.tokenize import plan_tokenize
 
 
 def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
@@ -70,6 +68,10 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+
+    from shardcore import units
+    from shardcore.progress import Progress
+    from shardcore.tokenize import plan_tokenize
 
     out = storage.resolve(args.out)
     executor = executors.from_args(args, workers=args.workers)

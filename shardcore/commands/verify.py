@@ -8,7 +8,6 @@ from pathlib import Path
 
 from shardcore import storage
 from shardcore.cli import CLIError
-from shardcore.verify import verify
 
 
 def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
@@ -25,6 +24,8 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+
+    from shardcore.verify import verify
 
     # A usage error (2), not corruption (1).
     if not storage.is_remote(args.directory) and not Path(args.directory).exists():

@@ -23,14 +23,25 @@ from __future__ import annotations
 
 import argparse
 import os
+from typing import TYPE_CHECKING, Any
 
 from shardcore.errors import InputError
-from shardcore.executors.base import Executor, OnUnitDone, resume, undone
-from shardcore.executors.local import LocalExecutor
-from shardcore.executors.ray import RayExecutor
-from shardcore.executors.slurm import SlurmExecutor, SlurmOptions
+
+if TYPE_CHECKING:
+    from shardcore.executors.base import Executor, OnUnitDone, resume, undone
 
 __all__ = ["Executor", "OnUnitDone", "add_arguments", "from_args", "resume", "undone"]
+
+
+def __getattr__(name: str) -> Any:
+    # The engines (and numpy under them) load when a build runs, not when a command's
+    # parser is made: ``add_arguments`` is all ``shardyard CMD --help`` needs.
+    if name in ("Executor", "OnUnitDone", "resume", "undone"):
+        from shardcore.executors import base
+
+        return getattr(base, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 NAMES = ("local", "slurm", "ray")
 ENV = "SHARDYARD_EXECUTOR"
@@ -135,8 +146,12 @@ def from_args(args: argparse.Namespace, *, workers: int = 1) -> Executor:
     if name != "slurm" and (args.no_wait or args.dry_run):
         raise InputError(f"--no-wait and --dry-run submit Slurm jobs; --executor is {name}")
     if name == "local":
+        from shardcore.executors.local import LocalExecutor
+
         return LocalExecutor(workers=workers)
     if name == "slurm":
+        from shardcore.executors.slurm import SlurmExecutor, SlurmOptions
+
         return SlurmExecutor(
             SlurmOptions(
                 partition=args.partition,
@@ -155,6 +170,8 @@ def from_args(args: argparse.Namespace, *, workers: int = 1) -> Executor:
                 retries=args.retries,
             )
         )
+    from shardcore.executors.ray import RayExecutor
+
     return RayExecutor(
         address=args.ray_address,
         cpus_per_unit=args.cpus_per_task,
