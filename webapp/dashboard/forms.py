@@ -26,6 +26,13 @@ class RoleForm(forms.Form):
     role = forms.ChoiceField(choices=ROLE_CHOICES)
 
 
+class IdentityLinkForm(forms.Form):
+    """The provider's issuer and subject (its ID tokens' ``iss`` and ``sub``) to link."""
+
+    issuer = forms.CharField(max_length=255)
+    subject = forms.CharField(max_length=255)
+
+
 class SourceRegisterForm(forms.Form):
     name = forms.SlugField(max_length=100)
     uri = forms.CharField(max_length=1000, help_text="a directory under a source root, or s3://")
