@@ -207,3 +207,8 @@ annotation_record  # a job's recorder, named by dotted path (webapp/catalog/serv
 annotation_group_record  # a job's recorder, named by dotted path (webapp/catalog/services/annotation_groups.py)
 tokenized_sources  # a serializer field (webapp/api/annotations.py)
 _.help_text  # a form field's attribute Django renders (webapp/dashboard/forms.py)
+
+# mozilla-django-oidc calls the backend's key lookup by name; requests reads a Response's body
+# from _content (webapp/ops/oidc.py builds one from its own deadline-bounded call).
+_.retrieve_matching_jwk  # unused method (webapp/ops/oidc.py)
+_._content  # unused attribute (webapp/ops/oidc.py)
