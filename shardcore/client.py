@@ -125,17 +125,19 @@ class ShardyardClient:
         *,
         weights: Mapping[int, float] | Iterable[Mapping[str, Any]],
         note: str = "",
+        add: Iterable[int] = (),
         wait: float = 3600.0,
     ) -> dict:
         """Save ``weights`` (``{pool_id: weight}``; e.g. a proposal's ``proposed``) as a
         new version of the run's mixture that continues from the run's resume position,
-        and switch the run to it there (an editor's token). The server builds the version
+        and switch the run to it there (an editor's token). A pool the run's stage does
+        not hold is refused unless ``add`` lists it. The server builds the version
         by a job: this waits until it is built (at most ``wait`` seconds), so the new
         segment can be read at once. Returns the run with its ``segments``, the new
         ``version`` and where it ``continues``."""
         if isinstance(weights, Mapping):
             weights = [{"pool": int(p), "weight": float(w)} for p, w in weights.items()]
-        body = {"weights": [dict(w) for w in weights], "note": note}
+        body = {"weights": [dict(w) for w in weights], "note": note, "add": [int(p) for p in add]}
         answer = self.request("POST", f"api/runs/{int(run_id)}/switch/", body)
         self.wait_version(int(answer["version"]), timeout=wait)
         return answer

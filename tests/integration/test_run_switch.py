@@ -115,7 +115,8 @@ def _switched_run(world, api, name, inline):
     weights = [{"pool": world["beta"]["pool"].pk, "weight": 0.3},
                {"pool": world["gamma"]["pool"].pk, "weight": 0.7}]  # fmt: skip
     with inline():  # the continuing version is built by its job
-        resp = api.post(f"/api/runs/{run_id}/switch/", {"weights": weights}, "json")
+        resp = api.post(f"/api/runs/{run_id}/switch/",
+                        {"weights": weights, "add": [world["gamma"]["pool"].pk]}, "json")  # fmt: skip
     assert resp.status_code == 201, resp.content
     return TrainingRun.objects.get(pk=run_id), resp.json()
 
@@ -166,6 +167,48 @@ def test_the_switch_saves_a_continuing_version_and_records_the_segments(
     refused = _api(trainer).post(f"/api/runs/{run.pk}/switch/", {"weights": [{"pool": beta.pk,
                                  "weight": 1}]}, "json")  # fmt: skip
     assert refused.status_code == 403
+
+
+def test_a_switch_refuses_what_it_cannot_mean_in_one_voice(world, users, db, jobs_inline):
+    """Weights 0 and -1 are refused with one message, the library's range (they got two);
+    a pool the run's stage does not hold is refused naming it and the stage's pools unless
+    ``add`` lists it (a mistyped id became the whole stage); a run is not its own
+    reference for a proposal (it was accepted)."""
+    from webapp.catalog.services.runs import run_register
+
+    api = _api(users["editor"])
+    v1 = _version1(world, "refusals", jobs_inline)
+    run = api.post("/api/runs/", {"name": "refusals", "mixture_version": v1.pk}, "json").json()
+    assert api.post(f"/api/runs/{run['id']}/progress/",
+                    {"step": SWITCH_STEP, "consumed_samples": C}, "json").status_code == 201  # fmt: skip
+    alpha, beta, gamma = (world[n]["pool"].pk for n in ("alpha", "beta", "gamma"))
+    url = f"/api/runs/{run['id']}/switch/"
+    said = {}
+    for weight in (0, -1, 1e13):
+        resp = api.post(url, {"weights": [{"pool": alpha, "weight": weight}]}, "json")
+        assert resp.status_code == 400, resp.content
+        said[weight] = json.dumps(resp.json())
+    for weight, text in said.items():
+        assert f"weight: {float(weight)!r} is outside the allowed range (0, 1e+12]" in text, said
+
+    resp = api.post(url, {"weights": [{"pool": alpha, "weight": 0.5},
+                                      {"pool": gamma, "weight": 0.5}]}, "json")  # fmt: skip
+    assert resp.status_code == 400, resp.content
+    detail = resp.json()["detail"]
+    assert f"pool(s) {gamma} are not in stage 'main'" in detail, detail
+    assert f"its pools: {min(alpha, beta)}, {max(alpha, beta)}" in detail and "add" in detail
+    assert TrainingRun.objects.get(pk=run["id"]).mixture_version_id == v1.pk
+    with jobs_inline():
+        resp = api.post(url, {"weights": [{"pool": alpha, "weight": 0.5},
+                                          {"pool": gamma, "weight": 0.5}], "add": [gamma]},
+                        "json")  # fmt: skip
+    assert resp.status_code == 201, resp.content
+
+    # Its own reference: refused on the API's proposal and on the run page.
+    other = run_register(name="refusals-self", mixture_version_id=v1.pk)
+    resp = api.get(f"/api/runs/{other.pk}/proposal/", {"reference": other.pk})
+    assert resp.status_code == 400, resp.content
+    assert "cannot be its own reference" in resp.json()["detail"]
 
 
 def test_a_switch_in_the_anneal_names_the_new_versions_stage_anneal(
@@ -410,7 +453,8 @@ def test_a_switch_asks_for_the_taint_of_its_flags_again_without_computing_it(
     assert not Taint.objects.filter(flag_id=flag, run_id=run["id"]).exists()
     weights = [{"pool": world["beta"]["pool"].pk, "weight": 0.3},
                {"pool": world["gamma"]["pool"].pk, "weight": 0.7}]  # fmt: skip
-    resp = editor.post(f"/api/runs/{run['id']}/switch/", {"weights": weights}, "json")
+    resp = editor.post(f"/api/runs/{run['id']}/switch/",
+                       {"weights": weights, "add": [world["gamma"]["pool"].pk]}, "json")  # fmt: skip
     assert resp.status_code == 201, resp.content
     # The request asked for the flag's taint again; a worker computes it.
     assert Flag.objects.get(pk=flag).taint_state == Flag.TaintState.QUEUED

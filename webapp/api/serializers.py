@@ -8,6 +8,7 @@ from rest_framework import serializers
 
 from shardcore import export as export_formats
 from shardcore import limits
+from shardcore.errors import InputError
 from shardcore.order import ORDERINGS
 from shardcore.shuffle import SHUFFLES
 from webapp.catalog.models import (
@@ -254,12 +255,14 @@ class RunDetailSerializer(RunSerializer):
 
 class PoolWeightSerializer(serializers.Serializer):
     pool = serializers.IntegerField(min_value=1, max_value=2**62)
-    weight = serializers.FloatField(min_value=0.0)  # finite
+    weight = serializers.FloatField()  # its range: shardcore.limits.weight, below
 
     def validate_weight(self, value: float) -> float:
-        if value <= 0:
-            raise serializers.ValidationError(f"{value} is not positive")
-        return value
+        # One range and one message for 0, -1, 1e13 alike (DRF's min_value said another).
+        try:
+            return limits.weight("weight", value)
+        except InputError as exc:
+            raise serializers.ValidationError(str(exc)) from None
 
 
 class RunSwitchSerializer(serializers.Serializer):
@@ -269,6 +272,12 @@ class RunSwitchSerializer(serializers.Serializer):
         "(token shares, normalized)",
     )  # fmt: skip
     note = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
+    add = serializers.ListField(
+        child=serializers.IntegerField(min_value=1, max_value=2**62), required=False,
+        default=list, max_length=10_000,
+        help_text="pools the stage does not hold yet that ``weights`` adds to it; any other "
+        "pool the stage lacks is refused",
+    )  # fmt: skip
 
     def validate_weights(self, value: list[dict[str, Any]]) -> dict[int, float]:
         out: dict[int, float] = {}

@@ -534,8 +534,8 @@ class RunViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         data = s.RunSwitchSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         v = data.validated_data
-        result = _run_write(run_switch, pk, {"weights": v["weights"], "note": v["note"]},
-                            request.user)  # fmt: skip
+        result = _run_write(run_switch, pk, {"weights": v["weights"], "note": v["note"],
+                                             "add": v["add"]}, request.user)  # fmt: skip
         return Response(
             {**s.RunDetailSerializer(result["run"]).data, "version": result["version"].pk,
              "continues": result["continues"]},

@@ -198,6 +198,13 @@ def run_detail(*, run_id: int) -> dict:
                 for st in stages
             ],
             total_tokens=budget,
+            switches=[
+                {
+                    "step": r["segment"].first_step - 1,
+                    "label": f"switch to v{r['version'].number}",
+                }
+                for r in segments[1:]
+            ],
         ),
         "lineage_figure": lineage_figure(detail["lineage"], plot_px=RUN_LINEAGE_PX),
         "tainted": detail["tainted"],

@@ -428,6 +428,12 @@ def run_mixture_proposal(
     ref = TrainingRun.objects.filter(pk=reference_run_id).first()
     if ref is None:
         raise CatalogError(f"reference: no run {reference_run_id}")
+    if ref.pk == run.pk:
+        # Its losses against themselves: no excess loss, the proposal would be its weights.
+        raise CatalogError(
+            f"reference: run {run.name} cannot be its own reference; choose another run "
+            f"of {run.mixture_version.mixture.name}"
+        )
     saved = run_proposal_saved(run.pk)
     # The stage the run is in: its weights are the ones a switch replaces; the pools of
     # other stages (an anneal's, while the run is in main) keep theirs.

@@ -4,7 +4,7 @@ weights. Reads (where a run resumes, the next stage's proposed weights) are in
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -13,7 +13,9 @@ from django.db import connection, transaction
 from django.db.models import Exists, F, Max, OuterRef, Q, Subquery
 from django.utils import timezone
 
+from shardcore import limits
 from shardcore import manifest as mf
+from shardcore.errors import InputError
 from shardcore.mixture import continuation
 from webapp.catalog.errors import CatalogError, RunPermissionError, RunSwitchedError, refused
 from webapp.catalog.models import (
@@ -517,6 +519,7 @@ def run_switch(
     note: str = "",
     actor=None,
     proposal: Mapping[str, Any] | None = None,
+    add: Iterable[int] = (),
 ) -> dict[str, Any]:
     """Save new weights (say, the proposal) as a new version of the run's mixture that
     continues from the run's resume position, and switch the run to it there.
@@ -535,7 +538,8 @@ def run_switch(
     ``mixture_version_create``. Only whoever may write the run switches it
     (``webapp.roles.may_write_run``: its owner, a member of its team, or an admin;
     RunPermissionError otherwise); ``actor=None`` is an operator. ``weights``: pool id ->
-    weight > 0 (the API's serializer checks the entries of a request).
+    weight, each in ``shardcore.limits.weight``'s range; a pool the stage does not hold is
+    refused unless ``add`` lists it (a mistyped id would otherwise become the stage).
 
     ``proposal`` (``selectors.runs.run_mixture_proposal``'s answer, whose weights these
     are) is recorded on the new segment, and saved once: under the run's lock it must
@@ -545,7 +549,10 @@ def run_switch(
 
     if not weights:
         raise CatalogError("weights: give the new weight of each pool")
-    weights = {int(p): float(w) for p, w in weights.items()}
+    try:
+        weights = {int(p): limits.weight(f"weights[{p}]", w) for p, w in weights.items()}
+    except InputError as exc:
+        raise CatalogError(str(exc)) from None
     with transaction.atomic():
         run = TrainingRun.objects.select_for_update().get(pk=run_id)
         if actor is not None and not may_write_run(actor, run):
@@ -574,6 +581,15 @@ def run_switch(
         k = max(i for i, st in enumerate(stages) if st["first_sample"] <= local)
         later = stages[k + 1 :]
         comps = MixtureComponent.objects.filter(version=version)
+        held = {c.pool_id for c in comps if _stage_name(c.stage) == stages[k]["name"]}
+        unknown = sorted(set(weights) - held - {int(p) for p in add})
+        if unknown:
+            raise CatalogError(
+                f"weights: pool(s) {', '.join(map(str, unknown))} are not in stage "
+                f"{stages[k]['name']!r} of {version} (its pools: "
+                f"{', '.join(map(str, sorted(held)))}); to add a pool to the stage, list it "
+                "in add"
+            )
         components = [{"pool": p, "weight": w, "stage": ""} for p, w in weights.items()]
         for st in later:
             components += [

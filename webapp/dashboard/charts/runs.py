@@ -12,13 +12,16 @@ def progress_by_step(
     *,
     stages: Sequence[Mapping] = (),
     total_tokens: int | None = None,
+    switches: Sequence[Mapping] = (),
     title: str = "Progress by training step",
 ) -> dict:
     """Consumed tokens against training step, one marker per progress report. Points:
     ``{"step": int, "tokens": int, "at": ISO time}``. ``stages`` are the schedule's later
     stages ``{"label", "tokens", "step"}``: where each starts in tokens (a dotted
     horizontal line) and, once the run got there, the step at which it did (a dotted
-    vertical line labelled with the stage); ``total_tokens`` draws the budget."""
+    vertical line labelled with the stage); ``switches`` ``{"step", "label"}`` are where
+    the run switched version (a dashed vertical line, as on the loss charts);
+    ``total_tokens`` draws the budget."""
     if not points:
         return _empty(title, "no progress reported yet")
     shapes, notes = [], []
@@ -95,6 +98,32 @@ def progress_by_step(
                 "font": {"size": 10, "color": "#555"},
             }
         )
+    for sw in switches:
+        shapes.append(
+            {
+                "type": "line",
+                "yref": "paper",
+                "y0": 0,
+                "y1": 1,
+                "x0": sw["step"],
+                "x1": sw["step"],
+                "line": {"color": "#555", "dash": "dash", "width": 1},
+            }
+        )
+        notes.append(
+            {
+                "x": sw["step"],
+                "y": 1,
+                "yref": "paper",
+                "text": f"{sw['label']} after step {sw['step']:,}",
+                "showarrow": False,
+                "xanchor": "left",
+                "yanchor": "bottom",
+                "font": {"size": 10, "color": "#555"},
+            }
+        )
+    steps = [int(p["step"]) for p in points] + [int(n["x"]) for n in notes if "xref" not in n]
+    _stagger(notes, 0, max(steps))
     layout = _layout(
         title,
         xaxis={"title": {"text": "training step"}, "rangemode": "tozero"},
@@ -164,6 +193,8 @@ def loss_curves(
                     "font": {"size": 10, "color": colour},
                 }
             )
+    xs = [v for s in series for v in s["x"]] + [b["x"] for b in boundaries]
+    _stagger(notes, min(xs), max(xs))
     layout = _layout(
         title,
         xaxis={"title": {"text": x_title}},
@@ -188,6 +219,32 @@ def loss_curves(
         for s in series
     ]
     return {"data": data, "layout": layout}
+
+
+# Labels on lines (stage starts, switches, epoch starts) are 10 px text; a chart's plot
+# is at least this wide on the pages (half a 1280 px page).
+LABEL_CHAR_PX, LABEL_ROW_PX, MIN_PLOT_PX = 6.2, 13, 480
+
+
+def _stagger(notes: list[dict], lo: float, hi: float, *, plot_px: int = MIN_PLOT_PX) -> None:
+    """Shift labels that would print over each other onto rows of their own: at the top
+    (y = 1) upwards and at the bottom (y = 0) upwards too, each label on the lowest row
+    whose last label ends before it starts (its width estimated from its characters).
+    Two pools' epochs that start at the same step were labelled on one spot."""
+    span = (hi - lo) or 1.0
+    for top in (True, False):
+        row_ends: list[float] = []
+        placed = [
+            n for n in notes if "xref" not in n and (n.get("y") == 1) == top and n.get("text")
+        ]
+        for n in sorted(placed, key=lambda n: n["x"]):
+            width = (len(n["text"]) * LABEL_CHAR_PX + 6) / plot_px * span
+            row = next((i for i, end in enumerate(row_ends) if end <= n["x"]), len(row_ends))
+            if row == len(row_ends):
+                row_ends.append(0.0)
+            row_ends[row] = n["x"] + width
+            if row:
+                n["yshift"] = row * LABEL_ROW_PX
 
 
 def _curve_values(curve: Mapping) -> tuple[list, list]:
