@@ -12,8 +12,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from shardcore import annotate as registry
+from shardcore import executors
 from shardcore.annotate.artifact import annotate
-from shardcore.annotate.neardup import dedup_group
+from shardcore.annotate.neardup import dedup_group, plan_group
+from shardcore.annotation import plan_annotation
 from shardcore.cli import CLIError
 
 
@@ -49,6 +51,7 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
     p.add_argument("--workers", type=int, default=1, help="processes running shards at once")
     p.add_argument("--batch-size", type=int, default=1024, help="documents per annotate call")
     p.add_argument("--json", action="store_true", help="print the manifest as JSON")
+    executors.add_arguments(p)
     p.set_defaults(func=run)
 
 
@@ -60,24 +63,39 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError("--batch-size must be at least 1")
     cls = registry.get(args.annotator)
     params = registry.parse_params(cls, args.param)
+    executor = executors.from_args(args, workers=args.workers)
     if len(args.tokenized) > 1:
-        return _group(args, params)
+        return _group(args, params, executor)
 
     def progress(r: dict) -> None:
         if not args.json:
             state = "skipped (done)" if r["skipped"] else f"from {r['text_from']}"
             print(f"shard {r['shard']}: {r['documents']:,} documents {state}", flush=True)
 
-    m = annotate(
-        args.tokenized[0],
-        args.out,
-        args.annotator,
-        params,
-        batch_size=args.batch_size,
-        text_from=args.text_from,
-        workers=args.workers,
-        progress=progress,
-    )
+    if executor.name == "local":
+        m = annotate(
+            args.tokenized[0],
+            args.out,
+            args.annotator,
+            params,
+            batch_size=args.batch_size,
+            text_from=args.text_from,
+            workers=args.workers,
+            progress=progress,
+        )
+    else:  # one unit per shard, on the cluster
+        plan = plan_annotation(
+            args.tokenized[0],
+            args.out,
+            annotator=args.annotator,
+            params=params,
+            text_from=args.text_from,
+            batch_size=args.batch_size,
+        )
+        built = executor.run(plan)
+        if built is None:  # submitted, not waited for
+            return 0
+        m = built
     if args.json:
         print(json.dumps(m, default=_plain))
         return 0
@@ -90,14 +108,20 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _group(args: argparse.Namespace, params: dict[str, Any]) -> int:
+def _group(args: argparse.Namespace, params: dict[str, Any], executor: executors.Executor) -> int:
 
     if args.annotator != "minhash":
         raise CLIError(
             f"--annotator {args.annotator} reads one tokenized source; only minhash "
             f"clusters across several ({len(args.tokenized)} given)"
         )
-    m = dedup_group(args.tokenized, args.out, params, workers=args.workers)
+    if executor.name == "local":
+        m = dedup_group(args.tokenized, args.out, params, workers=args.workers)
+    else:
+        built = executor.run(plan_group(args.tokenized, args.out, params))
+        if built is None:  # submitted, not waited for
+            return 0
+        m = built
     if args.json:
         print(json.dumps(m, default=_plain))
         return 0

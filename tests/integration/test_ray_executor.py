@@ -79,8 +79,9 @@ def test_it_builds_on_ray_byte_identical_to_local_with_a_worker_killed_mid_unit(
     work.rename(local)  # the Ray builds write the same paths (manifests name their inputs)
 
     ray = ["--executor", "ray", "--ray-address", head.address]
-    tokenize, pool, mix, materialize = builds(work, corpus)
+    tokenize, annotate, pool, mix, materialize = builds(work, corpus)
     ok(shardyard([*tokenize, *ray], env, tmp_path))
+    ok(shardyard([*annotate, *ray], env, tmp_path))
 
     build = start([*pool, *ray], env, tmp_path)
     try:

@@ -97,7 +97,7 @@ def test_it_builds_on_slurm_byte_identical_to_local_through_a_kill_and_a_requeue
     work.rename(local)  # the Slurm builds write the same paths (manifests name their inputs)
 
     slurm = ["--executor", "slurm", "--units-per-task", "2"]
-    tokenize, pool, mix, materialize = builds(work, corpus)
+    tokenize, annotate, pool, mix, materialize = builds(work, corpus)
     env = _env(cluster)
 
     # Tokenize: one task killed in the middle of a unit.
@@ -125,6 +125,8 @@ def test_it_builds_on_slurm_byte_identical_to_local_through_a_kill_and_a_requeue
     # Phases of more tasks than MaxArraySize are split over several arrays.
     first = [j for j in history[0]["jobs"] if j["phase"] == 0]
     assert len(first) > 1 and all(len(j["tasks"]) <= slurm_support.MAX_ARRAY_SIZE for j in first)
+
+    ok(shardyard([*annotate, *slurm], env, tmp_path))
 
     # Pool: one task requeued in the middle of a unit (as a preemption does).
     build = start([*pool, *slurm], env, tmp_path)

@@ -1,5 +1,5 @@
-"""The demo builds the executor tests run on each engine (tokenize, pool with the exact
-shuffle, mix, materialize; small units and shards so that each phase has several), and
+"""The demo builds the executor tests run on each engine (tokenize, annotate, pool with
+the exact shuffle, mix, materialize; small units and shards so that each phase has several), and
 how they compare artifacts built by different engines."""
 
 from __future__ import annotations
@@ -17,10 +17,11 @@ UNREACHABLE = {
 
 
 def builds(work: Path, corpus: Path) -> list[list[str]]:
-    """The four builds' command lines (without the executor's options)."""
+    """The five builds' command lines (without the executor's options)."""
     return [
         ["tokenize", str(corpus), "--out", str(work / "tok"), "--unit-size", "40KB",
          "--shard-size", "120KB", "--quiet"],
+        ["annotate", str(work / "tok"), "--annotator", "quality", "--out", str(work / "ann")],
         ["pool", str(work / "tok"), "--out", str(work / "pool"), "--seq-len", "256",
          "--shuffle", "exact", "--seed", "3", "--memory", "1MiB", "--shard-size", "200KB",
          "--quiet"],
@@ -30,7 +31,7 @@ def builds(work: Path, corpus: Path) -> list[list[str]]:
     ]  # fmt: skip
 
 
-ARTIFACTS = ("tok", "pool", "mix", "mat")
+ARTIFACTS = ("tok", "ann", "pool", "mix", "mat")
 
 
 def shardyard(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
