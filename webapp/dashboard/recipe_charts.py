@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from webapp.dashboard.charts.common import PALETTE, _empty, _layout
+from webapp.dashboard.charts.common import GREY, PALETTE, _empty, _layout
 
 FAMILY_NAMES = {
     "length": "document length (quantile bins)",
@@ -33,7 +33,7 @@ def cumulative_error(
     lines = [
         ("this order", cum["order"], PALETTE[0], "solid"),
         (f"random, lowest of {trials}", cum["random_min"], PALETTE[1], "dash"),
-        (f"random, mean of {trials}", cum["random_mean"], PALETTE[7], "dot"),
+        (f"random, mean of {trials}", cum["random_mean"], GREY, "dot"),
     ]
     data = [
         {"type": "scatter", "mode": "lines+markers", "name": name, "x": list(position),

@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 
-from webapp.dashboard.charts.common import PALETTE, TAINT, _empty, _layout
+from webapp.dashboard.charts.common import GREY, PALETTE, SLATE, TAINT, _empty, _layout
 
 UNIT_STATE_COLOURS = {
     "succeeded": PALETTE[2],
     "running": PALETTE[0],
     "failed": TAINT,
-    "cancelled": PALETTE[7],
+    "cancelled": GREY,
     "queued": PALETTE[6],
 }
 
@@ -40,7 +40,7 @@ def unit_timeline(units: Sequence[Mapping], *, title: str = "Units over time, by
                 "x": [max(ms(u["start"], u.get("end") or u["now"]), 1.0) for u in mine],
                 "customdata": [[u["unit"], round(ms(u["start"], u.get("end") or u["now"]) / 1000, 2)]
                                for u in mine],
-                "marker": {"color": UNIT_STATE_COLOURS.get(state, PALETTE[8])},
+                "marker": {"color": UNIT_STATE_COLOURS.get(state, SLATE)},
                 "hovertemplate": "%{customdata[0]} on %{y}: %{customdata[1]} s<extra>"
                 + state + "</extra>",
             }

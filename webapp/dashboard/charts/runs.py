@@ -122,7 +122,8 @@ def progress_by_step(
                 "font": {"size": 10, "color": "#555"},
             }
         )
-    steps = [int(p["step"]) for p in points] + [int(n["x"]) for n in notes if "xref" not in n]
+    steps = [int(p["step"]) for p in points] + [int(sw["step"]) for sw in switches]
+    steps += [int(st["step"]) for st in stages if st.get("step") is not None]
     _stagger(notes, 0, max(steps))
     layout = _layout(
         title,
