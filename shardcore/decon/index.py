@@ -10,7 +10,7 @@ normalizes it (``shardcore.decon.text``) and keeps, in numpy arrays only:
 - a one-hash Bloom filter over the keys (about 16 bits a key), which a document's n-grams
   pass before the binary search, so that most of them cost one array read.
 
-Memory is bounded by the benchmarks (about 36 bytes per benchmark n-gram), never by the
+Memory is bounded by the benchmarks (about 23 bytes per benchmark n-gram), never by the
 corpus. The index's fingerprint hashes the arrays, the item ids and the parameters (not
 the spec's location): the same benchmarks, read anywhere, give the same fingerprint.
 
