@@ -35,7 +35,7 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
     p.add_argument(
         "--annotator",
         required=True,
-        help="quality, pii, lang_id, minhash, topics, or one registered under the entry-point "
+        help="quality, pii, lang_id, minhash, topics, decon, or one registered under the entry-point "
         "group shardyard.annotators (an unknown name lists them)",
     )
     p.add_argument(
