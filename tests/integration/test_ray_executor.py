@@ -66,7 +66,7 @@ def _catch_mid_unit(head: RayHead, build: subprocess.Popen, stage: str) -> tuple
                 return pid, lines[-1]
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGCONT)
-        time.sleep(0.05)
+        time.sleep(0.02)
 
 
 def test_it_builds_on_ray_byte_identical_to_local_with_a_worker_killed_mid_unit(head, tmp_path):

@@ -80,7 +80,7 @@ def _catch_mid_unit(cluster, logs: Path, build: subprocess.Popen) -> tuple[str, 
             for pid in pids:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGCONT)
-        time.sleep(0.05)
+        time.sleep(0.02)
 
 
 def _environ(pid: int) -> dict[str, str]:
