@@ -423,16 +423,48 @@ class MixtureVersionRegisterSerializer(serializers.Serializer):
     note = serializers.CharField(max_length=10000, required=False, allow_blank=True, default="")
 
 
+class _Limited:
+    """A number read and bounded as the pages and the command line do: ``limits.parse``
+    (``1e6``, ``1_000_000``, ``1M``), then ``check`` (a ``shardcore.limits`` function), whose
+    message is the answer's (``val_fraction: 0.7 is outside the allowed range [0, 0.5]``)."""
+
+    def __init__(self, *, check, **kwargs):
+        self.check = check
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data):
+        try:
+            return self.check(limits.parse(self.field_name, data))
+        except InputError as exc:
+            raise serializers.ValidationError(str(exc)) from None
+
+
+class LimitedInteger(_Limited, serializers.IntegerField):
+    pass
+
+
+class LimitedFloat(_Limited, serializers.FloatField):
+    pass
+
+
+def _weight(value):
+    return limits.weight("weight", value)
+
+
+def _tokens(value):
+    return limits.tokens("tokens", value)
+
+
 class PoolBuildSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=200)
     tokenized_ids = serializers.ListField(
         child=serializers.IntegerField(min_value=1, max_value=2**62), min_length=1, max_length=1000
     )
-    seq_len = serializers.IntegerField(min_value=1, max_value=limits.MAX_SEQ_LEN)
+    seq_len = LimitedInteger(check=limits.seq_len)
     filter = serializers.CharField(max_length=10000, required=False, allow_blank=True)
     shuffle = serializers.ChoiceField(choices=list(SHUFFLES), default="exact")
-    seed = serializers.IntegerField(min_value=0, max_value=2**62, default=0)
-    val_fraction = serializers.FloatField(min_value=0.0, max_value=0.5, default=0.0)
+    seed = LimitedInteger(check=limits.seed, default=0)
+    val_fraction = LimitedFloat(check=limits.val_fraction, default=0.0)
     annotation_ids = serializers.ListField(
         child=serializers.IntegerField(min_value=1, max_value=2**62),
         required=False,
@@ -443,15 +475,15 @@ class PoolBuildSerializer(serializers.Serializer):
 
 class MixtureRowSerializer(serializers.Serializer):
     pool = serializers.IntegerField(min_value=1, max_value=2**62)
-    weight = serializers.FloatField(min_value=0.0, max_value=1e12)
+    weight = LimitedFloat(check=_weight)
     stage = serializers.CharField(max_length=40, required=False, allow_blank=True, default="main")
     group = serializers.CharField(max_length=100, required=False, allow_blank=True, default="")
-    group_weight = serializers.FloatField(min_value=0.0, max_value=1e12, required=False)
+    group_weight = LimitedFloat(check=_weight, required=False)
 
 
 class MixtureStageSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=40)
-    tokens = serializers.IntegerField(min_value=1, max_value=2**62)
+    tokens = LimitedInteger(check=_tokens)
 
 
 class MixtureVersionCreateSerializer(serializers.Serializer):
@@ -460,10 +492,10 @@ class MixtureVersionCreateSerializer(serializers.Serializer):
 
     name = serializers.SlugField(max_length=100)
     description = serializers.CharField(max_length=10000, required=False, allow_blank=True)
-    tokens = serializers.IntegerField(min_value=1, max_value=2**62)
-    seed = serializers.IntegerField(min_value=0, max_value=2**62, default=0)
+    tokens = LimitedInteger(check=_tokens)
+    seed = LimitedInteger(check=limits.seed, default=0)
     order = serializers.ChoiceField(choices=list(ORDERINGS), default="blend")
-    max_repetitions = serializers.FloatField(min_value=0.01, max_value=1e6, default=4.0)
+    max_repetitions = LimitedFloat(check=limits.repetitions, default=4.0)
     order_options = serializers.DictField(
         required=False,
         help_text='diversity ordering options, e.g. {"by": ["language"], "length_bins": true}',
