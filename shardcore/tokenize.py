@@ -70,7 +70,9 @@ def _expand(inputs: list[str], storage_options: dict) -> list[dict[str, Any]]:
 
     if not inputs:
         raise InputError("no input files given")
-    storage.s3fs_defaults()  # bounded timeouts for s3:// inputs
+    if any("://" in i for i in inputs):
+        # Bounded timeouts for s3:// inputs (s3fs and botocore are not loaded for local ones).
+        storage.s3fs_defaults()
     found: list[dict[str, Any]] = []
     for inp in inputs:
         try:

@@ -92,3 +92,15 @@ def test_it_runs_the_named_command_with_its_full_parser(tmp_path, capsys):
     assert "missing: no such file or directory" in capsys.readouterr().err
     assert cli.main(["nosuch"]) == 2
     assert "invalid choice: 'nosuch'" in capsys.readouterr().err
+
+
+def test_it_tokenizes_local_files_without_the_object_store_clients(tmp_path):
+    # s3fs and botocore cost half a CPU-second to import: only an s3:// input loads them.
+    src = tmp_path / "docs.jsonl"
+    src.write_text('{"text": "a local document"}\n{"text": "and another one"}\n')
+    out, modules = _imported(
+        "tokenize", str(src), "--out", str(tmp_path / "tok"), "--engine", "reference", "--quiet"
+    )
+    assert "2 documents" in out
+    assert "fsspec" in modules  # the files were read through fsspec, as s3:// ones are
+    assert sorted(modules & {"s3fs", "botocore", "boto3", "aiobotocore"}) == []
