@@ -39,17 +39,24 @@ class Decontamination(Annotator):
         check_params(self.params["ngram"], self.params["min_words"])
         limits.check_float("threshold", self.params["threshold"], 0.0, 1.0, low_open=True)
 
+    _index: DeconIndex | None = None
+
     def index(self) -> DeconIndex:
+        """The benchmark index, opened once per annotator (``open_index`` keeps it for the
+        process too)."""
+        if self._index is not None:
+            return self._index
         if not str(self.params["benchmarks"]).strip():
             raise InputError(
                 "annotator 'decon': parameter benchmarks: name a benchmark spec file or a "
                 "compiled index"
             )
-        return open_index(
+        self._index = open_index(
             self.params["benchmarks"],
             ngram=int(self.params["ngram"]),
             min_words=int(self.params["min_words"]),
         )
+        return self._index
 
     def fields(self) -> list[pa.Field]:
         return [

@@ -271,22 +271,27 @@ def run_decon(*, run: TrainingRun) -> dict:
                 e["truncated"] = e["truncated"] or b["items_held"] > len(b["items"])
                 e["documents"] += b["held"]
                 e["pools"].append(pool)
-    taints = {
-        t.flag.benchmark: t
-        for t in Taint.objects.filter(run=run, flag__benchmark__in=list(by_bench) or [""])
+    # Per benchmark, the run's earliest first read over its contamination flags (one per
+    # source annotated against it).
+    reads: dict[str, tuple[Taint, dict]] = {}
+    for t in (
+        Taint.objects.filter(run=run, flag__benchmark__in=list(by_bench) or [""])
         .filter(flag__benchmark_item="")
         .select_related("flag", "run")
-        .order_by("-flag_id")
-    }
+        .order_by("flag_id")
+    ):
+        read = taint_read_row(t, flag=t.flag)
+        prev = reads.get(t.flag.benchmark)
+        if prev is None or _earlier(read, prev[1]):
+            reads[t.flag.benchmark] = (t, read)
     out = []
     for name in sorted(by_bench):
         e = by_bench[name]
         items = sorted(e.pop("items"))
         e["count"] = len(items)
         e["items"] = items
-        t = taints.get(name)
-        if t is not None:
-            read = taint_read_row(t, flag=t.flag)
+        if name in reads:
+            t, read = reads[name]
             e.update(flagged=True, flag=t.flag, first_read=flag_read_text(read), read=read)
         else:
             flagged = Flag.objects.filter(benchmark=name, benchmark_item="").exists()
