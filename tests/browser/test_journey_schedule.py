@@ -29,7 +29,8 @@ def test_it_previews_and_shows_stages_in_schedule_order_and_width(
     first = page.locator("#rows [data-k=pool]").first.input_value()
     from webapp.catalog.models import Pool
 
-    assert page.input_value("[name=tokens]") == str(Pool.objects.get(pk=first).num_tokens)
+    pool = Pool.objects.get(pk=first)  # one epoch: every record's seq_len trained tokens
+    assert page.input_value("[name=tokens]") == str(pool.num_records * pool.seq_len)
     page.fill("[name=name]", "staged")
     budget, anneal = 64 * 2000, 64 * 200
     page.fill("[name=tokens]", str(budget))
