@@ -90,8 +90,7 @@ from shardcore.pool.layout import (
     STAGE,
     STAGINGS,
     VAL_DIR,
-    group_buckets,
-    group_rel,
+    bucket_sources,
     merge_children,
     shard_prefix,
     staging_of,
@@ -149,7 +148,8 @@ def unit_reads(plan: units.Plan, unit: dict) -> list[str]:
     """The pool's files a unit reads (on object storage, it fetches exactly these): pass 1
     the plan's input table (its input shard is an input artifact), a merge unit the files
     of the level below it that it merges (at most ``MERGE_FAN_IN``), a pass-2 unit its
-    group's merged files (and with "references" staging the input table)."""
+    group's merged files or, in a pool without a merge, every input's pass-1 files (and
+    with "references" staging the input table)."""
     tokens = staging_of(plan) == "tokens"
     table = [plan.meta["inputs_table"]["path"]] if "inputs_table" in plan.meta else []
     if "input" in unit:
@@ -158,7 +158,7 @@ def unit_reads(plan: units.Plan, unit: dict) -> list[str]:
         files = merge_children(plan, unit)[2]
     else:
         gb = plan.meta["splits"][unit["split"]]["first_bucket"] + unit["bucket"]
-        files = [group_rel(gb // group_buckets(plan))]
+        files = bucket_sources(plan, gb)
     return [
         rel
         for tokens_rel, docs_rel in files

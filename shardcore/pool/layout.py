@@ -154,6 +154,28 @@ def merge_shape(n_inputs: int) -> tuple[int, int]:
     return levels, fan_in
 
 
+# Without a merge, each pass-2 unit reads its bucket's rows from every input's pass-1 file
+# (a memory map and a binary search of its bucket column): inputs x buckets opens in all,
+# where the merge costs one more pass over the documents' metadata (read, sorted, written
+# durably). The merge is planned only when a pass-2 unit would open more files than a merge
+# unit does (MERGE_FAN_IN) or the opens would add up past this.
+DIRECT_OPENS = 1 << 16
+
+
+def needs_merge(n_inputs: int, n_buckets: int) -> bool:
+    """Whether a pool of ``n_inputs`` inputs and ``n_buckets`` buckets (both splits) needs
+    the merge between its passes; without it ``merge_levels`` is 0."""
+    return n_inputs > MERGE_FAN_IN or n_inputs * n_buckets > DIRECT_OPENS
+
+
+def bucket_sources(plan: units.Plan, gb: int) -> list[tuple[str, str]]:
+    """The files (tokens, documents) holding bucket ``gb``'s documents, in input order: its
+    group's merged file, or every input's pass-1 file in a plan without a merge."""
+    if merge_levels(plan)[0] == 0:
+        return [pass1_rel(i) for i in range(num_inputs(plan))]
+    return [group_rel(gb // group_buckets(plan))]
+
+
 def num_inputs(plan: units.Plan) -> int:
     """The number of input shards (pass-1 units): the rows of the plan's input table
     (``shardcore.pool.inputs``), or the length of its list in a plan made before it."""

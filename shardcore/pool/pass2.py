@@ -26,21 +26,21 @@ from shardcore.pool.io import (
     stream_window,
 )
 from shardcore.pool.layout import (
-    BUCKET_COL,
     INPUT_COL,
     KEY_COL,
     OFFSET_COL,
     SCRATCH_COLS,
     arrow_array,
     as_numpy,
+    bucket_sources,
     chunk_tokens,
     group_buckets,
-    group_paths,
     shard_prefix,
     shuffle_module,
     split_dir,
     staging_of,
 )
+from shardcore.pool.merge import bucket_rows
 
 # Input files a pass-2 unit holds open at once (well under the usual limit of 1,024
 # descriptors); a bucket with documents from more inputs is read input by input.
@@ -140,13 +140,12 @@ def run_bucket(plan: units.Plan, unit: dict) -> dict:
     dtype = np.dtype(meta["dtype"])
     module = shuffle_module(params["shuffle"])
     # The bucket's documents in arrival order (input, then input row): one slice of its
-    # group's merged file, whatever the number of inputs.
-    tokens_path, docs_path = group_paths(plan.out, gb // group_buckets(plan))
-    table = read_run(docs_path)
-    lo, hi = (int(x) for x in np.searchsorted(as_numpy(table.column(BUCKET_COL)), [gb, gb + 1]))
-    if hi == lo:
+    # group's merged file, or of each input's pass-1 file in a pool without a merge.
+    sources = bucket_sources(plan, gb)
+    table, source = _bucket_rows(plan, sources, gb)
+    if table.num_rows == 0:
         return {"records": 0, "documents": 0, "tokens": 0, "padding": 0, "files": []}
-    docs = table.slice(lo, hi - lo)
+    docs = table
     lengths = as_numpy(docs.column("n_tokens")).astype(np.int64)
     offsets = as_numpy(docs.column(OFFSET_COL))
     keys = as_numpy(docs.column(KEY_COL))
@@ -175,10 +174,9 @@ def run_bucket(plan: units.Plan, unit: dict) -> dict:
         chunk_bytes = chunk_tokens(plan) * dtype.itemsize
         if references:
             _gather(paths, file, offsets, lengths, bucket_tokens, chunk_bytes)
-        else:
-            read_spans(
-                tokens_path, offsets, lengths * dtype.itemsize, bucket_tokens, span=chunk_bytes
-            )
+        else:  # each source's documents of the bucket are one range of its staged tokens
+            staged = [Path(plan.out) / tokens_rel for tokens_rel, _ in sources]
+            _gather(staged, source, offsets, lengths, bucket_tokens, chunk_bytes)
         starts = np.zeros(lengths.size, dtype=np.int64)
         np.cumsum(lengths[:-1], out=starts[1:])
         stream = Documents(
@@ -218,6 +216,32 @@ def run_bucket(plan: units.Plan, unit: dict) -> dict:
         "bytes": sum(int(f["size"]) for f in files),
         "files": files,
     }
+
+
+def _bucket_rows(plan: units.Plan, sources: list[tuple[str, str]], gb: int):
+    """Bucket ``gb``'s rows of the documents files ``sources`` (each sorted by bucket),
+    concatenated in their order, and the index of the source of each row. Read from the
+    pass-1 files (no merge), the table has the columns the merge would have given it: those
+    of the inputs with documents in the bucket's group (their properties may differ)."""
+    import pyarrow as pa
+
+    parts, counts, index = [], [], []
+    span = group_buckets(plan)
+    g0 = gb // span * span
+    for k, (_, docs_rel) in enumerate(sources):
+        table = read_run(Path(plan.out) / docs_rel)
+        lo, hi = bucket_rows(table, gb, gb + 1)
+        if len(sources) > 1 and hi == lo:
+            g_lo, g_hi = bucket_rows(table, g0, g0 + span)
+            if g_hi == g_lo:
+                continue  # no document in the group: not part of the merged file either
+        parts.append(table.slice(lo, hi - lo))
+        counts.append(hi - lo)
+        index.append(k)
+    if not parts:
+        return table.slice(0, 0), np.zeros(0, dtype=np.int64)
+    rows = parts[0] if len(parts) == 1 else pa.concat_tables(parts, promote_options="default")
+    return rows, np.repeat(np.asarray(index, dtype=np.int64), counts)
 
 
 def _gather(

@@ -22,6 +22,7 @@ from shardcore.pool.layout import (
     column,
     merge_shape,
     merge_units,
+    needs_merge,
     shuffle_module,
     val_mask,
     val_seed,
@@ -199,12 +200,14 @@ def plan_pool(
     if staging == "auto":
         staging = "tokens" if any(on_network_fs(s["path"]) for s in sources) else "references"
     levels, fan_in = merge_shape(len(inputs))
+    if not needs_merge(len(inputs), first_bucket):
+        levels, fan_in = 0, len(inputs)  # pass 2 reads the pass-1 files themselves
     annotation_dirs = [storage.resolve(a) for a in annotations or []]
     table_file, layout = input_table.encode(inputs, annotation_dirs)
     meta = {
         # Not parameters either (the output bytes do not depend on them): how many
         # consecutive buckets one last-level merge unit gathers, and the merge tree's
-        # depth and fan-in (shardcore.pool.merge).
+        # depth and fan-in (shardcore.pool.merge; 0 levels: no merge, ``needs_merge``).
         "group_buckets": group,
         "merge_levels": levels,
         "merge_fan_in": fan_in,

@@ -247,11 +247,18 @@ def test_it_writes_the_same_bytes_with_either_staging_and_any_worker_count(tmp_p
     monkeypatch.setattr(pass2, "_MAX_OPEN", 1)
     build_pool([str(src)], str(tmp_path / "few-open"), staging="references", **kwargs)
     built["references", "one open file"] = _built_bytes(tmp_path / "few-open")
-    # Nor do the merge's grouping (one bucket per group, or every bucket in one group) and
-    # its combining of the inputs' slices in batches change a byte.
-    from shardcore.pool import merge
+    # Five inputs: pass 2 reads the pass-1 files, no merge. Planned with one (every input
+    # in one level), the merge's grouping (one bucket per group, or every bucket in one
+    # group) and its combining of the inputs' slices in batches change no byte either.
+    from shardcore.pool import layout, merge, unit_reads
     from shardcore.pool import plan as pool_plan
 
+    plan = plan_pool([str(src)], str(tmp_path / "direct-plan"), **kwargs)
+    assert plan.meta["merge_levels"] == 0 and len(plan.phases) == 2  # pass 1, pass 2
+    assert len(unit_reads(plan, plan.phases[1][0])) == 6  # five pass-1 files, the table
+    monkeypatch.setattr(layout, "DIRECT_OPENS", 0)
+    plan = plan_pool([str(src)], str(tmp_path / "merge-plan"), **kwargs)
+    assert plan.meta["merge_levels"] == 1 and len(plan.phases) == 3
     monkeypatch.setattr(merge, "_COMBINE_EVERY", 2)
     for name, group in (("one bucket per group", lambda *a: 1), ("one group", lambda *a: 10**6)):
         monkeypatch.setattr(pool_plan, "_group_buckets", group)
@@ -261,8 +268,6 @@ def test_it_writes_the_same_bytes_with_either_staging_and_any_worker_count(tmp_p
             built[staging, name] = _built_bytes(out)
     # Nor does the merge's tree: with at most two files per merge unit, the five inputs
     # are merged in three levels (ranges of 4 groups, then 2, then the groups).
-    from shardcore.pool import layout, unit_reads
-
     monkeypatch.setattr(layout, "MERGE_FAN_IN", 2)
     for name, group in (("tree of single buckets", lambda *a: 1), ("tree", lambda *a: 2)):
         monkeypatch.setattr(pool_plan, "_group_buckets", group)
