@@ -58,8 +58,10 @@ format: $(STAMP_DEV)
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
 
+# Every side-by-side comparison in bench/ at reduced sizes (BENCH_ARGS=--full: full sizes);
+# writes bench/results.md, the table the README shows.
 bench: $(STAMP_DEV)
-	$(BIN)/python -m bench
+	$(BIN)/python bench/run_all.py $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) data .pytest_cache
