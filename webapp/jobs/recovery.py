@@ -242,14 +242,7 @@ def job_resend_lost(*, queue: str | None = None, lease_seconds: int | None = Non
     if head.oldest_sent is not None:
         waiting = min(now, datetime.fromtimestamp(head.oldest_sent, tz=UTC))
     cutoff = waiting - lease
-    active = {"job__state__in": ACTIVE_JOB_STATES, "phase": F("job__phase")}
-    queued = JobUnit.objects.filter(state=UnitState.QUEUED, **active)
-    # Sent before the cutoff (the partial index on queued_at of queued units); never
-    # stamped, in a job older than the cutoff (a sender that died before stamping).
-    stale_units = list(queued.filter(queued_at__lt=cutoff).values_list("pk", "job_id"))
-    stale_units += queued.filter(queued_at__isnull=True, job__created_at__lt=cutoff).values_list(
-        "pk", "job_id"
-    )
+    stale_units = _queued_before(cutoff)
     stale_finalize = (
         set(
             Job.objects.filter(
@@ -311,6 +304,44 @@ def job_resend_lost(*, queue: str | None = None, lease_seconds: int | None = Non
             job.save()
             touched.append(job)
     return touched
+
+
+_PAGE = 5000  # queued units read per statement by _queued_before
+_QUEUED_BEFORE = (
+    "SELECT u.queued_at, u.id, u.job_id, u.phase FROM {unit} AS u WHERE u.state = %s"
+    " AND u.queued_at < %s AND (u.queued_at, u.id) > (%s, %s) ORDER BY u.queued_at, u.id"
+    " LIMIT %s"
+)
+
+
+def _queued_before(cutoff) -> list[tuple[int, int]]:
+    """(pk, job id) of the queued units of active jobs' current phases whose message was
+    sent before ``cutoff``, or never stamped in a job older than it (a sender that died
+    before stamping). Read in pages along the partial index on the queued units' send
+    stamps, from the oldest: the rows before the cutoff (the lost, the delivered but not
+    yet claimed, and the queued units of jobs that failed), never every queued unit."""
+    live = dict(Job.objects.filter(state__in=ACTIVE_JOB_STATES).values_list("pk", "phase"))
+    found: list[tuple[int, int]] = []
+    if not live:
+        return found
+    sql = _QUEUED_BEFORE.format(unit=JobUnit._meta.db_table)
+    after = (datetime.min.replace(tzinfo=UTC), 0)
+    with connection.cursor() as cursor:
+        while True:
+            cursor.execute(sql, [UnitState.QUEUED.value, cutoff, *after, _PAGE])  # type: ignore[attr-defined]
+            rows = cursor.fetchall()
+            found += [(pk, job) for _, pk, job, phase in rows if live.get(job) == phase]
+            if len(rows) < _PAGE:
+                break
+            after = (rows[-1][0], rows[-1][1])
+    old = Job.objects.filter(pk__in=list(live), created_at__lt=cutoff).values_list("pk", flat=True)
+    never = JobUnit.objects.filter(state=UnitState.QUEUED, queued_at__isnull=True, job_id__in=old)
+    found += [
+        (pk, job)
+        for pk, job, phase in never.order_by().values_list("pk", "job_id", "phase")
+        if live.get(job) == phase
+    ]
+    return found
 
 
 def sweep_turn_key(queue: str) -> tuple[int, int]:
