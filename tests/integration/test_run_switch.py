@@ -439,7 +439,7 @@ def test_taint_is_exact_across_the_switch(world, users, login, db, jobs_inline):
 
 
 def test_a_switch_asks_for_the_taint_of_its_flags_again_without_computing_it(
-    world, users, db, jobs_inline
+    world, users, db, jobs_inline, celery_queue, django_capture_on_commit_callbacks
 ):
     from webapp.catalog.models import Flag
 
@@ -453,10 +453,12 @@ def test_a_switch_asks_for_the_taint_of_its_flags_again_without_computing_it(
     assert not Taint.objects.filter(flag_id=flag, run_id=run["id"]).exists()
     weights = [{"pool": world["beta"]["pool"].pk, "weight": 0.3},
                {"pool": world["gamma"]["pool"].pk, "weight": 0.7}]  # fmt: skip
-    resp = editor.post(f"/api/runs/{run['id']}/switch/",
-                       {"weights": weights, "add": [world["gamma"]["pool"].pk]}, "json")  # fmt: skip
+    app.conf.task_always_eager = False  # the taint is asked for, for a worker
+    with django_capture_on_commit_callbacks(execute=True):  # the request's commit
+        resp = editor.post(f"/api/runs/{run['id']}/switch/",
+                           {"weights": weights, "add": [world["gamma"]["pool"].pk]}, "json")  # fmt: skip
     assert resp.status_code == 201, resp.content
-    # The request asked for the flag's taint again; a worker computes it.
+    # The request asked for the flag's taint again once it committed; a worker computes it.
     assert Flag.objects.get(pk=flag).taint_state == Flag.TaintState.QUEUED
     assert not Taint.objects.filter(flag_id=flag, run_id=run["id"]).exists()
     taint_computed(flag)

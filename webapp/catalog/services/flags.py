@@ -289,14 +289,24 @@ def taint_refresh(*, source_ids: Iterable[int] | None = None) -> int:
 
 def taint_refresh_request(*, source_ids: Iterable[int]) -> int:
     """Ask for the taint of every flag of the given sources again (one ``workers.flag_taint``
-    message each, once the transaction commits), for a request that changed what they
-    taint (a run's switch): the request reads no pool's documents table. Corruption marks
-    are rows only and are refreshed here. Returns the number of flags asked for."""
+    message each), for a request that changed what they taint (a run's switch): the request
+    reads no pool's documents table. Corruption marks are rows only and are refreshed here.
+    Returns the number of flags asked for.
+
+    The flags' rows are written once the caller's transaction commits, each on its own
+    (one row, one statement): a switch then never holds its run and mixture while waiting
+    for a flag that another switch, or a taint being stored, holds, and the writes hold no
+    flag while waiting for another (two transactions each waiting for the other deadlock,
+    and Postgres aborts one: a 500)."""
     corruption_refresh()
-    pks = list(Flag.objects.filter(source_id__in=list(source_ids)).values_list("pk", flat=True))
-    for pk in pks:
-        flag_taint_request(flag_id=pk)
-    return len(pks)
+    ids = sorted(Flag.objects.filter(source_id__in=list(source_ids)).values_list("pk", flat=True))
+
+    def ask() -> None:
+        for pk in ids:
+            flag_taint_request(flag_id=pk)
+
+    transaction.on_commit(ask)
+    return len(ids)
 
 
 def _flagged_docs_in_tokenized(flag: Flag, ts: TokenizedSource) -> int:

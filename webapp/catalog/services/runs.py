@@ -554,7 +554,9 @@ def run_switch(
     except InputError as exc:
         raise CatalogError(str(exc)) from None
     with transaction.atomic():
-        run = TrainingRun.objects.select_for_update().get(pk=run_id)
+        # FOR NO KEY UPDATE: the switch changes no key of the run, so a taint being stored
+        # that refers to the run (a foreign key's KEY SHARE lock) need not wait for it.
+        run = TrainingRun.objects.select_for_update(no_key=True).get(pk=run_id)
         if actor is not None and not may_write_run(actor, run):
             raise RunPermissionError(
                 f"run {run.name} belongs to another user: only its owner, its team or an "
