@@ -16,7 +16,7 @@ from django.utils import timezone
 from tests.support.services import wait_for
 from webapp.ops.models import WebhookDelivery
 from webapp.ops.netguard import parse_networks
-from webapp.ops.webhooks import deliveries_drain, endpoint_create, webhooks_tick
+from webapp.ops.webhooks import deliveries_drain, endpoint_create, events_collect
 
 ANSWER = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok"
 
@@ -129,8 +129,8 @@ def test_a_trickling_receiver_is_cut_at_the_deadline_and_delays_no_other_receive
 def test_two_workers_sending_at_once_send_a_slow_delivery_once(
     transactional_db, settings, allow_loopback
 ):
-    """Two workers' webhook rounds side by side (each round is what a worker's webhook
-    thread runs). The receiver answers one byte every 0.9 s, 37 bytes: longer than any
+    """Two workers' webhook rounds side by side (each round records and sends as a worker's
+    webhook thread does). The receiver answers one byte every 0.9 s, 37 bytes: longer than any
     claim a round holds on a delivery whose request takes at most the 1 s deadline. The
     first attempt is cut; the next is due only after the backoff; nobody sends it twice."""
     settings.SHARDYARD_WEBHOOK_TIMEOUT = 1
@@ -143,7 +143,8 @@ def test_two_workers_sending_at_once_send_a_slow_delivery_once(
     def worker(i: int) -> None:
         try:
             while not stop.is_set():
-                webhooks_tick()
+                events_collect()  # one round of a worker's webhook thread, sends awaited
+                deliveries_drain()
                 rounds[i] += 1
                 stop.wait(0.2)
         except BaseException as exc:  # reported by the test below

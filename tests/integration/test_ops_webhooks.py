@@ -174,7 +174,10 @@ def test_taints_of_runs_and_scrub_findings_arrive_in_slack_form(
     """The webhook round in this process (what each worker's thread calls): a run tainted by
     a new flag and a corrupt pool found by the scrub, each one Slack-compatible delivery."""
     from webapp.catalog.models import Corruption, Flag, Taint
-    from webapp.ops.webhooks import webhooks_tick
+    from webapp.ops.webhooks import events_collect
+
+    def webhooks_tick():  # one round of a worker's webhook thread, waiting for its sends
+        return events_collect(), deliveries_drain()
 
     settings.SHARDYARD_WEBHOOK_TIMEOUT = 2
     endpoint = endpoint_create(url=f"{receiver.url}/chat", secret=SECRET, format="slack",

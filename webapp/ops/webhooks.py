@@ -430,11 +430,6 @@ def deliveries_drain(*, limit: int = 20) -> int:
         sender.close()
 
 
-def webhooks_tick() -> tuple[int, int]:
-    """One round that waits for its sends: (deliveries recorded, attempted)."""
-    return events_collect(), deliveries_drain()
-
-
 def url_refusal(url: str) -> str | None:
     """Why ``url`` may not be a webhook's target now (None: it may): only http and https,
     and a host that is, or resolves to, public addresses or ones in
