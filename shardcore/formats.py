@@ -27,6 +27,7 @@ import re
 import struct
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import xxhash
@@ -370,6 +371,31 @@ def write_table(path: str | os.PathLike, columns: dict[str, np.ndarray]) -> dict
             whole.update(b"\0" * (size - written))
             f.write(b"\0" * (size - written))
     return {"size": size, "xxh3": whole.hexdigest(), "columns": layout}
+
+
+def write_column_parts(path: str | os.PathLike, name: str, parts: list, dtype: Any) -> dict:
+    """Write a table file of one column given as consecutive ``parts`` (arrays, or objects
+    with ``len()`` and ``chunks()`` yielding arrays, such as a spill file's): the bytes and
+    description ``write_table({name: concatenation})`` gives, without the concatenation."""
+    dt = np.dtype(dtype).newbyteorder("<")
+    length = sum(len(part) for part in parts)
+    size = -(-length * dt.itemsize // TABLE_ALIGN) * TABLE_ALIGN
+    column, whole = xxhash.xxh3_64(), xxhash.xxh3_64()
+    with atomic.atomic_open(path) as f:
+        for part in parts:
+            pieces = part.chunks() if hasattr(part, "chunks") else (part,)
+            for piece in pieces:
+                data = np.ascontiguousarray(piece, dtype=dt)
+                raw = memoryview(data).cast("B")  # type: ignore[arg-type]  # numpy arrays are buffers
+                column.update(raw)
+                whole.update(raw)
+                f.write(raw)
+        pad = size - length * dt.itemsize
+        if pad:
+            whole.update(b"\0" * pad)
+            f.write(b"\0" * pad)
+    spec = {"dtype": dt.str, "offset": 0, "length": length, "xxh3": column.hexdigest()}
+    return {"size": size, "xxh3": whole.hexdigest(), "columns": {name: spec}}
 
 
 def table_column(buffer, spec: dict, where: str) -> np.ndarray:

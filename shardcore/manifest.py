@@ -23,8 +23,10 @@ checksums as hex) still read, as plain lists.
 
 from __future__ import annotations
 
+import heapq
 import json
 import os
+import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -257,6 +259,35 @@ def _file_columns(entries: list[dict], where: str) -> dict[str, np.ndarray]:
     }
 
 
+class BlockSpill:
+    """Block checksums appended a file at a time to a temporary file (8 bytes each), read
+    back in chunks when the manifest is written: a writer of many shards holds none of
+    them in memory (``write_manifest_columns`` takes it as a suffix's ``blocks``)."""
+
+    CHUNK = 1 << 20  # checksums per chunk read back
+
+    def __init__(self) -> None:
+        self._file = tempfile.TemporaryFile(prefix="shardyard-blocks-")
+        self._count = 0
+
+    def append(self, blocks: np.ndarray) -> None:
+        self._file.write(np.ascontiguousarray(blocks, dtype="<u8").tobytes())
+        self._count += len(blocks)
+
+    def __len__(self) -> int:
+        return self._count
+
+    def chunks(self):
+        self._file.flush()
+        for start in range(0, self._count, self.CHUNK):
+            n = min(self.CHUNK, self._count - start)
+            raw = os.pread(self._file.fileno(), n * 8, start * 8)
+            yield np.frombuffer(raw, dtype="<u8")
+
+    def close(self) -> None:
+        self._file.close()
+
+
 def write_manifest_columns(
     directory: str | os.PathLike,
     header: dict[str, Any],
@@ -340,21 +371,25 @@ def write_manifest_columns(
         columns[f"xxh3{sfx}"] = np.asarray(cols["xxh3"], dtype=np.uint64)
         columns[f"block_size{sfx}"] = np.asarray(cols["block_size"], dtype=np.uint32)
         columns[f"block{sfx}"] = np.where(has, first + nblocks, -1)
-        blocks = np.asarray(cols["blocks"], dtype=np.uint64)
+        blocks = cols["blocks"]
+        if not isinstance(blocks, BlockSpill):
+            blocks = np.asarray(blocks, dtype=np.uint64)
         if len(blocks) != int(counts.sum()):
             raise ManifestError(f"{where}: {sfx} block checksums do not add up to their counts")
         block_parts.append(blocks)
         nblocks += len(blocks)
     out.mkdir(parents=True, exist_ok=True)
     table = formats.write_table(out / TABLE_NAME, columns)
-    blocks_all = np.concatenate(block_parts) if block_parts else np.zeros(0, dtype=np.uint64)
-    blocks_desc = formats.write_table(out / BLOCKS_NAME, {"xxh3": blocks_all})
+    # Written part by part (a spill file's chunk by chunk): the checksums are never all in
+    # memory at once.
+    blocks_desc = formats.write_column_parts(out / BLOCKS_NAME, "xxh3", block_parts, np.uint64)
+    total_blocks = sum(len(part) for part in block_parts)
     content, file_bytes = _columns_digest(
         rows, keys, names, columns, shard_files, extra_entries, has_shards
     )
     layout = {
         "table": {"path": TABLE_NAME, "rows": rows, **table},
-        "blocks": {"path": BLOCKS_NAME, "count": int(len(blocks_all)), **blocks_desc},
+        "blocks": {"path": BLOCKS_NAME, "count": int(total_blocks), **blocks_desc},
         "names": names,
         "has_shards": has_shards,
         "has_files": has_files,
@@ -373,12 +408,19 @@ def write_manifest_columns(
 def _columns_digest(rows, keys, names, columns, shard_files, extra, has_shards) -> tuple[str, int]:
     """``content_digest`` and ``total_bytes`` of the files being written, from columns."""
     if has_shards and names is not None:
-        prefixes = [formats.shard_name(names, int(k)) for k in keys]
+
+        def prefix(i: int) -> str:
+            return formats.shard_name(names, int(keys[i]))
+
     elif has_shards:
         offsets, raw = columns["name_offsets"], columns["name_bytes"].tobytes()
-        prefixes = [raw[offsets[i] : offsets[i + 1]].decode() for i in range(rows)]
-    else:
-        prefixes = []
+
+        def prefix(i: int) -> str:
+            return raw[offsets[i] : offsets[i + 1]].decode()
+
+    if has_shards and _streams_in_order(rows, prefix):
+        return _streamed_digest(rows, prefix, shard_files, extra)
+    prefixes = [prefix(i) for i in range(rows)] if has_shards else []
     files = [(e["path"], e["size"], e["xxh3"]) for e in extra]
     total = sum(e["size"] for e in extra)
     for sfx, cols in shard_files.items():
@@ -390,6 +432,43 @@ def _columns_digest(rows, keys, names, columns, shard_files, extra, has_shards) 
             for i, (p, size) in enumerate(zip(prefixes, sizes.tolist(), strict=True))
         ]
     return _digest_of_files(files), total
+
+
+def _streams_in_order(rows: int, prefix) -> bool:
+    """Whether the shards' files, listed shard by shard (each shard's suffixes in order),
+    are in path order: each prefix sorts before the next and is not a beginning of it
+    (``pool-00007`` before ``pool-00008``, not ``pool-7`` before ``pool-70``)."""
+    last = None
+    for i in range(rows):
+        name = prefix(i)
+        if last is not None and (name <= last or name.startswith(last)):
+            return False
+        last = name
+    return True
+
+
+def _streamed_digest(rows, prefix, shard_files, extra) -> tuple[str, int]:
+    """``_columns_digest`` without the list of every file: the files come in path order
+    (``_streams_in_order``), merged with the extra files, and are hashed as the JSON of
+    the sorted list is written, element by element."""
+    suffixes = sorted(shard_files)
+    sizes = {sfx: np.asarray(shard_files[sfx]["size"], dtype=np.uint64) for sfx in suffixes}
+    xxh = {sfx: np.asarray(shard_files[sfx]["xxh3"], dtype=np.uint64) for sfx in suffixes}
+
+    def shard_files_in_order():
+        for i in range(rows):
+            p = prefix(i)
+            for sfx in suffixes:
+                yield (p + sfx, int(sizes[sfx][i]), f"{int(xxh[sfx][i]):016x}")
+
+    extras = sorted((e["path"], e["size"], e["xxh3"]) for e in extra)
+    digest = xxhash.xxh3_128()
+    digest.update(b"[")
+    for k, item in enumerate(heapq.merge(extras, shard_files_in_order())):
+        digest.update((b"," if k else b"") + canonical_json(list(item)))
+    digest.update(b"]")
+    total = sum(e["size"] for e in extra) + sum(int(v.sum()) for v in sizes.values())
+    return digest.hexdigest(), total
 
 
 def parse_manifest(

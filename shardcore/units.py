@@ -45,8 +45,10 @@ import json
 import multiprocessing as mp
 import os
 import shutil
-from collections.abc import Callable, Iterable
-from concurrent.futures import ProcessPoolExecutor, as_completed
+import tempfile
+from array import array
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypedDict
@@ -54,7 +56,7 @@ from typing import Any, TypedDict
 import xxhash
 
 from shardcore import artifact_cache, atomic, limits, storage
-from shardcore.manifest import MANIFEST_NAME
+from shardcore.manifest import MANIFEST_NAME, read_manifest
 
 MARKER_DIR = "_units"
 PLAN_NAME = "_plan.json"
@@ -360,6 +362,9 @@ _STAGES: dict[str, tuple[Callable[..., dict], Callable[..., dict]]] = {}
 # unit (or finalize) reads, relative to it. A stage that declares them has its units on
 # object storage fetch exactly those, and list nothing.
 _READS: dict[str, tuple[Callable[..., list[str]], Callable[..., list[str]] | None]] = {}
+# Stages whose finalize takes the units' stats as ``UnitResults`` (read from a local spill
+# one at a time), not a list of every unit's stats in memory.
+_STREAMED: set[str] = set()
 
 
 def register_stage(
@@ -369,10 +374,16 @@ def register_stage(
     finalize: Callable[[Plan, list[dict]], dict],
     reads: Callable[[Plan, dict], list[str]] | None = None,
     finalize_reads: Callable[[Plan, list[dict]], list[str]] | None = None,
+    streamed_results: bool = False,
 ) -> None:
+    """``streamed_results``: ``finalize`` (and ``finalize_reads``) take the units' stats as
+    a ``UnitResults`` sequence, read from a local spill by position, so that a stage of a
+    million units never holds every unit's stats at once."""
     _STAGES[name] = (run_unit, finalize)
     if reads is not None:
         _READS[name] = (reads, finalize_reads)
+    if streamed_results:
+        _STREAMED.add(name)
 
 
 def _stage(name: str) -> tuple[Callable[..., dict], Callable[..., dict]]:
@@ -455,21 +466,122 @@ def _run_unit(
     return stats
 
 
-def finalize(plan: Plan) -> dict[str, Any]:
-    """Write the artifact's manifest from the stats of every unit (all must be done)."""
-    _, finisher = _stage(plan.stage)
-    stats = []
-    missing = []
-    for phase in plan.phases:
-        for unit in phase:
-            result = unit_result(plan.out, unit["id"])
-            if result is None:
-                missing.append(unit["id"])
-            stats.append(result)
+# Markers read at once on object storage (one GET each, in parallel threads), and per batch.
+MARKER_READ_THREADS = 32
+MARKER_READ_BATCH = 4096
+
+
+class UnitResults(Sequence):
+    """Every unit's recorded stats in plan order, spilled to a local temporary file as they
+    were read (``read_unit_results``): an item is parsed from its bytes when asked for, so
+    reading a million units' stats holds one at a time (and 8 bytes of offset per unit)."""
+
+    def __init__(self, spill, offsets: array):
+        self._spill, self._offsets = spill, offsets
+
+    def __len__(self) -> int:
+        return len(self._offsets) - 1
+
+    def _read(self, i: int) -> dict[str, Any]:
+        start, end = self._offsets[i], self._offsets[i + 1]
+        return json.loads(os.pread(self._spill.fileno(), end - start, start))
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self._read(k) for k in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        return self._read(i)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        for i in range(len(self)):
+            yield self._read(i)
+
+    def close(self) -> None:
+        self._spill.close()
+
+
+def _marker_bytes(out: str, store: storage.Store | None, unit_id: str) -> bytes | None:
+    if store is None:
+        for rel in (_marker_rel(unit_id), _flat_marker_rel(unit_id)):
+            try:
+                return (Path(out) / rel).read_bytes()
+            except FileNotFoundError:
+                continue
+        return None
+    for key in (_marker_rel(unit_id), _flat_marker_rel(unit_id)):
+        try:
+            return store.read_bytes(key)
+        except FileNotFoundError:
+            continue
+    return None
+
+
+def read_unit_results(plan: Plan, *, threads: int | None = None) -> UnitResults:
+    """The recorded stats of every unit of ``plan`` in plan order (``UnitResults``), read a
+    batch of ``MARKER_READ_BATCH`` markers at a time, on object storage with
+    ``MARKER_READ_THREADS`` GETs in flight. Raises RuntimeError naming the unfinished
+    units if any has no marker."""
+    remote = storage.is_remote(plan.out)
+    store = storage.open_store(plan.out) if remote else None
+    workers = threads or (MARKER_READ_THREADS if remote else 1)
+    spill = tempfile.TemporaryFile(prefix="shardyard-units-")
+    offsets, missing = array("q", [0]), []
+    ids = (unit["id"] for phase in plan.phases for unit in phase)
+
+    def read(unit_id: str) -> tuple[str, bytes | None]:
+        return unit_id, _marker_bytes(str(plan.out), store, unit_id)
+
+    try:
+        with ThreadPoolExecutor(max_workers=workers) if workers > 1 else _Inline() as pool:
+            while batch := [
+                unit_id for _, unit_id in zip(range(MARKER_READ_BATCH), ids, strict=False)
+            ]:
+                for unit_id, data in pool.map(read, batch):
+                    if data is None:
+                        missing.append(unit_id)
+                        data = b"null"
+                    spill.write(data)
+                    offsets.append(offsets[-1] + len(data))
+        spill.flush()
+    except BaseException:
+        spill.close()
+        raise
     if missing:
+        spill.close()
         raise RuntimeError(
             f"{plan.out}: cannot finalize, {len(missing)} unit(s) unfinished: {missing[:5]}"
         )
+    return UnitResults(spill, offsets)
+
+
+class _Inline:
+    """A pool of no threads: ``map`` in this one (local markers)."""
+
+    def __enter__(self) -> _Inline:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+    def map(self, fn, items):
+        return map(fn, items)
+
+
+def finalize(plan: Plan) -> dict[str, Any]:
+    """Write the artifact's manifest from the stats of every unit (all must be done)."""
+    _, finisher = _stage(plan.stage)
+    results = read_unit_results(plan)
+    try:
+        stats: Sequence[dict[str, Any]] = results if plan.stage in _STREAMED else list(results)
+        return _finalize_with(plan, finisher, stats)
+    finally:
+        results.close()
+
+
+def _finalize_with(plan: Plan, finisher: Callable[..., dict], stats) -> dict[str, Any]:
     if not storage.is_remote(plan.out):
         # Every unit is done: a temporary left in the output is a killed writer's.
         atomic.remove_temporaries(plan.out)
@@ -499,6 +611,9 @@ def finalize(plan: Plan) -> dict[str, Any]:
     if isinstance(store, storage.S3Store):
         store.abort_uploads()  # parts of uploads whose writer died: every unit is done
     shutil.rmtree(work, ignore_errors=True)
+    if plan.stage in _STREAMED:
+        # Its manifest as a reader gets it, from the store: the work directory is gone.
+        return read_manifest(plan.out)
     return manifest
 
 

@@ -172,5 +172,6 @@ units.register_stage(
     finalize=finalize_pool,
     reads=unit_reads,
     finalize_reads=finalize_reads,
+    streamed_results=True,
 )
 verify.register_check(KIND, check_pool)

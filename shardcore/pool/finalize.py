@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import shutil
+from array import array
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from shardcore import atomic, units
 from shardcore import manifest as mf
@@ -23,7 +27,6 @@ from shardcore.pool.layout import (
     PASS1_DIR,
     SOURCE_COL,
     SOURCE_FP_COL,
-    SPLITS,
     VAL_DIR,
     arrow_array,
     arrow_strings,
@@ -34,43 +37,63 @@ from shardcore.pool.layout import (
 )
 
 
-def finalize_pool(plan: units.Plan, stats: list[dict]) -> dict[str, Any]:
+def finalize_pool(plan: units.Plan, stats: Sequence[dict]) -> dict[str, Any]:
+    """``stats``: every unit's, in plan order (``units.UnitResults``: read one at a time);
+    pass 2's are the last ``len(plan.phases[-1])``. Returns the manifest as a reader gets it
+    back (the shard table's views, not a list of every shard)."""
     phase2 = plan.phases[-1]
-    by_id = dict(zip([u["id"] for p in plan.phases for u in p], stats, strict=True))
-    manifests = {}
-    for split in reversed(SPLITS):  # the validation pool first: the main manifest is last
-        buckets = [(u["bucket"], by_id[u["id"]]) for u in phase2 if u["split"] == split]
-        if split == "val" and not buckets:
-            continue
-        manifests[split] = _finalize_split(plan, split, buckets)
-    shutil.rmtree(Path(plan.out) / PASS1_DIR, ignore_errors=True)
-    main = manifests["train"]
-    if "val" in manifests:
+    first = len(stats) - len(phase2)
+
+    def buckets(split: str) -> Iterator[tuple[int, dict]]:
+        for i, u in enumerate(phase2):
+            if u["split"] == split:
+                yield u["bucket"], stats[first + i]
+
+    val = None
+    if any(u["split"] == "val" for u in phase2):
+        val = _finalize_split(plan, "val", buckets)
+    main = {}
+    if val is not None:
         main["val"] = {
             "path": VAL_DIR,
-            "fingerprint": manifests["val"]["fingerprint"],
-            "num_records": manifests["val"]["num_records"],
-            "documents": manifests["val"]["documents"],
+            "fingerprint": val["fingerprint"],
+            "num_records": val["num_records"],
+            "documents": val["documents"],
         }
-    mf.write_manifest(plan.out, main)
-    return main
+    _finalize_split(plan, "train", buckets, extra=main)
+    shutil.rmtree(Path(plan.out) / PASS1_DIR, ignore_errors=True)
+    return mf.read_manifest(plan.out)
 
 
-def finalize_reads(plan: units.Plan, stats: list[dict]) -> list[str]:
+def finalize_reads(plan: units.Plan, stats: Sequence[dict]) -> list[str]:
     """The files finalize reads (on object storage, it fetches exactly these): the
     documents sidecar of every shard, for the pool's documents table; none for a split
     whose table stays partitioned."""
-    by_id = dict(zip([u["id"] for p in plan.phases for u in p], stats, strict=True))
+    phase2 = plan.phases[-1]
+    first = len(stats) - len(phase2)
     keys = []
-    for u in plan.phases[-1]:
+    for i, u in enumerate(phase2):
         n = plan.meta["splits"][u["split"]]["num_buckets"]
-        if by_id[u["id"]]["records"] and not partitioned(n):
+        if partitioned(n):
+            continue  # its stats are not read
+        if stats[first + i]["records"]:
             base = "" if u["split"] == "train" else f"{VAL_DIR}/"
             keys.append(f"{base}{shard_prefix(u['bucket'], n)}.docs.parquet")
     return keys
 
 
-def _finalize_split(plan: units.Plan, split: str, buckets: list[tuple[int, dict]]) -> dict:
+def _finalize_split(
+    plan: units.Plan,
+    split: str,
+    buckets: Callable[[str], Iterator[tuple[int, dict]]],
+    extra: dict | None = None,
+) -> dict:
+    """Write the split's documents table (unless partitioned) and manifest (``extra``: more
+    of the header); returns the manifest's header. Its shards' statistics are read one unit
+    at a time into columns and its block checksums spilled to a file (``_ShardColumns``),
+    so memory does not grow with the shards' dicts and checksum strings; a split whose
+    units' stats do not fit columns (stats from before units listed their files, or files
+    that are not each shard's own) is written from dicts as before."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -78,9 +101,9 @@ def _finalize_split(plan: units.Plan, split: str, buckets: list[tuple[int, dict]
     info = meta["splits"][split]
     out_dir = split_dir(plan.out, split)
     out_dir.mkdir(parents=True, exist_ok=True)
-    shards, cumulative = [], [0]
     num_docs = num_tokens = padding = 0
     split_table = partitioned(info["num_buckets"])
+    cols = _ShardColumns(info["num_buckets"])
     with (
         contextlib.nullcontext()
         if split_table
@@ -88,22 +111,12 @@ def _finalize_split(plan: units.Plan, split: str, buckets: list[tuple[int, dict]
     ):
         writer = None
         fps = arrow_strings([s["fingerprint"] for s in meta["sources"]])
-        for b, st in buckets:
+        for b, st in buckets(split):
+            cols.add_files(st)
             if not st["records"]:
                 continue
             prefix = shard_prefix(b, info["num_buckets"])
-            shards.append(
-                {
-                    "prefix": prefix,
-                    "records": st["records"],
-                    "first_record": cumulative[-1],
-                    "documents": st["documents"],
-                    "first_document": num_docs,
-                    "tokens": st["tokens"],
-                    "padding": st["padding"],
-                }
-            )
-            cumulative.append(cumulative[-1] + st["records"])
+            cols.add_shard(prefix, st, first_document=num_docs)
             num_docs += st["documents"]
             num_tokens += st["tokens"]
             padding += st["padding"]
@@ -120,8 +133,7 @@ def _finalize_split(plan: units.Plan, split: str, buckets: list[tuple[int, dict]
             if writer is None:
                 writer = pq.ParquetWriter(tmp_docs, pa.schema([(SOURCE_COL, pa.int32())]))
             writer.close()
-    files = _file_entries(out_dir, buckets, documents=not split_table)
-    manifest = {
+    header = {
         "kind": KIND,
         "split": split,
         "fingerprint": info["fingerprint"],
@@ -138,19 +150,142 @@ def _finalize_split(plan: units.Plan, split: str, buckets: list[tuple[int, dict]
         "dtype": meta["dtype"],
         "seq_len": params["seq_len"],
         "record_tokens": params["seq_len"] + 1,
-        "num_records": cumulative[-1],
+        "num_records": cols.records,
         "num_tokens": num_tokens,
         "padding_tokens": padding,
         "documents": num_docs,
-        "shards": shards,
-        "cumulative_records": cumulative,
-        "files": files,
+        **(extra or {}),
     }
     if split_table:
-        manifest["documents_table"] = PARTITIONED
-    if split == "val":
-        mf.write_manifest(out_dir, manifest)
-    return manifest
+        header["documents_table"] = PARTITIONED
+    docs = file_entry(out_dir / DOCUMENTS_NAME, DOCUMENTS_NAME) if not split_table else None
+    try:
+        if cols.fits and cols.prefixes:
+            cols.write(out_dir, header, docs)
+            return header
+    finally:
+        cols.close()
+    # Stats that do not fit columns: the shards and files as dicts, as before.
+    pairs = list(buckets(split))
+    shards, cumulative, first_document = [], [0], 0
+    for b, st in pairs:
+        if not st["records"]:
+            continue
+        shards.append(
+            {
+                "prefix": shard_prefix(b, info["num_buckets"]),
+                "records": st["records"],
+                "first_record": cumulative[-1],
+                "documents": st["documents"],
+                "first_document": first_document,
+                "tokens": st["tokens"],
+                "padding": st["padding"],
+            }
+        )
+        cumulative.append(cumulative[-1] + st["records"])
+        first_document += st["documents"]
+    files = _file_entries(out_dir, pairs, documents=not split_table)
+    manifest = {**header, "shards": shards, "cumulative_records": cumulative, "files": files}
+    mf.write_manifest(out_dir, manifest)
+    return header
+
+
+_FIELDS = ("documents", "first_document", "first_record", "padding", "records", "tokens")
+
+
+class _ShardColumns:
+    """A split's shards as columns while its units' stats are read one by one: per-shard
+    numbers (``_FIELDS``, in the order ``write_manifest`` sorts them), each suffix's file
+    sizes, xxh3s and block sizes as integers, and the block checksums spilled to a file per
+    suffix (``manifest.BlockSpill``). ``write`` gives the manifest ``write_manifest`` writes
+    from the same shards as dicts, byte for byte. ``fits`` turns False when the stats do
+    not fit this shape (then the caller writes from dicts)."""
+
+    def __init__(self, num_buckets: int):
+        self.num_buckets = num_buckets
+        self.prefixes: list[str] = []
+        self.fields = {name: array("q") for name in _FIELDS}
+        self.cumulative = array("q", [0])
+        self.suffixes: dict[str, dict] = {}
+        self.fits = True
+
+    @property
+    def records(self) -> int:
+        return self.cumulative[-1]
+
+    def add_files(self, st: dict) -> None:
+        if "files" not in st:
+            self.fits = False
+        elif st["files"] and not st["records"]:
+            self.fits = False  # files of an empty shard: not a row of the table
+
+    def add_shard(self, prefix: str, st: dict, *, first_document: int) -> None:
+        values = {
+            "documents": st["documents"], "first_document": first_document,
+            "first_record": self.cumulative[-1], "padding": st["padding"],
+            "records": st["records"], "tokens": st["tokens"],
+        }  # fmt: skip
+        for name in _FIELDS:
+            if type(values[name]) is not int:
+                self.fits = False
+                return
+            self.fields[name].append(values[name])
+        self.cumulative.append(self.cumulative[-1] + st["records"])
+        row = len(self.prefixes)
+        self.prefixes.append(prefix)
+        if not self.fits:
+            return
+        seen = set()
+        for e in st.get("files") or ():
+            rel = str(e["path"])
+            head, sep, name = rel.rpartition("/")
+            stem, dot, _ = name.partition(".")
+            if not dot or f"{head}{sep}{stem}" != prefix:
+                self.fits = False  # not the shard's own file: the dict writer places it
+                return
+            sfx = rel[len(prefix) :]
+            cols = self.suffixes.get(sfx)
+            if cols is None:
+                if row:
+                    self.fits = False  # a suffix the shards before lack
+                    return
+                cols = self.suffixes[sfx] = {
+                    "size": array("Q"), "xxh3": array("Q"), "block_size": array("I"),
+                    "block_count": array("q"), "blocks": mf.BlockSpill(),
+                }  # fmt: skip
+            blocks = np.frombuffer(bytes.fromhex(e.get("blocks") or ""), dtype=">u8")
+            has = bool(e.get("block_size")) and "blocks" in e
+            cols["size"].append(int(e["size"]))
+            cols["xxh3"].append(int(e["xxh3"], 16))
+            cols["block_size"].append(int(e.get("block_size") or 0) if has else 0)
+            cols["block_count"].append(len(blocks))
+            cols["blocks"].append(blocks.astype(np.uint64))
+            seen.add(sfx)
+        if seen != set(self.suffixes):
+            self.fits = False  # a shard without one of the suffixes
+
+    def write(self, out_dir: Path, header: dict, docs: dict | None) -> None:
+        shard_files = {
+            sfx: {
+                name: (values if name == "blocks" else np.frombuffer(values, dtype=values.typecode))
+                for name, values in self.suffixes[sfx].items()
+            }
+            for sfx in sorted(self.suffixes)
+        }
+        mf.write_manifest_columns(
+            out_dir,
+            header,
+            prefixes=self.prefixes,
+            fields={name: np.frombuffer(self.fields[name], dtype=np.int64) for name in _FIELDS},
+            cumulative=np.frombuffer(self.cumulative, dtype=np.int64),
+            shard_files=shard_files,
+            extra_files=[docs] if docs is not None else [],
+            has_files=True,
+        )
+
+    def close(self) -> None:
+        for cols in self.suffixes.values():
+            cols["blocks"].close()
 
 
 def _file_entries(
