@@ -34,7 +34,6 @@ from shardcore.pool.layout import (
     as_numpy,
     bucket_sources,
     chunk_tokens,
-    group_buckets,
     shard_prefix,
     shuffle_module,
     split_dir,
@@ -220,28 +219,19 @@ def run_bucket(plan: units.Plan, unit: dict) -> dict:
 
 def _bucket_rows(plan: units.Plan, sources: list[tuple[str, str]], gb: int):
     """Bucket ``gb``'s rows of the documents files ``sources`` (each sorted by bucket),
-    concatenated in their order, and the index of the source of each row. Read from the
-    pass-1 files (no merge), the table has the columns the merge would have given it: those
-    of the inputs with documents in the bucket's group (their properties may differ)."""
+    concatenated in their order, and the index of the source of each row. Every pass-1
+    file has the plan's columns (pass 1 gives each input's properties the pool's type), so
+    the rows are those the merge would have written."""
     import pyarrow as pa
 
-    parts, counts, index = [], [], []
-    span = group_buckets(plan)
-    g0 = gb // span * span
-    for k, (_, docs_rel) in enumerate(sources):
+    parts, counts = [], []
+    for _, docs_rel in sources:
         table = read_run(Path(plan.out) / docs_rel)
         lo, hi = bucket_rows(table, gb, gb + 1)
-        if len(sources) > 1 and hi == lo:
-            g_lo, g_hi = bucket_rows(table, g0, g0 + span)
-            if g_hi == g_lo:
-                continue  # no document in the group: not part of the merged file either
         parts.append(table.slice(lo, hi - lo))
         counts.append(hi - lo)
-        index.append(k)
-    if not parts:
-        return table.slice(0, 0), np.zeros(0, dtype=np.int64)
-    rows = parts[0] if len(parts) == 1 else pa.concat_tables(parts, promote_options="default")
-    return rows, np.repeat(np.asarray(index, dtype=np.int64), counts)
+    rows = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
+    return rows, np.repeat(np.arange(len(sources)), counts)
 
 
 def _gather(

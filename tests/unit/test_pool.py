@@ -221,6 +221,35 @@ def _built_bytes(root: Path) -> dict[str, bytes]:
     }
 
 
+def test_it_writes_the_same_bytes_without_the_merge_when_the_inputs_differ(tmp_path, monkeypatch):
+    # Two sources whose documents carry different properties, and buckets one per group:
+    # some inputs have no document in a group. Pass 2 reading the pass-1 files writes what
+    # it writes after the merge, columns and all.
+    from shardcore.pool import layout
+    from shardcore.pool import plan as pool_plan
+
+    prose = pf.write_tokenized(tmp_path / "a", pf.corpus("prose", 120), shard_docs=40, name="a")
+    code = tuple(({**p, "stars": i}, ids) for i, (p, ids) in enumerate(pf.corpus("code", 20)))
+    starred = pf.write_tokenized(tmp_path / "b", code, shard_docs=7, name="b")
+    inputs = [str(prose), str(starred)]
+    kwargs = dict(seq_len=63, val_fraction=0.1, seed=3, **SMALL)
+    monkeypatch.setattr(pool_plan, "_group_buckets", lambda *a: 1)
+    built = {}
+    for name, opens in (("no merge", layout.DIRECT_OPENS), ("merge", 0)):
+        monkeypatch.setattr(layout, "DIRECT_OPENS", opens)
+        for staging in ("references", "tokens"):
+            out = tmp_path / f"{name}-{staging}"
+            assert plan_pool(inputs, str(out), staging=staging, **kwargs).meta["merge_levels"] == (
+                0 if name == "no merge" else 1
+            )
+            build_pool(inputs, str(out), staging=staging, **kwargs)
+            built[name, staging] = _built_bytes(out)
+    first = built["no merge", "references"]
+    assert len([k for k in first if k.endswith(".bin")]) > 3
+    for key, files in built.items():
+        assert files == first, key
+
+
 def test_it_writes_the_same_bytes_with_either_staging_and_any_worker_count(tmp_path, monkeypatch):
     # Prose docstrings are mostly short (gathered through an index array), code modules
     # long (copied as slices); a BOS before every document exercises the head tokens.
