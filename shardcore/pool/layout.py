@@ -252,11 +252,6 @@ def pass1_paths(out: str, i: int) -> tuple[Path, Path]:
     return Path(out) / a, Path(out) / b
 
 
-def group_paths(out: str, g: int) -> tuple[Path, Path]:
-    a, b = group_rel(g)
-    return Path(out) / a, Path(out) / b
-
-
 def num_groups(plan: units.Plan) -> int:
     total = sum(plan.meta["splits"][s]["num_buckets"] for s in SPLITS)
     return -(-total // group_buckets(plan)) if total else 0
