@@ -25,11 +25,11 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
 
-    from shardcore.verify import verify
-
-    # A usage error (2), not corruption (1).
+    # A usage error (2), not corruption (1), said before the library loads.
     if not storage.is_remote(args.directory) and not Path(args.directory).exists():
         raise CLIError(f"{args.directory}: no such file or directory")
+    from shardcore.verify import verify
+
     report = verify(args.directory, content=not args.files_only)
     if report.ok:
         print(
