@@ -208,7 +208,7 @@ def decon(a: argparse.Namespace, work: Path) -> list[Row]:
     table = {}
     for line in text.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) == 13 and cells[0] in ("Shardyard decon", "datatrove NGramsDecontFilter"):
+        if len(cells) == 12 and cells[0] in ("Shardyard decon", "datatrove NGramsDecontFilter"):
             table[cells[0]] = cells
     ours = table.get("Shardyard decon")
     theirs = table.get("datatrove NGramsDecontFilter")
