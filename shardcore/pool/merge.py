@@ -3,7 +3,8 @@ of level l reads one bucket range of each of at most ``fan_in`` files of level l
 1's at level 1), covering consecutive inputs, and writes them as one file sorted by
 bucket (then input, then input row: the arrival order pass 2 orders from). The last
 level's ranges are the bucket groups, so that a pass-2 unit reads one file whatever the
-number of inputs.
+number of inputs. A pool of few inputs has no merge (``layout.needs_merge``): its pass-2
+units read their bucket's rows from every input's pass-1 file.
 
 Cost: a unit opens ``fan_in`` (<= ``MERGE_FAN_IN``) files and holds about one group's
 metadata (a range of F ** (L - l) groups of F ** l inputs: F ** L / inputs groups' worth,
