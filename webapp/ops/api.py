@@ -3,6 +3,8 @@ numbers as the page, with when it was measured and its age, for any signed-in us
 token (a viewer); an editor's POST queues a new measurement (202). Nothing is measured on
 the request (a worker's task measures)."""
 
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema
 from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -16,6 +18,7 @@ def _iso(value):
 
 
 class StorageView(APIView):
+    @extend_schema(responses={200: OpenApiTypes.OBJECT})
     def get(self, request):
 
         require_role(request.user, "viewer")
@@ -29,6 +32,7 @@ class StorageView(APIView):
             "last_error_at": _iso(latest["last_error_at"]),
         })  # fmt: skip
 
+    @extend_schema(request=None, responses={202: OpenApiTypes.OBJECT})
     def post(self, request):
 
         require_role(request.user, "editor")
