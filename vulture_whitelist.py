@@ -212,3 +212,10 @@ _.help_text  # a form field's attribute Django renders (webapp/dashboard/forms.p
 # from _content (webapp/ops/oidc.py builds one from its own deadline-bounded call).
 _.retrieve_matching_jwk  # unused method (webapp/ops/oidc.py)
 _._content  # unused attribute (webapp/ops/oidc.py)
+
+# A flag's benchmark item is read and written through the ORM's keyword filters
+# (webapp/catalog/services/decon.py, selectors/decon.py).
+benchmark_item  # model field (webapp/catalog/models/__init__.py)
+# One synchronous round of the webhook sender, which the tests drive (a worker's thread runs
+# the same rounds without waiting).
+deliveries_drain  # (webapp/ops/webhooks.py)
