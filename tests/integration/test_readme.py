@@ -63,6 +63,14 @@ EXERCISED_ELSEWHERE = {
     "export DATABASE_URL=": ("tests/integration/test_settings.py", "DATABASE_URL"),
     "export CELERY_BROKER_URL=": ("tests/integration/test_settings.py", "CELERY_BROKER_URL"),
     "export SECRET_KEY=": ("tests/security/test_hardening.py", "SECRET_KEY"),
+    # Ray's own command for a head; the Ray test's head is the same (ray.init in a process of
+    # its own, on loopback), and the builds attach to it by address as the README's do.
+    "ray start --head": ("tests/support/ray_head.py", "ray.init(num_cpus=2"),
+    # The register test points the command line at a live server through these two.
+    "export SHARDYARD_URL=": (
+        "tests/integration/test_register.py",
+        '"SHARDYARD_URL": live_server.url',
+    ),
     "export SHARDYARD_SECURE_COOKIES=": (
         "tests/security/test_hardening.py",
         'SHARDYARD_SECURE_COOKIES="1"',

@@ -9,7 +9,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from rest_framework.authtoken.models import Token
 
-from webapp.dashboard.models import ExternalIdentity
+from webapp.ops.models import ExternalIdentity
 from webapp.roles import ROLES
 
 

@@ -51,7 +51,7 @@ from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 from mozilla_django_oidc.views import OIDCAuthenticationCallbackView, OIDCAuthenticationRequestView
 from requests.structures import CaseInsensitiveDict
 
-from webapp.dashboard.models import ExternalIdentity
+from webapp.ops.models import ExternalIdentity
 from webapp.ops.oidc_map import parse_role_map  # noqa: F401 - re-exported
 from webapp.roles import ROLES
 

@@ -10,7 +10,7 @@ from django.views.decorators.http import require_POST
 
 from webapp.dashboard import services
 from webapp.dashboard.forms import IdentityLinkForm, RoleForm, UserCreateForm
-from webapp.dashboard.models import ExternalIdentity
+from webapp.ops.models import ExternalIdentity
 from webapp.roles import require_role, user_roles
 
 
