@@ -49,7 +49,7 @@ ENV = "SHARDYARD_EXECUTOR"
 
 def default_name() -> str:
     """The engine named by ``SHARDYARD_EXECUTOR`` (``local`` when unset)."""
-    name = os.environ.get(ENV, "").strip() or "local"
+    name = os.environ.get("SHARDYARD_EXECUTOR", "").strip() or "local"
     if name not in NAMES:
         raise InputError(f"{ENV}={name!r}: expected one of {', '.join(NAMES)}")
     return name

@@ -205,9 +205,13 @@ def test_it_lists_exactly_the_environment_variables_the_code_reads():
     pattern = re.compile(
         r"""(?:env_(?:str|bool|int|list|paths|roots)\(|_raw\(|_number\(|os\.environ\.get\(|os\.environ\[)\s*"([A-Z][A-Z0-9_]*)\""""
     )
+    # The loader reads its rank and world size as pairs: _env_rank("RANK", "WORLD_SIZE").
+    pairs = re.compile(r'_env_rank\(\s*"([A-Z][A-Z0-9_]*)",\s*"([A-Z][A-Z0-9_]*)"')
     for directory in ("webapp", "workers", "shardcore"):
         for path in (ROOT / directory).rglob("*.py"):
-            read |= set(pattern.findall(path.read_text()))
+            text = path.read_text()
+            read |= set(pattern.findall(text))
+            read |= {name for pair in pairs.findall(text) for name in pair}
     table = README.split("## Configuration", 1)[1].split("\n## ", 1)[0]
     first_column = re.findall(r"^\| (`[^|]*`) \|", table, flags=re.M)
     documented = {name for cell in first_column for name in re.findall(r"`(\w+)`", cell)}
