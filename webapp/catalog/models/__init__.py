@@ -20,6 +20,7 @@ from django.db.models import Q
 from shardcore.export import FORMATS as EXPORT_FORMATS
 from webapp.catalog.guards import uri_is_remote
 from webapp.catalog.models.evaluations import RunEvaluation as RunEvaluation
+from webapp.catalog.models.facts import Fact as Fact
 from webapp.catalog.models.flag_documents import FlagDocuments as FlagDocuments
 
 
@@ -496,40 +497,6 @@ class RunLoss(models.Model):
 
     def __str__(self) -> str:
         return f"{self.run_id} {self.split} {self.series or 'train'} @ {self.step}: {self.loss}"
-
-
-class Fact(models.Model):
-    """A number set a page shows that is measured from an artifact's files (a pool's
-    quality by a property, a version's quality, a tokenized source's statistics, a
-    version's epoch starts, a pool's properties): computed by a task
-    (``webapp.catalog.facts``) when the artifact is recorded or the page first asks, and
-    stored here; a page reads this row and never the files. ``object_id`` is the
-    artifact's primary key in the table ``kind`` names; ``key`` the variant (``by``)."""
-
-    class State(models.TextChoices):
-        QUEUED = "queued"
-        RUNNING = "running"
-        READY = "ready"
-        FAILED = "failed"
-
-    kind = models.CharField(max_length=40)
-    object_id = models.BigIntegerField()
-    key = models.CharField(max_length=200, blank=True)
-    state = models.CharField(max_length=16, choices=State.choices, default=State.QUEUED)
-    progress = models.FloatField(default=0.0)  # 0..1 while running
-    value = models.JSONField(null=True, blank=True)
-    error = models.TextField(blank=True)
-    requested_at = models.DateTimeField(auto_now_add=True)
-    started_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["kind", "object_id", "key"], name="fact_unique")
-        ]
-
-    def __str__(self) -> str:
-        return f"{self.kind} {self.object_id} {self.key or '-'}: {self.state}"
 
 
 # --- flags and taint --------------------------------------------------------------------
