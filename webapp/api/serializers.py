@@ -8,9 +8,9 @@ from rest_framework import serializers
 
 from shardcore import export as export_formats
 from shardcore import limits
-from shardcore.errors import InputError
 from shardcore.order import ORDERINGS
 from shardcore.shuffle import SHUFFLES
+from webapp.catalog.errors import CatalogError, checked
 from webapp.catalog.models import (
     Export,
     Flag,
@@ -260,8 +260,8 @@ class PoolWeightSerializer(serializers.Serializer):
     def validate_weight(self, value: float) -> float:
         # One range and one message for 0, -1, 1e13 alike (DRF's min_value said another).
         try:
-            return limits.weight("weight", value)
-        except InputError as exc:
+            return checked(lambda: limits.weight("weight", value))
+        except CatalogError as exc:
             raise serializers.ValidationError(str(exc)) from None
 
 
@@ -434,8 +434,8 @@ class _Limited:
 
     def to_internal_value(self, data):
         try:
-            return self.check(limits.parse(self.field_name, data))
-        except InputError as exc:
+            return checked(lambda: self.check(limits.parse(self.field_name, data)))
+        except CatalogError as exc:
             raise serializers.ValidationError(str(exc)) from None
 
 

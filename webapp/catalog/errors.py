@@ -64,3 +64,13 @@ def boundary(service: Callable[P, R]) -> Callable[P, R]:
             raise CatalogError(str(exc)) from exc
 
     return call
+
+
+def checked(read: Callable[[], R]) -> R:
+    """A value a form or the API was sent, read by ``read`` (``limits.parse`` and a
+    ``shardcore.limits`` check): what the library refuses leaves as a CatalogError with its
+    own message, which the form field or serializer shows as its validation error."""
+    try:
+        return read()
+    except SHARDCORE_ERRORS as exc:
+        raise CatalogError(str(exc)) from exc

@@ -12,7 +12,7 @@ from django.utils.html import escape
 from django.utils.safestring import SafeString
 
 from shardcore import limits
-from shardcore.errors import InputError
+from webapp.catalog.errors import CatalogError, checked
 
 
 class LimitField(forms.CharField):
@@ -29,8 +29,8 @@ class LimitField(forms.CharField):
         if text in self.empty_values:
             return None
         try:
-            return self.check(limits.parse(self.limit_name, text))
-        except InputError as exc:
+            return checked(lambda: self.check(limits.parse(self.limit_name, text)))
+        except CatalogError as exc:
             raise forms.ValidationError(str(exc), code="limits") from None
 
 
