@@ -122,8 +122,10 @@ def test_the_migration_moves_each_list_into_runs_and_back(old_schema):
     assert NewFlag.objects.get(pk=listed.pk).num_documents == len(many)
     assert NewFlag.objects.get(pk=whole.pk).num_documents is None
     assert runs.count() == -(-len(many) // flag_documents.RUN)
-    # Read with today's code: the same indices.
-    assert flag_documents.all_ids(Flag.objects.get(pk=listed.pk)).tolist() == many
+    # Read with today's code: the same indices (the flag's row read by the columns that
+    # exist at this migration; later ones add others).
+    flag = Flag.objects.only("id", "num_documents").get(pk=listed.pk)
+    assert flag_documents.all_ids(flag).tolist() == many
 
     apps = migrate_to(BEFORE)
     back = apps.get_model("catalog", "Flag")
