@@ -18,21 +18,7 @@ def provider(live_server, tmp_path, settings):
     idp = OidcProvider.start(tmp=tmp_path, redirect_uri=f"{live_server.url}/oidc/callback/",
                              users=users)  # fmt: skip
     try:
-        info = idp.discovery()
-        settings.SHARDYARD_OIDC_ENABLED = True
-        settings.OIDC_RP_CLIENT_ID, settings.OIDC_RP_CLIENT_SECRET = (
-            idp.client_id,
-            idp.client_secret,
-        )
-        settings.OIDC_OP_AUTHORIZATION_ENDPOINT = info["authorization_endpoint"]
-        settings.OIDC_OP_TOKEN_ENDPOINT = info["token_endpoint"]
-        settings.OIDC_OP_USER_ENDPOINT = info["userinfo_endpoint"]
-        settings.OIDC_OP_JWKS_ENDPOINT = info["jwks_uri"]
-        settings.OIDC_RP_SIGN_ALGO = "RS256"
-        settings.OIDC_RP_SCOPES = "openid email profile groups"
-        settings.AUTHENTICATION_BACKENDS = [*settings.AUTHENTICATION_BACKENDS,
-                                            "webapp.ops.oidc.RoleMappingBackend"]  # fmt: skip
-        settings.SHARDYARD_OIDC_ROLE_MAP = {"data-eng": "editor", "analysts": "viewer"}
+        idp.configure(settings, role_map={"data-eng": "editor", "analysts": "viewer"})
         yield idp
     finally:
         idp.stop()

@@ -27,22 +27,7 @@ def start_provider(live_server, tmp_path, settings):
             tmp=tmp_path, redirect_uri=f"{live_server.url}/oidc/callback/", users=users
         )
         started.append(idp)
-        info = idp.discovery()
-        settings.SHARDYARD_OIDC_ENABLED = True
-        settings.OIDC_RP_CLIENT_ID = idp.client_id
-        settings.OIDC_RP_CLIENT_SECRET = idp.client_secret
-        settings.OIDC_OP_AUTHORIZATION_ENDPOINT = info["authorization_endpoint"]
-        settings.OIDC_OP_TOKEN_ENDPOINT = info["token_endpoint"]
-        settings.OIDC_OP_USER_ENDPOINT = info["userinfo_endpoint"]
-        settings.OIDC_OP_JWKS_ENDPOINT = info["jwks_uri"]
-        settings.OIDC_RP_SIGN_ALGO = "RS256"
-        settings.OIDC_RP_SCOPES = "openid email profile groups"
-        settings.SHARDYARD_OIDC_ISSUER = info["issuer"]
-        settings.AUTHENTICATION_BACKENDS = [
-            *settings.AUTHENTICATION_BACKENDS,
-            "webapp.ops.oidc.RoleMappingBackend",
-        ]
-        settings.SHARDYARD_OIDC_ROLE_MAP = {"platform": "admin", "data-eng": "editor"}
+        idp.configure(settings, role_map={"platform": "admin", "data-eng": "editor"})
         return idp
 
     yield start

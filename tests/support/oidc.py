@@ -57,6 +57,28 @@ class OidcProvider:
                 time.sleep(0.2)
         return cls(url, spec["client_id"], spec["client_secret"], proc, log_path)
 
+    def configure(self, settings, *, role_map: dict[str, str]) -> None:
+        """Point Shardyard's single sign-on (pytest-django's ``settings``) at this provider,
+        as SHARDYARD_OIDC_* would: its endpoints and issuer from its discovery document."""
+        info = self.discovery()
+        settings.SHARDYARD_OIDC_ENABLED = True
+        settings.OIDC_RP_CLIENT_ID, settings.OIDC_RP_CLIENT_SECRET = (
+            self.client_id,
+            self.client_secret,
+        )
+        settings.OIDC_OP_AUTHORIZATION_ENDPOINT = info["authorization_endpoint"]
+        settings.OIDC_OP_TOKEN_ENDPOINT = info["token_endpoint"]
+        settings.OIDC_OP_USER_ENDPOINT = info["userinfo_endpoint"]
+        settings.OIDC_OP_JWKS_ENDPOINT = info["jwks_uri"]
+        settings.OIDC_RP_SIGN_ALGO = "RS256"
+        settings.OIDC_RP_SCOPES = "openid email profile groups"
+        settings.SHARDYARD_OIDC_ISSUER = info["issuer"]
+        settings.AUTHENTICATION_BACKENDS = [
+            *settings.AUTHENTICATION_BACKENDS,
+            "webapp.ops.oidc.RoleMappingBackend",
+        ]
+        settings.SHARDYARD_OIDC_ROLE_MAP = role_map
+
     def discovery(self) -> dict:
         with urllib.request.urlopen(f"{self.url}/.well-known/openid-configuration") as r:
             return json.loads(r.read())
