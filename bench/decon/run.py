@@ -1,9 +1,11 @@
-"""Decontamination side by side with datatrove's n-gram decontamination, on the same planted
-contamination from real text, in one run; then the growth of ours against documents and
-benchmark items, extrapolated to 10^10 documents.
+"""Decontamination side by side with datatrove's n-gram decontamination and
+lm-evaluation-harness's decontamination janitor, on the same planted contamination from real
+text, in one run; then the growth of ours against documents and benchmark items,
+extrapolated to 10^10 documents.
 
     PYTHONPATH=$PWD .venv/bin/python bench/decon/run.py [--items 1000] [--docs 3000] \\
-        [--datatrove-python /tmp/dt-venv/bin/python] [--growth]
+        [--datatrove-python /tmp/dt-venv/bin/python] [--janitor-python /tmp/lm-venv/bin/python] \\
+        [--growth]
 
 Plants (``tests/support/decon_plants.py``): CPython docstrings as benchmark items planted
 into pieces of its sources (documents of ``--doc-words`` words): whole, with case,
@@ -13,7 +15,9 @@ with the items. Recall is over the documents planted above the threshold, precis
 the documents each flags. Ours: the ``decon`` annotator's index (``shardcore.decon``),
 documents matched in batches of 1024 as the annotation's units do. datatrove: its
 ``NGramsDecontFilter`` (13-grams, any n-gram a hit; spaCy's English word tokenizer, its
-default) in its own environment (``bench/decon/datatrove_side.py``). CPU seconds are each
+default) in its own environment (``bench/decon/datatrove_side.py``). lm-evaluation-harness:
+its ``Janitor`` (13-grams, any n-gram a hit; lowercased, punctuation deleted, whitespace
+words) in its own environment (``bench/decon/janitor_side.py``). CPU seconds are each
 process's own (``time.process_time``), index building apart from matching.
 
 Growth (``--growth``): ours alone, documents of 100 words at 10^2, 10^4, 10^6 documents
@@ -91,22 +95,29 @@ def doc_scores(flagged: list[bool], plants: decon_plants.Plants) -> dict:
     return out
 
 
+def _other(python: str, script: str, tmp: Path, items: Path, docs: Path) -> dict | None:
+    """Run another implementation's side script in its own environment; None without one."""
+    if not python:
+        return None
+    out = tmp / f"{script}.json"
+    subprocess.run(
+        [python, str(Path(__file__).with_name(script)), "--items", str(items),
+         "--docs", str(docs), "--out", str(out)],
+        check=True, cwd=tmp,
+    )  # fmt: skip
+    return json.loads(out.read_text())
+
+
 def side_by_side(args) -> list[str]:
     plants = decon_plants.make(args.items, args.docs, seed=1, doc_words=args.doc_words)
     mb = sum(len(d.encode()) for d in plants.docs) / 1e6
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         mine = ours(tmp, plants.items, plants.docs)
-        theirs = None
-        if args.datatrove_python:
-            items = _write(tmp / "dt-items.jsonl", [it["text"] for it in plants.items])
-            docs = _write(tmp / "dt-docs.jsonl", plants.docs)
-            subprocess.run(
-                [args.datatrove_python, str(Path(__file__).with_name("datatrove_side.py")),
-                 "--items", str(items), "--docs", str(docs), "--out", str(tmp / "dt.json")],
-                check=True, cwd=tmp,
-            )  # fmt: skip
-            theirs = json.loads((tmp / "dt.json").read_text())
+        items = _write(tmp / "other-items.jsonl", [it["text"] for it in plants.items])
+        docs = _write(tmp / "other-docs.jsonl", plants.docs)
+        theirs = _other(args.datatrove_python, "datatrove_side.py", tmp, items, docs)
+        janitor = _other(args.janitor_python, "janitor_side.py", tmp, items, docs)
     short = sum(1 for it in plants.items if len(words(it["text"])) < 13)
     item_level = decon_plants.scores(mine["found"], plants)
     rows = [("Shardyard decon", doc_scores([bool(f) for f in mine["found"]], plants),
@@ -114,6 +125,9 @@ def side_by_side(args) -> list[str]:
     if theirs is not None:
         rows.append(("datatrove NGramsDecontFilter", doc_scores(theirs["flagged"], plants),
                      theirs["build_cpu"], theirs["filter_cpu"]))  # fmt: skip
+    if janitor is not None:
+        rows.append(("lm-evaluation-harness Janitor", doc_scores(janitor["flagged"], plants),
+                     janitor["build_cpu"], janitor["filter_cpu"]))  # fmt: skip
     lines = [
         f"{args.items:,} items ({short} shorter than 13 words), {args.docs:,} documents of "
         f"~{args.doc_words} words ({mb:.1f} MB), {sum(1 for t in plants.truth if t)} planted "
@@ -133,6 +147,11 @@ def side_by_side(args) -> list[str]:
     if theirs is not None:
         lines += ["", f"Speed (match CPU seconds, datatrove / ours): "
                       f"{theirs['filter_cpu'] / mine['match_cpu']:.1f}x"]  # fmt: skip
+    if janitor is not None:
+        lines += ["", f"Speed (match CPU seconds, lm-evaluation-harness Janitor / ours): "
+                      f"{janitor['filter_cpu'] / mine['match_cpu']:.1f}x (its C++ "
+                      f"janitor_util {'loaded' if janitor['cpp'] else 'absent: Python path'}; "
+                      f"{janitor['short_docs']} documents of 200 characters or fewer)"]  # fmt: skip
     lines += [
         "",
         f"Ours per (document, item) pair: recall {item_level['recall']:.4f}, precision "
@@ -217,10 +236,13 @@ def main() -> None:
     ap.add_argument("--docs", type=int, default=3000)
     ap.add_argument("--doc-words", type=int, default=400)
     ap.add_argument("--datatrove-python", default="/tmp/dt-venv/bin/python")
+    ap.add_argument("--janitor-python", default="/tmp/lm-venv/bin/python")
     ap.add_argument("--growth", action="store_true")
     args = ap.parse_args()
     if args.datatrove_python and not Path(args.datatrove_python).exists():
         args.datatrove_python = ""
+    if args.janitor_python and not Path(args.janitor_python).exists():
+        args.janitor_python = ""
     out = [f"Machine: {machine()}; load average {os.getloadavg()[0]:.2f} "
            f"{os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f} (1, 5, 15 min) at the start", ""]  # fmt: skip
     out += side_by_side(args)
