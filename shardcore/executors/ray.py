@@ -18,6 +18,7 @@ import time
 from typing import Any
 
 from shardcore import units
+from shardcore.errors import InputError
 from shardcore.executors.base import Executor, OnUnitDone, resume, undone
 from shardcore.manifest import read_manifest
 from shardcore.sizes import parse_size
@@ -61,7 +62,13 @@ class RayExecutor(Executor):
     def run(
         self, plan: units.Plan, *, on_unit_done: OnUnitDone | None = None
     ) -> dict[str, Any] | None:
-        import ray
+        try:
+            import ray
+        except ImportError as exc:
+            raise InputError(
+                "--executor ray needs the ray package where the command runs: "
+                "pip install 'shardyard[ray]' (or the cluster's own ray version)"
+            ) from exc
 
         finished = resume(plan)
         if finished is not None:

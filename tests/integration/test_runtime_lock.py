@@ -35,6 +35,8 @@ DEV_ONLY_IMPORTS = {
     "trainer's process (trainers install torch themselves); the topics annotator's minilm "
     "encoder (its model package comes with the dev extra; the default static one needs "
     "no torch)",
+    "ray": "shardcore.executors.ray, run only by `--executor ray` on a Ray cluster whose "
+    "image brings ray (or `pip install 'shardyard[ray]'`); without it the command says so",
     "megatron": "megatron-core's own cache-key code when installed; shardcore.export_megatron "
     "and shardcore.blend fall back to their tested replicas without it",
 }
@@ -163,3 +165,20 @@ def test_the_command_line_reads_s3_from_the_runtime_lock(runtime_env, moto_serve
     assert out.returncode == 2, out.stderr
     assert "Traceback" not in out.stderr and "No module named" not in out.stderr, out.stderr
     assert "shardyard-no-such-bucket" in out.stderr, out.stderr
+
+
+def test_the_ray_executor_without_ray_says_how_to_install_it(runtime_env, tmp_path):
+    """The runtime lock leaves ray out: ``--executor ray`` says which extra brings it, in
+    one line."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a.jsonl").write_text('{"text": "the quick brown fox"}\n')
+    shardyard = runtime_env["venv"] / "bin" / "shardyard"
+    out = subprocess.run(
+        [str(shardyard), "tokenize", str(corpus), "--out", str(tmp_path / "tok"),
+         "--executor", "ray"],
+        capture_output=True, text=True, env=runtime_env["env"], cwd=str(tmp_path), timeout=300,
+    )  # fmt: skip
+    assert out.returncode == 2, out.stderr
+    assert "Traceback" not in out.stderr, out.stderr
+    assert "pip install 'shardyard[ray]'" in out.stderr, out.stderr
