@@ -14,7 +14,10 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
 
 app = Celery("shardyard")
 app.config_from_object("django.conf:settings", namespace="CELERY")
-app.autodiscover_tasks(["workers"], related_name="tasks")
+# The packages whose ``tasks`` modules define the tasks; a worker imports them when it
+# starts, a web process the first time it sends one (``webapp.tasks``).
+TASK_PACKAGES = ["workers"]
+app.autodiscover_tasks(TASK_PACKAGES, related_name="tasks")
 
 
 def ensure_broker_dirs() -> None:

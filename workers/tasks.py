@@ -6,15 +6,27 @@ from __future__ import annotations
 import socket
 
 from celery import shared_task
+from celery.exceptions import SoftTimeLimitExceeded
+from django.conf import settings
+
+from shardcore import storage
+from webapp.catalog import facts
+from webapp.catalog.services.flags import flag_reads_compute, flag_taint_compute
+from webapp.jobs.services import (
+    TransientUnitError,
+    job_dispatch_execute,
+    job_finalize_execute,
+    job_unit_execute,
+    job_unit_give_up,
+    transient_errors,
+)
+from webapp.ops.services import heartbeat_record
+from webapp.ops.storage import storage_measure as storage_measure_execute
 
 
 @shared_task(name="workers.heartbeat", acks_late=True, reject_on_worker_lost=True)
 def heartbeat(*, nonce: str) -> int:
     """Prove a worker is alive and can write to the catalog. Idempotent on ``nonce``."""
-    from django.conf import settings
-
-    from webapp.ops.services import heartbeat_record
-
     broker = settings.CELERY_BROKER_URL.split("://", 1)[0]
     worker = heartbeat.request.hostname or socket.gethostname()
     return heartbeat_record(worker=worker, broker=broker, nonce=nonce).pk
@@ -36,10 +48,6 @@ _TRANSIENT_RETRIES = 5
 def job_unit_run(self, *, unit_id: int) -> str:
     """Run one unit of a job. Transient errors (database or broker blips) retry with
     backoff; any other error is recorded on the unit and fails the job."""
-    from celery.exceptions import SoftTimeLimitExceeded
-
-    from webapp.jobs.services import TransientUnitError, job_unit_execute, job_unit_give_up
-
     worker = self.request.hostname or socket.gethostname()
     try:
         return job_unit_execute(unit_id=unit_id, worker=worker)
@@ -62,8 +70,6 @@ def job_unit_run(self, *, unit_id: int) -> str:
 )
 def job_finalize(self, *, job_id: int) -> str:
     """Write a job's manifest and record its artifact, after every unit finished."""
-    from webapp.jobs.services import TransientUnitError, job_finalize_execute
-
     try:
         return job_finalize_execute(job_id=job_id)
     except TransientUnitError as exc:
@@ -75,8 +81,6 @@ def job_finalize(self, *, job_id: int) -> str:
 def job_dispatch(self, *, job_id: int, phase: int) -> str:
     """Send the next batch of a phase's units (and, while more wait, the next dispatch):
     a phase of a million units is sent a bounded batch at a time, never by one task."""
-    from webapp.jobs.services import job_dispatch_execute, transient_errors
-
     try:
         return job_dispatch_execute(job_id=job_id, phase=phase)
     except transient_errors() as exc:
@@ -92,13 +96,9 @@ def job_dispatch(self, *, job_id: int, phase: int) -> str:
 def fact_compute(self, *, kind: str, object_id: int, key: str = "") -> str:
     """Measure one fact (a pool's quality by a property, a source's statistics...) and
     store it; an object store that does not answer is retried with backoff."""
-    from webapp.catalog import facts
-
     try:
         return facts.fact_compute(kind=kind, object_id=object_id, key=key)
     except Exception as exc:
-        from shardcore import storage
-
         if not storage.is_store_error(exc) or self.request.retries >= _TRANSIENT_RETRIES:
             raise
         raise self.retry(exc=exc, countdown=min(60, 2 ** (self.request.retries + 1))) from exc
@@ -109,13 +109,9 @@ def fact_compute(self, *, kind: str, object_id: int, key: str = "") -> str:
 def flag_taint(self, *, flag_id: int) -> str:
     """Compute and store what a flag taints (then ask for its runs' first reads); a rerun
     stores the same rows. An object store that does not answer is retried with backoff."""
-    from webapp.catalog.services.flags import flag_taint_compute
-
     try:
         return flag_taint_compute(flag_id=flag_id)
     except Exception as exc:
-        from shardcore import storage
-
         if not storage.is_store_error(exc) or self.request.retries >= _TRANSIENT_RETRIES:
             raise
         raise self.retry(exc=exc, countdown=min(60, 2 ** (self.request.retries + 1))) from exc
@@ -125,9 +121,7 @@ def flag_taint(self, *, flag_id: int) -> str:
 def flag_reads(*, flag_id: int) -> int:
     """Store when each run a flag taints first reads a flagged document (the sample);
     a rerun computes only what is missing."""
-    from webapp.catalog import facts
-
-    return facts.flag_reads_compute(flag_id=flag_id)
+    return flag_reads_compute(flag_id=flag_id)
 
 
 # The storage report (webapp.ops.storage): measured here, never on a request. Idempotent: a
@@ -136,6 +130,4 @@ def flag_reads(*, flag_id: int) -> int:
              soft_time_limit=3000, time_limit=3300)  # fmt: skip
 def storage_measure(*, report_id: int) -> str:
     """Measure what the data root holds and store it as the report's row."""
-    from webapp.ops.storage import storage_measure as measure
-
-    return measure(report_id=report_id)
+    return storage_measure_execute(report_id=report_id)

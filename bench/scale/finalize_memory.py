@@ -26,7 +26,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
 os.environ.setdefault("DEBUG", "1")  # no production SECRET_KEY needed to measure
 import django
 django.setup()
-from webapp.catalog.selectors.pools import _measure
+from webapp.catalog.measures.pools import _measure
 from webapp.catalog.services.recipe import recipe_measure
 from webapp.catalog.models import Shard
 from webapp.catalog.services.common import files_by_path

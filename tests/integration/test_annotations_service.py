@@ -319,7 +319,7 @@ def test_a_flag_where_over_a_large_annotation_is_evaluated_by_its_taint_task(
     # Larger than the setting: recorded at once, nothing evaluated in the request.
     settings.PLAN_INLINE_DOCUMENTS = 0
     sent: list[dict] = []
-    monkeypatch.setattr(flag_taint, "delay", lambda **kw: sent.append(kw))
+    monkeypatch.setattr(flag_taint, "apply_async", lambda kwargs, **_: sent.append(kwargs))
 
     def not_here(*a, **kw):
         raise AssertionError("the filter was evaluated in the request")

@@ -10,9 +10,8 @@ import pytest
 
 from tests.integration.dashboard_fixtures import login, stdlib_code_pool, users  # noqa: F401
 from tests.support.services import wait_for
-from webapp.catalog import facts
+from webapp.catalog import facts, measures
 from webapp.catalog.models import Fact
-from webapp.catalog.selectors import pools as pool_selectors
 from workers.celery import app
 
 pytestmark = pytest.mark.services
@@ -40,10 +39,8 @@ def test_a_worker_measures_and_stores_what_the_pool_page_shows(
     wait_for(lambda: stored("pool_properties", pool.pk), timeout=120, what="properties")
     wait_for(lambda: stored("pool_quality", pool.pk, "length"), timeout=120, what="quality")
     wait_for(lambda: stored("source_stats", ts.pk), timeout=120, what="statistics")
-    assert stored("pool_properties", pool.pk).value == pool_selectors.pool_properties_measure(
-        pool=pool
-    )
-    measured = pool_selectors.pool_quality_measure(pool=pool, by="length")
+    assert stored("pool_properties", pool.pk).value == measures.pool_properties_measure(pool=pool)
+    measured = measures.pool_quality_measure(pool=pool, by="length")
     assert stored("pool_quality", pool.pk, "length").value["windows"] == measured["windows"]
     resp = login("viewer").get(f"/pools/{pool.pk}/?by=length")
     assert resp.context["quality"]["report"]["windows"] == measured["windows"]

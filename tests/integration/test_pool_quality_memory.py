@@ -17,7 +17,7 @@ from shardcore import units
 from shardcore.formats import IndexedWriter
 from shardcore.pool import plan_pool
 from shardcore.verify import file_entry
-from webapp.catalog.selectors.pools import _measure
+from webapp.catalog.measures.pools import _measure
 
 DOCS = 40_000
 

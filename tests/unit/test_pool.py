@@ -372,8 +372,8 @@ def test_a_pool_of_more_buckets_than_a_directory_holds_fans_its_shards_out(
     assert np.array_equal(a.document_values("kind"), b.document_values("kind"))
     # The properties a pool page offers: the same from the first sidecar's footer.
     from shardcore import props
+    from webapp.catalog.measures import pool_properties_measure
     from webapp.catalog.models import Pool as PoolRow
-    from webapp.catalog.selectors.pools import pool_properties_measure
 
     listed = [pool_properties_measure(pool=PoolRow(path=str(p.path))) for p in (a, b)]
     assert listed[0] == listed[1] == props.names(props.props_type(a.document_schema))

@@ -15,7 +15,7 @@ artifact's files, so its cost does not grow with the artifact.
   tainted pool's documents table) is computed by a task (``workers.flag_taint`` ->
   ``services.flags.flag_taint_compute``) after the flag is recorded; its row says
   queued, running, ready or failed.
-- ``flag_reads_request`` / ``flag_reads_compute``: per run a flag taints, when it first
+- ``flag_reads_request`` (computed by ``services.flags.flag_reads_compute``): per run a flag taints, when it first
   reads a flagged document (the sample; the step follows from its progress reports when a
   page shows it), stored on the taint; the flag counts how many are done.
 """
@@ -23,17 +23,14 @@ artifact's files, so its cost does not grow with the artifact.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
-from shardcore import quality, storage
-from shardcore.errors import ShardcoreError
-from shardcore.mixture import Mixture
-from shardcore.tokenized import property_stats
+from shardcore import storage
+from webapp.catalog.measures import MEASURES
 from webapp.catalog.models import (
     Fact,
     Flag,
@@ -42,89 +39,21 @@ from webapp.catalog.models import (
     Taint,
     TokenizedSource,
 )
+from webapp.tasks import task_send
 
 log = logging.getLogger(__name__)
 
 # A QUEUED or RUNNING row older than this is asked for again (its message was lost).
 STALE = timedelta(minutes=30)
-# Epoch starts kept per version (the run page marks at most a few dozen).
-EPOCH_STARTS_KEPT = 2000
-
-
-# --- the measurements -------------------------------------------------------------------
-
-
-def _pool_quality(pool_id: int, key: str) -> Any:
-    from webapp.catalog.selectors.pools import pool_quality_measure
-
-    return pool_quality_measure(pool=Pool.objects.get(pk=pool_id), by=key)
-
-
-def _pool_properties(pool_id: int, key: str) -> Any:
-    from webapp.catalog.selectors.pools import pool_properties_measure
-
-    return pool_properties_measure(pool=Pool.objects.get(pk=pool_id))
-
-
-def _version_quality(version_id: int, key: str) -> Any:
-
-    version = MixtureVersion.objects.get(pk=version_id)
-    try:
-        return quality.mixture_quality(version.path, by=key or "pool")
-    except (ShardcoreError, OSError, ValueError) as exc:
-        return {"error": f"no quality measured: {exc}"}
-
-
-def _source_stats(tokenized_id: int, key: str) -> Any:
-
-    ts = TokenizedSource.objects.select_related("source").get(pk=tokenized_id)
-    return property_stats(ts.path, list(ts.source.metadata_fields or []))
-
-
-def _version_epochs(version_id: int, key: str) -> Any:
-    """Where each pool's next pass starts in the version's schedule (its first
-    EPOCH_STARTS_KEPT), with the pool's path: one pass over the pool column, here."""
-
-    mix = Mixture(MixtureVersion.objects.get(pk=version_id).path, ranged=True)
-    starts = mix.epoch_starts()
-    return {
-        "starts": starts[:EPOCH_STARTS_KEPT],
-        "total": len(starts),
-        "paths": [p["path"] for p in mix.pools],
-    }
-
-
-def _decon_pool_items(pool_id: int, key: str) -> Any:
-    """Per benchmark of decon annotation ``key``: the overlapping documents and items the
-    pool holds (``selectors.decon.decon_pool_items_measure``)."""
-    from webapp.catalog.models import Annotation
-    from webapp.catalog.selectors.decon import decon_pool_items_measure
-
-    return decon_pool_items_measure(
-        pool=Pool.objects.get(pk=pool_id),
-        annotation=Annotation.objects.select_related("tokenized_source").get(pk=int(key)),
-    )
-
-
-MEASURES: dict[str, Callable[[int, str], Any]] = {
-    "pool_quality": _pool_quality,
-    "pool_properties": _pool_properties,
-    "version_quality": _version_quality,
-    "source_stats": _source_stats,
-    "version_epochs": _version_epochs,
-    "decon_pool_items": _decon_pool_items,
-}
 
 
 # --- asking, reading, computing ---------------------------------------------------------
 
 
 def _send(kind: str, object_id: int, key: str) -> None:
-    from workers.tasks import fact_compute
-
     def send() -> None:
         try:
-            fact_compute.delay(kind=kind, object_id=object_id, key=key)
+            task_send("workers.fact_compute", kind=kind, object_id=object_id, key=key)
         except Exception as exc:  # noqa: BLE001 - the broker is down: the row says queued
             log.warning("fact %s %s %r not sent: %s", kind, object_id, key, exc)
 
@@ -233,15 +162,13 @@ def artifact_facts_request(obj) -> None:
 def flag_taint_request(*, flag_id: int) -> None:
     """Ask for the flag's taint: its row QUEUED now, one task message once the transaction
     commits (``workers.flag_taint``)."""
-    from workers.tasks import flag_taint
-
     Flag.objects.filter(pk=flag_id).update(
         taint_state=Flag.TaintState.QUEUED, taint_requested_at=timezone.now(), taint_error=""
     )
 
     def send() -> None:
         try:
-            flag_taint.delay(flag_id=flag_id)
+            task_send("workers.flag_taint", flag_id=flag_id)
         except Exception as exc:  # noqa: BLE001 - the broker is down: the row says queued
             log.warning("flag %s taint not sent: %s", flag_id, exc)
 
@@ -270,45 +197,13 @@ def flag_taint_read(flag: Flag) -> dict:
 def flag_reads_request(*, flag_id: int) -> None:
     """Ask for the first flagged sample of each run the flag taints (one task), once the
     transaction commits; the flag counts them (``reads_total``, ``reads_done``)."""
-    from workers.tasks import flag_reads
-
     total = Taint.objects.filter(flag_id=flag_id, run__isnull=False).count()
     Flag.objects.filter(pk=flag_id).update(reads_total=total, reads_done=0)
 
     def send() -> None:
         try:
-            flag_reads.delay(flag_id=flag_id)
+            task_send("workers.flag_reads", flag_id=flag_id)
         except Exception as exc:  # noqa: BLE001 - the page says "being computed"
             log.warning("flag %s reads not sent: %s", flag_id, exc)
 
     transaction.on_commit(send)
-
-
-def flag_reads_compute(*, flag_id: int, batch: int = 50) -> int:
-    """For each run ``flag_id`` taints whose read is not stored: where it first reads a
-    flagged document (``selectors.flags.flag_read`` without the step), stored on its
-    taint, ``batch`` runs at a time with the flag's count of done ones. Idempotent: a
-    rerun computes only what is missing. Returns how many it stored."""
-    from webapp.catalog.selectors.flags import flag_read
-    from webapp.catalog.selectors.runs import runs_segments
-
-    flag = Flag.objects.select_related("source", "source_file").get(pk=flag_id)
-    todo = Taint.objects.filter(flag=flag, run__isnull=False, read__isnull=True)
-    done = 0
-    while True:
-        taints = list(todo.select_related("run__mixture_version").order_by("id")[:batch])
-        if not taints:
-            break
-        segments = runs_segments([t.run for t in taints])
-        for t in taints:
-            row = flag_read(flag=flag, reports=[], segments=segments[t.run_id])
-            stored = {k: row[k] for k in ("first_sample", "never", "error") if k in row}
-            stored["segments"] = row.get("segments", [])
-            Taint.objects.filter(pk=t.pk).update(read=stored)
-            done += 1
-        Flag.objects.filter(pk=flag.pk).update(
-            reads_done=Taint.objects.filter(
-                flag=flag, run__isnull=False, read__isnull=False
-            ).count()
-        )
-    return done

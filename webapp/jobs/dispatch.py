@@ -25,6 +25,8 @@ from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+import kombu.exceptions
+import redis.exceptions
 from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
@@ -32,6 +34,7 @@ from django.utils import timezone
 from shardcore import units
 from webapp.jobs.common import describe, job_fail, log_line, unit_lease, with_db_retry
 from webapp.jobs.models import ACTIVE_JOB_STATES, Job, JobUnit, UnitState
+from webapp.tasks import task, task_send
 
 log = logging.getLogger("webapp.jobs.services")
 
@@ -215,11 +218,9 @@ def job_dispatch_execute(*, job_id: int, phase: int) -> str:
 
 def send_dispatch(job_id: int, phase: int) -> bool:
     """Send the dispatcher's next step for the job's phase (stamped on the job row)."""
-    from workers.tasks import job_dispatch
-
     Job.objects.filter(pk=job_id).update(dispatch_queued_at=timezone.now())
     try:
-        job_dispatch.apply_async(kwargs={"job_id": job_id, "phase": phase})
+        task_send("workers.job_dispatch", job_id=job_id, phase=phase)
     except _broker_errors() as exc:
         _broker_down(job_id, exc)
         return False
@@ -295,9 +296,6 @@ def job_plan_forget(job_id: int) -> None:
 
 
 def _broker_errors() -> tuple[type[BaseException], ...]:
-    import kombu.exceptions
-    import redis.exceptions
-
     return (kombu.exceptions.OperationalError, redis.exceptions.ConnectionError, OSError)
 
 
@@ -344,8 +342,7 @@ def _send(job_id: int, pks: list[int], *, dispatch: int | None = None, fresh: bo
     are sent again a lease later. ``dispatch``: the phase whose next dispatch step is sent
     halfway through (``job_dispatch_execute``); ``fresh``: the units were stamped as they
     were queued, just now."""
-    from workers.tasks import job_unit_run
-
+    job_unit_run = task("workers.job_unit_run")
     renew = unit_lease().total_seconds() / 3
     stamped = time.monotonic() if fresh else -math.inf
     halfway = len(pks) // 2
@@ -368,11 +365,9 @@ def enqueue_finalize(job_id: int) -> None:
 
 
 def send_finalize(job_id: int) -> bool:
-    from workers.tasks import job_finalize
-
     Job.objects.filter(pk=job_id).update(finalize_queued_at=timezone.now())
     try:
-        job_finalize.apply_async(kwargs={"job_id": job_id})
+        task_send("workers.job_finalize", job_id=job_id)
     except _broker_errors() as exc:
         _broker_down(job_id, exc)
         return False

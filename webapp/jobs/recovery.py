@@ -27,7 +27,7 @@ from django.db import connection, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from webapp.jobs import claims, dispatch
+from webapp.jobs import broker, claims, dispatch
 from webapp.jobs.common import DB_DROPPED, JobError, log_line, record, unit_lease
 from webapp.jobs.models import ACTIVE_JOB_STATES, Job, JobState, JobUnit, SweepTurn, UnitState
 
@@ -226,13 +226,10 @@ def job_resend_lost(*, queue: str | None = None, lease_seconds: int | None = Non
     (``webapp.jobs.broker``). The units are read by their send stamps through an index
     (those sent before that time, a few), never by listing the broker's queue or every
     queued unit. Returns the jobs touched."""
-    from webapp.jobs import broker
-    from workers.celery import app
-
     lease = unit_lease(lease_seconds)
     head = broker.queue_head(
         broker_url=settings.CELERY_BROKER_URL,
-        queue=queue or app.conf.task_default_queue,
+        queue=queue or settings.CELERY_TASK_DEFAULT_QUEUE,
         unacked_within=lease.total_seconds(),
     )
     if head is None:

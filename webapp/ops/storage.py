@@ -44,6 +44,7 @@ from webapp.catalog.models import (
 from webapp.jobs.models import Job
 from webapp.ops.models import StorageReport
 from webapp.roles import ROLES
+from webapp.tasks import task_send
 
 log = logging.getLogger(__name__)
 
@@ -212,11 +213,9 @@ def _under_way():
 
 
 def _send(report_id: int) -> None:
-    from workers.tasks import storage_measure as task
-
     def send() -> None:
         try:
-            task.delay(report_id=report_id)
+            task_send("workers.storage_measure", report_id=report_id)
         except Exception as exc:  # noqa: BLE001 - the broker is down: the row says queued
             log.warning("storage measurement %s not sent: %s", report_id, exc)
 

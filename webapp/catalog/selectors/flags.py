@@ -329,7 +329,7 @@ def run_flag_reads(*, run: TrainingRun, flag_ids: list[int] | None = None) -> li
 
 def taint_read_row(t: Taint, *, flag: Flag, step: dict | None = None) -> dict:
     """A run's taint as a ``flag_read`` row: the first flagged sample stored on it
-    (``Taint.read``, computed by ``facts.flag_reads_compute``) and the step that read it,
+    (``Taint.read``, computed by ``services.flags.flag_reads_compute``) and the step that read it,
     from the run's progress reports around it (``runs.step_of_sample_at``: two indexed
     reads). ``computing`` (with the flag's ``done`` and ``total``) while not stored."""
     row: dict[str, Any] = {"flag": flag, "first_sample": None, "read": False, "never": False}

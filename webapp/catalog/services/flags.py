@@ -3,7 +3,7 @@ built from them, through lineage, with the number of flagged documents each hold
 
 Recording a flag writes its row only; its taint (which reads each tainted pool's documents
 table) is computed by a task (``workers.flag_taint`` -> ``flag_taint_compute``), then the
-first reads of its runs by another (``facts.flag_reads_compute``)."""
+first reads of its runs by another (``flag_reads_compute``)."""
 
 from __future__ import annotations
 
@@ -34,6 +34,8 @@ from webapp.catalog.models import (
 )
 from webapp.catalog.scrub import corruption_refresh
 from webapp.catalog.selectors import segment_flagged
+from webapp.catalog.selectors.flags import flag_read
+from webapp.catalog.selectors.runs import runs_segments
 
 log = logging.getLogger(__name__)
 
@@ -186,7 +188,7 @@ def flag_propagate(*, flag_id: int) -> int:
                 Taint(flag=flag, export=export, documents=hit_versions[export.version_id])
             )
     # A run's first flagged sample, once computed, stays while its segments do (a switch
-    # adds one); the rest is computed again by a task (facts.flag_reads_compute).
+    # adds one); the rest is computed again by a task (flag_reads_compute).
     kept = {
         run_id: read
         for run_id, read in Taint.objects.filter(flag=flag, run__isnull=False)
@@ -349,3 +351,30 @@ def _flagged_docs_in_version(flag: Flag, version: MixtureVersion, hit_pools: dic
         return 0
     # A pool in two stages holds its documents once.
     return sum(hit_pools.get(p, 0) for p in {c.pool_id for c in version.components.all()})
+
+
+def flag_reads_compute(*, flag_id: int, batch: int = 50) -> int:
+    """For each run ``flag_id`` taints whose read is not stored: where it first reads a
+    flagged document (``selectors.flags.flag_read`` without the step), stored on its
+    taint, ``batch`` runs at a time with the flag's count of done ones. Idempotent: a
+    rerun computes only what is missing. Returns how many it stored."""
+    flag = Flag.objects.select_related("source", "source_file").get(pk=flag_id)
+    todo = Taint.objects.filter(flag=flag, run__isnull=False, read__isnull=True)
+    done = 0
+    while True:
+        taints = list(todo.select_related("run__mixture_version").order_by("id")[:batch])
+        if not taints:
+            break
+        segments = runs_segments([t.run for t in taints])
+        for t in taints:
+            row = flag_read(flag=flag, reports=[], segments=segments[t.run_id])
+            stored = {k: row[k] for k in ("first_sample", "never", "error") if k in row}
+            stored["segments"] = row.get("segments", [])
+            Taint.objects.filter(pk=t.pk).update(read=stored)
+            done += 1
+        Flag.objects.filter(pk=flag.pk).update(
+            reads_done=Taint.objects.filter(
+                flag=flag, run__isnull=False, read__isnull=False
+            ).count()
+        )
+    return done

@@ -18,12 +18,12 @@ from shardcore.pool import plan_pool
 from shardcore.units import Plan, load_plan
 from webapp.catalog.errors import CatalogError, boundary, refused
 from webapp.catalog.facts import artifact_facts_request
+from webapp.catalog.measures import pool_quality_measure
 from webapp.catalog.models import (
     ArtifactStatus,
     Pool,
     TokenizedSource,
 )
-from webapp.catalog.selectors.pools import pool_quality_measure
 from webapp.catalog.services.annotations import pool_annotations
 from webapp.catalog.services.common import (
     artifact_dir,
