@@ -147,14 +147,6 @@ SECURE_REFERRER_POLICY  # unused variable (webapp/settings.py:98)
 X_FRAME_OPTIONS  # unused variable (webapp/settings.py:99)
 application  # unused variable (webapp/wsgi.py:8)
 
-# Job recorders and scrub hooks, named by dotted path in a Job row (import_string).
-scrub_record  # unused function (webapp/catalog/scrub.py:85)
-mixture_materialized_record  # unused function (webapp/catalog/services/exports.py:227)
-mixture_version_record  # unused function (webapp/catalog/services/mixtures.py:289)
-pool_record  # unused function (webapp/catalog/services/pools.py:186)
-pool_planned  # a job's recorder, named by dotted path (webapp/catalog/services/pools.py)
-tokenized_source_record  # unused function (webapp/catalog/services/tokenized.py:141)
-
 # The library's public API (README: the client, the loader, tokenize(), pad_stream, window_tolerance...), Python protocols (file objects' readable/seekable/tell, __exit__'s traceback, module __getattr__) and constants the tests pin.
 tb  # unused variable (shardcore/atomic.py:154)
 window_tolerance  # unused function (shardcore/blend.py:290)
@@ -203,8 +195,6 @@ gpt_indices  # unused function (shardcore/export_megatron.py)
 greedy_exact  # unused function (shardcore/order/recipe.py)
 min_copy_distance  # unused function (shardcore/order/recipe.py)
 annotator_version  # model field read through the ORM (webapp/catalog/models.py)
-annotation_record  # a job's recorder, named by dotted path (webapp/catalog/services/annotations.py)
-annotation_group_record  # a job's recorder, named by dotted path (webapp/catalog/services/annotation_groups.py)
 tokenized_sources  # a serializer field (webapp/api/annotations.py)
 _.help_text  # a form field's attribute Django renders (webapp/dashboard/forms.py)
 

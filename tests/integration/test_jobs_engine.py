@@ -12,7 +12,7 @@ import pytest
 
 from shardcore import atomic, units
 from shardcore.units import merge_bad_input
-from webapp.jobs import selectors, services
+from webapp.jobs import recorders, selectors, services
 from webapp.jobs.models import Job, JobState, JobUnit, UnitState
 from workers.celery import app
 
@@ -56,8 +56,10 @@ def _finalize(plan: units.Plan, stats: list[dict]) -> dict:
 
 units.register_stage("test-lines", run_unit=_run_unit, finalize=_finalize)
 RECORDED: list[tuple[int, str, dict | None]] = []
+RECORDER = "test.lines"
 
 
+@recorders.register(RECORDER)
 def record(*, job, manifest):
     RECORDED.append((job.pk, job.state, manifest))
 
@@ -85,9 +87,6 @@ def eager(transactional_db):
     app.conf.task_always_eager = False
     FAIL_ON.clear()
     TAKEN_OVER.clear()
-
-
-RECORDER = f"{__name__}.record"
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ RULES = (
     ("webapp.catalog", ("webapp.dashboard", "webapp.api", "webapp.ops"),
      "the catalog knows nothing of who shows it"),
     ("webapp.jobs", ("webapp.dashboard", "webapp.api", "webapp.catalog", "webapp.ops"),
-     "the job engine is generic: recorders are named by dotted path"),
+     "the job engine is generic: recorders are registered by name"),
     ("webapp.ops", ("webapp.dashboard", "webapp.api"), "operations run without the pages"),
     ("workers", ("webapp.dashboard", "webapp.api"), "tasks call services, never views"),
     ("webapp.roles", ("webapp.catalog", "webapp.jobs", "webapp.ops", "webapp.dashboard",

@@ -27,10 +27,11 @@ from webapp.catalog.models import (
     TrainingRun,
 )
 from webapp.catalog.services.common import artifact_dir
+from webapp.jobs import recorders
 from webapp.jobs.models import Job
 from webapp.jobs.services import job_create
 
-RECORDER = "webapp.catalog.scrub.scrub_record"
+RECORDER = "scrub"
 _KINDS = {
     "tokenized": ("tokenized_source", TokenizedSource),
     "pool": ("pool", Pool),
@@ -82,6 +83,7 @@ def scrub_due_start():
     return scrub_start() if old_enough else None
 
 
+@recorders.register(RECORDER)
 def scrub_record(*, job, manifest: dict | None) -> None:
     """Recorder of scrub jobs (inside the job's final transaction): corrupt artifacts get a
     Corruption row and mark everything built from them; intact ones lose theirs."""

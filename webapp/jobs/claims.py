@@ -43,6 +43,7 @@ from webapp.jobs.common import (
     with_db_retry,
 )
 from webapp.jobs.models import ACTIVE_JOB_STATES, Job, JobState, JobUnit, UnitState
+from webapp.jobs.recorders import UnknownRecorder
 
 log = logging.getLogger("webapp.jobs.services")
 
@@ -386,6 +387,10 @@ def job_finalize_execute(*, job_id: int) -> str:
 
     try:
         return with_db_retry(f"recording job {job_id}", record_it)
+    except UnknownRecorder as exc:  # the job's row names it: no traceback tells more
+        log.error("recording job %s failed: %s", job_id, exc)
+        error = f"recording the result failed: {exc}"
+        return with_db_retry(f"failing job {job_id}", lambda _e: job_fail(job_id, error))
     except Exception as exc:
         log.exception("recording job %s failed", job_id)
         error = f"recording the result failed: {describe(exc)}"

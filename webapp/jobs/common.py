@@ -11,11 +11,11 @@ import psycopg
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
-from django.utils.module_loading import import_string
 
 from shardcore import artifact_cache
 from shardcore.units import merge_bad_input
 from webapp.jobs.models import ACTIVE_JOB_STATES, Job, JobState, JobUnit
+from webapp.jobs.recorders import UnknownRecorder, recorder
 
 log = logging.getLogger("webapp.jobs.services")
 
@@ -119,14 +119,26 @@ def job_fail(job_id: int, error: str) -> str:
 
 def record(job: Job, manifest: dict | None) -> None:
     """Sum the job's bad input over its units into ``job.bad_input`` and call the job's
-    recorder (a catalog service) inside the caller's transaction; the caller holds the job
-    row and saves it. The checked local copies of remote artifacts the recorder reads (a
-    pool's quality, a schedule's) are released when it returns, so a long-lived worker
-    never pins them in its cache."""
+    recorder (a catalog service, by its registered name) inside the caller's transaction;
+    the caller holds the job row and saves it. The checked local copies of remote artifacts
+    the recorder reads (a pool's quality, a schedule's) are released when it returns, so a
+    long-lived worker never pins them in its cache.
+
+    A recorder name nobody registered raises ``UnknownRecorder`` on success (finalize then
+    fails the job with its message); on failure or cancel it is logged instead, so that the
+    job still ends rather than staying active forever."""
     job.bad_input = bad_input_sum(job_id=job.pk)
-    if job.recorder:
-        with artifact_cache.artifact_scope():
-            import_string(job.recorder)(job=job, manifest=manifest)
+    if not job.recorder:
+        return
+    try:
+        run = recorder(job.recorder)
+    except UnknownRecorder as exc:
+        if manifest is not None:
+            raise
+        log_line(job, f"nothing recorded: {exc}")
+        return
+    with artifact_cache.artifact_scope():
+        run(job=job, manifest=manifest)
 
 
 def bad_input_sum(*, job_id: int, limit: int | None = None) -> dict:

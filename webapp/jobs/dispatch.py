@@ -32,6 +32,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from shardcore import units
+from webapp.jobs import recorders
 from webapp.jobs.common import describe, job_fail, log_line, unit_lease, with_db_retry
 from webapp.jobs.models import ACTIVE_JOB_STATES, Job, JobUnit, UnitState
 from webapp.tasks import task, task_send
@@ -50,7 +51,11 @@ def job_create(
 ) -> Job:
     """Save the plan next to the output, create the job and its units, and send the first
     phase's first batch once the surrounding transaction commits (the dispatcher sends the
-    rest, ``job_dispatch_execute``)."""
+    rest, ``job_dispatch_execute``). ``recorder`` is a registered recorder's name
+    (``webapp.jobs.recorders``): an unknown one raises ``UnknownRecorder`` here rather than
+    when the job ends."""
+    if recorder:
+        recorders.recorder(recorder)
     units.save_plan(plan)
     with transaction.atomic():
         job = Job.objects.create(

@@ -7,9 +7,10 @@ one unit row; a success updates that row and adds to the job's counters in place
 
 The jobs app is generic over stages (tokenize, pool, materialize...): it knows a
 ``shardcore.units.Plan`` and nothing about the artifact it builds. The catalog app creates a
-job with a *recorder* (dotted path of a catalog service) that the engine calls when the job
-reaches a terminal state, so the artifact rows are written by the catalog, not here. Two
-apps keep that boundary visible: jobs never import the catalog.
+job with a *recorder* (the registered name of a catalog service, ``webapp.jobs.recorders``)
+that the engine calls when the job reaches a terminal state, so the artifact rows are
+written by the catalog, not here. Two apps keep that boundary visible: jobs never import
+the catalog.
 """
 
 from __future__ import annotations
@@ -66,7 +67,8 @@ class Job(models.Model):
     # the (few) of them already succeeded, without counting its rows. Empty for jobs
     # created before it was kept (their phase starts count the rows).
     phase_units = models.JSONField(default=list, blank=True)
-    # Dotted path of the service called on success/failure (see module docstring).
+    # Registered name of the service called on success/failure (see module docstring):
+    # a name, not an import path, so that moving the code strands no stored job.
     recorder = models.CharField(max_length=200, blank=True)
 
     units_total = models.PositiveIntegerField(default=0)

@@ -33,9 +33,10 @@ from webapp.catalog.services.common import (
     refuse_corrupt,
 )
 from webapp.catalog.services.launch import launch
+from webapp.jobs import recorders
 from webapp.jobs.models import ACTIVE_JOB_STATES, Job
 
-RECORDER = "webapp.catalog.services.annotation_groups.annotation_group_record"
+RECORDER = "annotation.groups"
 ANNOTATOR = "minhash"
 STAGE = "annotate.neardup"
 
@@ -158,6 +159,7 @@ def _same(sources: list[TokenizedSource], fingerprints: list[str]) -> list[Annot
     return [siblings[ts.pk] for ts in sources] if len(siblings) == len(sources) else None
 
 
+@recorders.register(RECORDER)
 def annotation_group_record(*, job, manifest: dict | None) -> None:
     """Recorder of near-duplicate group jobs: each source's annotation READY with its own
     manifest's counts and its chart summary, or all of them failed/cancelled."""

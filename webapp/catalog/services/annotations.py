@@ -34,9 +34,10 @@ from webapp.catalog.services.common import (
 from webapp.catalog.services.flags import flag_create
 from webapp.catalog.services.launch import launch
 from webapp.catalog.services.sources import source_location_check
+from webapp.jobs import recorders
 from webapp.jobs.models import ACTIVE_JOB_STATES, Job
 
-RECORDER = "webapp.catalog.services.annotations.annotation_record"
+RECORDER = "annotation"
 
 
 def annotator_choices() -> list[dict[str, Any]]:
@@ -207,6 +208,7 @@ def _same(ts: TokenizedSource, fingerprint: str) -> Annotation | None:
     )
 
 
+@recorders.register(RECORDER)
 def annotation_record(*, job, manifest: dict | None) -> None:
     """Recorder of annotation jobs: the manifest's counts and the chart summary (computed
     here, once, so that pages never read the Parquet files)."""

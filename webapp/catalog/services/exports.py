@@ -30,6 +30,7 @@ from webapp.catalog.services.common import (
 from webapp.catalog.services.flags import taint_refresh
 from webapp.catalog.services.launch import launch
 from webapp.catalog.services.mixtures import version_source_ids
+from webapp.jobs import recorders
 
 if TYPE_CHECKING:
     from webapp.jobs.models import Job
@@ -228,12 +229,13 @@ def mixture_version_materialize(
         plan=plan,
         create=create,
         title=f"materialize {version}",
-        recorder="webapp.catalog.services.exports.mixture_materialized_record",
+        recorder="mixture.materialized",
         created_by=created_by,
         plan_first=False,
     )
 
 
+@recorders.register("mixture.materialized")
 def mixture_materialized_record(*, job, manifest: dict | None) -> None:
     """Recorder of materialize jobs: the manifest becomes the Export row and its shards;
     a flag on data inside the version taints the copy too."""

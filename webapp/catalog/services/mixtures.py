@@ -44,6 +44,7 @@ from webapp.catalog.services.flags import taint_refresh
 from webapp.catalog.services.launch import launch
 from webapp.catalog.services.recipe import recipe_measure
 from webapp.catalog.services.register import parents_by_fingerprint, registered_artifact
+from webapp.jobs import recorders
 from webapp.jobs.models import Job
 from webapp.jobs.services import job_retry
 
@@ -277,7 +278,7 @@ def mixture_version_build(
         plan=plan,
         create=create,
         title=lambda: f"build {mixture.name} v{number}",
-        recorder="webapp.catalog.services.mixtures.mixture_version_record",
+        recorder="mixture.version",
         created_by=created_by,
         plan_first=False,
     )
@@ -304,6 +305,7 @@ def _pool_names(message: str, pools: dict[int, Pool]) -> str:
     return message
 
 
+@recorders.register("mixture.version")
 def mixture_version_record(*, job, manifest: dict | None) -> None:
     """Recorder of mixture jobs: the built schedule's facts become the version's (samples,
     tokens, epochs per pool, stages, fingerprint), with the schedule's mixing quality;

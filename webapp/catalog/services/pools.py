@@ -37,6 +37,7 @@ from webapp.catalog.services.flags import taint_refresh
 from webapp.catalog.services.launch import launch
 from webapp.catalog.services.recipe import recipe_measure
 from webapp.catalog.services.register import parents_by_fingerprint, registered_artifact
+from webapp.jobs import recorders
 from webapp.jobs.models import ACTIVE_JOB_STATES, Job
 from webapp.jobs.services import job_create
 
@@ -153,7 +154,7 @@ def pool_build(
         plan=plan,
         create=create,
         title=f"pool {name}" if inline else f"plan pool {name}",
-        recorder=f"webapp.catalog.services.pools.{'pool_record' if inline else 'pool_planned'}",
+        recorder="pool" if inline else "pool.planned",
         created_by=created_by,
     )
 
@@ -169,6 +170,7 @@ def _empty_selection(exc: EmptySelectionError) -> str:
     )
 
 
+@recorders.register("pool.planned")
 def pool_planned(*, job, manifest: dict | None) -> None:
     """Recorder of a pool's planning job (a launch over more documents than a request
     plans): start the pool's own job from the plan the worker saved, or fail the pool
@@ -182,7 +184,7 @@ def pool_planned(*, job, manifest: dict | None) -> None:
     built = job_create(
         plan=made,
         title=f"pool {pool.name}",
-        recorder="webapp.catalog.services.pools.pool_record",
+        recorder="pool",
         created_by=job.created_by,
     )
     pool.job = built
@@ -253,6 +255,7 @@ def _pool_fill(pool: Pool, manifest: dict) -> None:
     )
 
 
+@recorders.register("pool")
 def pool_record(*, job, manifest: dict | None) -> None:
     """Recorder of pool jobs: the train pool, its shards, and the validation pool."""
 

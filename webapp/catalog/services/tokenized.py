@@ -31,6 +31,7 @@ from webapp.catalog.services.common import (
 from webapp.catalog.services.flags import taint_refresh
 from webapp.catalog.services.launch import launch
 from webapp.catalog.services.sources import source_file_urls
+from webapp.jobs import recorders
 from webapp.jobs.models import ACTIVE_JOB_STATES
 
 
@@ -113,7 +114,7 @@ def tokenized_source_build(
             created_by=created_by,
         ),
         title=f"tokenize {source.name} with {tok.spec}",
-        recorder="webapp.catalog.services.tokenized.tokenized_source_record",
+        recorder="tokenized",
         created_by=created_by,
     )  # fmt: skip
 
@@ -133,6 +134,7 @@ def _tokenizing(source: Source, tok: Tokenizer) -> TokenizedSource | None:
     )
 
 
+@recorders.register("tokenized")
 def tokenized_source_record(*, job, manifest: dict | None) -> None:
     """Recorder of tokenize jobs: the manifest becomes the artifact row, its shards, and the
     per-file bad-input counts of the source. Runs inside the job's final transaction."""
