@@ -17,6 +17,7 @@ All exports name the pools' shard files; nothing is copied.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 from collections.abc import Callable
@@ -24,9 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from shardcore import export_cli, storage
 from shardcore import export_megatron as megatron
 from shardcore import manifest as mf
-from shardcore import storage
 from shardcore.errors import InputError
 from shardcore.export_megatron import export_megatron
 from shardcore.export_nanotron import nanotron_config
@@ -119,23 +120,61 @@ def _refuse_remote(path: str | os.PathLike, fmt: str, materialized: Any = None) 
 
 @dataclass(frozen=True)
 class ExportFormat:
-    """One trainer export. Every list of export names (the CLI's ``--format`` choices, the
-    catalog's formats, the API serializer, ``manage.py catalog export``, the version page's
-    links) reads ``FORMATS``; tests/unit/test_export_registry.py checks that they agree."""
+    """One trainer export, and everything that differs from one to another: its names, its
+    file, its rendering, its options on the command line and in the catalog. Every list of
+    export names (the CLI's ``--format`` choices, the catalog's formats, the API serializer,
+    ``manage.py catalog export``, the version page's links) reads ``FORMATS``, and the
+    command and the catalog's service look a format up there instead of naming it;
+    tests/unit/test_export_registry.py checks that they agree, and
+    tests/unit/test_architecture.py that no caller branches on a format's name."""
 
     name: str  # shardcore's name: ``shardyard export --format NAME``
     catalog: str  # the catalog's name (an Export row's format); the API takes both names
     label: str  # the version page's link text
-    file_name: str  # the file under a mixture version's exports/
+    file_name: str  # the file under a mixture version's exports/ (see ``output_name``)
     render: Callable[..., str]  # (mixture_dir, **options) -> the export's text
     local_only: bool = True  # names local shard files: refused for object storage
     # What it writes beside its file (then only an editor writes it, never a reader's GET);
     # empty when it writes nothing else.
     writes_beside: str = ""
+    # ``shardyard export``: adds the format's argument group to the command's parser, and
+    # turns the parsed arguments into the options of ``render``. An ``out`` among those
+    # options is a directory the render writes itself; the command then prints the text.
+    add_arguments: Callable[[argparse.ArgumentParser], None] = export_cli.no_arguments
+    cli_options: Callable[[argparse.Namespace], dict[str, Any]] = export_cli.no_options
+    # A question its arguments ask instead of an export (megatron's --check-trainer-args):
+    # the command's exit status, or None to export.
+    cli_answer: Callable[[argparse.Namespace], int | None] = export_cli.no_answer
+    # The catalog's export of a version. The folder under the version's exports/ given as
+    # ``out`` for the files it writes beside its own (empty: none given; nanotron puts its
+    # views under <mixture>/exports/nanotron itself) ...
+    beside: str = ""
+    # ... whether it takes the request's global batch size (samples per step) ...
+    batch_sized: bool = False
+    # ... and whether it reads the version's ready materialized copy (option
+    # ``materialized``), the one artifact besides the version it accepts.
+    reads_copy: bool = False
+
+    def output_name(self, options: dict[str, Any]) -> str:
+        """The file under a version's exports/ for these options: ``file_name`` marked
+        ``-materialized`` when it reads a materialized copy and ``-gbs{N}`` for a global
+        batch size (olmo-core-materialized-gbs8.yaml), so that each variant keeps its own
+        file and a recorded export is found again by its path."""
+        stem, dot, suffix = self.file_name.rpartition(".")
+        if options.get("materialized"):
+            stem += "-materialized"
+        if options.get("global_batch_size"):
+            stem += f"-gbs{int(options['global_batch_size'])}"
+        return f"{stem}{dot}{suffix}"
 
 
-def _render_megatron(mixture_dir: str | os.PathLike, **options: Any) -> str:
-    # Also reads materialized mixtures; ``out`` (a directory) gets the index cache.
+def _render_megatron(
+    mixture_dir: str | os.PathLike, *, stage: str | None = None, **options: Any
+) -> str:
+    """Also reads materialized mixtures; ``out`` (a directory) gets the index cache. With
+    ``stage``: that stage's ``--data-args-path`` list alone, as a line."""
+    if stage:
+        return megatron_data_args(mixture_dir, stage) + "\n"
     return export_megatron(mixture_dir, **options)
 
 
@@ -156,17 +195,53 @@ FORMATS: dict[str, ExportFormat] = {
     f.name: f
     for f in (
         ExportFormat(
-            "megatron", "megatron", "Megatron", "megatron.txt", _render_megatron,
+            name="megatron",
+            catalog="megatron",
+            label="Megatron",
+            file_name="megatron.txt",
+            render=_render_megatron,
             writes_beside="writes the data-args files and the index cache, then downloads",
+            add_arguments=export_cli.megatron_arguments,
+            cli_options=export_cli.megatron_options,
+            cli_answer=export_cli.megatron_check,
+            # Beside megatron.txt: the stage data-args files and megatron-core's index cache
+            # (keyed for Megatron-LM's default seed and --split 100,0,0), so that the order
+            # holds.
+            beside="megatron",
         ),
-        ExportFormat("olmo", "olmo-core", "OLMo-core", "olmo-core.yaml", _render_olmo),
         ExportFormat(
-            "nanotron", "nanotron", "nanotron", "nanotron.yaml", _render_nanotron,
-            writes_beside="writes the pools' view folders, then downloads",
+            name="olmo",
+            catalog="olmo-core",
+            label="OLMo-core",
+            file_name="olmo-core.yaml",
+            render=_render_olmo,
+            add_arguments=export_cli.olmo_arguments,
+            cli_options=export_cli.olmo_options,
+            batch_sized=True,
+            # With a ready materialized copy, OLMo-core reads Shardyard's exact order from it.
+            reads_copy=True,
         ),
-        ExportFormat("json", "json", "JSON", "mixture.json", _render_json, local_only=False),
+        ExportFormat(
+            name="nanotron",
+            catalog="nanotron",
+            label="nanotron",
+            file_name="nanotron.yaml",
+            render=_render_nanotron,
+            writes_beside="writes the pools' view folders, then downloads",
+            add_arguments=export_cli.nanotron_arguments,
+            cli_options=export_cli.nanotron_options,
+            batch_sized=True,
+        ),
+        ExportFormat(
+            name="json",
+            catalog="json",
+            label="JSON",
+            file_name="mixture.json",
+            render=_render_json,
+            local_only=False,
+        ),
     )
-}  # fmt: skip
+}
 
 
 def by_catalog_name(name: str) -> ExportFormat | None:

@@ -332,3 +332,116 @@ def test_views_catch_the_catalogs_errors_alone():
                     }:
                         found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert found == [], found
+
+
+# --- no branch on an export format's name -----------------------------------------------
+
+# Where export formats are looked up in or looped over shardcore.export.FORMATS, never
+# named: each format's options, file names and rendering are hooks on its registry entry,
+# so a new trainer is one entry, not an edit to every caller.
+FORMAT_BLIND = (
+    "shardcore/commands",
+    "webapp/catalog/services",
+    "webapp/catalog/management",
+    "webapp/dashboard/views",
+    "webapp/api",
+)
+# (file, format name) -> why that file may compare with or key by that name. None today.
+FORMAT_NAME_ALLOWED: dict[tuple[str, str], str] = {}
+
+
+Branch = tuple[str, int, str, str]  # (file, line, format name, how it is used)
+
+
+def format_names() -> set[str]:
+    """Every name a format answers to: shardcore's and the catalog's."""
+    from shardcore.export import FORMATS
+
+    return {n for f in FORMATS.values() for n in (f.name, f.catalog)}
+
+
+def _strings(node: ast.expr) -> list[ast.Constant]:
+    """The string constants of a comparison's operand, and of a tuple, list or set literal
+    it is (``fmt in ("megatron", "olmo")``)."""
+    items = [node, *node.elts] if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else [node]
+    return [c for c in items if isinstance(c, ast.Constant) and isinstance(c.value, str)]
+
+
+def format_branches(root: Path, names: set[str], folders=FORMAT_BLIND) -> list[Branch]:
+    """(file, line, name, how) for each format name (any case) that a module under
+    ``folders`` compares with (``==``, ``in``), keys a dict by or matches a case on: a
+    branch on a format. A call, a help text or a docstring naming one is no branch."""
+    out = []
+    for folder in folders:
+        for path in sorted((root / folder).rglob("*.py")):
+            where = path.relative_to(root).as_posix()
+            for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+                if isinstance(node, ast.Compare):
+                    operands = [node.left, *node.comparators]
+                    found = [(c, "compared") for op in operands for c in _strings(op)]
+                elif isinstance(node, ast.Dict):
+                    found = [(c, "a dict key") for k in node.keys if k for c in _strings(k)]
+                elif isinstance(node, ast.MatchValue):
+                    found = [(c, "a match case") for c in _strings(node.value)]
+                else:
+                    continue
+                out += [
+                    (where, c.lineno, c.value, how) for c, how in found if c.value.lower() in names
+                ]
+    return sorted(out)
+
+
+def unexplained(
+    found: list[Branch], allowed: dict[tuple[str, str], str]
+) -> tuple[list[Branch], list[tuple[str, str]]]:
+    """(the branches the allow-list does not name, the allow-list's entries that name no
+    branch any more: taken off, so that the list stays the truth)."""
+    hits = {(where, name) for where, _line, name, _how in found}
+    return (
+        [hit for hit in found if (hit[0], hit[2]) not in allowed],
+        sorted(set(allowed) - hits),
+    )
+
+
+def test_no_caller_branches_on_an_export_formats_name():
+    names = format_names()
+    assert {"megatron", "olmo", "olmo-core", "nanotron"} <= names
+    assert unexplained(format_branches(ROOT, names), FORMAT_NAME_ALLOWED) == ([], [])
+
+
+def test_it_finds_a_branch_on_a_format_name_in_a_crafted_tree(tmp_path):
+    files = {
+        "shardcore/commands/export.py": (
+            'def run(args):\n    if args.format == "megatron":\n        return 1\n'
+            '    return export(args.mixture, args.format, help="megatron: the stage")\n'
+        ),
+        "webapp/catalog/services/exports.py": 'NAMES = {"olmo-core": "olmo-core.yaml"}\n',
+        "webapp/dashboard/views/catalog.py": (
+            'def view(fmt):\n    match fmt:\n        case "Nanotron":\n            pass\n'
+        ),
+        "webapp/api/views.py": (
+            '"""Exports for megatron."""\n'
+            'def post(fmt):\n    return fmt.name not in ("json", "parquet")\n'
+        ),
+        # Outside the folders: the registry itself names each format.
+        "shardcore/export.py": 'if fmt == "megatron":\n    pass\n',
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    found = format_branches(tmp_path, {"megatron", "olmo", "olmo-core", "nanotron", "json"})
+    assert found == [
+        ("shardcore/commands/export.py", 2, "megatron", "compared"),
+        ("webapp/api/views.py", 3, "json", "compared"),
+        ("webapp/catalog/services/exports.py", 1, "olmo-core", "a dict key"),
+        ("webapp/dashboard/views/catalog.py", 3, "Nanotron", "a match case"),
+    ]
+    # An allowed one passes, with its reason; an allowed one that is gone is reported.
+    allowed = {
+        ("webapp/api/views.py", "json"): "the API's own media type, not the export",
+        ("webapp/api/views.py", "megatron"): "a stale entry",
+    }
+    assert unexplained(found, allowed) == (
+        [hit for hit in found if hit[0] != "webapp/api/views.py"],
+        [("webapp/api/views.py", "megatron")],
+    )

@@ -64,3 +64,41 @@ def test_the_version_page_names_no_format_by_hand():
 def test_an_unknown_format_is_refused_naming_the_known_ones(tmp_path):
     with pytest.raises(InputError, match=r"unknown export format 'parquet'; known: \['megatron'"):
         export.export(tmp_path, "parquet")
+
+
+def test_each_format_names_its_file_for_the_options_the_catalog_gives_it(tmp_path):
+    fmt = export.FORMATS
+    assert fmt["megatron"].output_name({"out": tmp_path / "megatron"}) == "megatron.txt"
+    assert fmt["json"].output_name({}) == "mixture.json"
+    assert fmt["nanotron"].output_name({}) == "nanotron.yaml"
+    assert fmt["nanotron"].output_name({"global_batch_size": 8}) == "nanotron-gbs8.yaml"
+    olmo = fmt["olmo"]
+    assert olmo.output_name({"materialized": None}) == "olmo-core.yaml"
+    assert olmo.output_name({"global_batch_size": 4}) == "olmo-core-gbs4.yaml"
+    copy = {"materialized": str(tmp_path / "flat")}
+    assert olmo.output_name(copy) == "olmo-core-materialized.yaml"
+    assert olmo.output_name({**copy, "global_batch_size": 4}) == "olmo-core-materialized-gbs4.yaml"
+    # What the catalog gives each: the batch size to those that take it, the copy to the one
+    # that reads it, a folder for the files beside to the one that writes them there.
+    assert [f.name for f in fmt.values() if f.batch_sized] == ["olmo", "nanotron"]
+    assert [f.name for f in fmt.values() if f.reads_copy] == ["olmo"]
+    assert {f.name: f.beside for f in fmt.values() if f.beside} == {"megatron": "megatron"}
+
+
+def test_the_command_takes_each_formats_options_from_its_own_group():
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    groups = {
+        g.title: [a.dest for a in g._group_actions] for g in sub.choices["export"]._action_groups
+    }
+    assert groups["olmo"] == ["materialized", "work_dir"]
+    assert groups["nanotron"] == ["views_dir", "nanotron_tokenizer"]
+    assert groups["megatron"] == ["stage"]
+    args = parser.parse_args(["export", "mix", "--format", "nanotron", "--views-dir", "v"])
+    assert export.FORMATS["nanotron"].cli_options(args) == {
+        "global_batch_size": None,
+        "views_dir": "v",
+    }
+    args = parser.parse_args(["export", "mix", "--format", "megatron", "--stage", "anneal"])
+    assert export.FORMATS["megatron"].cli_options(args) == {"stage": "anneal"}
+    assert export.FORMATS["json"].cli_options(args) == {}

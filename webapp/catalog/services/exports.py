@@ -117,17 +117,13 @@ def _export_target(
             "config names local shard files; materialize the version and stream it with "
             "shardcore.loader, or export from a local copy"
         )
-    core_fmt, name = EXPORT_FORMATS[fmt]
+    core_fmt = spec.name
     options: dict[str, Any] = {}
-    if spec.name == "megatron":
-        # Beside megatron.txt: the stage data-args files and megatron-core's index cache
-        # (keyed for Megatron-LM's default seed and --split 100,0,0), so that the order holds.
-        options["out"] = Path(version.path) / "exports" / "megatron"
-    if spec.name == "nanotron" and global_batch_size:
+    if spec.beside:
+        options["out"] = Path(version.path) / "exports" / spec.beside
+    if spec.batch_sized and global_batch_size:
         options["global_batch_size"] = int(global_batch_size)
-        name = f"nanotron-gbs{int(global_batch_size)}.yaml"
-    if spec.name == "olmo":
-        # With a ready materialized copy, OLMo-core reads Shardyard's exact order from it.
+    if spec.reads_copy:
         copy = (
             Export.objects.filter(
                 version=version, format=Export.Format.MATERIALIZED, status=ArtifactStatus.READY
@@ -135,13 +131,9 @@ def _export_target(
             .order_by("-created_at")
             .first()
         )
-        if global_batch_size:
-            options["global_batch_size"] = int(global_batch_size)
         if copy is not None:
             options["materialized"] = copy.path
-            name = "olmo-core-materialized.yaml"
-        if global_batch_size:
-            name = name.replace(".yaml", f"-gbs{int(global_batch_size)}.yaml")
+    name = spec.output_name(options)
     if storage.is_remote(version.path):
         where = storage.join(version.path, "exports", name)
     else:
