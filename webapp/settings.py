@@ -151,6 +151,8 @@ MIDDLEWARE = [
     "webapp.dashboard.middleware.NotFoundMiddleware",
     "webapp.dashboard.middleware.ArtifactScopeMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # What a request's reads found missing (a fact never measured) is asked for after it.
+    "webapp.catalog.middleware.FactRequestsMiddleware",
 ]
 
 ROOT_URLCONF = "webapp.urls"

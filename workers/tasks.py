@@ -10,7 +10,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 from django.conf import settings
 
 from shardcore import storage
-from webapp.catalog import facts
+from webapp.catalog.services import facts
 from webapp.catalog.services.flags import flag_reads_compute, flag_taint_compute
 from webapp.jobs.services import (
     TransientUnitError,
@@ -89,7 +89,7 @@ def job_dispatch(self, *, job_id: int, phase: int) -> str:
         raise self.retry(exc=exc, countdown=min(60, 2 ** (self.request.retries + 1))) from exc
 
 
-# Facts pages show, measured from an artifact's files (webapp.catalog.facts): idempotent,
+# Facts pages show, measured from an artifact's files (webapp.catalog.services.facts): idempotent,
 # a redelivered message measures again and stores the same value.
 @shared_task(name="workers.fact_compute", bind=True, acks_late=True, reject_on_worker_lost=True,
              max_retries=_TRANSIENT_RETRIES)  # fmt: skip

@@ -10,8 +10,9 @@ import pytest
 
 from tests.integration.dashboard_fixtures import login, stdlib_code_pool, users  # noqa: F401
 from tests.support.services import wait_for
-from webapp.catalog import facts, measures
+from webapp.catalog import measures
 from webapp.catalog.models import Fact
+from webapp.catalog.services import facts
 from workers.celery import app
 
 pytestmark = pytest.mark.services

@@ -210,7 +210,8 @@ def test_a_flag_whose_task_was_lost_is_asked_again_and_a_failure_is_said(
 
     from django.utils import timezone
 
-    from webapp.catalog.facts import STALE
+    from webapp.catalog.selectors.facts import STALE
+    from webapp.catalog.services.facts import fact_requests
 
     flag = flag_create(reason="PII", source_id=world["a"].pk, document_ids=[2])
     # Its worker was killed while computing: running for longer than STALE.
@@ -218,7 +219,13 @@ def test_a_flag_whose_task_was_lost_is_asked_again_and_a_failure_is_said(
         taint_state=Flag.TaintState.RUNNING,
         taint_requested_at=timezone.now() - STALE - timedelta(minutes=1),
     )
+    # The read alone writes nothing: it notes the taint as asked for.
     with django_capture_on_commit_callbacks() as sent:
+        taint = selectors.flag_detail(flag_id=flag.pk)["taint"]
+    assert taint["computing"]["state"] == Flag.TaintState.QUEUED and sent == []
+    assert Flag.objects.get(pk=flag.pk).taint_state == Flag.TaintState.RUNNING
+    # Read inside a request (the middleware's scope), it is asked for once the view answered.
+    with django_capture_on_commit_callbacks() as sent, fact_requests():
         taint = selectors.flag_detail(flag_id=flag.pk)["taint"]
     assert taint["computing"]["state"] == Flag.TaintState.QUEUED and len(sent) == 1
     flag.refresh_from_db()

@@ -445,3 +445,169 @@ def test_it_finds_a_branch_on_a_format_name_in_a_crafted_tree(tmp_path):
         [hit for hit in found if hit[0] != "webapp/api/views.py"],
         [("webapp/api/views.py", "megatron")],
     )
+
+
+# --- reads never write ------------------------------------------------------------------
+
+# Calls that write rows or send work: on any receiver (save, delete) or on a query (the
+# receiver names ``objects`` or is a queryset method's result: ``X.objects.filter().update``).
+ROW_WRITES = {"save", "delete", "create", "get_or_create", "update_or_create", "bulk_create",
+              "bulk_update", "update"}  # fmt: skip
+QUERY_METHODS = {"filter", "exclude", "all", "select_for_update", "select_related", "order_by"}
+SENDS = {"delay", "apply_async", "task_send", "send_task"}
+
+
+def _writes_a_row(call: ast.Call) -> bool:
+    if not isinstance(call.func, ast.Attribute) or call.func.attr not in ROW_WRITES:
+        return False
+    if call.func.attr in ("save", "delete"):
+        return True
+    receiver = call.func.value
+    if isinstance(receiver, ast.Attribute) and receiver.attr == "objects":
+        return True
+    return (
+        isinstance(receiver, ast.Call)
+        and isinstance(receiver.func, ast.Attribute)
+        and receiver.func.attr in QUERY_METHODS
+    )
+
+
+def selector_writes(root: Path) -> list[str]:
+    """Each call in a selector module that writes a row or sends a task, and each import of
+    a module that writes (the services, the task sender): "file:line what"."""
+    out = []
+    for path in sorted((root / "webapp").rglob("*.py")):
+        name = module_name(path, root)
+        if not _is_selectors(name):
+            continue
+        where = path.relative_to(root).as_posix()
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and _writes_a_row(node):
+                out.append(f"{where}:{node.lineno} {ast.unparse(node.func)}")
+            elif isinstance(node, ast.Call):
+                called = node.func.attr if isinstance(node.func, ast.Attribute) else (
+                    node.func.id if isinstance(node.func, ast.Name) else "")  # fmt: skip
+                if called in SENDS:
+                    out.append(f"{where}:{node.lineno} {called}")
+        for imported in sorted(imports_of(path.read_text(), name,
+                                          is_package=path.name == "__init__.py")):  # fmt: skip
+            if _is_services(imported) or _under(imported, "webapp.tasks"):
+                out.append(f"{where} imports {imported}")
+    return out
+
+
+def test_no_selector_writes_a_row_or_sends_a_task():
+    """Reads never write: what a page's read finds missing it notes as asked
+    (``selectors.facts``), and a service asks for it after the view answered."""
+    assert selector_writes(ROOT) == []
+
+
+def test_it_finds_a_selector_that_writes_in_a_crafted_tree(tmp_path):
+    files = {
+        "webapp/catalog/selectors/pools.py": (
+            "from webapp.tasks import task_send\n"
+            "def read(pk):\n"
+            "    row = {}\n"
+            "    row.update(a=1)\n"  # a dict: no write
+            "    Fact.objects.get_or_create(kind='k', object_id=pk)\n"
+            "    Flag.objects.filter(pk=pk).update(state='queued')\n"
+            "    task_send('workers.fact_compute', object_id=pk)\n"
+            "    return row\n"
+        ),
+        "webapp/catalog/selectors/runs.py": "def read(run):\n    run.save()\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert selector_writes(tmp_path) == [
+        "webapp/catalog/selectors/pools.py:5 Fact.objects.get_or_create",
+        "webapp/catalog/selectors/pools.py:6 Flag.objects.filter(pk=pk).update",
+        "webapp/catalog/selectors/pools.py:7 task_send",
+        "webapp/catalog/selectors/pools.py imports webapp.tasks",
+        "webapp/catalog/selectors/pools.py imports webapp.tasks.task_send",
+        "webapp/catalog/selectors/runs.py:2 run.save",
+    ]
+
+
+# --- imports inside functions -----------------------------------------------------------
+
+# (importing module, imported module): why the import waits for the call. A module or
+# package prefix on either side. Anything else imports at the top (ruff's PLC0415 covers
+# the outside packages; these are the project's own modules).
+IN_FUNCTION_ALLOWED: dict[tuple[str, str], str] = {
+    ("shardcore.cli", "shardcore"): "`shardyard --help` loads no command's library",
+    ("shardcore.commands", "shardcore"): "a command's parser loads none of what run() does",
+    ("shardcore.executors", "shardcore.executors"): "an executor's module (ray's, slurm's) "
+    "loads only when the command runs on it",
+    ("shardcore.filters", "shardcore.annotation_join"): "pyarrow's joins, only for pools "
+    "that join annotations",
+    ("shardcore.shuffle", "shardcore.shuffle"): "each algorithm registers in the package "
+    "that imports it (a registry cycle)",
+    ("webapp.catalog.services.flags", "webapp.catalog.services.annotations"): "the taint "
+    "of a flag over an annotation evaluates its filter with the annotation service, which "
+    "records flags through this one",
+    ("webapp.dashboard.apps", "webapp.dashboard"): "ready() connects the login signals "
+    "once the app registry is loaded",
+    ("workers.celery", "workers"): "the worker's threads (sweeper, beat, webhooks) load "
+    "Django's models, so they import when a worker starts, after the app registry",
+}
+
+
+def in_function_imports(root: Path) -> list[tuple[str, int, str]]:
+    """(module, line, imported module) for every import of shardcore, webapp or workers
+    inside a function or class body."""
+    out = []
+    for path in _python_files(root):
+        module = module_name(path, root)
+        tree = ast.parse(path.read_text(), filename=str(path))
+        top = {id(node) for node in _top_level(tree.body)}
+        top |= {id(n) for n in tree.body if isinstance(n, ast.If)
+                for n in ast.walk(n) if isinstance(n, (ast.Import, ast.ImportFrom))}  # fmt: skip
+        package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+        for node in ast.walk(tree):
+            if not isinstance(node, (ast.Import, ast.ImportFrom)) or id(node) in top:
+                continue
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            else:  # ``from a import b``: ``a.b`` (b may be a module or a name in a)
+                base = node.module or ""
+                if node.level:
+                    base = ".".join(package[: len(package) - node.level + 1] + [base]).strip(".")
+                names = [f"{base}.{alias.name}" for alias in node.names]
+            out += [(module, node.lineno, n) for n in names if n.split(".")[0] in PACKAGES]
+    return sorted(out)
+
+
+def test_no_import_inside_a_function_but_the_listed_ones():
+    found = in_function_imports(ROOT)
+    unlisted = [
+        hit for hit in found
+        if not any(_under(hit[0], who) and _under(hit[2], what)
+                   for who, what in IN_FUNCTION_ALLOWED)
+    ]  # fmt: skip
+    assert unlisted == []
+    unused = [
+        entry for entry in IN_FUNCTION_ALLOWED
+        if not any(_under(m, entry[0]) and _under(i, entry[1]) for m, _, i in found)
+    ]  # fmt: skip
+    assert unused == []  # an entry no import needs is taken off
+
+
+def test_it_finds_an_import_inside_a_function_in_a_crafted_tree(tmp_path):
+    files = {
+        "shardcore/__init__.py": "",
+        "shardcore/a.py": "import numpy\n\ndef f():\n    import json\n    from shardcore import b\n",
+        "webapp/__init__.py": "",
+        "webapp/catalog/facts.py": "class C:\n    def send(self):\n        from workers.tasks import t\n",
+        "workers/__init__.py": "",
+        "workers/tasks.py": "def run():\n    from ..webapp import x\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert in_function_imports(tmp_path) == [
+        ("shardcore.a", 5, "shardcore.b"),
+        ("webapp.catalog.facts", 3, "workers.tasks.t"),
+        ("workers.tasks", 2, "webapp.x"),
+    ]

@@ -1,5 +1,5 @@
 """What is measured from an artifact's files, by name: the registry the facts' task runs
-(``webapp.catalog.facts.fact_compute``) and the measurements recorders take when a build
+(``webapp.catalog.services.facts.fact_compute``) and the measurements recorders take when a build
 ends. A measure reads files and rows and writes nothing; it imports neither the facts nor
 the selectors, so pages, facts and recorders all depend on it and it on none of them.
 

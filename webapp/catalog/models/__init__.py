@@ -526,7 +526,7 @@ class Flag(models.Model):
     # What it taints, counted when its taint is computed: {"tokenized", "pools", "versions",
     # "runs", "copies", "documents"}; the flag page reads these, never its taint rows' sum.
     counts = models.JSONField(default=dict, blank=True)
-    # "First read at step k" of its tainted runs, computed by a task (webapp.catalog.facts):
+    # "First read at step k" of its tainted runs, computed by a task (webapp.catalog.services.facts):
     # how many of them are computed, of how many.
     reads_done = models.IntegerField(default=0)
     reads_total = models.IntegerField(default=0)
@@ -617,7 +617,7 @@ class Taint(_artifact_target("taints")):  # type: ignore[misc]
     documents = models.BigIntegerField(default=0)  # flagged documents inside the target
     created_at = models.DateTimeField(auto_now_add=True)
     # A run's taint: when it first reads a flagged document, in its sample numbering
-    # (``first_sample``, ``never``, ``error``, ``segments``; webapp.catalog.facts), stored
+    # (``first_sample``, ``never``, ``error``, ``segments``; webapp.catalog.services.facts), stored
     # by a task when the flag or the run is recorded; None while being computed.
     read = models.JSONField(null=True, blank=True)
 

@@ -9,7 +9,7 @@ class Fact(models.Model):
     """A number set a page shows that is measured from an artifact's files (a pool's
     quality by a property, a version's quality, a tokenized source's statistics, a
     version's epoch starts, a pool's properties): computed by a task
-    (``webapp.catalog.facts``) when the artifact is recorded or the page first asks, and
+    (``webapp.catalog.services.facts``) when the artifact is recorded or the page first asks, and
     stored here; a page reads this row and never the files. ``object_id`` is the
     artifact's primary key in the table ``kind`` names; ``key`` the variant (``by``)."""
 

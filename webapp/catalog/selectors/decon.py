@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from webapp.catalog import facts
 from webapp.catalog.measures.decon import benchmarks_of
 from webapp.catalog.models import (
     Annotation,
@@ -25,6 +24,7 @@ from webapp.catalog.models import (
     Taint,
     TrainingRun,
 )
+from webapp.catalog.selectors import facts
 from webapp.catalog.selectors.common import NotFound
 from webapp.catalog.selectors.flags import (
     flag_documents_page,

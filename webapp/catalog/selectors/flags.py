@@ -11,7 +11,7 @@ from django.db.models import Count, Prefetch, QuerySet, prefetch_related_objects
 from shardcore import flagged_reads as core
 from shardcore.errors import ShardcoreError
 from shardcore.manifest import read_manifest
-from webapp.catalog import facts, flag_documents, pool_documents
+from webapp.catalog import flag_documents, pool_documents
 from webapp.catalog.models import (
     Export,
     Flag,
@@ -22,6 +22,7 @@ from webapp.catalog.models import (
     TokenizedSource,
     TrainingRun,
 )
+from webapp.catalog.selectors import facts
 from webapp.catalog.selectors.common import get_or_not_found
 from webapp.catalog.selectors.runs import step_of_sample_at, steps_of_samples_at
 from webapp.paging import page_of

@@ -11,7 +11,7 @@ from django.db.models import Count, Max, Q
 from shardcore import storage
 from shardcore.errors import ManifestError
 from shardcore.manifest import read_manifest
-from webapp.catalog import builder, facts
+from webapp.catalog import builder
 from webapp.catalog.models import (
     ArtifactStatus,
     Export,
@@ -21,6 +21,7 @@ from webapp.catalog.models import (
     RunSegment,
     TrainingRun,
 )
+from webapp.catalog.selectors import facts
 from webapp.catalog.selectors.common import NotFound, get_or_not_found, runs_with_taint
 from webapp.catalog.selectors.lineage import stage_names, version_lineage
 from webapp.catalog.selectors.pools import pools_properties
@@ -157,7 +158,7 @@ def version_quality(*, version: MixtureVersion, by: str = "") -> dict:
     """The version's schedule quality (``shardcore.quality.mixture_quality``), samples
     labelled by pool as its build recorded it (``params["quality"]``), or by the property
     ``by``, measured by a task the first time it is asked for and stored
-    (``webapp.catalog.facts``): until then ``{"computing": {state, progress, since}}``;
+    (``webapp.catalog.services.facts``): until then ``{"computing": {state, progress, since}}``;
     ``{"error": ...}`` when it cannot be measured; empty for a version not built."""
     by = "" if by == "pool" else by
     report = None if by else (version.params or {}).get("quality")

@@ -9,7 +9,6 @@ from django.db.models import Count, Prefetch
 
 from shardcore import manifest as mf
 from shardcore.errors import ShardcoreError
-from webapp.catalog import facts
 from webapp.catalog.models import (
     ArtifactStatus,
     MixtureComponent,
@@ -19,6 +18,7 @@ from webapp.catalog.models import (
     TokenizedSource,
     TrainingRun,
 )
+from webapp.catalog.selectors import facts
 from webapp.catalog.selectors.common import get_or_not_found
 from webapp.catalog.selectors.shards import artifact_shards
 from webapp.jobs.models import Job
@@ -39,7 +39,7 @@ def pool_detail(*, pool_id: int, by: str = "") -> dict:
     versions using it, its taints, the properties its documents can be labelled by, and
     its shuffle quality (``pool_quality``) labelled by ``by`` (kept only when it is one of
     them, ``length`` or ``_doc.source``). Reads rows only: what is measured from the
-    pool's files is stored by a task (``webapp.catalog.facts``)."""
+    pool's files is stored by a task (``webapp.catalog.services.facts``)."""
     pool = get_or_not_found(Pool.objects.all(), "pool", pk=pool_id)
     parents = list(pool.parents.select_related("source", "tokenizer").defer("params"))
     versions = list(
@@ -172,7 +172,7 @@ def pool_quality(*, pool, by: str = "") -> dict:
     property ``by`` (or ``length``), else the tokenized source when the pool has several,
     else the document-length bin (log2 tokens). The default labels' report is the one
     its build recorded (``params["quality"]``); any other is measured by a task the first
-    time it is asked for and stored (``webapp.catalog.facts``): until then
+    time it is asked for and stored (``webapp.catalog.services.facts``): until then
     ``{"computing": {state, progress, since}}``. Empty when the files are absent."""
     recorded = None if by else (pool.params or {}).get("quality")
     if recorded and "label_verdicts" in recorded:

@@ -23,7 +23,6 @@ from shardcore.flagged_reads import step_of_sample
 from shardcore.locate import locate_mixture, locate_pool
 from shardcore.manifest import read_manifest
 from shardcore.mixture import Mixture
-from webapp.catalog import facts
 from webapp.catalog.builder import MAIN
 from webapp.catalog.errors import CatalogError, boundary, refused
 from webapp.catalog.models import (
@@ -35,6 +34,7 @@ from webapp.catalog.models import (
     Taint,
     TrainingRun,
 )
+from webapp.catalog.selectors import facts
 from webapp.catalog.selectors.common import get_or_not_found
 from webapp.catalog.selectors.lineage import version_lineage
 from webapp.catalog.selectors.mixtures import version_built

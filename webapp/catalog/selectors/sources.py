@@ -7,8 +7,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from webapp.catalog import facts
 from webapp.catalog.models import ArtifactStatus, Source, TokenizedSource
+from webapp.catalog.selectors import facts
 from webapp.catalog.selectors.common import get_or_not_found
 from webapp.paging import page_of
 
@@ -52,7 +52,7 @@ def source_detail(*, source_id: int, files_limit: int = FILES_SHOWN) -> dict:
 def source_stats(*, tokenized: TokenizedSource | None, metadata_fields=None) -> dict:
     """Composition by property and the length histogram of a tokenized source
     (``by_property``, ``edges``, ``counts``), measured with DuckDB from its Parquet
-    sidecars by a task when it is recorded (``webapp.catalog.facts``) and stored; with
+    sidecars by a task when it is recorded (``webapp.catalog.services.facts``) and stored; with
     ``computing`` ({state, progress, since}) until then. Empty for none or an unreadable
     sidecar (``error``)."""
     empty: dict[str, Any] = {"by_property": {}, "edges": [], "counts": []}

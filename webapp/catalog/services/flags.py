@@ -18,7 +18,6 @@ from django.utils import timezone
 from shardcore import storage
 from webapp.catalog import flag_documents, pool_documents
 from webapp.catalog.errors import CatalogError
-from webapp.catalog.facts import flag_reads_request, flag_taint_request
 from webapp.catalog.models import (
     ArtifactStatus,
     Export,
@@ -36,6 +35,7 @@ from webapp.catalog.scrub import corruption_refresh
 from webapp.catalog.selectors import segment_flagged
 from webapp.catalog.selectors.flags import flag_read
 from webapp.catalog.selectors.runs import runs_segments
+from webapp.catalog.services.facts import flag_reads_request, flag_taint_request
 
 log = logging.getLogger(__name__)
 

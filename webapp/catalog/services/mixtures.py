@@ -25,7 +25,6 @@ from shardcore.mixture import (
 from shardcore.units import Plan
 from webapp.catalog import builder, guards
 from webapp.catalog.errors import CatalogError, refused
-from webapp.catalog.facts import artifact_facts_request
 from webapp.catalog.models import (
     ArtifactStatus,
     Mixture,
@@ -40,6 +39,7 @@ from webapp.catalog.services.common import (
     jsonable,
     refuse_corrupt,
 )
+from webapp.catalog.services.facts import artifact_facts_request
 from webapp.catalog.services.flags import taint_refresh
 from webapp.catalog.services.launch import launch
 from webapp.catalog.services.recipe import recipe_measure

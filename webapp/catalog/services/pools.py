@@ -17,7 +17,6 @@ from shardcore.manifest import MANIFEST_NAME, read_manifest, total_bytes
 from shardcore.pool import plan_pool
 from shardcore.units import Plan, load_plan
 from webapp.catalog.errors import CatalogError, boundary, refused
-from webapp.catalog.facts import artifact_facts_request
 from webapp.catalog.measures import pool_quality_measure
 from webapp.catalog.models import (
     ArtifactStatus,
@@ -33,6 +32,7 @@ from webapp.catalog.services.common import (
     refuse_corrupt,
     shards_record,
 )
+from webapp.catalog.services.facts import artifact_facts_request
 from webapp.catalog.services.flags import taint_refresh
 from webapp.catalog.services.launch import launch
 from webapp.catalog.services.recipe import recipe_measure

@@ -14,7 +14,6 @@ from shardcore.tokenize import plan_tokenize
 from shardcore.units import Plan
 from webapp.catalog import guards
 from webapp.catalog.errors import CatalogError, boundary, refused
-from webapp.catalog.facts import artifact_facts_request
 from webapp.catalog.models import (
     ArtifactStatus,
     Source,
@@ -28,6 +27,7 @@ from webapp.catalog.services.common import (
     limited,
     shards_record,
 )
+from webapp.catalog.services.facts import artifact_facts_request
 from webapp.catalog.services.flags import taint_refresh
 from webapp.catalog.services.launch import launch
 from webapp.catalog.services.sources import source_file_urls

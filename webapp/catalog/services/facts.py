@@ -1,30 +1,31 @@
-"""What pages show that is measured from an artifact's files, computed by a task and kept
-in rows: a page or an API answer reads ``Fact`` and ``Taint.read`` rows and never an
-artifact's files, so its cost does not grow with the artifact.
+"""Asking for what pages show that is measured from an artifact's files (``Fact`` rows, a
+flag's taint, its runs' first reads) and computing it in a task; the reads are
+``selectors.facts``.
 
-- ``fact_read``: the row's value, or ``{"computing": ...}`` (queued or running, with its
-  progress) after asking for it once (``fact_request``: a row QUEUED and one task message
-  after the transaction commits). Recorders ask for the default facts when an artifact is
-  recorded (``artifact_facts_request``); a page asks for a variant (``?by=``) the first
-  time someone opens it.
-- ``fact_compute``: what the task (``workers.tasks.fact_compute``) runs: measures from the
-  files and stores the value (READY) or the error (FAILED). Idempotent: a redelivered or
-  repeated task measures again and stores the same value.
-- ``flag_taint_request`` / ``flag_taint_read``: a flag's taint (which tokenized sources,
-  pools, versions, copies and runs hold its documents, and how many: it reads each
-  tainted pool's documents table) is computed by a task (``workers.flag_taint`` ->
-  ``services.flags.flag_taint_compute``) after the flag is recorded; its row says
-  queued, running, ready or failed.
-- ``flag_reads_request`` (computed by ``services.flags.flag_reads_compute``): per run a flag taints, when it first
-  reads a flagged document (the sample; the step follows from its progress reports when a
-  page shows it), stored on the taint; the flag counts how many are done.
+- ``fact_request``: the fact's row QUEUED and one task message after the transaction
+  commits. Recorders ask for the default facts when an artifact is recorded
+  (``artifact_facts_request``); a page asks for a variant (``?by=``) the first time someone
+  opens it: its reads note what they lacked, and ``fact_requests`` (around every request,
+  by the catalog's middleware) asks for it once the view has answered.
+- ``fact_compute``: what the task (``workers.fact_compute``) runs: measures from the files
+  (``webapp.catalog.measures``) and stores the value (READY) or the error (FAILED).
+  Idempotent: a redelivered or repeated task measures again and stores the same value.
+- ``flag_taint_request``: a flag's taint (which tokenized sources, pools, versions, copies
+  and runs hold its documents, and how many: it reads each tainted pool's documents
+  table) is computed by a task (``workers.flag_taint`` ->
+  ``services.flags.flag_taint_compute``) after the flag is recorded; its row says queued,
+  running, ready or failed.
+- ``flag_reads_request`` (computed by ``services.flags.flag_reads_compute``): per run a
+  flag taints, when it first reads a flagged document (the sample; the step follows from
+  its progress reports when a page shows it), stored on the taint; the flag counts how many
+  are done.
 """
 
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
-from typing import Any
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from django.db import transaction
 from django.utils import timezone
@@ -39,13 +40,10 @@ from webapp.catalog.models import (
     Taint,
     TokenizedSource,
 )
+from webapp.catalog.selectors.facts import ASKED, STALE
 from webapp.tasks import task_send
 
 log = logging.getLogger(__name__)
-
-# A QUEUED or RUNNING row older than this is asked for again (its message was lost).
-STALE = timedelta(minutes=30)
-
 
 # --- asking, reading, computing ---------------------------------------------------------
 
@@ -77,45 +75,6 @@ def fact_request(kind: str, object_id: int, key: str = "", *, again: bool = Fals
             )
         _send(kind, object_id, key)
     return fact
-
-
-def fact_read(kind: str, object_id: int, key: str = "", *, request: bool = True) -> dict:
-    """``{"value": ...}`` when stored; else ``{"computing": {"state", "progress",
-    "since"}}`` (asked for now when never asked, with ``request``), or ``{"error": ...}``
-    when the measurement failed."""
-    fact = Fact.objects.filter(kind=kind, object_id=object_id, key=key).first()
-    if fact is None or (
-        fact.state in (Fact.State.QUEUED, Fact.State.RUNNING)
-        and fact.requested_at < timezone.now() - STALE
-    ):
-        if not request:
-            return {"computing": {"state": "not asked", "progress": 0.0, "since": None}}
-        fact = fact_request(kind, object_id, key)
-    if fact.state == Fact.State.READY:
-        return {"value": fact.value}
-    if fact.state == Fact.State.FAILED:
-        return {"error": fact.error}
-    return {
-        "computing": {
-            "state": fact.state,
-            "progress": fact.progress,
-            "since": fact.started_at or fact.requested_at,
-        }
-    }
-
-
-def facts_read(kind: str, object_ids: list[int], key: str = "") -> dict[int, Any]:
-    """The stored values of ``kind`` for many objects in one query ({id: value}); the
-    missing ones are asked for."""
-    rows = dict(
-        Fact.objects.filter(
-            kind=kind, object_id__in=object_ids, key=key, state=Fact.State.READY
-        ).values_list("object_id", "value")
-    )
-    for pk in object_ids:
-        if pk not in rows:
-            fact_request(kind, pk, key)
-    return rows
 
 
 def fact_compute(*, kind: str, object_id: int, key: str = "") -> str:
@@ -175,22 +134,6 @@ def flag_taint_request(*, flag_id: int) -> None:
     transaction.on_commit(send)
 
 
-def flag_taint_read(flag: Flag) -> dict:
-    """``{}`` when the flag's taint is stored; ``{"computing": {"state", "since"}}`` while
-    queued or running (asked for again when that has lasted longer than STALE: its message
-    or its worker was lost); ``{"error": ...}`` when computing it failed."""
-    state = flag.taint_state
-    if state == Flag.TaintState.READY:
-        return {}
-    if state == Flag.TaintState.FAILED:
-        return {"error": flag.taint_error}
-    since = flag.taint_requested_at
-    if since is None or since < timezone.now() - STALE:
-        flag_taint_request(flag_id=flag.pk)
-        state, since = Flag.TaintState.QUEUED, timezone.now()
-    return {"computing": {"state": state, "since": since}}
-
-
 # --- when a tainted run first reads a flagged document ----------------------------------
 
 
@@ -207,3 +150,24 @@ def flag_reads_request(*, flag_id: int) -> None:
             log.warning("flag %s reads not sent: %s", flag_id, exc)
 
     transaction.on_commit(send)
+
+
+# --- what the reads of a request asked for ----------------------------------------------
+
+
+@contextmanager
+def fact_requests() -> Iterator[None]:
+    """Collect what the reads inside ask for (``selectors.facts``: facts never measured,
+    taints whose task was lost) and ask for each once they are done: the middleware wraps
+    every request in it, so a page's reads stay reads and the asking is this service's."""
+    asked: set[tuple] = set()
+    token = ASKED.set(asked)
+    try:
+        yield
+    finally:
+        ASKED.reset(token)
+    for what in sorted(asked, key=repr):  # a view that raised asks for nothing
+        if what[0] == "fact":
+            fact_request(*what[1:])
+        else:
+            flag_taint_request(flag_id=what[1])
