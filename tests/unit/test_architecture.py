@@ -540,6 +540,8 @@ IN_FUNCTION_ALLOWED: dict[tuple[str, str], str] = {
     ("shardcore.commands", "shardcore"): "a command's parser loads none of what run() does",
     ("shardcore.executors", "shardcore.executors"): "an executor's module (ray's, slurm's) "
     "loads only when the command runs on it",
+    ("shardcore.loader", "shardcore.loader.torch_data"): "torch loads only when a trainer "
+    "asks for the torch classes; reading samples needs none",
     ("shardcore.filters", "shardcore.annotation_join"): "pyarrow's joins, only for pools "
     "that join annotations",
     ("shardcore.shuffle", "shardcore.shuffle"): "each algorithm registers in the package "

@@ -179,7 +179,7 @@ def test_it_reads_every_artifact_kind_as_samples(mixture_path):
 
 def test_it_refuses_an_artifact_without_samples(tmp_path):
     src = pf.write_tokenized(tmp_path / "tok", pf.corpus("prose", 20), shard_docs=10)
-    with pytest.raises(InputError, match="'tokenized' artifact has no training samples"):
+    with pytest.raises(InputError, match="is not a pool, materialized or mixture: its manifest's kind is 'tokenized'"):
         Samples(src)
 
 
@@ -407,10 +407,10 @@ def test_the_loader_builds_the_batches_a_collating_dataloader_builds(
     a pass is the same."""
     from torch.utils.data import default_collate
 
-    import shardcore.loader
+    from shardcore.loader import torch_data
     from shardcore.loader import ShardyardIterableDataset, ShardyardLoader
 
-    monkeypatch.setattr(shardcore.loader, "_TRANSFER", group * 5 * (MIX_SEQ + 1) * 8)
+    monkeypatch.setattr(torch_data, "_TRANSFER", group * 5 * (MIX_SEQ + 1) * 8)
 
     path = mixture_path if kind == "mixture" else mixture_path.parent / "flat"
     for drop_last in (False, True):
@@ -563,19 +563,19 @@ def test_a_spawned_dataloader_worker_reads_the_dataset(mixture_path):
 
 
 def test_the_readme_dataloader_recipe_resumes_exactly(mixture_path, tmp_path, monkeypatch):
-    """The README's DataLoader recipe (the one the loader bench measures), run as written
+    """The docs' DataLoader recipe (the one the loader bench measures), run as written
     over a mixture: its own assert checks one epoch, none twice, none missing."""
     import re
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "trainers.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", readme, flags=re.S)
     (script,) = [b for b in blocks if "isinstance(loader, torch.utils.data.DataLoader)" in b]
     (tmp_path / "mixes").mkdir()
     (tmp_path / "mixes" / "prose-code").symlink_to(mixture_path)
     monkeypatch.chdir(tmp_path)
     scope: dict = {}
-    exec(compile(script, "README.md", "exec"), scope)
+    exec(compile(script, "docs/trainers.md", "exec"), scope)
     assert scope["checkpoint"]["data"]["next_sample"] == 24
 
 
@@ -584,10 +584,10 @@ def test_a_checkpoint_between_the_batches_of_one_worker_transfer_resumes_exactly
 ):
     """Workers hand over 4 batches at a time: a state taken after batch 6 (inside the
     second transfer) resumes at the next sample; both runs together are one epoch."""
-    import shardcore.loader
+    from shardcore.loader import torch_data
     from shardcore.loader import ShardyardIterableDataset, ShardyardLoader
 
-    monkeypatch.setattr(shardcore.loader, "_TRANSFER", 4 * BATCH * (MIX_SEQ + 1) * 8)
+    monkeypatch.setattr(torch_data, "_TRANSFER", 4 * BATCH * (MIX_SEQ + 1) * 8)
     ds = ShardyardIterableDataset(mixture_path, rank=0, world_size=2)
     loader = ShardyardLoader(ds, batch_size=BATCH, num_workers=2)
     assert ds._group == 4
