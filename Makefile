@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP_RUN := $(VENV)/.installed-run
 STAMP_DEV := $(VENV)/.installed-dev
 
-.PHONY: run test lint format bench clean lock
+.PHONY: run test lint docs format bench clean lock
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -54,6 +54,14 @@ lint: $(STAMP_DEV)
 	$(BIN)/mypy
 	$(BIN)/vulture
 
+# The references first (docs/gen.py: the CLI from its parsers, the API from its OpenAPI
+# schema, the configuration from the code's reads), then the site into site/ (ignored by
+# git); --strict makes a broken link or anchor fail (never with --quiet, which hides the
+# warnings --strict counts).
+docs: $(STAMP_DEV)
+	DEBUG=$${DEBUG:-1} $(BIN)/python docs/gen.py
+	$(BIN)/mkdocs build --strict --site-dir site
+
 format: $(STAMP_DEV)
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format .
@@ -64,4 +72,4 @@ bench: $(STAMP_DEV)
 	$(BIN)/python bench/run_all.py $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) data .pytest_cache
+	rm -rf $(VENV) data .pytest_cache site

@@ -85,15 +85,15 @@ def ensure_venv(name: str) -> Path:
     return python
 
 
-README = ROOT / "README.md"
-# The README's DataLoader recipe is the Python block holding this line.
+RECIPE_PAGE = ROOT / "docs" / "trainers.md"
+# The docs' DataLoader recipe is the Python block of that page holding this line.
 RECIPE_MARK = "assert isinstance(loader, torch.utils.data.DataLoader)"
 README_ARTIFACT = '"mixes/prose-code"'  # the artifact the README's examples read
 
 
 def readme_recipe(readme: Path | None = None) -> str:
     """The README's DataLoader recipe up to its loop: the code that makes ``loader``."""
-    readme = readme or README
+    readme = readme or RECIPE_PAGE
     blocks = re.findall(r"```python\n(.*?)```", readme.read_text(), flags=re.S)
     found = [b for b in blocks if RECIPE_MARK in b]
     if len(found) != 1:
@@ -111,7 +111,7 @@ def readme_recipe(readme: Path | None = None) -> str:
 
 def readme_loader(pool: str, readme: Path | None = None) -> tuple[Any, str]:
     """(the README recipe's ``loader`` over ``pool``, the code that made it)."""
-    readme = readme or README
+    readme = readme or RECIPE_PAGE
     code = readme_recipe(readme)
     scope: dict[str, Any] = {}
     exec(compile(code.replace(README_ARTIFACT, repr(str(pool))), str(readme), "exec"), scope)

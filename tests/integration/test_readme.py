@@ -1,7 +1,8 @@
-"""The README is the truth about how to run Shardyard: every command in its shell blocks is
+"""The README and the pages of docs/ are the truth about how to run Shardyard: every command
+in their shell blocks is
 either run here (the ``shardyard`` walk-through on real text, the PyTorch resume loop,
 gunicorn serving the app) or mapped to the test that runs it; a command without an entry
-fails. The configuration table lists exactly the environment variables the code reads."""
+fails. The configuration reference lists exactly the environment variables the code reads."""
 
 from __future__ import annotations
 
@@ -14,8 +15,11 @@ import time
 import urllib.request
 from pathlib import Path
 
+from tests.support.docs import docs_text, page
+
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
+DOCS = docs_text()  # README.md and every page of docs/
 BIN = Path(sys.executable).parent
 
 # The walk-through as written builds 2 MB of text per source; here 300 KB is enough.
@@ -77,13 +81,13 @@ EXERCISED_ELSEWHERE = {
     ),
 }
 RUN_HERE = ("python -c", "shardyard ", "gunicorn webapp.wsgi")
-# Read by the code but not configuration: Django's own bootstrap, a docstring example, and
-# a former name read only to refuse it, naming the new one.
-NOT_SETTINGS = {"DJANGO_SETTINGS_MODULE", "SHARDYARD_TOKEN", "SHARDYARD_CACHE_LIMIT"}
+# Read by the code but not configuration: Django's own bootstrap, and a former name read only
+# to refuse it, naming the new one.
+NOT_SETTINGS = {"DJANGO_SETTINGS_MODULE", "SHARDYARD_CACHE_LIMIT"}
 
 
-def blocks(language: str) -> list[str]:
-    return re.findall(rf"```{language}\n(.*?)```", README, flags=re.S)
+def blocks(language: str, text: str = DOCS) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", text, flags=re.S)
 
 
 def commands(block: str) -> list[str]:
@@ -114,8 +118,8 @@ def test_it_maps_every_readme_command_to_a_test_that_runs_it():
             continue
         path, marker = EXERCISED_ELSEWHERE[key]
         assert marker in (ROOT / path).read_text(), f"{command!r}: {path} lacks {marker!r}"
-    assert not unmapped, f"README commands no test exercises: {unmapped}"
-    assert commands(blocks("sh")[0]) == ["make run", "make test"]  # the quick start
+    assert not unmapped, f"documented commands no test exercises: {unmapped}"
+    assert commands(blocks("sh", README)[0]) == ["make run", "make test"]  # the quick start
 
 
 def test_it_documents_every_cli_command_with_an_example():
@@ -154,12 +158,12 @@ def test_it_runs_the_cli_walkthrough_and_the_resume_loop_on_real_text(tmp_path, 
     (olmo,) = [b for b in blocks("python") if "NumpyFSLDatasetConfig.from_dict" in b]
     monkeypatch.chdir(tmp_path)
     scope: dict = {}
-    exec(compile(olmo, "README.md", "exec"), scope)  # builds OLMo-core's dataset and loader
+    exec(compile(olmo, "docs/trainers.md", "exec"), scope)  # builds OLMo-core's dataset and loader
     assert len(scope["dataset"]) == 782 and scope["loader"].shuffle is False
 
     (loop,) = [b for b in blocks("python") if "Resume on 4 ranks" in b]
     monkeypatch.chdir(tmp_path)
-    exec(compile(loop, "README.md", "exec"), {})  # its own assert checks the resume
+    exec(compile(loop, "docs/trainers.md", "exec"), {})  # its own assert checks the resume
 
 
 def test_it_serves_the_app_with_gunicorn_as_the_readme_says(db, tmp_path):
@@ -212,7 +216,7 @@ def test_it_lists_exactly_the_environment_variables_the_code_reads():
             text = path.read_text()
             read |= set(pattern.findall(text))
             read |= {name for pair in pairs.findall(text) for name in pair}
-    table = README.split("## Configuration", 1)[1].split("\n## ", 1)[0]
+    table = page("reference/configuration.md")
     first_column = re.findall(r"^\| (`[^|]*`) \|", table, flags=re.M)
     documented = {name for cell in first_column for name in re.findall(r"`(\w+)`", cell)}
     assert read - NOT_SETTINGS == documented, {

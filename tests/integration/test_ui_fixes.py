@@ -1,6 +1,6 @@
 """What a newcomer read wrong, checked where a page or the README cannot show it in a
-browser: the pool form's default sequence length before any pool exists, and the README's
-word that the PyTorch loop needs torch, which ``make run`` does not install. The rest is
+browser: the pool form's default sequence length before any pool exists, and the trainers
+page's word that the PyTorch loop needs torch, which ``make run`` does not install. The rest is
 driven in Chromium by tests/browser/test_journey_fixes.py."""
 
 from __future__ import annotations
@@ -9,6 +9,8 @@ import re
 from pathlib import Path
 
 import pytest
+
+from tests.support.docs import page
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -25,7 +27,7 @@ def test_the_pool_form_defaults_to_the_demo_sequence_length_then_the_common_one(
 
 
 def test_the_readme_says_the_pytorch_loop_needs_torch_which_make_run_does_not_install():
-    readme = (ROOT / "README.md").read_text()
+    readme = page("trainers.md")
     section = readme.split("**A plain PyTorch loop**", 1)[1].split("```python", 1)[0]
     assert "`make run` does not install" in section
     pin = re.search(r"pip install torch==([\d.]+)", section)

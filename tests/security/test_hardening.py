@@ -1,5 +1,5 @@
 """Item: throttled logins; CSP, HSTS and secure cookies behind environment switches; a
-placeholder SECRET_KEY refused when DEBUG is off; the README's configuration table lists
+placeholder SECRET_KEY refused when DEBUG is off; the configuration table of docs/ lists
 exactly the variables the code reads."""
 
 from __future__ import annotations
@@ -14,10 +14,11 @@ import pytest
 from django.test import Client
 
 from tests.integration.dashboard_fixtures import PASSWORD
+from tests.support.docs import docs_text, page
 from webapp.dashboard.models import LoginFailure
 
 ROOT = Path(__file__).resolve().parents[2]
-README = (ROOT / "README.md").read_text()
+README = docs_text()  # README.md and every page of docs/
 
 
 @pytest.fixture
@@ -167,7 +168,7 @@ def test_short_or_repetitive_secret_keys_are_refused_in_production(tmp_path):
 def test_example_secret_keys_are_refused_in_production(tmp_path):
     compose = (ROOT / "docker-compose.yml").read_text()
     example = re.search(r"SECRET_KEY: \$\{SECRET_KEY:-([^}]+)\}", compose).group(1)
-    assert "SECRET_KEY=change-me" not in README  # the README generates one
+    assert "SECRET_KEY=change-me" not in README  # the docs generate one
     for key in (example, "change-me", "django-insecure-abc"):
         out = _settings_process(SHARDYARD_DATA=str(tmp_path), SECRET_KEY=key)
         assert out.returncode != 0
@@ -176,11 +177,11 @@ def test_example_secret_keys_are_refused_in_production(tmp_path):
                              DEBUG="1").returncode == 0  # fmt: skip
 
 
-# Read from the environment but not settings: the Django module path, and the token a
-# trainer's own script reads in the README's example, and a former name the code refuses
+# Read from the environment but not settings: the Django module path, and a former name the
+# code refuses
 # (SHARDYARD_CACHE_LIMIT, named in its successor's row). shardcore/config.py's readers
 # (env_*, _raw, _number) are what the rest of the code calls.
-NOT_SETTINGS = {"DJANGO_SETTINGS_MODULE", "SHARDYARD_TOKEN", "SHARDYARD_CACHE_LIMIT"}
+NOT_SETTINGS = {"DJANGO_SETTINGS_MODULE", "SHARDYARD_CACHE_LIMIT"}
 _READ = re.compile(
     r"""(?:env_(?:str|bool|int|list|paths|roots)\(|_raw\(|_number\(|os\.environ\.get\(|os\.getenv\("""
     r"""|os\.environ\[)"""
@@ -198,10 +199,10 @@ def test_the_configuration_table_lists_every_variable_the_code_reads():
             read |= set(_READ.findall(text))
             read |= {name for pair in pairs.findall(text) for name in pair}
     read -= NOT_SETTINGS
-    section = README.split("## Configuration", 1)[1].split("\n## ", 1)[0]
+    section = page("reference/configuration.md")
     table = set()
     for line in section.splitlines():
         if line.startswith("| `"):
             table |= set(re.findall(r"`([A-Z][A-Z0-9_]+)`", line.split("|")[1]))
-    assert read - table == set(), "read by the code but missing from README's table"
-    assert table - read == set(), "in README's table but read by no code"
+    assert read - table == set(), "read by the code but missing from the configuration table"
+    assert table - read == set(), "in the configuration table but read by no code"

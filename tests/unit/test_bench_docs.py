@@ -1,4 +1,4 @@
-"""Every performance number the README and the benchmark READMEs publish names the command
+"""Every performance number the README, the pages of docs/ and the benchmark READMEs publish names the command
 that produced it: a ratio (``0.68x``) or a rate (``13.3 M tokens per CPU-second``,
 ``1,316 M tokens/s``) must sit in a section (or under a heading above it) that quotes a
 benchmark command in a code span (``bench/tokenize/run.py ...``,
@@ -14,6 +14,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [
     ROOT / "README.md",
+    *sorted((ROOT / "docs").rglob("*.md")),
     ROOT / "bench" / "README.md",
     *sorted((ROOT / "bench").glob("*/README.md")),
 ]

@@ -1,5 +1,5 @@
-"""The loader bench measures the README's DataLoader recipe: it executes the README's block
-as written (up to its loop, with the pool's path), so that the README's advice and the
+"""The loader bench measures the docs' DataLoader recipe (docs/trainers.md): it executes
+that block as written (up to its loop, with the pool's path), so that the docs' advice and the
 bench's number cannot drift apart."""
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ def pool(tmp_path_factory) -> Path:
 
 
 def _readme_block() -> str:
-    from bench.loader.loaders import RECIPE_MARK
+    from bench.loader.loaders import RECIPE_MARK, RECIPE_PAGE
 
-    blocks = re.findall(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), flags=re.S)
+    blocks = re.findall(r"```python\n(.*?)```", RECIPE_PAGE.read_text(), flags=re.S)
     (block,) = [b for b in blocks if RECIPE_MARK in b]
     return block
 
@@ -55,12 +55,13 @@ def test_the_bench_follows_an_edited_readme_recipe_and_its_settings(pool, tmp_pa
     """A README whose recipe reads batches of 4 is what the bench runs, and it refuses a run
     whose --batch is not the recipe's, naming the setting to give."""
     from bench.loader import loaders
+    from bench.loader.loaders import RECIPE_PAGE
 
-    readme = tmp_path / "README.md"
-    text = (ROOT / "README.md").read_text()
+    readme = tmp_path / "trainers.md"
+    text = RECIPE_PAGE.read_text()
     edited = _readme_block().replace("batch_size=8", "batch_size=4")
     readme.write_text(text.replace(_readme_block(), edited))
-    monkeypatch.setattr(loaders, "README", readme)
+    monkeypatch.setattr(loaders, "RECIPE_PAGE", readme)
     got = loaders.read_ours(str(pool), str(SEQ), "2", "4", "1", "readme")
     assert "ShardyardLoader(dataset, batch_size=4, num_workers=2)" in got["recipe"]
     with pytest.raises(SystemExit, match="run with --batch 4 --workers 2"):

@@ -1,4 +1,4 @@
-"""Single sign-on settings: the README's exports turn it on (the provider's endpoints, the
+"""Single sign-on settings: the exports of the operations page (docs/) turn it on (the provider's endpoints, the
 role map, the backend beside the local accounts'); a missing endpoint or a bad map entry
 stops the process with a message naming the variable; without a client id nothing of it
 is on."""
@@ -12,12 +12,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.support.docs import page
+
 ROOT = Path(__file__).resolve().parents[2]
-README = (ROOT / "README.md").read_text()
+OPERATIONS = page("operations.md")
 
 
 def readme_exports() -> dict[str, str]:
-    section = README.split("### Single sign-on", 1)[1].split("\n### ", 1)[0]
+    section = OPERATIONS.split("## Single sign-on", 1)[1].split("\n## ", 1)[0]
     (block,) = re.findall(r"```sh\n(.*?)```", section, flags=re.S)
     env = {}
     for line in block.splitlines():

@@ -204,16 +204,16 @@ def test_a_run_killed_mid_upload_leaves_nothing_complete_and_reruns_exactly(
 
 
 def test_it_runs_the_readme_s3_commands(s3_bucket, tmp_path, monkeypatch):
-    """The README's object-storage block, command by command, on a bucket of moto's
+    """The object-storage page's block, command by command, on a bucket of moto's
     server (its endpoint set as the block's first line sets it)."""
     import re
     import shlex
     from pathlib import Path
 
     from shardcore.demo import build_demo_corpus
+    from tests.support.docs import page
 
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    section = readme.split("## Object storage\n", 1)[1].split("\n## ", 1)[0]
+    section = page("object-storage.md")
     (block,) = re.findall(r"```sh\n(.*?)```", section, flags=re.S)
     lines = [ln.split("  #")[0].strip() for ln in block.splitlines() if ln.strip()]
     assert lines[0].startswith("export AWS_ENDPOINT_URL=")
