@@ -28,7 +28,7 @@ Why each bound:
 
 Numbers typed by a person (a form field, a command-line flag) are read by ``parse`` first,
 the same way everywhere: digits with ``_`` or ``,`` between groups, a decimal or scientific
-notation (``1e6``), or an SI suffix (``1M`` = 10^6; k, M, G or B, T: the README's kB =
+notation (``1e6``), or an SI suffix (``1M`` = 10^6; k, M, G or B, T: the docs' kB =
 1000), so that ``1e6`` is a budget of 1000000 on the page and on the command line alike.
 """
 

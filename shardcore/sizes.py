@@ -47,7 +47,7 @@ def parse_size(text: str | int, *, name: str | None = None) -> int:
 def format_size(num_bytes: int | float) -> str:
     """Bytes for a person, in the units ``parse_size`` reads back: powers of 1000 (``kB``,
     ``MB``, ``GB``, ``TB``, ``PB``) with one decimal, so 886,397 bytes is ``886.4 kB`` (as
-    the README counts them), never 1024-based "865.6 KB"; under 1000, ``N bytes``."""
+    the docs count them), never 1024-based "865.6 KB"; under 1000, ``N bytes``."""
     n = float(num_bytes)
     if abs(n) < 1000:
         return f"{int(n):,} bytes" if abs(n) != 1 else "1 byte"

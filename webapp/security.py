@@ -1,4 +1,4 @@
-"""Security headers that depend on the deployment (see README "Configuration"): the
+"""Security headers that depend on the deployment (see docs/reference/configuration.md): the
 Content-Security-Policy header when ``SHARDYARD_CSP`` is on, and the login view that
 answers 429 while a user name or address is throttled (``webapp.dashboard.throttle``)."""
 

@@ -1,5 +1,5 @@
 """The one settings module. Every value that differs between machines comes from the
-environment (see README "Configuration"); defaults give the embedded setup of ``make run``:
+environment (see docs/reference/configuration.md); defaults give the embedded setup of ``make run``:
 SQLite and Celery's filesystem broker under ``SHARDYARD_DATA`` (``SHARDYARD_HOME``), no Redis or Postgres needed.
 """
 
@@ -85,7 +85,7 @@ SECRET_KEY = _secret
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
-# --- Hardening switches (README "Configuration"): off by default for the plain-HTTP
+# --- Hardening switches (docs/reference/configuration.md): off by default for the plain-HTTP
 # embedded setup, on behind TLS in production.
 _SECURE_COOKIES = env_bool("SHARDYARD_SECURE_COOKIES", False)
 SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = _SECURE_COOKIES

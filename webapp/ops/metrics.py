@@ -6,7 +6,7 @@ nothing is lost when a process restarts: jobs and units by kind and state, unit 
 documents, tokens and bytes processed, queue depth per queue, live workers from their
 heartbeats, scrub findings, tainted runs. Request latency is measured in this process by
 ``RequestLatencyMiddleware`` (with several gunicorn workers, set PROMETHEUS_MULTIPROC_DIR to
-a shared empty directory and every worker's requests are summed; see README).
+a shared empty directory and every worker's requests are summed; see docs/operations.md).
 
 The endpoint is protected like the API: an API token (``Authorization: Token <key>``) or a
 signed-in session of any user, or the bearer token of SHARDYARD_METRICS_TOKEN
