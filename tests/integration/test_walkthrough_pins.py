@@ -1,4 +1,4 @@
-"""The README's command-line walk-through builds the same bytes as the code it was pinned
+"""The command-line walk-through of docs/command-line.md builds the same bytes as the code it was pinned
 on: tokenize -> verify -> pool (filter, validation slice, two workers) -> mix -> locate ->
 export (Megatron-LM with its index cache, OLMo-core, nanotron) -> materialize -> verify.
 
@@ -41,7 +41,7 @@ WORK = Path("/tmp/shardyard-walkthrough-pins")
 MTIME = 1_700_000_000
 CORPUS_BYTES = 300_000
 
-# The walk-through of README "The command line", on a smaller corpus and budget.
+# The walk-through of docs/command-line.md, on a smaller corpus and budget.
 COMMANDS = [
     "tokenize corpus/docstrings --out tok/docstrings --quiet",
     "tokenize corpus/reference --out tok/reference --quiet",
