@@ -1,5 +1,5 @@
 """The docs' production command keeps the web app answering while requests are slow:
-gunicorn started exactly as the docs give it (docs/scaling-out.md), two pool launches whose filter takes
+gunicorn started exactly as the docs give it (docs/operations.md), two pool launches whose filter takes
 seconds to plan at once, and another request (a page) answers while both are still in
 flight. With one synchronous worker (the documented command before), it waited for both."""
 
