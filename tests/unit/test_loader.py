@@ -179,7 +179,10 @@ def test_it_reads_every_artifact_kind_as_samples(mixture_path):
 
 def test_it_refuses_an_artifact_without_samples(tmp_path):
     src = pf.write_tokenized(tmp_path / "tok", pf.corpus("prose", 20), shard_docs=10)
-    with pytest.raises(InputError, match="is not a pool, materialized or mixture: its manifest's kind is 'tokenized'"):
+    with pytest.raises(
+        InputError,
+        match="is not a pool, materialized or mixture: its manifest's kind is 'tokenized'",
+    ):
         Samples(src)
 
 
@@ -407,8 +410,7 @@ def test_the_loader_builds_the_batches_a_collating_dataloader_builds(
     a pass is the same."""
     from torch.utils.data import default_collate
 
-    from shardcore.loader import torch_data
-    from shardcore.loader import ShardyardIterableDataset, ShardyardLoader
+    from shardcore.loader import ShardyardIterableDataset, ShardyardLoader, torch_data
 
     monkeypatch.setattr(torch_data, "_TRANSFER", group * 5 * (MIX_SEQ + 1) * 8)
 
@@ -584,8 +586,7 @@ def test_a_checkpoint_between_the_batches_of_one_worker_transfer_resumes_exactly
 ):
     """Workers hand over 4 batches at a time: a state taken after batch 6 (inside the
     second transfer) resumes at the next sample; both runs together are one epoch."""
-    from shardcore.loader import torch_data
-    from shardcore.loader import ShardyardIterableDataset, ShardyardLoader
+    from shardcore.loader import ShardyardIterableDataset, ShardyardLoader, torch_data
 
     monkeypatch.setattr(torch_data, "_TRANSFER", 4 * BATCH * (MIX_SEQ + 1) * 8)
     ds = ShardyardIterableDataset(mixture_path, rank=0, world_size=2)
