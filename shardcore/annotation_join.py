@@ -26,7 +26,7 @@ import pyarrow as pa
 from shardcore import artifact_cache, props, storage
 from shardcore.annotate.artifact import DOC_ID
 from shardcore.errors import InputError, ManifestError
-from shardcore.manifest import file_checksum, read_manifest
+from shardcore.manifest import check_kind, file_checksum, read_manifest
 
 KIND = "annotation"
 
@@ -36,8 +36,7 @@ def load(path: str) -> dict[str, Any]:
 
     local = artifact_cache.local_artifact(path) if storage.is_remote(path) else path
     m = read_manifest(local)
-    if m.get("kind") != KIND:
-        raise InputError(f"{path}: an annotation was expected, this is {m.get('kind')!r}")
+    check_kind(m, KIND, path)
     return m
 
 

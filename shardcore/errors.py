@@ -25,3 +25,18 @@ class EmptySelectionError(InputError):
 class CorruptDataError(FormatError):
     """Bytes read from an artifact do not match its manifest's checksums (names the file
     and the byte range of the first bad block)."""
+
+
+class WrongKindError(ManifestError, InputError):
+    """An artifact is not of the kind asked for (names the artifact, the kind its manifest
+    says and the kinds expected). An InputError too: the wrong path was given, and every
+    caller that turns bad input into a message keeps doing so."""
+
+    def __init__(self, where: str, found: object, expected: tuple[str, ...]):
+        self.where, self.found, self.expected = where, found, expected
+        nouns = (
+            expected[0] if len(expected) == 1 else ", ".join(expected[:-1]) + f" or {expected[-1]}"
+        )
+        kinds = " or ".join(repr(k) for k in expected)
+        said = f"its manifest's kind is {found!r}" if found else "its manifest has no kind"
+        super().__init__(f"{where}: is not a {nouns}: {said}, expected {kinds}")

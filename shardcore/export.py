@@ -36,10 +36,7 @@ from shardcore.mixture import KIND
 
 
 def _load(mixture_dir: str | os.PathLike) -> dict[str, Any]:
-    manifest = mf.read_manifest(mixture_dir)
-    if manifest.get("kind") != KIND:
-        raise InputError(f"{mixture_dir}: not a mixture (kind {manifest.get('kind')!r})")
-    return manifest
+    return mf.read_manifest(mixture_dir, kind=KIND)
 
 
 def _stage(manifest: dict[str, Any], stage: str | None) -> dict[str, Any]:

@@ -114,9 +114,7 @@ def pool_view(
     ``num_records + k`` of the view is ``repeats[k]``."""
 
     pool_path, dest = Path(pool_path).resolve(), Path(dest)
-    manifest = mf.read_manifest(pool_path)
-    if manifest.get("kind") != "pool":
-        raise InputError(f"{pool_path}: not a pool (kind {manifest.get('kind')!r})")
+    manifest = mf.read_manifest(pool_path, kind="pool")
     size = token_size(manifest["dtype"])
     name = tokenizer_name(manifest, tokenizer)
     repeats = np.asarray(repeats if repeats is not None else [], dtype=np.int64)
@@ -255,9 +253,7 @@ def nanotron_config(
     Hugging Face tokenizer (hub name or local directory) nanotron loads for a pool tokenized
     with tiktoken; it must give the same ids."""
     mixture_dir = Path(mixture_dir).resolve()
-    manifest = mf.read_manifest(mixture_dir)
-    if manifest.get("kind") != "mixture":
-        raise InputError(f"{mixture_dir}: not a mixture (kind {manifest.get('kind')!r})")
+    manifest = mf.read_manifest(mixture_dir, kind="mixture")
     spec_gbs = manifest["spec"].get("global_batch_size")
     gbs = int(global_batch_size or spec_gbs or 1)
     if gbs < 1:

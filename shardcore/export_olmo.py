@@ -77,16 +77,12 @@ def _shard_paths(root: str, manifest: dict[str, Any]) -> list[str]:
 
 def _exact_source(path: str, materialized: str | None) -> tuple[dict[str, Any], str]:
     """(manifest, directory) of the artifact whose shards hold the samples in order."""
-    manifest = mf.read_manifest(path)
-    kind = manifest.get("kind")
-    if kind in ("pool", "materialized"):
-        return manifest, path
-    if kind != "mixture":
-        raise InputError(f"{path}: a {kind!r} artifact has no training samples to export")
-    if materialized is None:
+    manifest = mf.read_manifest(path, kind=("pool", "materialized", "mixture"))
+    if manifest["kind"] != "mixture" or materialized is None:
         return manifest, path
     flat = mf.read_manifest(materialized)
-    if flat.get("kind") != "materialized" or manifest["fingerprint"] not in flat.get("parents", []):
+    mf.check_kind(flat, "materialized", f"materialized: {materialized}")
+    if manifest["fingerprint"] not in flat.get("parents", []):
         raise InputError(
             f"materialized: {materialized} is not a materialized copy of mixture "
             f"{manifest['fingerprint']}"

@@ -45,9 +45,7 @@ def flagged_records(pool_path: str | os.PathLike, doc_rows: np.ndarray) -> np.nd
     manifest and the segment arrays of the shards holding one of the rows; a pool on
     object storage is read the same way, each file checked against the manifest."""
 
-    manifest = mf.read_manifest(pool_path)
-    if manifest.get("kind") != "pool":
-        raise InputError(f"{pool_path}: not a pool (kind {manifest.get('kind')!r})")
+    manifest = mf.read_manifest(pool_path, kind="pool")
     rows = sorted_distinct(doc_rows)
     if rows.size == 0:
         return np.zeros(0, dtype=np.int64)

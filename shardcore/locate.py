@@ -76,8 +76,7 @@ def locate_mixture(
         root = Path(location)
         manifest = manifest if manifest is not None else mf.read_manifest(root)
         columns = None
-    if manifest.get("kind") != KIND:
-        raise InputError(f"{root}: not a mixture (kind {manifest.get('kind')!r})")
+    mf.check_kind(manifest, KIND, root)
     sample, offset = position(
         int(manifest["seq_len"]), int(manifest["num_samples"]), "mixture", sample, tokens
     )
@@ -112,13 +111,10 @@ def locate_any(
     """Locate in whatever artifact ``path`` is: a mixture (schedule lookup), or a pool or a
     materialized mixture (both have shards and cumulative record counts)."""
 
-    manifest = mf.read_manifest(path)
-    kind = manifest.get("kind")
-    if kind == KIND:
+    manifest = mf.read_manifest(path, kind=("pool", "materialized", KIND))
+    if manifest.get("kind") == KIND:
         return locate_mixture(manifest, sample=sample, tokens=tokens, mixture_dir=path)
-    if kind in ("pool", "materialized"):
-        return dict(locate_pool(manifest, sample=sample, tokens=tokens))
-    raise InputError(f"{path}: a {kind!r} artifact is not a pool or a mixture: nothing to locate")
+    return dict(locate_pool(manifest, sample=sample, tokens=tokens))
 
 
 def cyclic_shard_order(num_shards: int, start_shard: int) -> np.ndarray:

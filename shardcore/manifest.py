@@ -35,7 +35,7 @@ import numpy as np
 import xxhash
 
 from shardcore import atomic, formats, storage
-from shardcore.errors import ManifestError
+from shardcore.errors import ManifestError, WrongKindError
 from shardcore.shard_table import (
     BLOCKS_NAME,
     TABLE_NAME,
@@ -511,8 +511,29 @@ def parse_manifest(
     return parsed
 
 
-def read_manifest(directory: str | os.PathLike) -> dict[str, Any]:
-    """The manifest of the artifact at ``directory`` (a local path or an s3:// URL)."""
+def check_kind(manifest: Mapping[str, Any], kind: str | tuple[str, ...], where: object) -> None:
+    """Refuse a manifest whose ``kind`` is not ``kind`` (one kind or a tuple of accepted
+    kinds) with a WrongKindError naming ``where`` (the artifact), the kind found and the
+    kinds expected: the one check of every reader that takes a manifest read elsewhere."""
+    expected = (kind,) if isinstance(kind, str) else tuple(kind)
+    found = manifest.get("kind")
+    if found not in expected:
+        raise WrongKindError(str(where), found, expected)
+
+
+def read_manifest(
+    directory: str | os.PathLike, *, kind: str | tuple[str, ...] | None = None
+) -> dict[str, Any]:
+    """The manifest of the artifact at ``directory`` (a local path or an s3:// URL). With
+    ``kind`` (one kind or a tuple of accepted kinds), an artifact of another kind is
+    refused by a WrongKindError (``check_kind``)."""
+    manifest = _read_manifest(directory)
+    if kind is not None:
+        check_kind(manifest, kind, directory)
+    return manifest
+
+
+def _read_manifest(directory: str | os.PathLike) -> dict[str, Any]:
     if storage.is_remote(directory):
         store = storage.open_store(directory)
         # Format 3: the header only; the shard table and block checksums are range-read

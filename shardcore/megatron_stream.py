@@ -23,7 +23,6 @@ import numpy as np
 
 from shardcore import atomic
 from shardcore import manifest as mf
-from shardcore.errors import InputError
 from shardcore.mixture import KIND as MIXTURE
 from shardcore.mixture import POOL_FILE, RECORD_FILE, Mixture
 from shardcore.mixture.chunked import npy_read
@@ -44,15 +43,13 @@ class SampleSource:
     """Per sample: (prefix index, sequence in that prefix), computed range by range."""
 
     def __init__(self, path: str | os.PathLike, manifest: Mapping[str, Any]):
-        kind = manifest.get("kind")
+        mf.check_kind(manifest, (MIXTURE, "materialized"), path)
         self.prefixes: list[str] = []
-        if kind == "materialized":
+        if manifest.get("kind") == "materialized":
             self.prefixes, cum = shard_prefixes(path, manifest)
             self.cums, self.offsets, self.mix = [cum], [0], None
             self.num_samples = int(cum[-1])
             return
-        if kind != MIXTURE:
-            raise InputError(f"{path}: not a mixture or materialized mixture (kind {kind!r})")
         self.mix = Mixture(path)
         self.num_samples = self.mix.num_samples
         self.cums, self.offsets = [], []

@@ -20,7 +20,7 @@ import xxhash
 
 from shardcore import artifact_cache, props, storage
 from shardcore import manifest as mf
-from shardcore.errors import CorruptDataError, ManifestError
+from shardcore.errors import CorruptDataError
 from shardcore.formats import IndexedReader
 from shardcore.manifest import files_by_path, read_manifest
 
@@ -34,11 +34,7 @@ class TokenizedSource:
 
         # A tokenized source on object storage is read from a checked local copy.
         self.path = Path(artifact_cache.local_artifact(path))
-        self.manifest: dict[str, Any] = read_manifest(self.path)
-        if self.manifest.get("kind") != KIND:
-            raise ManifestError(
-                f"{self.path}: kind {self.manifest.get('kind')!r}, expected {KIND!r}"
-            )
+        self.manifest: dict[str, Any] = read_manifest(self.path, kind=KIND)
         self._shard_meta = self.manifest["shards"]
         counts = np.asarray(mf.shard_column(self.manifest, "documents"), dtype=np.int64)
         # first doc_id of each shard, then the total: doc d is in shard searchsorted(d) - 1
@@ -103,9 +99,7 @@ def read_documents(path: str | os.PathLike, columns: list[str] | None = None):
 
     if not storage.is_remote(path):
         return TokenizedSource(path).documents(columns)
-    manifest = mf.read_manifest(path)
-    if manifest.get("kind") != KIND:
-        raise ManifestError(f"{path}: kind {manifest.get('kind')!r}, expected {KIND!r}")
+    manifest = mf.read_manifest(path, kind=KIND)
     store, entries = storage.open_store(path), files_by_path(manifest)
     tables = []
     for shard in manifest["shards"]:

@@ -346,9 +346,7 @@ def annotation_shards(
     """The shards of a finished annotation one at a time, in order (one in memory). On
     object storage each shard's object is read and checked against the manifest, never a
     copy of the whole annotation."""
-    m = read_manifest(path)
-    if m.get("kind") != KIND:
-        raise ManifestError(f"{path}: kind {m.get('kind')!r}, expected {KIND!r}")
+    m = read_manifest(path, kind=KIND)
     files = mf.files_by_path(m) if storage.is_remote(path) else None
     for s in m["shards"]:
         if files is None:

@@ -178,9 +178,7 @@ def plan_group(
 
 def annotation_paths(out: str | Path) -> list[str]:
     """The per-source annotations of the finished group at ``out``, in source order."""
-    m = read_manifest(out)
-    if m.get("kind") != KIND:
-        raise InputError(f"{out}: kind {m.get('kind')!r}, expected {KIND!r}")
+    m = read_manifest(out, kind=KIND)
     return [f"{str(out).rstrip('/')}/{s['annotation']}" for s in m["sources"]]
 
 

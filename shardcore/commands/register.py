@@ -15,7 +15,7 @@ import os
 from shardcore import storage
 from shardcore.cli import CLIError
 from shardcore.client import ShardyardClient, ShardyardError, ShardyardHTTPError
-from shardcore.errors import ManifestError
+from shardcore.errors import ManifestError, WrongKindError
 from shardcore.manifest import read_manifest
 
 # The API address that records each kind of artifact.
@@ -54,11 +54,11 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
 def run(args: argparse.Namespace) -> int:
     where = storage.resolve(args.artifact)
     try:
-        kind = read_manifest(where).get("kind")
+        kind = read_manifest(where, kind=tuple(ENDPOINTS))["kind"]
+    except WrongKindError as exc:
+        raise CLIError(f"{exc} (pools and mixtures are registered)") from None
     except (ManifestError, OSError) as exc:
         raise CLIError(f"{where}: no finished artifact there ({exc})") from None
-    if kind not in ENDPOINTS:
-        raise CLIError(f"{where} holds a {kind} artifact; pools and mixtures are registered")
     body = {"path": where}
     if kind == "pool":
         body["name"] = args.name

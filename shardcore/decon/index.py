@@ -42,7 +42,7 @@ from shardcore import atomic, limits, storage
 from shardcore.decon import text as tx
 from shardcore.decon.spec import load_spec, read_items
 from shardcore.errors import InputError, ManifestError
-from shardcore.manifest import fingerprint
+from shardcore.manifest import check_kind, fingerprint
 
 KIND = "decon_index"
 FORMAT = 1
@@ -381,7 +381,8 @@ def load_index(path: str | os.PathLike) -> DeconIndex:
         header = json.loads(store.read_bytes(HEADER))
     except FileNotFoundError:
         raise ManifestError(f"{url}: no {HEADER}: not a compiled benchmark index") from None
-    if header.get("kind") != KIND or header.get("format") != FORMAT:
+    check_kind(header, KIND, f"{url} ({HEADER})")
+    if header.get("format") != FORMAT:
         raise ManifestError(f"{url}: {HEADER} is not a benchmark index of format {FORMAT}")
     arrays = {
         name: np.load(io.BytesIO(store.read_bytes(f"{name}.npy")), allow_pickle=False)

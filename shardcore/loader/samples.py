@@ -117,13 +117,8 @@ class Samples:
             "cache_limit": cache_limit,
             "prefetch": prefetch,
         }
-        self.manifest = mf.read_manifest(path)
-        self.kind = self.manifest.get("kind")
-        if self.kind not in KINDS:
-            raise InputError(
-                f"{self.path}: a {self.kind!r} artifact has no training samples; "
-                f"give a pool, a mixture or a materialized mixture"
-            )
+        self.manifest = mf.read_manifest(path, kind=KINDS)
+        self.kind = self.manifest["kind"]
         self.fingerprint = str(self.manifest["fingerprint"])
         self.seq_len = int(self.manifest["seq_len"])
         self.cache: shard_cache.ShardCache | None = None

@@ -51,8 +51,7 @@ def load_pools(spec: MixtureSpec) -> list[PoolInfo]:
             manifest = mf.read_manifest(path)
         except ManifestError as exc:
             raise InputError(f"pool {key!r}: unknown pool ({exc})") from None
-        if manifest.get("kind") not in ("pool", "materialized"):
-            raise InputError(f"pool {key!r}: {path} is a {manifest.get('kind')!r}, not a pool")
+        mf.check_kind(manifest, ("pool", "materialized"), f"pool {key!r}: {path}")
         if int(manifest.get("num_records", 0)) <= 0:
             raise InputError(f"pool {key!r}: empty pool (0 records), nothing to sample")
         pools.append(PoolInfo(key, path, manifest))

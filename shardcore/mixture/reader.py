@@ -13,7 +13,7 @@ import numpy as np
 from shardcore import artifact_cache, storage
 from shardcore import manifest as mf
 from shardcore import ranged as ranged_columns
-from shardcore.errors import InputError, ManifestError
+from shardcore.errors import InputError
 from shardcore.mixture import permute
 from shardcore.mixture.layout import COUNTS_FILE, KIND, POOL_FILE, RECORD_FILE
 from shardcore.pool import PoolReader
@@ -84,8 +84,7 @@ class Mixture:
         self.path: Path | str
         if ranged and storage.is_remote(path):
             self.path = storage.resolve(path)
-            self.manifest = mf.read_manifest(self.path)
-            self._check_kind()
+            self.manifest = mf.read_manifest(self.path, kind=KIND)
             files = mf.files_by_path(self.manifest)
             self.pool_index = ranged_columns.RangedColumn(self.path, files[POOL_FILE])
             self.record_index = ranged_columns.RangedColumn(self.path, files[RECORD_FILE])
@@ -97,18 +96,13 @@ class Mixture:
             )
             return
         self.path = Path(artifact_cache.local_artifact(path))
-        self.manifest = mf.read_manifest(self.path)
-        self._check_kind()
+        self.manifest = mf.read_manifest(self.path, kind=KIND)
         self.pool_index = np.load(self.path / POOL_FILE, mmap_mode="r")
         self.record_index = np.load(self.path / RECORD_FILE, mmap_mode="r")
         self.chunk_samples = self._chunk_samples()
         self.counts = (
             np.load(self.path / COUNTS_FILE, mmap_mode="r") if self.chunk_samples else None
         )
-
-    def _check_kind(self) -> None:
-        if self.manifest.get("kind") != KIND:
-            raise ManifestError(f"{self.path}: not a mixture (kind {self.manifest.get('kind')!r})")
 
     def _chunk_samples(self) -> int:
         """Format 2: the chunk of the per-pool counts before each chunk boundary (0: format

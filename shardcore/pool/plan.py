@@ -30,9 +30,7 @@ from shardcore.pool.layout import (
 
 
 def _load_tokenized(path: str) -> dict[str, Any]:
-    data = mf.read_manifest(path)
-    if data.get("kind") != "tokenized":
-        raise InputError(f"{path}: a pool reads tokenized sources, this is {data.get('kind')!r}")
+    data = mf.read_manifest(path, kind="tokenized")
     for key in ("fingerprint", "tokenizer", "dtype", "shards"):
         if key not in data:
             raise ManifestError(f"{path}: tokenized manifest has no {key!r}")

@@ -98,10 +98,7 @@ class PoolReader:
         whole and checked, and its records' tokens are not readable."""
         self.url = str(path) if ranged and storage.is_remote(path) else None
         self.path = Path(artifact_cache.local_artifact(path)) if self.url is None else Path()
-        self.manifest = mf.read_manifest(self.url or self.path)
-        if self.manifest.get("kind") != KIND:
-            where = self.url or self.path
-            raise ManifestError(f"{where}: not a pool (kind {self.manifest.get('kind')!r})")
+        self.manifest = mf.read_manifest(self.url or self.path, kind=KIND)
         self._readers: dict[int, IndexedReader] = {}
         self._segments: dict[int, pack.Segments] = {}
 

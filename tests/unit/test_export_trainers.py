@@ -178,7 +178,7 @@ def test_olmo_export_refuses_a_copy_of_another_mixture(root, tmp_path):
     other = dict(yaml.safe_load(open(root / "mix" / "manifest.json")))
     other["fingerprint"] = "0" * 32
     (tmp_path / "manifest.json").write_text(yaml.safe_dump(other))
-    with pytest.raises(InputError, match="not a materialized copy of mixture"):
+    with pytest.raises(InputError, match="sharded: is not a materialized: its manifest's kind"):
         export(root / "mix", "olmo", materialized=root / "sharded")
 
 
