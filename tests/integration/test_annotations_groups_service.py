@@ -24,7 +24,8 @@ from shardcore.pool import PoolReader
 from tests.integration.annotation_group_fixtures import planted_sources
 from tests.integration.dashboard_fixtures import login, users  # noqa: F401
 from webapp.catalog.models import Annotation, ArtifactStatus, Pool
-from webapp.catalog.services.annotations import annotation_build, annotation_columns
+from webapp.catalog.selectors import annotation_columns
+from webapp.catalog.services.annotations import annotation_build
 from webapp.catalog.services.pools import pool_build
 from webapp.catalog.services.sources import source_register
 from webapp.catalog.services.tokenized import tokenized_source_build

@@ -7,6 +7,7 @@ import pytest
 
 from webapp.catalog import selectors
 from webapp.catalog.models import (
+    Annotation,
     ArtifactStatus,
     Flag,
     Mixture,
@@ -169,3 +170,37 @@ def test_the_step_of_a_sample_from_two_reports_is_the_scan_of_all_reports(db):
         assert got[run.pk] == step_of_sample(sample, points), sample
         assert got[pruned.pk] == step_of_sample(sample, [(40, 320)]), sample
         assert selectors.step_of_sample_at(run, sample) == got[run.pk]
+
+
+def test_it_shows_annotations_in_bounded_queries(big, django_assert_max_num_queries):
+    # A near-duplicate group's annotations (one per source), and 300 more of the first.
+    job = Job.objects.create(kind="annotate.neardup", plan={}, output_dir="/a")
+    pii = Job.objects.create(kind="annotation", plan={}, output_dir="/a")
+    tokenized = list(TokenizedSource.objects.select_related("source").order_by("pk"))
+    group = Annotation.objects.bulk_create(
+        [
+            Annotation(tokenized_source=t, annotator="minhash", path="/a", job=job)
+            for t in tokenized[:5]
+        ]
+    )
+    Annotation.objects.bulk_create(
+        [
+            Annotation(tokenized_source=tokenized[0], annotator="pii", path="/a", job=pii)
+            for _ in range(300)
+        ]
+    )
+    with django_assert_max_num_queries(3):
+        detail = selectors.annotation_detail(annotation_id=group[0].pk)
+        assert [a.tokenized_source.source.name for a in detail["group"]] == ["s1", "s2", "s3", "s4"]
+        assert detail["annotation"].tokenized_source.tokenizer.spec == "tiktoken:test"
+    assert len(detail["others"]) == 50
+    with django_assert_max_num_queries(2):
+        page = selectors.source_annotations(tokenized=tokenized[:1])
+        assert {a.job.kind for a in page["annotations"]} == {"annotation"}
+        candidates = [t.source.name for t in page["group_candidates"]]
+    assert len(page["annotations"]) == 100
+    assert candidates[:3] == ["s0", "s1", "s10"] and len(candidates) == 20
+    with django_assert_max_num_queries(1):
+        assert len(selectors.annotations_of_job(job_id=job.pk)) == 5
+    with pytest.raises(selectors.NotFound, match="no annotation 0"):
+        selectors.annotation_detail(annotation_id=0)

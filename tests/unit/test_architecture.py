@@ -613,3 +613,80 @@ def test_it_finds_an_import_inside_a_function_in_a_crafted_tree(tmp_path):
         ("webapp.catalog.facts", 3, "workers.tasks.t"),
         ("workers.tasks", 2, "webapp.x"),
     ]
+
+
+# --- views and the API query through the read model -------------------------------------
+
+# Pages and the API call selectors, page contexts and services, never the ORM (as the
+# annotations' do: selectors/annotations.py). (file, model) -> why that module still queries
+# it: debts to move into the read model, not permissions.
+ORM_QUERY_ALLOWED: dict[tuple[str, str], str] = {
+    ("webapp/api/views.py", "Source"): "the viewset's queryset; the 404 before a scan or flag",
+    ("webapp/api/views.py", "Pool"): "the pools viewset's queryset, paged by DRF",
+    ("webapp/api/views.py", "Mixture"): "the mixtures viewset's queryset, paged by DRF",
+    ("webapp/api/views.py", "MixtureVersion"): "the viewset's queryset, the mixtures' prefetch "
+    "of version ids; the 404 before materializing or exporting",
+    ("webapp/api/views.py", "Job"): "the viewset's queryset; the 404 before units, cancel, retry",
+    ("webapp/api/views.py", "Flag"): "the viewset's queryset; the 404 before a flag's documents",
+    ("webapp/api/views.py", "TrainingRun"): "the viewset's queryset; the 404 before a run's "
+    "losses, progress, flags or resume position",
+    ("webapp/api/decon.py", "TrainingRun"): "the 404 before a run's decontamination report",
+    ("webapp/dashboard/views/users.py", "ExternalIdentity"): "the sign-in an admin unlinks: "
+    "an account row, outside the catalog's read model",
+}
+
+
+def orm_queries(root: Path, folders=("webapp/dashboard/views", "webapp/api")) -> list[Branch]:
+    """(file, line, model, how) for each ORM query a module under ``folders`` makes: a
+    model's manager (``Model.objects``), or a model handed to ``get_object_or_404``. A
+    related manager of a row read elsewhere (``source.files``) is none."""
+    out = []
+    for folder in folders:
+        for path in sorted((root / folder).rglob("*.py")):
+            where = path.relative_to(root).as_posix()
+            for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+                if isinstance(node, ast.Attribute) and node.attr == "objects":
+                    out.append((where, node.lineno, ast.unparse(node.value), "objects"))
+                elif (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Name)
+                    and node.func.id == "get_object_or_404"
+                    and isinstance(node.args[0], ast.Name)
+                ):
+                    out.append((where, node.lineno, node.args[0].id, node.func.id))
+    return sorted(out)
+
+
+def test_no_view_or_api_module_queries_the_orm_but_the_listed_ones():
+    found = orm_queries(ROOT)
+    assert unexplained(found, ORM_QUERY_ALLOWED) == ([], [])  # nor a stale entry
+    assert [q for q in found if "annotations" in q[0]] == []
+
+
+def test_it_finds_an_orm_query_in_a_view_in_a_crafted_tree(tmp_path):
+    files = {
+        "webapp/dashboard/views/annotations.py": (
+            "def detail(request, pk):\n"
+            "    ann = get_object_or_404(Annotation.objects.only('id'), pk=pk)\n"
+            "    return ann.source.files.order_by('path')\n"  # a related manager: no query
+        ),
+        "webapp/api/annotations.py": "def f(pk):\n    return get_object_or_404(Source, pk=pk)\n",
+        "webapp/api/views.py": "queryset = Pool.objects.all()\n",
+        # Outside the folders: the read model is where queries belong.
+        "webapp/catalog/selectors/annotations.py": "rows = Annotation.objects.all()\n",
+    }
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    found = orm_queries(tmp_path)
+    assert found == [
+        ("webapp/api/annotations.py", 2, "Source", "get_object_or_404"),
+        ("webapp/api/views.py", 1, "Pool", "objects"),
+        ("webapp/dashboard/views/annotations.py", 2, "Annotation", "objects"),
+    ]
+    # An allowed one passes; an allowed one that is gone is reported.
+    allowed = {("webapp/api/views.py", "Pool"): "a viewset", ("webapp/api/views.py", "Job"): "gone"}
+    assert unexplained(found, allowed) == (
+        [q for q in found if q[0] != "webapp/api/views.py"],
+        [("webapp/api/views.py", "Job")],
+    )

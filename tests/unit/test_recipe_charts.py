@@ -1,10 +1,10 @@
-"""The recipe's page view (``webapp.dashboard.recipe_charts``): a recorded report's numbers
+"""The recipe's page view (``webapp.dashboard.charts.recipe``): a recorded report's numbers
 become the table rows and both figures unchanged."""
 
 import numpy as np
 
 from shardcore.order import greedy, recipe
-from webapp.dashboard import recipe_charts
+from webapp.dashboard.charts import recipe as recipe_charts
 
 
 def test_recipe_view_shows_the_report_numbers():

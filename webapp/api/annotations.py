@@ -4,7 +4,6 @@ names a filter can use, and "flag the documents where <filter>"."""
 
 from __future__ import annotations
 
-from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.decorators import action
@@ -14,8 +13,9 @@ from rest_framework.reverse import reverse
 
 from webapp.api.serializers import FlagSerializer
 from webapp.api.views import Base, _bad
+from webapp.catalog import selectors
 from webapp.catalog.errors import CatalogError
-from webapp.catalog.models import Annotation, TokenizedSource
+from webapp.catalog.models import Annotation
 from webapp.catalog.services import annotation_groups
 from webapp.catalog.services import annotations as svc
 
@@ -60,11 +60,8 @@ class AnnotationViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelVie
     serializer_class = AnnotationSerializer
 
     def get_queryset(self):
-        rows = Annotation.objects.order_by("-created_at")
         ts = self.request.query_params.get("tokenized_source")
-        if ts is not None:
-            rows = rows.filter(tokenized_source_id=_id(ts))
-        return rows
+        return selectors.annotation_rows(tokenized_id=None if ts is None else _id(ts))
 
     @extend_schema(
         parameters=[OpenApiParameter("tokenized_source", int, required=False)],
@@ -81,7 +78,7 @@ class AnnotationViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelVie
         data = AnnotateSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         v = data.validated_data
-        get_object_or_404(TokenizedSource.objects.only("id"), pk=v["tokenized_source"])
+        selectors.annotation_target(tokenized_id=v["tokenized_source"])  # NotFound: 404
         try:
             ann = svc.annotation_build(
                 tokenized_id=v["tokenized_source"], annotator=v["annotator"],
@@ -125,12 +122,12 @@ class AnnotationViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelVie
         """Flag the documents where ``filter`` holds over the annotation's columns (e.g.
         ``pii.emails > 0``): a flag on those documents of its source, tainting everything
         downstream, runs included."""
-        ann = get_object_or_404(Annotation.objects.only("id"), pk=pk)
+        annotation_id = selectors.annotation_known(annotation_id=int(pk))  # NotFound: 404
         data = FlagWhereSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         try:
             flag = svc.annotation_flag_where(
-                annotation_id=ann.pk, **data.validated_data, created_by=request.user
+                annotation_id=annotation_id, **data.validated_data, created_by=request.user
             )
         except CatalogError as e:
             raise _bad(e) from e
@@ -147,7 +144,7 @@ class AnnotationViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelVie
         """The ``<annotator>.<column>`` names of the ready annotations (of the given
         tokenized sources): what filters, ``--by`` and quality labels accept."""
         ids = [_id(i) for i in request.query_params.getlist("tokenized_source")]
-        return Response({"columns": svc.annotation_columns(tokenized_ids=ids or None)})
+        return Response({"columns": selectors.annotation_columns(tokenized_ids=ids or None)})
 
 
 class AnnotatorSerializer(serializers.Serializer):
@@ -163,4 +160,4 @@ class AnnotatorViewSet(Base, viewsets.ViewSet):
     @extend_schema(responses={200: AnnotatorSerializer(many=True)})
     def list(self, request):
         """Every registered annotator: name, version, parameters with defaults, columns."""
-        return Response(svc.annotator_choices())
+        return Response(selectors.annotator_choices())

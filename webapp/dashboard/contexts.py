@@ -18,7 +18,7 @@ from webapp.catalog import selectors as catalog
 from webapp.catalog.errors import CatalogError
 from webapp.catalog.models import ArtifactStatus
 from webapp.catalog.selectors import NotFound
-from webapp.dashboard import charts, recipe_charts
+from webapp.dashboard import charts
 from webapp.jobs import selectors as jobs
 from webapp.jobs.models import Job, UnitState
 from webapp.links import page_url
@@ -434,7 +434,7 @@ def pool_detail(*, pool_id: int, by: str = "") -> dict:
         else charts.position_heatmap([], [], []),
         "comparison_figure": charts.shuffle_comparison(quality.get("comparison") or {}),
         "training_figure": _training_figure(detail["training"]),
-        "recipe": recipe_charts.recipe_card((detail["pool"].params or {}).get("recipe")),
+        "recipe": charts.recipe_card((detail["pool"].params or {}).get("recipe")),
     }
 
 
@@ -542,7 +542,7 @@ def mixture_version_detail(*, version_id: int, by: str = "") -> dict:
         "heatmap_figure": composition,
         "deviation_figure": charts.window_deviation(quality.get("curve") or {}),
         "lineage_figure": lineage_figure(detail["lineage"]),
-        "recipe": recipe_charts.recipe_card(
+        "recipe": charts.recipe_card(
             (version.params or {}).get("recipe"),
             unit="samples",
             stages=len((version.params or {}).get("stages") or []),

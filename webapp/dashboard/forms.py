@@ -9,7 +9,7 @@ from shardcore import limits
 from shardcore.encoders import DEFAULT_TOKENIZER
 from shardcore.shuffle import SHUFFLES
 from webapp.catalog.models import Annotation, ArtifactStatus, Pool, TokenizedSource
-from webapp.catalog.services.annotations import annotation_columns
+from webapp.catalog.selectors import annotation_columns
 from webapp.dashboard.fields import Form, LimitField
 from webapp.roles import ROLES
 

@@ -7,6 +7,16 @@ services are ``webapp.catalog.services``.
 
 The names below are the read model's surface; each module documents the rest."""
 
+from webapp.catalog.selectors.annotations import (
+    annotation_columns,
+    annotation_detail,
+    annotation_known,
+    annotation_rows,
+    annotation_target,
+    annotations_of_job,
+    annotator_choices,
+    source_annotations,
+)
 from webapp.catalog.selectors.audit import audit_search
 from webapp.catalog.selectors.common import NotFound
 from webapp.catalog.selectors.flags import (
@@ -55,6 +65,13 @@ from webapp.catalog.selectors.sources import source_detail, source_list
 
 __all__ = [
     "NotFound",
+    "annotation_columns",
+    "annotation_detail",
+    "annotation_known",
+    "annotation_rows",
+    "annotation_target",
+    "annotations_of_job",
+    "annotator_choices",
     "artifact_shards",
     "audit_search",
     "builder_pools",
@@ -94,6 +111,7 @@ __all__ = [
     "shard_totals",
     "step_of_sample_at",
     "steps_of_samples_at",
+    "source_annotations",
     "source_detail",
     "segment_flagged",
     "source_list",

@@ -38,7 +38,6 @@ from webapp.jobs.models import ACTIVE_JOB_STATES, Job
 
 RECORDER = "annotation.groups"
 ANNOTATOR = "minhash"
-STAGE = "annotate.neardup"
 
 
 def _plan(paths: list[str], out: str, params: dict[str, Any]) -> dict[str, Any]:
@@ -193,16 +192,3 @@ def annotation_group_record(*, job, manifest: dict | None) -> None:
         ann.status = ArtifactStatus.READY
         ann.finished_at = timezone.now()
         ann.save()
-
-
-def group_siblings(ann: Annotation) -> list[Annotation]:
-    """The other annotations built by the group job that built ``ann`` (in source order),
-    empty for an annotation of one source."""
-    if ann.job_id is None or ann.job.kind != STAGE:
-        return []
-    return list(
-        Annotation.objects.filter(job_id=ann.job_id)
-        .exclude(pk=ann.pk)
-        .select_related("tokenized_source__source")
-        .order_by("pk")
-    )

@@ -40,32 +40,6 @@ from webapp.jobs.models import ACTIVE_JOB_STATES, Job
 RECORDER = "annotation"
 
 
-def annotator_choices() -> list[dict[str, Any]]:
-    """Every registered annotator with its version, parameters (defaults) and columns: what
-    the Annotate form and the API offer."""
-
-    out: list[dict[str, Any]] = []
-    for name in annotate.names():
-        try:
-            cls = annotate.get(name)
-            columns = [
-                {"name": f.name, "type": str(f.type)} for f in cls(**{}).fields()
-            ]  # the schema of a default instance
-        except Exception as exc:  # a broken plugin is listed with its error, not hidden
-            out.append({"name": name, "error": str(exc)})
-            continue
-        out.append(
-            {
-                "name": name,
-                "version": str(cls.version),
-                "params": dict(cls.defaults),
-                "columns": columns,
-                "corpus_level": bool(cls.corpus_level),
-            }
-        )
-    return out
-
-
 def params_parse(annotator: str, params: dict[str, Any] | str | None) -> dict[str, Any]:
     """An annotator's parameters from a dict (the API) or ``k=v`` lines (the form), each
     converted to its default's type; an unknown annotator or parameter is a CatalogError."""
@@ -248,21 +222,6 @@ def pool_annotations(
                 f"{a.tokenized_source_id}, which is not an input of the pool"
             )
     return rows
-
-
-def annotation_columns(*, tokenized_ids: Iterable[int] | None = None) -> list[str]:
-    """``<annotator>.<column>`` of every ready annotation (of the given tokenized sources):
-    the names offered wherever a property is offered."""
-    rows = Annotation.objects.filter(status=ArtifactStatus.READY)
-    if tokenized_ids is not None:
-        rows = rows.filter(tokenized_source__in=list(tokenized_ids))
-    names: list[str] = []
-    for annotator, columns in rows.values_list("annotator", "columns").order_by("annotator"):
-        for c in columns or []:
-            name = f"{annotator}.{c['name']}"
-            if name not in names:
-                names.append(name)
-    return names
 
 
 # --- flag the documents where ... --------------------------------------------------------

@@ -5,8 +5,16 @@ No database, no Django, no plotly import: the figures are JSON-ready dicts, so a
 checks a chart by looking at its numbers, and selectors stay the only code that queries.
 
 One module per kind of page: ``composition`` (what an artifact holds), ``runs``,
-``lineage``, ``jobs``; ``common`` holds the palette, the layout and the labels they share."""
+``lineage``, ``jobs``, ``annotations`` (an annotation's columns), ``recipe`` (the diversity
+recipe of a pool or a schedule); ``common`` holds the palette, the layout and the labels
+they share."""
 
+from webapp.dashboard.charts.annotations import (
+    clusters_figure,
+    column_figure,
+    filter_example,
+    languages_figure,
+)
 from webapp.dashboard.charts.common import (
     MEASURES,
     PALETTE,
@@ -40,6 +48,7 @@ from webapp.dashboard.charts.lineage import (
     lineage_graph,
     lineage_layout,
 )
+from webapp.dashboard.charts.recipe import recipe_card
 from webapp.dashboard.charts.runs import (
     loss_curves,
     progress_by_step,
@@ -56,11 +65,15 @@ __all__ = [
     "TAINT",
     "TOP_VALUES",
     "UNIT_STATE_COLOURS",
+    "clusters_figure",
     "colour_of",
     "colours_of",
+    "column_figure",
     "composition_bars",
     "composition_by_property",
+    "filter_example",
     "human_number",
+    "languages_figure",
     "length_histogram",
     "lineage_graph",
     "lineage_layout",
@@ -69,6 +82,7 @@ __all__ = [
     "position_heatmap",
     "predicted_epochs",
     "progress_by_step",
+    "recipe_card",
     "schedule_composition",
     "shuffle_comparison",
     "unit_timeline",

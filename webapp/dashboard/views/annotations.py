@@ -3,45 +3,15 @@ across several tokenized sources, the annotation page with a chart of each colum
 "flag the documents where <filter>"."""
 
 from django.contrib import messages
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
+from webapp.catalog import selectors as catalog
 from webapp.catalog.errors import CatalogError
-from webapp.catalog.models import Annotation, ArtifactStatus, TokenizedSource
 from webapp.catalog.services import annotation_groups, annotations
 from webapp.catalog.services.flags import flag_awaiting_documents
-from webapp.dashboard import annotation_charts as charts
+from webapp.dashboard import annotation_contexts as contexts
 from webapp.roles import require_role
-
-
-def source_annotations(tokenized: list[TokenizedSource]) -> dict:
-    """For the source page: the annotations of its tokenized versions listed there, the
-    ready versions one can annotate, and the annotators on offer."""
-    return {
-        "annotations": list(
-            Annotation.objects.filter(tokenized_source__in=tokenized)
-            .select_related("job")
-            .order_by("-created_at")[:100]
-        ),
-        "annotatable": [t for t in tokenized if t.is_ready],
-        "annotators": annotations.annotator_choices(),
-        "group_candidates": _group_candidates(tokenized),
-    }
-
-
-def _group_candidates(tokenized: list[TokenizedSource]) -> list[TokenizedSource]:
-    """The ready tokenized sources a near-duplicate group from this source page may
-    join: this source's first, then the others by source name (the most recent 200)."""
-    own = [t for t in tokenized if t.is_ready]
-    if not own:
-        return []
-    others = (
-        TokenizedSource.objects.filter(status=ArtifactStatus.READY)
-        .exclude(pk__in=[t.pk for t in tokenized])
-        .select_related("source")
-        .order_by("-created_at")[:200]
-    )
-    return own + sorted(others, key=lambda t: (t.source.name, t.pk))
 
 
 @require_POST
@@ -72,7 +42,7 @@ def annotate_group(request):
 @require_POST
 def annotate(request, tokenized_id: int):
     require_role(request.user, "editor")
-    ts = get_object_or_404(TokenizedSource.objects.select_related("source"), pk=tokenized_id)
+    ts = catalog.annotation_target(tokenized_id=tokenized_id)  # NotFound: a 404 page
     try:
         ann = annotations.annotation_build(
             tokenized_id=ts.pk,
@@ -92,66 +62,24 @@ def annotate(request, tokenized_id: int):
 
 
 def annotation_detail(request, annotation_id: int):
-    ann = get_object_or_404(
-        Annotation.objects.select_related(
-            "tokenized_source__source", "tokenized_source__tokenizer"
-        ),
-        pk=annotation_id,
-    )
-    summary = ann.summary or {}
-    columns = summary.get("columns", {})
-    figures = [
-        (name, charts.column_figure(ann.annotator, name, columns[name]), columns[name])
-        for name in [c["name"] for c in ann.columns]
-        if name in columns
-    ]
-    dup = summary.get("duplicates")
-    return render(
-        request,
-        "dashboard/annotations/detail.html",
-        {
-            "annotation": ann,
-            "summary": summary,
-            "figures": figures,
-            "names": [f"{ann.annotator}.{c['name']}" for c in ann.columns],
-            "example": charts.filter_example(ann.annotator, ann.columns, summary),
-            "languages_figure": charts.languages_figure(summary["languages"])
-            if summary.get("languages")
-            else None,
-            "duplicates": dup,
-            "duplicates_figure": charts.clusters_figure(
-                dup["largest"], title="Largest duplicate clusters", x_label="duplicate cluster"
-            )
-            if dup
-            else None,
-            "clusters": summary.get("clusters"),
-            "clusters_figure": charts.clusters_figure(
-                summary["clusters"][:30], title="Cluster sizes"
-            )
-            if summary.get("clusters")
-            else None,
-            "group": annotation_groups.group_siblings(ann),
-            "others": Annotation.objects.filter(tokenized_source=ann.tokenized_source)
-            .exclude(pk=ann.pk)
-            .order_by("-created_at")[:50],
-        },
-    )
+    ctx = contexts.annotation_detail(annotation_id=annotation_id)
+    return render(request, "dashboard/annotations/detail.html", ctx)
 
 
 @require_POST
 def annotation_flag_where(request, annotation_id: int):
     require_role(request.user, "editor")
-    ann = get_object_or_404(Annotation.objects.only("id"), pk=annotation_id)
+    annotation_id = catalog.annotation_known(annotation_id=annotation_id)  # else a 404 page
     try:
         flag = annotations.annotation_flag_where(
-            annotation_id=ann.pk,
+            annotation_id=annotation_id,
             filter=request.POST.get("filter", ""),
             reason=request.POST.get("reason", ""),
             created_by=request.user,
         )
     except CatalogError as e:
         messages.error(request, str(e))
-        return redirect("dashboard:annotation", annotation_id=ann.pk)
+        return redirect("dashboard:annotation", annotation_id=annotation_id)
     if flag_awaiting_documents(flag):
         messages.success(
             request,

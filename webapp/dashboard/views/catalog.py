@@ -14,9 +14,8 @@ from webapp.catalog import selectors as catalog
 from webapp.catalog.errors import CatalogError
 from webapp.catalog.selectors import decon as decon_selectors
 from webapp.catalog.services import exports, pools, runs, sources, tokenized
-from webapp.dashboard import contexts
+from webapp.dashboard import annotation_contexts, contexts
 from webapp.dashboard.forms import PoolBuildForm, SourceRegisterForm, TokenizeForm
-from webapp.dashboard.views import annotations
 from webapp.roles import require_role
 
 
@@ -93,7 +92,7 @@ def source_detail(request, source_id: int):
         "dashboard/sources/detail.html",
         {
             **ctx,
-            **annotations.source_annotations(ctx["tokenized"]),
+            **annotation_contexts.source_annotations(tokenized=ctx["tokenized"]),
             "tokenize_form": TokenizeForm(),
         },
     )

@@ -7,7 +7,6 @@ from django.template.loader import render_to_string
 from django.views.decorators.http import require_POST
 
 from webapp.catalog import selectors as catalog
-from webapp.catalog.models import Annotation
 from webapp.dashboard import contexts
 from webapp.jobs import selectors as jobs
 from webapp.jobs import services as job_services
@@ -23,7 +22,7 @@ def job_list(request):
 def job_detail(request, job_id: int):
     ctx = contexts.job_detail(job_id=job_id, units_from=request.GET.get("units_from", 0))
     if ctx["job"].kind in ("annotation", "annotate.neardup"):  # to follow when done
-        ctx["annotations"] = list(Annotation.objects.filter(job_id=job_id).order_by("pk"))
+        ctx["annotations"] = catalog.annotations_of_job(job_id=job_id)
     if ctx["job"].kind == "planning":  # the pool it plans, then builds with a job of its own
         ctx["planned"] = catalog.pool_planned_by(job_id=job_id)
     return render(request, "dashboard/jobs/detail.html", ctx)

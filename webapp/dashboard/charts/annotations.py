@@ -1,7 +1,7 @@
 """Charts of an annotation's columns, from the summary its job computed
 (``shardcore.annotation.summarize``): a histogram or value counts per column, documents and
-mean confidence per language, the largest duplicate clusters, topic cluster sizes. Plain
-figure dicts, like ``webapp.dashboard.charts``."""
+mean confidence per language, the largest duplicate clusters, topic cluster sizes; and an
+example filter over its columns for the page's form."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
-"""The diversity recipe's charts and table rows (pure functions, like ``charts``): from a
-``recipe_report`` dict recorded by a build (``webapp.catalog.services.recipe``), per
-characteristic family, the cumulative characteristic error over training of the order
-against random permutations of the same records, and the distribution of per-batch
-error (the order's worst batch against the best and the mean batch of random orders)."""
+"""The diversity recipe's charts and table rows: from a ``recipe_report`` dict recorded by
+a build (``webapp.catalog.services.recipe``), per characteristic family, the cumulative
+characteristic error over training of the order against random permutations of the same
+records, and the distribution of per-batch error (the order's worst batch against the best
+and the mean batch of random orders)."""
 
 from __future__ import annotations
 
