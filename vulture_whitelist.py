@@ -206,7 +206,7 @@ _._content  # unused attribute (webapp/ops/oidc.py)
 
 # A flag's benchmark item is read and written through the ORM's keyword filters
 # (webapp/catalog/services/decon.py, selectors/decon.py).
-benchmark_item  # model field (webapp/catalog/models/__init__.py)
+benchmark_item  # model field (webapp/catalog/models/flags.py)
 # One synchronous round of the webhook sender, which the tests drive (a worker's thread runs
 # the same rounds without waiting).
 deliveries_drain  # (webapp/ops/webhooks.py)
