@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import os
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -121,6 +121,9 @@ class ShardyardLoader(DataLoader):
     this loader hands out one by one as views of that buffer; the batches are the
     same either way."""
 
+    dataset: ShardyardIterableDataset
+    _started_at: int  # the dataset's change count when the persistent workers started
+
     def __init__(self, dataset: ShardyardIterableDataset, batch_size: int = 1, **kwargs):
         if not isinstance(dataset, _Stream):
             raise InputError(
@@ -170,7 +173,7 @@ class ShardyardLoader(DataLoader):
             self._started_at = ds._changes.value
         ds.consumed = 0  # a new pass starts again at the dataset's start_sample
         ds.check_world()
-        size = ds.batch_size
+        size = cast(int, ds.batch_size)  # __init__ set it from its own batch_size
         for item in super().__iter__():
             if not ds._batched:
                 ds.consumed += len(item["sample"])
@@ -185,10 +188,10 @@ class ShardyardLoader(DataLoader):
                 yield {"tokens": tokens[i : i + size], "sample": samples[i : i + size]}
 
     def state_dict(self) -> dict[str, Any]:
-        return self.dataset.state_dict()  # type: ignore[attr-defined]
+        return self.dataset.state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.dataset.load_state_dict(state)  # type: ignore[attr-defined]
+        self.dataset.load_state_dict(state)
 
 
 # The name it had before it read every kind of artifact.

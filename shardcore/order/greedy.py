@@ -531,7 +531,7 @@ class _Window:
             for g in range(self.nf):
                 cross += L[:, g] * ef[g]
             sc -= 2.0 * cross
-            if self.group is not None:
+            if self.group is not None and self.last is not None:
                 g = self.group[cand]
                 wait = step - self.last[g]
                 refused = wait < self.spacing * float(self.m - step) / self.left[g]
@@ -545,7 +545,7 @@ class _Window:
                 if j >= 0:
                     self.T[j] += float(self.val[r, s])
                     self.S[fam[j]] += float(self.val[r, s])
-            if self.group is not None:
+            if self.group is not None and self.last is not None:
                 self.last[self.group[r]] = step
                 self.left[self.group[r]] -= 1
             self.out[step] = r

@@ -344,7 +344,7 @@ def _copy_kernel():
         lib.sy_read_ranges.restype = ctypes.c_int
         lib.sy_pread_ranges.argtypes = [p, p, p, p, p, i64, p, p]
         lib.sy_pread_ranges.restype = ctypes.c_int
-        lib._sy_typed = True
+        lib._sy_typed = True  # type: ignore[attr-defined]  # a mark on the loaded library
     return lib
 
 

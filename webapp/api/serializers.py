@@ -428,6 +428,8 @@ class _Limited:
     (``1e6``, ``1_000_000``, ``1M``), then ``check`` (a ``shardcore.limits`` function), whose
     message is the answer's (``val_fraction: 0.7 is outside the allowed range [0, 0.5]``)."""
 
+    field_name: str  # set by the serializer field this class is mixed into
+
     def __init__(self, *, check, **kwargs):
         self.check = check
         super().__init__(**kwargs)

@@ -32,7 +32,7 @@ from webapp.jobs.models import Job
 from webapp.jobs.services import job_create
 
 RECORDER = "scrub"
-_KINDS = {
+_KINDS: dict[str, tuple[str, type[TokenizedSource | Pool | MixtureVersion | Export]]] = {
     "tokenized": ("tokenized_source", TokenizedSource),
     "pool": ("pool", Pool),
     "version": ("mixture_version", MixtureVersion),
@@ -45,7 +45,7 @@ def _artifacts() -> list[dict[str, str]]:
     mixture versions and materialized copies."""
     out = []
     for kind, (_field, model) in _KINDS.items():
-        qs = model.objects.filter(status=ArtifactStatus.READY)  # type: ignore[attr-defined]
+        qs = model.objects.filter(status=ArtifactStatus.READY)
         if model is Export:
             qs = qs.filter(format=Export.Format.MATERIALIZED)
         for pk, path in qs.order_by("pk").values_list("pk", "path"):
@@ -94,7 +94,7 @@ def scrub_record(*, job, manifest: dict | None) -> None:
         if kind not in _KINDS or not pk.isdigit():
             continue
         field, model = _KINDS[kind]
-        target = model.objects.filter(pk=int(pk)).first()  # type: ignore[attr-defined]
+        target = model.objects.filter(pk=int(pk)).first()
         if target is None:
             continue  # deleted since the scrub was planned
         direct = Corruption.objects.filter(cause=None, **{field: target})
