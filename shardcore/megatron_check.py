@@ -226,114 +226,172 @@ def review_trainer_args(
         return TrainerArgsReview(
             ["the export wrote no index cache: " + "; ".join(record.get("problems") or [])]
         )
-    want = record["arguments"]
-    args = _flags(shlex.split(argv) if isinstance(argv, str) else list(argv))
-    problems = []
-    notes = []
+    review = _Review(record, _flags(shlex.split(argv) if isinstance(argv, str) else list(argv)))
+    review.check_numbers_and_split()
+    review.problems += _check_tokenizer(record, review.args)
+    review.check_data_flags(export_dir)
+    review.note_legacy_tokenizer()
+    stage = review.given_stage()
+    if stage is not None:
+        args, number = review.args, review.number
+        samples = number("--train-samples", None)
+        if samples is None and args.get("--train-iters") and args.get("--global-batch-size"):
+            samples = number("--train-iters", 0) * number("--global-batch-size", 0)
+        review.differs("--train-samples", samples, stage["train_samples"])
+    return TrainerArgsReview(review.problems, review.notes)
 
-    def differs(flag: str, got: Any, expected: Any) -> None:
+
+class _Review:
+    """The review of one trainer command line against one export, step by step: each step
+    adds its problems and notes, in the order the review reports them."""
+
+    def __init__(self, record: Mapping[str, Any], args: Mapping[str, str | None]):
+        self.record, self.args = record, args
+        self.want = record["arguments"]
+        self.per_split = self.want["split"] is None
+        self.file_flag = "--per-split-data-args-path" if self.per_split else "--data-args-path"
+        self.list_flag = "--train-data-path" if self.per_split else "--data-path"
+        self.problems: list[str] = []
+        self.notes: list[str] = []
+
+    def differs(self, flag: str, got: Any, expected: Any) -> None:
         if got != expected:
-            problems.append(f"{flag} {got} differs from the export's {expected}")
+            self.problems.append(f"{flag} {got} differs from the export's {expected}")
 
-    def number(flag: str, default: Any, kind=int) -> Any:
-        value = args.get(flag)
+    def number(self, flag: str, default: Any, kind=int) -> Any:
+        value = self.args.get(flag)
         if value is None:
             return default
         try:
             return kind(value)
         except ValueError:
-            problems.append(f"{flag} {value!r} is not a number")
+            self.problems.append(f"{flag} {value!r} is not a number")
             return None
 
-    differs("--seed", number("--seed", MEGATRON_DEFAULT_SEED), want["seed"])
-    differs("--seq-length", number("--seq-length", None), want["seq_length"])
-    per_split = want["split"] is None
-    if per_split:
-        if "--split" in args:
-            problems.append("--split: the export is per split (no --split)")
-    elif "--split" in args or "--data-path" in args:
-        # With --data-path, Megatron-LM's default split keeps 3.1% of every prefix for
-        # validation and test.
-        differs("--split", args.get("--split", "969, 30, 1"), want["split"])
-    else:
-        problems.append(
-            f"--split: missing; with --data-args-path megatron-core refuses a blend without a "
-            f"split (give --split {want['split']})"
-        )
-    differs(
-        "--mid-level-dataset-surplus",
-        number("--mid-level-dataset-surplus", MEGATRON_DEFAULT_SURPLUS, float),
-        want["mid_level_dataset_surplus"],
-    )
-    problems += _check_tokenizer(record, args)
-    cache = str(Path(export_dir).resolve() / CACHE_DIR)
-    got_cache = args.get("--data-cache-path")
-    differs("--data-cache-path", str(Path(got_cache).resolve()) if got_cache else None, cache)
-    if args.get("--dataloader-type") == "cyclic":
-        problems.append("--dataloader-type cyclic reads the samples in a random order")
-    file_flag = "--per-split-data-args-path" if per_split else "--data-args-path"
-    list_flag = "--train-data-path" if per_split else "--data-path"
-    wrong = ("--data-args-path", "--data-path") if per_split else (
-        "--per-split-data-args-path", "--train-data-path")  # fmt: skip
-    for flag in (*wrong, "--mock-data"):
-        if flag in args:
-            problems.append(f"{flag}: the export's cache is keyed for {file_flag}")
-
-    for flag, why in OTHER_DATASETS.items():
-        if flag in args:
-            problems.append(f"{flag}: {why}")
-    if "--dataloader-fast-cache-load" in args:
-        if per_split:
-            notes.append(
-                "--dataloader-fast-cache-load: megatron-core then builds no index and loads "
-                "every split's from --data-cache-path; the export wrote the training split's, "
-                "not the validation split's (the pools' val/ slices, which megatron-core "
-                "indexes on a run without this argument), so the first run with it stops at "
-                "start-up (FileNotFoundError: ...-valid-document_index.npy); run once without "
-                "it (the training order is the same), then with it"
-            )
+    def check_numbers_and_split(self) -> None:
+        """The seed, the sequence length, the split and the surplus the cache is keyed by."""
+        args, want, differs, number = self.args, self.want, self.differs, self.number
+        differs("--seed", number("--seed", MEGATRON_DEFAULT_SEED), want["seed"])
+        differs("--seq-length", number("--seq-length", None), want["seq_length"])
+        if self.per_split:
+            if "--split" in args:
+                self.problems.append("--split: the export is per split (no --split)")
+        elif "--split" in args or "--data-path" in args:
+            # With --data-path, Megatron-LM's default split keeps 3.1% of every prefix for
+            # validation and test.
+            differs("--split", args.get("--split", "969, 30, 1"), want["split"])
         else:
-            problems.append(
-                "--dataloader-fast-cache-load: megatron-core 0.16-0.19 refuse it with a "
-                "--data-path or --data-args-path blend at start-up (AssertionError: "
-                '"--dataloader-fast-cache-load and --data-path cannot be used together"); '
-                "run without it, or export with --per-split and give "
-                "--per-split-data-args-path"
+            self.problems.append(
+                f"--split: missing; with --data-args-path megatron-core refuses a blend without "
+                f"a split (give --split {want['split']})"
             )
-    if "--legacy-tokenizer" in args:
-        notes.append(
+        differs(
+            "--mid-level-dataset-surplus",
+            number("--mid-level-dataset-surplus", MEGATRON_DEFAULT_SURPLUS, float),
+            want["mid_level_dataset_surplus"],
+        )
+
+    def check_data_flags(self, export_dir: str | os.PathLike) -> None:
+        """The cache's path, the dataloader, and the data arguments that read another blend
+        or another dataset than the export's."""
+        args, problems, per_split = self.args, self.problems, self.per_split
+        cache = str(Path(export_dir).resolve() / CACHE_DIR)
+        got_cache = args.get("--data-cache-path")
+        self.differs(
+            "--data-cache-path", str(Path(got_cache).resolve()) if got_cache else None, cache
+        )
+        if args.get("--dataloader-type") == "cyclic":
+            problems.append("--dataloader-type cyclic reads the samples in a random order")
+        wrong = ("--data-args-path", "--data-path") if per_split else (
+            "--per-split-data-args-path", "--train-data-path")  # fmt: skip
+        for flag in (*wrong, "--mock-data"):
+            if flag in args:
+                problems.append(f"{flag}: the export's cache is keyed for {self.file_flag}")
+
+        for flag, why in OTHER_DATASETS.items():
+            if flag in args:
+                problems.append(f"{flag}: {why}")
+        if "--dataloader-fast-cache-load" in args:
+            if per_split:
+                self.notes.append(
+                    "--dataloader-fast-cache-load: megatron-core then builds no index and loads "
+                    "every split's from --data-cache-path; the export wrote the training "
+                    "split's, not the validation split's (the pools' val/ slices, which "
+                    "megatron-core indexes on a run without this argument), so the first run "
+                    "with it stops at start-up (FileNotFoundError: "
+                    "...-valid-document_index.npy); run once without it (the training order is "
+                    "the same), then with it"
+                )
+            else:
+                problems.append(
+                    "--dataloader-fast-cache-load: megatron-core 0.16-0.19 refuse it with a "
+                    "--data-path or --data-args-path blend at start-up (AssertionError: "
+                    '"--dataloader-fast-cache-load and --data-path cannot be used together"); '
+                    "run without it, or export with --per-split and give "
+                    "--per-split-data-args-path"
+                )
+
+    def note_legacy_tokenizer(self) -> None:
+        if "--legacy-tokenizer" not in self.args:
+            return
+        builds = {b for i in self.record.get("identities", []) for b in i["builds"]}
+        self.notes.append(
             f"--legacy-tokenizer: only Megatron-LM {LEGACY_TOKENIZER_LAST} has it; 0.17 and "
             "later stop at start-up (pretrain_gpt.py: error: unrecognized arguments: "
             "--legacy-tokenizer)"
             + (
                 "; there, run without it (the cache is keyed for megatron-core's tokenizer too)"
-                if {b for i in record.get("identities", []) for b in i["builds"]} & set(CORE_BUILDS)
+                if builds & set(CORE_BUILDS)
                 else "; for those, export with --megatron-tokenizer-build default and run "
                 "without it"
             )
         )
 
-    def train_list(text: str) -> list[str]:
-        return (json.loads(text)["train"] if per_split else text).split()
+    def train_list(self, text: str) -> list[str]:
+        return (json.loads(text)["train"] if self.per_split else text).split()
 
-    def blend_of(stage: Mapping[str, Any]) -> tuple[list[str], list[float] | None]:
-        return _blend(train_list(Path(stage["data_args"]).read_text()))
+    def blend_of(self, stage: Mapping[str, Any]) -> tuple[list[str], list[float] | None]:
+        return _blend(self.train_list(Path(stage["data_args"]).read_text()))
 
-    def matching(given: list[str], what: str) -> Mapping[str, Any] | None:
+    def given_stage(self) -> Mapping[str, Any] | None:
+        """The export's stage the command line's blend reads (by its file or its list);
+        else None, with the reason in ``problems``."""
+        file_flag, list_flag = self.file_flag, self.list_flag
+        file_arg, list_arg = self.args.get(file_flag), self.args.get(list_flag)
+        if file_arg:
+            path = Path(file_arg).resolve()
+            stage = next((s for s in self.record["stages"] if s["data_args"] == str(path)), None)
+            if stage is not None:
+                return stage
+            try:
+                given = self.train_list(path.read_text())
+            except (OSError, ValueError, KeyError, AttributeError) as exc:
+                self.problems.append(
+                    f"{file_flag} {path} is none of the export's stage files, and its list "
+                    f"cannot be read ({type(exc).__name__}: {exc})"
+                )
+                return None
+            return self.matching(given, f"{file_flag} {path}")
+        if list_arg:
+            return self.matching(list_arg.split(), list_flag)
+        self.problems.append(f"no {file_flag} or {list_flag}")
+        return None
+
+    def matching(self, given: list[str], what: str) -> Mapping[str, Any] | None:
         """The stage whose blend ``given`` is (megatron-core reads prefixes and normalized
         weights, so any list in the same proportions that normalizes to the same numbers
         is that stage); else None, with the reason in ``problems``."""
         blend = _blend(given)
-        for s in record["stages"]:
-            if blend_of(s) == blend:
+        for s in self.record["stages"]:
+            if self.blend_of(s) == blend:
                 return s
-        for s in record["stages"]:
-            prefixes, weights = blend_of(s)
+        for s in self.record["stages"]:
+            prefixes, weights = self.blend_of(s)
             if blend[0] == prefixes and weights and blend[1] and np.allclose(weights, blend[1]):
                 i = next(
                     i for i, (a, b) in enumerate(zip(weights, blend[1], strict=True)) if a != b
                 )
-                problems.append(
+                self.problems.append(
                     f"{what}: its weights are in the proportions of stage {s['stage']}'s, but "
                     "megatron-core's normalization (each weight over their float64 sum) "
                     f"rounds them to other numbers ({prefixes[i]}: {blend[1][i]!r} where the "
@@ -341,31 +399,5 @@ def review_trainer_args(
                     f"would build its own blend. Give the weights of {s['data_args']}"
                 )
                 return None
-        problems.append(f"{what} is none of the export's stage lists")
+        self.problems.append(f"{what} is none of the export's stage lists")
         return None
-
-    stage = None
-    file_arg, list_arg = args.get(file_flag), args.get(list_flag)
-    if file_arg:
-        path = Path(file_arg).resolve()
-        stage = next((s for s in record["stages"] if s["data_args"] == str(path)), None)
-        if stage is None:
-            try:
-                given = train_list(path.read_text())
-            except (OSError, ValueError, KeyError, AttributeError) as exc:
-                problems.append(
-                    f"{file_flag} {path} is none of the export's stage files, and its list "
-                    f"cannot be read ({type(exc).__name__}: {exc})"
-                )
-            else:
-                stage = matching(given, f"{file_flag} {path}")
-    elif list_arg:
-        stage = matching(list_arg.split(), list_flag)
-    else:
-        problems.append(f"no {file_flag} or {list_flag}")
-    if stage is not None:
-        samples = number("--train-samples", None)
-        if samples is None and args.get("--train-iters") and args.get("--global-batch-size"):
-            samples = number("--train-iters", 0) * number("--global-batch-size", 0)
-        differs("--train-samples", samples, stage["train_samples"])
-    return TrainerArgsReview(problems, notes)

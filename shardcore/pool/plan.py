@@ -4,6 +4,7 @@ validation documents, size the buckets; and ``build_pool``, which plans and runs
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -76,20 +77,140 @@ def plan_pool(
         raise InputError(f"staging must be auto, {' or '.join(STAGINGS)}; got {staging!r}")
     if not tokenized:
         raise InputError("a pool needs at least one tokenized source")
-    # Every number is checked before anything is read or written (shardcore.limits).
-    seq_len = limits.seq_len(seq_len)
+    params = _checked_params(
+        seq_len=seq_len,
+        filter=filter,
+        shuffle=shuffle,
+        seed=seed,
+        memory=memory,
+        val_fraction=val_fraction,
+        bos=bos,
+        shard_size=shard_size,
+        shuffle_options=shuffle_options,
+    )
+    loaded, tokenizer, dtype = _load_sources(tokenized)
+    selected = _select(
+        loaded, filter, annotations or [], val_fraction=params["val_fraction"], bos=bos
+    )
+    if bos and tokenizer.get("bos_id") is None:
+        raise InputError(f"bos=True but tokenizer {tokenizer.get('spec')!r} has no BOS token")
+    if selected.joined_fps:  # (absent otherwise: a pool without annotations keeps its fingerprint)
+        params["annotations"] = selected.joined_fps
+    if not allow_empty and not any(sum(i["docs"]) for i in selected.inputs):
+        _refuse_empty(loaded, filter)
+    splits = _plan_splits(selected, module=module, params=params, itemsize=np.dtype(dtype).itemsize)
+    meta = {"splits": splits, "tokenizer": tokenizer, "dtype": str(np.dtype(dtype))}
+    return _assemble(out, params, selected, meta, staging=staging, annotations=annotations or [])
+
+
+def _checked_params(*, seed: int, memory: int, shuffle_options: dict | None, **given) -> dict:
+    """The build's parameters (what enters its fingerprint), every number checked before
+    anything is read or written (``shardcore.limits``)."""
+    seq_len = limits.seq_len(given["seq_len"])
     seed = limits.seed(seed)
-    val_fraction = limits.val_fraction(val_fraction)
+    val_fraction = limits.val_fraction(given["val_fraction"])
     memory = limits.size("memory", memory, limits.MIN_MEMORY)
-    shard_size = limits.size("shard_size", shard_size)
+    shard_size = limits.size("shard_size", given["shard_size"])
+    return {
+        "seq_len": int(seq_len),
+        "filter": given["filter"],
+        "shuffle": given["shuffle"],
+        "seed": int(seed),
+        "memory": int(memory),
+        "val_fraction": float(val_fraction),
+        "bos": bool(given["bos"]),
+        "shard_size": int(shard_size),
+        "shuffle_options": _checked_options(shuffle_options),
+    }
+
+
+def _refuse_empty(loaded: list[tuple[str, dict[str, Any]]], filter: str | None) -> None:
+    total = sum(int(sh["documents"]) for _, d in loaded for sh in d["shards"])
+    raise EmptySelectionError(
+        f"filter {filter!r} selects none of the {total:,} documents of "
+        f"{len(loaded)} tokenized source(s)"
+    )
+
+
+def _assemble(
+    out: str,
+    params: dict[str, Any],
+    selected: _Selection,
+    meta: dict[str, Any],
+    *,
+    staging: str,
+    annotations: list[str],
+) -> units.Plan:
+    """The plan's units (pass 1, the merge's levels, pass 2), its meta and its inputs'
+    table, from the selection and the splits planned (``meta``: splits, tokenizer, dtype).
+    Frees the selection's inputs before the units run."""
+    sources, inputs, splits = selected.sources, selected.inputs, meta["splits"]
+    tokenizer = meta["tokenizer"]
+    num_buckets = sum(split["num_buckets"] for split in splits.values())
+    group = _group_buckets(inputs, num_buckets, selected.meta_bytes, params["memory"])
+    phase1 = [{"id": f"assign-{i:05d}", "input": i} for i in range(len(inputs))]
+    phase2 = [
+        {"id": f"{split}-bucket-{b:05d}", "split": split, "bucket": b}
+        for split in SPLITS
+        for b in range(splits[split]["num_buckets"])
+    ]
+    if staging == "auto":
+        staging = "tokens" if any(on_network_fs(s["path"]) for s in sources) else "references"
+    levels, fan_in = merge_shape(len(inputs))
+    if not needs_merge(len(inputs), num_buckets):
+        levels, fan_in = 0, len(inputs)  # pass 2 reads the pass-1 files themselves
+    annotation_dirs = [storage.resolve(a) for a in annotations]
+    table_file, layout = input_table.encode(inputs, annotation_dirs)
+    meta = {
+        # Not parameters either (the output bytes do not depend on them): how many
+        # consecutive buckets one last-level merge unit gathers, and the merge tree's
+        # depth and fan-in (shardcore.pool.merge; 0 levels: no merge, ``needs_merge``).
+        "group_buckets": group,
+        "merge_levels": levels,
+        "merge_fan_in": fan_in,
+        # Not a parameter: both stagings write the same bytes (same assignment, same
+        # permutation, same packing code), so the mode is kept out of the fingerprint and
+        # the manifest, like the number of workers. A rebuild with the other mode is the
+        # same artifact.
+        "staging": staging,
+        "props_type": props.type_to_text(selected.props_type),
+        "sources": sources,
+        # The inputs' table is a file of the plan (``shardcore.pool.inputs``): the header
+        # every unit loads stays the same size whatever the number of inputs.
+        "inputs_table": layout,
+        "splits": splits,
+        "tokenizer": tokenizer,
+        "dtype": meta["dtype"],
+        "pad_id": int(tokenizer["eos_id"]),
+        "bos_id": tokenizer.get("bos_id"),
+    }
+    if annotation_dirs:
+        meta["annotation_dirs"] = annotation_dirs
+    meta["artifacts"] = [s["path"] for s in sources if storage.is_remote(s["path"])] + [
+        storage.resolve(a) for a in annotations if storage.is_remote(a)
+    ]
+    del inputs
+    selected.inputs = []  # the only other reference to the inputs: freed with them
+    release_memory()  # what reading every sidecar took, before the units run
+    plan = units.Plan(STAGE, storage.resolve(out), params, [], meta, files={TABLE_REL: table_file})
+    merges = [merge_units(plan, level) for level in range(1, levels + 1)]
+    plan.phases = [phase1, *merges, phase2]
+    return plan
+
+
+def _checked_options(shuffle_options: dict | None) -> dict:
+    """The shuffle's options, each number within ``shardcore.limits``' range."""
     options = dict(shuffle_options or {})
     for key, value in options.items():
         if isinstance(value, int | float):  # bool too: refused as not an integer
             options[key] = limits.check_int(f"shuffle_options.{key}", value, 1, limits.MAX_COUNT)
-    sources: list[dict[str, Any]] = []
-    inputs: list[dict[str, Any]] = []
+    return options
+
+
+def _load_sources(tokenized: list[str]) -> tuple[list[tuple[str, dict[str, Any]]], Any, Any]:
+    """(path, manifest) of each tokenized source, and their one tokenizer and dtype (those
+    of the first; a source with another tokenizer is refused)."""
     loaded: list[tuple[str, dict[str, Any]]] = []
-    meta_bytes = 0  # the selected documents' metadata, for sizing the merge's groups
     tokenizer: Any = None
     dtype: Any = None
     for path in tokenized:
@@ -103,6 +224,33 @@ def plan_pool(
                 f"source's {tokenizer.get('spec')!r}; a pool has one tokenizer"
             )
         loaded.append((path, data))
+    return loaded, tokenizer, dtype
+
+
+@dataclass
+class _Selection:
+    """What the filter selects of every input shard (``_select``)."""
+
+    sources: list[dict[str, Any]]  # per source: path, fingerprint, content digest
+    inputs: list[dict[str, Any]]  # per input shard: the documents and tokens of each split
+    meta_bytes: int  # the selected documents' metadata, for sizing the merge's groups
+    props_type: Any  # the one type of the properties over every input
+    joined_fps: Any  # the joined annotations' fingerprints (empty: none)
+
+
+def _select(
+    loaded: list[tuple[str, dict[str, Any]]],
+    filter: str | None,
+    annotations: list[str],
+    *,
+    val_fraction: float,
+    bos: bool,
+) -> _Selection:
+    """Read each input shard's sidecar once: the documents the filter selects, split into
+    training and validation documents, counted with their tokens."""
+    sources: list[dict[str, Any]] = []
+    inputs: list[dict[str, Any]] = []
+    meta_bytes = 0
     # Inputs on object storage are planned (and later read by the units) from checked
     # local copies; the plan names them by URL (meta["artifacts"], see shardcore.units).
     local = {path: artifact_cache.local_artifact(path) for path, _ in loaded}
@@ -115,7 +263,7 @@ def plan_pool(
             for sh in d["shards"]
         ]
     )
-    joins, joined_type, joined_fps = annotation_join.shard_specs(annotations or [], loaded)
+    joins, joined_type, joined_fps = annotation_join.shard_specs(annotations, loaded)
     annotation_join.check_names(props_type, joined_type)
     if joined_fps:
         props_type = props.unify(props_type, joined_type)
@@ -129,7 +277,7 @@ def plan_pool(
             prefix = storage.join(path, shard["prefix"])
             sidecar = f"{prefix}.docs.parquet"
             local_sidecar = f"{os.path.join(local[path], shard['prefix'])}.docs.parquet"
-            joined = [{**a, "path": _local_path(a["path"], annotations or [])} for a in joins[s][j]]
+            joined = [{**a, "path": _local_path(a["path"], annotations)} for a in joins[s][j]]
             rows, table = filters.select_shard(local_sidecar, filter, props_type, joined)
             meta_bytes += int(table.nbytes)
             is_val = val_mask(data["fingerprint"], column(table, "doc_id", sidecar), val_fraction)
@@ -144,30 +292,19 @@ def plan_pool(
                     **({"annotations": joins[s][j]} if joins[s][j] else {}),
                 }
             )
-    if bos and tokenizer.get("bos_id") is None:
-        raise InputError(f"bos=True but tokenizer {tokenizer.get('spec')!r} has no BOS token")
-    itemsize = np.dtype(dtype).itemsize
-    params: dict[str, Any] = {
-        "seq_len": int(seq_len),
-        "filter": filter,
-        "shuffle": shuffle,
-        "seed": int(seed),
-        "memory": int(memory),
-        "val_fraction": float(val_fraction),
-        "bos": bool(bos),
-        "shard_size": int(shard_size),
-        "shuffle_options": options,
-    }
-    if joined_fps:  # (absent otherwise: a pool without annotations keeps its fingerprint)
-        params["annotations"] = joined_fps
-    if not allow_empty and not any(sum(i["docs"]) for i in inputs):
-        total = sum(int(sh["documents"]) for _, d in loaded for sh in d["shards"])
-        raise EmptySelectionError(
-            f"filter {filter!r} selects none of the {total:,} documents of "
-            f"{len(loaded)} tokenized source(s)"
-        )
+    return _Selection(sources, inputs, meta_bytes, props_type, joined_fps)
+
+
+def _plan_splits(
+    selected: _Selection, *, module: Any, params: dict[str, Any], itemsize: int
+) -> dict[str, dict[str, Any]]:
+    """Each split's documents, tokens, buckets (numbered on from the previous split's),
+    seed and fingerprint."""
+    inputs, sources = selected.inputs, selected.sources
+    options = params["shuffle_options"]
     parents = [s["fingerprint"] for s in sources]
     contents = [s["content"] for s in sources]
+    memory, shard_size, seed = params["memory"], params["shard_size"], params["seed"]
     splits: dict[str, dict[str, Any]] = {}
     first_bucket = 0
     for k, split in enumerate(SPLITS):
@@ -188,54 +325,7 @@ def plan_pool(
             ),
         }
         first_bucket += n_buckets
-    group = _group_buckets(inputs, first_bucket, meta_bytes, memory)
-    phase1 = [{"id": f"assign-{i:05d}", "input": i} for i in range(len(inputs))]
-    phase2 = [
-        {"id": f"{split}-bucket-{b:05d}", "split": split, "bucket": b}
-        for split in SPLITS
-        for b in range(splits[split]["num_buckets"])
-    ]
-    if staging == "auto":
-        staging = "tokens" if any(on_network_fs(s["path"]) for s in sources) else "references"
-    levels, fan_in = merge_shape(len(inputs))
-    if not needs_merge(len(inputs), first_bucket):
-        levels, fan_in = 0, len(inputs)  # pass 2 reads the pass-1 files themselves
-    annotation_dirs = [storage.resolve(a) for a in annotations or []]
-    table_file, layout = input_table.encode(inputs, annotation_dirs)
-    meta = {
-        # Not parameters either (the output bytes do not depend on them): how many
-        # consecutive buckets one last-level merge unit gathers, and the merge tree's
-        # depth and fan-in (shardcore.pool.merge; 0 levels: no merge, ``needs_merge``).
-        "group_buckets": group,
-        "merge_levels": levels,
-        "merge_fan_in": fan_in,
-        # Not a parameter: both stagings write the same bytes (same assignment, same
-        # permutation, same packing code), so the mode is kept out of the fingerprint and
-        # the manifest, like the number of workers. A rebuild with the other mode is the
-        # same artifact.
-        "staging": staging,
-        "props_type": props.type_to_text(props_type),
-        "sources": sources,
-        # The inputs' table is a file of the plan (``shardcore.pool.inputs``): the header
-        # every unit loads stays the same size whatever the number of inputs.
-        "inputs_table": layout,
-        "splits": splits,
-        "tokenizer": tokenizer,
-        "dtype": str(np.dtype(dtype)),
-        "pad_id": int(tokenizer["eos_id"]),
-        "bos_id": tokenizer.get("bos_id"),
-    }
-    if annotation_dirs:
-        meta["annotation_dirs"] = annotation_dirs
-    meta["artifacts"] = [s["path"] for s in sources if storage.is_remote(s["path"])] + [
-        storage.resolve(a) for a in annotations or [] if storage.is_remote(a)
-    ]
-    del inputs
-    release_memory()  # what reading every sidecar took, before the units run
-    plan = units.Plan(STAGE, storage.resolve(out), params, [], meta, files={TABLE_REL: table_file})
-    merges = [merge_units(plan, level) for level in range(1, levels + 1)]
-    plan.phases = [phase1, *merges, phase2]
-    return plan
+    return splits
 
 
 def _local_path(path: str, annotations: list[str]) -> str:

@@ -157,44 +157,9 @@ def mixture_version_build(
     again answers the version that holds it (``existed``), or reruns its build when that
     failed. Versions are never edited: changing a weight means creating the next version."""
 
-    leaves: dict[str, dict[int, float]] = {}  # stage -> {pool id: share}
-    keys: dict[str, int] = {}  # the spec's pool keys -> pool ids
-    with refused("mixture spec"):
-        for name, comps in spec.stage_components():
-            shares = leaves.setdefault(name, {})
-            for key, share in flatten(comps, where=spec.field_of(name)):
-                keys[key] = _pool_id(key)
-                shares[keys[key]] = shares.get(keys[key], 0.0) + share
-    ids = list(dict.fromkeys(keys.values()))
-    pools = {p.pk: p for p in Pool.objects.filter(pk__in=ids)}
-    for pk in ids:
-        pool = pools.get(pk)
-        if pool is None:
-            raise CatalogError(f"no pool {pk}")
-        if pool.status != ArtifactStatus.READY:
-            raise CatalogError(f"pool {pool.name} is {pool.status}, not ready")
-        if pool.num_records <= 0:
-            raise CatalogError(f"pool {pool.name}: empty pool (0 records)")
-    refuse_corrupt(pools.values())
-    seq_lens = {p.seq_len for p in pools.values()}
-    if len(seq_lens) != 1:
-        raise CatalogError(f"pools of one mixture share a seq_len; got {sorted(seq_lens)}")
-    facts = [
-        PoolInfo(key, pools[pk].path, {"num_records": pools[pk].num_records,
-                                       "seq_len": pools[pk].seq_len})
-        for key, pk in keys.items()
-    ]  # fmt: skip
-    try:
-        # Planned without the cap, so that a refusal names every pool beyond it.
-        planned = plan_epochs(replace(spec, max_repetitions=math.inf), facts)
-    except ShardcoreError as exc:
-        raise CatalogError(_pool_names(str(exc), pools)) from None
-    over = [pools[keys[p["pool"]]].name for p in planned if p["epochs"] > spec.max_repetitions]
-    if over:
-        raise CatalogError(
-            f"{', '.join(over)} above max_repetitions={spec.max_repetitions:g}: add data, "
-            "lower its weight or the budget, or raise max_repetitions"
-        )
+    leaves, keys = _spec_shares(spec)
+    pools = _ready_pools(list(dict.fromkeys(keys.values())))
+    _refuse_repetitions(spec, keys, pools)
 
     # What shardcore builds: each stage's pools by path, with their shares.
     def by_path(shares: dict[int, float]) -> list[Component]:
@@ -211,41 +176,15 @@ def mixture_version_build(
     number, out = 0, ""
 
     def running() -> MixtureVersion | None:
-        """The version that holds this content already (a double click, a retried request):
-        the answer, not an identical copy; a failed build of it runs again."""
         nonlocal mixture, number
         mixture = Mixture.objects.get(pk=mixture_id)
         latest = mixture.versions.select_related("job").order_by("-number").first()
         number = (latest.number if latest is not None else 0) + 1
-        if latest is None or (latest.params or {}).get("spec") != content:
-            return None
-        if latest.status in (ArtifactStatus.FAILED, ArtifactStatus.CANCELLED) and latest.job:
-            job_retry(job_id=latest.job_id)
-            MixtureVersion.objects.filter(pk=latest.pk).update(
-                status=ArtifactStatus.BUILDING, finished_at=None
-            )
-            latest.refresh_from_db()
-            return latest
-        if latest.status in (ArtifactStatus.READY, ArtifactStatus.BUILDING):
-            latest.existed = True
-            return latest
-        return None
+        return _version_holding(latest, content)
 
     def plan() -> Plan:
         nonlocal out
-        try:
-            out = guards.data_path(
-                "mixtures", checked_name(mixture.name, "mixture name"), f"v{number}"
-            )
-        except guards.GuardError as exc:
-            raise CatalogError(f"mixture {mixture.pk}: {exc}") from None
-        if storage.exists(out):
-            # A version's files are immutable: never build over a directory that exists
-            # (a leftover of a save that failed after writing, or someone else's files).
-            raise CatalogError(
-                f"cannot build {mixture.name} v{number}: {out} exists already; "
-                "remove it if it is a leftover of a failed save"
-            )
+        out = _version_dir(mixture, number)
         with refused(f"cannot build {mixture.name} v{number}"):
             return plan_mixture(schedule, out)
 
@@ -282,6 +221,93 @@ def mixture_version_build(
         created_by=created_by,
         plan_first=False,
     )
+
+
+def _spec_shares(spec: MixtureSpec) -> tuple[dict[str, dict[int, float]], dict[str, int]]:
+    """Each stage's pools by catalog id with their shares (nested groups multiplied out),
+    and the spec's pool keys -> pool ids."""
+    leaves: dict[str, dict[int, float]] = {}  # stage -> {pool id: share}
+    keys: dict[str, int] = {}  # the spec's pool keys -> pool ids
+    with refused("mixture spec"):
+        for name, comps in spec.stage_components():
+            shares = leaves.setdefault(name, {})
+            for key, share in flatten(comps, where=spec.field_of(name)):
+                keys[key] = _pool_id(key)
+                shares[keys[key]] = shares.get(keys[key], 0.0) + share
+    return leaves, keys
+
+
+def _ready_pools(ids: list[int]) -> dict[int, Pool]:
+    """The pools ``ids`` by id, each ready, not empty and not corrupt, sharing a seq_len."""
+    pools = {p.pk: p for p in Pool.objects.filter(pk__in=ids)}
+    for pk in ids:
+        pool = pools.get(pk)
+        if pool is None:
+            raise CatalogError(f"no pool {pk}")
+        if pool.status != ArtifactStatus.READY:
+            raise CatalogError(f"pool {pool.name} is {pool.status}, not ready")
+        if pool.num_records <= 0:
+            raise CatalogError(f"pool {pool.name}: empty pool (0 records)")
+    refuse_corrupt(pools.values())
+    seq_lens = {p.seq_len for p in pools.values()}
+    if len(seq_lens) != 1:
+        raise CatalogError(f"pools of one mixture share a seq_len; got {sorted(seq_lens)}")
+    return pools
+
+
+def _refuse_repetitions(spec: MixtureSpec, keys: dict[str, int], pools: dict[int, Pool]) -> None:
+    """Refuse a budget that no schedule fits, or that repeats a pool beyond
+    ``max_repetitions`` (planned from the catalog's record counts, no file read)."""
+    facts = [
+        PoolInfo(key, pools[pk].path, {"num_records": pools[pk].num_records,
+                                       "seq_len": pools[pk].seq_len})
+        for key, pk in keys.items()
+    ]  # fmt: skip
+    try:
+        # Planned without the cap, so that a refusal names every pool beyond it.
+        planned = plan_epochs(replace(spec, max_repetitions=math.inf), facts)
+    except ShardcoreError as exc:
+        raise CatalogError(_pool_names(str(exc), pools)) from None
+    over = [pools[keys[p["pool"]]].name for p in planned if p["epochs"] > spec.max_repetitions]
+    if over:
+        raise CatalogError(
+            f"{', '.join(over)} above max_repetitions={spec.max_repetitions:g}: add data, "
+            "lower its weight or the budget, or raise max_repetitions"
+        )
+
+
+def _version_holding(latest: MixtureVersion | None, content: Any) -> MixtureVersion | None:
+    """The version that holds this content already (a double click, a retried request):
+    the answer, not an identical copy; a failed build of it runs again."""
+    if latest is None or (latest.params or {}).get("spec") != content:
+        return None
+    if latest.status in (ArtifactStatus.FAILED, ArtifactStatus.CANCELLED) and latest.job:
+        job_retry(job_id=latest.job_id)
+        MixtureVersion.objects.filter(pk=latest.pk).update(
+            status=ArtifactStatus.BUILDING, finished_at=None
+        )
+        latest.refresh_from_db()
+        return latest
+    if latest.status in (ArtifactStatus.READY, ArtifactStatus.BUILDING):
+        latest.existed = True
+        return latest
+    return None
+
+
+def _version_dir(mixture: Mixture, number: int) -> str:
+    """Where version ``number`` of ``mixture`` is built: a directory that does not exist."""
+    try:
+        out = guards.data_path("mixtures", checked_name(mixture.name, "mixture name"), f"v{number}")
+    except guards.GuardError as exc:
+        raise CatalogError(f"mixture {mixture.pk}: {exc}") from None
+    if storage.exists(out):
+        # A version's files are immutable: never build over a directory that exists
+        # (a leftover of a save that failed after writing, or someone else's files).
+        raise CatalogError(
+            f"cannot build {mixture.name} v{number}: {out} exists already; "
+            "remove it if it is a leftover of a failed save"
+        )
+    return out
 
 
 MAIN = "main"
