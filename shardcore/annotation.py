@@ -18,17 +18,20 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from shardcore import artifact_cache, storage, units
-from shardcore.annotate import create
+from shardcore.annotate import Annotator, create
 from shardcore.annotate import get as annotator_class
 from shardcore.annotate.artifact import DOC_ID, annotate_shard, finalize, plan, read_annotation
 from shardcore.annotate.texts import TEXT_FROM
 from shardcore.errors import InputError
 from shardcore.manifest import read_manifest
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 STAGE = "annotation"
 
@@ -77,7 +80,7 @@ def plan_annotation(
     )
 
 
-def _annotator(plan_: units.Plan):
+def _annotator(plan_: units.Plan) -> Annotator:
     return create(plan_.params["annotator"], plan_.params["params"])
 
 
@@ -248,7 +251,7 @@ def summarize(path: str) -> dict[str, Any]:
 DECON_TOP_ITEMS = 100
 
 
-def _decon_summary(table, index: dict[str, Any]) -> dict[str, Any]:
+def _decon_summary(table: pa.Table, index: dict[str, Any]) -> dict[str, Any]:
     """Per benchmark of a decontamination: its items (indexed, skipped as too short), the
     documents overlapping any of them, the items some document overlaps, and those items
     with the most documents (at most ``DECON_TOP_ITEMS``)."""

@@ -60,6 +60,7 @@ from shardcore import atomic, config
 from shardcore import manifest as mf
 from shardcore.errors import InputError, ManifestError
 from shardcore.storage import (
+    Store,
     cache_root,
     download_checked,
     is_remote,
@@ -279,7 +280,16 @@ def artifact_copy(
     return LocalCopy(local, fd)
 
 
-def _download(store, entries, data, root: Path, key: str, fd: int, size: int, bound) -> None:
+def _download(
+    store: Store,
+    entries: list[dict[str, Any]],
+    data: bytes,
+    root: Path,
+    key: str,
+    fd: int,
+    size: int,
+    bound: int | None,
+) -> None:
     local = root / key
     with _locked(root / f"{key}.fetch", fcntl.LOCK_EX):
         if (local / mf.MANIFEST_NAME).exists():  # another process finished it meanwhile

@@ -34,6 +34,7 @@ import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from types import TracebackType
 from typing import IO, Any
 
 __all__ = [
@@ -134,8 +135,8 @@ class AtomicFile:
     large numpy writes)."""
 
     def __init__(
-        self, path: str | os.PathLike, mode: str = "wb", *, durable: bool = True, **open_kwargs
-    ):
+        self, path: str | os.PathLike, mode: str = "wb", *, durable: bool = True, **open_kwargs: Any
+    ) -> None:
         if not any(c in mode for c in "wax"):
             raise ValueError(f"AtomicFile mode {mode!r} does not write")
         self.path = Path(path)
@@ -172,7 +173,12 @@ class AtomicFile:
     def __enter__(self) -> IO[Any]:
         return self.file
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         if exc_type is None:
             self.commit()
         else:
@@ -180,7 +186,7 @@ class AtomicFile:
 
 
 def atomic_open(
-    path: str | os.PathLike, mode: str = "wb", *, durable: bool = True, **open_kwargs
+    path: str | os.PathLike, mode: str = "wb", *, durable: bool = True, **open_kwargs: Any
 ) -> AtomicFile:
     """``with atomic_open(path, "wb") as f: ...``: write through ``f``; the file appears
     at ``path`` when the block ends without an error."""

@@ -27,6 +27,7 @@ from __future__ import annotations
 import ctypes
 import functools
 from collections.abc import Callable, Sequence
+from types import ModuleType
 
 import numpy as np
 
@@ -211,7 +212,7 @@ def normalize(weights: Sequence[float] | np.ndarray) -> np.ndarray:
     return w / np.sum(w)
 
 
-def _megatron_helper():
+def _megatron_helper() -> ModuleType | None:
     """megatron-core's compiled helper if installed (a fallback when ours cannot build)."""
     try:
         from megatron.core.datasets import helpers_cpp

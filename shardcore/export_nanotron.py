@@ -49,7 +49,7 @@ import yaml
 from shardcore import atomic, blend
 from shardcore import manifest as mf
 from shardcore.errors import InputError
-from shardcore.pack import load_segments
+from shardcore.pack import Segments, load_segments
 
 VIEWS_DIR = "exports/nanotron"
 
@@ -83,7 +83,7 @@ def loads_with_auto_tokenizer(name: str) -> bool:
     return not (name.startswith("tiktoken:") or name == "unknown")
 
 
-def document_ends(segments, width: int) -> np.ndarray:
+def document_ends(segments: Segments, width: int) -> np.ndarray:
     """Token offsets (exclusive) where each document or padding run of a shard ends, in
     the shard's flat token stream: datatrove's ``.ds.index`` content."""
     record = np.repeat(

@@ -24,6 +24,8 @@ import json
 import os
 import re
 import threading
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -31,6 +33,9 @@ import pyarrow.parquet as pq
 
 from shardcore import config, props
 from shardcore.errors import InputError
+
+if TYPE_CHECKING:
+    import duckdb
 
 ROW = "__row"  # the document's index in its shard, added before filtering
 # Node classes of DuckDB's parse tree a filter may hold (json_serialize_sql's "class").
@@ -152,7 +157,7 @@ def filter_view(table: pa.Table, props_type: pa.DataType | None = None) -> pa.Ta
     return pa.table(cols)
 
 
-def filter_parse(expression: str):
+def filter_parse(expression: str) -> duckdb.Expression:
     """``expression`` as DuckDB's parsed expression (``duckdb.Expression``), or InputError
     saying why it is not a filter. Reads nothing: the web request validates with this."""
     import duckdb
@@ -194,7 +199,7 @@ class _Deadline(threading.Thread):
     """Calls ``interrupt`` after ``seconds``, then again every 10 ms until cancelled: an
     interrupt that arrives before the query starts must not be lost."""
 
-    def __init__(self, seconds: float, interrupt) -> None:
+    def __init__(self, seconds: float, interrupt: Callable[[], object]) -> None:
         super().__init__(daemon=True)
         self._seconds, self._interrupt, self._done = seconds, interrupt, threading.Event()
 
@@ -211,7 +216,7 @@ class _Deadline(threading.Thread):
             self.join()
 
 
-def _tree_nodes(node):
+def _tree_nodes(node: Any) -> Iterator[tuple[Any, Any, Any]]:  # JSON of DuckDB's parse tree
     """(class, type, function name) of every expression node under ``node``."""
     stack = [node]
     while stack:

@@ -22,11 +22,13 @@ file that looks complete.
 
 from __future__ import annotations
 
+import mmap
 import os
 import re
 import struct
 from dataclasses import dataclass
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 import numpy as np
@@ -262,7 +264,12 @@ class IndexedWriter:
     def __enter__(self) -> IndexedWriter:
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         if exc_type is None:
             self.close()
         else:
@@ -398,7 +405,7 @@ def write_column_parts(path: str | os.PathLike, name: str, parts: list, dtype: A
     return {"size": size, "xxh3": whole.hexdigest(), "columns": {name: spec}}
 
 
-def table_column(buffer, spec: dict, where: str) -> np.ndarray:
+def table_column(buffer: mmap.mmap | bytes, spec: dict, where: str) -> np.ndarray:
     """A column of a table file held in ``buffer`` (an mmap, or the column's bytes with
     ``spec["offset"]`` 0): a read-only view, checked to fit."""
     dtype = np.dtype(spec["dtype"])

@@ -59,7 +59,7 @@ MAX_DECON_ITEMS = 2**31 - 1
 MAX_DECON_NGRAMS = 2**32
 
 
-def check_int(name: str, value, low: int, high: int) -> int:
+def check_int(name: str, value: object, low: int, high: int) -> int:
     """``value`` as an int when it is a whole number in [low, high]; else an InputError
     naming ``name`` and the range. Booleans and fractions are not whole numbers."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
@@ -77,7 +77,13 @@ def check_int(name: str, value, low: int, high: int) -> int:
 
 
 def check_float(
-    name: str, value, low: float, high: float, *, low_open: bool = False, high_open: bool = False
+    name: str,
+    value: object,
+    low: float,
+    high: float,
+    *,
+    low_open: bool = False,
+    high_open: bool = False,
 ) -> float:
     """``value`` as a float when it is finite and within the range (``low_open`` /
     ``high_open`` exclude an end); else an InputError naming ``name`` and the range."""
@@ -95,38 +101,38 @@ def check_float(
     return out
 
 
-def seq_len(value) -> int:
+def seq_len(value: object) -> int:
     return check_int("seq_len", value, 1, MAX_SEQ_LEN)
 
 
-def seed(value, name: str = "seed") -> int:
+def seed(value: object, name: str = "seed") -> int:
     return check_int(name, value, 0, MAX_SEED)
 
 
-def workers(value) -> int:
+def workers(value: object) -> int:
     return check_int("workers", value, 1, MAX_WORKERS)
 
 
-def size(name: str, value, low: int = 1) -> int:
+def size(name: str, value: object, low: int = 1) -> int:
     """A byte size (a memory budget, a shard size)."""
     return check_int(name, value, low, MAX_BYTES)
 
 
-def tokens(name: str, value) -> int:
+def tokens(name: str, value: object) -> int:
     """A token count (a budget, a stage's tokens)."""
     return check_int(name, value, 1, MAX_TOKENS)
 
 
-def weight(name: str, value) -> float:
+def weight(name: str, value: object) -> float:
     return check_float(name, value, 0.0, MAX_WEIGHT, low_open=True)
 
 
-def repetitions(value, name: str = "max_repetitions") -> float:
+def repetitions(value: object, name: str = "max_repetitions") -> float:
     """The most epochs a mixture may read of any pool."""
     return check_float(name, value, 0.0, MAX_REPETITIONS, low_open=True)
 
 
-def val_fraction(value) -> float:
+def val_fraction(value: object) -> float:
     """The share of a pool's documents held out for validation."""
     return check_float("val_fraction", value, 0.0, MAX_VAL_FRACTION)
 
@@ -201,7 +207,7 @@ _TYPED = re.compile(
 _SUFFIX = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "b": 10**9, "t": 10**12}
 
 
-def parse(name: str, value) -> int | float:
+def parse(name: str, value: object) -> int | float:
     """A number as a person types it (``1000000``, ``1_000_000``, ``1,000,000``, ``1e6``,
     ``1M``, ``0.05``): an int when it is a whole number, else a float (so ``1e6`` is the
     integer 1000000 and ``1.5e0`` is 1.5, which an integer parameter then refuses). A

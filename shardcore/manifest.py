@@ -27,7 +27,7 @@ import heapq
 import json
 import os
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -117,7 +117,7 @@ def content_digest(manifest: dict[str, Any]) -> str:
     )
 
 
-def _digest_of_files(files) -> str:
+def _digest_of_files(files: Iterable[tuple[str, Any, Any]]) -> str:
     return xxhash.xxh3_128_hexdigest(canonical_json(sorted(files)))
 
 
@@ -277,7 +277,7 @@ class BlockSpill:
     def __len__(self) -> int:
         return self._count
 
-    def chunks(self):
+    def chunks(self) -> Iterator[np.ndarray]:
         self._file.flush()
         for start in range(0, self._count, self.CHUNK):
             n = min(self.CHUNK, self._count - start)
@@ -405,9 +405,17 @@ def write_manifest_columns(
     )
 
 
-def _columns_digest(rows, keys, names, columns, shard_files, extra, has_shards) -> tuple[str, int]:
+def _columns_digest(
+    rows: int,
+    keys: np.ndarray | None,
+    names: dict[str, Any] | None,
+    columns: dict[str, np.ndarray],
+    shard_files: dict[str, dict[str, np.ndarray]],
+    extra: list[dict[str, Any]],
+    has_shards: bool,
+) -> tuple[str, int]:
     """``content_digest`` and ``total_bytes`` of the files being written, from columns."""
-    if has_shards and names is not None:
+    if has_shards and names is not None and keys is not None:  # names come with keys
 
         def prefix(i: int) -> str:
             return formats.shard_name(names, int(keys[i]))
@@ -434,7 +442,7 @@ def _columns_digest(rows, keys, names, columns, shard_files, extra, has_shards) 
     return _digest_of_files(files), total
 
 
-def _streams_in_order(rows: int, prefix) -> bool:
+def _streams_in_order(rows: int, prefix: Callable[[int], str]) -> bool:
     """Whether the shards' files, listed shard by shard (each shard's suffixes in order),
     are in path order: each prefix sorts before the next and is not a beginning of it
     (``pool-00007`` before ``pool-00008``, not ``pool-7`` before ``pool-70``)."""
@@ -447,7 +455,12 @@ def _streams_in_order(rows: int, prefix) -> bool:
     return True
 
 
-def _streamed_digest(rows, prefix, shard_files, extra) -> tuple[str, int]:
+def _streamed_digest(
+    rows: int,
+    prefix: Callable[[int], str],
+    shard_files: dict[str, dict[str, np.ndarray]],
+    extra: list[dict[str, Any]],
+) -> tuple[str, int]:
     """``_columns_digest`` without the list of every file: the files come in path order
     (``_streams_in_order``), merged with the extra files, and are hashed as the JSON of
     the sorted list is written, element by element."""
@@ -455,7 +468,7 @@ def _streamed_digest(rows, prefix, shard_files, extra) -> tuple[str, int]:
     sizes = {sfx: np.asarray(shard_files[sfx]["size"], dtype=np.uint64) for sfx in suffixes}
     xxh = {sfx: np.asarray(shard_files[sfx]["xxh3"], dtype=np.uint64) for sfx in suffixes}
 
-    def shard_files_in_order():
+    def shard_files_in_order() -> Iterator[tuple[str, int, str]]:
         for i in range(rows):
             p = prefix(i)
             for sfx in suffixes:

@@ -15,7 +15,7 @@ sequential reads.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -76,7 +76,7 @@ def _run_unit(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
         shard_of = np.searchsorted(cumulative, rec[sel], side="right") - 1
         for shard in np.unique(shard_of).tolist():
             here = sel[shard_of == shard]
-            _check_records(pool, entries, shard, rec[here] - cumulative[shard], width, dtype)  # type: ignore[arg-type]
+            _check_records(pool, entries, shard, rec[here] - cumulative[shard], width, dtype)
             # Records of a pool shard are fixed-width rows: one fancy-indexed gather.
             rows = np.asarray(pool.reader(shard).tokens).reshape(-1, width)
             tokens[here] = rows[rec[here] - cumulative[shard]]
@@ -86,7 +86,14 @@ def _run_unit(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
     return {"shard": int(unit["shard"]), "records": b - a, "tokens": int(tokens.size)}
 
 
-def _check_records(pool, entries: dict, shard: int, rows: np.ndarray, width: int, dtype) -> None:
+def _check_records(
+    pool: PoolReader,
+    entries: Mapping[str, dict[str, Any]],
+    shard: int,
+    rows: np.ndarray,
+    width: int,
+    dtype: np.dtype,
+) -> None:
     """Verify the blocks of the pool shard that hold ``rows`` (and its whole .idx, which
     the reader loads) before copying them: a corrupt pool fails the unit naming the file
     and byte range, and never reaches the copy."""

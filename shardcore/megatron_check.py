@@ -258,7 +258,7 @@ class _Review:
         if got != expected:
             self.problems.append(f"{flag} {got} differs from the export's {expected}")
 
-    def number(self, flag: str, default: Any, kind=int) -> Any:
+    def number(self, flag: str, default: Any, kind: type[int] | type[float] = int) -> Any:
         value = self.args.get(flag)
         if value is None:
             return default

@@ -69,7 +69,13 @@ def _check_split(matrix: Sequence[Any], split: str) -> None:
         )
 
 
-def _keys_core(prefixes, weights, train_samples, args, seq_length) -> CacheKeys:
+def _keys_core(
+    prefixes: list[str],
+    weights: list[float],
+    train_samples: int,
+    args: MegatronArgs,
+    seq_length: int,
+) -> CacheKeys:
     from megatron.core.datasets.blended_dataset import BlendedDataset
     from megatron.core.datasets.blended_megatron_dataset_builder import (
         _get_size_per_split_per_dataset,
@@ -164,7 +170,13 @@ def _md5(text: str) -> str:
     return hashlib.md5(text.encode("utf-8"), usedforsecurity=False).hexdigest()
 
 
-def _keys_replica(prefixes, weights, train_samples, args, seq_length) -> CacheKeys:
+def _keys_replica(
+    prefixes: list[str],
+    weights: list[float],
+    train_samples: int,
+    args: MegatronArgs,
+    seq_length: int,
+) -> CacheKeys:
     matrix = None
     if args.split is not None:
         matrix = _split_matrix(args.split)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import importlib
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +44,7 @@ def deferred(*, planner: str, kwargs: dict[str, Any], out: str, what: str) -> un
     )
 
 
-def _planner(planner: str):
+def _planner(planner: str) -> Callable[..., Any]:
     """The function a dotted path names."""
     module, _, name = planner.rpartition(".")
     found = getattr(importlib.import_module(module), name, None) if module else None

@@ -72,7 +72,7 @@ class Coded:
     def __len__(self) -> int:
         return self.size
 
-    def __getitem__(self, index) -> Coded:
+    def __getitem__(self, index: Any) -> Coded:  # any numpy index of the codes
         return Coded(self.codes[index], self.names)
 
 
@@ -479,7 +479,7 @@ def mixture_quality(
     return out
 
 
-def mixture_labels(mix, by: str, start: int, stop: int) -> Coded:
+def mixture_labels(mix: Mixture, by: str, start: int, stop: int) -> Coded:
     """The labels of samples [start, stop) of a built mixture ``mix``
     (``shardcore.mixture.Mixture``) as integer codes: ``pool`` (its key), ``stage`` (its
     name) or a property of each sample's record's main document

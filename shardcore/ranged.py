@@ -15,13 +15,17 @@ from __future__ import annotations
 
 import io
 from collections import OrderedDict
-from typing import Any
+from typing import TYPE_CHECKING, Any, SupportsIndex
 
 import numpy as np
 import xxhash
 
 from shardcore import storage
 from shardcore.errors import CorruptDataError, ManifestError
+
+if TYPE_CHECKING:
+    from numpy.typing import DTypeLike
+    from typing_extensions import Buffer
 
 # Bytes of blocks kept per column (at least the last block read): the blocks of a chunk of
 # the pool column (2^23 samples, 16 MiB) stay between the questions asked about it.
@@ -112,7 +116,7 @@ class RangedColumn(CheckedRanges):
     def shape(self) -> tuple[int]:
         return (self.length,)
 
-    def __getitem__(self, index):
+    def __getitem__(self, index: SupportsIndex | slice) -> Any:  # an array, or a numpy scalar
         if isinstance(index, slice):
             lo, hi, step = index.indices(self.length)
             if step != 1:
@@ -127,7 +131,7 @@ class RangedColumn(CheckedRanges):
         out = np.frombuffer(self._bytes(self.offset + lo * n, self.offset + hi * n), self.dtype)
         return out if isinstance(index, slice) else out[0]
 
-    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+    def __array__(self, dtype: DTypeLike | None = None, copy: bool | None = None) -> np.ndarray:
         whole = self[:]
         return whole if dtype is None else whole.astype(dtype)
 
@@ -159,10 +163,11 @@ class RangedFile(io.RawIOBase):
         self._at = base + offset
         return self._at
 
-    def readinto(self, buffer) -> int:
-        stop = min(self._at + len(buffer), self.ranges.size)
+    def readinto(self, buffer: Buffer) -> int:
+        view = memoryview(buffer)
+        stop = min(self._at + len(view), self.ranges.size)
         data = self.ranges._bytes(self._at, stop)
-        buffer[: len(data)] = data
+        view[: len(data)] = data
         self._at += len(data)
         return len(data)
 

@@ -26,7 +26,7 @@ import json
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import IO, Any, Protocol
 
 import fsspec
 import orjson
@@ -138,7 +138,7 @@ def _excerpt(raw: bytes | str) -> str:
     return raw[:_EXCERPT] + ("…" if len(raw) > _EXCERPT else "")
 
 
-def _read_raw(f, stats: SegmentStats) -> Iterator[bytes]:
+def _read_raw(f: IO[bytes], stats: SegmentStats) -> Iterator[bytes]:
     while True:
         block = f.read(_BLOCK)
         if not block:
@@ -147,19 +147,33 @@ def _read_raw(f, stats: SegmentStats) -> Iterator[bytes]:
         yield block
 
 
+class _Decompressor(Protocol):
+    """What zlib's and zstandard's decompression objects have in common."""
+
+    @property
+    def eof(self) -> bool: ...
+
+    @property
+    def unused_data(self) -> bytes: ...
+
+    def decompress(self, data: bytes, /) -> bytes: ...
+
+    def flush(self) -> bytes: ...
+
+
 def _decompress(blocks: Iterator[bytes], compression: str) -> Iterator[bytes]:
     """Decompressed blocks of a gzip or zstd stream (multi-member/multi-frame), raising
     _Truncated when it stops before an end marker: zstd's stream reader would not."""
     if compression == "gzip":
 
-        def new():
+        def new() -> _Decompressor:
             return zlib.decompressobj(wbits=31)
 
         errors: tuple[type[BaseException], ...] = (zlib.error,)
     else:
         dctx = zstandard.ZstdDecompressor()
 
-        def new():
+        def new() -> _Decompressor:
             return dctx.decompressobj()
 
         errors = (zstandard.ZstdError,)
@@ -272,7 +286,7 @@ def _jsonl_doc(line: bytes, lineno: int, offset: int, text_field: str) -> Docume
 
 
 def _check_text(
-    text, props: dict, lineno: int, offset: int | None, text_field: str, raw
+    text: object, props: dict, lineno: int, offset: int | None, text_field: str, raw: bytes | str
 ) -> Document | BadInput:
     if text is None:
         return BadInput(MISSING_TEXT_FIELD, lineno, f"{text_field!r} is null", _excerpt(raw))
@@ -339,7 +353,14 @@ def read_segment(
 
 
 def _read_lines(
-    f, fmt, comp, start, end, text_field, txt_mode, stats
+    f: IO[bytes],
+    fmt: str,
+    comp: str | None,
+    start: int,
+    end: int | None,
+    text_field: str,
+    txt_mode: str,
+    stats: SegmentStats,
 ) -> Iterator[Document | BadInput]:
     try:
         if start:
@@ -412,7 +433,7 @@ def _read_txt_file(blocks: Iterator[bytes], stats: SegmentStats) -> Iterator[Doc
 
 
 def _read_parquet(
-    url: str, f, text_field: str, stats: SegmentStats
+    url: str, f: IO[bytes], text_field: str, stats: SegmentStats
 ) -> Iterator[Document | BadInput]:
     import pyarrow as pa
     import pyarrow.parquet as pq

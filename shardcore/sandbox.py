@@ -22,6 +22,7 @@ import resource
 import signal
 import traceback
 from collections.abc import Callable
+from multiprocessing.connection import Connection
 from typing import Any
 
 from shardcore.errors import InputError
@@ -43,7 +44,14 @@ def _vm_bytes() -> int:
     return 0
 
 
-def _child(conn, fn, args, kwargs, memory: int, seconds: float) -> None:
+def _child(
+    conn: Connection,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    memory: int,
+    seconds: float,
+) -> None:
     try:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         limit = _vm_bytes() + memory

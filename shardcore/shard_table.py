@@ -15,13 +15,16 @@ import struct
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 import xxhash
 
 from shardcore import formats
 from shardcore.errors import ManifestError
+
+if TYPE_CHECKING:
+    from numpy.typing import DTypeLike
 
 TABLE_NAME = "manifest.shards"
 BLOCKS_NAME = "manifest.blocks"
@@ -81,7 +84,7 @@ class ShardTable:
             for part in ("table", "blocks"):
                 self._open(part)
 
-    def _open(self, part: str):
+    def _open(self, part: str) -> int:
         if part not in self._files:
             desc = self.layout[part]
             path = Path(self._source) / desc["path"]
@@ -96,7 +99,7 @@ class ShardTable:
             self._files[part] = fd
         return self._files[part]
 
-    def _map(self, part: str):
+    def _map(self, part: str) -> mmap.mmap | bytes:
         if part not in self._maps:
             f = self._open(part)
             size = self.layout[part]["size"]
@@ -147,7 +150,7 @@ class ShardTable:
             raise ManifestError(f"{self.where}: the shard table ends early (column {name!r})")
         return np.frombuffer(raw, dtype=dtype)
 
-    def cell(self, name: str, row: int):
+    def cell(self, name: str, row: int) -> int | float:
         """One value of a column, as a Python number (local: one positioned read)."""
         if not self._local or name in self._columns:
             return self.cells(name, row, row + 1)[0].item()
@@ -279,7 +282,7 @@ class FileEntry(dict):
     __hash__ = None
 
 
-class ShardsView(Sequence):
+class ShardsView(Sequence[dict[str, Any]]):
     """``manifest["shards"]`` of a format-3 manifest: each shard as a dict (``prefix`` and
     its numbers), built from the table when asked for."""
 
@@ -289,7 +292,11 @@ class ShardsView(Sequence):
     def __len__(self) -> int:
         return self.table.rows
 
-    def __getitem__(self, i):
+    @overload
+    def __getitem__(self, i: int) -> dict[str, Any]: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[dict[str, Any]]: ...
+    def __getitem__(self, i: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
         if isinstance(i, slice):
             return [self.table.shard(k) for k in range(*i.indices(len(self)))]
         n = len(self)
@@ -311,7 +318,7 @@ class ShardsView(Sequence):
         return f"<{len(self)} shards of {self.table.where}>"
 
 
-class FilesView(Sequence):
+class FilesView(Sequence[dict[str, Any]]):
     """``manifest["files"]`` of a format-3 manifest: entries built from the table when
     asked for, in path order as writers list them: the other files that sort before the
     first shard's, each shard's files (shard by shard, suffixes sorted), the rest."""
@@ -324,7 +331,11 @@ class FilesView(Sequence):
     def __len__(self) -> int:
         return len(self.table.extra) + self.table.rows * len(self.table.suffixes)
 
-    def __getitem__(self, i):
+    @overload
+    def __getitem__(self, i: int) -> dict[str, Any]: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[dict[str, Any]]: ...
+    def __getitem__(self, i: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
         if isinstance(i, slice):
             return [self[k] for k in range(*i.indices(len(self)))]
         n = len(self)
@@ -343,7 +354,7 @@ class FilesView(Sequence):
         return (self[i] for i in range(len(self)))
 
     def __eq__(self, other: object) -> bool:
-        def whole(e) -> dict:
+        def whole(e: Mapping[str, Any]) -> dict:
             return {**e, "blocks": e["blocks"]} if "blocks" in e else dict(e)
 
         return isinstance(other, Sequence) and [whole(e) for e in self] == [whole(e) for e in other]
@@ -391,7 +402,7 @@ class FilesByPath(Mapping):
         return len(FilesView(self.table))
 
 
-class RecordsColumn(Sequence):
+class RecordsColumn(Sequence[int]):
     """``manifest["cumulative_records"]`` of a format-3 manifest: the table's int64 column
     behaving as the list format 2 stored (items are ints read one at a time, equal to a
     list of the same numbers); ``np.asarray`` of it is the whole column (memory-mapped)."""
@@ -407,7 +418,11 @@ class RecordsColumn(Sequence):
     def __len__(self) -> int:
         return self._len
 
-    def __getitem__(self, i):
+    @overload
+    def __getitem__(self, i: int) -> int: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[int]: ...
+    def __getitem__(self, i: int | slice) -> int | list[int]:
         if isinstance(i, slice):
             return self.array[i].tolist()
         if not -self._len <= i < self._len:
@@ -420,7 +435,7 @@ class RecordsColumn(Sequence):
                 self.name, start, min(start + (1 << 16), self._len)
             ).tolist()
 
-    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+    def __array__(self, dtype: DTypeLike | None = None, copy: bool | None = None) -> np.ndarray:
         return self.array if dtype is None else self.array.astype(dtype, copy=False)
 
     def __eq__(self, other: object) -> bool:

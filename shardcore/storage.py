@@ -30,12 +30,15 @@ import shutil
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import xxhash
 
 from shardcore import atomic, config
 from shardcore.errors import CorruptDataError, InputError
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
 
 log = logging.getLogger(__name__)
 
@@ -220,12 +223,12 @@ class _MultipartWriter(io.RawIOBase):
     def writable(self) -> bool:
         return True
 
-    def write(self, data) -> int:
+    def write(self, data: Buffer) -> int:
         self.buffer += data
         while len(self.buffer) >= self.store.part_size:
             self._send(bytes(self.buffer[: self.store.part_size]))
             del self.buffer[: self.store.part_size]
-        return len(data)
+        return memoryview(data).nbytes  # bytes, as RawIOBase.write counts (len would count items)
 
     def _send(self, part: bytes) -> None:
         client = self.store.client
@@ -332,13 +335,13 @@ def store_failure() -> BaseException | None:
     return error if isinstance(error, BaseException) else None
 
 
-def _before_send(**kwargs) -> None:
+def _before_send(**kwargs: object) -> None:
     error = getattr(_fail, "error", _OFF)
     if error is not _OFF and error is not None:
         raise _unanswered_error()(error=str(error))
 
 
-def _after_attempt(caught_exception=None, **kwargs) -> None:
+def _after_attempt(caught_exception: BaseException | None = None, **kwargs: object) -> None:
     from botocore.exceptions import (
         ConnectionClosedError,
         ConnectTimeoutError,
@@ -361,7 +364,7 @@ _CLIENT_ENV = (
 _clients: dict[tuple, Any] = {}
 
 
-def _shared_client():
+def _shared_client() -> Any:  # a boto3 S3 client (boto3 ships no types)
     """The process's S3 client for the current AWS environment: creating one costs tens of
     milliseconds of CPU, so every store and thread of the process shares it."""
     key = (os.getpid(), *(os.environ.get(k) for k in _CLIENT_ENV))
@@ -411,7 +414,7 @@ class S3Store(Store):
         self.__init__(state["url"], part_size=state["part_size"])  # type: ignore[misc]
 
     @property
-    def client(self):
+    def client(self) -> Any:
         # boto3 clients are not safe to share across forked processes: one per pid.
         pid = os.getpid()
         if self._client_pid != pid:
@@ -444,7 +447,7 @@ class S3Store(Store):
             raise
         return int(head["ContentLength"])
 
-    def _get(self, key: str, **kwargs):
+    def _get(self, key: str, **kwargs: Any) -> dict[str, Any]:
         try:
             return self.client.get_object(Bucket=self.bucket, Key=self._key(key), **kwargs)
         except Exception as exc:

@@ -81,7 +81,7 @@ def _expand(inputs: list[str], storage_options: dict) -> list[dict[str, Any]]:
             raise InputError(f"{inp}: cannot be read ({exc}); give a local path or s3://") from exc
         local = "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,))
 
-        def name(p: str, fs=fs, local=local) -> str:
+        def name(p: str, fs: fsspec.AbstractFileSystem = fs, local: bool = local) -> str:
             return os.path.abspath(p) if local else fs.unstrip_protocol(p)
 
         if any(c in path for c in "*?["):

@@ -13,7 +13,7 @@ import math
 import os
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import xxhash
@@ -23,6 +23,9 @@ from shardcore import manifest as mf
 from shardcore.errors import CorruptDataError
 from shardcore.formats import IndexedReader
 from shardcore.manifest import files_by_path, read_manifest
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 KIND = "tokenized"
 
@@ -59,7 +62,7 @@ class TokenizedSource:
     def sidecar_paths(self) -> list[str]:
         return [str(self.path / f"{s['prefix']}.docs.parquet") for s in self._shard_meta]
 
-    def documents(self, columns: list[str] | None = None):
+    def documents(self, columns: list[str] | None = None) -> pa.Table:
         """Every sidecar concatenated (a pyarrow Table, one row per document, by doc_id):
         Shardyard's columns and the user's properties as the struct ``props``, unified
         across shards by shardcore.props' rule."""
@@ -90,7 +93,7 @@ class TokenizedSource:
         return f"<TokenizedSource {self.path} docs={self.num_documents} shards={len(self._shard_meta)}>"
 
 
-def read_documents(path: str | os.PathLike, columns: list[str] | None = None):
+def read_documents(path: str | os.PathLike, columns: list[str] | None = None) -> pa.Table:
     """``TokenizedSource(path).documents(columns)``, without the token shards: on object
     storage only the sidecars are read, each checked against the manifest's size and xxh3
     (a corrupt one is refused by name), never a copy of the whole artifact."""

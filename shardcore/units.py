@@ -51,7 +51,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import IO, Any, TypedDict, TypeVar, overload
 
 import xxhash
 
@@ -471,12 +471,12 @@ MARKER_READ_THREADS = 32
 MARKER_READ_BATCH = 4096
 
 
-class UnitResults(Sequence):
+class UnitResults(Sequence[dict[str, Any]]):
     """Every unit's recorded stats in plan order, spilled to a local temporary file as they
     were read (``read_unit_results``): an item is parsed from its bytes when asked for, so
     reading a million units' stats holds one at a time (and 8 bytes of offset per unit)."""
 
-    def __init__(self, spill, offsets: array):
+    def __init__(self, spill: IO[bytes], offsets: array) -> None:
         self._spill, self._offsets = spill, offsets
 
     def __len__(self) -> int:
@@ -486,7 +486,11 @@ class UnitResults(Sequence):
         start, end = self._offsets[i], self._offsets[i + 1]
         return json.loads(os.pread(self._spill.fileno(), end - start, start))
 
-    def __getitem__(self, i):
+    @overload
+    def __getitem__(self, i: int) -> dict[str, Any]: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[dict[str, Any]]: ...
+    def __getitem__(self, i: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
         if isinstance(i, slice):
             return [self._read(k) for k in range(*i.indices(len(self)))]
         if i < 0:
@@ -557,16 +561,20 @@ def read_unit_results(plan: Plan, *, threads: int | None = None) -> UnitResults:
     return UnitResults(spill, offsets)
 
 
+_T = TypeVar("_T")
+_R = TypeVar("_R")
+
+
 class _Inline:
     """A pool of no threads: ``map`` in this one (local markers)."""
 
     def __enter__(self) -> _Inline:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         return None
 
-    def map(self, fn, items):
+    def map(self, fn: Callable[[_T], _R], items: Iterable[_T]) -> Iterator[_R]:
         return map(fn, items)
 
 
@@ -581,7 +589,9 @@ def finalize(plan: Plan) -> dict[str, Any]:
         results.close()
 
 
-def _finalize_with(plan: Plan, finisher: Callable[..., dict], stats) -> dict[str, Any]:
+def _finalize_with(
+    plan: Plan, finisher: Callable[..., dict], stats: Sequence[dict[str, Any]]
+) -> dict[str, Any]:
     if not storage.is_remote(plan.out):
         # Every unit is done: a temporary left in the output is a killed writer's.
         atomic.remove_temporaries(plan.out)

@@ -29,7 +29,7 @@ import json
 import multiprocessing
 import os
 import shutil
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
@@ -268,7 +268,7 @@ def annotate(
     batch_size: int = 1024,
     text_from: str = "auto",
     workers: int = 1,
-    progress=None,
+    progress: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """Annotate every shard of ``tokenized`` with annotator ``name`` into ``out`` (units
     in ``workers`` processes) and return the manifest. A finished ``out`` of the same fingerprint is returned as it is;
@@ -319,7 +319,7 @@ def annotate(
 
 def _unit(
     tokenized: str, out: str, name: str, params: dict, shard: int, batch_size: int, text_from: str
-):
+) -> dict[str, Any]:
     return annotate_shard(
         tokenized, out, create(name, params), shard, batch_size=batch_size, text_from=text_from
     )

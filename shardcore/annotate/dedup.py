@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -253,7 +254,9 @@ class NearDuplicates(Annotator):
         return _components(n, np.concatenate(ea), np.concatenate(eb))
 
     @staticmethod
-    def _agreement(sigs, starts, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    def _agreement(
+        sigs: Sequence[np.ndarray], starts: np.ndarray, a: np.ndarray, b: np.ndarray
+    ) -> np.ndarray:
         """How many permutations the signatures of documents a[i] and b[i] agree on."""
 
         def rows(ix: np.ndarray) -> np.ndarray:

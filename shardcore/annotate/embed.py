@@ -26,13 +26,16 @@ import threading
 from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 import numpy as np
 
 from shardcore import atomic, storage
 from shardcore.errors import InputError
 from shardcore.manifest import file_checksum
+
+if TYPE_CHECKING:
+    import tokenizers
 
 
 class Encoder:
@@ -56,7 +59,7 @@ def _package_dir(module: str, package: str, sub: str) -> Path:
     return path
 
 
-def _pieces(path: Path):
+def _pieces(path: Path) -> tokenizers.Tokenizer:
     """The model's word-piece tokenizer (``tokenizer.json`` in ``path``), whole documents:
     no padding, no truncation (encoders cut at their own ``max_tokens``)."""
     import tokenizers

@@ -36,7 +36,7 @@ def model_path() -> Path:
 
 
 @lru_cache(maxsize=1)
-def _model():
+def _model() -> Any:  # a fasttext model (fasttext ships no types)
     import fasttext  # fasttext-predict's module
 
     return fasttext.load_model(str(model_path()))

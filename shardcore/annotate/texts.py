@@ -19,13 +19,16 @@ the tokens).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import fsspec
 
 from shardcore.encoders import load_tokenizer
 from shardcore.errors import CorruptDataError, InputError
-from shardcore.readers import BadInput, read_segment, splittable
+from shardcore.readers import BadInput, Document, read_segment, splittable
+
+if TYPE_CHECKING:
+    from shardcore.tokenized import TokenizedSource
 
 TEXT_FROM = ("auto", "source", "tokens")
 
@@ -55,7 +58,9 @@ def source_problem(manifest: dict[str, Any], files: list[str]) -> str | None:
     return None
 
 
-def shard_texts(source, shard: int, *, text_from: str = "auto") -> tuple[list[str], str]:
+def shard_texts(
+    source: TokenizedSource, shard: int, *, text_from: str = "auto"
+) -> tuple[list[str], str]:
     """(the texts of shard ``shard`` of TokenizedSource ``source`` in row order, where they
     were read from: "source" or "tokens")."""
     import pyarrow.parquet as pq
@@ -90,7 +95,14 @@ def _from_source(manifest: dict[str, Any], cols: dict[str, list]) -> list[str]:
     return out  # type: ignore[return-value]
 
 
-def _read_group(cols, start: int, end: int, text_field: str, txt_mode: str, out: list) -> None:
+def _read_group(
+    cols: dict[str, list],
+    start: int,
+    end: int,
+    text_field: str,
+    txt_mode: str,
+    out: list[str | None],
+) -> None:
     url = cols["file"][start]
     offsets = cols["byte_offset"][start:end]
     by_offset = splittable(url, txt_mode) and all(o is not None for o in offsets)
@@ -127,14 +139,14 @@ def _read_group(cols, start: int, end: int, text_field: str, txt_mode: str, out:
         )
 
 
-def _documents(items, url: str) -> Iterator:
+def _documents(items: Iterator[Document | BadInput], url: str) -> Iterator[Document]:
     for item in items:
         if isinstance(item, BadInput):  # tokenize skipped it: not one of ours
             continue
         yield item
 
 
-def _from_tokens(source, shard: int, n: int) -> list[str]:
+def _from_tokens(source: TokenizedSource, shard: int, n: int) -> list[str]:
     info = source.tokenizer
     tok = load_tokenizer(info["spec"])
     eos, bos = info.get("eos_id"), info.get("bos_id")

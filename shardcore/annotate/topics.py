@@ -150,7 +150,16 @@ class TopicClusters(Annotator):
             for lo, hi in zip(starts[:-1], starts[1:], strict=True)
         ]
 
-    def _describe(self, work, starts, firsts, sample, cluster, distance, k) -> dict[str, Any]:
+    def _describe(
+        self,
+        work: list[Path],
+        starts: np.ndarray,
+        firsts: list[int],
+        sample: np.ndarray,
+        cluster: np.ndarray,
+        distance: np.ndarray,
+        k: int,
+    ) -> dict[str, Any]:
         p = self.params
         size = np.bincount(cluster, minlength=k)
         order = np.lexsort((np.arange(len(cluster)), distance, cluster))

@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import json
 
+import numpy as np
+
 from shardcore import quality
 from shardcore.cli import CLIError
 from shardcore.errors import ShardcoreError
@@ -49,7 +51,7 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
 MAX_SAMPLES = 1 << 20
 
 
-def labels_of(path: str, prop: str, max_samples: int = MAX_SAMPLES):
+def labels_of(path: str, prop: str, max_samples: int = MAX_SAMPLES) -> quality.Coded | np.ndarray:
     """The labels measured: a pool's per record; a mixture's first ``max_samples``
     samples', as integer codes (``quality.mixture_labels``: the rest of the schedule is
     not read)."""

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TextIO
 
 from shardcore import executors, storage
 from shardcore.cli import CLIError, check_new_artifact, size_arg
@@ -111,7 +112,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def report(manifest: dict, out: str | Path, *, as_json: bool = False, stream=None) -> None:
+def report(
+    manifest: dict, out: str | Path, *, as_json: bool = False, stream: TextIO | None = None
+) -> None:
     """The end-of-run summary: totals, shards, and every bad input reason with samples."""
     stream = stream or sys.stdout
     t = manifest["totals"]

@@ -31,7 +31,7 @@ import contextlib
 import io
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -205,7 +205,9 @@ def _distinct(a: np.ndarray) -> np.ndarray:
     return a
 
 
-def _segments(normalized: Sequence[str], ngram: int):
+def _segments(
+    normalized: Sequence[str], ngram: int
+) -> Iterator[tuple[list[str], list[int], list[bool]]]:
     """Groups of (texts, their text numbers, whether each is a whole text) of about
     ``CHUNK_BYTES`` each; a text longer than that is cut at spaces into pieces overlapping
     by ``ngram - 1`` words."""
@@ -229,7 +231,7 @@ def _segments(normalized: Sequence[str], ngram: int):
         yield batch, group, whole
 
 
-def _pieces(t: str, ngram: int):
+def _pieces(t: str, ngram: int) -> Iterator[str]:
     lo = 0
     while lo < len(t):
         hi = t.find(" ", lo + tx.CHUNK_BYTES // 2)

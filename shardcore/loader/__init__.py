@@ -89,7 +89,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> type:
     """The torch classes, from their module, the first time one is asked for."""
     if name in ("ShardyardIterableDataset", "PoolIterableDataset", "ShardyardLoader"):
         from shardcore.loader import torch_data  # torch loads only for a trainer's loader

@@ -124,7 +124,9 @@ class Samples:
         self.cache: shard_cache.ShardCache | None = None
         self._open()
 
-    def _records(self, path: str, manifest: dict[str, Any] | None = None):
+    def _records(
+        self, path: str, manifest: dict[str, Any] | None = None
+    ) -> _Records | shard_cache.RemoteRecords:
         if not storage.is_remote(path):
             return _Records(path, manifest)
         if self.cache is None:
@@ -160,7 +162,7 @@ class Samples:
     def __len__(self) -> int:
         return self.num_samples
 
-    def _pool(self, p: int):
+    def _pool(self, p: int) -> _Records | shard_cache.RemoteRecords:
         if p not in self._pools:
             self._pools[p] = self._records(self._mixture.pools[p]["path"])
         return self._pools[p]

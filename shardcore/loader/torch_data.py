@@ -124,7 +124,9 @@ class ShardyardLoader(DataLoader):
     dataset: ShardyardIterableDataset
     _started_at: int  # the dataset's change count when the persistent workers started
 
-    def __init__(self, dataset: ShardyardIterableDataset, batch_size: int = 1, **kwargs):
+    def __init__(
+        self, dataset: ShardyardIterableDataset, batch_size: int = 1, **kwargs: Any
+    ) -> None:
         if not isinstance(dataset, _Stream):
             raise InputError(
                 f"ShardyardLoader reads a ShardyardIterableDataset, not {type(dataset).__name__}"
@@ -164,7 +166,8 @@ class ShardyardLoader(DataLoader):
             dataset._group = 1
             super().__init__(dataset, batch_size=batch_size, **kwargs)
 
-    def __iter__(self):
+    # A generator of the batches, where DataLoader's returns its iterator object.
+    def __iter__(self) -> Iterator[dict[str, Any]]:  # type: ignore[override]
         ds = self.dataset
         if self.persistent_workers and self._iterator is not None:
             if self._started_at != ds._changes.value:

@@ -282,7 +282,9 @@ def check_weights(
     return lam
 
 
-def _groups(groups: np.ndarray | None, m: int, spacing: float):
+def _groups(
+    groups: np.ndarray | None, m: int, spacing: float
+) -> tuple[np.ndarray, np.ndarray] | tuple[None, None]:
     if groups is None:
         return None, None
     g = np.asarray(groups)
@@ -298,7 +300,9 @@ def _groups(groups: np.ndarray | None, m: int, spacing: float):
 class _State:
     """Running totals and exact scoring of every unplaced record (the exact greedy)."""
 
-    def __init__(self, ch: Characteristics, lam: np.ndarray, groups, spacing: float):
+    def __init__(
+        self, ch: Characteristics, lam: np.ndarray, groups: np.ndarray | None, spacing: float
+    ) -> None:
         m, v = ch.num_records, ch.num_characteristics
         self.ch, self.m, self.v = ch, m, v
         nf = len(ch.families)
@@ -319,9 +323,12 @@ class _State:
         self.T = np.zeros(v + 1)
         self.S = np.zeros(nf + 1)
         self.used = np.zeros(m, dtype=bool)
-        self.group, self.left = _groups(groups, m, spacing)  # left: copies not placed yet
+        # left: copies not placed yet; both None without groups
+        self.group: np.ndarray | None
+        self.left: np.ndarray | None
+        self.group, self.left = _groups(groups, m, spacing)
         self.spacing = spacing
-        if self.group is not None:
+        if self.group is not None and self.left is not None:
             self.last = np.full(self.left.size, -(1 << 62), dtype=np.int64)
 
     def error(self) -> tuple[np.ndarray, np.ndarray]:
@@ -336,7 +343,7 @@ class _State:
         le = self.lam_v * e
         s = 2.0 * (self.val[cand] * le[self.idx[cand]]).sum(1)
         s += self.q[cand] - 2.0 * (self.Lf[cand] @ (self.lam_f * ef))
-        if self.group is not None:
+        if self.group is not None and self.left is not None:
             g = self.group[cand]
             wait = step - self.last[g]
             refused = wait < self.spacing * (self.m - step) / self.left[g]
@@ -350,7 +357,7 @@ class _State:
         self.T[self.idx[r]] += self.val[r]
         self.T[-1] = 0.0
         self.S[:-1] += self.Lf[r]
-        if self.group is not None:
+        if self.group is not None and self.left is not None:
             self.last[self.group[r]] = step
             self.left[self.group[r]] -= 1
 
@@ -392,7 +399,18 @@ def dominant(ch: Characteristics, f: int) -> np.ndarray:
 class _Window:
     """The windowed greedy's state, stepped by the C kernel or by the numpy path."""
 
-    def __init__(self, ch, lam, stream, window, group, left, spacing, kq, hq):
+    def __init__(
+        self,
+        ch: Characteristics,
+        lam: np.ndarray,
+        stream: np.ndarray,
+        window: int,
+        group: np.ndarray | None,
+        left: np.ndarray | None,
+        spacing: float,
+        kq: int,
+        hq: int,
+    ) -> None:
         self.m, self.w = ch.num_records, int(ch.idx.shape[1])
         self.nf, self.v = len(ch.families), ch.num_characteristics
         self.idx = np.ascontiguousarray(ch.idx, dtype=np.int32)
@@ -416,7 +434,9 @@ class _Window:
         self.T, self.S = np.zeros(self.v), np.zeros(self.nf)
         self.e, self.le, self.ef = np.zeros(self.v), np.zeros(self.v + 1), np.zeros(self.nf)
         self.group, self.left, self.spacing = group, left, float(spacing)
-        self.last = None if group is None else np.full(left.size, -(1 << 62), dtype=np.int64)
+        self.last = (
+            None if group is None or left is None else np.full(left.size, -(1 << 62), np.int64)
+        )
         self.out = np.empty(self.m, dtype=np.int64)
         self.used = np.zeros(self.m, dtype=np.uint8)
         self.slot_of = np.full(self.m, -1, dtype=np.int32)
@@ -442,8 +462,8 @@ class _Window:
         self.tope = np.zeros(self.nf * self.kq + self.nf)
         self.cand = np.zeros(self.cap + self.nf * self.kq * self.hq + 1, dtype=np.int64)
 
-    def run_kernel(self, lib, step0: int, nsteps: int) -> int:
-        def ptr(a):
+    def run_kernel(self, lib: ctypes.CDLL, step0: int, nsteps: int) -> int:
+        def ptr(a: np.ndarray | None) -> int | None:
             return None if a is None else a.ctypes.data
 
         return int(lib.sy_recipe_greedy(
@@ -528,10 +548,10 @@ class _Window:
                 acc += np.where(ok[:, s], val[:, s] * le[np.maximum(idx[:, s], 0)], 0.0)
             sc = q + 2.0 * acc
             cross = np.zeros(cand.size)
-            for g in range(self.nf):
-                cross += L[:, g] * ef[g]
+            for f in range(self.nf):
+                cross += L[:, f] * ef[f]
             sc -= 2.0 * cross
-            if self.group is not None and self.last is not None:
+            if self.group is not None and self.left is not None and self.last is not None:
                 g = self.group[cand]
                 wait = step - self.last[g]
                 refused = wait < self.spacing * float(self.m - step) / self.left[g]
@@ -545,7 +565,7 @@ class _Window:
                 if j >= 0:
                     self.T[j] += float(self.val[r, s])
                     self.S[fam[j]] += float(self.val[r, s])
-            if self.group is not None and self.last is not None:
+            if self.group is not None and self.left is not None and self.last is not None:
                 self.last[self.group[r]] = step
                 self.left[self.group[r]] -= 1
             self.out[step] = r

@@ -7,9 +7,10 @@ import ctypes
 import mmap
 import os
 import sys
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 import xxhash
@@ -17,6 +18,9 @@ import xxhash
 from shardcore import atomic, pack, verify
 from shardcore.blend import compile_kernel
 from shardcore.errors import ManifestError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 # File system types whose random reads cost a network round trip (NFS, SMB, object stores
 # mounted through FUSE): pass 2 reads a staged copy there instead of gathering documents.
@@ -51,13 +55,13 @@ SLICE_TOKENS = 64
 _SYNC_FILE_RANGE_WRITE = 2
 
 
-def write_all(f, arr: np.ndarray) -> None:
+def write_all(f: IO[bytes], arr: np.ndarray) -> None:
     view = arr.data.cast("B")
     while view.nbytes:
         view = view[f.write(view) :]
 
 
-def _load_sync_file_range():
+def _load_sync_file_range() -> Callable[..., int] | None:
     try:
         fn = ctypes.CDLL(None, use_errno=True).sync_file_range
     except (OSError, AttributeError):  # not Linux / not glibc: no early writeback
@@ -77,7 +81,7 @@ def start_writeback(fd: int, offset: int, nbytes: int) -> None:
         _sync_file_range(fd, offset, nbytes, _SYNC_FILE_RANGE_WRITE)
 
 
-def _load_malloc_trim():
+def _load_malloc_trim() -> Callable[..., int] | None:
     try:
         fn = ctypes.CDLL(None).malloc_trim
     except (OSError, AttributeError):  # not glibc
@@ -334,7 +338,7 @@ int sy_read_ranges(int fd, const int64_t *off, const int64_t *len, int64_t count
 """
 
 
-def _copy_kernel():
+def _copy_kernel() -> ctypes.CDLL | None:
     lib = compile_kernel("copy_ranges", _COPY_SOURCE, ["-O2", "-fPIC", "-shared"])
     if lib is not None and not getattr(lib, "_sy_typed", False):
         p, i64 = ctypes.c_void_p, ctypes.c_int64
@@ -380,7 +384,7 @@ class FileDocuments:
                 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         for fd in self.fds:
             os.close(fd)
         self.fds = []
@@ -498,7 +502,7 @@ def file_entry(path: Path, rel: str) -> dict[str, Any]:
     return {"path": rel, "size": size, "xxh3": whole, "block_size": block, "blocks": blocks}
 
 
-def read_run(path):
+def read_run(path: str | os.PathLike) -> pa.Table:
     """A pass-1 or merge file as an Arrow table (memory-mapped, zero-copy)."""
     import pyarrow as pa
 
@@ -507,7 +511,7 @@ def read_run(path):
     return table
 
 
-def write_run(path, docs) -> None:
+def write_run(path: str | os.PathLike, docs: pa.Table) -> None:
     """Write a table of documents sorted by bucket (pass 1's, the merge's) as one Arrow IPC
     file, durable: a unit's completion marker never points at files a crash could have
     lost."""
@@ -542,14 +546,14 @@ class HashingWriter:
     ``file_entry``) from the bytes written: checksums cost no second read of the output.
     ``size`` is the file's final size (it sets the block size)."""
 
-    def __init__(self, f, size: int):
+    def __init__(self, f: IO[bytes], size: int) -> None:
         self.f, self.size, self.pos = f, size, 0
         self.block = verify.block_size_for(size)
         self.whole, self.current, self.filled = xxhash.xxh3_64(), xxhash.xxh3_64(), 0
         self.blocks: list[str] = []
         self.pool = ThreadPoolExecutor(max_workers=1)
 
-    def submit(self, arr: np.ndarray):
+    def submit(self, arr: np.ndarray) -> Future[None]:
         """Queue ``arr`` (left untouched until the returned future is done)."""
         return self.pool.submit(self._write, arr)
 

@@ -4,6 +4,7 @@ the validation split of a document, and what a plan says about chunking and stag
 from __future__ import annotations
 
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -285,5 +286,5 @@ def shard_prefix(b: int, num_buckets: int = 0) -> str:
     return f"{SHARDS_DIR}/{b // FANOUT:04d}/pool-{b:07d}"
 
 
-def shuffle_module(name: str):
+def shuffle_module(name: str) -> ModuleType:
     return shuffle.get_shuffle(name)

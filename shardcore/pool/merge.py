@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -42,10 +42,13 @@ from shardcore.pool.layout import (
     staging_of,
 )
 
+if TYPE_CHECKING:
+    import pyarrow as pa
+
 _COMBINE_EVERY = 256
 
 
-def bucket_rows(table, lo: int, hi: int) -> tuple[int, int]:
+def bucket_rows(table: pa.Table, lo: int, hi: int) -> tuple[int, int]:
     """Rows [r0, r1) of a table sorted by bucket whose bucket is in [lo, hi), found chunk
     by chunk (a binary search of the memory-mapped column: no copy)."""
     r0 = r1 = 0
@@ -111,7 +114,14 @@ def _unit_rel(plan: units.Plan, unit: dict) -> tuple[str, str]:
     return merge_rel(plan, unit["level"], unit["range"], unit["batch"])
 
 
-def _copy_tokens(docs, children, sources, itemsize: int, sink, out: Path):
+def _copy_tokens(
+    docs: pa.Table,
+    children: list[tuple[str, str]],
+    sources: list[Path],
+    itemsize: int,
+    sink: IO[bytes],
+    out: Path,
+) -> pa.Table:
     """Append the tokens of ``docs`` (each row's file in column ``__file``, its offset in
     OFFSET_COL) to ``sink`` in row order, coalesced into spans; returns ``docs`` with the
     offsets into ``sink`` and without ``__file``."""
@@ -144,7 +154,7 @@ def _copy_tokens(docs, children, sources, itemsize: int, sink, out: Path):
     return docs.set_column(docs.schema.get_field_index(OFFSET_COL), OFFSET_COL, arrow_array(new))
 
 
-def _copy_range(fd: int, path, offset: int, nbytes: int, sink) -> None:
+def _copy_range(fd: int, path: Path, offset: int, nbytes: int, sink: IO[bytes]) -> None:
     """Append ``nbytes`` of the open file ``fd`` (``path``) from ``offset`` to ``sink``."""
     left = nbytes
     while left:

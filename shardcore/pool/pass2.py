@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -40,6 +41,9 @@ from shardcore.pool.layout import (
     staging_of,
 )
 from shardcore.pool.merge import bucket_rows
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 # Input files a pass-2 unit holds open at once (well under the usual limit of 1,024
 # descriptors); a bucket with documents from more inputs is read input by input.
@@ -217,7 +221,9 @@ def run_bucket(plan: units.Plan, unit: dict) -> dict:
     }
 
 
-def _bucket_rows(plan: units.Plan, sources: list[tuple[str, str]], gb: int):
+def _bucket_rows(
+    plan: units.Plan, sources: list[tuple[str, str]], gb: int
+) -> tuple[pa.Table, np.ndarray]:
     """Bucket ``gb``'s rows of the documents files ``sources`` (each sorted by bucket),
     concatenated in their order, and the index of the source of each row. Every pass-1
     file has the plan's columns (pass 1 gives each input's properties the pool's type), so

@@ -4,6 +4,7 @@ validation documents, size the buckets; and ``build_pool``, which plans and runs
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -103,7 +104,9 @@ def plan_pool(
     return _assemble(out, params, selected, meta, staging=staging, annotations=annotations or [])
 
 
-def _checked_params(*, seed: int, memory: int, shuffle_options: dict | None, **given) -> dict:
+def _checked_params(
+    *, seed: int, memory: int, shuffle_options: dict | None, **given: object
+) -> dict:
     """The build's parameters (what enters its fingerprint), every number checked before
     anything is read or written (``shardcore.limits``)."""
     seq_len = limits.seq_len(given["seq_len"])
@@ -359,8 +362,8 @@ def build_pool(
     out: str,
     *,
     workers: int = 1,
-    progress=None,
-    **kwargs,
+    progress: Callable[[dict[str, Any], dict[str, Any]], None] | None = None,
+    **kwargs: Any,
 ) -> dict[str, Any]:
     """Plan and run a pool build locally; returns the pool's manifest. ``progress(unit,
     stats)`` is called as units finish."""

@@ -116,7 +116,7 @@ class PoolReader:
             raise ManifestError(f"{self.url}: its manifest lists no {rel}")
         return pack.load_segments(io.BytesIO(storage.read_checked(self.url, entry)))
 
-    def _document_file(self, rel: str):
+    def _document_file(self, rel: str) -> Path | RangedFile:
         """A file of the documents table: its local path, or read by checked ranges."""
         if self.url is None:
             return self.path / rel

@@ -46,7 +46,7 @@ def get_shuffle(name: str) -> ModuleType:
 
 
 def compose(
-    module: ModuleType, counts: np.ndarray, seed: int, num_buckets: int, **options
+    module: ModuleType, counts: np.ndarray, seed: int, num_buckets: int, **options: object
 ) -> np.ndarray:
     """Run both passes of ``module`` in memory: indices into the input stream in output
     order. Shared by every shuffle's ``permutation``."""

@@ -20,12 +20,12 @@ PASS2 = 2
 DEFAULT_BUFFER = 1024
 
 
-def num_buckets(counts: np.ndarray, min_buckets: int, **options) -> int:
+def num_buckets(counts: np.ndarray, min_buckets: int, **options: object) -> int:
     return max(1, min(int(min_buckets), int(np.sum(counts)) or 1))
 
 
 def assign(
-    counts: np.ndarray, shard: int, seed: int, num_buckets: int, **options
+    counts: np.ndarray, shard: int, seed: int, num_buckets: int, **options: object
 ) -> tuple[np.ndarray, np.ndarray]:
     counts = np.asarray(counts, dtype=np.int64)
     total = max(1, int(counts.sum()))
@@ -35,7 +35,7 @@ def assign(
 
 
 def order_bucket(
-    keys: np.ndarray, seed: int, bucket: int, *, buffer: int = DEFAULT_BUFFER, **options
+    keys: np.ndarray, seed: int, bucket: int, *, buffer: int = DEFAULT_BUFFER, **options: object
 ) -> np.ndarray:
     from shardcore.shuffle import rng
 
@@ -57,7 +57,7 @@ def order_bucket(
     return out
 
 
-def permutation(counts: np.ndarray, seed: int, num_buckets: int, **options) -> np.ndarray:
+def permutation(counts: np.ndarray, seed: int, num_buckets: int, **options: object) -> np.ndarray:
     from shardcore.shuffle import buffer as module
     from shardcore.shuffle import compose
 

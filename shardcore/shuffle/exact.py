@@ -21,12 +21,12 @@ import numpy as np
 PASS1, PASS2 = 1, 2
 
 
-def num_buckets(counts: np.ndarray, min_buckets: int, **options) -> int:
+def num_buckets(counts: np.ndarray, min_buckets: int, **options: object) -> int:
     return max(1, int(min_buckets))
 
 
 def assign(
-    counts: np.ndarray, shard: int, seed: int, num_buckets: int, **options
+    counts: np.ndarray, shard: int, seed: int, num_buckets: int, **options: object
 ) -> tuple[np.ndarray, np.ndarray]:
     from shardcore.shuffle import rng
 
@@ -35,13 +35,13 @@ def assign(
     return bucket, np.zeros(n, dtype=np.int64)
 
 
-def order_bucket(keys: np.ndarray, seed: int, bucket: int, **options) -> np.ndarray:
+def order_bucket(keys: np.ndarray, seed: int, bucket: int, **options: object) -> np.ndarray:
     from shardcore.shuffle import rng
 
     return rng(seed, PASS2, bucket).permutation(len(keys))
 
 
-def permutation(counts: np.ndarray, seed: int, num_buckets: int, **options) -> np.ndarray:
+def permutation(counts: np.ndarray, seed: int, num_buckets: int, **options: object) -> np.ndarray:
     from shardcore.shuffle import compose
     from shardcore.shuffle import exact as module
 

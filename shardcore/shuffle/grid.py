@@ -33,7 +33,7 @@ def _rows(total: int, columns: int) -> int:
 
 
 def num_buckets(
-    counts: np.ndarray, min_buckets: int, *, columns: int | None = None, **options
+    counts: np.ndarray, min_buckets: int, *, columns: int | None = None, **options: object
 ) -> int:
     rows = _rows(int(np.sum(counts)), _columns(counts, columns))
     return max(1, min(int(min_buckets), rows))
@@ -46,7 +46,7 @@ def assign(
     num_buckets: int,
     *,
     columns: int | None = None,
-    **options,
+    **options: object,
 ) -> tuple[np.ndarray, np.ndarray]:
     from shardcore.shuffle import rng
 
@@ -67,14 +67,14 @@ def assign(
     return bucket, row
 
 
-def order_bucket(keys: np.ndarray, seed: int, bucket: int, **options) -> np.ndarray:
+def order_bucket(keys: np.ndarray, seed: int, bucket: int, **options: object) -> np.ndarray:
     from shardcore.shuffle import rng
 
     mixed = rng(seed, PASS2, bucket).permutation(len(keys))
     return mixed[np.argsort(np.asarray(keys)[mixed], kind="stable")]
 
 
-def permutation(counts: np.ndarray, seed: int, num_buckets: int, **options) -> np.ndarray:
+def permutation(counts: np.ndarray, seed: int, num_buckets: int, **options: object) -> np.ndarray:
     from shardcore.shuffle import compose
     from shardcore.shuffle import grid as module
 

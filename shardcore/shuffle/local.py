@@ -16,24 +16,24 @@ import numpy as np
 PASS2 = 2
 
 
-def num_buckets(counts: np.ndarray, min_buckets: int, **options) -> int:
+def num_buckets(counts: np.ndarray, min_buckets: int, **options: object) -> int:
     return max(1, len(counts))
 
 
 def assign(
-    counts: np.ndarray, shard: int, seed: int, num_buckets: int, **options
+    counts: np.ndarray, shard: int, seed: int, num_buckets: int, **options: object
 ) -> tuple[np.ndarray, np.ndarray]:
     n = int(counts[shard])
     return np.full(n, shard, dtype=np.int64), np.zeros(n, dtype=np.int64)
 
 
-def order_bucket(keys: np.ndarray, seed: int, bucket: int, **options) -> np.ndarray:
+def order_bucket(keys: np.ndarray, seed: int, bucket: int, **options: object) -> np.ndarray:
     from shardcore.shuffle import rng
 
     return rng(seed, PASS2, bucket).permutation(len(keys))
 
 
-def permutation(counts: np.ndarray, seed: int, num_buckets: int, **options) -> np.ndarray:
+def permutation(counts: np.ndarray, seed: int, num_buckets: int, **options: object) -> np.ndarray:
     from shardcore.shuffle import compose
     from shardcore.shuffle import local as module
 
