@@ -106,15 +106,21 @@ DEFAULT_CSP = (
     "img-src 'self' data: blob:; font-src 'self' data:; connect-src 'self'; "
     "object-src 'none'; base-uri 'self'; frame-ancestors 'none'; form-action 'self'"
 )
-CSP_POLICY = (
-    env_str("SHARDYARD_CSP_POLICY", DEFAULT_CSP) if env_bool("SHARDYARD_CSP", False) else ""
-)
+# SHARDYARD_CSP: empty or 0 = no header, 1 = the policy above, anything else = that policy.
+_CSP = (env_str("SHARDYARD_CSP", "") or "").strip()
+if _CSP.lower() in ("", "0", "off", "false", "no"):
+    CSP_POLICY = ""
+elif _CSP.lower() in ("1", "on", "true", "yes"):
+    CSP_POLICY = DEFAULT_CSP
+else:
+    CSP_POLICY = _CSP
 # Failed logins within the window before a 429: per user name from one client address,
 # and per client address over all user names (never per user name from everywhere: that
 # would let anyone lock a named user out).
 LOGIN_ATTEMPTS = env_int("SHARDYARD_LOGIN_ATTEMPTS", 5, minimum=1)
-LOGIN_ADDRESS_ATTEMPTS = env_int("SHARDYARD_LOGIN_ADDRESS_ATTEMPTS", 20, minimum=1)
-LOGIN_WINDOW = env_int("SHARDYARD_LOGIN_WINDOW", 900, minimum=1)
+# One address may try four user names as often as one name; the window is a quarter hour.
+LOGIN_ADDRESS_ATTEMPTS = 4 * LOGIN_ATTEMPTS
+LOGIN_WINDOW = 900
 AUTHENTICATION_BACKENDS = ["webapp.dashboard.throttle.ThrottledModelBackend"]
 
 INSTALLED_APPS = [
@@ -325,7 +331,7 @@ LOGGING = {
 
 # --- Operations (webapp.ops): probes, metrics ---------------------------------------------
 # /readyz gives the database and the broker this long (seconds) to answer.
-SHARDYARD_READY_TIMEOUT = env_int("SHARDYARD_READY_TIMEOUT", 3, minimum=1)
+SHARDYARD_READY_TIMEOUT = 3
 # A bearer token that may read /metrics (a Prometheus server has no user); API tokens and
 # signed-in sessions may read it too. Empty: no bearer is accepted.
 SHARDYARD_METRICS_TOKEN = env_str("SHARDYARD_METRICS_TOKEN", "") or ""
@@ -338,7 +344,7 @@ SHARDYARD_WEBHOOK_ATTEMPTS = env_int("SHARDYARD_WEBHOOK_ATTEMPTS", 6, minimum=1)
 SHARDYARD_WEBHOOK_BACKOFF = env_int("SHARDYARD_WEBHOOK_BACKOFF", 30, minimum=1)
 # Endpoints each worker sends to side by side (one thread each): a slow receiver holds
 # only its own thread.
-SHARDYARD_WEBHOOK_SENDERS = env_int("SHARDYARD_WEBHOOK_SENDERS", 4, minimum=1)
+SHARDYARD_WEBHOOK_SENDERS = 4
 # Webhooks reach public addresses only (webapp.ops.netguard); these CIDR networks
 # (comma-separated, e.g. "10.20.0.0/16,fd00::/8") are let through too, for internal receivers.
 try:

@@ -143,6 +143,33 @@ def test_the_environment_switches_set_the_settings(tmp_path):
     assert out.stdout.split() == ["False", "False", "0", "False", "5"]
 
 
+def test_one_variable_turns_the_content_security_policy_on_or_gives_it(tmp_path):
+    """SHARDYARD_CSP: 0 sends no header, 1 the built-in policy, any other value is the
+    policy itself (no second variable for it)."""
+    code = (
+        "import django, os; os.environ['DJANGO_SETTINGS_MODULE']='webapp.settings'; "
+        "django.setup(); from django.conf import settings as s; "
+        "print(repr(s.CSP_POLICY == s.DEFAULT_CSP), repr(s.CSP_POLICY))"
+    )
+    answers = {}
+    for value in ("0", "1", "default-src 'none'"):
+        env = {k: v for k, v in os.environ.items() if k not in {"DEBUG", "SECRET_KEY"}}
+        env.update(SHARDYARD_DATA=str(tmp_path), SECRET_KEY="k" * 40, SHARDYARD_CSP=value)
+        out = subprocess.run(
+            [sys.executable, "-c", code],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert out.returncode == 0, out.stderr
+        answers[value] = out.stdout.split(" ", 1)
+    assert answers["0"] == ["False", "''\n"]
+    assert answers["1"][0] == "True"
+    assert answers["default-src 'none'"] == ["False", "\"default-src 'none'\"\n"]
+
+
 def test_short_or_repetitive_secret_keys_are_refused_in_production(tmp_path):
     """A one-character SECRET_KEY was accepted with DEBUG=0. Outside the test suite
     (no SHARDYARD_TESTING), a key under 32 characters or with under 10 distinct ones stops
