@@ -13,9 +13,14 @@ sends. Options given here (``queue``, ``headers``, ``countdown``) go to ``apply_
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+from django.db import transaction
+
 from workers.celery import TASK_PACKAGES, app
+
+log = logging.getLogger(__name__)
 
 
 def task(name: str) -> Any:
@@ -33,3 +38,17 @@ def task_send(name: str, *, options: dict[str, Any] | None = None, **kwargs: Any
     """Send task ``name`` with keyword arguments ``kwargs`` (plain values, never model
     instances); the broker's errors reach the caller, which decides what a lost send means."""
     task(name).apply_async(kwargs=kwargs, **(options or {}))
+
+
+def task_send_on_commit(name: str, *, what: str, **kwargs: Any) -> None:
+    """Send task ``name`` once the current transaction commits (at once outside one). A
+    broker that does not answer is logged as ``what`` not sent: the row that asked for the
+    work says it is queued, and is asked for again once that has lasted too long."""
+
+    def send() -> None:
+        try:
+            task_send(name, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - the broker is down: the row says queued
+            log.warning("%s not sent: %s", what, exc)
+
+    transaction.on_commit(send)

@@ -44,7 +44,7 @@ from webapp.catalog.models import (
 from webapp.jobs.models import Job
 from webapp.ops.models import StorageReport
 from webapp.roles import ROLES
-from webapp.tasks import task_send
+from webapp.tasks import task_send_on_commit
 
 log = logging.getLogger(__name__)
 
@@ -213,13 +213,9 @@ def _under_way():
 
 
 def _send(report_id: int) -> None:
-    def send() -> None:
-        try:
-            task_send("workers.storage_measure", report_id=report_id)
-        except Exception as exc:  # noqa: BLE001 - the broker is down: the row says queued
-            log.warning("storage measurement %s not sent: %s", report_id, exc)
-
-    transaction.on_commit(send)
+    task_send_on_commit(
+        "workers.storage_measure", what=f"storage measurement {report_id}", report_id=report_id
+    )
 
 
 def storage_measure_request(*, requested_by=None) -> StorageReport:
@@ -464,7 +460,7 @@ ARTIFACT_MODELS = (TokenizedSource, Annotation, Pool, MixtureVersion, Export)
 
 
 def _owned_paths() -> list[str]:
-    paths = []
+    paths: list[str] = []
     for model in ARTIFACT_MODELS:
         paths += model.objects.exclude(status=ArtifactStatus.RETIRED).values_list("path", flat=True)
 

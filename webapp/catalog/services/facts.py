@@ -27,7 +27,6 @@ import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from django.db import transaction
 from django.utils import timezone
 
 from shardcore import storage
@@ -41,7 +40,7 @@ from webapp.catalog.models import (
     TokenizedSource,
 )
 from webapp.catalog.selectors.facts import ASKED, STALE
-from webapp.tasks import task_send
+from webapp.tasks import task_send_on_commit
 
 log = logging.getLogger(__name__)
 
@@ -49,13 +48,13 @@ log = logging.getLogger(__name__)
 
 
 def _send(kind: str, object_id: int, key: str) -> None:
-    def send() -> None:
-        try:
-            task_send("workers.fact_compute", kind=kind, object_id=object_id, key=key)
-        except Exception as exc:  # noqa: BLE001 - the broker is down: the row says queued
-            log.warning("fact %s %s %r not sent: %s", kind, object_id, key, exc)
-
-    transaction.on_commit(send)
+    task_send_on_commit(
+        "workers.fact_compute",
+        what=f"fact {kind} {object_id} {key!r}",
+        kind=kind,
+        object_id=object_id,
+        key=key,
+    )
 
 
 def fact_request(kind: str, object_id: int, key: str = "", *, again: bool = False) -> Fact:
@@ -125,13 +124,7 @@ def flag_taint_request(*, flag_id: int) -> None:
         taint_state=Flag.TaintState.QUEUED, taint_requested_at=timezone.now(), taint_error=""
     )
 
-    def send() -> None:
-        try:
-            task_send("workers.flag_taint", flag_id=flag_id)
-        except Exception as exc:  # noqa: BLE001 - the broker is down: the row says queued
-            log.warning("flag %s taint not sent: %s", flag_id, exc)
-
-    transaction.on_commit(send)
+    task_send_on_commit("workers.flag_taint", what=f"flag {flag_id} taint", flag_id=flag_id)
 
 
 # --- when a tainted run first reads a flagged document ----------------------------------
@@ -143,13 +136,7 @@ def flag_reads_request(*, flag_id: int) -> None:
     total = Taint.objects.filter(flag_id=flag_id, run__isnull=False).count()
     Flag.objects.filter(pk=flag_id).update(reads_total=total, reads_done=0)
 
-    def send() -> None:
-        try:
-            task_send("workers.flag_reads", flag_id=flag_id)
-        except Exception as exc:  # noqa: BLE001 - the page says "being computed"
-            log.warning("flag %s reads not sent: %s", flag_id, exc)
-
-    transaction.on_commit(send)
+    task_send_on_commit("workers.flag_reads", what=f"flag {flag_id} reads", flag_id=flag_id)
 
 
 # --- what the reads of a request asked for ----------------------------------------------
