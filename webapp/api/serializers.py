@@ -423,12 +423,10 @@ class MixtureVersionRegisterSerializer(serializers.Serializer):
     note = serializers.CharField(max_length=10000, required=False, allow_blank=True, default="")
 
 
-class _Limited:
+class _Limited(serializers.Field):
     """A number read and bounded as the pages and the command line do: ``limits.parse``
     (``1e6``, ``1_000_000``, ``1M``), then ``check`` (a ``shardcore.limits`` function), whose
     message is the answer's (``val_fraction: 0.7 is outside the allowed range [0, 0.5]``)."""
-
-    field_name: str  # set by the serializer field this class is mixed into
 
     def __init__(self, *, check, **kwargs):
         self.check = check
@@ -436,7 +434,7 @@ class _Limited:
 
     def to_internal_value(self, data):
         try:
-            return checked(lambda: self.check(limits.parse(self.field_name, data)))
+            return checked(lambda: self.check(limits.parse(str(self.field_name), data)))
         except CatalogError as exc:
             raise serializers.ValidationError(str(exc)) from None
 

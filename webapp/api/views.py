@@ -3,15 +3,18 @@ writes), calls one service or selector, and answers JSON."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
 from django.db.models import Prefetch
 from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import mixins, serializers, status, viewsets
-from rest_framework.authentication import SessionAuthentication
+from rest_framework.authentication import BaseAuthentication, SessionAuthentication
 from rest_framework.decorators import action
 from rest_framework.exceptions import APIException, NotFound, PermissionDenied, ValidationError
-from rest_framework.pagination import LimitOffsetPagination
+from rest_framework.pagination import BasePagination, LimitOffsetPagination
 from rest_framework.response import Response
 from rest_framework.reverse import reverse
 
@@ -37,6 +40,9 @@ from webapp.jobs.models import Job, JobState
 from webapp.jobs.services import JobError, job_cancel, job_retry
 from webapp.links import page_url
 
+if TYPE_CHECKING:
+    from rest_framework.permissions import _PermissionClass  # the stubs' alias
+
 
 class Page(LimitOffsetPagination):
     default_limit = 50
@@ -45,9 +51,12 @@ class Page(LimitOffsetPagination):
 
 class Base:
     # The token's user and role in one query; pages' session cookies work too (schema UI).
-    authentication_classes = [TokenRoleAuthentication, SessionAuthentication]
-    permission_classes = [RolePermission]
-    pagination_class = Page
+    authentication_classes: Sequence[type[BaseAuthentication]] = [
+        TokenRoleAuthentication,
+        SessionAuthentication,
+    ]
+    permission_classes: Sequence[_PermissionClass] = [RolePermission]
+    pagination_class: type[BasePagination] | None = Page
     # Ids are bigints: anything else is a 404 from the URL map, never a database error.
     lookup_value_regex = r"[0-9]{1,18}"
 

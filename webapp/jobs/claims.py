@@ -137,10 +137,10 @@ def claim(unit_id: int, worker: str) -> JobUnit | None:
     if connection.vendor != "postgresql":
         return _claim_orm(unit_id, worker, now)
     sql = _CLAIM_SQL.format(unit=JobUnit._meta.db_table, job=Job._meta.db_table)
-    params = [
-        UnitState.RUNNING.value, worker, now, now, unit_id, UnitState.QUEUED.value,  # type: ignore[attr-defined]
-        [s.value for s in ACTIVE_JOB_STATES],  # type: ignore[attr-defined]
-        JobState.RUNNING.value, now, JobState.QUEUED.value, JobState.QUEUED.value,  # type: ignore[attr-defined]
+    params: list[Any] = [
+        UnitState.RUNNING.value, worker, now, now, unit_id, UnitState.QUEUED.value,
+        [s.value for s in ACTIVE_JOB_STATES],
+        JobState.RUNNING.value, now, JobState.QUEUED.value, JobState.QUEUED.value,
     ]  # fmt: skip
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
@@ -156,7 +156,7 @@ def claim(unit_id: int, worker: str) -> JobUnit | None:
     unit.job = Job.from_db(
         connection.alias,
         ["id", "state", "created_at", "num_phases"],
-        [unit.job_id, JobState.RUNNING.value, created_at, num_phases],  # type: ignore[attr-defined]  # running now
+        [unit.job_id, JobState.RUNNING.value, created_at, num_phases],  # running now
     )
     return unit
 
@@ -269,11 +269,16 @@ def unit_succeed(unit: JobUnit, stats: dict[str, Any], *, db_errors: Sequence[st
         f"recorded after {len(db_errors)} database error(s) ({db_errors[-1]})" if db_errors else ""
     )
     tables = {"job": Job._meta.db_table, "unit": JobUnit._meta.db_table}
-    claimed = [unit.pk, UnitState.RUNNING.value, unit.attempts]  # type: ignore[attr-defined]
-    params = [*(counts[name] for name in units.COUNT_NAMES), unit.phase, unit.job_id, *claimed]
+    claimed = [unit.pk, UnitState.RUNNING.value, unit.attempts]
+    params: list[Any] = [
+        *(counts[name] for name in units.COUNT_NAMES),
+        unit.phase,
+        unit.job_id,
+        *claimed,
+    ]
     if connection.vendor == "postgresql":
         params += [
-            UnitState.SUCCEEDED.value, json.dumps(stats), counts["bad_lines"], now,  # type: ignore[attr-defined]
+            UnitState.SUCCEEDED.value, json.dumps(stats), counts["bad_lines"], now,
             retried[:300] or None, unit.pk,
         ]  # fmt: skip
         with connection.cursor() as cursor:

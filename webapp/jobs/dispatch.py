@@ -17,6 +17,7 @@ never do). So a unit's claim reads its own row and no more, whatever the job's s
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -137,15 +138,13 @@ def phase_start(job: Job, phase: int, *, send_first: bool = False) -> None:
             log_line(job, f"phase {phase + 1}/{job.num_phases} queued")
             if not send_first:
                 job.dispatch_queued_at = timezone.now()
-                transaction.on_commit(lambda j=job.pk, p=phase: send_dispatch(j, p))
+                transaction.on_commit(functools.partial(send_dispatch, job.pk, phase))
                 return
             pks = take_batch(job.pk, phase)
             more = len(pks) >= dispatch_batch()
             job.dispatch_queued_at = timezone.now() if more else None
             transaction.on_commit(
-                lambda j=job.pk, p=phase, k=pks, m=more: _send(
-                    j, k, dispatch=p if m else None, fresh=True
-                )
+                functools.partial(_send, job.pk, pks, dispatch=phase if more else None, fresh=True)
             )
             return
         phase += 1
@@ -183,7 +182,7 @@ def take_batch(job_id: int, phase: int) -> list[int]:
     """Queue the next ``SHARDYARD_DISPATCH_BATCH`` pending units of the job's phase, in
     plan order; returns their pks (the caller sends their messages)."""
     now, limit = timezone.now(), dispatch_batch()
-    queued, pending = UnitState.QUEUED.value, UnitState.PENDING.value  # type: ignore[attr-defined]
+    queued, pending = UnitState.QUEUED.value, UnitState.PENDING.value
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute(

@@ -17,6 +17,7 @@ interval, however many workers serve it.
 
 from __future__ import annotations
 
+import functools
 import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -116,8 +117,7 @@ def job_retry(
             record(job, None)
             job.save()
             return job
-        lost = [(pk, uid, w) for pk, uid, w, _ in lost]
-        lost_ids = [pk for pk, _, _ in lost]
+        lost_ids = [pk for pk, _, _, _ in lost]
         if job.state in ACTIVE_JOB_STATES and not include_running:
             finalize_lost = _finalize_lost(job, lease_seconds)
             if not lost and not finalize_lost:
@@ -128,7 +128,7 @@ def job_retry(
                 )
             # The rest of the job goes on as it is: only the lost work is queued again.
             requeued = 0
-            for pk, _, worker in lost:
+            for pk, _, worker, _ in lost:
                 requeued += JobUnit.objects.filter(pk=pk, state=UnitState.RUNNING).update(
                     state=UnitState.QUEUED,
                     queued_at=timezone.now(),
@@ -285,12 +285,12 @@ def job_resend_lost(*, queue: str | None = None, lease_seconds: int | None = Non
                     last_event="broker message lost; sent again"
                 )
                 log_line(job, f"{len(pks)} queued unit(s) had no message in the broker; sent again")
-                transaction.on_commit(lambda j=job_id, p=pks: dispatch.send_units(j, p))
+                transaction.on_commit(functools.partial(dispatch.send_units, job_id, pks))
                 acted = True
             if job_id in stale_dispatch and job.phase < job.num_phases:
                 log_line(job, f"phase {job.phase + 1}: the rest of its units were not being "
                          "sent (the dispatcher's message was lost); sent again")  # fmt: skip
-                transaction.on_commit(lambda j=job_id, p=job.phase: dispatch.send_dispatch(j, p))
+                transaction.on_commit(functools.partial(dispatch.send_dispatch, job_id, job.phase))
                 acted = True
             if job_id in stale_finalize and job.finalize_claimed_at is None and not acted:
                 log_line(job, "finalize had no message in the broker; sent again")
@@ -325,7 +325,7 @@ def _queued_before(cutoff) -> list[tuple[int, int]]:
     after = (datetime.min.replace(tzinfo=UTC), 0)
     with connection.cursor() as cursor:
         while True:
-            cursor.execute(sql, [UnitState.QUEUED.value, cutoff, *after, _PAGE])  # type: ignore[attr-defined]
+            cursor.execute(sql, [UnitState.QUEUED.value, cutoff, *after, _PAGE])
             rows = cursor.fetchall()
             found += [(pk, job) for _, pk, job, phase in rows if live.get(job) == phase]
             if len(rows) < _PAGE:

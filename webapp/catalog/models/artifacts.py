@@ -53,7 +53,7 @@ class Artifact(models.Model):
         # A READY row in the database is frozen: the service that finishes a build writes
         # it while it is still BUILDING; after that only a new row supersedes it.
         if self.pk:
-            stored = type(self).objects.filter(pk=self.pk).values_list("status", flat=True)
+            stored = type(self)._default_manager.filter(pk=self.pk).values_list("status", flat=True)
             if stored and stored[0] == ArtifactStatus.READY:
                 raise ImmutableArtifactError(
                     f"{type(self).__name__} {self.pk} is built and immutable; "

@@ -3,6 +3,9 @@ and the tainted mark on a list of runs. Pages of lists: ``webapp.paging``."""
 
 from __future__ import annotations
 
+from typing import TypeVar
+
+from django.core.exceptions import ObjectDoesNotExist
 from django.db.models import Model, QuerySet
 
 from webapp.catalog.models import Taint
@@ -12,11 +15,14 @@ class NotFound(LookupError):
     """A read asked for a row that does not exist (pages and the API answer 404)."""
 
 
-def get_or_not_found(qs: QuerySet, what: str, **lookup) -> Model:
+_M = TypeVar("_M", bound=Model)
+
+
+def get_or_not_found(qs: QuerySet[_M], what: str, **lookup: object) -> _M:
     """The one row of ``qs`` matching ``lookup``, or NotFound naming ``what``."""
     try:
         return qs.get(**lookup)
-    except qs.model.DoesNotExist:
+    except ObjectDoesNotExist:  # qs.get raises qs.model.DoesNotExist, a subclass
         shown = ", ".join(f"{v}" for v in lookup.values())
         raise NotFound(f"no {what} {shown}") from None
 

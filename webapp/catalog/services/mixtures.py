@@ -281,7 +281,7 @@ def _version_holding(latest: MixtureVersion | None, content: Any) -> MixtureVers
     the answer, not an identical copy; a failed build of it runs again."""
     if latest is None or (latest.params or {}).get("spec") != content:
         return None
-    if latest.status in (ArtifactStatus.FAILED, ArtifactStatus.CANCELLED) and latest.job:
+    if latest.status in (ArtifactStatus.FAILED, ArtifactStatus.CANCELLED) and latest.job_id:
         job_retry(job_id=latest.job_id)
         MixtureVersion.objects.filter(pk=latest.pk).update(
             status=ArtifactStatus.BUILDING, finished_at=None
