@@ -95,7 +95,7 @@ def _registered(request, given, service, shown) -> Response:
     return Response(shown(row).data, status=code)
 
 
-def _accepted(request, body: dict, job_id: int) -> Response:
+def _accepted(request, body: dict, job_id: int | None) -> Response:
     """202 Accepted with ``body``, the address of the job doing the work in ``Location``."""
     location = reverse("job-detail", args=[job_id], request=request)
     return Response(body, status=status.HTTP_202_ACCEPTED, headers={"Location": location})

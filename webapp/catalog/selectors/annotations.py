@@ -93,10 +93,10 @@ def annotation_detail(*, annotation_id: int) -> dict:
 def annotation_group(ann: Annotation) -> list[Annotation]:
     """The other annotations built by the group job that built ``ann`` (in source order),
     empty for an annotation of one source."""
-    if ann.job_id is None or ann.job.kind != GROUP_STAGE:
+    if ann.job is None or ann.job.kind != GROUP_STAGE:
         return []
     return list(
-        Annotation.objects.filter(job_id=ann.job_id)
+        Annotation.objects.filter(job=ann.job)
         .exclude(pk=ann.pk)
         .select_related("tokenized_source__source")
         .order_by("pk")

@@ -144,8 +144,9 @@ def _same(sources: list[TokenizedSource], fingerprints: list[str]) -> list[Annot
         candidates = Annotation.objects.filter(tokenized_source=ts, fingerprint=fp)
         ready = candidates.filter(status=ArtifactStatus.READY).order_by("-pk").first()
         rows.append(ready)
-    if all(r is not None for r in rows):
-        return rows
+    ready_rows = [r for r in rows if r is not None]
+    if len(ready_rows) == len(rows):
+        return ready_rows
     building = (
         Annotation.objects.filter(
             tokenized_source=sources[0], fingerprint=fingerprints[0],
