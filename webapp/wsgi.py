@@ -3,14 +3,11 @@
 import gc
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
 
 from django.core.wsgi import get_wsgi_application
 from django.template import engines
+from django.template.backends.django import DjangoTemplates
 from django.urls import URLResolver, get_resolver
-
-if TYPE_CHECKING:
-    from django.template.backends.django import DjangoTemplates
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
 application = get_wsgi_application()
@@ -25,7 +22,9 @@ def _warm(resolver: URLResolver) -> None:
         r = stack.pop()
         r.reverse_dict  # noqa: B018 - the access builds the namespace's reverse map
         stack += [p for p in r.url_patterns if isinstance(p, URLResolver)]
-    engine = cast("DjangoTemplates", engines["django"])  # the backend settings.TEMPLATES names
+    engine = engines["django"]
+    if not isinstance(engine, DjangoTemplates):
+        return  # another template backend: its templates are not ours to compile
     for root in map(Path, engine.engine.dirs):
         for path in sorted(root.rglob("*.html")):
             engine.get_template(path.relative_to(root).as_posix())
