@@ -292,10 +292,10 @@ def select_shard(
 ) -> tuple[np.ndarray, pa.Table]:
     """The selected rows of one shard's sidecar and their metadata (in row order), the
     properties conformed to ``props_type`` when given, with the columns of the annotation
-    files ``annotations`` joined in as ``<annotator>.<column>`` (shardcore.annotation_join)."""
+    files ``annotations`` joined in as ``<annotator>.<column>`` (shardcore.annotate.join)."""
     table = read_sidecar(sidecar)
     if annotations:
-        from shardcore import annotation_join  # only pools that join annotations need it
+        from shardcore.annotate import join as annotation_join  # pools that join annotations
 
         table = annotation_join.attach(table, annotations, where=os.fspath(sidecar))
     if props_type is not None:

@@ -65,7 +65,7 @@ def locate_mixture(
     else:
         manifest, location = None, path_or_manifest
     # A mixture on object storage: the two values of its schedule read by checked ranges
-    # (shardcore.ranged), not the schedule copied.
+    # (shardcore.storage.ranged), not the schedule copied.
     columns: Any
     if storage.is_remote(location):
         mix = Mixture(location, ranged=True)

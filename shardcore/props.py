@@ -30,7 +30,7 @@ property of that name is stored and round-trips, but a filter cannot name it.
 
 Annotations a pool joins are one struct property per annotator (``lang_id.lang``,
 ``pii.emails``), their columns' types as the annotator declares them
-(``shardcore.annotation_join``).
+(``shardcore.annotate.join``).
 """
 
 from __future__ import annotations

@@ -18,11 +18,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import xxhash
 
-from shardcore import artifact_cache, props, storage
 from shardcore import manifest as mf
+from shardcore import props, storage
 from shardcore.errors import CorruptDataError
 from shardcore.formats import IndexedReader
 from shardcore.manifest import files_by_path, read_manifest
+from shardcore.storage import artifact_cache
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -33,7 +33,7 @@ removed (its scratch), and removes the work directory. A unit interrupted anywhe
 its marker runs again and rewrites the same keys with the same bytes; a prefix without
 its manifest is never read as an artifact. Input artifacts on the store (a plan lists
 them in ``meta["artifacts"]``) are read from checked local copies
-(``shardcore.artifact_cache.local_artifact``): in ``run_unit`` every path under an input's URL
+(``shardcore.storage.artifact_cache.local_artifact``): in ``run_unit`` every path under an input's URL
 is rewritten to its copy; ``finalize`` sees the URLs, which is what manifests record.
 """
 
@@ -55,8 +55,9 @@ from typing import IO, Any, TypedDict, TypeVar, overload
 
 import xxhash
 
-from shardcore import artifact_cache, atomic, limits, storage
+from shardcore import atomic, limits, storage
 from shardcore.manifest import MANIFEST_NAME, read_manifest
+from shardcore.storage import artifact_cache
 
 MARKER_DIR = "_units"
 PLAN_NAME = "_plan.json"
@@ -386,11 +387,14 @@ def register_stage(
         _STREAMED.add(name)
 
 
+# The module of a stage whose name is not its module's (plans saved on disk name the stage).
+_STAGE_MODULES = {"annotation": "annotate.stage"}
+
+
 def _stage(name: str) -> tuple[Callable[..., dict], Callable[..., dict]]:
     if name not in _STAGES:
         # Stages register on import of their module.
-
-        importlib.import_module(f"shardcore.{name}")
+        importlib.import_module(f"shardcore.{_STAGE_MODULES.get(name, name)}")
     try:
         return _STAGES[name]
     except KeyError:

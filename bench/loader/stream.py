@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-from shardcore import artifact_cache
+from shardcore.storage import artifact_cache
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]

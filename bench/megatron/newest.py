@@ -98,7 +98,7 @@ def identity_jobs(work: Path, vocab: int) -> list[dict]:
     (``TrainerTokenizer.identity("core-0.18")``), to hold against what 0.19 builds."""
     import shlex
 
-    from shardcore import export_megatron as mc
+    from shardcore.export import megatron as mc
 
     hf = work / "hf-tokenizer"
     if not (hf / "tokenizer.json").exists():

@@ -163,7 +163,7 @@ def hf_cl100k(out: Path, docs: int) -> dict:
 
 def compare(mix, report: dict, out: Path) -> list[dict]:
     """Per launch: nanotron's samples against the mixture's, for the stage it trains."""
-    from shardcore.export_nanotron import nanotron_reads, pool_reads, view_items
+    from shardcore.export.nanotron import nanotron_reads, pool_reads, view_items
 
     stages = {s["name"]: s for s in mix.manifest["stages"]}
     predicted = {r["stage"]: r for r in nanotron_reads(mix.path)}

@@ -97,7 +97,8 @@ def main() -> None:
         return
 
     from bench.scale import schedule as sched
-    from shardcore import artifact_cache, units
+    from shardcore import units
+    from shardcore.storage import artifact_cache
     from tests.support.s3 import MotoServer
 
     print(machine())

@@ -216,7 +216,7 @@ def child_queries(root: Path, size: int, pools: int, scan: bool) -> dict:
 
 
 def child_megatron(root: Path, size: int) -> dict:
-    from shardcore.export_megatron import export_megatron
+    from shardcore.export.megatron import export_megatron
 
     out = root / f"megatron-{size}"
     shutil.rmtree(out, ignore_errors=True)

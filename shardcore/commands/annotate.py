@@ -15,7 +15,7 @@ from shardcore import annotate as registry
 from shardcore import executors
 from shardcore.annotate.artifact import annotate
 from shardcore.annotate.neardup import dedup_group, plan_group
-from shardcore.annotation import plan_annotation
+from shardcore.annotate.stage import plan_annotation
 from shardcore.cli import CLIError
 
 

@@ -12,12 +12,13 @@ from typing import Any
 
 import numpy as np
 
-from shardcore import artifact_cache, shard_cache, storage
 from shardcore import manifest as mf
+from shardcore import storage
 from shardcore.errors import InputError
 from shardcore.formats import IndexedReader
 from shardcore.mixture import Mixture
 from shardcore.pool import Pool
+from shardcore.storage import artifact_cache, shard_cache
 
 KINDS = ("pool", "materialized", "mixture")
 
@@ -100,7 +101,7 @@ class _Records:
 class Samples:
     """Sample i (seq_len + 1 tokens) of a pool, a materialized mixture or a mixture, local
     or on object storage (``s3://``: shards are read through a bounded local cache, see
-    ``shardcore.shard_cache``; ``cache_dir``, ``cache_limit`` and ``prefetch`` set it)."""
+    ``shardcore.storage.shard_cache``; ``cache_dir``, ``cache_limit`` and ``prefetch`` set it)."""
 
     def __init__(
         self,

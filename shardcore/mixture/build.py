@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from shardcore import artifact_cache, blend, storage, units, verify
+from shardcore import blend, storage, units, verify
 from shardcore import manifest as mf
 from shardcore.errors import InputError
 from shardcore.mixture import chunked, ordered, permute
@@ -31,6 +31,7 @@ from shardcore.mixture.plan import (
     load_pools,
 )
 from shardcore.mixture.spec import MixtureSpec
+from shardcore.storage import artifact_cache
 
 # The largest block of a schedule file's checksums (``_manifest_write``).
 SCHEDULE_BLOCK = 1 << 20
@@ -146,7 +147,7 @@ def _manifest_write(
     """Write the manifest of the schedule in ``out`` (the commit point) and read it back."""
     seq_len = int(pools[0].manifest["seq_len"])
     # Block checksums let ``shardyard verify`` name the corrupt byte range, and a reader
-    # by ranges (shardcore.ranged) check what it reads: blocks of at most 1 MiB,
+    # by ranges (shardcore.storage.ranged) check what it reads: blocks of at most 1 MiB,
     # so that a question about one sample reads a MiB of a column whatever its length.
     files = [
         verify.file_entry(out, rel, most=SCHEDULE_BLOCK)

@@ -10,13 +10,14 @@ from typing import Any
 
 import numpy as np
 
-from shardcore import artifact_cache, storage
 from shardcore import manifest as mf
-from shardcore import ranged as ranged_columns
+from shardcore import storage
 from shardcore.errors import InputError
 from shardcore.mixture import permute
 from shardcore.mixture.layout import COUNTS_FILE, KIND, POOL_FILE, RECORD_FILE
 from shardcore.pool import PoolReader
+from shardcore.storage import artifact_cache
+from shardcore.storage import ranged as ranged_columns
 
 
 def flagged_indices(records: Any) -> np.ndarray:
@@ -77,7 +78,7 @@ class Mixture:
     def __init__(self, path: str | os.PathLike, *, ranged: bool = False):
         """A mixture on object storage is read from a checked local copy of it, or, with
         ``ranged`` (for questions about a few samples: locate, resume, epochs, first
-        reads), by checked ranges of its schedule (``shardcore.ranged``): the
+        reads), by checked ranges of its schedule (``shardcore.storage.ranged``): the
         per-chunk counts and the blocks that hold the samples asked for."""
         self.pool_index: Any
         self.record_index: Any

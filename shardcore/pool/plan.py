@@ -10,8 +10,9 @@ from typing import Any
 
 import numpy as np
 
-from shardcore import annotation_join, artifact_cache, filters, limits, props, storage, units
+from shardcore import filters, limits, props, storage, units
 from shardcore import manifest as mf
+from shardcore.annotate import join as annotation_join
 from shardcore.errors import EmptySelectionError, InputError, ManifestError
 from shardcore.pool import inputs as input_table
 from shardcore.pool.inputs import TABLE_REL
@@ -29,6 +30,7 @@ from shardcore.pool.layout import (
     val_mask,
     val_seed,
 )
+from shardcore.storage import artifact_cache
 
 
 def _load_tokenized(path: str) -> dict[str, Any]:
@@ -70,7 +72,7 @@ def plan_pool(
 
     ``annotations`` (annotation directories of the inputs) are joined: the filter, the
     pool's documents and everything that reads their properties see their columns as
-    ``<annotator>.<column>`` (``shardcore.annotation_join``); their fingerprints enter the
+    ``<annotator>.<column>`` (``shardcore.annotate.join``); their fingerprints enter the
     pool's."""
 
     module = shuffle_module(shuffle)

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from shardcore import artifact_cache, pack, props, storage, verify
 from shardcore import manifest as mf
+from shardcore import pack, props, storage, verify
 from shardcore.errors import InputError, ManifestError
 from shardcore.formats import IDX_SEQUENCES_OFFSET, IndexedReader, idx_length_offset
 from shardcore.pool.layout import (
@@ -27,7 +27,8 @@ from shardcore.pool.layout import (
     as_numpy,
 )
 from shardcore.positions import locate_pool
-from shardcore.ranged import RangedFile
+from shardcore.storage import artifact_cache
+from shardcore.storage.ranged import RangedFile
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -94,7 +95,7 @@ class PoolReader:
         ``ranged`` (for a pass over a few columns of its documents table:
         ``iter_document_columns``, ``document_columns``; with the segment arrays of the
         shards holding some records: ``record_labels``), not copied: the table's files are
-        read by checked ranges (``shardcore.ranged.RangedFile``), a shard's segment arrays
+        read by checked ranges (``shardcore.storage.ranged.RangedFile``), a shard's segment arrays
         whole and checked, and its records' tokens are not readable."""
         self.url = str(path) if ranged and storage.is_remote(path) else None
         self.path = Path(artifact_cache.local_artifact(path)) if self.url is None else Path()

@@ -221,7 +221,7 @@ def test_a_switch_in_the_anneal_names_the_new_versions_stage_anneal(
 
     from django.urls import reverse
 
-    from shardcore.export_megatron import export_megatron
+    from shardcore.export.megatron import export_megatron
     from webapp.catalog.selectors.mixtures import mixture_version_diff
 
     editor = _api(users["editor"])

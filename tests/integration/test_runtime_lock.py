@@ -37,7 +37,7 @@ DEV_ONLY_IMPORTS = {
     "no torch)",
     "ray": "shardcore.executors.ray, run only by `--executor ray` on a Ray cluster whose "
     "image brings ray (or `pip install 'shardyard[ray]'`); without it the command says so",
-    "megatron": "megatron-core's own cache-key code when installed; shardcore.export_megatron "
+    "megatron": "megatron-core's own cache-key code when installed; shardcore.export.megatron "
     "and shardcore.blend fall back to their tested replicas without it",
 }
 

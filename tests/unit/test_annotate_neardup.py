@@ -13,13 +13,14 @@ import random
 import numpy as np
 import pytest
 
-from shardcore import artifact_cache, units
+from shardcore import units
 from shardcore.annotate import create
 from shardcore.annotate.artifact import annotate, read_annotation
 from shardcore.annotate.dedup import jaccard, shingles
 from shardcore.annotate.neardup import annotation_paths, dedup_group, plan_group
 from shardcore.errors import InputError
 from shardcore.manifest import read_manifest
+from shardcore.storage import artifact_cache
 from shardcore.tokenize import tokenize
 from tests.unit.test_annotate_dedup import _mutate
 from tests.unit.tokenize_fixtures import stdlib_records, write_jsonl

@@ -15,7 +15,7 @@ import pytest
 from shardcore import props, units
 from shardcore.annotate import pii
 from shardcore.annotate.artifact import annotate, read_annotation
-from shardcore.annotation import plan_annotation, summarize
+from shardcore.annotate.stage import plan_annotation, summarize
 from shardcore.errors import InputError
 from shardcore.filters import filter_rows
 from shardcore.pool import PoolReader, build_pool

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from shardcore import artifact_cache, storage, units
+from shardcore import storage, units
 from shardcore.annotate.artifact import annotate
-from shardcore.annotation import plan_annotation
+from shardcore.annotate.stage import plan_annotation
 from shardcore.manifest import read_manifest
 from shardcore.pool import PoolReader, build_pool
+from shardcore.storage import artifact_cache
 from shardcore.tokenize import tokenize
 from tests.unit.test_tokenize_s3 import s3  # noqa: F401 - a fixture
 from tests.unit.tokenize_fixtures import stdlib_records, write_jsonl

@@ -424,7 +424,7 @@ def test_it_finds_a_branch_on_a_format_name_in_a_crafted_tree(tmp_path):
             'def post(fmt):\n    return fmt.name not in ("json", "parquet")\n'
         ),
         # Outside the folders: the registry itself names each format.
-        "shardcore/export.py": 'if fmt == "megatron":\n    pass\n',
+        "shardcore/export/__init__.py": 'if fmt == "megatron":\n    pass\n',
     }
     for name, text in files.items():
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
@@ -542,7 +542,7 @@ IN_FUNCTION_ALLOWED: dict[tuple[str, str], str] = {
     "loads only when the command runs on it",
     ("shardcore.loader", "shardcore.loader.torch_data"): "torch loads only when a trainer "
     "asks for the torch classes; reading samples needs none",
-    ("shardcore.filters", "shardcore.annotation_join"): "pyarrow's joins, only for pools "
+    ("shardcore.filters", "shardcore.annotate.join"): "pyarrow's joins, only for pools "
     "that join annotations",
     ("shardcore.shuffle", "shardcore.shuffle"): "each algorithm registers in the package "
     "that imports it (a registry cycle)",

@@ -8,7 +8,7 @@ import os
 
 from django.test import RequestFactory
 
-from shardcore import artifact_cache
+from shardcore.storage import artifact_cache
 from tests.unit.test_storage import _blob
 from webapp.dashboard.middleware import ArtifactScopeMiddleware
 

@@ -17,7 +17,7 @@ import pytest
 
 from shardcore import storage, units
 from shardcore.annotate.artifact import annotate, read_annotation
-from shardcore.annotation import plan_annotation, summarize
+from shardcore.annotate.stage import plan_annotation, summarize
 from shardcore.cli import main
 from shardcore.decon import text as tx
 from shardcore.decon.index import compile_index, load_index, open_index, save_index

@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shardcore import export_megatron as mc
-from shardcore import megatron_check
 from shardcore.errors import InputError
 from shardcore.export import export, megatron_data_args
+from shardcore.export import megatron as mc
+from shardcore.export.megatron import check as megatron_check
 from shardcore.manifest import read_manifest
 from shardcore.mixture import Mixture
 from tests.unit import megatron_lm, mix_fixtures

@@ -10,9 +10,9 @@ import json
 import numpy as np
 import pytest
 
-from shardcore import export_megatron as mc
 from shardcore.errors import InputError
 from shardcore.export import export
+from shardcore.export import megatron as mc
 from tests.unit import mix_fixtures
 
 SEQ = 32

@@ -131,7 +131,7 @@ def test_olmo_core_selects_each_stages_samples_per_pool_from_the_shares_export(r
     from olmo_core.data.numpy_dataset import NumpyFSLDatasetConfig
 
     from shardcore import manifest as mf
-    from shardcore.export_olmo import _shard_paths
+    from shardcore.export.olmo import _shard_paths
     from shardcore.mixture import build_mixture
     from shardcore.pool import build_pool
 
@@ -236,7 +236,7 @@ def _view_tokens(folder: str) -> tuple[np.ndarray, list]:
 
 
 def test_nanotron_reads_in_our_order_and_the_export_says_when_it_does_not(root, tmp_path):
-    from shardcore.export_nanotron import nanotron_reads
+    from shardcore.export.nanotron import nanotron_reads
     from shardcore.mixture import build_mixture
 
     early = Pool(root / "pool-early")

@@ -10,13 +10,13 @@ import shutil
 import numpy as np
 import pytest
 
-from shardcore import artifact_cache
 from shardcore import manifest as mf
 from shardcore.errors import InputError
 from shardcore.loader import Samples
 from shardcore.materialize import materialize
 from shardcore.mixture import build_mixture
 from shardcore.pool import build_pool
+from shardcore.storage import artifact_cache
 from tests.support.s3 import apply_env
 from tests.unit import mix_fixtures
 from tests.unit import pool_fixtures as pf

@@ -9,15 +9,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shardcore import artifact_cache, storage
 from shardcore import flagged_reads as lineage
 from shardcore import manifest as mf
-from shardcore import ranged as ranged_columns
+from shardcore import storage
 from shardcore.errors import CorruptDataError, InputError
 from shardcore.locate import locate_mixture
 from shardcore.manifest import read_manifest
 from shardcore.mixture import POOL_FILE, Mixture, MixtureSpec, build_mixture, continuation
 from shardcore.pool import PoolReader
+from shardcore.storage import artifact_cache
+from shardcore.storage import ranged as ranged_columns
 from tests.unit import mix_fixtures
 
 SEQ = 64

@@ -11,13 +11,14 @@ import textwrap
 
 import pytest
 
-from shardcore import artifact_cache, storage, units
 from shardcore import manifest as mf
+from shardcore import storage, units
 from shardcore.errors import ManifestError
 from shardcore.loader import Samples
 from shardcore.materialize import materialize, plan_materialize
 from shardcore.mixture import MixtureSpec, build_mixture
 from shardcore.pool import build_pool
+from shardcore.storage import artifact_cache
 from shardcore.tokenize import tokenize
 from shardcore.verify import verify
 from tests.support.s3 import apply_env

@@ -14,9 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from shardcore import artifact_cache, config, storage, verify
+from shardcore import config, storage, verify
 from shardcore import manifest as mf
 from shardcore.errors import CorruptDataError, InputError, ManifestError
+from shardcore.storage import artifact_cache
 
 TEXT = (
     b"Return a new array of bytes. The bytearray class is a mutable sequence of integers "
@@ -172,7 +173,8 @@ def _key(url, cache):
 _HOLD = """
 import os, signal, sys
 from pathlib import Path
-from shardcore import artifact_cache, atomic
+from shardcore import atomic
+from shardcore.storage import artifact_cache
 
 url, cache, mode = sys.argv[1:4]
 if mode == "kill":

@@ -6,16 +6,18 @@ import json
 import numpy as np
 import pytest
 
-from shardcore import export_nanotron, export_olmo, flagged_reads, locate
+from shardcore import flagged_reads, locate
 from shardcore import manifest as mf
 from shardcore.annotate import artifact as annotation
 from shardcore.annotate import neardup
-from shardcore.annotation_join import load as load_annotation
+from shardcore.annotate.join import load as load_annotation
 from shardcore.decon import index as decon
 from shardcore.errors import InputError, ManifestError, WrongKindError
 from shardcore.export import export, megatron_data_args
+from shardcore.export import nanotron as export_nanotron
+from shardcore.export import olmo as export_olmo
+from shardcore.export.megatron.stream import SampleSource
 from shardcore.loader.samples import Samples
-from shardcore.megatron_stream import SampleSource
 from shardcore.mixture.reader import Mixture
 from shardcore.pool.plan import _load_tokenized
 from shardcore.pool.reader import PoolReader

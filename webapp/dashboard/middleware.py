@@ -10,13 +10,14 @@ import os
 from django.http import Http404, JsonResponse
 from django.shortcuts import render
 
-from shardcore import artifact_cache, storage
+from shardcore import storage
+from shardcore.storage import artifact_cache
 from webapp.catalog.selectors import NotFound
 
 
 class ArtifactScopeMiddleware:
     """A request that reads an artifact on object storage reads it from a checked local
-    copy (``shardcore.artifact_cache.local_artifact``); the copy is released when the request ends,
+    copy (``shardcore.storage.artifact_cache.local_artifact``); the copy is released when the request ends,
     so a long-running web process never keeps copies from eviction
     (``SHARDYARD_ARTIFACT_CACHE_LIMIT``).
 

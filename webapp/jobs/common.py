@@ -12,7 +12,7 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection, transaction
 from django.utils import timezone
 
-from shardcore import artifact_cache
+from shardcore.storage import artifact_cache
 from shardcore.units import merge_bad_input
 from webapp.jobs.models import ACTIVE_JOB_STATES, Job, JobState, JobUnit
 from webapp.jobs.recorders import UnknownRecorder, recorder

@@ -9,7 +9,7 @@ from webapp.catalog.models.artifacts import Artifact, TokenizedSource
 
 class Annotation(Artifact):
     """Per-document columns computed from a tokenized source's text by one annotator with
-    its parameters (``shardcore.annotation``), in Parquet beside nothing it copies: the
+    its parameters (``shardcore.annotate.stage``), in Parquet beside nothing it copies: the
     fingerprint names (tokenized source x annotator x parameters). A tokenized source has
     any number; a pool names those it joins (``Pool.annotations``) and reads their columns
     as ``<annotator>.<column>``. ``params`` holds the annotator's parameters; ``summary``

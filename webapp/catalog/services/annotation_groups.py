@@ -16,12 +16,13 @@ from typing import Any
 
 from django.utils import timezone
 
-from shardcore import artifact_cache, storage
+from shardcore import storage
 from shardcore.annotate.artifact import plan as annotation_plan
 from shardcore.annotate.neardup import GroupNearDuplicates, plan_group
-from shardcore.annotation import summarize
+from shardcore.annotate.stage import summarize
 from shardcore.errors import InputError
 from shardcore.manifest import MANIFEST_NAME, read_manifest
+from shardcore.storage import artifact_cache
 from shardcore.units import Plan
 from webapp.catalog.errors import CatalogError, boundary
 from webapp.catalog.models import Annotation, ArtifactStatus, TokenizedSource

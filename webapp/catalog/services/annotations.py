@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from shardcore import annotate, props, storage
 from shardcore.annotate.artifact import DOC_ID, annotation_shards
-from shardcore.annotation import plan_annotation, summarize
+from shardcore.annotate.stage import plan_annotation, summarize
 from shardcore.decon import index as decon_index
 from shardcore.decon import spec as decon_spec
 from shardcore.errors import InputError

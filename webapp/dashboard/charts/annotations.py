@@ -1,5 +1,5 @@
 """Charts of an annotation's columns, from the summary its job computed
-(``shardcore.annotation.summarize``): a histogram or value counts per column, documents and
+(``shardcore.annotate.stage.summarize``): a histogram or value counts per column, documents and
 mean confidence per language, the largest duplicate clusters, topic cluster sizes; and an
 example filter over its columns for the page's form."""
 

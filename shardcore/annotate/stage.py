@@ -22,13 +22,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from shardcore import artifact_cache, storage, units
+from shardcore import storage, units
 from shardcore.annotate import Annotator, create
 from shardcore.annotate import get as annotator_class
 from shardcore.annotate.artifact import DOC_ID, annotate_shard, finalize, plan, read_annotation
 from shardcore.annotate.texts import TEXT_FROM
 from shardcore.errors import InputError
 from shardcore.manifest import read_manifest
+from shardcore.storage import artifact_cache
 
 if TYPE_CHECKING:
     import pyarrow as pa

@@ -2,15 +2,15 @@
 
 All exports name the pools' shard files; nothing is copied.
 
-- Megatron (``shardcore.export_megatron``): per stage a ``--data-args-path`` list (every shard
+- Megatron (``shardcore.export.megatron``): per stage a ``--data-args-path`` list (every shard
   read up to the stage's end), ``--train-samples`` (the stage's end), ``--split 100,0,0``
   (pools hold their validation slice apart), and, given an output directory, megatron-core's
   dataset index cache keyed for the trainer's arguments, so that with ``--data-cache-path``
   Megatron's sample i is the mixture's sample i. Reads mixtures and materialized mixtures.
-- OLMo-core (``shardcore.export_olmo``): ``dataset``/``data_loader`` sections that load into
+- OLMo-core (``shardcore.export.olmo``): ``dataset``/``data_loader`` sections that load into
   ai2-olmo-core's config classes; exact (instance i is sample i) for a pool, a materialized
   mixture or a mixture given its materialized copy, shares only otherwise.
-- nanotron (``shardcore.export_nanotron``): ``tokens`` and ``data_stages``, each pool seen
+- nanotron (``shardcore.export.nanotron``): ``tokens`` and ``data_stages``, each pool seen
   through a datatrove view folder (``.ds`` links, ``.ds.index``, ``.ds.metadata``), stage
   boundaries on whole global batches, ``start_training_step`` exact.
 """
@@ -25,13 +25,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from shardcore import export_cli, storage
-from shardcore import export_megatron as megatron
 from shardcore import manifest as mf
+from shardcore import storage
 from shardcore.errors import InputError
-from shardcore.export_megatron import export_megatron
-from shardcore.export_nanotron import nanotron_config
-from shardcore.export_olmo import olmo_config
+from shardcore.export import cli as export_cli
+from shardcore.export import megatron
+from shardcore.export.megatron import export_megatron
+from shardcore.export.nanotron import nanotron_config
+from shardcore.export.olmo import olmo_config
 from shardcore.mixture import KIND
 
 
@@ -54,7 +55,7 @@ def megatron_blend(
 ) -> tuple[list[float], list[str]]:
     """Weights and IndexedDataset prefixes of one stage's data-args list (default: the
     first stage): every shard read by samples [0, stage end), weighted by the stage's samples
-    from it (``shardcore.export_megatron.stage_blends``)."""
+    from it (``shardcore.export.megatron.stage_blends``)."""
 
     _, blends = megatron.stage_blends(mixture_dir)
     if stage is None:

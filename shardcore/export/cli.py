@@ -14,9 +14,9 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from shardcore import export_megatron as mc
 from shardcore.errors import InputError
-from shardcore.megatron_check import review_trainer_args
+from shardcore.export import megatron as mc
+from shardcore.export.megatron.check import review_trainer_args
 
 
 def no_arguments(parser: argparse.ArgumentParser) -> None:

@@ -20,7 +20,7 @@ for, with our order in them:
   count. Megatron's blend is ``sum(ceil(train_samples * w))`` long (>= train_samples): the rows
   past ``train_samples``, which training never reads, repeat the first ones.
 
-The per-sample work runs in chunks of samples (``shardcore.megatron_stream``): the stage
+The per-sample work runs in chunks of samples (``shardcore.export.megatron.stream``): the stage
 lists are counted in one pass over the schedule, the index files written by ranges, in
 memory bounded by a chunk and the number of prefixes. A stage listing more prefixes than
 megatron-core's int16 blend index holds is refused before anything is written, with the
@@ -65,10 +65,11 @@ from typing import Any
 
 import numpy as np
 
-from shardcore import atomic, megatron_stream
+from shardcore import atomic
 from shardcore import manifest as mf
 from shardcore.errors import InputError
-from shardcore.megatron_args import (
+from shardcore.export.megatron import stream as megatron_stream
+from shardcore.export.megatron.args import (
     BUILD_CHOICES,
     BUILDS,
     CACHE_DIR,
@@ -88,8 +89,8 @@ from shardcore.megatron_args import (
     tokenizer_identity,
     trainer_tokenizer,
 )
-from shardcore.megatron_check import check_trainer_args
-from shardcore.megatron_keys import (
+from shardcore.export.megatron.check import check_trainer_args
+from shardcore.export.megatron.keys import (
     CacheKeys,
     _check_split,
     _split_matrix,
@@ -98,8 +99,8 @@ from shardcore.megatron_keys import (
     megatron_core_version,
 )
 
-# The export's public names, with the trainer's arguments (``megatron_args``), the cache
-# keys (``megatron_keys``) and the launch check (``megatron_check``) it is built from.
+# The export's public names, with the trainer's arguments (``args``), the cache
+# keys (``keys``) and the launch check (``check``) it is built from.
 __all__ = [
     "ABSENT_WEIGHT",
     "BUILDS",
@@ -193,7 +194,7 @@ def write_cache(
     """Write megatron-core's indices so that, trained with ``args`` and ``--train-samples
     total`` on the blend (``weights``, ``prefixes``: the ``used`` prefixes of ``source``),
     Megatron's sample i is sample i of ``source`` (its sequence in its prefix), streamed
-    in chunks (``shardcore.megatron_stream``: memory bounded by a chunk and the number of
+    in chunks (``shardcore.export.megatron.stream``: memory bounded by a chunk and the number of
     prefixes). ``identities``: the tokenizer identities to key the indices for (default
     ``args.tokenizer``); the indices do not depend on it, so the first key set holds the
     arrays and the others hard links to them. Returns what was written (hashes per
@@ -298,7 +299,7 @@ def _shard_prefixes(
 def stage_blends(path: str | os.PathLike) -> tuple[dict[str, Any], list[StageBlend]]:
     """Per stage: the shards read by samples [0, stage end), weighted by the stage's samples
     from each (``ABSENT_WEIGHT`` for a shard only earlier stages read). One pass over the
-    schedule in chunks (``shardcore.megatron_stream``)."""
+    schedule in chunks (``shardcore.export.megatron.stream``)."""
 
     manifest = mf.read_manifest(path)
     source = megatron_stream.SampleSource(path, manifest)

@@ -23,10 +23,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from shardcore import artifact_cache, props, storage
+from shardcore import props, storage
 from shardcore.annotate.artifact import DOC_ID
 from shardcore.errors import InputError, ManifestError
 from shardcore.manifest import check_kind, file_checksum, read_manifest
+from shardcore.storage import artifact_cache
 
 KIND = "annotation"
 

@@ -15,7 +15,7 @@ S3 credentials and region come from the usual AWS variables (``AWS_ACCESS_KEY_ID
 ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``, ``AWS_DEFAULT_REGION``, ``~/.aws``) and any
 S3-compatible server is reached through ``AWS_ENDPOINT_URL``: botocore reads them itself.
 
-The local copies of remote artifacts (the artifact cache) are ``shardcore.artifact_cache``;
+The local copies of remote artifacts (the artifact cache) are ``shardcore.storage.artifact_cache``;
 an artifact's manifest is read by ``shardcore.manifest.read_manifest``.
 """
 

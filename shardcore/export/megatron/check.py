@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from shardcore.megatron_args import (
+from shardcore.export.megatron.args import (
     BUILDS,
     CACHE_DIR,
     CORE_BUILDS,

@@ -5,7 +5,7 @@ and the number of shard prefixes, whatever the number of samples.
 prefix (an index into every shard of its pools) and its sequence in that prefix, a range of
 samples at a time. ``write_indices`` writes megatron-core's index arrays for a stage from
 it, with positioned writes into files laid out as ``np.save`` lays them out (the same
-bytes ``shardcore.export_megatron.gpt_indices`` and the blend arrays give): one pass counts
+bytes ``shardcore.export.megatron.gpt_indices`` and the blend arrays give): one pass counts
 each prefix's samples (so every file is sized first), a second writes the blend's
 (dataset index, dataset-sample index) rows and appends each prefix's records to its
 document index; the padding rows (repeats that training never reads) are then written

@@ -1,6 +1,6 @@
 """The names megatron-core gives its index cache files: the MD5 of each ``GPTDataset``'s and
 the ``BlendedDataset``'s JSON description, from megatron-core's own code when it is installed,
-else from a replica of megatron-core 0.16's (``shardcore.export_megatron`` explains the cache)."""
+else from a replica of megatron-core 0.16's (``shardcore.export.megatron`` explains the cache)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from shardcore.errors import InputError
-from shardcore.megatron_args import (
+from shardcore.export.megatron.args import (
     DEFAULT_SPLIT,
     MegatronArgs,
 )

@@ -1,7 +1,7 @@
 """The Megatron-LM arguments the export's cache keys depend on: the supported megatron-core
 releases, Megatron-LM's defaults for the keyed arguments, and the trainer's tokenizer, whose
 identity (``unique_identifiers``) each release builds differently (``BUILDS``). The index
-cache and how it is keyed: ``shardcore.export_megatron``."""
+cache and how it is keyed: ``shardcore.export.megatron``."""
 
 from __future__ import annotations
 
