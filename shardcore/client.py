@@ -170,8 +170,9 @@ class ShardyardClient:
     ) -> dict:
         """The next stage's weights for the run's pools against a reference run's losses
         (``GET /api/runs/{id}/proposal/``)."""
-        query = urllib.parse.urlencode({"reference": int(reference), "eta": eta,
-                                        "smoothing": smoothing})  # fmt: skip
+        query = urllib.parse.urlencode(
+            {"reference": int(reference), "eta": eta, "smoothing": smoothing}
+        )
         return self.request("GET", f"api/runs/{int(run_id)}/proposal/?{query}")
 
     def resume_position(self, run_id: int) -> dict:

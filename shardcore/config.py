@@ -215,8 +215,11 @@ def _number(name: str, default: float, low: float, high: float, what: str) -> fl
 # error after attempts x timeout (20 s by default, below gunicorn's 30 s worker timeout: a
 # page answers 503 naming the endpoint), never a hang. botocore's own defaults (60 s
 # timeouts, and 8 attempts as configured before) held a request for minutes.
-S3_LIMIT_VARIABLES = ("SHARDYARD_S3_CONNECT_TIMEOUT", "SHARDYARD_S3_READ_TIMEOUT",
-                      "SHARDYARD_S3_ATTEMPTS")  # fmt: skip
+S3_LIMIT_VARIABLES = (
+    "SHARDYARD_S3_CONNECT_TIMEOUT",
+    "SHARDYARD_S3_READ_TIMEOUT",
+    "SHARDYARD_S3_ATTEMPTS",
+)
 
 
 def s3_limits() -> dict[str, Any]:
@@ -227,12 +230,14 @@ def s3_limits() -> dict[str, Any]:
     if attempts != int(attempts):
         raise ConfigError(f"SHARDYARD_S3_ATTEMPTS={attempts:g}: a whole number of tries")
     return {
-        "connect_timeout": _number("SHARDYARD_S3_CONNECT_TIMEOUT", 5.0, 0.01, 3600,
-                                   "seconds to wait for a connection"),
-        "read_timeout": _number("SHARDYARD_S3_READ_TIMEOUT", 10.0, 0.01, 3600,
-                                "seconds to wait for bytes of an answer"),
+        "connect_timeout": _number(
+            "SHARDYARD_S3_CONNECT_TIMEOUT", 5.0, 0.01, 3600, "seconds to wait for a connection"
+        ),
+        "read_timeout": _number(
+            "SHARDYARD_S3_READ_TIMEOUT", 10.0, 0.01, 3600, "seconds to wait for bytes of an answer"
+        ),
         "max_attempts": int(attempts),
-    }  # fmt: skip
+    }
 
 
 def filter_memory() -> str:

@@ -40,9 +40,18 @@ if TYPE_CHECKING:
 ROW = "__row"  # the document's index in its shard, added before filtering
 # Node classes of DuckDB's parse tree a filter may hold (json_serialize_sql's "class").
 _FILTER_NODES = {
-    "COLUMN_REF", "CONSTANT", "COMPARISON", "CONJUNCTION", "OPERATOR", "FUNCTION", "CASE",
-    "CAST", "BETWEEN", "TYPE", "COLLATE",
-}  # fmt: skip
+    "COLUMN_REF",
+    "CONSTANT",
+    "COMPARISON",
+    "CONJUNCTION",
+    "OPERATOR",
+    "FUNCTION",
+    "CASE",
+    "CAST",
+    "BETWEEN",
+    "TYPE",
+    "COLLATE",
+}
 # Scalar functions whose cost is bounded by their arguments (nothing that generates data,
 # reads files or settings). Operators parse as functions too (+, ~~ for LIKE...).
 FILTER_FUNCTIONS = frozenset(  # noqa: SIM905 - a word list reads better than 70 strings
@@ -184,8 +193,11 @@ def filter_parse(expression: str) -> duckdb.Expression:
         raise InputError(f"filter {expression!r} is invalid: not one boolean expression")
     for cls, _kind, name in _tree_nodes(node["where_clause"]):
         if cls not in _FILTER_NODES:
-            what = {"SUBQUERY": "a subquery (SELECT ...)", "WINDOW": "a window function",
-                    "STAR": "'*'"}.get(cls, f"a {cls.lower()} expression")  # fmt: skip
+            what = {
+                "SUBQUERY": "a subquery (SELECT ...)",
+                "WINDOW": "a window function",
+                "STAR": "'*'",
+            }.get(cls, f"a {cls.lower()} expression")
             raise InputError(f"filter {expression!r} is invalid: a filter cannot hold {what}")
         if cls == "FUNCTION" and name not in FILTER_FUNCTIONS:
             raise InputError(

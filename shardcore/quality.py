@@ -319,8 +319,10 @@ def verdict(
     """A sentence a person can act on: the smallest window size from which on the
     observed max deviation stays within ``tolerance`` x the reference's, and the worst
     ratio there. ``{"ok", "from_window", "ratio", "text"}``."""
-    ratios = [o / r if r > 0 else (1.0 if o <= 0 else math.inf)
-              for o, r in zip(observed, reference, strict=True)]  # fmt: skip
+    ratios = [
+        o / r if r > 0 else (1.0 if o <= 0 else math.inf)
+        for o, r in zip(observed, reference, strict=True)
+    ]
     if not ratios:
         return {"ok": False, "from_window": None, "ratio": None, "text": "no windows measured"}
     start = None
@@ -449,20 +451,36 @@ def mixture_quality(
         seg = mixture_labels(mix, by, first, first + min(n, max_samples))
         if seg.size < 8:  # too short for a window of 2 to say anything
             out["stages"].append(
-                {"name": st["name"], "num_samples": n, "measured": int(seg.size),
-                 "verdict": {"ok": False, "from_window": None, "ratio": None,
-                             "text": f"too few samples ({seg.size}) to measure"}}
-            )  # fmt: skip
+                {
+                    "name": st["name"],
+                    "num_samples": n,
+                    "measured": int(seg.size),
+                    "verdict": {
+                        "ok": False,
+                        "from_window": None,
+                        "ratio": None,
+                        "text": f"too few samples ({seg.size}) to measure",
+                    },
+                }
+            )
             continue
         values = np.unique(seg.codes)
         if values.size == 1:  # nothing to mix: every window holds the one value alone
             value = seg.names[int(values[0])]
             out["stages"].append(
-                {"name": st["name"], "num_samples": n, "measured": int(seg.size),
-                 "verdict": {"ok": True, "from_window": None, "ratio": None,
-                             "value": value,
-                             "text": f"one {by} only ({value}): nothing to mix"}}
-            )  # fmt: skip
+                {
+                    "name": st["name"],
+                    "num_samples": n,
+                    "measured": int(seg.size),
+                    "verdict": {
+                        "ok": True,
+                        "from_window": None,
+                        "ratio": None,
+                        "value": value,
+                        "text": f"one {by} only ({value}): nothing to mix",
+                    },
+                }
+            )
             continue
         rep = report(seg, batch_size=min(batch_size, seg.size))
         rep["batches"].pop("per_batch", None)  # one number per batch: not kept
@@ -471,9 +489,14 @@ def mixture_quality(
         rep["reference"] = ref
         rep["verdict"] = verdict(sizes, rep["windows"]["max_all"], ref["mean"])
         out["stages"].append(
-            {"name": st["name"], "num_samples": n, "measured": int(seg.size),
-             "verdict": rep["verdict"], "labels": label_verdicts(rep["windows"], ref)}
-        )  # fmt: skip
+            {
+                "name": st["name"],
+                "num_samples": n,
+                "measured": int(seg.size),
+                "verdict": rep["verdict"],
+                "labels": label_verdicts(rep["windows"], ref),
+            }
+        )
         if i == 0:
             out.update(rep)
     return out
@@ -554,9 +577,16 @@ def recipe_quality(
         shuffle = recipe.document_shuffles(docs)
     elif kind == "mixture":
         return _mixture_recipe(
-            Mixture(path), props, length_bins=length_bins, limit=limit, with_greedy=with_greedy,
-            batch_size=batch_size, trials=trials, checkpoints=checkpoints, seed=seed,
-        )  # fmt: skip
+            Mixture(path),
+            props,
+            length_bins=length_bins,
+            limit=limit,
+            with_greedy=with_greedy,
+            batch_size=batch_size,
+            trials=trials,
+            checkpoints=checkpoints,
+            seed=seed,
+        )
     else:
         raise InputError(f"{path}: quality needs a pool or a mixture, not a {kind!r}")
     measure = functools.partial(

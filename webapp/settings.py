@@ -55,9 +55,14 @@ if _secret is None:
     _secret = "insecure-debug-key-do-not-use-in-production"
 # Example values from our own docs and compose file, and Django's: never a production key.
 PLACEHOLDER_SECRET_KEYS = {
-    "change-me", "changeme", "change-me-in-production", "secret", "secret-key",
-    "your-secret-key", "insecure-debug-key-do-not-use-in-production",
-}  # fmt: skip
+    "change-me",
+    "changeme",
+    "change-me-in-production",
+    "secret",
+    "secret-key",
+    "your-secret-key",
+    "insecure-debug-key-do-not-use-in-production",
+}
 if not DEBUG and (
     _secret.strip().lower() in PLACEHOLDER_SECRET_KEYS or _secret.startswith("django-insecure")
 ):

@@ -35,9 +35,20 @@ def worker_command(
     """The command line that starts one Celery worker of this app with this interpreter
     (``options``: more ``celery worker`` flags, e.g. ``-Q`` and a queue)."""
     return [
-        sys.executable, "-m", "celery", "-A", "workers", "worker", "--loglevel", "INFO",
-        "--concurrency", str(concurrency), "--hostname", hostname, *options,
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "workers",
+        "worker",
+        "--loglevel",
+        "INFO",
+        "--concurrency",
+        str(concurrency),
+        "--hostname",
+        hostname,
+        *options,
+    ]
 
 
 @before_task_publish.connect

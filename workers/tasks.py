@@ -76,8 +76,13 @@ def job_finalize(self, *, job_id: int) -> str:
         raise self.retry(exc=exc, countdown=min(60, 2 ** (self.request.retries + 1))) from exc
 
 
-@shared_task(name="workers.job_dispatch", bind=True, acks_late=True, reject_on_worker_lost=True,
-             max_retries=_TRANSIENT_RETRIES)  # fmt: skip
+@shared_task(
+    name="workers.job_dispatch",
+    bind=True,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    max_retries=_TRANSIENT_RETRIES,
+)
 def job_dispatch(self, *, job_id: int, phase: int) -> str:
     """Send the next batch of a phase's units (and, while more wait, the next dispatch):
     a phase of a million units is sent a bounded batch at a time, never by one task."""
@@ -91,8 +96,13 @@ def job_dispatch(self, *, job_id: int, phase: int) -> str:
 
 # Facts pages show, measured from an artifact's files (webapp.catalog.services.facts): idempotent,
 # a redelivered message measures again and stores the same value.
-@shared_task(name="workers.fact_compute", bind=True, acks_late=True, reject_on_worker_lost=True,
-             max_retries=_TRANSIENT_RETRIES)  # fmt: skip
+@shared_task(
+    name="workers.fact_compute",
+    bind=True,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    max_retries=_TRANSIENT_RETRIES,
+)
 def fact_compute(self, *, kind: str, object_id: int, key: str = "") -> str:
     """Measure one fact (a pool's quality by a property, a source's statistics...) and
     store it; an object store that does not answer is retried with backoff."""
@@ -104,8 +114,13 @@ def fact_compute(self, *, kind: str, object_id: int, key: str = "") -> str:
         raise self.retry(exc=exc, countdown=min(60, 2 ** (self.request.retries + 1))) from exc
 
 
-@shared_task(name="workers.flag_taint", bind=True, acks_late=True, reject_on_worker_lost=True,
-             max_retries=_TRANSIENT_RETRIES)  # fmt: skip
+@shared_task(
+    name="workers.flag_taint",
+    bind=True,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    max_retries=_TRANSIENT_RETRIES,
+)
 def flag_taint(self, *, flag_id: int) -> str:
     """Compute and store what a flag taints (then ask for its runs' first reads); a rerun
     stores the same rows. An object store that does not answer is retried with backoff."""
@@ -126,8 +141,13 @@ def flag_reads(*, flag_id: int) -> int:
 
 # The storage report (webapp.ops.storage): measured here, never on a request. Idempotent: a
 # redelivered message finds its row claimed or done.
-@shared_task(name="workers.storage_measure", acks_late=True, reject_on_worker_lost=True,
-             soft_time_limit=3000, time_limit=3300)  # fmt: skip
+@shared_task(
+    name="workers.storage_measure",
+    acks_late=True,
+    reject_on_worker_lost=True,
+    soft_time_limit=3000,
+    time_limit=3300,
+)
 def storage_measure(*, report_id: int) -> str:
     """Measure what the data root holds and store it as the report's row."""
     return storage_measure_execute(report_id=report_id)

@@ -49,9 +49,11 @@ def start() -> None:
         return
     _stop.clear()
     _thread = threading.Thread(
-        target=_loop, args=(settings.SHARDYARD_WEBHOOK_POLL,), name="shardyard-webhooks",
+        target=_loop,
+        args=(settings.SHARDYARD_WEBHOOK_POLL,),
+        name="shardyard-webhooks",
         daemon=True,
-    )  # fmt: skip
+    )
     _thread.start()
 
 

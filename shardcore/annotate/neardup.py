@@ -164,8 +164,12 @@ def plan_group(
         STAGE,
         str(out),
         dict(ann.params),
-        [sig, [{"id": f"bucket-{q}", "partition": q} for q in range(partitions)],
-         [{"id": "clusters"}], write],
+        [
+            sig,
+            [{"id": f"bucket-{q}", "partition": q} for q in range(partitions)],
+            [{"id": "clusters"}],
+            write,
+        ],
         meta={
             "sources": srcs,
             "documents": n,
@@ -173,7 +177,7 @@ def plan_group(
             "fingerprint": fingerprint(KIND, parents=group, params=dict(sorted(p.items()))),
             "artifacts": [s["path"] for s in srcs],
         },
-    )  # fmt: skip
+    )
 
 
 def annotation_paths(out: str | Path) -> list[str]:
@@ -330,8 +334,12 @@ def _run_write(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
 
 def _run_unit(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
     kind = unit["id"].split("-", 1)[0]
-    run = {"sig": _run_signatures, "bucket": _run_bucket, "clusters": _run_clusters,
-           "write": _run_write}[kind]  # fmt: skip
+    run = {
+        "sig": _run_signatures,
+        "bucket": _run_bucket,
+        "clusters": _run_clusters,
+        "write": _run_write,
+    }[kind]
     return run(plan, unit)
 
 

@@ -163,9 +163,11 @@ def summarize(path: str) -> dict[str, Any]:
         elif pa.types.is_boolean(col.type):
             true = int(pc.sum(col).as_py() or 0)
             out["columns"][name] = {
-                "kind": "bool", "nulls": nulls, "true": true,
+                "kind": "bool",
+                "nulls": nulls,
+                "true": true,
                 "false": table.num_rows - nulls - true,
-            }  # fmt: skip
+            }
         elif pa.types.is_list(col.type) or pa.types.is_large_list(col.type):
             flat = pc.list_flatten(col)
             vc = pc.value_counts(flat.cast(pa.string()))
@@ -174,10 +176,12 @@ def summarize(path: str) -> dict[str, Any]:
                 key=lambda x: (-x[1], str(x[0])),
             )
             out["columns"][name] = {
-                "kind": "list", "nulls": nulls, "distinct": len(pairs),
+                "kind": "list",
+                "nulls": nulls,
+                "distinct": len(pairs),
                 "nonempty": int(pc.sum(pc.greater(pc.list_value_length(col), 0)).as_py() or 0),
                 "top": [[v, c] for v, c in pairs[:TOP_VALUES]],
-            }  # fmt: skip
+            }
         else:
             vc = pc.value_counts(col.cast(pa.string()) if not pa.types.is_string(col.type) else col)
             pairs = sorted(
@@ -185,9 +189,11 @@ def summarize(path: str) -> dict[str, Any]:
                 key=lambda x: (-x[1], str(x[0])),
             )
             out["columns"][name] = {
-                "kind": "text", "nulls": nulls, "distinct": len(pairs),
+                "kind": "text",
+                "nulls": nulls,
+                "distinct": len(pairs),
                 "top": [[v, c] for v, c in pairs[:TOP_VALUES]],
-            }  # fmt: skip
+            }
     names = set(table.column_names)
     if {"lang", "score"} <= names:
         langs = table.group_by("lang").aggregate([("score", "mean"), ("score", "count")])
@@ -197,7 +203,7 @@ def summarize(path: str) -> dict[str, Any]:
                     "lang": r["lang"],
                     "documents": int(r["score_count"]),
                     "mean_score": round(float(r["score_mean"] or 0.0), 4),
-                }  # fmt: skip
+                }
                 for r in langs.to_pylist()
             ),
             key=lambda r: (-r["documents"], str(r["lang"])),
@@ -223,7 +229,7 @@ def summarize(path: str) -> dict[str, Any]:
                     "cluster": int(ids[i]),
                     "size": int(size[many][at[i]]),
                     "first_doc_id": int(doc[many][at[i]]),
-                }  # fmt: skip
+                }
                 for i in big
             ],
         }
@@ -240,7 +246,7 @@ def summarize(path: str) -> dict[str, Any]:
                 "documents": n,
                 "terms": described.get(c, {}).get("terms", [])[:10],
                 "snippets": described.get(c, {}).get("snippets", [])[:3],
-            }  # fmt: skip
+            }
             for c, n in sizes[:50]
         ]
     if (manifest.get("annotator") or {}).get("name") == "decon":

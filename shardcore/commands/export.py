@@ -44,8 +44,10 @@ def run(args: argparse.Namespace) -> int:
     if args.out and "out" not in options:
         atomic.write_text(args.out, text)
         # Say what was written, so that a quiet success is not mistaken for nothing done.
-        print(f"wrote the {args.format} export of {args.mixture} to {args.out} "
-              f"({len(text.encode()):,} bytes)")  # fmt: skip
+        print(
+            f"wrote the {args.format} export of {args.mixture} to {args.out} "
+            f"({len(text.encode()):,} bytes)"
+        )
     else:
         # Standard output; or the format wrote --out itself (megatron.txt holds this text).
         print(text, end="")

@@ -108,15 +108,19 @@ def _print_recipe(name: str, rep: dict) -> None:
         head = name
         if len(stages) > 1:
             last = st["first_sample"] + st["measured"] - 1
-            head = (f"{name}, stage {st['name']} (samples {st['first_sample']:,}-{last:,}, "
-                    "against random orders of its own samples)")  # fmt: skip
+            head = (
+                f"{name}, stage {st['name']} (samples {st['first_sample']:,}-{last:,}, "
+                "against random orders of its own samples)"
+            )
         _print_recipe_part(head, st)
 
 
 def _print_recipe_part(name: str, rep: dict) -> None:
     nb = rep["num_batches"]
-    print(f"{name}: {rep['num_records']:,} records, {nb:,} whole batch"
-          f"{'' if nb == 1 else 'es'} of {rep['batch_size']:,}, {rep['trials']} random orders")  # fmt: skip
+    print(
+        f"{name}: {rep['num_records']:,} records, {nb:,} whole batch"
+        f"{'' if nb == 1 else 'es'} of {rep['batch_size']:,}, {rep['trials']} random orders"
+    )
     for fam, d in rep["families"].items():
         c, b = d["cumulative"], d["batches"]
         print(f"  {fam}: cumulative error (tokens) at {len(c['order'])} checkpoints")
@@ -127,17 +131,23 @@ def _print_recipe_part(name: str, rep: dict) -> None:
             print(f"  {pos:>12,} {o:>12.1f} {lo:>12.1f} {mean:>12.1f}")
         print(f"  -> {c['verdict']['text']}")
         if "order_mean" in b:
-            print(f"  per-batch error (lower: more diverse): order worst {b['order_worst']:.4f}, "
-                  f"mean {b['order_mean']:.4f}; random best {b['random_best']:.4f}, mean "
-                  f"{b['random_mean']:.4f}")  # fmt: skip
+            print(
+                f"  per-batch error (lower: more diverse): order worst {b['order_worst']:.4f}, "
+                f"mean {b['order_mean']:.4f}; random best {b['random_best']:.4f}, mean "
+                f"{b['random_mean']:.4f}"
+            )
         print(f"  -> {b['verdict']['text']}")
 
 
 def _run_recipe(args: argparse.Namespace) -> int:
     out = quality.recipe_quality(
-        args.path, by=args.by, length_bins=args.length_bins, batch_size=args.batch_size,
-        trials=args.trials, with_greedy=args.with_greedy,
-    )  # fmt: skip
+        args.path,
+        by=args.by,
+        length_bins=args.length_bins,
+        batch_size=args.batch_size,
+        trials=args.trials,
+        with_greedy=args.with_greedy,
+    )
     if args.json:
         print(json.dumps(out))
         return 0

@@ -526,10 +526,17 @@ def _accounted(ids: list[str]) -> dict[str, tuple[str, str]]:
     """What ``sacct`` says of jobs the queue forgot; nothing when accounting is off."""
     try:
         out = _slurm(
-            ["sacct", "--noheader", "--parsable2", "--array", "--allocations",
-             f"--jobs={','.join(ids)}", "--format=JobID,State"],
+            [
+                "sacct",
+                "--noheader",
+                "--parsable2",
+                "--array",
+                "--allocations",
+                f"--jobs={','.join(ids)}",
+                "--format=JobID,State",
+            ],
             what="sacct",
-        )  # fmt: skip
+        )
     except SlurmError:
         return {}
     states = {}

@@ -71,9 +71,13 @@ def npy_create(path: Path, dtype: npt.DTypeLike, n: int) -> int:
     returns the body's byte offset."""
     with open(path, "wb") as f:
         np.lib.format.write_array_header_1_0(
-            f, {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False,
-                "shape": (int(n),)},
-        )  # fmt: skip
+            f,
+            {
+                "descr": np.lib.format.dtype_to_descr(np.dtype(dtype)),
+                "fortran_order": False,
+                "shape": (int(n),),
+            },
+        )
         offset = f.tell()
         f.truncate(offset + int(n) * np.dtype(dtype).itemsize)
     return offset

@@ -166,9 +166,15 @@ class WindowOrder:
         for k, j, lo, hi in self.windows(a, a + pool_idx.size):
             s = slice(lo - a, hi - a)
             perm = stage_order(
-                self.spec, self.pools, k, j, pool_idx[s], record[s],
-                labels=self._pool_labels(), characteristics=self._pool_characteristics(),
-            )  # fmt: skip
+                self.spec,
+                self.pools,
+                k,
+                j,
+                pool_idx[s],
+                record[s],
+                labels=self._pool_labels(),
+                characteristics=self._pool_characteristics(),
+            )
             pool_idx[s], record[s] = pool_idx[s][perm], record[s][perm]
 
     def _pool_labels(self) -> list[dict[str, np.ndarray]] | None:

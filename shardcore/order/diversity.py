@@ -338,9 +338,18 @@ def _kernel() -> ctypes.CDLL | None:
         i64 = np.ctypeslib.ndpointer(np.int64, flags="C")
         f64 = np.ctypeslib.ndpointer(np.float64, flags="C")
         lib.sy_diversity.argtypes = [
-            ctypes.c_int32, i64, f64, f64, ctypes.c_int64, i64, i64, i64,
-            ctypes.c_int64, ctypes.c_int64, i64,
-        ]  # fmt: skip
+            ctypes.c_int32,
+            i64,
+            f64,
+            f64,
+            ctypes.c_int64,
+            i64,
+            i64,
+            i64,
+            ctypes.c_int64,
+            ctypes.c_int64,
+            i64,
+        ]
         lib.sy_diversity.restype = ctypes.c_int
         lib._sy_typed = True  # type: ignore[attr-defined]  # a mark on the loaded library
     return lib
@@ -370,12 +379,18 @@ def diversity_order(
     m = k.m
     out = np.empty(m, dtype=np.int64)
     rc = lib.sy_diversity(
-        len(k.cards), np.asarray(k.cards, np.int64), np.ascontiguousarray(k.tau, np.float64),
-        np.ascontiguousarray(k.lam), k.class_size.size,
+        len(k.cards),
+        np.asarray(k.cards, np.int64),
+        np.ascontiguousarray(k.tau, np.float64),
+        np.ascontiguousarray(k.lam),
+        k.class_size.size,
         np.ascontiguousarray(k.class_vals, np.int64),
         np.ascontiguousarray(k.class_size, np.int64),
-        np.ascontiguousarray(k.members, np.int64), m, _BUDGET, out,
-    )  # fmt: skip
+        np.ascontiguousarray(k.members, np.int64),
+        m,
+        _BUDGET,
+        out,
+    )
     if rc != 0:
         raise MemoryError(f"shardcore.order.diversity: kernel failed with code {rc}")
     if progress is not None:

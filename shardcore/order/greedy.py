@@ -240,23 +240,16 @@ int64_t sy_recipe_greedy(
 """
 
 
+# The kernel's arguments in order: q an int64, i an int32, d a double, p an array's address.
+_ARGS = "q iii ppppppppppp q ppppppppp d q q pppppp ii ppppp"
+_CTYPES = {"q": ctypes.c_int64, "i": ctypes.c_int32, "d": ctypes.c_double, "p": ctypes.c_void_p}
+
+
 def _kernel() -> ctypes.CDLL | None:
     lib = compile_kernel("recipe_greedy", _C_SOURCE)
     if lib is not None and not getattr(lib, "_sy_typed", False):
-        i64 = ctypes.c_int64
-        p = ctypes.c_void_p
-        lib.sy_recipe_greedy.argtypes = [
-            i64, ctypes.c_int32, ctypes.c_int32, ctypes.c_int32,
-            p, p, p, p, p, p, p,
-            p, p, p, p, i64, p,
-            p, p, p, p, p,
-            p, p, p, ctypes.c_double,
-            i64, i64, p,
-            p, p, p, p,
-            p, ctypes.c_int32, ctypes.c_int32, p, p,
-            p, p, p,
-        ]  # fmt: skip
-        lib.sy_recipe_greedy.restype = i64
+        lib.sy_recipe_greedy.argtypes = [_CTYPES[c] for c in _ARGS.replace(" ", "")]
+        lib.sy_recipe_greedy.restype = ctypes.c_int64
         lib._sy_typed = True  # type: ignore[attr-defined]  # a mark on the loaded library
     return lib
 
@@ -466,17 +459,51 @@ class _Window:
         def ptr(a: np.ndarray | None) -> int | None:
             return None if a is None else a.ctypes.data
 
-        return int(lib.sy_recipe_greedy(
-            self.m, self.w, self.nf, self.v, ptr(self.idx), ptr(self.val), ptr(self.fam),
-            ptr(self.lam), ptr(self.tau), ptr(self.tau2), ptr(self.stream),
-            ptr(self.win), ptr(self.wq), ptr(self.wl), ptr(self.nwin), self.cap, ptr(self.next),
-            ptr(self.T), ptr(self.S), ptr(self.e), ptr(self.le), ptr(self.ef),
-            ptr(self.group), ptr(self.left), ptr(self.last), self.spacing,
-            step0, nsteps, ptr(self.out),
-            ptr(self.used), ptr(self.slot_of), ptr(self.queue), ptr(self.qlo),
-            ptr(self.qhead), self.kq, self.hq, ptr(self.top), ptr(self.tope),
-            ptr(self.cand), ptr(self.widx), ptr(self.wval),
-        ))  # fmt: skip
+        return int(
+            lib.sy_recipe_greedy(
+                self.m,
+                self.w,
+                self.nf,
+                self.v,
+                ptr(self.idx),
+                ptr(self.val),
+                ptr(self.fam),
+                ptr(self.lam),
+                ptr(self.tau),
+                ptr(self.tau2),
+                ptr(self.stream),
+                ptr(self.win),
+                ptr(self.wq),
+                ptr(self.wl),
+                ptr(self.nwin),
+                self.cap,
+                ptr(self.next),
+                ptr(self.T),
+                ptr(self.S),
+                ptr(self.e),
+                ptr(self.le),
+                ptr(self.ef),
+                ptr(self.group),
+                ptr(self.left),
+                ptr(self.last),
+                self.spacing,
+                step0,
+                nsteps,
+                ptr(self.out),
+                ptr(self.used),
+                ptr(self.slot_of),
+                ptr(self.queue),
+                ptr(self.qlo),
+                ptr(self.qhead),
+                self.kq,
+                self.hq,
+                ptr(self.top),
+                ptr(self.tope),
+                ptr(self.cand),
+                ptr(self.widx),
+                ptr(self.wval),
+            )
+        )
 
     def _static(self, recs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """q and per-family tokens of records (the kernel's sums, in its order)."""

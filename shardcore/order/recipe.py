@@ -90,8 +90,9 @@ class Characteristics:
         return tot / np.maximum(fam_tot[self.family_of], 1e-300)
 
     def take(self, rows: np.ndarray) -> Characteristics:
-        return Characteristics(self.idx[rows], self.val[rows], self.family_of,
-                               self.families, self.names)  # fmt: skip
+        return Characteristics(
+            self.idx[rows], self.val[rows], self.family_of, self.families, self.names
+        )
 
 
 def length_bins(doc_lengths: np.ndarray, bins: int = 100) -> np.ndarray:
@@ -274,8 +275,9 @@ def document_shuffles(docs: Mapping[str, Any]) -> Callable[[np.random.Generator]
         record = np.repeat(np.arange(per.size, dtype=np.int64), per)
         d = seg.seg_doc.astype(np.int64)
         # Segment documents index the permuted order: label them by the original document.
-        return from_segments(record, np.where(d >= 0, perm[np.maximum(d, 0)], -1),
-                             seg.seg_length, per.size, fams)  # fmt: skip
+        return from_segments(
+            record, np.where(d >= 0, perm[np.maximum(d, 0)], -1), seg.seg_length, per.size, fams
+        )
 
     return shuffle
 
@@ -399,11 +401,16 @@ def recipe_report(
         if judged:
             # A repacked order may hold a record more or less: its own whole batches.
             rand_b.append(batch_errors(other, p, batch_size))
-    out: dict[str, Any] = {"num_records": m, "batch_size": batch_size, "num_batches": nb,
-                           "trials": len(rand_c), "position": mine_c["position"],
-                           "baseline": "records" if shuffle is None else "documents",
-                           "min_batches": MIN_BATCHES,
-                           "families": {}}  # fmt: skip
+    out: dict[str, Any] = {
+        "num_records": m,
+        "batch_size": batch_size,
+        "num_batches": nb,
+        "trials": len(rand_c),
+        "position": mine_c["position"],
+        "baseline": "records" if shuffle is None else "documents",
+        "min_batches": MIN_BATCHES,
+        "families": {},
+    }
     for name in ch.families:
         mc = np.asarray(mine_c[name])
         rc = np.asarray([r[name] for r in rand_c])
@@ -424,15 +431,17 @@ def recipe_report(
         if judged:
             each = [r[name] for r in rand_b]
             rb = np.concatenate(each)
-            batches.update({
-                "histogram": _histogram(mine_b[name], rb, len(rand_b)),
-                "order_worst": float(mine_b[name].max()),
-                "order_mean": float(mine_b[name].mean()),
-                "random_best": float(rb.min()),
-                "random_mean": float(rb.mean()),
-                "random_means": [float(e.mean()) for e in each],
-                "worst_beats_best": bool(mine_b[name].max() < rb.min()),
-            })  # fmt: skip
+            batches.update(
+                {
+                    "histogram": _histogram(mine_b[name], rb, len(rand_b)),
+                    "order_worst": float(mine_b[name].max()),
+                    "order_mean": float(mine_b[name].mean()),
+                    "random_best": float(rb.min()),
+                    "random_mean": float(rb.mean()),
+                    "random_means": [float(e.mean()) for e in each],
+                    "worst_beats_best": bool(mine_b[name].max() < rb.min()),
+                }
+            )
         batches["verdict"] = batch_verdict(batches)
         out["families"][name] = {"cumulative": cum, "batches": batches}
     return out
@@ -446,23 +455,35 @@ def cumulative_verdict(cum: Mapping[str, Any]) -> dict[str, Any]:
     random order's mean error ("worse")."""
     ratio = float(cum.get("mean_ratio", 0.0))
     if cum.get("below_all"):
-        return {"kind": "better", "ok": True,
-                "text": "cumulative error below every random order's at every checkpoint "
-                        f"(on average {ratio:.2f}x theirs)"}  # fmt: skip
+        return {
+            "kind": "better",
+            "ok": True,
+            "text": "cumulative error below every random order's at every checkpoint "
+            f"(on average {ratio:.2f}x theirs)",
+        }
     if ratio < EVENER:
-        return {"kind": "better", "ok": True,
-                "text": f"cumulative error on average {ratio:.2f}x the random orders': more "
-                        "even than a random order, though not below every one at every "
-                        "checkpoint"}  # fmt: skip
+        return {
+            "kind": "better",
+            "ok": True,
+            "text": f"cumulative error on average {ratio:.2f}x the random orders': more "
+            "even than a random order, though not below every one at every "
+            "checkpoint",
+        }
     order = np.asarray(cum["order"][: max(1, len(cum["order"]) - 1)], dtype=np.float64)
     spread = cum.get("random_means") or [float(np.mean(cum["random_mean"][:-1] or [0.0]))]
     if float(order.mean()) <= CUMULATIVE_TOLERANCE * max(spread):
-        return {"kind": "random", "ok": True,
-                "text": "cumulative error like a random order's (on average "
-                        f"{ratio:.2f}x the random orders')"}  # fmt: skip
-    return {"kind": "worse", "ok": False,
-            "text": f"cumulative error above every random order's: on average {ratio:.1f}x "
-                    "the random orders'"}  # fmt: skip
+        return {
+            "kind": "random",
+            "ok": True,
+            "text": "cumulative error like a random order's (on average "
+            f"{ratio:.2f}x the random orders')",
+        }
+    return {
+        "kind": "worse",
+        "ok": False,
+        "text": f"cumulative error above every random order's: on average {ratio:.1f}x "
+        "the random orders'",
+    }
 
 
 def batch_verdict(batches: Mapping[str, Any]) -> dict[str, Any]:
@@ -473,10 +494,13 @@ def batch_verdict(batches: Mapping[str, Any]) -> dict[str, Any]:
     order's ("random"); else "worse"."""
     nb, bs = int(batches.get("num_batches", 0)), int(batches.get("batch_size", 0))
     if "order_mean" not in batches:
-        return {"kind": "unjudged", "ok": True,
-                "text": f"too few batches to judge the per-batch error: {nb} whole batch"
-                        f"{'' if nb == 1 else 'es'} of {bs:,}, and a distribution needs at "
-                        f"least {MIN_BATCHES}"}  # fmt: skip
+        return {
+            "kind": "unjudged",
+            "ok": True,
+            "text": f"too few batches to judge the per-batch error: {nb} whole batch"
+            f"{'' if nb == 1 else 'es'} of {bs:,}, and a distribution needs at "
+            f"least {MIN_BATCHES}",
+        }
     ratio = batches["order_mean"] / max(batches["random_mean"], 1e-300)
     if batches["worst_beats_best"]:
         return {
@@ -485,17 +509,26 @@ def batch_verdict(batches: Mapping[str, Any]) -> dict[str, Any]:
             "text": "its worst batch is more diverse than the best random batch",
         }
     if ratio < EVENER:
-        return {"kind": "better", "ok": True,
-                "text": f"batches more diverse than a random order's (mean batch error "
-                        f"{ratio:.2f}x the random orders')"}  # fmt: skip
+        return {
+            "kind": "better",
+            "ok": True,
+            "text": f"batches more diverse than a random order's (mean batch error "
+            f"{ratio:.2f}x the random orders')",
+        }
     spread = batches.get("random_means") or [batches["random_mean"]]
     if batches["order_mean"] <= BATCH_TOLERANCE * max(spread):
-        return {"kind": "random", "ok": True,
-                "text": f"batches as diverse as a random order's (mean batch error {ratio:.2f}x"
-                        " the random orders')"}  # fmt: skip
-    return {"kind": "worse", "ok": False,
-            "text": f"batches less diverse than a random order's: mean batch error {ratio:.1f}x "
-                    "the random orders'"}  # fmt: skip
+        return {
+            "kind": "random",
+            "ok": True,
+            "text": f"batches as diverse as a random order's (mean batch error {ratio:.2f}x"
+            " the random orders')",
+        }
+    return {
+        "kind": "worse",
+        "ok": False,
+        "text": f"batches less diverse than a random order's: mean batch error {ratio:.1f}x "
+        "the random orders'",
+    }
 
 
 def _histogram(mine: np.ndarray, rand: np.ndarray, trials: int, bins: int = 30) -> dict:

@@ -221,10 +221,13 @@ class _ShardColumns:
 
     def add_shard(self, prefix: str, st: dict, *, first_document: int) -> None:
         values = {
-            "documents": st["documents"], "first_document": first_document,
-            "first_record": self.cumulative[-1], "padding": st["padding"],
-            "records": st["records"], "tokens": st["tokens"],
-        }  # fmt: skip
+            "documents": st["documents"],
+            "first_document": first_document,
+            "first_record": self.cumulative[-1],
+            "padding": st["padding"],
+            "records": st["records"],
+            "tokens": st["tokens"],
+        }
         for name in _FIELDS:
             if type(values[name]) is not int:
                 self.fits = False
@@ -250,9 +253,12 @@ class _ShardColumns:
                     self.fits = False  # a suffix the shards before lack
                     return
                 cols = self.suffixes[sfx] = {
-                    "size": array("Q"), "xxh3": array("Q"), "block_size": array("I"),
-                    "block_count": array("q"), "blocks": mf.BlockSpill(),
-                }  # fmt: skip
+                    "size": array("Q"),
+                    "xxh3": array("Q"),
+                    "block_size": array("I"),
+                    "block_count": array("q"),
+                    "blocks": mf.BlockSpill(),
+                }
             blocks = np.frombuffer(bytes.fromhex(e.get("blocks") or ""), dtype=">u8")
             has = bool(e.get("block_size")) and "blocks" in e
             cols["size"].append(int(e["size"]))

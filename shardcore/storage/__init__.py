@@ -349,18 +349,30 @@ def _after_attempt(caught_exception: BaseException | None = None, **kwargs: obje
         ReadTimeoutError,
     )
 
-    unanswered = (ConnectTimeoutError, ReadTimeoutError, EndpointConnectionError,
-                  ConnectionClosedError)  # fmt: skip
+    unanswered = (
+        ConnectTimeoutError,
+        ReadTimeoutError,
+        EndpointConnectionError,
+        ConnectionClosedError,
+    )
     if getattr(_fail, "error", _OFF) is None and isinstance(caught_exception, unanswered):
         _fail.error = caught_exception
 
 
 # What a client is made from; a client made before one of them changes is not reused.
 _CLIENT_ENV = (
-    "AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY",
-    "AWS_SESSION_TOKEN", "AWS_DEFAULT_REGION", "AWS_REGION", "AWS_PROFILE",
-    "AWS_CONFIG_FILE", "AWS_SHARED_CREDENTIALS_FILE", *config.S3_LIMIT_VARIABLES,
-)  # fmt: skip
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_S3",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_DEFAULT_REGION",
+    "AWS_REGION",
+    "AWS_PROFILE",
+    "AWS_CONFIG_FILE",
+    "AWS_SHARED_CREDENTIALS_FILE",
+    *config.S3_LIMIT_VARIABLES,
+)
 _clients: dict[tuple, Any] = {}
 
 

@@ -628,7 +628,7 @@ ORM_QUERY_ALLOWED: dict[tuple[str, str], str] = {
     "of version ids; the 404 before materializing or exporting",
     ("webapp/api/views.py", "Job"): "the viewset's queryset; the 404 before units, cancel, retry",
     ("webapp/api/views.py", "Flag"): "the viewset's queryset; the 404 before a flag's documents",
-    ("webapp/api/views.py", "TrainingRun"): "the viewset's queryset; the 404 before a run's "
+    ("webapp/api/runs.py", "TrainingRun"): "the viewset's queryset; the 404 before a run's "
     "losses, progress, flags or resume position",
     ("webapp/api/decon.py", "TrainingRun"): "the 404 before a run's decontamination report",
     ("webapp/dashboard/views/users.py", "ExternalIdentity"): "the sign-in an admin unlinks: "

@@ -31,10 +31,23 @@ class AnnotationSerializer(serializers.ModelSerializer):
     class Meta:
         model = Annotation
         fields = [
-            "id", "tokenized_source", "annotator", "annotator_version", "params", "columns",
-            "status", "fingerprint", "path", "manifest_path", "num_documents", "num_bytes",
-            "summary", "job", "created_at", "finished_at",
-        ]  # fmt: skip
+            "id",
+            "tokenized_source",
+            "annotator",
+            "annotator_version",
+            "params",
+            "columns",
+            "status",
+            "fingerprint",
+            "path",
+            "manifest_path",
+            "num_documents",
+            "num_bytes",
+            "summary",
+            "job",
+            "created_at",
+            "finished_at",
+        ]
 
 
 class AnnotateSerializer(serializers.Serializer):
@@ -81,9 +94,12 @@ class AnnotationViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelVie
         selectors.annotation_target(tokenized_id=v["tokenized_source"])  # NotFound: 404
         try:
             ann = svc.annotation_build(
-                tokenized_id=v["tokenized_source"], annotator=v["annotator"],
-                params=v["params"], text_from=v["text_from"], created_by=request.user,
-            )  # fmt: skip
+                tokenized_id=v["tokenized_source"],
+                annotator=v["annotator"],
+                params=v["params"],
+                text_from=v["text_from"],
+                created_by=request.user,
+            )
         except CatalogError as e:
             raise _bad(e) from e
         body = AnnotationSerializer(ann).data

@@ -117,7 +117,7 @@ class DeconBenchmarkViewSet(Base, viewsets.ViewSet):
                                 k: r.get(k)
                                 for k in ("items", "indexed", "skipped", "documents", "items_hit")
                             },
-                        }  # fmt: skip
+                        }
                         for r in b["annotations"]
                     ],
                     "flags": [f.pk for f in b.get("flags", [])],
@@ -148,9 +148,12 @@ class DeconBenchmarkViewSet(Base, viewsets.ViewSet):
         v = data.validated_data
         try:
             flag, created = svc.decon_flag(
-                annotation_id=v["annotation"], benchmark=name, item=v["item"],
-                reason=v["reason"], created_by=request.user,
-            )  # fmt: skip
+                annotation_id=v["annotation"],
+                benchmark=name,
+                item=v["item"],
+                reason=v["reason"],
+                created_by=request.user,
+            )
         except CatalogError as e:
             raise _bad(e) from e
         code = status.HTTP_201_CREATED if created else status.HTTP_200_OK
@@ -204,7 +207,10 @@ class RunDeconViewSet(Base, viewsets.ViewSet):
             except CatalogError as e:
                 raise _bad(e) from e
         answer = run_json(sel.run_decon(run=run))
-        body = {"run": answer["run"], "computing": answer["computing"],
-                "evaluations": answer["evaluations"]}  # fmt: skip
+        body = {
+            "run": answer["run"],
+            "computing": answer["computing"],
+            "evaluations": answer["evaluations"],
+        }
         code = status.HTTP_201_CREATED if request.method == "POST" else status.HTTP_200_OK
         return Response(body, status=code)

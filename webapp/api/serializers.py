@@ -34,10 +34,22 @@ class SourceSerializer(serializers.ModelSerializer):
     class Meta:
         model = Source
         fields = [
-            "id", "name", "uri", "text_field", "metadata_fields", "description", "status",
-            "fingerprint", "num_files", "num_bytes", "num_documents", "bad_lines", "scan_error",
-            "created_at", "scanned_at",
-        ]  # fmt: skip
+            "id",
+            "name",
+            "uri",
+            "text_field",
+            "metadata_fields",
+            "description",
+            "status",
+            "fingerprint",
+            "num_files",
+            "num_bytes",
+            "num_documents",
+            "bad_lines",
+            "scan_error",
+            "created_at",
+            "scanned_at",
+        ]
 
 
 class SourceFileSerializer(serializers.ModelSerializer):
@@ -59,9 +71,12 @@ class SourceRegisterSerializer(serializers.Serializer):
 
 class TokenizeSerializer(serializers.Serializer):
     tokenizer = serializers.CharField(
-        max_length=1000, required=False, allow_null=True, default=None,
+        max_length=1000,
+        required=False,
+        allow_null=True,
+        default=None,
         help_text='"tiktoken:<encoding>" or "hf:<path>"; default: the catalog\'s tokenizer',
-    )  # fmt: skip
+    )
     engine = serializers.ChoiceField(
         choices=["auto", "reference", "gigatoken", "tiktoken", "tokenizers"], default="auto"
     )
@@ -73,10 +88,22 @@ class TokenizedSourceSerializer(serializers.ModelSerializer):
     class Meta:
         model = TokenizedSource
         fields = [
-            "id", "source", "tokenizer", "status", "fingerprint", "params", "path",
-            "manifest_path", "num_documents", "num_tokens", "num_bytes", "supersedes", "job",
-            "created_at", "finished_at",
-        ]  # fmt: skip
+            "id",
+            "source",
+            "tokenizer",
+            "status",
+            "fingerprint",
+            "params",
+            "path",
+            "manifest_path",
+            "num_documents",
+            "num_tokens",
+            "num_bytes",
+            "supersedes",
+            "job",
+            "created_at",
+            "finished_at",
+        ]
 
 
 class PoolSerializer(serializers.ModelSerializer):
@@ -87,11 +114,28 @@ class PoolSerializer(serializers.ModelSerializer):
     class Meta:
         model = Pool
         fields = [
-            "id", "name", "split", "status", "fingerprint", "params", "path", "manifest_path",
-            "filter", "seq_len", "num_records", "num_documents", "num_tokens", "num_bytes",
-            "parents", "annotations", "train_pool", "supersedes", "job", "created_at",
+            "id",
+            "name",
+            "split",
+            "status",
+            "fingerprint",
+            "params",
+            "path",
+            "manifest_path",
+            "filter",
+            "seq_len",
+            "num_records",
+            "num_documents",
+            "num_tokens",
+            "num_bytes",
+            "parents",
+            "annotations",
+            "train_pool",
+            "supersedes",
+            "job",
+            "created_at",
             "finished_at",
-        ]  # fmt: skip
+        ]
 
 
 def without_quality(params: Any) -> Any:
@@ -128,10 +172,24 @@ class MixtureVersionSerializer(serializers.ModelSerializer):
     class Meta:
         model = MixtureVersion
         fields = [
-            "id", "mixture", "mixture_name", "number", "status", "fingerprint", "token_budget",
-            "seed", "num_samples", "params", "path", "manifest_path", "note", "components",
-            "job", "created_at", "finished_at",
-        ]  # fmt: skip
+            "id",
+            "mixture",
+            "mixture_name",
+            "number",
+            "status",
+            "fingerprint",
+            "token_budget",
+            "seed",
+            "num_samples",
+            "params",
+            "path",
+            "manifest_path",
+            "note",
+            "components",
+            "job",
+            "created_at",
+            "finished_at",
+        ]
 
 
 class MixtureVersionListSerializer(MixtureVersionSerializer):
@@ -150,25 +208,42 @@ class ExportSerializer(serializers.ModelSerializer):
     class Meta:
         model = Export
         fields = [
-            "id", "version", "format", "status", "path", "manifest_path", "fingerprint",
-            "num_records", "num_tokens", "num_bytes", "checksum", "job", "created_at",
+            "id",
+            "version",
+            "format",
+            "status",
+            "path",
+            "manifest_path",
+            "fingerprint",
+            "num_records",
+            "num_tokens",
+            "num_bytes",
+            "checksum",
+            "job",
+            "created_at",
             "finished_at",
-        ]  # fmt: skip
+        ]
 
 
 class ExportCreateSerializer(serializers.Serializer):
     format = serializers.ChoiceField(choices=export_formats.accepted_names())
     global_batch_size = serializers.IntegerField(
-        min_value=1, max_value=1 << 30, required=False, allow_null=True, default=None,
+        min_value=1,
+        max_value=1 << 30,
+        required=False,
+        allow_null=True,
+        default=None,
         help_text="nanotron and OLMo-core: samples per step",
-    )  # fmt: skip
+    )
 
 
 class MaterializeSerializer(serializers.Serializer):
     shard_bytes = serializers.IntegerField(
-        min_value=1 << 10, max_value=1 << 40, default=64 << 20,
+        min_value=1 << 10,
+        max_value=1 << 40,
+        default=64 << 20,
         help_text="bytes of tokens per output shard",
-    )  # fmt: skip
+    )
 
 
 class MixtureSerializer(serializers.ModelSerializer):
@@ -190,10 +265,27 @@ class JobSerializer(serializers.ModelSerializer):
     class Meta:
         model = Job
         fields = [
-            "id", "kind", "title", "state", "phase", "num_phases", "units_total", "units_done",
-            "progress", "documents", "tokens", "bytes", "bad_lines", "tokens_per_second",
-            "eta_seconds", "error", "output_dir", "created_at", "started_at", "finished_at",
-        ]  # fmt: skip
+            "id",
+            "kind",
+            "title",
+            "state",
+            "phase",
+            "num_phases",
+            "units_total",
+            "units_done",
+            "progress",
+            "documents",
+            "tokens",
+            "bytes",
+            "bad_lines",
+            "tokens_per_second",
+            "eta_seconds",
+            "error",
+            "output_dir",
+            "created_at",
+            "started_at",
+            "finished_at",
+        ]
 
     def get_eta_seconds(self, obj) -> float | None:
         eta = obj.eta
@@ -219,10 +311,19 @@ class RunSerializer(serializers.ModelSerializer):
     class Meta:
         model = TrainingRun
         fields = [
-            "id", "name", "mixture_version", "external_id", "state", "last_step",
-            "consumed_samples", "consumed_tokens", "last_reported_at", "created_at", "owner",
+            "id",
+            "name",
+            "mixture_version",
+            "external_id",
+            "state",
+            "last_step",
+            "consumed_samples",
+            "consumed_tokens",
+            "last_reported_at",
+            "created_at",
+            "owner",
             "team",
-        ]  # fmt: skip
+        ]
 
 
 class RunSegmentSerializer(serializers.ModelSerializer):
@@ -232,9 +333,15 @@ class RunSegmentSerializer(serializers.ModelSerializer):
     class Meta:
         model = RunSegment
         fields = [
-            "index", "mixture_version", "path", "fingerprint", "first_sample", "end_sample",
-            "first_step", "created_at",
-        ]  # fmt: skip
+            "index",
+            "mixture_version",
+            "path",
+            "fingerprint",
+            "first_sample",
+            "end_sample",
+            "first_step",
+            "created_at",
+        ]
 
 
 class RunDetailSerializer(RunSerializer):
@@ -267,17 +374,21 @@ class PoolWeightSerializer(serializers.Serializer):
 
 class RunSwitchSerializer(serializers.Serializer):
     weights = PoolWeightSerializer(
-        many=True, min_length=1, max_length=10_000,
+        many=True,
+        min_length=1,
+        max_length=10_000,
         help_text='[{"pool": id, "weight": w}]: the new weights of the stage the run is in '
         "(token shares, normalized)",
-    )  # fmt: skip
+    )
     note = serializers.CharField(max_length=2000, required=False, allow_blank=True, default="")
     add = serializers.ListField(
-        child=serializers.IntegerField(min_value=1, max_value=2**62), required=False,
-        default=list, max_length=10_000,
+        child=serializers.IntegerField(min_value=1, max_value=2**62),
+        required=False,
+        default=list,
+        max_length=10_000,
         help_text="pools the stage does not hold yet that ``weights`` adds to it; any other "
         "pool the stage lacks is refused",
-    )  # fmt: skip
+    )
 
     def validate_weights(self, value: list[dict[str, Any]]) -> dict[int, float]:
         out: dict[int, float] = {}
@@ -295,9 +406,11 @@ class RunRegisterSerializer(serializers.Serializer):
     mixture_version = serializers.IntegerField(min_value=1)
     external_id = serializers.CharField(max_length=300, allow_blank=True, default="")
     team = serializers.CharField(
-        max_length=150, required=False, allow_blank=True,
+        max_length=150,
+        required=False,
+        allow_blank=True,
         help_text="a group you belong to: its members may report progress too",
-    )  # fmt: skip
+    )
 
 
 class ProgressSerializer(serializers.Serializer):
@@ -305,10 +418,11 @@ class ProgressSerializer(serializers.Serializer):
     consumed_samples = serializers.IntegerField(min_value=0, max_value=2**62, required=False)
     consumed_tokens = serializers.IntegerField(min_value=0, max_value=2**62, required=False)
     mixture_version = serializers.IntegerField(
-        min_value=1, required=False,
+        min_value=1,
+        required=False,
         help_text="the version the trainer read up to this report: refused (409) if the run "
         "switched to another before",
-    )  # fmt: skip
+    )
 
     def validate(self, attrs):
         if "consumed_samples" not in attrs and "consumed_tokens" not in attrs:
@@ -340,19 +454,25 @@ class LossReportSerializer(serializers.Serializer):
     version, no entry twice) by the service."""
 
     step = serializers.IntegerField(
-        min_value=0, max_value=2**62, required=False,
+        min_value=0,
+        max_value=2**62,
+        required=False,
         help_text="the checkpoint's step; required with val",
-    )  # fmt: skip
+    )
     val = ValLossSerializer(
-        many=True, required=False, max_length=10_000,
+        many=True,
+        required=False,
+        max_length=10_000,
         help_text='[{"pool": id, "source": "name" (optional), "loss": 2.31}]: validation loss '
         "per pool read by the run's version (its training or validation pool id), or per "
         "source of a pool built from several",
-    )  # fmt: skip
+    )
     train = TrainLossSerializer(
-        many=True, required=False, max_length=10_000,
+        many=True,
+        required=False,
+        max_length=10_000,
         help_text='[{"step": 12, "loss": 3.02}]: training loss per step',
-    )  # fmt: skip
+    )
 
     def validate(self, attrs):
         if not attrs.get("val") and not attrs.get("train"):
@@ -368,9 +488,15 @@ class RunLossSerializer(serializers.ModelSerializer):
     class Meta:
         model = RunLoss
         fields = [
-            "split", "step", "pool", "pool_name", "source", "loss", "consumed_tokens",
+            "split",
+            "step",
+            "pool",
+            "pool_name",
+            "source",
+            "loss",
+            "consumed_tokens",
             "reported_at",
-        ]  # fmt: skip
+        ]
 
 
 class ProposalQuerySerializer(serializers.Serializer):
@@ -386,9 +512,19 @@ class FlagSerializer(serializers.ModelSerializer):
     class Meta:
         model = Flag
         fields = [
-            "id", "target", "source", "source_name", "file_path", "num_documents", "reason",
-            "created_at", "taint_state", "taint_error", "annotation", "where",
-        ]  # fmt: skip
+            "id",
+            "target",
+            "source",
+            "source_name",
+            "file_path",
+            "num_documents",
+            "reason",
+            "created_at",
+            "taint_state",
+            "taint_error",
+            "annotation",
+            "where",
+        ]
 
 
 class FlagCreateSerializer(serializers.Serializer):

@@ -2,7 +2,7 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView
 from rest_framework.routers import DefaultRouter
 
-from webapp.api import annotations, decon, views
+from webapp.api import annotations, decon, runs, views
 
 router = DefaultRouter()
 router.register("sources", views.SourceViewSet, basename="source")
@@ -10,7 +10,7 @@ router.register("pools", views.PoolViewSet, basename="pool")
 router.register("mixtures", views.MixtureViewSet, basename="mixture")
 router.register("mixture-versions", views.MixtureVersionViewSet, basename="mixture-version")
 router.register("jobs", views.JobViewSet, basename="job")
-router.register("runs", views.RunViewSet, basename="run")
+router.register("runs", runs.RunViewSet, basename="run")
 router.register("annotations", annotations.AnnotationViewSet, basename="annotation")
 router.register("annotators", annotations.AnnotatorViewSet, basename="annotator")
 router.register("flags", views.FlagViewSet, basename="flag")

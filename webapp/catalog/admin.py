@@ -98,6 +98,12 @@ class FlagAdmin(admin.ModelAdmin):
 @admin.register(m.Taint)
 class TaintAdmin(admin.ModelAdmin):
     list_display = (
-        "flag", "tokenized_source", "pool", "mixture_version", "run", "export", "documents",
-    )  # fmt: skip
+        "flag",
+        "tokenized_source",
+        "pool",
+        "mixture_version",
+        "run",
+        "export",
+        "documents",
+    )
     raw_id_fields = ("flag", "tokenized_source", "pool", "mixture_version", "run", "export")

@@ -58,7 +58,7 @@ def store(flag: Flag, ids: np.ndarray) -> int:
                 last=int(part[-1]),
                 count=int(part.size),
                 data=encode(part),
-            )  # fmt: skip
+            )
         )
         if len(rows) >= 64:
             FlagDocuments.objects.bulk_create(rows)

@@ -143,8 +143,9 @@ def tokenizer_spec_check(spec: str) -> str:
             "(SHARDYARD_TOKENIZER_ROOTS)"
         )
     file = resolved / "tokenizer.json" if resolved.is_dir() else resolved
-    if not file.is_file() or not file.resolve().is_relative_to(resolved if resolved.is_dir()
-                                                               else resolved.parent):  # fmt: skip
+    if not file.is_file() or not file.resolve().is_relative_to(
+        resolved if resolved.is_dir() else resolved.parent
+    ):
         raise GuardError(f"tokenizer {spec!r}: no tokenizer.json file at {path}")
     return spec
 

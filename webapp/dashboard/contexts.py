@@ -233,9 +233,16 @@ def run_losses(*, run, stages: list[dict], overlay: bool = True) -> dict:
     for run_id, split, series, pool, source, step, loss, tokens in rows:
         c = curves.setdefault(
             (run_id, split, series),
-            {"label": "training loss" if split == "train" else pool + (f" / {source}" if source else ""),
-             "steps": [], "tokens": [], "loss": [], "loss_t": []},
-        )  # fmt: skip
+            {
+                "label": "training loss"
+                if split == "train"
+                else pool + (f" / {source}" if source else ""),
+                "steps": [],
+                "tokens": [],
+                "loss": [],
+                "loss_t": [],
+            },
+        )
         c["steps"].append(step)
         c["loss"].append(loss)
         if tokens is not None:
@@ -443,15 +450,21 @@ def _training_figure(training: list[dict]) -> dict:
     with each pool's shard boundaries in the run's colour."""
     colour = {p.pk: i for i, p in enumerate(dict.fromkeys(t["pool"] for t in training))}
     series = [
-        {"name": f"{t['run'].name} ({t['pool'].name})", "x": t["steps"], "y": t["loss"],
-         "colour": colour[t["pool"].pk]}
+        {
+            "name": f"{t['run'].name} ({t['pool'].name})",
+            "x": t["steps"],
+            "y": t["loss"],
+            "colour": colour[t["pool"].pk],
+        }
         for t in training
-    ]  # fmt: skip
+    ]
     bounds: dict[Any, Any] = {}
     for t in training:
         for s in t["shard_steps"]:
-            bounds.setdefault((t["pool"].pk, round(s, 3)), {"x": round(s, 3), "label": "",
-                                                           "colour": colour[t["pool"].pk]})  # fmt: skip
+            bounds.setdefault(
+                (t["pool"].pk, round(s, 3)),
+                {"x": round(s, 3), "label": "", "colour": colour[t["pool"].pk]},
+            )
     return charts.loss_curves(
         series,
         x_title="step",
@@ -561,8 +574,10 @@ def version_quality(report: dict, *, names: dict[str, str]) -> dict:
     report = {**report}
     for part in ("windows", "composition"):
         if report.get(part):
-            report[part] = {**report[part],
-                            "labels": [names.get(x, x) for x in report[part]["labels"]]}  # fmt: skip
+            report[part] = {
+                **report[part],
+                "labels": [names.get(x, x) for x in report[part]["labels"]],
+            }
     out = quality_for_charts(report) if report.get("windows") else {"report": report}
     stages: list[dict[str, Any]] = []
     out["stages"] = stages

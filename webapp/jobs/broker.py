@@ -122,8 +122,9 @@ def _redis_head(url: str, queue: str, unacked_within: float) -> QueueHead:
             continue
         if routing_key == queue:
             _add(delivered, envelope)
-    return QueueHead(oldest_sent=min((_sent(raw) for raw in heads), default=None),
-                     delivered=delivered)  # fmt: skip
+    return QueueHead(
+        oldest_sent=min((_sent(raw) for raw in heads), default=None), delivered=delivered
+    )
 
 
 def _filesystem_head(queue: str) -> QueueHead:

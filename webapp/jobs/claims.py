@@ -107,9 +107,23 @@ def job_unit_execute(*, unit_id: int, worker: str) -> str:
 
 
 _CLAIMED = (
-    "id", "job_id", "unit_id", "index", "phase", "spec", "state", "attempts", "bad_lines",
-    "error", "worker", "started_at", "finished_at", "heartbeat_at", "queued_at", "last_event",
-)  # fmt: skip
+    "id",
+    "job_id",
+    "unit_id",
+    "index",
+    "phase",
+    "spec",
+    "state",
+    "attempts",
+    "bad_lines",
+    "error",
+    "worker",
+    "started_at",
+    "finished_at",
+    "heartbeat_at",
+    "queued_at",
+    "last_event",
+)
 # One statement, its own transaction (a dropped connection cannot leave half a claim):
 # the unit if it is queued and its job active, with the job's few fields a worker needs;
 # a job's first claim also marks the job running. Committed asynchronously (see claim).
@@ -138,10 +152,18 @@ def claim(unit_id: int, worker: str) -> JobUnit | None:
         return _claim_orm(unit_id, worker, now)
     sql = _CLAIM_SQL.format(unit=JobUnit._meta.db_table, job=Job._meta.db_table)
     params: list[Any] = [
-        UnitState.RUNNING.value, worker, now, now, unit_id, UnitState.QUEUED.value,
+        UnitState.RUNNING.value,
+        worker,
+        now,
+        now,
+        unit_id,
+        UnitState.QUEUED.value,
         [s.value for s in ACTIVE_JOB_STATES],
-        JobState.RUNNING.value, now, JobState.QUEUED.value, JobState.QUEUED.value,
-    ]  # fmt: skip
+        JobState.RUNNING.value,
+        now,
+        JobState.QUEUED.value,
+        JobState.QUEUED.value,
+    ]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         row = cursor.fetchone()
@@ -278,9 +300,13 @@ def unit_succeed(unit: JobUnit, stats: dict[str, Any], *, db_errors: Sequence[st
     ]
     if connection.vendor == "postgresql":
         params += [
-            UnitState.SUCCEEDED.value, json.dumps(stats), counts["bad_lines"], now,
-            retried[:300] or None, unit.pk,
-        ]  # fmt: skip
+            UnitState.SUCCEEDED.value,
+            json.dumps(stats),
+            counts["bad_lines"],
+            now,
+            retried[:300] or None,
+            unit.pk,
+        ]
         with connection.cursor() as cursor:
             cursor.execute(_SUCCEED_SQL.format(**tables), params)
             row = cursor.fetchone()

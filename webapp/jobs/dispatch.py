@@ -78,9 +78,18 @@ def job_create(
 
 
 _UNIT_COLUMNS = (
-    "job_id", "unit_id", "index", "phase", "spec", "state", "attempts", "bad_lines",
-    "error", "worker", "last_event",
-)  # fmt: skip
+    "job_id",
+    "unit_id",
+    "index",
+    "phase",
+    "spec",
+    "state",
+    "attempts",
+    "bad_lines",
+    "error",
+    "worker",
+    "last_event",
+)
 
 
 def units_insert(*, job_id: int, phases: Sequence[Sequence[dict[str, Any]]]) -> int:
@@ -108,10 +117,14 @@ def units_insert(*, job_id: int, phases: Sequence[Sequence[dict[str, Any]]]) -> 
     for job, uid, index, phase, spec in rows:
         batch.append(
             JobUnit(
-                job_id=job, unit_id=uid, index=index, phase=phase, spec=spec,
+                job_id=job,
+                unit_id=uid,
+                index=index,
+                phase=phase,
+                spec=spec,
                 state=UnitState.PENDING,
             )
-        )  # fmt: skip
+        )
         n += 1
         if len(batch) >= 2000:
             JobUnit.objects.bulk_create(batch)

@@ -96,8 +96,11 @@ def job_retry(
         )
         if lost:
             workers = ", ".join(sorted({w or "?" for _, _, w, _ in lost}))
-            log_line(job, f"{len(lost)} unit(s) lost: claimed by {workers}, no heartbeat within "
-                      f"the lease of {unit_lease(lease_seconds)}")  # fmt: skip
+            log_line(
+                job,
+                f"{len(lost)} unit(s) lost: claimed by {workers}, no heartbeat within "
+                f"the lease of {unit_lease(lease_seconds)}",
+            )
         doomed = [(pk, uid, a) for pk, uid, _, a in lost if a >= MAX_UNIT_ATTEMPTS]
         if doomed and job.state in ACTIVE_JOB_STATES:
             # A unit that takes its worker down every time (out of memory...) is not
@@ -172,9 +175,10 @@ def job_retry(
             job.state = JobState.RUNNING
             job.started_at = job.started_at or timezone.now()
             dispatch.phase_start(
-                job, job.phase + 1 if job.phase < job.num_phases else job.num_phases,
+                job,
+                job.phase + 1 if job.phase < job.num_phases else job.num_phases,
                 send_first=True,
-            )  # fmt: skip
+            )
         else:  # the successes count down from here
             dispatch.phase_start(job, job.phase, send_first=True)
         job.save()
@@ -276,9 +280,10 @@ def job_resend_lost(*, queue: str | None = None, lease_seconds: int | None = Non
             if job.state not in ACTIVE_JOB_STATES:
                 continue
             pks = list(
-                JobUnit.objects.filter(pk__in=lost.get(job_id, []), state=UnitState.QUEUED)
-                .values_list("pk", flat=True)
-            )  # fmt: skip
+                JobUnit.objects.filter(
+                    pk__in=lost.get(job_id, []), state=UnitState.QUEUED
+                ).values_list("pk", flat=True)
+            )
             acted = False
             if pks:
                 JobUnit.objects.filter(pk__in=pks).update(
@@ -288,8 +293,11 @@ def job_resend_lost(*, queue: str | None = None, lease_seconds: int | None = Non
                 transaction.on_commit(functools.partial(dispatch.send_units, job_id, pks))
                 acted = True
             if job_id in stale_dispatch and job.phase < job.num_phases:
-                log_line(job, f"phase {job.phase + 1}: the rest of its units were not being "
-                         "sent (the dispatcher's message was lost); sent again")  # fmt: skip
+                log_line(
+                    job,
+                    f"phase {job.phase + 1}: the rest of its units were not being "
+                    "sent (the dispatcher's message was lost); sent again",
+                )
                 transaction.on_commit(functools.partial(dispatch.send_dispatch, job_id, job.phase))
                 acted = True
             if job_id in stale_finalize and job.finalize_claimed_at is None and not acted:

@@ -23,14 +23,16 @@ class StorageView(APIView):
 
         require_role(request.user, "viewer")
         latest = storage_latest()
-        return Response({
-            **latest["report"],
-            "measured_at": _iso(latest["measured_at"]),
-            "age_seconds": latest["age_seconds"],
-            "measuring": latest["measuring"],
-            "last_error": latest["last_error"],
-            "last_error_at": _iso(latest["last_error_at"]),
-        })  # fmt: skip
+        return Response(
+            {
+                **latest["report"],
+                "measured_at": _iso(latest["measured_at"]),
+                "age_seconds": latest["age_seconds"],
+                "measuring": latest["measuring"],
+                "last_error": latest["last_error"],
+                "last_error_at": _iso(latest["last_error_at"]),
+            }
+        )
 
     @extend_schema(request=None, responses={202: OpenApiTypes.OBJECT})
     def post(self, request):

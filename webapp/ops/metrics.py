@@ -143,9 +143,10 @@ class CatalogCollector:
         yield durations
 
         depth = GaugeMetricFamily(
-            "shardyard_queue_depth", "Task messages waiting in the broker, by queue.",
+            "shardyard_queue_depth",
+            "Task messages waiting in the broker, by queue.",
             labels=["queue"],
-        )  # fmt: skip
+        )
         for queue, n in _queue_depths().items():
             if n is not None:
                 depth.add_metric([queue], n)

@@ -158,8 +158,11 @@ def target_check(url: str, allow: Iterable[Network] = (), *, resolve=socket.geta
     if parts.username is not None:
         userinfo = (unquote(parts.username), unquote(parts.password or ""))
     return Target(
-        scheme=scheme, host=host, port=port,
+        scheme=scheme,
+        host=host,
+        port=port,
         path=(parts.path or "/") + (f"?{parts.query}" if parts.query else ""),
         host_header=bracketed if default else f"{bracketed}:{port}",
-        addresses=tuple(addresses), userinfo=userinfo,
-    )  # fmt: skip
+        addresses=tuple(addresses),
+        userinfo=userinfo,
+    )

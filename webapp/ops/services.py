@@ -35,6 +35,11 @@ def worker_beat_record(*, worker: str, host: str, queue: str, pid: int, started_
 
     WorkerBeat.objects.update_or_create(
         worker=worker,
-        defaults={"host": host, "queue": queue, "pid": pid, "started_at": started_at,
-                  "last_seen": timezone.now()},
-    )  # fmt: skip
+        defaults={
+            "host": host,
+            "queue": queue,
+            "pid": pid,
+            "started_at": started_at,
+            "last_seen": timezone.now(),
+        },
+    )

@@ -86,8 +86,7 @@ def path_bytes(path: str) -> int:
             return 0
         if fs.isfile(p):
             return int(fs.size(p))
-        return int(sum(int(info.get("size") or 0)
-                       for info in fs.find(p, detail=True).values()))  # fmt: skip
+        return int(sum(int(info.get("size") or 0) for info in fs.find(p, detail=True).values()))
     except FileNotFoundError:
         return 0
 
@@ -147,11 +146,18 @@ def storage_report(*, measured: dict[tuple[str, int], int] | None = None) -> dic
                 size = measured.get((kind, obj.pk))
             else:
                 size = path_bytes(obj.path)
-            rows.append({
-                "kind": kind, "id": obj.pk, "name": _label(kind, obj), "status": obj.status,
-                "version_id": obj.version_id if kind == "export" else None,
-                "path": obj.path, "owner_id": owner_id, "bytes": size,
-            })  # fmt: skip
+            rows.append(
+                {
+                    "kind": kind,
+                    "id": obj.pk,
+                    "name": _label(kind, obj),
+                    "status": obj.status,
+                    "version_id": obj.version_id if kind == "export" else None,
+                    "path": obj.path,
+                    "owner_id": owner_id,
+                    "bytes": size,
+                }
+            )
     if measured is None:
         # A materialized copy lies inside its version's directory: count it once, as the
         # copy (stored measurements are counted so already).
@@ -163,8 +169,12 @@ def storage_report(*, measured: dict[tuple[str, int], int] | None = None) -> dic
             if r["kind"] == "version":
                 r["bytes"] = max(0, r["bytes"] - copies.get(r["id"], 0))
 
-    users = {u.pk: u for u in get_user_model().objects.filter(
-        pk__in={r["owner_id"] for r in rows if r["owner_id"]}).prefetch_related("groups")}  # fmt: skip
+    users = {
+        u.pk: u
+        for u in get_user_model()
+        .objects.filter(pk__in={r["owner_id"] for r in rows if r["owner_id"]})
+        .prefetch_related("groups")
+    }
     per_owner: dict[str, int] = {}
     per_team: dict[str, int] = {}
     for r in rows:
@@ -236,12 +246,13 @@ def storage_measure_due(*, interval: float) -> StorageReport | None:
     if interval <= 0:
         return None
     newest = (
-        StorageReport.objects.filter(state__in=(StorageReport.State.DONE,
-                                                StorageReport.State.FAILED))
+        StorageReport.objects.filter(
+            state__in=(StorageReport.State.DONE, StorageReport.State.FAILED)
+        )
         .order_by("-finished_at")
         .values_list("finished_at", flat=True)
         .first()
-    )  # fmt: skip
+    )
     if newest is not None and timezone.now() - newest < timedelta(seconds=interval):
         return None
     if _under_way().exists():
@@ -257,10 +268,12 @@ def storage_measure(*, report_id: int) -> str:
     stale = now - timedelta(seconds=MEASURE_LIMIT)
     claimed = (
         StorageReport.objects.filter(pk=report_id)
-        .filter(Q(state=StorageReport.State.QUEUED)
-                | Q(state=StorageReport.State.RUNNING, started_at__lt=stale))
+        .filter(
+            Q(state=StorageReport.State.QUEUED)
+            | Q(state=StorageReport.State.RUNNING, started_at__lt=stale)
+        )
         .update(state=StorageReport.State.RUNNING, started_at=now)
-    )  # fmt: skip
+    )
     if not claimed:
         return f"storage report {report_id}: not queued"
     try:
@@ -449,8 +462,10 @@ class GcReport:
 
     def lines(self) -> list[str]:
         verb = "removed" if self.removed else "would remove"
-        out = [f"{verb} {len(self.orphans)} file(s), {self.bytes} bytes, under {self.data_root}"
-               f" ({self.owned_files} owned file(s) kept, {self.kept_young} too young)"]  # fmt: skip
+        out = [
+            f"{verb} {len(self.orphans)} file(s), {self.bytes} bytes, under {self.data_root}"
+            f" ({self.owned_files} owned file(s) kept, {self.kept_young} too young)"
+        ]
         out += [f"  {path}  {size}" for path, size in self.orphans]
         return out
 

@@ -34,15 +34,17 @@ def _teams(user):
 class WebhookForm(forms.Form):
     url = forms.URLField(max_length=1000, label="URL", assume_scheme="https")
     secret = forms.CharField(
-        max_length=200, required=False,
+        max_length=200,
+        required=False,
         help_text="Shared secret for the X-Shardyard-Signature header; empty: one is generated.",
-    )  # fmt: skip
+    )
     events = forms.MultipleChoiceField(
         choices=[(e, e) for e in WEBHOOK_EVENTS], widget=forms.CheckboxSelectMultiple
     )
     format = forms.ChoiceField(choices=WebhookEndpoint.Format.choices)
-    team = forms.ModelChoiceField(queryset=Group.objects.none(), required=False,
-                                  empty_label="just me")  # fmt: skip
+    team = forms.ModelChoiceField(
+        queryset=Group.objects.none(), required=False, empty_label="just me"
+    )
 
     def __init__(self, *args, user, **kwargs):
         super().__init__(*args, **kwargs)
@@ -68,19 +70,23 @@ def webhooks(request):
     if request.method == "POST" and form.is_valid():
         secret = form.cleaned_data["secret"] or secrets.token_urlsafe(24)
         endpoint = endpoint_create(
-            url=form.cleaned_data["url"], secret=secret, events=form.cleaned_data["events"],
-            owner=request.user, team=form.cleaned_data["team"],
+            url=form.cleaned_data["url"],
+            secret=secret,
+            events=form.cleaned_data["events"],
+            owner=request.user,
+            team=form.cleaned_data["team"],
             format=form.cleaned_data["format"],
-        )  # fmt: skip
+        )
         shown = "" if form.cleaned_data["secret"] else f" Its secret (shown once): {secret}"
         messages.success(request, f"Webhook {endpoint.pk} to {endpoint.url} added.{shown}")
         return redirect("webhooks")
     endpoints = list(_visible(request.user).select_related("team", "owner").order_by("-id"))
     recent = WebhookDelivery.objects.filter(endpoint__in=endpoints).order_by("-id")[:30]
     return render(
-        request, "ops/webhooks.html",
+        request,
+        "ops/webhooks.html",
         {"form": form, "endpoints": endpoints, "deliveries": recent},
-    )  # fmt: skip
+    )
 
 
 @require_POST

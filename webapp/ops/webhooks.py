@@ -72,12 +72,20 @@ def _job_events(since) -> list[tuple[str, str, object, dict]]:
     ).order_by("finished_at"):
         event = f"job.{job.state}"
         data = {
-            "job": job.pk, "kind": job.kind, "title": job.title, "state": job.state,
-            "error": job.error[:2000], "units_total": job.units_total,
-            "units_done": job.units_done, "documents": job.documents, "tokens": job.tokens,
-            "bytes": job.bytes, "created_at": _iso(job.created_at),
-            "finished_at": _iso(job.finished_at), "page": f"/jobs/{job.pk}/",
-        }  # fmt: skip
+            "job": job.pk,
+            "kind": job.kind,
+            "title": job.title,
+            "state": job.state,
+            "error": job.error[:2000],
+            "units_total": job.units_total,
+            "units_done": job.units_done,
+            "documents": job.documents,
+            "tokens": job.tokens,
+            "bytes": job.bytes,
+            "created_at": _iso(job.created_at),
+            "finished_at": _iso(job.finished_at),
+            "page": f"/jobs/{job.pk}/",
+        }
         out.append((event, f"job:{job.pk}:{job.state}", job.finished_at, data))
     return out
 
@@ -91,10 +99,13 @@ def _taint_events(since) -> list[tuple[str, str, object, dict]]:
         .order_by("created_at")
     ):
         data = {
-            "run": taint.run_id, "run_name": taint.run.name, "flag": taint.flag_id,
-            "reason": taint.flag.reason[:2000], "tainted_at": _iso(taint.created_at),
+            "run": taint.run_id,
+            "run_name": taint.run.name,
+            "flag": taint.flag_id,
+            "reason": taint.flag.reason[:2000],
+            "tainted_at": _iso(taint.created_at),
             "page": f"/runs/{taint.run_id}/",
-        }  # fmt: skip
+        }
         out.append(
             ("run.tainted", f"run:{taint.run_id}:flag:{taint.flag_id}", taint.created_at, data)
         )
@@ -109,10 +120,14 @@ def _corruption_events(since) -> list[tuple[str, str, object, dict]]:
     ):
         target = c.target
         data = {
-            "corruption": c.pk, "target": type(target).__name__ if target else None,
-            "target_id": getattr(target, "pk", None), "target_name": str(target),
-            "problem": c.problem[:2000], "scrub_job": c.job_id, "found_at": _iso(c.found_at),
-        }  # fmt: skip
+            "corruption": c.pk,
+            "target": type(target).__name__ if target else None,
+            "target_id": getattr(target, "pk", None),
+            "target_name": str(target),
+            "problem": c.problem[:2000],
+            "scrub_job": c.job_id,
+            "found_at": _iso(c.found_at),
+        }
         out.append(("scrub.corruption", f"corruption:{c.pk}", c.found_at, data))
     return out
 
@@ -166,7 +181,7 @@ def events_collect(*, now=None) -> int:
             key=key,
             payload=payload_for(ep, event, key, data),
             next_attempt_at=now,
-        )  # fmt: skip
+        )
         for event, key, happened, data in events
         for ep in endpoints
         if event in ep.events and happened >= ep.created_at and (ep.pk, key) not in seen
@@ -207,9 +222,14 @@ def _connection(target, ip, timeout: float):
 
     if target.scheme == "https":
         return Connection(
-            str(ip), target.port, timeout=timeout, server_hostname=target.host,
-            assert_hostname=target.host, cert_reqs="CERT_REQUIRED", ca_certs=_ca_bundle(),
-        )  # fmt: skip
+            str(ip),
+            target.port,
+            timeout=timeout,
+            server_hostname=target.host,
+            assert_hostname=target.host,
+            cert_reqs="CERT_REQUIRED",
+            ca_certs=_ca_bundle(),
+        )
     return Connection(str(ip), target.port, timeout=timeout)
 
 
@@ -318,12 +338,13 @@ def _claim(*, limit: int, skip: set[int], endpoints: int) -> dict[int, list[Webh
     now = timezone.now()
     free = Q(claimed_until__isnull=True) | Q(claimed_until__lt=now)
     due = (
-        WebhookDelivery.objects.filter(free, state=WebhookDelivery.State.PENDING,
-                                       next_attempt_at__lte=now)
+        WebhookDelivery.objects.filter(
+            free, state=WebhookDelivery.State.PENDING, next_attempt_at__lte=now
+        )
         .exclude(endpoint_id__in=skip)
         .order_by("next_attempt_at", "id")
         .values_list("pk", "endpoint_id")[:limit]
-    )  # fmt: skip
+    )
     wanted: dict[int, list[int]] = {}
     for pk, endpoint_id in due:
         if endpoint_id not in wanted and len(wanted) >= endpoints:
@@ -444,8 +465,15 @@ def url_refusal(url: str) -> str | None:
     return None
 
 
-def endpoint_create(*, url: str, secret: str, events, owner=None, team=None,
-                    format: str = WebhookEndpoint.Format.JSON) -> WebhookEndpoint:  # fmt: skip
+def endpoint_create(
+    *,
+    url: str,
+    secret: str,
+    events,
+    owner=None,
+    team=None,
+    format: str = WebhookEndpoint.Format.JSON,
+) -> WebhookEndpoint:
     """A new endpoint; the events must be among WEBHOOK_EVENTS and the URL may not point at
     an internal address (``url_refusal``)."""
     events = list(dict.fromkeys(events))

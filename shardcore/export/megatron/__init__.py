@@ -213,11 +213,15 @@ def write_cache(
     idents = [dict(i) for i in identities] if identities else [dict(args.tokenizer)]
     key_sets = [
         cache_keys(
-            prefixes, weights, total, replace(args, tokenizer=ids), seq_len,
+            prefixes,
+            weights,
+            total,
+            replace(args, tokenizer=ids),
+            seq_len,
             use_megatron=use_megatron,
         )
         for ids in idents
-    ]  # fmt: skip
+    ]
     first = key_sets[0]
     if any((k.num_samples, k.size) != (first.num_samples, first.size) for k in key_sets):
         raise RuntimeError("megatron-core sized the blend differently per tokenizer")
@@ -348,8 +352,9 @@ def check_prefixes(
     for pool in pools:
         pm = mf.read_manifest(pool["path"])
         shards = len(pm.get("shards") or []) or 1
-        sizes.append(int(pm.get("num_records", 0)) * int(pm.get("record_tokens", 0)) * itemsize
-                      / shards)  # fmt: skip
+        sizes.append(
+            int(pm.get("num_records", 0)) * int(pm.get("record_tokens", 0)) * itemsize / shards
+        )
     now = f" (about {max(sizes) / 2**20:,.0f} MiB now)" if sizes and max(sizes) > 0 else ""
     raise InputError(
         f"{path}: stage {worst.name!r} reads {len(worst.prefixes):,} shard prefixes; "

@@ -52,9 +52,12 @@ TOKENIZER_TYPES = ("NullTokenizer", "HuggingFaceTokenizer")
 # Megatron-LM arguments that change a HuggingFace tokenizer's identity and that the export
 # does not model (a NullTokenizer ignores them).
 UNMODELED_HF_FLAGS = (
-    "--tokenizer-special-tokens", "--vocab-file", "--merge-file", "--tokenizer-metadata",
+    "--tokenizer-special-tokens",
+    "--vocab-file",
+    "--merge-file",
+    "--tokenizer-metadata",
     "--chat-template",
-)  # fmt: skip
+)
 
 
 @dataclass(frozen=True)
@@ -105,8 +108,10 @@ class TrainerTokenizer:
             vocab = str(self.vocab_size)
             if build == "core-0.18":
                 ids: dict[str, Any] = {
-                    "class": DEFAULT_TEXT, "tokenizer_path": None, "vocab_size": vocab
-                }  # fmt: skip
+                    "class": DEFAULT_TEXT,
+                    "tokenizer_path": None,
+                    "vocab_size": vocab,
+                }
                 if self.eod_id is not None:
                     ids["eod_id"] = str(self.eod_id)
                 ids["pad_id"] = str(self.pad_id)

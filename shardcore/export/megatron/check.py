@@ -196,8 +196,10 @@ def _check_tokenizer(record: Mapping[str, Any], args: Mapping[str, str | None]) 
     builds = ["legacy-0.16"] if legacy else list(CORE_BUILDS)
     taken = [(b, tok.identity(b)) for b in builds if tok.identity(b) is not None]
     if not taken:
-        return [f"{tok.cli()}: no supported megatron-core release ({SUPPORTED_MEGATRON_CORE}) "
-                "takes these tokenizer arguments"]  # fmt: skip
+        return [
+            f"{tok.cli()}: no supported megatron-core release ({SUPPORTED_MEGATRON_CORE}) "
+            "takes these tokenizer arguments"
+        ]
     for b, ids in taken:
         if json.dumps(ids, sort_keys=True) not in keyed:
             problems.append(
@@ -302,8 +304,11 @@ class _Review:
         )
         if args.get("--dataloader-type") == "cyclic":
             problems.append("--dataloader-type cyclic reads the samples in a random order")
-        wrong = ("--data-args-path", "--data-path") if per_split else (
-            "--per-split-data-args-path", "--train-data-path")  # fmt: skip
+        wrong = (
+            ("--data-args-path", "--data-path")
+            if per_split
+            else ("--per-split-data-args-path", "--train-data-path")
+        )
         for flag in (*wrong, "--mock-data"):
             if flag in args:
                 problems.append(f"{flag}: the export's cache is keyed for {self.file_flag}")

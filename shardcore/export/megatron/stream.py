@@ -108,9 +108,13 @@ class NpyFile:
         self.row = int(np.prod(shape[1:], dtype=np.int64)) * self.dtype.itemsize
         with open(self.tmp, "wb") as f:
             np.lib.format.write_array_header_1_0(
-                f, {"descr": np.lib.format.dtype_to_descr(self.dtype), "fortran_order": False,
-                    "shape": shape},
-            )  # fmt: skip
+                f,
+                {
+                    "descr": np.lib.format.dtype_to_descr(self.dtype),
+                    "fortran_order": False,
+                    "shape": shape,
+                },
+            )
             self.offset = f.tell()
             f.truncate(self.offset + self.row * int(shape[0]))
         # No descriptor kept open: a stage may list tens of thousands of prefixes.

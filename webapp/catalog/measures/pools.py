@@ -114,10 +114,13 @@ def _measure(path: str, *, source_names: dict[str, str] | None = None, by: str =
     windows = report["windows"]
     bos = int(bool(reader.manifest.get("params", {}).get("bos")))
     ref = quality.document_shuffle_reference(
-        _plain(doc_labels[:n_docs]), n_tokens[:n_docs].astype(np.int64) + bos,
+        _plain(doc_labels[:n_docs]),
+        n_tokens[:n_docs].astype(np.int64) + bos,
         int(reader.manifest["seq_len"]),
-        windows["window_sizes"], trials=8, seed=1234,
-    )  # fmt: skip
+        windows["window_sizes"],
+        trials=8,
+        seed=1234,
+    )
     report["reference"] = ref
     report["verdict"] = quality.verdict(windows["window_sizes"], windows["max_all"], ref["mean"])
     # Each label's own verdict too: the worst label's alone hides a label that mixes well.

@@ -18,9 +18,12 @@ def _to_runs(apps, schema_editor):
             part = ids[a : a + RUN]
             deltas = np.diff(part, prepend=part[:1]).astype("<u8")
             FlagDocuments.objects.create(
-                flag=flag, first=int(part[0]), last=int(part[-1]), count=int(part.size),
+                flag=flag,
+                first=int(part[0]),
+                last=int(part[-1]),
+                count=int(part.size),
                 data=zlib.compress(deltas.tobytes(), 1),
-            )  # fmt: skip
+            )
         flag.num_documents = int(ids.size)
         flag.save(update_fields=["num_documents"])
 

@@ -37,9 +37,11 @@ def audit_search(*, source: str, file_path: str = "", document_id: int | None = 
             raise NotFound(f"source {src.name} has no file {file_path!r}")
     tokenized = list(TokenizedSource.objects.filter(source=src).select_related("tokenizer"))
     pools = list(
-        Pool.objects.filter(parents__in=tokenized).distinct().prefetch_related("parents")
+        Pool.objects.filter(parents__in=tokenized)
+        .distinct()
+        .prefetch_related("parents")
         .order_by("-created_at")
-    )  # fmt: skip
+    )
     if file is not None or document_id is not None:
         pools = [p for p in pools if _pool_holds(p, src.pk, file, document_id)]
     versions = list(

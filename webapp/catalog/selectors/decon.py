@@ -208,9 +208,15 @@ def run_decon(*, run: TrainingRun) -> dict:
                     continue
                 e = by_bench.setdefault(
                     b["name"],
-                    {"benchmark": b["name"], "items": set(), "count": 0, "documents": 0,
-                     "pools": [], "truncated": False},
-                )  # fmt: skip
+                    {
+                        "benchmark": b["name"],
+                        "items": set(),
+                        "count": 0,
+                        "documents": 0,
+                        "pools": [],
+                        "truncated": False,
+                    },
+                )
                 e["items"].update(b["items"])
                 e["truncated"] = e["truncated"] or b["items_held"] > len(b["items"])
                 e["documents"] += b["held"]

@@ -110,9 +110,12 @@ def flag_detail(*, flag_id: int, reads: bool = True, page=1, documents_after=Non
     runs = [t.run for t in taints if t.run_id]
     # The steps of the page's runs' first flagged samples: one query for the page.
     steps = steps_of_samples_at(
-        [(t.run, int(t.read["first_sample"])) for t in taints
-         if reads and t.run_id and t.read and t.read.get("first_sample") is not None]
-    )  # fmt: skip
+        [
+            (t.run, int(t.read["first_sample"]))
+            for t in taints
+            if reads and t.run_id and t.read and t.read.get("first_sample") is not None
+        ]
+    )
     described = []
     for t in taints:
         d = taint_describe(t)
@@ -120,8 +123,10 @@ def flag_detail(*, flag_id: int, reads: bool = True, page=1, documents_after=Non
             d["read"] = taint_read_row(t, flag=flag, step=steps.get(t.run_id))
             d["first_read"] = flag_read_text(d["read"])
         described.append(d)
-    counts = {k: int((flag.counts or {}).get(k, 0))
-              for k in ("tokenized", "pools", "versions", "runs", "copies")}  # fmt: skip
+    counts = {
+        k: int((flag.counts or {}).get(k, 0))
+        for k in ("tokenized", "pools", "versions", "runs", "copies")
+    }
     return {
         "flag": flag,
         "taints": described,

@@ -51,11 +51,14 @@ def version_lineage(*, version: MixtureVersion, run: TrainingRun | None = None) 
     order = stage_names(version)
     comps.sort(
         key=lambda c: (
-            0 if c.stage in ("", order[0]) else order.index(c.stage) if c.stage in order
+            0
+            if c.stage in ("", order[0])
+            else order.index(c.stage)
+            if c.stage in order
             else len(order),
             -c.weight,
         )
-    )  # fmt: skip
+    )
     pools = {c.pool_id: c.pool for c in comps}
     tokenized = {ts.pk: ts for p in pools.values() for ts in p.parents.all()}
     sources = {ts.source_id: ts.source for ts in tokenized.values()}

@@ -85,8 +85,10 @@ def mixture_version_detail(*, version_id: int, by: str = "") -> dict:
     components = lineage["components"]
     properties = version_properties(components=components)
     if by and by != "pool" and by not in properties:
-        report = {"error": f"not every pool of this version has the property {by!r}; "
-                           f"choose pool or one of {', '.join(properties) or 'none'}"}  # fmt: skip
+        report = {
+            "error": f"not every pool of this version has the property {by!r}; "
+            f"choose pool or one of {', '.join(properties) or 'none'}"
+        }
     else:
         report = version_quality(version=version, by=by)
     return {
@@ -189,19 +191,43 @@ def mixture_version_diff(*, a_id: int, b_id: int) -> dict:
         key=lambda k: (order.index(k[0]) if k[0] in order else len(order), k),
     ):
         x, y = fa.get(key), fb.get(key)
-        change = "added" if x is None else "removed" if y is None else (
-            "changed" if abs(x["share"] - y["share"]) > 1e-9 or x["tokens"] != y["tokens"]
-            else "same"
-        )  # fmt: skip
-        rows.append({"stage": key[0], "pool": key[1], "a": x, "b": y, "change": change,
-                     "pool_id": (x or y)["pool_id"]})  # type: ignore[index]  # fmt: skip
+        change = (
+            "added"
+            if x is None
+            else "removed"
+            if y is None
+            else (
+                "changed"
+                if abs(x["share"] - y["share"]) > 1e-9 or x["tokens"] != y["tokens"]
+                else "same"
+            )
+        )
+        rows.append(
+            {
+                "stage": key[0],
+                "pool": key[1],
+                "a": x,
+                "b": y,
+                "change": change,
+                "pool_id": (x or y)["pool_id"],  # type: ignore[index]
+            }
+        )
     settings_rows = [
         (label, getattr(a, f), getattr(b, f))
-        for label, f in (("token budget", "token_budget"), ("samples", "num_samples"),
-                         ("seed", "seed"), ("fingerprint", "fingerprint"))
-    ]  # fmt: skip
-    settings_rows.append(("order", a.params.get("order", "blend") if a.params else "blend",
-                          b.params.get("order", "blend") if b.params else "blend"))  # fmt: skip
+        for label, f in (
+            ("token budget", "token_budget"),
+            ("samples", "num_samples"),
+            ("seed", "seed"),
+            ("fingerprint", "fingerprint"),
+        )
+    ]
+    settings_rows.append(
+        (
+            "order",
+            a.params.get("order", "blend") if a.params else "blend",
+            b.params.get("order", "blend") if b.params else "blend",
+        )
+    )
     return {"a": a, "b": b, "rows": rows, "settings": settings_rows}
 
 

@@ -267,9 +267,10 @@ def run_losses(*, run: TrainingRun, overlay: bool = True) -> dict:
         RunLoss.objects.filter(run__in=runs)
         .select_related("pool")
         .order_by("run_id", "split", "series", "step")
-        .values_list("run_id", "split", "series", "pool__name", "source", "step", "loss",
-                     "consumed_tokens")[: LOSS_POINTS * len(runs)]
-    )  # fmt: skip
+        .values_list(
+            "run_id", "split", "series", "pool__name", "source", "step", "loss", "consumed_tokens"
+        )[: LOSS_POINTS * len(runs)]
+    )
     references = [
         (r.pk, r.name)
         for r in runs_with_val_losses(mixture_id=run.mixture_version.mixture_id, limit=51)
@@ -374,12 +375,21 @@ def run_loss_marks(*, run: TrainingRun) -> dict[str, list[dict]]:
         if g.index:
             # The switch is between two steps: marked at the last step of the old version
             # (the segment records the new one's first step).
-            stages.append({"label": f"switch to v{g.mixture_version.number}",
-                           **at(g.first_sample, seq_len), "step": g.first_step - 1})  # fmt: skip
+            stages.append(
+                {
+                    "label": f"switch to v{g.mixture_version.number}",
+                    **at(g.first_sample, seq_len),
+                    "step": g.first_step - 1,
+                }
+            )
         for st in manifest.get("stages", [])[1:]:
             if stop is None or st["first_sample"] < stop:
-                stages.append({"label": f"stage {st['name']}",
-                               **at(g.first_sample + st["first_sample"], seq_len)})  # fmt: skip
+                stages.append(
+                    {
+                        "label": f"stage {st['name']}",
+                        **at(g.first_sample + st["first_sample"], seq_len),
+                    }
+                )
         known = epoch_facts.get(g.mixture_version_id)
         if not known:
             continue  # not measured yet (or no schedule to read epochs from)
@@ -389,9 +399,13 @@ def run_loss_marks(*, run: TrainingRun) -> dict[str, list[dict]]:
             where = storage.resolve(known["paths"][e["pool"]])
             pool = pools.get(where)
             name = pool.name if pool else where.rsplit("/", 1)[-1]  # the pool's directory
-            epochs.append({"label": f"{name} epoch {e['epoch'] + 1}",
-                           "pool": pool.pk if pool else None,
-                           **at(g.first_sample + e["sample"], seq_len)})  # fmt: skip
+            epochs.append(
+                {
+                    "label": f"{name} epoch {e['epoch'] + 1}",
+                    "pool": pool.pk if pool else None,
+                    **at(g.first_sample + e["sample"], seq_len),
+                }
+            )
     return {"stages": stages, "epochs": epochs}
 
 
@@ -500,8 +514,20 @@ def run_mixture_proposal(
         "reference_step": ref_step,
         "pools": [{"pool": p, "name": names[p], **v} for p, v in proposal.items()],
     }
-    named = {k: out[k] for k in ("rule", "eta", "smoothing", "run", "reference", "base_version",
-                                 "stage", "step", "reference_step")}  # fmt: skip
+    named = {
+        k: out[k]
+        for k in (
+            "rule",
+            "eta",
+            "smoothing",
+            "run",
+            "reference",
+            "base_version",
+            "stage",
+            "step",
+            "reference_step",
+        )
+    }
     named["weights"] = sorted((p["pool"], p["proposed"]) for p in out["pools"])
     out["fingerprint"] = hashlib.sha256(json.dumps(named, sort_keys=True).encode()).hexdigest()[:16]
     return out
@@ -520,8 +546,13 @@ def run_proposal_draft(*, run: TrainingRun, proposal: dict[str, Any]) -> dict[st
     for c in MixtureComponent.objects.filter(version=version).order_by("pk"):
         stage = c.stage or MAIN
         weight = proposed[c.pool_id] if stage == proposal["stage"] else c.weight
-        rows.append({"stage": MAIN if stage == first else stage, "pool": c.pool_id,
-                     "weight": round(weight, 6)})  # fmt: skip
+        rows.append(
+            {
+                "stage": MAIN if stage == first else stage,
+                "pool": c.pool_id,
+                "weight": round(weight, 6),
+            }
+        )
     return {
         "name": version.mixture.name,
         "description": (
@@ -615,7 +646,7 @@ def run_resume_position(*, run_id: int, sample: int | None = None) -> dict[str, 
                 "end_sample": g.end_sample,
             }
             for g in segments
-        ],  # fmt: skip
+        ],
         "run": run.pk,
         "pool": pool.name if pool else where["pool_key"],
         "pool_index": where["pool"],

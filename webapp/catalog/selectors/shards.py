@@ -14,8 +14,13 @@ def _shards(tokenized_id: int | None, pool_id: int | None) -> QuerySet[Shard]:
     )
 
 
-def artifact_shards(*, tokenized_id: int | None = None, pool_id: int | None = None,
-                    offset: int = 0, limit: int = 100) -> QuerySet[Shard]:  # fmt: skip
+def artifact_shards(
+    *,
+    tokenized_id: int | None = None,
+    pool_id: int | None = None,
+    offset: int = 0,
+    limit: int = 100,
+) -> QuerySet[Shard]:
     """One page of an artifact's shards, in index order (uses the (parent, index) index)."""
     return _shards(tokenized_id, pool_id).order_by("index")[offset : offset + limit]
 
@@ -23,7 +28,9 @@ def artifact_shards(*, tokenized_id: int | None = None, pool_id: int | None = No
 def shard_totals(*, tokenized_id: int | None = None, pool_id: int | None = None) -> dict:
     """Shards, records, tokens and bytes of an artifact, summed in one query."""
     out = _shards(tokenized_id, pool_id).aggregate(
-        shards=Count("id"), records=Sum("num_records"), tokens=Sum("num_tokens"),
+        shards=Count("id"),
+        records=Sum("num_records"),
+        tokens=Sum("num_tokens"),
         bytes=Sum("num_bytes"),
-    )  # fmt: skip
+    )
     return {k: v or 0 for k, v in out.items()}

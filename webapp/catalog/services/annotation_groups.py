@@ -50,8 +50,10 @@ def _plan(paths: list[str], out: str, params: dict[str, Any]) -> dict[str, Any]:
     return {
         "plan": plan,
         "annotator": group.describe(),
-        "fingerprints": [annotation_plan(s["path"], group)["fingerprint"] for s in plan.meta["sources"]],
-    }  # fmt: skip
+        "fingerprints": [
+            annotation_plan(s["path"], group)["fingerprint"] for s in plan.meta["sources"]
+        ],
+    }
 
 
 @boundary
@@ -96,7 +98,7 @@ def annotation_group_build(
                     out,
                     typed,
                     what=f"planning near-duplicates across tokenized sources {ids}",
-                )  # fmt: skip
+                )
             )
         except (InputError, ValueError) as exc:
             raise CatalogError(f"cannot cluster near-duplicates across {ids}: {exc}") from exc
@@ -150,10 +152,14 @@ def _same(sources: list[TokenizedSource], fingerprints: list[str]) -> list[Annot
         return ready_rows
     building = (
         Annotation.objects.filter(
-            tokenized_source=sources[0], fingerprint=fingerprints[0],
-            status=ArtifactStatus.BUILDING, job__state__in=ACTIVE_JOB_STATES,
-        ).order_by("-pk").first()
-    )  # fmt: skip
+            tokenized_source=sources[0],
+            fingerprint=fingerprints[0],
+            status=ArtifactStatus.BUILDING,
+            job__state__in=ACTIVE_JOB_STATES,
+        )
+        .order_by("-pk")
+        .first()
+    )
     if building is None:
         return None
     siblings = {a.tokenized_source_id: a for a in Annotation.objects.filter(job=building.job)}

@@ -136,7 +136,7 @@ def annotation_build(
                     params=typed,
                     text_from=text_from,
                     what=f"planning annotation {annotator!r} of {ts}",
-                )  # fmt: skip
+                )
             )
         except (InputError, ValueError) as exc:
             raise CatalogError(f"cannot annotate {ts}: {exc}") from exc
@@ -273,14 +273,21 @@ def annotation_flag_where(
         filter_parse(filter)
         if not deferred:
             ids = limited(
-                _matching, ann.path, ann.annotator, filter,
+                _matching,
+                ann.path,
+                ann.annotator,
+                filter,
                 what=f"evaluating {filter!r} over annotation {ann.pk}",
-            )  # fmt: skip
+            )
         elif _columns_type(ann.columns) is not None:
             limited(
-                _columns_check, ann.path, ann.annotator, ann.columns, filter,
+                _columns_check,
+                ann.path,
+                ann.annotator,
+                ann.columns,
+                filter,
                 what=f"checking {filter!r} against the columns of annotation {ann.pk}",
-            )  # fmt: skip
+            )
     except InputError as exc:
         raise CatalogError(f"filter: {exc}") from None
     if not deferred and not ids.size:

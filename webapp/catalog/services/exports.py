@@ -203,8 +203,9 @@ def mixture_version_materialize(
             .first()
         )
         if current is not None and current.status == ArtifactStatus.READY:
-            raise CatalogError(f"{version} is materialized already (export {current.pk} at "
-                               f"{current.path})")  # fmt: skip
+            raise CatalogError(
+                f"{version} is materialized already (export {current.pk} at {current.path})"
+            )
         return current.job if current is not None else None
 
     def plan() -> Plan:

@@ -160,22 +160,30 @@ def flag_propagate(*, flag_id: int) -> int:
         return 0  # its taint task evaluates its filter, then computes its taint
     taints: list[Taint] = []
     hit_tokenized = _taint_hits(
-        flag, TokenizedSource.objects.filter(source=flag.source), "tokenized_source",
-        lambda ts: _flagged_docs_in_tokenized(flag, ts), taints,
-    )  # fmt: skip
+        flag,
+        TokenizedSource.objects.filter(source=flag.source),
+        "tokenized_source",
+        lambda ts: _flagged_docs_in_tokenized(flag, ts),
+        taints,
+    )
     hit_pools: dict[int, int] = {}
     if hit_tokenized:
         hit_pools = _taint_hits(
-            flag, Pool.objects.filter(parents__in=list(hit_tokenized)).distinct(), "pool",
-            lambda pool: _flagged_docs_in_pool(flag, pool, hit_tokenized), taints,
-        )  # fmt: skip
+            flag,
+            Pool.objects.filter(parents__in=list(hit_tokenized)).distinct(),
+            "pool",
+            lambda pool: _flagged_docs_in_pool(flag, pool, hit_tokenized),
+            taints,
+        )
     hit_versions: dict[int, int] = {}
     if hit_pools:
         hit_versions = _taint_hits(
-            flag, MixtureVersion.objects.filter(components__pool__in=list(hit_pools)).distinct(),
-            "mixture_version", lambda version: _flagged_docs_in_version(flag, version, hit_pools),
+            flag,
+            MixtureVersion.objects.filter(components__pool__in=list(hit_pools)).distinct(),
+            "mixture_version",
+            lambda version: _flagged_docs_in_version(flag, version, hit_pools),
             taints,
-        )  # fmt: skip
+        )
     if hit_versions:
         taints += _run_taints(flag, hit_versions)
         # A materialized copy holds the tokens itself (configs only name the pools' files).

@@ -259,10 +259,13 @@ def _refuse_repetitions(spec: MixtureSpec, keys: dict[str, int], pools: dict[int
     """Refuse a budget that no schedule fits, or that repeats a pool beyond
     ``max_repetitions`` (planned from the catalog's record counts, no file read)."""
     facts = [
-        PoolInfo(key, pools[pk].path, {"num_records": pools[pk].num_records,
-                                       "seq_len": pools[pk].seq_len})
+        PoolInfo(
+            key,
+            pools[pk].path,
+            {"num_records": pools[pk].num_records, "seq_len": pools[pk].seq_len},
+        )
         for key, pk in keys.items()
-    ]  # fmt: skip
+    ]
     try:
         # Planned without the cap, so that a refusal names every pool beyond it.
         planned = plan_epochs(replace(spec, max_repetitions=math.inf), facts)
@@ -371,7 +374,7 @@ def _version_fill(
         ],
         "quality": schedule_quality(path=version.path),
         "recipe": recipe_measure(path=version.path),
-    }  # fmt: skip
+    }
     version.fingerprint = manifest["fingerprint"]
     version.manifest_path = storage.join(version.path, MANIFEST_NAME)
     version.num_tokens = manifest["num_tokens"]

@@ -83,9 +83,15 @@ def pool_build(
         raise CatalogError(f"tokenized source(s) {', '.join(not_ready)} are not built")
     refuse_corrupt(parents)
     joined = pool_annotations(annotation_ids=annotation_ids, parents=parents)
-    same = {"name": name, "filter": filter or "", "seq_len": seq_len, "shuffle": shuffle,
-            "seed": seed, "val_fraction": val_fraction,
-            "annotations": [a.pk for a in joined]}  # fmt: skip
+    same = {
+        "name": name,
+        "filter": filter or "",
+        "seq_len": seq_len,
+        "shuffle": shuffle,
+        "seed": seed,
+        "val_fraction": val_fraction,
+        "annotations": [a.pk for a in joined],
+    }
     out = ""
 
     # Planning reads every input document's metadata (through the filter, if any): up to
@@ -112,9 +118,11 @@ def pool_build(
         what = f"planning pool {name!r}"
         if not inline:
             return planning.deferred(
-                planner="shardcore.pool.plan_pool", kwargs={**arguments, "out": out},
-                out=out, what=what,
-            )  # fmt: skip
+                planner="shardcore.pool.plan_pool",
+                kwargs={**arguments, "out": out},
+                out=out,
+                what=what,
+            )
         # Reading every sidecar through the filter: in a child process with time and
         # memory limits (DuckDB's own memory limit applies inside it as well).
         with refused(f"cannot build pool {name!r}"):
@@ -275,8 +283,11 @@ def pool_record(*, job, manifest: dict | None) -> None:
         pool.name = f"{pool.name}-{pool.pk}"
     # Part of the build, for every pool (on its first records, a bounded cost): the page's
     # default report, before the row is frozen READY.
-    pool.params = {**(pool.params or {}), "quality": pool_quality_measure(pool=pool),
-                   "recipe": recipe_measure(path=pool.path)}  # fmt: skip
+    pool.params = {
+        **(pool.params or {}),
+        "quality": pool_quality_measure(pool=pool),
+        "recipe": recipe_measure(path=pool.path),
+    }
     _pool_fill(pool, manifest)
     _val_pool_record(pool, manifest, job)
     taint_refresh(source_ids=pool.parents.values_list("source_id", flat=True))
@@ -337,8 +348,11 @@ def pool_register(*, path: str, name: str = "", created_by=None) -> Pool:
                 created_by=created_by,
             )
             pool.parents.set(list(by_fp.values()))
-            pool.params = {**pool.params, "quality": pool_quality_measure(pool=pool),
-                           "recipe": recipe_measure(path=pool.path)}  # fmt: skip
+            pool.params = {
+                **pool.params,
+                "quality": pool_quality_measure(pool=pool),
+                "recipe": recipe_measure(path=pool.path),
+            }
             _pool_fill(pool, manifest)
             _val_pool_record(pool, manifest, None)
     except IntegrityError:  # a concurrent build of another pool took the name

@@ -32,10 +32,14 @@ def recipe_measure(*, path: str) -> dict[str, Any]:
     (the artifact itself is still good). A store that does not answer raises."""
     try:
         out = quality.recipe_quality(
-            path, length_bins=RECIPE_LENGTH_BINS, batch_size=RECIPE_BATCH,
-            trials=RECIPE_TRIALS, checkpoints=RECIPE_CHECKPOINTS, limit=RECIPE_RECORDS,
+            path,
+            length_bins=RECIPE_LENGTH_BINS,
+            batch_size=RECIPE_BATCH,
+            trials=RECIPE_TRIALS,
+            checkpoints=RECIPE_CHECKPOINTS,
+            limit=RECIPE_RECORDS,
             pool_sources=True,
-        )["order"]  # fmt: skip
+        )["order"]
     except (ShardcoreError, OSError, ValueError) as exc:
         if storage.is_store_error(exc):
             raise

@@ -298,9 +298,12 @@ def _progress_check(
     if step > run.last_step:
         # The run's last report (denormalized on the locked row) is the earlier neighbour.
         _neighbour_check(
-            step, samples, tokens,
-            before=(run.last_step, run.consumed_samples, run.consumed_tokens), after=None,
-        )  # fmt: skip
+            step,
+            samples,
+            tokens,
+            before=(run.last_step, run.consumed_samples, run.consumed_tokens),
+            after=None,
+        )
     return samples, tokens
 
 
@@ -486,9 +489,10 @@ def run_losses_record(
             raise CatalogError(f"{where}: {what} is given twice at step {step}")
         seen.add(("val", series, step))  # type: ignore[arg-type]
         rows.append(
-            RunLoss(run=run, split="val", step=step, pool=pool, source=source, series=series,
-                    loss=loss)
-        )  # fmt: skip
+            RunLoss(
+                run=run, split="val", step=step, pool=pool, source=source, series=series, loss=loss
+            )
+        )
     for i, entry in enumerate(train):
         where = f"train[{i}]"
         s = check_step(int(entry["step"]), f"{where}.step")
@@ -622,9 +626,13 @@ def run_switch(
             RunSegment.objects.filter(pk=kept[-1].pk).update(end_sample=at)
         elif kept:
             RunSegment.objects.create(
-                run=run, index=0, mixture_version=version, first_sample=0, end_sample=at,
+                run=run,
+                index=0,
+                mixture_version=version,
+                first_sample=0,
+                end_sample=at,
                 first_step=1,
-            )  # fmt: skip
+            )
         segment = RunSegment.objects.create(
             run=run,
             index=len(kept),

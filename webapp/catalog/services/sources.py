@@ -206,10 +206,14 @@ def source_scan(*, source_id: int) -> Source:
             raise SourcePathError(msg) from None
         rows.append(
             SourceFile(
-                source=source, path=rel, size=size, num_documents=docs, bad_lines=bad,
+                source=source,
+                path=rel,
+                size=size,
+                num_documents=docs,
+                bad_lines=bad,
                 bad_input=report,
             )
-        )  # fmt: skip
+        )
 
     with transaction.atomic():
         SourceFile.objects.filter(source=source).delete()

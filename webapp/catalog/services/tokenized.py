@@ -110,13 +110,17 @@ def tokenized_source_build(
         running=lambda: _tokenizing(source, tok),
         plan=plan,
         create=lambda job, plan: TokenizedSource.objects.create(
-            source=source, tokenizer=tok, params=plan.params, path=out, job=job,
+            source=source,
+            tokenizer=tok,
+            params=plan.params,
+            path=out,
+            job=job,
             created_by=created_by,
         ),
         title=f"tokenize {source.name} with {tok.spec}",
         recorder="tokenized",
         created_by=created_by,
-    )  # fmt: skip
+    )
 
 
 def _tokenizing(source: Source, tok: Tokenizer) -> TokenizedSource | None:

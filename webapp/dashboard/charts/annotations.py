@@ -41,12 +41,16 @@ def column_figure(annotator: str, name: str, entry: Mapping[str, Any]) -> dict |
         return fig
     if kind in ("text", "list") and entry.get("top"):
         return _bars(
-            title, [str(v) for v, _ in entry["top"]], [c for _, c in entry["top"]],
-            xtitle=title, category=True,
-        )  # fmt: skip
+            title,
+            [str(v) for v, _ in entry["top"]],
+            [c for _, c in entry["top"]],
+            xtitle=title,
+            category=True,
+        )
     if kind == "bool":
-        return _bars(title, ["true", "false"], [entry["true"], entry["false"]], xtitle=title,
-                     category=True)  # fmt: skip
+        return _bars(
+            title, ["true", "false"], [entry["true"], entry["false"]], xtitle=title, category=True
+        )
     return _empty(title, "no values")
 
 
@@ -63,7 +67,7 @@ def _bars(title: str, x: list, y: list, *, xtitle: str, category: bool = False) 
                 "marker": {"color": PALETTE[0]},
                 "hovertemplate": "%{x}: %{y:,} documents<extra></extra>",
             }
-        ],  # fmt: skip
+        ],
         "layout": _layout(title, xaxis=xaxis, yaxis={"title": {"text": "documents"}}),
     }
 
@@ -92,7 +96,7 @@ def languages_figure(rows: list[dict]) -> dict:
                 "yaxis": "y2",
                 "marker": {"color": PALETTE[1]},
             },
-        ],  # fmt: skip
+        ],
         "layout": _layout(
             title,
             xaxis={"type": "category", "title": {"text": "language"}},
@@ -103,7 +107,7 @@ def languages_figure(rows: list[dict]) -> dict:
                 "side": "right",
                 "range": [0, 1],
             },
-        ),  # fmt: skip
+        ),
     }
 
 
@@ -113,9 +117,12 @@ def clusters_figure(rows: list[dict], *, title: str, x_label: str = "cluster") -
         return _empty(title, "no clusters")
     key = "size" if "size" in rows[0] else "documents"
     return _bars(
-        title, [str(r["cluster"]) for r in rows], [r[key] for r in rows], xtitle=x_label,
+        title,
+        [str(r["cluster"]) for r in rows],
+        [r[key] for r in rows],
+        xtitle=x_label,
         category=True,
-    )  # fmt: skip
+    )
 
 
 def filter_example(annotator: str, columns: list[Mapping[str, Any]], summary: Mapping) -> str:

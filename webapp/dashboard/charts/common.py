@@ -38,10 +38,16 @@ def _layout(title: str, **extra) -> dict:
     layout = {
         "title": {"text": title},
         "margin": {"l": 60, "r": 20, "t": 50, "b": 50},
-        "legend": {"orientation": "h", "x": 0, "xanchor": "left", "y": 0, "yanchor": "bottom",
-                   "yref": "container"},
+        "legend": {
+            "orientation": "h",
+            "x": 0,
+            "xanchor": "left",
+            "y": 0,
+            "yanchor": "bottom",
+            "yref": "container",
+        },
         "template": "plotly_white",
-    }  # fmt: skip
+    }
     layout.update(extra)
     _fit_axes(layout)
     return layout

@@ -161,21 +161,49 @@ def _deviation_traces(
         )
     ref = curve.get("reference")
     if ref and ref.get("mean"):
-        common = {"legendgroup": "reference", "x": sizes,
-                  **({"xaxis": f"x{axis}", "yaxis": f"y{axis}"} if axis else {})}  # fmt: skip
-        traces.append({**common, "type": "scatter", "mode": "lines", "showlegend": False,
-                       "y": list(ref["hi"]), "line": {"width": 0}, "hoverinfo": "skip",
-                       "name": "perfect shuffle (spread)"})  # fmt: skip
-        traces.append({**common, "type": "scatter", "mode": "lines", "showlegend": False,
-                       "y": list(ref["lo"]), "line": {"width": 0}, "fill": "tonexty",
-                       "fillcolor": "rgba(0,0,0,0.12)", "hoverinfo": "skip",
-                       "name": "perfect shuffle (spread)"})  # fmt: skip
+        common = {
+            "legendgroup": "reference",
+            "x": sizes,
+            **({"xaxis": f"x{axis}", "yaxis": f"y{axis}"} if axis else {}),
+        }
         traces.append(
-            {**common, "type": "scatter", "mode": "lines", "showlegend": show_legend,
-             "name": f"perfect shuffle ({ref.get('trials', '?')} simulations)",
-             "y": list(ref["mean"]), "line": {"color": "#000", "width": 2},
-             "hovertemplate": "perfect shuffle at %{x:,}: %{y:.3g}<extra></extra>"}
-        )  # fmt: skip
+            {
+                **common,
+                "type": "scatter",
+                "mode": "lines",
+                "showlegend": False,
+                "y": list(ref["hi"]),
+                "line": {"width": 0},
+                "hoverinfo": "skip",
+                "name": "perfect shuffle (spread)",
+            }
+        )
+        traces.append(
+            {
+                **common,
+                "type": "scatter",
+                "mode": "lines",
+                "showlegend": False,
+                "y": list(ref["lo"]),
+                "line": {"width": 0},
+                "fill": "tonexty",
+                "fillcolor": "rgba(0,0,0,0.12)",
+                "hoverinfo": "skip",
+                "name": "perfect shuffle (spread)",
+            }
+        )
+        traces.append(
+            {
+                **common,
+                "type": "scatter",
+                "mode": "lines",
+                "showlegend": show_legend,
+                "name": f"perfect shuffle ({ref.get('trials', '?')} simulations)",
+                "y": list(ref["mean"]),
+                "line": {"color": "#000", "width": 2},
+                "hovertemplate": "perfect shuffle at %{x:,}: %{y:.3g}<extra></extra>",
+            }
+        )
     if curve.get("ideal") is not None:
         traces.append(
             {
@@ -445,19 +473,34 @@ def schedule_composition(
             bargap=0,
             # Ticks at the stage edges, in three significant digits: plotly's own ticks
             # on the bar centres read "900.096k".
-            xaxis={"title": {"text": "training position (tokens)"}, "range": [0, edges[-1]],
-                   "tickmode": "array", "tickvals": edges,
-                   "ticktext": [human_number(e) for e in edges]},
-            yaxis={"title": {"text": "share of the stage's samples"}, "tickformat": ".0%",
-                   "range": [0, 1.12]},
+            xaxis={
+                "title": {"text": "training position (tokens)"},
+                "range": [0, edges[-1]],
+                "tickmode": "array",
+                "tickvals": edges,
+                "ticktext": [human_number(e) for e in edges],
+            },
+            yaxis={
+                "title": {"text": "share of the stage's samples"},
+                "tickformat": ".0%",
+                "range": [0, 1.12],
+            },
             annotations=[
                 {"x": c, "y": 1.06, "text": n, "showarrow": False, "xref": "x", "yref": "y"}
                 for c, n in zip(centres, names, strict=True)
             ],
             shapes=[
-                {"type": "line", "x0": e, "x1": e, "y0": 0, "y1": 1, "xref": "x", "yref": "y",
-                 "line": {"color": "#333", "width": 1, "dash": "dot"}}
+                {
+                    "type": "line",
+                    "x0": e,
+                    "x1": e,
+                    "y0": 0,
+                    "y1": 1,
+                    "xref": "x",
+                    "yref": "y",
+                    "line": {"color": "#333", "width": 1, "dash": "dot"},
+                }
                 for e in edges[1:-1]
             ],
         ),
-    }  # fmt: skip
+    }

@@ -38,13 +38,16 @@ def unit_timeline(units: Sequence[Mapping], *, title: str = "Units over time, by
                 "y": [u.get("worker") or "?" for u in mine],
                 "base": [u["start"] for u in mine],
                 "x": [max(ms(u["start"], u.get("end") or u["now"]), 1.0) for u in mine],
-                "customdata": [[u["unit"], round(ms(u["start"], u.get("end") or u["now"]) / 1000, 2)]
-                               for u in mine],
+                "customdata": [
+                    [u["unit"], round(ms(u["start"], u.get("end") or u["now"]) / 1000, 2)]
+                    for u in mine
+                ],
                 "marker": {"color": UNIT_STATE_COLOURS.get(state, SLATE)},
                 "hovertemplate": "%{customdata[0]} on %{y}: %{customdata[1]} s<extra>"
-                + state + "</extra>",
+                + state
+                + "</extra>",
             }
-        )  # fmt: skip
+        )
     return {
         "data": data,
         "layout": _layout(

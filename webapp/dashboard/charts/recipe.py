@@ -36,11 +36,17 @@ def cumulative_error(
         (f"random, mean of {trials}", cum["random_mean"], GREY, "dot"),
     ]
     data = [
-        {"type": "scatter", "mode": "lines+markers", "name": name, "x": list(position),
-         "y": [round(float(v), 3) for v in ys], "line": {"color": colour, "dash": dash},
-         "hovertemplate": f"{name}<br>{unit} %{{x:,}}: %{{y:,.1f}} tokens<extra></extra>"}
+        {
+            "type": "scatter",
+            "mode": "lines+markers",
+            "name": name,
+            "x": list(position),
+            "y": [round(float(v), 3) for v in ys],
+            "line": {"color": colour, "dash": dash},
+            "hovertemplate": f"{name}<br>{unit} %{{x:,}}: %{{y:,.1f}} tokens<extra></extra>",
+        }
         for name, ys, colour, dash in lines
-    ]  # fmt: skip
+    ]
     layout = _layout(
         title,
         xaxis={"title": {"text": f"{unit} trained on"}},
@@ -60,21 +66,52 @@ def batch_distribution(fam: Mapping, *, title: str, batch_size: int, unit: str =
     edges = hist["edges"]
     mids = [round((a + c) / 2, 6) for a, c in zip(edges, edges[1:], strict=False)]
     data = [
-        {"type": "bar", "name": "this order", "x": mids, "y": list(hist["order"]),
-         "marker": {"color": PALETTE[0]}, "opacity": 0.75},
-        {"type": "bar", "name": "random (one order, mean)", "x": mids,
-         "y": [round(float(v), 3) for v in hist["random"]],
-         "marker": {"color": PALETTE[1]}, "opacity": 0.6},
-    ]  # fmt: skip
+        {
+            "type": "bar",
+            "name": "this order",
+            "x": mids,
+            "y": list(hist["order"]),
+            "marker": {"color": PALETTE[0]},
+            "opacity": 0.75,
+        },
+        {
+            "type": "bar",
+            "name": "random (one order, mean)",
+            "x": mids,
+            "y": [round(float(v), 3) for v in hist["random"]],
+            "marker": {"color": PALETTE[1]},
+            "opacity": 0.6,
+        },
+    ]
     shapes, notes = [], []
     # The two labels at different heights: the lines may be close together.
-    for x, label, colour, y in ((b["order_worst"], "worst batch of this order", PALETTE[0], 1),
-                                (b["random_best"], "best random batch", PALETTE[1], 0.9)):  # fmt: skip
-        shapes.append({"type": "line", "yref": "paper", "y0": 0, "y1": 1, "x0": x, "x1": x,
-                       "line": {"color": colour, "dash": "dash", "width": 1}})  # fmt: skip
-        notes.append({"x": x, "y": y, "yref": "paper", "text": label, "showarrow": False,
-                      "xanchor": "left", "yanchor": "bottom",
-                      "font": {"size": 10, "color": colour}})  # fmt: skip
+    for x, label, colour, y in (
+        (b["order_worst"], "worst batch of this order", PALETTE[0], 1),
+        (b["random_best"], "best random batch", PALETTE[1], 0.9),
+    ):
+        shapes.append(
+            {
+                "type": "line",
+                "yref": "paper",
+                "y0": 0,
+                "y1": 1,
+                "x0": x,
+                "x1": x,
+                "line": {"color": colour, "dash": "dash", "width": 1},
+            }
+        )
+        notes.append(
+            {
+                "x": x,
+                "y": y,
+                "yref": "paper",
+                "text": label,
+                "showarrow": False,
+                "xanchor": "left",
+                "yanchor": "bottom",
+                "font": {"size": 10, "color": colour},
+            }
+        )
     layout = _layout(
         title,
         barmode="overlay",
@@ -106,28 +143,40 @@ def recipe_view(report: Mapping | None, *, unit: str = "records") -> dict:
         title = family_title(name)
         cum, b = fam["cumulative"], fam["batches"]
         rows = [
-            {"position": p, "order": o, "random_min": lo, "random_mean": mean,
-             "ratio": (o / lo) if lo else None}
-            for p, o, lo, mean in zip(position, cum["order"], cum["random_min"],
-                                      cum["random_mean"], strict=True)
-        ]  # fmt: skip
-        fams.append({
-            "key": name.replace(".", "-").replace("_", ""),
-            "name": name,
-            "title": title,
-            "rows": rows[:-1],  # the last checkpoint is every record: every order is at 0
-            "below_all": cum["below_all"],
-            "max_ratio": cum["max_ratio"],
-            "batches": b,
-            "cumulative_figure": cumulative_error(
-                position, fam, title=f"Cumulative error, {title}", trials=trials, unit=unit
-            ),
-            "batch_figure": batch_distribution(
-                fam, title=f"Per-batch error, {title}", batch_size=bs, unit=unit
-            ),
-        })  # fmt: skip
-    return {"families": fams, "records": report.get("num_records"), "batch_size": bs,
-            "trials": trials}  # fmt: skip
+            {
+                "position": p,
+                "order": o,
+                "random_min": lo,
+                "random_mean": mean,
+                "ratio": (o / lo) if lo else None,
+            }
+            for p, o, lo, mean in zip(
+                position, cum["order"], cum["random_min"], cum["random_mean"], strict=True
+            )
+        ]
+        fams.append(
+            {
+                "key": name.replace(".", "-").replace("_", ""),
+                "name": name,
+                "title": title,
+                "rows": rows[:-1],  # the last checkpoint is every record: every order is at 0
+                "below_all": cum["below_all"],
+                "max_ratio": cum["max_ratio"],
+                "batches": b,
+                "cumulative_figure": cumulative_error(
+                    position, fam, title=f"Cumulative error, {title}", trials=trials, unit=unit
+                ),
+                "batch_figure": batch_distribution(
+                    fam, title=f"Per-batch error, {title}", batch_size=bs, unit=unit
+                ),
+            }
+        )
+    return {
+        "families": fams,
+        "records": report.get("num_records"),
+        "batch_size": bs,
+        "trials": trials,
+    }
 
 
 def recipe_card(report: Mapping | None, *, unit: str = "records", stages: int = 1) -> dict:
@@ -157,8 +206,13 @@ def recipe_card(report: Mapping | None, *, unit: str = "records", stages: int = 
                 f["key"] = f"{k}-{f['key']}"
         if "name" in part:
             last = part["first_sample"] + part["measured"] - 1
-            view.update(name=part["name"], first=part["first_sample"], last=last,
-                        num_samples=part["num_samples"], measured=part["measured"])  # fmt: skip
+            view.update(
+                name=part["name"],
+                first=part["first_sample"],
+                last=last,
+                num_samples=part["num_samples"],
+                measured=part["measured"],
+            )
         out.append(view)
     return {
         "stages": out,

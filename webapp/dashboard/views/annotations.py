@@ -31,9 +31,10 @@ def annotate_group(request):
         return redirect("dashboard:sources")
     if all(a.is_ready for a in rows):
         messages.success(
-            request, f"Near-duplicates across these sources are built already: annotations "
-            f"{', '.join(str(a.pk) for a in rows)}."
-        )  # fmt: skip
+            request,
+            f"Near-duplicates across these sources are built already: annotations "
+            f"{', '.join(str(a.pk) for a in rows)}.",
+        )
         return redirect("dashboard:annotation", annotation_id=rows[0].pk)
     messages.success(request, f"Clustering near-duplicates across {len(rows)} tokenized sources.")
     return redirect("dashboard:job", job_id=rows[0].job_id)

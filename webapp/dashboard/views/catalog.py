@@ -58,9 +58,12 @@ def source_list(request):
 @require_POST
 def source_register(request):
     source, again = _create(
-        request, SourceRegisterForm(request.POST), sources.source_register,
-        "dashboard/sources/list.html", catalog.source_list,
-    )  # fmt: skip
+        request,
+        SourceRegisterForm(request.POST),
+        sources.source_register,
+        "dashboard/sources/list.html",
+        catalog.source_list,
+    )
     if again:
         return again
     messages.success(
@@ -127,9 +130,12 @@ def pool_list(request):
 @require_POST
 def pool_build(request):
     pool, again = _create(
-        request, PoolBuildForm(request.POST), pools.pool_build,
-        "dashboard/pools/list.html", catalog.pool_list,
-    )  # fmt: skip
+        request,
+        PoolBuildForm(request.POST),
+        pools.pool_build,
+        "dashboard/pools/list.html",
+        catalog.pool_list,
+    )
     if again:
         return again
     messages.success(request, f"Building pool {pool.name}.")

@@ -30,9 +30,11 @@ class Annotate(Action):
         if len(o["tokenized_ids"]) > 1:
             return _annotate_group(o)
         ann = annotation_services.annotation_build(
-            tokenized_id=o["tokenized_ids"][0], annotator=o["annotator"],
-            params="\n".join(o["param"]), text_from=o["text_from"],
-        )  # fmt: skip
+            tokenized_id=o["tokenized_ids"][0],
+            annotator=o["annotator"],
+            params="\n".join(o["param"]),
+            text_from=o["text_from"],
+        )
         return f"annotation {ann.pk} ({ann.annotator}): " + (
             "built already" if ann.is_ready else launched(ann.job_id)
         )

@@ -43,15 +43,24 @@ class PoolBuild(Action):
         parser.add_argument("--filter")
         parser.add_argument("--seed", type=number_arg("seed"), default=0)
         parser.add_argument("--val-fraction", type=number_arg("val_fraction"), default=0.0)
-        parser.add_argument("--annotation", type=int, action="append", default=[],
-                            help="an annotation id the pool joins (repeatable)")  # fmt: skip
+        parser.add_argument(
+            "--annotation",
+            type=int,
+            action="append",
+            default=[],
+            help="an annotation id the pool joins (repeatable)",
+        )
 
     def run(self, o: dict[str, Any]) -> str:
         pool = pools.pool_build(
-            name=o["name"], tokenized_ids=o["tokenized_ids"], seq_len=o["seq_len"],
-            filter=o["filter"], seed=o["seed"], val_fraction=o["val_fraction"],
+            name=o["name"],
+            tokenized_ids=o["tokenized_ids"],
+            seq_len=o["seq_len"],
+            filter=o["filter"],
+            seed=o["seed"],
+            val_fraction=o["val_fraction"],
             annotation_ids=o["annotation"],
-        )  # fmt: skip
+        )
         return f"pool {pool.pk}: {launched(pool.job_id)}"
 
 
@@ -70,11 +79,14 @@ class MixtureVersionCreate(Action):
     def run(self, o: dict[str, Any]) -> str:
         mixture = mixtures.mixture_get_or_create(name=o["mixture"])
         v = mixtures.mixture_version_create(
-            mixture_id=mixture.pk, components=json.loads(o["components"]),
-            token_budget=o["token_budget"], seed=o["seed"],
+            mixture_id=mixture.pk,
+            components=json.loads(o["components"]),
+            token_budget=o["token_budget"],
+            seed=o["seed"],
             stages=json.loads(o["stages"]) if o["stages"] else None,
-            order=o["order"], max_repetitions=o["max_repetitions"],
-        )  # fmt: skip
+            order=o["order"],
+            max_repetitions=o["max_repetitions"],
+        )
         v.refresh_from_db()  # built already when jobs run as they are queued
         out = f"mixture version {v.pk}: {mixture.name} v{v.number}, " + (
             launched(v.job_id) if v.job_id else v.status

@@ -26,8 +26,9 @@ class JobRetry(Action):
 
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument("job_id", type=int)
-        parser.add_argument("--include-running", action="store_true",
-                            help="also rerun units whose worker is gone")  # fmt: skip
+        parser.add_argument(
+            "--include-running", action="store_true", help="also rerun units whose worker is gone"
+        )
 
     def run(self, o: dict[str, Any]) -> str:
         job = jobs.job_retry(job_id=o["job_id"], include_running=o["include_running"])

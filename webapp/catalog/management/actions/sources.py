@@ -44,9 +44,11 @@ class Flag(Action):
 
     def run(self, o: dict[str, Any]) -> str:
         flag = flags.flag_create(
-            reason=o["reason"], source_id=o["source_id"], file_path=o["file"],
+            reason=o["reason"],
+            source_id=o["source_id"],
+            file_path=o["file"],
             document_ids=o["documents"],
-        )  # fmt: skip
+        )
         # An operator's command computes the taint here too (the task queued for it
         # stores the same rows again).
         flags.flag_taint_compute(flag_id=flag.pk)

@@ -24,8 +24,12 @@ class Command(BaseCommand):
         retire.add_argument("id", type=int)
         gc = sub.add_parser("gc", help="files under the data root that no row owns")
         gc.add_argument("--delete", action="store_true", help="remove them (default: report)")
-        gc.add_argument("--min-age", type=float, default=3600.0,
-                        help="leave files younger than this many seconds (default 3600)")  # fmt: skip
+        gc.add_argument(
+            "--min-age",
+            type=float,
+            default=3600.0,
+            help="leave files younger than this many seconds (default 3600)",
+        )
 
     def handle(self, *args, action, **options):
         if action == "report":
@@ -48,8 +52,10 @@ class Command(BaseCommand):
                 if type(exc).__name__ == "DoesNotExist":
                     raise CommandError(str(exc)) from None
                 raise
-            self.stdout.write(f"retired {done['kind']} {done['id']}: "
-                              f"{done['bytes_freed']} bytes freed at {done['path']}")  # fmt: skip
+            self.stdout.write(
+                f"retired {done['kind']} {done['id']}: "
+                f"{done['bytes_freed']} bytes freed at {done['path']}"
+            )
         else:
             report = storage.collect_garbage(delete=options["delete"], min_age=options["min_age"])
             for line in report.lines():
