@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import ctypes
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -242,7 +243,12 @@ int64_t sy_recipe_greedy(
 
 # The kernel's arguments in order: q an int64, i an int32, d a double, p an array's address.
 _ARGS = "q iii ppppppppppp q ppppppppp d q q pppppp ii ppppp"
-_CTYPES = {"q": ctypes.c_int64, "i": ctypes.c_int32, "d": ctypes.c_double, "p": ctypes.c_void_p}
+_CTYPES: dict[str, type[ctypes._SimpleCData[Any]]] = {
+    "q": ctypes.c_int64,
+    "i": ctypes.c_int32,
+    "d": ctypes.c_double,
+    "p": ctypes.c_void_p,
+}
 
 
 def _kernel() -> ctypes.CDLL | None:
