@@ -59,11 +59,12 @@ class TokenRoleAuthentication(TokenAuthentication):
         token = self.get_model().from_db(
             connection.alias, token_cols, row[n_user : n_user + n_token]
         )
-        token.user = user
+        token.user = user  # type: ignore[attr-defined]  # the token model's user, same row
         if not user.is_active:
             raise AuthenticationFailed(_("User inactive or deleted."))
         names = [
             role for role, member in zip(ROLES, row[n_user + n_token :], strict=True) if member
         ]
-        user._shardyard_role = role_from_groups(names, is_superuser=user.is_superuser)
+        role = role_from_groups(names, is_superuser=user.is_superuser)
+        user._shardyard_role = role  # type: ignore[attr-defined]  # read by webapp.roles
         return (user, token)

@@ -11,9 +11,11 @@ built before that. ``manage.py catalog scrub`` starts one at once.
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from shardcore.scrub import plan_scrub
@@ -45,7 +47,7 @@ def _artifacts() -> list[dict[str, str]]:
     mixture versions and materialized copies."""
     out = []
     for kind, (_field, model) in _KINDS.items():
-        qs = model.objects.filter(status=ArtifactStatus.READY)
+        qs: QuerySet[Any] = model.objects.filter(status=ArtifactStatus.READY)
         if model is Export:
             qs = qs.filter(format=Export.Format.MATERIALIZED)
         for pk, path in qs.order_by("pk").values_list("pk", "path"):

@@ -23,11 +23,12 @@ import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from webapp.catalog.models import (
@@ -126,7 +127,7 @@ def storage_report(*, measured: dict[tuple[str, int], int] | None = None) -> dic
     e.g. built since; 0 once retired), and the totals add those up."""
 
     rows = []
-    querysets = {
+    querysets: dict[str, QuerySet[Any]] = {
         "tokenized": TokenizedSource.objects.select_related("source", "tokenizer"),
         "annotation": Annotation.objects.select_related(
             "tokenized_source__source", "tokenized_source__tokenizer"
@@ -314,17 +315,19 @@ def storage_latest() -> dict:
         .order_by("-finished_at", "-pk")
         .first()
     )
-    if failed is not None and done is not None and failed.finished_at <= done.finished_at:
+    # A DONE or FAILED report has its finished_at set.
+    finished = done.finished_at if done is not None else None
+    if failed is not None and finished is not None and (failed.finished_at or now) <= finished:
         failed = None
     pending = _under_way().order_by("-pk").first()
     stored = done.report.get("artifacts", []) if done is not None else []
     return {
         "report": storage_report(measured={(r["kind"], r["id"]): r["bytes"] for r in stored}),
-        "measured_at": done.finished_at if done is not None else None,
-        "age_seconds": (now - done.finished_at).total_seconds() if done is not None else None,
+        "measured_at": finished,
+        "age_seconds": (now - finished).total_seconds() if finished is not None else None,
         "took_seconds": (
-            (done.finished_at - done.started_at).total_seconds()
-            if done is not None and done.started_at
+            (finished - done.started_at).total_seconds()
+            if done is not None and finished is not None and done.started_at
             else None
         ),
         "measuring": pending.state if pending is not None else None,

@@ -36,7 +36,8 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import wait as futures_wait
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.db.models import Min, Q
@@ -60,11 +61,15 @@ def sign(secret: str, body: bytes) -> str:
     return "sha256=" + hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
 
 
+# An event: its name, its key (one delivery per endpoint and key), when it happened, its data.
+Event = tuple[str, str, datetime, dict[str, Any]]
+
+
 def _iso(value) -> str | None:
     return value.isoformat() if value else None
 
 
-def _job_events(since) -> list[tuple[str, str, object, dict]]:
+def _job_events(since: datetime) -> list[Event]:
 
     out = []
     for job in Job.objects.filter(
@@ -86,11 +91,12 @@ def _job_events(since) -> list[tuple[str, str, object, dict]]:
             "finished_at": _iso(job.finished_at),
             "page": f"/jobs/{job.pk}/",
         }
-        out.append((event, f"job:{job.pk}:{job.state}", job.finished_at, data))
+        # finished_at is set: the query reads jobs finished since ``since``.
+        out.append((event, f"job:{job.pk}:{job.state}", job.finished_at or since, data))
     return out
 
 
-def _taint_events(since) -> list[tuple[str, str, object, dict]]:
+def _taint_events(since: datetime) -> list[Event]:
 
     out = []
     for taint in (
@@ -112,7 +118,7 @@ def _taint_events(since) -> list[tuple[str, str, object, dict]]:
     return out
 
 
-def _corruption_events(since) -> list[tuple[str, str, object, dict]]:
+def _corruption_events(since: datetime) -> list[Event]:
 
     out = []
     for c in Corruption.objects.filter(cause__isnull=True, found_at__gte=since).order_by(

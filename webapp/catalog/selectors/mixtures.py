@@ -5,6 +5,7 @@ a JSON document, an export's file; the builder's pools and its prediction for a 
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from django.db.models import Count, Max, Q
 
@@ -52,7 +53,7 @@ def mixture_detail(*, mixture_id: int) -> dict:
     for run_id, version_id in earlier.values_list("run_id", "mixture_version_id"):
         readers[version_id].add(run_id)
     for v in versions:
-        v.num_runs = len(readers[v.pk])
+        v.num_runs = len(readers[v.pk])  # type: ignore[attr-defined]  # shown beside it
     num_runs = (
         TrainingRun.objects.filter(
             Q(mixture_version__mixture=mixture) | Q(segments__mixture_version__mixture=mixture)
@@ -320,11 +321,12 @@ def builder_pools() -> list[dict]:
     ``epoch_tokens``: the budget that reads the pool once (a sample trains on seq_len of
     its record's seq_len + 1 tokens, so its ``num_tokens`` would be read 1.00x and then
     some, and the builder's default budget would open with a repeat warning)."""
-    rows = list(
-        Pool.objects.filter(status=ArtifactStatus.READY, split=Pool.Split.TRAIN)
+    rows: list[dict[str, Any]] = [
+        dict(r)
+        for r in Pool.objects.filter(status=ArtifactStatus.READY, split=Pool.Split.TRAIN)
         .order_by("-created_at")
         .values("id", "name", "num_records", "num_tokens", "seq_len", "path")[:BUILDER_POOLS]
-    )
+    ]
     for r in rows:
         r["epoch_tokens"] = r["num_records"] * r["seq_len"]
     return rows

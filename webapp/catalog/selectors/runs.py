@@ -61,7 +61,7 @@ def run_list(*, offset: int = 0, limit: int = 50) -> list[TrainingRun]:
         .values_list("run_id", "n")
     )
     for r in runs:
-        r.num_taints = counts.get(r.pk, 0)
+        r.num_taints = counts.get(r.pk, 0)  # type: ignore[attr-defined]  # shown beside it
     return runs
 
 
@@ -502,7 +502,7 @@ def run_mixture_proposal(
         )
     except InputError as e:
         raise CatalogError(str(e)) from e
-    out = {
+    out: dict[str, Any] = {
         "rule": RULE,
         "eta": eta,
         "smoothing": smoothing,

@@ -9,9 +9,9 @@ from webapp.catalog.models import Shard
 
 def _shards(tokenized_id: int | None, pool_id: int | None) -> QuerySet[Shard]:
     qs = Shard.objects.all()
-    return (
-        qs.filter(tokenized_source_id=tokenized_id) if tokenized_id else qs.filter(pool_id=pool_id)
-    )
+    if tokenized_id:
+        return qs.filter(tokenized_source_id=tokenized_id)
+    return qs.filter(pool_id=pool_id) if pool_id is not None else qs.none()
 
 
 def artifact_shards(

@@ -326,7 +326,7 @@ def _flagged_docs_in_tokenized(flag: Flag, ts: TokenizedSource) -> int:
     if flag.target == Flag.Target.SOURCE:
         return max(ts.num_documents, 1)
     ranges = _tokenized_file_ranges(ts)
-    if flag.target == Flag.Target.FILE:
+    if flag.target == Flag.Target.FILE and flag.source_file is not None:
         start, stop = ranges.get(flag.source_file.path, (0, 0))
         return stop - start
     return flag_documents.count_below(flag, ts.num_documents)

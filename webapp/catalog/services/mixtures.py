@@ -292,7 +292,7 @@ def _version_holding(latest: MixtureVersion | None, content: Any) -> MixtureVers
         latest.refresh_from_db()
         return latest
     if latest.status in (ArtifactStatus.READY, ArtifactStatus.BUILDING):
-        latest.existed = True
+        latest.existed = True  # type: ignore[attr-defined]  # the launch says it was there
         return latest
     return None
 
@@ -403,7 +403,7 @@ def mixture_version_register(
     if found is not None:
         if found.fingerprint != manifest["fingerprint"]:
             raise CatalogError(f"{location} is {found} already, of other content")
-        found.existed = True
+        found.existed = True  # type: ignore[attr-defined]  # the launch says it was there
         return found
     by_fp = parents_by_fingerprint(
         Pool.objects.all(), [p["fingerprint"] for p in manifest["pools"]], what="pool"

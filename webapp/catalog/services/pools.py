@@ -329,7 +329,7 @@ def pool_register(*, path: str, name: str = "", created_by=None) -> Pool:
     if there is not None:
         if there.fingerprint != manifest["fingerprint"]:
             raise CatalogError(f"{location} is pool {there.name} already, of other content")
-        there.existed = True
+        there.existed = True  # type: ignore[attr-defined]  # the launch says it was there
         return there
     by_fp = parents_by_fingerprint(
         TokenizedSource.objects.all(), manifest.get("parents") or [], what="tokenized source"

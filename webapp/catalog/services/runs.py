@@ -153,7 +153,9 @@ def run_progress_record(
     if step < 0 or min(consumed_samples or 0, consumed_tokens or 0) < 0:
         raise CatalogError("step and consumed samples must be >= 0")
     member = get_user_model().groups.through.objects.filter(
-        user_id=actor.pk if actor is not None else None, group_id=OuterRef("team_id")
+        # No actor: no membership row matches (user_id IS NULL matches none).
+        user_id=actor.pk if actor is not None else None,  # type: ignore[misc]
+        group_id=OuterRef("team_id"),
     )
     seq_len = (
         MixtureComponent.objects.filter(version_id=OuterRef("mixture_version_id"))
@@ -459,8 +461,9 @@ def run_losses_record(
     sources: dict[int, set[str]] = {}
     rows: list[RunLoss] = []
     seen: set[tuple[str, str, int]] = set()
-    if val:
-        step = check_step(step, "step")  # type: ignore[arg-type]
+    if val and step is None:
+        raise CatalogError("step: required with validation losses")
+    val_step = check_step(step, "step") if val and step is not None else 0
     for i, entry in enumerate(val):
         where = f"val[{i}]"
         pool_id = entry["pool"]
@@ -484,13 +487,19 @@ def run_losses_record(
                 )
         loss = float(entry["loss"])
         series = f"pool:{pool.pk}" + (f"/source:{source}" if source else "")
-        if ("val", series, step) in seen:
+        if ("val", series, val_step) in seen:
             what = f"pool {pool.name}" + (f" source {source}" if source else "")
-            raise CatalogError(f"{where}: {what} is given twice at step {step}")
-        seen.add(("val", series, step))  # type: ignore[arg-type]
+            raise CatalogError(f"{where}: {what} is given twice at step {val_step}")
+        seen.add(("val", series, val_step))
         rows.append(
             RunLoss(
-                run=run, split="val", step=step, pool=pool, source=source, series=series, loss=loss
+                run=run,
+                split="val",
+                step=val_step,
+                pool=pool,
+                source=source,
+                series=series,
+                loss=loss,
             )
         )
     for i, entry in enumerate(train):

@@ -85,8 +85,8 @@ def annotation_flag_where(request, annotation_id: int):
         messages.success(
             request,
             f"Flag {flag.pk} recorded; the documents where {flag.where} holds (of "
-            f"{flag.annotation.num_documents:,}) and what they taint are being found by a "
-            "worker.",
+            f"{flag.annotation.num_documents if flag.annotation else 0:,}) and what they taint "
+            "are being found by a worker.",
         )
         return redirect("dashboard:flag", flag_id=flag.pk)
     messages.success(

@@ -234,8 +234,8 @@ def mixture_version_json(request, version_id: int):
     doc = catalog.mixture_version_document(version_id=version_id)
     resp = JsonResponse(doc, json_dumps_params={"indent": 2})
     # Quoted by Django (RFC 6266): a name can never add a header or a parameter.
-    resp["Content-Disposition"] = content_disposition_header(
-        True, f"{doc['mixture']}-v{doc['number']}.json"
+    resp["Content-Disposition"] = (
+        content_disposition_header(True, f"{doc['mixture']}-v{doc['number']}.json") or ""
     )
     return resp
 

@@ -21,10 +21,11 @@ class Action:
         raise NotImplementedError
 
 
-def launched(job_id: int) -> str:
+def launched(job_id: int | None) -> str:
     """'job N queued', or a CommandError when the launch failed (e.g. the broker is down:
-    the job is failed with the reason and can be retried)."""
-
+    the job is failed with the reason and can be retried) or made no job."""
+    if job_id is None:
+        raise CommandError("the launch made no job")
     job = Job.objects.get(pk=job_id)
     if job.state == JobState.FAILED:
         raise CommandError(f"job {job.pk} failed at launch: {job.error}")
