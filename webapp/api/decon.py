@@ -12,7 +12,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.exceptions import NotFound, PermissionDenied
+from rest_framework.exceptions import PermissionDenied
 from rest_framework.response import Response
 
 from webapp.api.serializers import FlagSerializer
@@ -20,6 +20,7 @@ from webapp.api.views import Base, _bad
 from webapp.catalog.errors import CatalogError, RunPermissionError
 from webapp.catalog.models import TrainingRun
 from webapp.catalog.selectors import decon as sel
+from webapp.catalog.selectors.run_rows import run_row
 from webapp.catalog.services import decon as svc
 
 NAME_REGEX = r"[A-Za-z0-9][A-Za-z0-9_.\-]{0,99}"
@@ -176,10 +177,7 @@ class RunDeconViewSet(Base, viewsets.ViewSet):
     write_roles = {"evaluations": "trainer"}
 
     def _run(self, pk) -> TrainingRun:
-        run = TrainingRun.objects.filter(pk=pk).first()
-        if run is None:
-            raise NotFound(f"no run {pk}")
-        return run
+        return run_row(run_id=int(pk))  # NotFound: 404
 
     @extend_schema(responses={200: OpenApiTypes.OBJECT})
     def retrieve(self, request, pk=None):

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import mixins, serializers, status, viewsets
@@ -38,7 +37,6 @@ from webapp.api.views import (
 
 
 class RunViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
-    queryset = TrainingRun.objects.order_by("-created_at")
     serializer_class = s.RunSerializer
     # A trainer's token registers runs, reports their progress and losses, and switches
     # them to new weights; the service checks the run is the user's (its owner, its team
@@ -49,6 +47,9 @@ class RunViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         "losses": "trainer",
         "switch": "trainer",
     }
+
+    def get_queryset(self):
+        return selectors.run_rows()
 
     def get_serializer_class(self):
         return s.RunDetailSerializer if self.action == "retrieve" else s.RunSerializer
@@ -115,7 +116,7 @@ class RunViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     @action(detail=True, methods=["get", "post"])
     def progress(self, request, pk=None):
         if request.method == "GET":
-            run = get_object_or_404(TrainingRun.objects.only("id"), pk=pk)
+            run = selectors.run_row(run_id=int(pk), only=["id"])
             page = self.paginate_queryset(run.progress.order_by("step"))
             return self.get_paginated_response(s.RunProgressSerializer(page, many=True).data)
         data = s.ProgressSerializer(data=request.data)
@@ -146,7 +147,7 @@ class RunViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         step: POST records them (a trainer's token), GET lists them in step order."""
 
         if request.method == "GET":
-            run = get_object_or_404(TrainingRun.objects.only("id"), pk=pk)
+            run = selectors.run_row(run_id=int(pk), only=["id"])
             rows = run.losses.select_related("pool").order_by("split", "series", "step")
             page = self.paginate_queryset(rows)
             return self.get_paginated_response(s.RunLossSerializer(page, many=True).data)
@@ -174,7 +175,7 @@ class RunViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
         """The next stage's weights for this run's pools, from its validation losses
         against a reference run's (DoReMi's exponentiated excess loss; shardcore.adapt)."""
 
-        get_object_or_404(TrainingRun.objects.only("id"), pk=pk)
+        selectors.run_row(run_id=int(pk), only=["id"])
         q = s.ProposalQuerySerializer(data=request.query_params)
         q.is_valid(raise_exception=True)
         v = q.validated_data
@@ -195,13 +196,13 @@ class RunViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     def flags(self, request, pk=None):
         """Per flag tainting the run: when the run first read the flagged documents (the
         step), or "not yet" at its current position."""
-        run = get_object_or_404(TrainingRun.objects.select_related("mixture_version"), pk=pk)
+        run = selectors.run_row(run_id=int(pk), with_version=True)
         return Response([_flag_read(r) for r in selectors.run_flag_reads(run=run)])
 
     @extend_schema(responses={200: ResumeSerializer, 409: OpenApiTypes.OBJECT})
     @action(detail=True, methods=["get"])
     def resume(self, request, pk=None):
-        run = get_object_or_404(TrainingRun.objects.only("id", "last_step"), pk=pk)
+        run = selectors.run_row(run_id=int(pk), only=["id", "last_step"])
         try:
             position = selectors.run_resume_position(run_id=run.pk)
         except CatalogError as e:

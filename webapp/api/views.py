@@ -6,14 +6,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from django.db.models import Prefetch
-from django.shortcuts import get_object_or_404
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
 from rest_framework import mixins, serializers, status, viewsets
 from rest_framework.authentication import BaseAuthentication, SessionAuthentication
 from rest_framework.decorators import action
-from rest_framework.exceptions import APIException, ValidationError
+from rest_framework.exceptions import APIException, NotFound, ValidationError
 from rest_framework.pagination import BasePagination, LimitOffsetPagination
 from rest_framework.response import Response
 from rest_framework.reverse import reverse
@@ -23,7 +21,6 @@ from webapp.api.authentication import TokenRoleAuthentication
 from webapp.api.permissions import RolePermission
 from webapp.catalog import selectors
 from webapp.catalog.errors import CatalogError
-from webapp.catalog.models import Flag, Mixture, MixtureVersion, Pool, Source
 from webapp.catalog.services.exports import mixture_version_export, mixture_version_materialize
 from webapp.catalog.services.flags import flag_create
 from webapp.catalog.services.mixtures import mixture_version_register, mixture_version_save
@@ -31,6 +28,7 @@ from webapp.catalog.services.pools import pool_build, pool_register
 from webapp.catalog.services.sources import source_register, source_scan
 from webapp.catalog.services.tokenized import tokenized_source_build
 from webapp.jobs.models import Job, JobState
+from webapp.jobs.selectors import job_row, job_rows
 from webapp.jobs.services import JobError, job_cancel, job_retry
 from webapp.links import page_url
 
@@ -96,8 +94,10 @@ def _accepted(request, body: dict, job_id: int | None) -> Response:
 
 
 class SourceViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
-    queryset = Source.objects.order_by("name")
     serializer_class = s.SourceSerializer
+
+    def get_queryset(self):
+        return selectors.source_rows()
 
     @extend_schema(request=s.SourceRegisterSerializer, responses={201: s.SourceSerializer})
     def create(self, request):
@@ -106,7 +106,7 @@ class SourceViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet
     @extend_schema(request=None, responses={200: s.SourceSerializer})
     @action(detail=True, methods=["post"])
     def scan(self, request, pk=None):
-        source = get_object_or_404(Source, pk=pk)
+        source = selectors.source_row(source_id=int(pk))  # NotFound: 404
         try:
             source = source_scan(source_id=source.pk)
         except CatalogError as e:
@@ -119,7 +119,7 @@ class SourceViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet
         """Start a tokenize job over the source's files: 202 Accepted with the tokenized
         source ("building", its ``job``), the job's address in ``Location``; poll the job
         until it succeeds (the tokenized source is then "ready") or fails."""
-        source = get_object_or_404(Source.objects.only("id"), pk=pk)
+        source = selectors.source_row(source_id=int(pk), only=["id"])
         data = s.TokenizeSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         try:
@@ -133,14 +133,16 @@ class SourceViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet
     @extend_schema(responses={200: s.SourceFileSerializer(many=True)})
     @action(detail=True, methods=["get"])
     def files(self, request, pk=None):
-        source = get_object_or_404(Source, pk=pk)
+        source = selectors.source_row(source_id=int(pk))
         page = self.paginate_queryset(source.files.order_by("path"))
         return self.get_paginated_response(s.SourceFileSerializer(page, many=True).data)
 
 
 class PoolViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
-    queryset = Pool.objects.prefetch_related("parents", "annotations").order_by("-created_at")
     serializer_class = s.PoolSerializer
+
+    def get_queryset(self):
+        return selectors.pool_rows()
 
     def get_serializer_class(self):
         # A list leaves out each pool's quality report (its own address answers it).
@@ -165,11 +167,10 @@ class PoolViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
 
 
 class MixtureViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
-    # Only the versions' ids are listed: their params (quality reports) are not loaded.
-    queryset = Mixture.objects.prefetch_related(
-        Prefetch("versions", queryset=MixtureVersion.objects.only("id", "mixture_id"))
-    ).order_by("name")
     serializer_class = s.MixtureSerializer
+
+    def get_queryset(self):
+        return selectors.mixture_rows()
 
     @extend_schema(
         request=s.MixtureVersionCreateSerializer,
@@ -203,12 +204,10 @@ class MixtureViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSe
 
 
 class MixtureVersionViewSet(Base, viewsets.ReadOnlyModelViewSet):
-    queryset = (
-        MixtureVersion.objects.select_related("mixture")
-        .prefetch_related("components__pool")
-        .order_by("-created_at")
-    )
     serializer_class = s.MixtureVersionSerializer
+
+    def get_queryset(self):
+        return selectors.mixture_version_rows()
 
     def get_serializer_class(self):
         # A list leaves out each version's quality report (its own address answers it).
@@ -240,7 +239,7 @@ class MixtureVersionViewSet(Base, viewsets.ReadOnlyModelViewSet):
         materialized copy, beside the version): 202 Accepted with the job, its address in
         ``Location``. While one is building, asking again answers its job; a version
         materialized already is refused (400)."""
-        version = get_object_or_404(MixtureVersion.objects.only("id"), pk=pk)
+        version = selectors.mixture_version_row(version_id=int(pk), only=["id"])
         data = s.MaterializeSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         try:
@@ -261,7 +260,7 @@ class MixtureVersionViewSet(Base, viewsets.ReadOnlyModelViewSet):
         version as a trainer config (megatron, olmo-core, nanotron, json) beside it and
         record it (the same request again answers the recorded one). A version on object
         storage has no config file beside local shards: refused (400) with what to do."""
-        version = get_object_or_404(MixtureVersion.objects.only("id"), pk=pk)
+        version = selectors.mixture_version_row(version_id=int(pk), only=["id"])
         if request.method == "GET":
             page = self.paginate_queryset(version.exports.order_by("created_at", "id"))
             return self.get_paginated_response(s.ExportSerializer(page, many=True).data)
@@ -278,23 +277,16 @@ class MixtureVersionViewSet(Base, viewsets.ReadOnlyModelViewSet):
 
 
 class JobViewSet(Base, viewsets.ReadOnlyModelViewSet):
-    queryset = Job.objects.defer("plan").order_by("-created_at")
-
     def get_serializer_class(self):
         return s.JobDetailSerializer if self.action == "retrieve" else s.JobSerializer
 
     def get_queryset(self):
-        qs = super().get_queryset()
-        if self.action == "list":
-            qs = qs.defer("plan", "bad_input", "log_tail")
-            state = self.request.query_params.get("state")
-            if state:
-                if state not in JobState.values:
-                    raise ValidationError(
-                        {"state": f"unknown state; one of {', '.join(JobState.values)}"}
-                    )
-                qs = qs.filter(state=state)
-        return qs
+        if self.action != "list":
+            return job_rows()
+        state = self.request.query_params.get("state") or ""
+        if state and state not in JobState.values:
+            raise ValidationError({"state": f"unknown state; one of {', '.join(JobState.values)}"})
+        return job_rows(listing=True, state=state)
 
     @extend_schema(
         parameters=[OpenApiParameter("state", OpenApiTypes.STR, description="filter by state")]
@@ -305,12 +297,12 @@ class JobViewSet(Base, viewsets.ReadOnlyModelViewSet):
     @extend_schema(responses={200: s.JobUnitSerializer(many=True)})
     @action(detail=True, methods=["get"])
     def units(self, request, pk=None):
-        job = get_object_or_404(Job.objects.only("id"), pk=pk)
+        job = _job(pk)
         page = self.paginate_queryset(job.units.defer("spec", "stats").order_by("index"))
         return self.get_paginated_response(s.JobUnitSerializer(page, many=True).data)
 
     def _act(self, pk, fn):
-        get_object_or_404(Job.objects.only("id"), pk=pk)
+        _job(pk)
         try:
             job = fn(job_id=int(pk))
         except JobError as e:
@@ -328,16 +320,26 @@ class JobViewSet(Base, viewsets.ReadOnlyModelViewSet):
         return self._act(pk, job_retry)
 
 
+def _job(pk) -> Job:
+    """The job ``pk`` (its id alone), or a 404 naming it."""
+    job = job_row(job_id=int(pk))
+    if job is None:
+        raise NotFound(f"no job {pk}")
+    return job
+
+
 class FlagViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
-    queryset = Flag.objects.select_related("source", "source_file").order_by("-created_at")
     serializer_class = s.FlagSerializer
+
+    def get_queryset(self):
+        return selectors.flag_rows()
 
     @extend_schema(request=s.FlagCreateSerializer, responses={201: s.FlagSerializer})
     def create(self, request):
         data = s.FlagCreateSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         v = data.validated_data
-        get_object_or_404(Source.objects.only("id"), pk=v["source"])
+        selectors.source_row(source_id=v["source"], only=["id"])  # NotFound: 404
         try:
             flag = flag_create(
                 reason=v["reason"],
@@ -370,7 +372,7 @@ class FlagViewSet(Base, mixins.CreateModelMixin, viewsets.ReadOnlyModelViewSet):
     def documents(self, request, pk=None):
         # The document indices a flag names, ascending, a page at a time: ?after=&limit=;
         # next_after is the after of the next page (null at the end).
-        flag = get_object_or_404(Flag.objects.only("id", "num_documents"), pk=pk)
+        flag = selectors.flag_row(flag_id=int(pk), only=["id", "num_documents"])
         try:
             after = int(request.query_params.get("after", -1))
             limit = int(request.query_params.get("limit", 100))

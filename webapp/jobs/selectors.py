@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.db.models import Count
+from django.db.models import Count, QuerySet
 
 from webapp.jobs.common import bad_input_sum
 from webapp.jobs.models import ACTIVE_JOB_STATES, Job, JobState, JobUnit, UnitState
@@ -22,6 +22,23 @@ def job_page(*, state: str = "", page=1) -> dict:
     elif state in JobState.values:
         qs = qs.filter(state=state)
     return {**page_of(qs, page), "state": state, "states": ["active", *JobState.values]}
+
+
+def job_rows(*, listing: bool = False, state: str = "") -> QuerySet[Job]:
+    """Jobs newest first without their plans: the API pages this query. A listing leaves
+    out the bad input and log tail too, and holds the jobs in ``state`` when given."""
+    qs = Job.objects.defer("plan").order_by("-created_at")
+    if listing:
+        qs = qs.defer("plan", "bad_input", "log_tail")
+        if state:
+            qs = qs.filter(state=state)
+    return qs
+
+
+def job_row(*, job_id: int) -> Job | None:
+    """The job's id alone, read before a read or a write on it, or None when there is none
+    (the job engine knows no catalog: who asked says what is missing)."""
+    return Job.objects.only("id").filter(pk=job_id).first()
 
 
 def job_running(*, limit: int = 10) -> list[Job]:

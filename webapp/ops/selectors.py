@@ -6,12 +6,20 @@ from django.conf import settings
 from django.db.models import QuerySet
 from django.utils import timezone
 
+from webapp.catalog.selectors.common import get_or_not_found
 from webapp.jobs.models import JobUnit, UnitState
-from webapp.ops.models import Heartbeat, WorkerBeat
+from webapp.ops.models import ExternalIdentity, Heartbeat, WorkerBeat
 
 
 def heartbeat_recent(*, limit: int = 10) -> QuerySet[Heartbeat]:
     return Heartbeat.objects.order_by("-created_at")[:limit]
+
+
+def identity_row(*, identity_id: int) -> ExternalIdentity:
+    """A single sign-on identity with its account, or NotFound (a 404 page)."""
+    return get_or_not_found(
+        ExternalIdentity.objects.select_related("user"), "identity", pk=identity_id
+    )
 
 
 def workers_live(*, within_seconds: int | None = None) -> list[dict]:

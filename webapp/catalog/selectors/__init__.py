@@ -25,6 +25,8 @@ from webapp.catalog.selectors.flags import (
     flag_first_sample,
     flag_read_text,
     flag_recent,
+    flag_row,
+    flag_rows,
     run_flag_reads,
     segment_flagged,
     tainted_runs,
@@ -37,13 +39,22 @@ from webapp.catalog.selectors.mixtures import (
     mixture_draft_predict,
     mixture_list,
     mixture_names,
+    mixture_rows,
     mixture_version_detail,
     mixture_version_diff,
     mixture_version_document,
     mixture_version_ids,
+    mixture_version_row,
+    mixture_version_rows,
 )
 from webapp.catalog.selectors.overview import overview, overview_counts
-from webapp.catalog.selectors.pools import pool_detail, pool_list, pool_planned_by
+from webapp.catalog.selectors.pools import (
+    pool_detail,
+    pool_list,
+    pool_planned_by,
+    pool_rows,
+)
+from webapp.catalog.selectors.run_rows import run_row, run_rows
 from webapp.catalog.selectors.runs import (
     run_budget,
     run_detail,
@@ -61,7 +72,12 @@ from webapp.catalog.selectors.runs import (
     steps_of_samples_at,
 )
 from webapp.catalog.selectors.shards import artifact_shards, shard_totals
-from webapp.catalog.selectors.sources import source_detail, source_list
+from webapp.catalog.selectors.sources import (
+    source_detail,
+    source_list,
+    source_row,
+    source_rows,
+)
 
 __all__ = [
     "NotFound",
@@ -82,18 +98,24 @@ __all__ = [
     "flag_first_sample",
     "flag_read_text",
     "flag_recent",
+    "flag_row",
+    "flag_rows",
     "mixture_detail",
     "mixture_draft_predict",
     "mixture_list",
     "mixture_names",
+    "mixture_rows",
     "mixture_version_detail",
     "mixture_version_diff",
     "mixture_version_document",
     "mixture_version_ids",
+    "mixture_version_row",
+    "mixture_version_rows",
     "overview",
     "overview_counts",
     "pool_detail",
     "pool_list",
+    "pool_rows",
     "run_budget",
     "run_detail",
     "run_flag_reads",
@@ -105,6 +127,8 @@ __all__ = [
     "run_proposal_draft",
     "run_page",
     "run_resume_position",
+    "run_row",
+    "run_rows",
     "run_segment_rows",
     "run_segments",
     "runs_with_val_losses",
@@ -115,6 +139,8 @@ __all__ = [
     "source_detail",
     "segment_flagged",
     "source_list",
+    "source_row",
+    "source_rows",
     "tainted_runs",
     "version_lineage",
 ]

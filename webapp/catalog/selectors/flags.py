@@ -3,6 +3,7 @@ first read the flagged documents (the step), recent flags and tainted runs."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -26,6 +27,17 @@ from webapp.catalog.selectors import facts
 from webapp.catalog.selectors.common import get_or_not_found
 from webapp.catalog.selectors.runs import step_of_sample_at, steps_of_samples_at
 from webapp.paging import page_of
+
+
+def flag_rows() -> QuerySet[Flag]:
+    """Flags newest first with their source and file: the API pages this query."""
+    return Flag.objects.select_related("source", "source_file").order_by("-created_at")
+
+
+def flag_row(*, flag_id: int, only: Sequence[str] = ()) -> Flag:
+    """The flag (only its ``only`` fields when given), or NotFound."""
+    rows = Flag.objects.only(*only) if only else Flag.objects.all()
+    return get_or_not_found(rows, "flag", pk=flag_id)
 
 
 # What taint_describe reads besides the run and the flag: fetched after the taints, by

@@ -5,9 +5,10 @@ a JSON document, an export's file; the builder's pools and its prediction for a 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Any
 
-from django.db.models import Count, Max, Q
+from django.db.models import Count, Max, Prefetch, Q, QuerySet
 
 from shardcore import storage
 from shardcore.errors import ManifestError
@@ -37,6 +38,30 @@ def mixture_list(*, page=1) -> dict:
         num_versions=Count("versions"), latest=Max("versions__number")
     ).order_by("name")
     return page_of(qs, page)
+
+
+def mixture_rows() -> QuerySet[Mixture]:
+    """Mixtures by name with their versions' ids (not their params, the quality reports):
+    the API pages this query."""
+    return Mixture.objects.prefetch_related(
+        Prefetch("versions", queryset=MixtureVersion.objects.only("id", "mixture_id"))
+    ).order_by("name")
+
+
+def mixture_version_rows() -> QuerySet[MixtureVersion]:
+    """Mixture versions newest first with their mixture and components' pools: the API
+    pages this query."""
+    return (
+        MixtureVersion.objects.select_related("mixture")
+        .prefetch_related("components__pool")
+        .order_by("-created_at")
+    )
+
+
+def mixture_version_row(*, version_id: int, only: Sequence[str] = ()) -> MixtureVersion:
+    """The mixture version (only its ``only`` fields when given), or NotFound."""
+    rows = MixtureVersion.objects.only(*only) if only else MixtureVersion.objects.all()
+    return get_or_not_found(rows, "mixture version", pk=version_id)
 
 
 def mixture_detail(*, mixture_id: int) -> dict:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from django.db.models import Count, Prefetch
+from django.db.models import Count, Prefetch, QuerySet
 
 from shardcore import manifest as mf
 from shardcore.errors import ShardcoreError
@@ -32,6 +32,11 @@ SHARDS_SHOWN = 50
 def pool_list(*, page=1) -> dict:
     """A page of pools, newest first (``common.paged``)."""
     return page_of(Pool.objects.order_by("-created_at").defer("params"), page)
+
+
+def pool_rows() -> QuerySet[Pool]:
+    """Pools newest first with their parents and annotations: the API pages this query."""
+    return Pool.objects.prefetch_related("parents", "annotations").order_by("-created_at")
 
 
 def pool_detail(*, pool_id: int, by: str = "") -> dict:

@@ -5,7 +5,10 @@ flags and the composition of its newest tokenized version (the runs that used it
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
+
+from django.db.models import QuerySet
 
 from webapp.catalog.models import ArtifactStatus, Source, TokenizedSource
 from webapp.catalog.selectors import facts
@@ -20,6 +23,17 @@ FILES_SHOWN = 200
 def source_list(*, page=1) -> dict:
     """A page of sources by name (``common.paged``)."""
     return page_of(Source.objects.order_by("name"), page)
+
+
+def source_rows() -> QuerySet[Source]:
+    """Sources by name: the API pages this query."""
+    return Source.objects.order_by("name")
+
+
+def source_row(*, source_id: int, only: Sequence[str] = ()) -> Source:
+    """The source (only its ``only`` fields when given), or NotFound."""
+    rows = Source.objects.only(*only) if only else Source.objects.all()
+    return get_or_not_found(rows, "source", pk=source_id)
 
 
 def source_detail(*, source_id: int, files_limit: int = FILES_SHOWN) -> dict:

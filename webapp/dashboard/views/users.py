@@ -10,7 +10,7 @@ from django.views.decorators.http import require_POST
 
 from webapp.dashboard import services
 from webapp.dashboard.forms import IdentityLinkForm, RoleForm, UserCreateForm
-from webapp.ops.models import ExternalIdentity
+from webapp.ops.selectors import identity_row
 from webapp.roles import require_role, user_roles
 
 
@@ -104,7 +104,7 @@ def identity_link(request, user_id: int):
 @require_POST
 def identity_unlink(request, identity_id: int):
     require_role(request.user, "admin")
-    identity = get_object_or_404(ExternalIdentity.objects.select_related("user"), pk=identity_id)
+    identity = identity_row(identity_id=identity_id)  # NotFound: a 404 page
     services.identity_unlink(identity=identity)
     messages.success(
         request, f"Unlinked {identity.subject} of {identity.issuer} from {identity.user.username}."
