@@ -20,7 +20,7 @@ from tests.integration.dashboard_fixtures import (  # noqa: F401
     stdlib_code_pool,
     users,
 )
-from webapp.catalog.selectors import pools as pool_selectors
+from webapp.catalog.measures import pools as pool_measures
 from workers.celery import app
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
@@ -41,7 +41,7 @@ def test_a_pool_larger_than_the_limit_is_measured_by_its_build_on_its_first_reco
     from django.core.cache import cache
 
     cache.clear()
-    monkeypatch.setattr(pool_selectors, "QUALITY_RECORDS", LIMIT)
+    monkeypatch.setattr(pool_measures, "QUALITY_RECORDS", LIMIT)
     settings.SOURCE_ROOTS, settings.DATA_ROOT = [tmp_path], tmp_path / "data"
     _source, _ts, pool = stdlib_code_pool(tmp_path)
     reader = PoolReader(pool.path)

@@ -24,10 +24,12 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# Modules that need the dev extra (torch, megatron-core, ...), and why. Empty today: the
-# torch-based pieces import torch inside the functions that need it, so every module
-# imports without the dev extra.
-DEV_ONLY: dict[str, str] = {}
+# Modules that need the dev extra (torch, megatron-core, ...), and why; the service, the
+# workers and the command line import none of them.
+DEV_ONLY: dict[str, str] = {
+    "shardcore.loader.torch_data": "the loader's torch classes, imported by shardcore.loader "
+    "when a trainer's process first asks for them (trainers install torch themselves)",
+}
 # Packages imported inside functions that the runtime lock leaves out, and why; neither is
 # reached by the service, the workers or the command line.
 DEV_ONLY_IMPORTS = {
