@@ -43,30 +43,41 @@ def head():
     assert not h.processes(), "Ray processes outlived the head"
 
 
+def _text(log: Path) -> str:
+    """A worker's log, or nothing when Ray removed it meanwhile (its worker ended)."""
+    try:
+        return log.read_text()
+    except FileNotFoundError:
+        return ""
+
+
 def _catch_mid_unit(head: RayHead, build: subprocess.Popen, stage: str) -> tuple[int, str]:
-    """Freeze a worker between a unit's start and its end (its log's last line says the
-    unit started, and still does once it is stopped); returns its pid and that line. A
-    worker's log is named after its pid (``worker-<id>-<job>-<pid>.out``)."""
+    """Freeze a worker between a unit's start and its end; returns its pid and the log line
+    of the unit it is in. Every worker is stopped before the logs are read (a unit of a few
+    milliseconds cannot end between the read and the stop), the one whose log's last line
+    says a unit of ``stage`` started is kept stopped, the others go on. A worker's log is
+    named after its pid (``worker-<id>-<job>-<pid>.out``)."""
     while True:
         assert build.poll() is None, "the build ended before a worker was caught in a unit"
-        for log in sorted(head.logs().glob("worker-*.out")):
-            lines = log.read_text().splitlines()
-            if (
-                not lines
-                or not lines[-1].startswith(f"{stage} ")
-                or not lines[-1].endswith(": started")
-            ):
-                continue
-            pid = int(log.stem.rsplit("-", 1)[-1])
-            try:
-                os.kill(pid, signal.SIGSTOP)
-            except ProcessLookupError:
-                continue
-            if log.read_text().splitlines()[-1] == lines[-1]:
-                return pid, lines[-1]
+        logs = {int(log.stem.rsplit("-", 1)[-1]): log for log in head.logs().glob("worker-*.out")}
+        stopped = []
+        for pid in logs:
             with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGCONT)
-        time.sleep(0.02)
+                os.kill(pid, signal.SIGSTOP)
+                stopped.append(pid)
+        caught = None
+        for pid in stopped:
+            lines = _text(logs[pid]).splitlines()
+            if lines and lines[-1].startswith(f"{stage} ") and lines[-1].endswith(": started"):
+                caught = (pid, lines[-1])
+                break
+        for pid in stopped:
+            if caught is None or pid != caught[0]:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
+        if caught is not None:
+            return caught
+        time.sleep(0.01)
 
 
 def test_it_builds_on_ray_byte_identical_to_local_with_a_worker_killed_mid_unit(head, tmp_path):
@@ -95,9 +106,7 @@ def test_it_builds_on_ray_byte_identical_to_local_with_a_worker_killed_mid_unit(
     assert build.returncode == 0, err[-4000:]
     unit = line.rsplit(":", 1)[0]
     # The killed unit ran again, on another worker, to its end.
-    again = [
-        log for log in head.logs().glob("worker-*.out") if f"{unit}: done in" in log.read_text()
-    ]
+    again = [log for log in head.logs().glob("worker-*.out") if f"{unit}: done in" in _text(log)]
     assert again and all(not log.stem.endswith(f"-{pid}") for log in again)
 
     ok(shardyard([*mix, *ray], env, tmp_path))

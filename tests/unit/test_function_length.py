@@ -65,6 +65,17 @@ LONG_FUNCTIONS: dict[str, str] = {
     "(artifacts, jobs, units, durations)",
     "webapp/ops/webhooks.py::_post": "resolving and checking the host, the connection, and "
     "reading the answer",
+    # Long since their literals are laid out by the formatter (no packed lines):
+    "webapp/catalog/selectors/decon.py::run_decon": "the items a run could have seen, the "
+    "flags of its benchmarks, and the rows per benchmark",
+    "webapp/dashboard/charts/composition.py::_deviation_traces": "one trace builder per "
+    "kind (the deviation, its band, the stage marks)",
+    "webapp/dashboard/charts/composition.py::schedule_composition": "the shares per window, "
+    "then the figure",
+    "webapp/dashboard/contexts.py::run_losses": "the series per split, the token axis, and "
+    "the chart",
+    "webapp/ops/storage.py::storage_report": "the rows per kind of artifact, then the totals "
+    "per owner and kind",
 }
 
 
