@@ -132,9 +132,33 @@ def tokenize(a: argparse.Namespace, work: Path) -> list[Row]:
         Row("tokenize", f"{what}, tokens per CPU-s", f"{med['pipeline'] / 1e6:.2f} M",
             f"tiktoken raw loop {med['tiktoken'] / 1e6:.2f} M",
             med["pipeline"] / med["tiktoken"]),
-        Row("tokenize", "datatrove's tokenizer stage", "-", "-", None,
-            "no side-by-side script in bench/ yet"),
+        tokenize_datatrove(a, work),
     ]  # fmt: skip
+
+
+def tokenize_datatrove(a: argparse.Namespace, work: Path) -> Row:
+    """bench/tokenize/vs_datatrove.py: the whole tokenize process beside datatrove's
+    JsonlReader + DocumentTokenizer on the same files and tokenizer.json."""
+    size_mb = 120 if a.full else 20
+    out = _run(
+        [PY, str(HERE / "tokenize" / "vs_datatrove.py"), "--size-mb", str(size_mb),
+         "--data", str(work / "tokenize-datatrove")],
+        work / "tokenize-datatrove.log", a.timeout,
+    )  # fmt: skip
+    r = _json_lines(out)[-1]
+    rounds = r["rounds"][len(r["rounds"]) // 2]
+    ours, theirs = rounds["shardyard"], rounds["datatrove"]
+    ident = r["identity"]
+    return Row(
+        "tokenize",
+        f"{size_mb} MB of text, hf: tokenizer.json, whole process, 1 worker, tokens per CPU-s",
+        f"{ours['tokens'] / ours['cpu_s'] / 1e6:.2f} M",
+        f"datatrove DocumentTokenizer {theirs['tokens'] / theirs['cpu_s'] / 1e6:.2f} M",
+        r["ratio_cpu"],
+        f"ids identical in {ident['identical']:,} of {ident['documents'][1]:,} documents "
+        f"({ident['special_strings']:,} hold a special token's text, which datatrove encodes "
+        f"as the special id; {ident['different']:,} other differences)",
+    )
 
 
 def pool(a: argparse.Namespace, work: Path) -> list[Row]:
@@ -317,7 +341,7 @@ def executors(a: argparse.Namespace, work: Path) -> list[Row]:
 
 
 COMPARISONS = [
-    Comparison("tokenize", "Tokenize against gigatoken and tiktoken", tokenize),
+    Comparison("tokenize", "Tokenize against gigatoken, tiktoken and datatrove", tokenize),
     Comparison("pool", "The pool against dd, terashuf and GNU shuf", pool),
     Comparison("annotate", "Annotators against datatrove", annotate),
     Comparison("decon", "Decontamination against datatrove", decon),
