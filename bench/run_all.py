@@ -384,6 +384,50 @@ def markdown(rows: list[Row], runs: list[dict], a: argparse.Namespace, wall: flo
     return "\n".join(lines) + "\n"
 
 
+# The pages that show the latest run's table, between the two markers.
+TABLE_PAGES = (ROOT / "README.md", ROOT / "docs" / "benchmarks.md")
+README_START = "<!-- make bench: start -->"
+README_END = "<!-- make bench: end -->"
+
+
+def readme_block(results: dict) -> str:
+    """The README's table of one run (``results`` as written beside ``--out``): every
+    ratio with what it measures, the run's date, length, machine and load; generated, so
+    that the README says what the last ``make bench`` measured and nothing else."""
+    runs = results["runs"]
+    minutes = sum(r["seconds"] for r in runs) / 60
+    when = time.strftime("%Y-%m-%d", time.gmtime(runs[0]["start"])) if runs else "-"
+    lines = [
+        README_START,
+        f"`{results.get('command', 'make bench')}` on {when}, {minutes:.0f} minutes in all, "
+        f"{results['machine']}; load average {runs[0]['load_start'].split()[0] if runs else '-'} "
+        f"at the start, {runs[-1]['load_end'].split()[0] if runs else '-'} at the end. "
+        "Ratio: Shardyard's speed over the peer's (> 1: faster). Every row with its note, "
+        "each comparison's minutes and load: `bench/results.md`; how each is made: "
+        "`bench/README.md`.",
+        "",
+        "| comparison | measure | Shardyard | peer | ratio |",
+        "|---|---|---:|---:|---:|",
+    ]
+    for r in results["rows"]:
+        ratio = f"**{r['ratio']:.2f}x**" if r["ratio"] is not None else "-"
+        lines.append(
+            f"| {r['comparison']} | {r['measure']} | {r['ours']} | {r['peer']} | {ratio} |"
+        )
+    lines.append(README_END)
+    return "\n".join(lines)
+
+
+def write_readme(results: dict, pages: tuple[Path, ...] = TABLE_PAGES) -> None:
+    """Replace the table of each page that shows it (between its two markers) with this
+    run's."""
+    for page in pages:
+        text = page.read_text()
+        head, rest = text.split(README_START, 1)
+        _, tail = rest.split(README_END, 1)
+        page.write_text(head + readme_block(results) + tail)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--full", action="store_true", help="each script's own (full) sizes")
@@ -419,17 +463,16 @@ def main() -> int:
         print(f"  {run['status']}, {run['seconds']:.0f} s", file=sys.stderr, flush=True)
     text = markdown(rows, runs, a, time.time() - t0)
     a.out.write_text(text)
-    a.out.with_suffix(".json").write_text(
-        json.dumps(
-            {
-                "machine": machine(),
-                "full": a.full,
-                "runs": runs,
-                "rows": [r.__dict__ for r in rows],
-            },
-            indent=1,
-        )  # fmt: skip
-    )
+    results = {
+        "command": "make bench" + (" BENCH_ARGS=--full" if a.full else ""),
+        "machine": machine(),
+        "full": a.full,
+        "runs": runs,
+        "rows": [r.__dict__ for r in rows],
+    }
+    a.out.with_suffix(".json").write_text(json.dumps(results, indent=1))
+    if not a.only and a.out == HERE / "results.md":  # every comparison: the pages' table
+        write_readme(results)
     print(text)
     return 0
 

@@ -101,3 +101,18 @@ def test_it_finds_a_number_without_its_command(tmp_path):
         assert unattributed(doc) == ["README.md:15: reads 1,316 M tokens/s"]
     finally:
         ROOT = root
+
+
+def test_readme_table_is_the_last_make_bench_run():
+    """The table of ratios the README and docs/benchmarks.md show is the one ``make bench``
+    wrote with bench/results.md: generated from bench/results.json, never edited by hand."""
+    import json
+
+    from bench.run_all import README_END, README_START, TABLE_PAGES, readme_block
+
+    results = json.loads((ROOT / "bench" / "results.json").read_text())
+    assert results["rows"], "bench/results.json holds no comparison"
+    for page in TABLE_PAGES:
+        text = page.read_text()
+        shown = text[text.index(README_START) : text.index(README_END) + len(README_END)]
+        assert shown == readme_block(results), f"{page.name}: edit bench/run_all.py, not the table"
