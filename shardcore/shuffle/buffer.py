@@ -57,6 +57,43 @@ def order_bucket(
     return out
 
 
+def head(
+    counts: np.ndarray,
+    seed: int,
+    num_buckets: int,
+    n: int,
+    *,
+    buffer: int = DEFAULT_BUFFER,
+    **options: object,
+) -> np.ndarray:
+    """``permutation(counts, seed, num_buckets)[:n]`` in memory ``O(n + buffer)``: buckets
+    are consecutive input positions, and a bucket's first ``r`` outputs are its buffer's
+    first ``r`` replacements (its first ``r`` slot draws, taken alone: a generator's
+    bounded draws in pieces equal them at once)."""
+    from shardcore.shuffle import rng
+
+    total = int(np.sum(counts))
+    n = min(int(n), total)
+    out, b, done = [], 0, 0
+    while done < n:
+        lo = -(-b * max(1, total) // num_buckets)
+        hi = min(total, -(-(b + 1) * max(1, total) // num_buckets))
+        size, r = hi - lo, min(hi - lo, n - done)
+        if size - min(buffer, size) < r:  # the buffer's drain reached: the whole bucket
+            part = order_bucket(np.arange(size), seed, b, buffer=buffer)[:r]
+        else:
+            slots = np.arange(min(buffer, size))
+            picks = rng(seed, PASS2, b).integers(0, slots.size, size=r)
+            part = np.empty(r, dtype=np.int64)
+            for k, j in enumerate(picks.tolist()):
+                part[k] = slots[j]
+                slots[j] = slots.size + k
+        out.append(part + lo)
+        done += r
+        b += 1
+    return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+
+
 def permutation(counts: np.ndarray, seed: int, num_buckets: int, **options: object) -> np.ndarray:
     from shardcore.shuffle import buffer as module
     from shardcore.shuffle import compose

@@ -74,6 +74,47 @@ def order_bucket(keys: np.ndarray, seed: int, bucket: int, **options: object) ->
     return mixed[np.argsort(np.asarray(keys)[mixed], kind="stable")]
 
 
+def head(
+    counts: np.ndarray,
+    seed: int,
+    num_buckets: int,
+    n: int,
+    *,
+    columns: int | None = None,
+    **options: object,
+) -> np.ndarray:
+    """``permutation(counts, seed, num_buckets)[:n]``, only the buckets the first ``n``
+    positions come from ordered: memory one bucket's members (about total / num_buckets)
+    and one column's permutation (total / columns), not the whole order."""
+    from shardcore.shuffle import rng
+
+    counts = np.asarray(counts, dtype=np.int64)
+    total = int(counts.sum())
+    c = _columns(counts, columns)
+    rows = _rows(total, c)
+    n = min(int(n), total)
+    out, b, done = [], 0, 0
+    while done < n:
+        lo, hi = -(-b * rows // num_buckets), -(-(b + 1) * rows // num_buckets)
+        members, keys = [], []
+        for col in range(c):
+            size = min(rows, total - col * rows)
+            if size <= lo:
+                break  # later columns are shorter still
+            row = rng(seed, PASS1, col).permutation(size)
+            local = np.flatnonzero((row >= lo) & (row < hi))
+            members.append(local + col * rows)
+            keys.append(row[local])
+        member = np.concatenate(members) if members else np.zeros(0, dtype=np.int64)
+        key = np.concatenate(keys) if keys else np.zeros(0, dtype=np.int64)
+        del members, keys
+        r = min(member.size, n - done)
+        out.append(member[order_bucket(key, seed, b)[:r]])
+        done += r
+        b += 1
+    return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+
+
 def permutation(counts: np.ndarray, seed: int, num_buckets: int, **options: object) -> np.ndarray:
     from shardcore.shuffle import compose
     from shardcore.shuffle import grid as module

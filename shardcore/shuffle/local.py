@@ -33,6 +33,24 @@ def order_bucket(keys: np.ndarray, seed: int, bucket: int, **options: object) ->
     return rng(seed, PASS2, bucket).permutation(len(keys))
 
 
+def head(counts: np.ndarray, seed: int, num_buckets: int, n: int, **options: object) -> np.ndarray:
+    """``permutation(counts, seed, num_buckets)[:n]`` in memory ``O(n + len(counts))``: the
+    shards the first ``n`` positions come from, the last one's head of its permutation
+    alone (``draws.permutation_head``)."""
+    from shardcore.shuffle.draws import permutation_head
+
+    counts = np.asarray(counts, dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(counts)])
+    n = min(int(n), int(starts[-1]))
+    out, shard = [], 0
+    while shard < counts.size and int(starts[shard]) < n:
+        stop = min(int(counts[shard]), n - int(starts[shard]))
+        part = permutation_head(seed, (PASS2, shard), int(counts[shard]), stop)
+        out.append(part + starts[shard])
+        shard += 1
+    return np.concatenate(out) if out else np.zeros(0, dtype=np.int64)
+
+
 def permutation(counts: np.ndarray, seed: int, num_buckets: int, **options: object) -> np.ndarray:
     from shardcore.shuffle import compose
     from shardcore.shuffle import local as module
