@@ -213,3 +213,25 @@ def test_the_fast_engine_drops_its_cache_and_keeps_its_ids(monkeypatch, texts):
     for t in texts[:3]:
         assert tok.encode_batch([t]) == [enc.encode_ordinary(t)]
     assert tok.reloads - before == 3
+
+
+@pytest.mark.parametrize("spec", ["tiktoken", "hf"])
+def test_the_fast_engine_gives_the_reference_ids_by_either_call(hf_dir, texts, spec):
+    import shardcore.encoders as encoders
+
+    spec = DEFAULT_TOKENIZER if spec == "tiktoken" else f"hf:{hf_dir}"
+    ref = encoders.load_tokenizer(spec, "reference")
+    tok = encoders.FastTokenizer(ref, ref.fast_backend())
+    short = [t[i : i + 200] for t in texts for i in range(0, len(t), 200)]
+    short = [t for t in short if t.strip()][:2000]
+    assert len(short) >= encoders._BATCH_MIN_DOCS
+    for batch, call in ((texts, "one per document"), (short, "batch")):
+        flat, lengths = tok.encode_flat(batch)
+        want_flat, want_lengths = ref.encode_flat(batch)
+        assert lengths.tolist() == want_lengths.tolist(), call
+        assert np.array_equal(flat, want_flat), call
+        # Long documents never need the batch call (nor awkward); many short ones take it.
+        assert tok._batch_ok is (None if call == "one per document" else True)
+    for call in (tok._fast_each, tok._fast_batch):
+        kept = [t for t in short if not tok._special(t)]
+        assert np.array_equal(call(kept)[0], ref.encode_flat(kept)[0])
