@@ -27,6 +27,7 @@ import numpy as np
 from shardcore import units
 from shardcore.annotate import neardup
 n, budget = int(sys.argv[1]), int(sys.argv[2])
+near, exact_share = float(sys.argv[3]), float(sys.argv[4])
 shard = 100_000
 rng = np.random.default_rng(0)
 sizes = [min(shard, n - lo) for lo in range(0, n, shard)]
@@ -35,11 +36,11 @@ with tempfile.TemporaryDirectory(prefix="sy-annmod-growth-") as out:
     partitions = neardup.partitions_for(n, ann.params)
     meta = {"sources": [{"fingerprint": "synthetic", "offset": 0, "documents": n,
                          "shards": [{"documents": s, "first_doc_id": 0} for s in sizes]}],
-            "documents": n, "partitions": partitions}
+            "documents": n, "partitions": partitions, "rounds": neardup.ROUNDS}
     plan = units.Plan(neardup.STAGE, out, dict(ann.params), [], meta)
     sig = rng.integers(0, 2**32, size=(n, 128), dtype=np.uint32)
     exact = rng.integers(0, 2**63, size=n, dtype=np.uint64)
-    k, e = n // 20, n // 100
+    k, e = int(n * near), int(n * exact_share)
     exact[n - k - e:n - k] = exact[:e]
     sig[n - k - e:n - k] = sig[:e]
     src = rng.integers(0, n - k, size=k)
@@ -59,21 +60,45 @@ with tempfile.TemporaryDirectory(prefix="sy-annmod-growth-") as out:
         t_bucket += time.process_time() - t0
         peak_bucket = max(peak_bucket, tracemalloc.get_traced_memory()[1])
         tracemalloc.stop()
+    comp = neardup._components_of(plan)
+    rounds = neardup.ROUNDS
+    steps = [(f"round-{r}", lambda q, r=r: comp.run_round(r, q)) for r in range(1, rounds + 1)]
+    steps += [("resolve", lambda q: comp.run_resolve(rounds) if q == 0 else {}),
+              ("count", lambda q: comp.run_count(rounds, q)), ("tally", comp.run_tally)]
+    t_clusters, peak_clusters, changed, pending, peaks = 0.0, 0, [], 0, {}
+    for name, step in steps:
+        for q in range(partitions):
+            tracemalloc.start()
+            t0 = time.process_time()
+            got = step(q)
+            t_clusters += time.process_time() - t0
+            peak = tracemalloc.get_traced_memory()[1]
+            peak_clusters = max(peak_clusters, peak)
+            step_name = name.split("-")[0]
+            peaks[step_name] = max(peaks.get(step_name, 0), round(peak / 2**20, 1))
+            tracemalloc.stop()
+            if name.startswith("round-") and q == 0:
+                changed.append(0)
+            changed[-1] += got.get("changed", 0) if name.startswith("round-") else 0
+            pending += got.get("pending", 0)
     tracemalloc.start()
     t0 = time.process_time()
-    neardup._run_clusters(plan, {})
-    t_clusters = time.process_time() - t0
-    peak_clusters = tracemalloc.get_traced_memory()[1]
+    comp.cluster_columns(n - sizes[-1], n)  # what one write unit reads: its shard's columns
+    t_write = time.process_time() - t0
+    peak_write = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
-    c = np.load(f"{out}/_work/clusters.npy", mmap_mode="r")
-    found = float((c[0][n - k:] == c[0][src]).mean())
-    found_exact = float((c[0][n - k - e:n - k] == c[0][:e]).mean())
+    cluster = comp.cluster_columns(0, n)[0]
+    found = float((cluster[n - k:] == cluster[src]).mean())
+    found_exact = float((cluster[n - k - e:n - k] == cluster[:e]).mean())
 print(json.dumps({"documents": n, "partitions": partitions,
+    "near": near, "exact": exact_share,
     "signature_keys_cpu_s": round(t_sig, 2), "buckets_cpu_s": round(t_bucket, 2),
-    "clusters_cpu_s": round(t_clusters, 2),
+    "clusters_cpu_s": round(t_clusters, 2), "write_unit_cpu_s": round(t_write, 3),
     "us_per_document": round((t_sig + t_bucket + t_clusters) / n * 1e6, 2),
     "bucket_unit_peak_mb": round(peak_bucket / 2**20, 1),
-    "clusters_unit_peak_mb": round(peak_clusters / 2**20, 1),
+    "cluster_unit_peak_mb": round(peak_clusters / 2**20, 1),
+    "write_unit_peak_mb": round(peak_write / 2**20, 1), "cluster_peaks_mb": peaks,
+    "changed_per_round": changed, "pending_after_rounds": pending,
     "edges": edges, "planted_near_found": round(found, 4),
     "planted_exact_found": round(found_exact, 4)}))
 """
@@ -83,6 +108,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default="1e5,1e6,3e6")
     ap.add_argument("--memory-mb", type=int, default=256)
+    ap.add_argument("--near", type=float, default=0.05, help="share of near-copies")
+    ap.add_argument("--exact", type=float, default=0.01, help="share of exact copies")
     args = ap.parse_args()
     print(
         f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
@@ -92,7 +119,8 @@ def main() -> None:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.getcwd(), *sys.path])}
     for size in args.sizes.split(","):
         out = subprocess.run(
-            [sys.executable, "-c", _CHILD, str(int(float(size))), str(args.memory_mb)],
+            [sys.executable, "-c", _CHILD, str(int(float(size))), str(args.memory_mb),
+             str(args.near), str(args.exact)],
             capture_output=True, text=True, check=True, env=env,
         )  # fmt: skip
         print(out.stdout.strip(), flush=True)

@@ -21,21 +21,27 @@ finished is never run again, a killed one reruns to the same bytes):
 2. ``bucket-<p>``, one per partition: every signature unit's rows of partition p, sorted
    by (band, key, document); documents sharing a (band, key) are candidates, each joined to
    the first of its run when their signatures agree on at least ``threshold`` of the
-   permutations (exact-hash rows are joined without the check). Edges to
-   ``_work/pairs/p<p>.npy``.
-3. ``clusters``: every edge, connected components (scipy) over all documents; each
-   document's cluster, cluster size and rank to ``_work/clusters.npy`` (3 x int64 per
-   document).
-4. ``write-<i>-<j>``, one per (source, shard): that shard's slice of the clusters as the
-   annotation's Parquet file; ``finalize`` writes each source's manifest, then the group's
-   manifest (kind ``annotation_group``, naming the sources and their annotations), and
-   removes ``_work``.
+   permutations (exact-hash rows are joined without the check). Its edges, both ways, are
+   filed under the range of documents of their first end (``partitions`` ranges of
+   consecutive global numbers).
+3. the clusters, by rounds over those ranges (``shardcore.annotate.components``):
+   ``round-<r>-<q>`` for r = 1 .. ``rounds``, each range's documents taking the smallest
+   label their neighbours sent (a range that was sent nothing does nothing), then
+   ``resolve`` (one unit: what a cluster wider than the rounds still had in flight),
+   ``count-<q>`` (each range's final labels, counted per label) and ``tally-<q>`` (per
+   label its size, and how many of its documents lie in earlier ranges: the ranks).
+4. ``write-<i>-<j>``, one per (source, shard): that shard's cluster, size and rank, read
+   from the ranges it covers, as the annotation's Parquet file; ``finalize`` writes each
+   source's manifest, then the group's manifest (kind ``annotation_group``, naming the
+   sources and their annotations), and removes ``_work``. (A plan made before the rounds
+   has one ``clusters`` unit holding every edge instead; it runs as it was planned.)
 
 Memory: ``partitions`` is chosen so that one bucket unit, whose rows are 24 bytes per
 document per band (bands + 1 with the exact hash) and whose sort takes about 4 times its
-rows, stays within ``memory_mb``: ``ceil(4 * 24 * N * (bands + 1) / budget)``. The
-clusters unit holds the edges (16 bytes each, at most one per candidate pair verified),
-scipy's graph of them and 24 bytes per document of results. How this reaches 10^9 documents:
+rows, stays within ``memory_mb``: ``ceil(4 * 24 * N * (bands + 1) / budget)``. The same
+number of ranges splits the clusters: a range's unit holds its documents' edges (16 bytes
+a half-edge, at most one edge per verified candidate row) and labels, so no unit holds
+every edge or every document; the write units read only their ranges. How this grows:
 bench/annotate/README.md.
 
 The API a job engine calls: ``plan_group(sources, out, params)`` gives a ``units.Plan``;
@@ -58,6 +64,7 @@ import pyarrow as pa
 from shardcore import atomic, units
 from shardcore.annotate.artifact import _path, _table, _write_parquet, commit
 from shardcore.annotate.artifact import plan as annotation_plan
+from shardcore.annotate.components import ROUNDS, Components, file_by_part
 from shardcore.annotate.dedup import NearDuplicates, _components, band_keys
 from shardcore.annotate.texts import shard_texts
 from shardcore.errors import InputError
@@ -160,20 +167,30 @@ def plan_group(
         for j in range(len(s["shards"]))
     ]
     write = [{**u, "id": f"write-{u['source']}-{u['shard']}"} for u in sig]
+    ranges = range(partitions)
     return units.Plan(
         STAGE,
         str(out),
         dict(ann.params),
         [
             sig,
-            [{"id": f"bucket-{q}", "partition": q} for q in range(partitions)],
-            [{"id": "clusters"}],
+            [{"id": f"bucket-{q}", "partition": q} for q in ranges],
+            *[
+                [{"id": f"round-{r}-{q}", "round": r, "part": q} for q in ranges]
+                for r in range(1, ROUNDS + 1)
+            ],
+            [{"id": "resolve"}],
+            [{"id": f"count-{q}", "part": q} for q in ranges],
+            [{"id": f"tally-{q}", "part": q} for q in ranges],
             write,
-        ],
+        ],  # fmt: skip
         meta={
             "sources": srcs,
             "documents": n,
             "partitions": partitions,
+            # Clusters by rounds over ranges of documents (shardcore.annotate.components);
+            # a plan without it (made before) has one unit holding every edge.
+            "rounds": ROUNDS,
             "fingerprint": fingerprint(KIND, parents=group, params=dict(sorted(p.items()))),
             "artifacts": [s["path"] for s in srcs],
         },
@@ -276,6 +293,11 @@ def _run_bucket(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
         if check.any():
             ok[check] = NearDuplicates._agreement(sigs, starts, a[check], b[check]) >= need
         a, b = a[ok], b[ok]
+    if "rounds" in plan.meta:  # each edge both ways, filed under its first end's range
+        comp = _components_of(plan)
+        both = np.stack([np.r_[a, b], np.r_[b, a]])
+        file_by_part(lambda d: comp.adjacency_path(q, d), both, both[0], comp.n, comp.parts)
+        return {"candidates": int(len(rows)), "edges": int(len(a))}
     final = out / WORK / "pairs" / f"p{q}.npy"
     final.parent.mkdir(parents=True, exist_ok=True)
     with atomic.atomic_path(final) as tmp, open(tmp, "wb") as f:
@@ -283,7 +305,13 @@ def _run_bucket(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
     return {"candidates": int(len(rows)), "edges": int(len(a))}
 
 
+def _components_of(plan: units.Plan) -> Components:
+    parts = plan.meta["partitions"]
+    return Components(Path(plan.out) / WORK / "cc", plan.meta["documents"], parts, parts)
+
+
 def _run_clusters(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
+    """Every edge in one unit (plans made before the clusters went by rounds)."""
     out, n = Path(plan.out), plan.meta["documents"]
     pairs = [np.load(out / WORK / "pairs" / f"p{q}.npy") for q in range(plan.meta["partitions"])]
     a = np.concatenate([p[0] for p in pairs]) if pairs else np.empty(0, np.int64)
@@ -315,12 +343,16 @@ def _run_write(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
     starts, names = _starts(plan)
     lo = int(starts[names.index(f"{i}-{j}")])
     hi = lo + entry["documents"]
-    clusters = np.load(out / WORK / "clusters.npy", mmap_mode="r")
+    if "rounds" in plan.meta:
+        cluster, size, rank = _components_of(plan).cluster_columns(lo, hi)
+    else:
+        clusters = np.load(out / WORK / "clusters.npy", mmap_mode="r")
+        cluster, size, rank = (np.asarray(clusters[k, lo:hi]) for k in range(3))
     exact = np.load(out / WORK / "sig" / f"{i}-{j}.exact.npy")
     cols = {
-        "dup_cluster": pa.array(np.asarray(clusters[0, lo:hi]), pa.int64()),
-        "dup_size": pa.array(np.asarray(clusters[1, lo:hi]).astype(np.int32), pa.int32()),
-        "dup_rank": pa.array(np.asarray(clusters[2, lo:hi]).astype(np.int32), pa.int32()),
+        "dup_cluster": pa.array(cluster, pa.int64()),
+        "dup_size": pa.array(size.astype(np.int32), pa.int32()),
+        "dup_rank": pa.array(rank.astype(np.int32), pa.int32()),
         "exact_hash": pa.array(exact, pa.uint64()),
     }
     dest = out / _source_out(i)
@@ -334,6 +366,15 @@ def _run_write(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
 
 def _run_unit(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
     kind = unit["id"].split("-", 1)[0]
+    rounds = plan.meta.get("rounds", 0)
+    on_ranges = {
+        "round": lambda c: c.run_round(unit["round"], unit["part"]),
+        "resolve": lambda c: c.run_resolve(rounds),
+        "count": lambda c: c.run_count(rounds, unit["part"]),
+        "tally": lambda c: c.run_tally(unit["part"]),
+    }
+    if kind in on_ranges:
+        return on_ranges[kind](_components_of(plan))
     run = {
         "sig": _run_signatures,
         "bucket": _run_bucket,
@@ -362,7 +403,13 @@ def _finalize(plan: units.Plan, stats: list[dict[str, Any]]) -> dict[str, Any]:
                 "annotation_fingerprint": p["fingerprint"],
             }
         )
-    clusters = next(s for s in stats if "clustered" in s)
+    if "rounds" in plan.meta:  # the buckets' edges, the count units' clustered documents
+        clusters = {
+            "edges": sum(s.get("edges", 0) for s in stats if "candidates" in s),
+            "clustered": sum(s.get("clustered", 0) for s in stats),
+        }
+    else:
+        clusters = next(s for s in stats if "clustered" in s)
     manifest = {
         "kind": KIND,
         "fingerprint": plan.meta["fingerprint"],

@@ -1,0 +1,256 @@
+"""Connected components of a graph too large for one process, in units with a memory
+budget: the near-duplicate clusters of ``shardcore.annotate.neardup``.
+
+Nodes are the integers ``0 .. n-1`` (documents), cut into ``parts`` ranges of consecutive
+nodes (``part_of``). Edges arrive as adjacency files, each node's half-edges ``(node,
+neighbour)`` filed under the node's range (``adjacency``; the producer writes one file per
+range, both directions of every edge). Only nodes with an edge take part: a node without
+one is a cluster of its own, of size 1.
+
+Labels by delta propagation, one phase per round (``run_round``): every node starts as its
+own label; in each round a range's unit takes the smallest label its nodes were sent, keeps
+those that fell, and sends each fallen node's new label to its neighbours (filed under
+their ranges). A label only falls, so it ends as the smallest node of the component; only
+changed nodes send, so the rounds thin out, and a unit whose range was sent nothing does
+nothing. Each round's labels are a file per range, written only when some fell.
+
+The number of rounds is fixed when planned (``ROUNDS``): a component whose diameter is
+larger has messages still on the way after the last round. ``run_resolve`` finishes it in
+one unit holding only those messages: an edge whose two ends disagree always has one in
+flight (an end sends whenever its label falls; the other end, on receipt, falls to it or
+below), so the components of the labels joined by those messages are the rest of the
+graph's, and their smallest label is the answer.
+
+Then the clusters' sizes and each node's rank in its cluster (by node number): per range
+the labels counted (``run_count``, filed under the label's range), per label range the
+counts summed in range order (``run_tally``: each label's size and, for each range, how
+many of its nodes lie in earlier ranges), and ``cluster_columns`` for any run of nodes:
+cluster, size, rank, reading only the ranges that run covers.
+
+Memory per unit: one range's half-edges (16 bytes each) and labels (16 bytes per node with
+an edge), plus what it is sent; files: parts x parts per round (the next limit at 10^4
+ranges). Every unit writes its files under temporary names renamed into place and derives
+them from its inputs only, so a killed unit reruns to the same bytes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import numpy as np
+
+from shardcore import atomic
+from shardcore.annotate.dedup import _components
+
+# Rounds of label propagation before the rest is resolved in one unit: near-duplicate
+# clusters are stars joined at their bands' first documents (diameter 2-4 in practice).
+ROUNDS = 6
+_EMPTY = np.empty((2, 0), dtype=np.int64)
+
+
+def part_of(nodes: np.ndarray, n: int, parts: int) -> np.ndarray:
+    """The range of each node: ``node * parts // n`` (ranges of consecutive nodes)."""
+    return (np.asarray(nodes, dtype=np.int64) * parts) // max(n, 1)
+
+
+def part_bounds(q: int, n: int, parts: int) -> tuple[int, int]:
+    """The nodes ``[lo, hi)`` of range ``q``."""
+    return -(-q * n // parts), -(-(q + 1) * n // parts)
+
+
+def _save(path: Path, array: np.ndarray) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic.atomic_path(path) as tmp, open(tmp, "wb") as f:
+        np.save(f, array)
+
+
+def _load_pairs(paths: Iterable[Path]) -> np.ndarray:
+    got = [np.load(p) for p in paths if p.exists()]
+    return np.concatenate(got, axis=1) if got else _EMPTY
+
+
+def file_by_part(
+    path_of: Callable[[int], Path], rows: np.ndarray, key: np.ndarray, n: int, parts: int
+) -> None:
+    """Write the columns ``rows`` (2 x m) split by the range of ``key``: to
+    ``path_of(q)`` for every range q (empty ones too, so a reader can tell done from
+    missing)."""
+    where = part_of(key, n, parts)
+    order = np.argsort(where, kind="stable")
+    rows, where = rows[:, order], where[order]
+    cuts = np.searchsorted(where, np.arange(parts + 1))
+    for q in range(parts):
+        _save(path_of(q), np.ascontiguousarray(rows[:, cuts[q] : cuts[q + 1]]))
+
+
+class Components:
+    """The files of one component computation under ``work`` over ``n`` nodes in
+    ``parts`` ranges, with ``sources`` adjacency producers (their files
+    ``adj/<s>/q<q>.npy``)."""
+
+    def __init__(self, work: Path, n: int, parts: int, sources: int):
+        self.work, self.n, self.parts, self.sources = Path(work), int(n), int(parts), int(sources)
+
+    # -- paths
+    def adjacency_path(self, source: int, q: int) -> Path:
+        return self.work / "adj" / f"{source}" / f"q{q}.npy"
+
+    def _labels_path(self, r: int, q: int) -> Path:
+        return self.work / "labels" / f"r{r}" / f"q{q}.npy"
+
+    def _sent_path(self, r: int, src: int, q: int) -> Path:
+        return self.work / "sent" / f"r{r}" / f"{src}" / f"q{q}.npy"
+
+    def _final_path(self, q: int) -> Path:
+        return self.work / "final" / f"q{q}.npy"
+
+    def _count_path(self, q: int, lq: int) -> Path:
+        return self.work / "count" / f"{q}" / f"l{lq}.npy"
+
+    def _tally_path(self, lq: int, q: int) -> Path:
+        return self.work / "tally" / f"{lq}" / f"q{q}.npy"
+
+    # -- propagation
+    def adjacency(self, q: int) -> np.ndarray:
+        """Range q's half-edges (node, neighbour), sorted by node."""
+        adj = _load_pairs(self.adjacency_path(s, q) for s in range(self.sources))
+        return adj[:, np.argsort(adj[0], kind="stable")]
+
+    def labels(self, r: int, q: int, adj: np.ndarray | None = None) -> np.ndarray:
+        """Range q's (node, label) after round r (the latest round that changed it),
+        sorted by node; round 0: every node with an edge, its own label (from ``adj``,
+        the range's adjacency, when given)."""
+        for k in range(r, 0, -1):
+            path = self._labels_path(k, q)
+            if path.exists():
+                return np.load(path)
+        nodes = np.unique((self.adjacency(q) if adj is None else adj)[0])
+        return np.stack([nodes, nodes])
+
+    def run_round(self, r: int, q: int) -> dict[str, int]:
+        """Round r (1-based) for range q: take what it was sent, keep the labels that fell,
+        send them on."""
+        adj = None
+        if r == 1:  # round 0 sent every node its neighbours' labels: its adjacency
+            adj = self.adjacency(q)
+            inbox = adj
+        else:
+            inbox = _load_pairs(self._sent_path(r - 1, s, q) for s in range(self.parts))
+            inbox = inbox[:, np.argsort(inbox[0], kind="stable")]
+        if not inbox.shape[1]:
+            return {"changed": 0, "sent": 0}
+        # the smallest label sent to each node (the inbox is sorted by node)
+        to, starts = np.unique(inbox[0], return_index=True)
+        value = np.minimum.reduceat(inbox[1], starts)
+        del inbox
+        labels = self.labels(r - 1, q, adj).copy()
+        at = np.searchsorted(labels[0], to)
+        fell = value < labels[1][at]
+        at = at[fell]
+        if not len(at):
+            return {"changed": 0, "sent": 0}
+        labels[1][at] = value[fell]
+        del to, value, fell
+        _save(self._labels_path(r, q), labels)
+        adj = self.adjacency(q) if adj is None else adj
+        # every half-edge of a node whose label fell carries the new label to its neighbour
+        lo = np.searchsorted(adj[0], labels[0][at])
+        counts = np.searchsorted(adj[0], labels[0][at], side="right") - lo
+        idx = np.repeat(lo - np.r_[0, np.cumsum(counts)[:-1]], counts) + np.arange(counts.sum())
+        out = np.stack([adj[1][idx], np.repeat(labels[1][at], counts)])
+        del adj, idx
+        file_by_part(lambda d: self._sent_path(r, q, d), out, out[0], self.n, self.parts)
+        return {"changed": int(len(at)), "sent": int(out.shape[1])}
+
+    # -- the rest, and the answer
+    def run_resolve(self, rounds: int) -> dict[str, int]:
+        """Join the labels that the messages still in flight after ``rounds`` rounds
+        connect; the smallest of each joined set is its answer (``resolved.npy``: label,
+        answer, for the labels that change)."""
+        pending = [
+            _load_pairs(self._sent_path(rounds, s, q) for s in range(self.parts))
+            for q in range(self.parts)
+        ]
+        a, b = [], []
+        for q, sent in enumerate(pending):
+            if not sent.shape[1]:
+                continue
+            labels = self.labels(rounds, q)
+            a.append(labels[1][np.searchsorted(labels[0], sent[0])])
+            b.append(sent[1])
+        mapping = _EMPTY
+        if a:
+            ends = np.concatenate([np.concatenate(a), np.concatenate(b)])
+            ids, inverse = np.unique(ends, return_inverse=True)
+            half = len(ends) // 2
+            roots = _components(len(ids), inverse[:half], inverse[half:])
+            moved = roots != np.arange(len(ids))
+            mapping = np.stack([ids[moved], ids[roots[moved]]])
+        _save(self.work / "resolved.npy", mapping)
+        return {"pending": int(sum(s.shape[1] for s in pending)), "resolved": mapping.shape[1]}
+
+    def run_count(self, rounds: int, q: int) -> dict[str, int]:
+        """Range q's final labels, and its nodes counted per label (filed under the label's
+        range)."""
+        labels = self.labels(rounds, q)
+        mapping = np.load(self.work / "resolved.npy")
+        if mapping.shape[1] and labels.shape[1]:
+            at = np.minimum(np.searchsorted(mapping[0], labels[1]), mapping.shape[1] - 1)
+            hit = mapping[0][at] == labels[1]
+            labels = labels.copy()
+            labels[1][hit] = mapping[1][at[hit]]
+        _save(self._final_path(q), labels)
+        values, counts = np.unique(labels[1], return_counts=True)
+        rows = np.stack([values, counts.astype(np.int64)])
+        file_by_part(lambda lq: self._count_path(q, lq), rows, values, self.n, self.parts)
+        return {"clustered": int(labels.shape[1])}
+
+    def run_tally(self, lq: int) -> dict[str, int]:
+        """For the labels of range lq: each one's size, and for each range q the number of
+        its nodes in ranges before q (``tally/<lq>/q<q>.npy``: label, before, size)."""
+        counts = [np.load(self._count_path(q, lq)) for q in range(self.parts)]
+        label = np.concatenate([c[0] for c in counts])
+        count = np.concatenate([c[1] for c in counts])
+        q_of = np.repeat(np.arange(self.parts), [c.shape[1] for c in counts])
+        order = np.lexsort((q_of, label))  # by label, ranges in order
+        label, count, q_of = label[order], count[order], q_of[order]
+        start = np.r_[True, label[1:] != label[:-1]] if len(label) else np.empty(0, bool)
+        run = np.cumsum(start) - 1
+        total = np.bincount(run, weights=count).astype(np.int64) if len(label) else count
+        running = np.cumsum(count) - count
+        before = running - running[np.flatnonzero(start)][run] if len(label) else count
+        for q in range(self.parts):
+            sel = q_of == q
+            rows = np.stack([label[sel], before[sel], total[run[sel]] if len(label) else count])
+            _save(self._tally_path(lq, q), rows)
+        return {"clusters": int(start.sum())}
+
+    def cluster_columns(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Nodes ``[lo, hi)``'s cluster (its smallest node), size and rank in it."""
+        cluster = np.arange(lo, hi, dtype=np.int64)
+        size = np.ones(hi - lo, dtype=np.int64)
+        rank = np.zeros(hi - lo, dtype=np.int64)
+        if hi <= lo:
+            return cluster, size, rank
+        first, last = part_of(np.array([lo, hi - 1]), self.n, self.parts)
+        for q in range(int(first), int(last) + 1):
+            final = np.load(self._final_path(q))
+            tally = np.concatenate(
+                [np.load(self._tally_path(lq, q)) for lq in range(self.parts)], axis=1
+            )
+            tally = tally[:, np.argsort(tally[0], kind="stable")]
+            # rank inside the range: by label, then node (final is sorted by node)
+            order = np.lexsort((final[0], final[1]))
+            lab = final[1][order]
+            start = np.r_[True, lab[1:] != lab[:-1]] if len(lab) else np.empty(0, bool)
+            head = np.maximum.accumulate(np.where(start, np.arange(len(lab)), 0))
+            local = np.empty(len(lab), dtype=np.int64)
+            local[order] = np.arange(len(lab)) - head
+            at = np.searchsorted(tally[0], final[1])
+            sel = (final[0] >= lo) & (final[0] < hi)
+            pos = final[0][sel] - lo
+            cluster[pos] = final[1][sel]
+            size[pos] = tally[2][at[sel]]
+            rank[pos] = tally[1][at[sel]] + local[sel]
+        return cluster, size, rank
