@@ -35,10 +35,11 @@ vocabulary never does. Tokenizers are cached per process: workers load each spec
 
 from __future__ import annotations
 
-import base64
+import binascii
 import contextlib
 import functools
 import json
+import operator
 import os
 import sysconfig
 import tempfile
@@ -182,13 +183,21 @@ class TiktokenTokenizer(_Base):
         h = xxhash.xxh3_128()
         h.update(b"tiktoken\0")
         h.update(enc._pat_str.encode())
-        # Ranks in rank order: the merge order is the rank order in tiktoken's BPE.
-        for token, rank in sorted(enc._mergeable_ranks.items(), key=lambda kv: kv[1]):
-            h.update(rank.to_bytes(4, "little"))
-            h.update(len(token).to_bytes(2, "little"))
-            h.update(token)
+        # Ranks in rank order: the merge order is the rank order in tiktoken's BPE. Hashed
+        # as one joined string (the same digest as an update per field, at half the cost).
+        h.update(
+            b"".join(
+                rank.to_bytes(4, "little") + len(token).to_bytes(2, "little") + token
+                for token, rank in self.ranks_in_order()
+            )
+        )
         h.update(json.dumps(sorted(enc._special_tokens.items())).encode())
         self.fingerprint = h.hexdigest()
+
+    def ranks_in_order(self) -> list[tuple[bytes, int]]:
+        """(token, rank) of the mergeable tokens by rank (tiktoken reads them in that order
+        from its files; sorting an ordered list is a linear pass)."""
+        return sorted(self._enc._mergeable_ranks.items(), key=operator.itemgetter(1))
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         return [self._core.encode_ordinary(t) for t in texts]
@@ -221,9 +230,10 @@ class TiktokenTokenizer(_Base):
         # the fast engine uses exactly the vocabulary tiktoken loaded).
         with tempfile.TemporaryDirectory(prefix="shardyard-tok-") as d:
             path = Path(d) / "ranks.tiktoken"
-            with path.open("wb") as f:
-                for token, rank in sorted(self._enc._mergeable_ranks.items(), key=lambda kv: kv[1]):
-                    f.write(base64.b64encode(token) + b" %d\n" % rank)
+            b64 = binascii.b2a_base64
+            path.write_bytes(
+                b"".join(b64(t, newline=False) + b" %d\n" % r for t, r in self.ranks_in_order())
+            )
             return gigatoken.Tokenizer.from_tiktoken(
                 path, pretokenizer=pre, special_tokens=dict(self._enc._special_tokens)
             )

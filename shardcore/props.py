@@ -40,6 +40,7 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 PROPS = "props"  # the struct column of the user's properties
@@ -157,11 +158,105 @@ def _has_empty_struct(t: pa.DataType) -> bool:
     return False
 
 
+# ----------------------------------------------------------------- arrays without pandas
+# Before pyarrow converts anything with pa.array (a list, a numpy array) or to numpy, it
+# asks whether it is a pandas object, and imports pandas to ask (~0.2 CPU-s a process that
+# has no other use for it). The sidecars' own columns and flat properties are built from
+# their buffers instead; these functions give the arrays pa.array would.
+
+
+def numbers(values: np.ndarray, valid: np.ndarray | None = None) -> pa.Array:
+    """A numeric or boolean numpy array as an Arrow array of its type; ``valid`` (bools)
+    marks the non-null values."""
+    values = np.ascontiguousarray(values)
+    n = len(values)
+    if values.dtype == np.bool_:
+        data = pa.py_buffer(np.packbits(values, bitorder="little"))
+    else:
+        data = pa.py_buffer(values)
+    mask, nulls = None, 0
+    if valid is not None and not valid.all():
+        mask = pa.py_buffer(np.packbits(valid, bitorder="little"))
+        nulls = n - int(np.count_nonzero(valid))
+    return pa.Array.from_buffers(
+        pa.from_numpy_dtype(values.dtype), n, [mask, data], null_count=nulls
+    )
+
+
+def strings(values: Sequence[str | None]) -> pa.Array:
+    """Python strings (or None) as an Arrow ``string`` array."""
+    data = [b"" if v is None else v.encode("utf-8") for v in values]
+    offsets = np.zeros(len(data) + 1, dtype=np.int64)
+    np.cumsum(np.fromiter(map(len, data), dtype=np.int64, count=len(data)), out=offsets[1:])
+    if offsets[-1] >= 1 << 31:  # beyond a string array's 32-bit offsets: pyarrow chunks it
+        return pa.array(values, type=pa.string())
+    valid = np.fromiter((v is not None for v in values), dtype=bool, count=len(values))
+    mask, nulls = None, len(values) - int(np.count_nonzero(valid))
+    if nulls:
+        mask = pa.py_buffer(np.packbits(valid, bitorder="little"))
+    buffers = [mask, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(b"".join(data))]
+    return pa.Array.from_buffers(pa.string(), len(data), buffers, null_count=nulls)
+
+
+def int64_values(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """The values of an int64 column without nulls, as numpy."""
+    chunks = col.chunks if isinstance(col, pa.ChunkedArray) else [col]
+    if col.null_count or not pa.types.is_int64(col.type):
+        raise ValueError(f"expected int64 values without nulls, got {col.type}")
+    parts = [
+        np.frombuffer(c.buffers()[1], dtype=np.int64)[c.offset : c.offset + len(c)]
+        for c in chunks
+        if len(c)
+    ]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+
+# A Python value's type -> the Arrow type pa.array infers for a field of only such values.
+_FLAT = {str: pa.string(), bool: pa.bool_(), int: pa.int64(), float: pa.float64()}
+
+
+def _flat_struct(rows: Sequence[dict[str, Any]]) -> pa.Array | None:
+    """``pa.array(rows)`` for rows whose values are all None, str, bool, int (64-bit) or
+    float, each key's values of one type (None aside): the same struct, fields in order of
+    first appearance, built from buffers. None for any other rows (pa.array decides)."""
+    kinds: dict[str, type | None] = {}
+    for r in rows:
+        for k, v in r.items():
+            t = type(v)
+            if v is None:
+                kinds.setdefault(k, None)
+            elif t not in _FLAT or kinds.setdefault(k, t) not in (t, None):
+                return None
+            elif kinds[k] is None:
+                kinds[k] = t
+            if t is int and not _INT64[0] <= v <= _INT64[1]:
+                return None
+    fields, arrays = [], []
+    for k, kind in kinds.items():
+        values = [r.get(k) for r in rows]
+        if kind is None:
+            arrays.append(pa.nulls(len(rows)))
+        elif kind is str:
+            arrays.append(strings(values))
+        else:
+            valid = np.fromiter((v is not None for v in values), dtype=bool, count=len(rows))
+            np_type = {bool: np.bool_, int: np.int64, float: np.float64}[kind]
+            filled: np.ndarray = np.fromiter(
+                (0 if v is None else v for v in values), np_type, len(rows)
+            )
+            arrays.append(numbers(filled, valid))
+        fields.append(pa.field(str(k), arrays[-1].type))
+    return pa.StructArray.from_arrays(arrays, fields=fields)
+
+
 def to_arrow(rows: Sequence[dict[str, Any]]) -> pa.Array | None:
     """The properties of ``rows`` (one dict per document) as one struct array, or None when
     no document has any property."""
     if not any(rows):
         return None
+    flat = _flat_struct(rows)
+    if flat is not None:
+        return flat
     try:  # pyarrow's own inference agrees with the rule wherever it succeeds
         arr = pa.array(rows)
         if pa.types.is_struct(arr.type) and not _has_empty_struct(arr.type):

@@ -307,12 +307,14 @@ class _PartWriter:
         c1 = time.process_time()
         self.cpu["chunk_tokens"] += c1 - c0
         n = len(self.lines)
-        cols = {
-            "file": pa.array([self.file] * n, type=pa.string()),
-            "line": pa.array(self.lines, type=pa.int64()),
-            "byte_offset": pa.array(self.offsets, type=pa.int64()),
-            "n_tokens": pa.array(lengths, type=pa.int32()),
-            "n_bytes": pa.array(self.nbytes, type=pa.int64()),
+        has_offset = np.fromiter((o is not None for o in self.offsets), dtype=bool, count=n)
+        offsets = np.fromiter((o or 0 for o in self.offsets), dtype=np.int64, count=n)
+        cols = {  # built from numpy (props.numbers): pa.array would import pandas
+            "file": props.strings([self.file] * n),
+            "line": props.numbers(np.array(self.lines, dtype=np.int64)),
+            "byte_offset": props.numbers(offsets, has_offset),
+            "n_tokens": props.numbers(lengths),
+            "n_bytes": props.numbers(np.array(self.nbytes, dtype=np.int64)),
         }
         user = props.to_arrow(self.props)
         if user is not None:
@@ -544,7 +546,6 @@ def _run_assemble(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
     if not mine:
         return {"kind": "assemble", "shards": shards}
     # Imported here: most assemble units own no shard start and return above.
-    import pyarrow as pa
     import pyarrow.parquet as pq
 
     cpu = {"copy": 0.0, "checksums": 0.0}
@@ -579,12 +580,13 @@ def _run_assemble(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
                 c0 = time.process_time()
                 w.add_file_range(Path(f"{stem}.bin"), t0, t1, lengths[a:b])  # type: ignore[attr-defined]
                 cpu["copy"] += time.process_time() - c0
-                t = pq.read_table(f"{stem}.docs.parquet").slice(a, b - a)
-                line = t["line"].to_numpy() + np.int64(line_base[c["part"]])
-                t = t.set_column(t.column_names.index("line"), "line", pa.array(line))
-                t = t.add_column(
-                    0, "doc_id", pa.array(np.arange(c["doc0"] + a, c["doc0"] + b, dtype=np.int64))
-                )
+                # ParquetFile, not read_table: pyarrow.dataset imports pandas.
+                with pq.ParquetFile(f"{stem}.docs.parquet") as pf:
+                    t = pf.read().slice(a, b - a)
+                line = props.int64_values(t["line"]) + np.int64(line_base[c["part"]])
+                t = t.set_column(t.column_names.index("line"), "line", props.numbers(line))
+                doc_ids = np.arange(c["doc0"] + a, c["doc0"] + b, dtype=np.int64)
+                t = t.add_column(0, "doc_id", props.numbers(doc_ids))
                 tables.append(t)
         table = props.concat(tables).combine_chunks()
         side = out / SHARDS_DIR / f"{name}.docs.parquet"
