@@ -310,13 +310,26 @@ class PoolReader:
         column it needs (``document_columns``)."""
         return self.document_columns([name])[1][name]
 
-    def document_columns(self, names: list[str]) -> tuple[int, dict[str, np.ndarray]]:
+    def document_columns(
+        self, names: list[str], rows: slice | None = None
+    ) -> tuple[int, dict[str, np.ndarray]]:
         """The number of documents and, per name (as ``document_values`` names them), one
         value per document, reading only the top-level columns of the documents table
         those names need (a user property: the properties column; ``_doc.<column>`` or a
-        bare column: that column), never the whole table."""
+        bare column: that column), never the whole table. ``rows`` (a slice of step 1):
+        only those documents' values, reading only the files and row groups holding them
+        (the number of documents is still the whole table's)."""
         import pyarrow.parquet as pq
 
+        if rows is not None:
+            start, stop, step = rows.indices(self.num_documents)
+            if step != 1:
+                raise InputError(f"rows: a range of consecutive documents, not step {step}")
+            parts = [b for _, b in self.iter_document_columns(names, rows=(start, stop))]
+            return self.num_documents, {
+                name: np.concatenate([p[name] for p in parts]) if parts else np.zeros(0)
+                for name in names
+            }
         batches = list(self.iter_document_columns(names))
         parts = [batch for _, batch in batches]
         if names:  # the batches are contiguous rows: the last one ends the table
@@ -329,17 +342,54 @@ class PoolReader:
             for name in names
         }
 
+    @property
+    def num_documents(self) -> int:
+        """The pool's documents (the rows of its documents table), from its manifest."""
+        return int(self.manifest["documents"])
+
+    def _document_parts(
+        self, rows: tuple[int, int] | None
+    ) -> Iterator[tuple[Path | RangedFile, int, list[int] | None]]:
+        """The documents table's files holding ``rows`` (all: None), each with its first
+        document's row and the row groups to read (None: all of them). A partitioned
+        table's files are placed by the manifest's ``first_document``, without opening
+        the others. Without ``rows`` the files' first rows are not looked up (-1)."""
+        import pyarrow.parquet as pq
+
+        files = self.document_files()
+        if rows is None:
+            for rel in files:  # the rows follow on from file to file
+                yield self._document_file(rel), -1, None
+            return
+        firsts = self._first_documents if self.partitioned else np.zeros(1, dtype=np.int64)
+        ends = [*np.asarray(firsts[1:]).tolist(), self.num_documents]
+        for rel, first, end in zip(files, np.asarray(firsts).tolist(), ends, strict=True):
+            if end <= rows[0] or first >= rows[1] or rows[0] >= rows[1]:
+                continue
+            f = self._document_file(rel)
+            meta = pq.ParquetFile(f).metadata
+            groups, at, keep, base = [], int(first), False, None
+            for g in range(meta.num_row_groups):
+                n = meta.row_group(g).num_rows
+                keep = at < rows[1] and at + n > rows[0]
+                if keep:
+                    base = at if base is None else base
+                    groups.append(g)
+                at += n
+            if groups:
+                yield f, int(base if base is not None else first), groups
+
     def iter_document_columns(
-        self, names: list[str], batch_rows: int = 1 << 20
+        self, names: list[str], batch_rows: int = 1 << 20, rows: tuple[int, int] | None = None
     ) -> Iterator[tuple[int, dict[str, np.ndarray]]]:
         """``document_columns`` in batches of at most ``batch_rows`` documents, in pool
-        order: (the first document's row, {name: values}). Memory: one batch."""
+        order: (the first document's row, {name: values}). Memory: one batch. ``rows``
+        (start, stop): only those documents, from the files and row groups holding them."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 
         # A partitioned table (a pool of many buckets) is its shards' sidecars, in shard
         # order; their source fingerprints come from the manifest's sources.
-        files = [self._document_file(rel) for rel in self.document_files()]
         schema = self.document_schema
         facts = [c for c in schema.names if c != props.PROPS]
         derived = self.partitioned and SOURCE_FP_COL not in facts
@@ -366,23 +416,42 @@ class PoolReader:
             return
         columns = sorted({c for c, _ in plan.values()})
         read = sorted({SOURCE_COL if c == SOURCE_FP_COL and derived else c for c in columns})
+        fps = None
         if derived and SOURCE_FP_COL in columns:
             fps = arrow_strings([s["fingerprint"] for s in self.manifest.get("sources") or []])
-        first = 0
-        for f in files:
-            for batch in pq.ParquetFile(f).iter_batches(batch_size=batch_rows, columns=read):
-                table = pa.Table.from_batches([batch])
-                if derived and SOURCE_FP_COL in columns:
-                    src = as_numpy(table.column(SOURCE_COL))
-                    table = table.append_column(SOURCE_FP_COL, fps.take(arrow_array(src)))
-                out: dict[str, np.ndarray] = {}
-                for name, (col, how) in plan.items():
-                    arr = props.column(table, name) if how == "prop" else table.column(col)
-                    if isinstance(arr, pa.ChunkedArray):
-                        arr = arr.combine_chunks()
-                    out[name] = props.as_text_if_nested(arr).to_numpy(zero_copy_only=False)
-                yield first, out
-                first += table.num_rows
+        at = 0
+        for f, start, groups in self._document_parts(rows):
+            at = start if start >= 0 else at
+            batches = pq.ParquetFile(f).iter_batches(
+                batch_size=batch_rows, columns=read, row_groups=groups
+            )
+            for batch in batches:
+                n = batch.num_rows
+                lo, hi = (0, n) if rows is None else (max(rows[0] - at, 0), min(rows[1] - at, n))
+                if lo < hi:  # a row group's rows outside ``rows``: not kept
+                    part = batch if (lo, hi) == (0, n) else batch.slice(lo, hi - lo)
+                    yield at + lo, _batch_values(pa.Table.from_batches([part]), plan, fps)
+                at += n
 
     def locate(self, sample: int | None = None, tokens: int | None = None) -> dict[str, int | str]:
         return locate_pool(self.manifest, sample=sample, tokens=tokens)
+
+
+def _batch_values(
+    table: pa.Table, plan: dict[str, tuple[str, str]], fps: pa.Array | None
+) -> dict[str, np.ndarray]:
+    """Per name of ``plan`` (name -> (top-level column, "fact" or "prop")), the batch's
+    values as an array; ``fps``: the sources' fingerprints, to derive each row's from its
+    source index (a partitioned table)."""
+    import pyarrow as pa
+
+    if fps is not None:
+        src = as_numpy(table.column(SOURCE_COL))
+        table = table.append_column(SOURCE_FP_COL, fps.take(arrow_array(src)))
+    out: dict[str, np.ndarray] = {}
+    for name, (col, how) in plan.items():
+        arr = props.column(table, name) if how == "prop" else table.column(col)
+        if isinstance(arr, pa.ChunkedArray):
+            arr = arr.combine_chunks()
+        out[name] = props.as_text_if_nested(arr).to_numpy(zero_copy_only=False)
+    return out

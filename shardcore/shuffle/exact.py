@@ -21,7 +21,7 @@ from collections.abc import Iterator
 import numpy as np
 
 PASS1, PASS2 = 1, 2
-CHUNK = 1 << 20  # pass 1's draws held at a time by ``head``
+CHUNK = 1 << 18  # pass 1's draws held at a time by ``head``
 
 
 def num_buckets(counts: np.ndarray, min_buckets: int, **options: object) -> int:
