@@ -127,8 +127,9 @@ def tokenize(a: argparse.Namespace, work: Path) -> list[Row]:
         Row("tokenize", f"{what}, tokens per CPU-s", f"{med['pipeline'] / 1e6:.2f} M",
             f"gigatoken raw batch loop {med['gigatoken'] / 1e6:.2f} M",
             med["pipeline"] / med["gigatoken"],
-            "the process's start-up (imports, tokenizer load and probe) is a fixed cost: "
-            "most of it on a small corpus"),
+            "whole processes both (start-up, imports, the engine's load, reading the files); "
+            "the pipeline's fixed cost (the reference's load and the probe) weighs most on a "
+            "small corpus"),
         Row("tokenize", f"{what}, tokens per CPU-s", f"{med['pipeline'] / 1e6:.2f} M",
             f"tiktoken raw loop {med['tiktoken'] / 1e6:.2f} M",
             med["pipeline"] / med["tiktoken"]),
