@@ -30,7 +30,8 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
         "--max-samples",
         type=int,
         default=MAX_SAMPLES,
-        help="a mixture is measured on its first this many samples (only they are read)",
+        help="a pool or mixture is measured on its first this many records or samples (only "
+        "they and their documents are read)",
     )
     p.add_argument("--json", action="store_true", help="print the full report as JSON")
     p.add_argument(
@@ -52,7 +53,8 @@ MAX_SAMPLES = 1 << 20
 
 
 def labels_of(path: str, prop: str, max_samples: int = MAX_SAMPLES) -> quality.Coded | np.ndarray:
-    """The labels measured: a pool's per record; a mixture's first ``max_samples``
+    """The labels measured: a pool's first ``max_samples`` records' (their main documents',
+    read by row range: ``PoolReader.record_labels``); a mixture's first ``max_samples``
     samples', as integer codes (``quality.mixture_labels``: the rest of the schedule is
     not read)."""
     kind = read_manifest(path).get("kind")
@@ -60,7 +62,8 @@ def labels_of(path: str, prop: str, max_samples: int = MAX_SAMPLES) -> quality.C
         mix = Mixture(path)
         return quality.mixture_labels(mix, prop, 0, min(mix.num_samples, max_samples))
     if kind == "pool":
-        return PoolReader(path).record_labels(prop)
+        pool = PoolReader(path)
+        return pool.record_labels(prop, np.arange(min(pool.num_records, max_samples)))
     raise CLIError(f"{path}: quality needs a pool or a mixture, not a {kind!r}")
 
 
@@ -99,6 +102,8 @@ def run(args: argparse.Namespace) -> int:
 def _num_samples(path: str) -> int | None:
 
     manifest = read_manifest(path)
+    if manifest.get("kind") == "pool":
+        return int(manifest["num_records"])
     return int(manifest["num_samples"]) if manifest.get("kind") == "mixture" else None
 
 

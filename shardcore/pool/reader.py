@@ -270,8 +270,10 @@ class PoolReader:
         ``property`` of its main document (see ``document_values`` for the names).
 
         With ``records``, only the shards holding them are read (their segments, for the
-        main documents) and the property's column a batch at a time, keeping the values of
-        those documents alone: memory grows with the records asked for, not the pool."""
+        main documents) and the property's column a batch at a time from the first of
+        their documents to the last (documents are numbered in record order), keeping the
+        values of those documents alone: memory grows with the records asked for, not the
+        pool."""
         if records is None:
             return self.document_values(property)[self.main_documents()]
         wanted, back = np.unique(np.asarray(records, dtype=np.int64), return_inverse=True)
@@ -292,12 +294,19 @@ class PoolReader:
         main[main < 0] = int(self.manifest["documents"]) - 1
         rows, inv = np.unique(main, return_inverse=True)
         values: np.ndarray | None = None
-        for first, cols in self.iter_document_columns([property]):
-            col = cols[property]
-            if values is None:
-                values = np.empty(rows.size, dtype=col.dtype)
-            lo, hi = np.searchsorted(rows, [first, first + len(col)])
-            values[lo:hi] = col[rows[lo:hi] - first]
+        # Only the files and row groups from the first document asked to the last (the
+        # last document of a record without one, apart).
+        last = int(self.manifest["documents"]) - 1
+        spans = [(int(rows[0]), int(rows[-1]) + 1)]
+        if rows.size > 1 and rows[-1] == last and rows[-2] < last - 1:
+            spans = [(int(rows[0]), int(rows[-2]) + 1), (last, last + 1)]
+        for span in spans:
+            for first, cols in self.iter_document_columns([property], rows=span):
+                col = cols[property]
+                if values is None:
+                    values = np.empty(rows.size, dtype=col.dtype)
+                lo, hi = np.searchsorted(rows, [first, first + len(col)])
+                values[lo:hi] = col[rows[lo:hi] - first]
         if values is None:
             return np.zeros(0, dtype=object)
         return values[inv][back]

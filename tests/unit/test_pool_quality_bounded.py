@@ -142,3 +142,26 @@ def test_a_range_of_documents_reads_only_the_files_holding_it(pools, pool, monke
             assert np.array_equal(part[name], whole[name][start:stop]), (start, stop, name)
         if reader.partitioned and stop - start == 1:
             assert len(opened) == 1  # one sidecar, not every shard's
+
+
+@pytest.mark.parametrize("pool", ["two", "two-fanned"])
+def test_the_command_measures_a_pools_first_records_reading_their_documents(pools, pool, capsys):
+    """``shardyard quality`` on a pool: its first ``--max-samples`` records, labelled from
+    the documents they hold (read by row range), as the whole pool's labels cut there."""
+    from shardcore.cli import main
+
+    reader = PoolReader(pools[pool])
+    whole = reader.record_labels("kind")
+    for limit in (64, reader.num_records + 5):
+        capsys.readouterr()
+        args = ["quality", str(pools[pool]), "--by", "kind", "--max-samples", str(limit)]
+        assert main([*args, "--json"]) == 0
+        got = json.loads(capsys.readouterr().out)
+        want = quality.report(whole[:limit], batch_size=1024)
+        assert got == json.loads(json.dumps(want))
+    assert main(["quality", str(pools[pool]), "--by", "kind", "--max-samples", "64"]) == 0
+    assert f"64 samples (the first of {reader.num_records:,})" in capsys.readouterr().out
+    recs = np.arange(0, reader.num_records, 7)
+    assert np.array_equal(
+        reader.record_labels("_doc.n_tokens", recs), reader.record_labels("_doc.n_tokens")[recs]
+    )
