@@ -18,13 +18,16 @@ from shardcore.pool.inputs import InputTable
 from shardcore.pool.io import (
     FileDocuments,
     HashingWriter,
+    aligned_empty,
     bytes_entry,
     copy_ranges,
+    direct_opener,
     file_entry,
     read_run,
     read_spans,
     stream_bounds,
     stream_window,
+    window_items,
 )
 from shardcore.pool.layout import (
     INPUT_COL,
@@ -104,14 +107,16 @@ def _write_records(
     ``rel`` + extension), checksummed from the bytes as they are written.
 
     Two windows alternate: while one is written (and hashed) by a background thread, the
-    next is gathered here; both the copy loop and the write release the GIL."""
+    next is gathered here; both the copy loop and the write release the GIL. The windows
+    are whole blocks of direct I/O (``HashingWriter``), not whole records: where records
+    and windows end changes no byte of the stream."""
     records = -(-docs.total // width)
     end = records * width
-    size = max(1, chunk // width) * width
+    size = window_items(max(chunk, width), dtype.itemsize)
     prefix.parent.mkdir(parents=True, exist_ok=True)
-    bufs = [np.empty(size, dtype=dtype) for _ in range(2)]
+    bufs = [aligned_empty(min(size, max(1, end)), dtype) for _ in range(2)]
     waiting: list = [None, None]
-    with atomic.atomic_open(bin_path(prefix), "wb", buffering=0) as f:
+    with atomic.atomic_open(bin_path(prefix), "wb", buffering=0, opener=direct_opener) as f:
         writer = HashingWriter(f, end * dtype.itemsize)
         try:
             for k, w0 in enumerate(range(0, end, size)):
@@ -122,7 +127,7 @@ def _write_records(
                 docs.fill(view, w0)
                 if w0 + view.size > docs.total:
                     view[max(0, docs.total - w0) :] = pad_id
-                waiting[j] = writer.submit(view)
+                waiting[j] = writer.submit(bufs[j], view.size)
             for w in waiting:
                 if w is not None:
                     w.result()  # a failed write raises here
