@@ -614,10 +614,10 @@ def direct_opener(path: str, flags: int) -> int:
 
 
 def aligned_empty(count: int, dtype: np.dtype) -> np.ndarray:
-    """An uninitialized array of ``count`` items starting on a page (anonymous memory, so
-    aligned for direct I/O), its size rounded up to DIRECT_ALIGN bytes."""
+    """An uninitialized array of at least ``count`` items (rounded up to whole DIRECT_ALIGN
+    blocks) starting on a page: anonymous memory, aligned for direct I/O."""
     nbytes = -(-max(1, count * dtype.itemsize) // DIRECT_ALIGN) * DIRECT_ALIGN
-    return np.frombuffer(mmap.mmap(-1, nbytes), dtype=dtype, count=count)
+    return np.frombuffer(mmap.mmap(-1, nbytes), dtype=dtype)
 
 
 def window_items(items: int, itemsize: int) -> int:

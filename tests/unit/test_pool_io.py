@@ -94,3 +94,32 @@ def test_it_names_a_file_shorter_than_the_spans_it_reads(tmp_path):
         pool_io.read_spans(path, np.array([3900]), np.array([800]), out, span=1 << 20)
     with pytest.raises(ValueError, match="ascending"):
         pool_io.read_spans(path, np.array([400, 0]), np.array([8, 8]), out, span=1 << 20)
+
+
+@pytest.mark.parametrize("direct", [True, False])
+@pytest.mark.parametrize("size", [1, 4095, 4096, 3 * 4096 + 7, 5 * 4096])
+def test_it_writes_windows_and_their_checksums_as_file_entry_reads_them(tmp_path, direct, size):
+    # Direct I/O writes whole blocks and cuts the last one back; buffered writes the bytes:
+    # either way the file holds the stream, and its entry is the one read back from disk.
+    data = np.frombuffer(np.random.default_rng(size).bytes(size), dtype=np.uint8)
+    window = pool_io.window_items(2 * 4096, 1)
+    path = tmp_path / "out.bin"
+    opener = pool_io.direct_opener if direct else None
+    bufs = [pool_io.aligned_empty(window, np.dtype(np.uint8)) for _ in range(2)]
+    with open(path, "wb", buffering=0, opener=opener) as f:
+        writer = pool_io.HashingWriter(f, size)
+        for k, w0 in enumerate(range(0, size, window)):
+            buf = bufs[k % 2]
+            n = min(window, size - w0)
+            buf[:n] = data[w0 : w0 + n]
+            writer.submit(buf, n).result()
+        writer.close()
+    assert path.read_bytes() == data.tobytes()
+    assert writer.entry("out.bin") == pool_io.file_entry(path, "out.bin")
+
+
+def test_it_aligns_windows_to_whole_blocks():
+    assert pool_io.window_items(2_500, 4) == 2048  # two blocks of 1,024 int32
+    assert pool_io.window_items(10, 4) == 1024  # at least one block
+    buf = pool_io.aligned_empty(10, np.dtype(np.int32))
+    assert buf.ctypes.data % pool_io.DIRECT_ALIGN == 0 and buf.nbytes == pool_io.DIRECT_ALIGN
