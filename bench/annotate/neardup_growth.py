@@ -62,6 +62,8 @@ with tempfile.TemporaryDirectory(prefix="sy-annmod-growth-") as out:
         tracemalloc.stop()
     comp = neardup._components_of(plan)
     rounds = neardup.ROUNDS
+    half_edges = [sum(np.load(comp.adjacency_path(s, q), mmap_mode="r").shape[1]
+                      for s in range(partitions)) for q in range(partitions)]
     steps = [(f"round-{r}", lambda q, r=r: comp.run_round(r, q)) for r in range(1, rounds + 1)]
     steps += [("resolve", lambda q: comp.run_resolve(rounds) if q == 0 else {}),
               ("count", lambda q: comp.run_count(rounds, q)), ("tally", comp.run_tally)]
@@ -99,6 +101,7 @@ print(json.dumps({"documents": n, "partitions": partitions,
     "cluster_unit_peak_mb": round(peak_clusters / 2**20, 1),
     "write_unit_peak_mb": round(peak_write / 2**20, 1), "cluster_peaks_mb": peaks,
     "changed_per_round": changed, "pending_after_rounds": pending,
+    "half_edges_per_range_max": max(half_edges), "documents_per_range": -(-n // partitions),
     "edges": edges, "planted_near_found": round(found, 4),
     "planted_exact_found": round(found_exact, 4)}))
 """

@@ -148,11 +148,12 @@ class Components:
         at = np.searchsorted(labels[0], to)
         fell = value < labels[1][at]
         at = at[fell]
-        if not len(at):
-            return {"changed": 0, "sent": 0}
         labels[1][at] = value[fell]
         del to, value, fell
-        _save(self._labels_path(r, q), labels)
+        if len(at) or r == 1:  # round 1's always: no later unit reads the adjacency for it
+            _save(self._labels_path(r, q), labels)
+        if not len(at):
+            return {"changed": 0, "sent": 0}
         adj = self.adjacency(q) if adj is None else adj
         # every half-edge of a node whose label fell carries the new label to its neighbour
         lo = np.searchsorted(adj[0], labels[0][at])

@@ -167,23 +167,15 @@ def plan_group(
         for j in range(len(s["shards"]))
     ]
     write = [{**u, "id": f"write-{u['source']}-{u['shard']}"} for u in sig]
-    ranges = range(partitions)
     return units.Plan(
         STAGE,
         str(out),
         dict(ann.params),
         [
             sig,
-            [{"id": f"bucket-{q}", "partition": q} for q in ranges],
-            *[
-                [{"id": f"round-{r}-{q}", "round": r, "part": q} for q in ranges]
-                for r in range(1, ROUNDS + 1)
-            ],
-            [{"id": "resolve"}],
-            [{"id": f"count-{q}", "part": q} for q in ranges],
-            [{"id": f"tally-{q}", "part": q} for q in ranges],
+            *cluster_phases(partitions),
             write,
-        ],  # fmt: skip
+        ],
         meta={
             "sources": srcs,
             "documents": n,
@@ -195,6 +187,38 @@ def plan_group(
             "artifacts": [s["path"] for s in srcs],
         },
     )
+
+
+def cluster_phases(partitions: int) -> list[list[dict[str, Any]]]:
+    """The phases between the signatures and the writing: the bucket units, then the
+    clusters by rounds over ``partitions`` ranges (``shardcore.annotate.components``)."""
+    ranges = range(partitions)
+    rounds = [
+        [{"id": f"round-{r}-{q}", "round": r, "part": q} for q in ranges]
+        for r in range(1, ROUNDS + 1)
+    ]
+    return [
+        [{"id": f"bucket-{q}", "partition": q} for q in ranges],
+        *rounds,
+        [{"id": "resolve"}],
+        [{"id": f"count-{q}", "part": q} for q in ranges],
+        [{"id": f"tally-{q}", "part": q} for q in ranges],
+    ]
+
+
+def run_on_ranges(comp: Components, unit: dict[str, Any]) -> dict[str, Any] | None:
+    """Run a unit of the clusters' rounds (round, resolve, count, tally) on ``comp``;
+    None for a unit of another kind."""
+    kind = unit["id"].split("-", 1)[0]
+    if kind == "round":
+        return comp.run_round(unit["round"], unit["part"])
+    if kind == "resolve":
+        return comp.run_resolve(ROUNDS)
+    if kind == "count":
+        return comp.run_count(ROUNDS, unit["part"])
+    if kind == "tally":
+        return comp.run_tally(unit["part"])
+    return None
 
 
 def annotation_paths(out: str | Path) -> list[str]:
@@ -242,9 +266,24 @@ def _run_signatures(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
 def write_keys(plan: units.Plan, name: str, sig: np.ndarray, exact: np.ndarray, first: int) -> None:
     """A signature unit's files: signatures, exact hashes, and bucket rows by partition
     for documents ``first``, ``first + 1``, ... (global numbers)."""
-    out, ann = Path(plan.out), _annotator(plan)
+    out = Path(plan.out)
+    params = _annotator(plan).params
+    file_keys(out / WORK / "keys" / name, params, plan.meta["partitions"], sig, exact, first)
+    for suffix, arr in ((".npy", sig), (".exact.npy", exact)):
+        final = out / WORK / "sig" / f"{name}{suffix}"
+        final.parent.mkdir(parents=True, exist_ok=True)
+        with atomic.atomic_path(final) as tmp, open(tmp, "wb") as f:
+            np.save(f, arr)
+
+
+def file_keys(
+    final: Path, params: dict[str, Any], parts: int, sig: np.ndarray, exact: np.ndarray, first: int
+) -> None:
+    """The bucket rows (band key, band, global document) of documents ``first``,
+    ``first + 1``, ... into the directory ``final``, one file per partition (``p<q>.npy``,
+    ``q = key mod parts``), renamed into place complete."""
     docs = np.arange(first, first + len(sig), dtype=np.uint64)
-    bands, rows = ann.params["bands"], ann.params["num_perm"] // ann.params["bands"]
+    bands, rows = params["bands"], params["num_perm"] // params["bands"]
     with np.errstate(over="ignore"):
         salt = [_BAND * np.uint64(b + 1) for b in range(bands)]
     keys = [_mix(band_keys(sig, b, rows) ^ salt[b]) for b in range(bands)]
@@ -253,50 +292,57 @@ def write_keys(plan: units.Plan, name: str, sig: np.ndarray, exact: np.ndarray, 
     table["key"] = np.concatenate(keys) if len(docs) else []
     table["band"] = np.repeat(np.arange(bands + 1, dtype=np.uint64), len(docs))
     table["doc"] = np.tile(docs, bands + 1)
-    parts = plan.meta["partitions"]
     which = table["key"] % np.uint64(parts)
-    final = out / WORK / "keys" / name
     final.parent.mkdir(parents=True, exist_ok=True)
     with atomic.atomic_path(final) as tmp:
         tmp.mkdir()
         for q in range(parts):
             np.save(tmp / f"p{q}.npy", table[which == q])
         shutil.rmtree(final, ignore_errors=True)  # a killed run's, renamed before its marker
-    for suffix, arr in ((".npy", sig), (".exact.npy", exact)):
-        final = out / WORK / "sig" / f"{name}{suffix}"
-        final.parent.mkdir(parents=True, exist_ok=True)
-        with atomic.atomic_path(final) as tmp, open(tmp, "wb") as f:
-            np.save(f, arr)
+
+
+def verified_edges(
+    rows: np.ndarray, sigs: list[np.ndarray], starts: np.ndarray, params: dict[str, Any]
+) -> tuple[np.ndarray, np.ndarray]:
+    """The edges of one partition's bucket rows: documents sharing a (band, key), each
+    joined to the first of its run when their signatures (``sigs``, the signature units'
+    in global order, unit k's first document ``starts[k]``) agree on at least
+    ``threshold`` of the permutations; exact-hash rows joined without the check."""
+    rows = rows[np.lexsort((rows["doc"], rows["key"], rows["band"]))]
+    if len(rows) < 2:
+        return np.empty(0, np.int64), np.empty(0, np.int64)
+    same = (rows["key"][1:] == rows["key"][:-1]) & (rows["band"][1:] == rows["band"][:-1])
+    new_run = np.r_[True, ~same]
+    first = np.maximum.accumulate(np.where(new_run, np.arange(len(rows)), 0))
+    cand = ~new_run
+    a = rows["doc"][cand].astype(np.int64)
+    b = rows["doc"][first[cand]].astype(np.int64)
+    exact = rows["band"][cand] == np.uint64(params["bands"])
+    need = math.ceil(params["num_perm"] * params["threshold"] - 1e-9)
+    check = ~exact
+    ok = exact.copy()
+    if check.any():
+        ok[check] = NearDuplicates._agreement(sigs, starts, a[check], b[check]) >= need
+    return a[ok], b[ok]
+
+
+def file_edges(comp: Components, q: int, a: np.ndarray, b: np.ndarray) -> None:
+    """Bucket partition q's edges, both ways, filed under the range of their first end."""
+    both = np.stack([np.r_[a, b], np.r_[b, a]])
+    file_by_part(lambda d: comp.adjacency_path(q, d), both, both[0], comp.n, comp.parts)
 
 
 def _run_bucket(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
     out, ann = Path(plan.out), _annotator(plan)
     starts, names = _starts(plan)
-    q, bands = unit["partition"], ann.params["bands"]
+    q = unit["partition"]
     rows = np.concatenate(
         [np.load(out / WORK / "keys" / name / f"p{q}.npy") for name in names] or [np.empty(0, ROW)]
     )
-    rows = rows[np.lexsort((rows["doc"], rows["key"], rows["band"]))]
-    a = b = np.empty(0, np.int64)
-    if len(rows) > 1:
-        same = (rows["key"][1:] == rows["key"][:-1]) & (rows["band"][1:] == rows["band"][:-1])
-        new_run = np.r_[True, ~same]
-        first = np.maximum.accumulate(np.where(new_run, np.arange(len(rows)), 0))
-        cand = ~new_run
-        a = rows["doc"][cand].astype(np.int64)
-        b = rows["doc"][first[cand]].astype(np.int64)
-        exact = rows["band"][cand] == np.uint64(bands)
-        sigs = [np.load(out / WORK / "sig" / f"{name}.npy", mmap_mode="r") for name in names]
-        need = math.ceil(ann.params["num_perm"] * ann.params["threshold"] - 1e-9)
-        check = ~exact
-        ok = exact.copy()
-        if check.any():
-            ok[check] = NearDuplicates._agreement(sigs, starts, a[check], b[check]) >= need
-        a, b = a[ok], b[ok]
-    if "rounds" in plan.meta:  # each edge both ways, filed under its first end's range
-        comp = _components_of(plan)
-        both = np.stack([np.r_[a, b], np.r_[b, a]])
-        file_by_part(lambda d: comp.adjacency_path(q, d), both, both[0], comp.n, comp.parts)
+    sigs = [np.load(out / WORK / "sig" / f"{name}.npy", mmap_mode="r") for name in names]
+    a, b = verified_edges(rows, sigs, starts, ann.params)
+    if "rounds" in plan.meta:
+        file_edges(_components_of(plan), q, a, b)
         return {"candidates": int(len(rows)), "edges": int(len(a))}
     final = out / WORK / "pairs" / f"p{q}.npy"
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -366,15 +412,8 @@ def _run_write(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
 
 def _run_unit(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
     kind = unit["id"].split("-", 1)[0]
-    rounds = plan.meta.get("rounds", 0)
-    on_ranges = {
-        "round": lambda c: c.run_round(unit["round"], unit["part"]),
-        "resolve": lambda c: c.run_resolve(rounds),
-        "count": lambda c: c.run_count(rounds, unit["part"]),
-        "tally": lambda c: c.run_tally(unit["part"]),
-    }
-    if kind in on_ranges:
-        return on_ranges[kind](_components_of(plan))
+    if kind in ("round", "resolve", "count", "tally"):
+        return run_on_ranges(_components_of(plan), unit) or {}
     run = {
         "sig": _run_signatures,
         "bucket": _run_bucket,

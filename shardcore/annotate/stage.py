@@ -23,9 +23,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from shardcore import storage, units
-from shardcore.annotate import Annotator, create
+from shardcore.annotate import Annotator, create, dedup_units
 from shardcore.annotate import get as annotator_class
 from shardcore.annotate.artifact import DOC_ID, annotate_shard, finalize, plan, read_annotation
+from shardcore.annotate.dedup import NearDuplicates
 from shardcore.annotate.texts import TEXT_FROM
 from shardcore.errors import InputError
 from shardcore.manifest import read_manifest
@@ -60,6 +61,11 @@ def plan_annotation(
         {"id": f"shard-{s['index']:05d}", "shard": s["index"], "documents": s["documents"]}
         for s in p["shards"]
     ]
+    n = sum(s["documents"] for s in p["shards"])
+    phases, more = [phase], {}
+    if isinstance(instance, NearDuplicates):  # the clusters as units, not in finalize
+        phases += dedup_units.phases(p["shards"], n, instance.params)
+        more = dedup_units.meta(n, instance.params)
     return units.Plan(
         STAGE,
         storage.resolve(out),
@@ -70,13 +76,14 @@ def plan_annotation(
             "text_from": text_from,
             "batch_size": int(batch_size),
         },
-        [phase],
+        phases,
         {
             "fingerprint": p["fingerprint"],
             "annotator": instance.describe(),
             "corpus_level": bool(annotator_class(annotator).corpus_level),
-            "documents": sum(s["documents"] for s in p["shards"]),
+            "documents": n,
             "artifacts": [tokenized] if storage.is_remote(tokenized) else [],
+            **more,
         },
     )
 
@@ -86,6 +93,8 @@ def _annotator(plan_: units.Plan) -> Annotator:
 
 
 def _run_unit(plan_: units.Plan, unit: dict) -> dict:
+    if not unit["id"].startswith("shard-"):  # the clusters' units (minhash)
+        return dedup_units.run_unit(plan_, unit)
     r = annotate_shard(
         plan_.params["tokenized"],
         plan_.out,
@@ -94,6 +103,8 @@ def _run_unit(plan_: units.Plan, unit: dict) -> dict:
         batch_size=int(plan_.params["batch_size"]),
         text_from=plan_.params["text_from"],
     )
+    if "rounds" in plan_.meta:  # its bucket rows, for the clusters' units
+        dedup_units.file_shard_keys(plan_, int(unit["shard"]))
     # Every document of the shard is annotated by this unit alone: the job sums them.
     return {"documents": int(r["documents"]), "text_from": r["text_from"]}
 

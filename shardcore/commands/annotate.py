@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
             state = "skipped (done)" if r["skipped"] else f"from {r['text_from']}"
             print(f"shard {r['shard']}: {r['documents']:,} documents {state}", flush=True)
 
-    if executor.name == "local":
+    if executor.name == "local" and not _as_units(args.annotator):
         m = annotate(
             args.tokenized[0],
             args.out,
@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
             workers=args.workers,
             progress=progress,
         )
-    else:  # one unit per shard, on the cluster
+    else:  # one unit per shard (then minhash's clusters as units), here or on the cluster
         plan = plan_annotation(
             args.tokenized[0],
             args.out,
@@ -92,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
             text_from=args.text_from,
             batch_size=args.batch_size,
         )
-        built = executor.run(plan)
+        built = executor.run(plan, on_unit_done=_unit_progress(args))
         if built is None:  # submitted, not waited for
             return 0
         m = built
@@ -106,6 +106,26 @@ def run(args: argparse.Namespace) -> int:
         f"({t['bytes_per_document']} bytes per document), fingerprint {m['fingerprint']}"
     )
     return 0
+
+
+def _as_units(annotator: str) -> bool:
+    """minhash runs as the stage's units here too: its clusters then go by ranges of
+    documents (``shardcore.annotate.dedup_units``), never every document in one process."""
+    return annotator == "minhash"
+
+
+def _unit_progress(args: argparse.Namespace) -> executors.OnUnitDone | None:
+    """A line per finished unit of the plan (none with --json)."""
+    if args.json:
+        return None
+
+    def done(unit: dict[str, Any], stats: dict[str, Any]) -> None:
+        if "shard" in unit and "documents" in stats:
+            print(f"shard {unit['shard']}: {stats['documents']:,} documents", flush=True)
+        else:
+            print(f"{unit['id']}: done", flush=True)
+
+    return done
 
 
 def _group(args: argparse.Namespace, params: dict[str, Any], executor: executors.Executor) -> int:

@@ -13,6 +13,7 @@ import pytest
 from shardcore.annotate import create
 from shardcore.annotate.artifact import annotate, read_annotation
 from shardcore.annotate.dedup import jaccard, shingles
+from shardcore.manifest import read_manifest
 from shardcore.tokenize import tokenize
 from tests.unit.tokenize_fixtures import stdlib_records, write_jsonl
 
@@ -100,3 +101,40 @@ def test_it_refuses_bands_that_do_not_divide_the_permutations():
 
     with pytest.raises(InputError, match="multiple of bands"):
         create("minhash", {"num_perm": 100, "bands": 16})
+
+
+def _files(m) -> set:
+    return {(f["path"], f["xxh3"]) for f in m["files"]}
+
+
+def test_the_clusters_as_units_write_the_bytes_of_the_one_process_build(
+    corpus, tmp_path, monkeypatch
+):
+    """The stage plans minhash's clusters as units over ranges of documents (the command
+    line runs them too): the same files as the annotator's own finish in one process, for
+    any number of ranges, and a build killed between phases heals to them."""
+    from shardcore import units
+    from shardcore.annotate import neardup
+    from shardcore.annotate.stage import plan_annotation
+    from shardcore.cli import main
+
+    tok = corpus[3]
+    one = annotate(tok, tmp_path / "one", "minhash")
+    monkeypatch.setattr(neardup, "partitions_for", lambda n, params: 3)
+    plan = plan_annotation(str(tok), str(tmp_path / "units"), annotator="minhash")
+    assert plan.meta["partitions"] == 3 and len(plan.phases) > 5
+    assert _files(units.run_local(plan, workers=2)) == _files(one)
+    assert not (tmp_path / "units" / "work").exists()
+
+    cut = plan_annotation(str(tok), str(tmp_path / "cut"), annotator="minhash")
+    units.save_plan(cut)
+    for phase in cut.phases[:4]:  # signatures, buckets, two rounds; then killed
+        for unit in phase:
+            units.run_unit(cut, unit["id"])
+    units.marker_path(cut.out, "round-2-1").unlink()  # its files in place, no marker
+    assert _files(units.run_local(cut)) == _files(one)
+
+    assert (
+        main(["annotate", str(tok), "--annotator", "minhash", "--out", str(tmp_path / "cli")]) == 0
+    )
+    assert _files(read_manifest(tmp_path / "cli")) == _files(one)
