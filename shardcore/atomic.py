@@ -33,12 +33,14 @@ import re
 import shutil
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any
 
 __all__ = [
     "AtomicFile",
+    "Batch",
     "atomic_open",
     "atomic_path",
     "fsync_path",
@@ -191,6 +193,69 @@ def atomic_open(
     """``with atomic_open(path, "wb") as f: ...``: write through ``f``; the file appears
     at ``path`` when the block ends without an error."""
     return AtomicFile(path, mode, durable=durable, **open_kwargs)
+
+
+class Batch:
+    """Files that appear together (a unit of work's outputs): each is written under the
+    temporary name ``path`` gives, and the block's end commits them all: every file's
+    bytes made durable, the fdatasyncs issued at once from threads (a journaling file
+    system commits them in one transaction instead of one each), then every rename, then
+    one fsync per directory. Each file keeps the module's rule (bytes durable before its
+    rename, the rename durable before the block ends); on an error in the block or in a
+    sync, every temporary is deleted and no final path changes. Files must be closed by
+    the end of the block.
+
+    Usage::
+
+        with atomic.Batch() as batch:
+            pq.write_table(table, batch.path(out / "a.parquet"))
+            with open(batch.path(out / "b.npy"), "wb") as f:
+                np.save(f, arr)
+    """
+
+    def __init__(self) -> None:
+        self.items: list[tuple[Path, Path]] = []
+
+    def path(self, path: str | os.PathLike) -> Path:
+        """The temporary to write ``path``'s bytes to (its final directory must exist)."""
+        tmp = temp_path(path)
+        self.items.append((tmp, Path(path)))
+        return tmp
+
+    def commit(self) -> None:
+        if len(self.items) > 1:
+            with ThreadPoolExecutor(max_workers=len(self.items)) as pool:
+                list(pool.map(_make_durable, [tmp for tmp, _ in self.items]))
+        elif self.items:
+            _make_durable(self.items[0][0])
+        for tmp, final in self.items:
+            os.replace(tmp, final)
+        for parent in dict.fromkeys(final.parent for _, final in self.items):
+            fsync_path(parent)
+        self.items = []
+
+    def discard(self) -> None:
+        for tmp, _ in self.items:
+            _discard(tmp)
+        self.items = []
+
+    def __enter__(self) -> Batch:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is not None:
+            self.discard()
+            return
+        try:
+            self.commit()
+        except BaseException:
+            self.discard()
+            raise
 
 
 def write_bytes(path: str | os.PathLike, data: bytes, *, durable: bool = True) -> Path:

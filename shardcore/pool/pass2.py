@@ -99,11 +99,11 @@ def _write_records(
     dtype: np.dtype,
     chunk: int,
     pad_id: int,
+    batch: atomic.Batch,
 ) -> tuple[int, list[dict]]:
     """Write ``docs`` packed into records of ``width`` tokens (the last one padded with
     ``pad_id``) as the IndexedDataset ``prefix`` (one sequence per record; the ``.idx`` is
-    ``formats.encode_idx``'s). Both files are durable (fdatasync) before they are renamed
-    into place. Returns the number of records and the files' manifest entries (named
+    ``formats.encode_idx``'s), both under ``batch``'s temporary names. Returns the number of records and the files' manifest entries (named
     ``rel`` + extension), checksummed from the bytes as they are written.
 
     Two windows alternate: while one is written (and hashed) by a background thread, the
@@ -116,7 +116,7 @@ def _write_records(
     prefix.parent.mkdir(parents=True, exist_ok=True)
     bufs = [aligned_empty(min(size, max(1, end)), dtype) for _ in range(2)]
     waiting: list = [None, None]
-    with atomic.atomic_open(bin_path(prefix), "wb", buffering=0, opener=direct_opener) as f:
+    with open(batch.path(bin_path(prefix)), "wb", buffering=0, opener=direct_opener) as f:
         writer = HashingWriter(f, end * dtype.itemsize)
         try:
             for k, w0 in enumerate(range(0, end, size)):
@@ -134,13 +134,11 @@ def _write_records(
         finally:
             writer.close()
     idx = encode_idx(dtype, np.full(records, width, dtype=np.int64))
-    atomic.write_bytes(idx_path(prefix), idx)
+    batch.path(idx_path(prefix)).write_bytes(idx)
     return records, [writer.entry(f"{rel}.bin"), bytes_entry(idx, f"{rel}.idx")]
 
 
 def run_bucket(plan: units.Plan, unit: dict) -> dict:
-    import pyarrow.parquet as pq
-
     meta, params = plan.meta, plan.params
     split, b = unit["split"], unit["bucket"]
     info = meta["splits"][split]
@@ -197,23 +195,11 @@ def run_bucket(plan: units.Plan, unit: dict) -> dict:
 
     rel = shard_prefix(b, info["num_buckets"])
     prefix = split_dir(plan.out, split) / rel
-    width = params["seq_len"] + 1
-    with stream if isinstance(stream, FileDocuments) else contextlib.nullcontext():
-        records, files = _write_records(
-            prefix, rel, stream, width, dtype, chunk_tokens(plan), meta["pad_id"]
-        )
-    del stream  # the bucket's tokens, if held: freed before the sidecars are written
-    if records != packing.num_records:
-        raise ManifestError(
-            f"{prefix}: wrote {records} records, packing planned {packing.num_records}"
-        )
-    pack.save_segments(f"{prefix}.segments.npz", packing.segments)
-    with atomic.atomic_path(f"{prefix}.docs.parquet") as tmp:
-        pq.write_table(docs, tmp)
-    for ext in (".segments.npz", ".docs.parquet"):
-        files.append(file_entry(Path(f"{prefix}{ext}"), f"{rel}{ext}"))
-    # Every rename above is durable (shardcore.atomic) before run_unit writes this unit's
-    # completion marker. The checksums travel in the stats: finalize reads no shard.
+    held = [stream]  # _write_shard drops the last reference once the tokens are written
+    del stream
+    files = _write_shard(plan, prefix, rel, held, docs, packing)
+    # The shard's files are durable (shardcore.atomic.Batch) before run_unit writes this
+    # unit's completion marker. The checksums travel in the stats: finalize reads no shard.
     return {
         "records": packing.num_records,
         "documents": int(docs.num_rows),
@@ -224,6 +210,45 @@ def run_bucket(plan: units.Plan, unit: dict) -> dict:
         "bytes": sum(int(f["size"]) for f in files),
         "files": files,
     }
+
+
+def _write_shard(
+    plan: units.Plan,
+    prefix: Path,
+    rel: str,
+    held: list[Documents | FileDocuments],
+    docs: pa.Table,
+    packing: pack.Packing,
+) -> list[dict]:
+    """Write the shard ``prefix`` (tokens, index, segments, documents sidecar) from the
+    ordered stream ``held[0]`` (taken out of the list: the bucket's tokens, if held, are
+    freed before the sidecars are written) and its rows ``docs``; returns the files' manifest entries (named
+    ``rel`` + extension). The four files are committed together (``atomic.Batch``): one
+    round of syncs for the shard, not one per file and per rename."""
+    import pyarrow.parquet as pq
+
+    meta, params = plan.meta, plan.params
+    dtype = np.dtype(meta["dtype"])
+    width = params["seq_len"] + 1
+    stream = held.pop()
+    with atomic.Batch() as batch:
+        with stream if isinstance(stream, FileDocuments) else contextlib.nullcontext():
+            records, files = _write_records(
+                prefix, rel, stream, width, dtype, chunk_tokens(plan), meta["pad_id"], batch
+            )
+        del stream
+        if records != packing.num_records:
+            raise ManifestError(
+                f"{prefix}: wrote {records} records, packing planned {packing.num_records}"
+            )
+        segments = batch.path(f"{prefix}.segments.npz")
+        with open(segments, "wb") as f:  # pack.save_segments's bytes
+            np.savez(f, **{k: getattr(packing.segments, k) for k in pack.SEGMENT_FIELDS})
+        sidecar = batch.path(f"{prefix}.docs.parquet")
+        pq.write_table(docs, sidecar)
+        files.append(file_entry(segments, f"{rel}.segments.npz"))
+        files.append(file_entry(sidecar, f"{rel}.docs.parquet"))
+    return files
 
 
 def _bucket_rows(

@@ -91,3 +91,26 @@ def test_an_aborted_indexed_writer_leaves_nothing(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == ["shard-00000.bin", "shard-00000.idx"]
     r = IndexedReader(tmp_path / "shard-00000")
     assert [r[i].tolist() for i in range(len(r))] == [[1, 2, 3], [4]]
+
+
+def test_a_batch_commits_its_files_together_or_none(tmp_path: Path, monkeypatch) -> None:
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "a.bin").write_bytes(b"old")
+    synced: list[str] = []
+    durable = atomic._make_durable
+    monkeypatch.setattr(atomic, "_make_durable", lambda p: synced.append(p.name) or durable(p))
+    with atomic.Batch() as batch:
+        batch.path(tmp_path / "a.bin").write_bytes(b"new")
+        with open(batch.path(tmp_path / "sub" / "b.npy"), "wb") as f:
+            np.save(f, np.arange(3))
+        assert (tmp_path / "a.bin").read_bytes() == b"old"  # nothing renamed before the end
+    assert (tmp_path / "a.bin").read_bytes() == b"new"
+    assert np.array_equal(np.load(tmp_path / "sub" / "b.npy"), np.arange(3))
+    assert len(synced) == 2 and all(name.endswith(".tmp") for name in synced)
+    with pytest.raises(RuntimeError), atomic.Batch() as batch:
+        batch.path(tmp_path / "a.bin").write_bytes(b"newer")
+        batch.path(tmp_path / "c.bin").write_bytes(b"c")
+        raise RuntimeError("the unit failed")
+    assert (tmp_path / "a.bin").read_bytes() == b"new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.bin", "sub"]
+    assert [p.name for p in (tmp_path / "sub").iterdir()] == ["b.npy"]

@@ -34,8 +34,6 @@ LONG_FUNCTIONS: dict[str, str] = {
     "statistics and the manifest header",
     "shardcore/pool/pass1.py::run_assign": "reading the input's selected rows, assigning "
     "buckets, writing the staged files",
-    "shardcore/pool/pass2.py::run_bucket": "gathering the bucket's documents, packing, "
-    "writing the shard",
     "shardcore/tokenize.py::_run_tokenize": "the reading pipeline, the tokenizer call with "
     "its fallback, and the per-stage CPU accounting",
     "shardcore/verify.py::_check_tokenized": "one check per sidecar property (counts, "
