@@ -73,8 +73,10 @@ def test_a_group_across_two_sources_heals_and_a_pool_keeps_each_text_once(
     assert stuck.state == UnitState.SUCCEEDED and stuck.attempts == attempts + 1
     assert stuck.last_event.startswith(f"requeued after worker lost ({doomed}")
     shards = a.shards.count() + b.shards.count()
-    # a signature and a write unit per shard, the bucket partitions, the clusters
-    assert job.units_total == 2 * shards + job.plan["meta"]["partitions"] + 1
+    # a signature and a write unit per shard; per partition a bucket, a unit per round
+    # of the clusters, a count and a tally; the resolve unit
+    parts, rounds = job.plan["meta"]["partitions"], job.plan["meta"]["rounds"]
+    assert job.units_total == 2 * shards + parts * (rounds + 3) + 1
     assert job.documents == len(planted.a) + len(planted.b)  # every document once
     assert set(JobUnit.objects.filter(job=job).values_list("state", flat=True)) == {
         UnitState.SUCCEEDED
