@@ -54,11 +54,6 @@ def part_of(nodes: np.ndarray, n: int, parts: int) -> np.ndarray:
     return (np.asarray(nodes, dtype=np.int64) * parts) // max(n, 1)
 
 
-def part_bounds(q: int, n: int, parts: int) -> tuple[int, int]:
-    """The nodes ``[lo, hi)`` of range ``q``."""
-    return -(-q * n // parts), -(-(q + 1) * n // parts)
-
-
 def _save(path: Path, array: np.ndarray) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic.atomic_path(path) as tmp, open(tmp, "wb") as f:

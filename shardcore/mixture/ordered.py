@@ -24,12 +24,10 @@ from typing import Any
 import numpy as np
 
 from shardcore import props, verify
-from shardcore.errors import InputError
 from shardcore.mixture.layout import LENGTH_FAMILY, SCHEDULE_DIR
 from shardcore.mixture.plan import PoolInfo, _stage_weights
 from shardcore.mixture.spec import MixtureSpec
 from shardcore.order import get_ordering, pool_characteristics_for
-from shardcore.order.recipe import document_columns
 from shardcore.pool import PoolReader
 
 # The blend's pool column, before ordering (kept until the manifest is written).
@@ -41,67 +39,46 @@ STAGE_SEED = 7919
 WINDOW_SEED = 104_729
 
 
-def pool_labels(pools: list[PoolInfo], options: Mapping[str, Any]) -> list[dict[str, np.ndarray]]:
-    """Per pool, per record, the labels the diversity ordering reads: each property named
-    in ``options["by"]`` (its main document's) and, unless ``length_bins`` is off, the
-    document-length bin (log2 of the main document's tokens)."""
-    by = list(options.get("by") or [])
-    want_length = bool(options.get("length_bins", True))
-    out: list[dict[str, np.ndarray]] = []
-    if not by and not want_length:
-        return [{} for _ in pools]
-    for p in pools:
-        pool = PoolReader(p.path)
-        # The tables read below (documents, per-shard segments) are checked against the
-        # pool's checksums first: a corrupt pool fails the build naming file and range.
-        verify.check_files_read(
-            pool.path,
-            pool.manifest,
-            pool.document_files()
-            + [f"{sh['prefix']}.segments.npz" for sh in pool.manifest["shards"]],
-        )
-        # Only the columns the labels need, never the whole documents table.
-        _, values = document_columns(pool, by)
-        main = pool.main_documents()
-        labels = {prop: values[prop][main] for prop in by}
-        if want_length:
-            try:
-                _, lengths = document_columns(pool, [N_TOKENS])
-            except InputError:  # a table without token counts: no length family
-                lengths = {}
-            if lengths:
-                n_tok = lengths[N_TOKENS].astype(np.int64)[main]
-                labels[LENGTH_FAMILY] = np.floor(np.log2(np.maximum(n_tok, 1))).astype(np.int64)
-        out.append(labels)
-    return out
-
-
-def families_of(
-    per_pool: list[dict[str, np.ndarray]],
-    names: list[str],
+def sample_families(
+    readers: list[PoolReader],
+    options: Mapping[str, Any],
     pool_idx: np.ndarray,
     record: np.ndarray,
 ) -> dict[str, np.ndarray]:
-    """Characteristics per sample (``pool_idx``, ``record``): the pool, then each of
-    ``names`` that every pool has, from ``pool_labels``."""
+    """Characteristics per sample (``pool_idx``, ``record``): the pool, each property in
+    ``options["by"]`` of the record's main document and, unless ``length_bins`` is off
+    (or a pool's table lacks token counts), the document-length bin (log2 of the main
+    document's tokens). Only these samples' records are read: their main documents'
+    values by row range (``PoolReader.record_labels``), so memory grows with the samples,
+    not with the pools."""
     fams: dict[str, np.ndarray] = {"pool": pool_idx.astype(np.int64)}
-    for name in names:
-        if not all(name in lab for lab in per_pool):
-            continue
-        values = [lab[name] for lab in per_pool]
-        out = np.empty(
-            pool_idx.size, dtype=object if values[0].dtype == object else values[0].dtype
-        )
-        for i, v in enumerate(values):
+    present = [int(i) for i in np.unique(pool_idx)]
+    by = list(options.get("by") or [])
+    wanted: list[tuple[str, str]] = [(prop, prop) for prop in by]
+    if options.get("length_bins", True) and all(
+        _has_token_counts(readers[i]) for i in range(len(readers))
+    ):
+        wanted.append((LENGTH_FAMILY, N_TOKENS))
+    for family, prop in wanted:
+        values = {}
+        for i in present:
             sel = pool_idx == i
-            out[sel] = v[record[sel]]
-        fams[name] = out.astype(str) if out.dtype == object else out
+            got = readers[i].record_labels(prop, record[sel])
+            if family == LENGTH_FAMILY:
+                got = np.floor(np.log2(np.maximum(got.astype(np.int64), 1))).astype(np.int64)
+            values[i] = (sel, got)
+        dtypes = {v.dtype for _, v in values.values()}
+        dtype = object if object in dtypes or len(dtypes) != 1 else dtypes.pop()
+        out = np.empty(pool_idx.size, dtype=dtype)
+        for sel, got in values.values():
+            out[sel] = got
+        fams[family] = out.astype(str) if out.dtype == object else out
     return fams
 
 
-def family_names(options: Mapping[str, Any]) -> list[str]:
-    by = list(options.get("by") or [])
-    return by + ([LENGTH_FAMILY] if options.get("length_bins", True) else [])
+def _has_token_counts(reader: PoolReader) -> bool:
+    """Whether the pool's documents table has its documents' token counts."""
+    return N_TOKENS.split(".", 1)[1] in reader.document_schema.names
 
 
 def stage_order(
@@ -112,20 +89,23 @@ def stage_order(
     pool_idx: np.ndarray,
     record: np.ndarray,
     *,
-    labels: list[dict[str, np.ndarray]] | None = None,
     characteristics: tuple[Any, np.ndarray] | None = None,
+    families: dict[str, np.ndarray] | None = None,
 ) -> np.ndarray:
     """The permutation ``spec.order`` gives window ``window`` of stage ``stage`` (its
-    samples ``pool_idx``, ``record``), seeded by both. ``labels`` (``pool_labels``) and
-    ``characteristics`` (``pool_characteristics_for``) are what the ordering reads of the
-    pools, computed here when not given."""
+    samples ``pool_idx``, ``record``), seeded by both. ``characteristics``
+    (``pool_characteristics_for``) and ``families`` (``sample_families``: the diversity
+    ordering's characteristics of exactly these samples) are what the ordering reads of
+    the pools, computed here when not given."""
     seed = spec.seed + STAGE_SEED * stage + WINDOW_SEED * window
     options = spec.order_options
     lam = options.get("lambda") or {}
     paths = [p.path for p in pools]
-    if spec.order == "diversity":
-        per_pool = labels if labels is not None else pool_labels(pools, options)
-        fams = families_of(per_pool, family_names(options), pool_idx, record)
+    if spec.order == "diversity" and families is not None:
+        fams = families
+    elif spec.order == "diversity":  # these samples' labels alone, read by range
+        readers = [PoolReader(p.path) for p in pools]
+        fams = sample_families(readers, options, pool_idx, record)
     else:
         fams = {"pool": pool_idx}
     extra: dict[str, Any] = {}
@@ -149,7 +129,7 @@ class WindowOrder:
         for _, n, _ in _stage_weights(spec, pools):
             self.stages.append((start, n))
             start += n
-        self._labels: list[dict[str, np.ndarray]] | None = None
+        self._readers: list[PoolReader] | None = None
         self._characteristics: tuple[Any, np.ndarray] | None = None
 
     def windows(self, a: int, b: int) -> Iterator[tuple[int, int, int, int]]:
@@ -163,6 +143,7 @@ class WindowOrder:
 
     def apply(self, pool_idx: np.ndarray, record: np.ndarray, a: int) -> None:
         """Order in place the samples [a, a + len) given by their columns."""
+        fams = self._families(pool_idx, record)
         for k, j, lo, hi in self.windows(a, a + pool_idx.size):
             s = slice(lo - a, hi - a)
             perm = stage_order(
@@ -172,17 +153,26 @@ class WindowOrder:
                 j,
                 pool_idx[s],
                 record[s],
-                labels=self._pool_labels(),
                 characteristics=self._pool_characteristics(),
+                families=None if fams is None else {f: v[s] for f, v in fams.items()},
             )
             pool_idx[s], record[s] = pool_idx[s][perm], record[s][perm]
 
-    def _pool_labels(self) -> list[dict[str, np.ndarray]] | None:
+    def _families(self, pool_idx: np.ndarray, record: np.ndarray) -> dict[str, np.ndarray] | None:
+        """The diversity ordering's characteristics of these samples, read by range (the
+        pools' tables they read are checked against their checksums once a unit)."""
         if self.spec.order != "diversity":
             return None
-        if self._labels is None:
-            self._labels = pool_labels(self.pools, self.spec.order_options)
-        return self._labels
+        if self._readers is None:
+            self._readers = [PoolReader(p.path) for p in self.pools]
+            for pool in self._readers:
+                verify.check_files_read(
+                    pool.path,
+                    pool.manifest,
+                    pool.document_files()
+                    + [f"{sh['prefix']}.segments.npz" for sh in pool.manifest["shards"]],
+                )
+        return sample_families(self._readers, self.spec.order_options, pool_idx, record)
 
     def _pool_characteristics(self) -> tuple[Any, np.ndarray] | None:
         if self.spec.order != "greedy_block":

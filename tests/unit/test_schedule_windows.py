@@ -140,3 +140,54 @@ def test_units_write_the_one_process_bytes_and_a_rerun_unit_writes_them_again(po
     assert units.finalize(plan) == direct
     for rel in (POOL_FILE, RECORD_FILE):
         assert (rerun / rel).read_bytes() == (here / rel).read_bytes()
+
+
+def _whole_pool_families(infos, options, pool_idx, record) -> dict[str, np.ndarray]:
+    """The reference: every record's labels of every pool (its main document's property
+    values and length bin), then indexed by the samples."""
+    from shardcore.pool import PoolReader
+
+    fams = {"pool": pool_idx.astype(np.int64)}
+    by = list(options.get("by") or [])
+    names = [(p, p) for p in by] + (
+        [("length", "_doc.n_tokens")] if options.get("length_bins", True) else []
+    )
+    for family, prop in names:
+        per_pool = []
+        for info in infos:
+            pool = PoolReader(info.path)
+            values = pool.document_values(prop)[pool.main_documents()]
+            if family == "length":
+                values = np.floor(np.log2(np.maximum(values.astype(np.int64), 1))).astype(np.int64)
+            per_pool.append(values)
+        out = np.empty(pool_idx.size, dtype=per_pool[0].dtype)
+        for i, values in enumerate(per_pool):
+            out[pool_idx == i] = values[record[pool_idx == i]]
+        fams[family] = out.astype(str) if out.dtype == object else out
+    return fams
+
+
+@pytest.mark.parametrize(
+    "options", [{"by": ["package"]}, {"by": ["package"], "length_bins": False}, {}]
+)
+def test_a_windows_labels_read_by_range_equal_the_whole_pools(pools, options):
+    """What the diversity ordering reads of a window's samples (their records' main
+    documents' values, by row range) is what the labels of every record give, for samples
+    of every pool, epoch 0 in order and repeats anywhere."""
+    from shardcore.mixture.ordered import sample_families
+    from shardcore.pool import PoolReader
+
+    infos = load_pools(_spec(pools, "diversity", options))
+    readers = [PoolReader(p.path) for p in infos]
+    rng = np.random.default_rng(3)
+    for n in (1, 500, 5_000):
+        pool_idx = rng.integers(0, len(infos), n).astype(np.int16)
+        sizes = np.array([r.num_records for r in readers])
+        record = rng.integers(0, sizes[pool_idx])
+        record[: n // 2] = np.minimum(np.arange(n // 2), sizes[pool_idx[: n // 2]] - 1)
+        got = sample_families(readers, options, pool_idx, record)
+        want = _whole_pool_families(infos, options, pool_idx, record)
+        assert got.keys() == want.keys()
+        for name in want:
+            assert got[name].dtype == want[name].dtype, name
+            assert (got[name] == want[name]).all(), name
