@@ -3,15 +3,13 @@ reads with an in-memory gather, and checksummed file entries."""
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import errno
 import fcntl
 import mmap
 import os
 import sys
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -618,38 +616,8 @@ def direct_opener(path: str, flags: int) -> int:
 def aligned_empty(count: int, dtype: np.dtype) -> np.ndarray:
     """An uninitialized array of at least ``count`` items (rounded up to whole DIRECT_ALIGN
     blocks) starting on a page: anonymous memory, aligned for direct I/O."""
-    return np.frombuffer(mmap.mmap(-1, _block_bytes(count * dtype.itemsize)), dtype=dtype)
-
-
-def _block_bytes(nbytes: int) -> int:
-    """``nbytes`` rounded up to whole DIRECT_ALIGN blocks (at least one)."""
-    return -(-max(1, nbytes) // DIRECT_ALIGN) * DIRECT_ALIGN
-
-
-# The last pair of windows given back (``windows``), kept for the next unit of the
-# process: fresh anonymous memory costs a page fault and the clearing of a page per 4 KiB
-# at first touch, and a worker runs unit after unit with windows of one size.
-_SPARE: list[np.ndarray] = []
-_SPARE_LOCK = threading.Lock()
-
-
-@contextlib.contextmanager
-def windows(count: int, dtype: np.dtype) -> Iterator[list[np.ndarray]]:
-    """Two ``aligned_empty`` arrays of at least ``count`` items of ``dtype``, for the
-    block; the previous block's when they have the same size and no other block holds
-    them (units running in threads of one process each get their own)."""
-    nbytes = _block_bytes(count * dtype.itemsize)
-    with _SPARE_LOCK:
-        pair = _SPARE[:] if _SPARE and _SPARE[0].nbytes == nbytes else []
-        if pair:
-            _SPARE.clear()
-    if not pair:
-        pair = [aligned_empty(nbytes, np.dtype(np.uint8)) for _ in range(2)]
-    try:
-        yield [w.view(dtype) for w in pair]
-    finally:
-        with _SPARE_LOCK:
-            _SPARE[:] = pair
+    nbytes = -(-max(1, count * dtype.itemsize) // DIRECT_ALIGN) * DIRECT_ALIGN
+    return np.frombuffer(mmap.mmap(-1, nbytes), dtype=dtype)
 
 
 def window_items(items: int, itemsize: int) -> int:

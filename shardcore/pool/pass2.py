@@ -18,6 +18,7 @@ from shardcore.pool.inputs import InputTable
 from shardcore.pool.io import (
     FileDocuments,
     HashingWriter,
+    aligned_empty,
     bytes_entry,
     copy_ranges,
     direct_opener,
@@ -27,7 +28,6 @@ from shardcore.pool.io import (
     stream_bounds,
     stream_window,
     window_items,
-    windows,
 )
 from shardcore.pool.layout import (
     INPUT_COL,
@@ -103,9 +103,8 @@ def _write_records(
 ) -> tuple[int, list[dict]]:
     """Write ``docs`` packed into records of ``width`` tokens (the last one padded with
     ``pad_id``) as the IndexedDataset ``prefix`` (one sequence per record; the ``.idx`` is
-    ``formats.encode_idx``'s), both under ``batch``'s temporary names. Returns the number
-    of records and the files' manifest entries (named ``rel`` + extension), checksummed
-    from the bytes as they are written.
+    ``formats.encode_idx``'s), both under ``batch``'s temporary names. Returns the number of records and the files' manifest entries (named
+    ``rel`` + extension), checksummed from the bytes as they are written.
 
     Two windows alternate: while one is written (and hashed) by a background thread, the
     next is gathered here; both the copy loop and the write release the GIL. The windows
@@ -115,12 +114,10 @@ def _write_records(
     end = records * width
     size = window_items(max(chunk, width), dtype.itemsize)
     prefix.parent.mkdir(parents=True, exist_ok=True)
-    with (
-        windows(size, dtype) as bufs,
-        open(batch.path(bin_path(prefix)), "wb", buffering=0, opener=direct_opener) as f,
-    ):
+    bufs = [aligned_empty(min(size, max(1, end)), dtype) for _ in range(2)]
+    waiting: list = [None, None]
+    with open(batch.path(bin_path(prefix)), "wb", buffering=0, opener=direct_opener) as f:
         writer = HashingWriter(f, end * dtype.itemsize)
-        waiting: list = [None, None]
         try:
             for k, w0 in enumerate(range(0, end, size)):
                 j = k % 2
