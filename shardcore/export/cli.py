@@ -66,6 +66,13 @@ def megatron_arguments(parser: argparse.ArgumentParser) -> None:
         help="--mid-level-dataset-surplus (0.005)",
     )
     g.add_argument(
+        "--fit",
+        metavar="DIR",
+        help="megatron: where a stage lists more shard prefixes than megatron-core holds "
+        "(32,766), materialize the mixture into DIR in shards large enough and export that "
+        "copy (a rerun completes an interrupted copy)",
+    )
+    g.add_argument(
         "--check-trainer-args",
         metavar="ARGS",
         help="check Megatron-LM arguments (one quoted string) against the export in --out: "
@@ -89,6 +96,7 @@ def megatron_options(args: argparse.Namespace) -> dict[str, Any]:
         "tokenizer": args.megatron_tokenizer,
         "tokenizer_build": args.megatron_tokenizer_build,
         "mid_level_dataset_surplus": args.mid_level_dataset_surplus,
+        "fit": args.fit,
     }
 
 

@@ -201,6 +201,33 @@ def test_megatron_reads_the_materialized_copy_exactly(built, dist, tmp_path, mon
     _check_exact(tmp_path, monkeypatch, flat, root / "mixture", [flat, *pools.values()], legacy)
 
 
+def test_a_mixture_past_megatron_cores_prefix_limit_is_fitted_and_read_exactly(
+    built, dist, tmp_path, monkeypatch
+):
+    """``--fit DIR``: a stage listing more shard prefixes than megatron-core's int16 blend
+    index holds (lowered to this mixture's count here; 32,766 in megatron-core) is
+    materialized into DIR in shards of the size that fits, and that copy is exported: its
+    stages fit, and megatron-core reads every sample of the mixture from it, building no
+    index. A mixture that fits is exported as it is, nothing copied."""
+    from shardcore.cli import main
+
+    root, pools = built
+    _, blends = mc.stage_blends(root / "mixture")
+    most = max(len(b.prefixes) for b in blends)
+    fitted = tmp_path / "fitted"
+    assert main(["export", str(root / "mixture"), "--format", "megatron", "--out",
+                 str(tmp_path / "as-is"), "--fit", str(fitted)]) == 0  # fmt: skip
+    assert not fitted.exists()
+    monkeypatch.setattr(mc, "MAX_PREFIXES", most - 1)
+    text = export(root / "mixture", "megatron", out=tmp_path / "via-fit", seed=SEED, fit=fitted)
+    copy = read_manifest(fitted)
+    assert copy["num_records"] == Mixture(root / "mixture").num_samples
+    _, fitted_blends = mc.stage_blends(fitted)
+    assert max(len(b.prefixes) for b in fitted_blends) <= most - 1
+    assert f"--data-args-path {tmp_path / 'via-fit'}" in text
+    _check_exact(tmp_path, monkeypatch, fitted, root / "mixture", [fitted, *pools.values()])
+
+
 def test_each_tokenizer_build_shares_one_set_of_index_arrays(built, tmp_path):
     root, _ = built
     out = tmp_path / "export"

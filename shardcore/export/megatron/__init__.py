@@ -24,7 +24,12 @@ The per-sample work runs in chunks of samples (``shardcore.export.megatron.strea
 lists are counted in one pass over the schedule, the index files written by ranges, in
 memory bounded by a chunk and the number of prefixes. A stage listing more prefixes than
 megatron-core's int16 blend index holds is refused before anything is written, with the
-shard size that fits (``check_prefixes``).
+shard size that fits (``check_prefixes``); with ``fit`` the export plans that shard size
+itself, materializes the mixture in it and exports the copy (``fitting_shard_bytes``).
+Why a copy: a prefix is one ``.bin`` file, megatron-core asserts fewer than 32,767 datasets
+per blend, and a pool's shard is one pass-2 bucket (at most a quarter of the pool's memory
+budget), so a 15 T-token mixture in 64 MiB shards (~900 k prefixes) can reach Megatron's
+default path only through files of ~2 GB, which no file system joins without copying.
 
 Multi-stage mixtures get one data-args file per stage. Stage k's file lists every shard read
 by samples ``[0, end_k)`` and is run with ``--train-samples end_k``, so its cache covers every
@@ -98,6 +103,7 @@ from shardcore.export.megatron.keys import (
     cache_keys,
     megatron_core_version,
 )
+from shardcore.materialize import materialize
 
 # The export's public names, with the trainer's arguments (``args``), the cache
 # keys (``keys``) and the launch check (``check``) it is built from.
@@ -365,6 +371,20 @@ def check_prefixes(
     )
 
 
+def fitting_shard_bytes(manifest: Mapping[str, Any], blends: Sequence[StageBlend]) -> int | None:
+    """The shard size of a materialized copy whose every stage fits megatron-core's int16
+    blend index (``MAX_PREFIXES`` shard prefixes), or None when the mixture fits as it is:
+    whole samples, at least the default 64 MiB, the worst stage's samples over at most
+    ``MAX_PREFIXES`` shards."""
+    worst = max(blends, key=lambda b: len(b.prefixes), default=None)
+    if worst is None or len(worst.prefixes) <= MAX_PREFIXES:
+        return None
+    itemsize = np.dtype(manifest.get("dtype") or "int32").itemsize
+    per_sample = (int(manifest["seq_len"]) + 1) * itemsize
+    per_shard = max(-(-worst.end // MAX_PREFIXES), -(-(64 << 20) // per_sample))
+    return per_shard * per_sample
+
+
 def data_args(blend: StageBlend) -> str:
     """The ``w1 prefix1 w2 prefix2 ...`` list of a ``--data-args-path`` file, a pair a line
     (Megatron-LM splits the file on whitespace)."""
@@ -400,6 +420,19 @@ def valid_args(manifest: Mapping[str, Any], stage: int) -> str | None:
     return " ".join(pairs) or None
 
 
+# export_megatron's options a fitted copy is exported with, as given.
+_EXPORT_OPTIONS = (
+    "seed",
+    "seq_length",
+    "split",
+    "per_split",
+    "tokenizer",
+    "tokenizer_build",
+    "mid_level_dataset_surplus",
+    "use_megatron",
+)
+
+
 def export_megatron(
     path: str | os.PathLike,
     out: str | os.PathLike | None = None,
@@ -412,6 +445,7 @@ def export_megatron(
     tokenizer_build: str = "all",
     mid_level_dataset_surplus: float = MEGATRON_DEFAULT_SURPLUS,
     use_megatron: bool | None = None,
+    fit: str | os.PathLike | None = None,
     **_: Any,
 ) -> str:
     """Megatron-LM arguments for a mixture or materialized mixture. With ``out``: also the
@@ -421,9 +455,17 @@ def export_megatron(
     valid: the pools' validation slices) and no ``--split``. ``tokenizer_build``: the
     cache is keyed for the tokenizer identity of every build in ``BUILD_CHOICES[...]``
     ("all": megatron-core 0.16.x with and without --legacy-tokenizer and 0.17.x-0.19.x;
-    "default": without --legacy-tokenizer; "legacy": 0.16.x with --legacy-tokenizer only)."""
+    "default": without --legacy-tokenizer; "legacy": 0.16.x with --legacy-tokenizer only).
+    ``fit``: where a stage lists more shard prefixes than megatron-core holds, materialize
+    the mixture there in shards that fit (``fitting_shard_bytes``; an interrupted copy is
+    completed) and export the copy instead."""
     manifest, blends = stage_blends(path)
     seq_len = int(manifest["seq_len"])
+    shard_bytes = fitting_shard_bytes(manifest, blends) if fit is not None else None
+    if fit is not None and shard_bytes is not None:
+        materialize(path, fit, shard_bytes=shard_bytes)
+        kept = {k: v for k, v in locals().items() if k in _EXPORT_OPTIONS}
+        return export_megatron(fit, out, **kept)
     check_prefixes(manifest, blends, path)  # before anything is written
     tok, named = trainer_tokenizer(tokenizer, manifest.get("tokenizer"))
     identities = tokenizer_builds(tok, tokenizer_build, named)
