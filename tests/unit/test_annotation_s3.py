@@ -53,3 +53,29 @@ def test_an_annotation_on_s3_has_the_bytes_of_a_local_one_and_joins_a_pool(
     want = [i for i, r in enumerate(recs) if pii.counts(r["text"])["emails"] > 0]
     assert sorted(docs.column("doc_id").to_pylist()) == want
     assert Path(out, "manifest.json").exists()
+
+
+def test_minhash_units_on_s3_write_the_bytes_of_a_local_build(
+    tmp_path,
+    s3,  # noqa: F811
+    monkeypatch,
+):
+    """minhash's clusters as units (buckets, rounds over ranges, counts, tallies, writes)
+    under an ``s3://`` prefix: the files of the one-process build, no scratch left."""
+    from shardcore.annotate import neardup
+
+    fs, bucket = s3
+    recs = stdlib_records(24)
+    recs += [dict(r) for r in recs[:6]]  # exact copies
+    src = write_jsonl(tmp_path / "a.jsonl", recs)
+    tok = f"s3://{bucket}/tok-mh"
+    tokenize([str(src)], tok, shard_size=30_000)
+    monkeypatch.setattr(neardup, "partitions_for", lambda n, params: 2)
+    ann = f"s3://{bucket}/ann/minhash"
+    m = units.run_local(plan_annotation(tok, ann, annotator="minhash"), workers=2)
+    ml = annotate(tok, tmp_path / "local", "minhash")
+    assert ml["fingerprint"] == m["fingerprint"] and len(m["shards"]) > 1
+    store = storage.open_store(ann)
+    for f in ml["files"]:
+        assert store.read_bytes(f["path"]) == (tmp_path / "local" / f["path"]).read_bytes()
+    assert not any(k.startswith("work/") or k.endswith(".tmp") for k in store.sizes())
