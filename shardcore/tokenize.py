@@ -36,21 +36,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import xxhash
 
 from shardcore import atomic, limits, props, storage, units
 from shardcore.encoders import DEFAULT_ENGINE, DEFAULT_TOKENIZER, check_engine, load_tokenizer
 from shardcore.errors import InputError
 from shardcore.formats import IndexedWriter, token_dtype
 from shardcore.manifest import fingerprint, write_manifest
-from shardcore.readers import (
-    BadInput,
-    SegmentStats,
-    is_supported,
-    read_segment,
-    source_format,
-    splittable,
-)
+from shardcore.readers import BadInput, SegmentStats, list_inputs, read_segment, splittable
 from shardcore.verify import file_entry
 
 STAGE = "tokenize"
@@ -62,71 +54,6 @@ SHARDS_DIR = "shards"
 _BATCH_BYTES = 1 << 20  # text per tokenizer call: amortizes call overhead, bounds memory
 _CHUNK_TOKENS = 8 << 20  # tokens per part chunk before it is flushed to disk
 _CHUNK_DOCS = 200_000
-
-
-def _expand(inputs: list[str], storage_options: dict) -> list[dict[str, Any]]:
-    """Input files (directories and globs expanded, sorted) with size and identity."""
-    import fsspec
-
-    if not inputs:
-        raise InputError("no input files given")
-    if any("://" in i for i in inputs):
-        # Bounded timeouts for s3:// inputs (s3fs and botocore are not loaded for local ones).
-        storage.s3fs_defaults()
-    found: list[dict[str, Any]] = []
-    for inp in inputs:
-        try:
-            fs, path = fsspec.core.url_to_fs(inp, **storage_options)
-        except (ImportError, ValueError) as exc:  # a scheme no installed file system reads
-            raise InputError(f"{inp}: cannot be read ({exc}); give a local path or s3://") from exc
-        local = "file" in (fs.protocol if isinstance(fs.protocol, tuple) else (fs.protocol,))
-
-        def name(p: str, fs: fsspec.AbstractFileSystem = fs, local: bool = local) -> str:
-            return os.path.abspath(p) if local else fs.unstrip_protocol(p)
-
-        if any(c in path for c in "*?["):
-            paths = sorted(p for p in fs.glob(path) if is_supported(p) and fs.isfile(p))
-            if not paths:
-                raise InputError(
-                    f"{inp}: no .jsonl/.jsonl.gz/.jsonl.zst/.parquet/.txt file matches"
-                )
-        elif fs.isdir(path):
-            paths = sorted(p for p in fs.find(path) if is_supported(p))
-            if not paths:
-                raise InputError(
-                    f"{inp}: directory holds no .jsonl/.jsonl.gz/.jsonl.zst/.parquet/.txt file"
-                )
-        elif not fs.exists(path):
-            raise InputError(f"{inp}: no such file or directory")
-        else:
-            paths = [path]
-        for p in paths:
-            url = name(p)
-            try:
-                source_format(url)
-            except ValueError as exc:
-                raise InputError(str(exc)) from None
-            try:
-                info = fs.info(p)
-                size = int(info.get("size") or 0)
-                version = info.get("ETag") or info.get("mtime") or info.get("LastModified")
-            except (OSError, ValueError):  # reported as unreadable_file by its unit
-                size, version = None, None
-            ident = {"url": url, "size": size, "version": str(version)}
-            found.append(
-                {
-                    "url": url,
-                    "size": size,
-                    "fingerprint": xxhash.xxh3_128_hexdigest(
-                        json.dumps(ident, sort_keys=True).encode()
-                    ),
-                }
-            )
-    urls = [f["url"] for f in found]
-    dupes = sorted({u for u in urls if urls.count(u) > 1})
-    if dupes:
-        raise InputError(f"input files given twice: {dupes[:5]}")
-    return found
 
 
 def plan_tokenize(
@@ -156,7 +83,7 @@ def plan_tokenize(
     )
     if bos and tok.bos_id is None:
         raise InputError(f"tokenizer {tokenizer!r} has no BOS token; tokenize without bos")
-    files = _expand(list(inputs), storage_options)
+    files = list_inputs(list(inputs), storage_options)
     phase1: list[dict[str, Any]] = []
     for fi, f in enumerate(files):
         size = f["size"]

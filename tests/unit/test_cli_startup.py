@@ -102,5 +102,6 @@ def test_it_tokenizes_local_files_without_the_object_store_clients(tmp_path):
         "tokenize", str(src), "--out", str(tmp_path / "tok"), "--engine", "reference", "--quiet"
     )
     assert "2 documents" in out
-    assert "fsspec" in modules  # the files were read through fsspec, as s3:// ones are
+    assert "tiktoken" in modules  # the listing is read right: the run loaded its tokenizer
+    assert "fsspec" not in modules  # local files are listed and opened directly
     assert sorted(modules & {"s3fs", "botocore", "boto3", "aiobotocore"}) == []

@@ -1,6 +1,7 @@
 """The sidecars' arrays built from buffers (shardcore.props: numbers, strings, flat
 properties) are the arrays pa.array makes, down to the Parquet bytes, and a tokenize run
-imports neither pandas nor awkward (each costs tenths of a CPU-second a process)."""
+imports neither pandas, awkward nor, for local files, fsspec (each costs hundredths to
+tenths of a CPU-second a process)."""
 
 from __future__ import annotations
 
@@ -96,14 +97,14 @@ def test_int64_values_reads_a_sliced_chunked_column():
         props.int64_values(pa.array([1, None]))
 
 
-def test_a_tokenize_run_imports_neither_pandas_nor_awkward(tmp_path):
+def test_a_tokenize_run_imports_neither_pandas_awkward_nor_fsspec(tmp_path):
     src = tmp_path / "in.jsonl"
     docs = [{"text": f"document {i} " * 400, "kind": "k", "n": i} for i in range(50)]
     src.write_text("".join(json.dumps(d) + "\n" for d in docs))
     code = (
         "import sys; from shardcore.tokenize import tokenize; "
         f"m = tokenize([{str(src)!r}], {str(tmp_path / 'out')!r}, shard_size=4096); "
-        "print(m['totals']['documents'], sorted({'pandas', 'awkward'} & set(sys.modules)))"
+        "print(m['totals']['documents'], sorted({'pandas', 'awkward', 'fsspec'} & set(sys.modules)))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["50", "[]"]
