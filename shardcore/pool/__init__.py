@@ -18,8 +18,9 @@ The stage ``pool`` follows the unit-of-work protocol (``shardcore.units``), in p
   and packed (``shardcore.pack``); each document is read once, straight into the output
   window where it goes (positioned reads from the input shards, or from the staged
   copy), and the shard ``shards/pool-XXXXX`` (IndexedDataset ``.bin``/``.idx``,
-  ``.segments.npz``, ``.docs.parquet``) is written, checksummed as it is written, every
-  file fsynced before the unit is marked done;
+  ``.segments.npz``, ``.docs.parquet``) is written (its tokens with direct I/O,
+  ``shardcore.pool.direct``), checksummed as it is written, its files committed together
+  and durable before the unit is marked done;
 * finalize: ``documents.parquet``, the manifests from the units' checksums (the
   validation pool's in ``val/``, then the pool's ``manifest.json``, the commit point). A
   split of more than 1,000 buckets fans its shards out (``shards/DDDD/pool-XXXXXXX``) and

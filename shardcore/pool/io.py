@@ -4,13 +4,11 @@ reads with an in-memory gather, and checksummed file entries."""
 from __future__ import annotations
 
 import ctypes
-import errno
-import fcntl
 import mmap
 import os
 import sys
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -590,121 +588,3 @@ def bytes_entry(data: bytes, rel: str) -> dict[str, Any]:
             xxhash.xxh3_64_hexdigest(view[i : i + block]) for i in range(0, len(data), block)
         ),
     }
-
-
-# Direct I/O (O_DIRECT) moves a shard's tokens from the window to the disk without
-# copying them into the page cache: measured on 2 GB of output, the copy and its writeback
-# were a fifth of pass 2's CPU, and dd's buffered rate is half the disk's direct one. It
-# needs buffers, offsets and lengths aligned to the device's block: 4096 bytes covers the
-# usual 512- and 4096-byte logical blocks.
-DIRECT_ALIGN = 4096
-_O_DIRECT = getattr(os, "O_DIRECT", 0)  # Linux only; elsewhere files are written buffered
-
-
-def direct_opener(path: str, flags: int) -> int:
-    """An ``open`` opener that adds O_DIRECT where the file system takes it (tmpfs before
-    Linux 6.6, for one, refuses it: then the file is opened as asked)."""
-    if _O_DIRECT:
-        try:
-            return os.open(path, flags | _O_DIRECT, 0o666)
-        except OSError as exc:
-            if exc.errno != errno.EINVAL:
-                raise
-    return os.open(path, flags, 0o666)
-
-
-def aligned_empty(count: int, dtype: np.dtype) -> np.ndarray:
-    """An uninitialized array of at least ``count`` items (rounded up to whole DIRECT_ALIGN
-    blocks) starting on a page: anonymous memory, aligned for direct I/O."""
-    nbytes = -(-max(1, count * dtype.itemsize) // DIRECT_ALIGN) * DIRECT_ALIGN
-    return np.frombuffer(mmap.mmap(-1, nbytes), dtype=dtype)
-
-
-def window_items(items: int, itemsize: int) -> int:
-    """``items`` rounded down to whole DIRECT_ALIGN blocks (at least one): windows of
-    this many items keep every write of a file at an aligned offset."""
-    per_block = DIRECT_ALIGN // itemsize
-    return max(1, items // per_block) * per_block
-
-
-class HashingWriter:
-    """Writes windows to an open unbuffered binary file in order, in a background thread,
-    and computes the file's manifest entry (as ``file_entry``) from the bytes written:
-    checksums cost no second read of the output. ``size`` is the file's final size (it
-    sets the block size).
-
-    A file opened with O_DIRECT (``direct_opener``) gets its windows straight from their
-    buffers (``aligned_empty``; every window but the last a whole number of
-    DIRECT_ALIGN blocks): the last one is written up to its block's end and the file cut
-    back to ``size``. Where the kernel refuses a direct write, the file falls back to
-    buffered writes. Buffered, each window's writeback is started as it is written."""
-
-    def __init__(self, f: IO[bytes], size: int) -> None:
-        self.f, self.size, self.pos = f, size, 0
-        self.block = verify.block_size_for(size)
-        self.whole, self.current, self.filled = xxhash.xxh3_64(), xxhash.xxh3_64(), 0
-        self.blocks: list[str] = []
-        self.direct = bool(_O_DIRECT and fcntl.fcntl(f.fileno(), fcntl.F_GETFL) & _O_DIRECT)
-        self.pool = ThreadPoolExecutor(max_workers=1)
-
-    def submit(self, buf: np.ndarray, count: int) -> Future[None]:
-        """Queue the first ``count`` items of ``buf`` (left untouched until the returned
-        future is done); ``buf`` is an ``aligned_empty`` array."""
-        return self.pool.submit(self._write, buf, count)
-
-    def _write(self, buf: np.ndarray, count: int) -> None:
-        view = buf.data.cast("B")[: count * buf.dtype.itemsize]
-        nbytes = view.nbytes
-        tail = nbytes % DIRECT_ALIGN
-        if self.direct and tail and self.pos + nbytes != self.size:
-            raise ValueError(f"a window of {nbytes} bytes at {self.pos} is not block-aligned")
-        if self.direct:
-            padded = buf.data.cast("B")[: nbytes + (DIRECT_ALIGN - tail if tail else 0)]
-            try:
-                write_all(self.f, padded)
-                if tail:
-                    os.ftruncate(self.f.fileno(), self.pos + nbytes)
-            except OSError as exc:
-                if exc.errno != errno.EINVAL or self.f.tell() != self.pos:
-                    raise
-                self._buffered()
-                write_all(self.f, view)
-        else:
-            write_all(self.f, view)
-            start_writeback(self.f.fileno(), self.pos, nbytes)
-        self.pos += nbytes
-        self._hash(view)
-
-    def _buffered(self) -> None:
-        """Turn O_DIRECT off for the rest of the file (a file system that opened it so but
-        refuses the writes)."""
-        fd = self.f.fileno()
-        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~_O_DIRECT)
-        self.direct = False
-
-    def _hash(self, view: memoryview) -> None:
-        self.whole.update(view)
-        while view.nbytes:
-            take = min(self.block - self.filled, view.nbytes)
-            self.current.update(view[:take])
-            self.filled += take
-            view = view[take:]
-            if self.filled == self.block:
-                self.blocks.append(self.current.hexdigest())
-                self.current.reset()
-                self.filled = 0
-
-    def close(self) -> None:
-        self.pool.shutdown(wait=True)
-
-    def entry(self, rel: str) -> dict[str, Any]:
-        if self.pos != self.size:
-            raise ValueError(f"{rel}: wrote {self.pos} bytes, expected {self.size}")
-        blocks = self.blocks + ([self.current.hexdigest()] if self.filled else [])
-        return {
-            "path": rel,
-            "size": self.size,
-            "xxh3": self.whole.hexdigest(),
-            "block_size": self.block,
-            "blocks": "".join(blocks),
-        }

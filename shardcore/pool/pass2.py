@@ -14,20 +14,17 @@ import numpy as np
 from shardcore import atomic, pack, units
 from shardcore.errors import ManifestError
 from shardcore.formats import bin_path, encode_idx, idx_path
+from shardcore.pool.direct import HashingWriter, aligned_empty, direct_opener, window_items
 from shardcore.pool.inputs import InputTable
 from shardcore.pool.io import (
     FileDocuments,
-    HashingWriter,
-    aligned_empty,
     bytes_entry,
     copy_ranges,
-    direct_opener,
     file_entry,
     read_run,
     read_spans,
     stream_bounds,
     stream_window,
-    window_items,
 )
 from shardcore.pool.layout import (
     INPUT_COL,

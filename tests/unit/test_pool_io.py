@@ -1,5 +1,6 @@
-"""The pool's copy and read loops: the compiled loop and the loop without a C compiler give
-the bytes of plain slicing, on real text, and refuse ranges outside their arrays."""
+"""The pool's copy, read and write loops: the compiled loop and the loop without a C
+compiler give the bytes of plain slicing, on real text, and refuse ranges outside their
+arrays; the shard writer's files and checksums are the same direct or buffered."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import numpy as np
 import pytest
 
 from shardcore.errors import ManifestError
+from shardcore.pool import direct as pool_direct
 from shardcore.pool import io as pool_io
 
 
@@ -102,12 +104,12 @@ def test_it_writes_windows_and_their_checksums_as_file_entry_reads_them(tmp_path
     # Direct I/O writes whole blocks and cuts the last one back; buffered writes the bytes:
     # either way the file holds the stream, and its entry is the one read back from disk.
     data = np.frombuffer(np.random.default_rng(size).bytes(size), dtype=np.uint8)
-    window = pool_io.window_items(2 * 4096, 1)
+    window = pool_direct.window_items(2 * 4096, 1)
     path = tmp_path / "out.bin"
-    opener = pool_io.direct_opener if direct else None
-    bufs = [pool_io.aligned_empty(window, np.dtype(np.uint8)) for _ in range(2)]
+    opener = pool_direct.direct_opener if direct else None
+    bufs = [pool_direct.aligned_empty(window, np.dtype(np.uint8)) for _ in range(2)]
     with open(path, "wb", buffering=0, opener=opener) as f:
-        writer = pool_io.HashingWriter(f, size)
+        writer = pool_direct.HashingWriter(f, size)
         for k, w0 in enumerate(range(0, size, window)):
             buf = bufs[k % 2]
             n = min(window, size - w0)
@@ -119,7 +121,9 @@ def test_it_writes_windows_and_their_checksums_as_file_entry_reads_them(tmp_path
 
 
 def test_it_aligns_windows_to_whole_blocks():
-    assert pool_io.window_items(2_500, 4) == 2048  # two blocks of 1,024 int32
-    assert pool_io.window_items(10, 4) == 1024  # at least one block
-    buf = pool_io.aligned_empty(10, np.dtype(np.int32))
-    assert buf.ctypes.data % pool_io.DIRECT_ALIGN == 0 and buf.nbytes == pool_io.DIRECT_ALIGN
+    assert pool_direct.window_items(2_500, 4) == 2048  # two blocks of 1,024 int32
+    assert pool_direct.window_items(10, 4) == 1024  # at least one block
+    buf = pool_direct.aligned_empty(10, np.dtype(np.int32))
+    assert (
+        buf.ctypes.data % pool_direct.DIRECT_ALIGN == 0 and buf.nbytes == pool_direct.DIRECT_ALIGN
+    )
