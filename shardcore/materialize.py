@@ -15,7 +15,7 @@ sequential reads.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -80,10 +80,17 @@ def _run_unit(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
             # Records of a pool shard are fixed-width rows: one fancy-indexed gather.
             rows = np.asarray(pool.reader(shard).tokens).reshape(-1, width)
             tokens[here] = rows[rec[here] - cumulative[shard]]
-    prefix = Path(plan.out) / shard_prefix(int(unit["shard"]))
-    with IndexedWriter(prefix, dtype) as w:
+    rel = shard_prefix(int(unit["shard"]))
+    with IndexedWriter(Path(plan.out) / rel, dtype) as w:
         w.add_many(tokens.ravel(), np.full(b - a, width, dtype=np.int64))
-    return {"shard": int(unit["shard"]), "records": b - a, "tokens": int(tokens.size)}
+    # Its files' manifest entries (block checksums), so that finalize reads no shard.
+    files = [verify.file_entry(plan.out, f"{rel}{ext}") for ext in (".bin", ".idx")]
+    return {
+        "shard": int(unit["shard"]),
+        "records": b - a,
+        "tokens": int(tokens.size),
+        "files": files,
+    }
 
 
 def _check_records(
@@ -113,14 +120,17 @@ def _check_records(
 def _finalize(plan: units.Plan, stats: list[dict[str, Any]]) -> dict[str, Any]:
     mix = Mixture(plan.params["mixture"])
     out = Path(plan.out)
-    shards, cumulative, files = [], [0], []
+    shards, cumulative = [], [0]
+    files: list[dict[str, Any]] = []
     for st in sorted(stats, key=lambda s: s["shard"]):
         prefix = shard_prefix(st["shard"])
         shards.append({"prefix": prefix, "records": st["records"], "first_record": cumulative[-1]})
         cumulative.append(cumulative[-1] + st["records"])
-        for ext in (".bin", ".idx"):
-            # Block checksums let ``shardyard verify`` name the corrupt byte range.
-            files.append(verify.file_entry(out, f"{prefix}{ext}"))
+        # Block checksums let ``shardyard verify`` name the corrupt byte range; a unit
+        # recorded them as it wrote its shard (one recorded before that: read here).
+        files += st.get("files") or [
+            verify.file_entry(out, f"{prefix}{ext}") for ext in (".bin", ".idx")
+        ]
     m = mix.manifest
     manifest = {
         "kind": KIND,
@@ -146,7 +156,25 @@ def _finalize(plan: units.Plan, stats: list[dict[str, Any]]) -> dict[str, Any]:
     return mf.read_manifest(out)
 
 
-units.register_stage(STAGE, run_unit=_run_unit, finalize=_finalize)
+def _reads(plan: units.Plan, unit: dict[str, Any]) -> list[str]:
+    """A unit reads nothing of the copy (the mixture and its pools are its inputs)."""
+    return []
+
+
+def _finalize_reads(plan: units.Plan, stats: Sequence[dict[str, Any]]) -> list[str]:
+    """Finalize reads nothing of the copy either (the units' stats hold its files'
+    entries), but for units recorded before they did."""
+    return [
+        f"{shard_prefix(st['shard'])}{ext}"
+        for st in stats
+        if not st.get("files")
+        for ext in (".bin", ".idx")
+    ]
+
+
+units.register_stage(
+    STAGE, run_unit=_run_unit, finalize=_finalize, reads=_reads, finalize_reads=_finalize_reads
+)
 
 
 def materialize(

@@ -365,3 +365,47 @@ def test_a_late_run_of_a_finished_unit_leaves_the_finished_runs_marker(
     with pytest.raises(units.UnitSuperseded):
         units.run_unit(plan, unit_id, may_publish=lapses_during_the_push)
     assert not store.exists(key) and len(asked) == 2
+
+
+def test_materialize_and_scrub_units_on_s3_fetch_and_list_nothing_of_their_output(
+    corpus, s3_bucket, tmp_path, monkeypatch
+):
+    """A materialize unit writes its shard and records its files' checksums; finalize
+    builds the manifest from them: neither downloads a file of the copy nor lists its
+    prefix (on a host of its own each), and the copy is the local one. A scrub's units and
+    finalize read nothing of the report's prefix either."""
+    from shardcore.scrub import plan_scrub
+
+    tokenize(corpus, f"{s3_bucket}/tok-m", shard_size=30_000)
+    build_pool([f"{s3_bucket}/tok-m"], f"{s3_bucket}/pool-m", seq_len=SEQ, memory=1 << 20)
+    spec = {"tokens": SEQ * 257, "seed": 3, "components": [{"pool": "pool-m", "weight": 1}]}
+    build_mixture(MixtureSpec.from_dict(spec, base_dir=s3_bucket), f"{s3_bucket}/mix-m")
+    got, listed = [], []
+    real_get, real_sizes = storage.S3Store.get_file, storage.S3Store.sizes
+    monkeypatch.setattr(
+        storage.S3Store,
+        "get_file",
+        lambda self, key, path: (got.append((self.prefix, key)), real_get(self, key, path))[1],
+    )
+    monkeypatch.setattr(
+        storage.S3Store,
+        "sizes",
+        lambda self, prefix="": (listed.append(self.prefix), real_sizes(self, prefix))[1],
+    )
+    for plan in (
+        plan_materialize(f"{s3_bucket}/mix-m", f"{s3_bucket}/flat-m", shard_bytes=8_000),
+        plan_scrub([{"key": "pool:1", "path": f"{s3_bucket}/pool-m"}], f"{s3_bucket}/scrub-m"),
+    ):
+        units.save_plan(plan)
+        prefix = storage.open_store(plan.out).prefix
+        for n, unit in enumerate(plan.phases[0]):
+            monkeypatch.setenv("SHARDYARD_CACHE", str(tmp_path / f"{plan.stage}-host-{n}"))
+            units.run_unit(plan, unit["id"])
+        assert len(plan.phases[0]) > 1 or plan.stage == "scrub"
+        assert not [k for p, k in got if p == prefix] and prefix not in listed, plan.stage
+        monkeypatch.setenv("SHARDYARD_CACHE", str(tmp_path / f"{plan.stage}-final"))
+        manifest = units.finalize(plan)
+        assert not [k for p, k in got if p == prefix], plan.stage
+    local = materialize(f"{s3_bucket}/mix-m", tmp_path / "flat-local", shard_bytes=8_000)
+    assert mf.read_manifest(f"{s3_bucket}/flat-m")["files"] == local["files"]
+    assert manifest["checked"] == 1 and manifest["corrupt"] == 0
