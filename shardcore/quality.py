@@ -569,8 +569,13 @@ def recipe_quality(
     if kind == "pool":
         if pool_sources and len(read_manifest(path).get("sources") or []) > 1:
             props = ["_doc.source", *props]
+        # Ranged: on object storage the segments and columns read, not a copy of the pool.
         ch, docs = recipe.pool_characteristics(
-            [path], by=props, length_bins_count=length_bins, limit=limit, documents=True
+            [PoolReader(path, ranged=True)],
+            by=props,
+            length_bins_count=length_bins,
+            limit=limit,
+            documents=True,
         )
         order = np.arange(ch.num_records)
         # A pool's order is a document shuffle: held to random orders of its documents.

@@ -37,12 +37,27 @@ import numpy as np
 
 from shardcore import pack
 from shardcore.errors import InputError
+from shardcore.order.quantiles import quantiles_of_counts
 from shardcore.pool import PoolReader
 
 # A pool given as its reader or as its directory (local or on object storage).
 PoolLike = PoolReader | str | os.PathLike
 
 PAD = -1  # characteristic index of an unused slot
+
+
+@dataclass(frozen=True)
+class Labels:
+    """A family's labels of some documents as ``codes`` into ``values``: every value the
+    family takes over the pool, sorted (as ``np.unique`` sorts them), though the documents
+    labelled hold only some of them."""
+
+    codes: np.ndarray
+    values: np.ndarray
+
+    @property
+    def plain(self) -> np.ndarray:
+        return self.values[self.codes]
 
 
 @dataclass(frozen=True)
@@ -113,12 +128,13 @@ def from_segments(
     seg_doc: np.ndarray,
     seg_length: np.ndarray,
     num_records: int,
-    doc_families: Mapping[str, np.ndarray],
+    doc_families: Mapping[str, np.ndarray | Labels],
 ) -> Characteristics:
     """Characteristic vectors from segments: segment i holds ``seg_length[i]`` tokens of
     document ``seg_doc[i]`` (-1: padding) in record ``seg_record[i]``; ``doc_families``:
     name -> one label per document (any dtype; a record's tokens of a document count for
-    that document's label)."""
+    that document's label), or ``Labels`` (the family's characteristics are then all of
+    its ``values``, also those no document here has)."""
     seg_record = np.asarray(seg_record, dtype=np.int64)
     seg_doc = np.asarray(seg_doc, dtype=np.int64)
     seg_length = np.asarray(seg_length, dtype=np.float64)
@@ -129,8 +145,8 @@ def from_segments(
     real = seg_doc >= 0
     rec, doc, ln = seg_record[real], seg_doc[real], seg_length[real]
     keys, names, family_of, base = [], [], [], 0
-    for f, (name, labels) in enumerate(doc_families.items()):
-        labels = np.asarray(labels)
+    for f, (name, given) in enumerate(doc_families.items()):
+        labels = given.codes if isinstance(given, Labels) else np.asarray(given)
         if labels.ndim != 1:
             raise InputError(f"families: {name!r} needs one label per document")
         if doc.size and doc.max() >= labels.size:
@@ -138,7 +154,10 @@ def from_segments(
                 f"families: {name!r} has {labels.size} labels but segments name document "
                 f"{int(doc.max())}"
             )
-        values, code = np.unique(labels, return_inverse=True)
+        if isinstance(given, Labels):  # the values over the pool, not only these documents'
+            values, code = given.values, labels
+        else:
+            values, code = np.unique(labels, return_inverse=True)
         names.append([str(v) for v in values.tolist()])
         family_of.append(np.full(values.size, f, dtype=np.int64))
         keys.append(rec * 0 + (code.ravel()[doc] + base))
@@ -198,13 +217,16 @@ def pool_characteristics(
     bins over all the pools' documents (``length_bins_count`` bins; None: none). Of each
     pool's documents table only the columns those need are read (``document_columns``).
     ``limit``: only the first that many records (only the shards holding them are read;
-    the length bins still come from every document's length). ``documents``: also
+    of one pool, its documents' columns by row range, the length bins and each property's
+    values from streamed passes: ``_first_records``). ``documents``: also
     return the documents the records hold, to shuffle them (``document_shuffles``):
     ``(characteristics, {"families", "lengths", "seq_len"})``, one pool only."""
 
     readers = [p if isinstance(p, PoolReader) else PoolReader(p) for p in pools]
     if not readers:
         raise InputError("pools: need at least one pool")
+    if limit is not None and len(readers) == 1:
+        return _first_records(readers[0], by, length_bins_count, limit, documents)
     recs: list[Any] = []
     docs: list[Any] = []
     lens: list[Any] = []
@@ -216,7 +238,7 @@ def pool_characteristics(
         raise InputError("documents: one pool only")
     for i, pr in enumerate(readers):
         need = list(by) + (["_doc.n_tokens"] if length_bins_count or documents else [])
-        ndocs, cols = document_columns(pr.path, need)
+        ndocs, cols = document_columns(pr, need)
         for shard, info in enumerate(pr.manifest["shards"]):
             if limit is not None and rec_base + int(pr.cumulative[shard]) >= limit:
                 break
@@ -259,6 +281,81 @@ def pool_characteristics(
         "lengths": np.concatenate(doc_len)[:held] + bos,
         "seq_len": int(readers[0].manifest["seq_len"]),
     }
+
+
+def _first_records(
+    pr: PoolReader, by: Sequence[str], length_bins_count: int | None, limit: int, documents: bool
+) -> Any:
+    """``pool_characteristics`` of one pool's first ``limit`` records, in memory that does
+    not grow with the pool: the segments of the shards holding them, the columns of the
+    documents they hold by row range, and what the families need of every document (each
+    property's values, the length counts for the quantile bins) in streamed passes."""
+    recs, docs, lens = [], [], []
+    for shard, info in enumerate(pr.manifest["shards"]):
+        if int(pr.cumulative[shard]) >= limit:
+            break
+        seg = pr.segments(shard)
+        per = np.diff(seg.seg_record_offsets)
+        recs.append(
+            np.repeat(np.arange(seg.num_records, dtype=np.int64), per) + pr.cumulative[shard]
+        )
+        d = seg.seg_doc.astype(np.int64)
+        docs.append(np.where(d >= 0, d + int(info["first_document"]), -1))
+        lens.append(seg.seg_length.astype(np.int64))
+    empty = np.zeros(0, dtype=np.int64)
+    rec, doc, ln = (np.concatenate(x) if x else empty for x in (recs, docs, lens))
+    fams, lengths = _first_families(
+        pr, by, length_bins_count, int(doc.max()) + 1 if doc.size else 0
+    )
+    if not fams:
+        raise InputError("families: nothing to balance (one pool, no --by, no length bins)")
+    num_records = pr.num_records
+    if limit < num_records:
+        keep = rec < limit
+        rec, doc, ln, num_records = rec[keep], doc[keep], ln[keep], max(0, int(limit))
+    ch = from_segments(rec, doc, ln, num_records, fams)
+    if not documents:
+        return ch
+    held = int(doc.max()) + 1 if doc.size else 0
+    bos = int(bool(pr.manifest.get("params", {}).get("bos")))
+    return ch, {
+        "families": {k: v.plain[:held] for k, v in fams.items()},
+        "lengths": lengths[:held] + bos,
+        "seq_len": int(pr.manifest["seq_len"]),
+    }
+
+
+def _first_families(
+    pr: PoolReader, by: Sequence[str], length_bins_count: int | None, read: int
+) -> tuple[dict[str, Labels], np.ndarray]:
+    """The families of the pool's first ``read`` documents, each with every value it takes
+    over the pool (``Labels``), and those documents' lengths."""
+    _, cols = pr.document_columns([*by, "_doc.n_tokens"], rows=slice(0, read))
+    values: dict[str, np.ndarray] = {n: np.zeros(0, dtype=str) for n in by}
+    counts = np.zeros(0, dtype=np.int64)
+    streamed = [*by, "_doc.n_tokens"] if length_bins_count else list(by)
+    for _, batch in pr.iter_document_columns(streamed, 1 << 18) if streamed else []:
+        for n in by:
+            values[n] = np.union1d(values[n], np.unique(np.asarray(batch[n]).astype(str)))
+        if length_bins_count:
+            more = np.bincount(np.asarray(batch["_doc.n_tokens"], dtype=np.int64))
+            counts = np.pad(counts, (0, max(0, more.size - counts.size)))
+            counts[: more.size] += more
+    fams = {
+        n: Labels(np.searchsorted(values[n], np.asarray(cols[n]).astype(str)), values[n])
+        for n in by
+    }
+    lengths = np.asarray(cols["_doc.n_tokens"], dtype=np.int64)
+    if length_bins_count:
+        if length_bins_count < 1:
+            raise InputError(f"length_bins: need at least 1 bin, got {length_bins_count}")
+        q = np.arange(1, length_bins_count) / length_bins_count
+        edges = quantiles_of_counts(counts, q) if counts.sum() else np.zeros(q.size)
+        present = np.flatnonzero(counts).astype(np.float64)
+        taken = np.unique(np.searchsorted(edges, present, side="right")).astype(np.int64)
+        held = np.searchsorted(edges, lengths.astype(np.float64), side="right")
+        fams["length"] = Labels(np.searchsorted(taken, held), taken)
+    return fams, lengths
 
 
 def document_shuffles(docs: Mapping[str, Any]) -> Callable[[np.random.Generator], Characteristics]:
