@@ -94,7 +94,9 @@ def _run_bucket(plan: units.Plan, q: int) -> dict[str, Any]:
         or [np.empty(0, neardup.ROW)]
     )
     sigs = [np.load(out / _work_file(j) / "sig.npy", mmap_mode="r") for j in shards]
-    a, b = neardup.verified_edges(rows, sigs, _starts(plan), _annotator(plan).params)
+    exacts = [np.load(out / _work_file(j) / "exact.npy", mmap_mode="r") for j in shards]
+    params = _annotator(plan).params
+    a, b = neardup.verified_edges(rows, sigs, _starts(plan), params, exacts)
     neardup.file_edges(_components(plan), q, a, b)
     return {"candidates": int(len(rows)), "edges": int(len(a))}
 

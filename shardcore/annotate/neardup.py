@@ -302,12 +302,19 @@ def file_keys(
 
 
 def verified_edges(
-    rows: np.ndarray, sigs: list[np.ndarray], starts: np.ndarray, params: dict[str, Any]
+    rows: np.ndarray,
+    sigs: list[np.ndarray],
+    starts: np.ndarray,
+    params: dict[str, Any],
+    exacts: list[np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The edges of one partition's bucket rows: documents sharing a (band, key), each
     joined to the first of its run when their signatures (``sigs``, the signature units'
     in global order, unit k's first document ``starts[k]``) agree on at least
-    ``threshold`` of the permutations; exact-hash rows joined without the check."""
+    ``threshold`` of the permutations; exact-hash rows joined without the check. With
+    ``exacts`` (the units' exact hashes), a band's pair of exact copies is left out: the
+    exact-hash band joins them already (an exact copy would otherwise bring an edge per
+    band, 17 where one does)."""
     rows = rows[np.lexsort((rows["doc"], rows["key"], rows["band"]))]
     if len(rows) < 2:
         return np.empty(0, np.int64), np.empty(0, np.int64)
@@ -318,12 +325,26 @@ def verified_edges(
     a = rows["doc"][cand].astype(np.int64)
     b = rows["doc"][first[cand]].astype(np.int64)
     exact = rows["band"][cand] == np.uint64(params["bands"])
+    if exacts is not None:  # keep the exact band's rows and the pairs that are not copies
+        keep = exact | (_gather(exacts, starts, a) != _gather(exacts, starts, b))
+        a, b, exact = a[keep], b[keep], exact[keep]
     need = math.ceil(params["num_perm"] * params["threshold"] - 1e-9)
     check = ~exact
     ok = exact.copy()
     if check.any():
         ok[check] = NearDuplicates._agreement(sigs, starts, a[check], b[check]) >= need
     return a[ok], b[ok]
+
+
+def _gather(arrays: list[np.ndarray], starts: np.ndarray, ix: np.ndarray) -> np.ndarray:
+    """The values of global documents ``ix`` from per-unit arrays (unit k from
+    ``starts[k]``)."""
+    unit = np.searchsorted(starts, ix, side="right") - 1
+    out = np.empty(len(ix), dtype=arrays[0].dtype if arrays else np.uint64)
+    for k in np.unique(unit).tolist():
+        sel = unit == k
+        out[sel] = arrays[k][ix[sel] - starts[k]]
+    return out
 
 
 def file_edges(comp: Components, q: int, a: np.ndarray, b: np.ndarray) -> None:
@@ -340,10 +361,14 @@ def _run_bucket(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
         [np.load(out / WORK / "keys" / name / f"p{q}.npy") for name in names] or [np.empty(0, ROW)]
     )
     sigs = [np.load(out / WORK / "sig" / f"{name}.npy", mmap_mode="r") for name in names]
-    a, b = verified_edges(rows, sigs, starts, ann.params)
     if "rounds" in plan.meta:
+        exacts = [
+            np.load(out / WORK / "sig" / f"{name}.exact.npy", mmap_mode="r") for name in names
+        ]
+        a, b = verified_edges(rows, sigs, starts, ann.params, exacts)
         file_edges(_components_of(plan), q, a, b)
         return {"candidates": int(len(rows)), "edges": int(len(a))}
+    a, b = verified_edges(rows, sigs, starts, ann.params)  # a plan made before the rounds
     final = out / WORK / "pairs" / f"p{q}.npy"
     final.parent.mkdir(parents=True, exist_ok=True)
     with atomic.atomic_path(final) as tmp, open(tmp, "wb") as f:
