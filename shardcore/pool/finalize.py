@@ -12,8 +12,9 @@ import contextlib
 import shutil
 from array import array
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -35,6 +36,10 @@ from shardcore.pool.layout import (
     shard_prefix,
     split_dir,
 )
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
 
 
 def finalize_pool(plan: units.Plan, stats: Sequence[dict]) -> dict[str, Any]:
@@ -107,10 +112,12 @@ def _finalize_split(
     with (
         contextlib.nullcontext()
         if split_table
-        else atomic.atomic_path(out_dir / DOCUMENTS_NAME) as tmp_docs
+        else atomic.atomic_path(out_dir / DOCUMENTS_NAME) as tmp_docs,
+        ThreadPoolExecutor(max_workers=1) as reads,
     ):
         writer = None
         fps = arrow_strings([s["fingerprint"] for s in meta["sources"]])
+        pending = None  # the next shard's sidecar, read while the last one's rows are written
         for b, st in buckets(split):
             cols.add_files(st)
             if not st["records"]:
@@ -122,13 +129,12 @@ def _finalize_split(
             padding += st["padding"]
             if split_table:
                 continue  # the shards' sidecars are the table: nothing read, nothing written
-            with pq.ParquetFile(out_dir / f"{prefix}.docs.parquet") as f:
-                table = f.read()
-            src = as_numpy(table.column(SOURCE_COL))
-            table = table.append_column(SOURCE_FP_COL, fps.take(arrow_array(src)))
-            if writer is None:
-                writer = pq.ParquetWriter(tmp_docs, table.schema)
-            writer.write_table(table.cast(writer.schema))
+            ahead = reads.submit(_read_sidecar, out_dir / f"{prefix}.docs.parquet")
+            if pending is not None:
+                writer = _append_documents(writer, tmp_docs, pending.result(), fps)
+            pending = ahead
+        if pending is not None:
+            writer = _append_documents(writer, tmp_docs, pending.result(), fps)
         if not split_table:
             if writer is None:
                 writer = pq.ParquetWriter(tmp_docs, pa.schema([(SOURCE_COL, pa.int32())]))
@@ -188,6 +194,28 @@ def _finalize_split(
     manifest = {**header, "shards": shards, "cumulative_records": cumulative, "files": files}
     mf.write_manifest(out_dir, manifest)
     return header
+
+
+def _read_sidecar(path: Path) -> pa.Table:
+    import pyarrow.parquet as pq
+
+    with pq.ParquetFile(path) as f:
+        return f.read()
+
+
+def _append_documents(
+    writer: pq.ParquetWriter | None, path: Path | None, table: pa.Table, fps: pa.Array
+) -> pq.ParquetWriter:
+    """Append a shard's sidecar rows, with each row's source fingerprint, to the documents
+    table at ``path`` (its writer opened on the first shard's schema)."""
+    import pyarrow.parquet as pq
+
+    src = as_numpy(table.column(SOURCE_COL))
+    table = table.append_column(SOURCE_FP_COL, fps.take(arrow_array(src)))
+    if writer is None:
+        writer = pq.ParquetWriter(path, table.schema)
+    writer.write_table(table.cast(writer.schema))
+    return writer
 
 
 _FIELDS = ("documents", "first_document", "first_record", "padding", "records", "tokens")
