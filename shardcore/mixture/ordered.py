@@ -27,7 +27,8 @@ from shardcore import props, verify
 from shardcore.mixture.layout import LENGTH_FAMILY, SCHEDULE_DIR
 from shardcore.mixture.plan import PoolInfo, _stage_weights
 from shardcore.mixture.spec import MixtureSpec
-from shardcore.order import get_ordering, pool_characteristics_for
+from shardcore.order import get_ordering
+from shardcore.order.windowed import PoolFamilies, pool_families, sample_characteristics
 from shardcore.pool import PoolReader
 
 # The blend's pool column, before ordering (kept until the manifest is written).
@@ -89,13 +90,14 @@ def stage_order(
     pool_idx: np.ndarray,
     record: np.ndarray,
     *,
-    characteristics: tuple[Any, np.ndarray] | None = None,
+    characteristics: PoolFamilies | None = None,
     families: dict[str, np.ndarray] | None = None,
 ) -> np.ndarray:
     """The permutation ``spec.order`` gives window ``window`` of stage ``stage`` (its
     samples ``pool_idx``, ``record``), seeded by both. ``characteristics``
-    (``pool_characteristics_for``) and ``families`` (``sample_families``: the diversity
-    ordering's characteristics of exactly these samples) are what the ordering reads of
+    (``pool_families``: what greedy_block's vectors of any window share) and ``families``
+    (``sample_families``: the diversity ordering's characteristics of exactly these
+    samples) are what the ordering reads of
     the pools, computed here when not given."""
     seed = spec.seed + STAGE_SEED * stage + WINDOW_SEED * window
     options = spec.order_options
@@ -110,9 +112,13 @@ def stage_order(
         fams = {"pool": pool_idx}
     extra: dict[str, Any] = {}
     if spec.order == "greedy_block" and characteristics is not None:
-        ch, first = characteristics
-        rows = first[np.asarray(pool_idx, dtype=np.int64)] + np.asarray(record, dtype=np.int64)
-        extra = {"characteristics": ch.take(rows), "groups": rows}
+        fam = characteristics
+        pool_of = np.asarray(pool_idx, dtype=np.int64)
+        rows = fam.first[pool_of] + np.asarray(record, dtype=np.int64)
+        extra = {
+            "characteristics": sample_characteristics(fam, pool_of, record),
+            "groups": rows,
+        }
     return get_ordering(spec.order)(
         fams, seed=seed, weights=lam, pools=paths, records=record, options=options, **extra
     )
@@ -130,7 +136,7 @@ class WindowOrder:
             self.stages.append((start, n))
             start += n
         self._readers: list[PoolReader] | None = None
-        self._characteristics: tuple[Any, np.ndarray] | None = None
+        self._characteristics: PoolFamilies | None = None
 
     def windows(self, a: int, b: int) -> Iterator[tuple[int, int, int, int]]:
         """(stage, window, first sample, end) of each window in samples [a, b)."""
@@ -174,12 +180,12 @@ class WindowOrder:
                 )
         return sample_families(self._readers, self.spec.order_options, pool_idx, record)
 
-    def _pool_characteristics(self) -> tuple[Any, np.ndarray] | None:
+    def _pool_characteristics(self) -> PoolFamilies | None:
         if self.spec.order != "greedy_block":
             return None
         if self._characteristics is None:
             paths = [p.path for p in self.pools]
-            self._characteristics = pool_characteristics_for(paths, self.spec.order_options)
+            self._characteristics = pool_families(paths, self.spec.order_options)
         return self._characteristics
 
 

@@ -23,7 +23,7 @@ import numpy as np
 from shardcore.errors import InputError
 from shardcore.order import greedy, recipe
 from shardcore.order.diversity import diversity_order
-from shardcore.pool import PoolReader
+from shardcore.order.windowed import pool_families, sample_characteristics
 
 Ordering = Callable[..., np.ndarray]
 
@@ -68,23 +68,10 @@ def schedule_characteristics(
     property in ``options["by"]``, ``options["length_bins"]`` document-length quantile
     bins: a number, default 100; false: none), and one id per distinct pool record (the
     copies of a record read in several epochs share it)."""
-    ch, first = pool_characteristics_for(pools, options)
-    rows = first[np.asarray(pool_of, dtype=np.int64)] + np.asarray(records, dtype=np.int64)
-    return ch.take(rows), rows
-
-
-def pool_characteristics_for(
-    pools: Sequence[str | os.PathLike], options: Mapping[str, Any] | None = None
-) -> tuple[recipe.Characteristics, np.ndarray]:
-    """The characteristic vectors of every record of ``pools`` (pool after pool, as
-    ``schedule_characteristics`` describes) and each pool's first row among them: what an
-    ordering of a schedule over those pools reads of them, whatever its samples."""
-    opts = dict(options or {})
-    bins = opts.get("length_bins", True)
-    bins = 100 if bins is True else (int(bins) if bins else None)
-    ch = recipe.pool_characteristics(pools, by=list(opts.get("by") or []), length_bins_count=bins)
-    first = np.r_[0, np.cumsum([PoolReader(p).num_records for p in pools])[:-1]]
-    return ch, first.astype(np.int64)
+    fam = pool_families(pools, options)
+    pool_of = np.asarray(pool_of, dtype=np.int64)
+    rows = fam.first[pool_of] + np.asarray(records, dtype=np.int64)
+    return sample_characteristics(fam, pool_of, records), rows
 
 
 def greedy_block_order(
