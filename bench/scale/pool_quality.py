@@ -1,5 +1,6 @@
 """Peak memory and CPU of a pool's quality measurement (the pool recorder's ``_measure``:
-``shardcore.pool.quality.pool_quality`` on the first 2^16 records), each in a fresh process
+``shardcore.pool.quality.pool_quality`` on the first 2^16 records; with ``--by recipe`` its
+recipe measurement, ``recipe_measure``, on the first 200,000), each in a fresh process
 (VmHWM minus the RSS before the call; user + system CPU of the call), at pool sizes 10x
 apart, with the growth fitted. Not a test.
 
@@ -8,12 +9,12 @@ apart, with the growth fitted. Not a test.
 
 The pools are synthetic and hold what the measurement reads: a manifest of partitioned
 shards (documents table: the shards' sidecars), each shard's documents sidecar (source,
-input shard, row, tokens), and the segments of the shards holding the first records.
+input shard, row, tokens), and the segments of the shards holding the first 200,000 records.
 Documents: two sources, input shards of 100,000 documents (the second source's rows with
 one in ten missing, as a validation slice leaves them), 100-999 tokens, in a pseudo-random
 order (an affine permutation of the input order), packed into records of 2,048 tokens.
-``--before REV`` also measures the measurement of commit ``REV`` (its
-``webapp/catalog/measures/pools.py``) on the same pools.
+``--before REV`` also measures the code of commit ``REV`` (``git archive``) on the same
+pools.
 """
 
 from __future__ import annotations
@@ -37,21 +38,19 @@ from bench.scale.common import fit_power, machine  # noqa: E402
 SEQ_LEN = 2047
 INPUT_DOCS = 100_000
 SHARD_DOCS = 1 << 16
-FIRST_RECORDS = 1 << 16
+# Segments for the records the measurements read: the quality report's first 2^16, the
+# recipe's first 200,000 (webapp.catalog.services.recipe.RECIPE_RECORDS).
+SEGMENT_RECORDS = 200_000
 
 STEP = r"""
-import json, os, resource, sys, time, importlib.util
+import json, os, resource, sys, time
 sys.path.insert(0, {root!r})
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "webapp.settings")
 os.environ.setdefault("DEBUG", "1")  # no production SECRET_KEY needed to measure
 import django
 django.setup()
-if {module!r}:
-    spec = importlib.util.spec_from_file_location("measured_pools", {module!r})
-    pools = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(pools)
-else:
-    from webapp.catalog.measures import pools
+from webapp.catalog.measures import pools
+from webapp.catalog.services.recipe import recipe_measure
 
 def vm(name):
     for line in open("/proc/self/status"):
@@ -63,10 +62,14 @@ def cpu():
     return r.ru_utime + r.ru_stime
 
 before, c0, t0 = vm("VmRSS"), cpu(), time.perf_counter()
-report = pools._measure({path!r}, by={by!r})
+if {by!r} == "recipe":
+    report = recipe_measure(path={path!r})
+    report = {{"label": "recipe", "error": report.get("error")}}
+else:
+    report = pools._measure({path!r}, by={by!r})
 print(json.dumps({{"peak": vm("VmHWM") - before, "cpu": cpu() - c0,
                    "wall": time.perf_counter() - t0, "label": report.get("label"),
-                   "measured": report.get("measured")}}))
+                   "error": report.get("error")}}))
 """
 
 
@@ -101,7 +104,7 @@ def build(work: Path, docs: int) -> Path:
 
     out = work / f"pool-{docs}"
     if (out / "manifest.json").exists():
-        return out
+        return _with_segments(out)
     shutil.rmtree(out, ignore_errors=True)
     groups = -(-docs // INPUT_DOCS)
     a = _multiplier(docs)
@@ -114,10 +117,10 @@ def build(work: Path, docs: int) -> Path:
         pq.write_table(pa.table(cols), out / f"{prefix}.docs.parquet")
         tokens = int(cols["n_tokens"].sum())
         records = -(-tokens // width)
-        if cumulative[-1] <= FIRST_RECORDS:  # the records measured: their segments
+        if cumulative[-1] <= SEGMENT_RECORDS:  # the records measured: their segments
             packing = pack.plan_packing(cols["n_tokens"], SEQ_LEN)
             pack.save_segments(out / f"{prefix}.segments.npz", packing.segments)
-            records = packing.segments.num_records
+            records = packing.segments.num_records  # ceil(tokens / width), as estimated
         shards.append(
             {
                 "prefix": prefix,
@@ -150,8 +153,27 @@ def build(work: Path, docs: int) -> Path:
     return out
 
 
-def measure(path: Path, by: str, module: str = "") -> dict:
-    code = STEP.format(root=str(ROOT), path=str(path), by=by, module=module)
+def _with_segments(out: Path) -> Path:
+    """A pool built before ``SEGMENT_RECORDS`` grew: the segments it lacks, written."""
+    import pyarrow.parquet as pq
+
+    from shardcore import manifest as mf
+    from shardcore import pack
+
+    manifest = mf.read_manifest(out)
+    for k, first in enumerate(mf.shard_column(manifest, "first_record").tolist()):
+        prefix = mf.shard_prefix(manifest, k)
+        if first > SEGMENT_RECORDS:
+            break
+        if not (out / f"{prefix}.segments.npz").exists():
+            lengths = pq.read_table(out / f"{prefix}.docs.parquet", columns=["n_tokens"])
+            packing = pack.plan_packing(lengths.column(0).to_numpy(), SEQ_LEN)
+            pack.save_segments(out / f"{prefix}.segments.npz", packing.segments)
+    return out
+
+
+def measure(path: Path, by: str, root: str = str(ROOT)) -> dict:
+    code = STEP.format(root=root, path=str(path), by=by)
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     if res.returncode:
         raise SystemExit(res.stderr[-3000:])
@@ -159,16 +181,17 @@ def measure(path: Path, by: str, module: str = "") -> dict:
 
 
 def _before(rev: str, work: Path) -> str:
-    """The measurement module of commit ``rev``, as a file to load."""
-    src = subprocess.run(
-        ["git", "-C", str(ROOT), "show", f"{rev}:webapp/catalog/measures/pools.py"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    path = work / f"pools-{rev}.py"
-    path.write_text(src)
-    return str(path)
+    """The code of commit ``rev`` (shardcore, webapp, workers), as a directory to run."""
+    tree = work / f"tree-{rev}"
+    if not tree.exists():
+        tree.mkdir()
+        archive = subprocess.run(
+            ["git", "-C", str(ROOT), "archive", rev, "shardcore", "webapp", "workers"],
+            capture_output=True,
+            check=True,
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+    return str(tree)
 
 
 def _row(name: str, docs: int, by: str, got: dict) -> dict:
@@ -181,6 +204,7 @@ def _row(name: str, docs: int, by: str, got: dict) -> dict:
         "cpu_s": round(got["cpu"], 2),
         "wall_s": round(got["wall"], 2),
         "load": round(os.getloadavg()[0], 2),
+        **({"error": got["error"]} if got.get("error") else {}),
     }
     print(json.dumps(row), flush=True)
     return row
@@ -208,7 +232,11 @@ def _fits(rows: list[dict]) -> None:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--docs", default="1000000,10000000")
-    ap.add_argument("--by", default=",length", help="labellings, comma-separated ('': default)")
+    ap.add_argument(
+        "--by",
+        default=",length",
+        help="labellings, comma-separated ('': default; 'recipe': the recipe measurement)",
+    )
     ap.add_argument("--before", default="", help="also measure this commit's measurement")
     ap.add_argument("--before-docs", default="1000000,10000000")
     ap.add_argument("--workdir", default="/tmp/shardyard-bench-pool-quality")
@@ -219,17 +247,17 @@ def main() -> int:
         shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True, exist_ok=True)
     print(machine())
-    codes = [("now", "", [int(float(x)) for x in args.docs.split(",")])]
+    codes = [("now", str(ROOT), [int(float(x)) for x in args.docs.split(",")])]
     if args.before:
         sizes = [int(float(x)) for x in args.before_docs.split(",")]
         codes.append((args.before, _before(args.before, work), sizes))
     rows = []
     for docs in sorted({d for _, _, sizes in codes for d in sizes}):
         path = build(work, docs)
-        for name, module, sizes in codes:
+        for name, tree, sizes in codes:
             if docs in sizes:
                 for by in args.by.split(","):
-                    rows.append(_row(name, docs, by, measure(path, by, module)))
+                    rows.append(_row(name, docs, by, measure(path, by, tree)))
     _fits(rows)
     return 0
 
