@@ -235,3 +235,22 @@ def test_the_fast_engine_gives_the_reference_ids_by_either_call(hf_dir, texts, s
     for call in (tok._fast_each, tok._fast_batch):
         kept = [t for t in short if not tok._special(t)]
         assert np.array_equal(call(kept)[0], ref.encode_flat(kept)[0])
+
+
+def test_the_fast_engine_keeps_the_reference_ids_around_added_tokens(tmp_path, hf_dir, texts):
+    """A non-special added token is a token to the reference too; a special one is ordinary
+    text to it: either way the fast engine's documents get the reference's ids."""
+    from tokenizers import Tokenizer
+
+    hf = Tokenizer.from_file(str(hf_dir / "tokenizer.json"))
+    hf.add_tokens(["<EXTRA>", "zzq"])  # non-special: the reference matches them
+    d = tmp_path / "hf"
+    d.mkdir()
+    hf.save(str(d / "tokenizer.json"))
+    (d / "tokenizer_config.json").write_text(json.dumps({"eos_token": "</s>"}))
+    docs = [f"{t[:300]} <EXTRA> {t[300:600]} zzq" for t in texts[:40]]
+    docs += [f"{t[:200]} </s> {t[200:400]} <s>" for t in texts[:40]] + texts[:40]
+    tok = load_tokenizer(f"hf:{d}", "gigatoken")
+    before = tok.reference_documents
+    assert tok.encode_batch(docs) == _hf_ordinary(d, docs)
+    assert tok.reference_documents - before >= 80
