@@ -15,6 +15,10 @@ pass 2: one unit per bucket) and the quality page compares them on equal terms:
 ``permutation(counts, seed, num_buckets, **options) -> order``
     Both passes composed in memory: the whole output order as indices into the input
     stream (documents of shard 0, then shard 1, ...). For tests and the quality page.
+``head(counts, seed, num_buckets, n, **options) -> order[:n]``
+    The first ``n`` positions of ``permutation`` exactly, without the rest in memory
+    (exact, local, buffer: ``n`` plus the buckets; grid: one bucket and one column), for
+    a pool's quality report on its first records (``shardcore.pool.quality``).
 
 Output order is the buckets concatenated in bucket order. Nothing depends on how many
 workers ran the units.
