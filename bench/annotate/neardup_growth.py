@@ -62,8 +62,7 @@ with tempfile.TemporaryDirectory(prefix="sy-annmod-growth-") as out:
         tracemalloc.stop()
     comp = neardup._components_of(plan)
     rounds = neardup.ROUNDS
-    half_edges = [sum(np.load(comp.adjacency_path(s, q), mmap_mode="r").shape[1]
-                      for s in range(partitions)) for q in range(partitions)]
+    half_edges = [comp.adjacency(q).shape[1] for q in range(partitions)]
     steps = [(f"round-{r}", lambda q, r=r: comp.run_round(r, q)) for r in range(1, rounds + 1)]
     steps += [("resolve", lambda q: comp.run_resolve(rounds) if q == 0 else {}),
               ("count", lambda q: comp.run_count(rounds, q)), ("tally", comp.run_tally)]

@@ -35,7 +35,7 @@ them from its inputs only, so a killed unit reruns to the same bytes.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -60,56 +60,67 @@ def _save(path: Path, array: np.ndarray) -> None:
         np.save(f, array)
 
 
-def _load_pairs(paths: Iterable[Path]) -> np.ndarray:
-    got = [np.load(p) for p in paths if p.exists()]
-    return np.concatenate(got, axis=1) if got else _EMPTY
+def _cuts_path(path: Path) -> Path:
+    return path.with_name(path.name[: -len(".npy")] + ".cuts.npy")
 
 
-def file_by_part(
-    path_of: Callable[[int], Path], rows: np.ndarray, key: np.ndarray, n: int, parts: int
-) -> None:
-    """Write the columns ``rows`` (2 x m) split by the range of ``key``: to
-    ``path_of(q)`` for every range q (empty ones too, so a reader can tell done from
-    missing)."""
-    where = part_of(key, n, parts)
+def file_split(path: Path, rows: np.ndarray, where: np.ndarray, parts: int) -> None:
+    """Write the columns ``rows`` (k x m) sorted by their range ``where`` (stable) as one
+    file, and beside it where each range's slice starts (``<name>.cuts.npy``): one file a
+    writer, whatever the number of ranges, each range's slice read by position
+    (``_slices``)."""
     order = np.argsort(where, kind="stable")
-    rows, where = rows[:, order], where[order]
-    cuts = np.searchsorted(where, np.arange(parts + 1))
-    for q in range(parts):
-        _save(path_of(q), np.ascontiguousarray(rows[:, cuts[q] : cuts[q + 1]]))
+    _save(path, np.ascontiguousarray(rows[:, order]))
+    _save(_cuts_path(path), np.searchsorted(where[order], np.arange(parts + 1)))
+
+
+def _slices(paths: Iterable[Path], q: int) -> np.ndarray:
+    """Range q's slice of each of ``paths`` (``file_split``'s; a missing one: nothing was
+    sent), joined."""
+    got = []
+    for path in paths:
+        if not path.exists():
+            continue
+        cuts = np.load(_cuts_path(path))
+        got.append(np.array(np.load(path, mmap_mode="r")[:, cuts[q] : cuts[q + 1]]))
+    return np.concatenate(got, axis=1) if got else _EMPTY
 
 
 class Components:
     """The files of one component computation under ``work`` over ``n`` nodes in
     ``parts`` ranges, with ``sources`` adjacency producers (their files
-    ``adj/<s>/q<q>.npy``)."""
+    ``adj/<s>.npy``, split by range: ``file_split``)."""
 
     def __init__(self, work: Path, n: int, parts: int, sources: int):
         self.work, self.n, self.parts, self.sources = Path(work), int(n), int(parts), int(sources)
 
+    def part(self, nodes: np.ndarray) -> np.ndarray:
+        """The range of each of ``nodes``."""
+        return part_of(nodes, self.n, self.parts)
+
     # -- paths
-    def adjacency_path(self, source: int, q: int) -> Path:
-        return self.work / "adj" / f"{source}" / f"q{q}.npy"
+    def adjacency_file(self, source: int) -> Path:
+        return self.work / "adj" / f"{source}.npy"
 
     def _labels_path(self, r: int, q: int) -> Path:
         return self.work / "labels" / f"r{r}" / f"q{q}.npy"
 
-    def _sent_path(self, r: int, src: int, q: int) -> Path:
-        return self.work / "sent" / f"r{r}" / f"{src}" / f"q{q}.npy"
+    def _sent_path(self, r: int, src: int) -> Path:
+        return self.work / "sent" / f"r{r}" / f"{src}.npy"
 
     def _final_path(self, q: int) -> Path:
         return self.work / "final" / f"q{q}.npy"
 
-    def _count_path(self, q: int, lq: int) -> Path:
-        return self.work / "count" / f"{q}" / f"l{lq}.npy"
+    def _count_path(self, q: int) -> Path:
+        return self.work / "count" / f"{q}.npy"
 
-    def _tally_path(self, lq: int, q: int) -> Path:
-        return self.work / "tally" / f"{lq}" / f"q{q}.npy"
+    def _tally_path(self, lq: int) -> Path:
+        return self.work / "tally" / f"{lq}.npy"
 
     # -- propagation
     def adjacency(self, q: int) -> np.ndarray:
         """Range q's half-edges (node, neighbour), sorted by node."""
-        adj = _load_pairs(self.adjacency_path(s, q) for s in range(self.sources))
+        adj = _slices((self.adjacency_file(s) for s in range(self.sources)), q)
         return adj[:, np.argsort(adj[0], kind="stable")]
 
     def labels(self, r: int, q: int, adj: np.ndarray | None = None) -> np.ndarray:
@@ -131,7 +142,7 @@ class Components:
             adj = self.adjacency(q)
             inbox = adj
         else:
-            inbox = _load_pairs(self._sent_path(r - 1, s, q) for s in range(self.parts))
+            inbox = _slices((self._sent_path(r - 1, s) for s in range(self.parts)), q)
             inbox = inbox[:, np.argsort(inbox[0], kind="stable")]
         if not inbox.shape[1]:
             return {"changed": 0, "sent": 0}
@@ -156,7 +167,7 @@ class Components:
         idx = np.repeat(lo - np.r_[0, np.cumsum(counts)[:-1]], counts) + np.arange(counts.sum())
         out = np.stack([adj[1][idx], np.repeat(labels[1][at], counts)])
         del adj, idx
-        file_by_part(lambda d: self._sent_path(r, q, d), out, out[0], self.n, self.parts)
+        file_split(self._sent_path(r, q), out, self.part(out[0]), self.parts)
         return {"changed": int(len(at)), "sent": int(out.shape[1])}
 
     # -- the rest, and the answer
@@ -165,7 +176,7 @@ class Components:
         connect; the smallest of each joined set is its answer (``resolved.npy``: label,
         answer, for the labels that change)."""
         pending = [
-            _load_pairs(self._sent_path(rounds, s, q) for s in range(self.parts))
+            _slices((self._sent_path(rounds, s) for s in range(self.parts)), q)
             for q in range(self.parts)
         ]
         a, b = [], []
@@ -199,13 +210,13 @@ class Components:
         _save(self._final_path(q), labels)
         values, counts = np.unique(labels[1], return_counts=True)
         rows = np.stack([values, counts.astype(np.int64)])
-        file_by_part(lambda lq: self._count_path(q, lq), rows, values, self.n, self.parts)
+        file_split(self._count_path(q), rows, self.part(values), self.parts)
         return {"clustered": int(labels.shape[1])}
 
     def run_tally(self, lq: int) -> dict[str, int]:
         """For the labels of range lq: each one's size, and for each range q the number of
-        its nodes in ranges before q (``tally/<lq>/q<q>.npy``: label, before, size)."""
-        counts = [np.load(self._count_path(q, lq)) for q in range(self.parts)]
+        its nodes in ranges before q (``tally/<lq>.npy`` by range q: label, before, size)."""
+        counts = [_slices([self._count_path(q)], lq) for q in range(self.parts)]
         label = np.concatenate([c[0] for c in counts])
         count = np.concatenate([c[1] for c in counts])
         q_of = np.repeat(np.arange(self.parts), [c.shape[1] for c in counts])
@@ -216,10 +227,8 @@ class Components:
         total = np.bincount(run, weights=count).astype(np.int64) if len(label) else count
         running = np.cumsum(count) - count
         before = running - running[np.flatnonzero(start)][run] if len(label) else count
-        for q in range(self.parts):
-            sel = q_of == q
-            rows = np.stack([label[sel], before[sel], total[run[sel]] if len(label) else count])
-            _save(self._tally_path(lq, q), rows)
+        rows = np.stack([label, before, total[run] if len(label) else count])
+        file_split(self._tally_path(lq), rows, q_of, self.parts)  # label order in each range
         return {"clusters": int(start.sum())}
 
     def cluster_columns(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -232,9 +241,7 @@ class Components:
         first, last = part_of(np.array([lo, hi - 1]), self.n, self.parts)
         for q in range(int(first), int(last) + 1):
             final = np.load(self._final_path(q))
-            tally = np.concatenate(
-                [np.load(self._tally_path(lq, q)) for lq in range(self.parts)], axis=1
-            )
+            tally = _slices((self._tally_path(lq) for lq in range(self.parts)), q)
             tally = tally[:, np.argsort(tally[0], kind="stable")]
             # rank inside the range: by label, then node (final is sorted by node)
             order = np.lexsort((final[0], final[1]))

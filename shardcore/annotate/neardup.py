@@ -64,7 +64,7 @@ import pyarrow as pa
 from shardcore import atomic, units
 from shardcore.annotate.artifact import _path, _table, _write_parquet, commit
 from shardcore.annotate.artifact import plan as annotation_plan
-from shardcore.annotate.components import ROUNDS, Components, file_by_part
+from shardcore.annotate.components import ROUNDS, Components, file_split
 from shardcore.annotate.dedup import NearDuplicates, _components, band_keys
 from shardcore.annotate.texts import shard_texts
 from shardcore.errors import InputError
@@ -350,7 +350,7 @@ def _gather(arrays: list[np.ndarray], starts: np.ndarray, ix: np.ndarray) -> np.
 def file_edges(comp: Components, q: int, a: np.ndarray, b: np.ndarray) -> None:
     """Bucket partition q's edges, both ways, filed under the range of their first end."""
     both = np.stack([np.r_[a, b], np.r_[b, a]])
-    file_by_part(lambda d: comp.adjacency_path(q, d), both, both[0], comp.n, comp.parts)
+    file_split(comp.adjacency_file(q), both, comp.part(both[0]), comp.parts)
 
 
 def _run_bucket(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:

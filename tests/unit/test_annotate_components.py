@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from shardcore.annotate.components import ROUNDS, Components, file_by_part
+from shardcore.annotate.components import ROUNDS, Components, file_split
 from shardcore.annotate.dedup import _components
 
 
@@ -28,7 +28,7 @@ def run(tmp_path, n: int, a: np.ndarray, b: np.ndarray, parts: int, sources: int
     stats = {"changed": [], "pending": 0}
     for s, idx in enumerate(np.array_split(np.arange(len(a)), sources)):
         both = np.stack([np.r_[a[idx], b[idx]], np.r_[b[idx], a[idx]]])
-        file_by_part(lambda q, s=s: comp.adjacency_path(s, q), both, both[0], n, parts)
+        file_split(comp.adjacency_file(s), both, comp.part(both[0]), parts)
     for r in range(1, ROUNDS + 1):
         stats["changed"].append(sum(comp.run_round(r, q)["changed"] for q in range(parts)))
     stats["pending"] = comp.run_resolve(ROUNDS)["pending"]
