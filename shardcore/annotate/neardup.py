@@ -75,6 +75,9 @@ STAGE = "annotate.neardup"
 KIND = "annotation_group"
 WORK = "_work"
 ROW = np.dtype([("key", "<u8"), ("band", "<u8"), ("doc", "<u8")])  # 24 bytes
+# Children per copy in the tree that joins a run of exact copies (its depth: log_64 of the
+# copies, 5 for 10^8: within the clusters' rounds).
+EXACT_FAN_IN = 64
 _C1, _C2 = np.uint64(0xFF51AFD7ED558CCD), np.uint64(0xC4CEB9FE1A85EC53)
 _BAND = np.uint64(0x9E3779B97F4A7C15)
 
@@ -314,7 +317,8 @@ def verified_edges(
     ``threshold`` of the permutations; exact-hash rows joined without the check. With
     ``exacts`` (the units' exact hashes), a band's pair of exact copies is left out: the
     exact-hash band joins them already (an exact copy would otherwise bring an edge per
-    band, 17 where one does)."""
+    band, 17 where one does), and the exact-hash band joins a run as a tree of
+    ``EXACT_FAN_IN`` children a copy."""
     rows = rows[np.lexsort((rows["doc"], rows["key"], rows["band"]))]
     if len(rows) < 2:
         return np.empty(0, np.int64), np.empty(0, np.int64)
@@ -327,6 +331,12 @@ def verified_edges(
     exact = rows["band"][cand] == np.uint64(params["bands"])
     if exacts is not None:  # keep the exact band's rows and the pairs that are not copies
         keep = exact | (_gather(exacts, starts, a) != _gather(exacts, starts, b))
+        # Exact copies join a tree of their run, each the ``EXACT_FAN_IN``-th child of an
+        # earlier copy, not the run's first: the same clusters, and no copy has more than
+        # EXACT_FAN_IN + 1 edges (the first of 10^8 copies would hold 10^8 in its range).
+        index = np.flatnonzero(cand)
+        parent = first[index] + (index - first[index] - 1) // EXACT_FAN_IN
+        b = np.where(exact, rows["doc"][parent].astype(np.int64), b)
         a, b, exact = a[keep], b[keep], exact[keep]
     need = math.ceil(params["num_perm"] * params["threshold"] - 1e-9)
     check = ~exact
