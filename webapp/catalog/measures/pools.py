@@ -10,7 +10,6 @@ from shardcore import props, storage
 from shardcore.errors import ShardcoreError
 from shardcore.pool import PoolReader
 from shardcore.pool.quality import pool_quality
-from shardcore.shuffle import SHUFFLES
 from webapp.catalog.models import Pool, TokenizedSource
 
 log = logging.getLogger(__name__)
@@ -18,7 +17,6 @@ log = logging.getLogger(__name__)
 # A pool's quality is measured on the first this many records of its order (every record
 # of a smaller pool): the same cost for every pool size, like a version's per stage.
 QUALITY_RECORDS = 1 << 16
-SHUFFLES_COMPARED = tuple(SHUFFLES)
 
 
 def pool_properties_measure(*, pool: Pool) -> list[str]:
