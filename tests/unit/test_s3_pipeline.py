@@ -276,6 +276,24 @@ def test_units_on_hosts_that_share_only_the_bucket_build_the_local_bytes(
     assert verify(f"{s3_bucket}/pool").ok
 
 
+def _store_calls(monkeypatch) -> tuple[list[tuple[str, str]], list[str]]:
+    """Record the S3 store's downloads ((prefix, key)) and listings (prefix) from now on."""
+    got: list[tuple[str, str]] = []
+    listed: list[str] = []
+    real_get, real_sizes = storage.S3Store.get_file, storage.S3Store.sizes
+    monkeypatch.setattr(
+        storage.S3Store,
+        "get_file",
+        lambda self, key, path: (got.append((self.prefix, key)), real_get(self, key, path))[1],
+    )
+    monkeypatch.setattr(
+        storage.S3Store,
+        "sizes",
+        lambda self, prefix="": (listed.append(self.prefix), real_sizes(self, prefix))[1],
+    )
+    return got, listed
+
+
 @pytest.mark.parametrize("fan_in", [None, 2])
 def test_pool_units_on_s3_fetch_exactly_what_they_read_and_list_nothing(
     corpus, s3_bucket, tmp_path, monkeypatch, fan_in
@@ -298,18 +316,7 @@ def test_pool_units_on_s3_fetch_exactly_what_they_read_and_list_nothing(
         assert plan.meta["merge_levels"] > 1
         merges = [u for phase in plan.phases[1:-1] for u in phase]
         assert max(len(unit_reads(plan, u)) for u in merges) == fan_in
-    got, listed = [], []
-    real_get, real_sizes = storage.S3Store.get_file, storage.S3Store.sizes
-    monkeypatch.setattr(
-        storage.S3Store,
-        "get_file",
-        lambda self, key, path: (got.append((self.prefix, key)), real_get(self, key, path))[1],
-    )
-    monkeypatch.setattr(
-        storage.S3Store,
-        "sizes",
-        lambda self, prefix="": (listed.append(self.prefix), real_sizes(self, prefix))[1],
-    )
+    got, listed = _store_calls(monkeypatch)
     units.save_plan(plan)
     pool_prefix = storage.open_store(plan.out).prefix
     for n, unit in enumerate(u for phase in plan.phases for u in phase):
@@ -380,18 +387,7 @@ def test_materialize_and_scrub_units_on_s3_fetch_and_list_nothing_of_their_outpu
     build_pool([f"{s3_bucket}/tok-m"], f"{s3_bucket}/pool-m", seq_len=SEQ, memory=1 << 20)
     spec = {"tokens": SEQ * 257, "seed": 3, "components": [{"pool": "pool-m", "weight": 1}]}
     build_mixture(MixtureSpec.from_dict(spec, base_dir=s3_bucket), f"{s3_bucket}/mix-m")
-    got, listed = [], []
-    real_get, real_sizes = storage.S3Store.get_file, storage.S3Store.sizes
-    monkeypatch.setattr(
-        storage.S3Store,
-        "get_file",
-        lambda self, key, path: (got.append((self.prefix, key)), real_get(self, key, path))[1],
-    )
-    monkeypatch.setattr(
-        storage.S3Store,
-        "sizes",
-        lambda self, prefix="": (listed.append(self.prefix), real_sizes(self, prefix))[1],
-    )
+    got, listed = _store_calls(monkeypatch)
     for plan in (
         plan_materialize(f"{s3_bucket}/mix-m", f"{s3_bucket}/flat-m", shard_bytes=8_000),
         plan_scrub([{"key": "pool:1", "path": f"{s3_bucket}/pool-m"}], f"{s3_bucket}/scrub-m"),
