@@ -8,7 +8,7 @@ import mmap
 import os
 import sys
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -444,7 +444,10 @@ class FileDocuments:
             for t in range(1, parts)
             if pool is not None
         ]
-        self._pread(lib, 0, view, *pieces[0])
+        try:
+            self._pread(lib, 0, view, *pieces[0])
+        finally:
+            wait(futures)  # every read into ``view`` ends before the caller may free it
         for fut in futures:
             fut.result()
 

@@ -98,6 +98,34 @@ def test_it_names_a_file_shorter_than_the_spans_it_reads(tmp_path):
         pool_io.read_spans(path, np.array([400, 0]), np.array([8, 8]), out, span=1 << 20)
 
 
+@pytest.mark.parametrize("thread", [0, 1])
+def test_its_threads_read_documents_in_any_order_and_name_a_short_file(tmp_path, thread):
+    # A window of many documents is read by READ_THREADS threads: the bytes of slicing, and
+    # a file ending too soon fails the fill, whichever thread read that document.
+    src = _text_tokens()
+    paths = [tmp_path / "a.bin", tmp_path / "b.bin"]
+    src[:9000].tofile(paths[0])
+    src[9000:18000].tofile(paths[1])
+    rng = np.random.default_rng(3)
+    n = 600
+    file = rng.integers(0, 2, n)
+    starts = rng.integers(0, 8900, n)
+    lengths = rng.integers(0, 100, n)
+    parts = zip(file, starts, lengths, strict=True)
+    want = np.concatenate([src[f * 9000 + s :][:m] for f, s, m in parts])
+    out = np.zeros(want.size, dtype=np.int32)
+    with pool_io.FileDocuments(paths, file, starts * 4, lengths, 4) as docs:
+        docs.fill(out, 0)
+    assert np.array_equal(out, want)
+    bad = (n // 4, 3 * n // 4)[thread]  # in the half the calling thread or the helper reads
+    starts[bad], lengths[bad] = 30000, 10  # past the end of either file
+    with (
+        pytest.raises(ManifestError, match=r"[ab]\.bin: ends before offset"),
+        pool_io.FileDocuments(paths, file, starts * 4, lengths, 4) as docs,
+    ):
+        docs.fill(np.zeros(int(lengths.sum()), dtype=np.int32), 0)
+
+
 @pytest.mark.parametrize("direct", [True, False])
 @pytest.mark.parametrize("size", [1, 4095, 4096, 3 * 4096 + 7, 5 * 4096])
 def test_it_writes_windows_and_their_checksums_as_file_entry_reads_them(tmp_path, direct, size):
