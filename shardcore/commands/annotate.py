@@ -92,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
             text_from=args.text_from,
             batch_size=args.batch_size,
         )
-        built = executor.run(plan, on_unit_done=_unit_progress(args))
+        built = executor.run(plan, on_unit_done=_unit_progress(args, plan))
         if built is None:  # submitted, not waited for
             return 0
         m = built
@@ -114,16 +114,25 @@ def _as_units(annotator: str) -> bool:
     return annotator == "minhash"
 
 
-def _unit_progress(args: argparse.Namespace) -> executors.OnUnitDone | None:
-    """A line per finished unit of the plan (none with --json)."""
+def _unit_progress(args: argparse.Namespace, plan: Any) -> executors.OnUnitDone | None:
+    """A line per finished shard, and one per finished phase of the clusters' units (a
+    round over thousands of ranges is one line); none with --json."""
     if args.json:
         return None
+    phase_of = {u["id"]: k for k, phase in enumerate(plan.phases) for u in phase}
+    left = [len(phase) for phase in plan.phases]
 
     def done(unit: dict[str, Any], stats: dict[str, Any]) -> None:
+        k = phase_of.get(unit["id"])
         if "shard" in unit and "documents" in stats:
             print(f"shard {unit['shard']}: {stats['documents']:,} documents", flush=True)
-        else:
-            print(f"{unit['id']}: done", flush=True)
+        if k is None:
+            return
+        left[k] -= 1
+        if left[k] == 0 and k > 0:
+            kind = unit["id"].rsplit("-", 1)[0] if "part" in unit else unit["id"].split("-")[0]
+            n = len(plan.phases[k])
+            print(f"clusters: {kind} done ({n:,} unit{'' if n == 1 else 's'})", flush=True)
 
     return done
 

@@ -108,7 +108,7 @@ def _files(m) -> set:
 
 
 def test_the_clusters_as_units_write_the_bytes_of_the_one_process_build(
-    corpus, tmp_path, monkeypatch
+    corpus, tmp_path, monkeypatch, capsys
 ):
     """The stage plans minhash's clusters as units over ranges of documents (the command
     line runs them too): the same files as the annotator's own finish in one process, for
@@ -138,3 +138,6 @@ def test_the_clusters_as_units_write_the_bytes_of_the_one_process_build(
         main(["annotate", str(tok), "--annotator", "minhash", "--out", str(tmp_path / "cli")]) == 0
     )
     assert _files(read_manifest(tmp_path / "cli")) == _files(one)
+    said = capsys.readouterr().out.splitlines()
+    assert "clusters: round-1 done (3 units)" in said and "clusters: resolve done (1 unit)" in said
+    assert sum(line.startswith("shard ") for line in said) == len(one["shards"])
