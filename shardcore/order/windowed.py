@@ -108,7 +108,7 @@ def _width(fam: PoolFamilies, need: list[str]) -> int:
     width = 1
     for i, r in enumerate(fam.readers):
         for shard, info in enumerate(r.manifest["shards"]):
-            seg = _segments(r, shard)
+            seg = r.read_segments(shard)
             if not seg.seg_doc.size:
                 continue
             lo = int(info["first_document"])
@@ -125,12 +125,6 @@ def _width(fam: PoolFamilies, need: list[str]) -> int:
             ch = from_segments(rec, local, seg.seg_length, seg.num_records, labels)
             width = max(width, int(ch.idx.shape[1]))
     return width
-
-
-def _segments(r: PoolReader, shard: int) -> Any:
-    """A shard's segments, read each time (the reader's own cache would keep every shard
-    a pass reads)."""
-    return r._load_segments(shard)  # noqa: SLF001 - the uncached read of the reader's file
 
 
 def _columns(r: PoolReader, need: list[str], span: tuple[int, int]) -> dict[str, np.ndarray]:
@@ -208,7 +202,7 @@ def _record_segments(
     out_rec, out_doc, out_len = [], [], []
     for k in np.unique(shards).tolist():
         pos = np.flatnonzero(shards == k)
-        seg = _segments(r, k)
+        seg = r.read_segments(k)
         local = records[pos] - int(r.cumulative[k])
         a = seg.seg_record_offsets[local].astype(np.int64)
         n = seg.seg_record_offsets[local + 1].astype(np.int64) - a

@@ -156,9 +156,15 @@ class PoolReader:
         return self._readers[shard]
 
     def segments(self, shard: int) -> pack.Segments:
+        """A shard's segments, kept for the reader's next call (``read_segments``: not kept)."""
         if shard not in self._segments:
             self._segments[shard] = self._load_segments(shard)
         return self._segments[shard]
+
+    def read_segments(self, shard: int) -> pack.Segments:
+        """A shard's segments, read anew and not kept: for a pass over many shards, whose
+        memory must not hold every shard it has read."""
+        return self._load_segments(shard)
 
     def _where(self, i: int) -> tuple[int, int]:
         if not 0 <= i < self.num_records:
