@@ -400,7 +400,7 @@ def readme_block(results: dict) -> str:
     when = time.strftime("%Y-%m-%d", time.gmtime(runs[0]["start"])) if runs else "-"
     lines = [
         README_START,
-        f"`{results.get('command', 'make bench')}` on {when}, {minutes:.0f} minutes in all, "
+        f"`{results.get('command', 'make bench')}` on {when}, {minutes:.1f} minutes in all, "
         f"{results['machine']}; load average {runs[0]['load_start'].split()[0] if runs else '-'} "
         f"at the start, {runs[-1]['load_end'].split()[0] if runs else '-'} at the end. "
         "Ratio: Shardyard's speed over the peer's (> 1: faster). Every row with its note, "
