@@ -8,6 +8,7 @@ SHARDYARD_UNIT_LEASE, SHARDYARD_SWEEP_INTERVAL)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -119,13 +120,27 @@ def test_it_retries_recording_after_the_database_drops_the_connection(
     )
 
 
+def _unit_messages(broker: redis.Redis, queue: str) -> list[bytes]:
+    """The queue's messages that run a job's unit."""
+    return [
+        raw
+        for raw in broker.lrange(queue, 0, -1)
+        if json.loads(raw).get("headers", {}).get("task") == "workers.job_unit_run"
+    ]
+
+
 def test_it_sends_again_units_whose_broker_message_was_lost(
     postgres, redis_url, celery_workers, catalog_env, celery_queue, fast_leases, tmp_path
 ):
     source = killable_source(catalog_env, "lostmsg")
-    ts = killable_build(source)  # three messages wait in Redis: no worker runs yet
+    ts = killable_build(source)  # three units' messages wait in Redis: no worker runs yet
     broker = redis.Redis.from_url(redis_url)
-    assert broker.llen(celery_queue) == 3
+    # (the queue may also hold a fact's computation the source's registration asked for)
+    wait_for(
+        lambda: len(_unit_messages(broker, celery_queue)) == 3,
+        timeout=10,
+        what="the three units' messages",
+    )
     assert broker.delete(celery_queue) == 1  # the queue key is gone, and the messages
     assert JobUnit.objects.filter(job_id=ts.job_id, state=UnitState.QUEUED).count() == 3
 
