@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import importlib
 import re
+from collections.abc import Iterable
 from importlib import metadata
 from pathlib import Path
 from typing import Any, ClassVar
@@ -84,8 +85,9 @@ class Annotator:
     def annotate(self, texts: list[str]) -> dict[str, Any]:
         raise NotImplementedError
 
-    def prepare(self, texts: list[str], final: Path, *, first_doc_id: int) -> None:
-        """(corpus-level) One shard's texts: write what ``finish`` needs beside ``final``."""
+    def prepare(self, batches: Iterable[list[str]], final: Path, *, first_doc_id: int) -> None:
+        """(corpus-level) One shard's texts, a batch at a time: write what ``finish`` needs
+        beside ``final``."""
         raise NotImplementedError
 
     def finish(self, work: list[Path]) -> list[dict[str, Any]]:

@@ -40,7 +40,7 @@ import pyarrow.parquet as pq
 from shardcore import atomic, storage
 from shardcore import manifest as mf
 from shardcore.annotate import Annotator, create
-from shardcore.annotate.texts import shard_texts
+from shardcore.annotate.texts import shard_text_batches
 from shardcore.errors import InputError, ManifestError
 from shardcore.manifest import (
     content_digest,
@@ -161,28 +161,29 @@ def annotate_shard(
     if final.exists():
         return {"shard": shard, "skipped": True, "documents": entry["documents"], "text_from": None}
     source = TokenizedSource(tokenized)
-    texts, origin = shard_texts(source, shard, text_from=text_from)
-    if len(texts) != entry["documents"]:
+    batches, origin, n = shard_text_batches(source, shard, text_from=text_from)
+    if n != entry["documents"]:
         raise ManifestError(
-            f"{source.path}: shard {shard} sidecar has {len(texts)} rows, "
+            f"{source.path}: shard {shard} sidecar has {n} rows, "
             f"the manifest says {entry['documents']}"
         )
     if annotator.corpus_level:
         final.parent.mkdir(exist_ok=True)
-        annotator.prepare(texts, final, first_doc_id=entry["first_doc_id"])
+        annotator.prepare(batches, final, first_doc_id=entry["first_doc_id"])
     else:
         parts: dict[str, list] = {}
-        for lo in range(0, len(texts), batch_size):
-            cols = annotator.annotate(texts[lo : lo + batch_size])
-            for k, v in cols.items():
-                parts.setdefault(k, []).append(pa.array(v) if not isinstance(v, pa.Array) else v)
+        for texts in batches:
+            for lo in range(0, len(texts), batch_size):
+                cols = annotator.annotate(texts[lo : lo + batch_size])
+                for k, v in cols.items():
+                    parts.setdefault(k, []).append(v if isinstance(v, pa.Array) else pa.array(v))
         columns = {
             k: pa.concat_arrays([a.cast(_type(annotator, k)) for a in v]) for k, v in parts.items()
         }
-        if not texts:
+        if not n:
             columns = {f.name: pa.array([], f.type) for f in annotator.fields()}
-        _write_parquet(_table(annotator, entry["first_doc_id"], columns, len(texts)), final)
-    return {"shard": shard, "skipped": False, "documents": len(texts), "text_from": origin}
+        _write_parquet(_table(annotator, entry["first_doc_id"], columns, n), final)
+    return {"shard": shard, "skipped": False, "documents": n, "text_from": origin}
 
 
 def _type(annotator: Annotator, name: str) -> pa.DataType:

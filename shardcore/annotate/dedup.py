@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 import re
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -43,6 +43,7 @@ import xxhash
 from shardcore import atomic
 from shardcore.annotate import Annotator
 from shardcore.errors import InputError
+from shardcore.npy_rows import RowsFile
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 _FOLD = np.uint64(0x100000001B3)
@@ -151,14 +152,19 @@ class NearDuplicates(Annotator):
             exact[i] = exact_hash(t)
         return sig, exact
 
-    def prepare(self, texts: list[str], final: Path, *, first_doc_id: int) -> None:
+    def prepare(self, batches: Iterable[list[str]], final: Path, *, first_doc_id: int) -> None:
         """One unit: the shard's signatures and exact hashes into the scratch directory
-        ``final`` (renamed into place complete)."""
-        sig, exact = self.signatures(texts)
+        ``final`` (renamed into place complete), a batch of texts at a time."""
         with atomic.atomic_path(final) as tmp:
             tmp.mkdir()
-            np.save(tmp / "sig.npy", sig)
-            np.save(tmp / "exact.npy", exact)
+            with (
+                RowsFile(tmp / "sig.npy", np.uint32, (self.params["num_perm"],)) as sig,
+                RowsFile(tmp / "exact.npy", np.uint64) as exact,
+            ):
+                for texts in batches:
+                    s, e = self.signatures(texts)
+                    sig.append(s)
+                    exact.append(e)
 
     # ---------------------------------------------------------- finish: the clusters
     def finish(self, work: list[Path]) -> list[dict[str, Any]]:

@@ -67,7 +67,7 @@ def file_shard_keys(plan: units.Plan, shard: int) -> None:
     out = Path(plan.out)
     work = out / _work_file(shard)
     sig = np.load(work / "sig.npy", mmap_mode="r")
-    exact = np.load(work / "exact.npy")
+    exact = np.load(work / "exact.npy", mmap_mode="r")
     first = int(_starts(plan)[shard])
     keys = out / WORK / "keys" / f"shard-{shard:05d}"
     neardup.file_keys(keys, _annotator(plan).params, plan.meta["partitions"], sig, exact, first)

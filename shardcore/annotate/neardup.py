@@ -52,6 +52,7 @@ annotations of a finished group.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import shutil
@@ -66,9 +67,10 @@ from shardcore.annotate.artifact import _path, _table, _write_parquet, commit
 from shardcore.annotate.artifact import plan as annotation_plan
 from shardcore.annotate.components import ROUNDS, Components, file_split
 from shardcore.annotate.dedup import NearDuplicates, _components, band_keys
-from shardcore.annotate.texts import shard_texts
+from shardcore.annotate.texts import shard_text_batches
 from shardcore.errors import InputError
 from shardcore.manifest import fingerprint, is_complete, read_manifest, write_manifest
+from shardcore.npy_rows import RowsFile
 from shardcore.tokenized import TokenizedSource
 
 STAGE = "annotate.neardup"
@@ -78,6 +80,7 @@ ROW = np.dtype([("key", "<u8"), ("band", "<u8"), ("doc", "<u8")])  # 24 bytes
 # Children per copy in the tree that joins a run of exact copies (its depth: log_64 of the
 # copies, 5 for 10^8: within the clusters' rounds).
 EXACT_FAN_IN = 64
+KEY_BATCH = 65_536  # documents whose bucket rows are filed at once
 _C1, _C2 = np.uint64(0xFF51AFD7ED558CCD), np.uint64(0xC4CEB9FE1A85EC53)
 _BAND = np.uint64(0x9E3779B97F4A7C15)
 
@@ -254,37 +257,99 @@ def _run_signatures(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
     ann = _annotator(plan)
     src = plan.meta["sources"][unit["source"]]
     shard = src["shards"][unit["shard"]]
-    texts, _ = shard_texts(TokenizedSource(src["path"]), unit["shard"])
-    if len(texts) != shard["documents"]:
+    batches, _, n = shard_text_batches(TokenizedSource(src["path"]), unit["shard"])
+    if n != shard["documents"]:
         raise InputError(
-            f"{src['path']}: shard {unit['shard']} has {len(texts)} documents, "
+            f"{src['path']}: shard {unit['shard']} has {n} documents, "
             f"the plan says {shard['documents']}"
         )
-    sig, exact = ann.signatures(texts)
     first = src["offset"] + shard["first_doc_id"] - src["shards"][0]["first_doc_id"]
-    write_keys(plan, _unit_dir(unit), sig, exact, first)
-    return {"documents": len(texts), "bytes": int(sum(len(t.encode()) for t in texts))}
+    size = 0
+    with KeyWriter(plan, _unit_dir(unit), first) as keys:
+        for texts in batches:
+            keys.add(*ann.signatures(texts))
+            size += sum(len(t.encode()) for t in texts)
+    return {"documents": n, "bytes": size}
 
 
 def write_keys(plan: units.Plan, name: str, sig: np.ndarray, exact: np.ndarray, first: int) -> None:
     """A signature unit's files: signatures, exact hashes, and bucket rows by partition
     for documents ``first``, ``first + 1``, ... (global numbers)."""
-    out = Path(plan.out)
-    params = _annotator(plan).params
-    file_keys(out / WORK / "keys" / name, params, plan.meta["partitions"], sig, exact, first)
-    for suffix, arr in ((".npy", sig), (".exact.npy", exact)):
-        final = out / WORK / "sig" / f"{name}{suffix}"
-        final.parent.mkdir(parents=True, exist_ok=True)
-        with atomic.atomic_path(final) as tmp, open(tmp, "wb") as f:
-            np.save(f, arr)
+    with KeyWriter(plan, name, first) as keys:
+        keys.add(sig, exact)
 
 
-def file_keys(
-    final: Path, params: dict[str, Any], parts: int, sig: np.ndarray, exact: np.ndarray, first: int
-) -> None:
+class KeyWriter:
+    """A signature unit's files written a batch of documents at a time (what the unit holds
+    is a batch): ``_work/sig/<name>.npy`` and ``.exact.npy`` and the bucket rows by
+    partition in ``_work/keys/<name>/``, each renamed into place complete when the block
+    ends without an error."""
+
+    def __init__(self, plan: units.Plan, name: str, first: int) -> None:
+        out = Path(plan.out)
+        self.params = _annotator(plan).params
+        self.sig_path = out / WORK / "sig" / f"{name}.npy"
+        self.exact_path = out / WORK / "sig" / f"{name}.exact.npy"
+        self.keys = PartitionKeys(
+            out / WORK / "keys" / name, self.params, plan.meta["partitions"], first
+        )
+
+    def __enter__(self) -> KeyWriter:
+        self.sig_path.parent.mkdir(parents=True, exist_ok=True)
+        self._stack = contextlib.ExitStack()
+        stack = self._stack.__enter__()
+        stack.enter_context(self.keys)
+        tmp_sig = stack.enter_context(atomic.atomic_path(self.sig_path))
+        tmp_exact = stack.enter_context(atomic.atomic_path(self.exact_path))
+        self.sig = stack.enter_context(RowsFile(tmp_sig, np.uint32, (self.params["num_perm"],)))
+        self.exact = stack.enter_context(RowsFile(tmp_exact, np.uint64))
+        return self
+
+    def add(self, sig: np.ndarray, exact: np.ndarray) -> None:
+        self.keys.add(sig, exact)
+        self.sig.append(sig)
+        self.exact.append(exact)
+
+    def __exit__(self, *exc: object) -> None:
+        self._stack.__exit__(*exc)
+
+
+class PartitionKeys:
     """The bucket rows (band key, band, global document) of documents ``first``,
     ``first + 1``, ... into the directory ``final``, one file per partition (``p<q>.npy``,
-    ``q = key mod parts``), renamed into place complete."""
+    ``q = key mod parts``), appended a batch at a time and renamed into place complete."""
+
+    def __init__(self, final: Path, params: dict[str, Any], parts: int, first: int) -> None:
+        self.final, self.params, self.parts, self.next = final, params, parts, first
+
+    def __enter__(self) -> PartitionKeys:
+        self.final.parent.mkdir(parents=True, exist_ok=True)
+        self._commit = atomic.atomic_path(self.final)
+        tmp = self._commit.__enter__()
+        tmp.mkdir()
+        self.files = [RowsFile(tmp / f"p{q}.npy", ROW) for q in range(self.parts)]
+        return self
+
+    def add(self, sig: np.ndarray, exact: np.ndarray) -> None:
+        table = key_rows(self.params, sig, exact, self.next)
+        self.next += len(sig)
+        which = table["key"] % np.uint64(self.parts)
+        for q, f in enumerate(self.files):
+            f.append(table[which == q])
+
+    def __exit__(self, kind, value, tb) -> None:
+        for f in self.files:
+            f.__exit__(kind, value, tb)
+        if kind is None:
+            shutil.rmtree(
+                self.final, ignore_errors=True
+            )  # a killed run's, renamed before its marker
+        self._commit.__exit__(kind, value, tb)
+
+
+def key_rows(params: dict[str, Any], sig: np.ndarray, exact: np.ndarray, first: int) -> np.ndarray:
+    """The bucket rows of documents ``first``, ``first + 1``, ...: per band its key, and
+    the exact hash's key as band ``bands``."""
     docs = np.arange(first, first + len(sig), dtype=np.uint64)
     bands, rows = params["bands"], params["num_perm"] // params["bands"]
     with np.errstate(over="ignore"):
@@ -295,13 +360,18 @@ def file_keys(
     table["key"] = np.concatenate(keys) if len(docs) else []
     table["band"] = np.repeat(np.arange(bands + 1, dtype=np.uint64), len(docs))
     table["doc"] = np.tile(docs, bands + 1)
-    which = table["key"] % np.uint64(parts)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    with atomic.atomic_path(final) as tmp:
-        tmp.mkdir()
-        for q in range(parts):
-            np.save(tmp / f"p{q}.npy", table[which == q])
-        shutil.rmtree(final, ignore_errors=True)  # a killed run's, renamed before its marker
+    return table
+
+
+def file_keys(
+    final: Path, params: dict[str, Any], parts: int, sig: np.ndarray, exact: np.ndarray, first: int
+) -> None:
+    """The bucket rows of documents ``first``, ``first + 1``, ... into the directory
+    ``final`` (``PartitionKeys``), ``KEY_BATCH`` documents of ``sig`` and ``exact``
+    (memory-mapped, say) at a time."""
+    with PartitionKeys(final, params, parts, first) as keys:
+        for lo in range(0, len(sig), KEY_BATCH):
+            keys.add(np.asarray(sig[lo : lo + KEY_BATCH]), np.asarray(exact[lo : lo + KEY_BATCH]))
 
 
 def verified_edges(

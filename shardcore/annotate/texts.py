@@ -14,6 +14,10 @@ recorded), ``"tokens"`` (decode the stored sequences without their EOS/BOS: exac
 byte-level BPE tokenizers, and the only way when the sources are gone), or ``"auto"``
 (the sources when every one of the shard's files is present at its recorded size, else
 the tokens).
+
+``shard_text_batches`` gives them a batch at a time (what a unit holds is a batch, not a
+shard): by row range, each batch's file range read once where files split; files that do
+not split are read once for the whole shard.
 """
 
 from __future__ import annotations
@@ -58,24 +62,52 @@ def source_problem(manifest: dict[str, Any], files: list[str]) -> str | None:
     return None
 
 
+BATCH = 65_536  # documents a text batch holds
+
+
 def shard_texts(
     source: TokenizedSource, shard: int, *, text_from: str = "auto"
 ) -> tuple[list[str], str]:
     """(the texts of shard ``shard`` of TokenizedSource ``source`` in row order, where they
     were read from: "source" or "tokens")."""
+    batches, origin, _ = shard_text_batches(source, shard, text_from=text_from)
+    return [t for batch in batches for t in batch], origin
+
+
+def shard_text_batches(
+    source: TokenizedSource, shard: int, *, text_from: str = "auto", batch: int = 0
+) -> tuple[Iterator[list[str]], str, int]:
+    """(the texts of shard ``shard`` in row order, ``batch`` documents at a time; where
+    they are read from, "source" or "tokens"; the shard's number of documents). Which
+    origin is decided here, before the first batch is read. ``batch`` 0: ``BATCH``."""
     import pyarrow.parquet as pq
 
+    batch = batch or BATCH
     if text_from not in TEXT_FROM:
         raise InputError(f"text_from must be one of {', '.join(TEXT_FROM)}, got {text_from!r}")
     sidecar = source.sidecar_paths()[shard]
     cols = pq.read_table(sidecar, columns=["file", "line", "byte_offset", "n_bytes"]).to_pydict()
+    n = len(cols["file"])
     if text_from != "tokens":
         problem = source_problem(source.manifest, sorted(set(cols["file"])))
         if problem is None:
-            return _from_source(source.manifest, cols), "source"
+            return _source_batches(source.manifest, cols, batch), "source", n
         if text_from == "source":
             raise InputError(f"{problem} (annotate with text_from='tokens' to decode instead)")
-    return _from_tokens(source, shard, len(cols["file"])), "tokens"
+    return _token_batches(source, shard, n, batch), "tokens", n
+
+
+def _source_batches(
+    manifest: dict[str, Any], cols: dict[str, list], batch: int
+) -> Iterator[list[str]]:
+    txt_mode = manifest.get("params", {}).get("txt_mode", "file")
+    splits = all(splittable(f, txt_mode) for f in set(cols["file"])) and all(
+        o is not None for o in cols["byte_offset"]
+    )
+    n = len(cols["file"])
+    step = batch if splits else max(n, 1)  # a file that does not split is streamed once
+    for lo in range(0, n, step):
+        yield _from_source(manifest, {k: v[lo : lo + step] for k, v in cols.items()})
 
 
 def _from_source(manifest: dict[str, Any], cols: dict[str, list]) -> list[str]:
@@ -146,23 +178,20 @@ def _documents(items: Iterator[Document | BadInput], url: str) -> Iterator[Docum
         yield item
 
 
-def _from_tokens(source: TokenizedSource, shard: int, n: int) -> list[str]:
+def _token_batches(source: TokenizedSource, shard: int, n: int, batch: int) -> Iterator[list[str]]:
     info = source.tokenizer
     tok = load_tokenizer(info["spec"])
     eos, bos = info.get("eos_id"), info.get("bos_id")
+    strip_bos = bos is not None and bool(source.manifest.get("params", {}).get("bos"))
     reader = source.shards[shard]
-    texts = []
-    for i in range(n):
-        ids = reader[i]
-        lo, hi = 0, len(ids)
-        if (
-            bos is not None
-            and source.manifest.get("params", {}).get("bos")
-            and hi
-            and ids[0] == bos
-        ):
-            lo = 1
-        if eos is not None and hi > lo and ids[hi - 1] == eos:
-            hi -= 1
-        texts.append(tok.decode(ids[lo:hi]))
-    return texts
+    for lo in range(0, n, batch):
+        texts = []
+        for i in range(lo, min(n, lo + batch)):
+            ids = reader[i]
+            a, b = 0, len(ids)
+            if strip_bos and b and ids[0] == bos:
+                a = 1
+            if eos is not None and b > a and ids[b - 1] == eos:
+                b -= 1
+            texts.append(tok.decode(ids[a:b]))
+        yield texts

@@ -26,6 +26,7 @@ import json
 import math
 import re
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -36,6 +37,7 @@ from shardcore import atomic
 from shardcore.annotate import Annotator
 from shardcore.annotate.embed import ENCODERS, get_encoder
 from shardcore.errors import InputError
+from shardcore.npy_rows import RowsFile
 
 _TERM = re.compile(r"[^\W\d_]{3,}", re.UNICODE)
 
@@ -101,12 +103,15 @@ class TopicClusters(Annotator):
         )
 
     # ---------------------------------------------------------------- units
-    def prepare(self, texts: list[str], final: Path, *, first_doc_id: int) -> None:
-        vectors = self.embed(texts)
-        heads = [t[: self.params["head_chars"]] for t in texts]
+    def prepare(self, batches: Iterable[list[str]], final: Path, *, first_doc_id: int) -> None:
+        heads: list[str] = []
         with atomic.atomic_path(final) as tmp:
             tmp.mkdir()
-            np.save(tmp / "vectors.npy", vectors)
+            dim = get_encoder(self.params["encoder"], self.params["max_tokens"]).dim
+            with RowsFile(tmp / "vectors.npy", np.float32, (dim,)) as vectors:
+                for texts in batches:
+                    vectors.append(self.embed(texts))
+                    heads += [t[: self.params["head_chars"]] for t in texts]
             (tmp / "heads.json").write_text(json.dumps(heads, ensure_ascii=False))
             (tmp / "meta.json").write_text(json.dumps({"first_doc_id": first_doc_id}))
 

@@ -1,0 +1,81 @@
+"""A unit holds a batch of texts, not a shard: the texts read a batch at a time are the
+shard's texts (from the sources and from the tokens), and an annotation built with batches
+of a few documents has the bytes of one built with the whole shard in one batch. The
+``.npy`` rows files the units append to read back as ``numpy.save``'s."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from shardcore.annotate import texts as texts_module
+from shardcore.annotate.artifact import annotate
+from shardcore.annotate.neardup import ROW
+from shardcore.annotate.texts import shard_text_batches, shard_texts
+from shardcore.npy_rows import RowsFile
+from shardcore.tokenize import tokenize
+from shardcore.tokenized import TokenizedSource
+from tests.unit.tokenize_fixtures import stdlib_records, write_jsonl
+
+
+@pytest.fixture(scope="module")
+def tokenized(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("batches")
+    records = stdlib_records(30)
+    records += [dict(r) for r in records[:10]]  # exact copies, for the clusters
+    src = write_jsonl(tmp / "stdlib.jsonl", records)
+    out = tmp / "tok"
+    tokenize([str(src)], str(out), shard_size=60_000)
+    return out
+
+
+@pytest.mark.parametrize("text_from", ["source", "tokens"])
+def test_batches_are_the_shard_texts_in_order(tokenized, text_from):
+    ts = TokenizedSource(tokenized)
+    for shard in range(len(ts.manifest["shards"])):
+        whole, origin = shard_texts(ts, shard, text_from=text_from)
+        batches, origin_b, n = shard_text_batches(ts, shard, text_from=text_from, batch=3)
+        got = list(batches)
+        assert origin_b == origin == text_from
+        assert n == len(whole) == ts.manifest["shards"][shard]["documents"]
+        assert [len(b) for b in got[:-1]] == [3] * (len(got) - 1)
+        assert [t for b in got for t in b] == whole
+
+
+def _files(d: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(d)): p.read_bytes() for p in sorted(d.rglob("*.parquet"))}
+
+
+@pytest.mark.parametrize("annotator", ["minhash", "quality"])
+def test_an_annotation_in_small_batches_has_the_bytes_of_one_batch(
+    tokenized, tmp_path, monkeypatch, annotator
+):
+    whole = tmp_path / "whole"
+    annotate(str(tokenized), str(whole), annotator)
+    monkeypatch.setattr(texts_module, "BATCH", 4)
+    small = tmp_path / "small"
+    annotate(str(tokenized), str(small), annotator)
+    assert _files(small) == _files(whole) != {}
+    assert (small / "manifest.json").read_bytes() == (whole / "manifest.json").read_bytes()
+
+
+def test_rows_files_read_back_as_numpy_saved_them(tmp_path):
+    rng = np.random.default_rng(0)
+    sig = rng.integers(0, 2**32, size=(10, 128), dtype=np.uint32)
+    rows = np.zeros(7, ROW)
+    rows["key"], rows["doc"] = rng.integers(0, 2**63, size=7), np.arange(7)
+    for name, arr, tail in (("sig", sig, (128,)), ("rows", rows, ())):
+        with RowsFile(tmp_path / f"{name}.npy", arr.dtype, tail) as f:
+            f.append(arr[:3])
+            f.append(arr[3:3])
+            f.append(arr[3:])
+        assert np.array_equal(np.load(tmp_path / f"{name}.npy"), arr)
+        assert np.array_equal(np.load(tmp_path / f"{name}.npy", mmap_mode="r"), arr)
+    with RowsFile(tmp_path / "empty.npy", ROW):
+        pass
+    assert np.load(tmp_path / "empty.npy").shape == (0,)
+    with pytest.raises(ValueError, match="shape"):
+        with RowsFile(tmp_path / "bad.npy", np.uint32, (128,)) as f:
+            f.append(sig[:, :64])
