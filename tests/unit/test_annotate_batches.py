@@ -76,6 +76,8 @@ def test_rows_files_read_back_as_numpy_saved_them(tmp_path):
     with RowsFile(tmp_path / "empty.npy", ROW):
         pass
     assert np.load(tmp_path / "empty.npy").shape == (0,)
-    with pytest.raises(ValueError, match="shape"):
-        with RowsFile(tmp_path / "bad.npy", np.uint32, (128,)) as f:
-            f.append(sig[:, :64])
+    with (
+        pytest.raises(ValueError, match="shape"),
+        RowsFile(tmp_path / "bad.npy", np.uint32, (128,)) as f,
+    ):
+        f.append(sig[:, :64])
