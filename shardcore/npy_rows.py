@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import struct
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -62,3 +63,24 @@ class RowsFile:
             self.close()
         else:
             self._f.close()
+
+
+def read_blocks(path: str | os.PathLike, rows: int) -> Iterator[np.ndarray]:
+    """The ``.npy`` file ``path`` (C order) ``rows`` rows at a time, each block read into
+    memory of its own: a memory map's pages would stay resident, the whole file's worth."""
+    with open(path, "rb") as f:
+        major, _ = np.lib.format.read_magic(f)
+        read = (
+            np.lib.format.read_array_header_1_0
+            if major == 1
+            else np.lib.format.read_array_header_2_0
+        )
+        shape, fortran, dtype = read(f)
+        if fortran:
+            raise ValueError(f"{path}: a Fortran-ordered array")
+        offset = f.tell()
+        row_bytes = dtype.itemsize * int(np.prod(shape[1:], dtype=np.int64))
+        for lo in range(0, shape[0] if shape else 0, rows):
+            hi = min(shape[0], lo + rows)
+            raw = os.pread(f.fileno(), (hi - lo) * row_bytes, offset + lo * row_bytes)
+            yield np.frombuffer(raw, dtype=dtype).reshape(hi - lo, *shape[1:])

@@ -27,6 +27,7 @@ from shardcore.annotate.artifact import _path, _table, _work_file, _write_parque
 from shardcore.annotate.artifact import plan as artifact_plan
 from shardcore.annotate.components import ROUNDS, Components
 from shardcore.annotate.dedup import NearDuplicates
+from shardcore.npy_rows import read_blocks
 
 WORK = "work"
 
@@ -63,14 +64,17 @@ def _components(plan: units.Plan) -> Components:
 
 
 def file_shard_keys(plan: units.Plan, shard: int) -> None:
-    """After the signature unit of ``shard``: its bucket rows, by partition."""
+    """After the signature unit of ``shard``: its bucket rows, by partition, a block of
+    signatures at a time."""
     out = Path(plan.out)
     work = out / _work_file(shard)
-    sig = np.load(work / "sig.npy", mmap_mode="r")
-    exact = np.load(work / "exact.npy", mmap_mode="r")
     first = int(_starts(plan)[shard])
     keys = out / WORK / "keys" / f"shard-{shard:05d}"
-    neardup.file_keys(keys, _annotator(plan).params, plan.meta["partitions"], sig, exact, first)
+    sigs = read_blocks(work / "sig.npy", neardup.KEY_BATCH)
+    exacts = read_blocks(work / "exact.npy", neardup.KEY_BATCH)
+    with neardup.PartitionKeys(keys, _annotator(plan).params, plan.meta["partitions"], first) as k:
+        for sig, exact in zip(sigs, exacts, strict=True):
+            k.add(sig, exact)
 
 
 def run_unit(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:

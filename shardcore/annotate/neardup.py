@@ -363,17 +363,6 @@ def key_rows(params: dict[str, Any], sig: np.ndarray, exact: np.ndarray, first: 
     return table
 
 
-def file_keys(
-    final: Path, params: dict[str, Any], parts: int, sig: np.ndarray, exact: np.ndarray, first: int
-) -> None:
-    """The bucket rows of documents ``first``, ``first + 1``, ... into the directory
-    ``final`` (``PartitionKeys``), ``KEY_BATCH`` documents of ``sig`` and ``exact``
-    (memory-mapped, say) at a time."""
-    with PartitionKeys(final, params, parts, first) as keys:
-        for lo in range(0, len(sig), KEY_BATCH):
-            keys.add(np.asarray(sig[lo : lo + KEY_BATCH]), np.asarray(exact[lo : lo + KEY_BATCH]))
-
-
 def verified_edges(
     rows: np.ndarray,
     sigs: list[np.ndarray],

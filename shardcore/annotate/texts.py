@@ -22,16 +22,21 @@ not split are read once for the whole shard.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import fsspec
+import numpy as np
 
 from shardcore.encoders import load_tokenizer
 from shardcore.errors import CorruptDataError, InputError
+from shardcore.formats import bin_path
 from shardcore.readers import BadInput, Document, read_segment, splittable
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from shardcore.tokenized import TokenizedSource
 
 TEXT_FROM = ("auto", "source", "tokens")
@@ -86,28 +91,35 @@ def shard_text_batches(
     if text_from not in TEXT_FROM:
         raise InputError(f"text_from must be one of {', '.join(TEXT_FROM)}, got {text_from!r}")
     sidecar = source.sidecar_paths()[shard]
-    cols = pq.read_table(sidecar, columns=["file", "line", "byte_offset", "n_bytes"]).to_pydict()
-    n = len(cols["file"])
+    n = pq.ParquetFile(sidecar).metadata.num_rows
     if text_from != "tokens":
-        problem = source_problem(source.manifest, sorted(set(cols["file"])))
+        # The positions as Arrow columns (the file names a dictionary), made lists a batch
+        # at a time: a shard's rows as Python lists would cost ~160 bytes a document.
+        cols = pq.read_table(
+            sidecar, columns=["file", "line", "byte_offset", "n_bytes"], read_dictionary=["file"]
+        )
+        files = sorted(cols.column("file").unique().to_pylist())
+        problem = source_problem(source.manifest, files)
         if problem is None:
-            return _source_batches(source.manifest, cols, batch), "source", n
+            return _source_batches(source.manifest, cols, files, batch), "source", n
         if text_from == "source":
             raise InputError(f"{problem} (annotate with text_from='tokens' to decode instead)")
     return _token_batches(source, shard, n, batch), "tokens", n
 
 
 def _source_batches(
-    manifest: dict[str, Any], cols: dict[str, list], batch: int
+    manifest: dict[str, Any], cols: pa.Table, files: list[str], batch: int
 ) -> Iterator[list[str]]:
     txt_mode = manifest.get("params", {}).get("txt_mode", "file")
-    splits = all(splittable(f, txt_mode) for f in set(cols["file"])) and all(
-        o is not None for o in cols["byte_offset"]
+    splits = (
+        all(splittable(f, txt_mode) for f in files) and cols.column("byte_offset").null_count == 0
     )
-    n = len(cols["file"])
+    n = cols.num_rows
     step = batch if splits else max(n, 1)  # a file that does not split is streamed once
     for lo in range(0, n, step):
-        yield _from_source(manifest, {k: v[lo : lo + step] for k, v in cols.items()})
+        part = cols.slice(lo, step).to_pydict()
+        part["file"] = [str(f) for f in part["file"]]
+        yield _from_source(manifest, part)
 
 
 def _from_source(manifest: dict[str, Any], cols: dict[str, list]) -> list[str]:
@@ -179,19 +191,28 @@ def _documents(items: Iterator[Document | BadInput], url: str) -> Iterator[Docum
 
 
 def _token_batches(source: TokenizedSource, shard: int, n: int, batch: int) -> Iterator[list[str]]:
+    """The shard's documents decoded ``batch`` at a time; each batch's tokens read from the
+    ``.bin`` file (a copy the batch drops), not through a memory map whose pages the
+    process would keep resident for the whole shard."""
     info = source.tokenizer
     tok = load_tokenizer(info["spec"])
     eos, bos = info.get("eos_id"), info.get("bos_id")
     strip_bos = bos is not None and bool(source.manifest.get("params", {}).get("bos"))
     reader = source.shards[shard]
-    for lo in range(0, n, batch):
-        texts = []
-        for i in range(lo, min(n, lo + batch)):
-            ids = reader[i]
-            a, b = 0, len(ids)
-            if strip_bos and b and ids[0] == bos:
-                a = 1
-            if eos is not None and b > a and ids[b - 1] == eos:
-                b -= 1
-            texts.append(tok.decode(ids[a:b]))
-        yield texts
+    item = reader.dtype.itemsize
+    with open(bin_path(reader.prefix), "rb") as f:
+        for lo in range(0, n, batch):
+            hi = min(n, lo + batch)
+            lengths = np.asarray(reader.lengths[lo:hi], dtype=np.int64)
+            first = int(reader.starts[lo]) if hi > lo else 0
+            raw = os.pread(f.fileno(), int(lengths.sum()) * item, first * item)
+            tokens = np.frombuffer(raw, dtype=reader.dtype)
+            ends = np.cumsum(lengths)
+            texts = []
+            for a, b in zip((ends - lengths).tolist(), ends.tolist(), strict=True):
+                if strip_bos and b > a and tokens[a] == bos:
+                    a += 1
+                if eos is not None and b > a and tokens[b - 1] == eos:
+                    b -= 1
+                texts.append(tok.decode(tokens[a:b]))
+            yield texts
