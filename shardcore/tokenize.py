@@ -460,35 +460,74 @@ class _ShardWriter(IndexedWriter):
         self.num_tokens += last - first
 
 
+def _owned_shards(
+    chunks: list[dict[str, Any]], per_shard: int, part: int
+) -> list[tuple[int, list[dict[str, Any]]]]:
+    """The shards whose first token lies in part ``part``'s chunks (shard k starts at token
+    ``k * per_shard``), each with the chunks overlapping its tokens, in order."""
+    mine = [c for c in chunks if c["part"] == part]
+    if not mine:
+        return []
+    tok0s = [c["tok0"] for c in chunks]
+    lo_tok, hi_tok = mine[0]["tok0"], mine[-1]["tok0"] + mine[-1]["tokens"]
+    owned = []
+    for k in range(-(-lo_tok // per_shard), -(-hi_tok // per_shard)):
+        lo, hi = k * per_shard, (k + 1) * per_shard
+        over = []
+        for c in chunks[max(bisect.bisect_right(tok0s, lo) - 1, 0) :]:
+            if c["tok0"] >= hi:
+                break
+            if c["tok0"] + c["tokens"] > lo:
+                over.append(c)
+        owned.append((k, over))
+    return owned
+
+
+def _reads(plan: units.Plan, unit: dict[str, Any]) -> list[str]:
+    """The files of the output a unit reads (on object storage it fetches exactly these and
+    lists nothing): a tokenize unit none, the index unit the markers of the tokenize units,
+    an assemble unit the chunk index and the chunks its shards take documents from."""
+    if unit.get("index"):
+        return [units.marker_key(u["id"]) for u in plan.phases[0]]
+    if "part" not in unit:
+        return []
+    index_key = f"{PARTS_DIR}/{INDEX_NAME}"
+    index = json.loads(storage.open_store(plan.out).read_bytes(index_key))
+    per_shard = max(plan.params["shard_size"] // np.dtype(plan.meta["dtype"]).itemsize, 1)
+    stems = dict.fromkeys(
+        f"{PARTS_DIR}/{c['unit']}/c{c['chunk']:05d}"
+        for _, over in _owned_shards(index["chunks"], per_shard, unit["part"])
+        for c in over
+    )
+    return [index_key] + [
+        f"{s}{ext}" for s in stems for ext in (".len.npy", ".bin", ".docs.parquet")
+    ]
+
+
+def _finalize_reads(plan: units.Plan, stats: list[dict[str, Any]]) -> list[str]:
+    """Finalize reads the units' stats only."""
+    return []
+
+
 def _run_assemble(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
     out = Path(plan.out)
     dtype = np.dtype(plan.meta["dtype"])
     per_shard = max(plan.params["shard_size"] // dtype.itemsize, 1)
     index = json.loads((out / PARTS_DIR / INDEX_NAME).read_text())
-    chunks, line_base = index["chunks"], index["line_base"]
-    tok0s = [c["tok0"] for c in chunks]
-    j = unit["part"]
-    mine = [c for c in chunks if c["part"] == j]
+    line_base = index["line_base"]
+    owned = _owned_shards(index["chunks"], per_shard, unit["part"])
     shards: list[dict[str, Any]] = []
-    if not mine:
+    if not owned:
         return {"kind": "assemble", "shards": shards}
     # Imported here: most assemble units own no shard start and return above.
     import pyarrow.parquet as pq
 
     cpu = {"copy": 0.0, "checksums": 0.0}
     unit_cpu0 = time.process_time()
-    lo_tok, hi_tok = mine[0]["tok0"], mine[-1]["tok0"] + mine[-1]["tokens"]
-    # Shard k starts at token k * per_shard; this unit owns the starts in [lo_tok, hi_tok).
-    first_k = -(-lo_tok // per_shard)
-    last_k = -(-hi_tok // per_shard)  # exclusive
-    for k in range(first_k, last_k):
+    for k, over in owned:
         lo, hi = k * per_shard, (k + 1) * per_shard
         pieces = []
-        for c in chunks[max(bisect.bisect_right(tok0s, lo) - 1, 0) :]:
-            if c["tok0"] >= hi:
-                break
-            if c["tok0"] + c["tokens"] <= lo:
-                continue
+        for c in over:
             stem = out / PARTS_DIR / c["unit"] / f"c{c['chunk']:05d}"
             lengths = np.load(f"{stem}.len.npy").astype(np.int64)
             starts = c["tok0"] + np.concatenate([[0], np.cumsum(lengths)[:-1]])
@@ -622,4 +661,6 @@ def _finalize(plan: units.Plan, stats: list[dict[str, Any]]) -> dict[str, Any]:
     return manifest
 
 
-units.register_stage(STAGE, run_unit=_run_unit, finalize=_finalize)
+units.register_stage(
+    STAGE, run_unit=_run_unit, finalize=_finalize, reads=_reads, finalize_reads=_finalize_reads
+)

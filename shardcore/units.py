@@ -62,7 +62,7 @@ from shardcore.storage import artifact_cache
 MARKER_DIR = "_units"
 PLAN_NAME = "_plan.json"
 # Top-level directories of an output that hold a stage's scratch (removed by finalize).
-SCRATCH_DIRS = ("_pass1",)
+SCRATCH_DIRS = ("_pass1", "_parts")
 
 
 # Samples kept per (file, reason) of a bad-input report, by a unit and by a job's sum.
@@ -210,6 +210,8 @@ def load_plan(out: str | os.PathLike) -> Plan:
 # Unit markers are fanned out over MARKER_FANOUT directories by a hash of the unit's id: a
 # job of a million units never makes a directory (or a prefix listing) of a million names.
 MARKER_FANOUT = 1000
+# Downloads at once of a unit's declared reads.
+PULL_THREADS = 16
 
 
 def _marker_rel(unit_id: str) -> str:
@@ -226,7 +228,8 @@ def marker_path(out: str | os.PathLike, unit_id: str) -> Path:
     return Path(out) / _marker_rel(unit_id)
 
 
-def _marker_key(unit_id: str) -> str:
+def marker_key(unit_id: str) -> str:
+    """The key of unit ``unit_id``'s marker under its output (for a stage's declared reads)."""
     return _marker_rel(unit_id)
 
 
@@ -251,7 +254,7 @@ def mark_done(out: str | os.PathLike, unit_id: str, stats: dict[str, Any]) -> No
     """Record a unit as finished (after its files are renamed into place)."""
     text = json.dumps(stats, sort_keys=True, default=str)
     if storage.is_remote(out):
-        storage.open_store(out).put_bytes(_marker_key(unit_id), text.encode())
+        storage.open_store(out).put_bytes(marker_key(unit_id), text.encode())
         return
     path = marker_path(out, unit_id)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -303,15 +306,17 @@ def _pull(store: storage.Store, work: Path) -> dict[str, int]:
 
 
 def _pull_keys(store: storage.Store, work: Path, keys: list[str]) -> dict[str, int]:
-    """Download exactly ``keys`` (those the work directory lacks), listing nothing; returns
-    their local sizes."""
-    sizes = {}
-    for key in keys:
-        local = work / key
-        if not local.exists():
-            store.get_file(key, local)  # atomic: a local file is a whole download
-        sizes[key] = local.stat().st_size
-    return sizes
+    """Download exactly ``keys`` (those the work directory lacks), listing nothing, several
+    at a time (a unit that reads many small objects, such as markers, waits for one round
+    trip per ``PULL_THREADS`` objects, not per object); returns their local sizes."""
+    missing = [key for key in dict.fromkeys(keys) if not (work / key).exists()]
+    if len(missing) == 1:
+        store.get_file(missing[0], work / missing[0])  # atomic: a local file is a whole download
+    elif missing:
+        with ThreadPoolExecutor(min(PULL_THREADS, len(missing))) as pool:
+            for done in as_completed([pool.submit(store.get_file, k, work / k) for k in missing]):
+                done.result()
+    return {key: (work / key).stat().st_size for key in keys}
 
 
 def _push(

@@ -335,6 +335,44 @@ def test_pool_units_on_s3_fetch_exactly_what_they_read_and_list_nothing(
     assert manifest["num_records"] and verify(f"{s3_bucket}/pool").ok
 
 
+def test_tokenize_units_on_s3_fetch_exactly_what_they_read_and_list_nothing(
+    corpus, s3_bucket, tmp_path, monkeypatch
+):
+    """Each tokenize unit on its own host: a tokenize unit fetches nothing of the output,
+    the index unit the tokenize units' markers, an assemble unit the chunk index and the
+    chunks its shards take documents from; none lists the prefix, finalize fetches
+    nothing, the parts are gone from the bucket and the bytes are the local build's."""
+    from shardcore.tokenize import _reads, plan_tokenize
+
+    want = tokenize(corpus, str(tmp_path / "disk" / "tok"), shard_size=20_000, unit_bytes=30_000)
+    plan = plan_tokenize(corpus, f"{s3_bucket}/tok", shard_size=20_000, unit_bytes=30_000)
+    assert len(plan.phases[0]) > 2 and len(plan.phases[-1]) > 2
+    got, listed = _store_calls(monkeypatch)
+    units.save_plan(plan)
+    prefix = storage.open_store(plan.out).prefix
+    chunk_reads = []
+    for n, unit in enumerate(u for phase in plan.phases for u in phase):
+        monkeypatch.setenv("SHARDYARD_CACHE", str(tmp_path / f"host-{n}"))
+        got.clear()
+        units.run_unit(plan, unit["id"])
+        fetched = sorted(k for p, k in got if p == prefix)
+        assert fetched == sorted(_reads(plan, unit)), unit["id"]
+        assert prefix not in listed, unit["id"]
+        if "part" in unit:
+            chunk_reads.append(len(fetched) - 1)
+    # an assemble unit reads the two chunks its shards span (three files each), not all
+    chunks = sum(len(units.unit_result(plan.out, u["id"])["chunks"]) for u in plan.phases[0])
+    assert 0 < max(chunk_reads) <= 3 * 2 < 3 * chunks
+    monkeypatch.setenv("SHARDYARD_CACHE", str(tmp_path / "host-final"))
+    got.clear()
+    manifest = units.finalize(plan)
+    assert not [k for p, k in got if p == prefix]
+    assert not [k for k in storage.open_store(plan.out).list() if k.startswith("_parts/")]
+    assert manifest["fingerprint"] == want["fingerprint"]
+    assert mf.content_digest(manifest) == mf.content_digest(want)
+    assert verify(f"{s3_bucket}/tok").ok
+
+
 def test_a_late_run_of_a_finished_unit_leaves_the_finished_runs_marker(
     corpus, moto_server, tmp_path, monkeypatch
 ):
@@ -350,7 +388,7 @@ def test_a_late_run_of_a_finished_unit_leaves_the_finished_runs_marker(
     units.save_plan(plan)
     unit_id = plan.phases[0][0]["id"]
     store = storage.open_store(out)
-    key = units._marker_key(unit_id)
+    key = units.marker_key(unit_id)
     push = units._push
 
     def others_finish_during_the_push(*args, **kwargs):
