@@ -662,5 +662,10 @@ def _finalize(plan: units.Plan, stats: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 units.register_stage(
-    STAGE, run_unit=_run_unit, finalize=_finalize, reads=_reads, finalize_reads=_finalize_reads
+    STAGE,
+    run_unit=_run_unit,
+    finalize=_finalize,
+    reads=_reads,
+    finalize_reads=_finalize_reads,
+    scratch=(f"{PARTS_DIR}/",),
 )

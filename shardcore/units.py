@@ -62,7 +62,7 @@ from shardcore.storage import artifact_cache
 MARKER_DIR = "_units"
 PLAN_NAME = "_plan.json"
 # Top-level directories of an output that hold a stage's scratch (removed by finalize).
-SCRATCH_DIRS = ("_pass1", "_parts")
+SCRATCH_DIRS = ("_pass1",)
 
 
 # Samples kept per (file, reason) of a bad-input report, by a unit and by a job's sum.
@@ -368,6 +368,9 @@ _STAGES: dict[str, tuple[Callable[..., dict], Callable[..., dict]]] = {}
 # unit (or finalize) reads, relative to it. A stage that declares them has its units on
 # object storage fetch exactly those, and list nothing.
 _READS: dict[str, tuple[Callable[..., list[str]], Callable[..., list[str]] | None]] = {}
+# stage name -> the key prefixes of its scratch: with declared reads finalize has only some
+# files at hand, and deletes from the store what lies under these (and SCRATCH_DIRS).
+_SCRATCH: dict[str, tuple[str, ...]] = {}
 # Stages whose finalize takes the units' stats as ``UnitResults`` (read from a local spill
 # one at a time), not a list of every unit's stats in memory.
 _STREAMED: set[str] = set()
@@ -380,6 +383,7 @@ def register_stage(
     finalize: Callable[[Plan, list[dict]], dict],
     reads: Callable[[Plan, dict], list[str]] | None = None,
     finalize_reads: Callable[[Plan, list[dict]], list[str]] | None = None,
+    scratch: tuple[str, ...] = (),
     streamed_results: bool = False,
 ) -> None:
     """``streamed_results``: ``finalize`` (and ``finalize_reads``) take the units' stats as
@@ -388,6 +392,7 @@ def register_stage(
     _STAGES[name] = (run_unit, finalize)
     if reads is not None:
         _READS[name] = (reads, finalize_reads)
+    _SCRATCH[name] = scratch
     if streamed_results:
         _STREAMED.add(name)
 
@@ -625,7 +630,8 @@ def _finalize_with(
             continue
         # With declared reads the work directory holds only some files: what goes is the
         # scratch (SCRATCH_DIRS), whichever host wrote it.
-        if declared is None or key.split("/", 1)[0] in SCRATCH_DIRS:
+        scratch = key.split("/", 1)[0] in SCRATCH_DIRS or key.startswith(_SCRATCH[plan.stage])
+        if declared is None or scratch:
             store.delete(key)
     if isinstance(store, storage.S3Store):
         store.abort_uploads()  # parts of uploads whose writer died: every unit is done

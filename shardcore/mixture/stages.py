@@ -11,9 +11,17 @@ from pathlib import Path
 from typing import Any
 
 from shardcore import storage, units
-from shardcore.mixture import chunked
+from shardcore.mixture import chunked, ordered
 from shardcore.mixture.build import _manifest_write, _schedule_write
-from shardcore.mixture.layout import CHUNK_SAMPLES, RECORD_UNITS, SCHEDULE_UNIT, STAGE
+from shardcore.mixture.layout import (
+    CHUNK_SAMPLES,
+    COUNTS_FILE,
+    POOL_FILE,
+    RECORD_FILE,
+    RECORD_UNITS,
+    SCHEDULE_UNIT,
+    STAGE,
+)
 from shardcore.mixture.plan import load_pools
 from shardcore.mixture.spec import MixtureSpec
 
@@ -67,4 +75,26 @@ def _finalize(plan: units.Plan, stats: list[dict[str, Any]]) -> dict[str, Any]:
     return _manifest_write(spec, load_pools(spec), Path(plan.out), stats[0])
 
 
-units.register_stage(STAGE, run_unit=_run_unit, finalize=_finalize)
+def _reads(plan: units.Plan, unit: dict[str, Any]) -> list[str]:
+    """The files of the schedule a unit reads (on object storage it fetches exactly these
+    and lists nothing): the blend unit none (it reads the pools), a record unit the counts
+    and the blend's pool column."""
+    if unit["id"] in (BLEND_UNIT, SCHEDULE_UNIT):
+        return []
+    spec = MixtureSpec.from_dict(plan.params["spec"])
+    return [COUNTS_FILE, POOL_FILE if spec.order == "blend" else ordered.BLEND_FILE]
+
+
+def _finalize_reads(plan: units.Plan, stats: list[dict[str, Any]]) -> list[str]:
+    """Finalize checksums the schedule's columns."""
+    return [POOL_FILE, RECORD_FILE, COUNTS_FILE]
+
+
+units.register_stage(
+    STAGE,
+    run_unit=_run_unit,
+    finalize=_finalize,
+    reads=_reads,
+    finalize_reads=_finalize_reads,
+    scratch=(ordered.BLEND_FILE,),
+)

@@ -373,6 +373,49 @@ def test_tokenize_units_on_s3_fetch_exactly_what_they_read_and_list_nothing(
     assert verify(f"{s3_bucket}/tok").ok
 
 
+@pytest.mark.parametrize("order", ["blend", "diversity"])
+def test_mixture_units_on_s3_fetch_exactly_what_they_read_and_list_nothing(
+    corpus, s3_bucket, tmp_path, monkeypatch, order
+):
+    """The blend unit fetches nothing of the schedule, the record unit the counts and the
+    blend's pool column, finalize the three columns it checksums; none lists the prefix,
+    the blend's column of an ordered schedule is gone from the bucket, and the schedule is
+    the local build's, file for file."""
+    from shardcore.mixture.stages import _finalize_reads, _reads, plan_mixture
+
+    tok = f"{s3_bucket}/tok-x"
+    tokenize(corpus, tok, shard_size=30_000)
+    build_pool([tok], f"{s3_bucket}/pool-x", seq_len=SEQ, memory=1 << 20)
+    build_pool([tok], str(tmp_path / "pool-x"), seq_len=SEQ, memory=1 << 20)
+
+    def spec(pool: str) -> MixtureSpec:
+        return MixtureSpec.from_dict(
+            {"tokens": SEQ * 301, "seed": 3, "order": order,
+             "components": [{"pool": pool, "weight": 1}]}
+        )  # fmt: skip
+
+    want = build_mixture(spec(str(tmp_path / "pool-x")), tmp_path / "mix-x")
+    plan = plan_mixture(spec(f"{s3_bucket}/pool-x"), f"{s3_bucket}/mix-x")
+    got, listed = _store_calls(monkeypatch)
+    units.save_plan(plan)
+    prefix = storage.open_store(plan.out).prefix
+    for n, unit in enumerate(u for phase in plan.phases for u in phase):
+        monkeypatch.setenv("SHARDYARD_CACHE", str(tmp_path / f"mix-host-{n}"))
+        got.clear()
+        units.run_unit(plan, unit["id"])
+        assert sorted(k for p, k in got if p == prefix) == sorted(_reads(plan, unit))
+        assert prefix not in listed, unit["id"]
+    monkeypatch.setenv("SHARDYARD_CACHE", str(tmp_path / "mix-final"))
+    got.clear()
+    manifest = units.finalize(plan)
+    assert sorted(k for p, k in got if p == prefix) == sorted(_finalize_reads(plan, []))
+    assert manifest["files"] == want["files"]  # the same bytes (the specs name other paths)
+    listing = [k for k in storage.open_store(plan.out).list() if not k.startswith("_")]
+    assert listing == [
+        k for k in storage.open_store(tmp_path / "mix-x").list() if not k.startswith("_")
+    ]
+
+
 def test_a_late_run_of_a_finished_unit_leaves_the_finished_runs_marker(
     corpus, moto_server, tmp_path, monkeypatch
 ):
