@@ -45,7 +45,7 @@ class RowsFile:
         block = np.ascontiguousarray(rows, dtype=self.dtype)
         if block.shape[1:] != self.tail:
             raise ValueError(f"{self.path}: rows of shape {block.shape[1:]}, expected {self.tail}")
-        self._f.write(memoryview(block.reshape(-1)).cast("B"))
+        self._f.write(block.reshape(-1).view(np.uint8).data)
         self.rows += len(block)
 
     def close(self) -> None:
@@ -58,7 +58,7 @@ class RowsFile:
     def __enter__(self) -> RowsFile:
         return self
 
-    def __exit__(self, kind, *_: object) -> None:
+    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
         if kind is None:
             self.close()
         else:

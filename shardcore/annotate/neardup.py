@@ -310,7 +310,7 @@ class KeyWriter:
         self.sig.append(sig)
         self.exact.append(exact)
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, *exc: Any) -> None:
         self._stack.__exit__(*exc)
 
 
@@ -337,7 +337,7 @@ class PartitionKeys:
         for q, f in enumerate(self.files):
             f.append(table[which == q])
 
-    def __exit__(self, kind, value, tb) -> None:
+    def __exit__(self, kind: type[BaseException] | None, value: Any, tb: Any) -> None:
         for f in self.files:
             f.__exit__(kind, value, tb)
         if kind is None:
