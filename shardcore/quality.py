@@ -533,6 +533,10 @@ def mixture_labels(mix: Mixture, by: str, start: int, stop: int) -> Coded:
     return Coded.of(values)
 
 
+# A pool's recipe measurement reads at most the records holding this many documents.
+RECIPE_DOCUMENTS = 1 << 19
+
+
 def recipe_quality(
     path: str,
     *,
@@ -545,6 +549,7 @@ def recipe_quality(
     with_greedy: bool = False,
     limit: int | None = None,
     pool_sources: bool = False,
+    max_documents: int = RECIPE_DOCUMENTS,
 ) -> dict[str, Any]:
     """The diversity recipe's measurements (``shardcore.order.recipe.recipe_report``) of a
     pool (records in pool order, against random orders of the same documents packed alike:
@@ -555,7 +560,9 @@ def recipe_quality(
     the same records (``greedy``, against random orders of those records); ``limit``: only
     the first that many records of the order (a mixture's: of each stage);
     ``pool_sources``: a pool of several tokenized sources also balances the source
-    (``_doc.source``). Returns ``{"order": report, "greedy": report?}``.
+    (``_doc.source``); ``max_documents``: a pool is measured on no more records than hold
+    that many documents (the random orders it is held to shuffle them, ~400 bytes a
+    document: a pool of small documents packs dozens into a record). Returns ``{"order": report, "greedy": report?}``.
 
     A mixture is measured stage by stage, like with like: each stage's samples (its
     first ``limit``) against random orders of the same stage's samples, with that stage's
@@ -570,8 +577,11 @@ def recipe_quality(
         if pool_sources and len(read_manifest(path).get("sources") or []) > 1:
             props = ["_doc.source", *props]
         # Ranged: on object storage the segments and columns read, not a copy of the pool.
+        reader = PoolReader(path, ranged=True)
+        within = recipe.records_holding(reader, max_documents)
+        limit = within if limit is None else min(limit, within)
         ch, docs = recipe.pool_characteristics(
-            [PoolReader(path, ranged=True)],
+            [reader],
             by=props,
             length_bins_count=length_bins,
             limit=limit,

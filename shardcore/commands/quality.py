@@ -31,7 +31,8 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
         type=int,
         default=MAX_SAMPLES,
         help="a pool or mixture is measured on its first this many records or samples (only "
-        "they and their documents are read)",
+        "they and their documents are read); --recipe on a pool: also on no more records "
+        "than hold 524,288 documents",
     )
     p.add_argument("--json", action="store_true", help="print the full report as JSON")
     p.add_argument(
@@ -152,6 +153,7 @@ def _run_recipe(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         trials=args.trials,
         with_greedy=args.with_greedy,
+        limit=args.max_samples,
     )
     if args.json:
         print(json.dumps(out))

@@ -77,3 +77,28 @@ def test_the_first_records_have_the_whole_pools_characteristics(pool, by):
         )
     bins = recipe.length_bins(reader.document_values("_doc.n_tokens"), 20)
     assert np.array_equal(docs["families"]["length"], bins[:held])
+
+
+def test_a_pool_of_small_documents_is_measured_on_the_records_holding_a_bounded_number(pool):
+    """``records_holding``: the first records whose segments number at most the cap (from
+    the shards' segments, across shard boundaries); the recipe's report of a pool stops
+    there, and measures every record when the cap is above the pool's documents."""
+    from shardcore import quality
+
+    reader = PoolReader(pool)
+    counts = np.concatenate(
+        [
+            np.diff(reader.segments(s).seg_record_offsets)
+            for s in range(len(reader.manifest["shards"]))
+        ]
+    )
+    cum = np.cumsum(counts)
+    first_shard = int(reader.cumulative[1])
+    for cap in (1, 50, int(cum[first_shard - 1]) + 3, int(cum[-1]) - 1):
+        got = recipe.records_holding(reader, cap)
+        assert got == max(1, int(np.searchsorted(cum, cap, "right")))
+        assert cum[got - 1] <= cap or got == 1
+    assert recipe.records_holding(reader, int(cum[-1])) == reader.num_records
+    capped = quality.recipe_quality(str(pool), max_documents=int(cum[99]))["order"]
+    whole = quality.recipe_quality(str(pool), max_documents=10**9)["order"]
+    assert capped["num_records"] == 100 < whole["num_records"] == reader.num_records
