@@ -31,7 +31,7 @@ from shardcore import pack
 from shardcore.errors import InputError
 from shardcore.manifest import read_manifest
 from shardcore.mixture import Mixture
-from shardcore.order import greedy, recipe
+from shardcore.order import greedy, recipe, windowed
 from shardcore.pool import PoolReader
 
 
@@ -578,7 +578,7 @@ def recipe_quality(
             props = ["_doc.source", *props]
         # Ranged: on object storage the segments and columns read, not a copy of the pool.
         reader = PoolReader(path, ranged=True)
-        within = recipe.records_holding(reader, max_documents)
+        within = reader.records_holding(max_documents)
         limit = within if limit is None else min(limit, within)
         ch, docs = recipe.pool_characteristics(
             [reader],
@@ -630,18 +630,19 @@ def _mixture_recipe(
     measure = functools.partial(
         recipe.recipe_report, batch_size=batch_size, trials=trials, checkpoints=checkpoints
     )
+    # The measured samples' vectors read by range (the pools' families in streamed passes):
+    # what ``pool_characteristics(pools).take(rows)`` gives, in memory that follows the
+    # samples measured, not the pools.
     paths = [p["path"] for p in mix.pools]
-    ch = recipe.pool_characteristics(paths, by=props, length_bins_count=length_bins)
-    first = np.r_[0, np.cumsum([int(p["num_records"]) for p in mix.pools])[:-1]]
+    fam = windowed.pool_families(paths, {"by": props, "length_bins": length_bins or False})
     out: dict[str, Any] = {}
     for i, st in enumerate(mix.manifest["stages"]):
         a, n = int(st["first_sample"]), int(st["num_samples"])
         b = a + (n if limit is None else min(n, limit))
-        rows = first[np.asarray(mix.pool_index[a:b]).astype(np.int64)] + np.asarray(
-            mix.record_index[a:b]
+        part = windowed.sample_characteristics(
+            fam, np.asarray(mix.pool_index[a:b]), np.asarray(mix.record_index[a:b])
         )
-        part = ch.take(rows)
-        order = np.arange(rows.size)
+        order = np.arange(b - a)
         where = {"name": st["name"], "first_sample": a, "num_samples": n, "measured": b - a}
         reports = {"order": measure(part, order, seed=seed + i)}
         if with_greedy:

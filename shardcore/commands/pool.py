@@ -121,8 +121,8 @@ def run(args: argparse.Namespace) -> int:
         def on_unit_done(unit: dict, stats: dict) -> None:
             # Each token is read and written twice (pass 1, pass 2): progress counts both.
             nbytes = int(stats.get("tokens", stats.get("selected_tokens", 0))) * itemsize
-            if "group" in unit:
-                return  # the merge moves metadata only
+            if "group" in unit or "level" in unit:
+                return  # the merge (its last level, the levels below it) moves metadata only
             if "input" in unit:
                 progress.update(nbytes=nbytes)
             else:

@@ -202,22 +202,6 @@ def document_columns(pool: PoolLike, names: Sequence[str]) -> tuple[int, dict[st
     return reader.document_columns(list(names))
 
 
-def records_holding(reader: PoolReader, documents: int) -> int:
-    """How many of the pool's first records hold at most ``documents`` document pieces
-    (each record's segments; a document cut across records counts in each), reading the
-    segments of the first shards only; at least one record."""
-    seen = 0
-    for shard in range(len(reader.manifest["shards"])):
-        per = np.diff(reader.segments(shard).seg_record_offsets)
-        cum = seen + np.cumsum(per)
-        if cum.size and cum[-1] > documents:
-            return max(
-                1, int(reader.cumulative[shard]) + int(np.searchsorted(cum, documents, "right"))
-            )
-        seen = int(cum[-1]) if cum.size else seen
-    return int(reader.num_records)
-
-
 def pool_characteristics(
     pools: Sequence[PoolLike],
     *,

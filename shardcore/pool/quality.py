@@ -247,21 +247,28 @@ def by_shuffle(
     }
 
 
+# A quality report reads at most the records holding this many documents.
+QUALITY_DOCUMENTS = 1 << 19
+
+
 def pool_quality(
     reader: PoolReader,
     *,
     records: int,
     by: str = "",
     source_names: dict[str, str] | None = None,
+    max_documents: int = QUALITY_DOCUMENTS,
 ) -> dict[str, Any]:
     """The quality report of the pool's first ``records`` records (every record of a
-    smaller pool): label by a property (``by``), by document length (``by="length"``, or
+    smaller pool; no more than hold ``max_documents`` documents: the reference shuffles
+    them, a pool of small documents packs dozens into a record): label by a property (``by``), by document length (``by="length"``, or
     a pool of one source) or by tokenized source (named by ``source_names``, path ->
     name); against a perfect document shuffle of the same documents (``reference``) and
     every shuffle's order of them (``by_shuffle``). Empty for fewer than 8 documents."""
     num_docs = reader.num_documents
     if num_docs < 8:
         return {}
+    records = min(records, reader.records_holding(max_documents))
     record_docs = reader.main_documents(limit=records)
     n_docs = int(record_docs.max()) + 1 if len(record_docs) < reader.num_records else num_docs
     need = [_SOURCE, _TOKENS] + ([by] if by and by != "length" else [])

@@ -166,6 +166,19 @@ class PoolReader:
         memory must not hold every shard it has read."""
         return self._load_segments(shard)
 
+    def records_holding(self, documents: int) -> int:
+        """How many of the first records hold at most ``documents`` document pieces (each
+        record's segments; a document cut across records counts in each), reading the
+        segments of the first shards only (not kept); at least one record."""
+        seen = 0
+        for shard in range(len(self.manifest["shards"])):
+            cum = seen + np.cumsum(np.diff(self.read_segments(shard).seg_record_offsets))
+            if cum.size and cum[-1] > documents:
+                first = int(self.cumulative[shard])
+                return max(1, first + int(np.searchsorted(cum, documents, "right")))
+            seen = int(cum[-1]) if cum.size else seen
+        return int(self.num_records)
+
     def _where(self, i: int) -> tuple[int, int]:
         if not 0 <= i < self.num_records:
             raise IndexError(f"{self.path}: record {i} out of range [0, {self.num_records})")

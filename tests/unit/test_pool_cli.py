@@ -70,3 +70,25 @@ def test_it_refuses_an_unknown_staging(tmp_path, capsys):
     assert main([*argv, "--staging", "copy"]) == 2
     assert "invalid choice: 'copy'" in capsys.readouterr().err
     assert not (tmp_path / "p").exists()
+
+
+def test_the_command_line_builds_a_pool_whose_merge_is_a_tree_of_levels(
+    tmp_path, capsys, monkeypatch
+):
+    """A pool of many inputs (10^8 documents in 64 MiB shards) merges in a tree: the
+    progress line counts the merge's units of every level as metadata (they have no
+    documents), and the pool is the one built without a tree."""
+    from shardcore.pool import layout
+
+    src = pf.write_tokenized(tmp_path / "src", pf.corpus("prose", 300), shard_docs=30)
+    argv = ["pool", str(src), "--seq-len", "64", "--seed", "5", "--memory", "1MiB"]
+    monkeypatch.setattr(layout, "DIRECT_OPENS", 0)
+    assert main([*argv, "--out", str(tmp_path / "one-level")]) == 0
+    monkeypatch.setattr(layout, "MERGE_FAN_IN", 2)
+    assert main([*argv, "--out", str(tmp_path / "tree")]) == 0
+    plan = units.load_plan(tmp_path / "tree")
+    assert plan.meta["merge_levels"] > 1 and any("level" in u for u in plan.phases[1])
+    assert "pool" in capsys.readouterr().err
+    assert Pool(tmp_path / "tree").manifest["fingerprint"] == (
+        Pool(tmp_path / "one-level").manifest["fingerprint"]
+    )

@@ -95,10 +95,10 @@ def test_a_pool_of_small_documents_is_measured_on_the_records_holding_a_bounded_
     cum = np.cumsum(counts)
     first_shard = int(reader.cumulative[1])
     for cap in (1, 50, int(cum[first_shard - 1]) + 3, int(cum[-1]) - 1):
-        got = recipe.records_holding(reader, cap)
+        got = reader.records_holding(cap)
         assert got == max(1, int(np.searchsorted(cum, cap, "right")))
         assert cum[got - 1] <= cap or got == 1
-    assert recipe.records_holding(reader, int(cum[-1])) == reader.num_records
+    assert reader.records_holding(int(cum[-1])) == reader.num_records
     capped = quality.recipe_quality(str(pool), max_documents=int(cum[99]))["order"]
     whole = quality.recipe_quality(str(pool), max_documents=10**9)["order"]
     assert capped["num_records"] == 100 < whole["num_records"] == reader.num_records
