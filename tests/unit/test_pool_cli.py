@@ -89,6 +89,7 @@ def test_the_command_line_builds_a_pool_whose_merge_is_a_tree_of_levels(
     plan = units.load_plan(tmp_path / "tree")
     assert plan.meta["merge_levels"] > 1 and any("level" in u for u in plan.phases[1])
     assert "pool" in capsys.readouterr().err
-    assert Pool(tmp_path / "tree").manifest["fingerprint"] == (
-        Pool(tmp_path / "one-level").manifest["fingerprint"]
+    assert (
+        Pool(tmp_path / "tree").manifest["fingerprint"]
+        == (Pool(tmp_path / "one-level").manifest["fingerprint"])
     )
