@@ -10,7 +10,7 @@ import os
 import struct
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -65,17 +65,20 @@ class RowsFile:
             self._f.close()
 
 
+def read_header(f: BinaryIO) -> tuple[tuple[int, ...], bool, np.dtype]:
+    """(shape, Fortran order, dtype) of the ``.npy`` file open at its start as ``f``, left
+    at the first byte of its body."""
+    major, _ = np.lib.format.read_magic(f)
+    if major == 1:
+        return np.lib.format.read_array_header_1_0(f)
+    return np.lib.format.read_array_header_2_0(f)
+
+
 def read_blocks(path: str | os.PathLike, rows: int) -> Iterator[np.ndarray]:
     """The ``.npy`` file ``path`` (C order) ``rows`` rows at a time, each block read into
     memory of its own: a memory map's pages would stay resident, the whole file's worth."""
     with open(path, "rb") as f:
-        major, _ = np.lib.format.read_magic(f)
-        read = (
-            np.lib.format.read_array_header_1_0
-            if major == 1
-            else np.lib.format.read_array_header_2_0
-        )
-        shape, fortran, dtype = read(f)
+        shape, fortran, dtype = read_header(f)
         if fortran:
             raise ValueError(f"{path}: a Fortran-ordered array")
         offset = f.tell()

@@ -48,6 +48,7 @@ from shardcore.mixture.plan import (
     plan_epochs,
 )
 from shardcore.mixture.spec import MixtureSpec
+from shardcore.npy_rows import read_header
 
 
 def stage_fact(
@@ -86,13 +87,7 @@ def npy_create(path: Path, dtype: npt.DTypeLike, n: int) -> int:
 def npy_offset(path: str | os.PathLike) -> tuple[int, np.dtype, int]:
     """The body offset, dtype and length of a 1-d .npy file."""
     with open(path, "rb") as f:
-        major, _ = np.lib.format.read_magic(f)
-        read = (
-            np.lib.format.read_array_header_1_0
-            if major == 1
-            else np.lib.format.read_array_header_2_0
-        )
-        shape, _, dtype = read(f)
+        shape, _, dtype = read_header(f)
         return f.tell(), dtype, int(shape[0])
 
 
