@@ -30,6 +30,7 @@ the peak is about 16 bytes per document per pass plus 16 per clustered document.
 from __future__ import annotations
 
 import math
+import os
 import re
 import unicodedata
 from collections.abc import Iterable, Sequence
@@ -55,6 +56,35 @@ def normalize(text: str) -> str:
 
 def exact_hash(text: str) -> int:
     return xxhash.xxh3_64_intdigest(normalize(text).encode("utf-8"))
+
+
+def _take_rows(arr: np.ndarray, ix: np.ndarray) -> np.ndarray:
+    """Rows ``ix`` of ``arr``; of a memory-mapped file, read with ``pread`` (runs of
+    consecutive rows at once): indexing the map keeps every page it touched resident (and
+    the kernel maps their neighbours), soon the whole file's worth for rows read at
+    random, as a bucket unit reads signatures."""
+    name = getattr(arr, "filename", None)
+    if not isinstance(arr, np.memmap) or name is None or not len(ix):
+        return np.asarray(arr[ix])
+    want, back = np.unique(ix, return_inverse=True)
+    row = arr.dtype.itemsize * int(np.prod(arr.shape[1:], dtype=np.int64))
+    cuts = np.flatnonzero(np.diff(want) != 1) + 1
+    out = np.empty((len(want), *arr.shape[1:]), dtype=arr.dtype)
+    flat = out.reshape(-1).view(np.uint8)
+    fd = os.open(name, os.O_RDONLY)
+    try:
+        if os.fstat(fd).st_size != arr.offset + arr.nbytes:  # a view of part of the file
+            return np.asarray(arr[ix])
+        for lo, hi in zip(np.r_[0, cuts].tolist(), np.r_[cuts, len(want)].tolist(), strict=True):
+            nbytes = (hi - lo) * row
+            got = os.preadv(
+                fd, [flat[lo * row : lo * row + nbytes].data], arr.offset + int(want[lo]) * row
+            )
+            if got != nbytes:
+                raise OSError(f"{name}: short read of rows {want[lo]}-{want[hi - 1]}")
+    finally:
+        os.close(fd)
+    return out[back]
 
 
 def shingles(text: str, n: int) -> set[bytes]:
@@ -270,7 +300,7 @@ class NearDuplicates(Annotator):
             out = np.empty((len(ix), sigs[0].shape[1]), dtype=np.uint32)
             for s in np.unique(shard):
                 sel = shard == s
-                out[sel] = sigs[s][ix[sel] - starts[s]]
+                out[sel] = _take_rows(sigs[s], ix[sel] - starts[s])
             return out
 
         agree = np.empty(len(a), dtype=np.int32)

@@ -81,3 +81,20 @@ def test_rows_files_read_back_as_numpy_saved_them(tmp_path):
         RowsFile(tmp_path / "bad.npy", np.uint32, (128,)) as f,
     ):
         f.append(sig[:, :64])
+
+
+def test_signature_rows_read_with_pread_are_the_maps_rows(tmp_path):
+    """A bucket unit reads the signatures of its candidate pairs with pread (runs of
+    consecutive rows at once), not through the map: the same rows, in the order asked,
+    repeated ones too; a view of part of a file is indexed as it is."""
+    from shardcore.annotate.dedup import _take_rows
+
+    rng = np.random.default_rng(3)
+    np.save(tmp_path / "sig.npy", rng.integers(0, 2**32, size=(5000, 128), dtype=np.uint32))
+    mapped = np.load(tmp_path / "sig.npy", mmap_mode="r")
+    whole = np.asarray(mapped).copy()
+    for ix in (rng.integers(0, 5000, 3000), np.arange(100, 400), np.array([4999, 0, 0, 7])):
+        assert np.array_equal(_take_rows(mapped, ix), whole[ix])
+    view = mapped[1000:2000]
+    assert np.array_equal(_take_rows(view, np.array([0, 999, 5])), whole[[1000, 1999, 1005]])
+    assert _take_rows(mapped, np.zeros(0, dtype=np.int64)).shape == (0, 128)
