@@ -548,7 +548,14 @@ def _read_parquet(
         return
     row = 0
     try:
-        for batch in pf.iter_batches(batch_size=2048):
+        # A row group at a time: asked for all of them, the reader pre-buffers every row
+        # group's column chunks (the whole file's text).
+        batches = (
+            b
+            for g in range(pf.metadata.num_row_groups)
+            for b in pf.iter_batches(batch_size=2048, row_groups=[g])
+        )
+        for batch in batches:
             stats.content_bytes += batch.nbytes
             for rec in batch.to_pylist():
                 row += 1

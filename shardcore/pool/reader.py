@@ -32,6 +32,7 @@ from shardcore.storage.ranged import RangedFile
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    import pyarrow.parquet as pq
 
 
 def check_pool(root: Path, manifest: dict[str, Any]) -> list[verify.Problem]:
@@ -450,10 +451,7 @@ class PoolReader:
         at = 0
         for f, start, groups in self._document_parts(rows):
             at = start if start >= 0 else at
-            batches = pq.ParquetFile(f).iter_batches(
-                batch_size=batch_rows, columns=read, row_groups=groups
-            )
-            for batch in batches:
+            for batch in _row_group_batches(pq.ParquetFile(f), groups, batch_rows, read):
                 n = batch.num_rows
                 lo, hi = (0, n) if rows is None else (max(rows[0] - at, 0), min(rows[1] - at, n))
                 if lo < hi:  # a row group's rows outside ``rows``: not kept
@@ -463,6 +461,17 @@ class PoolReader:
 
     def locate(self, sample: int | None = None, tokens: int | None = None) -> dict[str, int | str]:
         return locate_pool(self.manifest, sample=sample, tokens=tokens)
+
+
+def _row_group_batches(
+    pf: pq.ParquetFile, groups: list[int] | None, batch_rows: int, columns: list[str]
+) -> Iterator[pa.RecordBatch]:
+    """The batches of ``columns`` of row groups ``groups`` (None: all), a row group at a
+    time: asked for many row groups at once, the reader pre-buffers every one's column
+    chunks (a table of 4.8 x 10^7 documents: 312 MB held for three columns, 22 MB a row
+    group at a time)."""
+    for g in range(pf.metadata.num_row_groups) if groups is None else groups:
+        yield from pf.iter_batches(batch_size=batch_rows, columns=columns, row_groups=[g])
 
 
 def _batch_values(

@@ -102,3 +102,23 @@ def test_a_pool_of_small_documents_is_measured_on_the_records_holding_a_bounded_
     capped = quality.recipe_quality(str(pool), max_documents=int(cum[99]))["order"]
     whole = quality.recipe_quality(str(pool), max_documents=10**9)["order"]
     assert capped["num_records"] == 100 < whole["num_records"] == reader.num_records
+
+
+def test_document_columns_are_read_a_row_group_at_a_time_in_order(tmp_path):
+    """The documents table's batches come a row group at a time (the reader would
+    otherwise pre-buffer every row group's column chunks at once), all rows in order, or
+    those of the row groups asked for."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from shardcore.pool.reader import _row_group_batches
+
+    path = tmp_path / "docs.parquet"
+    values = np.arange(10_000, dtype=np.int64)
+    pq.write_table(pa.table({"a": values, "b": values * 2}), path, row_group_size=1_500)
+    pf = pq.ParquetFile(path)
+    assert pf.metadata.num_row_groups == 7
+    got = [b.column("a").to_numpy() for b in _row_group_batches(pf, None, 1_000, ["a"])]
+    assert max(len(x) for x in got) == 1_000 and np.array_equal(np.concatenate(got), values)
+    some = [b.column("a").to_numpy() for b in _row_group_batches(pf, [2, 3], 4_000, ["a"])]
+    assert np.array_equal(np.concatenate(some), values[3_000:6_000])
