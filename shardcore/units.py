@@ -272,8 +272,10 @@ def work_dir(out: str) -> Path:
 
 def _artifact_file(rel: str) -> bool:
     """A file of the artifact (not bookkeeping, not a temporary)."""
-    name = rel.rsplit("/", 1)[-1]
-    return not (rel == PLAN_NAME or rel.startswith(f"{MARKER_DIR}/") or name.endswith(".tmp"))
+    # A temporary is a file or a directory being filled (a unit's batches appended to the
+    # files of a temporary directory): nothing under it is the artifact's yet.
+    temporary = any(part.endswith(".tmp") for part in rel.split("/"))
+    return not (rel == PLAN_NAME or rel.startswith(f"{MARKER_DIR}/") or temporary)
 
 
 def _snapshot(work: Path) -> dict[str, tuple[int, int]]:
