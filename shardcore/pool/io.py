@@ -565,15 +565,6 @@ def file_entry(path: Path, rel: str) -> dict[str, Any]:
     }
 
 
-def read_run(path: str | os.PathLike) -> pa.Table:
-    """A pass-1 or merge file as an Arrow table (memory-mapped, zero-copy)."""
-    import pyarrow as pa
-
-    with pa.memory_map(str(path)) as src:
-        table = pa.ipc.open_file(src).read_all()
-    return table
-
-
 def write_run(path: str | os.PathLike, docs: pa.Table) -> None:
     """Write a table of documents sorted by bucket (pass 1's, the merge's) as one Arrow IPC
     file, durable: a unit's completion marker never points at files a crash could have

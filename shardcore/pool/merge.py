@@ -22,6 +22,7 @@ each row's offset is rewritten to point into the new file."""
 
 from __future__ import annotations
 
+import mmap
 import os
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
@@ -30,7 +31,7 @@ import numpy as np
 
 from shardcore import atomic, units
 from shardcore.errors import ManifestError
-from shardcore.pool.io import read_run, write_run
+from shardcore.pool.io import write_run
 from shardcore.pool.layout import (
     BUCKET_COL,
     OFFSET_COL,
@@ -63,6 +64,35 @@ def bucket_rows(table: pa.Table, lo: int, hi: int) -> tuple[int, int]:
     return r0, r1
 
 
+def read_buckets(path: str | os.PathLike, lo: int, hi: int) -> pa.Table:
+    """The rows of buckets [lo, hi) of a run file (pass 1's or a merge's, sorted by
+    bucket), copied into memory of their own: one column at a time through a memory map
+    whose pages are dropped from this process after each column (they stay cached).
+
+    A page fault on a file mapping maps the whole page-cache folio around it, megabytes on
+    file systems with large folios: a bucket's slice read through a map made most of every
+    file it touched resident (pass 2 over 10^7 small documents peaked at 570 MB for 23 MB
+    of rows). Here the bucket range is found by a binary search, and what stays is the
+    rows' own size."""
+    import pyarrow as pa
+
+    with open(path, "rb") as f:
+        mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    table = pa.ipc.open_file(pa.py_buffer(mapped)).read_all()
+    r0, r1 = bucket_rows(table, lo, hi)
+    mapped.madvise(mmap.MADV_DONTNEED)
+    columns = []
+    for column in table.slice(r0, r1 - r0).columns:
+        # A copy even of one chunk (concatenating it with an empty slice of itself).
+        chunks = column.chunks or [pa.array([], type=column.type)]
+        columns.append(pa.concat_arrays([*chunks, chunks[0].slice(0, 0)]))
+        mapped.madvise(mmap.MADV_DONTNEED)
+    out = pa.Table.from_arrays(columns, schema=table.schema)
+    del table, columns, column, chunks
+    mapped.close()  # nothing of the map is referenced any more: BufferError otherwise
+    return out
+
+
 def run_merge(plan: units.Plan, unit: dict) -> dict:
     import pyarrow as pa
 
@@ -73,16 +103,14 @@ def run_merge(plan: units.Plan, unit: dict) -> dict:
     combined, pending, sources = [], [], []
     empty: Any = None  # an Arrow table
     for k, (tokens_rel, docs_rel) in enumerate(children):
-        table = read_run(Path(plan.out) / docs_rel)
+        part = read_buckets(Path(plan.out) / docs_rel, lo, hi)
         if empty is None:
-            empty = table.slice(0, 0)
-        r0, r1 = bucket_rows(table, lo, hi)
-        if r1 == r0:
+            empty = part.slice(0, 0)
+        if not part.num_rows:
             continue
-        part = table.slice(r0, r1 - r0)
         if staged:
             sources.append(Path(plan.out) / tokens_rel)
-            part = part.append_column("__file", arrow_array(np.full(r1 - r0, k, np.int32)))
+            part = part.append_column("__file", arrow_array(np.full(part.num_rows, k, np.int32)))
         pending.append(part)
         if len(pending) >= _COMBINE_EVERY:
             combined.append(pa.concat_tables(pending, promote_options="default").combine_chunks())

@@ -21,7 +21,6 @@ from shardcore.pool.io import (
     bytes_entry,
     copy_ranges,
     file_entry,
-    read_run,
     read_spans,
     stream_bounds,
     stream_window,
@@ -40,7 +39,7 @@ from shardcore.pool.layout import (
     split_dir,
     staging_of,
 )
-from shardcore.pool.merge import bucket_rows
+from shardcore.pool.merge import read_buckets
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -264,10 +263,9 @@ def _bucket_rows(
 
     parts, counts = [], []
     for _, docs_rel in sources:
-        table = read_run(Path(plan.out) / docs_rel)
-        lo, hi = bucket_rows(table, gb, gb + 1)
-        parts.append(table.slice(lo, hi - lo))
-        counts.append(hi - lo)
+        part = read_buckets(Path(plan.out) / docs_rel, gb, gb + 1)
+        parts.append(part)
+        counts.append(part.num_rows)
     rows = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
     return rows, np.repeat(np.arange(len(sources)), counts)
 

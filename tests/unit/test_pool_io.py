@@ -155,3 +155,38 @@ def test_it_aligns_windows_to_whole_blocks():
     assert (
         buf.ctypes.data % pool_direct.DIRECT_ALIGN == 0 and buf.nbytes == pool_direct.DIRECT_ALIGN
     )
+
+
+def test_a_bucket_range_of_a_run_file_is_its_rows_in_memory_of_their_own(tmp_path):
+    """``read_buckets`` gives exactly the rows of buckets [lo, hi) of a file sorted by
+    bucket (strings, nulls and several record batches included), as copies: the file can
+    be rewritten afterwards without changing them, and nothing of its map is held."""
+    import pyarrow as pa
+
+    from shardcore.pool.layout import BUCKET_COL
+    from shardcore.pool.merge import read_buckets
+
+    names = sorted(p.name for p in Path(inspect.getsourcefile(os)).parent.glob("*.py"))
+    n = 3 * len(names)
+    rng = np.random.default_rng(7)
+    buckets = np.sort(rng.integers(0, 9, n))
+    table = pa.table(
+        {
+            "file": pa.array([names[i % len(names)] for i in range(n)]),
+            "line": pa.array([None if i % 5 == 0 else i for i in range(n)], type=pa.int64()),
+            BUCKET_COL: pa.array(buckets),
+        }
+    )
+    path = tmp_path / "run.arrow"
+    with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as w:
+        w.write_table(table, max_chunksize=max(1, n // 4))  # several record batches
+    for lo, hi in ((0, 1), (2, 5), (8, 9), (4, 4), (9, 12)):
+        got = read_buckets(path, lo, hi)
+        keep = np.flatnonzero((buckets >= lo) & (buckets < hi))
+        assert got.schema == table.schema
+        assert got.to_pydict() == table.take(pa.array(keep)).to_pydict()
+    got = read_buckets(path, 2, 5)
+    expected = got.to_pydict()
+    with open(path, "r+b") as f:  # overwritten in place: a view of the file would change
+        f.write(b"\0" * path.stat().st_size)
+    assert got.to_pydict() == expected
