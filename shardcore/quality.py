@@ -112,24 +112,55 @@ class _Positions:
         self.m = codes.size
         self.k = k
         self.positions = np.argsort(codes, kind="stable")  # by label, positions ascending
-        self.sorted_codes = codes[self.positions]
         self.stride = self.m + 1
-        self.keys = self.sorted_codes * self.stride + self.positions
-        self.share = np.bincount(codes, minlength=k) / self.m
+        self.keys = codes[self.positions] * self.stride + self.positions
+        counts = np.bincount(codes, minlength=k)
+        self.share = counts / self.m
+        # Label c's occurrences are positions[first[c] : first[c + 1]].
+        self.first = np.zeros(k + 1, dtype=np.int64)
+        np.cumsum(counts, out=self.first[1:])
+
+
+# Labels measured together hold at most this many occurrences (one label more than this
+# is measured alone): each label's breakpoints are independent, so the window statistics
+# need arrays of a group's size, not of the whole sample.
+_GROUP_OCCURRENCES = 1 << 16
 
 
 def _window_stats(pos: _Positions, n: int, q: float) -> tuple[np.ndarray, np.ndarray]:
-    """Per label: max and q-quantile over all windows of n samples of |share - p|."""
-    k, stride, last = pos.k, pos.stride, pos.m - n  # window starts 0..last
+    """Per label: max and q-quantile over all windows of n samples of |share - p|,
+    computed for groups of labels in turn."""
+    mx, pq = np.zeros(pos.k), np.zeros(pos.k)
+    a = 0
+    while a < pos.k:
+        # The labels [a, b): as many as fit _GROUP_OCCURRENCES, and at least one.
+        limit = pos.first[a] + _GROUP_OCCURRENCES
+        b = max(a + 1, int(np.searchsorted(pos.first, limit, side="right")) - 1)
+        mx[a:b], pq[a:b] = _group_stats(pos, a, b, n, q)
+        a = b
+    return mx, pq
+
+
+def _group_stats(
+    pos: _Positions, a: int, b: int, n: int, q: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """``_window_stats`` of the labels [a, b)."""
+    stride, last = pos.stride, pos.m - n  # window starts 0..last
+    lo, hi = int(pos.first[a]), int(pos.first[b])
+    positions = pos.positions[lo:hi]
+    codes = np.repeat(np.arange(a, b, dtype=np.int64), np.diff(pos.first[a : b + 1]))
     # Breakpoints per label: 0, just after each occurrence, where each occurrence enters.
-    cand_pos = np.concatenate([np.zeros(k, np.int64), pos.positions + 1, pos.positions - n + 1])
+    cand_pos = np.concatenate([np.zeros(b - a, np.int64), positions + 1, positions - n + 1])
     np.clip(cand_pos, 0, last, out=cand_pos)
-    cand = np.concatenate([np.arange(k), pos.sorted_codes, pos.sorted_codes]) * stride + cand_pos
+    cand = np.concatenate([np.arange(a, b), codes, codes]) * stride + cand_pos
+    del cand_pos, codes
     cand.sort()
     bkeys = cand[np.r_[True, cand[1:] != cand[:-1]]]
+    del cand
     blabel = bkeys // stride
     bpos = bkeys - blabel * stride
     in_window = np.searchsorted(pos.keys, bkeys + n) - np.searchsorted(pos.keys, bkeys)
+    del bkeys
     dev = np.abs(in_window / n - pos.share[blabel])
     # Each breakpoint stands for the windows up to the next breakpoint of the same label.
     first = np.r_[True, blabel[1:] != blabel[:-1]]
@@ -141,7 +172,7 @@ def _window_stats(pos: _Positions, n: int, q: float) -> tuple[np.ndarray, np.nda
     max_dev = np.maximum.reduceat(dev, starts)
     # Weighted quantile per label: sort by (label, dev) through one float key (dev < 2),
     # then the first cumulative weight >= q * (number of windows).
-    order = np.argsort(blabel * 4.0 + dev)
+    order = np.argsort((blabel - a) * 4.0 + dev)
     cum = np.cumsum(weight[order])
     group_end = np.r_[starts[1:], dev.size] - 1
     group_base = np.r_[0, cum[group_end[:-1]]]
