@@ -29,6 +29,7 @@ the peak is about 16 bytes per document per pass plus 16 per clustered document.
 
 from __future__ import annotations
 
+import ctypes
 import math
 import os
 import re
@@ -41,9 +42,10 @@ import numpy as np
 import pyarrow as pa
 import xxhash
 
-from shardcore import atomic
+from shardcore import atomic, pack
 from shardcore.annotate import Annotator
 from shardcore.errors import InputError
+from shardcore.kernels import compile_kernel
 from shardcore.npy_rows import RowsFile
 
 _WORD = re.compile(r"\w+", re.UNICODE)
@@ -90,10 +92,207 @@ def _take_rows(arr: np.ndarray, ix: np.ndarray) -> np.ndarray:
 def shingles(text: str, n: int) -> set[bytes]:
     """The document's word n-grams (words: runs of letters/digits of the normalized text);
     a text of fewer than n words is one shingle."""
-    words = _WORD.findall(normalize(text))
+    return _shingles_of(normalize(text), n)
+
+
+def _shingles_of(norm: str, n: int) -> set[bytes]:
+    """``shingles`` of an already normalized text."""
+    words = _WORD.findall(norm)
     if len(words) < n:
         return {" ".join(words).encode("utf-8")}
     return {" ".join(words[i : i + n]).encode("utf-8") for i in range(len(words) - n + 1)}
+
+
+def shingle_hashes(joined: list[bytes], words: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The xxh32 hashes of every document's word n-grams (uint32, document after document)
+    and their number per document. Document d is given as its words joined by single
+    spaces (``joined[d]``, UTF-8; ``words[d]`` words): its n-grams are then the runs of n
+    consecutive words of that string, or the whole string when it has fewer words (so the
+    hashes are those of ``shingles``' byte strings; a repeated n-gram is hashed again,
+    which changes no minimum). Hashed by a compiled kernel, else one call per n-gram."""
+    words = np.asarray(words, dtype=np.int64)
+    lengths = np.fromiter(map(len, joined), dtype=np.int64, count=len(joined))
+    doc_at = np.zeros(len(joined), dtype=np.int64)
+    np.cumsum(lengths[:-1], out=doc_at[1:])
+    buf = np.frombuffer(b"".join(joined), dtype=np.uint8)
+    # Words in order over the whole batch (no word holds a space; a document of w >= 1
+    # words has w - 1 spaces): a word starts at its document's start or after a space, and
+    # ends at a space or at its document's end.
+    space = buf == 0x20
+    edge = np.zeros(buf.size + 1, dtype=bool)
+    edge[doc_at[lengths > 0]] = True
+    start = edge[:-1] | np.r_[False, space[:-1]]
+    edge[:] = False
+    edge[(doc_at + lengths)[lengths > 0]] = True
+    end = edge[1:] | np.r_[space[1:], False]
+    word_start = np.flatnonzero(start & ~space)
+    word_end = np.flatnonzero(end & ~space) + 1
+    first_word = np.zeros(len(joined), dtype=np.int64)
+    np.cumsum(words[:-1], out=first_word[1:])
+    long = words >= n
+    counts = np.where(long, words - n + 1, 1)
+    out_at = np.zeros(len(joined), dtype=np.int64)
+    np.cumsum(counts[:-1], out=out_at[1:])
+    starts = np.empty(int(counts.sum()), dtype=np.int64)
+    ends = np.empty_like(starts)
+    # A document of at least n words: its windows of n words.
+    where = pack.ranges(out_at[long], counts[long])
+    window = pack.ranges(first_word[long], counts[long])
+    starts[where] = word_start[window]
+    ends[where] = word_end[window + n - 1]
+    # A shorter one: the whole string.
+    starts[out_at[~long]] = doc_at[~long]
+    ends[out_at[~long]] = doc_at[~long] + lengths[~long]
+    return _xxh32_ranges(buf, starts, ends - starts), counts
+
+
+def _xxh32_ranges(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """xxh32 (seed 0) of each range ``buf[starts[k] : starts[k] + lengths[k]]``."""
+    out = np.empty(len(starts), dtype=np.uint32)
+    lib = _hash_kernel()
+    if lib is None:
+        data = buf.tobytes()
+        h32 = xxhash.xxh32_intdigest
+        out[:] = [
+            h32(data[s : s + n]) for s, n in zip(starts.tolist(), lengths.tolist(), strict=True)
+        ]
+        return out
+    if len(starts):
+        buf = np.ascontiguousarray(buf)
+        starts = np.ascontiguousarray(starts, dtype=np.int64)
+        lengths = np.ascontiguousarray(lengths, dtype=np.int64)
+        lib.sy_xxh32_ranges(
+            buf.ctypes.data, starts.ctypes.data, lengths.ctypes.data, len(starts), out.ctypes.data
+        )
+    return out
+
+
+# XXH32 (seed 0) of byte ranges of one buffer, after the algorithm's published
+# specification (checked against the xxhash package by the tests), and the affine32
+# MinHash of documents' shingle hashes.
+_HASH_SOURCE = r"""
+#include <stdint.h>
+#include <string.h>
+#define P1 0x9E3779B1U
+#define P2 0x85EBCA77U
+#define P3 0xC2B2AE3DU
+#define P4 0x27D4EB2FU
+#define P5 0x165667B1U
+static inline uint32_t rotl(uint32_t x, int r) { return (x << r) | (x >> (32 - r)); }
+static inline uint32_t le32(const uint8_t *p) {
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+static inline uint32_t step(uint32_t acc, uint32_t in) { return rotl(acc + in * P2, 13) * P1; }
+static uint32_t xxh32(const uint8_t *p, int64_t len) {
+    const uint8_t *end = p + len;
+    uint32_t h;
+    if (len >= 16) {
+        uint32_t v1 = P1 + P2, v2 = P2, v3 = 0, v4 = 0U - P1;
+        const uint8_t *limit = end - 16;
+        do {
+            v1 = step(v1, le32(p)); v2 = step(v2, le32(p + 4));
+            v3 = step(v3, le32(p + 8)); v4 = step(v4, le32(p + 12));
+            p += 16;
+        } while (p <= limit);
+        h = rotl(v1, 1) + rotl(v2, 7) + rotl(v3, 12) + rotl(v4, 18);
+    } else {
+        h = P5;
+    }
+    h += (uint32_t)len;
+    while (p + 4 <= end) { h = rotl(h + le32(p) * P3, 17) * P4; p += 4; }
+    while (p < end) { h = rotl(h + (*p) * P5, 11) * P1; p++; }
+    h ^= h >> 15; h *= P2; h ^= h >> 13; h *= P3; h ^= h >> 16;
+    return h;
+}
+void sy_minhash(const uint32_t *h, const int64_t *counts, int64_t docs, const uint32_t *a,
+                const uint32_t *b, int64_t perms, uint32_t *out) {
+    for (int64_t d = 0; d < docs; ++d) {
+        uint32_t *o = out + d * perms;
+        for (int64_t k = 0; k < perms; ++k) o[k] = 0xFFFFFFFFU;
+        for (int64_t i = 0; i < counts[d]; ++i) {
+            uint32_t x = h[i];
+            x ^= x >> 16; x *= 0x85EBCA6BU; x ^= x >> 13; x *= 0xC2B2AE35U; x ^= x >> 16;
+            for (int64_t k = 0; k < perms; ++k) {
+                uint32_t v = a[k] * x + b[k];
+                o[k] = v < o[k] ? v : o[k];
+            }
+        }
+        h += counts[d];
+    }
+}
+void sy_xxh32_ranges(const uint8_t *buf, const int64_t *starts, const int64_t *lengths,
+                     int64_t n, uint32_t *out) {
+    for (int64_t k = 0; k < n; ++k) out[k] = xxh32(buf + starts[k], lengths[k]);
+}
+"""
+
+
+def _hash_kernel() -> ctypes.CDLL | None:
+    lib = compile_kernel("minhash", _HASH_SOURCE, ["-O3", "-fPIC", "-shared"])
+    if lib is not None and not getattr(lib, "_sy_typed", False):
+        p = ctypes.c_void_p
+        lib.sy_xxh32_ranges.argtypes = [p, p, p, ctypes.c_int64, p]
+        lib.sy_xxh32_ranges.restype = None
+        lib.sy_minhash.argtypes = [p, p, ctypes.c_int64, p, p, ctypes.c_int64, p]
+        lib.sy_minhash.restype = None
+        lib._sy_typed = True  # type: ignore[attr-defined]  # a mark on the loaded library
+    return lib
+
+
+# MurmurHash3's 32-bit finalizer, with which the affine32 scheme mixes each shingle's hash
+# before its permutations.
+_FMIX32 = (np.uint32(16), np.uint32(0x85EBCA6B), np.uint32(13), np.uint32(0xC2B2AE35))
+# Shingle hashes permuted at once: [rows, num_perm] uint32 (8 MiB at 128 permutations).
+_SIGN_ROWS = 1 << 14
+
+
+def minhash_signatures(
+    hashes: np.ndarray, counts: np.ndarray, a: np.ndarray, b: np.ndarray
+) -> np.ndarray:
+    """MinHash signatures (uint32 [documents, len(a)]) of documents whose shingle hashes
+    (uint32) are ``hashes``, ``counts[d]`` of them for document d (at least one each), in
+    order: per permutation k, the minimum over the document's shingles of
+    ``a[k] * fmix32(h) + b[k]`` modulo 2^32 (datasketch's ``affine32`` scheme: the same
+    values as its ``MinHash.update_batch``). Permuted a block of documents at a time."""
+    counts = np.ascontiguousarray(counts, dtype=np.int64)
+    out = np.empty((len(counts), len(a)), dtype=np.uint32)
+    lib = _hash_kernel()
+    if lib is not None:
+        h = np.ascontiguousarray(hashes, dtype=np.uint32)
+        a, b = (np.ascontiguousarray(x, dtype=np.uint32) for x in (a, b))
+        if int(counts.sum()) != len(h):
+            raise ValueError(f"{len(h)} shingle hashes for {int(counts.sum())} counted")
+        lib.sy_minhash(
+            h.ctypes.data,
+            counts.ctypes.data,
+            len(counts),
+            a.ctypes.data,
+            b.ctypes.data,
+            len(a),
+            out.ctypes.data,
+        )
+        return out
+    s1, m1, s2, m2 = _FMIX32
+    h = hashes.astype(np.uint32)
+    with np.errstate(over="ignore"):
+        h = h ^ (h >> s1)
+        h *= m1
+        h ^= h >> s2
+        h *= m2
+        h ^= h >> s1
+    ends = np.cumsum(counts)
+    d = 0
+    while d < len(counts):
+        # Documents [d, e): as many as fit _SIGN_ROWS shingles, and at least one.
+        lo = int(ends[d - 1]) if d else 0
+        e = max(d + 1, int(np.searchsorted(ends, lo + _SIGN_ROWS, side="right")))
+        hi = int(ends[e - 1])
+        block = h[lo:hi, None] * a[None, :]
+        block += b[None, :]
+        starts = np.r_[0, ends[d : e - 1] - lo]
+        out[d:e] = np.minimum.reduceat(block, starts, axis=0)
+        d = e
+    return out
 
 
 def jaccard(a: set, b: set) -> float:
@@ -137,6 +336,8 @@ class NearDuplicates(Annotator):
         "memory_mb": 1024,
     }
     corpus_level: ClassVar[bool] = True
+    work_files: ClassVar[tuple[str, ...]] = ("sig.npy", "exact.npy")
+    _perms: tuple[np.ndarray, np.ndarray] | None = None  # (a, b), made on first use
 
     def check_params(self) -> None:
         p = self.params
@@ -162,25 +363,33 @@ class NearDuplicates(Annotator):
 
     # ------------------------------------------------------------- units: signatures
     def signatures(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """(uint32 [n, num_perm] MinHash signatures, uint64 [n] exact hashes)."""
-        from datasketch import MinHash
-
-        p = self.params
-        template = MinHash(p["num_perm"], seed=p["seed"], hashfunc=xxhash.xxh32_intdigest)
-        sig = np.empty((len(texts), p["num_perm"]), dtype=np.uint32)
+        """(uint32 [n, num_perm] MinHash signatures, uint64 [n] exact hashes): datasketch's
+        ``MinHash`` (scheme ``affine32``) of every document's ``shingles``, each hashed
+        with ``xxh32``, computed for the whole batch at once: the shingles' hashes by
+        ``shingle_hashes``, their permutations by ``minhash_signatures``."""
+        joined, words = [], np.empty(len(texts), dtype=np.int64)
         exact = np.empty(len(texts), dtype=np.uint64)
+        find, h64 = _WORD.findall, xxhash.xxh3_64_intdigest
         for i, t in enumerate(texts):
-            m = MinHash(
-                p["num_perm"],
-                seed=p["seed"],
-                hashfunc=xxhash.xxh32_intdigest,
-                permutations=template.permutations,
-                scheme="affine32",
-            )
-            m.update_batch(list(shingles(t, p["shingle"])))
-            sig[i] = m.hashvalues
-            exact[i] = exact_hash(t)
-        return sig, exact
+            norm = normalize(t)
+            w = find(norm)
+            words[i] = len(w)
+            joined.append(" ".join(w).encode("utf-8"))
+            exact[i] = h64(norm.encode("utf-8"))
+        hashes, counts = shingle_hashes(joined, words, self.params["shingle"])
+        a, b = self._permutations()
+        return minhash_signatures(hashes, counts, a, b), exact
+
+    def _permutations(self) -> tuple[np.ndarray, np.ndarray]:
+        """datasketch's affine32 permutations (a, b) for this num_perm and seed."""
+        if self._perms is None:
+            from datasketch import MinHash
+
+            p = self.params
+            m = MinHash(p["num_perm"], seed=p["seed"], hashfunc=xxhash.xxh32_intdigest)
+            a, b = m.permutations
+            self._perms = (np.asarray(a, dtype=np.uint32), np.asarray(b, dtype=np.uint32))
+        return self._perms
 
     def prepare(self, batches: Iterable[list[str]], final: Path, *, first_doc_id: int) -> None:
         """One unit: the shard's signatures and exact hashes into the scratch directory

@@ -141,3 +141,51 @@ def test_the_clusters_as_units_write_the_bytes_of_the_one_process_build(
     said = capsys.readouterr().out.splitlines()
     assert "clusters: round-1 done (3 units)" in said and "clusters: resolve done (1 unit)" in said
     assert sum(line.startswith("shard ") for line in said) == len(one["shards"])
+
+
+def _datasketch_signature(text: str, params: dict) -> np.ndarray:
+    """datasketch's own MinHash of the document's shingles, one object per document."""
+    import xxhash
+    from datasketch import MinHash
+
+    m = MinHash(params["num_perm"], seed=params["seed"], hashfunc=xxhash.xxh32_intdigest)
+    m.update_batch(list(shingles(text, params["shingle"])))
+    return m.hashvalues
+
+
+@pytest.mark.parametrize("kernel", [True, False], ids=["compiled", "numpy"])
+def test_batch_signatures_are_datasketchs_minhash_of_each_document(kernel, monkeypatch):
+    """The batch signatures (shingles hashed and permuted for many documents at once)
+    equal datasketch's MinHash of each document, on real text and on the edges: no word,
+    fewer words than a shingle, exactly one shingle, non-ASCII words and punctuation."""
+    from shardcore.annotate import dedup
+
+    if not kernel:
+        monkeypatch.setattr(dedup, "_hash_kernel", lambda: None)
+    texts = [r["text"][:n] for r, n in zip(stdlib_records(300), itertools.cycle([90, 700, 3000]))]
+    texts += ["", "  \n ", "...!?", "one", "one two three four", "one two three four five"]
+    texts += ["Ünïcödé ﬁle ½ naïve café — straße", "x " * 40, "日本語 の テキスト です よ ね"]
+    ann = create("minhash", {"shingle": 5, "num_perm": 64, "bands": 8, "seed": 3})
+    sig, exact = ann.signatures(texts)
+    expected = np.stack([_datasketch_signature(t, ann.params) for t in texts])
+    assert sig.dtype == np.uint32 and (sig == expected).all()
+    assert exact.tolist() == [dedup.exact_hash(t) for t in texts]
+    one = [ann.signatures([t])[0][0] for t in texts[-9:]]  # a batch of one each
+    assert (np.stack(one) == expected[-9:]).all()
+
+
+def test_the_compiled_xxh32_is_xxhashs_at_every_length():
+    import xxhash
+
+    from shardcore.annotate import dedup
+
+    data = "".join(r["text"] for r in stdlib_records(3)).encode("utf-8")[:5000]
+    buf = np.frombuffer(data, dtype=np.uint8)
+    starts = np.arange(0, 200, dtype=np.int64) * 7
+    lengths = np.arange(0, 200, dtype=np.int64)  # 0 to 199 bytes: every tail case
+    got = dedup._xxh32_ranges(buf, starts, lengths)
+    assert dedup._hash_kernel() is not None
+    assert got.tolist() == [
+        xxhash.xxh32_intdigest(data[s : s + n])
+        for s, n in zip(starts.tolist(), lengths.tolist(), strict=True)
+    ]
