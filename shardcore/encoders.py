@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 import numpy as np
 import xxhash
 
+from shardcore import pack
 from shardcore.errors import InputError
 
 if TYPE_CHECKING:
@@ -84,6 +85,10 @@ class Tokenizer(Protocol):
 
     def decode(self, ids: list[int] | np.ndarray) -> str: ...
 
+    def decode_ranges(
+        self, tokens: np.ndarray, starts: np.ndarray, ends: np.ndarray
+    ) -> list[str]: ...
+
     def describe(self) -> dict: ...
 
 
@@ -109,6 +114,15 @@ class _Base:
     def matched_texts(self) -> list[str]:
         """The texts the reference itself encodes as a token of their own."""
         raise NotImplementedError
+
+    def decode(self, ids: list[int] | np.ndarray) -> str:
+        raise NotImplementedError
+
+    def decode_ranges(self, tokens: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> list[str]:
+        """The texts of ``tokens[starts[d] : ends[d]]`` for each d (each ``decode``'s)."""
+        return [
+            self.decode(tokens[a:b]) for a, b in zip(starts.tolist(), ends.tolist(), strict=True)
+        ]
 
     def encode_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """All documents' ids back to back (uint32) and each document's length."""
@@ -178,6 +192,8 @@ def tiktoken_offline(spec: str, encoding_name: str) -> tiktoken.Encoding:
 
 
 class TiktokenTokenizer(_Base):
+    _sizes: np.ndarray | None = None  # each id's length in bytes, made on first use
+
     def __init__(self, spec: str, encoding_name: str):
         enc = tiktoken_offline(spec, encoding_name)
         self.spec = spec
@@ -221,7 +237,38 @@ class TiktokenTokenizer(_Base):
         ]
 
     def decode(self, ids: list[int] | np.ndarray) -> str:
-        return self._enc.decode([int(i) for i in ids])
+        return self._enc.decode(_int_list(ids))
+
+    def decode_ranges(self, tokens: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> list[str]:
+        """``decode`` of each range, from one decoding of all of them: a tiktoken text is
+        its tokens' bytes back to back (decoded as UTF-8 with replacement), so the bytes of
+        every range are cut from the whole at the sums of its tokens' byte lengths."""
+        starts = np.asarray(starts, dtype=np.int64)
+        ends = np.asarray(ends, dtype=np.int64)
+        counts = ends - starts
+        ids = np.asarray(tokens)[pack.ranges(starts, counts)].astype(np.int64)
+        sizes = self._token_sizes()
+        if ids.size and (ids.min() < 0 or ids.max() >= sizes.size or (sizes[ids] < 0).any()):
+            return super().decode_ranges(tokens, starts, ends)  # tiktoken names the bad id
+        data = self._core.decode_bytes(ids.tolist())
+        per_token = np.zeros(ids.size + 1, dtype=np.int64)
+        np.cumsum(sizes[ids], out=per_token[1:])
+        cut = per_token[np.r_[0, np.cumsum(counts)]]
+        return [
+            data[a:b].decode("utf-8", errors="replace")
+            for a, b in zip(cut[:-1].tolist(), cut[1:].tolist(), strict=True)
+        ]
+
+    def _token_sizes(self) -> np.ndarray:
+        """Each id's length in bytes (-1 for an id of no token), made on first use."""
+        if self._sizes is None:
+            sizes = np.full(self.vocab_size, -1, dtype=np.int64)
+            for token, rank in self._enc._mergeable_ranks.items():
+                sizes[rank] = len(token)
+            for text, rank in self._enc._special_tokens.items():
+                sizes[rank] = len(text.encode("utf-8"))
+            self._sizes = sizes
+        return self._sizes
 
     def special_texts(self) -> list[str]:
         return sorted(self._enc._special_tokens)
@@ -316,7 +363,7 @@ class HFTokenizer(_Base):
         return [np.asarray(e.ids, dtype=np.uint32) for e in encs]
 
     def decode(self, ids: list[int] | np.ndarray) -> str:
-        return self._tok.decode([int(i) for i in ids], skip_special_tokens=False)
+        return self._tok.decode(_int_list(ids), skip_special_tokens=False)
 
     def special_texts(self) -> list[str]:
         # Every added token: gigatoken matches special and non-special ones alike.
@@ -337,6 +384,17 @@ class HFTokenizer(_Base):
 
 
 _EMPTY = np.zeros(0, dtype=np.uint32)
+
+
+def _int_list(ids: list[int] | np.ndarray) -> list[int]:
+    """``ids`` as a list of Python ints (a numpy array's in one call)."""
+    return (
+        np.asarray(ids).astype(np.int64).tolist()
+        if isinstance(ids, np.ndarray)
+        else [int(i) for i in ids]
+    )
+
+
 # Mean characters per document from which gigatoken is called once per document rather
 # than once per batch: on real text the two cost the same per token from ~2 KB documents,
 # and ~1 us per call more below (half again the encoding of a 300-character document).
@@ -442,6 +500,9 @@ class FastTokenizer:
 
     def decode(self, ids: list[int] | np.ndarray) -> str:
         return self.ref.decode(ids)
+
+    def decode_ranges(self, tokens: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> list[str]:
+        return self.ref.decode_ranges(tokens, starts, ends)
 
     def __repr__(self) -> str:
         return f"<FastTokenizer gigatoken over {self.ref!r}>"

@@ -208,11 +208,10 @@ def _token_batches(source: TokenizedSource, shard: int, n: int, batch: int) -> I
             raw = os.pread(f.fileno(), int(lengths.sum()) * item, first * item)
             tokens = np.frombuffer(raw, dtype=reader.dtype)
             ends = np.cumsum(lengths)
-            texts = []
-            for a, b in zip((ends - lengths).tolist(), ends.tolist(), strict=True):
-                if strip_bos and b > a and tokens[a] == bos:
-                    a += 1
-                if eos is not None and b > a and tokens[b - 1] == eos:
-                    b -= 1
-                texts.append(tok.decode(tokens[a:b]))
-            yield texts
+            starts = ends - lengths
+            # Each document without its BOS (when the source adds one) and its EOS.
+            if strip_bos and tokens.size:
+                starts += (ends > starts) & (tokens[np.minimum(starts, tokens.size - 1)] == bos)
+            if eos is not None and tokens.size:
+                ends -= (ends > starts) & (tokens[np.maximum(ends - 1, 0)] == eos)
+            yield tok.decode_ranges(tokens, starts, ends)

@@ -116,3 +116,24 @@ def test_it_reads_eos_from_tokenizer_config(tmp_path, texts):
 def test_it_rejects_bad_specs_with_a_reason(spec, match):
     with pytest.raises(InputError, match=match):
         load_tokenizer(spec)
+
+
+@pytest.mark.parametrize("engine", ["reference", "auto"])
+def test_decoding_many_ranges_at_once_gives_each_ranges_own_decode(engine, texts):
+    """``decode_ranges`` (tiktoken: one decoding cut at the ranges' byte sums) equals
+    ``decode`` of each range, also for ranges that cut a character's bytes apart (their
+    replacement characters included), empty ranges and special tokens."""
+    tok = load_tokenizer(DEFAULT_TOKENIZER, engine)
+    words = texts + ["naïve café — Straße, 日本語のテキスト, emoji 🙂🙃", "<|endoftext|> tail"]
+    tokens = np.concatenate([*tok.encode_batch_arrays(words), [tok.eos_id]]).astype(np.uint32)
+    rng = np.random.default_rng(5)
+    starts = np.sort(rng.integers(0, tokens.size, 400))
+    ends = np.minimum(starts + rng.integers(0, 40, 400), tokens.size)
+    starts[:3], ends[:3] = 0, [0, 1, tokens.size]
+    tail = np.arange(tokens.size - 60, tokens.size - 1)  # one or two tokens of the last texts
+    starts = np.r_[starts, tail, tail]
+    ends = np.r_[ends, tail + 1, tail + 2]
+    got = tok.decode_ranges(tokens, starts, ends)
+    expected = [tok.decode(tokens[a:b]) for a, b in zip(starts, ends, strict=True)]
+    assert got == expected
+    assert any("\ufffd" in t for t in got)  # some ranges did cut a character apart
