@@ -368,8 +368,12 @@ def with_local_inputs(plan: Plan) -> Plan:
 _STAGES: dict[str, tuple[Callable[..., dict], Callable[..., dict]]] = {}
 # stage name -> (reads(plan, unit), finalize_reads(plan, stats)): the files of the output a
 # unit (or finalize) reads, relative to it. A stage that declares them has its units on
-# object storage fetch exactly those, and list nothing.
-_READS: dict[str, tuple[Callable[..., list[str]], Callable[..., list[str]] | None]] = {}
+# object storage fetch exactly those, and list nothing. None for a unit (or finalize) whose
+# reads are not known (a plan made before its stage declared them): it lists the prefix
+# and downloads what it lacks.
+_READS: dict[
+    str, tuple[Callable[..., list[str] | None], Callable[..., list[str] | None] | None]
+] = {}
 # stage name -> the key prefixes of its scratch: with declared reads finalize has only some
 # files at hand, and deletes from the store what lies under these (and SCRATCH_DIRS).
 _SCRATCH: dict[str, tuple[str, ...]] = {}
@@ -383,8 +387,8 @@ def register_stage(
     *,
     run_unit: Callable[[Plan, dict], dict],
     finalize: Callable[[Plan, list[dict]], dict],
-    reads: Callable[[Plan, dict], list[str]] | None = None,
-    finalize_reads: Callable[[Plan, list[dict]], list[str]] | None = None,
+    reads: Callable[[Plan, dict], list[str] | None] | None = None,
+    finalize_reads: Callable[[Plan, list[dict]], list[str] | None] | None = None,
     scratch: tuple[str, ...] = (),
     streamed_results: bool = False,
 ) -> None:
@@ -462,11 +466,13 @@ def _run_unit(
         return stats
     store, work = storage.open_store(plan.out), work_dir(plan.out)
     work.mkdir(parents=True, exist_ok=True)
+    keys = None
     if plan.stage in _READS:
-        spec = unit if unit is not None else plan.unit(unit_id)
-        _pull_keys(store, work, _READS[plan.stage][0](plan, spec))
+        keys = _READS[plan.stage][0](plan, unit if unit is not None else plan.unit(unit_id))
+    if keys is not None:
+        _pull_keys(store, work, keys)
         remote = None
-    else:
+    else:  # a stage (or a plan made before its stage declared them) without declared reads
         remote = _pull(store, work)
     before = _snapshot(work)
     local = dataclasses.replace(with_local_inputs(plan), out=str(work))
@@ -615,12 +621,13 @@ def _finalize_with(
 
     store, work = storage.open_store(plan.out), work_dir(plan.out)
     work.mkdir(parents=True, exist_ok=True)
-    declared = _READS.get(plan.stage, (None, None))[1]
+    reads = _READS.get(plan.stage, (None, None))[1]
+    declared = reads(plan, stats) if reads is not None else None
     if declared is not None:
         # One listing per artifact, for the scratch to delete; only what finalize reads is
         # downloaded.
         remote = store.sizes()
-        _pull_keys(store, work, declared(plan, stats))
+        _pull_keys(store, work, declared)
     else:
         remote = _pull(store, work)
     before = _snapshot(work)

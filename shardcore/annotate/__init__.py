@@ -59,6 +59,9 @@ class Annotator:
     # True when ``finish`` also describes the whole corpus (topic clusters' top terms and
     # snippets): ``summary()`` is then written beside the columns as summary.json.
     has_summary: ClassVar[bool] = False
+    # (corpus-level) The files ``prepare`` writes in a shard's scratch directory, each of
+    # which ``finish`` reads: what finalize fetches on object storage.
+    work_files: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, **params: Any):
         unknown = sorted(set(params) - set(self.defaults))

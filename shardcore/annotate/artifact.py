@@ -151,15 +151,23 @@ def annotate_shard(
     text_from: str = "auto",
 ) -> dict[str, Any]:
     """One unit: annotate tokenized shard ``shard`` (skipped when its file exists).
-    Returns ``{"shard", "skipped", "documents", "text_from"}``."""
+    Returns ``{"shard", "skipped", "documents", "text_from", "path"}`` (``path``: the file,
+    or a corpus-level annotator's scratch, relative to ``out``)."""
 
     out = Path(out)
     p = plan(tokenized, annotator)
     _start(out, p)
     entry = p["shards"][shard]
-    final = out / (_work_file(shard) if annotator.corpus_level else _path(entry))
+    rel = _work_file(shard) if annotator.corpus_level else _path(entry)
+    final = out / rel
     if final.exists():
-        return {"shard": shard, "skipped": True, "documents": entry["documents"], "text_from": None}
+        return {
+            "shard": shard,
+            "skipped": True,
+            "documents": entry["documents"],
+            "text_from": None,
+            "path": rel,
+        }
     source = TokenizedSource(tokenized)
     batches, origin, n = shard_text_batches(source, shard, text_from=text_from)
     if n != entry["documents"]:
@@ -183,7 +191,7 @@ def annotate_shard(
         if not n:
             columns = {f.name: pa.array([], f.type) for f in annotator.fields()}
         _write_parquet(_table(annotator, entry["first_doc_id"], columns, n), final)
-    return {"shard": shard, "skipped": False, "documents": n, "text_from": origin}
+    return {"shard": shard, "skipped": False, "documents": n, "text_from": origin, "path": rel}
 
 
 def _type(annotator: Annotator, name: str) -> pa.DataType:
@@ -198,14 +206,22 @@ def _work_file(shard: int) -> str:
 
 
 def finalize(
-    tokenized: str | os.PathLike, out: str | os.PathLike, annotator: Annotator
+    tokenized: str | os.PathLike,
+    out: str | os.PathLike,
+    annotator: Annotator,
+    entries: Mapping[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """After every unit: (corpus-level annotators) compute and write every shard's
-    columns, then write the manifest with each file's size and checksum."""
+    columns, then write the manifest with each file's size and checksum. ``entries``:
+    the manifest entries of files written already, by path (``file_entry``, as the units
+    that wrote them recorded them): those files are neither written nor read here."""
     out = Path(out)
     p = plan(tokenized, annotator)
+    entries = entries or {}
     if annotator.corpus_level:
-        pending = [s for s in p["shards"] if not (out / _path(s)).exists()]
+        pending = [
+            s for s in p["shards"] if _path(s) not in entries and not (out / _path(s)).exists()
+        ]
         if annotator.has_summary and not (out / SUMMARY).exists():
             pending = p["shards"]
         if pending:
@@ -223,23 +239,37 @@ def finalize(
                 _write_parquet(
                     _table(annotator, s["first_doc_id"], cols, s["documents"]), out / _path(s)
                 )
-    commit(out, p, summary=annotator.has_summary)
+    commit(out, p, summary=annotator.has_summary, entries=entries)
     if annotator.corpus_level:
         shutil.rmtree(out / "work", ignore_errors=True)
     return read_manifest(out)
 
 
-def commit(out: Path, p: dict[str, Any], *, summary: bool = False) -> None:
+def file_entry(out: str | os.PathLike, rel: str) -> dict[str, Any]:
+    """The manifest entry of the annotation's file ``rel``: path, size and checksum."""
+    path = Path(out) / rel
+    return {"path": rel, "size": path.stat().st_size, "xxh3": file_checksum(path)}
+
+
+def commit(
+    out: Path,
+    p: dict[str, Any],
+    *,
+    summary: bool = False,
+    entries: Mapping[str, dict[str, Any]] | None = None,
+) -> None:
     """Write the manifest of the annotation ``out`` of plan ``p`` (every shard's file
-    written): each file's size and checksum, the totals; the commit point."""
+    written): each file's size and checksum (from ``entries``, by path, when the unit
+    that wrote the file recorded them; else read here), the totals; the commit point."""
     files, total_bytes = [], 0
     for s in p["shards"]:
-        path = out / _path(s)
-        if not path.exists():
-            raise ManifestError(f"{out}: unit {s['index']} not finished ({_path(s)} missing)")
-        size = path.stat().st_size
-        total_bytes += size
-        files.append({"path": _path(s), "size": size, "xxh3": file_checksum(path)})
+        entry = (entries or {}).get(_path(s))
+        if entry is None:
+            if not (out / _path(s)).exists():
+                raise ManifestError(f"{out}: unit {s['index']} not finished ({_path(s)} missing)")
+            entry = file_entry(out, _path(s))
+        total_bytes += entry["size"]
+        files.append({"path": entry["path"], "size": entry["size"], "xxh3": entry["xxh3"]})
     # every unit is done, so no writer is live: temporaries left by killed ones go
     for stale in (out / "shards").glob(".*.tmp"):
         stale.unlink(missing_ok=True)

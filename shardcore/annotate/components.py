@@ -11,8 +11,12 @@ Labels by delta propagation, one phase per round (``run_round``): every node sta
 own label; in each round a range's unit takes the smallest label its nodes were sent, keeps
 those that fell, and sends each fallen node's new label to its neighbours (filed under
 their ranges). A label only falls, so it ends as the smallest node of the component; only
-changed nodes send, so the rounds thin out, and a unit whose range was sent nothing does
-nothing. Each round's labels are a file per range, written only when some fell.
+changed nodes send, so the rounds thin out, and a unit whose range was sent nothing reads
+nothing but what it was sent. Each round's labels are a file per range, written only when
+some fell (round 1's always, with the range's half-edges); each round's unit writes its
+sent file, empty when nothing fell: what a unit reads is known before it runs (its
+predecessor's stats name the round of its range's labels), so that on object storage it
+fetches exactly those files (``shardcore.annotate.neardup.range_reads``).
 
 The number of rounds is fixed when planned (``ROUNDS``): a component whose diameter is
 larger has messages still on the way after the last round. ``run_resolve`` finishes it in
@@ -102,50 +106,79 @@ class Components:
     def adjacency_file(self, source: int) -> Path:
         return self.work / "adj" / f"{source}.npy"
 
-    def _labels_path(self, r: int, q: int) -> Path:
+    def range_adjacency_file(self, q: int) -> Path:
+        """Range q's half-edges, sorted by node (round 1 writes them: a later round reads
+        its range's file, not a slice of every producer's)."""
+        return self.work / "range_adj" / f"q{q}.npy"
+
+    def split_files(self, path: Path) -> list[Path]:
+        """A ``file_split`` file and its cuts."""
+        return [path, _cuts_path(path)]
+
+    def labels_path(self, r: int, q: int) -> Path:
         return self.work / "labels" / f"r{r}" / f"q{q}.npy"
 
-    def _sent_path(self, r: int, src: int) -> Path:
+    def sent_path(self, r: int, src: int) -> Path:
         return self.work / "sent" / f"r{r}" / f"{src}.npy"
 
-    def _final_path(self, q: int) -> Path:
+    def final_path(self, q: int) -> Path:
         return self.work / "final" / f"q{q}.npy"
 
-    def _count_path(self, q: int) -> Path:
+    def count_path(self, q: int) -> Path:
         return self.work / "count" / f"{q}.npy"
 
-    def _tally_path(self, lq: int) -> Path:
+    def tally_path(self, lq: int) -> Path:
         return self.work / "tally" / f"{lq}.npy"
+
+    def resolved_path(self) -> Path:
+        return self.work / "resolved.npy"
 
     # -- propagation
     def adjacency(self, q: int) -> np.ndarray:
-        """Range q's half-edges (node, neighbour), sorted by node."""
+        """Range q's half-edges (node, neighbour), sorted by node: the file round 1 wrote
+        of them when there is one, else range q's slice of every producer's file."""
+        path = self.range_adjacency_file(q)
+        if path.exists():
+            return np.load(path)
         adj = _slices((self.adjacency_file(s) for s in range(self.sources)), q)
         return adj[:, np.argsort(adj[0], kind="stable")]
+
+    def latest_labels(self, r: int, q: int) -> int:
+        """The latest round up to r that wrote range q's labels (0: none did)."""
+        for k in range(r, 0, -1):
+            if self.labels_path(k, q).exists():
+                return k
+        return 0
 
     def labels(self, r: int, q: int, adj: np.ndarray | None = None) -> np.ndarray:
         """Range q's (node, label) after round r (the latest round that changed it),
         sorted by node; round 0: every node with an edge, its own label (from ``adj``,
         the range's adjacency, when given)."""
-        for k in range(r, 0, -1):
-            path = self._labels_path(k, q)
-            if path.exists():
-                return np.load(path)
+        k = self.latest_labels(r, q)
+        if k:
+            return np.load(self.labels_path(k, q))
         nodes = np.unique((self.adjacency(q) if adj is None else adj)[0])
         return np.stack([nodes, nodes])
 
     def run_round(self, r: int, q: int) -> dict[str, int]:
         """Round r (1-based) for range q: take what it was sent, keep the labels that fell,
-        send them on."""
+        send them on. Every round's unit writes its sent file (empty when nothing fell),
+        and round 1 its range's labels and adjacency (empty or not), so that what a later
+        unit reads is known before it runs: the sent files of the round before, the
+        labels of the round its predecessor names (``labels`` in the stats: the latest
+        round that wrote the range's labels) and the range's adjacency."""
         adj = None
         if r == 1:  # round 0 sent every node its neighbours' labels: its adjacency
             adj = self.adjacency(q)
+            _save(self.range_adjacency_file(q), adj)
             inbox = adj
         else:
-            inbox = _slices((self._sent_path(r - 1, s) for s in range(self.parts)), q)
+            inbox = _slices((self.sent_path(r - 1, s) for s in range(self.parts)), q)
             inbox = inbox[:, np.argsort(inbox[0], kind="stable")]
         if not inbox.shape[1]:
-            return {"changed": 0, "sent": 0}
+            if r == 1:
+                _save(self.labels_path(r, q), self.labels(0, q, adj))
+            return self._unchanged(r, q)
         # the smallest label sent to each node (the inbox is sorted by node)
         to, starts = np.unique(inbox[0], return_index=True)
         value = np.minimum.reduceat(inbox[1], starts)
@@ -157,9 +190,9 @@ class Components:
         labels[1][at] = value[fell]
         del to, value, fell
         if len(at) or r == 1:  # round 1's always: no later unit reads the adjacency for it
-            _save(self._labels_path(r, q), labels)
+            _save(self.labels_path(r, q), labels)
         if not len(at):
-            return {"changed": 0, "sent": 0}
+            return self._unchanged(r, q)
         adj = self.adjacency(q) if adj is None else adj
         # every half-edge of a node whose label fell carries the new label to its neighbour
         lo = np.searchsorted(adj[0], labels[0][at])
@@ -167,8 +200,13 @@ class Components:
         idx = np.repeat(lo - np.r_[0, np.cumsum(counts)[:-1]], counts) + np.arange(counts.sum())
         out = np.stack([adj[1][idx], np.repeat(labels[1][at], counts)])
         del adj, idx
-        file_split(self._sent_path(r, q), out, self.part(out[0]), self.parts)
-        return {"changed": int(len(at)), "sent": int(out.shape[1])}
+        file_split(self.sent_path(r, q), out, self.part(out[0]), self.parts)
+        return {"changed": int(len(at)), "sent": int(out.shape[1]), "labels": r}
+
+    def _unchanged(self, r: int, q: int) -> dict[str, int]:
+        """A round whose range q kept its labels: it sends nothing (an empty file)."""
+        file_split(self.sent_path(r, q), _EMPTY, np.empty(0, np.int64), self.parts)
+        return {"changed": 0, "sent": 0, "labels": self.latest_labels(r, q)}
 
     # -- the rest, and the answer
     def run_resolve(self, rounds: int) -> dict[str, int]:
@@ -176,7 +214,7 @@ class Components:
         connect; the smallest of each joined set is its answer (``resolved.npy``: label,
         answer, for the labels that change)."""
         pending = [
-            _slices((self._sent_path(rounds, s) for s in range(self.parts)), q)
+            _slices((self.sent_path(rounds, s) for s in range(self.parts)), q)
             for q in range(self.parts)
         ]
         a, b = [], []
@@ -194,29 +232,29 @@ class Components:
             roots = _components(len(ids), inverse[:half], inverse[half:])
             moved = roots != np.arange(len(ids))
             mapping = np.stack([ids[moved], ids[roots[moved]]])
-        _save(self.work / "resolved.npy", mapping)
+        _save(self.resolved_path(), mapping)
         return {"pending": int(sum(s.shape[1] for s in pending)), "resolved": mapping.shape[1]}
 
     def run_count(self, rounds: int, q: int) -> dict[str, int]:
         """Range q's final labels, and its nodes counted per label (filed under the label's
         range)."""
         labels = self.labels(rounds, q)
-        mapping = np.load(self.work / "resolved.npy")
+        mapping = np.load(self.resolved_path())
         if mapping.shape[1] and labels.shape[1]:
             at = np.minimum(np.searchsorted(mapping[0], labels[1]), mapping.shape[1] - 1)
             hit = mapping[0][at] == labels[1]
             labels = labels.copy()
             labels[1][hit] = mapping[1][at[hit]]
-        _save(self._final_path(q), labels)
+        _save(self.final_path(q), labels)
         values, counts = np.unique(labels[1], return_counts=True)
         rows = np.stack([values, counts.astype(np.int64)])
-        file_split(self._count_path(q), rows, self.part(values), self.parts)
+        file_split(self.count_path(q), rows, self.part(values), self.parts)
         return {"clustered": int(labels.shape[1])}
 
     def run_tally(self, lq: int) -> dict[str, int]:
         """For the labels of range lq: each one's size, and for each range q the number of
         its nodes in ranges before q (``tally/<lq>.npy`` by range q: label, before, size)."""
-        counts = [_slices([self._count_path(q)], lq) for q in range(self.parts)]
+        counts = [_slices([self.count_path(q)], lq) for q in range(self.parts)]
         label = np.concatenate([c[0] for c in counts])
         count = np.concatenate([c[1] for c in counts])
         q_of = np.repeat(np.arange(self.parts), [c.shape[1] for c in counts])
@@ -228,7 +266,7 @@ class Components:
         running = np.cumsum(count) - count
         before = running - running[np.flatnonzero(start)][run] if len(label) else count
         rows = np.stack([label, before, total[run] if len(label) else count])
-        file_split(self._tally_path(lq), rows, q_of, self.parts)  # label order in each range
+        file_split(self.tally_path(lq), rows, q_of, self.parts)  # label order in each range
         return {"clusters": int(start.sum())}
 
     def cluster_columns(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -240,8 +278,8 @@ class Components:
             return cluster, size, rank
         first, last = part_of(np.array([lo, hi - 1]), self.n, self.parts)
         for q in range(int(first), int(last) + 1):
-            final = np.load(self._final_path(q))
-            tally = _slices((self._tally_path(lq) for lq in range(self.parts)), q)
+            final = np.load(self.final_path(q))
+            tally = _slices((self.tally_path(lq) for lq in range(self.parts)), q)
             tally = tally[:, np.argsort(tally[0], kind="stable")]
             # rank inside the range: by label, then node (final is sorted by node)
             order = np.lexsort((final[0], final[1]))

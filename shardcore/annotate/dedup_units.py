@@ -23,7 +23,7 @@ import numpy as np
 
 from shardcore import units
 from shardcore.annotate import neardup
-from shardcore.annotate.artifact import _path, _table, _work_file, _write_parquet
+from shardcore.annotate.artifact import _path, _table, _work_file, _write_parquet, file_entry
 from shardcore.annotate.artifact import plan as artifact_plan
 from shardcore.annotate.components import ROUNDS, Components
 from shardcore.annotate.dedup import NearDuplicates
@@ -41,7 +41,13 @@ def phases(shards: list[dict[str, Any]], n: int, params: dict[str, Any]) -> list
 
 
 def meta(n: int, params: dict[str, Any]) -> dict[str, Any]:
-    return {"partitions": neardup.partitions_for(n, params), "rounds": ROUNDS}
+    # declared_reads: every round unit writes the files a later one reads (see
+    # ``neardup.range_reads``; the units of a plan without it list the prefix).
+    return {
+        "partitions": neardup.partitions_for(n, params),
+        "rounds": ROUNDS,
+        "declared_reads": True,
+    }
 
 
 def _starts(plan: units.Plan) -> np.ndarray:
@@ -58,9 +64,12 @@ def _annotator(plan: units.Plan) -> NearDuplicates:
     return NearDuplicates(**plan.params["params"])
 
 
-def _components(plan: units.Plan) -> Components:
+def _components(plan: units.Plan, root: str | None = None) -> Components:
+    """The clusters' files under the output (or under ``root``: ``""`` for keys relative
+    to it)."""
     parts = plan.meta["partitions"]
-    return Components(Path(plan.out) / WORK / "cc", plan.meta["documents"], parts, parts)
+    where = Path(plan.out if root is None else root) / WORK / "cc"
+    return Components(where, plan.meta["documents"], parts, parts)
 
 
 def file_shard_keys(plan: units.Plan, shard: int) -> None:
@@ -116,5 +125,32 @@ def _run_write(plan: units.Plan, shard: int) -> dict[str, Any]:
         "dup_rank": rank.astype(np.int32),
         "exact_hash": np.load(out / _work_file(shard) / "exact.npy"),
     }
-    _write_parquet(_table(ann, entry["first_doc_id"], cols, entry["documents"]), out / _path(entry))
-    return {"written": int(entry["documents"])}
+    final = out / _path(entry)
+    final.parent.mkdir(parents=True, exist_ok=True)  # on a host that ran no shard unit
+    _write_parquet(_table(ann, entry["first_doc_id"], cols, entry["documents"]), final)
+    # Its file's manifest entry, so that finalize reads no shard.
+    return {"written": int(entry["documents"]), "file": file_entry(out, _path(entry))}
+
+
+def reads(plan: units.Plan, unit: dict[str, Any]) -> list[str] | None:
+    """The files of the output a unit after the signatures reads: a bucket unit every
+    shard's rows of its partition, signatures and exact hashes, the clusters' units what
+    ``neardup.range_reads`` says, a write unit the clusters of its documents' ranges
+    (``neardup.cluster_reads``) and its shard's exact hashes."""
+    kind = unit["id"].split("-", 1)[0]
+    shards = range(len(_starts(plan)) - 1)
+    if kind == "bucket":
+        q = int(unit["partition"])
+        return [
+            *(f"{WORK}/keys/shard-{j:05d}/p{q}.npy" for j in shards),
+            *(f"{_work_file(j)}/{name}" for j in shards for name in ("sig.npy", "exact.npy")),
+        ]
+    if kind == "write":
+        shard = int(unit["shard"])
+        lo = int(_starts(plan)[shard])
+        hi = lo + _artifact(plan)["shards"][shard]["documents"]
+        return [
+            *neardup.cluster_reads(_components(plan, ""), lo, hi),
+            f"{_work_file(shard)}/exact.npy",
+        ]
+    return neardup.range_reads(plan, _components(plan, ""), unit)

@@ -26,7 +26,7 @@ finished is never run again, a killed one reruns to the same bytes):
    consecutive global numbers).
 3. the clusters, by rounds over those ranges (``shardcore.annotate.components``):
    ``round-<r>-<q>`` for r = 1 .. ``rounds``, each range's documents taking the smallest
-   label their neighbours sent (a range that was sent nothing does nothing), then
+   label their neighbours sent (a range that was sent nothing changes nothing), then
    ``resolve`` (one unit: what a cluster wider than the rounds still had in flight),
    ``count-<q>`` (each range's final labels, counted per label) and ``tally-<q>`` (per
    label its size, and how many of its documents lie in earlier ranges: the ranks).
@@ -44,6 +44,12 @@ a half-edge, at most one edge per verified candidate row) and labels, so no unit
 every edge or every document; the write units read only their ranges. How this grows:
 bench/annotate/README.md.
 
+On object storage each unit fetches the files it reads and lists nothing (``_reads``: a
+signature unit none, a bucket unit every signature unit's rows of its partition,
+signatures and exact hashes, the clusters' units ``range_reads``, a write unit its ranges'
+clusters and its exact hashes); a write unit records its file's manifest entry, so that
+finalize reads no shard, and ``_work`` is scratch that finalize deletes from the bucket.
+
 The API a job engine calls: ``plan_group(sources, out, params)`` gives a ``units.Plan``;
 ``units.run_unit(plan, unit_id)`` for every unit, phase by phase; ``units.finalize(plan)``
 (or ``units.run_local(plan)`` for all of it); ``annotation_paths(out)`` lists the per-source
@@ -56,6 +62,7 @@ import contextlib
 import json
 import math
 import shutil
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +70,7 @@ import numpy as np
 import pyarrow as pa
 
 from shardcore import atomic, units
-from shardcore.annotate.artifact import _path, _table, _write_parquet, commit
+from shardcore.annotate.artifact import _path, _table, _write_parquet, commit, file_entry
 from shardcore.annotate.artifact import plan as annotation_plan
 from shardcore.annotate.components import ROUNDS, Components, file_split
 from shardcore.annotate.dedup import NearDuplicates, _components, band_keys
@@ -189,6 +196,9 @@ def plan_group(
             # Clusters by rounds over ranges of documents (shardcore.annotate.components);
             # a plan without it (made before) has one unit holding every edge.
             "rounds": ROUNDS,
+            # Every round unit writes the files a later one reads (``Components.run_round``):
+            # each unit's reads are known before it runs (a plan without it lists them).
+            "declared_reads": True,
             "fingerprint": fingerprint(KIND, parents=group, params=dict(sorted(p.items()))),
             "artifacts": [s["path"] for s in srcs],
         },
@@ -225,6 +235,69 @@ def run_on_ranges(comp: Components, unit: dict[str, Any]) -> dict[str, Any] | No
     if kind == "tally":
         return comp.run_tally(unit["part"])
     return None
+
+
+def _labels_rounds(plan: units.Plan, r: int, parts: list[int]) -> list[int]:
+    """For each range of ``parts``, the round whose file holds its labels after round r
+    (``labels`` in the stats of its round-r unit, read from the markers)."""
+    ids = [f"round-{r}-{q}" for q in parts]
+    with ThreadPoolExecutor(min(units.PULL_THREADS, max(len(ids), 1))) as pool:
+        stats = list(pool.map(lambda unit_id: units.unit_result(plan.out, unit_id), ids))
+    missing = [i for i, st in zip(ids, stats, strict=True) if st is None]
+    if missing:
+        raise RuntimeError(f"{plan.out}: unit {missing[0]} has not finished")
+    return [int(st["labels"]) for st in stats if st is not None]
+
+
+def range_reads(plan: units.Plan, comp: Components, unit: dict[str, Any]) -> list[str] | None:
+    """The files a unit of the clusters' rounds (round, resolve, count, tally) reads, for
+    ``comp`` laid out relative to the output: a round-1 unit every bucket unit's
+    adjacency, a later round the sent files of the round before, its range's labels and
+    adjacency, ``resolve`` the last round's sent files and every range's labels, a count
+    unit its range's labels and the resolved labels, a tally unit every count file. None
+    for a plan made before every round unit wrote the files a later one reads (its units
+    list the prefix)."""
+    kind = unit["id"].split("-", 1)[0]
+
+    def split(path: Path) -> list[str]:
+        return [p.as_posix() for p in comp.split_files(path)]
+
+    if kind == "tally":
+        return [k for q in range(comp.parts) for k in split(comp.count_path(q))]
+    if not plan.meta.get("declared_reads"):
+        return None
+    if kind == "round" and unit["round"] == 1:
+        return [k for s in range(comp.sources) for k in split(comp.adjacency_file(s))]
+    if kind == "round":
+        r, q = unit["round"], unit["part"]
+        (k,) = _labels_rounds(plan, r - 1, [q])
+        sent = [key for s in range(comp.parts) for key in split(comp.sent_path(r - 1, s))]
+        return [*sent, comp.labels_path(k, q).as_posix(), comp.range_adjacency_file(q).as_posix()]
+    if kind == "resolve":
+        ranges = list(range(comp.parts))
+        sent = [key for s in ranges for key in split(comp.sent_path(ROUNDS, s))]
+        labels = _labels_rounds(plan, ROUNDS, ranges)
+        return [
+            *sent,
+            *(comp.labels_path(k, q).as_posix() for q, k in zip(ranges, labels, strict=True)),
+        ]
+    if kind == "count":
+        (k,) = _labels_rounds(plan, ROUNDS, [unit["part"]])
+        return [comp.labels_path(k, unit["part"]).as_posix(), comp.resolved_path().as_posix()]
+    raise ValueError(f"no unit of the clusters' rounds: {unit['id']}")
+
+
+def cluster_reads(comp: Components, lo: int, hi: int) -> list[str]:
+    """The files ``Components.cluster_columns(lo, hi)`` reads (``comp`` laid out relative
+    to the output): the final labels of the ranges nodes [lo, hi) lie in, every tally."""
+    if hi <= lo:
+        return []
+    first, last = comp.part(np.array([lo, hi - 1])).tolist()
+    finals = [comp.final_path(q).as_posix() for q in range(first, last + 1)]
+    tallies = [
+        p.as_posix() for lq in range(comp.parts) for p in comp.split_files(comp.tally_path(lq))
+    ]
+    return finals + tallies
 
 
 def annotation_paths(out: str | Path) -> list[str]:
@@ -445,9 +518,12 @@ def _run_bucket(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
     return {"candidates": int(len(rows)), "edges": int(len(a))}
 
 
-def _components_of(plan: units.Plan) -> Components:
+def _components_of(plan: units.Plan, root: str | Path | None = None) -> Components:
+    """The plan's clusters under the output (or under ``root``: ``""`` for keys relative
+    to it)."""
     parts = plan.meta["partitions"]
-    return Components(Path(plan.out) / WORK / "cc", plan.meta["documents"], parts, parts)
+    where = Path(plan.out if root is None else root) / WORK / "cc"
+    return Components(where, plan.meta["documents"], parts, parts)
 
 
 def _run_clusters(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
@@ -501,7 +577,8 @@ def _run_write(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
         _table(ann, entry["first_doc_id"], cols, entry["documents"]), dest / _path(entry)
     )
     # (the signature unit of this shard counted its documents: a job counts each once)
-    return {"written": entry["documents"]}
+    # Its file's manifest entry, so that finalize reads no shard.
+    return {"written": entry["documents"], "file": file_entry(dest, _path(entry))}
 
 
 def _run_unit(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
@@ -517,15 +594,25 @@ def _run_unit(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
     return run(plan, unit)
 
 
+def _written(plan: units.Plan, stats: list[dict[str, Any]]) -> list[tuple[dict, dict]]:
+    """The write units with their stats."""
+    every = (u for phase in plan.phases for u in phase)
+    return [(u, st) for u, st in zip(every, stats, strict=True) if u["id"].startswith("write-")]
+
+
 def _finalize(plan: units.Plan, stats: list[dict[str, Any]]) -> dict[str, Any]:
     out, ann = Path(plan.out), _annotator(plan)
     listed = []
+    entries: list[dict[str, dict[str, Any]]] = [{} for _ in plan.meta["sources"]]
+    for u, st in _written(plan, stats):
+        if "file" in st:  # (a unit recorded before they did: its file is read)
+            entries[u["source"]][st["file"]["path"]] = st["file"]
     for i, src in enumerate(plan.meta["sources"]):
         p = annotation_plan(src["path"], ann)
         dest = out / _source_out(i)
         (dest / "shards").mkdir(parents=True, exist_ok=True)
         atomic.write_text(dest / "plan.json", json.dumps(p, indent=1, sort_keys=True))
-        commit(dest, p)
+        commit(dest, p, entries=entries[i])
         listed.append(
             {
                 "path": src["path"],
@@ -575,4 +662,55 @@ def dedup_group(
     return units.run_local(plan, workers=workers)
 
 
-units.register_stage(STAGE, run_unit=_run_unit, finalize=_finalize)
+def _reads(plan: units.Plan, unit: dict[str, Any]) -> list[str] | None:
+    """The files of the output a unit reads (on object storage it fetches exactly these and
+    lists nothing): a signature unit none (it reads its tokenized shard), a bucket unit
+    every signature unit's rows of its partition, signatures and exact hashes, the
+    clusters' units what ``range_reads`` says, a write unit the clusters of its
+    documents' ranges (``cluster_reads``) and its shard's exact hashes."""
+    kind = unit["id"].split("-", 1)[0]
+    _, names = _starts(plan)
+    if kind == "sig":
+        return []
+    if kind == "bucket":
+        q = unit["partition"]
+        exact = [f"{WORK}/sig/{name}.exact.npy" for name in names if "rounds" in plan.meta]
+        return [
+            *(f"{WORK}/keys/{name}/p{q}.npy" for name in names),
+            *(f"{WORK}/sig/{name}.npy" for name in names),
+            *exact,
+        ]
+    if kind == "clusters":
+        return [f"{WORK}/pairs/p{q}.npy" for q in range(plan.meta["partitions"])]
+    if kind == "write":
+        i, j = unit["source"], unit["shard"]
+        hashes = f"{WORK}/sig/{i}-{j}.exact.npy"
+        if "rounds" not in plan.meta:
+            return [f"{WORK}/clusters.npy", hashes]
+        starts, _ = _starts(plan)
+        lo = int(starts[names.index(f"{i}-{j}")])
+        hi = lo + plan.meta["sources"][i]["shards"][j]["documents"]
+        return [*cluster_reads(_components_of(plan, ""), lo, hi), hashes]
+    return range_reads(plan, _components_of(plan, ""), unit)
+
+
+def _finalize_reads(plan: units.Plan, stats: list[dict[str, Any]]) -> list[str]:
+    """Finalize reads the units' stats only (the write units' file entries), but for the
+    files of write units recorded before they held them."""
+    reads = []
+    for u, st in _written(plan, stats):
+        if "file" not in st:
+            src = plan.meta["sources"][u["source"]]
+            p = annotation_plan(src["path"], _annotator(plan))
+            reads.append(f"{_source_out(u['source'])}/{_path(p['shards'][u['shard']])}")
+    return reads
+
+
+units.register_stage(
+    STAGE,
+    run_unit=_run_unit,
+    finalize=_finalize,
+    reads=_reads,
+    finalize_reads=_finalize_reads,
+    scratch=(f"{WORK}/",),
+)

@@ -12,6 +12,13 @@ is never run again (its marker), so a healed build is byte-identical to an undis
 The output directory is the annotation; the plan names the tokenized source by path (a
 local directory or an object-store URL, listed in ``meta["artifacts"]`` so that each unit
 reads a checked local copy).
+
+On object storage the units declare what they read of the output (``_reads``): a shard
+unit nothing, minhash's later units the files ``dedup_units.reads`` names; each unit that
+writes a Parquet file records its manifest entry in its stats, so that finalize reads none
+(``_finalize_reads``: but the files of units recorded before they did, and a corpus-level
+annotator's scratch when its ``finish`` runs in finalize). ``work/`` is scratch, deleted
+from the bucket by finalize.
 """
 
 from __future__ import annotations
@@ -25,7 +32,16 @@ import numpy as np
 from shardcore import storage, units
 from shardcore.annotate import Annotator, create, dedup_units
 from shardcore.annotate import get as annotator_class
-from shardcore.annotate.artifact import DOC_ID, annotate_shard, finalize, plan, read_annotation
+from shardcore.annotate.artifact import (
+    DOC_ID,
+    _path,
+    _work_file,
+    annotate_shard,
+    file_entry,
+    finalize,
+    plan,
+    read_annotation,
+)
 from shardcore.annotate.dedup import NearDuplicates
 from shardcore.annotate.texts import TEXT_FROM
 from shardcore.errors import InputError
@@ -106,18 +122,65 @@ def _run_unit(plan_: units.Plan, unit: dict) -> dict:
     if "rounds" in plan_.meta:  # its bucket rows, for the clusters' units
         dedup_units.file_shard_keys(plan_, int(unit["shard"]))
     # Every document of the shard is annotated by this unit alone: the job sums them.
-    return {"documents": int(r["documents"]), "text_from": r["text_from"]}
+    stats = {"documents": int(r["documents"]), "text_from": r["text_from"]}
+    if not plan_.meta.get("corpus_level"):  # its file's manifest entry: finalize reads none
+        stats["file"] = file_entry(plan_.out, r["path"])
+    return stats
 
 
-def _finalize(plan_: units.Plan, stats: list[dict]) -> dict:
-    # The tokenized source is read from its checked local copy when it is remote.
+def _tokenized(plan_: units.Plan) -> str:
+    """The tokenized source, from its checked local copy when it is remote."""
     tokenized = plan_.params["tokenized"]
     if storage.is_remote(tokenized):
         tokenized = str(artifact_cache.local_artifact(tokenized))
-    return finalize(tokenized, plan_.out, _annotator(plan_))
+    return tokenized
 
 
-units.register_stage(STAGE, run_unit=_run_unit, finalize=_finalize)
+def _written(plan_: units.Plan, stats: list[dict]) -> list[tuple[dict, dict]]:
+    """The units that write the annotation's files (a shard unit, or with the clusters as
+    units a write unit), each with its stats."""
+    kind = "write-" if "rounds" in plan_.meta else "shard-"
+    every = (u for phase in plan_.phases for u in phase)
+    return [(u, st) for u, st in zip(every, stats, strict=True) if u["id"].startswith(kind)]
+
+
+def _finalize(plan_: units.Plan, stats: list[dict]) -> dict:
+    entries = {st["file"]["path"]: st["file"] for _, st in _written(plan_, stats) if "file" in st}
+    return finalize(_tokenized(plan_), plan_.out, _annotator(plan_), entries)
+
+
+def _reads(plan_: units.Plan, unit: dict) -> list[str] | None:
+    """The files of the annotation a unit reads (on object storage it fetches exactly these
+    and lists nothing): a shard unit none (its input is the tokenized source), the
+    clusters' units (minhash) what ``dedup_units.reads`` says."""
+    if unit["id"].startswith("shard-"):
+        return []
+    return dedup_units.reads(plan_, unit)
+
+
+def _finalize_reads(plan_: units.Plan, stats: list[dict]) -> list[str] | None:
+    """Finalize reads the units' stats (each written file's entry), but for the files of
+    units recorded before they held them; a corpus-level annotator without the clusters as
+    units computes the columns here, from every shard's scratch (its ``work_files``; one
+    that names none has finalize list the prefix)."""
+    ann = _annotator(plan_)
+    if ann.corpus_level and "rounds" not in plan_.meta:
+        if not ann.work_files:
+            return None
+        shards = range(len(plan_.phases[0]))
+        return [f"{_work_file(j)}/{name}" for j in shards for name in ann.work_files]
+    shards = plan(_tokenized(plan_), ann)["shards"]
+    return [_path(shards[u["shard"]]) for u, st in _written(plan_, stats) if "file" not in st]
+
+
+units.register_stage(
+    STAGE,
+    run_unit=_run_unit,
+    finalize=_finalize,
+    reads=_reads,
+    finalize_reads=_finalize_reads,
+    scratch=("work/",),
+)
 
 
 # ----------------------------------------------------------------- what a page charts

@@ -71,6 +71,7 @@ class TopicClusters(Annotator):
     }
     corpus_level: ClassVar[bool] = True
     has_summary: ClassVar[bool] = True
+    work_files: ClassVar[tuple[str, ...]] = ("vectors.npy", "heads.json", "meta.json")
 
     def check_params(self) -> None:
         p = self.params
