@@ -133,12 +133,53 @@ def _window_stats(pos: _Positions, n: int, q: float) -> tuple[np.ndarray, np.nda
     mx, pq = np.zeros(pos.k), np.zeros(pos.k)
     a = 0
     while a < pos.k:
-        # The labels [a, b): as many as fit _GROUP_OCCURRENCES, and at least one.
+        if pos.first[a + 1] - pos.first[a] > _GROUP_OCCURRENCES:
+            mx[a], pq[a] = _label_stats(pos, a, n, q)
+            a += 1
+            continue
+        # The labels [a, b): as many as fit _GROUP_OCCURRENCES.
         limit = pos.first[a] + _GROUP_OCCURRENCES
         b = max(a + 1, int(np.searchsorted(pos.first, limit, side="right")) - 1)
         mx[a:b], pq[a:b] = _group_stats(pos, a, b, n, q)
         a = b
     return mx, pq
+
+
+def _label_stats(pos: _Positions, c: int, n: int, q: float) -> tuple[float, float]:
+    """``_window_stats`` of label ``c`` alone, a range of window starts at a time, for a
+    label with more occurrences than one group holds. A window of n samples holds 0..n of
+    the label, so its deviation is one of n + 1 values: the windows are counted per count
+    of the label (their weight), range by range, and the max and the weighted quantile read
+    from those n + 1 totals. A range's start is a breakpoint of its own (the count there
+    is the count of the windows before it: splitting a run of windows changes no total)."""
+    stride, last = pos.stride, pos.m - n  # window starts 0..last
+    occ = pos.positions[pos.first[c] : pos.first[c + 1]]
+    base = c * stride
+    weight = np.zeros(n + 1, dtype=np.float64)  # windows holding i of the label, per i
+    # Range j starts where occurrence j * _GROUP_OCCURRENCES enters a window.
+    bounds = [
+        0,
+        *np.clip(occ[_GROUP_OCCURRENCES::_GROUP_OCCURRENCES] - n + 1, 0, last + 1).tolist(),
+    ]
+    bounds.append(last + 1)
+    for lo, hi in zip(bounds[:-1], bounds[1:], strict=True):
+        if hi <= lo:
+            continue
+        # Breakpoints in [lo, hi): lo, just after each occurrence, where each one enters.
+        near = occ[np.searchsorted(occ, lo - 1) : np.searchsorted(occ, hi + n - 1)]
+        cand = np.concatenate([[lo], near + 1, near - n + 1])
+        cand = np.unique(cand[(cand >= lo) & (cand < hi)])
+        in_window = np.searchsorted(pos.keys, base + cand + n) - np.searchsorted(
+            pos.keys, base + cand
+        )
+        widths = np.diff(np.r_[cand, hi])
+        weight += np.bincount(in_window, weights=widths, minlength=n + 1)
+    dev = np.abs(np.arange(n + 1) / n - pos.share[c])
+    seen = np.flatnonzero(weight > 0)
+    order = seen[np.argsort(dev[seen], kind="stable")]
+    cum = np.cumsum(weight[order])
+    at = min(int(np.searchsorted(cum, q * (last + 1), side="left")), order.size - 1)
+    return float(dev[seen].max()), float(dev[order[at]])
 
 
 def _group_stats(

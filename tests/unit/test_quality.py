@@ -37,6 +37,22 @@ def test_it_matches_a_brute_force_scan_of_every_window(seed, n):
     assert result["max_all"][0] == pytest.approx(mx.max())
 
 
+@pytest.mark.parametrize("group", [1, 7, 64])
+def test_labels_measured_in_groups_and_ranges_match_the_brute_force_scan(group, monkeypatch):
+    """With a small group size, the labels are measured a few at a time and a label with
+    more occurrences than a group a range of windows at a time (one label of 90% here, as
+    a record's main document often is): still every window's deviation."""
+    monkeypatch.setattr(quality, "_GROUP_OCCURRENCES", group)
+    rng = np.random.default_rng(group)
+    labels = rng.choice(5, size=400, p=[0.9, 0.04, 0.03, 0.02, 0.01])
+    labels[150:190] = 0  # a long run of the common label
+    for n in (1, 3, 16, 80):
+        result = quality.window_deviation(labels, [n])
+        mx, p99 = _brute(labels, n, 0.99)
+        np.testing.assert_allclose(result["max"][0], mx)
+        np.testing.assert_allclose(result["p99"][0], p99)
+
+
 def test_it_reports_zero_deviation_for_a_perfect_round_robin():
     labels = np.tile(np.arange(4), 256)
     result = quality.window_deviation(labels, [4, 8, 64])
