@@ -7,6 +7,8 @@ from __future__ import annotations
 import contextlib
 from pathlib import Path
 
+import pytest
+
 from shardcore import storage, units
 from shardcore.annotate.artifact import annotate
 from shardcore.annotate.stage import plan_annotation
@@ -56,13 +58,16 @@ def test_an_annotation_on_s3_has_the_bytes_of_a_local_one_and_joins_a_pool(
     assert Path(out, "manifest.json").exists()
 
 
+@pytest.mark.parametrize("declared", [True, False])
 def test_minhash_units_on_s3_write_the_bytes_of_a_local_build(
     tmp_path,
     s3,  # noqa: F811
     monkeypatch,
+    declared,
 ):
     """minhash's clusters as units (buckets, rounds over ranges, counts, tallies, writes)
-    under an ``s3://`` prefix: the files of the one-process build, no scratch left."""
+    under an ``s3://`` prefix: the files of the one-process build, no scratch left; so
+    too for a plan made before its round units' reads were declared (they list)."""
     from shardcore.annotate import neardup
 
     fs, bucket = s3
@@ -73,7 +78,10 @@ def test_minhash_units_on_s3_write_the_bytes_of_a_local_build(
     tokenize([str(src)], tok, shard_size=30_000)
     monkeypatch.setattr(neardup, "partitions_for", lambda n, params: 2)
     ann = f"s3://{bucket}/ann/minhash"
-    m = units.run_local(plan_annotation(tok, ann, annotator="minhash"), workers=2)
+    plan = plan_annotation(tok, ann, annotator="minhash")
+    if not declared:
+        del plan.meta["declared_reads"]
+    m = units.run_local(plan, workers=2)
     ml = annotate(tok, tmp_path / "local", "minhash")
     assert ml["fingerprint"] == m["fingerprint"] and len(m["shards"]) > 1
     store = storage.open_store(ann)
@@ -219,8 +227,9 @@ def test_a_per_shard_annotation_on_s3_fetches_nothing_and_finalize_reads_no_shar
     monkeypatch,
 ):
     """Each ``pii`` unit on a host of its own fetches nothing of the annotation and lists
-    nothing; finalize fetches nothing either (the units' stats hold their files' entries),
-    and the artifact is the local build's, byte for byte."""
+    nothing; finalize fetches nothing either (the units' stats hold their files' entries)
+    but the file of a unit recorded without its entry, and the artifact is the local
+    build's, byte for byte."""
     fs, bucket = s3
     recs = stdlib_records(16)
     for r in recs[::3]:
@@ -233,6 +242,11 @@ def test_a_per_shard_annotation_on_s3_fetches_nothing_and_finalize_reads_no_shar
     hosts = _Hosts(plan, tmp_path, monkeypatch)
     assert len(hosts.plan.phases[0]) > 1
     assert hosts.run_all() == 0
+    # a unit recorded before units held their file's entry: finalize fetches that file
+    old = units.unit_result(plan.out, "shard-00001")
+    units.mark_done(plan.out, "shard-00001", {k: v for k, v in old.items() if k != "file"})
+    stats = [units.unit_result(plan.out, u["id"]) for u in plan.phases[0]]
+    assert units._READS[plan.stage][1](plan, stats) == [old["file"]["path"]]
     m = hosts.finalize()
     assert m["fingerprint"] == ml["fingerprint"] and m["files"] == ml["files"]
     for f in ml["files"]:
