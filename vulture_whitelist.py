@@ -213,3 +213,7 @@ benchmark_item  # model field (webapp/catalog/models/flags.py)
 # One synchronous round of the webhook sender, which the tests drive (a worker's thread runs
 # the same rounds without waiting).
 deliveries_drain  # (webapp/ops/webhooks.py)
+# The per-document definitions of a MinHash annotation's shingles and exact hash, against
+# which the tests hold the batch code (shardcore/annotate/dedup.py ``signatures``).
+exact_hash  # (shardcore/annotate/dedup.py)
+shingles  # (shardcore/annotate/dedup.py)
