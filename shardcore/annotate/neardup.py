@@ -451,7 +451,7 @@ def verified_edges(
     exact-hash band joins them already (an exact copy would otherwise bring an edge per
     band, 17 where one does), and the exact-hash band joins a run as a tree of
     ``EXACT_FAN_IN`` children a copy."""
-    rows = rows[np.lexsort((rows["doc"], rows["key"], rows["band"]))]
+    rows = rows[bucket_order(rows)]
     if len(rows) < 2:
         return np.empty(0, np.int64), np.empty(0, np.int64)
     same = (rows["key"][1:] == rows["key"][:-1]) & (rows["band"][1:] == rows["band"][:-1])
@@ -476,6 +476,33 @@ def verified_edges(
     if check.any():
         ok[check] = NearDuplicates._agreement(sigs, starts, a[check], b[check]) >= need
     return a[ok], b[ok]
+
+
+def bucket_order(rows: np.ndarray) -> np.ndarray:
+    """The order of bucket ``rows`` by (band, key, doc), ``np.lexsort``'s, in about a
+    quarter of its time: a stable sort by band (few values, a counting sort), then each
+    band's keys sorted, and last the documents of each run of equal keys (the copies and
+    the candidates: few) put in order."""
+    band = rows["band"]
+    if not band.size:
+        return np.zeros(0, dtype=np.int64)
+    small = np.uint8 if int(band.max()) < 256 else np.uint16
+    order = np.argsort(band.astype(small), kind="stable")
+    key, doc = rows["key"], rows["doc"]
+    at = 0
+    for count in np.bincount(band.astype(np.int64)).tolist():
+        seg = order[at : at + count]
+        k = key[seg]
+        o = np.argsort(k)
+        ks = k[o]
+        tie = np.flatnonzero(ks[1:] == ks[:-1])
+        if tie.size:
+            members = np.unique(np.r_[tie, tie + 1])
+            sub = o[members]
+            o[members] = sub[np.lexsort((doc[seg[sub]], k[sub]))]
+        order[at : at + count] = seg[o]
+        at += count
+    return order
 
 
 def _gather(arrays: list[np.ndarray], starts: np.ndarray, ix: np.ndarray) -> np.ndarray:

@@ -169,3 +169,22 @@ def test_a_group_on_s3_writes_the_bytes_of_a_local_run(sources, s3_bucket, tmp_p
         assert read_annotation(copy).equals(read_annotation(theirs))
     keys = storage.open_store(f"{s3_bucket}/group").list()
     assert not [k for k in keys if k.startswith("_work/")]  # the scratch is gone
+
+
+@pytest.mark.parametrize("bands", [1, 17, 300])
+def test_bucket_rows_are_ordered_as_a_lexsort_by_band_key_and_document(bands):
+    """``bucket_order`` gives ``np.lexsort``'s order of (band, key, doc), with many copies
+    (runs of equal keys), rows arriving in no order, and more bands than a byte counts."""
+    from shardcore.annotate.neardup import ROW, bucket_order
+
+    rng = np.random.default_rng(bands)
+    n = 2000
+    origin = np.where(rng.random(n) < 0.4, rng.integers(0, n, n), np.arange(n))
+    rows = np.empty(n * bands, ROW)
+    rows["band"] = np.repeat(np.arange(bands, dtype=np.uint64), n)
+    rows["doc"] = np.tile(rng.permutation(n).astype(np.uint64), bands)
+    rows["key"] = (origin[rows["doc"].astype(np.int64)] * 7919 + rows["band"] * 31) % 997
+    rows = rows[rng.permutation(rows.size)]
+    expected = np.lexsort((rows["doc"], rows["key"], rows["band"]))
+    assert (bucket_order(rows) == expected).all()
+    assert bucket_order(rows[:0]).size == 0
