@@ -11,7 +11,8 @@ model object is given this file, loaded with the same ``fasttext._FastText``):
 - the bare loop: ``model.predict(text.replace("\n", " "))`` per document.
 
 MinHash: the ``minhash`` annotator's signature step (``NearDuplicates.signatures``:
-normalization, 5-word shingles, datasketch MinHash with 128 permutations, exact hash),
+normalization, 5-word shingles, MinHash with 128 permutations (datasketch's values, for the
+whole batch at once), exact hash),
 datatrove's ``MinhashDedupSignature`` (stage 1 of its MinHash pipeline; 5-grams, 16
 buckets x 8 hashes = 128, writing its signature files; its spaCy word tokenizer replaced
 by a whitespace split, since spaCy is not installed: that flatters datatrove), and the
