@@ -22,17 +22,33 @@ from tests.unit.tokenize_fixtures import stdlib_records, write_jsonl
 PLANTED = "Mail root.admin@python.example.org for access."
 
 
+def _planted() -> list[dict]:
+    """Records of real text, every third one with PLANTED."""
+    recs = stdlib_records(16)
+    for r in recs[::3]:
+        r["text"] += "\n" + PLANTED
+    return recs
+
+
+def _with_copies() -> list[dict]:
+    """Records of real text, six of them twice (exact copies)."""
+    recs = stdlib_records(24)
+    return recs + [dict(r) for r in recs[:6]]
+
+
+def _tokenized(tmp_path, tok: str, recs: list[dict]) -> str:
+    """``recs`` tokenized at ``tok``, in several shards."""
+    tokenize([str(write_jsonl(tmp_path / "a.jsonl", recs))], tok, shard_size=30_000)
+    return tok
+
+
 def test_an_annotation_on_s3_has_the_bytes_of_a_local_one_and_joins_a_pool(
     tmp_path,
     s3,  # noqa: F811
 ):
     fs, bucket = s3
-    recs = stdlib_records(16)
-    for r in recs[::3]:
-        r["text"] += "\n" + PLANTED
-    src = write_jsonl(tmp_path / "a.jsonl", recs)
-    tok = f"s3://{bucket}/tok"
-    tokenize([str(src)], tok, shard_size=30_000)
+    recs = _planted()
+    tok = _tokenized(tmp_path, f"s3://{bucket}/tok", recs)
     ann = f"s3://{bucket}/ann/pii"
     m = units.run_local(plan_annotation(tok, ann, annotator="pii"), workers=2)
     assert len(m["shards"]) > 1
@@ -71,11 +87,7 @@ def test_minhash_units_on_s3_write_the_bytes_of_a_local_build(
     from shardcore.annotate import neardup
 
     fs, bucket = s3
-    recs = stdlib_records(24)
-    recs += [dict(r) for r in recs[:6]]  # exact copies
-    src = write_jsonl(tmp_path / "a.jsonl", recs)
-    tok = f"s3://{bucket}/tok-mh"
-    tokenize([str(src)], tok, shard_size=30_000)
+    tok = _tokenized(tmp_path, f"s3://{bucket}/tok-mh", _with_copies())
     monkeypatch.setattr(neardup, "partitions_for", lambda n, params: 2)
     ann = f"s3://{bucket}/ann/minhash"
     plan = plan_annotation(tok, ann, annotator="minhash")
@@ -231,12 +243,7 @@ def test_a_per_shard_annotation_on_s3_fetches_nothing_and_finalize_reads_no_shar
     but the file of a unit recorded without its entry, and the artifact is the local
     build's, byte for byte."""
     fs, bucket = s3
-    recs = stdlib_records(16)
-    for r in recs[::3]:
-        r["text"] += "\n" + PLANTED
-    src = write_jsonl(tmp_path / "a.jsonl", recs)
-    tok = f"s3://{bucket}/tok-hosts"
-    tokenize([str(src)], tok, shard_size=30_000)
+    tok = _tokenized(tmp_path, f"s3://{bucket}/tok-hosts", _planted())
     ml = annotate(tok, tmp_path / "local", "pii")
     plan = plan_annotation(tok, f"s3://{bucket}/ann/pii-hosts", annotator="pii")
     hosts = _Hosts(plan, tmp_path, monkeypatch)
@@ -266,11 +273,7 @@ def test_minhash_units_on_s3_fetch_exactly_what_they_declare_and_list_nothing(
     from shardcore.annotate import neardup
 
     fs, bucket = s3
-    recs = stdlib_records(24)
-    recs += [dict(r) for r in recs[:6]]  # exact copies
-    src = write_jsonl(tmp_path / "a.jsonl", recs)
-    tok = f"s3://{bucket}/tok-mh-hosts"
-    tokenize([str(src)], tok, shard_size=30_000)
+    tok = _tokenized(tmp_path, f"s3://{bucket}/tok-mh-hosts", _with_copies())
     monkeypatch.setattr(neardup, "partitions_for", lambda n, params: 2)
     ml = annotate(tok, tmp_path / "local", "minhash")
     plan = plan_annotation(tok, f"s3://{bucket}/ann/mh-hosts", annotator="minhash")
