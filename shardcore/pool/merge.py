@@ -22,6 +22,7 @@ each row's offset is rewritten to point into the new file."""
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 from pathlib import Path
@@ -89,7 +90,10 @@ def read_buckets(path: str | os.PathLike, lo: int, hi: int) -> pa.Table:
         mapped.madvise(mmap.MADV_DONTNEED)
     out = pa.Table.from_arrays(columns, schema=table.schema)
     del table, columns, column, chunks
-    mapped.close()  # nothing of the map is referenced any more: BufferError otherwise
+    # Closed now, unless Arrow shares a buffer rather than copying it (a dictionary
+    # column's values): then the map lives as long as the rows do, its pages dropped.
+    with contextlib.suppress(BufferError):
+        mapped.close()
     return out
 
 

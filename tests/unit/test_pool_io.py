@@ -159,8 +159,8 @@ def test_it_aligns_windows_to_whole_blocks():
 
 def test_a_bucket_range_of_a_run_file_is_its_rows_in_memory_of_their_own(tmp_path):
     """``read_buckets`` gives exactly the rows of buckets [lo, hi) of a file sorted by
-    bucket (strings, nulls and several record batches included), as copies: the file can
-    be rewritten afterwards without changing them, and nothing of its map is held."""
+    bucket (strings, nulls, nested values, dictionaries and several record batches
+    included), as copies: the file can be rewritten afterwards without changing them."""
     import pyarrow as pa
 
     from shardcore.pool.layout import BUCKET_COL
@@ -174,6 +174,7 @@ def test_a_bucket_range_of_a_run_file_is_its_rows_in_memory_of_their_own(tmp_pat
         {
             "file": pa.array([names[i % len(names)] for i in range(n)]),
             "line": pa.array([None if i % 5 == 0 else i for i in range(n)], type=pa.int64()),
+            "meta": pa.array([{"at": i, "tags": names[i % 3 : i % 3 + 2]} for i in range(n)]),
             BUCKET_COL: pa.array(buckets),
         }
     )
@@ -185,6 +186,15 @@ def test_a_bucket_range_of_a_run_file_is_its_rows_in_memory_of_their_own(tmp_pat
         keep = np.flatnonzero((buckets >= lo) & (buckets < hi))
         assert got.schema == table.schema
         assert got.to_pydict() == table.take(pa.array(keep)).to_pydict()
+    # A dictionary column (its values are shared with the file, not copied: run files are
+    # replaced by renames, never rewritten in place).
+    coded = table.append_column("coded", table.column("file").dictionary_encode())
+    coded_path = tmp_path / "coded.arrow"
+    with pa.OSFile(str(coded_path), "wb") as sink, pa.ipc.new_file(sink, coded.schema) as w:
+        w.write_table(coded, max_chunksize=max(1, n // 4))
+    keep = np.flatnonzero((buckets >= 3) & (buckets < 7))
+    got = read_buckets(coded_path, 3, 7)
+    assert got.to_pydict() == coded.take(pa.array(keep)).to_pydict()
     got = read_buckets(path, 2, 5)
     expected = got.to_pydict()
     with open(path, "r+b") as f:  # overwritten in place: a view of the file would change
