@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from shardcore import units
-from shardcore.annotate import neardup
+from shardcore.annotate import buckets, neardup
 from shardcore.annotate.artifact import _path, _table, _work_file, _write_parquet, file_entry
 from shardcore.annotate.artifact import plan as artifact_plan
 from shardcore.annotate.components import ROUNDS, Components
@@ -81,7 +81,7 @@ def file_shard_keys(plan: units.Plan, shard: int) -> None:
     keys = out / WORK / "keys" / f"shard-{shard:05d}"
     sigs = read_blocks(work / "sig.npy", neardup.KEY_BATCH)
     exacts = read_blocks(work / "exact.npy", neardup.KEY_BATCH)
-    with neardup.PartitionKeys(keys, _annotator(plan).params, plan.meta["partitions"], first) as k:
+    with buckets.PartitionKeys(keys, _annotator(plan).params, plan.meta["partitions"], first) as k:
         for sig, exact in zip(sigs, exacts, strict=True):
             k.add(sig, exact)
 
@@ -104,12 +104,12 @@ def _run_bucket(plan: units.Plan, q: int) -> dict[str, Any]:
     shards = range(len(_starts(plan)) - 1)
     rows = np.concatenate(
         [np.load(out / WORK / "keys" / f"shard-{j:05d}" / f"p{q}.npy") for j in shards]
-        or [np.empty(0, neardup.ROW)]
+        or [np.empty(0, buckets.ROW)]
     )
     sigs = [np.load(out / _work_file(j) / "sig.npy", mmap_mode="r") for j in shards]
     exacts = [np.load(out / _work_file(j) / "exact.npy", mmap_mode="r") for j in shards]
     params = _annotator(plan).params
-    a, b = neardup.verified_edges(rows, sigs, _starts(plan), params, exacts)
+    a, b = buckets.verified_edges(rows, sigs, _starts(plan), params, exacts)
     neardup.file_edges(_components(plan), q, a, b)
     return {"candidates": int(len(rows)), "edges": int(len(a))}
 

@@ -12,7 +12,7 @@ import pytest
 
 from shardcore.annotate import texts as texts_module
 from shardcore.annotate.artifact import annotate
-from shardcore.annotate.neardup import ROW
+from shardcore.annotate.buckets import ROW
 from shardcore.annotate.texts import shard_text_batches, shard_texts
 from shardcore.npy_rows import RowsFile
 from shardcore.tokenize import tokenize

@@ -98,21 +98,21 @@ def test_a_run_of_exact_copies_is_joined_as_a_tree_of_bounded_degree():
     """10,000 exact copies (one exact-hash run) and their band rows: one cluster, as the
     run's star would make it, but no copy with more than EXACT_FAN_IN + 1 edges; the bands'
     pairs of exact copies are left out."""
-    from shardcore.annotate import neardup
+    from shardcore.annotate import buckets
 
     n, bands = 10_000, 4
     params = {"bands": bands, "num_perm": 8, "threshold": 0.75}
     docs = np.random.default_rng(1).permutation(n).astype(np.uint64)
-    rows = np.empty(n * (bands + 1), neardup.ROW)
+    rows = np.empty(n * (bands + 1), buckets.ROW)
     rows["band"] = np.repeat(np.arange(bands + 1, dtype=np.uint64), n)
     rows["key"] = 77  # every band's key the same: one run a band
     rows["doc"] = np.tile(docs, bands + 1)
     sigs = [np.zeros((n, 8), dtype=np.uint32)]
     exacts = [np.full(n, 5, dtype=np.uint64)]
     starts = np.array([0, n])
-    a, b = neardup.verified_edges(rows, sigs, starts, params, exacts)
+    a, b = buckets.verified_edges(rows, sigs, starts, params, exacts)
     assert len(a) == n - 1  # the exact band's tree only
     degree = np.bincount(np.r_[a, b], minlength=n)
-    assert degree.max() <= neardup.EXACT_FAN_IN + 1
+    assert degree.max() <= buckets.EXACT_FAN_IN + 1
     roots = _components(n, a, b)
     assert (roots == 0).all()

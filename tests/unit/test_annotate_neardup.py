@@ -175,7 +175,7 @@ def test_a_group_on_s3_writes_the_bytes_of_a_local_run(sources, s3_bucket, tmp_p
 def test_bucket_rows_are_ordered_as_a_lexsort_by_band_key_and_document(bands):
     """``bucket_order`` gives ``np.lexsort``'s order of (band, key, doc), with many copies
     (runs of equal keys), rows arriving in no order, and more bands than a byte counts."""
-    from shardcore.annotate.neardup import ROW, bucket_order
+    from shardcore.annotate.buckets import ROW, bucket_order
 
     rng = np.random.default_rng(bands)
     n = 2000

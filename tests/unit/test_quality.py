@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from shardcore import quality
+from shardcore import quality, window_deviation
 from shardcore.errors import InputError
 
 
@@ -42,7 +42,7 @@ def test_labels_measured_in_groups_and_ranges_match_the_brute_force_scan(group, 
     """With a small group size, the labels are measured a few at a time and a label with
     more occurrences than a group a range of windows at a time (one label of 90% here, as
     a record's main document often is): still every window's deviation."""
-    monkeypatch.setattr(quality, "_GROUP_OCCURRENCES", group)
+    monkeypatch.setattr(window_deviation, "_GROUP_OCCURRENCES", group)
     rng = np.random.default_rng(group)
     labels = rng.choice(5, size=400, p=[0.9, 0.04, 0.03, 0.02, 0.01])
     labels[150:190] = 0  # a long run of the common label
