@@ -558,7 +558,7 @@ class FastTokenizer:
             self.reference_documents += len(texts)
             return self.ref.encode_flat(texts)
         ends = np.cumsum(lengths)
-        hits = np.flatnonzero(np.isin(flat, self._special_ids))
+        hits = self._special_hits(flat)
         slow = set(np.searchsorted(ends, hits, side="right").tolist())
         if self._matched is not None:
             slow.update(i for i, t in enumerate(texts) if self._matched(t))
@@ -573,6 +573,19 @@ class FastTokenizer:
         all_lengths = lengths.copy()
         all_lengths[order] = ref_lengths
         return np.concatenate(out), all_lengths
+
+    def _special_hits(self, flat: np.ndarray) -> np.ndarray:
+        """Positions in ``flat`` of an added or special token's id. tiktoken's specials
+        are the highest ids: one comparison with the lowest of them finds the few
+        candidates (a third of the cost of ``isin`` over every token)."""
+        ids = self._special_ids
+        if not ids.size:
+            return np.zeros(0, dtype=np.int64)
+        floor = ids.min()
+        if floor == 0:
+            return np.flatnonzero(np.isin(flat, ids))
+        candidates = np.flatnonzero(flat >= floor)
+        return candidates[np.isin(flat[candidates], ids)]
 
     def encode_batch_arrays(self, texts: list[str]) -> list[np.ndarray]:
         flat, lengths = self.encode_flat(texts)

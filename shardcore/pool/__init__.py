@@ -19,7 +19,7 @@ The stage ``pool`` follows the unit-of-work protocol (``shardcore.units``), in p
   window where it goes (positioned reads from the input shards, or from the staged
   copy), and the shard ``shards/pool-XXXXX`` (IndexedDataset ``.bin``/``.idx``,
   ``.segments.npz``, ``.docs.parquet``) is written (its tokens with direct I/O,
-  ``shardcore.pool.direct``), checksummed as it is written, its files committed together
+  ``shardcore.direct``), checksummed as it is written, its files committed together
   and durable before the unit is marked done;
 * finalize: ``documents.parquet``, the manifests from the units' checksums (the
   validation pool's in ``val/``, then the pool's ``manifest.json``, the commit point). A

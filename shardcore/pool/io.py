@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import xxhash
@@ -52,33 +52,6 @@ def on_network_fs(path: str) -> bool:
 # (building the index is most of a gather's cost), so all-index gathering took 3x the CPU
 # of slices, and a threshold of 64 beat 256 by ~10%.
 SLICE_TOKENS = 64
-_SYNC_FILE_RANGE_WRITE = 2
-
-
-def write_all(f: IO[bytes], arr: np.ndarray | memoryview) -> None:
-    view = arr.data.cast("B") if isinstance(arr, np.ndarray) else arr
-    while view.nbytes:
-        view = view[f.write(view) :]
-
-
-def _load_sync_file_range() -> Callable[..., int] | None:
-    try:
-        fn = ctypes.CDLL(None, use_errno=True).sync_file_range
-    except (OSError, AttributeError):  # not Linux / not glibc: no early writeback
-        return None
-    fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
-    return fn
-
-
-_sync_file_range = _load_sync_file_range()
-
-
-def start_writeback(fd: int, offset: int, nbytes: int) -> None:
-    """Ask the kernel to start writing a just-written range to disk now, without waiting:
-    the disk works while the next window is gathered, so the final fdatasync has little
-    left to wait for. A hint only; durability comes from the fdatasync."""
-    if _sync_file_range is not None:
-        _sync_file_range(fd, offset, nbytes, _SYNC_FILE_RANGE_WRITE)
 
 
 def _load_malloc_trim() -> Callable[..., int] | None:
@@ -577,18 +550,3 @@ def write_run(path: str | os.PathLike, docs: pa.Table) -> None:
         pa.ipc.new_file(sink, docs.schema) as w,
     ):
         w.write_table(docs, max_chunksize=1 << 20)
-
-
-def bytes_entry(data: bytes, rel: str) -> dict[str, Any]:
-    """``file_entry`` of a file whose bytes are ``data``."""
-    block = verify.block_size_for(len(data))
-    view = memoryview(data)
-    return {
-        "path": rel,
-        "size": len(data),
-        "xxh3": xxhash.xxh3_64_hexdigest(view),
-        "block_size": block,
-        "blocks": "".join(
-            xxhash.xxh3_64_hexdigest(view[i : i + block]) for i in range(0, len(data), block)
-        ),
-    }

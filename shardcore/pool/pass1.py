@@ -12,10 +12,11 @@ import numpy as np
 
 from shardcore import atomic, filters, props, units, verify
 from shardcore import manifest as mf
+from shardcore.direct import write_all
 from shardcore.errors import ManifestError
 from shardcore.formats import IndexedReader
 from shardcore.pool.inputs import InputTable
-from shardcore.pool.io import write_all, write_run
+from shardcore.pool.io import write_run
 from shardcore.pool.layout import (
     BUCKET_COL,
     INPUT_COL,

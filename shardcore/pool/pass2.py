@@ -12,13 +12,18 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from shardcore import atomic, pack, units
+from shardcore.direct import (
+    HashingWriter,
+    aligned_empty,
+    bytes_entry,
+    direct_opener,
+    window_items,
+)
 from shardcore.errors import ManifestError
 from shardcore.formats import bin_path, encode_idx, idx_path
-from shardcore.pool.direct import HashingWriter, aligned_empty, direct_opener, window_items
 from shardcore.pool.inputs import InputTable
 from shardcore.pool.io import (
     FileDocuments,
-    bytes_entry,
     copy_ranges,
     file_entry,
     read_spans,

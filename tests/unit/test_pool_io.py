@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from shardcore import direct as pool_direct
 from shardcore.errors import ManifestError
-from shardcore.pool import direct as pool_direct
 from shardcore.pool import io as pool_io
 
 

@@ -1,12 +1,15 @@
-"""Writing a pool shard's tokens: direct I/O from page-aligned windows of whole blocks, and
-the file's manifest entry computed from the bytes as they are written."""
+"""Writing a shard's tokens: direct I/O from page-aligned windows of whole blocks, the
+file's manifest entry computed from the bytes as they are written, and early writeback
+of buffered writes. Used by the pool's pass 2 and the tokenize stage's assemble units."""
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import fcntl
 import mmap
 import os
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import IO, Any
 
@@ -14,7 +17,6 @@ import numpy as np
 import xxhash
 
 from shardcore import verify
-from shardcore.pool.io import start_writeback, write_all
 
 # Direct I/O (O_DIRECT) moves a shard's tokens from the window to the disk without
 # copying them into the page cache: measured on 2 GB of output, the copy and its writeback
@@ -23,6 +25,35 @@ from shardcore.pool.io import start_writeback, write_all
 # usual 512- and 4096-byte logical blocks.
 DIRECT_ALIGN = 4096
 _O_DIRECT = getattr(os, "O_DIRECT", 0)  # Linux only; elsewhere files are written buffered
+
+
+_SYNC_FILE_RANGE_WRITE = 2
+
+
+def write_all(f: IO[bytes], arr: np.ndarray | memoryview) -> None:
+    view = arr.data.cast("B") if isinstance(arr, np.ndarray) else arr
+    while view.nbytes:
+        view = view[f.write(view) :]
+
+
+def _load_sync_file_range() -> Callable[..., int] | None:
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).sync_file_range
+    except (OSError, AttributeError):  # not Linux / not glibc: no early writeback
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    return fn
+
+
+_sync_file_range = _load_sync_file_range()
+
+
+def start_writeback(fd: int, offset: int, nbytes: int) -> None:
+    """Ask the kernel to start writing a just-written range to disk now, without waiting:
+    the disk works while the next window is gathered, so the final fdatasync has little
+    left to wait for. A hint only; durability comes from the fdatasync."""
+    if _sync_file_range is not None:
+        _sync_file_range(fd, offset, nbytes, _SYNC_FILE_RANGE_WRITE)
 
 
 def direct_opener(path: str, flags: int) -> int:
@@ -49,6 +80,33 @@ def window_items(items: int, itemsize: int) -> int:
     this many items keep every write of a file at an aligned offset."""
     per_block = DIRECT_ALIGN // itemsize
     return max(1, items // per_block) * per_block
+
+
+def write_file(path: str | os.PathLike, buf: np.ndarray, count: int) -> None:
+    """Write the first ``count`` items of ``buf`` (an ``aligned_empty`` array) as the whole
+    file ``path``: with direct I/O up to the last block's end, then cut back to the exact
+    size; buffered where the file system refuses direct I/O. Scratch files (a unit's parts,
+    read once by a later phase) skip the page cache this way; they are not synced."""
+    nbytes = count * buf.dtype.itemsize
+    data = buf.data.cast("B")
+    padded = data[: -(-nbytes // DIRECT_ALIGN) * DIRECT_ALIGN]
+    with open(path, "wb", buffering=0, opener=direct_opener) as f:
+        direct = bool(_O_DIRECT and fcntl.fcntl(f.fileno(), fcntl.F_GETFL) & _O_DIRECT)
+        if direct:
+            try:
+                write_all(f, padded)
+            except OSError as exc:
+                if exc.errno != errno.EINVAL:
+                    raise
+                fd = f.fileno()
+                fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~_O_DIRECT)
+                f.seek(0)
+                direct = False
+        if direct:
+            os.ftruncate(f.fileno(), nbytes)
+        else:
+            f.truncate(0)
+            write_all(f, data[:nbytes])
 
 
 class HashingWriter:
@@ -132,3 +190,18 @@ class HashingWriter:
             "block_size": self.block,
             "blocks": "".join(blocks),
         }
+
+
+def bytes_entry(data: bytes, rel: str) -> dict[str, Any]:
+    """``file_entry`` of a file whose bytes are ``data``."""
+    block = verify.block_size_for(len(data))
+    view = memoryview(data)
+    return {
+        "path": rel,
+        "size": len(data),
+        "xxh3": xxhash.xxh3_64_hexdigest(view),
+        "block_size": block,
+        "blocks": "".join(
+            xxhash.xxh3_64_hexdigest(view[i : i + block]) for i in range(0, len(data), block)
+        ),
+    }
