@@ -6,13 +6,18 @@ written it whole."""
 
 from __future__ import annotations
 
+import io
 import os
 import struct
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 
 import numpy as np
+
+from shardcore.errors import CorruptDataError
+from shardcore.storage.ranged import _header as npy_header
 
 # The whole header, magic to newline: a multiple of 64 as numpy writes it, and room for a
 # structured dtype's description and a shape of any count.
@@ -87,3 +92,78 @@ def read_blocks(path: str | os.PathLike, rows: int) -> Iterator[np.ndarray]:
             hi = min(shape[0], lo + rows)
             raw = os.pread(f.fileno(), (hi - lo) * row_bytes, offset + lo * row_bytes)
             yield np.frombuffer(raw, dtype=dtype).reshape(hi - lo, *shape[1:])
+
+
+class RemoteRows:
+    """The rows of an ``.npy`` file on object storage, read by ranges: ``rows[ix]`` (an
+    array of row numbers) fetches only the runs of rows asked for, rows nearer than
+    ``GAP`` bytes to each other in one request, the requests ``THREADS`` at a time. A
+    bucket unit of a MinHash annotation reads the signatures of its candidates this way:
+    downloading every signature file whole would move 4 * num_perm bytes per document of
+    the whole corpus to every bucket unit. The object's size is checked against its header
+    once, so a truncated object is an error, not short rows."""
+
+    GAP = 64 << 10
+    THREADS = 16
+
+    def __init__(self, store: Any, key: str) -> None:
+        self.store, self.key = store, key
+        self._shape: tuple[int, ...] | None = None  # read with the header, on first use
+
+    def _open(self) -> None:
+        f = io.BytesIO(self.store.read_range(self.key, 0, HEADER_BYTES * 16))
+        shape, fortran, dtype = npy_header(f)
+        where = self.store.location(self.key)
+        if fortran or not shape:
+            raise CorruptDataError(f"{where}: not a C-ordered array of rows")
+        self._dtype, self.offset = np.dtype(dtype), f.tell()
+        self.row = self._dtype.itemsize * int(np.prod(shape[1:], dtype=np.int64))
+        size = self.store.size(self.key)
+        if size != self.offset + int(shape[0]) * self.row:
+            said = self.offset + int(shape[0]) * self.row
+            raise CorruptDataError(f"{where}: {size} bytes, its header says {said}")
+        self._shape = tuple(int(x) for x in shape)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        if self._shape is None:
+            self._open()
+        return cast("tuple[int, ...]", self._shape)
+
+    @property
+    def dtype(self) -> np.dtype:
+        self.shape  # noqa: B018 - reads the header
+        return self._dtype
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, ix: Any) -> np.ndarray:
+        shape, dtype = self.shape, self.dtype
+        ix = np.asarray(ix, dtype=np.int64)
+        if ix.size and (ix.min() < 0 or ix.max() >= shape[0]):
+            raise IndexError(f"{self.key}: rows outside [0, {shape[0]})")
+        want, back = np.unique(ix, return_inverse=True)
+        out = np.empty((len(want), *shape[1:]), dtype=dtype)
+        if not len(want):
+            return out[back]
+        cuts = np.flatnonzero(np.diff(want) > max(1, self.GAP // max(self.row, 1))) + 1
+        firsts, lasts = np.r_[0, cuts], np.r_[cuts, len(want)]
+        runs = list(zip(want[firsts].tolist(), (want[lasts - 1] + 1).tolist(), strict=True))
+
+        def fetch(run: tuple[int, int]) -> bytes:
+            lo, hi = run
+            start = self.offset + lo * self.row
+            data = self.store.read_range(self.key, start, start + (hi - lo) * self.row)
+            if len(data) != (hi - lo) * self.row:
+                raise CorruptDataError(
+                    f"{self.store.location(self.key)}: short read of rows {lo}-{hi}"
+                )
+            return data
+
+        with ThreadPoolExecutor(max_workers=min(self.THREADS, len(runs))) as pool:
+            blocks = pool.map(fetch, runs)
+            for (lo, hi), a, b, data in zip(runs, firsts, lasts, blocks, strict=True):
+                block = np.frombuffer(data, dtype=dtype).reshape(hi - lo, *shape[1:])
+                out[a:b] = block[want[a:b] - lo]
+        return out[back]

@@ -39,6 +39,7 @@ is rewritten to its copy; ``finalize`` sees the URLs, which is what manifests re
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import importlib
 import json
@@ -444,6 +445,16 @@ def run_unit(
         return _run_unit(plan, unit_id, may_publish, unit)
 
 
+_REMOTE_OUT: contextvars.ContextVar[str | None] = contextvars.ContextVar("remote_out", default=None)
+
+
+def remote_output() -> str | None:
+    """The object-storage URL of the output whose unit runs in this thread (its runner
+    sees the local work directory as ``plan.out``), None for a local output: for a unit
+    that reads some files of the output by ranges rather than fetching them whole."""
+    return _REMOTE_OUT.get()
+
+
 def _run_unit(
     plan: Plan,
     unit_id: str,
@@ -476,7 +487,11 @@ def _run_unit(
         remote = _pull(store, work)
     before = _snapshot(work)
     local = dataclasses.replace(with_local_inputs(plan), out=str(work))
-    stats = runner(local, unit if unit is not None else local.unit(unit_id))
+    running = _REMOTE_OUT.set(plan.out)
+    try:
+        stats = runner(local, unit if unit is not None else local.unit(unit_id))
+    finally:
+        _REMOTE_OUT.reset(running)
     check()
     _push(store, work, before, remote)
     # The push may have waited out a cut-off past the lease: asked again before the commit

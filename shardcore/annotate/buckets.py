@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from shardcore import atomic
+from shardcore import atomic, storage, units
 from shardcore.annotate.dedup import NearDuplicates, band_keys
-from shardcore.npy_rows import RowsFile
+from shardcore.npy_rows import RemoteRows, RowsFile
 
 ROW = np.dtype([("key", "<u8"), ("band", "<u8"), ("doc", "<u8")])  # 24 bytes
 # Children per copy in the tree that joins a run of exact copies (its depth: log_64 of the
@@ -165,3 +165,16 @@ def _gather(arrays: list[np.ndarray], starts: np.ndarray, ix: np.ndarray) -> np.
         sel = unit == k
         out[sel] = arrays[k][ix[sel] - starts[k]]
     return out
+
+
+def row_files(out: Path, rels: list[str], *, ranged: bool) -> list[Any]:
+    """The signature units' ``.npy`` files ``rels`` (signatures, exact hashes) as a bucket
+    unit reads them: memory-mapped in the output (or the unit's work directory), or, for a
+    plan whose bucket units read them by ranges (``ranged``) running on object storage,
+    the rows of its candidates fetched by ranges (``npy_rows.RemoteRows``): the unit does
+    not download the whole corpus's signatures."""
+    remote = units.remote_output() if ranged else None
+    if remote is None:
+        return [np.load(out / rel, mmap_mode="r") for rel in rels]
+    store = storage.open_store(remote)
+    return [RemoteRows(store, rel) for rel in rels]

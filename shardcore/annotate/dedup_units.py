@@ -47,6 +47,9 @@ def meta(n: int, params: dict[str, Any]) -> dict[str, Any]:
         "partitions": neardup.partitions_for(n, params),
         "rounds": ROUNDS,
         "declared_reads": True,
+        # A bucket unit on object storage reads its candidates' signatures and exact hashes
+        # by ranges (``buckets.row_files``); a plan without it fetches the files whole.
+        "ranged_signatures": True,
     }
 
 
@@ -106,8 +109,9 @@ def _run_bucket(plan: units.Plan, q: int) -> dict[str, Any]:
         [np.load(out / WORK / "keys" / f"shard-{j:05d}" / f"p{q}.npy") for j in shards]
         or [np.empty(0, buckets.ROW)]
     )
-    sigs = [np.load(out / _work_file(j) / "sig.npy", mmap_mode="r") for j in shards]
-    exacts = [np.load(out / _work_file(j) / "exact.npy", mmap_mode="r") for j in shards]
+    ranged = bool(plan.meta.get("ranged_signatures"))
+    sigs = buckets.row_files(out, [f"{_work_file(j)}/sig.npy" for j in shards], ranged=ranged)
+    exacts = buckets.row_files(out, [f"{_work_file(j)}/exact.npy" for j in shards], ranged=ranged)
     params = _annotator(plan).params
     a, b = buckets.verified_edges(rows, sigs, _starts(plan), params, exacts)
     neardup.file_edges(_components(plan), q, a, b)
@@ -134,16 +138,19 @@ def _run_write(plan: units.Plan, shard: int) -> dict[str, Any]:
 
 def reads(plan: units.Plan, unit: dict[str, Any]) -> list[str] | None:
     """The files of the output a unit after the signatures reads: a bucket unit every
-    shard's rows of its partition, signatures and exact hashes, the clusters' units what
+    shard's rows of its partition (and, in a plan made before it read them by ranges, the
+    signatures and exact hashes), the clusters' units what
     ``neardup.range_reads`` says, a write unit the clusters of its documents' ranges
     (``neardup.cluster_reads``) and its shard's exact hashes."""
     kind = unit["id"].split("-", 1)[0]
     shards = range(len(_starts(plan)) - 1)
     if kind == "bucket":
         q = int(unit["partition"])
-        return [
-            *(f"{WORK}/keys/shard-{j:05d}/p{q}.npy" for j in shards),
-            *(f"{_work_file(j)}/{name}" for j in shards for name in ("sig.npy", "exact.npy")),
+        keys = [f"{WORK}/keys/shard-{j:05d}/p{q}.npy" for j in shards]
+        if plan.meta.get("ranged_signatures"):  # its candidates' rows read by ranges
+            return keys
+        return keys + [
+            f"{_work_file(j)}/{name}" for j in shards for name in ("sig.npy", "exact.npy")
         ]
     if kind == "write":
         shard = int(unit["shard"])

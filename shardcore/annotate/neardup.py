@@ -45,8 +45,9 @@ every edge or every document; the write units read only their ranges. How this g
 bench/annotate/README.md.
 
 On object storage each unit fetches the files it reads and lists nothing (``_reads``: a
-signature unit none, a bucket unit every signature unit's rows of its partition,
-signatures and exact hashes, the clusters' units ``range_reads``, a write unit its ranges'
+signature unit none, a bucket unit every signature unit's rows of its partition, and the
+signatures and exact hashes of its candidates only, by ranges (``buckets.row_files``: not
+the whole corpus's signatures to every bucket unit), the clusters' units ``range_reads``, a write unit its ranges'
 clusters and its exact hashes); a write unit records its file's manifest entry, so that
 finalize reads no shard, and ``_work`` is scratch that finalize deletes from the bucket.
 
@@ -72,7 +73,7 @@ import pyarrow as pa
 from shardcore import atomic, units
 from shardcore.annotate.artifact import _path, _table, _write_parquet, commit, file_entry
 from shardcore.annotate.artifact import plan as annotation_plan
-from shardcore.annotate.buckets import ROW, PartitionKeys, verified_edges
+from shardcore.annotate.buckets import ROW, PartitionKeys, row_files, verified_edges
 from shardcore.annotate.components import ROUNDS, Components, file_split
 from shardcore.annotate.dedup import NearDuplicates, _components
 from shardcore.annotate.texts import shard_text_batches
@@ -182,6 +183,9 @@ def plan_group(
             # Every round unit writes the files a later one reads (``Components.run_round``):
             # each unit's reads are known before it runs (a plan without it lists them).
             "declared_reads": True,
+            # A bucket unit on object storage reads its candidates' signatures and exact
+            # hashes by ranges (``buckets.row_files``); a plan without it fetches them whole.
+            "ranged_signatures": True,
             "fingerprint": fingerprint(KIND, parents=group, params=dict(sorted(p.items()))),
             "artifacts": [s["path"] for s in srcs],
         },
@@ -383,11 +387,10 @@ def _run_bucket(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
     rows = np.concatenate(
         [np.load(out / WORK / "keys" / name / f"p{q}.npy") for name in names] or [np.empty(0, ROW)]
     )
-    sigs = [np.load(out / WORK / "sig" / f"{name}.npy", mmap_mode="r") for name in names]
+    ranged = bool(plan.meta.get("ranged_signatures"))
+    sigs = row_files(out, [f"{WORK}/sig/{name}.npy" for name in names], ranged=ranged)
     if "rounds" in plan.meta:
-        exacts = [
-            np.load(out / WORK / "sig" / f"{name}.exact.npy", mmap_mode="r") for name in names
-        ]
+        exacts = row_files(out, [f"{WORK}/sig/{name}.exact.npy" for name in names], ranged=ranged)
         a, b = verified_edges(rows, sigs, starts, ann.params, exacts)
         file_edges(_components_of(plan), q, a, b)
         return {"candidates": int(len(rows)), "edges": int(len(a))}
@@ -546,7 +549,8 @@ def dedup_group(
 def _reads(plan: units.Plan, unit: dict[str, Any]) -> list[str] | None:
     """The files of the output a unit reads (on object storage it fetches exactly these and
     lists nothing): a signature unit none (it reads its tokenized shard), a bucket unit
-    every signature unit's rows of its partition, signatures and exact hashes, the
+    every signature unit's rows of its partition (its candidates' signatures and exact
+    hashes it reads by ranges; a plan made before that fetches them whole), the
     clusters' units what ``range_reads`` says, a write unit the clusters of its
     documents' ranges (``cluster_reads``) and its shard's exact hashes."""
     kind = unit["id"].split("-", 1)[0]
@@ -555,12 +559,11 @@ def _reads(plan: units.Plan, unit: dict[str, Any]) -> list[str] | None:
         return []
     if kind == "bucket":
         q = unit["partition"]
+        keys = [f"{WORK}/keys/{name}/p{q}.npy" for name in names]
+        if plan.meta.get("ranged_signatures"):  # its candidates' rows read by ranges
+            return keys
         exact = [f"{WORK}/sig/{name}.exact.npy" for name in names if "rounds" in plan.meta]
-        return [
-            *(f"{WORK}/keys/{name}/p{q}.npy" for name in names),
-            *(f"{WORK}/sig/{name}.npy" for name in names),
-            *exact,
-        ]
+        return [*keys, *(f"{WORK}/sig/{name}.npy" for name in names), *exact]
     if kind == "clusters":
         return [f"{WORK}/pairs/p{q}.npy" for q in range(plan.meta["partitions"])]
     if kind == "write":

@@ -98,3 +98,32 @@ def test_signature_rows_read_with_pread_are_the_maps_rows(tmp_path):
     view = mapped[1000:2000]
     assert np.array_equal(_take_rows(view, np.array([0, 999, 5])), whole[[1000, 1999, 1005]])
     assert _take_rows(mapped, np.zeros(0, dtype=np.int64)).shape == (0, 128)
+
+
+def test_rows_read_by_ranges_from_a_store_are_the_files_rows(tmp_path, monkeypatch):
+    """``RemoteRows`` (a bucket unit's signatures on object storage) gives the rows asked
+    for, in the order asked, repeats included, with the runs and gaps of any spacing; a
+    truncated object is an error naming it, not short rows."""
+    from shardcore import storage
+    from shardcore.errors import CorruptDataError
+    from shardcore.npy_rows import RemoteRows
+
+    rng = np.random.default_rng(3)
+    sig = rng.integers(0, 2**32, size=(1000, 16), dtype=np.uint32)
+    with RowsFile(tmp_path / "sig.npy", np.uint32, (16,)) as f:
+        f.append(sig)
+    exact = rng.integers(0, 2**63, size=1000, dtype=np.uint64)
+    np.save(tmp_path / "exact.npy", exact)
+    store = storage.open_store(str(tmp_path))
+    for gap in (0, 64, 1 << 16):
+        monkeypatch.setattr(RemoteRows, "GAP", gap)
+        for ix in (rng.integers(0, 1000, 300), np.array([999, 0, 0, 5, 6, 7]), np.zeros(0, int)):
+            assert np.array_equal(RemoteRows(store, "sig.npy")[ix], sig[ix])
+            assert np.array_equal(RemoteRows(store, "exact.npy")[ix], exact[ix])
+    assert RemoteRows(store, "sig.npy").shape == (1000, 16)
+    with pytest.raises(IndexError):
+        RemoteRows(store, "sig.npy")[np.array([1000])]
+    data = (tmp_path / "sig.npy").read_bytes()
+    (tmp_path / "cut.npy").write_bytes(data[:-64])
+    with pytest.raises(CorruptDataError, match="cut.npy"):
+        RemoteRows(store, "cut.npy")[np.array([1])]

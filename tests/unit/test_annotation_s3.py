@@ -288,6 +288,57 @@ def test_minhash_units_on_s3_fetch_exactly_what_they_declare_and_list_nothing(
     assert not any(k.startswith("work/") for k in hosts.store.list())
 
 
+@pytest.mark.parametrize("ranged", [True, False])
+def test_minhash_bucket_units_on_s3_read_only_their_candidates_signatures(
+    tmp_path,
+    s3,  # noqa: F811
+    monkeypatch,
+    ranged,
+):
+    """A bucket unit on object storage reads the signatures and exact hashes of its
+    candidates by ranges (here every run of rows on its own: GAP 0), never a signature
+    file whole: fewer bytes than the files hold. A plan made before (without
+    ``ranged_signatures``) fetches them whole, as it declares. Both write the local
+    build's bytes."""
+    from shardcore.annotate import neardup
+    from shardcore.npy_rows import RemoteRows
+
+    fs, bucket = s3
+    tok = _tokenized(tmp_path, f"s3://{bucket}/tok-mh-ranged", _with_copies())
+    monkeypatch.setattr(neardup, "partitions_for", lambda n, params: 2)
+    monkeypatch.setattr(RemoteRows, "GAP", 0)
+    ml = annotate(tok, tmp_path / "local", "minhash")
+    plan = plan_annotation(tok, f"s3://{bucket}/ann/mh-ranged-{ranged}", annotator="minhash")
+    if not ranged:
+        del plan.meta["ranged_signatures"]
+    hosts = _Hosts(plan, tmp_path, monkeypatch)
+    read: list[tuple[str, int, int]] = []
+    real_range = storage.S3Store.read_range
+
+    def read_range(store, key, start, stop):
+        read.append((key, start, stop))
+        return real_range(store, key, start, stop)
+
+    monkeypatch.setattr(storage.S3Store, "read_range", read_range)
+    signature = ("sig.npy", "exact.npy")
+    rows_read = 0
+    for unit in (u for phase in plan.phases for u in phase):
+        read.clear()
+        fetched, declared, listed, undeclared = hosts.run(unit)
+        assert sorted(fetched) == sorted(declared) and not listed and not undeclared, unit["id"]
+        if unit["id"].startswith("bucket"):
+            whole = [k for k in fetched if k.endswith(signature)]
+            by_range = [(k, a, b) for k, a, b in read if k.endswith(signature)]
+            assert (not whole and by_range) if ranged else (whole and not by_range)
+            rows_read += sum(b - a for _, a, b in by_range if a > 0)  # not the headers
+    files = sum(n for k, n in hosts.store.sizes().items() if k.endswith(signature))
+    assert 0 < rows_read < files if ranged else rows_read == 0
+    m = hosts.finalize()
+    assert m["fingerprint"] == ml["fingerprint"] and m["files"] == ml["files"]
+    for f in ml["files"]:
+        assert hosts.store.read_bytes(f["path"]) == (tmp_path / "local" / f["path"]).read_bytes()
+
+
 def _an_undeclared_read_is_caught(hosts: _Hosts, unit_id: str) -> None:
     """Rerun a finished unit (its marker removed) declaring one file fewer than it reads:
     the run shows the read, whether the unit fails or writes something else without it
