@@ -307,7 +307,9 @@ def _check_text(
             _excerpt(raw),
         )
     try:
-        nbytes = len(text.encode("utf-8"))
+        # An ASCII string (a flag CPython keeps: no scan) is its own UTF-8 and holds no
+        # surrogate; any other is encoded to count its bytes and find lone surrogates.
+        nbytes = len(text) if text.isascii() else len(text.encode("utf-8"))
     except UnicodeEncodeError as exc:  # lone surrogates, e.g. from a "\ud800" escape
         return BadInput(
             INVALID_UTF8,

@@ -217,6 +217,23 @@ def test_it_yields_documents_with_their_fields_offsets_and_lines(tmp_path, recs)
     assert docs[2].nbytes == len(recs[2]["text"].encode())
 
 
+def test_a_documents_byte_count_is_its_utf8_length_ascii_or_not(tmp_path):
+    """n_bytes is the text's UTF-8 length: an ASCII text's characters, and for any other
+    its encoded bytes (a CJK character is 3, an emoji 4), escapes decoded first."""
+    texts = [
+        "plain ASCII text",
+        "naïve café",
+        "漢字かな交じり文",
+        "emoji 🙂 here",
+        "tab\tand\u00e9",
+    ]
+    src = tmp_path / "u.jsonl"
+    src.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8")
+    docs = list(read_segment(str(src)))
+    assert [d.nbytes for d in docs] == [len(t.encode("utf-8")) for t in texts]
+    assert docs[0].nbytes == len(texts[0]) and docs[2].nbytes == 3 * len(texts[2])
+
+
 def test_it_reads_properties_exactly_as_json_does(tmp_path, recs):
     """The fast JSON parser never changes a value: integers past 64 bits stay exact,
     NaN/Infinity and floats are read as json reads them."""
