@@ -217,3 +217,6 @@ deliveries_drain  # (webapp/ops/webhooks.py)
 # which the tests hold the batch code (shardcore/annotate/dedup.py ``signatures``).
 exact_hash  # (shardcore/annotate/dedup.py)
 shingles  # (shardcore/annotate/dedup.py)
+# A planning's preparatory steps, named by dotted path in the planning plan
+# (shardcore/planning.py ``Prepared.steps``).
+STEPS  # (shardcore/pool/select.py)

@@ -26,7 +26,7 @@ import pyarrow as pa
 from shardcore import props, storage
 from shardcore.annotate.artifact import DOC_ID
 from shardcore.errors import InputError, ManifestError
-from shardcore.manifest import check_kind, file_checksum, read_manifest
+from shardcore.manifest import check_kind, file_checksum, files_by_path, read_manifest
 from shardcore.storage import artifact_cache
 
 KIND = "annotation"
@@ -54,6 +54,31 @@ def struct_type(path: str, manifest: dict[str, Any]) -> pa.DataType:
     return pa.struct([pa.field(f["name"], pa.type_for_alias(f["type"])) for f in fields])
 
 
+def by_tokenized(annotations: Sequence[str]) -> dict[str, list[tuple[str, dict[str, Any]]]]:
+    """The annotations (path, manifest), by the fingerprint of the tokenized source each
+    annotates, in the order given."""
+    by_fp: dict[str, list[tuple[str, dict]]] = {}
+    for path in annotations:
+        path = storage.resolve(path)
+        m = load(path)
+        by_fp.setdefault(m["tokenized"]["fingerprint"], []).append((path, m))
+    return by_fp
+
+
+def shard_file(path: str, manifest: dict[str, Any], shard: int, files: Any) -> dict[str, Any]:
+    """What a pool joins of shard ``shard`` of the annotation at ``path`` (``files``: its
+    manifest's ``files_by_path``)."""
+    s = manifest["shards"][shard]
+    rel = f"{s['prefix']}.parquet"
+    return {
+        "name": manifest["annotator"]["name"],
+        "path": storage.join(path, rel),
+        "size": int(files[rel]["size"]),
+        "xxh3": files[rel]["xxh3"],
+        "documents": int(s["documents"]),
+    }
+
+
 def shard_specs(
     annotations: Sequence[str], tokenized: Sequence[tuple[str, dict[str, Any]]]
 ) -> tuple[list[list[list[dict[str, Any]]]], pa.DataType, list[str]]:
@@ -61,12 +86,7 @@ def shard_specs(
     joins: per input, per shard, the files to join (``[{"name", "path", "size", "xxh3"}]``);
     the struct type they add to ``props``; and the annotations' fingerprints (sorted). An
     annotation of no input, or two of one annotator on one input, is refused."""
-    by_fp: dict[str, list[tuple[str, dict]]] = {}
-    for path in annotations:
-        path = storage.resolve(path)
-        m = load(path)
-        fp = m["tokenized"]["fingerprint"]
-        by_fp.setdefault(fp, []).append((path, m))
+    by_fp = by_tokenized(annotations)
     inputs = {d["fingerprint"] for _, d in tokenized}
     for fp, found in by_fp.items():
         if fp not in inputs:
@@ -87,22 +107,13 @@ def shard_specs(
             names.add(name)
             t = struct_type(apath, m)
             fields[name] = props.unify(fields[name], t) if name in fields else t
-            files = {f["path"]: f for f in m["files"]}
+            files = files_by_path(m)
             if len(m["shards"]) != len(data["shards"]):
                 raise ManifestError(
                     f"{apath}: {len(m['shards'])} shards for the {len(data['shards'])} of {tpath}"
                 )
-            for j, s in enumerate(m["shards"]):
-                rel = f"{s['prefix']}.parquet"
-                shards[j].append(
-                    {
-                        "name": name,
-                        "path": storage.join(apath, rel),
-                        "size": int(files[rel]["size"]),
-                        "xxh3": files[rel]["xxh3"],
-                        "documents": int(s["documents"]),
-                    }
-                )
+            for j in range(len(m["shards"])):
+                shards[j].append(shard_file(apath, m, j, files))
         per_input.append(shards)
     fps = sorted(m["fingerprint"] for found in by_fp.values() for _, m in found)
     t = pa.struct([pa.field(n, fields[n]) for n in sorted(fields)]) if fields else pa.null()

@@ -3,17 +3,14 @@ validation documents, size the buckets; and ``build_pool``, which plans and runs
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from shardcore import filters, limits, props, storage, units
+from shardcore import limits, props, storage, units
 from shardcore import manifest as mf
-from shardcore.annotate import join as annotation_join
-from shardcore.errors import EmptySelectionError, InputError, ManifestError
+from shardcore.errors import EmptySelectionError, InputError
 from shardcore.pool import inputs as input_table
 from shardcore.pool.inputs import TABLE_REL
 from shardcore.pool.io import on_network_fs, release_memory
@@ -22,23 +19,14 @@ from shardcore.pool.layout import (
     SPLITS,
     STAGE,
     STAGINGS,
-    column,
     merge_shape,
     merge_units,
     needs_merge,
     shuffle_module,
-    val_mask,
     val_seed,
 )
-from shardcore.storage import artifact_cache
-
-
-def _load_tokenized(path: str) -> dict[str, Any]:
-    data = mf.read_manifest(path, kind="tokenized")
-    for key in ("fingerprint", "tokenizer", "dtype", "shards"):
-        if key not in data:
-            raise ManifestError(f"{path}: tokenized manifest has no {key!r}")
-    return data
+from shardcore.pool.select import Selection, read_selection, select_all
+from shardcore.pool.select import load_tokenized as _load_tokenized
 
 
 def plan_pool(
@@ -57,6 +45,7 @@ def plan_pool(
     staging: str = "auto",
     allow_empty: bool = False,
     annotations: list[str] | None = None,
+    selection: str | None = None,
 ) -> units.Plan:
     """The plan of a pool build: phase 1 one unit per input shard, then the merge's levels
     (the last one unit per bucket group), then one unit per bucket (training buckets, then validation buckets). Reads the sidecars once to count
@@ -73,7 +62,11 @@ def plan_pool(
     ``annotations`` (annotation directories of the inputs) are joined: the filter, the
     pool's documents and everything that reads their properties see their columns as
     ``<annotator>.<column>`` (``shardcore.annotate.join``); their fingerprints enter the
-    pool's."""
+    pool's.
+
+    ``selection``: a directory where a planning job's units wrote what the filter selects
+    of each group of inputs (``shardcore.pool.select``), read instead of the sidecars: the
+    same plan, made without reading a document."""
 
     module = shuffle_module(shuffle)
     if staging not in STAGINGS + ("auto",):
@@ -92,9 +85,12 @@ def plan_pool(
         shuffle_options=shuffle_options,
     )
     loaded, tokenizer, dtype = _load_sources(tokenized)
-    selected = _select(
-        loaded, filter, annotations or [], val_fraction=params["val_fraction"], bos=bos
-    )
+    if selection is None:
+        selected = select_all(
+            loaded, filter, annotations or [], val_fraction=params["val_fraction"], bos=bos
+        )
+    else:
+        selected = read_selection(selection, loaded, annotations or [])
     if bos and tokenizer.get("bos_id") is None:
         raise InputError(f"bos=True but tokenizer {tokenizer.get('spec')!r} has no BOS token")
     if selected.joined_fps:  # (absent otherwise: a pool without annotations keeps its fingerprint)
@@ -140,7 +136,7 @@ def _refuse_empty(loaded: list[tuple[str, dict[str, Any]]], filter: str | None) 
 def _assemble(
     out: str,
     params: dict[str, Any],
-    selected: _Selection,
+    selected: Selection,
     meta: dict[str, Any],
     *,
     staging: str,
@@ -232,76 +228,8 @@ def _load_sources(tokenized: list[str]) -> tuple[list[tuple[str, dict[str, Any]]
     return loaded, tokenizer, dtype
 
 
-@dataclass
-class _Selection:
-    """What the filter selects of every input shard (``_select``)."""
-
-    sources: list[dict[str, Any]]  # per source: path, fingerprint, content digest
-    inputs: list[dict[str, Any]]  # per input shard: the documents and tokens of each split
-    meta_bytes: int  # the selected documents' metadata, for sizing the merge's groups
-    props_type: Any  # the one type of the properties over every input
-    joined_fps: Any  # the joined annotations' fingerprints (empty: none)
-
-
-def _select(
-    loaded: list[tuple[str, dict[str, Any]]],
-    filter: str | None,
-    annotations: list[str],
-    *,
-    val_fraction: float,
-    bos: bool,
-) -> _Selection:
-    """Read each input shard's sidecar once: the documents the filter selects, split into
-    training and validation documents, counted with their tokens."""
-    sources: list[dict[str, Any]] = []
-    inputs: list[dict[str, Any]] = []
-    meta_bytes = 0
-    # Inputs on object storage are planned (and later read by the units) from checked
-    # local copies; the plan names them by URL (meta["artifacts"], see shardcore.units).
-    local = {path: artifact_cache.local_artifact(path) for path, _ in loaded}
-    # One type for each property over every input, so that a filter reads a property
-    # absent from one source as NULL there and every pass writes the same schema.
-    props_type = filters.sidecars_props_type(
-        [
-            f"{os.path.join(local[p], sh['prefix'])}.docs.parquet"
-            for p, d in loaded
-            for sh in d["shards"]
-        ]
-    )
-    joins, joined_type, joined_fps = annotation_join.shard_specs(annotations, loaded)
-    annotation_join.check_names(props_type, joined_type)
-    if joined_fps:
-        props_type = props.unify(props_type, joined_type)
-    for s, (path, data) in enumerate(loaded):
-        # "content": what the input's bytes are (its checksums), for the fingerprint and for
-        # pass 1 to check that the manifest it verifies against is the one planned with.
-        sources.append(
-            {"path": path, "fingerprint": data["fingerprint"], "content": mf.content_digest(data)}
-        )
-        for j, shard in enumerate(data["shards"]):
-            prefix = storage.join(path, shard["prefix"])
-            sidecar = f"{prefix}.docs.parquet"
-            local_sidecar = f"{os.path.join(local[path], shard['prefix'])}.docs.parquet"
-            joined = [{**a, "path": _local_path(a["path"], annotations)} for a in joins[s][j]]
-            rows, table = filters.select_shard(local_sidecar, filter, props_type, joined)
-            meta_bytes += int(table.nbytes)
-            is_val = val_mask(data["fingerprint"], column(table, "doc_id", sidecar), val_fraction)
-            n_tokens = column(table, "n_tokens", sidecar).astype(np.int64) + int(bos)
-            inputs.append(
-                {
-                    "source": s,
-                    "shard": j,
-                    "rel": shard["prefix"],
-                    "docs": [int((~is_val).sum()), int(is_val.sum())],
-                    "tokens": [int(n_tokens[~is_val].sum()), int(n_tokens[is_val].sum())],
-                    **({"annotations": joins[s][j]} if joins[s][j] else {}),
-                }
-            )
-    return _Selection(sources, inputs, meta_bytes, props_type, joined_fps)
-
-
 def _plan_splits(
-    selected: _Selection, *, module: Any, params: dict[str, Any], itemsize: int
+    selected: Selection, *, module: Any, params: dict[str, Any], itemsize: int
 ) -> dict[str, dict[str, Any]]:
     """Each split's documents, tokens, buckets (numbered on from the previous split's),
     seed and fingerprint."""
@@ -331,15 +259,6 @@ def _plan_splits(
         }
         first_bucket += n_buckets
     return splits
-
-
-def _local_path(path: str, annotations: list[str]) -> str:
-    """``path`` (a file of one of ``annotations``) in its checked local copy when remote."""
-    for a in annotations:
-        url = storage.resolve(a)
-        if storage.is_remote(url) and path.startswith(url.rstrip("/") + "/"):
-            return str(artifact_cache.local_artifact(url)) + path[len(url.rstrip("/")) :]
-    return path
 
 
 # Per document, the columns pass 1 adds to its sidecar row (source, source_shard,

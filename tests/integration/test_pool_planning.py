@@ -1,8 +1,9 @@
 """A pool over more documents than a request plans (``SHARDYARD_PLAN_INLINE_DOCUMENTS``) is
-planned by a worker: the launch records the pool and a planning job and returns; the
-planning job's worker reads the sidecars through the filter and saves the plan; its
-recorder starts the pool's own job. Real Celery workers, Redis and Postgres; the pool
-built this way is the pool a request-planned launch builds, byte for byte."""
+planned by workers: the launch records the pool and a planning job and returns; the
+planning job's units read the sidecars through the filter, a group of inputs each, and its
+last unit saves the plan; its recorder starts the pool's own job. Real Celery workers,
+Redis and Postgres; the pool built this way is the pool a request-planned launch builds,
+byte for byte."""
 
 from __future__ import annotations
 
@@ -58,6 +59,9 @@ def test_a_large_pool_is_planned_by_a_worker_and_builds_the_same_bytes(
     later = _build("later", ts)
     planning = later.job
     assert planning.kind == "planning" and planning.title == "plan pool later"
+    # Its units: the properties' type of the one group of inputs, their union, the group
+    # read through the filter (shardcore.pool.select), then the plan.
+    assert planning.num_phases == 4 and planning.units_total == 4
     assert later.status == ArtifactStatus.BUILDING
     # What the request knows is on the row at once (a double click answers this pool).
     assert later.params == {"shuffle": "exact", "seed": 3, "val_fraction": 0.1}

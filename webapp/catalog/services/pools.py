@@ -10,11 +10,12 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from shardcore import limits, planning, storage
+from shardcore import limits, storage
 from shardcore.errors import EmptySelectionError, InputError
 from shardcore.filters import filter_parse
 from shardcore.manifest import MANIFEST_NAME, read_manifest, total_bytes
 from shardcore.pool import plan_pool
+from shardcore.pool import select as pool_select
 from shardcore.units import Plan, load_plan
 from webapp.catalog.errors import CatalogError, boundary, refused
 from webapp.catalog.measures import pool_quality_measure
@@ -117,12 +118,9 @@ def pool_build(
         out = artifact_dir("pools", name)
         what = f"planning pool {name!r}"
         if not inline:
-            return planning.deferred(
-                planner="shardcore.pool.plan_pool",
-                kwargs={**arguments, "out": out},
-                out=out,
-                what=what,
-            )
+            # The sidecars are read by the planning job's units, a group of inputs each
+            # (``shardcore.pool.select``); its last unit plans from what they found.
+            return pool_select.deferred(kwargs={**arguments, "out": out}, out=out, what=what)
         # Reading every sidecar through the filter: in a child process with time and
         # memory limits (DuckDB's own memory limit applies inside it as well).
         with refused(f"cannot build pool {name!r}"):
