@@ -194,3 +194,33 @@ def test_on_s3_each_unit_fetches_what_it_declares_and_lists_nothing(
     assert made.to_json() == {**direct.to_json(), "out": out}
     table = storage.open_store(out).read_bytes("_pass1/inputs.table")
     assert table == direct.files["_pass1/inputs.table"]
+
+
+def test_the_command_line_plans_large_inputs_with_its_workers(world, tmp_path, monkeypatch, capsys):
+    """``shardyard pool --workers 2`` over more than SPLIT_DOCUMENTS documents plans through
+    the units, from scratch (a refused planning's files in the same output are not
+    reused), to the pool one process plans."""
+    from shardcore.cli import main
+    from shardcore.commands import pool as command
+
+    def pool(out: Path, filter: str) -> int:
+        kwargs = _kwargs(world, out)
+        return main(
+            ["pool", *world["tok"], "--out", str(out), "--seq-len", "64", "--memory", "1MiB"]
+            + ["--shard-size", "20000", "--seed", "7", "--val-fraction", "0.3", "--quiet"]
+            + ["--annotation", kwargs["annotations"][0], "--filter", filter, "--workers", "2"]
+        )
+
+    assert pool(tmp_path / "inline", FILTER) == 0
+    want = mf.read_manifest(tmp_path / "inline")
+    assert not (tmp_path / "inline" / planning.DIR).exists()
+    monkeypatch.setattr(command, "SPLIT_DOCUMENTS", 0)
+    out = tmp_path / "split"
+    capsys.readouterr()
+    assert pool(out, "n_tokens < 0") != 0
+    assert "selects none" in capsys.readouterr().err
+    assert (out / planning.DIR / select.DIR).is_dir()  # the refused planning's files
+    assert pool(out, FILTER) == 0
+    got = mf.read_manifest(out)
+    assert got["fingerprint"] == want["fingerprint"]
+    assert mf.content_digest(got) == mf.content_digest(want)
