@@ -54,6 +54,9 @@ KIND = "tokenized"
 _BATCH_BYTES = 1 << 20  # text per tokenizer call: amortizes call overhead, bounds memory
 _CHUNK_TOKENS = 2 << 20  # tokens per part chunk before it is flushed to disk
 _CHUNK_DOCS = 200_000
+# Mean tokens a document from which _place copies a slice per document (a loop step costs
+# about what a masked assignment of this many tokens does).
+_SLICE_TOKENS = 256
 _CHUNK_SLACK = 1 << 20  # room for one more batch (~1 MB of text) in a chunk's buffer
 
 
@@ -274,11 +277,23 @@ def _place(
     out: np.ndarray, flat: np.ndarray, lengths: np.ndarray, eos: int, bos: int | None
 ) -> np.ndarray:
     """Write the encoded documents (``flat``, cut by ``lengths``) back to back into
-    ``out``, each as [BOS] + tokens + EOS; returns their new lengths. Array operations
-    only: the cost does not depend on how many documents there are."""
+    ``out``, each as [BOS] + tokens + EOS; returns their new lengths. Long documents are
+    copied a slice each; short ones by one masked assignment (array operations only: the
+    cost does not depend on how many documents there are)."""
     extra = 1 + (bos is not None)
     out_lengths = lengths.astype(np.int64) + extra
     ends = np.cumsum(out_lengths)
+    if flat.size >= _SLICE_TOKENS * lengths.size:  # long documents: one slice copy each
+        head = int(bos is not None)
+        starts = (ends - out_lengths).tolist()
+        at = 0
+        for start, n in zip(starts, lengths.tolist(), strict=True):
+            out[start + head : start + head + n] = flat[at : at + n]
+            at += n
+        out[ends - 1] = eos
+        if bos is not None:
+            out[ends - out_lengths] = bos
+        return out_lengths
     keep = np.ones(out.size, dtype=bool)
     keep[ends - 1] = False
     out[ends - 1] = eos
