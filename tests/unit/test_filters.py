@@ -54,3 +54,27 @@ def test_it_refuses_more_than_one_statement(sidecar):
 def test_it_gives_an_expression_no_access_to_files(sidecar):
     with pytest.raises(InputError, match="is invalid"):
         filters.select_shard(sidecar, "(SELECT count(*) FROM read_csv('/etc/hostname')) > 0")
+
+
+def test_a_process_checks_an_expression_once_and_a_refused_one_every_time(sidecar, monkeypatch):
+    """The check's DuckDB connection (about 15 ms) is paid once per expression, not once per
+    input shard a pool's planning filters; a refusal is never kept as an acceptance."""
+    import duckdb
+
+    filters._check.cache_clear()
+    opened = []
+    real = duckdb.connect
+    monkeypatch.setattr(duckdb, "connect", lambda *a, **k: opened.append(1) or real(*a, **k))
+    for _ in range(3):
+        filters.filter_parse("kind = 'code' AND n_tokens > 500")
+    assert len(opened) == 1
+    for _ in range(2):
+        with pytest.raises(InputError, match="function 'read_csv' is not allowed"):
+            filters.filter_parse("read_csv('x') IS NULL")
+    assert len(opened) == 3
+    long = " OR ".join(["n_tokens > 500"] * 400)  # longer than kept: checked every time
+    filters.filter_parse(long)
+    filters.filter_parse(long)
+    assert len(opened) == 5
+    rows, _ = filters.select_shard(sidecar, "kind = 'code' AND n_tokens > 500")
+    assert rows.size and len(opened) == 6  # the filter's own connection; no second check
