@@ -20,6 +20,12 @@ also launched as the request does it now, in a fresh interpreter: the source rec
 ready tokenized source, then ``pool_build`` with the filter (the median of three). Up to
 ``SHARDYARD_PLAN_INLINE_DOCUMENTS`` documents (10^6 by default) the request plans; beyond,
 it records the pool and a planning job for a worker.
+
+With ``--split``, each size is also planned as a worker's planning job does it
+(``shardcore.pool.select.deferred``: schema units and selection units over groups of
+``--group`` input shards, then the plan unit), every unit in a fresh interpreter: the
+units' count, their CPU in all, the largest unit's CPU and peak RSS, beside the plan made
+in one process; the saved plan must equal that one (params, meta, phases).
 """
 
 from __future__ import annotations
@@ -97,12 +103,57 @@ def measure(source: str, filter: str) -> dict:
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     finally:
         shutil.rmtree(out, ignore_errors=True)
-    peak = 0.0
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            peak = int(line.split()[1]) / 1024
+    peak = _peak_mb()
     selected = sum(s["documents"] for s in plan.meta["splits"].values())
     return {"wall_s": wall, "cpu_s": cpu, "peak_rss_mb": peak, "selected": selected}
+
+
+def unit(plan_dir: str, unit_id: str) -> dict:
+    """One unit of a saved planning plan in this (fresh) interpreter; prints one JSON line."""
+    from shardcore import units
+
+    plan = units.load_plan(plan_dir)
+    c0 = time.process_time()
+    units.run_unit(plan, unit_id)
+    return {"cpu_s": time.process_time() - c0, "peak_rss_mb": _peak_mb()}
+
+
+def _peak_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def split(source: str, group: int) -> dict:
+    """The planning job of the filtered pool, unit by unit (each in a child), and whether
+    its plan equals the one made in one process."""
+    from shardcore import units
+    from shardcore.pool import plan_pool
+    from shardcore.pool import select as pool_select
+
+    out = tempfile.mkdtemp(prefix="bench-plan-split-")
+    try:
+        args = {"tokenized": [source], "out": out, "seq_len": 2048, "filter": FILTER}
+        job = pool_select.deferred(kwargs=args, out=out, what="bench", group_inputs=group)
+        units.save_plan(job)
+        runs = [
+            run_child(["bench.scale.pool_plan", "--unit-child", job.out, u["id"]])
+            for phase in job.phases
+            for u in phase
+        ]
+        units.finalize(job)
+        made, direct = units.load_plan(out), plan_pool(**args)
+        same = (made.params, made.meta, made.phases) == (direct.params, direct.meta, direct.phases)
+    finally:
+        shutil.rmtree(out, ignore_errors=True)
+    return {
+        "units": len(runs),
+        "cpu_s": sum(r["cpu_s"] for r in runs),
+        "max_cpu_s": max(r["cpu_s"] for r in runs),
+        "max_rss_mb": max(r["peak_rss_mb"] for r in runs),
+        "same_plan": same,
+    }
 
 
 def launch(source: str, documents: int) -> dict:
@@ -156,7 +207,13 @@ def main() -> None:
     ap.add_argument("--launch", action="store_true", help="also launch through the service")
     ap.add_argument("--child", nargs=2, metavar=("SOURCE", "FILTER"))
     ap.add_argument("--launch-child", nargs=2, metavar=("SOURCE", "DOCUMENTS"))
+    ap.add_argument("--split", action="store_true", help="also plan as units (a worker's job)")
+    ap.add_argument("--group", type=int, default=256, help="input shards a selection unit")
+    ap.add_argument("--unit-child", nargs=2, metavar=("PLAN", "UNIT"))
     args = ap.parse_args()
+    if args.unit_child:
+        print(json.dumps(unit(*args.unit_child)))
+        return
     if args.child:
         print(json.dumps(measure(args.child[0], args.child[1])))
         return
@@ -188,6 +245,8 @@ def main() -> None:
                     run_child(["bench.scale.pool_plan", "--launch-child", str(source),
                                str(documents)])
                 )  # fmt: skip
+            if args.split:
+                row.update({f"split_{k}": v for k, v in split(str(source), args.group).items()})
             print(json.dumps(row), flush=True)
             rows.append(row)
             shutil.rmtree(source)
@@ -209,6 +268,11 @@ def main() -> None:
                 "selected",
                 "launch s (the request now)",
                 "launch's job",
+                "split: units",
+                "split: CPU s in all",
+                "split: largest unit CPU s",
+                "split: largest unit peak RSS MB",
+                "split: same plan",
             ],
             [
                 [
@@ -220,6 +284,11 @@ def main() -> None:
                     r["filter_selected"],
                     r.get("launch_s", "-"),
                     r.get("launch_job", "-"),
+                    r.get("split_units", "-"),
+                    r.get("split_cpu_s", "-"),
+                    r.get("split_max_cpu_s", "-"),
+                    r.get("split_max_rss_mb", "-"),
+                    r.get("split_same_plan", "-"),
                 ]
                 for r in rows
             ],
