@@ -163,8 +163,8 @@ def tokenize_datatrove(a: argparse.Namespace, work: Path) -> Row:
 
 
 def pool(a: argparse.Namespace, work: Path) -> list[Row]:
-    """bench/shuffle/run.py: dd (fdatasync), terashuf where a copy is found, GNU shuf and
-    the pool with 1 and 2 workers on the same bytes."""
+    """bench/shuffle/run.py: dd (fdatasync, buffered and direct), terashuf where a copy is
+    found, GNU shuf and the pool with 1 and 2 workers on the same bytes."""
     size, memory = ("2GB", "256MiB") if a.full else ("300MB", "40MiB")
     out = work / "shuffle"
     _run(
@@ -185,6 +185,18 @@ def pool(a: argparse.Namespace, work: Path) -> list[Row]:
         rows.append(Row("pool", f"{what}, {name}, wall s", f"{m['wall_s']:.1f}",
                         f"dd conv=fdatasync {med['dd write (fdatasync)']['wall_s']:.1f}",
                         m["rate_vs_dd"], "the disk's pace: 1.0 is dd's"))  # fmt: skip
+        direct = med.get("dd write (direct I/O, fdatasync)")
+        if direct:
+            rows.append(
+                Row(
+                    "pool",
+                    f"{what}, {name}, wall s",
+                    f"{m['wall_s']:.1f}",
+                    f"dd oflag=direct conv=fdatasync {direct['wall_s']:.1f}",
+                    m["mb_per_s"] / direct["mb_per_s"],
+                    "the device's pace past the page cache: 1.0 is dd's",
+                )
+            )
         if "cpu_vs_terashuf" in m:
             ts = next(v for k, v in med.items() if k.startswith("terashuf"))
             rows.append(Row("pool", f"{what}, {name}, CPU s", f"{m['cpu_s']:.1f}",

@@ -1,7 +1,8 @@
 """Benchmark: ``shardyard pool --shuffle exact`` vs terashuf (the bounded-memory external
 shuffle, at the same memory budget), GNU shuf (unbounded memory) and optionally an
-in-memory numpy permutation, with dd's fdatasync write rate as the physical limit. Not a
-test.
+in-memory numpy permutation, with dd's fdatasync write rate as the physical limit (and dd's
+rate with direct I/O beside it: the device's own pace where buffered writes cost the CPU
+more than the disk does). Not a test.
 
 terashuf (github.com/alexandres/terashuf, one C++ file) is compiled with ``g++ -O3`` at
 bench time from ``--terashuf`` (its ``terashuf.cc``, or a built binary; default: a source
@@ -212,6 +213,7 @@ def describe_machine() -> str:
 SHAPES = {"small": 1000, "large": 0}  # characters per document (0: whole modules)
 SHUF = "GNU shuf (text lines)"
 DD = "dd write (fdatasync)"
+DD_DIRECT = "dd write (direct I/O, fdatasync)"
 TERASHUF = "terashuf (text lines, same memory)"
 
 
@@ -251,6 +253,10 @@ def contenders(work: Path, src: Path, lines: Path, data_bytes: int, args, memory
     dd = work / "dd.bin"
     shuf_out = work / "shuf.txt"
     yield DD, ["dd", "if=/dev/zero", f"of={dd}", "bs=8M", f"count={blocks}", "conv=fdatasync"], dd
+    # The same bytes past the page cache (as the pool writes its shards): the device's own
+    # pace where buffered writes cost the CPU more than the disk does.
+    direct = ["dd", "if=/dev/zero", f"of={dd}", "bs=8M", f"count={blocks}", "oflag=direct"]
+    yield DD_DIRECT, [*direct, "conv=fdatasync"], dd
     if args.terashuf_bin:
         ts_out = work / "terashuf.txt"
         env = f"MEMORY={memory / 2**30:.6f} TMPDIR={work} SEED=0"
