@@ -18,6 +18,7 @@ from shardcore.annotate.stage import plan_annotation
 from shardcore.errors import EmptySelectionError, InputError
 from shardcore.pool import build_pool, plan_pool, select
 from shardcore.tokenize import tokenize
+from tests.unit.test_planning import _saved
 from tests.unit.tokenize_fixtures import stdlib_records, write_jsonl
 
 # A property only the second source has (read NULL in the first), a number that is an
@@ -64,15 +65,6 @@ def _deferred(world: dict, out: Path, **kw) -> units.Plan:
     return select.deferred(
         kwargs=_kwargs(world, out, **kw), out=str(out), what="planning pool 'p'", group_inputs=2
     )
-
-
-def _saved(out: Path) -> dict[str, bytes]:
-    """Every file of ``out`` but the planning's own."""
-    return {
-        str(p.relative_to(out)): p.read_bytes()
-        for p in sorted(out.rglob("*"))
-        if p.is_file() and planning.DIR not in str(p.relative_to(out))
-    }
 
 
 def test_the_split_saves_the_plan_plan_pool_makes_and_builds_the_same_pool(world, tmp_path):
@@ -162,7 +154,7 @@ def test_on_s3_each_unit_fetches_what_it_declares_and_lists_nothing(
     """Sources and the pool on a bucket, each unit of the planning on a host of its own:
     a unit downloads exactly the files of the planning it declares, never lists its prefix,
     and the plan saved is the one ``plan_pool`` makes."""
-    from tests.unit.test_s3_pipeline import _store_calls
+    from tests.unit.test_s3_pipeline import _store_calls, each_unit_on_a_host
 
     toks = []
     for k, name in enumerate(("first", "second")):
@@ -178,16 +170,9 @@ def test_on_s3_each_unit_fetches_what_it_declares_and_lists_nothing(
         kwargs={**kwargs, "out": out}, out=out, what="planning pool 'p'", group_inputs=2
     )
     assert len(deferred.phases[0]) > 1
-    got, listed = _store_calls(monkeypatch)
+    calls = _store_calls(monkeypatch)
     units.save_plan(deferred)
-    prefix = storage.open_store(deferred.out).prefix
-    for n, unit in enumerate(u for phase in deferred.phases for u in phase):
-        monkeypatch.setenv("SHARDYARD_CACHE", str(tmp_path / f"host-{n}"))
-        got.clear()
-        units.run_unit(deferred, unit["id"])
-        fetched = sorted(k for p, k in got if p == prefix)
-        assert fetched == sorted(planning._reads(deferred, unit)), unit["id"]
-        assert prefix not in listed, unit["id"]
+    each_unit_on_a_host(deferred, planning._reads, tmp_path, monkeypatch, calls)
     monkeypatch.setenv("SHARDYARD_CACHE", str(tmp_path / "host-final"))
     assert units.finalize(deferred)["stage"] == "pool"
     made = units.load_plan(out)

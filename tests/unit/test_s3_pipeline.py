@@ -294,6 +294,23 @@ def _store_calls(monkeypatch) -> tuple[list[tuple[str, str]], list[str]]:
     return got, listed
 
 
+def each_unit_on_a_host(plan, reads, tmp_path, monkeypatch, calls) -> dict[str, list[str]]:
+    """Run every unit of ``plan`` (saved) on a host of its own (its own cache), asserting
+    that each downloads exactly what ``reads(plan, unit)`` declares of the output and never
+    lists its prefix; ``calls``: ``_store_calls``' lists. Returns each unit's downloads."""
+    got, listed = calls
+    prefix = storage.open_store(plan.out).prefix
+    downloads = {}
+    for n, unit in enumerate(u for phase in plan.phases for u in phase):
+        monkeypatch.setenv("SHARDYARD_CACHE", str(tmp_path / f"host-{n}"))
+        got.clear()
+        units.run_unit(plan, unit["id"])
+        fetched = downloads[unit["id"]] = sorted(k for p, k in got if p == prefix)
+        assert fetched == sorted(reads(plan, unit)), unit["id"]
+        assert prefix not in listed, unit["id"]
+    return downloads
+
+
 @pytest.mark.parametrize("fan_in", [None, 2])
 def test_pool_units_on_s3_fetch_exactly_what_they_read_and_list_nothing(
     corpus, s3_bucket, tmp_path, monkeypatch, fan_in
@@ -319,13 +336,7 @@ def test_pool_units_on_s3_fetch_exactly_what_they_read_and_list_nothing(
     got, listed = _store_calls(monkeypatch)
     units.save_plan(plan)
     pool_prefix = storage.open_store(plan.out).prefix
-    for n, unit in enumerate(u for phase in plan.phases for u in phase):
-        monkeypatch.setenv("SHARDYARD_CACHE", str(tmp_path / f"host-{n}"))
-        got.clear()
-        units.run_unit(plan, unit["id"])
-        fetched = sorted(k for p, k in got if p == pool_prefix)
-        assert fetched == sorted(unit_reads(plan, unit)), unit["id"]
-        assert pool_prefix not in listed, unit["id"]
+    each_unit_on_a_host(plan, unit_reads, tmp_path, monkeypatch, (got, listed))
     monkeypatch.setenv("SHARDYARD_CACHE", str(tmp_path / "host-final"))
     got.clear()
     manifest = units.finalize(plan)
@@ -350,16 +361,8 @@ def test_tokenize_units_on_s3_fetch_exactly_what_they_read_and_list_nothing(
     got, listed = _store_calls(monkeypatch)
     units.save_plan(plan)
     prefix = storage.open_store(plan.out).prefix
-    chunk_reads = []
-    for n, unit in enumerate(u for phase in plan.phases for u in phase):
-        monkeypatch.setenv("SHARDYARD_CACHE", str(tmp_path / f"host-{n}"))
-        got.clear()
-        units.run_unit(plan, unit["id"])
-        fetched = sorted(k for p, k in got if p == prefix)
-        assert fetched == sorted(_reads(plan, unit)), unit["id"]
-        assert prefix not in listed, unit["id"]
-        if "part" in unit:
-            chunk_reads.append(len(fetched) - 1)
+    downloads = each_unit_on_a_host(plan, _reads, tmp_path, monkeypatch, (got, listed))
+    chunk_reads = [len(downloads[u["id"]]) - 1 for u in plan.phases[-1] if "part" in u]
     # an assemble unit reads the two chunks its shards span (three files each), not all
     chunks = sum(len(units.unit_result(plan.out, u["id"])["chunks"]) for u in plan.phases[0])
     assert 0 < max(chunk_reads) <= 3 * 2 < 3 * chunks
