@@ -88,8 +88,9 @@ def add_parser(sub: argparse._SubParsersAction, name: str) -> None:
 
 
 # Inputs of more documents than this are planned by units (``shardcore.pool.select``) when
-# the build runs in local processes with several workers: about 2 us of CPU per document
-# (23 s per 10^7) spread over the workers instead of one process.
+# the build runs in local processes with several workers: about 1.4 us of CPU per document
+# with a filter (13 CPU-s per 10^7, bench/scale/README.md) spread over the workers instead
+# of one process.
 SPLIT_DOCUMENTS = 10_000_000
 
 
