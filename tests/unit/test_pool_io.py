@@ -148,6 +148,36 @@ def test_it_writes_windows_and_their_checksums_as_file_entry_reads_them(tmp_path
     assert writer.entry("out.bin") == pool_io.file_entry(path, "out.bin")
 
 
+@pytest.mark.parametrize("refused", [False, True])
+@pytest.mark.parametrize("size", [0, 1, 4095, 4096, 3 * 4096 + 7])
+def test_a_scratch_file_written_direct_holds_exactly_its_bytes(
+    tmp_path, monkeypatch, size, refused
+):
+    """``write_file`` (a tokenize unit's chunks) writes whole blocks with direct I/O and
+    cuts the file back to its size; where the file system refuses the direct write
+    (EINVAL), it writes the bytes buffered: the same file either way."""
+    import errno
+
+    data = np.frombuffer(np.random.default_rng(size).bytes(size), dtype=np.uint8)
+    buf = pool_direct.aligned_empty(max(size, 1), np.dtype(np.uint8))
+    buf[:size] = data
+    if refused:
+        real, calls = pool_direct.write_all, []
+
+        def refuse_first(f, view):
+            calls.append(len(view))
+            if len(calls) == 1:
+                raise OSError(errno.EINVAL, "direct I/O refused")
+            return real(f, view)
+
+        monkeypatch.setattr(pool_direct, "write_all", refuse_first)
+    path = tmp_path / "chunk.bin"
+    pool_direct.write_file(path, buf, size)
+    assert path.read_bytes() == data.tobytes()
+    pool_direct.write_file(path, buf, size)  # a rerun rewrites it whole
+    assert path.read_bytes() == data.tobytes()
+
+
 def test_it_aligns_windows_to_whole_blocks():
     assert pool_direct.window_items(2_500, 4) == 2048  # two blocks of 1,024 int32
     assert pool_direct.window_items(10, 4) == 1024  # at least one block
