@@ -347,9 +347,19 @@ def executors(a: argparse.Namespace, work: Path) -> list[Row]:
             rows.append(Row("executors", f"{row['engine']}: overhead per unit", "-", "-", None,
                             row.get("note", "")))  # fmt: skip
             continue
-        rows.append(Row("executors", f"{row['engine']}: overhead per unit, ms",
-                        f"{row['overhead_ms']:.1f}", f"the unit's work {r['work_ms']:.0f}",
-                        None, f"{row['overhead_share']:.1%} of the work"))  # fmt: skip
+        what = f"{row['engine']}: overhead per unit, ms"
+        work_ms = f"the unit's work {r['work_ms']:.0f}"
+        if row["overhead_ms"] < 0:
+            # The difference of two wall times (the same work in fewer and more units) fell
+            # below zero: the overhead is under the measurement's noise at this size.
+            note = (
+                f"under the noise ({row['overhead_ms']:.1f} ms measured: the difference of "
+                "two wall times); --full cuts the work into more units"
+            )
+            rows.append(Row("executors", what, "~0", work_ms, None, note))
+            continue
+        share = f"{row['overhead_share']:.1%} of the work"
+        rows.append(Row("executors", what, f"{row['overhead_ms']:.1f}", work_ms, None, share))
     return rows
 
 
