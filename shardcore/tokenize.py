@@ -52,7 +52,7 @@ STAGE = "tokenize"
 KIND = "tokenized"
 
 _BATCH_BYTES = 1 << 20  # text per tokenizer call: amortizes call overhead, bounds memory
-_CHUNK_TOKENS = 2 << 20  # tokens per part chunk before it is flushed to disk
+_CHUNK_TOKENS = 8 << 20  # tokens per part chunk before it is flushed to disk
 _CHUNK_DOCS = 200_000
 # Mean tokens a document from which _place copies a slice per document (a loop step costs
 # about what a masked assignment of this many tokens does).
