@@ -575,14 +575,15 @@ class FastTokenizer:
         return np.concatenate(out), all_lengths
 
     def _special_hits(self, flat: np.ndarray) -> np.ndarray:
-        """Positions in ``flat`` of an added or special token's id. tiktoken's specials
-        are the highest ids: one comparison with the lowest of them finds the few
-        candidates (a third of the cost of ``isin`` over every token)."""
+        """Positions in ``flat`` of an added or special token's id. Where the specials are
+        the highest ids (tiktoken's, most added tokens), one comparison with the lowest of
+        them finds the few candidates (a third of the cost of ``isin`` over every token);
+        where one is low (an HF vocabulary's <s> at 1), most ids would be candidates."""
         ids = self._special_ids
         if not ids.size:
             return np.zeros(0, dtype=np.int64)
-        floor = ids.min()
-        if floor == 0:
+        floor = int(ids.min())
+        if 2 * floor < self.vocab_size:
             return np.flatnonzero(np.isin(flat, ids))
         candidates = np.flatnonzero(flat >= floor)
         return candidates[np.isin(flat[candidates], ids)]
