@@ -183,6 +183,16 @@ def numbers(values: np.ndarray, valid: np.ndarray | None = None) -> pa.Array:
     )
 
 
+def repeated_string(value: str, n: int) -> pa.Array:
+    """``strings([value] * n)``, encoding the value once."""
+    data = value.encode("utf-8")
+    if len(data) * n >= 1 << 31:
+        return strings([value] * n)
+    offsets = np.arange(n + 1, dtype=np.int32) * np.int32(len(data))
+    buffers = [None, pa.py_buffer(offsets), pa.py_buffer(data * n)]
+    return pa.Array.from_buffers(pa.string(), n, buffers, null_count=0)
+
+
 def strings(values: Sequence[str | None]) -> pa.Array:
     """Python strings (or None) as an Arrow ``string`` array."""
     data = [b"" if v is None else v.encode("utf-8") for v in values]

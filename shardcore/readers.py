@@ -23,6 +23,8 @@ Blank lines are not documents; they are counted in ``SegmentStats.blank_lines``.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import json
 import os
 import stat
@@ -84,6 +86,22 @@ class BadInput:
         line = self.line if line is None else line
         where = file if line is None else f"{file}:{line}"
         return f"{where}: {self.reason}: {self.message}"
+
+
+@dataclass(slots=True)
+class Rows:
+    """Consecutive documents of a ``.jsonl`` segment that are all good (each line a JSON
+    object whose text is a non-blank string), as columns: what ``read_segment_rows``
+    yields for a block of lines in one piece instead of a ``Document`` each."""
+
+    texts: list[str]
+    props: list[dict[str, Any]]
+    lines: list[int]
+    offsets: list[int]
+    nbytes: list[int]
+
+    def documents(self) -> Iterator[Document]:
+        return map(Document, self.texts, self.props, self.lines, self.offsets, self.nbytes)
 
 
 @dataclass
@@ -215,10 +233,13 @@ def _decompress(blocks: Iterator[bytes], compression: str) -> Iterator[bytes]:
         )
 
 
-def _lines(blocks: Iterator[bytes], offset: int, skip_partial: bool) -> Iterator[tuple[int, bytes]]:
-    """(absolute offset, line without its newline) for each line. With ``skip_partial``
-    the text up to and including the first newline is skipped (it belongs to the previous
-    segment)."""
+def _line_blocks(
+    blocks: Iterator[bytes], offset: int, skip_partial: bool
+) -> Iterator[tuple[int, list[bytes]]]:
+    """(absolute offset of the first line, lines without their newlines) for each block's
+    complete lines, the last unterminated line as a block of its own. With
+    ``skip_partial`` the text up to and including the first newline is skipped (it
+    belongs to the previous segment)."""
     pending = b""
     for block in blocks:
         if skip_partial:
@@ -229,15 +250,24 @@ def _lines(blocks: Iterator[bytes], offset: int, skip_partial: bool) -> Iterator
             offset += nl + 1
             block = block[nl + 1 :]
             skip_partial = False
-        if pending:
-            block = pending + block
         parts = block.split(b"\n")
+        if pending:  # the line begun in the block before (joined, not the whole block)
+            parts[0] = pending + parts[0]
+        size = len(pending) + len(block)
         pending = parts.pop()
-        for line in parts:
-            yield offset, line
-            offset += len(line) + 1
+        if parts:
+            yield offset, parts
+            offset += size - len(pending)
     if pending and not skip_partial:
-        yield offset, pending
+        yield offset, [pending]
+
+
+def _lines(blocks: Iterator[bytes], offset: int, skip_partial: bool) -> Iterator[tuple[int, bytes]]:
+    """(absolute offset, line without its newline) for each line (see _line_blocks)."""
+    for first, parts in _line_blocks(blocks, offset, skip_partial):
+        for line in parts:
+            yield first, line
+            first += len(line) + 1
 
 
 # orjson parses a line 2-3x faster than json. It is the fast path only: a line it
@@ -287,6 +317,74 @@ def _jsonl_doc(line: bytes, lineno: int, offset: int, text_field: str) -> Docume
         )
     text = obj.pop(text_field, _ABSENT)
     return _check_text(text, obj, lineno, offset, text_field, line)
+
+
+def _exact(props: dict[str, Any]) -> bool:
+    """Whether orjson read these values as json does (only a float can differ)."""
+    for v in props.values():
+        t = type(v)
+        if t is not str and t is not int and t is not bool and v is not None and _lossy(v):
+            return False
+    return True
+
+
+def _jsonl_block(
+    lines: list[bytes], starts: list[int], lineno: int, text_field: str, stats: SegmentStats
+) -> Iterator[Rows | Document | BadInput]:
+    """The documents of a block of lines (the first numbered ``lineno + 1``): runs of good
+    ones (a JSON object read the same by orjson as by json, whose text is a non-blank
+    string) as ``Rows``, without a call or an object per line; any other line as
+    ``_jsonl_doc`` reads it (blank lines counted)."""
+    texts: list[str] = []
+    props: list[dict[str, Any]] = []
+    numbers: list[int] = []
+    offsets: list[int] = []
+    nbytes: list[int] = []
+    loads = orjson.loads
+    for i, line in enumerate(lines):
+        try:
+            obj = loads(line)
+        except orjson.JSONDecodeError:  # invalid UTF-8 too; blank lines are not JSON either
+            obj = None
+        if type(obj) is dict:
+            text = obj.pop(text_field, None)
+            if type(text) is str and text and not text.isspace() and (not obj or _exact(obj)):
+                texts.append(text)
+                props.append(obj)
+                numbers.append(lineno + i + 1)
+                offsets.append(starts[i])
+                # orjson never makes a lone surrogate: every str it returns encodes.
+                nbytes.append(len(text) if text.isascii() else len(text.encode("utf-8")))
+                continue
+        if texts:
+            yield Rows(texts, props, numbers, offsets, nbytes)
+            texts, props, numbers, offsets, nbytes = [], [], [], [], []
+        if not line.strip():
+            stats.blank_lines += 1
+            continue
+        yield _jsonl_doc(line, lineno + i + 1, starts[i], text_field)
+    if texts:
+        yield Rows(texts, props, numbers, offsets, nbytes)
+
+
+def _read_jsonl(
+    blocks: Iterator[bytes], start: int, end: int | None, text_field: str, stats: SegmentStats
+) -> Iterator[Rows | Document | BadInput]:
+    """The lines of a ``.jsonl`` segment, a block at a time (``_jsonl_block``): the same
+    documents, bad inputs, line numbers and offsets as reading them one by one."""
+    lineno = 0
+    for first, parts in _line_blocks(blocks, max(start - 1, 0), skip_partial=start > 0):
+        starts = list(itertools.accumulate((len(p) + 1 for p in parts), initial=first))
+        last = end is not None and starts[-1] >= end  # the next line is not the segment's
+        if end is not None:
+            parts = parts[: bisect.bisect_left(starts, end, hi=len(parts))]
+        n = len(parts)
+        stats.content_bytes += starts[n] - first
+        yield from _jsonl_block(parts, starts, lineno, text_field, stats)
+        lineno += n
+        stats.lines = lineno
+        if last:
+            return
 
 
 def _check_text(
@@ -427,6 +525,33 @@ def read_segment(
 ) -> Iterator[Document | BadInput]:
     """Yield the documents and bad inputs of ``url[start:end]`` in file order. Never raises
     for bad data: an unreadable, empty or truncated file is a BadInput too."""
+    for item in read_segment_rows(
+        url,
+        start=start,
+        end=end,
+        text_field=text_field,
+        txt_mode=txt_mode,
+        storage_options=storage_options,
+        stats=stats,
+    ):
+        if type(item) is Rows:
+            yield from item.documents()
+        else:
+            yield item  # type: ignore[misc]  # a Document or a BadInput
+
+
+def read_segment_rows(
+    url: str,
+    *,
+    start: int = 0,
+    end: int | None = None,
+    text_field: str = "text",
+    txt_mode: str = "file",
+    storage_options: dict[str, Any] | None = None,
+    stats: SegmentStats | None = None,
+) -> Iterator[Rows | Document | BadInput]:
+    """``read_segment``, with runs of good ``.jsonl`` documents as ``Rows`` (columns, no
+    object per document): for a reader that takes documents by the batch."""
     stats = stats if stats is not None else SegmentStats()
     fmt, comp = source_format(url)
     if txt_mode not in ("file", "line"):
@@ -463,7 +588,7 @@ def _read_lines(
     text_field: str,
     txt_mode: str,
     stats: SegmentStats,
-) -> Iterator[Document | BadInput]:
+) -> Iterator[Rows | Document | BadInput]:
     try:
         if start:
             f.seek(start - 1)
@@ -472,35 +597,10 @@ def _read_lines(
         if fmt == "txt" and txt_mode == "file":
             yield from _read_txt_file(blocks, stats)
             return
-        lineno = 0
-        for offset, line in _lines(blocks, max(start - 1, 0), skip_partial=start > 0):
-            if end is not None and offset >= end:
-                break
-            lineno += 1
-            stats.lines = lineno
-            stats.content_bytes += len(line) + 1
-            if fmt == "jsonl":
-                if not line.strip():
-                    stats.blank_lines += 1
-                    continue
-                yield _jsonl_doc(line, lineno, offset, text_field)
-            else:
-                if line.endswith(b"\r"):
-                    line = line[:-1]
-                if not line.strip():
-                    stats.blank_lines += 1
-                    continue
-                try:
-                    text = line.decode("utf-8")
-                except UnicodeDecodeError as exc:
-                    yield BadInput(
-                        INVALID_UTF8,
-                        lineno,
-                        f"invalid UTF-8 at byte {exc.start}: {exc.reason}",
-                        _excerpt(line),
-                    )
-                    continue
-                yield _check_text(text, {}, lineno, offset, "line", line)
+        if fmt == "jsonl":
+            yield from _read_jsonl(blocks, start, end, text_field, stats)
+        else:
+            yield from _read_text_lines(blocks, start, end, stats)
         if start == 0 and stats.content_bytes == 0 and stats.lines == 0:
             yield BadInput(EMPTY_FILE, None, "file is empty")
     except _Truncated as exc:
@@ -512,6 +612,35 @@ def _read_lines(
         yield BadInput(
             UNREADABLE_FILE, stats.lines + 1 if stats.lines else None, f"read failed: {exc}"
         )
+
+
+def _read_text_lines(
+    blocks: Iterator[bytes], start: int, end: int | None, stats: SegmentStats
+) -> Iterator[Document | BadInput]:
+    """The non-blank lines of a line-mode ``.txt`` segment, each a document."""
+    lineno = 0
+    for offset, line in _lines(blocks, max(start - 1, 0), skip_partial=start > 0):
+        if end is not None and offset >= end:
+            break
+        lineno += 1
+        stats.lines = lineno
+        stats.content_bytes += len(line) + 1
+        if line.endswith(b"\r"):
+            line = line[:-1]
+        if not line.strip():
+            stats.blank_lines += 1
+            continue
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            yield BadInput(
+                INVALID_UTF8,
+                lineno,
+                f"invalid UTF-8 at byte {exc.start}: {exc.reason}",
+                _excerpt(line),
+            )
+            continue
+        yield _check_text(text, {}, lineno, offset, "line", line)
 
 
 def _read_txt_file(blocks: Iterator[bytes], stats: SegmentStats) -> Iterator[Document | BadInput]:

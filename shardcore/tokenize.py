@@ -26,8 +26,10 @@ removes ``_parts``.
 
 from __future__ import annotations
 
+import ctypes
 import json
 import shutil
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -35,13 +37,22 @@ from typing import Any
 
 import numpy as np
 
-from shardcore import atomic, direct, limits, props, storage, units
+from shardcore import atomic, direct, kernels, limits, props, storage, units
 from shardcore.encoders import DEFAULT_ENGINE, DEFAULT_TOKENIZER, check_engine, load_tokenizer
 from shardcore.errors import InputError
 from shardcore.formats import token_dtype
 from shardcore.manifest import fingerprint, write_manifest
-from shardcore.readers import BadInput, SegmentStats, list_inputs, read_segment, splittable
+from shardcore.readers import (
+    BadInput,
+    Document,
+    Rows,
+    SegmentStats,
+    list_inputs,
+    read_segment_rows,
+    splittable,
+)
 from shardcore.tokenize_assemble import (
+    CHUNK_DOCS,
     INDEX_NAME,
     PARTS_DIR,
     owned_shards,
@@ -54,10 +65,20 @@ KIND = "tokenized"
 _BATCH_BYTES = 1 << 20  # text per tokenizer call: amortizes call overhead, bounds memory
 _CHUNK_TOKENS = 8 << 20  # tokens per part chunk before it is flushed to disk
 _CHUNK_DOCS = 200_000
-# Mean tokens a document from which _place copies a slice per document (a loop step costs
-# about what a masked assignment of this many tokens does).
-_SLICE_TOKENS = 256
+# Mean tokens a document from which _place's numpy path copies a slice per document (a
+# loop step costs about what a masked assignment of this many tokens does).
+_SLICE_TOKENS = 1024
 _CHUNK_SLACK = 1 << 20  # room for one more batch (~1 MB of text) in a chunk's buffer
+# A finished unit's chunk buffer, by dtype, for the process's next unit: a fresh one costs
+# its pages' first touch (~2 ms per 10 MB) on every unit.
+_SPARE_BUFFERS: dict[str, np.ndarray] = {}
+_spare_lock = threading.Lock()
+
+
+def _chunk_buffer(dtype: np.dtype) -> np.ndarray:
+    with _spare_lock:
+        spare = _SPARE_BUFFERS.pop(dtype.str, None)
+    return spare if spare is not None else direct.aligned_empty(_CHUNK_TOKENS + _CHUNK_SLACK, dtype)
 
 
 def plan_tokenize(
@@ -190,6 +211,43 @@ def _line_base(url: str, start: int, storage_options: dict) -> int:
     return count + 1
 
 
+class _Batch:
+    """Documents for one tokenizer call, as columns."""
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+        self.props: list[dict[str, Any]] = []
+        self.lines: list[int] = []
+        self.offsets: list[int | None] = []
+        self.nbytes: list[int] = []
+        self.bytes = 0
+
+    def append(self, d: Document) -> None:
+        self.texts.append(d.text)
+        self.props.append(d.props)
+        self.lines.append(d.line)
+        self.offsets.append(d.byte_offset)
+        self.nbytes.append(d.nbytes)
+        self.bytes += d.nbytes
+
+    def take(self, rows: Rows, at: int, limit: int) -> int:
+        """Take ``rows``' documents from ``at`` until the batch holds ``limit`` bytes of
+        text (or the rows end); returns where it stopped."""
+        stop, size = at, self.bytes
+        sizes = rows.nbytes
+        n = len(sizes)
+        while stop < n and size < limit:
+            size += sizes[stop]
+            stop += 1
+        self.texts += rows.texts[at:stop]
+        self.props += rows.props[at:stop]
+        self.lines += rows.lines[at:stop]
+        self.offsets += rows.offsets[at:stop]
+        self.nbytes += sizes[at:stop]
+        self.bytes = size
+        return stop
+
+
 class _PartWriter:
     """Buffers tokenized documents and flushes them as chunks of one unit's part.
 
@@ -206,7 +264,7 @@ class _PartWriter:
         self.eos, self.bos = eos, bos
         self.chunks: list[dict[str, int]] = []
         self.cpu = {"chunk_tokens": 0.0, "chunk_sidecars": 0.0, "place": 0.0}
-        self.buf = direct.aligned_empty(_CHUNK_TOKENS + _CHUNK_SLACK, dtype)
+        self.buf = _chunk_buffer(dtype)
         self._reset()
 
     def _reset(self) -> None:
@@ -217,7 +275,7 @@ class _PartWriter:
         self.nbytes: list[int] = []
         self.props: list[dict[str, Any]] = []
 
-    def add(self, flat: np.ndarray, lengths: np.ndarray, docs: list) -> int:
+    def add(self, flat: np.ndarray, lengths: np.ndarray, rows: _Batch) -> int:
         """Add the encoded documents ``flat`` (cut by ``lengths``, without EOS or BOS) and
         their source rows; returns the tokens added."""
         extra = 1 + (self.bos is not None)
@@ -231,11 +289,10 @@ class _PartWriter:
         self.lengths.append(_place(out, flat, lengths, self.eos, self.bos))
         self.cpu["place"] += time.process_time() - c0
         self.fill += n
-        for d in docs:
-            self.lines.append(d.line)
-            self.offsets.append(d.byte_offset)
-            self.nbytes.append(d.nbytes)
-            self.props.append(d.props)
+        self.lines += rows.lines
+        self.offsets += rows.offsets
+        self.nbytes += rows.nbytes
+        self.props += rows.props
         if self.fill >= _CHUNK_TOKENS or len(self.lines) >= _CHUNK_DOCS:
             self.flush()
         return n
@@ -244,7 +301,6 @@ class _PartWriter:
         if not self.lines:
             return
         import pyarrow as pa
-        import pyarrow.parquet as pq
 
         c0 = time.process_time()
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -255,10 +311,13 @@ class _PartWriter:
         c1 = time.process_time()
         self.cpu["chunk_tokens"] += c1 - c0
         n = len(self.lines)
-        has_offset = np.fromiter((o is not None for o in self.offsets), dtype=bool, count=n)
-        offsets = np.fromiter((o or 0 for o in self.offsets), dtype=np.int64, count=n)
+        if self.offsets.count(None):  # Parquet rows have no byte offset
+            has_offset = np.fromiter((o is not None for o in self.offsets), dtype=bool, count=n)
+            offsets = np.fromiter((o or 0 for o in self.offsets), dtype=np.int64, count=n)
+        else:
+            has_offset, offsets = None, np.array(self.offsets, dtype=np.int64)
         cols = {  # built from numpy (props.numbers): pa.array would import pandas
-            "file": props.strings([self.file] * n),
+            "file": props.repeated_string(self.file, n),
             "line": props.numbers(np.array(self.lines, dtype=np.int64)),
             "byte_offset": props.numbers(offsets, has_offset),
             "n_tokens": props.numbers(lengths),
@@ -267,21 +326,82 @@ class _PartWriter:
         user = props.to_arrow(self.props)
         if user is not None:
             cols[props.PROPS] = user
-        pq.write_table(pa.table(cols), f"{stem}.docs.parquet")
+        # Arrow IPC: the assemble unit reads it back as it was, without decoding Parquet.
+        table = pa.table(cols)
+        with pa.OSFile(f"{stem}{CHUNK_DOCS}", "wb") as f, pa.ipc.new_file(f, table.schema) as w:
+            w.write_table(table)
         self.cpu["chunk_sidecars"] += time.process_time() - c1
         self.chunks.append({"documents": n, "tokens": self.fill})
         self._reset()
+
+    def close(self) -> None:
+        """Flush the last chunk and leave the buffer to the process's next unit."""
+        self.flush()
+        if self.buf.size == _CHUNK_TOKENS + _CHUNK_SLACK:
+            with _spare_lock:
+                _SPARE_BUFFERS[self.dtype.str] = self.buf
+
+
+_PLACE_SOURCE = r"""
+#include <stdint.h>
+#include <string.h>
+
+/* Documents back to back, each as [BOS] + tokens + EOS. */
+#define PLACE(NAME, T)                                                                    \
+    void NAME(const uint32_t *flat, const int64_t *lengths, int64_t n, T *out,            \
+              int64_t eos, int64_t bos, int32_t has_bos) {                                \
+        for (int64_t d = 0; d < n; d++) {                                                 \
+            if (has_bos) *out++ = (T)bos;                                                 \
+            int64_t k = lengths[d];                                                       \
+            for (int64_t i = 0; i < k; i++) out[i] = (T)flat[i];                          \
+            out += k;                                                                     \
+            flat += k;                                                                    \
+            *out++ = (T)eos;                                                              \
+        }                                                                                 \
+    }
+PLACE(sy_place_32, int32_t)
+PLACE(sy_place_16, uint16_t)
+"""
+
+
+def _place_kernel() -> Any:
+    """The compiled placement (None without a C compiler: numpy then places)."""
+    lib = kernels.compile_kernel("tokenize_place", _PLACE_SOURCE)
+    if lib is not None and not getattr(lib, "_sy_typed", False):
+        u32 = np.ctypeslib.ndpointer(np.uint32, flags="C")
+        i64 = np.ctypeslib.ndpointer(np.int64, flags="C")
+        for name, t in (("sy_place_32", np.int32), ("sy_place_16", np.uint16)):
+            fn = getattr(lib, name)
+            fn.argtypes = [u32, i64, ctypes.c_int64, np.ctypeslib.ndpointer(t, flags="C")]
+            fn.argtypes += [ctypes.c_int64, ctypes.c_int64, ctypes.c_int32]
+            fn.restype = None
+        lib._sy_typed = True  # type: ignore[attr-defined]  # a mark on the loaded library
+    return lib
 
 
 def _place(
     out: np.ndarray, flat: np.ndarray, lengths: np.ndarray, eos: int, bos: int | None
 ) -> np.ndarray:
     """Write the encoded documents (``flat``, cut by ``lengths``) back to back into
-    ``out``, each as [BOS] + tokens + EOS; returns their new lengths. Long documents are
-    copied a slice each; short ones by one masked assignment (array operations only: the
-    cost does not depend on how many documents there are)."""
+    ``out``, each as [BOS] + tokens + EOS; returns their new lengths. One pass of compiled
+    code (a copy at memory speed whatever the documents' lengths); without a compiler,
+    long documents are copied a slice each and short ones by one masked assignment."""
     extra = 1 + (bos is not None)
-    out_lengths = lengths.astype(np.int64) + extra
+    lengths = np.ascontiguousarray(lengths, dtype=np.int64)
+    out_lengths = lengths + extra
+    fn = None
+    if flat.dtype == np.uint32 and out.flags.c_contiguous and out.dtype in (np.int32, np.uint16):
+        lib = _place_kernel()
+        if lib is not None:
+            fn = lib.sy_place_32 if out.dtype == np.int32 else lib.sy_place_16
+    if fn is not None:
+        if int(lengths.sum()) != flat.size or out.size < flat.size + extra * lengths.size:
+            raise ValueError("_place: lengths do not cut flat, or out is too small")
+        flat = np.ascontiguousarray(flat)
+        fn(flat, lengths, lengths.size, out, eos, bos or 0, bos is not None)
+        return out_lengths
+    if flat.dtype.itemsize == out.dtype.itemsize:
+        flat = flat.view(out.dtype)  # ids are below 2**31: the same values, copied not cast
     ends = np.cumsum(out_lengths)
     if flat.size >= _SLICE_TOKENS * lengths.size:  # long documents: one slice copy each
         head = int(bos is not None)
@@ -320,9 +440,7 @@ def _run_tokenize(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
     writer = _PartWriter(part_dir, dtype, file, eos, bos)
     seg = SegmentStats()
     bad = _Bad()
-    texts: list[str] = []
-    docs: list = []
-    batch_bytes = 0
+    batch = _Batch()
     documents = tokens = text_bytes = 0
     encode_cpu = 0.0
     unit_cpu0 = time.process_time()
@@ -330,18 +448,17 @@ def _run_tokenize(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
     reloads0 = getattr(tok, "reloads", 0)
 
     def run_batch() -> None:
-        nonlocal texts, docs, batch_bytes, documents, tokens, text_bytes, encode_cpu
+        nonlocal batch, documents, tokens, text_bytes, encode_cpu
         c0 = time.process_time()
-        flat, lengths = tok.encode_flat(texts)
-        c1 = time.process_time()
-        encode_cpu += c1 - c0
-        tokens += writer.add(flat, lengths, docs)
-        documents += len(docs)
-        text_bytes += batch_bytes
-        texts, docs, batch_bytes = [], [], 0
+        flat, lengths = tok.encode_flat(batch.texts)
+        encode_cpu += time.process_time() - c0
+        tokens += writer.add(flat, lengths, batch)
+        documents += len(batch.texts)
+        text_bytes += batch.bytes
+        batch = _Batch()
 
     start, end = unit["start"], unit["end"]
-    for item in read_segment(
+    for item in read_segment_rows(
         file,
         start=start,
         end=end,
@@ -350,6 +467,13 @@ def _run_tokenize(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
         storage_options=so,
         stats=seg,
     ):
+        if isinstance(item, Rows):
+            at = 0
+            while at < len(item.texts):
+                at = batch.take(item, at, _BATCH_BYTES)
+                if batch.bytes >= _BATCH_BYTES:
+                    run_batch()
+            continue
         if isinstance(item, BadInput):
             if p["strict"]:
                 line = item.line
@@ -358,14 +482,12 @@ def _run_tokenize(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
                 raise InputError(item.describe(file, line))
             bad.add(item)
             continue
-        texts.append(item.text)
-        docs.append(item)
-        batch_bytes += item.nbytes
-        if batch_bytes >= _BATCH_BYTES:
+        batch.append(item)
+        if batch.bytes >= _BATCH_BYTES:
             run_batch()
-    if texts:
+    if batch.texts:
         run_batch()
-    writer.flush()
+    writer.close()
     return {
         "kind": "tokenize",
         "file_index": unit["file_index"],
@@ -460,9 +582,7 @@ def _reads(plan: units.Plan, unit: dict[str, Any]) -> list[str]:
         for _, over in owned_shards(index["chunks"], per_shard, unit["part"])
         for c in over
     )
-    return [index_key] + [
-        f"{s}{ext}" for s in stems for ext in (".len.npy", ".bin", ".docs.parquet")
-    ]
+    return [index_key] + [f"{s}{ext}" for s in stems for ext in (".len.npy", ".bin", CHUNK_DOCS)]
 
 
 def _finalize_reads(plan: units.Plan, stats: list[dict[str, Any]]) -> list[str]:

@@ -16,7 +16,7 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -31,8 +31,12 @@ from shardcore.direct import (
 from shardcore.formats import bin_path, encode_idx, idx_path
 from shardcore.verify import file_entry
 
+if TYPE_CHECKING:
+    import pyarrow as pa
+
 PARTS_DIR = "_parts"
 INDEX_NAME = "index.json"
+CHUNK_DOCS = ".docs.arrow"  # a part chunk's documents table (Arrow IPC file)
 SHARDS_DIR = "shards"
 
 _WINDOW_BYTES = 8 << 20  # tokens per direct write: two windows alternate
@@ -59,6 +63,20 @@ def owned_shards(
                 over.append(c)
         owned.append((k, over))
     return owned
+
+
+def _chunk_docs(stem: Path) -> pa.Table:
+    """A part chunk's documents table (Arrow IPC; Parquet from a run begun before)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = Path(f"{stem}{CHUNK_DOCS}")
+    if not path.exists() and Path(f"{stem}.docs.parquet").exists():
+        # ParquetFile, not read_table: pyarrow.dataset imports pandas.
+        with pq.ParquetFile(f"{stem}.docs.parquet") as pf:
+            return pf.read()
+    with pa.OSFile(str(path)) as source:
+        return pa.ipc.open_file(source).read_all()
 
 
 def _read_into(fd: int, view: memoryview, offset: int, path: Path) -> None:
@@ -135,9 +153,7 @@ def _write_shard(
         t1 = int(starts[b - 1] - c["tok0"] + chunk_lengths[b - 1])
         ranges.append((Path(f"{stem}.bin"), t0, t1))
         lengths.append(chunk_lengths[a:b])
-        # ParquetFile, not read_table: pyarrow.dataset imports pandas.
-        with pq.ParquetFile(f"{stem}.docs.parquet") as pf:
-            t = pf.read().slice(a, b - a)
+        t = _chunk_docs(stem).slice(a, b - a)
         line = props.int64_values(t["line"]) + np.int64(line_base[c["part"]])
         t = t.set_column(t.column_names.index("line"), "line", props.numbers(line))
         doc_ids = np.arange(c["doc0"] + a, c["doc0"] + b, dtype=np.int64)

@@ -239,17 +239,27 @@ def test_it_works_on_jsonl_bytes_with_a_different_text_field(tmp_path, records):
 
 @pytest.mark.parametrize("mean", [3, 24, 3000])
 @pytest.mark.parametrize("bos", [None, 7])
-def test_documents_are_placed_with_their_eos_and_bos_whatever_their_length(mean, bos):
-    """``_place`` (a slice per long document, one masked assignment for short ones) puts
-    each document's tokens between its BOS and EOS, back to back, empty ones included."""
-    from shardcore.tokenize import _place
+@pytest.mark.parametrize("dtype", [np.int32, np.uint16])
+@pytest.mark.parametrize("compiled", [True, False])
+def test_documents_are_placed_with_their_eos_and_bos_whatever_their_length(
+    mean, bos, dtype, compiled, monkeypatch
+):
+    """``_place`` (compiled code; without a compiler a slice per long document and one
+    masked assignment for short ones) puts each document's tokens between its BOS and EOS,
+    back to back, empty ones included, in the shard's dtype."""
+    import shardcore.tokenize as tk
 
+    if compiled:
+        assert tk._place_kernel() is not None  # CI has a C compiler: the kernel is tested
+    else:
+        monkeypatch.setattr(tk, "_place_kernel", lambda: None)
     rng = np.random.default_rng(mean)
     lengths = rng.integers(0, 2 * mean, 200).astype(np.int64)
     flat = rng.integers(0, 1000, int(lengths.sum())).astype(np.uint32)
     docs = np.split(flat, np.cumsum(lengths)[:-1])
     want = np.concatenate([np.r_[[bos] if bos is not None else [], d, [99]] for d in docs])
-    out = np.full(want.size, 5, dtype=np.uint32)
-    got = _place(out, flat, lengths, 99, bos)
-    assert np.array_equal(out, want.astype(np.uint32))
+    buf = np.full(want.size + 3, 5, dtype=dtype)
+    got = tk._place(buf[: want.size], flat, lengths, 99, bos)
+    assert np.array_equal(buf[: want.size], want.astype(dtype))
+    assert (buf[want.size :] == 5).all()  # nothing written past the documents
     assert np.array_equal(got, lengths + 1 + (bos is not None))
