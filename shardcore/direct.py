@@ -109,6 +109,49 @@ def write_file(path: str | os.PathLike, buf: np.ndarray, count: int) -> None:
             write_all(f, data[:nbytes])
 
 
+class DirectReader:
+    """Reads byte ranges of files with direct I/O into any buffer, through one aligned
+    bounce buffer: the disk's data lands in it without passing through the page cache
+    (whose copy and page bookkeeping cost ~1 ns a byte of a file read once), and one
+    memcpy puts it where it belongs. Buffered where the file system refuses direct I/O."""
+
+    def __init__(self, size: int = 8 << 20) -> None:
+        self.bounce = aligned_empty(size, np.dtype(np.uint8)).data.cast("B")
+
+    def open(self, path: str | os.PathLike) -> int:
+        return direct_opener(os.fspath(path), os.O_RDONLY)
+
+    def read_into(self, fd: int, view: memoryview, offset: int, path: object) -> None:
+        """Fill ``view`` with the bytes of ``fd`` from ``offset`` (OSError at the end of
+        the file before it is full)."""
+        bounce = self.bounce
+        while view.nbytes:
+            start = offset - offset % DIRECT_ALIGN
+            skip = offset - start
+            want = min(-(-(skip + view.nbytes) // DIRECT_ALIGN) * DIRECT_ALIGN, len(bounce))
+            try:
+                got = os.preadv(fd, [bounce[:want]], start) - skip
+            except OSError as exc:
+                if exc.errno != errno.EINVAL or not _drop_direct(fd):
+                    raise
+                continue  # read again, buffered
+            if got <= 0:
+                raise OSError(f"{path}: unexpected end of file at byte {offset}")
+            got = min(got, view.nbytes)
+            view[:got] = bounce[skip : skip + got]
+            view = view[got:]
+            offset += got
+
+
+def _drop_direct(fd: int) -> bool:
+    """Turn direct I/O off on ``fd``; whether it was on."""
+    flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+    if not (_O_DIRECT and flags & _O_DIRECT):
+        return False
+    fcntl.fcntl(fd, fcntl.F_SETFL, flags & ~_O_DIRECT)
+    return True
+
+
 class HashingWriter:
     """Writes windows to an open unbuffered binary file in order, in a background thread,
     and computes the file's manifest entry (as ``file_entry``) from the bytes written:

@@ -41,13 +41,13 @@ from shardcore import atomic, direct, kernels, limits, props, storage, units
 from shardcore.encoders import DEFAULT_ENGINE, DEFAULT_TOKENIZER, check_engine, load_tokenizer
 from shardcore.errors import InputError
 from shardcore.formats import token_dtype
+from shardcore.inputs import list_inputs
 from shardcore.manifest import fingerprint, write_manifest
 from shardcore.readers import (
     BadInput,
     Document,
     Rows,
     SegmentStats,
-    list_inputs,
     read_segment_rows,
     splittable,
 )

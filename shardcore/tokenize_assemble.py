@@ -22,6 +22,7 @@ import numpy as np
 
 from shardcore import atomic, props, units
 from shardcore.direct import (
+    DirectReader,
     HashingWriter,
     aligned_empty,
     bytes_entry,
@@ -79,16 +80,6 @@ def _chunk_docs(stem: Path) -> pa.Table:
         return pa.ipc.open_file(source).read_all()
 
 
-def _read_into(fd: int, view: memoryview, offset: int, path: Path) -> None:
-    """Fill ``view`` with the bytes of ``fd`` from ``offset``."""
-    while view.nbytes:
-        n = os.preadv(fd, [view], offset)
-        if n <= 0:
-            raise OSError(f"{path}: unexpected end of part chunk at byte {offset}")
-        view = view[n:]
-        offset += n
-
-
 def _write_tokens(
     f: Any, ranges: list[tuple[Path, int, int]], dtype: np.dtype, total: int
 ) -> HashingWriter:
@@ -100,18 +91,19 @@ def _write_tokens(
     bufs = [aligned_empty(min(size, total), dtype) for _ in range(2)]
     waiting: list[Any] = [None, None]
     writer = HashingWriter(f, total * dtype.itemsize)
+    reader = DirectReader()
     item = dtype.itemsize
     j = fill = 0
     try:
         for path, first, last in ranges:
-            fd = os.open(path, os.O_RDONLY)
+            fd = reader.open(path)
             try:
                 while first < last:
                     if fill == 0 and waiting[j] is not None:
                         waiting[j].result()
                     take = min(last - first, bufs[j].size - fill)
                     view = bufs[j].data.cast("B")[fill * item : (fill + take) * item]
-                    _read_into(fd, view, first * item, path)
+                    reader.read_into(fd, view, first * item, path)
                     first += take
                     fill += take
                     if fill == bufs[j].size:

@@ -251,10 +251,6 @@ class TiktokenTokenizer(_Base):
         from the ranks tiktoken loaded (part of a probe verdict's key)."""
         return "file" if self._facts.get("ranks_file") else "ranks"
 
-    def ranks_in_order(self) -> list[tuple[bytes, int]]:
-        """(token, rank) of the mergeable tokens by rank."""
-        return _ranks_in_order(self._enc)
-
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         return [self._core.encode_ordinary(t) for t in texts]
 

@@ -178,6 +178,43 @@ def test_a_scratch_file_written_direct_holds_exactly_its_bytes(
     assert path.read_bytes() == data.tobytes()
 
 
+@pytest.mark.parametrize("refused", [False, True])
+def test_a_direct_reader_reads_any_range_as_a_slice_does(tmp_path, monkeypatch, refused):
+    """``DirectReader`` (an assemble unit reading its chunks) reads any byte range into any
+    buffer, through a bounce buffer smaller than the range, at unaligned offsets; where
+    the file system refuses direct reads (EINVAL) it reads buffered; a range past the end
+    of the file is an error that names it."""
+    import errno
+
+    data = np.random.default_rng(3).bytes(5 * 4096 + 123)
+    path = tmp_path / "c00000.bin"
+    path.write_bytes(data)
+    reader = pool_direct.DirectReader(size=2 * 4096)
+    if refused:
+        real, calls = os.preadv, []
+
+        def refuse_first(fd, buffers, offset):
+            calls.append(offset)
+            if len(calls) == 1:
+                raise OSError(errno.EINVAL, "direct I/O refused")
+            return real(fd, buffers, offset)
+
+        monkeypatch.setattr(pool_direct.os, "preadv", refuse_first)
+    rng = np.random.default_rng(4)
+    fd = reader.open(path)
+    try:
+        for _ in range(60):
+            a = int(rng.integers(0, len(data)))
+            b = int(rng.integers(a, len(data) + 1))
+            out = bytearray(b - a + 5)
+            reader.read_into(fd, memoryview(out)[2 : 2 + b - a], a, path)
+            assert bytes(out[2 : 2 + b - a]) == data[a:b] and out[:2] == out[-3:][:2] == b"\0\0"
+        with pytest.raises(OSError, match="c00000.bin: unexpected end of file"):
+            reader.read_into(fd, memoryview(bytearray(10)), len(data) - 4, path)
+    finally:
+        os.close(fd)
+
+
 def test_it_aligns_windows_to_whole_blocks():
     assert pool_direct.window_items(2_500, 4) == 2048  # two blocks of 1,024 int32
     assert pool_direct.window_items(10, 4) == 1024  # at least one block
