@@ -94,7 +94,11 @@ class Rows:
     props: list[dict[str, Any]]
     lines: list[int]
     offsets: list[int]
-    nbytes: list[int]
+    utf8: list[bytes]  # each text's UTF-8 (made to count its bytes; an engine reads them)
+
+    @property
+    def nbytes(self) -> list[int]:
+        return list(map(len, self.utf8))
 
     def documents(self) -> Iterator[Document]:
         return map(Document, self.texts, self.props, self.lines, self.offsets, self.nbytes)
@@ -324,6 +328,11 @@ def _exact(props: dict[str, Any]) -> bool:
     return True
 
 
+def _utf8(texts: list[str]) -> list[bytes]:
+    # orjson never makes a lone surrogate: every str it returns encodes.
+    return [t.encode("utf-8") for t in texts]
+
+
 def _jsonl_block(
     lines: list[bytes], starts: list[int], lineno: int, text_field: str, stats: SegmentStats
 ) -> Iterator[Rows | Document | BadInput]:
@@ -333,9 +342,7 @@ def _jsonl_block(
     ``_jsonl_doc`` reads it (blank lines counted)."""
     texts: list[str] = []
     props: list[dict[str, Any]] = []
-    numbers: list[int] = []
-    offsets: list[int] = []
-    nbytes: list[int] = []
+    run = 0  # the index of the current run's first line
     loads = orjson.loads
     for i, line in enumerate(lines):
         try:
@@ -347,20 +354,20 @@ def _jsonl_block(
             if type(text) is str and text and not text.isspace() and (not obj or _exact(obj)):
                 texts.append(text)
                 props.append(obj)
-                numbers.append(lineno + i + 1)
-                offsets.append(starts[i])
-                # orjson never makes a lone surrogate: every str it returns encodes.
-                nbytes.append(len(text) if text.isascii() else len(text.encode("utf-8")))
                 continue
         if texts:
-            yield Rows(texts, props, numbers, offsets, nbytes)
-            texts, props, numbers, offsets, nbytes = [], [], [], [], []
+            numbers = list(range(lineno + run + 1, lineno + i + 1))
+            yield Rows(texts, props, numbers, starts[run:i], _utf8(texts))
+            texts, props = [], []
+        run = i + 1
         if not line.strip():
             stats.blank_lines += 1
             continue
         yield _jsonl_doc(line, lineno + i + 1, starts[i], text_field)
     if texts:
-        yield Rows(texts, props, numbers, offsets, nbytes)
+        end = len(lines)
+        numbers = list(range(lineno + run + 1, lineno + end + 1))
+        yield Rows(texts, props, numbers, starts[run:end], _utf8(texts))
 
 
 def _read_jsonl(

@@ -26,7 +26,9 @@ removes ``_parts``.
 
 from __future__ import annotations
 
+import bisect
 import ctypes
+import itertools
 import json
 import shutil
 import threading
@@ -216,6 +218,7 @@ class _Batch:
 
     def __init__(self) -> None:
         self.texts: list[str] = []
+        self.utf8: list[bytes] = []
         self.props: list[dict[str, Any]] = []
         self.lines: list[int] = []
         self.offsets: list[int | None] = []
@@ -224,27 +227,26 @@ class _Batch:
 
     def append(self, d: Document) -> None:
         self.texts.append(d.text)
+        self.utf8.append(d.text.encode("utf-8"))  # a Document's text encodes (checked)
         self.props.append(d.props)
         self.lines.append(d.line)
         self.offsets.append(d.byte_offset)
         self.nbytes.append(d.nbytes)
         self.bytes += d.nbytes
 
-    def take(self, rows: Rows, at: int, limit: int) -> int:
+    def take(self, rows: Rows, cum: list[int], at: int, limit: int) -> int:
         """Take ``rows``' documents from ``at`` until the batch holds ``limit`` bytes of
-        text (or the rows end); returns where it stopped."""
-        stop, size = at, self.bytes
-        sizes = rows.nbytes
-        n = len(sizes)
-        while stop < n and size < limit:
-            size += sizes[stop]
-            stop += 1
+        text (or the rows end); ``cum`` is the rows' cumulative sizes from 0. Returns
+        where it stopped."""
+        stop = min(bisect.bisect_left(cum, cum[at] + limit - self.bytes, lo=at + 1), len(cum) - 1)
+        utf8 = rows.utf8[at:stop]
         self.texts += rows.texts[at:stop]
+        self.utf8 += utf8
         self.props += rows.props[at:stop]
         self.lines += rows.lines[at:stop]
         self.offsets += rows.offsets[at:stop]
-        self.nbytes += sizes[at:stop]
-        self.bytes = size
+        self.nbytes += map(len, utf8)
+        self.bytes += cum[stop] - cum[at]
         return stop
 
 
@@ -450,7 +452,7 @@ def _run_tokenize(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
     def run_batch() -> None:
         nonlocal batch, documents, tokens, text_bytes, encode_cpu
         c0 = time.process_time()
-        flat, lengths = tok.encode_flat(batch.texts)
+        flat, lengths = tok.encode_flat(batch.texts, batch.utf8)
         encode_cpu += time.process_time() - c0
         tokens += writer.add(flat, lengths, batch)
         documents += len(batch.texts)
@@ -469,8 +471,9 @@ def _run_tokenize(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
     ):
         if isinstance(item, Rows):
             at = 0
+            cum = list(itertools.accumulate(map(len, item.utf8), initial=0))
             while at < len(item.texts):
-                at = batch.take(item, at, _BATCH_BYTES)
+                at = batch.take(item, cum, at, _BATCH_BYTES)
                 if batch.bytes >= _BATCH_BYTES:
                     run_batch()
             continue
