@@ -26,6 +26,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import json
+import operator
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -333,41 +334,47 @@ def _utf8(texts: list[str]) -> list[bytes]:
     return [t.encode("utf-8") for t in texts]
 
 
+def _good_run(lines: list[bytes], text_field: str) -> tuple[list[str], list[dict]] | None:
+    """(texts, properties) of ``lines`` when every one is a good document read the same
+    by orjson as by json (a JSON object whose text is a non-blank string): a few calls
+    over all of them, none per line. None when any line is not one."""
+    try:
+        objs = list(map(orjson.loads, lines))
+    except orjson.JSONDecodeError:  # invalid UTF-8 too; blank lines are not JSON either
+        return None
+    if set(map(type, objs)) != {dict}:
+        return None
+    texts = list(map(dict.pop, objs, itertools.repeat(text_field), itertools.repeat(None)))
+    if set(map(type, texts)) != {str} or not all(texts) or any(map(str.isspace, texts)):
+        return None
+    if any(objs) and not all(map(_exact, objs)):
+        return None
+    return texts, objs
+
+
+_RUN_LINES = 256  # lines tried at once as a run of good documents
+
+
 def _jsonl_block(
     lines: list[bytes], starts: list[int], lineno: int, text_field: str, stats: SegmentStats
 ) -> Iterator[Rows | Document | BadInput]:
-    """The documents of a block of lines (the first numbered ``lineno + 1``): runs of good
-    ones (a JSON object read the same by orjson as by json, whose text is a non-blank
-    string) as ``Rows``, without a call or an object per line; any other line as
-    ``_jsonl_doc`` reads it (blank lines counted)."""
-    texts: list[str] = []
-    props: list[dict[str, Any]] = []
-    run = 0  # the index of the current run's first line
-    loads = orjson.loads
-    for i, line in enumerate(lines):
-        try:
-            obj = loads(line)
-        except orjson.JSONDecodeError:  # invalid UTF-8 too; blank lines are not JSON either
-            obj = None
-        if type(obj) is dict:
-            text = obj.pop(text_field, None)
-            if type(text) is str and text and not text.isspace() and (not obj or _exact(obj)):
-                texts.append(text)
-                props.append(obj)
-                continue
-        if texts:
-            numbers = list(range(lineno + run + 1, lineno + i + 1))
-            yield Rows(texts, props, numbers, starts[run:i], _utf8(texts))
-            texts, props = [], []
-        run = i + 1
-        if not line.strip():
-            stats.blank_lines += 1
+    """The documents of a block of lines (the first numbered ``lineno + 1``), a run of
+    ``_RUN_LINES`` at a time: a run of good documents as ``Rows``, without a call or an
+    object per line; a run holding any other line line by line, as ``_jsonl_doc`` reads
+    it (blank lines counted)."""
+    for a in range(0, len(lines), _RUN_LINES):
+        run = lines[a : a + _RUN_LINES]
+        good = _good_run(run, text_field)
+        if good is not None:
+            texts, props = good
+            numbers = list(range(lineno + a + 1, lineno + a + len(run) + 1))
+            yield Rows(texts, props, numbers, starts[a : a + len(run)], _utf8(texts))
             continue
-        yield _jsonl_doc(line, lineno + i + 1, starts[i], text_field)
-    if texts:
-        end = len(lines)
-        numbers = list(range(lineno + run + 1, lineno + end + 1))
-        yield Rows(texts, props, numbers, starts[run:end], _utf8(texts))
+        for i, line in enumerate(run, start=a):
+            if not line.strip():
+                stats.blank_lines += 1
+                continue
+            yield _jsonl_doc(line, lineno + i + 1, starts[i], text_field)
 
 
 def _read_jsonl(
@@ -377,7 +384,9 @@ def _read_jsonl(
     documents, bad inputs, line numbers and offsets as reading them one by one."""
     lineno = 0
     for first, parts in _line_blocks(blocks, max(start - 1, 0), skip_partial=start > 0):
-        starts = list(itertools.accumulate((len(p) + 1 for p in parts), initial=first))
+        # Line i starts after the lines before it and their i newlines.
+        ends = itertools.accumulate(map(len, parts), initial=first)
+        starts = list(map(operator.add, ends, itertools.count()))
         last = end is not None and starts[-1] >= end  # the next line is not the segment's
         if end is not None:
             parts = parts[: bisect.bisect_left(starts, end, hi=len(parts))]
