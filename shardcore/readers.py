@@ -92,7 +92,7 @@ class Rows:
     yields for a block of lines in one piece instead of a ``Document`` each."""
 
     texts: list[str]
-    props: list[dict[str, Any]]
+    props: list[dict[str, Any]] | None  # None: no document of the run has a property
     lines: list[int]
     offsets: list[int]
     utf8: list[bytes]  # each text's UTF-8 (made to count its bytes; an engine reads them)
@@ -102,7 +102,8 @@ class Rows:
         return list(map(len, self.utf8))
 
     def documents(self) -> Iterator[Document]:
-        return map(Document, self.texts, self.props, self.lines, self.offsets, self.nbytes)
+        props = self.props if self.props is not None else [{} for _ in self.texts]
+        return map(Document, self.texts, props, self.lines, self.offsets, self.nbytes)
 
 
 @dataclass
@@ -334,10 +335,13 @@ def _utf8(texts: list[str]) -> list[bytes]:
     return [t.encode("utf-8") for t in texts]
 
 
-def _good_run(lines: list[bytes], text_field: str) -> tuple[list[str], list[dict]] | None:
+def _good_run(lines: list[bytes], text_field: str) -> tuple[list[str], list[dict] | None] | None:
     """(texts, properties) of ``lines`` when every one is a good document read the same
     by orjson as by json (a JSON object whose text is a non-blank string): a few calls
-    over all of them, none per line. None when any line is not one."""
+    over all of them, none per line. None when any line is not one. The properties are
+    None when no document has any: their empty objects are not kept (a run's thousands
+    of them, kept to the end of a batch, would each survive into the collector's oldest
+    generation and make its full passes over every object of the process more often)."""
     try:
         objs = list(map(orjson.loads, lines))
     except orjson.JSONDecodeError:  # invalid UTF-8 too; blank lines are not JSON either
@@ -347,7 +351,9 @@ def _good_run(lines: list[bytes], text_field: str) -> tuple[list[str], list[dict
     texts = list(map(dict.pop, objs, itertools.repeat(text_field), itertools.repeat(None)))
     if set(map(type, texts)) != {str} or not all(texts) or any(map(str.isspace, texts)):
         return None
-    if any(objs) and not all(map(_exact, objs)):
+    if not any(objs):
+        return texts, None
+    if not all(map(_exact, objs)):
         return None
     return texts, objs
 

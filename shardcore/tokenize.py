@@ -213,6 +213,9 @@ def _line_base(url: str, start: int, storage_options: dict) -> int:
     return count + 1
 
 
+_NO_PROPS: dict[str, Any] = {}
+
+
 class _Batch:
     """Documents for one tokenizer call, as columns."""
 
@@ -242,7 +245,10 @@ class _Batch:
         utf8 = rows.utf8[at:stop]
         self.texts += rows.texts[at:stop]
         self.utf8 += utf8
-        self.props += rows.props[at:stop]
+        if rows.props is None:  # the same empty dict for each: read, never changed, here
+            self.props += itertools.repeat(_NO_PROPS, stop - at)
+        else:
+            self.props += rows.props[at:stop]
         self.lines += rows.lines[at:stop]
         self.offsets += rows.offsets[at:stop]
         self.nbytes += map(len, utf8)
