@@ -88,9 +88,7 @@ class Tokenizer(Protocol):
 
     def encode_batch_arrays(self, texts: list[str]) -> list[np.ndarray]: ...
 
-    def encode_flat(
-        self, texts: list[str], utf8: list[bytes] | None = None
-    ) -> tuple[np.ndarray, np.ndarray]: ...
+    def encode_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]: ...
 
     def decode(self, ids: list[int] | np.ndarray) -> str: ...
 
@@ -201,70 +199,62 @@ class FastTokenizer:
     def __repr__(self) -> str:
         return f"<FastTokenizer gigatoken over {self.ref!r}>"
 
-    def _fast(self, texts: list[str], utf8: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
-        """gigatoken's ids of ``texts`` (given as their UTF-8 bytes): by one batch call
-        when they are many short documents (its cost per document is lower), else by one
-        call per document (as fast per token, and its arrays need no awkward, whose import
-        costs ~0.15 CPU-s a process). The batch call is used only once it has matched the
-        reference on the probe."""
+    def _fast(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """gigatoken's ids of ``texts``: by one batch call when they are many short
+        documents (its cost per document is lower), else by one call per document (as fast
+        per token, and its arrays need no awkward, whose import costs ~0.15 CPU-s a
+        process). The batch call is used only once it has matched the reference on the
+        probe."""
         n = len(texts)
         short = n >= _BATCH_MIN_DOCS and sum(map(len, texts)) < _PER_DOC_CHARS * n
         if short and self._batch_ok is not False:
             if self._batch_ok is None:
                 self._batch_ok = self.matches_reference("batch")
             if self._batch_ok:
-                return self._fast_batch(utf8)
-        return self._fast_each(utf8)
+                return self._fast_batch(texts)
+        return self._fast_each(texts)
 
-    def _fast_batch(self, utf8: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
+    def _fast_batch(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         import awkward as ak
 
-        layout = ak.to_layout(self._backend.encode_batch(utf8, parallel=False))
+        layout = ak.to_layout(self._backend.encode_batch(texts, parallel=False))
         offsets = np.asarray(layout.offsets.data)
         flat = layout.content.data[offsets[0] : offsets[-1]]
         return flat, np.diff(offsets).astype(np.int64)
 
-    def _fast_each(self, utf8: list[bytes]) -> tuple[np.ndarray, np.ndarray]:
+    def _fast_each(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         encode = self._backend.encode
-        arrays = [encode(b) for b in utf8]
+        arrays = [encode(t) for t in texts]
         lengths = np.fromiter(map(len, arrays), dtype=np.int64, count=len(arrays))
         return (np.concatenate(arrays) if arrays else _EMPTY), lengths
 
     def matches_reference(self, call: str) -> bool:
         """Whether the backend's ``call`` ("each": a call per document, "batch": the batch
-        call; both given UTF-8 bytes) gives the reference's ids on the probe texts. The
-        verdict is stored under the tokenizer's fingerprint, the engine's build, how its
-        backend was made and the probe texts (``shardcore.tokenizer_facts``): a process
-        with the same ones reuses it."""
+        call) gives the reference's ids on the probe texts. The verdict is stored under the
+        tokenizer's fingerprint, the engine's build, how its backend was made and the probe
+        texts (``shardcore.tokenizer_facts``): a process with the same ones reuses it."""
         encode = self._fast_each if call == "each" else self._fast_batch
         probe = [t for t in _probe_texts() if not self._special(t)]
-        data = [t.encode("utf-8") for t in probe]
-        digest = xxhash.xxh3_128_hexdigest(b"\0".join(data))
+        digest = xxhash.xxh3_128_hexdigest("\0".join(probe).encode("utf-8", "surrogatepass"))
         source = getattr(self.ref, "backend_source", "file")
-        name = tokenizer_facts.probe_key(self.fingerprint, source, f"{call} of bytes", digest)
+        name = tokenizer_facts.probe_key(self.fingerprint, source, call, digest)
         verdict = tokenizer_facts.probe_verdict(name)
         if verdict is None:
-            a_flat, a_len = encode(data)
+            a_flat, a_len = encode(probe)
             b_flat, b_len = self.ref.encode_flat(probe)
             verdict = bool(np.array_equal(a_len, b_len) and np.array_equal(a_flat, b_flat))
             tokenizer_facts.save_probe(name, verdict)
         return verdict
 
-    def encode_flat(
-        self, texts: list[str], utf8: list[bytes] | None = None
-    ) -> tuple[np.ndarray, np.ndarray]:
+    def encode_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         """Every document through gigatoken; those whose ids hold an added or special
         token's id (gigatoken matched its text, which the reference reads as ordinary
         text), or that spell a token the reference itself matches (an HF non-special added
         token), again through the reference. Reading the ids (one vectorized test) rather
-        than scanning every text for the tokens' spellings saves ~3% of a tokenize run.
-        gigatoken is given the texts' UTF-8 bytes (``utf8`` when the caller has them): from
-        bytes it reads a non-ASCII text without making its UTF-8 first, ~10% faster."""
+        than scanning every text for the tokens' spellings saves ~3% of a tokenize run."""
         self._bound_memory()  # outside the try below: a failed reload must not pass silently
         try:
-            if utf8 is None:
-                utf8 = [t.encode("utf-8") for t in texts]
-            flat, lengths = self._fast(texts, utf8)
+            flat, lengths = self._fast(texts)
         except (ValueError, TypeError, UnicodeError):  # e.g. a lone surrogate
             self.reference_documents += len(texts)
             return self.ref.encode_flat(texts)

@@ -95,11 +95,12 @@ class Rows:
     props: list[dict[str, Any]] | None  # None: no document of the run has a property
     lines: list[int]
     offsets: list[int]
-    utf8: list[bytes]  # each text's UTF-8 (made to count its bytes; an engine reads them)
 
     @property
     def nbytes(self) -> list[int]:
-        return list(map(len, self.utf8))
+        """Each text's size in UTF-8 (counted when asked: a tokenizer that has read a text
+        holds its UTF-8, and counting after it costs a copy, not an encoding)."""
+        return utf8_sizes(self.texts)
 
     def documents(self) -> Iterator[Document]:
         props = self.props if self.props is not None else [{} for _ in self.texts]
@@ -330,9 +331,11 @@ def _exact(props: dict[str, Any]) -> bool:
     return True
 
 
-def _utf8(texts: list[str]) -> list[bytes]:
-    # orjson never makes a lone surrogate: every str it returns encodes.
-    return [t.encode("utf-8") for t in texts]
+def utf8_sizes(texts: list[str]) -> list[int]:
+    """Each text's size in UTF-8 (an ASCII text's is its length: CPython knows it is ASCII
+    without a scan). The texts encode: a Document's text is checked, and orjson never
+    makes a lone surrogate."""
+    return [len(t) if t.isascii() else len(t.encode("utf-8")) for t in texts]
 
 
 def _good_run(lines: list[bytes], text_field: str) -> tuple[list[str], list[dict] | None] | None:
@@ -374,7 +377,7 @@ def _jsonl_block(
         if good is not None:
             texts, props = good
             numbers = list(range(lineno + a + 1, lineno + a + len(run) + 1))
-            yield Rows(texts, props, numbers, starts[a : a + len(run)], _utf8(texts))
+            yield Rows(texts, props, numbers, starts[a : a + len(run)])
             continue
         for i, line in enumerate(run, start=a):
             if not line.strip():

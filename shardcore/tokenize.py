@@ -52,6 +52,7 @@ from shardcore.readers import (
     SegmentStats,
     read_segment_rows,
     splittable,
+    utf8_sizes,
 )
 from shardcore.tokenize_assemble import (
     CHUNK_DOCS,
@@ -64,7 +65,7 @@ from shardcore.tokenize_assemble import (
 STAGE = "tokenize"
 KIND = "tokenized"
 
-_BATCH_BYTES = 1 << 20  # text per tokenizer call: amortizes call overhead, bounds memory
+_BATCH_CHARS = 1 << 20  # text per tokenizer call: amortizes call overhead, bounds memory
 _CHUNK_TOKENS = 8 << 20  # tokens per part chunk before it is flushed to disk
 _CHUNK_DOCS = 200_000
 # Mean tokens a document from which _place's numpy path copies a slice per document (a
@@ -221,38 +222,31 @@ class _Batch:
 
     def __init__(self) -> None:
         self.texts: list[str] = []
-        self.utf8: list[bytes] = []
         self.props: list[dict[str, Any]] = []
         self.lines: list[int] = []
         self.offsets: list[int | None] = []
-        self.nbytes: list[int] = []
-        self.bytes = 0
+        self.chars = 0
 
     def append(self, d: Document) -> None:
         self.texts.append(d.text)
-        self.utf8.append(d.text.encode("utf-8"))  # a Document's text encodes (checked)
         self.props.append(d.props)
         self.lines.append(d.line)
         self.offsets.append(d.byte_offset)
-        self.nbytes.append(d.nbytes)
-        self.bytes += d.nbytes
+        self.chars += len(d.text)
 
     def take(self, rows: Rows, cum: list[int], at: int, limit: int) -> int:
-        """Take ``rows``' documents from ``at`` until the batch holds ``limit`` bytes of
-        text (or the rows end); ``cum`` is the rows' cumulative sizes from 0. Returns
-        where it stopped."""
-        stop = min(bisect.bisect_left(cum, cum[at] + limit - self.bytes, lo=at + 1), len(cum) - 1)
-        utf8 = rows.utf8[at:stop]
+        """Take ``rows``' documents from ``at`` until the batch holds ``limit`` characters
+        (or the rows end); ``cum`` is the rows' cumulative lengths from 0. Returns where
+        it stopped."""
+        stop = min(bisect.bisect_left(cum, cum[at] + limit - self.chars, lo=at + 1), len(cum) - 1)
         self.texts += rows.texts[at:stop]
-        self.utf8 += utf8
         if rows.props is None:  # the same empty dict for each: read, never changed, here
             self.props += itertools.repeat(_NO_PROPS, stop - at)
         else:
             self.props += rows.props[at:stop]
         self.lines += rows.lines[at:stop]
         self.offsets += rows.offsets[at:stop]
-        self.nbytes += map(len, utf8)
-        self.bytes += cum[stop] - cum[at]
+        self.chars += cum[stop] - cum[at]
         return stop
 
 
@@ -283,9 +277,9 @@ class _PartWriter:
         self.nbytes: list[int] = []
         self.props: list[dict[str, Any]] = []
 
-    def add(self, flat: np.ndarray, lengths: np.ndarray, rows: _Batch) -> int:
-        """Add the encoded documents ``flat`` (cut by ``lengths``, without EOS or BOS) and
-        their source rows; returns the tokens added."""
+    def add(self, flat: np.ndarray, lengths: np.ndarray, rows: _Batch, sizes: list[int]) -> int:
+        """Add the encoded documents ``flat`` (cut by ``lengths``, without EOS or BOS),
+        their source rows and their texts' UTF-8 sizes; returns the tokens added."""
         extra = 1 + (self.bos is not None)
         n = int(flat.size) + extra * int(lengths.size)
         if self.fill + n > self.buf.size:
@@ -299,7 +293,7 @@ class _PartWriter:
         self.fill += n
         self.lines += rows.lines
         self.offsets += rows.offsets
-        self.nbytes += rows.nbytes
+        self.nbytes += sizes
         self.props += rows.props
         if self.fill >= _CHUNK_TOKENS or len(self.lines) >= _CHUNK_DOCS:
             self.flush()
@@ -458,11 +452,14 @@ def _run_tokenize(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
     def run_batch() -> None:
         nonlocal batch, documents, tokens, text_bytes, encode_cpu
         c0 = time.process_time()
-        flat, lengths = tok.encode_flat(batch.texts, batch.utf8)
+        flat, lengths = tok.encode_flat(batch.texts)
         encode_cpu += time.process_time() - c0
-        tokens += writer.add(flat, lengths, batch)
+        # Counted after the tokenizer has read the texts: it made their UTF-8, which
+        # CPython keeps and str.encode copies (the first encoding costs 7x more).
+        sizes = utf8_sizes(batch.texts)
+        tokens += writer.add(flat, lengths, batch, sizes)
         documents += len(batch.texts)
-        text_bytes += batch.bytes
+        text_bytes += sum(sizes)
         batch = _Batch()
 
     start, end = unit["start"], unit["end"]
@@ -477,10 +474,10 @@ def _run_tokenize(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
     ):
         if isinstance(item, Rows):
             at = 0
-            cum = list(itertools.accumulate(map(len, item.utf8), initial=0))
+            cum = list(itertools.accumulate(map(len, item.texts), initial=0))
             while at < len(item.texts):
-                at = batch.take(item, cum, at, _BATCH_BYTES)
-                if batch.bytes >= _BATCH_BYTES:
+                at = batch.take(item, cum, at, _BATCH_CHARS)
+                if batch.chars >= _BATCH_CHARS:
                     run_batch()
             continue
         if isinstance(item, BadInput):
@@ -492,7 +489,7 @@ def _run_tokenize(plan: units.Plan, unit: dict[str, Any]) -> dict[str, Any]:
             bad.add(item)
             continue
         batch.append(item)
-        if batch.bytes >= _BATCH_BYTES:
+        if batch.chars >= _BATCH_CHARS:
             run_batch()
     if batch.texts:
         run_batch()

@@ -69,11 +69,8 @@ class _Base:
             self.decode(tokens[a:b]) for a, b in zip(starts.tolist(), ends.tolist(), strict=True)
         ]
 
-    def encode_flat(
-        self, texts: list[str], utf8: list[bytes] | None = None
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """All documents' ids back to back (uint32) and each document's length (``utf8``,
-        the texts' UTF-8 bytes, is for engines that read bytes; the references do not)."""
+    def encode_flat(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """All documents' ids back to back (uint32) and each document's length."""
         arrays = self.encode_batch_arrays(texts)
         lengths = np.fromiter((a.size for a in arrays), dtype=np.int64, count=len(arrays))
         flat = np.concatenate(arrays) if arrays else _EMPTY
