@@ -215,12 +215,12 @@ class FastTokenizer:
         return self._fast_each(texts)
 
     def _fast_batch(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        import awkward as ak
-
-        layout = ak.to_layout(self._backend.encode_batch(texts, parallel=False))
+        # An awkward Array of lists: its layout's offsets and content, read directly (the
+        # high-level ak.to_layout dispatch cost ~0.3 ms a call).
+        layout = self._backend.encode_batch(texts, parallel=False).layout
         offsets = np.asarray(layout.offsets.data)
         flat = layout.content.data[offsets[0] : offsets[-1]]
-        return flat, np.diff(offsets).astype(np.int64)
+        return flat, np.diff(offsets).astype(np.int64, copy=False)
 
     def _fast_each(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
         encode = self._backend.encode
@@ -258,9 +258,9 @@ class FastTokenizer:
         except (ValueError, TypeError, UnicodeError):  # e.g. a lone surrogate
             self.reference_documents += len(texts)
             return self.ref.encode_flat(texts)
-        ends = np.cumsum(lengths)
         hits = self._special_hits(flat)
-        slow = set(np.searchsorted(ends, hits, side="right").tolist())
+        ends = np.cumsum(lengths)
+        slow = set(np.searchsorted(ends, hits, side="right").tolist()) if hits.size else set()
         if self._matched is not None:
             slow.update(i for i, t in enumerate(texts) if self._matched(t))
         if not slow:
@@ -286,6 +286,8 @@ class FastTokenizer:
         floor = int(ids.min())
         if 2 * floor < self.vocab_size:
             return np.flatnonzero(np.isin(flat, ids))
+        if not flat.size or int(flat.max()) < floor:  # one pass, no mask: the usual case
+            return np.zeros(0, dtype=np.int64)
         candidates = np.flatnonzero(flat >= floor)
         return candidates[np.isin(flat[candidates], ids)]
 
