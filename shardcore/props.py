@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import base64
 import json
+import operator
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -195,7 +196,10 @@ def repeated_string(value: str, n: int) -> pa.Array:
 
 def strings(values: Sequence[str | None]) -> pa.Array:
     """Python strings (or None) as an Arrow ``string`` array."""
-    data = [b"" if v is None else v.encode("utf-8") for v in values]
+    if None not in values:
+        data = [v.encode("utf-8") for v in values]  # type: ignore[union-attr]  # no None
+    else:
+        data = [b"" if v is None else v.encode("utf-8") for v in values]
     offsets = np.zeros(len(data) + 1, dtype=np.int64)
     np.cumsum(np.fromiter(map(len, data), dtype=np.int64, count=len(data)), out=offsets[1:])
     if offsets[-1] >= 1 << 31:  # beyond a string array's 32-bit offsets: pyarrow chunks it
@@ -225,10 +229,44 @@ def int64_values(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
 _FLAT = {str: pa.string(), bool: pa.bool_(), int: pa.int64(), float: pa.float64()}
 
 
+def _uniform_struct(rows: Sequence[dict[str, Any]]) -> pa.Array | None:
+    """``_flat_struct`` for the usual rows of one source: every row has the same keys and
+    each key's values are all str, all bool, all int (64-bit) or all float, none None; a
+    column at a time by calls over all rows (none per value). None for any other rows."""
+    first = rows[0]
+    keys = first.keys()
+    if not all(map(keys.__eq__, map(dict.keys, rows))):
+        return None
+    fields, arrays = [], []
+    for k in first:
+        values = list(map(operator.itemgetter(k), rows))
+        kinds = set(map(type, values))
+        if len(kinds) != 1:
+            return None
+        kind = kinds.pop()
+        if kind is str:
+            arrays.append(strings(values))
+        elif kind is int:
+            if min(values) < _INT64[0] or max(values) > _INT64[1]:
+                return None
+            arrays.append(numbers(np.array(values, dtype=np.int64)))
+        elif kind is float or kind is bool:
+            arrays.append(
+                numbers(np.array(values, dtype=np.float64 if kind is float else np.bool_))
+            )
+        else:
+            return None
+        fields.append(pa.field(str(k), arrays[-1].type))
+    return pa.StructArray.from_arrays(arrays, fields=fields)
+
+
 def _flat_struct(rows: Sequence[dict[str, Any]]) -> pa.Array | None:
     """``pa.array(rows)`` for rows whose values are all None, str, bool, int (64-bit) or
     float, each key's values of one type (None aside): the same struct, fields in order of
     first appearance, built from buffers. None for any other rows (pa.array decides)."""
+    uniform = _uniform_struct(rows)
+    if uniform is not None:
+        return uniform
     kinds: dict[str, type | None] = {}
     for r in rows:
         for k, v in r.items():

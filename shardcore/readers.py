@@ -322,6 +322,9 @@ def _jsonl_doc(line: bytes, lineno: int, offset: int, text_field: str) -> Docume
     return _check_text(text, obj, lineno, offset, text_field, line)
 
 
+_EXACT_TYPES = {str, int, bool, type(None)}  # values orjson reads as json does
+
+
 def _exact(props: dict[str, Any]) -> bool:
     """Whether orjson read these values as json does (only a float can differ)."""
     for v in props.values():
@@ -356,7 +359,8 @@ def _good_run(lines: list[bytes], text_field: str) -> tuple[list[str], list[dict
         return None
     if not any(objs):
         return texts, None
-    if not all(map(_exact, objs)):
+    values = itertools.chain.from_iterable(map(dict.values, objs))
+    if not set(map(type, values)) <= _EXACT_TYPES and not all(map(_exact, objs)):
         return None
     return texts, objs
 

@@ -117,6 +117,40 @@ def tiktoken_lookup(encoding_name: str) -> tuple[str | None, dict[str, Any] | No
     return name, entry
 
 
+# ---------------------------------------------------------------- Hugging Face tokenizers
+
+
+def _package_files(name: str) -> list[list[object]] | None:
+    """A package's top-level files (name, size, modification time): which build of it is
+    installed, found without importing it."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(name)
+        folder = Path(spec.origin).parent if spec and spec.origin else None
+        if folder is None:
+            return None
+        return sorted(
+            [e.name, e.stat().st_size, e.stat().st_mtime_ns]
+            for e in os.scandir(folder)
+            if e.is_file()
+        )
+    except (ImportError, ValueError, OSError):
+        return None
+
+
+def hf_key(file: Path, config: Path) -> str | None:
+    """The key of a Hugging Face tokenizer's facts: the content of its tokenizer.json and
+    tokenizer_config.json (absent: none) and the tokenizers library's build (None when a
+    file cannot be read)."""
+    build = _package_files("tokenizers")
+    digest = file_digest(file)
+    conf = file_digest(config) if config.exists() else "absent"
+    if build is None or digest is None or conf is None:
+        return None
+    return key("hf", digest, conf, build)
+
+
 # ---------------------------------------------------------------- probe verdicts
 
 

@@ -334,9 +334,12 @@ class TiktokenTokenizer(_Base):
 
 
 class HFTokenizer(_Base):
-    def __init__(self, spec: str, path: str):
-        from tokenizers import Tokenizer as _HF
+    """A Hugging Face ``tokenizer.json``. Its facts (fingerprint, vocabulary size, EOS and
+    BOS, added tokens) come from ``shardcore.tokenizer_facts`` while the file, its
+    tokenizer_config.json and the tokenizers library are unchanged; the library then loads
+    the tokenizer only when a document needs the reference."""
 
+    def __init__(self, spec: str, path: str):
         p = Path(path).expanduser()
         file = p / "tokenizer.json" if p.is_dir() else p
         if not file.exists():
@@ -344,37 +347,83 @@ class HFTokenizer(_Base):
                 f"tokenizer {spec!r}: {file} does not exist (hf: takes a local tokenizer.json "
                 "or a directory holding one)"
             )
-        try:
-            self._tok = _HF.from_file(str(file))
-        except Exception as exc:  # the tokenizers library raises a bare Exception
-            raise InputError(f"tokenizer {spec!r}: cannot load {file}: {exc}") from exc
+        self.spec = spec
         self._file = file
+        self._hf: Any = None
+        config = file.parent / "tokenizer_config.json"
+        name = tokenizer_facts.hf_key(file, config)
+        facts = tokenizer_facts.load(name) if name else None
+        if facts is None:
+            facts = self._establish_facts(config)
+            if name:
+                tokenizer_facts.save(
+                    name, {**facts, "file_xxh3": tokenizer_facts.file_digest(file)}
+                )
+        self._facts = facts
+        self.vocab_size = int(facts["vocab_size"])
+        self.eos_id = int(facts["eos_id"])
+        self.bos_id = None if facts["bos_id"] is None else int(facts["bos_id"])
+        self.fingerprint = str(facts["fingerprint"])
+
+    def _load(self) -> Any:
+        from tokenizers import Tokenizer as _HF
+
+        try:
+            tok = _HF.from_file(str(self._file))
+        except Exception as exc:  # the tokenizers library raises a bare Exception
+            raise InputError(f"tokenizer {self.spec!r}: cannot load {self._file}: {exc}") from exc
         # Text that spells a special token is encoded as the characters it is made of
         # (tiktoken's encode_ordinary does the same), never as the special id.
-        self._tok.encode_special_tokens = True
-        self.spec = spec
-        self.vocab_size = int(self._tok.get_vocab_size(with_added_tokens=True))
+        tok.encode_special_tokens = True
+        return tok
+
+    def _establish_facts(self, cfg_file: Path) -> dict[str, Any]:
+        """Load the tokenizer and derive its facts."""
+        self._hf = tok = self._load()
         config = {}
-        cfg_file = file.parent / "tokenizer_config.json"
         if cfg_file.exists():
             try:
                 config = json.loads(cfg_file.read_text())
             except ValueError as exc:
-                raise InputError(f"tokenizer {spec!r}: {cfg_file}: invalid JSON: {exc}") from exc
-        self.eos_id = self._special(config.get("eos_token"), _EOS_NAMES)  # type: ignore[assignment]
-        if self.eos_id is None:
+                raise InputError(
+                    f"tokenizer {self.spec!r}: {cfg_file}: invalid JSON: {exc}"
+                ) from exc
+        eos_id = self._special(config.get("eos_token"), _EOS_NAMES)
+        if eos_id is None:
             raise InputError(
-                f"tokenizer {spec!r}: no EOS token found (tokenizer_config.json has no "
+                f"tokenizer {self.spec!r}: no EOS token found (tokenizer_config.json has no "
                 f"eos_token and none of {list(_EOS_NAMES)} is in the vocabulary)"
             )
-        self.bos_id = self._special(config.get("bos_token"), _BOS_NAMES)
+        bos_id = self._special(config.get("bos_token"), _BOS_NAMES)
         # to_str() serializes vocab, merges, added/special tokens, normalizer and
         # pre-tokenizer; canonical JSON makes the hash independent of key order.
-        canon = json.dumps(json.loads(self._tok.to_str()), sort_keys=True, separators=(",", ":"))
+        canon = json.dumps(json.loads(tok.to_str()), sort_keys=True, separators=(",", ":"))
         h = xxhash.xxh3_128(b"hf\0")
         h.update(canon.encode())
-        h.update(f"eos={self.eos_id};bos={self.bos_id}".encode())
-        self.fingerprint = h.hexdigest()
+        h.update(f"eos={eos_id};bos={bos_id}".encode())
+        added = tok.get_added_tokens_decoder()
+        return {
+            "fingerprint": h.hexdigest(),
+            "vocab_size": int(tok.get_vocab_size(with_added_tokens=True)),
+            "eos_id": eos_id,
+            "bos_id": bos_id,
+            # Every added token: gigatoken matches special and non-special ones alike.
+            "special_texts": sorted(t.content for t in added.values()),
+            "special_ids": sorted(int(i) for i in added),
+            # encode_special_tokens makes special ones ordinary text; the others stay tokens.
+            "matched_texts": sorted(t.content for t in added.values() if not t.special),
+        }
+
+    @property
+    def _tok(self) -> Any:
+        """The tokenizers library's tokenizer, loaded on first use when the facts came from
+        the cache (and refused if its file changed since)."""
+        if self._hf is None:
+            want = self._facts.get("file_xxh3")
+            if want is not None and tokenizer_facts.file_digest(self._file) != want:
+                raise InputError(f"tokenizer {self.spec!r}: {self._file} changed while in use")
+            self._hf = self._load()
+        return self._hf
 
     def _special(
         self, configured: str | dict[str, Any] | None, names: tuple[str, ...]
@@ -382,7 +431,7 @@ class HFTokenizer(_Base):
         if isinstance(configured, dict):  # {"content": "</s>", ...} in older configs
             configured = configured.get("content")
         for name in ([configured] if configured else []) + list(names):
-            tid = self._tok.token_to_id(name)
+            tid = self._hf.token_to_id(name)
             if tid is not None:
                 return int(tid)
         return None
@@ -398,16 +447,13 @@ class HFTokenizer(_Base):
         return self._tok.decode(_int_list(ids), skip_special_tokens=False)
 
     def special_texts(self) -> list[str]:
-        # Every added token: gigatoken matches special and non-special ones alike.
-        return sorted(t.content for t in self._tok.get_added_tokens_decoder().values())
+        return list(self._facts["special_texts"])
 
     def special_ids(self) -> list[int]:
-        return sorted(self._tok.get_added_tokens_decoder())
+        return [int(i) for i in self._facts["special_ids"]]
 
     def matched_texts(self) -> list[str]:
-        # encode_special_tokens makes special ones ordinary text; the others stay tokens.
-        added = self._tok.get_added_tokens_decoder().values()
-        return sorted(t.content for t in added if not t.special)
+        return list(self._facts["matched_texts"])
 
     def fast_backend(self) -> gigatoken.Tokenizer:
         import gigatoken

@@ -1,13 +1,14 @@
 """Benchmark: tokenizing real multilingual text, side by side with the raw engines, in one run.
 
     .venv/bin/python bench/tokenize/run.py [--size-mb 120] [--workers 2] [--rounds 2]
-                                           [--long-gb 2] [--long-workers 1,2] [--long-only]
-                                           [--max-load 0.5]
+                                           [--doc-kb 1] [--long-gb 2] [--long-workers 1,2]
+                                           [--long-only] [--max-load 0.5]
 
 Corpus: CPython's library sources and docs (.py/.rst/.txt/.md) interleaved with real
 non-English text (CPython's CJK codec test texts, every gettext catalog's translations
 under /usr/share/locale, the translated man pages under /usr/share/man/<lang>), one
-document per file, repeated until it reaches --size-mb of text. Written once as N
+document per file (with --doc-kb N, each file cut at line ends into documents of ~N KB,
+as a web corpus's), repeated until it reaches --size-mb of text. Written once as N
 ``.jsonl.zst`` files. A byte-level BPE ``tokenizer.json`` (32,000 ids) is trained on it
 once with the tokenizers library for the Hugging Face rows.
 
@@ -75,7 +76,22 @@ def corpus_texts():
     return out
 
 
-def build(data: Path, size_mb: int, files: int) -> dict:
+def _pieces(text: str, size: int) -> list[str]:
+    """``text`` cut at line ends into documents of at least ``size`` bytes (the last one may
+    be shorter); pieces of whitespace alone are dropped."""
+    out, cur, n = [], [], 0
+    for line in text.splitlines(keepends=True):
+        cur.append(line)
+        n += len(line.encode())
+        if n >= size:
+            out.append("".join(cur))
+            cur, n = [], 0
+    if cur:
+        out.append("".join(cur))
+    return [t for t in out if not t.isspace()]
+
+
+def build(data: Path, size_mb: int, files: int, doc_kb: int = 0) -> dict:
     """The corpus (once), and the project's bytecode compiled, as an installed package has
     it: with PYTHONDONTWRITEBYTECODE set, every case would compile the modules it imports
     again (~0.1 CPU-s for the pipeline's, none for a raw loop's)."""
@@ -84,7 +100,8 @@ def build(data: Path, size_mb: int, files: int) -> dict:
     done = data / "corpus.json"
     if done.exists():
         info = json.loads(done.read_text())
-        if info["size_mb"] == size_mb and info["files"] == files:
+        same = (info["size_mb"], info["files"], info.get("doc_kb", 0))
+        if same == (size_mb, files, doc_kb):
             return info
     import zstandard
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -92,6 +109,8 @@ def build(data: Path, size_mb: int, files: int) -> dict:
     shutil.rmtree(data, ignore_errors=True)
     data.mkdir(parents=True)
     base = corpus_texts()
+    if doc_kb:  # the files cut into documents of ~doc_kb KB, as a web corpus's
+        base = [(piece, kind) for t, kind in base for piece in _pieces(t, doc_kb * 1000)]
     docs, total, unique, rounds, by_kind = [], 0, 0, 0, {"code": 0, "multilingual": 0}
     while total < size_mb * 10**6:
         rounds += 1
@@ -125,6 +144,7 @@ def build(data: Path, size_mb: int, files: int) -> dict:
     info = {
         "size_mb": size_mb,
         "files": files,
+        "doc_kb": doc_kb,
         "documents": len(docs),
         "text_bytes": total,
         "unique_text_bytes": unique,
@@ -289,6 +309,9 @@ def main() -> None:
     ap.add_argument("--hf", action="store_true")
     ap.add_argument("--size-mb", type=int, default=120)
     ap.add_argument("--files", type=int, default=8)
+    ap.add_argument(
+        "--doc-kb", type=int, default=0, help="cut the files into documents of ~N KB (0: whole)"
+    )
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--long-gb", type=float, default=0.0)
@@ -308,7 +331,9 @@ def main() -> None:
         out = data / f"out-{a.engine}-{a.workers}{'-hf' if a.hf else ''}"
         print(json.dumps(case_pipeline(data, a.workers, a.engine, spec, out)))
         return
-    info = build(data, a.size_mb, a.files)
+    if a.doc_kb:
+        data = data.with_name(f"{data.name}-doc{a.doc_kb}kb")
+    info = build(data, a.size_mb, a.files, a.doc_kb)
     print(f"corpus: {info}", file=sys.stderr)
     d = ["--data", str(data)]
     rounds = []
