@@ -196,20 +196,27 @@ def repeated_string(value: str, n: int) -> pa.Array:
 
 def strings(values: Sequence[str | None]) -> pa.Array:
     """Python strings (or None) as an Arrow ``string`` array."""
-    if None not in values:
-        data = [v.encode("utf-8") for v in values]  # type: ignore[union-attr]  # no None
+    n = len(values)
+    if None not in values and all(map(str.isascii, values)):  # type: ignore[arg-type]
+        # ASCII only: one join, sizes from lengths (no encoding per string).
+        joined = "".join(values).encode("ascii")  # type: ignore[arg-type]  # no None
+        sizes = np.fromiter(map(len, values), dtype=np.int64, count=n)  # type: ignore[arg-type]
+        valid = None
     else:
         data = [b"" if v is None else v.encode("utf-8") for v in values]
-    offsets = np.zeros(len(data) + 1, dtype=np.int64)
-    np.cumsum(np.fromiter(map(len, data), dtype=np.int64, count=len(data)), out=offsets[1:])
+        joined = b"".join(data)
+        sizes = np.fromiter(map(len, data), dtype=np.int64, count=n)
+        valid = np.fromiter((v is not None for v in values), dtype=bool, count=n)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(sizes, out=offsets[1:])
     if offsets[-1] >= 1 << 31:  # beyond a string array's 32-bit offsets: pyarrow chunks it
         return pa.array(values, type=pa.string())
-    valid = np.fromiter((v is not None for v in values), dtype=bool, count=len(values))
-    mask, nulls = None, len(values) - int(np.count_nonzero(valid))
-    if nulls:
+    mask, nulls = None, 0
+    if valid is not None and not valid.all():
+        nulls = n - int(np.count_nonzero(valid))
         mask = pa.py_buffer(np.packbits(valid, bitorder="little"))
-    buffers = [mask, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(b"".join(data))]
-    return pa.Array.from_buffers(pa.string(), len(data), buffers, null_count=nulls)
+    buffers = [mask, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(joined)]
+    return pa.Array.from_buffers(pa.string(), n, buffers, null_count=nulls)
 
 
 def int64_values(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
