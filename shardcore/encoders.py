@@ -27,7 +27,9 @@ always matches their text, the reference reads it as ordinary text), one that sp
 token the reference itself matches, or a batch gigatoken fails on. It is used only after it matched the reference on a probe of real
 multilingual text at load time. ``engine="auto"`` (the default) is gigatoken when it
 loads the tokenizer and passes the probe, the reference otherwise. The engine never
-changes ids, so it is not part of the fingerprint.
+changes ids, so it is not part of the fingerprint. A probe's verdict, and what loading a
+reference establishes, are kept on disk under a key of the files and builds that decide
+them (``shardcore.tokenizer_facts``): a later process with the same ones skips both.
 
 The fingerprint is xxh3-128 over the vocabulary, the merges, the special tokens and the
 pre-tokenization rules, so two specs that tokenize identically share it and a changed
