@@ -447,27 +447,11 @@ def _check_text(
     return Document(text, props, lineno, offset, nbytes)
 
 
-def read_segment(
-    url: str,
-    *,
-    start: int = 0,
-    end: int | None = None,
-    text_field: str = "text",
-    txt_mode: str = "file",
-    storage_options: dict[str, Any] | None = None,
-    stats: SegmentStats | None = None,
-) -> Iterator[Document | BadInput]:
-    """Yield the documents and bad inputs of ``url[start:end]`` in file order. Never raises
-    for bad data: an unreadable, empty or truncated file is a BadInput too."""
-    for item in read_segment_rows(
-        url,
-        start=start,
-        end=end,
-        text_field=text_field,
-        txt_mode=txt_mode,
-        storage_options=storage_options,
-        stats=stats,
-    ):
+def read_segment(url: str, **options: Any) -> Iterator[Document | BadInput]:
+    """Yield the documents and bad inputs of ``url[start:end]`` in file order (``options``:
+    ``read_segment_rows``'s). Never raises for bad data: an unreadable, empty or truncated
+    file is a BadInput too."""
+    for item in read_segment_rows(url, **options):
         if type(item) is Rows:
             yield from item.documents()
         else:
