@@ -99,9 +99,7 @@ def test_a_stored_verdict_decides_the_engine(tmp_path):
     cache = tmp_path / "cache"
     _child(cache)
     verdicts = [
-        p
-        for p in (cache / "tokenizers").glob("*.json")
-        if "matches" in json.loads(p.read_text())
+        p for p in (cache / "tokenizers").glob("*.json") if "matches" in json.loads(p.read_text())
     ]
     assert len(verdicts) == 1
     verdicts[0].write_text(json.dumps({"matches": False, "version": tokenizer_facts.VERSION}))
