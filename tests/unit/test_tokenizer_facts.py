@@ -60,7 +60,7 @@ def test_a_second_process_knows_the_encoding_without_loading_it(tmp_path):
     first = _child(cache)
     assert first["loaded"] and first["engine"] == "gigatoken"
     assert len(list((cache / "tokenizers").glob("*.json"))) == 2  # facts, one verdict
-    texts = multilingual_texts(20_000) + special_token_texts()
+    texts = multilingual_texts() + special_token_texts()
     second = _child(cache, texts=texts)
     assert not second["loaded"] and second["engine"] == "gigatoken"
     for key in ("fingerprint", "vocab", "eos"):
