@@ -11,6 +11,7 @@ reference (it spells a special token), and checks that it has the same fingerpri
 
 from __future__ import annotations
 
+import abc
 import binascii
 import contextlib
 import functools
@@ -37,9 +38,9 @@ _EOS_NAMES = ("<|endoftext|>", "</s>", "<eos>", "<|end_of_text|>", "[SEP]", "<|i
 _BOS_NAMES = ("<s>", "<bos>", "<|begin_of_text|>", "[CLS]")
 
 
-class _Base:
-    def encode_batch_arrays(self, texts: list[str]) -> list[np.ndarray]:
-        raise NotImplementedError
+class _Base(abc.ABC):
+    """What both reference tokenizers (tiktoken's and Hugging Face's) provide: each
+    implements the abstract methods, and shares the rest."""
 
     spec: str
     fingerprint: str
@@ -48,20 +49,25 @@ class _Base:
     bos_id: int | None
     engine = "reference"
 
+    @abc.abstractmethod
+    def encode_batch_arrays(self, texts: list[str]) -> list[np.ndarray]:
+        """Each document's ids (uint32), with no EOS or BOS."""
+
+    @abc.abstractmethod
     def special_texts(self) -> list[str]:
         """The texts the fast engine would match as a token of their own."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def special_ids(self) -> list[int]:
         """The ids the fast engine gives the texts it matches as a token of their own."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def matched_texts(self) -> list[str]:
         """The texts the reference itself encodes as a token of their own."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def decode(self, ids: list[int] | np.ndarray) -> str:
-        raise NotImplementedError
+        """The text of ``ids``."""
 
     def decode_ranges(self, tokens: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> list[str]:
         """The texts of ``tokens[starts[d] : ends[d]]`` for each d (each ``decode``'s)."""
